@@ -1,0 +1,118 @@
+//! The read-only graph interface the pattern matcher works on.
+//!
+//! Two implementations exist: the arena IR (`crate::ir::Graph`, used by the offline CLI and tests)
+//! and the provider's adapter over ONNX Runtime's `OrtGraph` (used by the plugin EP's
+//! `GetCapability`). Keeping the matcher on this trait is what lets both paths fuse exactly the
+//! same subgraphs.
+//!
+//! Ids are dense indices chosen by the implementation; they are only meaningful for the view
+//! that produced them.
+
+use std::borrow::Cow;
+
+/// A node of the viewed graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NodeId(pub u32);
+
+/// A value (an edge: graph input, initializer, or node output) of the viewed graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ValueId(pub u32);
+
+/// The ONNX domain string of the default operator set. ONNX allows both "" and "ai.onnx".
+pub const ONNX_DOMAIN: &str = "";
+/// ONNX Runtime's contrib domain.
+pub const MS_DOMAIN: &str = "com.microsoft";
+/// AMD Quark's custom-op domain.
+pub const QUARK_DOMAIN: &str = "com.amd.quark";
+/// The domain of the ops mxfuse emits (documented in docs/ops.md).
+pub const MXFUSE_DOMAIN: &str = "com.mxfuse";
+
+/// Normalises a domain string: "ai.onnx" and "" are the same domain.
+pub fn canonical_domain(domain: &str) -> &str {
+    if domain == "ai.onnx" {
+        ONNX_DOMAIN
+    } else {
+        domain
+    }
+}
+
+/// One dimension of a tensor shape.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Dim {
+    Known(i64),
+    /// A symbolic dimension (`dim_param`), e.g. "batch".
+    Symbolic(String),
+    /// Neither value nor name is known.
+    Unknown,
+}
+
+/// Element type and (optional) shape of a value. `elem_type` uses ONNX's
+/// `TensorProto.DataType` numbering (1 = FLOAT, 10 = FLOAT16, 16 = BFLOAT16, 17 = FLOAT8E4M3FN,
+/// 24 = FLOAT8E8M0, ...); 0 means unknown.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct TensorInfo {
+    pub elem_type: i32,
+    /// `None` when the rank is unknown.
+    pub shape: Option<Vec<Dim>>,
+}
+
+/// An attribute value, decoded.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AttrValue {
+    Int(i64),
+    Float(f32),
+    String(String),
+    Ints(Vec<i64>),
+    Floats(Vec<f32>),
+    Strings(Vec<String>),
+    Tensor(ConstTensor),
+    /// Graphs, sparse tensors, type protos...: present but not decoded.
+    Other,
+}
+
+/// A constant tensor's value as little-endian raw bytes in ONNX's layout for `elem_type`
+/// (the same bytes `TensorProto.raw_data` would hold).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConstTensor {
+    pub elem_type: i32,
+    pub dims: Vec<i64>,
+    pub raw: Vec<u8>,
+}
+
+/// Read-only access to a graph, enough for pattern matching.
+///
+/// Contract:
+/// * `nodes()` is in a topological order.
+/// * `consumers(v)` lists every (node, input slot) that reads `v`, including uses inside
+///   subgraphs of control-flow nodes (reported as a use by the control-flow node itself).
+/// * `const_value` returns `Some` only for values whose content is fixed for every run
+///   (initializers that are not graph inputs, outputs of `Constant` nodes may be included).
+///   Implementations may refuse large or external tensors by returning `None`; rules must then
+///   refuse the fusion with a reason, never guess.
+pub trait GraphView {
+    /// Nodes in topological order.
+    fn nodes(&self) -> Cow<'_, [NodeId]>;
+    fn op_type(&self, n: NodeId) -> &str;
+    /// The node's domain, already canonical ("" for ONNX).
+    fn domain(&self, n: NodeId) -> &str;
+    fn node_name(&self, n: NodeId) -> &str;
+    /// Input slots; `None` marks an omitted optional input ("" in ONNX).
+    fn inputs(&self, n: NodeId) -> &[Option<ValueId>];
+    fn outputs(&self, n: NodeId) -> &[ValueId];
+    fn attr(&self, n: NodeId, name: &str) -> Option<AttrValue>;
+    /// Names of all attributes set on the node (to reject unknown attributes).
+    fn attr_names(&self, n: NodeId) -> Vec<String>;
+    /// The opset version imported for `domain` by the model (canonical domain), if any.
+    fn opset(&self, domain: &str) -> Option<i64>;
+
+    fn value_name(&self, v: ValueId) -> &str;
+    fn producer(&self, v: ValueId) -> Option<(NodeId, usize)>;
+    fn consumers(&self, v: ValueId) -> Cow<'_, [(NodeId, usize)]>;
+    fn is_graph_output(&self, v: ValueId) -> bool;
+    fn is_graph_input(&self, v: ValueId) -> bool;
+    fn tensor_info(&self, v: ValueId) -> Option<TensorInfo>;
+    fn const_value(&self, v: ValueId) -> Option<ConstTensor>;
+    /// Whether `v` is a constant (initializer / Constant output) even if its bytes are not
+    /// loaded (e.g. external data). Weights of a MatMul only need this, not the bytes.
+    fn is_constant(&self, v: ValueId) -> bool;
+}

@@ -1,0 +1,1 @@
+//! MXFP8 numerics and kernels for mxfuse. See docs/ops.md for the op contract.

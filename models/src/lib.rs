@@ -1,0 +1,1 @@
+//! Builders of test/bench ONNX graphs.

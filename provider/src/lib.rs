@@ -1,0 +1,2 @@
+//! ONNX Runtime integration: custom-op library (`RegisterCustomOps`) and plugin EP
+//! (`CreateEpFactories` / `ReleaseEpFactory`).
