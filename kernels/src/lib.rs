@@ -1,1 +1,2 @@
 //! MXFP8 numerics and kernels for mxfuse. See docs/ops.md for the op contract.
+pub mod gpu;
