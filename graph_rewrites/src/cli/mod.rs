@@ -1,0 +1,1 @@
+//! Helpers of the `mxfuse` CLI.

@@ -1,0 +1,1 @@
+//! Loading and saving ONNX models (external data kept external).

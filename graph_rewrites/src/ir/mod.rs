@@ -1,0 +1,2 @@
+//! The arena IR.
+pub struct Graph;
