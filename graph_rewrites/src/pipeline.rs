@@ -1,12 +1,22 @@
 //! The rewrite pipeline: rules to a fixed point, then dead-code elimination, with a report.
 //!
-//! (Stub signatures: the engine is being written; the CLI codes against these types.)
+//! Order: the registry order (`rules::registry`) is the priority order; at most one rule fires
+//! per root value per iteration, and sites never overlap (a node is removed by one fusion at
+//! most). Iterations repeat until nothing fires (capped at [`MAX_ITERATIONS`]), so a rule whose
+//! input is another rule's output still gets its chance.
 
-use std::collections::BTreeMap;
+use std::any::Any;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use serde::Serialize;
 
 use crate::ir::Graph;
+use crate::pattern::{Attempt, DynRule, Emit, RuleConfig, Site};
+use crate::view::{GraphView, NodeId};
+use crate::Error;
+
+/// Cap on fixed-point iterations (MIGraphX uses 8 too).
+pub const MAX_ITERATIONS: usize = 8;
 
 /// Which rules run and how.
 #[derive(Clone, Debug, Default)]
@@ -15,9 +25,10 @@ pub struct PipelineOptions {
     pub only: Vec<String>,
     /// Rules that do not run.
     pub disable: Vec<String>,
-    /// Record every rejection (not only the first few per rule) for `--explain`.
+    /// Also record why each candidate's structure did not match (near misses).
     pub explain: bool,
-    /// Rule-specific settings, e.g. `scale_rule=rceil` (override), `swiglu_fp32_activation=1`.
+    /// Rule settings: `scale_rule` (floor|rceil override), `swiglu_fp32_activation` (0|1),
+    /// `nan_policy` (propagate|ignore).
     pub settings: BTreeMap<String, String>,
 }
 
@@ -32,7 +43,7 @@ pub struct Fusion {
 }
 
 /// One refused candidate site.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Rejection {
     pub rule: String,
     /// Name of the node the candidate was anchored at.
@@ -46,7 +57,25 @@ pub struct RewriteReport {
     /// Fusions per rule name; every enabled rule appears, with 0 if it never fired.
     pub counts: BTreeMap<String, usize>,
     pub fusions: Vec<Fusion>,
+    /// Candidates a rule refused (structure matched, a check failed), deduplicated.
     pub rejections: Vec<Rejection>,
+    /// With `explain`: candidates whose structure did not match, and the deepest mismatch.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub near_misses: Vec<Rejection>,
+}
+
+/// A candidate site as `inspect` and the provider see it.
+#[derive(Clone, Debug)]
+pub struct SiteInfo {
+    pub rule: &'static str,
+    /// The node producing the root value the rule was tried at.
+    pub anchor: NodeId,
+    /// Nodes the fusion would remove (empty unless accepted).
+    pub nodes: Vec<NodeId>,
+    /// `Ok` if accepted, else why not.
+    pub verdict: Result<(), String>,
+    /// Whether the structure matched (false = a near miss).
+    pub structural: bool,
 }
 
 /// Names of all registered rules, in pipeline order.
@@ -54,8 +83,144 @@ pub fn rule_names() -> Vec<&'static str> {
     crate::rules::registry().iter().map(|r| r.name()).collect()
 }
 
-/// Runs the enabled rules to a fixed point on `g`, then removes dead nodes.
-pub fn run_pipeline(g: &mut Graph, opts: &PipelineOptions) -> Result<RewriteReport, crate::Error> {
-    let _ = (g, opts);
-    Ok(RewriteReport::default())
+fn enabled_rules(opts: &PipelineOptions) -> Result<Vec<&'static dyn DynRule>, Error> {
+    let all = crate::rules::registry();
+    for name in opts.only.iter().chain(&opts.disable) {
+        if !all.iter().any(|r| r.name() == name) {
+            return Err(Error::Invalid(format!("unknown rule '{name}' (known: {})", rule_names().join(", "))));
+        }
+    }
+    Ok(all
+        .iter()
+        .copied()
+        .filter(|r| opts.only.is_empty() || opts.only.iter().any(|o| o == r.name()))
+        .filter(|r| !opts.disable.iter().any(|d| d == r.name()))
+        .collect())
+}
+
+struct Scan {
+    accepted: Vec<(&'static dyn DynRule, Site, Box<dyn Any>)>,
+    sites: Vec<SiteInfo>,
+}
+
+/// Tries every enabled rule at every candidate root, in topological order, claiming
+/// non-overlapping accepted sites.
+fn scan(g: &dyn GraphView, rules: &[&'static dyn DynRule], cfg: &RuleConfig, keep_near: bool) -> Scan {
+    let roots: Vec<Vec<(&str, &str)>> = rules.iter().map(|r| r.root_ops()).collect();
+    let mut claimed: HashSet<NodeId> = HashSet::new();
+    let mut out = Scan { accepted: Vec::new(), sites: Vec::new() };
+    for &n in g.nodes().iter() {
+        if claimed.contains(&n) {
+            continue;
+        }
+        let key = (g.domain(n), g.op_type(n));
+        for &root in g.outputs(n) {
+            for (rule, ops) in rules.iter().zip(&roots) {
+                if !ops.iter().any(|o| *o == key) {
+                    continue;
+                }
+                match rule.try_at(g, root, cfg) {
+                    Attempt::Accepted(site, params) => {
+                        if site.nodes.iter().any(|x| claimed.contains(x)) {
+                            continue; // overlaps a fusion of this iteration; retried in the next
+                        }
+                        claimed.extend(site.nodes.iter().copied());
+                        out.sites.push(SiteInfo {
+                            rule: rule.name(),
+                            anchor: site.anchor,
+                            nodes: site.nodes.clone(),
+                            verdict: Ok(()),
+                            structural: true,
+                        });
+                        out.accepted.push((*rule, site, params));
+                        break;
+                    }
+                    Attempt::Refused { anchor, reason } => out.sites.push(SiteInfo {
+                        rule: rule.name(),
+                        anchor,
+                        nodes: Vec::new(),
+                        verdict: Err(reason),
+                        structural: true,
+                    }),
+                    Attempt::NoMatch(why) if keep_near => out.sites.push(SiteInfo {
+                        rule: rule.name(),
+                        anchor: n,
+                        nodes: Vec::new(),
+                        verdict: Err(why),
+                        structural: false,
+                    }),
+                    Attempt::NoMatch(_) => {}
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Every candidate site each enabled rule sees on `g` (accepted, refused, and near misses),
+/// without changing anything. Used by `mxfuse inspect` and the provider's `GetCapability`
+/// (which claims the accepted ones).
+pub fn find_sites(g: &dyn GraphView, opts: &PipelineOptions) -> Result<Vec<SiteInfo>, Error> {
+    let rules = enabled_rules(opts)?;
+    let cfg = RuleConfig::from_settings(&opts.settings).map_err(Error::Invalid)?;
+    Ok(scan(g, &rules, &cfg, opts.explain).sites)
+}
+
+/// Runs the enabled rules to a fixed point on `g`, then removes the nodes made dead.
+pub fn run_pipeline(g: &mut Graph, opts: &PipelineOptions) -> Result<RewriteReport, Error> {
+    let rules = enabled_rules(opts)?;
+    let cfg = RuleConfig::from_settings(&opts.settings).map_err(Error::Invalid)?;
+    let mut report = RewriteReport::default();
+    for r in &rules {
+        report.counts.insert(r.name().to_string(), 0);
+    }
+    let mut rejections = BTreeSet::new();
+    let mut near = BTreeSet::new();
+    for _ in 0..MAX_ITERATIONS {
+        let found = scan(&*g, &rules, &cfg, opts.explain);
+        for s in &found.sites {
+            if let Err(reason) = &s.verdict {
+                let rej = Rejection { rule: s.rule.into(), at: g.node_name(s.anchor).into(), reason: reason.clone() };
+                if s.structural {
+                    rejections.insert(rej);
+                } else {
+                    near.insert(rej);
+                }
+            }
+        }
+        if found.accepted.is_empty() {
+            break;
+        }
+        for (rule, site, params) in found.accepted {
+            report.fusions.push(apply(g, rule, &site, params)?);
+            *report.counts.entry(rule.name().to_string()).or_default() += 1;
+        }
+        g.topo_sort()?;
+        g.dce();
+    }
+    report.rejections = rejections.into_iter().collect();
+    report.near_misses = near.into_iter().collect();
+    Ok(report)
+}
+
+fn apply(g: &mut Graph, rule: &dyn DynRule, site: &Site, params: Box<dyn Any>) -> Result<Fusion, Error> {
+    let anchor_name = g.node_name(site.anchor).to_string();
+    let replaced: Vec<String> = site.nodes.iter().map(|n| g.node_name(*n).to_string()).collect();
+    for &n in &site.nodes {
+        g.remove_node(n);
+    }
+    let mut e = Emit::new(g, rule.name(), anchor_name.clone());
+    rule.apply(site, params, &mut e)
+        .map_err(|why| Error::Invalid(format!("rule {} failed to rewrite at '{anchor_name}': {why}", rule.name())))?;
+    let created = std::mem::take(&mut e.created);
+    for &v in &site.produces {
+        if g.producer(v).is_none() {
+            return Err(Error::Invalid(format!(
+                "internal: rule {} did not re-produce '{}' at '{anchor_name}'",
+                rule.name(),
+                g.value_name(v)
+            )));
+        }
+    }
+    Ok(Fusion { rule: rule.name().to_string(), replaced, created })
 }

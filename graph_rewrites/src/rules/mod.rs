@@ -1,7 +1,18 @@
-//! The rule registry.
-pub trait DynRule: Sync {
-    fn name(&self) -> &'static str;
-}
+//! The rule registry. Order is priority: a fused rule must run before `mxquant`, which would
+//! otherwise take its quantizer alone.
+pub mod mx_consumers;
+pub mod mxquant;
+pub mod spellings;
+
+use crate::pattern::DynRule;
+
+/// All rules, in priority order.
 pub fn registry() -> &'static [&'static dyn DynRule] {
-    &[]
+    static RULES: std::sync::LazyLock<Vec<&'static dyn DynRule>> = std::sync::LazyLock::new(|| {
+        vec![
+            // The standalone quantizer comes last: it only takes what no fusion took.
+            &*mxquant::RULE,
+        ]
+    });
+    &RULES
 }

@@ -1,1 +1,0 @@
-//! Loading and saving ONNX models (external data kept external).

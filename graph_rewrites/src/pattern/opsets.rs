@@ -1,0 +1,90 @@
+//! Op identity: (domain, op_type, since-version).
+//!
+//! A node's *since-version* is the newest version of its op schema that is not newer than the
+//! model's opset import for the node's domain. Patterns accept an explicit set of since-versions,
+//! so an op whose semantics changed in a version we have not reviewed is refused, not guessed.
+
+use crate::view::{GraphView, NodeId, MS_DOMAIN, ONNX_DOMAIN, QUARK_DOMAIN};
+
+/// The schema history (since-versions) of the ONNX-domain ops the rules look at.
+/// Source: onnx 1.23.2 `onnx/defs` (Operators.md changelog).
+const ONNX_HISTORY: &[(&str, &[i64])] = &[
+    ("Abs", &[1, 6, 13]),
+    ("Add", &[1, 6, 7, 13, 14]),
+    ("Cast", &[1, 6, 9, 13, 19, 21, 23, 24, 25]),
+    ("Clip", &[1, 6, 11, 12, 13]),
+    ("DequantizeLinear", &[10, 13, 19, 21, 23, 24, 25]),
+    ("Div", &[1, 6, 7, 13, 14]),
+    ("MatMul", &[1, 9, 13]),
+    ("Max", &[1, 6, 8, 12, 13]),
+    ("Min", &[1, 6, 8, 12, 13]),
+    ("Mul", &[1, 6, 7, 13, 14]),
+    ("Pow", &[1, 7, 12, 13, 15]),
+    ("QuantizeLinear", &[10, 13, 19, 21, 23, 24, 25]),
+    ("Reciprocal", &[1, 6, 13]),
+    ("ReduceMax", &[1, 11, 12, 13, 18, 20]),
+    ("ReduceMean", &[1, 11, 13, 18]),
+    ("Reshape", &[1, 5, 13, 14, 19, 21, 23, 24, 25]),
+    ("RMSNormalization", &[23]),
+    ("Sigmoid", &[1, 6, 13]),
+    // ORT registers this contrib op in the ONNX domain (a historical accident ORT kept).
+    ("SimplifiedLayerNormalization", &[1]),
+    ("Split", &[1, 2, 11, 13, 18]),
+    ("Sqrt", &[1, 6, 13]),
+    ("Swish", &[24]),
+    ("SwiGLU", &[28]),
+];
+
+/// Ops of other domains: all at version 1.
+const OTHER_DOMAIN_OPS: &[(&str, &str)] = &[
+    (MS_DOMAIN, "AllReduce"),
+    (MS_DOMAIN, "QuickGelu"),
+    (MS_DOMAIN, "SkipSimplifiedLayerNormalization"),
+    (QUARK_DOMAIN, "MXQuantizeDequantize"),
+    (crate::view::MXFUSE_DOMAIN, "MxQuantize"),
+    (crate::view::MXFUSE_DOMAIN, "MxMatMul"),
+    (crate::view::MXFUSE_DOMAIN, "AddRmsNormMxQuant"),
+    (crate::view::MXFUSE_DOMAIN, "SwiGluMxQuant"),
+];
+
+/// Identity of an op a pattern accepts.
+#[derive(Clone, Debug)]
+pub struct OpId {
+    pub domain: &'static str,
+    pub op_type: &'static str,
+    /// Accepted since-versions; empty = every known version.
+    pub versions: &'static [i64],
+}
+
+impl OpId {
+    pub fn new(domain: &'static str, op_type: &'static str) -> Self {
+        OpId { domain, op_type, versions: &[] }
+    }
+
+    /// Whether node `n` of `g` is this op at an accepted since-version.
+    pub fn accepts(&self, g: &dyn GraphView, n: NodeId) -> bool {
+        if g.op_type(n) != self.op_type || g.domain(n) != self.domain {
+            return false;
+        }
+        match since_version(g, self.domain, self.op_type) {
+            Some(v) => self.versions.is_empty() || self.versions.contains(&v),
+            None => false,
+        }
+    }
+}
+
+/// The since-version of `op_type` in the model's opset for `domain`, if the op is known and
+/// existed at that opset.
+pub fn since_version(g: &dyn GraphView, domain: &str, op_type: &str) -> Option<i64> {
+    if domain == ONNX_DOMAIN {
+        let opset = g.opset(ONNX_DOMAIN)?;
+        let (_, hist) = ONNX_HISTORY.iter().find(|(name, _)| *name == op_type)?;
+        hist.iter().copied().filter(|v| *v <= opset).max()
+    } else if OTHER_DOMAIN_OPS.iter().any(|(d, o)| *d == domain && *o == op_type) {
+        // Contrib / vendor domains are versioned 1; a model may omit their opset import
+        // (ORT accepts that for com.microsoft), so a missing import is treated as 1.
+        Some(1)
+    } else {
+        None
+    }
+}

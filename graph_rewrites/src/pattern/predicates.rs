@@ -1,0 +1,93 @@
+//! Reading constants and attributes for pattern predicates and rule checks.
+
+use half::{bf16, f16};
+
+use crate::view::{AttrValue, ConstTensor};
+
+/// ONNX `TensorProto.DataType` numbers used by the rules.
+pub mod dtype {
+    pub const FLOAT: i32 = 1;
+    pub const INT32: i32 = 6;
+    pub const INT64: i32 = 7;
+    pub const FLOAT16: i32 = 10;
+    pub const DOUBLE: i32 = 11;
+    pub const BFLOAT16: i32 = 16;
+    pub const FLOAT8E4M3FN: i32 = 17;
+    pub const FLOAT8E8M0: i32 = 24;
+
+    /// Activation dtypes the fused kernels support.
+    pub const ACTIVATION: [i32; 3] = [FLOAT, FLOAT16, BFLOAT16];
+
+    pub fn name(t: i32) -> &'static str {
+        match t {
+            FLOAT => "float",
+            INT32 => "int32",
+            INT64 => "int64",
+            FLOAT16 => "float16",
+            DOUBLE => "double",
+            BFLOAT16 => "bfloat16",
+            FLOAT8E4M3FN => "float8e4m3fn",
+            FLOAT8E8M0 => "float8e8m0",
+            0 => "unknown",
+            _ => "other",
+        }
+    }
+}
+
+/// All elements of a float or integer constant as f64 (None for other dtypes or bad sizes).
+pub fn values_f64(t: &ConstTensor) -> Option<Vec<f64>> {
+    let raw = &t.raw;
+    let (size, conv): (usize, fn(&[u8]) -> f64) = match t.elem_type {
+        dtype::FLOAT => (4, |b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64),
+        dtype::DOUBLE => (8, |b| f64::from_le_bytes(b.try_into().unwrap_or([0; 8]))),
+        dtype::FLOAT16 => (2, |b| f16::from_le_bytes([b[0], b[1]]).to_f64()),
+        dtype::BFLOAT16 => (2, |b| bf16::from_le_bytes([b[0], b[1]]).to_f64()),
+        dtype::INT64 => (8, |b| i64::from_le_bytes(b.try_into().unwrap_or([0; 8])) as f64),
+        dtype::INT32 => (4, |b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64),
+        _ => return None,
+    };
+    if raw.len() % size != 0 {
+        return None;
+    }
+    Some(raw.chunks_exact(size).map(conv).collect())
+}
+
+/// The single element of a one-element numeric constant.
+pub fn scalar_f64(t: &ConstTensor) -> Option<f64> {
+    match values_f64(t)?.as_slice() {
+        [v] => Some(*v),
+        _ => None,
+    }
+}
+
+/// All elements of an integer constant.
+pub fn values_i64(t: &ConstTensor) -> Option<Vec<i64>> {
+    match t.elem_type {
+        dtype::INT64 | dtype::INT32 => values_f64(t).map(|v| v.into_iter().map(|x| x as i64).collect()),
+        _ => None,
+    }
+}
+
+pub fn attr_int(a: Option<AttrValue>, default: i64) -> Option<i64> {
+    match a {
+        None => Some(default),
+        Some(AttrValue::Int(v)) => Some(v),
+        _ => None,
+    }
+}
+
+pub fn attr_float(a: Option<AttrValue>, default: f32) -> Option<f32> {
+    match a {
+        None => Some(default),
+        Some(AttrValue::Float(v)) => Some(v),
+        _ => None,
+    }
+}
+
+pub fn attr_string(a: Option<AttrValue>, default: &str) -> Option<String> {
+    match a {
+        None => Some(default.to_string()),
+        Some(AttrValue::String(v)) => Some(v),
+        _ => None,
+    }
+}

@@ -1,0 +1,137 @@
+//! The rule trait: a declarative pattern, a `check` that returns typed parameters or a reason,
+//! and a `rewrite` that emits the replacement.
+
+use std::any::Any;
+use std::collections::BTreeMap;
+
+use super::builder::{Pattern, VKind};
+use super::emit::Emit;
+use super::matched::{safety_check, Fuse, Match, Reject, Site};
+use super::matcher::Matcher;
+use crate::view::{GraphView, ValueId};
+
+/// Session / CLI settings the rules read. Every rank of a tensor-parallel job must see the
+/// same settings, so fusion decisions never depend on rank-local state.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RuleConfig {
+    /// Force a scale rule ("floor" or "rceil") instead of the one the graph spells.
+    pub scale_rule_override: Option<String>,
+    /// SwiGLU: quantize the fp32 activation instead of reproducing the graph's roundings.
+    pub swiglu_fp32_activation: bool,
+    /// NaN policy of the emitted quantizers ("propagate" unless set).
+    pub nan_policy: Option<String>,
+}
+
+impl RuleConfig {
+    /// Reads `scale_rule`, `swiglu_fp32_activation`, `nan_policy` from key/value settings.
+    pub fn from_settings(s: &BTreeMap<String, String>) -> Result<Self, String> {
+        let mut c = RuleConfig::default();
+        if let Some(r) = s.get("scale_rule") {
+            if r != "floor" && r != "rceil" {
+                return Err(format!("scale_rule must be 'floor' or 'rceil', got '{r}'"));
+            }
+            c.scale_rule_override = Some(r.clone());
+        }
+        if let Some(v) = s.get("swiglu_fp32_activation") {
+            c.swiglu_fp32_activation = match v.as_str() {
+                "1" | "true" => true,
+                "0" | "false" => false,
+                _ => return Err(format!("swiglu_fp32_activation must be 0 or 1, got '{v}'")),
+            };
+        }
+        if let Some(p) = s.get("nan_policy") {
+            if p != "propagate" && p != "ignore" {
+                return Err(format!("nan_policy must be 'propagate' or 'ignore', got '{p}'"));
+            }
+            c.nan_policy = Some(p.clone());
+        }
+        Ok(c)
+    }
+}
+
+/// A fusion rule. Implement this; the registry stores it as `&dyn DynRule`.
+pub trait Rule: Sync + Send + 'static {
+    /// Stable id: CLI flags, report keys, node metadata.
+    const NAME: &'static str;
+    /// What `check` learned and `rewrite` needs (no state is carried through `self`).
+    type Params: 'static;
+    /// The pattern, built once.
+    fn pattern(&self) -> &Pattern;
+    /// Semantic checks on a structural match: dtypes, shapes, constants, consumers.
+    fn check(&self, m: &Match<'_>, cfg: &RuleConfig) -> Result<Fuse<Self::Params>, Reject>;
+    /// Emits the replacement. The site's nodes are already removed; the replacement must
+    /// produce every value in `site.produces`.
+    fn rewrite(&self, site: &Site, params: Self::Params, e: &mut Emit<'_>) -> Result<(), String>;
+}
+
+/// Outcome of trying a rule at one root value.
+pub enum Attempt {
+    /// The structure does not match (the most complete failed attempt says why).
+    NoMatch(String),
+    /// The structure matches but the rule or the safety check refused it.
+    Refused { anchor: crate::view::NodeId, reason: String },
+    /// Accepted: apply with [`DynRule::apply`].
+    Accepted(Site, Box<dyn Any>),
+}
+
+/// Object-safe view of a [`Rule`].
+pub trait DynRule: Sync + Send {
+    fn name(&self) -> &'static str;
+    /// (domain, op_type) pairs that can produce the root value: only their outputs are tried.
+    fn root_ops(&self) -> Vec<(&'static str, &'static str)>;
+    fn try_at(&self, g: &dyn GraphView, root: ValueId, cfg: &RuleConfig) -> Attempt;
+    fn apply(&self, site: &Site, params: Box<dyn Any>, e: &mut Emit<'_>) -> Result<(), String>;
+}
+
+impl<R: Rule> DynRule for R {
+    fn name(&self) -> &'static str {
+        R::NAME
+    }
+
+    fn root_ops(&self) -> Vec<(&'static str, &'static str)> {
+        let p = self.pattern();
+        let mut out = Vec::new();
+        let mut stack = vec![p.root];
+        while let Some(v) = stack.pop() {
+            match &p.values[v.0 as usize].kind {
+                VKind::Out { node, .. } => {
+                    let op = &p.nodes[node.0 as usize].op;
+                    out.push((op.domain, op.op_type));
+                }
+                VKind::Alt(alts) => stack.extend(alts.iter().copied()),
+                VKind::Input | VKind::Const(_) => {}
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    fn try_at(&self, g: &dyn GraphView, root: ValueId, cfg: &RuleConfig) -> Attempt {
+        let pat = self.pattern();
+        let Some((anchor, _)) = g.producer(root) else {
+            return Attempt::NoMatch("root has no producer".into());
+        };
+        let bindings = match Matcher::new(g, pat).run(root) {
+            Ok(b) => b,
+            Err(why) => return Attempt::NoMatch(why),
+        };
+        let m = Match::new(g, pat, bindings, root);
+        let fuse = match self.check(&m, cfg) {
+            Ok(f) => f,
+            Err(Reject(reason)) => return Attempt::Refused { anchor, reason },
+        };
+        match safety_check(&m, &fuse) {
+            Ok((nodes, produces)) => {
+                let site = Site { rule: R::NAME, anchor, nodes, produces };
+                Attempt::Accepted(site, Box::new(fuse.params))
+            }
+            Err(reason) => Attempt::Refused { anchor, reason },
+        }
+    }
+
+    fn apply(&self, site: &Site, params: Box<dyn Any>, e: &mut Emit<'_>) -> Result<(), String> {
+        let params = params.downcast::<R::Params>().map_err(|_| format!("{}: parameter type mismatch", R::NAME))?;
+        self.rewrite(site, *params, e)
+    }
+}

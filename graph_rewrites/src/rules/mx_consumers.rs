@@ -1,0 +1,276 @@
+//! The consumer side shared by every MX rule: the MatMuls that read a quantized activation
+//! become `com.mxfuse::MxMatMul` on the MXFP8 values + row-major E8M0 scales.
+//!
+//! ```text
+//! standard: q, scale ─ DequantizeLinear(axis=-1, block 32) ─ MatMul(·, W) = y
+//! Quark:    fake-quantized x ───────────────────────────── MatMul(·, W) = y
+//!   ⇒  MxMatMul(q, scale, W' [, W'_scale]) = y      (y keeps its name)
+//! ```
+//!
+//! Weight forms W: a float `[K, N]` tensor (kept as is); standard MX — `DequantizeLinear` of
+//! FLOAT8E4M3FN `[K, N]` + FLOAT8E8M0 `[K/32, N]` constants (axis 0, block 32; read in place,
+//! `trans_b = 0`); a Quark fake-quant of a float constant (pre-quantized at rewrite time into
+//! `[N, K]` + `[N, K/32]` initializers, `trans_b = 1`).
+//! A weight DequantizeLinear / fake-quant node is not removed by the fusion: if nothing else
+//! reads it, dead-code elimination does.
+
+use crate::onnx_pb::{tensor_proto::DataLocation, TensorProto};
+use crate::pattern::predicates::{attr_int, attr_string, dtype};
+use crate::pattern::{Emit, Reject};
+use crate::reject;
+use crate::view::{Dim, GraphView, NodeId, ValueId, ONNX_DOMAIN, QUARK_DOMAIN};
+
+use super::spellings::mx_quant::BLOCK;
+
+/// How a consumer MatMul's weight is given.
+#[derive(Clone, Debug)]
+pub enum Weight {
+    /// A float `[K, N]` tensor.
+    Float(ValueId),
+    /// Standard MX constants, `[K, N]` + `[K/32, N]`.
+    Mx { values: ValueId, scales: ValueId },
+    /// A Quark fake-quant of this float constant `[K, N]`.
+    QuarkFloat(ValueId),
+}
+
+/// One MatMul that reads the quantized activation.
+#[derive(Clone, Debug)]
+pub struct MatMulUse {
+    pub node: NodeId,
+    pub weight: Weight,
+    pub out: ValueId,
+    pub out_dtype: i32,
+}
+
+/// The consumers a fusion absorbs.
+#[derive(Clone, Debug, Default)]
+pub struct Consumers {
+    pub matmuls: Vec<MatMulUse>,
+    /// Activation DequantizeLinear nodes (standard spelling) absorbed with their MatMuls.
+    pub dequant: Vec<NodeId>,
+}
+
+impl Consumers {
+    /// Every node the fusion removes beyond its pattern, with the values it must re-produce.
+    pub fn nodes_and_outputs(&self) -> Vec<(NodeId, Vec<ValueId>)> {
+        let mm = self.matmuls.iter().map(|u| (u.node, vec![u.out]));
+        mm.chain(self.dequant.iter().map(|d| (*d, Vec::new()))).collect()
+    }
+}
+
+fn is_op(g: &dyn GraphView, n: NodeId, domain: &str, op: &str) -> bool {
+    g.domain(n) == domain && g.op_type(n) == op
+}
+
+/// A MatMul reading `a` as its first input, with a supported weight.
+fn matmul_use(g: &dyn GraphView, mm: NodeId, a: ValueId, k: i64) -> Result<MatMulUse, Reject> {
+    let name = g.node_name(mm);
+    if !is_op(g, mm, ONNX_DOMAIN, "MatMul") {
+        return Err(reject!("quantized activation is read by {} '{name}', not a MatMul", g.op_type(mm)));
+    }
+    let ins = g.inputs(mm);
+    if ins.first().copied().flatten() != Some(a) || ins.get(1).copied().flatten() == Some(a) {
+        return Err(reject!("MatMul '{name}' reads the quantized activation as its weight"));
+    }
+    let b = ins.get(1).copied().flatten().ok_or_else(|| reject!("MatMul '{name}' has no weight"))?;
+    let out = g.outputs(mm)[0];
+    let out_dtype = g.tensor_info(out).map(|i| i.elem_type).unwrap_or(0);
+    let weight = classify_weight(g, b, k).map_err(|r| reject!("MatMul '{name}': {}", r.0))?;
+    let weight_dtype = match &weight {
+        Weight::Float(w) | Weight::QuarkFloat(w) => g.tensor_info(*w).map(|i| i.elem_type).unwrap_or(0),
+        Weight::Mx { .. } => out_dtype,
+    };
+    if !dtype::ACTIVATION.contains(&out_dtype) || weight_dtype != out_dtype {
+        return Err(reject!(
+            "MatMul '{name}' output is {} with weight {}: unsupported",
+            dtype::name(out_dtype),
+            dtype::name(weight_dtype)
+        ));
+    }
+    Ok(MatMulUse { node: mm, weight, out, out_dtype })
+}
+
+/// `[K, N]` with K known and equal to the activation's K.
+fn check_kn(g: &dyn GraphView, w: ValueId, k: i64) -> Result<(), Reject> {
+    let shape = g.tensor_info(w).and_then(|i| i.shape);
+    match shape.as_deref() {
+        Some([Dim::Known(kk), _]) if *kk == k => Ok(()),
+        other => Err(reject!("weight '{}' has shape {other:?}, expected [{k}, N]", g.value_name(w))),
+    }
+}
+
+fn classify_weight(g: &dyn GraphView, b: ValueId, k: i64) -> Result<Weight, Reject> {
+    if let Some((n, 0)) = g.producer(b) {
+        if is_op(g, n, ONNX_DOMAIN, "DequantizeLinear") {
+            let ins = g.inputs(n);
+            let (Some(wq), Some(ws)) = (ins.first().copied().flatten(), ins.get(1).copied().flatten()) else {
+                return Err(reject!("weight DequantizeLinear lacks inputs"));
+            };
+            let t = |v| g.tensor_info(v).map(|i| i.elem_type).unwrap_or(0);
+            let blocked = attr_int(g.attr(n, "axis"), 1) == Some(0) && attr_int(g.attr(n, "block_size"), 0) == Some(BLOCK);
+            let no_zp = ins.get(2).copied().flatten().is_none();
+            if t(wq) == dtype::FLOAT8E4M3FN && t(ws) == dtype::FLOAT8E8M0 && blocked && no_zp {
+                if !(g.is_constant(wq) && g.is_constant(ws)) {
+                    return Err(reject!("MX weight is not constant"));
+                }
+                check_kn(g, wq, k)?;
+                return Ok(Weight::Mx { values: wq, scales: ws });
+            }
+            return Err(reject!("weight DequantizeLinear is not MXFP8 (E4M3 + E8M0, axis 0, block 32)"));
+        }
+        if is_op(g, n, QUARK_DOMAIN, "MXQuantizeDequantize") {
+            let w = g.inputs(n).first().copied().flatten().ok_or_else(|| reject!("weight fake-quant has no input"))?;
+            let elem = attr_string(g.attr(n, "element_dtype"), "int8").unwrap_or_default();
+            let ok = elem == "fp8_e4m3"
+                && attr_int(g.attr(n, "block_size"), 32) == Some(BLOCK)
+                && attr_int(g.attr(n, "axis"), 1) == Some(0);
+            if !ok {
+                return Err(reject!("weight fake-quant is not MXFP8 along K (fp8_e4m3, block 32, axis 0)"));
+            }
+            if !g.is_constant(w) {
+                return Err(reject!("Quark-quantized weight is not a constant"));
+            }
+            check_kn(g, w, k)?;
+            return Ok(Weight::QuarkFloat(w));
+        }
+    }
+    check_kn(g, b, k)?;
+    Ok(Weight::Float(b))
+}
+
+/// Consumers of a standard-spelling quantizer: each `DequantizeLinear(q, scale)` read only by
+/// MatMuls is absorbed with them. Returns the absorbed consumers and whether q/scale are still
+/// read elsewhere (then the replacement keeps producing them).
+pub fn standard_consumers(g: &dyn GraphView, q: ValueId, scale: ValueId, k: i64) -> Result<Consumers, Reject> {
+    let mut c = Consumers::default();
+    for &(dq, _) in g.consumers(q).iter() {
+        if !is_op(g, dq, ONNX_DOMAIN, "DequantizeLinear") {
+            continue;
+        }
+        let ins = g.inputs(dq);
+        let same_scale = ins.get(1).copied().flatten() == Some(scale) && ins.get(2).copied().flatten().is_none();
+        let rank = g.tensor_info(q).and_then(|i| i.shape).map(|s| s.len() as i64).unwrap_or(0);
+        let axis = attr_int(g.attr(dq, "axis"), 1).unwrap_or(i64::MIN);
+        let last = axis == -1 || axis == rank - 1;
+        if !same_scale || !last || attr_int(g.attr(dq, "block_size"), 0) != Some(BLOCK) {
+            continue; // left alone; q/scale stay produced for it
+        }
+        let deq = g.outputs(dq)[0];
+        if g.is_graph_output(deq) {
+            continue;
+        }
+        let readers = g.consumers(deq);
+        let uses: Result<Vec<_>, _> = readers.iter().map(|(mm, _)| matmul_use(g, *mm, deq, k)).collect();
+        match uses {
+            Ok(u) if !u.is_empty() => {
+                c.matmuls.extend(u);
+                c.dequant.push(dq);
+            }
+            _ => continue,
+        }
+    }
+    Ok(c)
+}
+
+/// Consumers of a Quark fake-quantized activation: all must be MatMuls (there is no op that
+/// re-creates the fake-quantized float tensor).
+pub fn quark_consumers(g: &dyn GraphView, fake: ValueId, k: i64) -> Result<Consumers, Reject> {
+    if g.is_graph_output(fake) {
+        return Err(reject!("fake-quantized '{}' is a graph output", g.value_name(fake)));
+    }
+    let readers = g.consumers(fake);
+    if readers.is_empty() {
+        return Err(reject!("fake-quantized '{}' is not read", g.value_name(fake)));
+    }
+    let matmuls = readers.iter().map(|(mm, _)| matmul_use(g, *mm, fake, k)).collect::<Result<Vec<_>, _>>()?;
+    Ok(Consumers { matmuls, dequant: Vec::new() })
+}
+
+/// Emits one `MxMatMul` per absorbed MatMul, reading `q` and `scale`.
+pub fn emit_matmuls(e: &mut Emit<'_>, c: &Consumers, q: ValueId, scale: ValueId) -> Result<(), String> {
+    for u in &c.matmuls {
+        let spec = e.op("MxMatMul").input(q).input(scale);
+        let spec = match &u.weight {
+            Weight::Float(w) => spec.input(*w).attr_int("trans_b", 0),
+            Weight::Mx { values, scales } => spec.input(*values).input(*scales).attr_int("trans_b", 0),
+            Weight::QuarkFloat(w) => {
+                let (vals, scales) = prequantize_weight(e, *w)?;
+                spec.input(vals).input(scales).attr_int("trans_b", 1)
+            }
+        };
+        e.add(spec.attr_int("output_dtype", u.out_dtype as i64).output(u.out))?;
+    }
+    Ok(())
+}
+
+/// Quantizes a float `[K, N]` constant along K (OCP floor, as Quark's op does) into `[N, K]`
+/// E4M3 values and `[N, K/32]` E8M0 scales, stored as new initializers.
+fn prequantize_weight(e: &mut Emit<'_>, w: ValueId) -> Result<(ValueId, ValueId), String> {
+    let g = e.graph();
+    let name = g.value_name(w).to_string();
+    let t = g.const_value(w).ok_or_else(|| format!("weight '{name}' could not be read"))?;
+    let (k, n) = match t.dims.as_slice() {
+        [k, n] => (*k as usize, *n as usize),
+        d => return Err(format!("weight '{name}' has dims {d:?}")),
+    };
+    let floats = crate::pattern::predicates::values_f64(&t).ok_or_else(|| format!("weight '{name}' is not float"))?;
+    // Transpose to [N, K] so each row is one output channel's K-vector.
+    let mut rows = vec![0f32; n * k];
+    for kk in 0..k {
+        for nn in 0..n {
+            rows[nn * k + kk] = floats[kk * n + nn] as f32;
+        }
+    }
+    let (vals, scales) = quantize_rows_floor(&rows, k);
+    let proto = |name: String, dt: i32, dims: Vec<i64>, raw: Vec<u8>| TensorProto {
+        name: Some(name),
+        data_type: Some(dt),
+        dims,
+        raw_data: Some(raw),
+        data_location: Some(DataLocation::Default as i32),
+        ..Default::default()
+    };
+    let vname = format!("{name}_mxfp8");
+    let sname = format!("{name}_mxfp8_scale");
+    let tv = proto(vname.clone(), dtype::FLOAT8E4M3FN, vec![n as i64, k as i64], vals);
+    let ts = proto(sname.clone(), dtype::FLOAT8E8M0, vec![n as i64, (k / 32) as i64], scales);
+    Ok((e.initializer(&vname, tv), e.initializer(&sname, ts)))
+}
+
+/// The values a fused quantizer writes: the graph's own `q`/`scale` when something outside the
+/// fusion still reads them (they keep their names), fresh values otherwise.
+pub fn quant_outputs(
+    e: &mut Emit<'_>,
+    site: &crate::pattern::Site,
+    x: ValueId,
+    q: Option<ValueId>,
+    scale: Option<ValueId>,
+) -> (ValueId, ValueId) {
+    let shape = e.graph().tensor_info(x).and_then(|i| i.shape);
+    let mut scale_shape = shape.clone();
+    if let Some(Some(Dim::Known(k))) = scale_shape.as_mut().map(|s| s.last_mut()) {
+        *k /= BLOCK;
+    }
+    let base = e.graph().value_name(x).to_string();
+    let mut pick = |existing: Option<ValueId>, suffix: &str, elem_type: i32, shape: Option<Vec<Dim>>| match existing {
+        Some(v) if site.produces(v) => v,
+        _ => e.value(&format!("{base}_{suffix}"), Some(crate::view::TensorInfo { elem_type, shape })),
+    };
+    let qv = pick(q, "mxfp8", dtype::FLOAT8E4M3FN, shape);
+    let sv = pick(scale, "mxfp8_scale", dtype::FLOAT8E8M0, scale_shape);
+    (qv, sv)
+}
+
+/// Row-wise MXFP8 quantization with the OCP floor rule (Quark's weight quantizer).
+fn quantize_rows_floor(rows: &[f32], k: usize) -> (Vec<u8>, Vec<u8>) {
+    use kernels::codec::mx::{quantize_block, QuantConfig, BLOCK as KB};
+    let cfg = QuantConfig::default();
+    let mut vals = vec![0u8; rows.len()];
+    let mut scales = Vec::with_capacity(rows.len() / KB);
+    for (src, dst) in rows.chunks_exact(KB).zip(vals.chunks_exact_mut(KB)) {
+        let (Ok(src), Ok(dst)) = (<&[f32; KB]>::try_from(src), <&mut [u8; KB]>::try_from(dst)) else { continue };
+        scales.push(quantize_block(src, dst, cfg));
+    }
+    debug_assert_eq!(scales.len() * KB, k * (rows.len() / k));
+    (vals, scales)
+}

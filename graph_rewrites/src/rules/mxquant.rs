@@ -1,0 +1,90 @@
+//! Rule `mxquant`: a standalone MXFP8 quantize becomes one `MxQuantize`.
+//!
+//! Search pattern => (q, scale) = MXFP8(x)  ⇒  (q, scale) = com.mxfuse::MxQuantize(x)
+//!
+//! ```text
+//! before                                              after
+//! x ─ Reshape ─ Abs ─ ReduceMax ─ Mul ─ Cast = scale   x ─ MxQuantize = q, scale
+//! x, scale ─ QuantizeLinear = q                        q, scale ─ MxMatMul(·, W) = y
+//! q, scale ─ DequantizeLinear ─ MatMul(·, W) = y
+//! ```
+//!
+//! Key points:
+//! * Runs after the fused rules (registry order), so it only sees quantizers no fusion took.
+//! * Its main use is making standard-MX models run at all: ONNX Runtime's CPU EP has no kernel
+//!   for Q/DQ with E8M0 scales.
+//! * q and scale keep their names when something outside still reads them.
+
+use std::sync::LazyLock;
+
+use super::mx_consumers::{emit_matmuls, quant_outputs, quark_consumers, standard_consumers, Consumers};
+use super::spellings::mx_quant::{check_mx_quant, mx_quant, MxQuantPat, QuantInfo};
+use crate::pattern::{Emit, Fuse, Match, Pat, Pattern, Rule, RuleConfig, Site};
+use crate::view::ValueId;
+
+pub struct MxQuantRule {
+    pat: Pattern,
+    h: MxQuantPat,
+}
+
+pub static RULE: LazyLock<MxQuantRule> = LazyLock::new(|| {
+    let mut p = Pat::new();
+    let x = p.input("x");
+    let h = mx_quant(&mut p, x);
+    p.escaping(h.root);
+    p.escaping(h.scale);
+    MxQuantRule { pat: p.finish(h.root), h }
+});
+
+pub struct Params {
+    x: ValueId,
+    info: QuantInfo,
+    consumers: Consumers,
+    scale_rule: String,
+    nan_policy: String,
+}
+
+impl Rule for MxQuantRule {
+    const NAME: &'static str = "mxquant";
+    type Params = Params;
+
+    fn pattern(&self) -> &Pattern {
+        &self.pat
+    }
+
+    fn check(&self, m: &Match<'_>, cfg: &RuleConfig) -> Result<Fuse<Params>, crate::pattern::Reject> {
+        let info = check_mx_quant(m, &self.h)?;
+        let g = m.graph();
+        let consumers = match (info.quark_out, info.q, info.scale) {
+            (Some(fake), _, _) => quark_consumers(g, fake, info.k)?,
+            (None, Some(q), Some(s)) => standard_consumers(g, q, s, info.k)?,
+            _ => return Err(crate::reject!("internal: quantize spelling without outputs")),
+        };
+        let params = Params {
+            x: m[self.h.x],
+            scale_rule: cfg.scale_rule_override.clone().unwrap_or_else(|| info.rule.as_str().into()),
+            nan_policy: cfg.nan_policy.clone().unwrap_or_else(|| info.nan_policy.into()),
+            info,
+            consumers,
+        };
+        let mut fuse = Fuse::new(params);
+        for (n, outs) in fuse.params.consumers.nodes_and_outputs() {
+            fuse = fuse.also(n, outs);
+        }
+        Ok(fuse)
+    }
+
+    fn rewrite(&self, site: &Site, p: Params, e: &mut Emit<'_>) -> Result<(), String> {
+        let (q, scale) = quant_outputs(e, site, p.x, p.info.q, p.info.scale);
+        let spec = e
+            .op("MxQuantize")
+            .input(p.x)
+            .attr_int("block_size", 32)
+            .attr_str("scale_rule", &p.scale_rule)
+            .attr_str("nan_policy", &p.nan_policy)
+            .output(q)
+            .output(scale);
+        e.add(spec)?;
+        emit_matmuls(e, &p.consumers, q, scale)
+    }
+}

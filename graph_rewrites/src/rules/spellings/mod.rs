@@ -1,0 +1,2 @@
+//! Reusable sub-patterns: the spellings real exporters emit for each piece of a fusion.
+pub mod mx_quant;

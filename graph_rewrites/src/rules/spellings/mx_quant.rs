@@ -1,0 +1,274 @@
+//! The MXFP8 quantize spellings every rule ends in.
+//!
+//! Search pattern => q = MXFP8(x), spelled as either
+//!
+//! ```text
+//! standard (opset ≥ 24)                                     AMD Quark
+//! x ─ Reshape[..,K/32,32] ─ Abs ─ ReduceMax(-1, keepdims=0)  x ─ com.amd.quark::MXQuantizeDequantize
+//!     ─ Mul(2^-8) | Mul(1/448) | Div(448)                        (element_dtype=fp8_e4m3, block 32,
+//!     ─ Cast(to=FLOAT8E8M0, round_mode) = scale                   axis = last)  = fake-quantized x
+//! x, scale ─ QuantizeLinear(axis=-1, block_size=32, E4M3FN) = q
+//! ```
+//!
+//! Key points:
+//! * The scale rule is identified by the constant *and* the Cast rounding: `Mul(2^-8)` +
+//!   `round_mode=down` is OCP floor; `Mul(fl(1/448))` or `Div(448)` + `round_mode=up` is RCEIL.
+//!   Any other combination is refused: it would compute something neither kernel computes.
+//! * `x` is read twice inside the match (scale path and QuantizeLinear): the pattern binds one
+//!   value to both.
+//! * Quark's op is floor, and its kernel ignores NaN/Inf when picking the block exponent
+//!   (`nan_policy = ignore`). Not handled: Quark's fp32-subnormal corner (its scale can go below
+//!   2^-127, E8M0's minimum; ours clamps) — documented in docs/ops.md.
+
+use crate::pattern::predicates::{attr_int, attr_string, dtype, scalar_f64, values_i64};
+use crate::pattern::{Match, OpId, Pat, Reject, N, V};
+use crate::reject;
+use crate::view::{Dim, GraphView, ValueId, ONNX_DOMAIN, QUARK_DOMAIN};
+
+/// MX block size: the only one the kernels implement.
+pub const BLOCK: i64 = 32;
+
+/// Handles of the quantize subpattern.
+#[derive(Clone, Copy, Debug)]
+pub struct MxQuantPat {
+    /// The quantized activation input.
+    pub x: V,
+    /// The root: `q` (standard) or the fake-quantized output (Quark).
+    pub root: V,
+    pub reshape: N,
+    pub reduce_max: N,
+    pub mul: N,
+    pub div: N,
+    pub scale_const: V,
+    pub cast: N,
+    /// Standard spelling: the scale value.
+    pub scale: V,
+    pub quantize: N,
+    pub quark: N,
+}
+
+/// Declares both spellings of `MXFP8(x)`; the root is an alternative between them.
+pub fn mx_quant(p: &mut Pat, x: V) -> MxQuantPat {
+    let shape = p.konst("block_shape");
+    let reshape = p.op(OpId::new(ONNX_DOMAIN, "Reshape")).args([x, shape]).node();
+    let blk = p.out(reshape, 0);
+    let abs = p.op(OpId::new(ONNX_DOMAIN, "Abs")).args([blk]).out();
+    // ReduceMax-18 takes axes as an input, ReduceMax-13 as an attribute: the check reads both.
+    let reduce_max = p.op(OpId::new(ONNX_DOMAIN, "ReduceMax")).args([abs]).extra_inputs().node();
+    let amax = p.out(reduce_max, 0);
+    let scale_const = p.konst("scale_constant");
+    let mul = p.op(OpId::new(ONNX_DOMAIN, "Mul")).args([amax, scale_const]).commutative().node();
+    let div = p.op(OpId::new(ONNX_DOMAIN, "Div")).args([amax, scale_const]).node();
+    let (mul_out, div_out) = (p.out(mul, 0), p.out(div, 0));
+    let scaled = p.any_of("scaled_amax", [mul_out, div_out]);
+    let cast = p
+        .op(OpId { domain: ONNX_DOMAIN, op_type: "Cast", versions: &[24, 25] })
+        .args([scaled])
+        .attr_int("to", None, dtype::FLOAT8E8M0 as i64)
+        .node();
+    let scale = p.out(cast, 0);
+    let quantize = p
+        .op(OpId { domain: ONNX_DOMAIN, op_type: "QuantizeLinear", versions: &[24, 25] })
+        .args([x, scale])
+        .extra_inputs() // zero point: checked to be absent or zero
+        .node();
+    let q = p.out(quantize, 0);
+    let quark = p.op(OpId::new(QUARK_DOMAIN, "MXQuantizeDequantize")).args([x]).node();
+    let fake = p.out(quark, 0);
+    let root = p.any_of("mx_quantized", [q, fake]);
+    MxQuantPat { x, root, reshape, reduce_max, mul, div, scale_const, cast, scale, quantize, quark }
+}
+
+/// Which E8M0 rule a quantizer uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScaleRule {
+    Floor,
+    Rceil,
+}
+
+impl ScaleRule {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScaleRule::Floor => "floor",
+            ScaleRule::Rceil => "rceil",
+        }
+    }
+}
+
+/// What the quantize check learned.
+#[derive(Clone, Debug)]
+pub struct QuantInfo {
+    pub rule: ScaleRule,
+    pub nan_policy: &'static str,
+    /// Activation dtype (ONNX numbering).
+    pub dtype: i32,
+    /// Last-axis length (a multiple of 32).
+    pub k: i64,
+    /// Quark spelling: the fake-quantized float value; standard: `None`.
+    pub quark_out: Option<ValueId>,
+    /// Standard spelling: q and scale.
+    pub q: Option<ValueId>,
+    pub scale: Option<ValueId>,
+}
+
+/// Rank and last dimension of `x`, refusing unknown or non-multiple-of-32 last dims.
+pub fn last_dim(g: &dyn GraphView, x: ValueId) -> Result<(usize, i64, i32), Reject> {
+    let info = g.tensor_info(x).ok_or_else(|| reject!("type of '{}' is unknown", g.value_name(x)))?;
+    if !dtype::ACTIVATION.contains(&info.elem_type) {
+        return Err(reject!(
+            "'{}' is {}: only float, float16 and bfloat16 activations are supported",
+            g.value_name(x),
+            dtype::name(info.elem_type)
+        ));
+    }
+    let shape = info.shape.ok_or_else(|| reject!("rank of '{}' is unknown", g.value_name(x)))?;
+    match shape.last() {
+        Some(Dim::Known(k)) if *k > 0 && k % BLOCK == 0 => Ok((shape.len(), *k, info.elem_type)),
+        Some(Dim::Known(k)) => Err(reject!("last dim of '{}' is {k}, not a multiple of {BLOCK}", g.value_name(x))),
+        Some(_) => Err(reject!("last dim of '{}' is not known statically", g.value_name(x))),
+        None => Err(reject!("'{}' is a scalar", g.value_name(x))),
+    }
+}
+
+fn is_last_axis(axis: i64, rank: usize) -> bool {
+    axis == -1 || axis == rank as i64 - 1
+}
+
+/// Checks the matched quantize spelling and identifies its rule.
+pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject> {
+    let g = m.graph();
+    let x = m[h.x];
+    let (rank, k, dt) = last_dim(g, x)?;
+    if let Some(n) = m.node(h.quark) {
+        let elem = attr_string(g.attr(n, "element_dtype"), "int8").unwrap_or_default();
+        if elem != "fp8_e4m3" {
+            return Err(reject!("Quark MX element_dtype is '{elem}', only fp8_e4m3 is MXFP8"));
+        }
+        let bs = attr_int(g.attr(n, "block_size"), 32).unwrap_or(0);
+        if bs != BLOCK {
+            return Err(reject!("Quark MX block_size is {bs}, the kernels need {BLOCK}"));
+        }
+        // Quark's default axis is 1: on a [B,S,H] activation that is the sequence axis.
+        let axis = attr_int(g.attr(n, "axis"), 1).unwrap_or(i64::MIN);
+        if !is_last_axis(axis, rank) {
+            return Err(reject!("Quark MX quantizes axis {axis}, not the last axis of a rank-{rank} tensor"));
+        }
+        return Ok(QuantInfo {
+            rule: ScaleRule::Floor,
+            nan_policy: "ignore",
+            dtype: dt,
+            k,
+            quark_out: Some(m.root()),
+            q: None,
+            scale: None,
+        });
+    }
+    let (Some(reshape), Some(rmax), Some(cast), Some(ql)) =
+        (m.node(h.reshape), m.node(h.reduce_max), m.node(h.cast), m.node(h.quantize))
+    else {
+        return Err(reject!("internal: incomplete standard MX quantize match"));
+    };
+    check_block_reshape(g, reshape, rank, k)?;
+    check_reduce_last(g, rmax, rank + 1)?;
+    // Which rule: the constant and the rounding of the Cast must agree on one.
+    let c = g.const_value(m[h.scale_const]).and_then(|t| scalar_f64(&t));
+    let c = c.ok_or_else(|| reject!("scale constant is not a readable scalar"))?;
+    let round = attr_string(g.attr(cast, "round_mode"), "up").unwrap_or_default();
+    let saturate = attr_int(g.attr(cast, "saturate"), 1).unwrap_or(0);
+    if saturate != 1 {
+        return Err(reject!("Cast to FLOAT8E8M0 has saturate={saturate}: zero blocks would become NaN scales"));
+    }
+    let by_mul = m.node(h.mul).is_some();
+    let rel = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs();
+    let rule = match (by_mul, round.as_str()) {
+        (true, "down") if c == 2f64.powi(-8) => ScaleRule::Floor,
+        (true, "up") if rel(c, 1.0 / 448.0) => ScaleRule::Rceil,
+        (false, "up") if c == 448.0 => ScaleRule::Rceil,
+        _ => {
+            let op = if by_mul { "Mul" } else { "Div" };
+            return Err(reject!("{op}({c}) with Cast round_mode={round} is not a known MX scale rule (floor: Mul(2^-8)+down; rceil: Mul(1/448)|Div(448)+up)"));
+        }
+    };
+    // The graph scales amax in its own dtype before the Cast. Exact in f32 and bf16 for
+    // every amax ≥ 2^-118; in f16 the product underflows for amax < 2^-16 and rounds to a
+    // different power of two than the exact rule: refuse rather than change results.
+    let amax_t = g.tensor_info(m[h.scale_const]).map(|i| i.elem_type).unwrap_or(0);
+    if amax_t == dtype::FLOAT16 || (rule == ScaleRule::Rceil && amax_t != dtype::FLOAT) {
+        return Err(reject!(
+            "the {} scale is computed in {}: its rounding differs from the exact rule the kernels use",
+            rule.as_str(),
+            dtype::name(amax_t)
+        ));
+    }
+    check_quantize_linear(g, ql, rank)?;
+    Ok(QuantInfo {
+        rule,
+        nan_policy: "propagate",
+        dtype: dt,
+        k,
+        quark_out: None,
+        q: Some(m.root()),
+        scale: Some(m[h.scale]),
+    })
+}
+
+fn check_block_reshape(g: &dyn GraphView, n: crate::view::NodeId, rank: usize, k: i64) -> Result<(), Reject> {
+    let shape = g.inputs(n).get(1).copied().flatten().and_then(|v| g.const_value(v)).and_then(|t| values_i64(&t));
+    let shape = shape.ok_or_else(|| reject!("block Reshape shape is not a constant"))?;
+    let ok = shape.len() == rank + 1
+        && shape[rank] == BLOCK
+        && (shape[rank - 1] == k / BLOCK || shape[rank - 1] == -1)
+        && attr_int(g.attr(n, "allowzero"), 0) == Some(0);
+    if ok {
+        Ok(())
+    } else {
+        Err(reject!("Reshape {shape:?} does not split the last axis ({k}) into [{}, {BLOCK}]", k / BLOCK))
+    }
+}
+
+fn check_reduce_last(g: &dyn GraphView, n: crate::view::NodeId, rank: usize) -> Result<(), Reject> {
+    if attr_int(g.attr(n, "keepdims"), 1) != Some(0) {
+        return Err(reject!("ReduceMax must have keepdims=0 (scales are [..., K/32])"));
+    }
+    let axes = match g.inputs(n).get(1).copied().flatten() {
+        Some(v) => g.const_value(v).and_then(|t| values_i64(&t)),
+        None => match g.attr(n, "axes") {
+            Some(crate::view::AttrValue::Ints(a)) => Some(a),
+            _ => None,
+        },
+    };
+    match axes.as_deref() {
+        Some([a]) if is_last_axis(*a, rank) => Ok(()),
+        other => Err(reject!("ReduceMax axes {other:?} are not the block axis")),
+    }
+}
+
+fn check_quantize_linear(g: &dyn GraphView, n: crate::view::NodeId, rank: usize) -> Result<(), Reject> {
+    // QuantizeLinear's axis defaults to 1, not -1.
+    let axis = attr_int(g.attr(n, "axis"), 1).unwrap_or(i64::MIN);
+    if !is_last_axis(axis, rank) {
+        return Err(reject!("QuantizeLinear axis {axis} is not the last axis"));
+    }
+    let bs = attr_int(g.attr(n, "block_size"), 0).unwrap_or(0);
+    if bs != BLOCK {
+        return Err(reject!("QuantizeLinear block_size is {bs}, not {BLOCK}"));
+    }
+    if attr_int(g.attr(n, "saturate"), 1) != Some(1) {
+        return Err(reject!("QuantizeLinear saturate=0 is not supported (the kernels saturate)"));
+    }
+    let zp = g.inputs(n).get(2).copied().flatten();
+    let out_t = match zp {
+        Some(z) => {
+            let t = g.const_value(z).ok_or_else(|| reject!("zero point is not a constant"))?;
+            if t.raw.iter().any(|b| *b != 0) {
+                return Err(reject!("zero point is not zero"));
+            }
+            t.elem_type
+        }
+        None => attr_int(g.attr(n, "output_dtype"), 0).unwrap_or(0) as i32,
+    };
+    if out_t != dtype::FLOAT8E4M3FN {
+        return Err(reject!("QuantizeLinear output is {}, not float8e4m3fn", dtype::name(out_t)));
+    }
+    Ok(())
+}
