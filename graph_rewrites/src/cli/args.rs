@@ -1,0 +1,73 @@
+//! Command-line syntax of `mxfuse` (clap derive).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Offline MXFP8 fusion of ONNX decoder models.
+#[derive(Debug, Parser)]
+#[command(name = "mxfuse", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Rewrite a model: fuse MXFP8 quantization into the kernels around it.
+    #[command(long_about = REWRITE_HELP)]
+    Rewrite(RewriteArgs),
+    /// Show a model's ops, opsets and the candidate sites each rule sees.
+    Inspect(InspectArgs),
+    /// List the rules, in pipeline order.
+    Rules,
+}
+
+const REWRITE_HELP: &str = "\
+Rewrite a model: fuse MXFP8 quantization into the kernels around it, print a table of what each \
+rule fused and refused, and optionally write a JSON report.
+
+External data: tensors stored outside the .onnx file are never read unless a rule needs their \
+values, and their `location`s are written unchanged. When OUT is in another directory than IN, \
+each external data file is hard-linked (or, across file systems, copied) next to OUT under the \
+same relative path, so OUT resolves its weights wherever it is written (ONNX Runtime rejects \
+absolute and `..` locations). An existing different file at that path is an error, never \
+overwritten. Initializers created by rules are stored inline in OUT.
+
+Exit status: 0 on success, 1 on bad input (one `error:` line on stderr), 2 on usage errors.";
+
+#[derive(Debug, Args)]
+pub struct RewriteArgs {
+    /// The model to rewrite.
+    pub input: PathBuf,
+    /// Where to write the rewritten model.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Write a JSON report of fusions and refusals here.
+    #[arg(long, value_name = "REPORT.json")]
+    pub report: Option<PathBuf>,
+    /// Run only this rule (repeatable).
+    #[arg(long, value_name = "RULE")]
+    pub only: Vec<String>,
+    /// Do not run this rule (repeatable).
+    #[arg(long, value_name = "RULE")]
+    pub disable: Vec<String>,
+    /// Print every refused site with its reason.
+    #[arg(long)]
+    pub explain: bool,
+    /// A rule setting, e.g. `scale_rule=rceil` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub settings: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The model to inspect.
+    pub input: PathBuf,
+    /// Write Graphviz views of each candidate site (before, and after for fused sites) here.
+    #[arg(long, value_name = "DIR")]
+    pub dot: Option<PathBuf>,
+    /// Rule settings, as for `rewrite`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub settings: Vec<String>,
+}

@@ -1,0 +1,104 @@
+//! The summary table `mxfuse rewrite` prints: per rule, fusions, refusals and the commonest
+//! refusal reasons.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use crate::pipeline::{Rejection, RewriteReport};
+
+/// How many distinct reasons the table shows per rule.
+const TOP_REASONS: usize = 2;
+
+/// The table as text, one line per rule in `counts` order (rules that only refused are listed
+/// too).
+pub fn summary_table(report: &RewriteReport) -> String {
+    let mut rules: Vec<&str> = report.counts.keys().map(String::as_str).collect();
+    for r in &report.rejections {
+        if !rules.contains(&r.rule.as_str()) {
+            rules.push(&r.rule);
+        }
+    }
+    let width = rules.iter().map(|r| r.len()).max().unwrap_or(0).max(4);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:width$}  {:>5}  {:>7}  commonest refusals",
+        "rule", "fused", "refused"
+    );
+    for rule in rules {
+        let fused = report.counts.get(rule).copied().unwrap_or(0);
+        let refusals: Vec<&Rejection> = report
+            .rejections
+            .iter()
+            .filter(|r| r.rule == rule)
+            .collect();
+        let reasons = commonest_reasons(&refusals)
+            .into_iter()
+            .map(|(reason, n)| format!("{reason} ({n})"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let _ = writeln!(
+            out,
+            "{rule:width$}  {fused:>5}  {:>7}  {reasons}",
+            refusals.len()
+        );
+    }
+    out
+}
+
+/// The most frequent reasons, most frequent first, ties by reason text (deterministic).
+fn commonest_reasons<'a>(refusals: &[&'a Rejection]) -> Vec<(&'a str, usize)> {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in refusals {
+        *counts.entry(r.reason.as_str()).or_default() += 1;
+    }
+    let mut v: Vec<(&str, usize)> = counts.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    v.truncate(TOP_REASONS);
+    v
+}
+
+/// Every refusal, one per line (`--explain`).
+pub fn explain_lines(report: &RewriteReport) -> String {
+    let mut out = String::new();
+    for r in &report.rejections {
+        let _ = writeln!(out, "{}: refused at '{}': {}", r.rule, r.at, r.reason);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rej(rule: &str, reason: &str) -> Rejection {
+        Rejection {
+            rule: rule.into(),
+            at: "n".into(),
+            reason: reason.into(),
+        }
+    }
+
+    #[test]
+    fn table_lists_counts_and_commonest_reasons_first() {
+        let mut report = RewriteReport::default();
+        report.counts.insert("a_rule".into(), 3);
+        report.rejections = vec![
+            rej("a_rule", "x"),
+            rej("a_rule", "y"),
+            rej("a_rule", "y"),
+            rej("b", "z"),
+        ];
+        let t = summary_table(&report);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 3, "{t}");
+        assert!(
+            lines[1].starts_with("a_rule") && lines[1].contains("    3        3  y (2); x (1)"),
+            "{t}"
+        );
+        assert!(
+            lines[2].starts_with("b ") && lines[2].ends_with("z (1)"),
+            "{t}"
+        );
+    }
+}

@@ -1,0 +1,124 @@
+//! Loading and saving ONNX models.
+//!
+//! * Loading decodes the protobuf and never reads external data: tensors stored with
+//!   `data_location = EXTERNAL` stay metadata-only until a rule asks for their bytes
+//!   ([`crate::ir::Graph::read_initializer`]), so memory does not grow with weight size.
+//! * Saving writes the protobuf and, when the output lies in another directory than the input,
+//!   makes each external data file available next to the output under its unchanged relative
+//!   `location` (hard link, else streamed copy; see [`external`]). The written model therefore
+//!   resolves its external files wherever it is written, and stays loadable by ONNX Runtime,
+//!   which refuses absolute or `..` locations.
+
+pub mod external;
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use prost::Message;
+
+use crate::ir::Graph;
+use crate::onnx_pb::{AttributeProto, GraphProto, ModelProto, TensorProto};
+use crate::Error;
+
+/// Decodes an ONNX model file. External data is not read.
+pub fn load_model(path: &Path) -> Result<ModelProto, Error> {
+    let bytes = fs::read(path).map_err(|e| Error::io(path, e))?;
+    ModelProto::decode(bytes.as_slice()).map_err(|e| Error::Decode {
+        path: path.to_path_buf(),
+        reason: e.to_string().replace('\n', " "),
+    })
+}
+
+/// Loads and validates a model into the arena IR; external data resolves against the model's
+/// directory.
+pub fn load_graph(path: &Path) -> Result<Graph, Error> {
+    let model = load_model(path)?;
+    Graph::from_model(model, Some(model_dir(path)))
+}
+
+/// Writes `model` to `path`. `src_dir` is the directory its external `location`s are relative
+/// to (the input model's directory); the data files are placed next to `path` when it lies
+/// elsewhere (see the module docs).
+pub fn save_model(model: &ModelProto, path: &Path, src_dir: Option<&Path>) -> Result<(), Error> {
+    let out_dir = model_dir(path);
+    if let Some(src_dir) = src_dir {
+        let locations = external_locations(model)?;
+        external::place_external_files(locations.iter().map(PathBuf::as_path), src_dir, out_dir)?;
+    }
+    fs::write(path, model.encode_to_vec()).map_err(|e| Error::io(path, e))
+}
+
+/// Writes a graph (see [`save_model`]); external data resolves from the graph's base directory.
+pub fn save_graph(g: &Graph, path: &Path) -> Result<(), Error> {
+    save_model(&g.to_model(), path, g.base_dir())
+}
+
+/// The directory a model file's relative paths resolve against ("." for a bare file name).
+pub fn model_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// Every external data file referenced anywhere in the model: initializers, sparse
+/// initializers, tensor attributes, subgraphs, functions and training graphs.
+pub fn external_locations(model: &ModelProto) -> Result<BTreeSet<PathBuf>, Error> {
+    let mut out = BTreeSet::new();
+    let mut add = |t: &TensorProto| -> Result<(), Error> {
+        if external::is_external(t) {
+            out.insert(external::external_ref(t)?.location);
+        }
+        Ok(())
+    };
+    if let Some(g) = &model.graph {
+        visit_graph_tensors(g, &mut add)?;
+    }
+    for f in &model.functions {
+        for n in &f.node {
+            visit_attr_tensors(&n.attribute, &mut add)?;
+        }
+        visit_attr_tensors(&f.attribute_proto, &mut add)?;
+    }
+    for ti in &model.training_info {
+        for g in [&ti.initialization, &ti.algorithm].into_iter().flatten() {
+            visit_graph_tensors(g, &mut add)?;
+        }
+    }
+    Ok(out)
+}
+
+type TensorVisitor<'a> = dyn FnMut(&TensorProto) -> Result<(), Error> + 'a;
+
+fn visit_graph_tensors(g: &GraphProto, f: &mut TensorVisitor<'_>) -> Result<(), Error> {
+    for t in &g.initializer {
+        f(t)?;
+    }
+    for s in &g.sparse_initializer {
+        for t in [&s.values, &s.indices].into_iter().flatten() {
+            f(t)?;
+        }
+    }
+    for n in &g.node {
+        visit_attr_tensors(&n.attribute, f)?;
+    }
+    Ok(())
+}
+
+fn visit_attr_tensors(attrs: &[AttributeProto], f: &mut TensorVisitor<'_>) -> Result<(), Error> {
+    for a in attrs {
+        for t in a.t.iter().chain(&a.tensors) {
+            f(t)?;
+        }
+        for s in a.sparse_tensor.iter().chain(&a.sparse_tensors) {
+            for t in [&s.values, &s.indices].into_iter().flatten() {
+                f(t)?;
+            }
+        }
+        for g in a.g.iter().chain(&a.graphs) {
+            visit_graph_tensors(g, f)?;
+        }
+    }
+    Ok(())
+}
