@@ -1,0 +1,211 @@
+//! MXFP8 activation quantization in front of MatMuls, in each [`QuantSpelling`], and the MatMul
+//! weights in each [`WeightForm`].
+
+use graph_rewrites::onnx_pb::tensor_proto::DataType;
+
+use crate::builder::{attr_i, attr_s, elem_of, Dim, GraphBuilder, Payload, Tensor};
+use crate::config::{DType, QuantSpelling, WeightForm, MX_BLOCK};
+use crate::data::mx_quantize_axis0;
+
+/// Domain of AMD Quark's ONNX custom ops.
+pub const QUARK_DOMAIN: &str = "com.amd.quark";
+const E4M3: i32 = DataType::Float8e4m3fn as i32;
+const E8M0: i32 = DataType::Float8e8m0 as i32;
+
+/// `com.amd.quark::MXQuantizeDequantize` of `x` along `axis` (MXFP8 E4M3, block 32, RNE).
+fn quark_qdq(b: &mut GraphBuilder, x: &Tensor, axis: i64, out: &str) -> Tensor {
+    b.require_opset(QUARK_DOMAIN, 1);
+    let attrs = vec![
+        attr_i("axis", axis),
+        attr_i("block_size", MX_BLOCK as i64),
+        attr_s("element_dtype", "fp8_e4m3"),
+        attr_i("rounding_mode", 2),
+    ];
+    let mut o = b.node(
+        "MXQuantizeDequantize",
+        QUARK_DOMAIN,
+        &[&x.name],
+        &[(out, x.elem, x.shape.clone())],
+        attrs,
+    );
+    o.remove(0)
+}
+
+/// Quantize-dequantizes the activation `x` (`[..., K]`, K a fixed multiple of 32) and returns the
+/// tensor the consumer MatMuls read; with [`QuantSpelling::None`] that is `x` itself.
+///
+/// Standard spellings: `Reshape[0,0,K/32,32] → Abs → ReduceMax(-1) → [Cast(float)] →
+/// Mul(2^-8) | Mul(1/448) | Div(448) → Cast(FLOAT8E8M0, round_mode) → QuantizeLinear →
+/// DequantizeLinear`. For f16/bf16 the block amax is cast to float first (exact: it is one of the
+/// inputs) so the scale arithmetic is the fp32 arithmetic docs/ops.md defines for both rules.
+pub fn quantize_activation(
+    b: &mut GraphBuilder,
+    dtype: DType,
+    quant: QuantSpelling,
+    x: &Tensor,
+    prefix: &str,
+) -> Tensor {
+    let k = match x.last_dim() {
+        Some(k) => k,
+        None => return x.clone(), // cannot block an unknown K; the builders never produce one
+    };
+    let (mul_const, round_mode) = match quant {
+        QuantSpelling::None => return x.clone(),
+        QuantSpelling::Quark => return quark_qdq(b, x, -1, &format!("{prefix}.qdq")),
+        QuantSpelling::StdFloor => (Some((-8f32).exp2()), "down"),
+        QuantSpelling::StdRceilMul => (Some(1.0 / 448.0), "up"),
+        QuantSpelling::StdRceilDiv => (None, "up"),
+    };
+    b.require_opset("", 24);
+    let f32e = DataType::Float as i32;
+    let blocks = k / MX_BLOCK;
+    let mut block_shape = x.with_last(blocks);
+    block_shape.push(Dim::Fixed(MX_BLOCK));
+    let lead = vec![0i64; x.shape.len() - 1];
+    let shape_c = b.const_i64(
+        &format!("{prefix}.block_shape"),
+        &[lead.as_slice(), &[blocks as i64, MX_BLOCK as i64]].concat(),
+    );
+    let xb = b.op(
+        "Reshape",
+        &[&x.name, &shape_c.name],
+        &format!("{prefix}.blocks"),
+        x.elem,
+        block_shape.clone(),
+    );
+    let ab = b.op(
+        "Abs",
+        &[&xb.name],
+        &format!("{prefix}.abs"),
+        x.elem,
+        block_shape,
+    );
+    let axes = b.const_i64(&format!("{prefix}.last_axis"), &[-1]);
+    let scale_shape = x.with_last(blocks);
+    let mut amax = b.op_attrs(
+        "ReduceMax",
+        &[&ab.name, &axes.name],
+        &format!("{prefix}.amax"),
+        x.elem,
+        scale_shape.clone(),
+        vec![attr_i("keepdims", 0)],
+    );
+    if dtype != DType::F32 {
+        amax = b.op_attrs(
+            "Cast",
+            &[&amax.name],
+            &format!("{prefix}.amax_f32"),
+            f32e,
+            scale_shape.clone(),
+            vec![attr_i("to", 1)],
+        );
+    }
+    let scaled = match mul_const {
+        Some(c) => {
+            let c = b.scalar(&format!("{prefix}.scale_mul"), DType::F32, c);
+            b.op(
+                "Mul",
+                &[&amax.name, &c.name],
+                &format!("{prefix}.amax_scaled"),
+                f32e,
+                scale_shape.clone(),
+            )
+        }
+        None => {
+            let c = b.scalar(&format!("{prefix}.e4m3_max"), DType::F32, 448.0);
+            b.op(
+                "Div",
+                &[&amax.name, &c.name],
+                &format!("{prefix}.amax_scaled"),
+                f32e,
+                scale_shape.clone(),
+            )
+        }
+    };
+    let scale = b.op_attrs(
+        "Cast",
+        &[&scaled.name],
+        &format!("{prefix}.scale"),
+        E8M0,
+        scale_shape,
+        vec![
+            attr_i("to", E8M0 as i64),
+            attr_s("round_mode", round_mode),
+            attr_i("saturate", 1),
+        ],
+    );
+    let q = b.op_attrs(
+        "QuantizeLinear",
+        &[&x.name, &scale.name],
+        &format!("{prefix}.q"),
+        E4M3,
+        x.shape.clone(),
+        vec![
+            attr_i("axis", -1),
+            attr_i("block_size", MX_BLOCK as i64),
+            attr_i("output_dtype", E4M3 as i64),
+            attr_i("saturate", 1),
+        ],
+    );
+    b.op_attrs(
+        "DequantizeLinear",
+        &[&q.name, &scale.name],
+        &format!("{prefix}.dq"),
+        x.elem,
+        x.shape.clone(),
+        vec![
+            attr_i("axis", -1),
+            attr_i("block_size", MX_BLOCK as i64),
+            attr_i("output_dtype", i64::from(x.elem)),
+        ],
+    )
+}
+
+/// The `[k, n]` weight of a MatMul named `name`, as the tensor the MatMul reads.
+pub fn matmul_weight(
+    b: &mut GraphBuilder,
+    dtype: DType,
+    form: WeightForm,
+    name: &str,
+    k: usize,
+    n: usize,
+) -> Tensor {
+    // Kaiming-like spread keeps activations O(1) through the stack.
+    let std = 1.0 / (k as f32).sqrt();
+    match form {
+        WeightForm::Float => b.random_weight(name, dtype, &[k, n], 0.0, std),
+        WeightForm::Quark => {
+            let w = b.random_weight(name, dtype, &[k, n], 0.0, std);
+            quark_qdq(b, &w, 0, &format!("{name}.qdq"))
+        }
+        WeightForm::StdMx => {
+            b.require_opset("", 24);
+            let (q_payload, s_payload) = if b.fake_weights() {
+                (Payload::Zeros(k * n), Payload::Zeros(k / MX_BLOCK * n))
+            } else {
+                let w = b.random_values(k * n, 0.0, std);
+                let (q, s) = mx_quantize_axis0(&w, k, n, MX_BLOCK);
+                (Payload::Bytes(q), Payload::Bytes(s))
+            };
+            let q = b.add_initializer(&format!("{name}.e4m3"), E4M3, &[k, n], q_payload);
+            let s = b.add_initializer(&format!("{name}.e8m0"), E8M0, &[k / MX_BLOCK, n], s_payload);
+            b.op_attrs(
+                "DequantizeLinear",
+                &[&q.name, &s.name],
+                &format!("{name}.dq"),
+                elem_of(dtype),
+                vec![k.into(), n.into()],
+                vec![
+                    attr_i("axis", 0),
+                    attr_i("block_size", MX_BLOCK as i64),
+                    attr_i("output_dtype", i64::from(elem_of(dtype))),
+                ],
+            )
+        }
+    }
+}
+
+/// `MatMul(a, w)` with `w` `[k, n]`: output shape is `a`'s with the last dim `n`.
+pub fn matmul(b: &mut GraphBuilder, a: &Tensor, w: &Tensor, n: usize, out: &str) -> Tensor {
+    b.op("MatMul", &[&a.name, &w.name], out, a.elem, a.with_last(n))
+}
