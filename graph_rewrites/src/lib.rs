@@ -10,6 +10,7 @@ pub mod onnx_pb;
 pub mod pattern;
 pub mod pipeline;
 pub mod rules;
+pub mod testing;
 pub mod view;
 
 pub use error::Error;

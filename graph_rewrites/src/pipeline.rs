@@ -169,15 +169,21 @@ pub fn find_sites(g: &dyn GraphView, opts: &PipelineOptions) -> Result<Vec<SiteI
 /// Runs the enabled rules to a fixed point on `g`, then removes the nodes made dead.
 pub fn run_pipeline(g: &mut Graph, opts: &PipelineOptions) -> Result<RewriteReport, Error> {
     let rules = enabled_rules(opts)?;
+    run_rules(g, &rules, opts)
+}
+
+/// [`run_pipeline`] with an explicit rule list (tests use rules outside the registry);
+/// `opts.only` / `opts.disable` are not consulted.
+pub fn run_rules(g: &mut Graph, rules: &[&'static dyn DynRule], opts: &PipelineOptions) -> Result<RewriteReport, Error> {
     let cfg = RuleConfig::from_settings(&opts.settings).map_err(Error::Invalid)?;
     let mut report = RewriteReport::default();
-    for r in &rules {
+    for r in rules {
         report.counts.insert(r.name().to_string(), 0);
     }
     let mut rejections = BTreeSet::new();
     let mut near = BTreeSet::new();
     for _ in 0..MAX_ITERATIONS {
-        let found = scan(&*g, &rules, &cfg, opts.explain);
+        let found = scan(&*g, rules, &cfg, opts.explain);
         for s in &found.sites {
             if let Err(reason) = &s.verdict {
                 let rej = Rejection { rule: s.rule.into(), at: g.node_name(s.anchor).into(), reason: reason.clone() };

@@ -49,7 +49,9 @@ impl<'a> Emit<'a> {
     /// Adds the node; returns its name.
     pub fn add(&mut self, spec: NodeSpec) -> Result<String, String> {
         let name = self.g.unique_node_name(&format!("{}/{}", self.anchor_name, self.rule));
-        let domain = spec.domain.clone();
+        if spec.domain == MXFUSE_DOMAIN {
+            self.g.ensure_opset(MXFUSE_DOMAIN, MXFUSE_OPSET);
+        }
         let n = self
             .g
             .add_node(NewNode {
@@ -62,9 +64,6 @@ impl<'a> Emit<'a> {
             })
             .map_err(|e| e.to_string())?;
         self.g.set_node_metadata(n, RULE_METADATA_KEY, self.rule);
-        if domain == MXFUSE_DOMAIN {
-            self.g.ensure_opset(MXFUSE_DOMAIN, MXFUSE_OPSET);
-        }
         self.created.push(name.clone());
         Ok(name)
     }

@@ -1,0 +1,164 @@
+//! A compact model builder for tests (unit tests here, rule fixtures, the provider's tests).
+//!
+//! ```
+//! use graph_rewrites::testing::ModelBuilder;
+//! use graph_rewrites::pattern::predicates::dtype::FLOAT;
+//! let mut b = ModelBuilder::new(24);
+//! b.input("x", FLOAT, &[4, 64]);
+//! b.init_f32("c", &[], &[2.0]);
+//! b.node("Mul", &["x", "c"], &["y"]);
+//! b.output("y", FLOAT, &[4, 64]);
+//! let g = b.graph().unwrap();
+//! ```
+//! Dims: a positive number is a known dim, `-1` an unknown one, `-2` the symbolic "batch".
+
+use crate::ir::Graph;
+use crate::onnx_pb::{
+    attribute_proto::AttributeType, tensor_shape_proto, type_proto, AttributeProto, GraphProto, ModelProto,
+    NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
+};
+use crate::Error;
+
+/// Builds a [`ModelProto`] node by node.
+pub struct ModelBuilder {
+    g: GraphProto,
+    opsets: Vec<OperatorSetIdProto>,
+}
+
+/// A `ValueInfoProto` for a tensor of `elem_type` with `dims` (see the module docs for dims).
+pub fn tensor_info(name: &str, elem_type: i32, dims: &[i64]) -> ValueInfoProto {
+    let dim = dims
+        .iter()
+        .map(|&d| tensor_shape_proto::Dimension {
+            denotation: None,
+            value: match d {
+                d if d >= 0 => Some(tensor_shape_proto::dimension::Value::DimValue(d)),
+                -2 => Some(tensor_shape_proto::dimension::Value::DimParam("batch".into())),
+                _ => None,
+            },
+        })
+        .collect();
+    ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(TypeProto {
+            denotation: None,
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(elem_type),
+                shape: Some(TensorShapeProto { dim }),
+            })),
+        }),
+        ..Default::default()
+    }
+}
+
+/// An attribute of any simple kind.
+pub enum Attr<'a> {
+    I(i64),
+    F(f32),
+    S(&'a str),
+    Is(&'a [i64]),
+}
+
+impl ModelBuilder {
+    /// A model importing the ONNX domain at `opset`.
+    pub fn new(opset: i64) -> Self {
+        let mut b = ModelBuilder { g: GraphProto { name: Some("test".into()), ..Default::default() }, opsets: vec![] };
+        b.opset("", opset);
+        b
+    }
+
+    pub fn opset(&mut self, domain: &str, version: i64) -> &mut Self {
+        self.opsets.push(OperatorSetIdProto { domain: Some(domain.into()), version: Some(version) });
+        self
+    }
+
+    pub fn input(&mut self, name: &str, elem_type: i32, dims: &[i64]) -> &mut Self {
+        self.g.input.push(tensor_info(name, elem_type, dims));
+        self
+    }
+
+    pub fn output(&mut self, name: &str, elem_type: i32, dims: &[i64]) -> &mut Self {
+        self.g.output.push(tensor_info(name, elem_type, dims));
+        self
+    }
+
+    /// Declares the type of an intermediate value.
+    pub fn value_info(&mut self, name: &str, elem_type: i32, dims: &[i64]) -> &mut Self {
+        self.g.value_info.push(tensor_info(name, elem_type, dims));
+        self
+    }
+
+    /// An initializer from raw little-endian bytes.
+    pub fn init_raw(&mut self, name: &str, elem_type: i32, dims: &[i64], raw: Vec<u8>) -> &mut Self {
+        self.g.initializer.push(TensorProto {
+            name: Some(name.into()),
+            data_type: Some(elem_type),
+            dims: dims.to_vec(),
+            raw_data: Some(raw),
+            ..Default::default()
+        });
+        self
+    }
+
+    pub fn init_f32(&mut self, name: &str, dims: &[i64], v: &[f32]) -> &mut Self {
+        self.init_raw(name, 1, dims, v.iter().flat_map(|x| x.to_le_bytes()).collect())
+    }
+
+    pub fn init_i64(&mut self, name: &str, dims: &[i64], v: &[i64]) -> &mut Self {
+        self.init_raw(name, 7, dims, v.iter().flat_map(|x| x.to_le_bytes()).collect())
+    }
+
+    /// An ONNX-domain node.
+    pub fn node(&mut self, op: &str, inputs: &[&str], outputs: &[&str]) -> &mut Self {
+        self.node_in("", op, inputs, outputs, &[])
+    }
+
+    /// A node of any domain with attributes. Node names are `"{op}_{index}"`.
+    pub fn node_in(
+        &mut self,
+        domain: &str,
+        op: &str,
+        inputs: &[&str],
+        outputs: &[&str],
+        attrs: &[(&str, Attr<'_>)],
+    ) -> &mut Self {
+        let attribute = attrs
+            .iter()
+            .map(|(name, a)| {
+                let mut p = AttributeProto { name: Some((*name).into()), ..Default::default() };
+                match a {
+                    Attr::I(i) => (p.r#type, p.i) = (Some(AttributeType::Int as i32), Some(*i)),
+                    Attr::F(f) => (p.r#type, p.f) = (Some(AttributeType::Float as i32), Some(*f)),
+                    Attr::S(s) => (p.r#type, p.s) = (Some(AttributeType::String as i32), Some(s.as_bytes().to_vec())),
+                    Attr::Is(v) => (p.r#type, p.ints) = (Some(AttributeType::Ints as i32), v.to_vec()),
+                }
+                p
+            })
+            .collect();
+        let name = format!("{op}_{}", self.g.node.len());
+        self.g.node.push(NodeProto {
+            input: inputs.iter().map(|s| s.to_string()).collect(),
+            output: outputs.iter().map(|s| s.to_string()).collect(),
+            name: Some(name),
+            op_type: Some(op.into()),
+            domain: Some(domain.into()),
+            attribute,
+            ..Default::default()
+        });
+        self
+    }
+
+    pub fn model(&self) -> ModelProto {
+        ModelProto {
+            ir_version: Some(10),
+            opset_import: self.opsets.clone(),
+            producer_name: Some("mxfuse-tests".into()),
+            graph: Some(self.g.clone()),
+            ..Default::default()
+        }
+    }
+
+    pub fn graph(&self) -> Result<Graph, Error> {
+        Graph::from_model(self.model(), None)
+    }
+}
