@@ -1,0 +1,199 @@
+"""Correctness of kernels/gpu/* on the device against reference.py (docs/ops.md numerics).
+Fresh random inputs plus edge blocks (zero, NaN, +-Inf, subnormal, huge, 448*2^k boundaries);
+outputs are poisoned before every launch. Prints one line per case and a summary."""
+import json, os, sys
+import numpy as np, torch
+import reference as ref
+from mxgpu import Module, Ops, F_RCEIL, F_NAN_IGNORE, F_GEMMA, F_GAMMA_F32, F_INV_DIV, F_OAI, F_FP32_ACT
+
+torch.manual_seed(1)
+rng = np.random.default_rng(1)
+DT = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
+fails = []
+
+
+def report(name, ok, detail=""):
+    print(("PASS " if ok else "FAIL ") + name + (" " + detail if detail else ""), flush=True)
+    if not ok:
+        fails.append(name)
+
+
+def to_dev(a32, dt):
+    return torch.from_numpy(np.ascontiguousarray(a32, dtype=np.float32)).to(DT[dt]).cuda()
+
+
+def host(t):
+    return t.float().cpu().numpy() if t.dtype != torch.uint8 else t.cpu().numpy()
+
+
+def poison(outs):
+    for o in outs:
+        if o is not None:
+            o.view(torch.uint8).fill_(0xA5) if o.dtype != torch.uint8 else o.fill_(0xA5)
+
+
+def edge_rows(R, K, dt):
+    """Random rows with edge blocks planted in the first rows."""
+    x = (rng.standard_normal((R, K)) * np.exp2(rng.integers(-8, 8, (R, 1)))).astype(np.float32)
+    big = 60000.0 if dt == "f16" else 3e38
+    tiny = 1e-39 if dt != "f16" else 3e-8
+    specials = [0.0, np.nan, np.inf, -np.inf, tiny, big, 448.0, 447.0, 1.75, 1.7578125, -0.0]
+    for i in range(min(R, 12)):
+        j = rng.integers(0, K // 32) * 32
+        kind = i % 6
+        if kind == 0: x[i, j:j + 32] = 0.0; x[i, j + 5] = -0.0
+        elif kind == 1: x[i, j + rng.integers(32)] = np.nan
+        elif kind == 2: x[i, j + rng.integers(32)] = np.inf if i % 2 else -np.inf
+        elif kind == 3: x[i, j:j + 32] = x[i, j:j + 32] * tiny
+        elif kind == 4: x[i, j:j + 32] = rng.choice(specials[4:], 32)
+        else: x[i, j:j + 32] = rng.standard_normal(32) * big / 8
+    return ref.rnd(x, dt)
+
+
+def check_vectors(ops):
+    vecs = json.load(open(os.path.join(os.path.dirname(__file__), "spec_vectors.json")))
+    for v in vecs:
+        xb = np.array([int(b, 16) for b in v["bits"]], dtype=np.uint16)
+        x = torch.from_numpy(xb.view(np.int16).copy()).view(torch.bfloat16).reshape(1, 32).cuda()
+        flags = F_RCEIL | (F_NAN_IGNORE if "nan" in v["name"] else 0)
+        q, s = ops.quantize(x, flags)
+        torch.cuda.synchronize()
+        want = [int(b, 16) for b in v["values"]]
+        if "inf" in v["name"]:  # ops.md saturates +-Inf to +-448 (the spec's torch row keeps NaN)
+            want = [0x7E if (w == 0x7F and xb[i] == 0x7F80) else w for i, w in enumerate(want)]
+        got_q, got_s = list(q.cpu().numpy()[0]), int(s.cpu()[0, 0])
+        rq, rs = ref.quantize(x.float().cpu().numpy(), flags)
+        ok = got_q == want and got_s == v["scale"] and list(rq[0]) == want and int(rs[0, 0]) == v["scale"]
+        report(f"vector {v['name']}", ok, "" if ok else f"scale {got_s} want {v['scale']} q {bytes(got_q).hex()} want {bytes(want).hex()}")
+
+
+def check_quantize(ops):
+    for dt in ("bf16", "f16", "f32"):
+        for flags in (0, F_RCEIL, F_NAN_IGNORE, F_RCEIL | F_NAN_IGNORE):
+            R, K = 37, 2048
+            x32 = edge_rows(R, K, dt)
+            x = to_dev(x32, dt)
+            outs = (torch.empty(R, K, dtype=torch.uint8, device="cuda"), torch.empty(R, K // 32, dtype=torch.uint8, device="cuda"))
+            poison(outs)
+            q, s = ops.quantize(x, flags, outs)
+            rq, rs = ref.quantize(x.float().cpu().numpy(), flags)
+            dq, ds = (host(q) != rq).sum(), (host(s) != rs).sum()
+            report(f"quantize {dt} flags={flags}", dq == 0 and ds == 0, f"q_mismatch={dq} s_mismatch={ds}")
+
+
+def check_norm(ops):
+    cases = []
+    for dt in ("bf16", "f16", "f32"):
+        for flags in (F_GEMMA | F_GAMMA_F32, F_GAMMA_F32 | F_RCEIL, 0, F_INV_DIV | F_GEMMA | F_GAMMA_F32 | F_NAN_IGNORE):
+            cases.append((dt, flags, 6144, 9, True, False))
+    cases += [("bf16", F_GEMMA | F_GAMMA_F32, 2048, 3, False, True), ("bf16", F_GEMMA | F_GAMMA_F32 | F_RCEIL, 16384, 4, True, True),
+              ("bf16", F_GAMMA_F32, 32768, 2, True, False), ("bf16", F_GAMMA_F32, 96, 5, True, False),
+              ("f16", F_GEMMA | F_GAMMA_F32, 4096, 8192 // 64, True, True)]
+    for dt, flags, H, M, has_res, g32 in cases:
+        x32 = ref.rnd(rng.standard_normal((M, H)) * 3, dt)
+        if M > 2:
+            x32[1, 7] = np.nan; x32[2, 100 % H] = 1e30 if dt != "f16" else 60000.0
+        r32 = ref.rnd(rng.standard_normal((M, H)), dt) if has_res else None
+        gdt = "f32" if g32 else dt
+        g32v = ref.rnd(rng.standard_normal(H) * 0.1, gdt)
+        x, g = to_dev(x32, dt), to_dev(g32v, gdt)
+        r = to_dev(r32, dt) if has_res else None
+        outs = (torch.empty(M, H, dtype=torch.uint8, device="cuda"), torch.empty(M, H // 32, dtype=torch.uint8, device="cuda"),
+                torch.empty_like(x), torch.empty_like(x))
+        poison(outs)
+        q, s, ro, no = ops.norm_quant(x, r, g, flags, outs=outs)
+        y_ref, s_ref = ref.add_rmsnorm(x32, r32, g32v, dt, flags)
+        rq, rs = ref.quantize(y_ref, flags)
+        gq, gs = ref.quantize(host(no), flags)  # the quantizer on the GPU's own normed row
+        same = lambda a, b: int((~((a == b) | (np.isnan(a) & np.isnan(b)))).sum())
+        d_res, d_norm = same(host(ro), s_ref), same(host(no), y_ref)
+        d_q, d_s = int((host(q) != rq).sum()), int((host(s) != rs).sum())
+        d_q_own = int((host(q) != gq).sum()) + int((host(s) != gs).sum())
+        ok = d_res == 0 and d_q_own == 0 and d_norm <= M * H // 1000 and d_q <= M * H // 500
+        report(f"norm {dt} flags={flags} H={H} M={M} res={has_res} gamma_f32={g32}", ok,
+               f"residual_diff={d_res} normed_diff={d_norm} q_diff={d_q} scale_diff={d_s} q_vs_own_normed={d_q_own}")
+
+
+def check_swiglu(ops):
+    for dt in ("bf16", "f16", "f32"):
+        for layout in ("separate", "split_halves", "interleaved"):
+            for flags in (F_OAI, F_OAI | F_FP32_ACT | F_RCEIL, 0):
+                M, I = 19, 768
+                g32 = ref.rnd(rng.standard_normal((M, I)) * 4, dt)
+                u32 = ref.rnd(rng.standard_normal((M, I)) * 4, dt)
+                g32[0, 3] = np.nan; g32[1, 40] = 100.0; u32[2, 70] = -100.0; g32[3, 96:128] = 0.0; u32[3, 96:128] = 0.0
+                if layout == "separate":
+                    gate, up = to_dev(g32, dt), to_dev(u32, dt)
+                elif layout == "split_halves":
+                    gate, up = to_dev(np.concatenate([g32, u32], 1), dt), None
+                else:
+                    gate, up = to_dev(np.stack([g32, u32], -1).reshape(M, 2 * I), dt), None
+                outs = (torch.empty(M, I, dtype=torch.uint8, device="cuda"), torch.empty(M, I // 32, dtype=torch.uint8, device="cuda"))
+                poison(outs)
+                q, s = ops.swiglu_quant(gate, up, I, layout, flags, outs=outs)
+                act = ref.swiglu(g32, u32, dt, flags)
+                rq, rs = ref.quantize(act, flags)
+                hq = host(q)
+                d_q, d_s = int((hq != rq).sum()), int((host(s) != rs).sum())
+                # exp differs by an ulp between libm and the GPU: allow rare 1-code differences
+                off = np.abs(hq.astype(int) - rq.astype(int))
+                ok = d_q <= M * I // 1000 and d_s <= 2 and (d_q == 0 or off[hq != rq].max() <= 1)
+                report(f"swiglu {dt} {layout} flags={flags}", ok, f"q_diff={d_q} scale_diff={d_s}")
+
+
+def rand_e4m3(shape):
+    b = rng.integers(0, 256, shape, dtype=np.uint8)
+    b[(b & 0x7F) == 0x7F] = 0x3C  # no NaN codes
+    return b
+
+
+def check_matmul(ops):
+    for N, K in ((1536, 6144), (6144, 768), (100, 256)):
+        w = rand_e4m3((N, K)); ws = rng.integers(110, 135, (N, K // 32), dtype=np.uint8)
+        wd, wsd = torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda()
+        for M in (1, 3, 8, 9, 16, 21):
+            a32 = ref.rnd(rng.standard_normal((M, K)) * 2, "bf16")
+            a = to_dev(a32, "bf16")
+            aq, as_ = ops.quantize(a, 0)
+            yref = ref.matmul(host(aq), host(as_), w, ws)
+            for out in ("bf16", "f32"):
+                y1 = ops.matmul_tc(wd, wsd, M, aq=aq, as_=as_, out_dtype=DT[out])
+                y2 = ops.matmul_tc(wd, wsd, M, af=a, out_dtype=DT[out], flags=0)
+                y3 = ops.matmul_tc(wd, wsd, M, aq=aq, as_=as_, out_dtype=DT[out], warps=16)
+                h1 = host(y1).astype(np.float64)
+                err = np.linalg.norm(h1 - yref) / np.linalg.norm(yref)
+                exact_inkernel = np.array_equal(host(y1), host(y2), equal_nan=True)
+                ok = err < 4e-3 and exact_inkernel and np.array_equal(host(y1), host(y3))
+                report(f"matmul_tc N={N} K={K} M={M} out={out}", ok, f"rel_err={err:.2e} in_gemm_quant_identical={exact_inkernel}")
+            if M in (3, 16):
+                for bmode in (0, 1, 2):
+                    if bmode == 0:
+                        b, bs = torch.from_numpy(np.ascontiguousarray(w.T)).cuda(), torch.from_numpy(np.ascontiguousarray(ws.T)).cuda()
+                        r = yref
+                    elif bmode == 1:
+                        b, bs, r = wd, wsd, yref
+                    else:
+                        bf = ref.rnd(rng.standard_normal((K, N)), "bf16")
+                        b, bs = to_dev(bf, "bf16"), None
+                        adq = ref.e4m3_to_f32(host(aq)).astype(np.float64) * np.repeat(ref.e8m0_to_f32(host(as_)), 32, -1)
+                        r = adq @ bf.astype(np.float64)
+                    y = ops.matmul_generic(aq, as_, b, bs, bmode, N, torch.float32)
+                    err = np.linalg.norm(host(y) - r) / np.linalg.norm(r)
+                    report(f"matmul_generic bmode={bmode} N={N} K={K} M={M}", err < 1e-5, f"rel_err={err:.2e}")
+
+
+if __name__ == "__main__":
+    mod = Module()
+    ops = Ops(mod)
+    print("compiled for sm_" + mod.arch, "nvrtc log:", mod.log.strip()[:500])
+    for k in ("mx_add_rmsnorm_quant_bf16", "mx_swiglu_quant_bf16", "mx_quantize_bf16", "mx_matmul_tc_e4m3_m8_bf16",
+              "mx_matmul_tc_qbf16_m16_bf16", "mx_matmul_generic_bf16"):
+        print(f"  {k}: regs/shared/local = {mod.attrs(k)}")
+    for fn in (check_vectors, check_quantize, check_norm, check_swiglu, check_matmul):
+        try:
+            fn(ops)
+        except Exception as e:
+            import traceback; traceback.print_exc()
+            report(fn.__name__ + " raised", False, repr(e)[:300])
+        torch.cuda.synchronize()
+    print(f"CHECK SUMMARY: {len(fails)} failed" + (": " + ", ".join(fails[:20]) if fails else ""))

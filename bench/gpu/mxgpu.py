@@ -1,0 +1,176 @@
+"""Minimal ctypes binding of NVRTC + the CUDA driver for the bench / correctness harness.
+
+Compiles kernels/gpu/* (program.program_text(), the same text the Rust runtime compiles) once, and
+launches its kernels on torch's current stream, so launches can be captured into torch CUDA graphs.
+"""
+import ctypes, glob, os, sys
+import torch
+
+from program import program_text
+
+
+def _find_lib(names, patterns):
+    for n in names:
+        try:
+            return ctypes.CDLL(n, mode=ctypes.RTLD_GLOBAL)
+        except OSError:
+            pass
+    roots = [os.path.dirname(torch.__file__), "/usr/local/cuda/lib64"] + [p for p in sys.path if "site-packages" in p]
+    for r in roots:
+        for pat in patterns:
+            for hit in sorted(glob.glob(os.path.join(r, pat), recursive=True)):
+                try:
+                    return ctypes.CDLL(hit, mode=ctypes.RTLD_GLOBAL)
+                except OSError:
+                    pass
+    raise OSError(f"none of {names} found")
+
+
+nvrtc = _find_lib(["libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"],
+                  ["**/libnvrtc.so*"])
+cuda = _find_lib(["libcuda.so.1", "libcuda.so"], [])
+NVRTC_PATH = getattr(nvrtc, "_name", "")
+
+
+def _ck(rc, what):
+    if rc != 0:
+        s = ctypes.c_char_p()
+        cuda.cuGetErrorString(rc, ctypes.byref(s))
+        raise RuntimeError(f"{what} failed: {rc} {s.value}")
+
+
+def compile_program(arch):
+    src = program_text().encode()
+    prog = ctypes.c_void_p()
+    assert nvrtc.nvrtcCreateProgram(ctypes.byref(prog), src, b"mxfuse.cu", 0, None, None) == 0
+    opts = [f"--gpu-architecture=sm_{arch}".encode(), b"-std=c++17", b"-lineinfo"]
+    arr = (ctypes.c_char_p * len(opts))(*opts)
+    rc = nvrtc.nvrtcCompileProgram(prog, len(opts), arr)
+    n = ctypes.c_size_t()
+    nvrtc.nvrtcGetProgramLogSize(prog, ctypes.byref(n))
+    log = ctypes.create_string_buffer(n.value)
+    nvrtc.nvrtcGetProgramLog(prog, log)
+    if rc != 0:
+        raise RuntimeError("NVRTC failed:\n" + log.value.decode())
+    nvrtc.nvrtcGetCUBINSize(prog, ctypes.byref(n))
+    cubin = ctypes.create_string_buffer(n.value)
+    assert nvrtc.nvrtcGetCUBIN(prog, cubin) == 0
+    return cubin.raw, log.value.decode()
+
+
+class Module:
+    def __init__(self):
+        torch.cuda.init()
+        torch.empty(1, device="cuda")  # make torch's primary context current
+        cc = torch.cuda.get_device_capability()
+        self.arch = f"{cc[0]}{cc[1]}"
+        self.cubin, self.log = compile_program(self.arch)
+        self.mod = ctypes.c_void_p()
+        _ck(cuda.cuModuleLoadData(ctypes.byref(self.mod), self.cubin), "cuModuleLoadData")
+        self.funcs = {}
+
+    def func(self, name):
+        if name not in self.funcs:
+            f = ctypes.c_void_p()
+            _ck(cuda.cuModuleGetFunction(ctypes.byref(f), self.mod, name.encode()), f"get {name}")
+            self.funcs[name] = f
+        return self.funcs[name]
+
+    def attrs(self, name):
+        """(registers, static shared bytes, local bytes) of a kernel."""
+        out = []
+        for a in (4, 1, 3):  # CU_FUNC_ATTRIBUTE_NUM_REGS, SHARED_SIZE_BYTES, LOCAL_SIZE_BYTES
+            v = ctypes.c_int()
+            _ck(cuda.cuFuncGetAttribute(ctypes.byref(v), a, self.func(name)), "attr")
+            out.append(v.value)
+        return tuple(out)
+
+    def launch(self, name, grid, block, args, shmem=0):
+        """args: list of torch tensors (passed as device pointers), None (null) or ctypes scalars."""
+        vals = []
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                vals.append(ctypes.c_uint64(a.data_ptr()))
+            elif a is None:
+                vals.append(ctypes.c_uint64(0))
+            else:
+                vals.append(a)
+        ptrs = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in vals])
+        g = tuple(grid) + (1,) * (3 - len(grid))
+        b = tuple(block) + (1,) * (3 - len(block))
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        _ck(cuda.cuLaunchKernel(self.func(name), *[ctypes.c_uint(v) for v in g], *[ctypes.c_uint(v) for v in b],
+                                ctypes.c_uint(shmem), stream, ptrs, None), f"launch {name}")
+
+
+# Flag bits of kernels/gpu/mx_common.h.
+F_RCEIL, F_NAN_IGNORE, F_GEMMA, F_GAMMA_F32, F_INV_DIV, F_OAI, F_FP32_ACT = 1, 2, 4, 8, 16, 32, 64
+LAYOUTS = {"separate": 0, "split_halves": 1, "interleaved": 2}
+SUFFIX = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
+
+
+class Ops:
+    """Launch wrappers with the same grid/block choices as kernels/src/gpu/launch.rs."""
+
+    def __init__(self, mod: Module):
+        self.m = mod
+
+    def norm_quant(self, x, res, gamma, flags, eps=1e-6, res_out=True, normed=True, outs=None):
+        M, H = x.shape
+        chunks = H // 8
+        nch = -(-chunks // 1024)
+        assert nch <= 4, "H too large"
+        B = -(-(-(-chunks // nch)) // 32) * 32
+        if outs is None:
+            outs = (torch.empty(M, H, dtype=torch.uint8, device=x.device),
+                    torch.empty(M, H // 32, dtype=torch.uint8, device=x.device),
+                    torch.empty_like(x) if res_out else None, torch.empty_like(x) if normed else None)
+        q, s, ro, no = outs
+        name = "mx_add_rmsnorm_quant_" + SUFFIX[x.dtype] + ("_gf32" if gamma.dtype == torch.float32 and x.dtype != torch.float32 else "")
+        self.m.launch(name, (M,), (B,), [x, res, gamma, q, s, ro, no, ctypes.c_int(H), ctypes.c_float(eps), ctypes.c_uint(flags)])
+        return outs
+
+    def swiglu_quant(self, gate, up, I, layout, flags, alpha=1.702, limit=7.0, beta=1.0, outs=None):
+        rows = gate.shape[0]
+        if outs is None:
+            outs = (torch.empty(rows, I, dtype=torch.uint8, device=gate.device),
+                    torch.empty(rows, I // 32, dtype=torch.uint8, device=gate.device))
+        q, s = outs
+        lanes = rows * I // 8
+        self.m.launch("mx_swiglu_quant_" + SUFFIX[gate.dtype], (-(-lanes // 256),), (256,),
+                      [gate, up, q, s, ctypes.c_longlong(rows), ctypes.c_int(I), ctypes.c_int(LAYOUTS[layout]),
+                       ctypes.c_float(alpha), ctypes.c_float(limit), ctypes.c_float(beta), ctypes.c_uint(flags)])
+        return outs
+
+    def quantize(self, x, flags, outs=None):
+        K = x.shape[-1]
+        if outs is None:
+            outs = (torch.empty(x.shape, dtype=torch.uint8, device=x.device),
+                    torch.empty(x.shape[:-1] + (K // 32,), dtype=torch.uint8, device=x.device))
+        q, s = outs
+        lanes = x.numel() // 8
+        self.m.launch("mx_quantize_" + SUFFIX[x.dtype], (-(-lanes // 256),), (256,),
+                      [x, q, s, ctypes.c_longlong(x.numel()), ctypes.c_uint(flags)])
+        return outs
+
+    def matmul_tc(self, w, ws, M, aq=None, as_=None, af=None, out_dtype=torch.bfloat16, flags=0, warps=8, y=None):
+        """w e4m3 bytes [N, K], ws [N, K/32]; a either (aq, as_) or af (bf16/f16, quantized in kernel)."""
+        N, K = w.shape
+        mt = 1 if M <= 8 else 2
+        if af is not None:
+            amode = "q" + SUFFIX[af.dtype]
+        else:
+            amode = "e4m3"
+        if y is None:
+            y = torch.empty(M, N, dtype=out_dtype, device=w.device)
+        name = f"mx_matmul_tc_{amode}_m{8 * mt}_{SUFFIX[out_dtype]}"
+        self.m.launch(name, (-(-N // 16), -(-M // (8 * mt))), (32 * warps,),
+                      [aq, as_, af, w, ws, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_uint(flags)])
+        return y
+
+    def matmul_generic(self, aq, as_, b, bs, bmode, N, out_dtype=torch.bfloat16):
+        M, K = aq.shape
+        y = torch.empty(M, N, dtype=out_dtype, device=aq.device)
+        self.m.launch("mx_matmul_generic_" + SUFFIX[out_dtype], (-(-N // 128), M), (128,),
+                      [aq, as_, b, bs, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(bmode)])
+        return y

@@ -1,0 +1,30 @@
+"""The GPU program text, assembled exactly as kernels/src/gpu/sources.rs assembles it: the files of
+kernels/gpu/ in PROGRAM_FILES order, each behind a `#line` marker, with the `#pragma once` lines
+dropped. Used by the bench / correctness harness and the AMD compile check so that they compile the
+same source text as the Rust runtime."""
+import os
+
+KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "kernels", "gpu")
+PROGRAM_FILES = [
+    "mx_portability.h",
+    "mx_common.h",
+    "add_rmsnorm_mxquant.hip",
+    "swiglu_mxquant.hip",
+    "mx_quantize.hip",
+    "mx_matmul.hip",
+]
+
+
+def program_text() -> str:
+    parts = []
+    for name in PROGRAM_FILES:
+        with open(os.path.join(KERNEL_DIR, name)) as f:
+            body = f.read()
+        body = "\n".join(l for l in body.split("\n") if l.strip() != "#pragma once")
+        parts.append(f'#line 1 "{name}"\n{body}\n')
+    return "".join(parts)
+
+
+if __name__ == "__main__":
+    import sys
+    sys.stdout.write(program_text())

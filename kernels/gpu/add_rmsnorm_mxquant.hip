@@ -1,0 +1,107 @@
+// com.mxfuse AddRmsNormMxQuant: [AllReduce (identity at world size 1)] -> residual Add -> RMSNorm
+// (plain or Gemma) -> MXFP8 quantize, with the optional residual_out and normed (bf16) outputs.
+//
+// One block per row. Lane j of the block owns the 8-element chunks j, j + B, ... (B = blockDim.x,
+// a multiple of the warp and so of 4), at most MX_NORM_MAX_CHUNKS of them, kept in registers
+// between the sum-of-squares pass and the output pass, so every input byte is read once.
+// Semantics (docs/ops.md): s = round_T(x + r); v = f32(sum_f64(s^2) / H); n = s * (1 / sqrt(v + eps))
+// (or s / sqrt(v + eps)); y = round_T(n * g) (or round_T(round_T(n) * g)); q/scale quantize y as T.
+#define MX_NORM_MAX_CHUNKS 4
+
+template <class T, class G>
+MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
+                                    const typename T::storage* __restrict__ res,
+                                    const typename G::storage* __restrict__ gamma,
+                                    mx_u8* __restrict__ q, mx_u8* __restrict__ scale,
+                                    typename T::storage* __restrict__ res_out,
+                                    typename T::storage* __restrict__ normed, int H, float eps,
+                                    mx_u32 flags) {
+  const long long row = blockIdx.x;
+  const int chunks = H >> 3;
+  const int B = blockDim.x;
+  x += row * H;
+  if (res) res += row * H;
+  if (res_out) res_out += row * H;
+  if (normed) normed += row * H;
+  q += row * H;
+  scale += row * (H >> 5);
+
+  float s[MX_NORM_MAX_CHUNKS][8];
+  double ss = 0.0;
+#pragma unroll
+  for (int k = 0; k < MX_NORM_MAX_CHUNKS; ++k) {
+    const int c = threadIdx.x + k * B;
+    if (c < chunks) {
+      MxVec8<T>::load(x + 8 * c, s[k]);
+      if (res) {
+        float r[8];
+        MxVec8<T>::load(res + 8 * c, r);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) s[k][i] = mx_round<T>(s[k][i] + r[i]);
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) ss += (double)s[k][i] * (double)s[k][i];
+    }
+  }
+
+  // Block sum of squares in fp64: each square of an fp32 is exact in fp64, so the order of the
+  // reduction changes the result only in the last bits of the fp64 sum, far below fp32 rounding.
+  __shared__ double warp_sums[1024 / 32];
+#pragma unroll
+  for (int o = MX_WARP / 2; o > 0; o >>= 1) ss += MX_SHFL_XOR(ss, o);
+  const int warp = threadIdx.x / MX_WARP, lane = threadIdx.x % MX_WARP;
+  if (lane == 0) warp_sums[warp] = ss;
+  __syncthreads();
+  double total = 0.0;
+  const int warps = (B + MX_WARP - 1) / MX_WARP;
+  for (int w = 0; w < warps; ++w) total += warp_sums[w];  // same order in every lane
+
+  const float v = (float)(total / (double)H);
+  const float root = sqrtf(v + eps);
+  const float inv = 1.0f / root;
+  const bool use_div = (flags & MX_F_INV_DIV) != 0;
+  const bool gemma = (flags & MX_F_GEMMA) != 0;
+  const bool gamma_f32 = (flags & MX_F_GAMMA_F32) != 0;
+
+#pragma unroll
+  for (int k = 0; k < MX_NORM_MAX_CHUNKS; ++k) {
+    const int c = threadIdx.x + k * B;
+    // Whole quantizer groups are either in range or not (chunks % 4 == 0 and B % 4 == 0), but
+    // every lane of the warp must reach the shuffles in mx_quant_group8.
+    if (k * B >= chunks) break;  // uniform across the block
+    const bool live = c < chunks;
+    float y[8];
+    if (live) {
+      float g[8];
+      MxVec8<G>::load(gamma + 8 * c, g);
+      if (res_out) MxVec8<T>::store(res_out + 8 * c, s[k]);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float n = use_div ? s[k][i] / root : s[k][i] * inv;
+        const float w = gemma ? 1.0f + g[i] : g[i];
+        y[i] = gamma_f32 ? mx_round<T>(n * w) : mx_round<T>(mx_round<T>(n) * w);
+      }
+      if (normed) MxVec8<T>::store(normed + 8 * c, y);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) y[i] = 0.0f;
+    }
+    mx_u32 lo, hi, sb;
+    mx_quant_group8(y, flags, lo, hi, sb);
+    if (live) mx_store_group8(q, scale, c, lo, hi, sb);
+  }
+}
+
+#define MX_DEFINE_NORM(NAME, T, G)                                                              \
+  extern "C" __global__ void __launch_bounds__(1024)                                           \
+      NAME(const T::storage* x, const T::storage* res, const G::storage* gamma, mx_u8* q,      \
+           mx_u8* scale, T::storage* res_out, T::storage* normed, int H, float eps,             \
+           unsigned flags) {                                                                    \
+    add_rmsnorm_mxquant_row<T, G>(x, res, gamma, q, scale, res_out, normed, H, eps, flags);   \
+  }
+
+MX_DEFINE_NORM(mx_add_rmsnorm_quant_bf16, MxBf16, MxBf16)
+MX_DEFINE_NORM(mx_add_rmsnorm_quant_bf16_gf32, MxBf16, MxF32)
+MX_DEFINE_NORM(mx_add_rmsnorm_quant_f16, MxF16, MxF16)
+MX_DEFINE_NORM(mx_add_rmsnorm_quant_f16_gf32, MxF16, MxF32)
+MX_DEFINE_NORM(mx_add_rmsnorm_quant_f32, MxF32, MxF32)

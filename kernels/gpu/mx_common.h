@@ -1,0 +1,199 @@
+// mxfuse GPU numerics shared by every kernel: element types, exact conversions and the MXFP8
+// block quantizer. Everything here is integer/bit arithmetic or correctly rounded fp32 operations,
+// so the results are bit-identical to the CPU reference (docs/ops.md,
+// ../shared/spec/mxfp8-numerics.md) on any device that keeps fp32 denormals (NVRTC's default;
+// no fast-math flags are ever passed).
+#pragma once
+
+// Flag bits shared by the quantizing kernels (kernels/src/gpu/launch.rs mirrors them).
+#define MX_F_RCEIL 1u        // scale_rule "rceil" (else "floor")
+#define MX_F_NAN_IGNORE 2u   // nan_policy "ignore" (else "propagate")
+#define MX_F_GEMMA 4u        // add_rmsnorm: weight = 1 + gamma
+#define MX_F_GAMMA_F32 8u    // add_rmsnorm: y = round_T(n * g) (else round_T(round_T(n) * g))
+#define MX_F_INV_DIV 16u     // add_rmsnorm: n = s / sqrt(v + eps) (else s * (1 / sqrt(v + eps)))
+#define MX_F_OAI 32u         // swiglu: SwiGLU-OAI clamp + (up + beta)
+#define MX_F_FP32_ACT 64u    // swiglu: no rounding of intermediates to T
+
+// ---------------------------------------------------------------------------------------------
+// Element types: a tag struct per ONNX float type with its storage and exact conversions.
+
+MX_DEV float mx_bits_f32(mx_u32 b) { return __uint_as_float(b); }
+MX_DEV mx_u32 mx_f32_bits(float f) { return __float_as_uint(f); }
+
+struct MxF32 {
+  typedef float storage;
+  static MX_DEV float to_f32(float v) { return v; }
+  static MX_DEV float from_f32(float v) { return v; }
+};
+
+struct MxBf16 {
+  typedef mx_u16 storage;
+  static MX_DEV float to_f32(mx_u16 v) { return mx_bits_f32(((mx_u32)v) << 16); }
+  // Round to nearest even; NaN stays a (quiet) NaN.
+  static MX_DEV mx_u16 from_f32(float f) {
+    mx_u32 b = mx_f32_bits(f);
+    if ((b & 0x7fffffffu) > 0x7f800000u) return (mx_u16)((b >> 16) | 0x40u);
+    return (mx_u16)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+  }
+};
+
+struct MxF16 {
+  typedef mx_u16 storage;
+  static MX_DEV float to_f32(mx_u16 h) {
+    mx_u32 sign = ((mx_u32)h & 0x8000u) << 16;
+    mx_u32 e = ((mx_u32)h >> 10) & 0x1fu, m = (mx_u32)h & 0x3ffu;
+    if (e == 0) {  // zero or subnormal: m * 2^-24, exact in fp32
+      float f = (float)m * 5.9604644775390625e-8f;
+      return sign ? -f : f;
+    }
+    if (e == 31) return mx_bits_f32(sign | 0x7f800000u | (m << 13));
+    return mx_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+  }
+  static MX_DEV mx_u16 from_f32(float f) {
+    mx_u32 b = mx_f32_bits(f);
+    mx_u32 sign = (b >> 16) & 0x8000u, a = b & 0x7fffffffu;
+    if (a > 0x7f800000u) return (mx_u16)(sign | 0x7e00u);
+    if (a >= 0x477ff000u) return (mx_u16)(sign | 0x7c00u);  // rounds to infinity
+    if (a >= 0x38800000u) {                                   // normal half
+      mx_u32 r = (a + 0xfffu + ((a >> 13) & 1u)) >> 13;
+      return (mx_u16)(sign | (r - (112u << 10)));
+    }
+    // Subnormal half m * 2^-24: the scaling by 2^24 is exact, rintf rounds half to even.
+    return (mx_u16)(sign | (mx_u32)rintf(mx_bits_f32(a) * 16777216.0f));
+  }
+};
+
+template <class T>
+MX_DEV float mx_round(float v) {
+  return T::to_f32(T::from_f32(v));
+}
+
+// Loads / stores of 8 consecutive elements (16 bytes for 16-bit types, 32 bytes for fp32). The
+// callers guarantee 8-element alignment (every length is a multiple of 32).
+template <class T>
+struct MxVec8 {
+  static MX_DEV void load(const mx_u16* p, float out[8]) {
+    uint4 u = *reinterpret_cast<const uint4*>(p);
+    mx_u32 w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      out[2 * i] = T::to_f32((mx_u16)(w[i] & 0xffffu));
+      out[2 * i + 1] = T::to_f32((mx_u16)(w[i] >> 16));
+    }
+  }
+  static MX_DEV void store(mx_u16* p, const float v[8]) {
+    mx_u32 w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      w[i] = (mx_u32)T::from_f32(v[2 * i]) | ((mx_u32)T::from_f32(v[2 * i + 1]) << 16);
+    *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+};
+
+template <>
+struct MxVec8<MxF32> {
+  static MX_DEV void load(const float* p, float out[8]) {
+    float4 a = *reinterpret_cast<const float4*>(p);
+    float4 b = *reinterpret_cast<const float4*>(p + 4);
+    out[0] = a.x; out[1] = a.y; out[2] = a.z; out[3] = a.w;
+    out[4] = b.x; out[5] = b.y; out[6] = b.z; out[7] = b.w;
+  }
+  static MX_DEV void store(float* p, const float v[8]) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    *reinterpret_cast<float4*>(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// FP8 E4M3FN and E8M0.
+
+// fp32 -> E4M3FN, round to nearest even, saturating (|v| >= 448 and +-Inf -> +-448), NaN -> 0x7F.
+MX_DEV mx_u32 mx_e4m3_sat(float v) {
+  mx_u32 b = mx_f32_bits(v);
+  mx_u32 sign = (b >> 24) & 0x80u, a = b & 0x7fffffffu;
+  if (a > 0x7f800000u) return 0x7fu;
+  if (a >= 0x43e00000u) return sign | 0x7eu;  // >= 448 (this also covers Inf)
+  if (a < 0x3c800000u) {                      // below 2^-6: E4M3 subnormal m * 2^-9, m = 0..8
+    return sign | (mx_u32)rintf(mx_bits_f32(a) * 512.0f);
+  }
+  // Normal: keep 3 mantissa bits with round-half-even; a carry into the exponent is correct.
+  mx_u32 r = (a + 0x7ffffu + ((a >> 20) & 1u)) >> 20;
+  r -= 120u << 3;  // rebias 127 -> 7
+  return sign | (r > 0x7eu ? 0x7eu : r);
+}
+
+// E4M3FN -> fp32 (exact; 0x7F/0xFF -> NaN).
+MX_DEV float mx_e4m3_to_f32(mx_u32 v) {
+  mx_u32 em = v & 0x7fu;
+  float f = (em >> 3) ? mx_bits_f32((em + (120u << 3)) << 20) : (float)em * 0.001953125f;
+  if (em == 0x7fu) f = __int_as_float(0x7fc00000);
+  return (v & 0x80u) ? -f : f;
+}
+
+// E8M0 byte -> fp32 power of two (0 -> 2^-127, a denormal; 255 -> NaN).
+MX_DEV float mx_e8m0_to_f32(mx_u32 s) {
+  if (s == 0u) return mx_bits_f32(0x00400000u);
+  if (s == 255u) return __int_as_float(0x7fc00000);
+  return mx_bits_f32(s << 23);
+}
+
+// Scale byte from a block's abs-max (>= 0, not NaN; Inf allowed -> 254, the E8M0 saturation).
+// "floor": OCP MX, byte = clamp(floor(log2 amax) - 8 + 127, 0, 254); a zero block gives 0.
+// "rceil": byte = E8M0 round-up of fl32(amax * fl32(1/448)); a quotient <= 2^-127 gives 0.
+MX_DEV mx_u32 mx_scale_byte(float amax, mx_u32 flags) {
+  mx_u32 a = mx_f32_bits(amax);
+  if (a >= 0x7f800000u) return 254u;
+  if (flags & MX_F_RCEIL) {
+    mx_u32 q = mx_f32_bits(amax * (1.0f / 448.0f));
+    mx_u32 e = q >> 23, m = q & 0x7fffffu;
+    if (e == 0u) return m > 0x400000u ? 1u : 0u;
+    mx_u32 r = e + (m != 0u ? 1u : 0u);
+    return r > 254u ? 254u : r;
+  }
+  mx_u32 e = a >> 23;
+  return e > 8u ? e - 8u : 0u;
+}
+
+// 2^(127 - byte): the exact multiplier that maps a block onto the E4M3 grid. byte 254 needs the
+// denormal 2^-127.
+MX_DEV float mx_scale_inverse(mx_u32 s) {
+  return s >= 254u ? mx_bits_f32(0x00400000u) : mx_bits_f32((254u - s) << 23);
+}
+
+// The MXFP8 block quantizer, one 32-element block per aligned group of 4 consecutive lanes, 8
+// elements per lane. Every lane of the warp must call it (it shuffles); lanes without data pass
+// zeros and ignore the result. Returns the lane's 8 E4M3 bytes packed little-endian in lo/hi and the
+// block's scale byte.
+MX_DEV void mx_quant_group8(const float v[8], mx_u32 flags, mx_u32& lo, mx_u32& hi, mx_u32& scale) {
+  float amax = 0.0f;
+  int nan = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    float a = fabsf(v[i]);
+    nan |= (a != a);
+    amax = fmaxf(amax, a);  // fmaxf skips NaN: the "ignore" policy's amax
+  }
+  amax = fmaxf(amax, MX_SHFL_XOR(amax, 1));
+  amax = fmaxf(amax, MX_SHFL_XOR(amax, 2));
+  nan |= MX_SHFL_XOR(nan, 1);
+  nan |= MX_SHFL_XOR(nan, 2);
+  if (nan && !(flags & MX_F_NAN_IGNORE)) {  // "propagate": NaN scale, every value NaN
+    scale = 255u;
+    lo = hi = 0x7f7f7f7fu;
+    return;
+  }
+  scale = mx_scale_byte(amax, flags);
+  float inv = mx_scale_inverse(scale);
+  mx_u32 q[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) q[i] = mx_e4m3_sat(v[i] * inv);  // NaN * inv stays NaN -> 0x7F
+  lo = q[0] | (q[1] << 8) | (q[2] << 16) | (q[3] << 24);
+  hi = q[4] | (q[5] << 8) | (q[6] << 16) | (q[7] << 24);
+}
+
+// Writes one lane's quantizer output: 8 bytes of values at q + 8 * chunk and, from the first lane of
+// the group, the scale byte at scale[chunk / 4] (chunk = index of this lane's 8 elements in the row).
+MX_DEV void mx_store_group8(mx_u8* q, mx_u8* scale, long long chunk, mx_u32 lo, mx_u32 hi, mx_u32 s) {
+  *reinterpret_cast<uint2*>(q + 8 * chunk) = make_uint2(lo, hi);
+  if ((chunk & 3) == 0) scale[chunk >> 2] = (mx_u8)s;
+}

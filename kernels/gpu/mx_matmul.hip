@@ -1,0 +1,202 @@
+// com.mxfuse MxMatMul: y[M, N] = deq(a)[M, K] . deq(b) with fp32 accumulation.
+//
+// Two kernels:
+// * mx_matmul_tc_*: the decode GEMM (M <= 16 per block row; bound by weight bandwidth) for e4m3
+//   weights b [N, K] + b_scale [N, K/32] (trans_b = 1), on NVIDIA tensor cores (sm_89+). The
+//   activations are either given quantized (a_q, a_scale) or as bf16/f16 and quantized in the
+//   kernel ("in-GEMM quant"): each lane quantizes 8 activation elements with the group-of-4
+//   quantizer, which is exactly the mma B-fragment it needs, so the quantized A never leaves
+//   registers.
+// * mx_matmul_generic_*: a portable scalar kernel for every layout of docs/ops.md (e4m3 b with
+//   trans_b 0 or 1, or bf16/f16/f32 b [K, N]); AMD builds use it until an MFMA path exists.
+
+#define MX_GEMM_UNROLL 4
+#define MX_GEMM_MAX_WARPS 16
+#define MX_A_E4M3 0  // a given as e4m3 + e8m0 scales
+#define MX_A_QUANT 1 // a given as T, quantized in the kernel
+
+// b modes of the generic kernel.
+#define MX_B_E4M3_KN 0
+#define MX_B_E4M3_NK 1
+#define MX_B_BF16 2
+#define MX_B_F16 3
+#define MX_B_F32 4
+
+#if defined(MX_NV_FP8_MMA)
+// D (16x8 fp32) = A (16x32 e4m3, row) * B (32x8 e4m3, col). Fragments (PTX ISA, m16n8k32 .e4m3):
+// lane = 4 * g + t; a0/a2: row g, a1/a3: row g + 8; a0/a1 hold k = 4t..4t+3, a2/a3 k = 16+4t..;
+// b0 holds k = 4t..4t+3 of column g, b1 k = 16+4t..; d0/d1: (row g, col 2t/2t+1), d2/d3: row g+8.
+MX_DEV void mx_mma_e4m3(float d[4], mx_u32 a0, mx_u32 a1, mx_u32 a2, mx_u32 a3, mx_u32 b0,
+                        mx_u32 b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%10,%10,%10,%10};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
+}
+
+// "Swap AB": the weight tile (16 output columns n x 32 k) is the mma's A operand and the
+// activations (32 k x 8 rows m) its B operand, so M <= 8 wastes nothing. Within a 32-element scale
+// block the logical k order of the fragments is permuted (logical 4t+i <-> physical 8t+i, logical
+// 16+4t+i <-> physical 8t+4+i) identically for both operands, which leaves each dot product
+// unchanged and lets every lane read 8 contiguous bytes. One mma covers exactly one scale block,
+// so its fresh fp32 result is scaled by 2^(sw) * 2^(sa) and added to the accumulators.
+// Block = W warps (blockDim.x / 32) on the same 16 columns; warp w takes the k-blocks w, w + W, ...
+// (so the block streams contiguous weight bytes) and the warps' partial sums meet in shared memory.
+template <int AMODE, class TA, int MT, class TO>
+MX_DEV void mx_matmul_tc(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
+                         const typename TA::storage* __restrict__ af, const mx_u8* __restrict__ w,
+                         const mx_u8* __restrict__ ws, typename TO::storage* __restrict__ y, int M,
+                         int N, int K, mx_u32 flags) {
+  const int warps = blockDim.x >> 5;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int n0 = blockIdx.x * 16, m0 = blockIdx.y * (8 * MT);
+  const int KB = K >> 5;
+  const bool okA = n0 + g < N, okB = n0 + g + 8 < N;
+  const mx_u8* wA = w + (long long)(okA ? n0 + g : 0) * K + 8 * t;
+  const mx_u8* wB = w + (long long)(okB ? n0 + g + 8 : 0) * K + 8 * t;
+  const mx_u8* sA = ws + (long long)(okA ? n0 + g : 0) * KB;
+  const mx_u8* sB = ws + (long long)(okB ? n0 + g + 8 : 0) * KB;
+
+  float acc[MT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[mt][c] = 0.0f;
+
+  for (int kb0 = warp; kb0 < KB; kb0 += warps * MX_GEMM_UNROLL) {
+    // Issue every weight load of this step before the first use: bytes in flight hide DRAM latency.
+    uint2 wa[MX_GEMM_UNROLL], wb[MX_GEMM_UNROLL];
+    mx_u32 swa[MX_GEMM_UNROLL], swb[MX_GEMM_UNROLL];
+#pragma unroll
+    for (int u = 0; u < MX_GEMM_UNROLL; ++u) {
+      const int kb = kb0 + u * warps;
+      const bool ok = kb < KB;
+      wa[u] = (ok && okA) ? *reinterpret_cast<const uint2*>(wA + 32 * kb) : make_uint2(0u, 0u);
+      wb[u] = (ok && okB) ? *reinterpret_cast<const uint2*>(wB + 32 * kb) : make_uint2(0u, 0u);
+      swa[u] = (ok && okA) ? sA[kb] : 127u;
+      swb[u] = (ok && okB) ? sB[kb] : 127u;
+    }
+#pragma unroll
+    for (int u = 0; u < MX_GEMM_UNROLL; ++u) {
+      const int kb = kb0 + u * warps;
+      if (kb >= KB) break;  // uniform across the warp
+      const float fA = mx_e8m0_to_f32(swa[u]), fB = mx_e8m0_to_f32(swb[u]);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const int mrow = m0 + mt * 8 + g;  // the activation row this lane feeds (B column g)
+        mx_u32 b0, b1, sa0, sa1;
+        if (AMODE == MX_A_E4M3) {
+          uint2 b = mrow < M ? *reinterpret_cast<const uint2*>(aq + (long long)mrow * K + 32 * kb + 8 * t)
+                             : make_uint2(0u, 0u);
+          b0 = b.x;
+          b1 = b.y;
+          const int mc = m0 + mt * 8 + 2 * t;  // output rows of d0/d2 (mc) and d1/d3 (mc + 1)
+          sa0 = mc < M ? as[(long long)mc * KB + kb] : 127u;
+          sa1 = mc + 1 < M ? as[(long long)(mc + 1) * KB + kb] : 127u;
+        } else {
+          float v[8];
+          if (mrow < M) {
+            MxVec8<TA>::load(af + (long long)mrow * K + 32 * kb + 8 * t, v);
+          } else {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) v[i] = 0.0f;
+          }
+          mx_u32 sb;
+          mx_quant_group8(v, flags, b0, b1, sb);
+          sa0 = MX_SHFL(sb, 8 * t);      // lane 4 * (2t) holds row 2t's scale
+          sa1 = MX_SHFL(sb, 8 * t + 4);  // lane 4 * (2t + 1)
+        }
+        float d[4];
+        mx_mma_e4m3(d, wa[u].x, wb[u].x, wa[u].y, wb[u].y, b0, b1);
+        const float f0 = mx_e8m0_to_f32(sa0), f1 = mx_e8m0_to_f32(sa1);
+        acc[mt][0] += d[0] * fA * f0;
+        acc[mt][1] += d[1] * fA * f1;
+        acc[mt][2] += d[2] * fB * f0;
+        acc[mt][3] += d[3] * fB * f1;
+      }
+    }
+  }
+
+  __shared__ float red[MX_GEMM_MAX_WARPS][MT * 4][32];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) red[warp][mt * 4 + c][lane] = acc[mt][c];
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < MT * 4 * 32; idx += blockDim.x) {
+    const int mc = idx >> 5, l = idx & 31;
+    float sum = 0.0f;
+    for (int v = 0; v < warps; ++v) sum += red[v][mc][l];
+    const int mt = mc >> 2, c = mc & 3;
+    const int n = n0 + (l >> 2) + (c >= 2 ? 8 : 0);
+    const int m = m0 + mt * 8 + 2 * (l & 3) + (c & 1);
+    if (n < N && m < M) y[(long long)m * N + n] = TO::from_f32(sum);
+  }
+}
+
+#define MX_DEFINE_TC(NAME, AMODE, TA, MT, TO)                                                  \
+  extern "C" __global__ void __launch_bounds__(512)                                            \
+      NAME(const mx_u8* aq, const mx_u8* as, const TA::storage* af, const mx_u8* w,             \
+           const mx_u8* ws, TO::storage* y, int M, int N, int K, unsigned flags) {             \
+    mx_matmul_tc<AMODE, TA, MT, TO>(aq, as, af, w, ws, y, M, N, K, flags);                      \
+  }
+#define MX_DEFINE_TC_OUTS(PREFIX, AMODE, TA, MT)                                               \
+  MX_DEFINE_TC(PREFIX##_bf16, AMODE, TA, MT, MxBf16)                                           \
+  MX_DEFINE_TC(PREFIX##_f16, AMODE, TA, MT, MxF16)                                             \
+  MX_DEFINE_TC(PREFIX##_f32, AMODE, TA, MT, MxF32)
+
+MX_DEFINE_TC_OUTS(mx_matmul_tc_e4m3_m8, MX_A_E4M3, MxBf16, 1)
+MX_DEFINE_TC_OUTS(mx_matmul_tc_e4m3_m16, MX_A_E4M3, MxBf16, 2)
+MX_DEFINE_TC_OUTS(mx_matmul_tc_qbf16_m8, MX_A_QUANT, MxBf16, 1)
+MX_DEFINE_TC_OUTS(mx_matmul_tc_qbf16_m16, MX_A_QUANT, MxBf16, 2)
+MX_DEFINE_TC_OUTS(mx_matmul_tc_qf16_m8, MX_A_QUANT, MxF16, 1)
+MX_DEFINE_TC_OUTS(mx_matmul_tc_qf16_m16, MX_A_QUANT, MxF16, 2)
+#endif  // MX_NV_FP8_MMA
+
+// Portable kernel: one lane per output element (m = blockIdx.y, n along the block), so lanes read
+// consecutive n of a [K, N] b. Each 32-element block's products are summed first and then scaled,
+// the same order as the tensor-core kernel.
+template <class TO>
+MX_DEV void mx_matmul_generic(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
+                              const void* __restrict__ b, const mx_u8* __restrict__ bs,
+                              typename TO::storage* __restrict__ y, int M, int N, int K,
+                              int bmode) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+  const long long m = blockIdx.y;
+  if (n >= N || m >= M) return;
+  const int KB = K >> 5;
+  const mx_u8* b8 = static_cast<const mx_u8*>(b);
+  float acc = 0.0f;
+  for (int kb = 0; kb < KB; ++kb) {
+    float blk = 0.0f;
+    for (int i = 0; i < 32; ++i) {
+      const long long k = 32 * kb + i;
+      const float a = mx_e4m3_to_f32(aq[m * K + k]);
+      float bv;
+      switch (bmode) {
+        case MX_B_E4M3_KN: bv = mx_e4m3_to_f32(b8[k * N + n]); break;
+        case MX_B_E4M3_NK: bv = mx_e4m3_to_f32(b8[(long long)n * K + k]); break;
+        case MX_B_BF16: bv = MxBf16::to_f32(static_cast<const mx_u16*>(b)[k * N + n]); break;
+        case MX_B_F16: bv = MxF16::to_f32(static_cast<const mx_u16*>(b)[k * N + n]); break;
+        default: bv = static_cast<const float*>(b)[k * N + n]; break;
+      }
+      blk += a * bv;
+    }
+    float sb = 1.0f;
+    if (bmode == MX_B_E4M3_KN) sb = mx_e8m0_to_f32(bs[(long long)kb * N + n]);
+    if (bmode == MX_B_E4M3_NK) sb = mx_e8m0_to_f32(bs[(long long)n * KB + kb]);
+    acc += blk * sb * mx_e8m0_to_f32(as[m * KB + kb]);
+  }
+  y[m * N + n] = TO::from_f32(acc);
+}
+
+#define MX_DEFINE_GENERIC(NAME, TO)                                                            \
+  extern "C" __global__ void NAME(const mx_u8* aq, const mx_u8* as, const void* b,            \
+                                  const mx_u8* bs, TO::storage* y, int M, int N, int K,        \
+                                  int bmode) {                                                 \
+    mx_matmul_generic<TO>(aq, as, b, bs, y, M, N, K, bmode);                                   \
+  }
+MX_DEFINE_GENERIC(mx_matmul_generic_bf16, MxBf16)
+MX_DEFINE_GENERIC(mx_matmul_generic_f16, MxF16)
+MX_DEFINE_GENERIC(mx_matmul_generic_f32, MxF32)

@@ -1,0 +1,40 @@
+// mxfuse GPU portability layer: the one place where HIP (ROCm) and CUDA differ.
+//
+// Every kernel file is written once in HIP style and compiled at run time by hipRTC (ROCm) or NVRTC
+// (CUDA). The runtime (kernels/src/gpu/sources.rs) concatenates this header, mx_common.h and the
+// kernel files into one translation unit, so no #include is needed and no SDK header is read.
+// Only what both toolchains share is used: __global__, __shared__, __syncthreads, the bit-cast
+// intrinsics, fmaxf/fabsf/sqrtf/expf/rintf, vector types. Warp-level code goes through the macros
+// below, because the wavefront is 64 lanes on CDNA and the warp 32 lanes on NVIDIA: never write a
+// literal 32 for a lane count.
+#pragma once
+
+#if defined(__HIP_DEVICE_COMPILE__) || defined(__HIPCC_RTC__) || defined(__HIP__)
+#define MX_HIP 1
+#if defined(__AMDGCN_WAVEFRONT_SIZE)
+#define MX_WARP __AMDGCN_WAVEFRONT_SIZE
+#else
+#define MX_WARP 64
+#endif
+#define MX_SHFL_XOR(v, mask) __shfl_xor((v), (mask))
+#define MX_SHFL(v, src) __shfl((v), (src))
+#else
+#define MX_CUDA 1
+#define MX_WARP 32
+#define MX_SHFL_XOR(v, mask) __shfl_xor_sync(0xffffffffu, (v), (mask))
+#define MX_SHFL(v, src) __shfl_sync(0xffffffffu, (v), (src))
+#endif
+
+// Hopper/Ada tensor-core fp8 MMA (mma.sync ... e4m3) is NVIDIA-only PTX; AMD builds take the
+// portable GEMM path (see mx_matmul.hip).
+#if defined(MX_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 890)
+#define MX_NV_FP8_MMA 1
+#endif
+
+#define MX_DEV __device__ __forceinline__
+
+// NVRTC and hipRTC ship no <stdint.h>: fixed-width names of our own.
+typedef unsigned char mx_u8;
+typedef unsigned short mx_u16;
+typedef unsigned int mx_u32;
+typedef unsigned long long mx_u64;
