@@ -58,6 +58,9 @@ pub struct RewriteArgs {
     /// A rule setting, e.g. `scale_rule=rceil` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub settings: Vec<String>,
+    /// Print wall time per phase (load, rewrite, save) and peak resident memory.
+    #[arg(long)]
+    pub stats: bool,
 }
 
 #[derive(Debug, Args)]

@@ -10,6 +10,7 @@ pub mod inspect;
 pub mod report;
 pub mod rewrite;
 pub mod sites;
+pub mod stats;
 pub mod table;
 
 use std::collections::BTreeMap;

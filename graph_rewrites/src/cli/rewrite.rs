@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use super::args::RewriteArgs;
+use super::stats::PhaseTimer;
 use super::{parse_settings, report, table, CliError};
 use crate::io::{load_graph, save_model};
 use crate::pipeline::{rule_names, run_pipeline, PipelineOptions};
@@ -24,10 +25,14 @@ pub fn run_rewrite(args: &RewriteArgs) -> Result<String, CliError> {
         explain: args.explain,
         settings: parse_settings(&args.settings)?,
     };
+    let mut timer = PhaseTimer::start();
     let mut g = load_graph(&args.input)?;
+    timer.lap("load");
     let report = run_pipeline(&mut g, &opts)?;
+    timer.lap("rewrite");
     let base_dir = g.base_dir().map(|p| p.to_path_buf());
     save_model(&g.into_model(), &args.output, base_dir.as_deref())?;
+    timer.lap("save");
     if let Some(path) = &args.report {
         report::write_report(path, &args.input, &args.output, &report)?;
     }
@@ -36,5 +41,8 @@ pub fn run_rewrite(args: &RewriteArgs) -> Result<String, CliError> {
         out.push_str(&table::explain_lines(&report));
     }
     let _ = writeln!(out, "wrote {}", args.output.display());
+    if args.stats {
+        let _ = writeln!(out, "{}", timer.summary());
+    }
     Ok(out)
 }

@@ -1,0 +1,231 @@
+//! The `mxfuse` binary: outputs, REPORT.json shape, exit codes and error lines.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use graph_rewrites::pipeline::rule_names;
+use graph_rewrites::testing::ModelBuilder;
+use prost::Message;
+
+fn mxfuse(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_mxfuse"))
+        .args(args)
+        .output()
+        .expect("run mxfuse")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("mxfuse-cli-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A small model no rule can fuse: Relu → Neg, with an initializer and value_info.
+fn write_plain_model(path: &Path) {
+    let mut b = ModelBuilder::new(21);
+    b.input("x", 1, &[-2, 64]);
+    b.init_f32("w", &[64], &[0.5; 64]);
+    b.node("Add", &["x", "w"], &["a"]);
+    b.node("Relu", &["a"], &["y"]);
+    b.value_info("a", 1, &[-2, 64]);
+    b.output("y", 1, &[-2, 64]);
+    std::fs::write(path, b.model().encode_to_vec()).unwrap();
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn rewrite_without_candidates_round_trips_and_reports() {
+    let dir = scratch("plain");
+    let (input, output, report) = (
+        dir.join("in.onnx"),
+        dir.join("out.onnx"),
+        dir.join("report.json"),
+    );
+    write_plain_model(&input);
+    let o = mxfuse(&[
+        "rewrite",
+        s(&input),
+        "-o",
+        s(&output),
+        "--report",
+        s(&report),
+        "--stats",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read(&input).unwrap(),
+        std::fs::read(&output).unwrap()
+    );
+    let text = stdout(&o);
+    assert!(text.starts_with("rule"), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("stats: load")), "{text}");
+
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(json["input"], s(&input));
+    assert_eq!(json["output"], s(&output));
+    let counts = json["counts"].as_object().expect("counts object");
+    let mut keys: Vec<&str> = counts.keys().map(String::as_str).collect();
+    let mut rules = rule_names();
+    keys.sort();
+    rules.sort();
+    assert_eq!(keys, rules, "every enabled rule is counted");
+    assert!(counts.values().all(|n| n == 0));
+    assert_eq!(json["fusions"], serde_json::json!([]));
+    assert!(json["rejections"].is_array());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn bad_inputs_exit_1_with_one_error_line() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/bad");
+    let out = scratch("bad");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().map_or(true, |e| e != "onnx") {
+            continue;
+        }
+        for args in [
+            vec!["rewrite", s(&path), "-o", s(&out.join("o.onnx"))],
+            vec!["inspect", s(&path)],
+        ] {
+            let o = mxfuse(&args);
+            let err = stderr(&o);
+            assert_eq!(o.status.code(), Some(1), "{}: {err}", path.display());
+            assert!(
+                err.starts_with("error: ") && err.lines().count() == 1,
+                "{}: {err}",
+                path.display()
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked >= 10);
+    assert!(
+        !out.join("o.onnx").exists(),
+        "nothing is written for bad input"
+    );
+    let o = mxfuse(&[
+        "rewrite",
+        "/no/such/model.onnx",
+        "-o",
+        s(&out.join("o.onnx")),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let _ = std::fs::remove_dir_all(out);
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let dir = scratch("usage");
+    let input = dir.join("in.onnx");
+    write_plain_model(&input);
+    let out = dir.join("o.onnx");
+    for args in [
+        vec!["rewrite", s(&input)],
+        vec!["frobnicate"],
+        vec![
+            "rewrite",
+            s(&input),
+            "-o",
+            s(&out),
+            "--only",
+            "no_such_rule",
+        ],
+        vec![
+            "rewrite",
+            s(&input),
+            "-o",
+            s(&out),
+            "--set",
+            "no_equals_sign",
+        ],
+    ] {
+        let o = mxfuse(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+    }
+    assert!(!out.exists());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn rules_lists_the_registry_and_help_documents_external_data() {
+    let o = mxfuse(&["rules"]);
+    assert!(o.status.success());
+    let listed: Vec<String> = stdout(&o).lines().map(str::to_owned).collect();
+    assert_eq!(listed, rule_names());
+    let o = mxfuse(&["rewrite", "--help"]);
+    assert!(o.status.success());
+    assert!(stdout(&o).contains("External data"), "{}", stdout(&o));
+}
+
+#[test]
+fn inspect_prints_histogram_opsets_and_writes_dot_views() {
+    let dir = scratch("inspect");
+    let input = dir.join("in.onnx");
+    write_plain_model(&input);
+    let dot = dir.join("dot");
+    let o = mxfuse(&["inspect", s(&input), "--dot", s(&dot)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("opsets: ai.onnx=21"), "{text}");
+    assert!(
+        text.contains("nodes: 2, initializers: 1 (0 external)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("      1  Add\n") && text.contains("      1  Relu\n"),
+        "{text}"
+    );
+    assert!(text.contains("candidate sites:"), "{text}");
+    assert!(dot.is_dir());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn dot_view_shows_site_nodes_values_and_edges() {
+    use graph_rewrites::view::GraphView;
+    let mut b = ModelBuilder::new(21);
+    b.input("x", 1, &[4, 64]);
+    b.init_f32("w", &[64], &[0.5; 64]);
+    b.node("Add", &["x", "w"], &["a"]);
+    b.node("Relu", &["a"], &["y"]);
+    b.output("y", 1, &[4, 64]);
+    let g = b.graph().unwrap();
+    let add = g.node_by_name("Add_0").unwrap();
+    let text = graph_rewrites::cli::dot::site_dot(&g, &[add], "site \"1\"");
+    assert!(
+        text.starts_with("digraph site {") && text.ends_with("}\n"),
+        "{text}"
+    );
+    assert!(text.contains("label=\"site \\\"1\\\"\""), "{text}");
+    assert!(
+        text.contains(&format!("n{} [shape=box, label=\"Add_0\\nAdd\"]", add.0)),
+        "{text}"
+    );
+    let w = g.value_by_name("w").unwrap();
+    assert!(
+        text.contains(&format!(
+            "v{} [shape=ellipse, style=dashed, label=\"w\\nfloat[64]\"]",
+            w.0
+        )),
+        "{text}"
+    );
+    assert!(text.contains(&format!("v{} -> n{}", w.0, add.0)), "{text}");
+    let a = g.outputs(add)[0];
+    assert!(text.contains(&format!("n{} -> v{}", add.0, a.0)), "{text}");
+    assert!(!text.contains("Relu"), "only the site's nodes are drawn");
+}
