@@ -1,2 +1,22 @@
 //! MXFP8 numerics and kernels for mxfuse. See docs/ops.md for the op contract.
+//!
+//! * [`codec`]: scalar E4M3FN / E8M0 codecs and the MX block quantizer (the definition).
+//! * [`reference`]: obviously-correct scalar ops, the oracle for tests and GPU kernels, plus
+//!   [`reference::onnx_ops`], a per-op evaluator of the unfused ONNX graphs.
+//! * [`fast`]: the row-parallel, AVX2-vectorized kernels (portable fallback when AVX2 is absent).
+//! * [`ops`]: the dtype-tagged op-level API the provider calls.
+pub mod attrs;
+pub mod codec;
+pub mod element;
+pub mod error;
+pub mod fast;
 pub mod gpu;
+pub mod ops;
+pub mod parallel;
+pub mod reference;
+pub mod slices;
+
+pub use attrs::{AddRmsNormAttrs, MxMatMulAttrs, MxQuantAttrs, SwiGluAttrs};
+pub use element::{DType, Element};
+pub use error::{KernelError, Result};
+pub use parallel::{Parallel, Serial, StdThreads};

@@ -1,0 +1,335 @@
+//! Typed attributes of the four `com.mxfuse` ops (docs/ops.md), with defaults and a parser from
+//! string key/value pairs (the form the provider and the rules engine hold them in).
+
+use crate::codec::{NanPolicy, QuantConfig, ScaleRule, BLOCK};
+use crate::element::DType;
+use crate::error::{KernelError, Result};
+
+/// How `1/sqrt(v + eps)` is applied in the graph being replaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InvForm {
+    /// `n = s · fl(1/fl(sqrt(v+eps)))` — same bits as `RecipMul`.
+    #[default]
+    Rsqrt,
+    /// Sqrt → Reciprocal → Mul.
+    RecipMul,
+    /// Sqrt → Div: `n = s / fl(sqrt(v+eps))`.
+    Div,
+}
+
+/// Where gate and up come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SwiGluLayout {
+    /// Two inputs `gate [..., I]` and `up [..., I]`.
+    #[default]
+    Separate,
+    /// One input `[..., 2I]`: gate = first half, up = second half.
+    SplitHalves,
+    /// One input `[..., 2I]`: gate = even, up = odd elements.
+    Interleaved,
+}
+
+/// The gated activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Activation {
+    /// act = gate·σ(alpha·gate)·up.
+    #[default]
+    Silu,
+    /// gate = min(gate, limit), up = clamp(up, ±limit), act = gate·σ(alpha·gate)·(up + beta).
+    Oai,
+}
+
+/// How the graph being replaced spells `gate·σ(alpha·gate)` (decides which intermediates are
+/// rounded to T when `fp32_activation = 0`; see docs/ops.md "SwiGluMxQuant").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SwishForm {
+    /// `[Mul(alpha)] → Sigmoid → Mul(gate, ·)`: each op's output is rounded to T.
+    #[default]
+    Unrolled,
+    /// One op (`Swish`, `QuickGelu`, `Silu`-as-one-node): computed in f32, rounded once.
+    SingleOp,
+}
+
+/// Attributes of `AddRmsNormMxQuant`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AddRmsNormAttrs {
+    pub epsilon: f32,
+    /// Weight is (1 + gamma).
+    pub gemma: bool,
+    /// true: y = round_T(n·g) in f32; false: y = round_T(round_T(n)·g).
+    pub gamma_in_f32: bool,
+    pub inv_form: InvForm,
+    /// true: normalise s = round_T(x + residual) (an unfused Add in T); false: normalise the
+    /// unrounded f32 sum (vLLM's Triton kernel). `residual_out` is round_T(x + residual) either way.
+    pub round_sum: bool,
+    /// An AllReduce was absorbed (identity at world size 1).
+    pub allreduce: bool,
+    pub quant: QuantConfig,
+}
+
+impl Default for AddRmsNormAttrs {
+    fn default() -> Self {
+        Self {
+            epsilon: 1e-6,
+            gemma: false,
+            gamma_in_f32: true,
+            inv_form: InvForm::Rsqrt,
+            round_sum: true,
+            allreduce: false,
+            quant: QuantConfig::default(),
+        }
+    }
+}
+
+/// Attributes of `SwiGluMxQuant`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SwiGluAttrs {
+    pub layout: SwiGluLayout,
+    pub activation: Activation,
+    pub alpha: f32,
+    pub limit: f32,
+    pub beta: f32,
+    /// Quantize the unrounded f32 activation (vLLM's fused kernel) instead of reproducing the
+    /// unfused graph's per-op rounding.
+    pub fp32_activation: bool,
+    pub swish_form: SwishForm,
+    pub quant: QuantConfig,
+}
+
+impl Default for SwiGluAttrs {
+    fn default() -> Self {
+        Self {
+            layout: SwiGluLayout::Separate,
+            activation: Activation::Silu,
+            alpha: 1.0,
+            limit: 7.0,
+            beta: 1.0,
+            fp32_activation: false,
+            swish_form: SwishForm::Unrolled,
+            quant: QuantConfig::default(),
+        }
+    }
+}
+
+/// Attributes of `MxQuantize`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MxQuantAttrs {
+    pub quant: QuantConfig,
+}
+
+/// Attributes of `MxMatMul`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MxMatMulAttrs {
+    /// b is `[N, K]` (with `b_scale [N, K/32]` when b is FP8) instead of `[K, N]`.
+    pub trans_b: bool,
+    /// dtype of y: F32, F16 or BF16.
+    pub output_dtype: DType,
+}
+
+impl Default for MxMatMulAttrs {
+    fn default() -> Self {
+        Self {
+            trans_b: false,
+            output_dtype: DType::F32,
+        }
+    }
+}
+
+fn parse_int(key: &str, v: &str) -> Result<i64> {
+    v.trim()
+        .parse::<i64>()
+        .map_err(|_| KernelError::Attribute(format!("{key} must be an integer, got {v:?}")))
+}
+
+fn parse_bool(key: &str, v: &str) -> Result<bool> {
+    match parse_int(key, v)? {
+        0 => Ok(false),
+        1 => Ok(true),
+        n => Err(KernelError::Attribute(format!(
+            "{key} must be 0 or 1, got {n}"
+        ))),
+    }
+}
+
+fn parse_float(key: &str, v: &str) -> Result<f32> {
+    let f = v
+        .trim()
+        .parse::<f32>()
+        .map_err(|_| KernelError::Attribute(format!("{key} must be a float, got {v:?}")))?;
+    if f.is_finite() {
+        Ok(f)
+    } else {
+        Err(KernelError::Attribute(format!(
+            "{key} must be finite, got {v:?}"
+        )))
+    }
+}
+
+fn unknown(op: &str, key: &str) -> KernelError {
+    KernelError::Attribute(format!("{op} has no attribute {key:?}"))
+}
+
+/// Applies a key of the common quantizer attributes; returns false when `key` is not one.
+fn apply_quant_key(quant: &mut QuantConfig, key: &str, v: &str) -> Result<bool> {
+    match key {
+        "block_size" => {
+            let b = parse_int(key, v)?;
+            if b != BLOCK as i64 {
+                return Err(KernelError::Attribute(format!(
+                    "block_size must be 32, got {b}"
+                )));
+            }
+        }
+        "scale_rule" => quant.scale_rule = ScaleRule::parse(v)?,
+        "nan_policy" => quant.nan_policy = NanPolicy::parse(v)?,
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+impl MxQuantAttrs {
+    /// Builds the attributes from `(name, value)` pairs; absent names keep their defaults.
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Self> {
+        let mut a = Self::default();
+        for (k, v) in pairs {
+            if !apply_quant_key(&mut a.quant, k, v)? {
+                return Err(unknown("MxQuantize", k));
+            }
+        }
+        Ok(a)
+    }
+}
+
+impl AddRmsNormAttrs {
+    /// Builds the attributes from `(name, value)` pairs; absent names keep their defaults.
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Self> {
+        let mut a = Self::default();
+        for (k, v) in pairs {
+            if apply_quant_key(&mut a.quant, k, v)? {
+                continue;
+            }
+            match k {
+                "epsilon" => a.epsilon = parse_float(k, v)?,
+                "gemma" => a.gemma = parse_bool(k, v)?,
+                "gamma_in_f32" => a.gamma_in_f32 = parse_bool(k, v)?,
+                "round_sum" => a.round_sum = parse_bool(k, v)?,
+                "allreduce" => a.allreduce = parse_bool(k, v)?,
+                "inv_form" => {
+                    a.inv_form = match v {
+                        "rsqrt" => InvForm::Rsqrt,
+                        "recip_mul" => InvForm::RecipMul,
+                        "div" => InvForm::Div,
+                        _ => {
+                            return Err(KernelError::Attribute(format!(
+                                "inv_form must be rsqrt, recip_mul or div, got {v:?}"
+                            )))
+                        }
+                    }
+                }
+                _ => return Err(unknown("AddRmsNormMxQuant", k)),
+            }
+        }
+        Ok(a)
+    }
+}
+
+impl SwiGluAttrs {
+    /// Builds the attributes from `(name, value)` pairs; absent names keep their defaults.
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Self> {
+        let mut a = Self::default();
+        for (k, v) in pairs {
+            if apply_quant_key(&mut a.quant, k, v)? {
+                continue;
+            }
+            match k {
+                "alpha" => a.alpha = parse_float(k, v)?,
+                "limit" => a.limit = parse_float(k, v)?,
+                "beta" => a.beta = parse_float(k, v)?,
+                "fp32_activation" => a.fp32_activation = parse_bool(k, v)?,
+                "layout" => {
+                    a.layout = match v {
+                        "separate" => SwiGluLayout::Separate,
+                        "split_halves" => SwiGluLayout::SplitHalves,
+                        "interleaved" => SwiGluLayout::Interleaved,
+                        _ => {
+                            return Err(KernelError::Attribute(format!(
+                                "layout must be separate, split_halves or interleaved, got {v:?}"
+                            )))
+                        }
+                    }
+                }
+                "activation" => {
+                    a.activation = match v {
+                        "silu" => Activation::Silu,
+                        "oai" => Activation::Oai,
+                        _ => {
+                            return Err(KernelError::Attribute(format!(
+                                "activation must be silu or oai, got {v:?}"
+                            )))
+                        }
+                    }
+                }
+                "swish_form" => {
+                    a.swish_form = match v {
+                        "unrolled" => SwishForm::Unrolled,
+                        "single_op" => SwishForm::SingleOp,
+                        _ => {
+                            return Err(KernelError::Attribute(format!(
+                                "swish_form must be unrolled or single_op, got {v:?}"
+                            )))
+                        }
+                    }
+                }
+                _ => return Err(unknown("SwiGluMxQuant", k)),
+            }
+        }
+        Ok(a)
+    }
+}
+
+impl MxMatMulAttrs {
+    /// Builds the attributes from `(name, value)` pairs; absent names keep their defaults.
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Self> {
+        let mut a = Self::default();
+        for (k, v) in pairs {
+            match k {
+                "trans_b" => a.trans_b = parse_bool(k, v)?,
+                "output_dtype" => {
+                    let code = parse_int(k, v)?;
+                    a.output_dtype = DType::from_onnx_code(code)
+                        .filter(|d| d.is_float())
+                        .ok_or_else(|| {
+                            KernelError::Attribute(format!(
+                                "output_dtype must be 1, 10 or 16, got {code}"
+                            ))
+                        })?;
+                }
+                _ => return Err(unknown("MxMatMul", k)),
+            }
+        }
+        Ok(a)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_rejects() {
+        let a = AddRmsNormAttrs::from_pairs([
+            ("epsilon", "1e-5"),
+            ("gemma", "1"),
+            ("scale_rule", "rceil"),
+        ])
+        .unwrap();
+        assert!(a.gemma && a.epsilon == 1e-5 && a.quant.scale_rule == ScaleRule::Rceil);
+        assert!(AddRmsNormAttrs::from_pairs([("block_size", "16")]).is_err());
+        assert!(AddRmsNormAttrs::from_pairs([("gemma", "2")]).is_err());
+        assert!(SwiGluAttrs::from_pairs([("layout", "weird")]).is_err());
+        assert!(MxQuantAttrs::from_pairs([("epsilon", "1")]).is_err());
+        let m = MxMatMulAttrs::from_pairs([("trans_b", "1"), ("output_dtype", "16")]).unwrap();
+        assert!(m.trans_b && m.output_dtype == DType::BF16);
+        assert!(MxMatMulAttrs::from_pairs([("output_dtype", "17")]).is_err());
+    }
+}

@@ -1,0 +1,12 @@
+//! Scalar codecs: FP8 E4M3FN values, E8M0 scales and the MXFP8 block quantizer built from them.
+//!
+//! These scalar functions are the definition the reference and the vectorized paths agree with;
+//! `crate::simd` holds the AVX2 versions.
+
+pub mod e4m3;
+pub mod e8m0;
+pub mod mx;
+
+pub use e4m3::{e4m3_to_f32, f32_to_e4m3, E4M3_MAX, E4M3_NAN};
+pub use e8m0::{e8m0_to_f32, pow2_inverse, E8M0_NAN};
+pub use mx::{quantize_block, NanPolicy, QuantConfig, ScaleRule, BLOCK};

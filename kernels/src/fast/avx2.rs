@@ -1,0 +1,212 @@
+//! AVX2+FMA+F16C building blocks: 8-lane loads/stores/rounding per element type, the vectorized
+//! E4M3FN encoder and the MXFP8 block quantizer. Every function here must only be called after
+//! [`super::isa::Isa::detect`] returned `Avx2`.
+#![allow(unsafe_op_in_unsafe_fn)]
+
+use std::arch::x86_64::*;
+
+use half::{bf16, f16};
+
+use crate::codec::{pow2_inverse, quantize_block, QuantConfig, BLOCK};
+
+/// 8-lane f32 access to an element type.
+pub trait Lanes: Sized {
+    /// Loads 8 elements from `p` (unaligned) widened to f32.
+    unsafe fn load8(p: *const Self) -> __m256;
+    /// Rounds 8 f32 lanes to `Self` (RNE, as `Element::from_f32`) and stores them at `p`.
+    unsafe fn store8(p: *mut Self, v: __m256);
+    /// round_T: the lanes after a round trip through `Self`.
+    unsafe fn round8(v: __m256) -> __m256;
+}
+
+impl Lanes for f32 {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn load8(p: *const f32) -> __m256 {
+        _mm256_loadu_ps(p)
+    }
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn store8(p: *mut f32, v: __m256) {
+        _mm256_storeu_ps(p, v)
+    }
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn round8(v: __m256) -> __m256 {
+        v
+    }
+}
+
+impl Lanes for f16 {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn load8(p: *const f16) -> __m256 {
+        _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+    }
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn store8(p: *mut f16, v: __m256) {
+        _mm_storeu_si128(
+            p as *mut __m128i,
+            _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v),
+        )
+    }
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn round8(v: __m256) -> __m256 {
+        _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v))
+    }
+}
+
+/// f32 lanes → bf16 bit patterns in the low 16 bits of each 32-bit lane, RNE, NaN quieted the
+/// way `half::bf16::from_f32` does it (top mantissa bit set, payload truncated).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn bf16_bits(v: __m256) -> __m256i {
+    let x = _mm256_castps_si256(v);
+    let lsb = _mm256_and_si256(_mm256_srli_epi32::<16>(x), _mm256_set1_epi32(1));
+    let rounded = _mm256_srli_epi32::<16>(_mm256_add_epi32(
+        x,
+        _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb),
+    ));
+    let nan = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_UNORD_Q>(v, v));
+    let quiet = _mm256_or_si256(_mm256_srli_epi32::<16>(x), _mm256_set1_epi32(0x40));
+    _mm256_blendv_epi8(rounded, quiet, nan)
+}
+
+impl Lanes for bf16 {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn load8(p: *const bf16) -> __m256 {
+        let h = _mm256_cvtepu16_epi32(_mm_loadu_si128(p as *const __m128i));
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(h))
+    }
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn store8(p: *mut bf16, v: __m256) {
+        let b = bf16_bits(v);
+        // Pack the low halves of the eight 32-bit lanes into eight u16 (lanes hold ≤ 0xFFFF).
+        let packed = _mm256_packus_epi32(b, b);
+        let ordered = _mm256_permute4x64_epi64::<0b1000>(packed);
+        _mm_storeu_si128(p as *mut __m128i, _mm256_castsi256_si128(ordered));
+    }
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn round8(v: __m256) -> __m256 {
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(bf16_bits(v)))
+    }
+}
+
+/// Encodes 8 finite f32 lanes to E4M3FN with RNE and saturation; one byte per 32-bit lane.
+/// Same rule as `codec::f32_to_e4m3(x, true)` for finite inputs.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub unsafe fn encode_e4m3_finite(v: __m256) -> __m256i {
+    let bits = _mm256_castps_si256(v);
+    let sign = _mm256_and_si256(_mm256_srli_epi32::<24>(bits), _mm256_set1_epi32(0x80));
+    let abs = _mm256_and_si256(bits, _mm256_set1_epi32(0x7FFF_FFFF));
+    // Normal range: round 23 → 3 mantissa bits (ties to even), rebias 127 → 7, saturate at 0x7E.
+    let lsb = _mm256_and_si256(_mm256_srli_epi32::<20>(abs), _mm256_set1_epi32(1));
+    let r = _mm256_srli_epi32::<20>(_mm256_add_epi32(
+        abs,
+        _mm256_add_epi32(_mm256_set1_epi32(0x7_FFFF), lsb),
+    ));
+    let normal = _mm256_min_epi32(
+        _mm256_sub_epi32(r, _mm256_set1_epi32(120 << 3)),
+        _mm256_set1_epi32(0x7E),
+    );
+    // Subnormal range (|v| < 2^-6): m = rne(|v|·512) in 0..=8.
+    let scaled = _mm256_mul_ps(_mm256_castsi256_ps(abs), _mm256_set1_ps(512.0));
+    let sub = _mm256_cvttps_epi32(_mm256_round_ps::<
+        { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+    >(scaled));
+    let is_sub = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x3C80_0000), abs);
+    _mm256_or_si256(_mm256_blendv_epi8(normal, sub, is_sub), sign)
+}
+
+/// Packs four vectors of one-byte-per-lane codes (a, b, c, d in element order) into 32 bytes.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub unsafe fn pack_bytes(a: __m256i, b: __m256i, c: __m256i, d: __m256i) -> __m256i {
+    let ab = _mm256_packus_epi32(a, b); // a0-3 b0-3 | a4-7 b4-7 (u16)
+    let cd = _mm256_packus_epi32(c, d);
+    let abcd = _mm256_packus_epi16(ab, cd); // a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7
+    _mm256_permutevar8x32_epi32(abcd, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+}
+
+/// Horizontal max of 8 non-negative, non-NaN lanes.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn hmax(v: __m256) -> f32 {
+    let m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    let m = _mm_max_ss(m, _mm_shuffle_ps::<1>(m, m));
+    _mm_cvtss_f32(m)
+}
+
+/// Quantizes one block held in four vectors (elements 0-7, 8-15, 16-23, 24-31): writes 32
+/// bytes at `q` and returns the scale byte. Blocks with a NaN or Inf take the scalar path.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub unsafe fn quantize_block_avx2(v: [__m256; 4], q: *mut u8, cfg: QuantConfig) -> u8 {
+    let absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
+    let inf = _mm256_set1_ps(f32::INFINITY);
+    let a = [
+        _mm256_and_ps(v[0], absmask),
+        _mm256_and_ps(v[1], absmask),
+        _mm256_and_ps(v[2], absmask),
+        _mm256_and_ps(v[3], absmask),
+    ];
+    let m01 = _mm256_max_ps(a[0], a[1]);
+    let m23 = _mm256_max_ps(a[2], a[3]);
+    let m = _mm256_max_ps(m01, m23);
+    // `max` drops NaN operands unpredictably, so test finiteness on all lanes, not on m.
+    let finite = _mm256_and_ps(
+        _mm256_and_ps(
+            _mm256_cmp_ps::<_CMP_LT_OQ>(a[0], inf),
+            _mm256_cmp_ps::<_CMP_LT_OQ>(a[1], inf),
+        ),
+        _mm256_and_ps(
+            _mm256_cmp_ps::<_CMP_LT_OQ>(a[2], inf),
+            _mm256_cmp_ps::<_CMP_LT_OQ>(a[3], inf),
+        ),
+    );
+    if _mm256_movemask_ps(finite) != 0xFF {
+        let mut x = [0f32; BLOCK];
+        for (i, vi) in v.iter().enumerate() {
+            _mm256_storeu_ps(x.as_mut_ptr().add(8 * i), *vi);
+        }
+        let mut out = [0u8; BLOCK];
+        let s = quantize_block(&x, &mut out, cfg);
+        std::ptr::copy_nonoverlapping(out.as_ptr(), q, BLOCK);
+        return s;
+    }
+    let byte = cfg.scale_rule.scale_byte(hmax(m));
+    let inv = _mm256_set1_ps(pow2_inverse(byte));
+    let e = [
+        encode_e4m3_finite(_mm256_mul_ps(v[0], inv)),
+        encode_e4m3_finite(_mm256_mul_ps(v[1], inv)),
+        encode_e4m3_finite(_mm256_mul_ps(v[2], inv)),
+        encode_e4m3_finite(_mm256_mul_ps(v[3], inv)),
+    ];
+    _mm256_storeu_si256(q as *mut __m256i, pack_bytes(e[0], e[1], e[2], e[3]));
+    byte
+}
+
+/// Quantizes a row of T (length a multiple of 32): scales one byte per block.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn quantize_row<T: Lanes>(x: &[T], q: &mut [u8], scales: &mut [u8], cfg: QuantConfig) {
+    debug_assert!(
+        x.len().is_multiple_of(BLOCK) && q.len() == x.len() && scales.len() == x.len() / BLOCK
+    );
+    for (b, s) in scales.iter_mut().enumerate() {
+        let p = x.as_ptr().add(b * BLOCK);
+        let v = [
+            T::load8(p),
+            T::load8(p.add(8)),
+            T::load8(p.add(16)),
+            T::load8(p.add(24)),
+        ];
+        *s = quantize_block_avx2(v, q.as_mut_ptr().add(b * BLOCK), cfg);
+    }
+}

@@ -1,0 +1,173 @@
+//! Fast `AddRmsNormMxQuant`: one pass forms the sum (and `residual_out`) and the pinned
+//! 16-lane f64 sum of squares, a second pass normalises, rounds to T and quantizes each block
+//! straight from registers.
+
+use super::shared::SharedMut;
+use super::{min_rows_per_task, FastElement, Isa};
+use crate::attrs::AddRmsNormAttrs;
+use crate::codec::BLOCK;
+use crate::element::Element;
+use crate::error::Result;
+use crate::parallel::{for_row_chunks, Parallel};
+use crate::slices::{check_norm_io, NormOutputs};
+
+/// `AddRmsNormMxQuant` over rows of `h` (bit-exact with
+/// [`crate::reference::add_rms_norm_mx_quant`]).
+pub fn add_rms_norm_mx_quant<T: FastElement, G: Element>(
+    x: &[T],
+    residual: Option<&[T]>,
+    gamma: &[G],
+    h: usize,
+    attrs: &AddRmsNormAttrs,
+    out: NormOutputs<'_, T>,
+    par: &dyn Parallel,
+) -> Result<()> {
+    let rows = check_norm_io(x, residual, gamma, h, &out)?;
+    let isa = Isa::detect();
+    let nb = h / BLOCK;
+    let q = SharedMut::new(out.q);
+    let scales = SharedMut::new(out.scales);
+    let res_out = out.residual_out.map(SharedMut::new);
+    let normed = out.normed.map(SharedMut::new);
+    let weights: Vec<f32> = gamma
+        .iter()
+        .map(|&w| crate::reference::norm_weight(w, attrs))
+        .collect();
+    for_row_chunks(par, rows, min_rows_per_task(h), &|r0, r1| {
+        let span = (r0 * h, r1 * h);
+        // SAFETY: row chunks are disjoint, so these pieces are too.
+        let chunk_out = unsafe {
+            NormOutputs {
+                q: q.piece(span.0, span.1),
+                scales: scales.piece(r0 * nb, r1 * nb),
+                residual_out: res_out.as_ref().map(|r| r.piece(span.0, span.1)),
+                normed: normed.as_ref().map(|n| n.piece(span.0, span.1)),
+            }
+        };
+        let xc = &x[span.0..span.1];
+        let rc = residual.map(|r| &r[span.0..span.1]);
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: Avx2 implies the CPU features; shapes were checked above.
+            Isa::Avx2 => unsafe { avx2_norm::rows(xc, rc, &weights, h, attrs, chunk_out) },
+            _ => {
+                // The reference is the portable path; shapes are valid, so it cannot fail.
+                let r = crate::reference::add_rms_norm_mx_quant(xc, rc, gamma, h, attrs, chunk_out);
+                debug_assert!(r.is_ok());
+            }
+        }
+    });
+    Ok(())
+}
+
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_op_in_unsafe_fn)]
+mod avx2_norm {
+    use std::arch::x86_64::*;
+
+    use super::super::avx2::{quantize_block_avx2, Lanes};
+    use crate::attrs::{AddRmsNormAttrs, InvForm};
+    use crate::codec::BLOCK;
+    use crate::slices::NormOutputs;
+
+    /// Adds 8 f32 squares to the f64 lane accumulators `acc[0..2]` (lanes 0-7 of a 16-lane group).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn add_squares(acc: &mut [__m256d], s: __m256) {
+        let sq = _mm256_mul_ps(s, s);
+        acc[0] = _mm256_add_pd(acc[0], _mm256_cvtps_pd(_mm256_castps256_ps128(sq)));
+        acc[1] = _mm256_add_pd(acc[1], _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(sq)));
+    }
+
+    /// Combines the 16 lanes in the pinned order (see `reference::math::mean_of_squares`).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn reduce_lanes(acc: [__m256d; 4]) -> f64 {
+        let a = _mm256_add_pd(acc[0], acc[2]); // lanes 0-3 (+8-11)
+        let b = _mm256_add_pd(acc[1], acc[3]); // lanes 4-7 (+12-15)
+        let c = _mm256_add_pd(a, b); // lane j += lane j+4
+        let lo = _mm256_castpd256_pd128(c);
+        let hi = _mm256_extractf128_pd::<1>(c);
+        let d = _mm_add_pd(lo, hi); // lane j += lane j+2
+        _mm_cvtsd_f64(_mm_add_sd(d, _mm_unpackhi_pd(d, d))) // lane 0 += lane 1
+    }
+
+    /// Computes rows of the fused norm; `w` holds the per-element weights g_i in f32.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn rows<T: Lanes>(
+        x: &[T],
+        residual: Option<&[T]>,
+        w: &[f32],
+        h: usize,
+        attrs: &AddRmsNormAttrs,
+        mut out: NormOutputs<'_, T>,
+    ) {
+        let mut s_buf = vec![0f32; h];
+        let nb = h / BLOCK;
+        for r in 0..x.len() / h {
+            let base = r * h;
+            let xp = x.as_ptr().add(base);
+            let rp = residual.map(|res| res.as_ptr().add(base));
+            let rop = out
+                .residual_out
+                .as_deref_mut()
+                .map(|ro| ro.as_mut_ptr().add(base));
+            let mut acc = [_mm256_setzero_pd(); 4];
+            let mut i = 0;
+            while i < h {
+                let xv = T::load8(xp.add(i));
+                let s = match rp {
+                    Some(rp) => {
+                        let sum = _mm256_add_ps(xv, T::load8(rp.add(i)));
+                        if let Some(rop) = rop {
+                            T::store8(rop.add(i), sum);
+                        }
+                        if attrs.round_sum {
+                            T::round8(sum)
+                        } else {
+                            sum
+                        }
+                    }
+                    None => {
+                        if let Some(rop) = rop {
+                            T::store8(rop.add(i), xv);
+                        }
+                        xv
+                    }
+                };
+                _mm256_storeu_ps(s_buf.as_mut_ptr().add(i), s);
+                // Element i goes to lane i mod 16: chunks alternate between lanes 0-7 and 8-15.
+                let half = (i / 8) % 2;
+                add_squares(&mut acc[2 * half..2 * half + 2], s);
+                i += 8;
+            }
+            let v = (reduce_lanes(acc) / h as f64) as f32;
+            let d = (v + attrs.epsilon).sqrt();
+            let dv = _mm256_set1_ps(d);
+            let inv = _mm256_set1_ps(1.0 / d);
+            let np = out.normed.as_deref_mut().map(|n| n.as_mut_ptr().add(base));
+            for b in 0..nb {
+                let mut y = [_mm256_setzero_ps(); 4];
+                for (c, yc) in y.iter_mut().enumerate() {
+                    let i = b * BLOCK + 8 * c;
+                    let s = _mm256_loadu_ps(s_buf.as_ptr().add(i));
+                    let n = match attrs.inv_form {
+                        InvForm::Div => _mm256_div_ps(s, dv),
+                        InvForm::Rsqrt | InvForm::RecipMul => _mm256_mul_ps(s, inv),
+                    };
+                    let g = _mm256_loadu_ps(w.as_ptr().add(i));
+                    *yc = if attrs.gamma_in_f32 {
+                        T::round8(_mm256_mul_ps(n, g))
+                    } else {
+                        T::round8(_mm256_mul_ps(T::round8(n), g))
+                    };
+                    if let Some(np) = np {
+                        T::store8(np.add(i), *yc);
+                    }
+                }
+                out.scales[r * nb + b] =
+                    quantize_block_avx2(y, out.q.as_mut_ptr().add(base + b * BLOCK), attrs.quant);
+            }
+        }
+    }
+}

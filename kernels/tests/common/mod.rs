@@ -1,0 +1,76 @@
+//! Helpers shared by the integration tests: testdata parsing and a small deterministic RNG.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+/// Path of a file under kernels/testdata.
+pub fn testdata(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata")
+        .join(name)
+}
+
+/// Non-comment, non-empty lines of a testdata file, split on whitespace.
+pub fn rows(name: &str) -> Vec<Vec<String>> {
+    let text = std::fs::read_to_string(testdata(name)).expect("testdata file is committed");
+    text.lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| l.split_whitespace().map(str::to_owned).collect())
+        .collect()
+}
+
+/// Parses a comma-separated list of hex numbers.
+pub fn hex_list(s: &str) -> Vec<u32> {
+    s.split(',')
+        .map(|h| u32::from_str_radix(h, 16).expect("hex"))
+        .collect()
+}
+
+/// xorshift64* — deterministic, dependency-free randomness for the differential tests.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
+    }
+    /// Roughly normal (sum of uniforms), times `scale`.
+    pub fn normal(&mut self, scale: f32) -> f32 {
+        let s: f32 = (0..4).map(|_| self.unit()).sum();
+        (s - 2.0) * 1.732 * scale
+    }
+    /// A vector of normals whose magnitude varies per 32-block over many binades, with some
+    /// edge blocks mixed in (zeros, ±0, subnormals, huge values).
+    pub fn mixed_row(&mut self, n: usize) -> Vec<f32> {
+        let mut v = Vec::with_capacity(n);
+        for b in 0..n.div_ceil(32) {
+            let kind = self.next_u64() % 10;
+            let scale = 2f32.powi((self.next_u64() % 40) as i32 - 20);
+            for j in 0..32.min(n - b * 32) {
+                v.push(match kind {
+                    0 => 0.0,
+                    1 => {
+                        if j % 3 == 0 {
+                            -0.0
+                        } else {
+                            0.0
+                        }
+                    }
+                    2 => self.normal(1e-39),
+                    3 => self.normal(1e30),
+                    _ => self.normal(scale),
+                });
+            }
+        }
+        v
+    }
+}

@@ -1,0 +1,376 @@
+//! Differential tests: every fast kernel (AVX2 when available, and forced portable) against the
+//! scalar reference on fresh random inputs with edge blocks mixed in. Bit-exact except MxMatMul.
+
+mod common;
+
+use common::Rng;
+use half::{bf16, f16};
+use kernels::attrs::{Activation, AddRmsNormAttrs, InvForm, SwiGluAttrs, SwiGluLayout, SwishForm};
+use kernels::codec::{NanPolicy, QuantConfig, ScaleRule};
+use kernels::fast::with_portable;
+use kernels::slices::{MatB, NormOutputs, SwiGluInput};
+use kernels::{fast, reference, Element, Serial, StdThreads};
+
+fn configs() -> Vec<QuantConfig> {
+    let mut v = Vec::new();
+    for scale_rule in [ScaleRule::Floor, ScaleRule::Rceil] {
+        for nan_policy in [NanPolicy::Propagate, NanPolicy::Ignore] {
+            v.push(QuantConfig {
+                scale_rule,
+                nan_policy,
+            });
+        }
+    }
+    v
+}
+
+/// Runs `f` on the detected ISA and again forced portable.
+fn both_isas(f: impl Fn()) {
+    f();
+    with_portable(&f);
+}
+
+fn to_t<T: Element>(v: &[f32]) -> Vec<T> {
+    v.iter().map(|&x| T::from_f32(x)).collect()
+}
+
+fn sprinkle_non_finite(v: &mut [f32], rng: &mut Rng) {
+    for _ in 0..3 {
+        let i = (rng.next_u64() % v.len() as u64) as usize;
+        v[i] = match rng.next_u64() % 3 {
+            0 => f32::NAN,
+            1 => f32::INFINITY,
+            _ => f32::NEG_INFINITY,
+        };
+    }
+}
+
+fn quantize_case<T: fast::FastElement>(seed: u64) {
+    let mut rng = Rng::new(seed);
+    let (rows, k) = (7, 256);
+    let mut xf = rng.mixed_row(rows * k);
+    sprinkle_non_finite(&mut xf, &mut rng);
+    let x: Vec<T> = to_t(&xf);
+    for cfg in configs() {
+        let (mut q0, mut s0) = (vec![0u8; rows * k], vec![0u8; rows * k / 32]);
+        reference::mx_quantize(&x, k, &mut q0, &mut s0, cfg).unwrap();
+        both_isas(|| {
+            let (mut q1, mut s1) = (vec![0u8; rows * k], vec![0u8; rows * k / 32]);
+            fast::mx_quantize(&x, k, &mut q1, &mut s1, cfg, &StdThreads::new(3)).unwrap();
+            assert_eq!(s1, s0, "scales {cfg:?}");
+            assert_eq!(q1, q0, "values {cfg:?}");
+        });
+    }
+}
+
+#[test]
+fn quantize_matches_reference_all_dtypes() {
+    for seed in 0..4 {
+        quantize_case::<f32>(seed);
+        quantize_case::<f16>(seed);
+        quantize_case::<bf16>(seed);
+    }
+}
+
+fn norm_attr_variants() -> Vec<AddRmsNormAttrs> {
+    let mut v = Vec::new();
+    for (i, inv_form) in [InvForm::Rsqrt, InvForm::RecipMul, InvForm::Div]
+        .into_iter()
+        .enumerate()
+    {
+        for gemma in [false, true] {
+            for gamma_in_f32 in [true, false] {
+                v.push(AddRmsNormAttrs {
+                    epsilon: 1e-6,
+                    gemma,
+                    gamma_in_f32,
+                    inv_form,
+                    round_sum: i % 2 == 0,
+                    allreduce: false,
+                    quant: configs()[(i + gemma as usize) % 4],
+                });
+            }
+        }
+    }
+    v
+}
+
+fn norm_case<T: fast::FastElement>(seed: u64, with_residual: bool) {
+    let mut rng = Rng::new(seed);
+    let (rows, h) = (5, 384);
+    let mut xf: Vec<f32> = (0..rows * h).map(|_| rng.normal(3.0)).collect();
+    if seed % 2 == 1 {
+        xf[h + 7] = f32::NAN; // one row with a NaN
+    }
+    let x: Vec<T> = to_t(&xf);
+    let res: Vec<T> = to_t(&(0..rows * h).map(|_| rng.normal(10.0)).collect::<Vec<_>>());
+    let gamma: Vec<T> = to_t(&(0..h).map(|_| rng.normal(0.5)).collect::<Vec<_>>());
+    let residual = with_residual.then_some(&res[..]);
+    for attrs in norm_attr_variants() {
+        let run = |fast_path: bool| {
+            let (mut q, mut s) = (vec![0u8; rows * h], vec![0u8; rows * h / 32]);
+            let (mut ro, mut nm) = (vec![T::default(); rows * h], vec![T::default(); rows * h]);
+            let out = NormOutputs {
+                q: &mut q,
+                scales: &mut s,
+                residual_out: Some(&mut ro),
+                normed: Some(&mut nm),
+            };
+            if fast_path {
+                fast::add_rms_norm_mx_quant(
+                    &x,
+                    residual,
+                    &gamma,
+                    h,
+                    &attrs,
+                    out,
+                    &StdThreads::new(2),
+                )
+                .unwrap();
+            } else {
+                reference::add_rms_norm_mx_quant(&x, residual, &gamma, h, &attrs, out).unwrap();
+            }
+            let bits = |v: &[T]| v.iter().map(|e| e.to_f32().to_bits()).collect::<Vec<_>>();
+            (q, s, bits(&ro), bits(&nm))
+        };
+        let want = run(false);
+        both_isas(|| {
+            assert!(
+                run(true) == want,
+                "{attrs:?} {}",
+                std::any::type_name::<T>()
+            )
+        });
+    }
+}
+
+#[test]
+fn norm_matches_reference_all_variants() {
+    for seed in 0..2 {
+        for with_residual in [true, false] {
+            norm_case::<f32>(seed, with_residual);
+            norm_case::<f16>(seed, with_residual);
+            norm_case::<bf16>(seed, with_residual);
+        }
+    }
+}
+
+fn swiglu_variants() -> Vec<SwiGluAttrs> {
+    let mut v = Vec::new();
+    for layout in [
+        SwiGluLayout::Separate,
+        SwiGluLayout::SplitHalves,
+        SwiGluLayout::Interleaved,
+    ] {
+        for activation in [Activation::Silu, Activation::Oai] {
+            for (alpha, swish_form) in [
+                (1.0, SwishForm::Unrolled),
+                (1.702, SwishForm::Unrolled),
+                (1.702, SwishForm::SingleOp),
+            ] {
+                for fp32_activation in [false, true] {
+                    v.push(SwiGluAttrs {
+                        layout,
+                        activation,
+                        alpha,
+                        limit: 7.0,
+                        beta: 1.0,
+                        fp32_activation,
+                        swish_form,
+                        quant: configs()[v.len() % 4],
+                    });
+                }
+            }
+        }
+    }
+    v
+}
+
+fn swiglu_case<T: fast::FastElement>(seed: u64) {
+    let mut rng = Rng::new(seed);
+    let (rows, i) = (3, 96);
+    let mut gu: Vec<f32> = (0..rows * 2 * i).map(|_| rng.normal(4.0)).collect();
+    gu[5] = 120.0; // beyond exp range
+    gu[9] = -120.0;
+    if seed == 1 {
+        gu[17] = f32::NAN;
+    }
+    let gu: Vec<T> = to_t(&gu);
+    let (gate, up) = gu.split_at(rows * i);
+    for attrs in swiglu_variants() {
+        let input = match attrs.layout {
+            SwiGluLayout::Separate => SwiGluInput::Separate { gate, up },
+            _ => SwiGluInput::Fused(&gu),
+        };
+        let (mut q0, mut s0) = (vec![0u8; rows * i], vec![0u8; rows * i / 32]);
+        reference::swiglu_mx_quant(input, i, &attrs, &mut q0, &mut s0).unwrap();
+        both_isas(|| {
+            let (mut q1, mut s1) = (vec![0u8; rows * i], vec![0u8; rows * i / 32]);
+            fast::swiglu_mx_quant(input, i, &attrs, &mut q1, &mut s1, &Serial).unwrap();
+            assert_eq!((&s1, &q1), (&s0, &q0), "{attrs:?}");
+        });
+    }
+}
+
+#[test]
+fn swiglu_matches_reference_all_variants() {
+    for seed in 0..2 {
+        swiglu_case::<f32>(seed);
+        swiglu_case::<f16>(seed);
+        swiglu_case::<bf16>(seed);
+    }
+}
+
+/// Fast GEMM output within the f32-accumulation error bound of the f64 reference.
+fn check_close(got: &[f32], want: &[f32], bound: &[f32]) {
+    for (i, ((g, w), b)) in got.iter().zip(want).zip(bound).enumerate() {
+        assert!(
+            (g - w).abs() <= *b,
+            "y[{i}] = {g}, reference {w}, bound {b}"
+        );
+    }
+}
+
+#[test]
+fn matmul_matches_reference_within_accumulation_bound() {
+    let mut rng = Rng::new(11);
+    let (k, n) = (128, 70);
+    for m in [1, 5, 17] {
+        let x: Vec<f32> = (0..m * k).map(|_| rng.normal(2.0)).collect();
+        let (mut a_q, mut a_s) = (vec![0u8; m * k], vec![0u8; m * k / 32]);
+        let cfg = QuantConfig {
+            scale_rule: ScaleRule::Rceil,
+            nan_policy: NanPolicy::Ignore,
+        };
+        reference::mx_quantize(&x, k, &mut a_q, &mut a_s, cfg).unwrap();
+        let wf: Vec<f32> = (0..k * n).map(|_| rng.normal(0.1)).collect();
+        let (mut w_q, mut w_s) = (vec![0u8; k * n], vec![0u8; k * n / 32]);
+        reference::mx_quantize(&wf, k, &mut w_q, &mut w_s, cfg).unwrap(); // [N, K]
+                                                                          // The same weights as [K, N] with [K/32, N] scales.
+        let mut wt_q = vec![0u8; k * n];
+        let mut wt_s = vec![0u8; k * n / 32];
+        for nn in 0..n {
+            for kk in 0..k {
+                wt_q[kk * n + nn] = w_q[nn * k + kk];
+            }
+            for kb in 0..k / 32 {
+                wt_s[kb * n + nn] = w_s[nn * (k / 32) + kb];
+            }
+        }
+        let wbf: Vec<bf16> = to_t(&wf);
+        let wbf_t: Vec<bf16> = (0..k * n).map(|i| wbf[(i % n) * k + i / n]).collect();
+        let cases: Vec<(MatB, bool)> = vec![
+            (
+                MatB::Mx {
+                    q: &w_q,
+                    scales: &w_s,
+                },
+                true,
+            ),
+            (
+                MatB::Mx {
+                    q: &wt_q,
+                    scales: &wt_s,
+                },
+                false,
+            ),
+            (MatB::BF16(&wbf), true),
+            (MatB::BF16(&wbf_t), false),
+        ];
+        for (b, trans_b) in cases {
+            let mut want = vec![0f32; m * n];
+            reference::mx_matmul(&a_q, &a_s, m, k, n, b, trans_b, &mut want).unwrap();
+            // |error| ≤ k·2^-23·Σ|a·b| (f32 accumulation) — Σ|a·b| from the |A|·|B| product.
+            let abs_a: Vec<u8> = a_q.iter().map(|v| v & 0x7F).collect();
+            let mut bound = vec![0f32; m * n];
+            let abs_b = match b {
+                MatB::Mx { q, .. } => q.iter().map(|v| v & 0x7F).collect::<Vec<_>>(),
+                _ => Vec::new(),
+            };
+            let b_abs = match b {
+                MatB::Mx { scales, .. } => MatB::Mx { q: &abs_b, scales },
+                MatB::BF16(_) => b, // bf16 weights are small and centred: use |b| ≤ max
+                other => other,
+            };
+            reference::mx_matmul(&abs_a, &a_s, m, k, n, b_abs, trans_b, &mut bound).unwrap();
+            let bound: Vec<f32> = bound
+                .iter()
+                .map(|v| v.abs() * k as f32 * 2f32.powi(-22) + 1e-6)
+                .collect();
+            both_isas(|| {
+                let mut got = vec![0f32; m * n];
+                fast::mx_matmul(
+                    &a_q,
+                    &a_s,
+                    m,
+                    k,
+                    n,
+                    b,
+                    trans_b,
+                    &mut got,
+                    &StdThreads::new(2),
+                )
+                .unwrap();
+                if matches!(b, MatB::Mx { .. }) {
+                    check_close(&got, &want, &bound);
+                } else {
+                    let loose: Vec<f32> = want.iter().map(|v| v.abs() * 1e-4 + 1e-3).collect();
+                    check_close(&got, &want, &loose);
+                }
+                // Quantize-inside-the-GEMM equals quantize → GEMM bit for bit.
+                let mut fused = vec![0f32; m * n];
+                fast::mx_matmul_quantize_a(&x, m, k, n, b, trans_b, cfg, &mut fused, &Serial)
+                    .unwrap();
+                assert_eq!(fused, got);
+            });
+        }
+    }
+}
+
+#[test]
+fn bad_shapes_are_errors() {
+    let x = vec![0f32; 40];
+    let (mut q, mut s) = (vec![0u8; 40], vec![0u8; 1]);
+    let cfg = QuantConfig::default();
+    assert!(fast::mx_quantize(&x, 40, &mut q, &mut s, cfg, &Serial).is_err());
+    assert!(reference::mx_quantize(&x, 40, &mut q, &mut s, cfg).is_err());
+    let x = vec![0f32; 64];
+    let (mut q, mut s) = (vec![0u8; 63], vec![0u8; 2]);
+    assert!(fast::mx_quantize(&x, 64, &mut q, &mut s, cfg, &Serial).is_err());
+    let gamma = vec![0f32; 32];
+    let (mut q, mut s) = (vec![0u8; 64], vec![0u8; 2]);
+    let out = NormOutputs {
+        q: &mut q,
+        scales: &mut s,
+        residual_out: None,
+        normed: None,
+    };
+    assert!(fast::add_rms_norm_mx_quant(
+        &x,
+        None,
+        &gamma,
+        64,
+        &AddRmsNormAttrs::default(),
+        out,
+        &Serial
+    )
+    .is_err());
+    let (mut q, mut s) = (vec![0u8; 32], vec![0u8; 1]);
+    let sw = SwiGluAttrs::default(); // layout separate
+    assert!(
+        fast::swiglu_mx_quant(SwiGluInput::Fused(&x), 32, &sw, &mut q, &mut s, &Serial).is_err()
+    );
+    let mut y = vec![0f32; 4];
+    assert!(fast::mx_matmul(
+        &[0u8; 64],
+        &[0u8; 2],
+        1,
+        64,
+        4,
+        MatB::F32(&[0f32; 255]),
+        false,
+        &mut y,
+        &Serial
+    )
+    .is_err());
+}
