@@ -315,7 +315,7 @@ impl DecoderConfig {
                 ));
             }
         }
-        if self.n_heads == 0 || self.n_kv_heads == 0 || self.n_heads % self.n_kv_heads != 0 {
+        if self.n_heads == 0 || self.n_heads.checked_rem(self.n_kv_heads) != Some(0) {
             return bad(format!(
                 "n_heads ({}) must be a positive multiple of n_kv_heads ({})",
                 self.n_heads, self.n_kv_heads

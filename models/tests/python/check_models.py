@@ -1,0 +1,232 @@
+"""Checks generated models against onnx itself.
+
+Usage: python check_models.py DIR
+DIR holds manifest.json (rows as models::catalog::ManifestEntry writes them) and optionally equiv.json
+(a list of {"files": [...], "rtol": r, "atol": a}: models that must compute the same function).
+
+For every model:
+  * structure: op counts implied by its spelling and expected fusion counts (quantize sites, AllReduce,
+    norm / SwiGLU ops, custom domains), every MatMul's K a multiple of 32;
+  * standard-ONNX models: onnx.checker.check_model(full_check=True), and our value_info shapes equal
+    onnx shape inference's;
+  * every model runs in onnx.reference.ReferenceEvaluator with finite outputs. The non-standard ops are
+    given Python kernels written from their specs (ORT contrib docs, Quark's OCP MX rule):
+    SimplifiedLayerNormalization, com.microsoft::{SkipSimplifiedLayerNormalization, QuickGelu,
+    AllReduce (world size 1 = identity)}, com.amd.quark::MXQuantizeDequantize.
+Then every equivalence group must agree within its tolerance.
+Needs onnx >= 1.23 (opset 28 SwiGLU), numpy, ml_dtypes. Exits non-zero on any failure.
+"""
+import collections
+import json
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx.reference import ReferenceEvaluator
+from onnx.reference.op_run import OpRun
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
+from mx_quantize_onnx import quark_qdq_numpy  # noqa: E402  (the numpy OCP-MX oracle)
+
+MS = "com.microsoft"
+QUARK = "com.amd.quark"
+
+
+def _rms_f32(x, scale, epsilon):
+    x32 = x.astype(np.float32)
+    inv = 1.0 / np.sqrt(np.mean(x32 * x32, axis=-1, keepdims=True) + np.float32(epsilon))
+    return (x32 * inv * scale.astype(np.float32)).astype(x.dtype), inv
+
+
+class SimplifiedLayerNormalization(OpRun):
+    op_domain = ""
+
+    def _run(self, x, scale, axis=-1, epsilon=1e-5, stash_type=1):
+        return (_rms_f32(x, scale, epsilon)[0],)
+
+
+class SkipSimplifiedLayerNormalization(OpRun):
+    op_domain = MS
+
+    def _run(self, x, skip, gamma, bias=None, epsilon=1e-5):
+        s = x + skip if bias is None else x + skip + bias
+        y, inv = _rms_f32(s, gamma, epsilon)
+        return y, np.zeros_like(inv), inv, s
+
+
+class QuickGelu(OpRun):
+    op_domain = MS
+
+    def _run(self, x, alpha=1.0):
+        x32 = x.astype(np.float32)
+        return ((x32 / (1.0 + np.exp(-np.float32(alpha) * x32))).astype(x.dtype),)
+
+
+class AllReduce(OpRun):
+    op_domain = MS
+
+    def _run(self, x):
+        return (x.copy(),)
+
+
+class MXQuantizeDequantize(OpRun):
+    op_domain = QUARK
+
+    def _run(self, x, axis=None, block_size=None, element_dtype=None, rounding_mode=None):
+        assert block_size == 32 and element_dtype == "fp8_e4m3", (block_size, element_dtype)
+        return (quark_qdq_numpy(x, axis).astype(x.dtype),)
+
+
+CUSTOM = [SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization, QuickGelu, AllReduce, MXQuantizeDequantize]
+NP_DTYPE = {"f32": np.float32, "f16": np.float16}
+
+
+def np_dtype(name):
+    if name == "bf16":
+        import ml_dtypes
+        return ml_dtypes.bfloat16
+    return NP_DTYPE[name]
+
+
+def shapes(vis):
+    out = {}
+    for vi in vis:
+        t = vi.type.tensor_type
+        out[vi.name] = (t.elem_type, [d.dim_value if d.HasField("dim_value") else d.dim_param for d in t.shape.dim])
+    return out
+
+
+def check_structure(m, e):
+    g = m.graph
+    ops = collections.Counter((n.domain or "", n.op_type) for n in g.node)
+    sp, exp = e["spelling"], e["expected"]
+    sites = exp["add_rmsnorm_mxquant"] + exp["swiglu_mxquant_matmul"] + exp["standalone_mxquant"]
+    errs = []
+
+    def want(key, n, what):
+        if ops[key] != n:
+            errs.append(f"{what}: {ops[key]} {key[1]} nodes, expected {n}")
+
+    want((MS, "AllReduce"), exp["allreduce"], "allreduce")
+    if sp["quant"].startswith("std"):
+        want(("", "QuantizeLinear"), sites, "quant sites")
+        mode = "down" if sp["quant"] == "std-floor" else "up"
+        casts = [n for n in g.node if n.op_type == "Cast" and onnx.helper.get_attribute_value(n.attribute[0]) == 24]
+        modes = {a.s.decode() for n in casts for a in n.attribute if a.name == "round_mode"}
+        if len(casts) != sites or modes != {mode}:
+            errs.append(f"E8M0 casts: {len(casts)} with round_mode {modes}, expected {sites} {mode}")
+    elif sp["quant"] == "quark":
+        acts = [n for n in g.node if n.op_type == "MXQuantizeDequantize"
+                and onnx.helper.get_attribute_value(next(a for a in n.attribute if a.name == "axis")) == -1]
+        if len(acts) != sites:
+            errs.append(f"quark activation qdq: {len(acts)}, expected {sites}")
+    else:
+        if any(n.op_type in ("QuantizeLinear", "MXQuantizeDequantize") for n in g.node if sp["weights"] == "float"):
+            errs.append("float baseline has quantize nodes")
+    norm_op = {"rms-normalization": ("", "RMSNormalization"), "simplified": ("", "SimplifiedLayerNormalization"),
+               "skip-simplified": (MS, "SkipSimplifiedLayerNormalization")}.get(sp["norm"])
+    n_norms = 2 * e["n_layers"] + 1
+    if norm_op is None:
+        want(("", "Sqrt"), n_norms, "decomposed norms")
+    elif sp["norm"] == "skip-simplified":
+        first = 1 if sp["first_layer_without_residual"] else 0
+        want(norm_op, n_norms - first, "skip norms")
+        want(("", "SimplifiedLayerNormalization"), first, "first-layer norm")
+    else:
+        want(norm_op, n_norms, "norms")
+    act_op = {"quick-gelu": (MS, "QuickGelu"), "oai-quick-gelu": (MS, "QuickGelu"), "swish": ("", "Swish"),
+              "swiglu": ("", "SwiGLU")}.get(sp["swiglu"])
+    if act_op is not None:
+        mlps = exp["swiglu_mxquant_matmul"] or None
+        if mlps is not None:
+            want(act_op, mlps, "activation ops")
+    vis = shapes(list(g.value_info) + list(g.input) + list(g.output))
+    inits = {t.name: list(t.dims) for t in g.initializer}
+    for n in g.node:
+        if n.op_type == "MatMul":
+            k = vis.get(n.input[0], (0, [None]))[1][-1]
+            if not isinstance(k, int) or k % 32:
+                errs.append(f"{n.name}: K = {k} not a multiple of 32")
+    if sp["weights"] == "std-mx":
+        for t in g.initializer:
+            if t.data_type == 17 and inits.get(t.name.replace(".e4m3", ".e8m0")) != [t.dims[0] // 32, t.dims[1]]:
+                errs.append(f"{t.name}: scale shape mismatch")
+    return errs
+
+
+def check_shapes(m):
+    """Our value_info must equal onnx shape inference's (run on the model stripped of it)."""
+    bare = onnx.ModelProto()
+    bare.CopyFrom(m)
+    del bare.graph.value_info[:]
+    inferred = shapes(onnx.shape_inference.infer_shapes(bare, strict_mode=True).graph.value_info)
+    ours = shapes(m.graph.value_info)
+    return [f"{k}: ours {v} inferred {inferred.get(k)}" for k, v in ours.items() if inferred.get(k) != v]
+
+
+def name_absent_outputs(m):
+    """A copy whose absent ("") node outputs have unique names: onnx.reference stores results under ""
+    too, and a later absent *input* "" (the gate Clip's min) would then read them."""
+    c = onnx.ModelProto()
+    c.CopyFrom(m)
+    k = 0
+    for n in c.graph.node:
+        for i, o in enumerate(n.output):
+            if not o:
+                n.output[i] = f"__absent_{k}"
+                k += 1
+    return c
+
+
+def run(m, e, dtype):
+    m = name_absent_outputs(m)
+    rng = np.random.default_rng(1)
+    feeds = {}
+    for vi in m.graph.input:
+        feeds[vi.name] = rng.standard_normal((2, 5, e["hidden"])).astype(np.float32).astype(dtype)
+    return ReferenceEvaluator(m, new_ops=CUSTOM).run(None, feeds)[0]
+
+
+def main(d):
+    manifest = json.load(open(os.path.join(d, "manifest.json")))
+    failures, outputs = [], {}
+    for e in manifest:
+        path = os.path.join(d, e["file"])
+        m = onnx.load(path)
+        errs = check_structure(m, e)
+        if e["standard_onnx"]:
+            try:
+                onnx.checker.check_model(path, full_check=True)
+                errs += check_shapes(m)
+            except Exception as ex:  # noqa: BLE001 - report every model, then fail
+                errs.append(f"checker: {ex}")
+        try:
+            y = run(m, e, np_dtype(e["dtype"]))
+            if not np.isfinite(y.astype(np.float32)).all():
+                errs.append("non-finite output")
+            outputs[e["file"]] = y.astype(np.float32)
+        except Exception as ex:  # noqa: BLE001
+            errs.append(f"reference run: {type(ex).__name__}: {ex}")
+        status = "ok" if not errs else "FAIL"
+        print(f"{status:4} {e['file']}" + "".join(f"\n     {x}" for x in errs[:8]))
+        if errs:
+            failures.append(e["file"])
+    equiv_path = os.path.join(d, "equiv.json")
+    groups = json.load(open(equiv_path)) if os.path.exists(equiv_path) else []
+    for grp in groups:
+        files = [f for f in grp["files"] if f in outputs]
+        base = outputs[files[0]]
+        for f in files[1:]:
+            diff = float(np.abs(outputs[f] - base).max())
+            ok = np.allclose(outputs[f], base, rtol=grp["rtol"], atol=grp["atol"])
+            print(f"{'ok' if ok else 'FAIL':4} equiv {files[0]} ~ {f}: max |diff| {diff:.3e}")
+            if not ok:
+                failures.append(f"{files[0]} ~ {f}")
+    checked = len(manifest) + sum(len(g["files"]) - 1 for g in groups)
+    print(f"{checked - len(failures)} passed, {len(failures)} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
