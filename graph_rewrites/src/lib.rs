@@ -10,6 +10,7 @@ pub mod onnx_pb;
 pub mod pattern;
 pub mod pipeline;
 pub mod rules;
+pub mod summary;
 pub mod testing;
 pub mod view;
 

@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use crate::ir::Graph;
 use crate::pattern::{Attempt, DynRule, Emit, RuleConfig, Site};
+use crate::summary::{count_quantize_ops, per_layer, LayerSummary, QuantizeOps};
 use crate::view::{GraphView, NodeId};
 use crate::Error;
 
@@ -62,6 +63,10 @@ pub struct RewriteReport {
     /// With `explain`: candidates whose structure did not match, and the deepest mismatch.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub near_misses: Vec<Rejection>,
+    /// Separate activation-quantize ops before and after the rewrite.
+    pub quantize_ops: QuantizeOps,
+    /// Fusions and refusals per decoder layer.
+    pub layers: Vec<LayerSummary>,
 }
 
 /// A candidate site as `inspect` and the provider see it.
@@ -182,6 +187,7 @@ pub fn run_rules(g: &mut Graph, rules: &[&'static dyn DynRule], opts: &PipelineO
     }
     let mut rejections = BTreeSet::new();
     let mut near = BTreeSet::new();
+    report.quantize_ops.before = count_quantize_ops(&*g);
     for _ in 0..MAX_ITERATIONS {
         let found = scan(&*g, rules, &cfg, opts.explain);
         for s in &found.sites {
@@ -206,6 +212,8 @@ pub fn run_rules(g: &mut Graph, rules: &[&'static dyn DynRule], opts: &PipelineO
     }
     report.rejections = rejections.into_iter().collect();
     report.near_misses = near.into_iter().collect();
+    report.quantize_ops.after = count_quantize_ops(&*g);
+    report.layers = per_layer(&report.fusions, &report.rejections);
     Ok(report)
 }
 

@@ -41,7 +41,7 @@ static MUL_ADD: LazyLock<MulAddRule> = LazyLock::new(|| MulAddRule(mul_add(false
 struct MulAddEscapingRule(MulAdd);
 static MUL_ADD_ESC: LazyLock<MulAddEscapingRule> = LazyLock::new(|| MulAddEscapingRule(mul_add(true)));
 
-fn emit_mul_add(site: &Site, (x, b, y, mul): (ValueId4), e: &mut Emit<'_>) -> Result<(), String> {
+fn emit_mul_add(site: &Site, (x, b, y, mul): ValueId4, e: &mut Emit<'_>) -> Result<(), String> {
     let mut spec = e.op("TestMulAdd").input(x).input(b).output(y);
     if site.produces(mul) {
         spec = spec.output(mul);

@@ -63,7 +63,9 @@ fn is_op(g: &dyn GraphView, n: NodeId, domain: &str, op: &str) -> bool {
 }
 
 /// A MatMul reading `a` as its first input, with a supported weight.
-fn matmul_use(g: &dyn GraphView, mm: NodeId, a: ValueId, k: i64) -> Result<MatMulUse, Reject> {
+/// `act_dtype` is the dtype of the quantized activation: MatMul's A, B and Y share one type,
+/// so it stands in for an output without value_info.
+fn matmul_use(g: &dyn GraphView, mm: NodeId, a: ValueId, k: i64, act_dtype: i32) -> Result<MatMulUse, Reject> {
     let name = g.node_name(mm);
     if !is_op(g, mm, ONNX_DOMAIN, "MatMul") {
         return Err(reject!("quantized activation is read by {} '{name}', not a MatMul", g.op_type(mm)));
@@ -74,10 +76,10 @@ fn matmul_use(g: &dyn GraphView, mm: NodeId, a: ValueId, k: i64) -> Result<MatMu
     }
     let b = ins.get(1).copied().flatten().ok_or_else(|| reject!("MatMul '{name}' has no weight"))?;
     let out = g.outputs(mm)[0];
-    let out_dtype = g.tensor_info(out).map(|i| i.elem_type).unwrap_or(0);
+    let out_dtype = g.tensor_info(out).map(|i| i.elem_type).filter(|t| *t != 0).unwrap_or(act_dtype);
     let weight = classify_weight(g, b, k).map_err(|r| reject!("MatMul '{name}': {}", r.0))?;
     let weight_dtype = match &weight {
-        Weight::Float(w) | Weight::QuarkFloat(w) => g.tensor_info(*w).map(|i| i.elem_type).unwrap_or(0),
+        Weight::Float(w) | Weight::QuarkFloat(w) => g.tensor_info(*w).map(|i| i.elem_type).unwrap_or(out_dtype),
         Weight::Mx { .. } => out_dtype,
     };
     if !dtype::ACTIVATION.contains(&out_dtype) || weight_dtype != out_dtype {
@@ -141,7 +143,13 @@ fn classify_weight(g: &dyn GraphView, b: ValueId, k: i64) -> Result<Weight, Reje
 /// Consumers of a standard-spelling quantizer: each `DequantizeLinear(q, scale)` read only by
 /// MatMuls is absorbed with them. Returns the absorbed consumers and whether q/scale are still
 /// read elsewhere (then the replacement keeps producing them).
-pub fn standard_consumers(g: &dyn GraphView, q: ValueId, scale: ValueId, k: i64) -> Result<Consumers, Reject> {
+pub fn standard_consumers(
+    g: &dyn GraphView,
+    q: ValueId,
+    scale: ValueId,
+    k: i64,
+    act_dtype: i32,
+) -> Result<Consumers, Reject> {
     let mut c = Consumers::default();
     for &(dq, _) in g.consumers(q).iter() {
         if !is_op(g, dq, ONNX_DOMAIN, "DequantizeLinear") {
@@ -160,7 +168,7 @@ pub fn standard_consumers(g: &dyn GraphView, q: ValueId, scale: ValueId, k: i64)
             continue;
         }
         let readers = g.consumers(deq);
-        let uses: Result<Vec<_>, _> = readers.iter().map(|(mm, _)| matmul_use(g, *mm, deq, k)).collect();
+        let uses: Result<Vec<_>, _> = readers.iter().map(|(mm, _)| matmul_use(g, *mm, deq, k, act_dtype)).collect();
         match uses {
             Ok(u) if !u.is_empty() => {
                 c.matmuls.extend(u);
@@ -174,7 +182,7 @@ pub fn standard_consumers(g: &dyn GraphView, q: ValueId, scale: ValueId, k: i64)
 
 /// Consumers of a Quark fake-quantized activation: all must be MatMuls (there is no op that
 /// re-creates the fake-quantized float tensor).
-pub fn quark_consumers(g: &dyn GraphView, fake: ValueId, k: i64) -> Result<Consumers, Reject> {
+pub fn quark_consumers(g: &dyn GraphView, fake: ValueId, k: i64, act_dtype: i32) -> Result<Consumers, Reject> {
     if g.is_graph_output(fake) {
         return Err(reject!("fake-quantized '{}' is a graph output", g.value_name(fake)));
     }
@@ -182,7 +190,7 @@ pub fn quark_consumers(g: &dyn GraphView, fake: ValueId, k: i64) -> Result<Consu
     if readers.is_empty() {
         return Err(reject!("fake-quantized '{}' is not read", g.value_name(fake)));
     }
-    let matmuls = readers.iter().map(|(mm, _)| matmul_use(g, *mm, fake, k)).collect::<Result<Vec<_>, _>>()?;
+    let matmuls = readers.iter().map(|(mm, _)| matmul_use(g, *mm, fake, k, act_dtype)).collect::<Result<Vec<_>, _>>()?;
     Ok(Consumers { matmuls, dequant: Vec::new() })
 }
 
@@ -273,4 +281,13 @@ fn quantize_rows_floor(rows: &[f32], k: usize) -> (Vec<u8>, Vec<u8>) {
     }
     debug_assert_eq!(scales.len() * KB, k * (rows.len() / k));
     (vals, scales)
+}
+
+/// The consumers of whichever quantize spelling matched.
+pub fn consumers_for(g: &dyn GraphView, info: &super::spellings::mx_quant::QuantInfo) -> Result<Consumers, Reject> {
+    match (info.quark_out, info.q, info.scale) {
+        (Some(fake), _, _) => quark_consumers(g, fake, info.k, info.dtype),
+        (None, Some(q), Some(s)) => standard_consumers(g, q, s, info.k, info.dtype),
+        _ => Err(reject!("internal: quantize spelling without outputs")),
+    }
 }

@@ -17,7 +17,7 @@
 
 use std::sync::LazyLock;
 
-use super::mx_consumers::{emit_matmuls, quant_outputs, quark_consumers, standard_consumers, Consumers};
+use super::mx_consumers::{emit_matmuls, quant_outputs, consumers_for, Consumers};
 use super::spellings::mx_quant::{check_mx_quant, mx_quant, MxQuantPat, QuantInfo};
 use crate::pattern::{Emit, Fuse, Match, Pat, Pattern, Rule, RuleConfig, Site};
 use crate::view::ValueId;
@@ -55,11 +55,7 @@ impl Rule for MxQuantRule {
     fn check(&self, m: &Match<'_>, cfg: &RuleConfig) -> Result<Fuse<Params>, crate::pattern::Reject> {
         let info = check_mx_quant(m, &self.h)?;
         let g = m.graph();
-        let consumers = match (info.quark_out, info.q, info.scale) {
-            (Some(fake), _, _) => quark_consumers(g, fake, info.k)?,
-            (None, Some(q), Some(s)) => standard_consumers(g, q, s, info.k)?,
-            _ => return Err(crate::reject!("internal: quantize spelling without outputs")),
-        };
+        let consumers = consumers_for(g, &info)?;
         let params = Params {
             x: m[self.h.x],
             scale_rule: cfg.scale_rule_override.clone().unwrap_or_else(|| info.rule.as_str().into()),
