@@ -1,0 +1,415 @@
+//! Rewrite time and peak RSS of `mxfuse rewrite` on generated 60-layer decoders whose weights
+//! live in external data, at two hidden sizes (same graph, ~30x different weight bytes).
+//!
+//! Run: `cargo bench -p graph_rewrites --bench rewrite_io` (bench profile). Environment:
+//! `MXFUSE_BENCH_LAYERS` (default 60), `MXFUSE_BENCH_RUNS` (default 5), `MXFUSE_BENCH_DIR`
+//! (default: the system temp dir). The weight file is sparse (`set_len`), so even the ~80 GB of
+//! the hidden-6144 model cost no disk; the rewrite never reads it except for the small norm
+//! weights a rule asks for.
+//!
+//! Per layer: residual Add → RMSNormalization → MXFP8 quantize (opset-24 standard spelling) →
+//! DequantizeLinear → MatMul (attention stand-in), residual Add → RMSNormalization → MXFP8 →
+//! DequantizeLinear → MatMul(gate|up) → Split → SiLU·up → MXFP8 → DequantizeLinear → MatMul(down).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use graph_rewrites::onnx_pb::{
+    attribute_proto::AttributeType, tensor_proto::DataLocation, tensor_shape_proto, type_proto,
+    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto,
+    TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
+};
+use prost::Message;
+
+const FLOAT: i32 = 1;
+const INT64: i32 = 7;
+
+/// One generated model size.
+struct Size {
+    label: &'static str,
+    hidden: i64,
+    inter: i64,
+}
+
+const SIZES: [Size; 2] = [
+    Size {
+        label: "h1024",
+        hidden: 1024,
+        inter: 2816,
+    },
+    Size {
+        label: "h6144",
+        hidden: 6144,
+        inter: 16384,
+    },
+];
+
+/// Builds the model proto; external tensors point into `weights.bin` (offsets returned total).
+struct Gen {
+    g: GraphProto,
+    offset: u64,
+}
+
+impl Gen {
+    fn node(&mut self, op: &str, inputs: &[&str], outputs: &[&str], attrs: Vec<AttributeProto>) {
+        let name = format!("{op}_{}", self.g.node.len());
+        self.g.node.push(NodeProto {
+            input: inputs.iter().map(|s| s.to_string()).collect(),
+            output: outputs.iter().map(|s| s.to_string()).collect(),
+            name: Some(name),
+            op_type: Some(op.into()),
+            attribute: attrs,
+            ..Default::default()
+        });
+    }
+
+    /// A float weight of `dims` stored externally, 4 KiB aligned.
+    fn external(&mut self, name: &str, dims: &[i64]) {
+        let len = dims.iter().product::<i64>() as u64 * 4;
+        let entry = |k: &str, v: String| StringStringEntryProto {
+            key: Some(k.into()),
+            value: Some(v),
+        };
+        self.g.initializer.push(TensorProto {
+            name: Some(name.into()),
+            dims: dims.to_vec(),
+            data_type: Some(FLOAT),
+            data_location: Some(DataLocation::External as i32),
+            external_data: vec![
+                entry("location", "weights.bin".into()),
+                entry("offset", self.offset.to_string()),
+                entry("length", len.to_string()),
+            ],
+            ..Default::default()
+        });
+        self.offset += len.div_ceil(4096) * 4096;
+    }
+
+    fn inline(&mut self, name: &str, elem: i32, dims: &[i64], raw: Vec<u8>) {
+        self.g.initializer.push(TensorProto {
+            name: Some(name.into()),
+            dims: dims.to_vec(),
+            data_type: Some(elem),
+            raw_data: Some(raw),
+            ..Default::default()
+        });
+    }
+
+    /// MXFP8(x) with last dim `k`, standard opset-24 spelling, then DequantizeLinear: returns the
+    /// dequantized value name.
+    fn mx_qdq(&mut self, x: &str, k: i64, p: &str) -> String {
+        let shape = format!("blk_{k}");
+        let (xb, ab, amax, amax_s, scale, q, dq) =
+            [".xb", ".ab", ".amax", ".amax_s", ".scale", ".q", ".dq"]
+                .map(|s| format!("{p}{s}"))
+                .into();
+        self.node("Reshape", &[x, &shape], &[&xb], vec![]);
+        self.node("Abs", &[&xb], &[&ab], vec![]);
+        self.node(
+            "ReduceMax",
+            &[&ab, "ax_last"],
+            &[&amax],
+            vec![int("keepdims", 0)],
+        );
+        self.node("Mul", &[&amax, "inv_2pow_emax"], &[&amax_s], vec![]);
+        let cast_attrs = vec![
+            int("to", 24),
+            string("round_mode", "down"),
+            int("saturate", 1),
+        ];
+        self.node("Cast", &[&amax_s], &[&scale], cast_attrs);
+        let q_attrs = vec![
+            int("axis", -1),
+            int("block_size", 32),
+            int("output_dtype", 17),
+            int("saturate", 1),
+        ];
+        self.node("QuantizeLinear", &[x, &scale], &[&q], q_attrs);
+        self.node(
+            "DequantizeLinear",
+            &[&q, &scale],
+            &[&dq],
+            vec![int("axis", -1), int("block_size", 32)],
+        );
+        dq
+    }
+}
+
+fn int(name: &str, v: i64) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Int as i32),
+        i: Some(v),
+        ..Default::default()
+    }
+}
+
+fn string(name: &str, v: &str) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::String as i32),
+        s: Some(v.as_bytes().to_vec()),
+        ..Default::default()
+    }
+}
+
+fn float(name: &str, v: f32) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Float as i32),
+        f: Some(v),
+        ..Default::default()
+    }
+}
+
+fn activation(name: &str, hidden: i64) -> ValueInfoProto {
+    use tensor_shape_proto::{dimension::Value, Dimension};
+    let dims = [
+        Value::DimValue(1),
+        Value::DimParam("seq".into()),
+        Value::DimValue(hidden),
+    ];
+    ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(TypeProto {
+            denotation: None,
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(FLOAT),
+                shape: Some(TensorShapeProto {
+                    dim: dims
+                        .into_iter()
+                        .map(|v| Dimension {
+                            denotation: None,
+                            value: Some(v),
+                        })
+                        .collect(),
+                }),
+            })),
+        }),
+        ..Default::default()
+    }
+}
+
+/// Writes `dir/model.onnx` and the sparse `dir/weights.bin`; returns the weight bytes.
+fn generate(dir: &Path, layers: usize, s: &Size) -> u64 {
+    let (h, i) = (s.hidden, s.inter);
+    let mut gen = Gen {
+        g: GraphProto {
+            name: Some(format!("bench_{}", s.label)),
+            ..Default::default()
+        },
+        offset: 0,
+    };
+    gen.g.input = vec![activation("x", h), activation("residual", h)];
+    for k in [h, i] {
+        let shape: Vec<u8> = [0i64, 0, k / 32, 32]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        gen.inline(&format!("blk_{k}"), INT64, &[4], shape);
+    }
+    gen.inline("ax_last", INT64, &[1], (-1i64).to_le_bytes().to_vec());
+    gen.inline(
+        "inv_2pow_emax",
+        FLOAT,
+        &[],
+        (2f32.powi(-8)).to_le_bytes().to_vec(),
+    );
+    let (mut hid, mut res) = ("x".to_owned(), "residual".to_owned());
+    let norm_attrs = || {
+        vec![
+            int("axis", -1),
+            float("epsilon", 1e-6),
+            int("stash_type", 1),
+        ]
+    };
+    for l in 0..layers {
+        let p = |s: &str| format!("l{l}.{s}");
+        for w in ["g1", "g2"] {
+            gen.external(&p(w), &[h]);
+        }
+        gen.external(&p("w_o"), &[h, h]);
+        gen.external(&p("w_gu"), &[h, 2 * i]);
+        gen.external(&p("w_down"), &[i, h]);
+        gen.node("Add", &[&hid, &res], &[&p("sum1")], vec![]);
+        gen.node(
+            "RMSNormalization",
+            &[&p("sum1"), &p("g1")],
+            &[&p("n1")],
+            norm_attrs(),
+        );
+        let d1 = gen.mx_qdq(&p("n1"), h, &p("q1"));
+        gen.node("MatMul", &[&d1, &p("w_o")], &[&p("attn")], vec![]);
+        gen.node("Add", &[&p("attn"), &p("sum1")], &[&p("sum2")], vec![]);
+        gen.node(
+            "RMSNormalization",
+            &[&p("sum2"), &p("g2")],
+            &[&p("n2")],
+            norm_attrs(),
+        );
+        let d2 = gen.mx_qdq(&p("n2"), h, &p("q2"));
+        gen.node("MatMul", &[&d2, &p("w_gu")], &[&p("gu")], vec![]);
+        gen.node(
+            "Split",
+            &[&p("gu")],
+            &[&p("gate"), &p("up")],
+            vec![int("axis", -1), int("num_outputs", 2)],
+        );
+        gen.node("Sigmoid", &[&p("gate")], &[&p("sig")], vec![]);
+        gen.node("Mul", &[&p("gate"), &p("sig")], &[&p("silu")], vec![]);
+        gen.node("Mul", &[&p("silu"), &p("up")], &[&p("act")], vec![]);
+        let d3 = gen.mx_qdq(&p("act"), i, &p("q3"));
+        gen.node("MatMul", &[&d3, &p("w_down")], &[&p("down")], vec![]);
+        (hid, res) = (p("down"), p("sum2"));
+    }
+    gen.node("Add", &[&hid, &res], &["y"], vec![]);
+    gen.g.output = vec![activation("y", h)];
+    let model = ModelProto {
+        ir_version: Some(10),
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(24),
+        }],
+        producer_name: Some("mxfuse rewrite_io bench".into()),
+        graph: Some(gen.g),
+        ..Default::default()
+    };
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("model.onnx"), model.encode_to_vec()).unwrap();
+    let weights = std::fs::File::create(dir.join("weights.bin")).unwrap();
+    weights.set_len(gen.offset).unwrap(); // sparse: no disk, no page cache
+    gen.offset
+}
+
+/// Parsed `--stats` line and fusion count of one run.
+struct Run {
+    load: f64,
+    rewrite: f64,
+    save: f64,
+    total: f64,
+    rss_mib: f64,
+}
+
+fn run_once(exe: &str, dir: &Path) -> (Run, String) {
+    let out = Command::new(exe)
+        .args([
+            "rewrite",
+            "model.onnx",
+            "-o",
+            "out.onnx",
+            "--report",
+            "report.json",
+            "--stats",
+        ])
+        .current_dir(dir)
+        .output()
+        .expect("run mxfuse");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "mxfuse failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("stats:"))
+        .expect("stats line");
+    let field = |key: &str| -> f64 {
+        let at = line
+            .find(key)
+            .unwrap_or_else(|| panic!("no '{key}' in {line}"))
+            + key.len();
+        line[at..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .trim_end_matches(',')
+            .parse()
+            .unwrap()
+    };
+    let run = Run {
+        load: field("load "),
+        rewrite: field("rewrite "),
+        save: field("save "),
+        total: field("total "),
+        rss_mib: field("peak RSS "),
+    };
+    (run, stdout)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    // `cargo bench` passes harness flags such as `--bench`; there is nothing to filter.
+    let env_num = |k: &str, d: usize| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let (layers, runs) = (
+        env_num("MXFUSE_BENCH_LAYERS", 60),
+        env_num("MXFUSE_BENCH_RUNS", 5).max(1),
+    );
+    let root = std::env::var_os("MXFUSE_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let root = root.join(format!("mxfuse-bench-rewrite-{}", std::process::id()));
+    let exe = env!("CARGO_BIN_EXE_mxfuse");
+    println!("rewrite_io: {layers} layers, {runs} runs per size, median of runs (peak RSS: max)");
+    println!("| model | weight bytes (external) | nodes in → out | load s | rewrite s | save s | total s | peak RSS MiB |");
+    println!("|---|---|---|---|---|---|---|---|");
+    let mut baseline: Option<(f64, f64)> = None;
+    for s in &SIZES {
+        let dir = root.join(s.label);
+        let bytes = generate(&dir, layers, s);
+        let mut results = Vec::new();
+        let mut table = String::new();
+        for _ in 0..runs {
+            let (r, stdout) = run_once(exe, &dir);
+            results.push(r);
+            table = stdout;
+        }
+        let nodes_in = graph_rewrites::io::load_model(&dir.join("model.onnx"))
+            .unwrap()
+            .graph
+            .unwrap()
+            .node
+            .len();
+        let nodes_out = graph_rewrites::io::load_model(&dir.join("out.onnx"))
+            .unwrap()
+            .graph
+            .unwrap()
+            .node
+            .len();
+        let pick = |f: fn(&Run) -> f64| median(results.iter().map(f).collect());
+        let rss = results.iter().map(|r| r.rss_mib).fold(0.0, f64::max);
+        let total = pick(|r| r.total);
+        println!(
+            "| {layers}L {} (I={}) | {:.1} GB | {nodes_in} → {nodes_out} | {:.3} | {:.3} | {:.3} | {total:.3} | {rss:.1} |",
+            s.label,
+            s.inter,
+            bytes as f64 / 1e9,
+            pick(|r| r.load),
+            pick(|r| r.rewrite),
+            pick(|r| r.save)
+        );
+        eprintln!("{}: mxfuse table of the last run:\n{table}", s.label);
+        match baseline {
+            None => baseline = Some((total, rss)),
+            Some((t0, r0)) => println!(
+                "ratio {} / {}: time {:.2}x, peak RSS {:.2}x (weights {:.1}x)",
+                s.label,
+                SIZES[0].label,
+                total / t0,
+                rss / r0,
+                (s.hidden * (s.hidden + 3 * s.inter)) as f64
+                    / (SIZES[0].hidden * (SIZES[0].hidden + 3 * SIZES[0].inter)) as f64
+            ),
+        }
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}
