@@ -1,0 +1,365 @@
+//! The `com.mxfuse` custom-op domain: one `OrtCustomOp` per op of docs/ops.md, each running the
+//! shared [`crate::ops`] kernels. Served to ORT by `RegisterCustomOps` (classic custom-op
+//! library) and by the EP factory's `GetCustomOpDomains` (so models holding com.mxfuse nodes load
+//! when only the plugin EP is registered).
+
+use std::collections::BTreeMap;
+use std::ffi::{c_char, c_void, CStr};
+use std::ptr;
+use std::sync::OnceLock;
+
+use ort_sys::{
+    ONNXTensorElementDataType as OrtType, OrtApi, OrtCustomOp, OrtCustomOpDomain,
+    OrtCustomOpInputOutputCharacteristic as Characteristic, OrtKernelContext, OrtKernelInfo,
+    OrtMemType, OrtOpAttr, OrtShapeInferContext, OrtStatusPtr, OrtTensorTypeAndShapeInfo,
+};
+
+use crate::error::{Error, Result};
+use crate::ffi::api::{api, c_string, check};
+use crate::ffi::ep_abi::ORT_API_VERSION;
+use crate::ffi::guard::{guard_status, guard_value};
+use crate::kernel_io::run_kernel;
+use crate::ops::schema::{self, AttrKind, OpSchema, Slot};
+use crate::ops::{self, Attrs, Kernel};
+use crate::ort_attrs::read_attr;
+use crate::ort_types::{ort_from_onnx, read_tensor_shape_info};
+use crate::tensor::Meta;
+use graph_rewrites::view::{AttrValue, Dim};
+
+/// An `OrtCustomOp` followed by our data; ORT hands the `OrtCustomOp*` back, which is also a
+/// pointer to this struct.
+#[repr(C)]
+pub struct MxCustomOp {
+    base: OrtCustomOp,
+    schema: &'static OpSchema,
+    name: &'static CStr,
+}
+
+// SAFETY: immutable after construction; only function pointers and static data.
+unsafe impl Sync for MxCustomOp {}
+unsafe impl Send for MxCustomOp {}
+
+unsafe fn this(op: *const OrtCustomOp) -> &'static MxCustomOp {
+    &*(op as *const MxCustomOp)
+}
+
+fn slot_type(slot: Option<&Slot>) -> OrtType {
+    slot.and_then(|s| s.dtype)
+        .and_then(|t| ort_from_onnx(t).ok())
+        .unwrap_or(OrtType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED)
+}
+
+fn characteristic(slot: Option<&Slot>) -> Characteristic {
+    match slot {
+        Some(s) if s.optional => Characteristic::INPUT_OUTPUT_OPTIONAL,
+        _ => Characteristic::INPUT_OUTPUT_REQUIRED,
+    }
+}
+
+unsafe extern "system" fn get_name(op: *const OrtCustomOp) -> *const c_char {
+    this(op).name.as_ptr()
+}
+unsafe extern "system" fn get_ep_type(_op: *const OrtCustomOp) -> *const c_char {
+    // NULL: the kernel runs on ORT's CPU EP (its home in the custom-op library path).
+    ptr::null()
+}
+unsafe extern "system" fn input_type(op: *const OrtCustomOp, i: usize) -> OrtType {
+    slot_type(this(op).schema.inputs.get(i))
+}
+unsafe extern "system" fn input_count(op: *const OrtCustomOp) -> usize {
+    this(op).schema.inputs.len()
+}
+unsafe extern "system" fn output_type(op: *const OrtCustomOp, i: usize) -> OrtType {
+    slot_type(this(op).schema.outputs.get(i))
+}
+unsafe extern "system" fn output_count(op: *const OrtCustomOp) -> usize {
+    this(op).schema.outputs.len()
+}
+unsafe extern "system" fn input_characteristic(op: *const OrtCustomOp, i: usize) -> Characteristic {
+    characteristic(this(op).schema.inputs.get(i))
+}
+unsafe extern "system" fn output_characteristic(
+    op: *const OrtCustomOp,
+    i: usize,
+) -> Characteristic {
+    characteristic(this(op).schema.outputs.get(i))
+}
+unsafe extern "system" fn input_mem_type(_op: *const OrtCustomOp, _i: usize) -> OrtMemType {
+    OrtMemType::OrtMemTypeDefault
+}
+unsafe extern "system" fn variadic_min_arity(_op: *const OrtCustomOp) -> i32 {
+    1
+}
+unsafe extern "system" fn variadic_homogeneity(_op: *const OrtCustomOp) -> i32 {
+    0
+}
+unsafe extern "system" fn start_version(_op: *const OrtCustomOp) -> i32 {
+    schema::OPSET
+}
+unsafe extern "system" fn end_version(_op: *const OrtCustomOp) -> i32 {
+    schema::OPSET
+}
+
+/// Reads the schema's attributes through `get`, which returns `Ok(None)` for absent ones.
+fn collect_attrs(
+    schema: &OpSchema,
+    mut get: impl FnMut(&str, AttrKind) -> Result<Option<AttrValue>>,
+) -> Result<Attrs> {
+    let mut values = BTreeMap::new();
+    for &(name, kind) in schema.attrs {
+        if let Some(v) = get(name, kind)? {
+            values.insert(name.to_string(), v);
+        }
+    }
+    Attrs::new(schema, values)
+}
+
+/// Reads one attribute from `KernelInfo`. The typed getters fail both for "absent" and for
+/// "other type", so on failure the other getters tell a mistyped attribute (an error) from an
+/// absent one.
+unsafe fn kernel_info_attr(
+    info: *const OrtKernelInfo,
+    name: &str,
+    kind: AttrKind,
+) -> Result<Option<AttrValue>> {
+    let ort: &OrtApi = api()?.ort;
+    let c_name = c_string(name);
+    let get_int = || {
+        let mut v = 0i64;
+        check((ort.KernelInfoGetAttribute_int64)(
+            info,
+            c_name.as_ptr(),
+            &mut v,
+        ))
+        .ok()
+        .map(|_| AttrValue::Int(v))
+    };
+    let get_float = || {
+        let mut v = 0f32;
+        check((ort.KernelInfoGetAttribute_float)(
+            info,
+            c_name.as_ptr(),
+            &mut v,
+        ))
+        .ok()
+        .map(|_| AttrValue::Float(v))
+    };
+    let get_string = || {
+        let mut size = 0usize;
+        check((ort.KernelInfoGetAttribute_string)(
+            info,
+            c_name.as_ptr(),
+            ptr::null_mut(),
+            &mut size,
+        ))
+        .ok()?;
+        let mut buf = vec![0u8; size.max(1)];
+        check((ort.KernelInfoGetAttribute_string)(
+            info,
+            c_name.as_ptr(),
+            buf.as_mut_ptr() as *mut c_char,
+            &mut size,
+        ))
+        .ok()?;
+        let s = CStr::from_bytes_until_nul(&buf)
+            .ok()?
+            .to_string_lossy()
+            .into_owned();
+        Some(AttrValue::String(s))
+    };
+    let (wanted, others): (Option<AttrValue>, [Option<AttrValue>; 2]) = match kind {
+        AttrKind::Int => (get_int(), [get_float(), get_string()]),
+        AttrKind::Float => (get_float(), [get_int(), get_string()]),
+        AttrKind::String => (get_string(), [get_int(), get_float()]),
+    };
+    match (wanted, others) {
+        (Some(v), _) => Ok(Some(v)),
+        (None, [None, None]) => Ok(None),
+        (None, [a, b]) => Err(Error::invalid(format!(
+            "attribute {name:?} has the wrong type ({:?})",
+            a.or(b)
+        ))),
+    }
+}
+
+/// Per-node kernel state handed to ORT.
+struct KernelState {
+    kernel: Box<dyn Kernel>,
+}
+
+unsafe extern "system" fn create_kernel_v2(
+    op: *const OrtCustomOp,
+    _api: *const OrtApi,
+    info: *const OrtKernelInfo,
+    kernel: *mut *mut c_void,
+) -> OrtStatusPtr {
+    guard_status("CreateKernel", || {
+        let schema = this(op).schema;
+        let attrs = collect_attrs(schema, |name, kind| kernel_info_attr(info, name, kind))?;
+        let state = Box::new(KernelState {
+            kernel: ops::create(&attrs)?,
+        });
+        *kernel = Box::into_raw(state) as *mut c_void;
+        Ok(())
+    })
+}
+
+unsafe extern "system" fn kernel_compute_v2(
+    kernel: *mut c_void,
+    ctx: *mut OrtKernelContext,
+) -> OrtStatusPtr {
+    guard_status("Compute", || {
+        let state = &*(kernel as *const KernelState);
+        run_kernel(state.kernel.as_ref(), ctx)
+    })
+}
+
+unsafe extern "system" fn kernel_destroy(kernel: *mut c_void) {
+    guard_value((), || {
+        if !kernel.is_null() {
+            drop(Box::from_raw(kernel as *mut KernelState));
+        }
+    })
+}
+
+/// Writes `meta` (with -1 for unknown dims) as output `i`'s inferred type and shape.
+unsafe fn set_output(ctx: *mut OrtShapeInferContext, i: usize, meta: &Meta) -> Result<()> {
+    let ort = api()?.ort;
+    let mut info: *mut OrtTensorTypeAndShapeInfo = ptr::null_mut();
+    check((ort.CreateTensorTypeAndShapeInfo)(&mut info))?;
+    let result = (|| {
+        check((ort.SetTensorElementType)(info, ort_from_onnx(meta.dtype)?))?;
+        check((ort.SetDimensions)(
+            info,
+            meta.dims.as_ptr(),
+            meta.dims.len(),
+        ))?;
+        check((ort.ShapeInferContext_SetOutputTypeShape)(ctx, i, info))
+    })();
+    (ort.ReleaseTensorTypeAndShapeInfo)(info);
+    result
+}
+
+unsafe extern "system" fn infer_output_shape(
+    op: *const OrtCustomOp,
+    ctx: *mut OrtShapeInferContext,
+) -> OrtStatusPtr {
+    guard_status("InferOutputShape", || {
+        let ort = api()?.ort;
+        let schema = this(op).schema;
+        let attrs = collect_attrs(schema, |name, _| {
+            let c_name = c_string(name);
+            let mut attr: *const OrtOpAttr = ptr::null();
+            if check((ort.ShapeInferContext_GetAttribute)(
+                ctx,
+                c_name.as_ptr(),
+                &mut attr,
+            ))
+            .is_err()
+                || attr.is_null()
+            {
+                return Ok(None);
+            }
+            read_attr(attr).map(Some)
+        })?;
+        let kernel = ops::create(&attrs)?;
+        let mut n = 0usize;
+        check((ort.ShapeInferContext_GetInputCount)(ctx, &mut n))?;
+        let mut metas = Vec::with_capacity(n);
+        for i in 0..n {
+            let mut info: *mut OrtTensorTypeAndShapeInfo = ptr::null_mut();
+            // An omitted optional input has no type: leave it out.
+            if check((ort.ShapeInferContext_GetInputTypeShape)(ctx, i, &mut info)).is_err()
+                || info.is_null()
+            {
+                metas.push(None);
+                continue;
+            }
+            // The info is owned by the context (ORT's C++ wrapper treats it as a const view).
+            let ti = read_tensor_shape_info(info)?;
+            let dims = ti
+                .shape
+                .unwrap_or_default()
+                .iter()
+                .map(|d| if let Dim::Known(v) = d { *v } else { -1 })
+                .collect();
+            metas.push(Some(Meta::new(ti.elem_type, dims)));
+        }
+        let refs: Vec<Option<&Meta>> = metas.iter().map(Option::as_ref).collect();
+        for (i, meta) in kernel.output_metas(&refs)?.iter().enumerate() {
+            set_output(ctx, i, meta)?;
+        }
+        Ok(())
+    })
+}
+
+fn make_op(schema: &'static OpSchema, name: &'static CStr) -> MxCustomOp {
+    MxCustomOp {
+        base: OrtCustomOp {
+            version: ORT_API_VERSION,
+            CreateKernel: None,
+            GetName: Some(get_name),
+            GetExecutionProviderType: Some(get_ep_type),
+            GetInputType: Some(input_type),
+            GetInputTypeCount: Some(input_count),
+            GetOutputType: Some(output_type),
+            GetOutputTypeCount: Some(output_count),
+            KernelCompute: None,
+            KernelDestroy: Some(kernel_destroy),
+            GetInputCharacteristic: Some(input_characteristic),
+            GetOutputCharacteristic: Some(output_characteristic),
+            GetInputMemoryType: Some(input_mem_type),
+            GetVariadicInputMinArity: Some(variadic_min_arity),
+            GetVariadicInputHomogeneity: Some(variadic_homogeneity),
+            GetVariadicOutputMinArity: Some(variadic_min_arity),
+            GetVariadicOutputHomogeneity: Some(variadic_homogeneity),
+            CreateKernelV2: Some(create_kernel_v2),
+            KernelComputeV2: Some(kernel_compute_v2),
+            InferOutputShapeFn: Some(infer_output_shape),
+            GetStartVersion: Some(start_version),
+            GetEndVersion: Some(end_version),
+            GetMayInplace: None,
+            ReleaseMayInplace: None,
+            GetAliasMap: None,
+            ReleaseAliasMap: None,
+        },
+        schema,
+        name,
+    }
+}
+
+/// The op table, built once; ORT keeps pointers into it for the life of the process.
+fn op_table() -> &'static [MxCustomOp] {
+    static OPS: OnceLock<Vec<MxCustomOp>> = OnceLock::new();
+    OPS.get_or_init(|| {
+        schema::ALL
+            .iter()
+            .map(|s| {
+                // Op names are static literals without NULs; leaking the C copy once is fine.
+                let name: &'static CStr = Box::leak(c_string(s.name).into_boxed_c_str());
+                make_op(s, name)
+            })
+            .collect()
+    })
+}
+
+/// The process-wide `com.mxfuse` domain object (created on first use, never released: sessions
+/// created from any session options may still point at it).
+pub fn domain() -> Result<*mut OrtCustomOpDomain> {
+    static DOMAIN: OnceLock<usize> = OnceLock::new();
+    if let Some(&d) = DOMAIN.get() {
+        return Ok(d as *mut OrtCustomOpDomain);
+    }
+    let ort = api()?.ort;
+    let name = c_string(schema::DOMAIN);
+    let mut d: *mut OrtCustomOpDomain = ptr::null_mut();
+    // SAFETY: plain ORT calls; the ops live in a static table.
+    unsafe {
+        check((ort.CreateCustomOpDomain)(name.as_ptr(), &mut d))?;
+        for op in op_table() {
+            check((ort.CustomOpDomain_Add)(d, &op.base))?;
+        }
+    }
+    // Two threads racing here would each build a domain; keep the first, leak the other.
+    Ok(*DOMAIN.get_or_init(|| d as usize) as *mut OrtCustomOpDomain)
+}

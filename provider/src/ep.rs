@@ -1,0 +1,277 @@
+//! `MxFuseExecutionProvider`: claims what the rewrite rules would fuse (`GetCapability`) and
+//! turns each claimed subgraph into a [`Program`] of com.mxfuse kernels (`Compile`).
+
+use std::collections::HashSet;
+use std::ffi::{c_char, c_void, CStr};
+use std::ptr;
+
+use graph_rewrites::ir::Graph;
+use graph_rewrites::pipeline::{find_sites, run_pipeline};
+use graph_rewrites::view::{GraphView, MXFUSE_DOMAIN};
+use ort_sys::{OrtGraph, OrtKernelContext, OrtLogger, OrtNode, OrtStatusPtr, OrtValueInfo};
+
+use crate::error::{Error, Result};
+use crate::ffi::api::{api, check, owned_str};
+use crate::ffi::ep_abi::{
+    OrtEp, OrtEpGraphSupportInfo, OrtNodeComputeContext, OrtNodeComputeInfo, OrtNodeFusionOptions,
+    ORT_API_VERSION,
+};
+use crate::ffi::guard::{guard_status, guard_value};
+use crate::options::EpOptions;
+use crate::ort_graph_view::OrtGraphView;
+use crate::program::Program;
+use crate::view_to_model::model_from_view;
+
+const NAME: &CStr = c"MxFuseExecutionProvider";
+
+/// `OrtEp` first, so ORT's `OrtEp*` is also a `*mut MxEp`.
+#[repr(C)]
+pub struct MxEp {
+    base: OrtEp,
+    options: EpOptions,
+}
+
+impl MxEp {
+    pub fn new(options: EpOptions, _logger: *const OrtLogger) -> Box<Self> {
+        Box::new(MxEp {
+            base: OrtEp {
+                ort_version_supported: ORT_API_VERSION,
+                GetName: Some(get_name),
+                GetCapability: Some(get_capability),
+                Compile: Some(compile),
+                ReleaseNodeComputeInfos: Some(release_node_compute_infos),
+                GetPreferredDataLayout: None,
+                ShouldConvertDataLayoutForOp: None,
+                SetDynamicOptions: None,
+                OnRunStart: None,
+                OnRunEnd: None,
+                CreateAllocator: None,
+                CreateSyncStreamForDevice: None,
+                GetCompiledModelCompatibilityInfo: None,
+                GetKernelRegistry: None,
+                IsConcurrentRunSupported: None,
+                Sync: None,
+                CreateProfiler: None,
+                IsGraphCaptureEnabled: None,
+                IsGraphCaptured: None,
+                ReplayGraph: None,
+                GetGraphCaptureNodeAssignmentPolicy: None,
+                GetAvailableResource: None,
+                OnSessionInitializationEnd: None,
+                GetDefaultMemoryDevice: None,
+                ReleaseCapturedGraph: None,
+                GetWeightlessSupport: None,
+                _padding: [None; 8],
+            },
+            options,
+        })
+    }
+
+    pub fn into_raw(self: Box<Self>) -> *mut OrtEp {
+        Box::into_raw(self) as *mut OrtEp
+    }
+
+    /// # Safety
+    /// `ep` must come from [`MxEp::into_raw`] and not be used afterwards.
+    pub unsafe fn release(ep: *mut OrtEp) {
+        drop(Box::from_raw(ep as *mut MxEp));
+    }
+
+    unsafe fn from_raw<'a>(ep: *const OrtEp) -> &'a MxEp {
+        &*(ep as *const MxEp)
+    }
+}
+
+unsafe extern "system" fn get_name(_ep: *const OrtEp) -> *const c_char {
+    NAME.as_ptr()
+}
+
+/// Groups of nodes to claim: every accepted rewrite site, plus each remaining com.mxfuse node
+/// (an offline-rewritten model), one group per fused node.
+pub fn claim_groups(
+    view: &OrtGraphView,
+    options: &EpOptions,
+) -> Result<Vec<Vec<graph_rewrites::view::NodeId>>> {
+    let sites = find_sites(view, &options.pipeline).map_err(|e| Error::invalid(e.to_string()))?;
+    let mut claimed = HashSet::new();
+    let mut groups = Vec::new();
+    for site in sites {
+        if site.verdict.is_ok()
+            && !site.nodes.is_empty()
+            && site.nodes.iter().all(|n| !claimed.contains(n))
+        {
+            claimed.extend(site.nodes.iter().copied());
+            groups.push(site.nodes);
+        }
+    }
+    for &n in view.nodes().iter() {
+        if view.domain(n) == MXFUSE_DOMAIN
+            && crate::ops::schema::find(view.op_type(n)).is_some()
+            && claimed.insert(n)
+        {
+            groups.push(vec![n]);
+        }
+    }
+    Ok(groups)
+}
+
+unsafe extern "system" fn get_capability(
+    ep: *mut OrtEp,
+    graph: *const OrtGraph,
+    info: *mut OrtEpGraphSupportInfo,
+) -> OrtStatusPtr {
+    guard_status("GetCapability", || {
+        let ep = MxEp::from_raw(ep);
+        let api = api()?;
+        let view = OrtGraphView::new(graph)?;
+        // Constant initializers stay inputs of the fused node (ORT keeps them alive and hands
+        // them to Compute), so the program never copies weights.
+        let fusion = OrtNodeFusionOptions {
+            ort_version_supported: ORT_API_VERSION,
+            drop_constant_initializers: false,
+        };
+        for group in claim_groups(&view, &ep.options)? {
+            let nodes: Vec<*const OrtNode> = group.iter().map(|&n| view.ort_node(n)).collect();
+            check((api.ep.EpGraphSupportInfo_AddNodesToFuse)(
+                info,
+                nodes.as_ptr(),
+                nodes.len(),
+                &fusion,
+            ))?;
+        }
+        Ok(())
+    })
+}
+
+/// Names of a node's inputs or outputs ("" for omitted ones).
+unsafe fn io_names(node: *const OrtNode, outputs: bool) -> Result<Vec<String>> {
+    let ort = api()?.ort;
+    let mut n = 0usize;
+    if outputs {
+        check((ort.Node_GetNumOutputs)(node, &mut n))?;
+    } else {
+        check((ort.Node_GetNumInputs)(node, &mut n))?;
+    }
+    let mut vis = vec![ptr::null::<OrtValueInfo>(); n];
+    if outputs {
+        check((ort.Node_GetOutputs)(node, vis.as_mut_ptr(), n))?;
+    } else {
+        check((ort.Node_GetInputs)(node, vis.as_mut_ptr(), n))?;
+    }
+    vis.into_iter()
+        .map(|vi| {
+            if vi.is_null() {
+                return Ok(String::new());
+            }
+            let mut s = ptr::null();
+            check((ort.GetValueInfoName)(vi, &mut s))?;
+            Ok(owned_str(s))
+        })
+        .collect()
+}
+
+/// Builds the program of one fused node from its subgraph.
+unsafe fn compile_one(
+    options: &EpOptions,
+    graph: *const OrtGraph,
+    fused: *const OrtNode,
+) -> Result<Program> {
+    let view = OrtGraphView::new(graph)?;
+    let inputs = io_names(fused, false)?;
+    let outputs = io_names(fused, true)?;
+    let all_ours = view
+        .nodes()
+        .iter()
+        .all(|&n| view.domain(n) == MXFUSE_DOMAIN);
+    if all_ours {
+        return Program::build(&view, &inputs, &outputs);
+    }
+    // Rewrite the claimed subgraph with the very pipeline the offline CLI runs.
+    let model = model_from_view(&view)?;
+    let mut ir = Graph::from_model(model, None).map_err(|e| Error::invalid(e.to_string()))?;
+    run_pipeline(&mut ir, &options.pipeline).map_err(|e| Error::invalid(e.to_string()))?;
+    Program::build(&ir, &inputs, &outputs)
+}
+
+/// `OrtNodeComputeInfo` first, so ORT's pointer is also a `*mut ComputeInfo`.
+#[repr(C)]
+struct ComputeInfo {
+    base: OrtNodeComputeInfo,
+    program: Program,
+}
+
+unsafe extern "system" fn compile(
+    ep: *mut OrtEp,
+    graphs: *const *const OrtGraph,
+    fused_nodes: *const *const OrtNode,
+    count: usize,
+    infos: *mut *mut OrtNodeComputeInfo,
+    _ep_context_nodes: *mut *mut OrtNode,
+) -> OrtStatusPtr {
+    guard_status("Compile", || {
+        let ep = MxEp::from_raw(ep);
+        // Build everything first so a failure leaves no half-filled output array behind.
+        let mut built = Vec::with_capacity(count);
+        for i in 0..count {
+            built.push(compile_one(
+                &ep.options,
+                *graphs.add(i),
+                *fused_nodes.add(i),
+            )?);
+        }
+        for (i, program) in built.into_iter().enumerate() {
+            let info = Box::new(ComputeInfo {
+                base: OrtNodeComputeInfo {
+                    ort_version_supported: ORT_API_VERSION,
+                    CreateState: Some(create_state),
+                    Compute: Some(compute),
+                    ReleaseState: Some(release_state),
+                },
+                program,
+            });
+            *infos.add(i) = Box::into_raw(info) as *mut OrtNodeComputeInfo;
+        }
+        Ok(())
+    })
+}
+
+unsafe extern "system" fn release_node_compute_infos(
+    _ep: *mut OrtEp,
+    infos: *mut *mut OrtNodeComputeInfo,
+    count: usize,
+) {
+    guard_value((), || {
+        for i in 0..count {
+            let p = *infos.add(i);
+            if !p.is_null() {
+                drop(Box::from_raw(p as *mut ComputeInfo));
+            }
+        }
+    })
+}
+
+/// The program is immutable and all per-run buffers are local to `Compute`, so the state is
+/// just the info itself and concurrent runs need no locking.
+unsafe extern "system" fn create_state(
+    this: *mut OrtNodeComputeInfo,
+    _ctx: *mut OrtNodeComputeContext,
+    state: *mut *mut c_void,
+) -> OrtStatusPtr {
+    guard_status("CreateState", || {
+        *state = this as *mut c_void;
+        Ok(())
+    })
+}
+
+unsafe extern "system" fn compute(
+    this: *mut OrtNodeComputeInfo,
+    _state: *mut c_void,
+    ctx: *mut OrtKernelContext,
+) -> OrtStatusPtr {
+    guard_status("Compute", || {
+        let info = &*(this as *const ComputeInfo);
+        info.program.run(ctx)
+    })
+}
+
+unsafe extern "system" fn release_state(_this: *mut OrtNodeComputeInfo, _state: *mut c_void) {}

@@ -1,0 +1,69 @@
+//! The C symbols ORT looks up in this library.
+
+use std::ffi::c_char;
+
+use ort_sys::{OrtApiBase, OrtLogger, OrtSessionOptions, OrtStatusPtr};
+
+use crate::error::Error;
+use crate::factory::Factory;
+use crate::ffi::api::{api, init};
+use crate::ffi::ep_abi::OrtEpFactory;
+use crate::ffi::guard::guard_status;
+
+/// Classic custom-op entry point: `SessionOptions.register_custom_ops_library(path)`.
+///
+/// # Safety
+/// Called by ORT with valid pointers.
+#[no_mangle]
+pub unsafe extern "C" fn RegisterCustomOps(
+    options: *mut OrtSessionOptions,
+    base: *const OrtApiBase,
+) -> OrtStatusPtr {
+    if let Err(status) = init(base) {
+        return status;
+    }
+    guard_status("RegisterCustomOps", || {
+        let domain = crate::custom_ops::domain()?;
+        crate::ffi::api::check((api()?.ort.AddCustomOpDomain)(options, domain))
+    })
+}
+
+/// Plugin-EP entry point: `onnxruntime.register_execution_provider_library(name, path)`.
+///
+/// # Safety
+/// Called by ORT with valid pointers; `factories` has room for `max_factories` entries.
+#[no_mangle]
+pub unsafe extern "C" fn CreateEpFactories(
+    _registration_name: *const c_char,
+    base: *const OrtApiBase,
+    _logger: *const OrtLogger,
+    factories: *mut *mut OrtEpFactory,
+    max_factories: usize,
+    num_factories: *mut usize,
+) -> OrtStatusPtr {
+    if let Err(status) = init(base) {
+        return status;
+    }
+    guard_status("CreateEpFactories", || {
+        if factories.is_null() || num_factories.is_null() || max_factories < 1 {
+            return Err(Error::invalid("CreateEpFactories: no room for a factory"));
+        }
+        *factories = Factory::new().into_raw();
+        *num_factories = 1;
+        Ok(())
+    })
+}
+
+/// Releases a factory made by [`CreateEpFactories`].
+///
+/// # Safety
+/// `factory` must come from [`CreateEpFactories`].
+#[no_mangle]
+pub unsafe extern "C" fn ReleaseEpFactory(factory: *mut OrtEpFactory) -> OrtStatusPtr {
+    guard_status("ReleaseEpFactory", || {
+        if !factory.is_null() {
+            Factory::release(factory);
+        }
+        Ok(())
+    })
+}

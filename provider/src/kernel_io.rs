@@ -1,0 +1,140 @@
+//! Reading a kernel's inputs from an `OrtKernelContext` and allocating its outputs there.
+
+use std::ffi::c_void;
+use std::ptr;
+
+use ort_sys::{OrtKernelContext, OrtValue};
+
+use crate::error::{Error, Result};
+use crate::ffi::api::{api, check};
+use crate::ort_types::{ort_from_onnx, value_type_and_dims};
+use crate::tensor::{Meta, TensorMut, TensorRef};
+
+/// The inputs of one kernel invocation: metas (owned) plus pointers to ORT's data.
+pub struct Inputs {
+    metas: Vec<Option<Meta>>,
+    data: Vec<*const u8>,
+}
+
+impl Inputs {
+    /// Reads every input of `ctx`; omitted optional inputs are `None`.
+    ///
+    /// # Safety
+    /// `ctx` must be the live context of the current `Compute` call.
+    pub unsafe fn read(ctx: *mut OrtKernelContext) -> Result<Self> {
+        let ort = api()?.ort;
+        let mut n = 0usize;
+        check((ort.KernelContext_GetInputCount)(ctx, &mut n))?;
+        let mut metas = Vec::with_capacity(n);
+        let mut data = Vec::with_capacity(n);
+        for i in 0..n {
+            let mut value: *const OrtValue = ptr::null();
+            check((ort.KernelContext_GetInput)(ctx, i, &mut value))?;
+            if value.is_null() {
+                metas.push(None);
+                data.push(ptr::null());
+                continue;
+            }
+            let (dtype, dims) = value_type_and_dims(value)?;
+            let mut p: *const c_void = ptr::null();
+            check((ort.GetTensorData)(value, &mut p))?;
+            metas.push(Some(Meta::new(dtype, dims)));
+            data.push(p as *const u8);
+        }
+        Ok(Inputs { metas, data })
+    }
+
+    pub fn metas(&self) -> Vec<Option<&Meta>> {
+        self.metas.iter().map(Option::as_ref).collect()
+    }
+
+    /// Views of the inputs; valid while the `Compute` call runs.
+    pub fn views(&self) -> Result<Vec<Option<TensorRef<'_>>>> {
+        self.metas
+            .iter()
+            .zip(&self.data)
+            .map(|(meta, &p)| match meta {
+                None => Ok(None),
+                Some(meta) => {
+                    let len = meta.byte_len()?;
+                    // SAFETY: ORT guarantees `len` bytes of CPU data for a tensor of this meta
+                    // for the duration of Compute; an empty tensor may have a NULL pointer.
+                    let data = if len == 0 || p.is_null() {
+                        &[][..]
+                    } else {
+                        unsafe { std::slice::from_raw_parts(p, len) }
+                    };
+                    Ok(Some(TensorRef { meta, data }))
+                }
+            })
+            .collect()
+    }
+}
+
+/// Allocates output `index` of `ctx` with `meta` and returns its bytes, or `None` when the node
+/// does not have that (optional) output.
+///
+/// # Safety
+/// `ctx` must be the live context of the current `Compute` call; the returned slice is valid
+/// until it returns.
+pub unsafe fn alloc_output<'a>(
+    ctx: *mut OrtKernelContext,
+    index: usize,
+    meta: &Meta,
+) -> Result<Option<&'a mut [u8]>> {
+    let ort = api()?.ort;
+    let mut count = 0usize;
+    check((ort.KernelContext_GetOutputCount)(ctx, &mut count))?;
+    if index >= count {
+        return Ok(None);
+    }
+    let mut value: *mut OrtValue = ptr::null_mut();
+    check((ort.KernelContext_GetOutput)(
+        ctx,
+        index,
+        meta.dims.as_ptr(),
+        meta.dims.len(),
+        &mut value,
+    ))?;
+    if value.is_null() {
+        return Ok(None);
+    }
+    // The element type ORT allocated must be the one we will write.
+    let (dtype, _) = value_type_and_dims(value)?;
+    if dtype != meta.dtype {
+        ort_from_onnx(meta.dtype)?;
+        return Err(Error::invalid(format!(
+            "output {index}: the graph declares element type {dtype}, the op produces {}",
+            meta.dtype
+        )));
+    }
+    let len = meta.byte_len()?;
+    let mut p: *mut c_void = ptr::null_mut();
+    check((ort.GetTensorMutableData)(value, &mut p))?;
+    if len == 0 || p.is_null() {
+        return Ok(Some(&mut []));
+    }
+    Ok(Some(std::slice::from_raw_parts_mut(p as *mut u8, len)))
+}
+
+/// Runs `kernel` on the inputs of `ctx`, writing straight into ORT's output buffers.
+///
+/// # Safety
+/// `ctx` must be the live context of the current `Compute` call.
+pub unsafe fn run_kernel(
+    kernel: &dyn crate::ops::Kernel,
+    ctx: *mut OrtKernelContext,
+) -> Result<()> {
+    let inputs = Inputs::read(ctx)?;
+    let out_metas = kernel.output_metas(&inputs.metas())?;
+    let mut buffers = Vec::with_capacity(out_metas.len());
+    for (i, meta) in out_metas.iter().enumerate() {
+        buffers.push(alloc_output(ctx, i, meta)?);
+    }
+    let mut outputs: Vec<Option<TensorMut<'_>>> = buffers
+        .into_iter()
+        .zip(&out_metas)
+        .map(|(buf, meta)| buf.map(|data| TensorMut { meta, data }))
+        .collect();
+    kernel.compute(&inputs.views()?, &mut outputs)
+}

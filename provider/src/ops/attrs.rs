@@ -1,0 +1,99 @@
+//! Attributes of one `com.mxfuse` node, with typed getters that turn a wrong type into an error.
+
+use std::collections::BTreeMap;
+
+use graph_rewrites::view::AttrValue;
+
+use super::schema::{AttrKind, OpSchema};
+use crate::error::{Error, Result};
+
+/// A node's attributes by name.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Attrs {
+    op: String,
+    values: BTreeMap<String, AttrValue>,
+}
+
+impl Attrs {
+    /// Attributes of an `op` node; names not in its schema are rejected.
+    pub fn new(schema: &OpSchema, values: BTreeMap<String, AttrValue>) -> Result<Self> {
+        for (name, value) in &values {
+            let Some((_, kind)) = schema.attrs.iter().find(|(n, _)| n == name) else {
+                return Err(Error::invalid(format!(
+                    "{}: unknown attribute {name:?}",
+                    schema.name
+                )));
+            };
+            let ok = matches!(
+                (kind, value),
+                (AttrKind::Int, AttrValue::Int(_))
+                    | (AttrKind::Float, AttrValue::Float(_))
+                    | (AttrKind::String, AttrValue::String(_))
+            );
+            if !ok {
+                return Err(Error::invalid(format!(
+                    "{}: attribute {name:?} has the wrong type ({value:?})",
+                    schema.name
+                )));
+            }
+        }
+        Ok(Attrs {
+            op: schema.name.to_string(),
+            values,
+        })
+    }
+
+    pub fn int(&self, name: &str, default: i64) -> i64 {
+        match self.values.get(name) {
+            Some(AttrValue::Int(v)) => *v,
+            _ => default,
+        }
+    }
+
+    pub fn float(&self, name: &str, default: f32) -> f32 {
+        match self.values.get(name) {
+            Some(AttrValue::Float(v)) => *v,
+            _ => default,
+        }
+    }
+
+    pub fn string<'a>(&'a self, name: &str, default: &'a str) -> &'a str {
+        match self.values.get(name) {
+            Some(AttrValue::String(v)) => v,
+            _ => default,
+        }
+    }
+
+    /// A string attribute that must be one of `allowed` (the first is the default).
+    pub fn choice<'a>(&'a self, name: &str, allowed: &[&'a str]) -> Result<&'a str> {
+        let v = self.string(name, allowed[0]);
+        allowed.iter().copied().find(|a| *a == v).ok_or_else(|| {
+            Error::invalid(format!(
+                "{}: attribute {name} = {v:?}, expected one of {allowed:?}",
+                self.op
+            ))
+        })
+    }
+
+    /// An int attribute that must be 0 or 1.
+    pub fn flag(&self, name: &str, default: bool) -> Result<bool> {
+        match self.int(name, default as i64) {
+            0 => Ok(false),
+            1 => Ok(true),
+            v => Err(Error::invalid(format!(
+                "{}: attribute {name} = {v}, expected 0 or 1",
+                self.op
+            ))),
+        }
+    }
+
+    /// All attributes as `(name, value-as-text)` pairs.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &AttrValue)> {
+        self.values.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    /// The op these attributes belong to.
+    pub fn op(&self) -> &str {
+        &self.op
+    }
+}

@@ -1,0 +1,130 @@
+//! The `com.mxfuse` operator signatures (docs/ops.md): inputs, outputs and attributes, as the
+//! custom-op registration and the attribute parser need them.
+
+use crate::ort_types::onnx_dtype;
+
+/// Attribute value kinds (what the custom-op `KernelInfo` getters are asked for).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttrKind {
+    Int,
+    Float,
+    String,
+}
+
+/// One input or output slot.
+#[derive(Clone, Copy, Debug)]
+pub struct Slot {
+    pub name: &'static str,
+    pub optional: bool,
+    /// The one ONNX element type the slot has, or `None` when it follows the activations
+    /// (float, float16 or bfloat16: checked when the kernel runs).
+    pub dtype: Option<i32>,
+}
+
+/// Signature of one op.
+#[derive(Debug)]
+pub struct OpSchema {
+    pub name: &'static str,
+    pub inputs: &'static [Slot],
+    pub outputs: &'static [Slot],
+    pub attrs: &'static [(&'static str, AttrKind)],
+}
+
+const fn req(name: &'static str) -> Slot {
+    Slot {
+        name,
+        optional: false,
+        dtype: None,
+    }
+}
+const fn opt(name: &'static str) -> Slot {
+    Slot {
+        name,
+        optional: true,
+        dtype: None,
+    }
+}
+const fn typed(slot: Slot, dtype: i32) -> Slot {
+    Slot {
+        dtype: Some(dtype),
+        ..slot
+    }
+}
+const Q: Slot = typed(req("q"), onnx_dtype::FLOAT8E4M3FN);
+const SCALE: Slot = typed(req("scale"), onnx_dtype::FLOAT8E8M0);
+
+/// Attributes of every quantizing op.
+const QUANT_ATTRS: [(&str, AttrKind); 3] = [
+    ("block_size", AttrKind::Int),
+    ("scale_rule", AttrKind::String),
+    ("nan_policy", AttrKind::String),
+];
+
+/// The domain and its opset version.
+pub const DOMAIN: &str = "com.mxfuse";
+pub const OPSET: i32 = 1;
+
+pub const MX_QUANTIZE: OpSchema = OpSchema {
+    name: "MxQuantize",
+    inputs: &[req("x")],
+    outputs: &[Q, SCALE],
+    attrs: &QUANT_ATTRS,
+};
+
+pub const ADD_RMS_NORM_MX_QUANT: OpSchema = OpSchema {
+    name: "AddRmsNormMxQuant",
+    inputs: &[req("x"), opt("residual"), req("gamma")],
+    outputs: &[Q, SCALE, opt("residual_out"), opt("normed")],
+    attrs: &[
+        QUANT_ATTRS[0],
+        QUANT_ATTRS[1],
+        QUANT_ATTRS[2],
+        ("epsilon", AttrKind::Float),
+        ("gemma", AttrKind::Int),
+        ("gamma_in_f32", AttrKind::Int),
+        ("inv_form", AttrKind::String),
+        ("allreduce", AttrKind::Int),
+    ],
+};
+
+pub const SWIGLU_MX_QUANT: OpSchema = OpSchema {
+    name: "SwiGluMxQuant",
+    inputs: &[req("gate"), opt("up")],
+    outputs: &[Q, SCALE],
+    attrs: &[
+        QUANT_ATTRS[0],
+        QUANT_ATTRS[1],
+        QUANT_ATTRS[2],
+        ("layout", AttrKind::String),
+        ("activation", AttrKind::String),
+        ("alpha", AttrKind::Float),
+        ("limit", AttrKind::Float),
+        ("beta", AttrKind::Float),
+        ("fp32_activation", AttrKind::Int),
+    ],
+};
+
+pub const MX_MAT_MUL: OpSchema = OpSchema {
+    name: "MxMatMul",
+    inputs: &[
+        typed(req("a_q"), onnx_dtype::FLOAT8E4M3FN),
+        typed(req("a_scale"), onnx_dtype::FLOAT8E8M0),
+        req("b"),
+        typed(opt("b_scale"), onnx_dtype::FLOAT8E8M0),
+    ],
+    outputs: &[req("y")],
+    attrs: &[("trans_b", AttrKind::Int), ("output_dtype", AttrKind::Int)],
+};
+
+/// Every op of the domain.
+pub const ALL: &[&OpSchema] = &[
+    &MX_QUANTIZE,
+    &ADD_RMS_NORM_MX_QUANT,
+    &SWIGLU_MX_QUANT,
+    &MX_MAT_MUL,
+];
+
+/// The schema of `op_type`, if it is one of ours.
+pub fn find(op_type: &str) -> Option<&'static OpSchema> {
+    ALL.iter().copied().find(|s| s.name == op_type)
+}

@@ -1,0 +1,202 @@
+//! Provider options: the `ep.mxfuseexecutionprovider.*` session config entries.
+//!
+//! ORT adds the options a user passes with the EP (`add_provider_for_devices(devs, {"k": "v"})`,
+//! `SessionBuilder::with_devices(.., options)`) to the session config as `ep.<ep name
+//! lowercased>.<k>`. Unknown keys are errors: a mistyped option must not be silently ignored.
+
+use std::collections::BTreeMap;
+
+use graph_rewrites::pipeline::PipelineOptions;
+
+use crate::error::{Error, Result};
+
+/// The EP's registered name.
+pub const EP_NAME: &str = "MxFuseExecutionProvider";
+
+/// Config-key prefix of our options (ORT lowercases the EP name).
+pub fn config_prefix() -> String {
+    format!("ep.{}.", EP_NAME.to_ascii_lowercase())
+}
+
+/// Parsed provider options.
+#[derive(Clone, Debug, Default)]
+pub struct EpOptions {
+    /// What `find_sites` / `run_pipeline` run with.
+    pub pipeline: PipelineOptions,
+    /// Worker threads for our kernels; 0 = one per available core.
+    pub threads: usize,
+}
+
+/// The documented option keys (without prefix), for error messages and docs/provider.md.
+pub const KEYS: &[&str] = &[
+    "enable_rules",
+    "disable_rules",
+    "rule.<name>",
+    "scale_rule",
+    "swiglu_fp32_activation",
+    "threads",
+];
+
+fn parse_bool(key: &str, value: &str) -> Result<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "on" | "yes" => Ok(true),
+        "0" | "false" | "off" | "no" => Ok(false),
+        _ => Err(Error::invalid(format!(
+            "provider option {key}: expected 0 or 1, got {value:?}"
+        ))),
+    }
+}
+
+fn rule_list(value: &str) -> Vec<String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+impl EpOptions {
+    /// Parses options from session config entries; entries without our prefix are ignored.
+    /// `known_rules` validates rule names (an unknown rule name is an error).
+    pub fn from_config<'a>(
+        entries: impl IntoIterator<Item = (&'a str, &'a str)>,
+        known_rules: &[&str],
+    ) -> Result<Self> {
+        let prefix = config_prefix();
+        let mut opts = EpOptions::default();
+        let check_rule = |name: &str| -> Result<()> {
+            if known_rules.contains(&name) {
+                Ok(())
+            } else {
+                Err(Error::invalid(format!(
+                    "provider option: unknown rule {name:?} (known: {})",
+                    known_rules.join(", ")
+                )))
+            }
+        };
+        let mut settings = BTreeMap::new();
+        for (key, value) in entries {
+            let Some(key) = key
+                .to_ascii_lowercase()
+                .strip_prefix(&prefix)
+                .map(String::from)
+            else {
+                continue;
+            };
+            match key.as_str() {
+                "enable_rules" => {
+                    let rules = rule_list(value);
+                    rules.iter().try_for_each(|r| check_rule(r))?;
+                    opts.pipeline.only = rules;
+                }
+                "disable_rules" => {
+                    let rules = rule_list(value);
+                    rules.iter().try_for_each(|r| check_rule(r))?;
+                    opts.pipeline.disable.extend(rules);
+                }
+                "scale_rule" => match value.trim() {
+                    "floor" | "rceil" => {
+                        settings.insert("scale_rule".to_string(), value.trim().to_string());
+                    }
+                    other => {
+                        return Err(Error::invalid(format!(
+                            "provider option scale_rule: expected \"floor\" or \"rceil\", got {other:?}"
+                        )))
+                    }
+                },
+                "swiglu_fp32_activation" => {
+                    let on = parse_bool(&key, value)?;
+                    settings.insert("swiglu_fp32_activation".to_string(), if on { "1" } else { "0" }.to_string());
+                }
+                "threads" => {
+                    opts.threads = value.trim().parse().map_err(|_| {
+                        Error::invalid(format!("provider option threads: expected a count, got {value:?}"))
+                    })?;
+                }
+                other => {
+                    if let Some(rule) = other.strip_prefix("rule.") {
+                        check_rule(rule)?;
+                        if !parse_bool(other, value)? {
+                            opts.pipeline.disable.push(rule.to_string());
+                        }
+                    } else {
+                        return Err(Error::invalid(format!(
+                            "unknown provider option {other:?} (known: {})",
+                            KEYS.join(", ")
+                        )));
+                    }
+                }
+            }
+        }
+        opts.pipeline.settings = settings;
+        Ok(opts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RULES: &[&str] = &["add_rmsnorm_mxquant", "swiglu_mxquant"];
+
+    fn parse(pairs: &[(&str, &str)]) -> Result<EpOptions> {
+        EpOptions::from_config(pairs.iter().copied(), RULES)
+    }
+
+    #[test]
+    fn parses_all_keys() {
+        let o = parse(&[
+            ("ep.mxfuseexecutionprovider.disable_rules", "swiglu_mxquant"),
+            ("ep.mxfuseexecutionprovider.rule.add_rmsnorm_mxquant", "0"),
+            ("ep.mxfuseexecutionprovider.scale_rule", "rceil"),
+            ("ep.mxfuseexecutionprovider.swiglu_fp32_activation", "true"),
+            ("ep.mxfuseexecutionprovider.threads", "4"),
+            ("session.intra_op.allow_spinning", "0"),
+        ])
+        .unwrap();
+        assert_eq!(
+            o.pipeline.disable,
+            vec!["swiglu_mxquant", "add_rmsnorm_mxquant"]
+        );
+        assert_eq!(o.pipeline.settings["scale_rule"], "rceil");
+        assert_eq!(o.pipeline.settings["swiglu_fp32_activation"], "1");
+        assert_eq!(o.threads, 4);
+    }
+
+    #[test]
+    fn prefix_is_case_insensitive_and_only_sets_only() {
+        let o = parse(&[("EP.MxFuseExecutionProvider.enable_rules", "swiglu_mxquant")]).unwrap();
+        assert_eq!(o.pipeline.only, vec!["swiglu_mxquant"]);
+    }
+
+    #[test]
+    fn rejects_bad_values_with_a_message() {
+        for (k, v, needle) in [
+            (
+                "ep.mxfuseexecutionprovider.scale_rule",
+                "ceil",
+                "scale_rule",
+            ),
+            ("ep.mxfuseexecutionprovider.threads", "-1", "threads"),
+            (
+                "ep.mxfuseexecutionprovider.bogus",
+                "1",
+                "unknown provider option",
+            ),
+            (
+                "ep.mxfuseexecutionprovider.disable_rules",
+                "nope",
+                "unknown rule",
+            ),
+            (
+                "ep.mxfuseexecutionprovider.swiglu_fp32_activation",
+                "2",
+                "expected 0 or 1",
+            ),
+        ] {
+            let err = parse(&[(k, v)]).unwrap_err().to_string();
+            assert!(err.contains(needle), "{k}={v}: {err}");
+        }
+    }
+}

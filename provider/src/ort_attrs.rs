@@ -1,0 +1,181 @@
+//! Reading node attributes (`OrtOpAttr`) and constant tensors (`OrtValue`) through the ORT API.
+
+use std::ffi::c_void;
+use std::ptr;
+
+use ort_sys::{OrtNode, OrtOpAttr, OrtOpAttrType, OrtValue};
+
+use crate::error::{Error, Result};
+use crate::ffi::api::{api, c_string, check, owned_str};
+use crate::ort_types::{elem_size, element_count, value_type_and_dims};
+use graph_rewrites::view::{AttrValue, ConstTensor};
+
+/// Largest constant tensor copied out of ORT for the matcher. Rules only need small constants
+/// (epsilons, scale multipliers, shapes); bigger ones read as "not loaded" (`None`).
+pub const MAX_CONST_BYTES: usize = 16 << 20;
+
+/// The attribute `name` of `node`, or `None` when the node has no such attribute.
+///
+/// # Safety
+/// `node` must be a valid `OrtNode*`.
+pub unsafe fn node_attr(node: *const OrtNode, name: &str) -> Result<Option<AttrValue>> {
+    let ort = api()?.ort;
+    let c_name = c_string(name);
+    let mut attr: *const OrtOpAttr = ptr::null();
+    // An unknown name is reported as an ORT_NOT_FOUND status: that is "absent", not an error.
+    if check((ort.Node_GetAttributeByName)(
+        node,
+        c_name.as_ptr(),
+        &mut attr,
+    ))
+    .is_err()
+        || attr.is_null()
+    {
+        return Ok(None);
+    }
+    read_attr(attr).map(Some)
+}
+
+/// Names of all attributes set on `node` (including defaults ORT filled in).
+///
+/// # Safety
+/// `node` must be a valid `OrtNode*`.
+pub unsafe fn node_attr_names(node: *const OrtNode) -> Result<Vec<String>> {
+    let ort = api()?.ort;
+    let mut n = 0usize;
+    check((ort.Node_GetNumAttributes)(node, &mut n))?;
+    let mut attrs = vec![ptr::null::<OrtOpAttr>(); n];
+    check((ort.Node_GetAttributes)(node, attrs.as_mut_ptr(), n))?;
+    attrs
+        .into_iter()
+        .map(|a| {
+            let mut name = ptr::null();
+            check((ort.OpAttr_GetName)(a, &mut name))?;
+            Ok(owned_str(name))
+        })
+        .collect()
+}
+
+/// Reads `len` bytes of attribute payload, asking ORT for the size first.
+unsafe fn read_raw(attr: *const OrtOpAttr, ty: OrtOpAttrType) -> Result<Vec<u8>> {
+    let ort = api()?.ort;
+    let mut needed = 0usize;
+    // The sizing call reports failure (buffer too small) while setting `needed`; only the
+    // second call's status matters.
+    let status = (ort.ReadOpAttr)(attr, ty, ptr::null_mut(), 0, &mut needed);
+    let _ = check(status);
+    let mut buf = vec![0u8; needed];
+    let mut written = 0usize;
+    check((ort.ReadOpAttr)(
+        attr,
+        ty,
+        buf.as_mut_ptr() as *mut c_void,
+        needed,
+        &mut written,
+    ))?;
+    buf.truncate(written);
+    Ok(buf)
+}
+
+fn i64s(buf: &[u8]) -> Vec<i64> {
+    buf.chunks_exact(8)
+        .map(|c| i64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+        .collect()
+}
+
+fn f32s(buf: &[u8]) -> Vec<f32> {
+    buf.chunks_exact(4)
+        .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// Decodes one attribute.
+///
+/// # Safety
+/// `attr` must be a valid `OrtOpAttr*`.
+pub unsafe fn read_attr(attr: *const OrtOpAttr) -> Result<AttrValue> {
+    let ort = api()?.ort;
+    let mut ty = OrtOpAttrType::ORT_OP_ATTR_UNDEFINED;
+    check((ort.OpAttr_GetType)(attr, &mut ty))?;
+    Ok(match ty {
+        OrtOpAttrType::ORT_OP_ATTR_INT => {
+            let v = i64s(&read_raw(attr, ty)?);
+            AttrValue::Int(
+                *v.first()
+                    .ok_or_else(|| Error::Ort("empty int attribute".into()))?,
+            )
+        }
+        OrtOpAttrType::ORT_OP_ATTR_FLOAT => {
+            let v = f32s(&read_raw(attr, ty)?);
+            AttrValue::Float(
+                *v.first()
+                    .ok_or_else(|| Error::Ort("empty float attribute".into()))?,
+            )
+        }
+        OrtOpAttrType::ORT_OP_ATTR_INTS => AttrValue::Ints(i64s(&read_raw(attr, ty)?)),
+        OrtOpAttrType::ORT_OP_ATTR_FLOATS => AttrValue::Floats(f32s(&read_raw(attr, ty)?)),
+        OrtOpAttrType::ORT_OP_ATTR_STRING => {
+            let b = read_raw(attr, ty)?;
+            AttrValue::String(
+                String::from_utf8_lossy(&b)
+                    .trim_end_matches('\0')
+                    .to_string(),
+            )
+        }
+        OrtOpAttrType::ORT_OP_ATTR_STRINGS => {
+            // ORT writes the strings back to back, each NUL-terminated.
+            let b = read_raw(attr, ty)?;
+            let mut parts: Vec<String> = b
+                .split(|&c| c == 0)
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect();
+            if b.last() == Some(&0) {
+                parts.pop();
+            }
+            AttrValue::Strings(parts)
+        }
+        OrtOpAttrType::ORT_OP_ATTR_TENSOR => {
+            let mut value: *mut OrtValue = ptr::null_mut();
+            check((ort.OpAttr_GetTensorAttributeAsOrtValue)(attr, &mut value))?;
+            // We own this value: release it whatever copying it gives.
+            let copied = copy_tensor(value, usize::MAX);
+            (ort.ReleaseValue)(value);
+            match copied? {
+                Some(t) => AttrValue::Tensor(t),
+                None => AttrValue::Other,
+            }
+        }
+        _ => AttrValue::Other,
+    })
+}
+
+/// Copies a CPU tensor's bytes, or `None` when it is larger than `max_bytes` or of a type
+/// without a fixed byte size (strings, sub-byte types).
+///
+/// # Safety
+/// `value` must be a valid tensor `OrtValue*` in CPU memory.
+pub unsafe fn copy_tensor(value: *const OrtValue, max_bytes: usize) -> Result<Option<ConstTensor>> {
+    let ort = api()?.ort;
+    let (elem_type, dims) = value_type_and_dims(value)?;
+    let Some(size) = elem_size(elem_type) else {
+        return Ok(None);
+    };
+    let bytes = element_count(&dims)?
+        .checked_mul(size)
+        .ok_or_else(|| Error::invalid("constant tensor too large"))?;
+    if bytes > max_bytes {
+        return Ok(None);
+    }
+    let mut data: *const c_void = ptr::null();
+    check((ort.GetTensorData)(value, &mut data))?;
+    let raw = if bytes == 0 || data.is_null() {
+        Vec::new()
+    } else {
+        std::slice::from_raw_parts(data as *const u8, bytes).to_vec()
+    };
+    Ok(Some(ConstTensor {
+        elem_type,
+        dims,
+        raw,
+    }))
+}

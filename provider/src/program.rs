@@ -1,0 +1,227 @@
+//! A compiled fused node: the `com.mxfuse` nodes the rewrite produced, in order, with value
+//! slots between them. Built once in `Compile` (owning everything it needs — no ORT graph
+//! pointer survives), run on every `Compute`; immutable, so concurrent runs share it.
+
+use std::collections::{BTreeMap, HashMap};
+
+use graph_rewrites::view::{GraphView, MXFUSE_DOMAIN};
+use ort_sys::OrtKernelContext;
+
+use crate::error::{Error, Result};
+use crate::kernel_io::{alloc_output, Inputs};
+use crate::ops::{self, schema, Attrs, Kernel};
+use crate::tensor::{Meta, Tensor, TensorMut, TensorRef};
+
+struct Step {
+    name: String,
+    kernel: Box<dyn Kernel>,
+    inputs: Vec<Option<usize>>,
+    /// `None` for an omitted optional output.
+    outputs: Vec<Option<usize>>,
+}
+
+/// Where a slot's value comes from before any step runs.
+enum Source {
+    /// The fused node's input `i`.
+    Input(usize),
+    /// A constant captured at compile time.
+    Const(Tensor),
+    /// Produced by a step.
+    Step,
+}
+
+pub struct Program {
+    steps: Vec<Step>,
+    sources: Vec<Source>,
+    /// Slot of each fused-node output, in the fused node's output order.
+    outputs: Vec<usize>,
+}
+
+impl Program {
+    /// Builds the program from `g` (every node must be a `com.mxfuse` op), binding values by
+    /// name to the fused node's `input_names` / `output_names`.
+    pub fn build(
+        g: &dyn GraphView,
+        input_names: &[String],
+        output_names: &[String],
+    ) -> Result<Self> {
+        let mut slots: HashMap<String, usize> = HashMap::new();
+        let mut sources = Vec::new();
+        for (i, name) in input_names.iter().enumerate() {
+            if !name.is_empty() && !slots.contains_key(name) {
+                slots.insert(name.clone(), sources.len());
+                sources.push(Source::Input(i));
+            }
+        }
+        let mut steps = Vec::new();
+        for &n in g.nodes().iter() {
+            let name = g.node_name(n).to_string();
+            if g.domain(n) != MXFUSE_DOMAIN {
+                return Err(Error::Unsupported(format!(
+                    "node {name} ({}::{}) is left after rewriting; the EP runs only com.mxfuse ops",
+                    g.domain(n),
+                    g.op_type(n)
+                )));
+            }
+            let op = schema::find(g.op_type(n))
+                .ok_or_else(|| Error::Unsupported(format!("com.mxfuse op {:?}", g.op_type(n))))?;
+            let mut values = BTreeMap::new();
+            for a in g.attr_names(n) {
+                if let Some(v) = g.attr(n, &a) {
+                    values.insert(a, v);
+                }
+            }
+            let kernel = ops::create(&Attrs::new(op, values)?)
+                .map_err(|e| Error::invalid(format!("node {name}: {e}")))?;
+            let mut inputs = Vec::new();
+            for input in g.inputs(n) {
+                let Some(v) = input else {
+                    inputs.push(None);
+                    continue;
+                };
+                let vname = g.value_name(*v);
+                let slot = match slots.get(vname) {
+                    Some(&s) => s,
+                    None => {
+                        let t = g.const_value(*v).ok_or_else(|| {
+                            Error::invalid(format!("node {name}: input {vname} is neither a fused-node input nor a constant"))
+                        })?;
+                        let meta = Meta::new(t.elem_type, t.dims);
+                        if meta.byte_len()? != t.raw.len() {
+                            return Err(Error::invalid(format!(
+                                "constant {vname}: byte size does not match its shape"
+                            )));
+                        }
+                        sources.push(Source::Const(Tensor { meta, data: t.raw }));
+                        slots.insert(vname.to_string(), sources.len() - 1);
+                        sources.len() - 1
+                    }
+                };
+                inputs.push(Some(slot));
+            }
+            let mut outputs = Vec::new();
+            for &v in g.outputs(n) {
+                let vname = g.value_name(v);
+                if vname.is_empty() {
+                    outputs.push(None);
+                    continue;
+                }
+                sources.push(Source::Step);
+                slots.insert(vname.to_string(), sources.len() - 1);
+                outputs.push(Some(sources.len() - 1));
+            }
+            steps.push(Step {
+                name,
+                kernel,
+                inputs,
+                outputs,
+            });
+        }
+        let outputs = output_names
+            .iter()
+            .map(|o| {
+                slots
+                    .get(o)
+                    .copied()
+                    .ok_or_else(|| Error::invalid(format!("fused output {o} is not produced")))
+            })
+            .collect::<Result<_>>()?;
+        Ok(Program {
+            steps,
+            sources,
+            outputs,
+        })
+    }
+
+    /// Number of steps (for logs and tests).
+    pub fn len(&self) -> usize {
+        self.steps.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
+
+    /// Runs the program on the fused node's inputs and writes its outputs.
+    ///
+    /// # Safety
+    /// `ctx` must be the live context of the current `Compute` call.
+    pub unsafe fn run(&self, ctx: *mut OrtKernelContext) -> Result<()> {
+        let inputs = Inputs::read(ctx)?;
+        let views = inputs.views()?;
+        let mut produced: Vec<Option<Tensor>> = (0..self.sources.len()).map(|_| None).collect();
+        for step in &self.steps {
+            let metas: Vec<Option<Meta>> = {
+                let ins = self.gather(&step.inputs, &views, &produced)?;
+                let in_metas: Vec<Option<&Meta>> = ins.iter().map(|t| t.map(|t| t.meta)).collect();
+                step.kernel
+                    .output_metas(&in_metas)
+                    .map_err(|e| Error::invalid(format!("{}: {e}", step.name)))?
+                    .into_iter()
+                    .map(Some)
+                    .collect()
+            };
+            let mut outs: Vec<Option<Tensor>> = Vec::with_capacity(step.outputs.len());
+            for (slot, meta) in step.outputs.iter().zip(metas) {
+                outs.push(match (slot, meta) {
+                    (Some(_), Some(meta)) => Some(Tensor::zeros(meta)?),
+                    _ => None,
+                });
+            }
+            {
+                let ins = self.gather(&step.inputs, &views, &produced)?;
+                let mut out_views: Vec<Option<TensorMut<'_>>> = outs
+                    .iter_mut()
+                    .map(|o| o.as_mut().map(Tensor::view_mut))
+                    .collect();
+                step.kernel
+                    .compute(&ins, &mut out_views)
+                    .map_err(|e| Error::invalid(format!("{}: {e}", step.name)))?;
+            }
+            for (slot, t) in step.outputs.iter().zip(outs) {
+                if let (Some(slot), Some(t)) = (slot, t) {
+                    produced[*slot] = Some(t);
+                }
+            }
+        }
+        for (i, &slot) in self.outputs.iter().enumerate() {
+            let src = self.slot_view(slot, &views, &produced)?;
+            if let Some(dst) = alloc_output(ctx, i, src.meta)? {
+                dst.copy_from_slice(src.data);
+            }
+        }
+        Ok(())
+    }
+
+    fn slot_view<'a>(
+        &'a self,
+        slot: usize,
+        views: &[Option<TensorRef<'a>>],
+        produced: &'a [Option<Tensor>],
+    ) -> Result<TensorRef<'a>> {
+        match &self.sources[slot] {
+            Source::Input(i) => views
+                .get(*i)
+                .copied()
+                .flatten()
+                .ok_or_else(|| Error::invalid(format!("fused input {i} missing"))),
+            Source::Const(t) => Ok(t.view()),
+            Source::Step => produced[slot]
+                .as_ref()
+                .map(Tensor::view)
+                .ok_or_else(|| Error::invalid("value used before it is produced")),
+        }
+    }
+
+    fn gather<'a>(
+        &'a self,
+        slots: &[Option<usize>],
+        views: &[Option<TensorRef<'a>>],
+        produced: &'a [Option<Tensor>],
+    ) -> Result<Vec<Option<TensorRef<'a>>>> {
+        slots
+            .iter()
+            .map(|s| s.map(|s| self.slot_view(s, views, produced)).transpose())
+            .collect()
+    }
+}

@@ -1,0 +1,191 @@
+//! A `ModelProto` from a [`GraphView`]: how the plugin EP's `Compile` hands ORT's fused subgraph
+//! to the rewrite pipeline (`graph_rewrites::ir::Graph::from_model` + `run_pipeline`), the same
+//! code path the offline CLI runs.
+//!
+//! Constants become initializers (bytes copied, however large: the pipeline may need them and the
+//! copy is dropped once the program is built).
+
+use graph_rewrites::onnx_pb::{
+    attribute_proto::AttributeType, tensor_shape_proto::dimension::Value as DimValue,
+    tensor_shape_proto::Dimension, type_proto, AttributeProto, GraphProto, ModelProto, NodeProto,
+    OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
+};
+use graph_rewrites::view::{AttrValue, ConstTensor, Dim, GraphView, TensorInfo, ValueId};
+
+use crate::error::{Error, Result};
+use crate::ort_graph_view::OrtGraphView;
+
+/// IR version written (ONNX 1.16+ readers; FLOAT8E8M0 needs IR 11).
+const IR_VERSION: i64 = 11;
+
+fn tensor_proto(name: &str, t: ConstTensor) -> TensorProto {
+    TensorProto {
+        name: Some(name.to_string()),
+        dims: t.dims,
+        data_type: Some(t.elem_type),
+        raw_data: Some(t.raw),
+        ..Default::default()
+    }
+}
+
+fn attribute(name: &str, v: AttrValue) -> Option<AttributeProto> {
+    let mut a = AttributeProto {
+        name: Some(name.to_string()),
+        ..Default::default()
+    };
+    let ty = match v {
+        AttrValue::Int(i) => {
+            a.i = Some(i);
+            AttributeType::Int
+        }
+        AttrValue::Float(f) => {
+            a.f = Some(f);
+            AttributeType::Float
+        }
+        AttrValue::String(s) => {
+            a.s = Some(s.into_bytes());
+            AttributeType::String
+        }
+        AttrValue::Ints(v) => {
+            a.ints = v;
+            AttributeType::Ints
+        }
+        AttrValue::Floats(v) => {
+            a.floats = v;
+            AttributeType::Floats
+        }
+        AttrValue::Strings(v) => {
+            a.strings = v.into_iter().map(String::into_bytes).collect();
+            AttributeType::Strings
+        }
+        AttrValue::Tensor(t) => {
+            a.t = Some(tensor_proto("", t));
+            AttributeType::Tensor
+        }
+        // Graph / sparse attributes cannot be read back through the ORT API; callers refuse
+        // nodes that carry them (they never appear in a fusible site).
+        AttrValue::Other => return None,
+    };
+    a.r#type = Some(ty as i32);
+    Some(a)
+}
+
+fn value_info(name: &str, info: Option<TensorInfo>) -> ValueInfoProto {
+    let r#type = info.filter(|i| i.elem_type != 0).map(|i| TypeProto {
+        value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+            elem_type: Some(i.elem_type),
+            shape: i.shape.map(|dims| TensorShapeProto {
+                dim: dims
+                    .into_iter()
+                    .map(|d| Dimension {
+                        value: match d {
+                            Dim::Known(v) => Some(DimValue::DimValue(v)),
+                            Dim::Symbolic(s) => Some(DimValue::DimParam(s)),
+                            Dim::Unknown => None,
+                        },
+                        ..Default::default()
+                    })
+                    .collect(),
+            }),
+        })),
+        ..Default::default()
+    });
+    ValueInfoProto {
+        name: Some(name.to_string()),
+        r#type,
+        ..Default::default()
+    }
+}
+
+/// Converts the whole view. Graph inputs are the non-constant values read but not produced;
+/// graph outputs are the view's graph outputs.
+pub fn model_from_view(view: &OrtGraphView) -> Result<ModelProto> {
+    let mut graph = GraphProto {
+        name: Some("mxfuse_fused".into()),
+        ..Default::default()
+    };
+    let mut seen = std::collections::HashSet::<ValueId>::new();
+    let mut opsets = std::collections::BTreeMap::<String, i64>::new();
+    for &n in view.nodes().iter() {
+        let domain = view.domain(n).to_string();
+        if !opsets.contains_key(&domain) {
+            let version = view.opset(&domain).ok_or_else(|| {
+                Error::invalid(format!("no opset imported for domain {domain:?}"))
+            })?;
+            opsets.insert(domain.clone(), version);
+        }
+        let mut attrs = Vec::new();
+        for name in view.attr_names(n) {
+            let v = view
+                .attr(n, &name)
+                .ok_or_else(|| Error::Ort(format!("attribute {name} unreadable")))?;
+            let a = attribute(&name, v).ok_or_else(|| {
+                Error::Unsupported(format!(
+                    "node {}: graph-valued attribute {name}",
+                    view.node_name(n)
+                ))
+            })?;
+            attrs.push(a);
+        }
+        let mut inputs = Vec::new();
+        for input in view.inputs(n) {
+            match input {
+                None => inputs.push(String::new()),
+                Some(v) => {
+                    inputs.push(view.value_name(*v).to_string());
+                    if view.producer(*v).is_none() && seen.insert(*v) {
+                        match view.const_value_unbounded(*v)? {
+                            Some(t) if view.is_constant(*v) => {
+                                graph.initializer.push(tensor_proto(view.value_name(*v), t))
+                            }
+                            _ => graph
+                                .input
+                                .push(value_info(view.value_name(*v), view.tensor_info(*v))),
+                        }
+                    }
+                }
+            }
+        }
+        let outputs = view
+            .outputs(n)
+            .iter()
+            .map(|&v| view.value_name(v).to_string())
+            .collect();
+        graph.node.push(NodeProto {
+            input: inputs,
+            output: outputs,
+            name: Some(view.node_name(n).to_string()),
+            op_type: Some(view.op_type(n).to_string()),
+            domain: Some(domain),
+            attribute: attrs,
+            ..Default::default()
+        });
+        for &v in view.outputs(n) {
+            if view.value_name(v).is_empty() {
+                continue; // omitted optional output
+            }
+            if view.is_graph_output(v) {
+                graph
+                    .output
+                    .push(value_info(view.value_name(v), view.tensor_info(v)));
+            } else {
+                graph
+                    .value_info
+                    .push(value_info(view.value_name(v), view.tensor_info(v)));
+            }
+        }
+    }
+    Ok(ModelProto {
+        ir_version: Some(IR_VERSION),
+        opset_import: opsets
+            .into_iter()
+            .map(|(domain, version)| OperatorSetIdProto {
+                domain: Some(domain),
+                version: Some(version),
+            })
+            .collect(),
+        producer_name: Some("mxfuse_ep".into()),
+        graph: Some(graph),
+        ..Default::default()
+    })
+}

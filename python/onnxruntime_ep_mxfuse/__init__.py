@@ -1,0 +1,50 @@
+"""mxfuse for ONNX Runtime.
+
+One shared library that is both a plugin execution provider (fuses MXFP8 quantization into
+RMSNorm / SwiGLU / MatMul at session creation) and a custom-op library for models rewritten
+offline by the ``mxfuse`` CLI.
+
+Plugin EP::
+
+    import onnxruntime as ort, onnxruntime_ep_mxfuse as mx
+    ort.register_execution_provider_library(mx.get_ep_name(), mx.get_library_path())
+    devices = [d for d in ort.get_ep_devices() if d.ep_name == mx.get_ep_name()]
+    so = ort.SessionOptions()
+    so.add_provider_for_devices(devices, {"scale_rule": "floor"})
+    sess = ort.InferenceSession("model.onnx", sess_options=so)
+
+Custom-op library (offline-rewritten model)::
+
+    so = ort.SessionOptions()
+    so.register_custom_ops_library(mx.get_library_path())
+"""
+
+from pathlib import Path
+
+__all__ = ["get_library_path", "get_ep_name", "get_ep_names", "register"]
+__version__ = "0.1.0"
+
+_EP_NAME = "MxFuseExecutionProvider"
+
+
+def get_library_path() -> str:
+    """Absolute path of the bundled ``libmxfuse_ep.so``."""
+    return str(Path(__file__).resolve().parent / "libmxfuse_ep.so")
+
+
+def get_ep_name() -> str:
+    """The execution provider's name (also the conventional registration name)."""
+    return _EP_NAME
+
+
+def get_ep_names() -> list:
+    """All EP names the library provides."""
+    return [_EP_NAME]
+
+
+def register(ort_module=None) -> None:
+    """Registers the plugin EP with ONNX Runtime under :func:`get_ep_name` (once per process)."""
+    if ort_module is None:
+        import onnxruntime as ort_module
+    if _EP_NAME not in ort_module.get_available_providers():
+        ort_module.register_execution_provider_library(_EP_NAME, get_library_path())
