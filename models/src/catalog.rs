@@ -113,7 +113,7 @@ pub fn fixtures() -> Vec<Fixture> {
         fx("pipeline_stage_residual_input", "every norm (the first too) has a residual Add: a `residual` graph input (pipeline stage)", |_, s| {
             s.first_layer_without_residual = false;
         }),
-        fx("moe_shared_expert_f16_mxw", "one MoE layer: float router MatMul on the normed tensor, 4 experts + shared expert on one quantized activation, standard MX weights, f16", |c, s| {
+        fx("moe_shared_expert_f16_mxw", "one MoE layer: float router MatMul on the normed tensor (the `normed` output must survive the fusion), 4 experts + shared expert on one quantized activation, standard MX weights", |c, s| {
             c.dtype = DType::F16;
             c.n_experts = 4;
             c.first_dense_layers = 0;

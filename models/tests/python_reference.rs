@@ -9,7 +9,7 @@ use std::process::Command;
 use models::catalog::{fixture_base, fixtures, write_manifest, ManifestEntry};
 use models::{
     AddOrder, DType, DecoderConfig, GammaForm, NormSpelling, QuantSpelling, SwigluSpelling,
-    WeightForm,
+    WeightForm, WeightStorage,
 };
 use serde_json::json;
 
@@ -123,7 +123,22 @@ fn generated_models_pass_onnx_checks_and_spellings_agree() {
         models::write(&f.cfg, &dir.join(&file)).expect("write fixture");
         manifest.push(ManifestEntry::new(file, f.what, &f.cfg));
     }
-    let mut groups = Vec::new();
+    // The first fixture again with external weights: onnx must load it and compute the same.
+    let first = &fixtures()[0];
+    let ext_cfg = DecoderConfig {
+        storage: WeightStorage::External { sparse: false },
+        ..first.cfg.clone()
+    };
+    let ext_file = format!("{}_external.onnx", first.name);
+    models::write(&ext_cfg, &dir.join(&ext_file)).expect("write external model");
+    manifest.push(ManifestEntry::new(
+        ext_file.clone(),
+        "external weights",
+        &ext_cfg,
+    ));
+    let mut groups = vec![json!({
+        "name": "external", "files": [format!("{}.onnx", first.name), ext_file], "rtol": 0.0, "atol": 0.0
+    })];
     for (name, rtol, atol, cfgs) in equivalence_groups() {
         let mut files = Vec::new();
         for (i, cfg) in cfgs.iter().enumerate() {
