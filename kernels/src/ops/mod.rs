@@ -1,1 +1,269 @@
-//! ops
+//! The op-level API: one function per `com.mxfuse` op (docs/ops.md) over dtype-tagged tensor
+//! views, checking dtypes and shapes and dispatching to the typed fast kernels.
+//!
+//! ```
+//! use kernels::ops::{mx_quantize, TensorMut, TensorRef};
+//! use kernels::{DType, MxQuantAttrs, Serial};
+//! let x = vec![0u8; 2 * 64 * 4]; // f32 [2, 64]
+//! let (mut q, mut s) = (vec![0u8; 128], vec![0u8; 4]);
+//! mx_quantize(
+//!     TensorRef::new(DType::F32, &[2, 64], &x).unwrap(),
+//!     TensorMut::new(DType::E4M3, &[2, 64], &mut q).unwrap(),
+//!     TensorMut::new(DType::E8M0, &[2, 2], &mut s).unwrap(),
+//!     &MxQuantAttrs::default(),
+//!     &Serial,
+//! ).unwrap();
+//! ```
+
+mod shapes;
+mod tensor;
+
+pub use shapes::{mx_matmul_dims, scale_shape, swiglu_output_shape};
+pub use tensor::{Pod, TensorMut, TensorRef};
+
+use half::{bf16, f16};
+
+use crate::attrs::{AddRmsNormAttrs, MxMatMulAttrs, MxQuantAttrs, SwiGluAttrs, SwiGluLayout};
+use crate::element::DType;
+use crate::error::{shape_err, KernelError, Result};
+use crate::fast::{self, FastElement};
+use crate::parallel::Parallel;
+use crate::slices::{MatB, NormOutputs, SwiGluInput};
+
+fn expect_dtype(what: &str, t: DType, want: DType) -> Result<()> {
+    if t != want {
+        return Err(KernelError::DType(format!(
+            "{what} must be {want:?}, got {t:?}"
+        )));
+    }
+    Ok(())
+}
+
+fn expect_shape(what: &str, got: &[usize], want: &[usize]) -> Result<()> {
+    if got != want {
+        return Err(shape_err!("{what} has shape {got:?}, expected {want:?}"));
+    }
+    Ok(())
+}
+
+/// Checks `q` (E4M3, shape `values`) and `scale` (E8M0, `[..., K/32]`).
+fn expect_quant_outputs(values: &[usize], q: &TensorMut<'_>, scale: &TensorMut<'_>) -> Result<()> {
+    expect_dtype("q", q.dtype, DType::E4M3)?;
+    expect_dtype("scale", scale.dtype, DType::E8M0)?;
+    expect_shape("q", q.shape, values)?;
+    expect_shape("scale", scale.shape, &scale_shape(values)?)
+}
+
+fn unsupported_dtype(what: &str, d: DType) -> KernelError {
+    KernelError::DType(format!(
+        "{what} must be float, float16 or bfloat16, got {d:?}"
+    ))
+}
+
+/// `MxQuantize(x) -> (q, scale)`.
+pub fn mx_quantize(
+    x: TensorRef<'_>,
+    q: TensorMut<'_>,
+    scale: TensorMut<'_>,
+    attrs: &MxQuantAttrs,
+    par: &dyn Parallel,
+) -> Result<()> {
+    expect_quant_outputs(x.shape, &q, &scale)?;
+    let k = *x.shape.last().expect("scale_shape checked the rank");
+    let (q, s) = (q.view_mut::<u8>()?, scale.view_mut::<u8>()?);
+    match x.dtype {
+        DType::F32 => fast::mx_quantize(x.view::<f32>()?, k, q, s, attrs.quant, par),
+        DType::F16 => fast::mx_quantize(x.view::<f16>()?, k, q, s, attrs.quant, par),
+        DType::BF16 => fast::mx_quantize(x.view::<bf16>()?, k, q, s, attrs.quant, par),
+        d => Err(unsupported_dtype("x", d)),
+    }
+}
+
+/// The outputs of [`add_rms_norm_mx_quant`]; `residual_out` and `normed` are optional.
+pub struct NormTensors<'a> {
+    pub q: TensorMut<'a>,
+    pub scale: TensorMut<'a>,
+    pub residual_out: Option<TensorMut<'a>>,
+    pub normed: Option<TensorMut<'a>>,
+}
+
+fn norm_typed<T: FastElement + Pod>(
+    x: TensorRef<'_>,
+    residual: Option<TensorRef<'_>>,
+    gamma: TensorRef<'_>,
+    out: NormTensors<'_>,
+    attrs: &AddRmsNormAttrs,
+    par: &dyn Parallel,
+) -> Result<()> {
+    let h = *x.shape.last().expect("scale_shape checked the rank");
+    let residual = residual.map(|r| r.view::<T>()).transpose()?;
+    let outs = NormOutputs {
+        q: out.q.view_mut::<u8>()?,
+        scales: out.scale.view_mut::<u8>()?,
+        residual_out: out.residual_out.map(|t| t.view_mut::<T>()).transpose()?,
+        normed: out.normed.map(|t| t.view_mut::<T>()).transpose()?,
+    };
+    let x = x.view::<T>()?;
+    if gamma.dtype == DType::F32 {
+        fast::add_rms_norm_mx_quant(x, residual, gamma.view::<f32>()?, h, attrs, outs, par)
+    } else {
+        fast::add_rms_norm_mx_quant(x, residual, gamma.view::<T>()?, h, attrs, outs, par)
+    }
+}
+
+/// `AddRmsNormMxQuant(x, [residual], gamma) -> (q, scale, [residual_out], [normed])`.
+/// `gamma` is T or float; an absorbed AllReduce (`attrs.allreduce`) is the identity at world
+/// size 1, the only world size this build runs.
+pub fn add_rms_norm_mx_quant(
+    x: TensorRef<'_>,
+    residual: Option<TensorRef<'_>>,
+    gamma: TensorRef<'_>,
+    out: NormTensors<'_>,
+    attrs: &AddRmsNormAttrs,
+    par: &dyn Parallel,
+) -> Result<()> {
+    expect_quant_outputs(x.shape, &out.q, &out.scale)?;
+    let h = *x.shape.last().expect("scale_shape checked the rank");
+    if let Some(r) = &residual {
+        expect_dtype("residual", r.dtype, x.dtype)?;
+        expect_shape("residual", r.shape, x.shape)?;
+    }
+    if gamma.dtype != x.dtype && gamma.dtype != DType::F32 {
+        return Err(KernelError::DType(format!(
+            "gamma must be {:?} or F32, got {:?}",
+            x.dtype, gamma.dtype
+        )));
+    }
+    expect_shape("gamma", gamma.shape, &[h])?;
+    for (name, t) in [("residual_out", &out.residual_out), ("normed", &out.normed)] {
+        if let Some(t) = t {
+            expect_dtype(name, t.dtype, x.dtype)?;
+            expect_shape(name, t.shape, x.shape)?;
+        }
+    }
+    match x.dtype {
+        DType::F32 => norm_typed::<f32>(x, residual, gamma, out, attrs, par),
+        DType::F16 => norm_typed::<f16>(x, residual, gamma, out, attrs, par),
+        DType::BF16 => norm_typed::<bf16>(x, residual, gamma, out, attrs, par),
+        d => Err(unsupported_dtype("x", d)),
+    }
+}
+
+/// The input(s) of [`swiglu_mx_quant`].
+pub enum SwiGluTensors<'a> {
+    /// `gate_up [..., 2I]` (layout `split_halves` or `interleaved`).
+    Fused(TensorRef<'a>),
+    /// `gate [..., I]`, `up [..., I]` (layout `separate`).
+    Separate {
+        gate: TensorRef<'a>,
+        up: TensorRef<'a>,
+    },
+}
+
+fn swiglu_typed<T: FastElement + Pod>(
+    input: &SwiGluTensors<'_>,
+    i: usize,
+    q: &mut [u8],
+    s: &mut [u8],
+    attrs: &SwiGluAttrs,
+    par: &dyn Parallel,
+) -> Result<()> {
+    let typed = match input {
+        SwiGluTensors::Fused(gu) => SwiGluInput::Fused(gu.view::<T>()?),
+        SwiGluTensors::Separate { gate, up } => SwiGluInput::Separate {
+            gate: gate.view::<T>()?,
+            up: up.view::<T>()?,
+        },
+    };
+    fast::swiglu_mx_quant(typed, i, attrs, q, s, par)
+}
+
+/// `SwiGluMxQuant(gate_up | gate, up) -> (q, scale)`.
+pub fn swiglu_mx_quant(
+    input: SwiGluTensors<'_>,
+    q: TensorMut<'_>,
+    scale: TensorMut<'_>,
+    attrs: &SwiGluAttrs,
+    par: &dyn Parallel,
+) -> Result<()> {
+    let first = match &input {
+        SwiGluTensors::Fused(gu) => {
+            if attrs.layout == SwiGluLayout::Separate {
+                return Err(crate::reference::layout_mismatch(attrs.layout));
+            }
+            *gu
+        }
+        SwiGluTensors::Separate { gate, up } => {
+            if attrs.layout != SwiGluLayout::Separate {
+                return Err(crate::reference::layout_mismatch(attrs.layout));
+            }
+            expect_dtype("up", up.dtype, gate.dtype)?;
+            expect_shape("up", up.shape, gate.shape)?;
+            *gate
+        }
+    };
+    let act_shape = swiglu_output_shape(first.shape, attrs.layout)?;
+    expect_quant_outputs(&act_shape, &q, &scale)?;
+    let i = *act_shape.last().expect("rank checked");
+    let (q, s) = (q.view_mut::<u8>()?, scale.view_mut::<u8>()?);
+    match first.dtype {
+        DType::F32 => swiglu_typed::<f32>(&input, i, q, s, attrs, par),
+        DType::F16 => swiglu_typed::<f16>(&input, i, q, s, attrs, par),
+        DType::BF16 => swiglu_typed::<bf16>(&input, i, q, s, attrs, par),
+        d => Err(unsupported_dtype("gate_up", d)),
+    }
+}
+
+/// `MxMatMul(a_q, a_scale, b, [b_scale]) -> y` with `y` of dtype `attrs.output_dtype`.
+pub fn mx_matmul(
+    a_q: TensorRef<'_>,
+    a_scale: TensorRef<'_>,
+    b: TensorRef<'_>,
+    b_scale: Option<TensorRef<'_>>,
+    y: TensorMut<'_>,
+    attrs: &MxMatMulAttrs,
+    par: &dyn Parallel,
+) -> Result<()> {
+    expect_dtype("a_q", a_q.dtype, DType::E4M3)?;
+    expect_dtype("a_scale", a_scale.dtype, DType::E8M0)?;
+    expect_shape("a_scale", a_scale.shape, &scale_shape(a_q.shape)?)?;
+    let (m, k, n, y_shape) = mx_matmul_dims(a_q.shape, b.shape, attrs.trans_b)?;
+    expect_dtype("y", y.dtype, attrs.output_dtype)?;
+    expect_shape("y", y.shape, &y_shape)?;
+    let mat_b = match (b.dtype, b_scale) {
+        (DType::E4M3, Some(bs)) => {
+            expect_dtype("b_scale", bs.dtype, DType::E8M0)?;
+            let want = if attrs.trans_b {
+                vec![n, k / 32]
+            } else {
+                vec![k / 32, n]
+            };
+            expect_shape("b_scale", bs.shape, &want)?;
+            MatB::Mx {
+                q: b.view::<u8>()?,
+                scales: bs.view::<u8>()?,
+            }
+        }
+        (DType::E4M3, None) => {
+            return Err(KernelError::DType("FLOAT8E4M3FN b needs b_scale".into()))
+        }
+        (_, Some(_)) => {
+            return Err(KernelError::DType(format!(
+                "b_scale given with {:?} b",
+                b.dtype
+            )))
+        }
+        (DType::F32, None) => MatB::F32(b.view::<f32>()?),
+        (DType::F16, None) => MatB::F16(b.view::<f16>()?),
+        (DType::BF16, None) => MatB::BF16(b.view::<bf16>()?),
+        (d, None) => return Err(unsupported_dtype("b", d)),
+    };
+    let (aq, as_) = (a_q.view::<u8>()?, a_scale.view::<u8>()?);
+    let tb = attrs.trans_b;
+    match y.dtype {
+        DType::F32 => fast::mx_matmul(aq, as_, m, k, n, mat_b, tb, y.view_mut::<f32>()?, par),
+        DType::F16 => fast::mx_matmul(aq, as_, m, k, n, mat_b, tb, y.view_mut::<f16>()?, par),
+        DType::BF16 => fast::mx_matmul(aq, as_, m, k, n, mat_b, tb, y.view_mut::<bf16>()?, par),
+        d => Err(unsupported_dtype("y", d)),
+    }
+}

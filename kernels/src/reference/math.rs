@@ -63,14 +63,17 @@ pub fn sigmoid_f32(z: f32) -> f32 {
     1.0 / (1.0 + exp_f32(-z))
 }
 
-/// The pinned mean of squares (see the module docs); 0 for an empty slice.
-pub fn mean_of_squares(s: &[f32]) -> f32 {
-    if s.is_empty() {
-        return 0.0;
-    }
+/// The pinned mean: f64 lane sums (element i → lane i mod 16), lanes combined by halving,
+/// divided by the count in f64, rounded to f32. 0 for no values.
+pub fn lane_mean(values: impl IntoIterator<Item = f32>) -> f32 {
     let mut lanes = [0f64; REDUCE_LANES];
-    for (i, v) in s.iter().enumerate() {
-        lanes[i % REDUCE_LANES] += f64::from(v * v);
+    let mut count = 0usize;
+    for v in values {
+        lanes[count % REDUCE_LANES] += f64::from(v);
+        count += 1;
+    }
+    if count == 0 {
+        return 0.0;
     }
     let mut w = REDUCE_LANES;
     while w > 1 {
@@ -79,7 +82,12 @@ pub fn mean_of_squares(s: &[f32]) -> f32 {
             lanes[j] += lanes[j + w];
         }
     }
-    (lanes[0] / s.len() as f64) as f32
+    (lanes[0] / count as f64) as f32
+}
+
+/// The pinned mean of squares: each square rounded to f32 (an f32 `Pow`), then [`lane_mean`].
+pub fn mean_of_squares(s: &[f32]) -> f32 {
+    lane_mean(s.iter().map(|v| v * v))
 }
 
 #[cfg(test)]
