@@ -20,7 +20,7 @@ use crate::ffi::ep_abi::ORT_API_VERSION;
 use crate::ffi::guard::{guard_status, guard_value};
 use crate::kernel_io::run_kernel;
 use crate::ops::schema::{self, AttrKind, OpSchema, Slot};
-use crate::ops::{self, Attrs, Kernel};
+use crate::ops::{self, Attrs, Kernel, Parallelism};
 use crate::ort_attrs::read_attr;
 use crate::ort_types::{ort_from_onnx, read_tensor_shape_info};
 use crate::tensor::Meta;
@@ -210,7 +210,7 @@ unsafe extern "system" fn kernel_compute_v2(
 ) -> OrtStatusPtr {
     guard_status("Compute", || {
         let state = &*(kernel as *const KernelState);
-        run_kernel(state.kernel.as_ref(), ctx)
+        run_kernel(state.kernel.as_ref(), ctx, Parallelism::OrtPool)
     })
 }
 

@@ -17,6 +17,7 @@ use crate::ffi::ep_abi::{
     ORT_API_VERSION,
 };
 use crate::ffi::guard::{guard_status, guard_value};
+use crate::ops::Parallelism;
 use crate::options::EpOptions;
 use crate::ort_graph_view::OrtGraphView;
 use crate::program::Program;
@@ -183,14 +184,15 @@ unsafe fn compile_one(
         .nodes()
         .iter()
         .all(|&n| view.domain(n) == MXFUSE_DOMAIN);
+    let parallelism = Parallelism::from_threads(options.threads);
     if all_ours {
-        return Program::build(&view, &inputs, &outputs);
+        return Program::build(&view, &inputs, &outputs, parallelism);
     }
     // Rewrite the claimed subgraph with the very pipeline the offline CLI runs.
     let model = model_from_view(&view)?;
     let mut ir = Graph::from_model(model, None).map_err(|e| Error::invalid(e.to_string()))?;
     run_pipeline(&mut ir, &options.pipeline).map_err(|e| Error::invalid(e.to_string()))?;
-    Program::build(&ir, &inputs, &outputs)
+    Program::build(&ir, &inputs, &outputs, parallelism)
 }
 
 /// `OrtNodeComputeInfo` first, so ORT's pointer is also a `*mut ComputeInfo`.

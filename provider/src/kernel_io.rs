@@ -124,6 +124,7 @@ pub unsafe fn alloc_output<'a>(
 pub unsafe fn run_kernel(
     kernel: &dyn crate::ops::Kernel,
     ctx: *mut OrtKernelContext,
+    parallelism: crate::ops::Parallelism,
 ) -> Result<()> {
     let inputs = Inputs::read(ctx)?;
     let out_metas = kernel.output_metas(&inputs.metas())?;
@@ -136,5 +137,6 @@ pub unsafe fn run_kernel(
         .zip(&out_metas)
         .map(|(buf, meta)| buf.map(|data| TensorMut { meta, data }))
         .collect();
-    kernel.compute(&inputs.views()?, &mut outputs)
+    let views = inputs.views()?;
+    parallelism.with(ctx, |par| kernel.compute(&views, &mut outputs, par))
 }

@@ -9,7 +9,7 @@ use ort_sys::OrtKernelContext;
 
 use crate::error::{Error, Result};
 use crate::kernel_io::{alloc_output, Inputs};
-use crate::ops::{self, schema, Attrs, Kernel};
+use crate::ops::{self, schema, Attrs, Kernel, Parallelism};
 use crate::tensor::{Meta, Tensor, TensorMut, TensorRef};
 
 struct Step {
@@ -32,6 +32,7 @@ enum Source {
 
 pub struct Program {
     steps: Vec<Step>,
+    parallelism: Parallelism,
     sources: Vec<Source>,
     /// Slot of each fused-node output, in the fused node's output order.
     outputs: Vec<usize>,
@@ -44,6 +45,7 @@ impl Program {
         g: &dyn GraphView,
         input_names: &[String],
         output_names: &[String],
+        parallelism: Parallelism,
     ) -> Result<Self> {
         let mut slots: HashMap<String, usize> = HashMap::new();
         let mut sources = Vec::new();
@@ -128,6 +130,7 @@ impl Program {
             .collect::<Result<_>>()?;
         Ok(Program {
             steps,
+            parallelism,
             sources,
             outputs,
         })
@@ -174,8 +177,8 @@ impl Program {
                     .iter_mut()
                     .map(|o| o.as_mut().map(Tensor::view_mut))
                     .collect();
-                step.kernel
-                    .compute(&ins, &mut out_views)
+                self.parallelism
+                    .with(ctx, |par| step.kernel.compute(&ins, &mut out_views, par))
                     .map_err(|e| Error::invalid(format!("{}: {e}", step.name)))?;
             }
             for (slot, t) in step.outputs.iter().zip(outs) {

@@ -43,6 +43,23 @@ impl Attrs {
         })
     }
 
+    /// The attributes as `(name, text)` pairs, the form `kernels`' attribute parsers take.
+    /// Floats are written with `{:?}`, which round-trips an f32 exactly.
+    pub fn as_pairs(&self) -> Vec<(String, String)> {
+        self.values
+            .iter()
+            .map(|(k, v)| {
+                let text = match v {
+                    AttrValue::Int(i) => i.to_string(),
+                    AttrValue::Float(f) => format!("{f:?}"),
+                    AttrValue::String(s) => s.clone(),
+                    other => format!("{other:?}"),
+                };
+                (k.clone(), text)
+            })
+            .collect()
+    }
+
     pub fn int(&self, name: &str, default: i64) -> i64 {
         match self.values.get(name) {
             Some(AttrValue::Int(v)) => *v,

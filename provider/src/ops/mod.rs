@@ -1,50 +1,290 @@
-//! The `com.mxfuse` ops as runnable kernels: attributes parsed once, output shapes inferred from
-//! input shapes, compute delegated to the `kernels` crate. Both the custom-op library and the
-//! plugin EP's executor run ops through [`create`] and the [`Kernel`] trait, so the two paths
-//! compute identical bits.
+//! The `com.mxfuse` ops as runnable kernels over `kernels::ops`: attributes parsed once (by the
+//! kernels crate's own parsers), output shapes from its shape helpers. The custom-op library and
+//! the plugin EP's executor both run ops through [`create`], so the two paths compute the same
+//! bits.
 
 pub mod attrs;
-mod backend;
-mod matmul;
-mod quant_common;
-mod quantize;
-mod rms_norm;
+mod parallel;
 pub mod schema;
-mod swiglu;
+
+use kernels::ops::{self as k, NormTensors, SwiGluTensors};
+use kernels::{AddRmsNormAttrs, DType, KernelError, MxMatMulAttrs, MxQuantAttrs, SwiGluAttrs};
 
 use crate::error::{Error, Result};
 use crate::tensor::{Meta, TensorMut, TensorRef};
 pub use attrs::Attrs;
+pub use parallel::{OrtParallel, Parallelism};
 
 /// A com.mxfuse op with its attributes parsed and validated.
 pub trait Kernel: Send + Sync {
-    /// Types and shapes of the outputs for these inputs (`None` for omitted optional ones).
-    /// Checks everything about the inputs that compute relies on.
+    /// Types and shapes of the outputs for these inputs (`None` for omitted optional inputs).
+    /// Dims of -1 (unknown, during ORT's shape inference) give -1 in dependent output dims.
     fn output_metas(&self, inputs: &[Option<&Meta>]) -> Result<Vec<Meta>>;
 
-    /// Computes all outputs; `outputs[i]` is `None` when the node does not produce output `i`.
+    /// Computes the outputs; `outputs[i]` is `None` when the node does not produce output `i`.
     fn compute(
         &self,
         inputs: &[Option<TensorRef<'_>>],
         outputs: &mut [Option<TensorMut<'_>>],
+        par: &dyn kernels::Parallel,
     ) -> Result<()>;
+}
+
+impl From<KernelError> for Error {
+    fn from(e: KernelError) -> Self {
+        match e {
+            KernelError::Unsupported(m) => Error::Unsupported(m),
+            other => Error::Invalid(other.to_string()),
+        }
+    }
 }
 
 /// Builds the kernel for `attrs.op()`.
 pub fn create(attrs: &Attrs) -> Result<Box<dyn Kernel>> {
+    let pairs = attrs.as_pairs();
+    let pairs = pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()));
     Ok(match attrs.op() {
-        "MxQuantize" => Box::new(quantize::MxQuantize::new(attrs)?),
-        "AddRmsNormMxQuant" => Box::new(rms_norm::AddRmsNormMxQuant::new(attrs)?),
-        "SwiGluMxQuant" => Box::new(swiglu::SwiGluMxQuant::new(attrs)?),
-        "MxMatMul" => Box::new(matmul::MxMatMul::new(attrs)?),
+        "MxQuantize" => Box::new(MxQuantAttrs::from_pairs(pairs)?),
+        "AddRmsNormMxQuant" => Box::new(AddRmsNormAttrs::from_pairs(pairs)?),
+        "SwiGluMxQuant" => Box::new(SwiGluAttrs::from_pairs(pairs)?),
+        "MxMatMul" => Box::new(MxMatMulAttrs::from_pairs(pairs)?),
         other => return Err(Error::Unsupported(format!("com.mxfuse op {other:?}"))),
     })
 }
 
+fn dtype(onnx: i32) -> Result<DType> {
+    DType::from_onnx_code(onnx as i64)
+        .ok_or_else(|| Error::invalid(format!("element type {onnx} is not supported")))
+}
+
 /// Input `i`, which the schema marks as required.
-fn required<'a, T>(op: &str, inputs: &'a [Option<T>], i: usize, name: &str) -> Result<&'a T> {
+fn required<'a, T>(inputs: &'a [Option<T>], i: usize, name: &str) -> Result<&'a T> {
     inputs
         .get(i)
         .and_then(Option::as_ref)
-        .ok_or_else(|| Error::invalid(format!("{op}: missing input {name}")))
+        .ok_or_else(|| Error::invalid(format!("missing input {name}")))
+}
+
+/// Dims for the kernels' shape helpers. Unknown dims (-1) become 0, which every helper accepts
+/// (0 is a multiple of 32); [`from_dims`] turns the zeros back into -1.
+fn to_dims(dims: &[i64]) -> (Vec<usize>, bool) {
+    let unknown = dims.iter().any(|&d| d < 0);
+    (dims.iter().map(|&d| d.max(0) as usize).collect(), unknown)
+}
+
+fn from_dims(dims: &[usize], unknown: bool) -> Vec<i64> {
+    dims.iter()
+        .map(|&d| if unknown && d == 0 { -1 } else { d as i64 })
+        .collect()
+}
+
+/// `(q, scale)` metas for values of `dims`.
+fn quant_metas(dims: &[usize], unknown: bool) -> Result<[Meta; 2]> {
+    let scale = k::scale_shape(dims)?;
+    Ok([
+        Meta::new(DType::E4M3.onnx_code(), from_dims(dims, unknown)),
+        Meta::new(DType::E8M0.onnx_code(), from_dims(&scale, unknown)),
+    ])
+}
+
+fn float_input(m: &Meta, what: &str) -> Result<()> {
+    if dtype(m.dtype)?.is_float() {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "{what} must be float, float16 or bfloat16, got element type {}",
+            m.dtype
+        )))
+    }
+}
+
+/// A kernels-crate view of one of our tensors.
+fn view<'a>(t: &TensorRef<'a>, dims: &'a [usize]) -> Result<k::TensorRef<'a>> {
+    Ok(k::TensorRef::new(dtype(t.meta.dtype)?, dims, t.data)?)
+}
+
+fn dims_of(t: &TensorRef<'_>) -> Vec<usize> {
+    t.meta.dims.iter().map(|&d| d as usize).collect()
+}
+
+/// Output dims, computed up front so the kernel views can borrow them.
+fn out_dims(outputs: &[Option<TensorMut<'_>>]) -> Vec<Vec<usize>> {
+    outputs
+        .iter()
+        .map(|o| {
+            o.as_ref()
+                .map(|t| t.meta.dims.iter().map(|&d| d as usize).collect())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// All outputs as kernels-crate views (`None` where the node omits the output).
+fn out_views<'a>(
+    outputs: &'a mut [Option<TensorMut<'_>>],
+    dims: &'a [Vec<usize>],
+) -> Result<Vec<Option<k::TensorMut<'a>>>> {
+    outputs
+        .iter_mut()
+        .zip(dims)
+        .map(|(o, d)| match o {
+            None => Ok(None),
+            Some(t) => Ok(Some(k::TensorMut::new(
+                dtype(t.meta.dtype)?,
+                d,
+                &mut *t.data,
+            )?)),
+        })
+        .collect()
+}
+
+/// Takes required output `i` out of `views`.
+fn take<'a>(
+    views: &mut [Option<k::TensorMut<'a>>],
+    i: usize,
+    name: &str,
+) -> Result<k::TensorMut<'a>> {
+    views
+        .get_mut(i)
+        .and_then(Option::take)
+        .ok_or_else(|| Error::invalid(format!("missing output {name}")))
+}
+
+impl Kernel for MxQuantAttrs {
+    fn output_metas(&self, inputs: &[Option<&Meta>]) -> Result<Vec<Meta>> {
+        let x = required(inputs, 0, "x")?;
+        float_input(x, "x")?;
+        let (dims, unknown) = to_dims(&x.dims);
+        Ok(quant_metas(&dims, unknown)?.to_vec())
+    }
+
+    fn compute(
+        &self,
+        inputs: &[Option<TensorRef<'_>>],
+        outputs: &mut [Option<TensorMut<'_>>],
+        par: &dyn kernels::Parallel,
+    ) -> Result<()> {
+        let x = required(inputs, 0, "x")?;
+        let xd = dims_of(x);
+        let od = out_dims(outputs);
+        let mut outs = out_views(outputs, &od)?;
+        let (q, s) = (take(&mut outs, 0, "q")?, take(&mut outs, 1, "scale")?);
+        Ok(k::mx_quantize(view(x, &xd)?, q, s, self, par)?)
+    }
+}
+
+impl Kernel for AddRmsNormAttrs {
+    fn output_metas(&self, inputs: &[Option<&Meta>]) -> Result<Vec<Meta>> {
+        let x = required(inputs, 0, "x")?;
+        float_input(x, "x")?;
+        required(inputs, 2, "gamma")?;
+        let (dims, unknown) = to_dims(&x.dims);
+        let [q, s] = quant_metas(&dims, unknown)?;
+        let same = Meta::new(x.dtype, x.dims.clone());
+        Ok(vec![q, s, same.clone(), same])
+    }
+
+    fn compute(
+        &self,
+        inputs: &[Option<TensorRef<'_>>],
+        outputs: &mut [Option<TensorMut<'_>>],
+        par: &dyn kernels::Parallel,
+    ) -> Result<()> {
+        let x = required(inputs, 0, "x")?;
+        let gamma = required(inputs, 2, "gamma")?;
+        let residual = inputs.get(1).copied().flatten();
+        let (xd, gd) = (dims_of(x), dims_of(gamma));
+        let rd = residual.as_ref().map(dims_of).unwrap_or_default();
+        let od = out_dims(outputs);
+        let mut outs = out_views(outputs, &od)?;
+        let out = NormTensors {
+            q: take(&mut outs, 0, "q")?,
+            scale: take(&mut outs, 1, "scale")?,
+            residual_out: outs.get_mut(2).and_then(Option::take),
+            normed: outs.get_mut(3).and_then(Option::take),
+        };
+        let residual = residual.as_ref().map(|r| view(r, &rd)).transpose()?;
+        Ok(k::add_rms_norm_mx_quant(
+            view(x, &xd)?,
+            residual,
+            view(gamma, &gd)?,
+            out,
+            self,
+            par,
+        )?)
+    }
+}
+
+impl Kernel for SwiGluAttrs {
+    fn output_metas(&self, inputs: &[Option<&Meta>]) -> Result<Vec<Meta>> {
+        let first = required(inputs, 0, "gate")?;
+        float_input(first, "gate")?;
+        let (dims, unknown) = to_dims(&first.dims);
+        let act = k::swiglu_output_shape(&dims, self.layout)?;
+        Ok(quant_metas(&act, unknown)?.to_vec())
+    }
+
+    fn compute(
+        &self,
+        inputs: &[Option<TensorRef<'_>>],
+        outputs: &mut [Option<TensorMut<'_>>],
+        par: &dyn kernels::Parallel,
+    ) -> Result<()> {
+        let first = required(inputs, 0, "gate")?;
+        let up = inputs.get(1).copied().flatten();
+        let fd = dims_of(first);
+        let ud = up.as_ref().map(dims_of).unwrap_or_default();
+        let input = match &up {
+            None => SwiGluTensors::Fused(view(first, &fd)?),
+            Some(up) => SwiGluTensors::Separate {
+                gate: view(first, &fd)?,
+                up: view(up, &ud)?,
+            },
+        };
+        let od = out_dims(outputs);
+        let mut outs = out_views(outputs, &od)?;
+        let (q, s) = (take(&mut outs, 0, "q")?, take(&mut outs, 1, "scale")?);
+        Ok(k::swiglu_mx_quant(input, q, s, self, par)?)
+    }
+}
+
+impl Kernel for MxMatMulAttrs {
+    fn output_metas(&self, inputs: &[Option<&Meta>]) -> Result<Vec<Meta>> {
+        let a = required(inputs, 0, "a_q")?;
+        let b = required(inputs, 2, "b")?;
+        let (ad, a_unknown) = to_dims(&a.dims);
+        let (bd, b_unknown) = to_dims(&b.dims);
+        let (_, _, _, y) = k::mx_matmul_dims(&ad, &bd, self.trans_b)?;
+        Ok(vec![Meta::new(
+            self.output_dtype.onnx_code(),
+            from_dims(&y, a_unknown || b_unknown),
+        )])
+    }
+
+    fn compute(
+        &self,
+        inputs: &[Option<TensorRef<'_>>],
+        outputs: &mut [Option<TensorMut<'_>>],
+        par: &dyn kernels::Parallel,
+    ) -> Result<()> {
+        let a = required(inputs, 0, "a_q")?;
+        let a_scale = required(inputs, 1, "a_scale")?;
+        let b = required(inputs, 2, "b")?;
+        let b_scale = inputs.get(3).copied().flatten();
+        let (ad, asd, bd) = (dims_of(a), dims_of(a_scale), dims_of(b));
+        let bsd = b_scale.as_ref().map(dims_of).unwrap_or_default();
+        let od = out_dims(outputs);
+        let mut outs = out_views(outputs, &od)?;
+        let y = take(&mut outs, 0, "y")?;
+        let b_scale = b_scale.as_ref().map(|t| view(t, &bsd)).transpose()?;
+        Ok(k::mx_matmul(
+            view(a, &ad)?,
+            view(a_scale, &asd)?,
+            view(b, &bd)?,
+            b_scale,
+            y,
+            self,
+            par,
+        )?)
+    }
 }

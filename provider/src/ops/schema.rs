@@ -84,6 +84,7 @@ pub const ADD_RMS_NORM_MX_QUANT: OpSchema = OpSchema {
         ("gamma_in_f32", AttrKind::Int),
         ("inv_form", AttrKind::String),
         ("allreduce", AttrKind::Int),
+        ("round_sum", AttrKind::Int),
     ],
 };
 
@@ -101,6 +102,7 @@ pub const SWIGLU_MX_QUANT: OpSchema = OpSchema {
         ("limit", AttrKind::Float),
         ("beta", AttrKind::Float),
         ("fp32_activation", AttrKind::Int),
+        ("swish_form", AttrKind::String),
     ],
 };
 

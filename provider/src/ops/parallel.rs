@@ -1,0 +1,103 @@
+//! Parallelism for the kernels: ONNX Runtime's intra-op thread pool (through
+//! `KernelContext_ParallelFor`) or the `threads` provider option.
+
+use std::ffi::c_void;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use kernels::{Parallel, Serial, StdThreads};
+use ort_sys::{OrtApi, OrtKernelContext};
+
+use crate::ffi::api::{api, check};
+
+/// How kernels run in parallel, chosen once per session from the `threads` option.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Parallelism {
+    /// ORT's intra-op thread pool (the default; honours `intra_op_num_threads`).
+    #[default]
+    OrtPool,
+    /// One thread.
+    Serial,
+    /// This many scoped threads of our own.
+    Threads(usize),
+}
+
+impl Parallelism {
+    /// From the `threads` option: 0 = ORT's pool, 1 = serial, N = N threads.
+    pub fn from_threads(threads: usize) -> Self {
+        match threads {
+            0 => Parallelism::OrtPool,
+            1 => Parallelism::Serial,
+            n => Parallelism::Threads(n),
+        }
+    }
+
+    /// Runs `f` with the `Parallel` this choice stands for in kernel context `ctx`.
+    pub fn with<R>(self, ctx: *mut OrtKernelContext, f: impl FnOnce(&dyn Parallel) -> R) -> R {
+        match self {
+            Parallelism::OrtPool => match api() {
+                Ok(api) => f(&OrtParallel { api: api.ort, ctx }),
+                Err(_) => f(&Serial),
+            },
+            Parallelism::Serial => f(&Serial),
+            Parallelism::Threads(n) => f(&StdThreads::new(n)),
+        }
+    }
+}
+
+/// [`Parallel`] over `KernelContext_ParallelFor`.
+pub struct OrtParallel {
+    api: &'static OrtApi,
+    ctx: *mut OrtKernelContext,
+}
+
+// SAFETY: the context is only used to schedule work during the Compute call that owns it; ORT's
+// thread pool is thread-safe.
+unsafe impl Sync for OrtParallel {}
+
+struct Job<'a> {
+    f: &'a (dyn Fn(usize) + Sync),
+    panicked: AtomicBool,
+}
+
+/// Called on ORT's worker threads: a panic must not unwind into ORT, so it is recorded and
+/// re-raised on the calling thread (where the FFI guard turns it into a status).
+unsafe extern "C" fn trampoline(data: *mut c_void, i: usize) {
+    let job = &*(data as *const Job<'_>);
+    if catch_unwind(AssertUnwindSafe(|| (job.f)(i))).is_err() {
+        job.panicked.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Parallel for OrtParallel {
+    fn for_each(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        if n <= 1 {
+            return (0..n).for_each(f);
+        }
+        let job = Job {
+            f,
+            panicked: AtomicBool::new(false),
+        };
+        // SAFETY: `job` outlives the call, which returns after every invocation finished.
+        let status = unsafe {
+            (self.api.KernelContext_ParallelFor)(
+                self.ctx,
+                trampoline,
+                n,
+                0,
+                &job as *const Job<'_> as *mut c_void,
+            )
+        };
+        if check(status).is_err() {
+            // No pool available (should not happen on the CPU EP): run inline.
+            return (0..n).for_each(f);
+        }
+        if job.panicked.load(Ordering::Relaxed) {
+            panic!("a kernel task panicked on an ONNX Runtime worker thread");
+        }
+    }
+
+    fn concurrency(&self) -> usize {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
+}
