@@ -55,6 +55,8 @@ pub(crate) struct PNode {
     pub(crate) attrs: Vec<AttrPred>,
     /// A collective (AllReduce): must be removed by the match, never duplicated or dropped.
     pub(crate) collective: bool,
+    /// The matched output must have exactly one reader (the pattern node that reads it).
+    pub(crate) single_use: bool,
 }
 
 /// A finished pattern. Build with [`Pat`].
@@ -134,6 +136,7 @@ impl Pat {
                 extra_inputs: false,
                 attrs: Vec::new(),
                 collective: false,
+                single_use: false,
             },
         }
     }
@@ -194,6 +197,13 @@ impl<'p> OpBuilder<'p> {
     /// Marks a collective: it must be removed by the match, never duplicated or dropped.
     pub fn collective(mut self) -> Self {
         self.node.collective = true;
+        self
+    }
+
+    /// Requires the matched output to be read by exactly one node and not be a graph output:
+    /// lets a pattern prefer, of two candidates, the one it can absorb.
+    pub fn single_use(mut self) -> Self {
+        self.node.single_use = true;
         self
     }
 

@@ -143,6 +143,9 @@ impl<'a> Matcher<'a> {
                 )
             });
         }
+        if pnode.single_use && (self.g.is_graph_output(val) || self.g.consumers(val).len() != 1) {
+            return self.fail(&b, || format!("'{}' has more than one reader", self.g.value_name(val)));
+        }
         for a in &pnode.attrs {
             if !(a.f)(self.g.attr(gn, a.name).as_ref()) {
                 return self.fail(&b, || format!("{} '{}' needs {}", pnode.op.op_type, self.g.node_name(gn), a.desc));

@@ -1,2 +1,4 @@
 //! Reusable sub-patterns: the spellings real exporters emit for each piece of a fusion.
 pub mod mx_quant;
+pub mod rms_norm;
+pub mod swiglu;

@@ -1,0 +1,590 @@
+//! The residual-add and RMSNorm spellings rule `add_rmsnorm_mxquant` starts with.
+//!
+//! Search pattern => y = RMSNorm([AllReduce](x) + residual, γ), spelled as any of
+//!
+//! ```text
+//! residual stage (s = the norm input)         norm stage (y = the normalized tensor)
+//! s = Add(AllReduce(x), residual)             decomposed: [Cast f32] ─ Pow(·,2) | Mul(·,·) ─ ReduceMean(-1)
+//! s = Add(x, residual)     (either order)         ─ Add(eps) ─ Sqrt ─ Reciprocal+Mul | Div  = n, then
+//! s = x                    (first layer)          Mul(n, γ) | Cast(Mul(n, γ)) | Mul(Cast(n), γ);
+//!                                                 γ = w or Add(w, 1) (Gemma)
+//!                                             RMSNormalization(s, w)                     (opset ≥ 23)
+//!                                             SimplifiedLayerNormalization(s, w)         (ONNX domain)
+//! com.microsoft::SkipSimplifiedLayerNormalization([AllReduce](x), residual, w) → y, sum = output 3
+//! ```
+//!
+//! Key points:
+//! * The check extracts exactly the numerics the graph computes and refuses what the fused
+//!   kernel cannot reproduce: a decomposed chain must compute in fp32 (the input is f32 or cast
+//!   to f32), γ multiplies either in fp32 before the cast back (`gamma_in_f32 = 1`) or in T after
+//!   it (`= 0`); `Reciprocal+Mul` and `Div` are kept apart (`inv_form`).
+//! * `RMSNormalization` is defined by its ONNX function body: Div, cast back, then γ in T.
+//!   ORT's `(Skip)SimplifiedLayerNormalization` kernels compute everything in fp32 (Div, γ in
+//!   fp32); Skip normalizes the unrounded fp32 sum (`round_sum = 0`).
+//! * Gemma's `Add(w, 1)` is absorbed only in the decomposed spelling, where its dtype matches
+//!   where γ multiplies; the single-op norms take their scale input as is (`gemma = 0`).
+//! * The AllReduce alternatives come first: an AllReduce feeding the residual Add is absorbed
+//!   (marked collective, so the engine refuses the site if anything else reads it).
+//!
+//! Not handled: a decomposed chain computed in f16/bf16 (every intermediate rounded to T);
+//! `stash_type` ≠ 1; Skip with a bias input; normalization over more than the last axis.
+
+use crate::pattern::predicates::{attr_float, attr_int, dtype, scalar_f64, values_i64};
+use crate::pattern::{Match, OpId, Pat, Reject, N, V};
+use crate::reject;
+use crate::view::{Dim, GraphView, NodeId, ValueId, MS_DOMAIN, ONNX_DOMAIN};
+
+/// Handles of the residual stage (`s = [AllReduce](x) + residual`, or `s = x`).
+#[derive(Clone, Copy, Debug)]
+pub struct ResidualPat {
+    /// The norm input (an alternative between the stages below).
+    pub s: V,
+    /// The branch output when no AllReduce is absorbed.
+    pub x: V,
+    pub residual: V,
+    /// The absorbed AllReduce (an alternative between `allreduce_sole` and `allreduce`) and
+    /// its input.
+    pub allreduce_sole: N,
+    pub allreduce: N,
+    pub x_ar: V,
+    /// `Add(AllReduce(x), residual)` and its output, for each AllReduce node.
+    pub add_ar_sole: N,
+    pub add_ar: N,
+    pub add_ar_out: V,
+    /// `Add(x, residual)` and its output.
+    pub add: N,
+    pub add_out: V,
+}
+
+/// Declares the residual stage; `s` is its output (the norm input).
+pub fn residual_stage(p: &mut Pat) -> ResidualPat {
+    let x_ar = p.input("x_before_allreduce");
+    // Extra inputs are accepted structurally so the check can refuse them with a reason.
+    let ar = |p: &mut Pat, sole: bool| {
+        let b = p
+            .op(OpId::new(MS_DOMAIN, "AllReduce"))
+            .args([x_ar])
+            .extra_inputs()
+            .collective();
+        if sole {
+            b.single_use().node()
+        } else {
+            b.node()
+        }
+    };
+    // A first layer's residual is the embedding's AllReduce, read by the input norm too: when
+    // both Add operands are AllReduces, the one only this Add reads is the one to absorb. An
+    // AllReduce with other readers still matches (second alternative) so the engine refuses it.
+    let allreduce_sole = ar(p, true);
+    let allreduce = ar(p, false);
+    let (sole_out, ar_out) = (p.out(allreduce_sole, 0), p.out(allreduce, 0));
+    let residual = p.input("residual");
+    let x = p.input("x");
+    let add_ar_sole = p
+        .op(OpId::new(ONNX_DOMAIN, "Add"))
+        .args([sole_out, residual])
+        .commutative()
+        .node();
+    let add_ar = p
+        .op(OpId::new(ONNX_DOMAIN, "Add"))
+        .args([ar_out, residual])
+        .commutative()
+        .node();
+    let add = p
+        .op(OpId::new(ONNX_DOMAIN, "Add"))
+        .args([x, residual])
+        .commutative()
+        .node();
+    let (sole_sum, ar_sum, add_out) = (p.out(add_ar_sole, 0), p.out(add_ar, 0), p.out(add, 0));
+    let add_ar_out = p.any_of("allreduce_sum", [sole_sum, ar_sum]);
+    // No AllReduce-only alternative: a first-layer AllReduce's output is the residual stream
+    // of the next layer, so absorbing it would always be refused; leaving it as `x` fuses.
+    let s = p.any_of("norm_input", [add_ar_out, add_out, x]);
+    ResidualPat {
+        s,
+        x,
+        residual,
+        allreduce_sole,
+        allreduce,
+        x_ar,
+        add_ar_sole,
+        add_ar,
+        add_ar_out,
+        add,
+        add_out,
+    }
+}
+
+/// Handles of the norm stage.
+#[derive(Clone, Copy, Debug)]
+pub struct RmsNormPat {
+    /// The normalized tensor (the quantizer's input).
+    pub y: V,
+    /// The raw weight input (before a Gemma `Add(w, 1)`).
+    pub w: V,
+    pub gamma_add: N,
+    pub cast_up: N,
+    pub pow: N,
+    pub pow_exponent: V,
+    pub square: N,
+    pub reduce: N,
+    pub eps: V,
+    pub add_eps: N,
+    pub recip: N,
+    pub div: N,
+    /// `Mul(n, γ)`: y itself (f32) or cast back after it.
+    pub mul_gamma: N,
+    pub cast_back: N,
+    /// `Cast(n)` then `Mul(·, γ)` in T.
+    pub cast_n: N,
+    pub mul_gamma_t: N,
+    pub rms_normalization: N,
+    pub simplified: N,
+    /// Skip variants: AllReduce output as input 0, as input 1, none.
+    pub skip_ar0: N,
+    pub skip_ar1: N,
+    pub skip: N,
+}
+
+fn onnx(op: &'static str) -> OpId {
+    OpId::new(ONNX_DOMAIN, op)
+}
+
+/// Declares every norm spelling over the residual stage `r`; `y` is the normalized tensor.
+pub fn rms_norm(p: &mut Pat, r: &ResidualPat) -> RmsNormPat {
+    let s = r.s;
+    // Decomposed chain.
+    let cast_up = p
+        .op(onnx("Cast"))
+        .args([s])
+        .attr_int("to", None, dtype::FLOAT as i64)
+        .node();
+    let cast_up_out = p.out(cast_up, 0);
+    let xf = p.any_of("norm_x_f32", [cast_up_out, s]);
+    let pow_exponent = p.input("pow_exponent");
+    let pow = p.op(onnx("Pow")).args([xf, pow_exponent]).node();
+    let square = p.op(onnx("Mul")).args([xf, xf]).node();
+    let (pow_out, square_out) = (p.out(pow, 0), p.out(square, 0));
+    let sq = p.any_of("x_squared", [pow_out, square_out]);
+    let reduce = p.op(onnx("ReduceMean")).args([sq]).extra_inputs().node();
+    let mean = p.out(reduce, 0);
+    let eps = p.input("epsilon");
+    let add_eps = p.op(onnx("Add")).args([mean, eps]).commutative().node();
+    let var_eps = p.out(add_eps, 0);
+    let sqrt = p.op(onnx("Sqrt")).args([var_eps]).out();
+    let recip = p.op(onnx("Reciprocal")).args([sqrt]).node();
+    let inv = p.out(recip, 0);
+    let mul_inv = p.op(onnx("Mul")).args([xf, inv]).commutative().out();
+    let div = p.op(onnx("Div")).args([xf, sqrt]).node();
+    let div_out = p.out(div, 0);
+    let n = p.any_of("normalized", [mul_inv, div_out]);
+    // γ: Gemma's `Add(w, 1)` (exactly 1: anything else is just a computed weight) or w.
+    let w = p.input("gamma");
+    let one = p.konst_scalar("gamma_one", 1.0);
+    let gamma_add = p.op(onnx("Add")).args([w, one]).commutative().node();
+    let gamma_add_out = p.out(gamma_add, 0);
+    let g = p.any_of("gamma_weight", [gamma_add_out, w]);
+    let mul_gamma = p.op(onnx("Mul")).args([n, g]).commutative().node();
+    let mul_gamma_out = p.out(mul_gamma, 0);
+    let cast_back = p.op(onnx("Cast")).args([mul_gamma_out]).node();
+    let cast_n = p.op(onnx("Cast")).args([n]).node();
+    let cast_n_out = p.out(cast_n, 0);
+    let mul_gamma_t = p.op(onnx("Mul")).args([cast_n_out, g]).commutative().node();
+    // Single-op norms.
+    let rms_normalization = p.op(onnx("RMSNormalization")).args([s, w]).node();
+    let simplified = p
+        .op(onnx("SimplifiedLayerNormalization"))
+        .args([s, w])
+        .node();
+    let skip_op = || OpId::new(MS_DOMAIN, "SkipSimplifiedLayerNormalization");
+    // Skip norms only absorb an AllReduce nothing else reads (see `residual_stage`).
+    let ar_out = p.out(r.allreduce_sole, 0);
+    let skip_ar0 = p
+        .op(skip_op())
+        .args([ar_out, r.residual, w])
+        .extra_inputs()
+        .node();
+    let skip_ar1 = p
+        .op(skip_op())
+        .args([r.residual, ar_out, w])
+        .extra_inputs()
+        .node();
+    let skip = p
+        .op(skip_op())
+        .args([r.x, r.residual, w])
+        .extra_inputs()
+        .node();
+    let outs = [
+        p.out(cast_back, 0),
+        p.out(mul_gamma_t, 0),
+        mul_gamma_out,
+        p.out(rms_normalization, 0),
+        p.out(simplified, 0),
+        p.out(skip_ar0, 0),
+        p.out(skip_ar1, 0),
+        p.out(skip, 0),
+    ];
+    let y = p.any_of("rms_normed", outs);
+    RmsNormPat {
+        y,
+        w,
+        gamma_add,
+        cast_up,
+        pow,
+        pow_exponent,
+        square,
+        reduce,
+        eps,
+        add_eps,
+        recip,
+        div,
+        mul_gamma,
+        cast_back,
+        cast_n,
+        mul_gamma_t,
+        rms_normalization,
+        simplified,
+        skip_ar0,
+        skip_ar1,
+        skip,
+    }
+}
+
+/// The numerics the matched norm computes, as `AddRmsNormMxQuant` attributes and inputs.
+#[derive(Clone, Debug)]
+pub struct NormSpec {
+    /// The branch input `x` (before the absorbed AllReduce, if any).
+    pub x: ValueId,
+    pub residual: Option<ValueId>,
+    /// The γ input of the fused op (w, before a Gemma `+1`).
+    pub gamma: ValueId,
+    pub epsilon: f32,
+    pub gemma: bool,
+    pub gamma_in_f32: bool,
+    pub inv_form: &'static str,
+    pub round_sum: bool,
+    pub allreduce: bool,
+    /// The graph value holding `x + residual` (keeps its name when read outside).
+    pub sum: Option<ValueId>,
+    /// The Skip node, whose output 3 (`sum`) the engine does not see through the pattern.
+    pub skip: Option<NodeId>,
+}
+
+fn elem(g: &dyn GraphView, v: ValueId) -> i32 {
+    g.tensor_info(v).map(|i| i.elem_type).unwrap_or(0)
+}
+
+fn shape(g: &dyn GraphView, v: ValueId) -> Option<Vec<Dim>> {
+    g.tensor_info(v).and_then(|i| i.shape)
+}
+
+/// A scalar constant's value, or a reason naming `what`.
+fn const_scalar(g: &dyn GraphView, v: ValueId, what: &str) -> Result<f64, Reject> {
+    if !g.is_constant(v) {
+        return Err(reject!("{what} '{}' is not a constant", g.value_name(v)));
+    }
+    g.const_value(v)
+        .and_then(|t| scalar_f64(&t))
+        .ok_or_else(|| reject!("{what} '{}' is not a readable scalar", g.value_name(v)))
+}
+
+/// Whether `axis` names the last axis of a rank-`rank` tensor.
+fn is_last(axis: i64, rank: usize) -> bool {
+    axis == -1 || axis == rank as i64 - 1
+}
+
+/// Checks the residual and norm stages of a match. `t` and `h` are the dtype and last dim of
+/// the normalized tensor (already checked by the quantize spelling).
+pub fn check_add_rms_norm(
+    m: &Match<'_>,
+    r: &ResidualPat,
+    n: &RmsNormPat,
+    t: i32,
+    h: i64,
+) -> Result<NormSpec, Reject> {
+    let g = m.graph();
+    let skip = [n.skip_ar0, n.skip_ar1, n.skip]
+        .into_iter()
+        .find_map(|k| m.node(k));
+    // The Skip norm has no separate norm input: its residual input stands for it.
+    let s = if skip.is_some() {
+        m[r.residual]
+    } else {
+        m[r.s]
+    };
+    if elem(g, s) != t {
+        return Err(reject!(
+            "norm input '{}' is {} but its output is {}",
+            g.value_name(s),
+            dtype::name(elem(g, s)),
+            dtype::name(t)
+        ));
+    }
+    let rank = shape(g, m[n.y]).map(|d| d.len()).unwrap_or(0);
+    let mut spec = match (m.node(n.rms_normalization), m.node(n.simplified), skip) {
+        (Some(node), _, _) => single_op_norm(m, n, node, rank, false)?,
+        (_, Some(node), _) => single_op_norm(m, n, node, rank, true)?,
+        (_, _, Some(node)) => skip_norm(m, r, n, node, t)?,
+        _ => decomposed_norm(m, n, t, rank)?,
+    };
+    if skip.is_none() {
+        residual_of_add(m, r, &mut spec);
+    }
+    if spec.allreduce {
+        let ar = m.node(r.allreduce_sole).or(m.node(r.allreduce));
+        let ar = ar.ok_or_else(|| reject!("internal: AllReduce not bound"))?;
+        let count = g.inputs(ar).iter().flatten().count();
+        if count != 1 {
+            return Err(reject!(
+                "AllReduce '{}' has {count} inputs: only the one-tensor form is fused",
+                g.node_name(ar)
+            ));
+        }
+    }
+    check_operands(g, &spec, s, t, h)?;
+    Ok(spec)
+}
+
+/// Fills x / residual / sum / allreduce from the Add alternatives (or the first-layer `s = x`).
+fn residual_of_add(m: &Match<'_>, r: &ResidualPat, spec: &mut NormSpec) {
+    if m.node(r.add_ar_sole).is_some() || m.node(r.add_ar).is_some() {
+        spec.x = m[r.x_ar];
+        spec.residual = Some(m[r.residual]);
+        spec.allreduce = true;
+        spec.sum = m.get(r.add_ar_out);
+    } else if m.node(r.add).is_some() {
+        spec.x = m[r.x];
+        spec.residual = Some(m[r.residual]);
+        spec.sum = m.get(r.add_out);
+    } else {
+        spec.x = m[r.s];
+    }
+}
+
+/// Shapes and dtypes of x, residual and γ: exactly `[..., H]` twice and `[H]`.
+fn check_operands(
+    g: &dyn GraphView,
+    spec: &NormSpec,
+    s: ValueId,
+    t: i32,
+    h: i64,
+) -> Result<(), Reject> {
+    let s_shape = shape(g, s);
+    for v in [Some(spec.x), spec.residual].into_iter().flatten() {
+        if elem(g, v) != t {
+            return Err(reject!(
+                "residual operand '{}' is {}, not {}",
+                g.value_name(v),
+                dtype::name(elem(g, v)),
+                dtype::name(t)
+            ));
+        }
+        // A broadcasting Add would need the smaller operand expanded: refuse it.
+        if shape(g, v) != s_shape || s_shape.is_none() {
+            return Err(reject!(
+                "residual operand '{}' has shape {:?}, the sum {:?}: broadcasting is not fused",
+                g.value_name(v),
+                shape(g, v),
+                s_shape
+            ));
+        }
+    }
+    let gt = elem(g, spec.gamma);
+    if gt != t && gt != dtype::FLOAT {
+        return Err(reject!(
+            "norm weight '{}' is {}: must be {} or float",
+            g.value_name(spec.gamma),
+            dtype::name(gt),
+            dtype::name(t)
+        ));
+    }
+    match shape(g, spec.gamma).as_deref() {
+        Some([Dim::Known(d)]) if *d == h => Ok(()),
+        other => Err(reject!(
+            "norm weight '{}' has shape {other:?}, expected [{h}]",
+            g.value_name(spec.gamma)
+        )),
+    }
+}
+
+fn base_spec(x: ValueId, gamma: ValueId) -> NormSpec {
+    NormSpec {
+        x,
+        residual: None,
+        gamma,
+        epsilon: 1e-5,
+        gemma: false,
+        gamma_in_f32: true,
+        inv_form: "div",
+        round_sum: true,
+        allreduce: false,
+        sum: None,
+        skip: None,
+    }
+}
+
+/// `epsilon` (default 1e-5) and, if the op has them, `axis` = last and `stash_type` = 1.
+fn norm_attrs(g: &dyn GraphView, node: NodeId, rank: usize) -> Result<f32, Reject> {
+    let name = g.node_name(node);
+    let axis = attr_int(g.attr(node, "axis"), -1).unwrap_or(i64::MIN);
+    if !is_last(axis, rank) {
+        return Err(reject!(
+            "{} '{name}' normalizes from axis {axis}, not only the last axis",
+            g.op_type(node)
+        ));
+    }
+    let stash = attr_int(g.attr(node, "stash_type"), 1).unwrap_or(0);
+    if stash != 1 {
+        return Err(reject!(
+            "{} '{name}' has stash_type={stash}: only fp32 computation (1) is fused",
+            g.op_type(node)
+        ));
+    }
+    attr_float(g.attr(node, "epsilon"), 1e-5)
+        .ok_or_else(|| reject!("epsilon of '{name}' is not a float"))
+}
+
+/// `RMSNormalization` (ONNX function: Div, cast back, γ in T) or ORT's
+/// `SimplifiedLayerNormalization` (fp32 throughout).
+fn single_op_norm(
+    m: &Match<'_>,
+    n: &RmsNormPat,
+    node: NodeId,
+    rank: usize,
+    ort: bool,
+) -> Result<NormSpec, Reject> {
+    let g = m.graph();
+    let mut spec = base_spec(m[n.w], m[n.w]);
+    spec.epsilon = norm_attrs(g, node, rank)?;
+    spec.gamma_in_f32 = ort;
+    Ok(spec)
+}
+
+/// `SkipSimplifiedLayerNormalization(a, b, w)`: the Add is inside; ORT normalizes the fp32 sum.
+fn skip_norm(
+    m: &Match<'_>,
+    r: &ResidualPat,
+    n: &RmsNormPat,
+    node: NodeId,
+    t: i32,
+) -> Result<NormSpec, Reject> {
+    let g = m.graph();
+    let name = g.node_name(node);
+    if g.inputs(node).get(3).copied().flatten().is_some() {
+        return Err(reject!(
+            "SkipSimplifiedLayerNormalization '{name}' has a bias input: not fused"
+        ));
+    }
+    let mut spec = base_spec(m[n.w], m[n.w]);
+    // ORT's schema default for the Skip norms is 1e-12 (not the 1e-5 of the plain norms).
+    spec.epsilon = attr_float(g.attr(node, "epsilon"), 1e-12)
+        .ok_or_else(|| reject!("epsilon of '{name}' is not a float"))?;
+    spec.residual = Some(m[r.residual]);
+    // ORT's kernel keeps the sum in fp32 for the norm and rounds it only for output 3.
+    spec.round_sum = t == dtype::FLOAT;
+    if m.node(n.skip).is_some() {
+        spec.x = m[r.x];
+    } else {
+        spec.x = m[r.x_ar];
+        spec.allreduce = true;
+    }
+    let outs = g.outputs(node);
+    // Outputs 1 and 2 (mean, inv_std_var) are not re-produced: the engine refuses the site if
+    // anything reads them.
+    spec.sum = outs
+        .get(3)
+        .copied()
+        .filter(|v| g.is_graph_output(*v) || !g.consumers(*v).is_empty());
+    spec.skip = Some(node);
+    Ok(spec)
+}
+
+/// The decomposed chain: computed in fp32, γ before or after the cast back.
+fn decomposed_norm(m: &Match<'_>, n: &RmsNormPat, t: i32, rank: usize) -> Result<NormSpec, Reject> {
+    let g = m.graph();
+    let Some(reduce) = m.node(n.reduce) else {
+        return Err(reject!("internal: no norm spelling bound"));
+    };
+    let mean = g.outputs(reduce)[0];
+    // Every intermediate must be f32: the kernel computes in fp32 and rounds only y to T.
+    if elem(g, mean) != dtype::FLOAT {
+        return Err(reject!(
+            "decomposed RMSNorm computes in {}: its intermediates are rounded to that type, the fused kernel computes in fp32",
+            dtype::name(elem(g, mean))
+        ));
+    }
+    if let Some(pow) = m.node(n.pow) {
+        let e = const_scalar(g, m[n.pow_exponent], "Pow exponent")?;
+        if e != 2.0 {
+            return Err(reject!(
+                "Pow '{}' has exponent {e}, not 2",
+                g.node_name(pow)
+            ));
+        }
+    }
+    check_reduce_mean(g, reduce, rank)?;
+    let eps = const_scalar(g, m[n.eps], "epsilon")?;
+    let eps_t = g.tensor_info(m[n.eps]).map(|i| i.elem_type).unwrap_or(0);
+    if eps_t != dtype::FLOAT {
+        return Err(reject!("epsilon is {}, not float", dtype::name(eps_t)));
+    }
+    let mut spec = base_spec(m[n.w], m[n.w]);
+    spec.epsilon = eps as f32;
+    spec.inv_form = if m.node(n.recip).is_some() {
+        "recip_mul"
+    } else {
+        "div"
+    };
+    spec.gemma = m.node(n.gamma_add).is_some();
+    let cast_to = |c: NodeId| attr_int(g.attr(c, "to"), 0).unwrap_or(0) as i32;
+    spec.gamma_in_f32 = match (m.node(n.cast_back), m.node(n.cast_n)) {
+        (Some(c), _) | (_, Some(c)) if cast_to(c) != t => {
+            return Err(reject!(
+                "Cast '{}' back to {} does not give the norm's dtype {}",
+                g.node_name(c),
+                dtype::name(cast_to(c)),
+                dtype::name(t)
+            ))
+        }
+        // Cast(Mul(n, γ)): γ multiplies in fp32.
+        (Some(_), _) => true,
+        // Mul(Cast(n), γ): normalize, cast back, multiply in T (HF Llama).
+        (_, Some(_)) => false,
+        // Mul(n, γ) with no cast: everything (T included) is f32.
+        _ => true,
+    };
+    // The weight as the multiply sees it: after Gemma's `+1` when there is one.
+    let gw = match m.node(n.gamma_add) {
+        Some(add) => g.outputs(add)[0],
+        None => m[n.w],
+    };
+    let want = if spec.gamma_in_f32 { dtype::FLOAT } else { t };
+    if elem(g, gw) != want {
+        return Err(reject!(
+            "norm weight multiplies in {}, expected {} for this spelling",
+            dtype::name(elem(g, gw)),
+            dtype::name(want)
+        ));
+    }
+    Ok(spec)
+}
+
+fn check_reduce_mean(g: &dyn GraphView, n: NodeId, rank: usize) -> Result<(), Reject> {
+    if attr_int(g.attr(n, "keepdims"), 1) != Some(1) {
+        return Err(reject!("ReduceMean '{}' must keep dims", g.node_name(n)));
+    }
+    let axes = match g.inputs(n).get(1).copied().flatten() {
+        Some(v) => g.const_value(v).and_then(|t| values_i64(&t)),
+        None => match g.attr(n, "axes") {
+            Some(crate::view::AttrValue::Ints(a)) => Some(a),
+            _ => None,
+        },
+    };
+    match axes.as_deref() {
+        Some([a]) if is_last(*a, rank) => Ok(()),
+        other => Err(reject!(
+            "ReduceMean '{}' axes {other:?} are not the last axis",
+            g.node_name(n)
+        )),
+    }
+}

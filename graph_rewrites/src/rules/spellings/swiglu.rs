@@ -1,0 +1,327 @@
+//! The SwiGLU spellings rule `swiglu_mxquant_matmul` starts with.
+//!
+//! Search pattern => act = SwiGLU(gate, up), spelled as any of
+//!
+//! ```text
+//! gate, up = Split(gate_up, axis=-1, halves) | two separate values
+//! SiLU·up:    Sigmoid(g) ─ Mul(g, σ) ─ Mul(·, up)
+//! SwiGLU-OAI: g = Clip(gate, max=L) | Min(gate, L);  u = Clip(up, -L, L) ─ Add(β)
+//!             Mul(g, α) ─ Sigmoid ─ Mul(g, σ) ─ Mul(·, u)
+//! one-op:     com.microsoft::QuickGelu(g, α)·u;  Swish(g, α)·u  (opset 24);  SwiGLU(g, u) (opset 28)
+//! ```
+//!
+//! Key points:
+//! * One pattern covers every spelling: the clamps, `+β`, `Mul(α)` are optional pieces and the
+//!   check refuses combinations that are not SiLU·up or complete SwiGLU-OAI.
+//! * Each ONNX op rounds its output to T; `Swish`/`SwiGLU` are defined by their function bodies
+//!   (unrolled: `Mul(α) → Sigmoid → Mul`), so only `QuickGelu` is a single rounding
+//!   (`swish_form = single_op`).
+//! * gate and up must have the same shape: a broadcasting Mul is not what the kernel computes.
+//!
+//! Not handled: interleaved gate/up, Split into unequal parts or with up first, Casts inside
+//! the activation, a Clip on the gate with a lower bound.
+
+use crate::pattern::predicates::{attr_float, attr_int, dtype, scalar_f64, values_i64};
+use crate::pattern::{Match, OpId, Pat, Reject, N, V};
+use crate::reject;
+use crate::view::{Dim, GraphView, NodeId, ValueId, MS_DOMAIN, ONNX_DOMAIN};
+
+/// Handles of the SwiGLU subpattern.
+#[derive(Clone, Copy, Debug)]
+pub struct SwigluPat {
+    /// The activation (the quantizer's input).
+    pub act: V,
+    pub split: N,
+    pub gate_up: V,
+    pub gate: V,
+    pub up: V,
+    pub clip_gate: N,
+    pub min_gate: N,
+    pub gate_limit: V,
+    pub clip_up: N,
+    pub add_beta: N,
+    pub beta: V,
+    pub mul_alpha: N,
+    pub alpha: V,
+    pub sigmoid_mul: N,
+    pub quick_gelu: N,
+    pub swish: N,
+    pub act_mul: N,
+    pub swiglu: N,
+}
+
+fn onnx(op: &'static str) -> OpId {
+    OpId::new(ONNX_DOMAIN, op)
+}
+
+/// Declares every SwiGLU spelling; `act` is the activation.
+pub fn swiglu(p: &mut Pat) -> SwigluPat {
+    let gate_up = p.input("gate_up");
+    // The split sizes (input 1) are optional: the check reads them.
+    let split = p.op(onnx("Split")).args([gate_up]).extra_inputs().node();
+    let (half0, half1) = (p.out(split, 0), p.out(split, 1));
+    let gate_in = p.input("gate");
+    let up_in = p.input("up");
+    let gate = p.any_of("swiglu_gate", [half0, gate_in]);
+    let up = p.any_of("swiglu_up", [half1, up_in]);
+    // OAI clamps (min / max inputs of Clip are optional: the check reads them).
+    let clip_gate = p.op(onnx("Clip")).args([gate]).extra_inputs().node();
+    let gate_limit = p.konst("gate_limit");
+    let min_gate = p
+        .op(onnx("Min"))
+        .args([gate, gate_limit])
+        .commutative()
+        .node();
+    let (cg, mg) = (p.out(clip_gate, 0), p.out(min_gate, 0));
+    let g = p.any_of("gate_clamped", [cg, mg, gate]);
+    let clip_up = p.op(onnx("Clip")).args([up]).extra_inputs().node();
+    let cu = p.out(clip_up, 0);
+    let u = p.any_of("up_clamped", [cu, up]);
+    let beta = p.konst("beta");
+    let add_beta = p.op(onnx("Add")).args([u, beta]).commutative().node();
+    let ab = p.out(add_beta, 0);
+    let ub = p.any_of("up_plus_beta", [ab, u]);
+    // gate·σ(α·gate).
+    let alpha = p.konst("alpha");
+    let mul_alpha = p.op(onnx("Mul")).args([g, alpha]).commutative().node();
+    let ma = p.out(mul_alpha, 0);
+    let z = p.any_of("sigmoid_input", [ma, g]);
+    let sig = p.op(onnx("Sigmoid")).args([z]).out();
+    let sigmoid_mul = p.op(onnx("Mul")).args([g, sig]).commutative().node();
+    let quick_gelu = p.op(OpId::new(MS_DOMAIN, "QuickGelu")).args([g]).node();
+    let swish = p.op(onnx("Swish")).args([g]).node();
+    let (sm, qg, sw) = (p.out(sigmoid_mul, 0), p.out(quick_gelu, 0), p.out(swish, 0));
+    let glu = p.any_of("swish", [sm, qg, sw]);
+    let act_mul = p.op(onnx("Mul")).args([glu, ub]).commutative().node();
+    let swiglu = p.op(onnx("SwiGLU")).args([g, ub]).node();
+    let (am, sg) = (p.out(act_mul, 0), p.out(swiglu, 0));
+    let act = p.any_of("swiglu_act", [am, sg]);
+    SwigluPat {
+        act,
+        split,
+        gate_up,
+        gate,
+        up,
+        clip_gate,
+        min_gate,
+        gate_limit,
+        clip_up,
+        add_beta,
+        beta,
+        mul_alpha,
+        alpha,
+        sigmoid_mul,
+        quick_gelu,
+        swish,
+        act_mul,
+        swiglu,
+    }
+}
+
+/// Where the fused op reads gate and up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GateUp {
+    /// One `[..., 2I]` input split into halves (layout `split_halves`).
+    SplitHalves(ValueId),
+    /// Two `[..., I]` inputs (layout `separate`).
+    Separate { gate: ValueId, up: ValueId },
+}
+
+/// What the matched activation computes, as `SwiGluMxQuant` attributes.
+#[derive(Clone, Debug)]
+pub struct SwigluSpec {
+    pub inputs: GateUp,
+    /// `"silu"` or `"oai"`.
+    pub activation: &'static str,
+    pub alpha: f32,
+    pub limit: f32,
+    pub beta: f32,
+    /// `"unrolled"` or `"single_op"`.
+    pub swish_form: &'static str,
+}
+
+fn elem(g: &dyn GraphView, v: ValueId) -> i32 {
+    g.tensor_info(v).map(|i| i.elem_type).unwrap_or(0)
+}
+
+fn shape(g: &dyn GraphView, v: ValueId) -> Option<Vec<Dim>> {
+    g.tensor_info(v).and_then(|i| i.shape)
+}
+
+fn scalar(g: &dyn GraphView, v: ValueId, what: &str) -> Result<f64, Reject> {
+    g.const_value(v)
+        .and_then(|t| scalar_f64(&t))
+        .ok_or_else(|| {
+            reject!(
+                "{what} '{}' is not a readable scalar constant",
+                g.value_name(v)
+            )
+        })
+}
+
+/// An optional Clip bound (input `slot`): `None` when absent.
+fn clip_bound(g: &dyn GraphView, n: NodeId, slot: usize) -> Result<Option<f64>, Reject> {
+    match g.inputs(n).get(slot).copied().flatten() {
+        None => Ok(None),
+        Some(v) if g.is_constant(v) => scalar(g, v, "Clip bound").map(Some),
+        Some(v) => Err(reject!(
+            "Clip '{}' bound '{}' is not a constant",
+            g.node_name(n),
+            g.value_name(v)
+        )),
+    }
+}
+
+/// Checks the matched activation. `t` and `i` are the dtype and last dim of `act`.
+pub fn check_swiglu(m: &Match<'_>, h: &SwigluPat, t: i32, i: i64) -> Result<SwigluSpec, Reject> {
+    let g = m.graph();
+    let (gate, up) = (m[h.gate], m[h.up]);
+    let inputs = gate_up_inputs(m, h, t, i)?;
+    for v in [gate, up] {
+        if elem(g, v) != t {
+            return Err(reject!(
+                "'{}' is {}, the activation {}",
+                g.value_name(v),
+                dtype::name(elem(g, v)),
+                dtype::name(t)
+            ));
+        }
+    }
+    let (gs, us) = (shape(g, gate), shape(g, up));
+    if gs.is_none()
+        || gs != us
+        || gs.as_ref().and_then(|s| s.last().cloned()) != Some(Dim::Known(i))
+    {
+        return Err(reject!(
+            "gate '{}' {gs:?} and up '{}' {us:?} must have the same shape [..., {i}] (no broadcast)",
+            g.value_name(gate),
+            g.value_name(up)
+        ));
+    }
+    let mut spec = SwigluSpec {
+        inputs,
+        activation: "silu",
+        alpha: 1.0,
+        limit: 7.0,
+        beta: 1.0,
+        swish_form: "unrolled",
+    };
+    spec.alpha = swish_alpha(m, h, &mut spec.swish_form)?;
+    oai_parts(m, h, &mut spec)?;
+    Ok(spec)
+}
+
+/// gate/up as one split input or two separate ones.
+fn gate_up_inputs(m: &Match<'_>, h: &SwigluPat, t: i32, i: i64) -> Result<GateUp, Reject> {
+    let g = m.graph();
+    let Some(split) = m.node(h.split) else {
+        return Ok(GateUp::Separate {
+            gate: m[h.gate],
+            up: m[h.up],
+        });
+    };
+    let name = g.node_name(split);
+    let outs = g.outputs(split);
+    if outs.len() != 2 || outs[0] != m[h.gate] || outs[1] != m[h.up] {
+        return Err(reject!(
+            "Split '{name}' must give exactly (gate, up) in that order"
+        ));
+    }
+    let gu = m[h.gate_up];
+    let rank = shape(g, gu).map(|s| s.len()).unwrap_or(0);
+    let axis = attr_int(g.attr(split, "axis"), 0).unwrap_or(i64::MIN);
+    if rank == 0 || !(axis == -1 || axis == rank as i64 - 1) {
+        return Err(reject!(
+            "Split '{name}' splits axis {axis}, not the last axis"
+        ));
+    }
+    if let Some(v) = g.inputs(split).get(1).copied().flatten() {
+        let sizes = g.const_value(v).and_then(|c| values_i64(&c));
+        if sizes.as_deref() != Some(&[i, i]) {
+            return Err(reject!(
+                "Split '{name}' sizes {sizes:?} are not two halves of {i}"
+            ));
+        }
+    }
+    if elem(g, gu) != t || shape(g, gu).and_then(|s| s.last().cloned()) != Some(Dim::Known(2 * i)) {
+        return Err(reject!(
+            "Split input '{}' is not [..., {}] of {}",
+            g.value_name(gu),
+            2 * i,
+            dtype::name(t)
+        ));
+    }
+    Ok(GateUp::SplitHalves(gu))
+}
+
+/// α of `gate·σ(α·gate)` and whether it is one rounding (QuickGelu) or unrolled.
+fn swish_alpha(m: &Match<'_>, h: &SwigluPat, form: &mut &'static str) -> Result<f32, Reject> {
+    let g = m.graph();
+    let one_op = [h.quick_gelu, h.swish]
+        .into_iter()
+        .find_map(|n| m.node(n))
+        .or(m.node(h.swiglu));
+    if let Some(n) = one_op {
+        // ORT's QuickGelu defaults to 1.702; ONNX Swish / SwiGLU to 1.0.
+        let default = if g.op_type(n) == "QuickGelu" {
+            1.702
+        } else {
+            1.0
+        };
+        if g.op_type(n) == "QuickGelu" {
+            *form = "single_op";
+        }
+        return attr_float(g.attr(n, "alpha"), default)
+            .ok_or_else(|| reject!("alpha of '{}' is not a float", g.node_name(n)));
+    }
+    match m.node(h.mul_alpha) {
+        Some(_) => Ok(scalar(g, m[h.alpha], "alpha")? as f32),
+        None => Ok(1.0),
+    }
+}
+
+/// SwiGLU-OAI: all of the gate clamp, the symmetric up clamp and `+β`, or none of them.
+fn oai_parts(m: &Match<'_>, h: &SwigluPat, spec: &mut SwigluSpec) -> Result<(), Reject> {
+    let g = m.graph();
+    let gate_clamp = m.node(h.clip_gate).or(m.node(h.min_gate));
+    let (up_clamp, add_beta) = (m.node(h.clip_up), m.node(h.add_beta));
+    match (gate_clamp, up_clamp, add_beta) {
+        (None, None, None) => return Ok(()),
+        (Some(_), Some(_), Some(_)) => {}
+        _ => {
+            return Err(reject!(
+                "partial SwiGLU-OAI (gate clamp {}, up clamp {}, +beta {}): neither SiLU·up nor SwiGLU-OAI",
+                gate_clamp.is_some(),
+                up_clamp.is_some(),
+                add_beta.is_some()
+            ))
+        }
+    }
+    let (Some(gc), Some(uc)) = (gate_clamp, up_clamp) else {
+        return Ok(());
+    };
+    let gate_limit = match m.node(h.clip_gate) {
+        Some(_) => {
+            if clip_bound(g, gc, 1)?.is_some_and(|lo| lo != f64::NEG_INFINITY) {
+                return Err(reject!(
+                    "gate Clip '{}' has a lower bound: SwiGLU-OAI clamps the gate from above only",
+                    g.node_name(gc)
+                ));
+            }
+            clip_bound(g, gc, 2)?
+                .ok_or_else(|| reject!("gate Clip '{}' has no upper bound", g.node_name(gc)))?
+        }
+        None => scalar(g, m[h.gate_limit], "gate limit")?,
+    };
+    let (lo, hi) = (clip_bound(g, uc, 1)?, clip_bound(g, uc, 2)?);
+    if lo != Some(-gate_limit) || hi != Some(gate_limit) {
+        return Err(reject!(
+            "up Clip '{}' bounds ({lo:?}, {hi:?}) are not ±{gate_limit} (the gate limit)",
+            g.node_name(uc)
+        ));
+    }
+    spec.activation = "oai";
+    spec.limit = gate_limit as f32;
+    spec.beta = scalar(g, m[h.beta], "beta")? as f32;
+    Ok(())
+}
