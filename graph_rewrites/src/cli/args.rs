@@ -32,7 +32,8 @@ values, and their `location`s are written unchanged. When OUT is in another dire
 each external data file is hard-linked (or, across file systems, copied) next to OUT under the \
 same relative path, so OUT resolves its weights wherever it is written (ONNX Runtime rejects \
 absolute and `..` locations). An existing different file at that path is an error, never \
-overwritten. Initializers created by rules are stored inline in OUT.
+overwritten. Initializers created by rules (e.g. pre-quantized weights) are stored inline in \
+OUT when small and in `OUT.mxfuse.data` (next to OUT, 4 KiB-aligned) from 1 MiB up.
 
 Exit status: 0 on success, 1 on bad input (one `error:` line on stderr), 2 on usage errors.";
 

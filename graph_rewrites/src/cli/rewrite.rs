@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use super::args::RewriteArgs;
 use super::stats::PhaseTimer;
 use super::{parse_settings, report, table, CliError};
-use crate::io::{load_graph, save_model};
+use crate::io::{load_graph, save_graph};
 use crate::pipeline::{rule_names, run_pipeline, PipelineOptions};
 
 /// Runs the command; returns what to print on stdout.
@@ -30,8 +30,7 @@ pub fn run_rewrite(args: &RewriteArgs) -> Result<String, CliError> {
     timer.lap("load");
     let report = run_pipeline(&mut g, &opts)?;
     timer.lap("rewrite");
-    let base_dir = g.base_dir().map(|p| p.to_path_buf());
-    save_model(&g.into_model(), &args.output, base_dir.as_deref())?;
+    save_graph(g, &args.output)?;
     timer.lap("save");
     if let Some(path) = &args.report {
         report::write_report(path, &args.input, &args.output, &report)?;

@@ -8,10 +8,14 @@
 //!   `location` (hard link, else streamed copy; see [`external`]). The written model therefore
 //!   resolves its external files wherever it is written, and stays loadable by ONNX Runtime,
 //!   which refuses absolute or `..` locations.
+//! * Initializers that rules created and that are at least [`spill::SPILL_MIN_BYTES`] are
+//!   written to a side file `<output file name>.mxfuse.data` next to the output (see [`spill`]);
+//!   smaller ones stay inline.
 
 pub mod external;
+pub mod spill;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -39,19 +43,41 @@ pub fn load_graph(path: &Path) -> Result<Graph, Error> {
 
 /// Writes `model` to `path`. `src_dir` is the directory its external `location`s are relative
 /// to (the input model's directory); the data files are placed next to `path` when it lies
-/// elsewhere (see the module docs).
+/// elsewhere (see the module docs). Missing parent directories are created.
 pub fn save_model(model: &ModelProto, path: &Path, src_dir: Option<&Path>) -> Result<(), Error> {
+    prepare_output_dir(model, path, src_dir)?;
+    write_model(model, path)
+}
+
+/// Writes a graph (see [`save_model`]): external data resolves from the graph's base directory,
+/// and large initializers created by rules go to the side file (see [`spill`]).
+pub fn save_graph(g: Graph, path: &Path) -> Result<(), Error> {
+    let created: HashSet<String> = g.created_initializers().into_iter().collect();
+    let base_dir = g.base_dir().map(Path::to_path_buf);
+    let mut model = g.into_model();
+    // Place the input's data files first: the side file is new and lives only next to `path`.
+    prepare_output_dir(&model, path, base_dir.as_deref())?;
+    spill::spill_initializers(&mut model, &created, path, spill::SPILL_MIN_BYTES)?;
+    write_model(&model, path)
+}
+
+/// Creates the output directory and makes the model's external data files reachable from it.
+fn prepare_output_dir(
+    model: &ModelProto,
+    path: &Path,
+    src_dir: Option<&Path>,
+) -> Result<(), Error> {
     let out_dir = model_dir(path);
+    fs::create_dir_all(out_dir).map_err(|e| Error::io(out_dir, e))?;
     if let Some(src_dir) = src_dir {
         let locations = external_locations(model)?;
         external::place_external_files(locations.iter().map(PathBuf::as_path), src_dir, out_dir)?;
     }
-    fs::write(path, model.encode_to_vec()).map_err(|e| Error::io(path, e))
+    Ok(())
 }
 
-/// Writes a graph (see [`save_model`]); external data resolves from the graph's base directory.
-pub fn save_graph(g: &Graph, path: &Path) -> Result<(), Error> {
-    save_model(&g.to_model(), path, g.base_dir())
+fn write_model(model: &ModelProto, path: &Path) -> Result<(), Error> {
+    fs::write(path, model.encode_to_vec()).map_err(|e| Error::io(path, e))
 }
 
 /// The directory a model file's relative paths resolve against ("." for a bare file name).

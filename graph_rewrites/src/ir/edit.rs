@@ -21,7 +21,7 @@ impl Graph {
     }
 
     /// A new initializer named after `base_name` (made unique; `t.name` is overwritten). It is
-    /// stored inline, as given.
+    /// kept as given; [`crate::io::save_graph`] moves large ones to a side file.
     pub fn add_initializer(&mut self, base_name: &str, mut t: TensorProto) -> ValueId {
         let name = self.names.fresh_value(base_name);
         t.name = Some(name.clone());
@@ -33,6 +33,7 @@ impl Graph {
         self.initializers.push(Initializer {
             tensor: t,
             alive: true,
+            created: true,
         });
         v
     }

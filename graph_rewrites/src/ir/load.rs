@@ -105,6 +105,7 @@ impl Graph {
             g.initializers.push(Initializer {
                 tensor,
                 alive: true,
+                created: false,
             });
         }
 

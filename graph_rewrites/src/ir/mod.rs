@@ -112,6 +112,8 @@ struct Value {
 struct Initializer {
     tensor: TensorProto,
     alive: bool,
+    /// Added by [`Graph::add_initializer`] (not loaded).
+    created: bool,
 }
 
 impl Graph {
@@ -159,6 +161,15 @@ impl Graph {
             .iter()
             .filter(|i| i.alive)
             .map(|i| &i.tensor)
+    }
+
+    /// Names of the live initializers added by [`Graph::add_initializer`], in creation order.
+    pub fn created_initializers(&self) -> Vec<String> {
+        self.initializers
+            .iter()
+            .filter(|i| i.alive && i.created)
+            .filter_map(|i| i.tensor.name.clone())
+            .collect()
     }
 
     /// The initializer proto as loaded (external data not read), if `v` is an initializer.

@@ -1,0 +1,80 @@
+//! Moving large initializers that rules created out of the protobuf into a side file next to
+//! the output, so a rewritten model stays under protobuf's 2 GiB limit and loads with its
+//! weights memory-mapped like any external-data model.
+
+use std::collections::HashSet;
+use std::fs;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+use super::model_dir;
+use crate::onnx_pb::{tensor_proto::DataLocation, ModelProto, StringStringEntryProto};
+use crate::Error;
+
+/// Created initializers of at least this many bytes go to the side file.
+pub const SPILL_MIN_BYTES: usize = 1 << 20;
+
+/// Offsets in the side file are multiples of this (page size), so ONNX Runtime can map them.
+const ALIGN: u64 = 4096;
+
+/// The side file's name for an output model: `<output file name>.mxfuse.data`.
+pub fn side_file_name(output: &Path) -> String {
+    let file = output
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model.onnx".into());
+    format!("{file}.mxfuse.data")
+}
+
+/// Moves the inline bytes of the named initializers of `model` that are at least `min_bytes`
+/// into the side file of `output` and turns them into external tensors. Returns how many moved;
+/// the side file is only written when at least one does.
+pub fn spill_initializers(
+    model: &mut ModelProto,
+    names: &HashSet<String>,
+    output: &Path,
+    min_bytes: usize,
+) -> Result<usize, Error> {
+    let Some(graph) = model.graph.as_mut() else {
+        return Ok(0);
+    };
+    let location = side_file_name(output);
+    let path = model_dir(output).join(&location);
+    let mut writer: Option<BufWriter<fs::File>> = None;
+    let (mut offset, mut moved) = (0u64, 0usize);
+    for t in &mut graph.initializer {
+        let big = t.raw_data.as_ref().is_some_and(|r| r.len() >= min_bytes);
+        if !big || !t.name.as_ref().is_some_and(|n| names.contains(n)) {
+            continue;
+        }
+        let w = match writer.as_mut() {
+            Some(w) => w,
+            None => {
+                let f = fs::File::create(&path).map_err(|e| Error::io(&path, e))?;
+                writer.insert(BufWriter::new(f))
+            }
+        };
+        let raw = t.raw_data.take().unwrap_or_default();
+        let start = offset.next_multiple_of(ALIGN);
+        let pad = vec![0u8; (start - offset) as usize];
+        w.write_all(&pad)
+            .and_then(|_| w.write_all(&raw))
+            .map_err(|e| Error::io(&path, e))?;
+        offset = start + raw.len() as u64;
+        let entry = |k: &str, v: String| StringStringEntryProto {
+            key: Some(k.into()),
+            value: Some(v),
+        };
+        t.data_location = Some(DataLocation::External as i32);
+        t.external_data = vec![
+            entry("location", location.clone()),
+            entry("offset", start.to_string()),
+            entry("length", raw.len().to_string()),
+        ];
+        moved += 1;
+    }
+    if let Some(mut w) = writer {
+        w.flush().map_err(|e| Error::io(&path, e))?;
+    }
+    Ok(moved)
+}
