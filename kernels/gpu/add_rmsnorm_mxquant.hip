@@ -2,13 +2,14 @@
 // (plain or Gemma) -> MXFP8 quantize, with the optional residual_out and normed (bf16) outputs.
 //
 // One block per row. Lane j of the block owns the 8-element chunks j, j + B, ... (B = blockDim.x,
-// a multiple of the warp and so of 4), at most MX_NORM_MAX_CHUNKS of them, kept in registers
-// between the sum-of-squares pass and the output pass, so every input byte is read once.
+// a multiple of the warp and so of 4), at most NCH of them (a template parameter, so the arrays
+// stay in registers), kept between the sum-of-squares pass and the output pass, so every input byte
+// is read once. gamma is loaded in the first pass too, so its latency overlaps the reduction.
+// Small M wants many lanes per row (short per-lane chains); large M wants few (several blocks per
+// SM): the host picks NCH and B (kernels/src/gpu/launch.rs, bench/gpu/mxgpu.py).
 // Semantics (docs/ops.md): s = round_T(x + r); v = f32(sum_f64(s^2) / H); n = s * (1 / sqrt(v + eps))
 // (or s / sqrt(v + eps)); y = round_T(n * g) (or round_T(round_T(n) * g)); q/scale quantize y as T.
-#define MX_NORM_MAX_CHUNKS 4
-
-template <class T, class G>
+template <class T, class G, int NCH>
 MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
                                     const typename T::storage* __restrict__ res,
                                     const typename G::storage* __restrict__ gamma,
@@ -26,12 +27,13 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
   q += row * H;
   scale += row * (H >> 5);
 
-  float s[MX_NORM_MAX_CHUNKS][8];
+  float s[NCH][8], g[NCH][8];
   double ss = 0.0;
 #pragma unroll
-  for (int k = 0; k < MX_NORM_MAX_CHUNKS; ++k) {
+  for (int k = 0; k < NCH; ++k) {
     const int c = threadIdx.x + k * B;
     if (c < chunks) {
+      MxVec8<G>::load(gamma + 8 * c, g[k]);
       MxVec8<T>::load(x + 8 * c, s[k]);
       if (res) {
         float r[8];
@@ -64,7 +66,7 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
   const bool gamma_f32 = (flags & MX_F_GAMMA_F32) != 0;
 
 #pragma unroll
-  for (int k = 0; k < MX_NORM_MAX_CHUNKS; ++k) {
+  for (int k = 0; k < NCH; ++k) {
     const int c = threadIdx.x + k * B;
     // Whole quantizer groups are either in range or not (chunks % 4 == 0 and B % 4 == 0), but
     // every lane of the warp must reach the shuffles in mx_quant_group8.
@@ -72,13 +74,11 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
     const bool live = c < chunks;
     float y[8];
     if (live) {
-      float g[8];
-      MxVec8<G>::load(gamma + 8 * c, g);
       if (res_out) MxVec8<T>::store(res_out + 8 * c, s[k]);
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         const float n = use_div ? s[k][i] / root : s[k][i] * inv;
-        const float w = gemma ? 1.0f + g[i] : g[i];
+        const float w = gemma ? 1.0f + g[k][i] : g[k][i];
         y[i] = gamma_f32 ? mx_round<T>(n * w) : mx_round<T>(mx_round<T>(n) * w);
       }
       if (normed) MxVec8<T>::store(normed + 8 * c, y);
@@ -92,13 +92,20 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
   }
 }
 
-#define MX_DEFINE_NORM(NAME, T, G)                                                              \
-  extern "C" __global__ void __launch_bounds__(1024)                                           \
+// Kernel names: mx_add_rmsnorm_quant_<T>[_gf32]_c<NCH>; NCH = 1, 2 (B <= 1024), 3 (B <= 256, the
+// large-M shape for H <= 6144) and 4 (B <= 1024, up to H = 32768; may spill).
+#define MX_DEFINE_NORM1(NAME, T, G, NCH, MAXB)                                                  \
+  extern "C" __global__ void __launch_bounds__(MAXB)                                           \
       NAME(const T::storage* x, const T::storage* res, const G::storage* gamma, mx_u8* q,      \
            mx_u8* scale, T::storage* res_out, T::storage* normed, int H, float eps,             \
            unsigned flags) {                                                                    \
-    add_rmsnorm_mxquant_row<T, G>(x, res, gamma, q, scale, res_out, normed, H, eps, flags);   \
+    add_rmsnorm_mxquant_row<T, G, NCH>(x, res, gamma, q, scale, res_out, normed, H, eps, flags); \
   }
+#define MX_DEFINE_NORM(NAME, T, G)                                                              \
+  MX_DEFINE_NORM1(NAME##_c1, T, G, 1, 1024)                                                     \
+  MX_DEFINE_NORM1(NAME##_c2, T, G, 2, 1024)                                                     \
+  MX_DEFINE_NORM1(NAME##_c3, T, G, 3, 256)                                                      \
+  MX_DEFINE_NORM1(NAME##_c4, T, G, 4, 1024)
 
 MX_DEFINE_NORM(mx_add_rmsnorm_quant_bf16, MxBf16, MxBf16)
 MX_DEFINE_NORM(mx_add_rmsnorm_quant_bf16_gf32, MxBf16, MxF32)

@@ -31,6 +31,11 @@ struct MxBf16 {
   static MX_DEV float to_f32(mx_u16 v) { return mx_bits_f32(((mx_u32)v) << 16); }
   // Round to nearest even; NaN stays a (quiet) NaN.
   static MX_DEV mx_u16 from_f32(float f) {
+#if defined(MX_NV_CVT16)
+    mx_u16 r;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f));
+    return r;
+#endif
     mx_u32 b = mx_f32_bits(f);
     if ((b & 0x7fffffffu) > 0x7f800000u) return (mx_u16)((b >> 16) | 0x40u);
     return (mx_u16)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
@@ -40,6 +45,11 @@ struct MxBf16 {
 struct MxF16 {
   typedef mx_u16 storage;
   static MX_DEV float to_f32(mx_u16 h) {
+#if defined(MX_NV_CVT16)
+    float r;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(h));
+    return r;
+#endif
     mx_u32 sign = ((mx_u32)h & 0x8000u) << 16;
     mx_u32 e = ((mx_u32)h >> 10) & 0x1fu, m = (mx_u32)h & 0x3ffu;
     if (e == 0) {  // zero or subnormal: m * 2^-24, exact in fp32
@@ -50,6 +60,11 @@ struct MxF16 {
     return mx_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
   }
   static MX_DEV mx_u16 from_f32(float f) {
+#if defined(MX_NV_CVT16)
+    mx_u16 r;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(f));
+    return r;
+#endif
     mx_u32 b = mx_f32_bits(f);
     mx_u32 sign = (b >> 16) & 0x8000u, a = b & 0x7fffffffu;
     if (a > 0x7f800000u) return (mx_u16)(sign | 0x7e00u);
@@ -73,7 +88,10 @@ MX_DEV float mx_round(float v) {
 template <class T>
 struct MxVec8 {
   static MX_DEV void load(const mx_u16* p, float out[8]) {
-    uint4 u = *reinterpret_cast<const uint4*>(p);
+    unpack(*reinterpret_cast<const uint4*>(p), out);
+  }
+  // 8 16-bit elements already in registers -> fp32.
+  static MX_DEV void unpack(uint4 u, float out[8]) {
     mx_u32 w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -120,6 +138,27 @@ MX_DEV mx_u32 mx_e4m3_sat(float v) {
   mx_u32 r = (a + 0x7ffffu + ((a >> 20) & 1u)) >> 20;
   r -= 120u << 3;  // rebias 127 -> 7
   return sign | (r > 0x7eu ? 0x7eu : r);
+}
+
+// Four values -> four saturating E4M3 bytes, little-endian (NaN -> 0x7F).
+MX_DEV mx_u32 mx_e4m3x4_sat(float a, float b, float c, float d) {
+#if defined(MX_NV_CVT_E4M3)
+  // cvt ... e4m3x2 puts its first source in the high byte. satfinite maps +-Inf to +-448 as ops.md
+  // wants; a NaN may come out as 0xFF, so NaNs are mapped to 0x7F explicitly.
+  mx_u16 lo, hi;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(b), "f"(a));
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(d), "f"(c));
+  mx_u32 r = (mx_u32)lo | ((mx_u32)hi << 16);
+  if ((a != a) | (b != b) | (c != c) | (d != d)) {
+    if (a != a) r = (r & 0xffffff00u) | 0x7fu;
+    if (b != b) r = (r & 0xffff00ffu) | 0x7f00u;
+    if (c != c) r = (r & 0xff00ffffu) | 0x7f0000u;
+    if (d != d) r = (r & 0x00ffffffu) | 0x7f000000u;
+  }
+  return r;
+#else
+  return mx_e4m3_sat(a) | (mx_e4m3_sat(b) << 8) | (mx_e4m3_sat(c) << 16) | (mx_e4m3_sat(d) << 24);
+#endif
 }
 
 // E4M3FN -> fp32 (exact; 0x7F/0xFF -> NaN).
@@ -183,12 +222,10 @@ MX_DEV void mx_quant_group8(const float v[8], mx_u32 flags, mx_u32& lo, mx_u32& 
     return;
   }
   scale = mx_scale_byte(amax, flags);
-  float inv = mx_scale_inverse(scale);
-  mx_u32 q[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) q[i] = mx_e4m3_sat(v[i] * inv);  // NaN * inv stays NaN -> 0x7F
-  lo = q[0] | (q[1] << 8) | (q[2] << 16) | (q[3] << 24);
-  hi = q[4] | (q[5] << 8) | (q[6] << 16) | (q[7] << 24);
+  const float inv = mx_scale_inverse(scale);
+  // The products are exact (power-of-two scaling); NaN * inv stays NaN -> 0x7F.
+  lo = mx_e4m3x4_sat(v[0] * inv, v[1] * inv, v[2] * inv, v[3] * inv);
+  hi = mx_e4m3x4_sat(v[4] * inv, v[5] * inv, v[6] * inv, v[7] * inv);
 }
 
 // Writes one lane's quantizer output: 8 bytes of values at q + 8 * chunk and, from the first lane of

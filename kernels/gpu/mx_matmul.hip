@@ -65,9 +65,12 @@ MX_DEV void mx_matmul_tc(const mx_u8* __restrict__ aq, const mx_u8* __restrict__
     for (int c = 0; c < 4; ++c) acc[mt][c] = 0.0f;
 
   for (int kb0 = warp; kb0 < KB; kb0 += warps * MX_GEMM_UNROLL) {
-    // Issue every weight load of this step before the first use: bytes in flight hide DRAM latency.
+    // Issue every load of this step (weights from DRAM, activations from L2) before the first use,
+    // so one step costs one memory round trip, not one per k-block.
     uint2 wa[MX_GEMM_UNROLL], wb[MX_GEMM_UNROLL];
     mx_u32 swa[MX_GEMM_UNROLL], swb[MX_GEMM_UNROLL];
+    uint4 araw[MT][MX_GEMM_UNROLL];          // MX_A_QUANT: 8 activations of row m0 + 8mt + g
+    mx_u32 sa0[MT][MX_GEMM_UNROLL], sa1[MT][MX_GEMM_UNROLL];  // MX_A_E4M3: scales of rows 2t, 2t+1
 #pragma unroll
     for (int u = 0; u < MX_GEMM_UNROLL; ++u) {
       const int kb = kb0 + u * warps;
@@ -76,40 +79,47 @@ MX_DEV void mx_matmul_tc(const mx_u8* __restrict__ aq, const mx_u8* __restrict__
       wb[u] = (ok && okB) ? *reinterpret_cast<const uint2*>(wB + 32 * kb) : make_uint2(0u, 0u);
       swa[u] = (ok && okA) ? sA[kb] : 127u;
       swb[u] = (ok && okB) ? sB[kb] : 127u;
-    }
-#pragma unroll
-    for (int u = 0; u < MX_GEMM_UNROLL; ++u) {
-      const int kb = kb0 + u * warps;
-      if (kb >= KB) break;  // uniform across the warp
-      const float fA = mx_e8m0_to_f32(swa[u]), fB = mx_e8m0_to_f32(swb[u]);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         const int mrow = m0 + mt * 8 + g;  // the activation row this lane feeds (B column g)
-        mx_u32 b0, b1, sa0, sa1;
         if (AMODE == MX_A_E4M3) {
-          uint2 b = mrow < M ? *reinterpret_cast<const uint2*>(aq + (long long)mrow * K + 32 * kb + 8 * t)
-                             : make_uint2(0u, 0u);
-          b0 = b.x;
-          b1 = b.y;
+          const uint2 b = (ok && mrow < M)
+              ? *reinterpret_cast<const uint2*>(aq + (long long)mrow * K + 32 * kb + 8 * t)
+              : make_uint2(0u, 0u);
+          araw[mt][u] = make_uint4(b.x, b.y, 0u, 0u);
           const int mc = m0 + mt * 8 + 2 * t;  // output rows of d0/d2 (mc) and d1/d3 (mc + 1)
-          sa0 = mc < M ? as[(long long)mc * KB + kb] : 127u;
-          sa1 = mc + 1 < M ? as[(long long)(mc + 1) * KB + kb] : 127u;
+          sa0[mt][u] = (ok && mc < M) ? as[(long long)mc * KB + kb] : 127u;
+          sa1[mt][u] = (ok && mc + 1 < M) ? as[(long long)(mc + 1) * KB + kb] : 127u;
+        } else {
+          araw[mt][u] = (ok && mrow < M)
+              ? *reinterpret_cast<const uint4*>(af + (long long)mrow * K + 32 * kb + 8 * t)
+              : make_uint4(0u, 0u, 0u, 0u);
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < MX_GEMM_UNROLL; ++u) {
+      if (kb0 + u * warps >= KB) break;  // uniform across the warp
+      const float fA = mx_e8m0_to_f32(swa[u]), fB = mx_e8m0_to_f32(swb[u]);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mx_u32 b0, b1, s0, s1;
+        if (AMODE == MX_A_E4M3) {
+          b0 = araw[mt][u].x;
+          b1 = araw[mt][u].y;
+          s0 = sa0[mt][u];
+          s1 = sa1[mt][u];
         } else {
           float v[8];
-          if (mrow < M) {
-            MxVec8<TA>::load(af + (long long)mrow * K + 32 * kb + 8 * t, v);
-          } else {
-#pragma unroll
-            for (int i = 0; i < 8; ++i) v[i] = 0.0f;
-          }
+          MxVec8<TA>::unpack(araw[mt][u], v);
           mx_u32 sb;
           mx_quant_group8(v, flags, b0, b1, sb);
-          sa0 = MX_SHFL(sb, 8 * t);      // lane 4 * (2t) holds row 2t's scale
-          sa1 = MX_SHFL(sb, 8 * t + 4);  // lane 4 * (2t + 1)
+          s0 = MX_SHFL(sb, 8 * t);      // lane 4 * (2t) holds row 2t's scale
+          s1 = MX_SHFL(sb, 8 * t + 4);  // lane 4 * (2t + 1)
         }
         float d[4];
         mx_mma_e4m3(d, wa[u].x, wb[u].x, wa[u].y, wb[u].y, b0, b1);
-        const float f0 = mx_e8m0_to_f32(sa0), f1 = mx_e8m0_to_f32(sa1);
+        const float f0 = mx_e8m0_to_f32(s0), f1 = mx_e8m0_to_f32(s1);
         acc[mt][0] += d[0] * fA * f0;
         acc[mt][1] += d[1] * fA * f1;
         acc[mt][2] += d[2] * fB * f0;

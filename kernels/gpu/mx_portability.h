@@ -25,6 +25,16 @@
 #define MX_SHFL(v, src) __shfl_sync(0xffffffffu, (v), (src))
 #endif
 
+// Single-instruction conversions: bf16/f16 (sm_80+) and the saturating E4M3 pair convert (sm_89+).
+// Each replaces a software routine of mx_common.h with identical results (checked bit for bit by
+// bench/gpu/check.py); elsewhere the software routines run.
+#if defined(MX_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 800)
+#define MX_NV_CVT16 1
+#endif
+#if defined(MX_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 890)
+#define MX_NV_CVT_E4M3 1
+#endif
+
 // Hopper/Ada tensor-core fp8 MMA (mma.sync ... e4m3) is NVIDIA-only PTX; AMD builds take the
 // portable GEMM path (see mx_matmul.hip).
 #if defined(MX_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 890)

@@ -374,3 +374,65 @@ fn bad_shapes_are_errors() {
     )
     .is_err());
 }
+
+/// Hand-made edge blocks, each 32 wide, through every rule/policy/dtype.
+fn edge_blocks() -> Vec<f32> {
+    let ramp =
+        |amax: f32| -> Vec<f32> { (0..32).map(|j| amax * (j as f32 - 15.5) / 15.5).collect() };
+    let mut blocks: Vec<Vec<f32>> = vec![
+        vec![0.0; 32],
+        vec![-0.0; 32],
+        (0..32)
+            .map(|j| if j % 2 == 0 { 0.0 } else { -0.0 })
+            .collect(),
+        (0..32)
+            .map(|j| f32::from_bits(j * 7919) * if j % 3 == 0 { -1.0 } else { 1.0 })
+            .collect(), // f32 subnormals
+        ramp(1.7578125),
+        ramp(1.75),
+        ramp(1.99),
+        ramp(448.0),
+        ramp(464.0),
+        ramp(f32::MAX),
+        ramp(f32::from_bits(0x0400_0000)), // amax with exponent 8: fl(amax·2^-8) subnormal
+        ramp(f32::from_bits(0x047F_FFFF)),
+        vec![f32::NAN; 32],
+    ];
+    for special in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        let mut b = ramp(3.0);
+        b[7] = special;
+        blocks.push(b);
+    }
+    let mut both = ramp(1.0);
+    both[1] = f32::NAN;
+    both[2] = f32::NEG_INFINITY;
+    blocks.push(both);
+    blocks.concat()
+}
+
+fn edge_case<T: fast::FastElement>() {
+    let x: Vec<T> = to_t(&edge_blocks());
+    let k = 64;
+    let x = &x[..x.len() / k * k];
+    for cfg in configs() {
+        let (mut q0, mut s0) = (vec![0u8; x.len()], vec![0u8; x.len() / 32]);
+        reference::mx_quantize(x, k, &mut q0, &mut s0, cfg).unwrap();
+        both_isas(|| {
+            let (mut q1, mut s1) = (vec![0u8; x.len()], vec![0u8; x.len() / 32]);
+            fast::mx_quantize(x, k, &mut q1, &mut s1, cfg, &Serial).unwrap();
+            assert_eq!(
+                (&s1, &q1),
+                (&s0, &q0),
+                "{cfg:?} {}",
+                std::any::type_name::<T>()
+            );
+        });
+    }
+}
+
+#[test]
+fn edge_blocks_match_reference() {
+    edge_case::<f32>();
+    edge_case::<f16>();
+    edge_case::<bf16>();
+}
