@@ -1,0 +1,437 @@
+//! Rule `add_rmsnorm_mxquant`: before/after on small built graphs, and one refusal per check
+//! with its reason. (Every spelling × quantizer combination of real exporters runs through the
+//! rule in `tests/tests/rules_matrix.rs`, built by the `models` crate.)
+
+use graph_rewrites::pattern::predicates::dtype::{
+    DOUBLE, FLOAT, FLOAT16, FLOAT8E4M3FN, FLOAT8E8M0,
+};
+use graph_rewrites::pipeline::{run_pipeline, PipelineOptions, RewriteReport};
+use graph_rewrites::testing::{Attr, ModelBuilder};
+use graph_rewrites::view::{AttrValue, GraphView, NodeId};
+
+const H: i64 = 64;
+
+/// How the test graph is spelled; `Default` is the torch-dynamo f32 export with a residual Add
+/// and a Quark quantizer feeding one MatMul.
+#[derive(Clone)]
+struct Case {
+    dtype: i32,
+    /// Last dim (H); -1 = unknown.
+    h: i64,
+    residual: bool,
+    /// 0 = none; 1 = `AllReduce(x)`; 2 = `AllReduce(x, x2)`.
+    allreduce_inputs: usize,
+    /// Something else reads the AllReduce output.
+    allreduce_extra_reader: bool,
+    /// Residual operand shape `[1, H]` (broadcast) instead of `[4, H]`.
+    broadcast_residual: bool,
+    /// Epsilon as a graph input instead of an initializer.
+    eps_input: bool,
+    pow_exponent: f32,
+    /// `Sqrt → Div` instead of `Sqrt → Reciprocal → Mul`.
+    div: bool,
+    /// Gemma `Add(w, 1)` in front of the γ multiply.
+    gemma_add: bool,
+    gamma_len: i64,
+    /// The reciprocal is also a graph output (an escaping interior value).
+    leak_interior: bool,
+    /// The normed tensor is also read by a float "router" MatMul.
+    router: bool,
+    quark_block: i64,
+    quark_axis: i64,
+}
+
+impl Default for Case {
+    fn default() -> Self {
+        Case {
+            dtype: FLOAT,
+            h: H,
+            residual: true,
+            allreduce_inputs: 0,
+            allreduce_extra_reader: false,
+            broadcast_residual: false,
+            eps_input: false,
+            pow_exponent: 2.0,
+            div: false,
+            gemma_add: false,
+            gamma_len: H,
+            leak_interior: false,
+            router: false,
+            quark_block: 32,
+            quark_axis: -1,
+        }
+    }
+}
+
+/// `x[4,H] → [AllReduce] → Add(·, residual) = sum → Pow/ReduceMean/Add(eps)/Sqrt/(Reciprocal+Mul
+/// | Div) → Mul(γ) = y → Quark MX → MatMul(W[H,16])`, with `sum` a graph output (the residual
+/// stream) and `out` the MatMul output.
+fn build(c: &Case) -> ModelBuilder {
+    let (t, h) = (c.dtype, c.h);
+    let mut b = ModelBuilder::new(18);
+    b.opset("com.microsoft", 1).opset("com.amd.quark", 1);
+    b.input("x", t, &[4, h]);
+    let mut branch = "x";
+    if c.allreduce_inputs > 0 {
+        let mut ins = vec!["x"];
+        if c.allreduce_inputs == 2 {
+            b.input("x2", t, &[4, h]);
+            ins.push("x2");
+        }
+        b.node_in("com.microsoft", "AllReduce", &ins, &["x_ar"], &[])
+            .value_info("x_ar", t, &[4, h]);
+        branch = "x_ar";
+        if c.allreduce_extra_reader {
+            b.node("Relu", &["x_ar"], &["x_ar_relu"])
+                .output("x_ar_relu", t, &[4, h]);
+        }
+    }
+    let s = if c.residual {
+        let rshape: &[i64] = if c.broadcast_residual {
+            &[1, h]
+        } else {
+            &[4, h]
+        };
+        b.input("residual", t, rshape);
+        b.node("Add", &["residual", branch], &["sum"])
+            .output("sum", t, &[4, h]);
+        "sum"
+    } else {
+        branch
+    };
+    b.init_f32("two", &[], &[c.pow_exponent])
+        .init_i64("axes", &[1], &[-1]);
+    if c.eps_input {
+        b.input("eps", FLOAT, &[]);
+    } else {
+        b.init_f32("eps", &[], &[1e-6]);
+    }
+    b.node("Pow", &[s, "two"], &["sq"])
+        .value_info("sq", t, &[4, h]);
+    b.node("ReduceMean", &["sq", "axes"], &["ms"])
+        .value_info("ms", t, &[4, 1]);
+    b.node("Add", &["ms", "eps"], &["ve"])
+        .value_info("ve", t, &[4, 1]);
+    b.node("Sqrt", &["ve"], &["sd"])
+        .value_info("sd", t, &[4, 1]);
+    if c.div {
+        b.node("Div", &[s, "sd"], &["n"]);
+    } else {
+        b.node("Reciprocal", &["sd"], &["inv"])
+            .value_info("inv", t, &[4, 1]);
+        b.node("Mul", &[s, "inv"], &["n"]);
+        if c.leak_interior {
+            b.output("inv", t, &[4, 1]);
+        }
+    }
+    b.value_info("n", t, &[4, h]);
+    b.init_f32("w", &[c.gamma_len], &vec![0.25; c.gamma_len as usize]);
+    let g = if c.gemma_add {
+        b.init_f32("one", &[], &[1.0]);
+        b.node("Add", &["w", "one"], &["w1"])
+            .value_info("w1", FLOAT, &[c.gamma_len]);
+        "w1"
+    } else {
+        "w"
+    };
+    b.node("Mul", &["n", g], &["y"]).value_info("y", t, &[4, h]);
+    let qattrs = [
+        ("element_dtype", Attr::S("fp8_e4m3")),
+        ("block_size", Attr::I(c.quark_block)),
+        ("axis", Attr::I(c.quark_axis)),
+    ];
+    b.node_in(
+        "com.amd.quark",
+        "MXQuantizeDequantize",
+        &["y"],
+        &["yq"],
+        &qattrs,
+    )
+    .value_info("yq", t, &[4, h]);
+    b.init_f32("wq", &[H, 16], &vec![0.5; (H * 16) as usize]);
+    b.node("MatMul", &["yq", "wq"], &["out"])
+        .output("out", t, &[4, 16]);
+    if c.router {
+        b.init_f32("wr", &[H, 4], &vec![0.5; (H * 4) as usize]);
+        b.node("MatMul", &["y", "wr"], &["logits"])
+            .output("logits", t, &[4, 4]);
+    }
+    b
+}
+
+fn rewrite(c: &Case) -> (RewriteReport, graph_rewrites::ir::Graph) {
+    let mut g = build(c).graph().expect("test graph loads");
+    let report = run_pipeline(&mut g, &PipelineOptions::default()).expect("pipeline runs");
+    (report, g)
+}
+
+fn fused_node(g: &dyn GraphView) -> NodeId {
+    let n = g
+        .nodes()
+        .iter()
+        .copied()
+        .find(|n| g.op_type(*n) == "AddRmsNormMxQuant");
+    n.expect("an AddRmsNormMxQuant node")
+}
+
+fn attr(g: &dyn GraphView, n: NodeId, name: &str) -> AttrValue {
+    g.attr(n, name)
+        .unwrap_or_else(|| panic!("attribute {name} missing"))
+}
+
+fn names(g: &dyn GraphView, vs: &[Option<graph_rewrites::view::ValueId>]) -> Vec<String> {
+    vs.iter()
+        .map(|v| v.map_or(String::new(), |v| g.value_name(v).to_string()))
+        .collect()
+}
+
+/// The refusal reason of `add_rmsnorm_mxquant`, asserting it did not fuse.
+fn refusal(c: &Case) -> String {
+    let (report, _) = rewrite(c);
+    assert_eq!(report.counts["add_rmsnorm_mxquant"], 0, "{report:#?}");
+    let r = report
+        .rejections
+        .iter()
+        .find(|r| r.rule == "add_rmsnorm_mxquant");
+    r.unwrap_or_else(|| panic!("no add_rmsnorm_mxquant rejection: {report:#?}"))
+        .reason
+        .clone()
+}
+
+#[test]
+fn decomposed_norm_with_residual_becomes_one_fused_op() {
+    let (report, g) = rewrite(&Case::default());
+    assert_eq!(report.counts["add_rmsnorm_mxquant"], 1, "{report:#?}");
+    let ops: Vec<&str> = g.nodes().iter().map(|n| g.op_type(*n)).collect();
+    assert_eq!(ops, ["AddRmsNormMxQuant", "MxMatMul"]);
+    let n = fused_node(&g);
+    let ins: Vec<_> = g.inputs(n).to_vec();
+    // Without an AllReduce the Add's operands keep their order (the sum is commutative).
+    assert_eq!(names(&g, &ins), ["residual", "x", "w"]);
+    // q, scale, and the residual sum keeping its name (it is a graph output).
+    let outs: Vec<_> = g.outputs(n).iter().map(|v| Some(*v)).collect();
+    let outs = names(&g, &outs);
+    assert_eq!(outs[2], "sum");
+    assert_eq!(outs.len(), 3);
+    assert_eq!(
+        g.tensor_info(g.outputs(n)[0]).unwrap().elem_type,
+        FLOAT8E4M3FN
+    );
+    assert_eq!(
+        g.tensor_info(g.outputs(n)[1]).unwrap().elem_type,
+        FLOAT8E8M0
+    );
+    assert_eq!(
+        attr(&g, n, "inv_form"),
+        AttrValue::String("recip_mul".into())
+    );
+    assert_eq!(attr(&g, n, "gemma"), AttrValue::Int(0));
+    assert_eq!(attr(&g, n, "allreduce"), AttrValue::Int(0));
+    assert_eq!(attr(&g, n, "epsilon"), AttrValue::Float(1e-6));
+    // Quark's quantizer: OCP floor, NaN ignored when picking the scale.
+    assert_eq!(attr(&g, n, "scale_rule"), AttrValue::String("floor".into()));
+    assert_eq!(
+        attr(&g, n, "nan_policy"),
+        AttrValue::String("ignore".into())
+    );
+}
+
+#[test]
+fn first_layer_div_and_gemma_add_one() {
+    let c = Case {
+        residual: false,
+        div: true,
+        gemma_add: true,
+        ..Case::default()
+    };
+    let (report, g) = rewrite(&c);
+    assert_eq!(report.counts["add_rmsnorm_mxquant"], 1, "{report:#?}");
+    let n = fused_node(&g);
+    let ins: Vec<_> = g.inputs(n).to_vec();
+    // No residual: the optional input is empty; γ is w itself (the +1 is the `gemma` flag).
+    assert_eq!(names(&g, &ins), ["x", "", "w"]);
+    assert_eq!(g.outputs(n).len(), 2);
+    assert_eq!(attr(&g, n, "inv_form"), AttrValue::String("div".into()));
+    assert_eq!(attr(&g, n, "gemma"), AttrValue::Int(1));
+    assert!(
+        g.value_by_name("w1").and_then(|v| g.producer(v)).is_none(),
+        "Add(w, 1) absorbed"
+    );
+}
+
+#[test]
+fn allreduce_is_absorbed() {
+    let c = Case {
+        allreduce_inputs: 1,
+        ..Case::default()
+    };
+    let (report, g) = rewrite(&c);
+    assert_eq!(report.counts["add_rmsnorm_mxquant"], 1, "{report:#?}");
+    let n = fused_node(&g);
+    assert_eq!(attr(&g, n, "allreduce"), AttrValue::Int(1));
+    assert_eq!(g.value_name(g.inputs(n)[0].unwrap()), "x");
+    assert!(g.nodes().iter().all(|n| g.op_type(*n) != "AllReduce"));
+}
+
+#[test]
+fn router_keeps_the_normed_tensor_as_fourth_output() {
+    let c = Case {
+        router: true,
+        ..Case::default()
+    };
+    let (report, g) = rewrite(&c);
+    assert_eq!(report.counts["add_rmsnorm_mxquant"], 1, "{report:#?}");
+    let y = g.value_by_name("y").expect("normed value kept");
+    let (p, slot) = g.producer(y).expect("normed produced");
+    assert_eq!((g.op_type(p), slot), ("AddRmsNormMxQuant", 3));
+    // The router still reads it as a float MatMul.
+    let readers: Vec<&str> = g.consumers(y).iter().map(|(n, _)| g.op_type(*n)).collect();
+    assert_eq!(readers, ["MatMul"]);
+}
+
+#[test]
+fn router_in_first_layer_gets_a_placeholder_sum_slot() {
+    let c = Case {
+        router: true,
+        residual: false,
+        ..Case::default()
+    };
+    let (report, g) = rewrite(&c);
+    assert_eq!(report.counts["add_rmsnorm_mxquant"], 1, "{report:#?}");
+    let n = fused_node(&g);
+    assert_eq!(g.outputs(n).len(), 4);
+    assert_eq!(g.value_name(g.outputs(n)[3]), "y");
+}
+
+// ---- one refusal per check ----
+
+#[test]
+fn refuses_block_size_other_than_32() {
+    let why = refusal(&Case {
+        quark_block: 16,
+        ..Case::default()
+    });
+    assert!(why.contains("block_size is 16"), "{why}");
+}
+
+#[test]
+fn refuses_quantizing_another_axis() {
+    let why = refusal(&Case {
+        quark_axis: 0,
+        ..Case::default()
+    });
+    assert!(why.contains("axis 0"), "{why}");
+}
+
+#[test]
+fn refuses_last_dim_not_multiple_of_32() {
+    let why = refusal(&Case {
+        h: 48,
+        gamma_len: 48,
+        ..Case::default()
+    });
+    assert!(why.contains("not a multiple of 32"), "{why}");
+}
+
+#[test]
+fn refuses_unknown_last_dim() {
+    let why = refusal(&Case {
+        h: -1,
+        ..Case::default()
+    });
+    assert!(why.contains("not known statically"), "{why}");
+}
+
+#[test]
+fn refuses_unsupported_dtype() {
+    let why = refusal(&Case {
+        dtype: DOUBLE,
+        ..Case::default()
+    });
+    assert!(why.contains("only float, float16 and bfloat16"), "{why}");
+}
+
+#[test]
+fn refuses_non_constant_epsilon() {
+    let why = refusal(&Case {
+        eps_input: true,
+        ..Case::default()
+    });
+    assert!(why.contains("epsilon 'eps' is not a constant"), "{why}");
+}
+
+#[test]
+fn refuses_escaping_interior_value() {
+    let why = refusal(&Case {
+        leak_interior: true,
+        ..Case::default()
+    });
+    assert!(
+        why.contains("interior value 'inv' is a graph output"),
+        "{why}"
+    );
+}
+
+#[test]
+fn refuses_allreduce_with_two_inputs() {
+    let why = refusal(&Case {
+        allreduce_inputs: 2,
+        ..Case::default()
+    });
+    assert!(
+        why.contains("AllReduce") && why.contains("2 inputs"),
+        "{why}"
+    );
+}
+
+#[test]
+fn refuses_allreduce_read_elsewhere() {
+    let why = refusal(&Case {
+        allreduce_inputs: 1,
+        allreduce_extra_reader: true,
+        ..Case::default()
+    });
+    assert!(
+        why.contains("collective AllReduce") && why.contains("reader outside the fusion"),
+        "{why}"
+    );
+}
+
+#[test]
+fn refuses_broadcasting_residual_add() {
+    let why = refusal(&Case {
+        broadcast_residual: true,
+        ..Case::default()
+    });
+    assert!(why.contains("broadcasting is not fused"), "{why}");
+}
+
+#[test]
+fn refuses_pow_exponent_other_than_two() {
+    let why = refusal(&Case {
+        pow_exponent: 3.0,
+        ..Case::default()
+    });
+    assert!(why.contains("exponent 3, not 2"), "{why}");
+}
+
+#[test]
+fn refuses_gamma_of_wrong_length() {
+    let why = refusal(&Case {
+        gamma_len: 1,
+        ..Case::default()
+    });
+    assert!(why.contains("expected [64]"), "{why}");
+}
+
+#[test]
+fn refuses_decomposed_norm_computed_in_half() {
+    // f16 graph without Casts: every intermediate is rounded to f16, which the kernel does
+    // not reproduce. (The f32 initializers make the graph ill-typed for a runtime, but the
+    // rule must refuse on the declared types before anything else.)
+    let why = refusal(&Case {
+        dtype: FLOAT16,
+        ..Case::default()
+    });
+    assert!(why.contains("computes in float16"), "{why}");
+}
