@@ -90,9 +90,10 @@ def check_norm(ops):
               ("bf16", F_GAMMA_F32, 32768, 2, True, False), ("bf16", F_GAMMA_F32, 96, 5, True, False),
               ("f16", F_GEMMA | F_GAMMA_F32, 4096, 8192 // 64, True, True)]
     for dt, flags, H, M, has_res, g32 in cases:
-        x32 = ref.rnd(rng.standard_normal((M, H)) * 3, dt)
+        x32 = rng.standard_normal((M, H)).astype(np.float32) * 3
         if M > 2:
             x32[1, 7] = np.nan; x32[2, 100 % H] = 1e30 if dt != "f16" else 60000.0
+        x32 = ref.rnd(x32, dt)
         r32 = ref.rnd(rng.standard_normal((M, H)), dt) if has_res else None
         gdt = "f32" if g32 else dt
         g32v = ref.rnd(rng.standard_normal(H) * 0.1, gdt)
@@ -101,7 +102,7 @@ def check_norm(ops):
         outs = (torch.empty(M, H, dtype=torch.uint8, device="cuda"), torch.empty(M, H // 32, dtype=torch.uint8, device="cuda"),
                 torch.empty_like(x), torch.empty_like(x))
         poison(outs)
-        q, s, ro, no = ops.norm_quant(x, r, g, flags, outs=outs)
+        q, s, ro, no = ops.norm_quant(x, r, g, flags, outs=outs, nch=3 if (H == 6144 and dt == "bf16") else None)
         y_ref, s_ref = ref.add_rmsnorm(x32, r32, g32v, dt, flags)
         rq, rs = ref.quantize(y_ref, flags)
         gq, gs = ref.quantize(host(no), flags)  # the quantizer on the GPU's own normed row
@@ -163,7 +164,9 @@ def check_matmul(ops):
                 h1 = host(y1).astype(np.float64)
                 err = np.linalg.norm(h1 - yref) / np.linalg.norm(yref)
                 exact_inkernel = np.array_equal(host(y1), host(y2), equal_nan=True)
-                ok = err < 4e-3 and exact_inkernel and np.array_equal(host(y1), host(y3))
+                # 16 warps split K differently: same values up to fp32 summation order
+                err3 = np.linalg.norm(host(y3).astype(np.float64) - yref) / np.linalg.norm(yref)
+                ok = err < 4e-3 and err3 < 4e-3 and exact_inkernel
                 report(f"matmul_tc N={N} K={K} M={M} out={out}", ok, f"rel_err={err:.2e} in_gemm_quant_identical={exact_inkernel}")
             if M in (3, 16):
                 for bmode in (0, 1, 2):
@@ -186,7 +189,7 @@ if __name__ == "__main__":
     mod = Module()
     ops = Ops(mod)
     print("compiled for sm_" + mod.arch, "nvrtc log:", mod.log.strip()[:500])
-    for k in ("mx_add_rmsnorm_quant_bf16", "mx_swiglu_quant_bf16", "mx_quantize_bf16", "mx_matmul_tc_e4m3_m8_bf16",
+    for k in ("mx_add_rmsnorm_quant_bf16_c1", "mx_add_rmsnorm_quant_bf16_gf32_c3", "mx_add_rmsnorm_quant_f32_c4", "mx_swiglu_quant_bf16", "mx_quantize_bf16", "mx_matmul_tc_e4m3_m8_bf16",
               "mx_matmul_tc_qbf16_m16_bf16", "mx_matmul_generic_bf16"):
         print(f"  {k}: regs/shared/local = {mod.attrs(k)}")
     for fn in (check_vectors, check_quantize, check_norm, check_swiglu, check_matmul):

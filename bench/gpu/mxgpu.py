@@ -115,18 +115,19 @@ class Ops:
     def __init__(self, mod: Module):
         self.m = mod
 
-    def norm_quant(self, x, res, gamma, flags, eps=1e-6, res_out=True, normed=True, outs=None):
+    def norm_quant(self, x, res, gamma, flags, eps=1e-6, res_out=True, normed=True, outs=None, nch=None):
         M, H = x.shape
         chunks = H // 8
-        nch = -(-chunks // 1024)
-        assert nch <= 4, "H too large"
+        if nch is None:  # many rows: 3 chunks per lane (B <= 256, several blocks per SM)
+            nch = 3 if (M >= 264 and chunks <= 3 * 256) else next(c for c in (1, 2, 4) if chunks <= 1024 * c)
+        assert chunks <= nch * (256 if nch == 3 else 1024), "H too large"
         B = -(-(-(-chunks // nch)) // 32) * 32
         if outs is None:
             outs = (torch.empty(M, H, dtype=torch.uint8, device=x.device),
                     torch.empty(M, H // 32, dtype=torch.uint8, device=x.device),
                     torch.empty_like(x) if res_out else None, torch.empty_like(x) if normed else None)
         q, s, ro, no = outs
-        name = "mx_add_rmsnorm_quant_" + SUFFIX[x.dtype] + ("_gf32" if gamma.dtype == torch.float32 and x.dtype != torch.float32 else "")
+        name = "mx_add_rmsnorm_quant_" + SUFFIX[x.dtype] + ("_gf32" if gamma.dtype == torch.float32 and x.dtype != torch.float32 else "") + f"_c{nch}"
         self.m.launch(name, (M,), (B,), [x, res, gamma, q, s, ro, no, ctypes.c_int(H), ctypes.c_float(eps), ctypes.c_uint(flags)])
         return outs
 
