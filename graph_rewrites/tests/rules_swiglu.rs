@@ -1,0 +1,325 @@
+//! Rule `swiglu_mxquant_matmul`: before/after on small built graphs, and one refusal per check
+//! with its reason. (Every spelling of real exporters runs through the rule in
+//! `tests/tests/rules_matrix.rs`, built by the `models` crate.)
+
+use graph_rewrites::pattern::predicates::dtype::{FLOAT, FLOAT8E4M3FN, FLOAT8E8M0};
+use graph_rewrites::pipeline::{run_pipeline, PipelineOptions, RewriteReport};
+use graph_rewrites::testing::{Attr, ModelBuilder};
+use graph_rewrites::view::{AttrValue, GraphView, NodeId};
+
+const I: i64 = 64;
+
+/// Which activation spelling the test graph uses.
+#[derive(Clone, Copy, PartialEq)]
+enum Act {
+    /// `Sigmoid(g) → Mul(g, σ) → Mul(·, up)`.
+    SiluMul,
+    /// Clip/Clip, `Mul(α) → Sigmoid → Mul`, `Add(β)`, `Mul`.
+    Oai,
+    /// OAI without the up clamp (neither SiLU nor OAI).
+    OaiNoUpClip,
+    /// `com.microsoft::QuickGelu(α)·up`.
+    QuickGelu,
+}
+
+#[derive(Clone)]
+struct Case {
+    act: Act,
+    /// gate/up from `Split(gate_up)` instead of two inputs.
+    split: bool,
+    /// up is `[1, I]` (broadcast against gate `[4, I]`).
+    broadcast_up: bool,
+    /// The up clamp's lower bound (OAI): −limit unless changed.
+    up_low: f32,
+    /// Standard MX quantizer (with this scale constant and Cast round_mode) instead of Quark.
+    standard: Option<(f32, &'static str)>,
+    /// The activation is also a graph output.
+    leak_act: bool,
+}
+
+impl Default for Case {
+    fn default() -> Self {
+        Case {
+            act: Act::Oai,
+            split: true,
+            broadcast_up: false,
+            up_low: -7.0,
+            standard: None,
+            leak_act: false,
+        }
+    }
+}
+
+/// gate/up → activation = `act` → MX quantize → MatMul(W[I,16]) = out.
+fn build(c: &Case) -> ModelBuilder {
+    let t = FLOAT;
+    let mut b = ModelBuilder::new(24);
+    b.opset("com.microsoft", 1).opset("com.amd.quark", 1);
+    let up_shape: &[i64] = if c.broadcast_up { &[1, I] } else { &[4, I] };
+    if c.split {
+        b.input("gu", t, &[4, 2 * I]);
+        b.node_in(
+            "",
+            "Split",
+            &["gu"],
+            &["gate", "up"],
+            &[("axis", Attr::I(-1)), ("num_outputs", Attr::I(2))],
+        );
+        b.value_info("gate", t, &[4, I])
+            .value_info("up", t, up_shape);
+    } else {
+        b.input("gate", t, &[4, I]).input("up", t, up_shape);
+    }
+    match c.act {
+        Act::SiluMul => {
+            b.node("Sigmoid", &["gate"], &["sg"])
+                .node("Mul", &["gate", "sg"], &["silu"]);
+            b.node("Mul", &["silu", "up"], &["act"]);
+        }
+        Act::QuickGelu => {
+            b.node_in(
+                "com.microsoft",
+                "QuickGelu",
+                &["gate"],
+                &["qg"],
+                &[("alpha", Attr::F(1.0))],
+            );
+            b.node("Mul", &["qg", "up"], &["act"]);
+        }
+        Act::Oai | Act::OaiNoUpClip => {
+            b.init_f32("lim", &[], &[7.0])
+                .init_f32("lo", &[], &[c.up_low]);
+            b.init_f32("alpha", &[], &[1.702])
+                .init_f32("beta", &[], &[1.0]);
+            b.node("Clip", &["gate", "", "lim"], &["gc"]);
+            let u = if c.act == Act::Oai {
+                b.node("Clip", &["up", "lo", "lim"], &["uc"]);
+                "uc"
+            } else {
+                "up"
+            };
+            b.node("Mul", &["gc", "alpha"], &["ga"])
+                .node("Sigmoid", &["ga"], &["sg"]);
+            b.node("Mul", &["gc", "sg"], &["glu"])
+                .node("Add", &[u, "beta"], &["u1"]);
+            b.node("Mul", &["u1", "glu"], &["act"]);
+        }
+    }
+    b.value_info("act", t, &[4, I]);
+    if c.leak_act {
+        b.output("act", t, &[4, I]);
+    }
+    b.init_f32("w", &[I, 16], &vec![0.5; (I * 16) as usize]);
+    match c.standard {
+        None => {
+            let qattrs = [
+                ("element_dtype", Attr::S("fp8_e4m3")),
+                ("block_size", Attr::I(32)),
+                ("axis", Attr::I(-1)),
+            ];
+            b.node_in(
+                "com.amd.quark",
+                "MXQuantizeDequantize",
+                &["act"],
+                &["aq"],
+                &qattrs,
+            );
+        }
+        Some((k, round)) => {
+            b.init_i64("bshape", &[3], &[0, I / 32, 32])
+                .init_i64("axes", &[1], &[-1])
+                .init_f32("k", &[], &[k]);
+            b.node("Reshape", &["act", "bshape"], &["blk"])
+                .node("Abs", &["blk"], &["ab"]);
+            b.node_in(
+                "",
+                "ReduceMax",
+                &["ab", "axes"],
+                &["amax"],
+                &[("keepdims", Attr::I(0))],
+            );
+            b.node("Mul", &["amax", "k"], &["s32"]);
+            let cast = [
+                ("to", Attr::I(FLOAT8E8M0 as i64)),
+                ("round_mode", Attr::S(round)),
+            ];
+            b.node_in("", "Cast", &["s32"], &["scale"], &cast);
+            let q = [
+                ("axis", Attr::I(-1)),
+                ("block_size", Attr::I(32)),
+                ("output_dtype", Attr::I(FLOAT8E4M3FN as i64)),
+            ];
+            b.node_in("", "QuantizeLinear", &["act", "scale"], &["q"], &q);
+            let d = [("axis", Attr::I(-1)), ("block_size", Attr::I(32))];
+            b.node_in("", "DequantizeLinear", &["q", "scale"], &["aq"], &d);
+        }
+    }
+    b.node("MatMul", &["aq", "w"], &["out"])
+        .output("out", t, &[4, 16]);
+    b
+}
+
+fn rewrite(c: &Case) -> (RewriteReport, graph_rewrites::ir::Graph) {
+    let mut g = build(c).graph().expect("test graph loads");
+    let report = run_pipeline(&mut g, &PipelineOptions::default()).expect("pipeline runs");
+    (report, g)
+}
+
+fn fused(g: &dyn GraphView) -> NodeId {
+    let n = g
+        .nodes()
+        .iter()
+        .copied()
+        .find(|n| g.op_type(*n) == "SwiGluMxQuant");
+    n.expect("a SwiGluMxQuant node")
+}
+
+fn attr(g: &dyn GraphView, n: NodeId, name: &str) -> AttrValue {
+    g.attr(n, name)
+        .unwrap_or_else(|| panic!("attribute {name} missing"))
+}
+
+fn input_names(g: &dyn GraphView, n: NodeId) -> Vec<String> {
+    g.inputs(n)
+        .iter()
+        .map(|v| v.map_or(String::new(), |v| g.value_name(v).to_string()))
+        .collect()
+}
+
+fn refusal(c: &Case) -> String {
+    let (report, _) = rewrite(c);
+    assert_eq!(report.counts["swiglu_mxquant_matmul"], 0, "{report:#?}");
+    let r = report
+        .rejections
+        .iter()
+        .find(|r| r.rule == "swiglu_mxquant_matmul");
+    r.unwrap_or_else(|| panic!("no swiglu_mxquant_matmul rejection: {report:#?}"))
+        .reason
+        .clone()
+}
+
+#[test]
+fn oai_from_split_becomes_swiglu_mxquant_and_mxmatmul() {
+    let (report, g) = rewrite(&Case::default());
+    assert_eq!(report.counts["swiglu_mxquant_matmul"], 1, "{report:#?}");
+    let ops: Vec<&str> = g.nodes().iter().map(|n| g.op_type(*n)).collect();
+    assert_eq!(ops, ["SwiGluMxQuant", "MxMatMul"]);
+    let n = fused(&g);
+    assert_eq!(input_names(&g, n), ["gu"]);
+    assert_eq!(
+        attr(&g, n, "layout"),
+        AttrValue::String("split_halves".into())
+    );
+    assert_eq!(attr(&g, n, "activation"), AttrValue::String("oai".into()));
+    assert_eq!(attr(&g, n, "alpha"), AttrValue::Float(1.702));
+    assert_eq!(attr(&g, n, "limit"), AttrValue::Float(7.0));
+    assert_eq!(attr(&g, n, "beta"), AttrValue::Float(1.0));
+    assert_eq!(
+        attr(&g, n, "swish_form"),
+        AttrValue::String("unrolled".into())
+    );
+    assert_eq!(attr(&g, n, "fp32_activation"), AttrValue::Int(0));
+    // The MatMul output keeps its name.
+    let out = g.value_by_name("out").unwrap();
+    assert_eq!(g.op_type(g.producer(out).unwrap().0), "MxMatMul");
+}
+
+#[test]
+fn silu_from_two_inputs_with_standard_rceil_quant() {
+    let c = Case {
+        act: Act::SiluMul,
+        split: false,
+        standard: Some((1.0 / 448.0, "up")),
+        ..Case::default()
+    };
+    let (report, g) = rewrite(&c);
+    assert_eq!(report.counts["swiglu_mxquant_matmul"], 1, "{report:#?}");
+    let n = fused(&g);
+    assert_eq!(input_names(&g, n), ["gate", "up"]);
+    assert_eq!(attr(&g, n, "layout"), AttrValue::String("separate".into()));
+    assert_eq!(attr(&g, n, "activation"), AttrValue::String("silu".into()));
+    assert_eq!(attr(&g, n, "alpha"), AttrValue::Float(1.0));
+    assert_eq!(attr(&g, n, "scale_rule"), AttrValue::String("rceil".into()));
+    assert_eq!(
+        attr(&g, n, "nan_policy"),
+        AttrValue::String("propagate".into())
+    );
+}
+
+#[test]
+fn quick_gelu_is_one_rounding() {
+    let (report, g) = rewrite(&Case {
+        act: Act::QuickGelu,
+        ..Case::default()
+    });
+    assert_eq!(report.counts["swiglu_mxquant_matmul"], 1, "{report:#?}");
+    let n = fused(&g);
+    assert_eq!(
+        attr(&g, n, "swish_form"),
+        AttrValue::String("single_op".into())
+    );
+    assert_eq!(attr(&g, n, "alpha"), AttrValue::Float(1.0));
+}
+
+#[test]
+fn fp32_activation_setting_reaches_the_op() {
+    let mut g = build(&Case::default()).graph().unwrap();
+    let mut opts = PipelineOptions::default();
+    opts.settings
+        .insert("swiglu_fp32_activation".into(), "1".into());
+    run_pipeline(&mut g, &opts).unwrap();
+    assert_eq!(attr(&g, fused(&g), "fp32_activation"), AttrValue::Int(1));
+}
+
+// ---- one refusal per check ----
+
+#[test]
+fn refuses_broadcasting_gate_and_up() {
+    let why = refusal(&Case {
+        act: Act::SiluMul,
+        split: false,
+        broadcast_up: true,
+        ..Case::default()
+    });
+    assert!(
+        why.contains("must have the same shape") && why.contains("no broadcast"),
+        "{why}"
+    );
+}
+
+#[test]
+fn refuses_partial_oai() {
+    let why = refusal(&Case {
+        act: Act::OaiNoUpClip,
+        ..Case::default()
+    });
+    assert!(why.contains("partial SwiGLU-OAI"), "{why}");
+}
+
+#[test]
+fn refuses_asymmetric_up_clamp() {
+    let why = refusal(&Case {
+        up_low: -6.0,
+        ..Case::default()
+    });
+    assert!(why.contains("are not ±7"), "{why}");
+}
+
+#[test]
+fn refuses_unknown_scale_rule() {
+    // Mul(2^-8) is the floor rule's constant, but round_mode=up is RCEIL's rounding.
+    let why = refusal(&Case {
+        standard: Some((2f32.powi(-8), "up")),
+        ..Case::default()
+    });
+    assert!(why.contains("not a known MX scale rule"), "{why}");
+}
+
+#[test]
+fn refuses_escaping_activation() {
+    let why = refusal(&Case {
+        leak_act: true,
+        ..Case::default()
+    });
+    assert!(why.contains("'act' is a graph output"), "{why}");
+}
