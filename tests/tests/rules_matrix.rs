@@ -192,23 +192,31 @@ fn moe_router_keeps_reading_the_normed_tensor() {
     assert_eq!((g.op_type(producer), slot), ("AddRmsNormMxQuant", 3));
 }
 
-/// f16 through Quark's quantizer (it takes no bf16; the standard bf16 spelling casts the block
-/// amax to float first, which the quantize spelling does not match yet).
+/// f16/bf16 with the norm computed in fp32 between Casts, through each quantizer that takes the
+/// dtype (Quark takes no bf16).
 #[test]
 fn half_precision_with_fp32_norm_casts_fuses() {
-    for norm in [
+    let norms = [
         NormSpelling::PowRecip,
         NormSpelling::MulDiv,
         NormSpelling::RmsNormalization,
         NormSpelling::SkipSimplified,
-    ] {
-        for gamma in [GammaForm::Plain, GammaForm::GemmaAddOne] {
-            let mut cfg = quantized(QuantSpelling::Quark);
-            cfg.dtype = DType::F16;
-            cfg.spelling.norm = norm;
-            cfg.spelling.norm_f32_casts = true;
-            cfg.spelling.gamma = gamma;
-            assert_fuses_all(&cfg);
+    ];
+    let dtypes = [
+        (DType::F16, QuantSpelling::Quark),
+        (DType::F16, QuantSpelling::StdFloor),
+        (DType::Bf16, QuantSpelling::StdFloor),
+    ];
+    for (dt, quant) in dtypes {
+        for norm in norms {
+            for gamma in [GammaForm::Plain, GammaForm::GemmaAddOne] {
+                let mut cfg = quantized(quant);
+                cfg.dtype = dt;
+                cfg.spelling.norm = norm;
+                cfg.spelling.norm_f32_casts = true;
+                cfg.spelling.gamma = gamma;
+                assert_fuses_all(&cfg);
+            }
         }
     }
 }

@@ -55,7 +55,11 @@ pub fn mx_quant(p: &mut Pat, x: V) -> MxQuantPat {
     let abs = p.op(OpId::new(ONNX_DOMAIN, "Abs")).args([blk]).out();
     // ReduceMax-18 takes axes as an input, ReduceMax-13 as an attribute: the check reads both.
     let reduce_max = p.op(OpId::new(ONNX_DOMAIN, "ReduceMax")).args([abs]).extra_inputs().node();
-    let amax = p.out(reduce_max, 0);
+    let amax_t = p.out(reduce_max, 0);
+    // f16/bf16 graphs cast the block amax to float first (exact), so the scale arithmetic is
+    // fp32; the check reads the dtype the Mul/Div computes in from the constant.
+    let amax_cast = p.op(OpId::new(ONNX_DOMAIN, "Cast")).args([amax_t]).attr_int("to", None, dtype::FLOAT as i64).out();
+    let amax = p.any_of("block_amax", [amax_cast, amax_t]);
     let scale_const = p.konst("scale_constant");
     let mul = p.op(OpId::new(ONNX_DOMAIN, "Mul")).args([amax, scale_const]).commutative().node();
     let div = p.op(OpId::new(ONNX_DOMAIN, "Div")).args([amax, scale_const]).node();
