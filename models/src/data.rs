@@ -26,6 +26,7 @@ pub fn encode_floats(dtype: DType, values: &[f32]) -> Vec<u8> {
 }
 
 /// Value of the positive FLOAT8E4M3FN code `c` (0..=126; 127 is NaN).
+#[cfg(test)]
 fn e4m3_value(c: u8) -> f32 {
     let (exp, man) = (i32::from(c >> 3), f32::from(c & 7));
     if exp == 0 {
@@ -33,6 +34,11 @@ fn e4m3_value(c: u8) -> f32 {
     } else {
         (1.0 + man / 8.0) * ((exp - 7) as f32).exp2()
     }
+}
+
+/// floor(log2 |a|) of a normal f32, exactly (from the exponent field).
+fn floor_log2_normal(a: f32) -> i32 {
+    ((a.to_bits() >> 23) & 0xFF) as i32 - 127
 }
 
 /// FLOAT8E4M3FN byte of `x`: round-to-nearest-even, saturating at ±448, NaN → 0x7F.
@@ -45,23 +51,16 @@ pub fn e4m3_encode(x: f32) -> u8 {
     if a >= E4M3_MAX {
         return sign | 126;
     }
-    // Codes 0..=126 are monotone in value: find the last code not above `a`.
-    let (mut lo, mut hi) = (0u8, 126u8);
-    while lo < hi {
-        let mid = (lo + hi).div_ceil(2);
-        if e4m3_value(mid) <= a {
-            lo = mid;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    let (below, above) = (e4m3_value(lo), e4m3_value(lo + 1));
-    let code = if a - below < above - a || (a - below == above - a && lo % 2 == 0) {
-        lo
+    // Both branches scale by a power of two (exact), so round_ties_even sees the true value and
+    // a mantissa that rounds up to 16 carries into the exponent field by plain addition.
+    let code = if a < (-6f32).exp2() {
+        (a * 512.0).round_ties_even() as i32 // subnormals: multiples of 2^-9; 8 = smallest normal
     } else {
-        lo + 1
+        let e = floor_log2_normal(a);
+        let m = (a * ((3 - e) as f32).exp2()).round_ties_even() as i32; // in 8..=16
+        ((e + 7) << 3) + (m - 8)
     };
-    sign | code
+    sign | code.min(126) as u8
 }
 
 /// E8M0 byte of a block's scale by the OCP floor rule: `2^(floor(log2 amax) − 8)`, clamped to the
@@ -72,13 +71,11 @@ pub fn e8m0_floor_scale(amax: f32) -> u8 {
     }
     // The exponent field is exact where log2() may round up just below a power of two.
     let bits = amax.to_bits();
-    let field = ((bits >> 23) & 0xFF) as i32;
-    let floor_log2 = if field == 0 {
+    let floor_log2 = if (bits >> 23) & 0xFF == 0 {
         // fp32 subnormal: floor(log2) from the position of the top mantissa bit.
-        let man = bits & 0x7F_FFFF;
-        -127 - (man.leading_zeros() as i32 - 9)
+        -127 - ((bits & 0x7F_FFFF).leading_zeros() as i32 - 9)
     } else {
-        field - 127
+        floor_log2_normal(amax)
     };
     (floor_log2 - E4M3_EMAX).clamp(-127, 127).wrapping_add(127) as u8
 }
@@ -88,18 +85,27 @@ pub fn e8m0_floor_scale(amax: f32) -> u8 {
 pub fn mx_quantize_axis0(w: &[f32], k: usize, n: usize, block: usize) -> (Vec<u8>, Vec<u8>) {
     let mut q = vec![0u8; k * n];
     let mut scales = vec![0u8; (k / block) * n];
+    let mut amax = vec![0f32; n];
+    let mut inv_scale = vec![0f32; n];
+    // Row-major passes over each block of rows: contiguous reads, per-column running state.
     for kb in 0..k / block {
+        let rows = kb * block..(kb + 1) * block;
+        amax.fill(0.0);
+        for r in rows.clone() {
+            for (m, v) in amax.iter_mut().zip(&w[r * n..(r + 1) * n]) {
+                *m = m.max(v.abs());
+            }
+        }
         for col in 0..n {
-            let rows = kb * block..(kb + 1) * block;
-            let amax = rows
-                .clone()
-                .map(|r| w[r * n + col].abs())
-                .fold(0.0f32, f32::max);
-            let s = e8m0_floor_scale(amax);
+            let s = e8m0_floor_scale(amax[col]);
             scales[kb * n + col] = s;
-            let scale = (i32::from(s) - 127) as f32;
-            for r in rows {
-                q[r * n + col] = e4m3_encode(w[r * n + col] / scale.exp2());
+            // 2^(127 - s) is exact in f32 for s in 1..=254; byte 0 (zero block) quantizes zeros.
+            inv_scale[col] = ((127 - i32::from(s)) as f32).exp2();
+        }
+        for r in rows {
+            let (src, dst) = (&w[r * n..(r + 1) * n], &mut q[r * n..(r + 1) * n]);
+            for ((d, v), is) in dst.iter_mut().zip(src).zip(&inv_scale) {
+                *d = e4m3_encode(v * is);
             }
         }
     }
@@ -129,16 +135,18 @@ impl Rng {
         (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
     }
 
-    /// Normal(0, std) by Box–Muller.
-    pub fn normal(&mut self, std: f32) -> f32 {
-        let u1 = 1.0 - self.uniform(); // (0, 1]: ln() stays finite
-        let u2 = self.uniform();
-        ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos() * f64::from(std)) as f32
-    }
-
-    /// `len` Normal(mean, std) values.
+    /// `len` Normal(mean, std) values (Box–Muller, both values of each pair used).
     pub fn normals(&mut self, len: usize, mean: f32, std: f32) -> Vec<f32> {
-        (0..len).map(|_| mean + self.normal(std)).collect()
+        let mut out = Vec::with_capacity(len + 1);
+        while out.len() < len {
+            let u1 = 1.0 - self.uniform(); // (0, 1]: ln() stays finite
+            let r = (-2.0 * u1.ln()).sqrt() * f64::from(std);
+            let (s, c) = (std::f64::consts::TAU * self.uniform()).sin_cos();
+            out.push(mean + (r * c) as f32);
+            out.push(mean + (r * s) as f32);
+        }
+        out.truncate(len);
+        out
     }
 }
 
@@ -164,6 +172,35 @@ mod tests {
             "halfway 1.125/1.25 goes to even 0x3A"
         );
         assert_eq!(e4m3_encode(-3.3), 0x80 | e4m3_encode(3.3));
+    }
+
+    /// Brute-force oracle: the nearest code by value, ties to the even code, saturating.
+    fn e4m3_nearest(x: f32) -> u8 {
+        let a = x.abs().min(E4M3_MAX);
+        let best = (0..=126u8)
+            .min_by(|&p, &q| {
+                let (dp, dq) = ((e4m3_value(p) - a).abs(), (e4m3_value(q) - a).abs());
+                dp.total_cmp(&dq).then((p % 2).cmp(&(q % 2)))
+            })
+            .unwrap_or(0);
+        best | if x.is_sign_negative() { 0x80 } else { 0 }
+    }
+
+    #[test]
+    fn e4m3_encode_matches_brute_force_on_midpoints_and_random_values() {
+        let mut xs: Vec<f32> = (0..126u8)
+            .map(|c| (e4m3_value(c) + e4m3_value(c + 1)) / 2.0)
+            .collect();
+        let mut rng = Rng::new(3);
+        xs.extend(
+            rng.normals(20_000, 0.0, 1.0)
+                .iter()
+                .zip(rng.normals(20_000, 0.0, 6.0))
+                .map(|(v, e)| v * e.exp2()),
+        );
+        for x in xs {
+            assert_eq!(e4m3_encode(x), e4m3_nearest(x), "{x:e}");
+        }
     }
 
     #[test]

@@ -166,3 +166,27 @@ fn generated_models_pass_onnx_checks_and_spellings_agree() {
     assert!(log.contains(" passed, 0 failed"), "{log}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn real_export_fixtures_agree_across_quant_forms() {
+    let Some(py) = python_with_onnx() else {
+        eprintln!("skipped: python3 with onnx, numpy, ml_dtypes not found (set PYTHON=...)");
+        return;
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(&py)
+        .arg(root.join("tests/python/check_models.py"))
+        .arg("--real")
+        .arg(root.join("fixtures/real"))
+        .output()
+        .expect("run python");
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && log.contains(" passed, 0 failed"),
+        "{log}"
+    );
+}

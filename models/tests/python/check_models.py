@@ -1,6 +1,7 @@
 """Checks generated models against onnx itself.
 
-Usage: python check_models.py DIR
+Usage: python check_models.py DIR          (generated models, see below)
+       python check_models.py --real DIR   (models/fixtures/real: the MXFP8-quantized MiniMax-M3 exports)
 DIR holds manifest.json (rows as models::catalog::ManifestEntry writes them) and optionally equiv.json
 (a list of {"files": [...], "rtol": r, "atol": a}: models that must compute the same function).
 
@@ -228,5 +229,29 @@ def main(d):
     return 1 if failures else 0
 
 
+def check_real(d):
+    """The std and Quark quantizations of the real export: 7 activation quant sites each, the std one
+    passes full_check, and both compute identical logits (same OCP floor rule, same weights)."""
+    std = onnx.load(os.path.join(d, "minimax_m3_tiny_dynamo_mxfp8_std.onnx"))
+    quark = onnx.load(os.path.join(d, "minimax_m3_tiny_dynamo_mxfp8_quark.onnx"))
+    errs = []
+    onnx.checker.check_model(std, full_check=True)
+    n_q = sum(n.op_type == "QuantizeLinear" for n in std.graph.node)
+    n_k = sum(n.op_type == "MXQuantizeDequantize" and any(a.name == "axis" and a.i == -1 for a in n.attribute)
+              for n in quark.graph.node)
+    if (n_q, n_k) != (7, 7):
+        errs.append(f"activation quant sites: std {n_q}, quark {n_k}, expected 7 each")
+    ids = np.random.default_rng(0).integers(0, 250, (1, 8)).astype(np.int64)
+    ys = [ReferenceEvaluator(m, new_ops=CUSTOM).run(None, {"input_ids": ids})[0] for m in (std, quark)]
+    if not (np.isfinite(ys[0]).all() and np.array_equal(ys[0], ys[1])):
+        errs.append(f"std vs quark logits differ: {float(np.abs(ys[0] - ys[1]).max())}")
+    for x in errs:
+        print("FAIL", x)
+    print(f"{2 - min(len(errs), 2)} passed, {min(len(errs), 2)} failed")
+    return 1 if errs else 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--real":
+        sys.exit(check_real(sys.argv[2]))
     sys.exit(main(sys.argv[1]))
