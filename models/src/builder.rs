@@ -4,6 +4,7 @@
 //! rewrite rules) see shapes such as K without running shape inference.
 
 use std::collections::{BTreeMap, HashSet};
+use std::rc::Rc;
 
 use graph_rewrites::onnx_pb::{
     attribute_proto::AttributeType, tensor_proto::DataType, tensor_shape_proto, type_proto,
@@ -73,25 +74,67 @@ pub fn elem_size(elem: i32) -> usize {
     }
 }
 
+/// Makes an initializer's bytes on demand.
+pub type MakeBytes = Rc<dyn Fn() -> Vec<u8>>;
+
 /// Bytes of an initializer.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone)]
 pub enum Payload {
     Bytes(Vec<u8>),
     /// `len` zero bytes never materialised (sparse "fake weights"): external storage sizes its
     /// file with `set_len`, inline storage writes the zeros.
     Zeros(usize),
+    /// `len` bytes generated only when the model is written, so writing a large random-weight
+    /// model holds one weight in memory at a time.
+    Lazy {
+        len: usize,
+        make: MakeBytes,
+    },
 }
 
 impl Payload {
     pub fn len(&self) -> usize {
         match self {
             Payload::Bytes(b) => b.len(),
-            Payload::Zeros(n) => *n,
+            Payload::Zeros(n) | Payload::Lazy { len: n, .. } => *n,
         }
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The bytes (generating or zero-filling them as needed).
+    pub fn into_bytes(self) -> Vec<u8> {
+        match self {
+            Payload::Bytes(b) => b,
+            Payload::Zeros(n) => vec![0; n],
+            Payload::Lazy { make, .. } => make(),
+        }
+    }
+}
+
+impl PartialEq for Payload {
+    /// Lazy payloads are equal when they are the same generator.
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Payload::Bytes(a), Payload::Bytes(b)) => a == b,
+            (Payload::Zeros(a), Payload::Zeros(b)) => a == b,
+            (Payload::Lazy { len: a, make: f }, Payload::Lazy { len: b, make: g }) => {
+                a == b && Rc::ptr_eq(f, g)
+            }
+            _ => false,
+        }
+    }
+}
+
+impl std::fmt::Debug for Payload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Payload::Bytes(b) => write!(f, "Bytes({} bytes)", b.len()),
+            Payload::Zeros(n) => write!(f, "Zeros({n})"),
+            Payload::Lazy { len, .. } => write!(f, "Lazy({len} bytes)"),
+        }
     }
 }
 
@@ -149,7 +192,7 @@ pub struct GraphBuilder {
     initializers: Vec<Initializer>,
     opsets: BTreeMap<String, i64>,
     used_names: HashSet<String>,
-    rng: Rng,
+    seed: u64,
     fake_weights: bool,
 }
 
@@ -192,7 +235,7 @@ impl GraphBuilder {
             initializers: Vec::new(),
             opsets,
             used_names: HashSet::new(),
-            rng: Rng::new(seed),
+            seed,
             fake_weights,
         }
     }
@@ -282,9 +325,14 @@ impl GraphBuilder {
         )
     }
 
-    /// `len` deterministic Normal(mean, std) values (f32), for weights that need post-processing.
-    pub fn random_values(&mut self, len: usize, mean: f32, std: f32) -> Vec<f32> {
-        self.rng.normals(len, mean, std)
+    /// The random source of the weight keyed `key`: a function of the model seed and the key only
+    /// (FNV-1a of the key), so a weight's values do not depend on which other weights exist or in
+    /// which order they are made, and two spellings of one model share their weights.
+    pub fn weight_rng(&self, key: &str) -> Rng {
+        let fnv = key.bytes().fold(0xCBF2_9CE4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01B3)
+        });
+        Rng::new(Rng::new(self.seed ^ fnv).next_u64())
     }
 
     /// True when weights are not materialised (sparse fake-weight mode).
@@ -292,10 +340,24 @@ impl GraphBuilder {
         self.fake_weights
     }
 
-    /// A random Normal(mean, std) weight of `dtype`, or unmaterialised zeros in fake-weight mode.
+    /// A random Normal(mean, std) weight of `dtype` keyed by its name (see
+    /// [`GraphBuilder::weight_rng`]), or unmaterialised zeros in fake-weight mode.
     pub fn random_weight(
         &mut self,
         name: &str,
+        dtype: DType,
+        dims: &[usize],
+        mean: f32,
+        std: f32,
+    ) -> Tensor {
+        self.random_weight_keyed(name, name, dtype, dims, mean, std)
+    }
+
+    /// [`GraphBuilder::random_weight`] drawing from the source of `key` instead of `name`.
+    pub fn random_weight_keyed(
+        &mut self,
+        name: &str,
+        key: &str,
         dtype: DType,
         dims: &[usize],
         mean: f32,
@@ -306,7 +368,12 @@ impl GraphBuilder {
         let payload = if self.fake_weights {
             Payload::Zeros(len * elem_size(elem))
         } else {
-            Payload::Bytes(encode_floats(dtype, &self.rng.normals(len, mean, std)))
+            let rng = self.weight_rng(key);
+            let make = move || encode_floats(dtype, &rng.clone().normals(len, mean, std));
+            Payload::Lazy {
+                len: len * elem_size(elem),
+                make: Rc::new(make),
+            }
         };
         self.add_initializer(name, elem, dims, payload)
     }

@@ -53,10 +53,7 @@ pub fn into_inline(built: BuiltModel) -> ModelProto {
     if let Some(g) = model.graph.as_mut() {
         for init in initializers {
             let mut t = init.proto;
-            t.raw_data = Some(match init.payload {
-                Payload::Bytes(b) => b,
-                Payload::Zeros(n) => vec![0; n],
-            });
+            t.raw_data = Some(init.payload.into_bytes());
             g.initializer.push(t);
         }
     }
@@ -111,10 +108,7 @@ fn externalize(built: BuiltModel, path: &Path) -> Result<(ModelProto, (PathBuf, 
         let mut t = init.proto;
         let len = init.payload.len();
         if len < EXTERNAL_THRESHOLD {
-            t.raw_data = Some(match init.payload {
-                Payload::Bytes(b) => b,
-                Payload::Zeros(n) => vec![0; n],
-            });
+            t.raw_data = Some(init.payload.into_bytes());
             placed.push(t);
             continue;
         }
@@ -124,10 +118,12 @@ fn externalize(built: BuiltModel, path: &Path) -> Result<(ModelProto, (PathBuf, 
             SMALL_ALIGN
         };
         offset = offset.div_ceil(align) * align;
-        if let Payload::Bytes(bytes) = &init.payload {
+        // Zeros stay holes; everything else (lazy weights included) is made and written now.
+        if !matches!(init.payload, Payload::Zeros(_)) {
+            let bytes = init.payload.into_bytes();
             file.seek(SeekFrom::Start(offset))
                 .map_err(io_err(&data_path))?;
-            file.write_all(bytes).map_err(io_err(&data_path))?;
+            file.write_all(&bytes).map_err(io_err(&data_path))?;
         }
         t.data_location = Some(DataLocation::External as i32);
         t.external_data = vec![

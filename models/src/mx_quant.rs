@@ -1,11 +1,14 @@
 //! MXFP8 activation quantization in front of MatMuls, in each [`QuantSpelling`], and the MatMul
 //! weights in each [`WeightForm`].
 
+use std::cell::RefCell;
+use std::rc::Rc;
+
 use graph_rewrites::onnx_pb::tensor_proto::DataType;
 
 use crate::builder::{attr_i, attr_s, elem_of, Dim, GraphBuilder, Payload, Tensor};
 use crate::config::{DType, QuantSpelling, WeightForm, MX_BLOCK};
-use crate::data::mx_quantize_axis0;
+use crate::data::{mx_quantize_axis0, Rng};
 
 /// Domain of AMD Quark's ONNX custom ops.
 pub const QUARK_DOMAIN: &str = "com.amd.quark";
@@ -183,9 +186,7 @@ pub fn matmul_weight(
             let (q_payload, s_payload) = if b.fake_weights() {
                 (Payload::Zeros(k * n), Payload::Zeros(k / MX_BLOCK * n))
             } else {
-                let w = b.random_values(k * n, 0.0, std);
-                let (q, s) = mx_quantize_axis0(&w, k, n, MX_BLOCK);
-                (Payload::Bytes(q), Payload::Bytes(s))
+                lazy_mx_pair(b.weight_rng(name), k, n, std)
             };
             let q = b.add_initializer(&format!("{name}.e4m3"), E4M3, &[k, n], q_payload);
             let s = b.add_initializer(&format!("{name}.e8m0"), E8M0, &[k / MX_BLOCK, n], s_payload);
@@ -203,6 +204,41 @@ pub fn matmul_weight(
             )
         }
     }
+}
+
+/// Lazy payloads of the E4M3 values and E8M0 scales of one random `[k, n]` weight. Quantizing
+/// makes both at once: whichever is written first leaves the other in a one-slot cache (the
+/// writer places the pair back to back), so the weight is generated once and never kept.
+fn lazy_mx_pair(rng: Rng, k: usize, n: usize, std: f32) -> (Payload, Payload) {
+    type Slot = Rc<RefCell<Option<Vec<u8>>>>;
+    let make = move || mx_quantize_axis0(&rng.clone().normals(k * n, 0.0, std), k, n, MX_BLOCK);
+    let make: Rc<dyn Fn() -> (Vec<u8>, Vec<u8>)> = Rc::new(make);
+    let (q_slot, s_slot): (Slot, Slot) = Default::default();
+    let (mk, qs, ss) = (make.clone(), q_slot.clone(), s_slot.clone());
+    let q = move || {
+        qs.borrow_mut().take().unwrap_or_else(|| {
+            let (q, s) = mk();
+            *ss.borrow_mut() = Some(s);
+            q
+        })
+    };
+    let s = move || {
+        s_slot.borrow_mut().take().unwrap_or_else(|| {
+            let (q, s) = make();
+            *q_slot.borrow_mut() = Some(q);
+            s
+        })
+    };
+    (
+        Payload::Lazy {
+            len: k * n,
+            make: Rc::new(q),
+        },
+        Payload::Lazy {
+            len: k / MX_BLOCK * n,
+            make: Rc::new(s),
+        },
+    )
 }
 
 /// `MatMul(a, w)` with `w` `[k, n]`: output shape is `a`'s with the last dim `n`.

@@ -23,7 +23,7 @@ fn gamma(b: &mut GraphBuilder, form: GammaForm, dtype: DType, hidden: usize, nam
     match form {
         GammaForm::Plain => b.random_weight(name, dtype, &[hidden], 1.0, 0.1),
         GammaForm::GemmaFolded => {
-            b.random_weight(&format!("{name}_plus_1"), dtype, &[hidden], 1.0, 0.1)
+            b.random_weight_keyed(&format!("{name}_plus_1"), name, dtype, &[hidden], 1.0, 0.1)
         }
         GammaForm::GemmaAddOne => {
             let w = b.random_weight(name, dtype, &[hidden], 0.0, 0.1);
