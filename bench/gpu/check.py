@@ -69,16 +69,16 @@ def check_vectors(ops):
 
 def check_quantize(ops):
     for dt in ("bf16", "f16", "f32"):
-        for flags in (0, F_RCEIL, F_NAN_IGNORE, F_RCEIL | F_NAN_IGNORE):
+        for flags, e in ((0, 8), (F_RCEIL, 2), (F_NAN_IGNORE, 8), (F_RCEIL | F_NAN_IGNORE, 2)):
             R, K = 37, 2048
             x32 = edge_rows(R, K, dt)
             x = to_dev(x32, dt)
             outs = (torch.empty(R, K, dtype=torch.uint8, device="cuda"), torch.empty(R, K // 32, dtype=torch.uint8, device="cuda"))
             poison(outs)
-            q, s = ops.quantize(x, flags, outs)
+            q, s = ops.quantize(x, flags, outs, e=e)
             rq, rs = ref.quantize(x.float().cpu().numpy(), flags)
             dq, ds = (host(q) != rq).sum(), (host(s) != rs).sum()
-            report(f"quantize {dt} flags={flags}", dq == 0 and ds == 0, f"q_mismatch={dq} s_mismatch={ds}")
+            report(f"quantize {dt} flags={flags} e={e}", dq == 0 and ds == 0, f"q_mismatch={dq} s_mismatch={ds}")
 
 
 def check_norm(ops):
@@ -118,7 +118,7 @@ def check_norm(ops):
 def check_swiglu(ops):
     for dt in ("bf16", "f16", "f32"):
         for layout in ("separate", "split_halves", "interleaved"):
-            for flags in (F_OAI, F_OAI | F_FP32_ACT | F_RCEIL, 0):
+            for flags, e in ((F_OAI, 8), (F_OAI | F_FP32_ACT | F_RCEIL, 2), (0, 8), (F_OAI | F_NAN_IGNORE, 2)):
                 M, I = 19, 768
                 g32 = ref.rnd(rng.standard_normal((M, I)) * 4, dt)
                 u32 = ref.rnd(rng.standard_normal((M, I)) * 4, dt)
@@ -131,7 +131,7 @@ def check_swiglu(ops):
                     gate, up = to_dev(np.stack([g32, u32], -1).reshape(M, 2 * I), dt), None
                 outs = (torch.empty(M, I, dtype=torch.uint8, device="cuda"), torch.empty(M, I // 32, dtype=torch.uint8, device="cuda"))
                 poison(outs)
-                q, s = ops.swiglu_quant(gate, up, I, layout, flags, outs=outs)
+                q, s = ops.swiglu_quant(gate, up, I, layout, flags, outs=outs, e=e)
                 act = ref.swiglu(g32, u32, dt, flags)
                 rq, rs = ref.quantize(act, flags)
                 hq = host(q)
@@ -139,7 +139,7 @@ def check_swiglu(ops):
                 # exp differs by an ulp between libm and the GPU: allow rare 1-code differences
                 off = np.abs(hq.astype(int) - rq.astype(int))
                 ok = d_q <= M * I // 1000 and d_s <= 2 and (d_q == 0 or off[hq != rq].max() <= 1)
-                report(f"swiglu {dt} {layout} flags={flags}", ok, f"q_diff={d_q} scale_diff={d_s}")
+                report(f"swiglu {dt} {layout} flags={flags} e={e}", ok, f"q_diff={d_q} scale_diff={d_s}")
 
 
 def rand_e4m3(shape):
@@ -189,7 +189,7 @@ if __name__ == "__main__":
     mod = Module()
     ops = Ops(mod)
     print("compiled for sm_" + mod.arch, "nvrtc log:", mod.log.strip()[:500])
-    for k in ("mx_add_rmsnorm_quant_bf16_c1", "mx_add_rmsnorm_quant_bf16_gf32_c3", "mx_add_rmsnorm_quant_f32_c4", "mx_swiglu_quant_bf16", "mx_quantize_bf16", "mx_matmul_tc_e4m3_m8_bf16",
+    for k in ("mx_add_rmsnorm_quant_bf16_c1", "mx_add_rmsnorm_quant_bf16_gf32_c3", "mx_add_rmsnorm_quant_f32_c4", "mx_swiglu_quant_bf16_e8", "mx_swiglu_quant_bf16_e2", "mx_quantize_bf16_e2", "mx_matmul_tc_e4m3_m8_bf16",
               "mx_matmul_tc_qbf16_m16_bf16", "mx_matmul_generic_bf16"):
         print(f"  {k}: regs/shared/local = {mod.attrs(k)}")
     for fn in (check_vectors, check_quantize, check_norm, check_swiglu, check_matmul):

@@ -106,6 +106,8 @@ class Module:
 # Flag bits of kernels/gpu/mx_common.h.
 F_RCEIL, F_NAN_IGNORE, F_GEMMA, F_GAMMA_F32, F_INV_DIV, F_OAI, F_FP32_ACT = 1, 2, 4, 8, 16, 32, 64
 LAYOUTS = {"separate": 0, "split_halves": 1, "interleaved": 2}
+# Below this many elements the elementwise kernels take 2 elements per lane (short per-lane chains).
+SMALL_ELEMS = 1 << 21
 SUFFIX = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 
 
@@ -131,26 +133,28 @@ class Ops:
         self.m.launch(name, (M,), (B,), [x, res, gamma, q, s, ro, no, ctypes.c_int(H), ctypes.c_float(eps), ctypes.c_uint(flags)])
         return outs
 
-    def swiglu_quant(self, gate, up, I, layout, flags, alpha=1.702, limit=7.0, beta=1.0, outs=None):
+    def swiglu_quant(self, gate, up, I, layout, flags, alpha=1.702, limit=7.0, beta=1.0, outs=None, e=None):
         rows = gate.shape[0]
         if outs is None:
             outs = (torch.empty(rows, I, dtype=torch.uint8, device=gate.device),
                     torch.empty(rows, I // 32, dtype=torch.uint8, device=gate.device))
         q, s = outs
-        lanes = rows * I // 8
-        self.m.launch("mx_swiglu_quant_" + SUFFIX[gate.dtype], (-(-lanes // 256),), (256,),
+        e = e or (2 if rows * I < SMALL_ELEMS else 8)
+        lanes = rows * I // e
+        self.m.launch(f"mx_swiglu_quant_{SUFFIX[gate.dtype]}_e{e}", (-(-lanes // 256),), (256,),
                       [gate, up, q, s, ctypes.c_longlong(rows), ctypes.c_int(I), ctypes.c_int(LAYOUTS[layout]),
                        ctypes.c_float(alpha), ctypes.c_float(limit), ctypes.c_float(beta), ctypes.c_uint(flags)])
         return outs
 
-    def quantize(self, x, flags, outs=None):
+    def quantize(self, x, flags, outs=None, e=None):
         K = x.shape[-1]
         if outs is None:
             outs = (torch.empty(x.shape, dtype=torch.uint8, device=x.device),
                     torch.empty(x.shape[:-1] + (K // 32,), dtype=torch.uint8, device=x.device))
         q, s = outs
-        lanes = x.numel() // 8
-        self.m.launch("mx_quantize_" + SUFFIX[x.dtype], (-(-lanes // 256),), (256,),
+        e = e or (2 if x.numel() < SMALL_ELEMS else 8)
+        lanes = x.numel() // e
+        self.m.launch(f"mx_quantize_{SUFFIX[x.dtype]}_e{e}", (-(-lanes // 256),), (256,),
                       [x, q, s, ctypes.c_longlong(x.numel()), ctypes.c_uint(flags)])
         return outs
 

@@ -54,9 +54,12 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
   const int warp = threadIdx.x / MX_WARP, lane = threadIdx.x % MX_WARP;
   if (lane == 0) warp_sums[warp] = ss;
   __syncthreads();
-  double total = 0.0;
+  // Second level in parallel: every warp reduces the per-warp sums with the same shuffle tree,
+  // so every lane gets the same total (a serial loop over 24 warps costs ~1000 cycles).
   const int warps = (B + MX_WARP - 1) / MX_WARP;
-  for (int w = 0; w < warps; ++w) total += warp_sums[w];  // same order in every lane
+  double total = lane < warps ? warp_sums[lane] : 0.0;
+#pragma unroll
+  for (int o = MX_WARP / 2; o > 0; o >>= 1) total += MX_SHFL_XOR(total, o);
 
   const float v = (float)(total / (double)H);
   const float root = sqrtf(v + eps);

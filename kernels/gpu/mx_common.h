@@ -199,38 +199,85 @@ MX_DEV float mx_scale_inverse(mx_u32 s) {
   return s >= 254u ? mx_bits_f32(0x00400000u) : mx_bits_f32((254u - s) << 23);
 }
 
-// The MXFP8 block quantizer, one 32-element block per aligned group of 4 consecutive lanes, 8
-// elements per lane. Every lane of the warp must call it (it shuffles); lanes without data pass
-// zeros and ignore the result. Returns the lane's 8 E4M3 bytes packed little-endian in lo/hi and the
-// block's scale byte.
-MX_DEV void mx_quant_group8(const float v[8], mx_u32 flags, mx_u32& lo, mx_u32& hi, mx_u32& scale) {
+// The MXFP8 block quantizer: one 32-element block per aligned group of 32 / E consecutive lanes, E
+// elements per lane (E = 8: 4 lanes; E = 2: 16 lanes, for short per-lane chains at small sizes).
+// Every lane of the warp must call it (it shuffles); lanes without data pass zeros and ignore the
+// result. Writes the lane's E E4M3 bytes packed little-endian into q[] and returns the block's
+// scale byte.
+template <int E>
+MX_DEV mx_u32 mx_quant_group(const float v[E], mx_u32 flags, mx_u32 q[(E + 3) / 4]) {
   float amax = 0.0f;
   int nan = 0;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < E; ++i) {
     float a = fabsf(v[i]);
     nan |= (a != a);
     amax = fmaxf(amax, a);  // fmaxf skips NaN: the "ignore" policy's amax
   }
-  amax = fmaxf(amax, MX_SHFL_XOR(amax, 1));
-  amax = fmaxf(amax, MX_SHFL_XOR(amax, 2));
-  nan |= MX_SHFL_XOR(nan, 1);
-  nan |= MX_SHFL_XOR(nan, 2);
-  if (nan && !(flags & MX_F_NAN_IGNORE)) {  // "propagate": NaN scale, every value NaN
-    scale = 255u;
-    lo = hi = 0x7f7f7f7fu;
-    return;
+#pragma unroll
+  for (int o = 1; o < 32 / E; o <<= 1) {
+    amax = fmaxf(amax, MX_SHFL_XOR(amax, o));
+    nan |= MX_SHFL_XOR(nan, o);
   }
-  scale = mx_scale_byte(amax, flags);
+  if (nan && !(flags & MX_F_NAN_IGNORE)) {  // "propagate": NaN scale, every value NaN
+#pragma unroll
+    for (int j = 0; j < (E + 3) / 4; ++j) q[j] = 0x7f7f7f7fu;
+    return 255u;
+  }
+  const mx_u32 scale = mx_scale_byte(amax, flags);
   const float inv = mx_scale_inverse(scale);
   // The products are exact (power-of-two scaling); NaN * inv stays NaN -> 0x7F.
-  lo = mx_e4m3x4_sat(v[0] * inv, v[1] * inv, v[2] * inv, v[3] * inv);
-  hi = mx_e4m3x4_sat(v[4] * inv, v[5] * inv, v[6] * inv, v[7] * inv);
+  if (E >= 4) {
+#pragma unroll
+    for (int j = 0; j < E / 4; ++j)
+      q[j] = mx_e4m3x4_sat(v[4 * j] * inv, v[4 * j + 1] * inv, v[4 * j + 2] * inv, v[4 * j + 3] * inv);
+  } else {
+    float w[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < E; ++i) w[i] = v[i] * inv;
+    q[0] = mx_e4m3x4_sat(w[0], w[1], w[2], w[3]);
+  }
+  return scale;
 }
 
-// Writes one lane's quantizer output: 8 bytes of values at q + 8 * chunk and, from the first lane of
-// the group, the scale byte at scale[chunk / 4] (chunk = index of this lane's 8 elements in the row).
+// The E = 8 case with the two words named (used where the words are mma fragments).
+MX_DEV void mx_quant_group8(const float v[8], mx_u32 flags, mx_u32& lo, mx_u32& hi, mx_u32& scale) {
+  mx_u32 q[2];
+  scale = mx_quant_group<8>(v, flags, q);
+  lo = q[0];
+  hi = q[1];
+}
+
+// Writes one lane's quantizer output: E bytes of values at q + E * idx and, from the first lane of
+// its group, the scale byte at scale[idx / (32 / E)] (idx = index of this lane's E elements in the
+// row-major tensor; rows are a multiple of 32 long).
+template <int E>
+MX_DEV void mx_store_group(mx_u8* q, mx_u8* scale, long long idx, const mx_u32 w[(E + 3) / 4],
+                           mx_u32 s) {
+  if (E == 8) {
+    *reinterpret_cast<uint2*>(q + 8 * idx) = make_uint2(w[0], w[(E + 3) / 4 - 1]);
+  } else if (E == 4) {
+    *reinterpret_cast<mx_u32*>(q + 4 * idx) = w[0];
+  } else if (E == 2) {
+    *reinterpret_cast<mx_u16*>(q + 2 * idx) = (mx_u16)w[0];
+  } else {
+    q[idx] = (mx_u8)w[0];
+  }
+  if ((idx & (32 / E - 1)) == 0) scale[idx / (32 / E)] = (mx_u8)s;
+}
+
 MX_DEV void mx_store_group8(mx_u8* q, mx_u8* scale, long long chunk, mx_u32 lo, mx_u32 hi, mx_u32 s) {
-  *reinterpret_cast<uint2*>(q + 8 * chunk) = make_uint2(lo, hi);
-  if ((chunk & 3) == 0) scale[chunk >> 2] = (mx_u8)s;
+  const mx_u32 w[2] = {lo, hi};
+  mx_store_group<8>(q, scale, chunk, w, s);
+}
+
+// E consecutive elements -> fp32 (16-byte vector loads for E = 8).
+template <class T, int E>
+MX_DEV void mx_load(const typename T::storage* p, float out[E]) {
+  if (E == 8) {
+    MxVec8<T>::load(p, out);
+  } else {
+#pragma unroll
+    for (int i = 0; i < E; ++i) out[i] = T::to_f32(p[i]);
+  }
 }

@@ -23,6 +23,17 @@
 #define MX_B_F32 4
 
 #if defined(MX_NV_FP8_MMA)
+// The scale bytes of k-blocks kbase .. kbase + 3 of one row (byte u = k-block kbase + u; 127, i.e.
+// 1.0, past the end or for rows out of range). One aligned 32-bit load when KB % 4 == 0.
+MX_DEV mx_u32 mx_load_scales4(const mx_u8* row, int kbase, int KB, bool ok, bool words) {
+  if (!ok) return 0x7f7f7f7fu;
+  if (words) return *reinterpret_cast<const mx_u32*>(row + kbase);
+  mx_u32 w = 0;
+#pragma unroll
+  for (int u = 0; u < 4; ++u) w |= (kbase + u < KB ? (mx_u32)row[kbase + u] : 127u) << (8 * u);
+  return w;
+}
+
 // D (16x8 fp32) = A (16x32 e4m3, row) * B (32x8 e4m3, col). Fragments (PTX ISA, m16n8k32 .e4m3):
 // lane = 4 * g + t; a0/a2: row g, a1/a3: row g + 8; a0/a1 hold k = 4t..4t+3, a2/a3 k = 16+4t..;
 // b0 holds k = 4t..4t+3 of column g, b1 k = 16+4t..; d0/d1: (row g, col 2t/2t+1), d2/d3: row g+8.
@@ -41,8 +52,8 @@ MX_DEV void mx_mma_e4m3(float d[4], mx_u32 a0, mx_u32 a1, mx_u32 a2, mx_u32 a3, 
 // 16+4t+i <-> physical 8t+4+i) identically for both operands, which leaves each dot product
 // unchanged and lets every lane read 8 contiguous bytes. One mma covers exactly one scale block,
 // so its fresh fp32 result is scaled by 2^(sw) * 2^(sa) and added to the accumulators.
-// Block = W warps (blockDim.x / 32) on the same 16 columns; warp w takes the k-blocks w, w + W, ...
-// (so the block streams contiguous weight bytes) and the warps' partial sums meet in shared memory.
+// Block = W warps (blockDim.x / 32) on the same 16 columns, splitting K; the warps' partial sums
+// meet in shared memory.
 template <int AMODE, class TA, int MT, class TO>
 MX_DEV void mx_matmul_tc(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                          const typename TA::storage* __restrict__ af, const mx_u8* __restrict__ w,
@@ -64,21 +75,27 @@ MX_DEV void mx_matmul_tc(const mx_u8* __restrict__ aq, const mx_u8* __restrict__
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[mt][c] = 0.0f;
 
-  for (int kb0 = warp; kb0 < KB; kb0 += warps * MX_GEMM_UNROLL) {
+  // Warp w takes the groups of MX_GEMM_UNROLL consecutive k-blocks w, w + W, ...: the 4 scale
+  // bytes of a group are one aligned 32-bit load (when KB % 4 == 0), and a row's 4 weight loads
+  // share one 128-byte line. L1 wavefronts, not DRAM, bound this kernel (ncu), so fewer
+  // load instructions per byte is what counts.
+  const bool scale_words = (KB & 3) == 0;
+  const int groups = (KB + MX_GEMM_UNROLL - 1) / MX_GEMM_UNROLL;
+  for (int grp = warp; grp < groups; grp += warps) {
+    const int kbase = grp * MX_GEMM_UNROLL;
     // Issue every load of this step (weights from DRAM, activations from L2) before the first use,
     // so one step costs one memory round trip, not one per k-block.
     uint2 wa[MX_GEMM_UNROLL], wb[MX_GEMM_UNROLL];
-    mx_u32 swa[MX_GEMM_UNROLL], swb[MX_GEMM_UNROLL];
-    uint4 araw[MT][MX_GEMM_UNROLL];          // MX_A_QUANT: 8 activations of row m0 + 8mt + g
-    mx_u32 sa0[MT][MX_GEMM_UNROLL], sa1[MT][MX_GEMM_UNROLL];  // MX_A_E4M3: scales of rows 2t, 2t+1
+    uint4 araw[MT][MX_GEMM_UNROLL];  // MX_A_E4M3: 8 bytes in .x/.y; MX_A_QUANT: 8 activations
+    const mx_u32 swa = mx_load_scales4(sA, kbase, KB, okA, scale_words);
+    const mx_u32 swb = mx_load_scales4(sB, kbase, KB, okB, scale_words);
+    mx_u32 sa0[MT], sa1[MT];  // MX_A_E4M3: scale words of output rows 2t and 2t + 1
 #pragma unroll
     for (int u = 0; u < MX_GEMM_UNROLL; ++u) {
-      const int kb = kb0 + u * warps;
+      const int kb = kbase + u;
       const bool ok = kb < KB;
       wa[u] = (ok && okA) ? *reinterpret_cast<const uint2*>(wA + 32 * kb) : make_uint2(0u, 0u);
       wb[u] = (ok && okB) ? *reinterpret_cast<const uint2*>(wB + 32 * kb) : make_uint2(0u, 0u);
-      swa[u] = (ok && okA) ? sA[kb] : 127u;
-      swb[u] = (ok && okB) ? sB[kb] : 127u;
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         const int mrow = m0 + mt * 8 + g;  // the activation row this lane feeds (B column g)
@@ -87,9 +104,6 @@ MX_DEV void mx_matmul_tc(const mx_u8* __restrict__ aq, const mx_u8* __restrict__
               ? *reinterpret_cast<const uint2*>(aq + (long long)mrow * K + 32 * kb + 8 * t)
               : make_uint2(0u, 0u);
           araw[mt][u] = make_uint4(b.x, b.y, 0u, 0u);
-          const int mc = m0 + mt * 8 + 2 * t;  // output rows of d0/d2 (mc) and d1/d3 (mc + 1)
-          sa0[mt][u] = (ok && mc < M) ? as[(long long)mc * KB + kb] : 127u;
-          sa1[mt][u] = (ok && mc + 1 < M) ? as[(long long)(mc + 1) * KB + kb] : 127u;
         } else {
           araw[mt][u] = (ok && mrow < M)
               ? *reinterpret_cast<const uint4*>(af + (long long)mrow * K + 32 * kb + 8 * t)
@@ -97,18 +111,27 @@ MX_DEV void mx_matmul_tc(const mx_u8* __restrict__ aq, const mx_u8* __restrict__
         }
       }
     }
+    if (AMODE == MX_A_E4M3) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const int mc = m0 + mt * 8 + 2 * t;  // output rows of d0/d2 (mc) and d1/d3 (mc + 1)
+        sa0[mt] = mx_load_scales4(as + (long long)mc * KB, kbase, KB, mc < M, scale_words);
+        sa1[mt] = mx_load_scales4(as + (long long)(mc + 1) * KB, kbase, KB, mc + 1 < M, scale_words);
+      }
+    }
 #pragma unroll
     for (int u = 0; u < MX_GEMM_UNROLL; ++u) {
-      if (kb0 + u * warps >= KB) break;  // uniform across the warp
-      const float fA = mx_e8m0_to_f32(swa[u]), fB = mx_e8m0_to_f32(swb[u]);
+      if (kbase + u >= KB) break;  // uniform across the warp
+      const float fA = mx_e8m0_to_f32((swa >> (8 * u)) & 0xffu);
+      const float fB = mx_e8m0_to_f32((swb >> (8 * u)) & 0xffu);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         mx_u32 b0, b1, s0, s1;
         if (AMODE == MX_A_E4M3) {
           b0 = araw[mt][u].x;
           b1 = araw[mt][u].y;
-          s0 = sa0[mt][u];
-          s1 = sa1[mt][u];
+          s0 = (sa0[mt] >> (8 * u)) & 0xffu;
+          s1 = (sa1[mt] >> (8 * u)) & 0xffu;
         } else {
           float v[8];
           MxVec8<TA>::unpack(araw[mt][u], v);

@@ -1,7 +1,7 @@
 // com.mxfuse SwiGluMxQuant: SwiGLU / SwiGLU-OAI feeding the MXFP8 quantizer.
 //
-// One lane per 8 outputs; 4 consecutive lanes form one 32-element scale block (rows are a multiple
-// of 32 long, so a group never straddles two rows). The grid covers rows * I / 8 lanes exactly
+// One lane per E outputs; 32 / E consecutive lanes form one 32-element scale block (rows are a
+// multiple of 32 long, so a group never straddles two rows). The grid covers rows * I / 8 lanes exactly
 // (rounded up to whole blocks); lanes past the end compute on zeros so that the group shuffles
 // stay convergent.
 
@@ -37,52 +37,60 @@ MX_DEV float mx_swiglu(float g, float u, const MxSwigluParams& p, mx_u32 flags) 
   return rnd ? mx_round<T>(a) : a;
 }
 
-template <class T>
+// E elements per lane (8, or 2 for small tensors: shorter per-lane chains, more lanes).
+template <class T, int E>
 MX_DEV void swiglu_mxquant_lane(const typename T::storage* __restrict__ gate,
                                 const typename T::storage* __restrict__ up, mx_u8* __restrict__ q,
                                 mx_u8* __restrict__ scale, long long rows, int I, int layout,
                                 MxSwigluParams p, mx_u32 flags) {
   const long long lane_id = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  const long long per_row = I >> 3;
-  const bool live = lane_id < rows * per_row;
-  float y[8];
+  const int per_row = I / E;
+  const long long lanes = rows * per_row;
+  const bool live = lane_id < lanes;
+  float y[E];
   if (live) {
-    const long long row = lane_id / per_row, c = lane_id - row * per_row;
-    float g[8], u[8];
+    // 32-bit division when it fits (a 64-bit one is a ~70-instruction subroutine).
+    const long long row = lanes < 0x7fffffffLL ? (long long)((unsigned)lane_id / (unsigned)per_row)
+                                               : lane_id / per_row;
+    const long long c = lane_id - row * per_row;
+    float g[E], u[E];
     if (layout == MX_LAYOUT_SEPARATE) {
-      MxVec8<T>::load(gate + row * I + 8 * c, g);
-      MxVec8<T>::load(up + row * I + 8 * c, u);
+      mx_load<T, E>(gate + row * I + E * c, g);
+      mx_load<T, E>(up + row * I + E * c, u);
     } else if (layout == MX_LAYOUT_SPLIT_HALVES) {
-      MxVec8<T>::load(gate + row * 2 * I + 8 * c, g);
-      MxVec8<T>::load(gate + row * 2 * I + I + 8 * c, u);
-    } else {  // interleaved: gate = even, up = odd elements of 16 consecutive inputs
-      float a[8], b[8];
-      MxVec8<T>::load(gate + row * 2 * I + 16 * c, a);
-      MxVec8<T>::load(gate + row * 2 * I + 16 * c + 8, b);
+      mx_load<T, E>(gate + row * 2 * I + E * c, g);
+      mx_load<T, E>(gate + row * 2 * I + I + E * c, u);
+    } else {  // interleaved: gate = even, up = odd elements of 2E consecutive inputs
+      float a[E], b[E];
+      mx_load<T, E>(gate + row * 2 * I + 2 * E * c, a);
+      mx_load<T, E>(gate + row * 2 * I + 2 * E * c + E, b);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
+      for (int i = 0; i < E / 2; ++i) {
         g[i] = a[2 * i]; u[i] = a[2 * i + 1];
-        g[4 + i] = b[2 * i]; u[4 + i] = b[2 * i + 1];
+        g[E / 2 + i] = b[2 * i]; u[E / 2 + i] = b[2 * i + 1];
       }
     }
 #pragma unroll
-    for (int i = 0; i < 8; ++i) y[i] = mx_swiglu<T>(g[i], u[i], p, flags);
+    for (int i = 0; i < E; ++i) y[i] = mx_swiglu<T>(g[i], u[i], p, flags);
   } else {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) y[i] = 0.0f;
+    for (int i = 0; i < E; ++i) y[i] = 0.0f;
   }
-  mx_u32 lo, hi, sb;
-  mx_quant_group8(y, flags, lo, hi, sb);
-  if (live) mx_store_group8(q, scale, lane_id, lo, hi, sb);
+  mx_u32 w[(E + 3) / 4];
+  const mx_u32 sb = mx_quant_group<E>(y, flags, w);
+  if (live) mx_store_group<E>(q, scale, lane_id, w, sb);
 }
 
-#define MX_DEFINE_SWIGLU(NAME, T)                                                              \
+// Kernel names: mx_swiglu_quant_<T>_e<E>.
+#define MX_DEFINE_SWIGLU1(NAME, T, E)                                                          \
   extern "C" __global__ void NAME(const T::storage* gate, const T::storage* up, mx_u8* q,      \
                                   mx_u8* scale, long long rows, int I, int layout, float alpha, \
                                   float limit, float beta, unsigned flags) {                    \
     MxSwigluParams p = {alpha, limit, beta};                                                    \
-    swiglu_mxquant_lane<T>(gate, up, q, scale, rows, I, layout, p, flags);                      \
+    swiglu_mxquant_lane<T, E>(gate, up, q, scale, rows, I, layout, p, flags);                   \
   }
+#define MX_DEFINE_SWIGLU(NAME, T) MX_DEFINE_SWIGLU1(NAME##_e8, T, 8) MX_DEFINE_SWIGLU1(NAME##_e2, T, 2)
+
 MX_DEFINE_SWIGLU(mx_swiglu_quant_bf16, MxBf16)
 MX_DEFINE_SWIGLU(mx_swiglu_quant_f16, MxF16)
 MX_DEFINE_SWIGLU(mx_swiglu_quant_f32, MxF32)
