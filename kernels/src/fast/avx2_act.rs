@@ -84,29 +84,28 @@ pub unsafe fn swiglu8<T: Lanes + Element>(gate: __m256, up: __m256, a: &SwiGluAt
         };
         return _mm256_mul_ps(_mm256_mul_ps(g, sigmoid8(_mm256_mul_ps(alpha, g))), u);
     }
-    let r = |v| T::round8(v);
     let (g, u) = if oai {
         let lim = _mm256_set1_ps(T::round_f32(a.limit));
         let beta = _mm256_set1_ps(T::round_f32(a.beta));
         (
             min_keep_nan(gate, lim),
-            r(_mm256_add_ps(clamp_keep_nan(up, lim), beta)),
+            T::round8(_mm256_add_ps(clamp_keep_nan(up, lim), beta)),
         )
     } else {
         (gate, up)
     };
     let swish = match a.swish_form {
-        SwishForm::SingleOp => r(_mm256_mul_ps(g, sigmoid8(_mm256_mul_ps(alpha, g)))),
+        SwishForm::SingleOp => T::round8(_mm256_mul_ps(g, sigmoid8(_mm256_mul_ps(alpha, g)))),
         SwishForm::Unrolled => {
             let z = if a.alpha == 1.0 {
                 g
             } else {
-                r(_mm256_mul_ps(g, _mm256_set1_ps(T::round_f32(a.alpha))))
+                T::round8(_mm256_mul_ps(g, _mm256_set1_ps(T::round_f32(a.alpha))))
             };
-            r(_mm256_mul_ps(g, r(sigmoid8(z))))
+            T::round8(_mm256_mul_ps(g, T::round8(sigmoid8(z))))
         }
     };
-    r(_mm256_mul_ps(swish, u))
+    T::round8(_mm256_mul_ps(swish, u))
 }
 
 #[cfg(test)]

@@ -70,13 +70,51 @@ mod avx2_norm {
     use crate::codec::BLOCK;
     use crate::slices::NormOutputs;
 
-    /// Adds 8 f32 squares to the f64 lane accumulators `acc[0..2]` (lanes 0-7 of a 16-lane group).
+    /// Widens 8 f32 squares to two f64 vectors (lanes 0-3, 4-7 of the chunk).
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
-    unsafe fn add_squares(acc: &mut [__m256d], s: __m256) {
+    unsafe fn squares_pd(s: __m256) -> (__m256d, __m256d) {
         let sq = _mm256_mul_ps(s, s);
-        acc[0] = _mm256_add_pd(acc[0], _mm256_cvtps_pd(_mm256_castps256_ps128(sq)));
-        acc[1] = _mm256_add_pd(acc[1], _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(sq)));
+        (
+            _mm256_cvtps_pd(_mm256_castps256_ps128(sq)),
+            _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(sq)),
+        )
+    }
+
+    /// x + residual for the 8 elements at `i`: writes round_T(sum) to `residual_out`, stores
+    /// the value to normalise (rounded per `round_sum`) at `sp + i` and returns it.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn sum8<T: Lanes>(
+        xp: *const T,
+        rp: Option<*const T>,
+        rop: Option<*mut T>,
+        round_sum: bool,
+        sp: *mut f32,
+        i: usize,
+    ) -> __m256 {
+        let xv = T::load8(xp.add(i));
+        let s = match rp {
+            Some(rp) => {
+                let sum = _mm256_add_ps(xv, T::load8(rp.add(i)));
+                if let Some(rop) = rop {
+                    T::store8(rop.add(i), sum);
+                }
+                if round_sum {
+                    T::round8(sum)
+                } else {
+                    sum
+                }
+            }
+            None => {
+                if let Some(rop) = rop {
+                    T::store8(rop.add(i), xv);
+                }
+                xv
+            }
+        };
+        _mm256_storeu_ps(sp.add(i), s);
+        s
     }
 
     /// Combines the 16 lanes in the pinned order (see `reference::math::mean_of_squares`).
@@ -112,35 +150,26 @@ mod avx2_norm {
                 .residual_out
                 .as_deref_mut()
                 .map(|ro| ro.as_mut_ptr().add(base));
-            let mut acc = [_mm256_setzero_pd(); 4];
+            let sp = s_buf.as_mut_ptr();
+            // Element i goes to lane i mod 16: the first 8 of every 16 to acc0/acc1, the next
+            // 8 to acc2/acc3 (h is a multiple of 32, so there is no tail).
+            let (mut acc0, mut acc1, mut acc2, mut acc3) = (
+                _mm256_setzero_pd(),
+                _mm256_setzero_pd(),
+                _mm256_setzero_pd(),
+                _mm256_setzero_pd(),
+            );
             let mut i = 0;
             while i < h {
-                let xv = T::load8(xp.add(i));
-                let s = match rp {
-                    Some(rp) => {
-                        let sum = _mm256_add_ps(xv, T::load8(rp.add(i)));
-                        if let Some(rop) = rop {
-                            T::store8(rop.add(i), sum);
-                        }
-                        if attrs.round_sum {
-                            T::round8(sum)
-                        } else {
-                            sum
-                        }
-                    }
-                    None => {
-                        if let Some(rop) = rop {
-                            T::store8(rop.add(i), xv);
-                        }
-                        xv
-                    }
-                };
-                _mm256_storeu_ps(s_buf.as_mut_ptr().add(i), s);
-                // Element i goes to lane i mod 16: chunks alternate between lanes 0-7 and 8-15.
-                let half = (i / 8) % 2;
-                add_squares(&mut acc[2 * half..2 * half + 2], s);
-                i += 8;
+                let (a, b) = squares_pd(sum8(xp, rp, rop, attrs.round_sum, sp, i));
+                let (c, d) = squares_pd(sum8(xp, rp, rop, attrs.round_sum, sp, i + 8));
+                acc0 = _mm256_add_pd(acc0, a);
+                acc1 = _mm256_add_pd(acc1, b);
+                acc2 = _mm256_add_pd(acc2, c);
+                acc3 = _mm256_add_pd(acc3, d);
+                i += 16;
             }
+            let acc = [acc0, acc1, acc2, acc3];
             let v = (reduce_lanes(acc) / h as f64) as f32;
             let d = (v + attrs.epsilon).sqrt();
             let dv = _mm256_set1_ps(d);

@@ -63,6 +63,13 @@ mod avx2_swiglu {
     use crate::element::Element;
     use crate::slices::SwiGluInput;
 
+    /// Reorders the 64-bit pairs [0, 2, 1, 3] → [0, 1, 2, 3] after an in-lane shuffle.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn halves_in_order(v: __m256) -> __m256 {
+        _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(v)))
+    }
+
     /// Gate and up lanes for outputs j..j+8 of one row.
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
@@ -88,12 +95,7 @@ mod avx2_swiglu {
                     let v1 = T::load8(base.add(2 * j + 8));
                     let even = _mm256_shuffle_ps::<0b10_00_10_00>(v0, v1);
                     let odd = _mm256_shuffle_ps::<0b11_01_11_01>(v0, v1);
-                    let fix = |v: __m256| {
-                        _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(
-                            v,
-                        )))
-                    };
-                    (fix(even), fix(odd))
+                    (halves_in_order(even), halves_in_order(odd))
                 }
             }
         }
