@@ -1,12 +1,13 @@
 //! `MxFuseExecutionProvider`: claims what the rewrite rules would fuse (`GetCapability`) and
 //! turns each claimed subgraph into a [`Program`] of com.mxfuse kernels (`Compile`).
 
-use std::collections::HashSet;
 use std::ffi::{c_char, c_void, CStr};
 use std::ptr;
 
 use graph_rewrites::ir::Graph;
-use graph_rewrites::pipeline::{find_sites, run_pipeline};
+use graph_rewrites::pipeline::run_pipeline;
+
+use crate::capability::claim_groups;
 use graph_rewrites::view::{GraphView, MXFUSE_DOMAIN};
 use ort_sys::{OrtGraph, OrtKernelContext, OrtLogger, OrtNode, OrtStatusPtr, OrtValueInfo};
 
@@ -87,35 +88,6 @@ unsafe extern "system" fn get_name(_ep: *const OrtEp) -> *const c_char {
     NAME.as_ptr()
 }
 
-/// Groups of nodes to claim: every accepted rewrite site, plus each remaining com.mxfuse node
-/// (an offline-rewritten model), one group per fused node.
-pub fn claim_groups(
-    view: &OrtGraphView,
-    options: &EpOptions,
-) -> Result<Vec<Vec<graph_rewrites::view::NodeId>>> {
-    let sites = find_sites(view, &options.pipeline).map_err(|e| Error::invalid(e.to_string()))?;
-    let mut claimed = HashSet::new();
-    let mut groups = Vec::new();
-    for site in sites {
-        if site.verdict.is_ok()
-            && !site.nodes.is_empty()
-            && site.nodes.iter().all(|n| !claimed.contains(n))
-        {
-            claimed.extend(site.nodes.iter().copied());
-            groups.push(site.nodes);
-        }
-    }
-    for &n in view.nodes().iter() {
-        if view.domain(n) == MXFUSE_DOMAIN
-            && crate::ops::schema::find(view.op_type(n)).is_some()
-            && claimed.insert(n)
-        {
-            groups.push(vec![n]);
-        }
-    }
-    Ok(groups)
-}
-
 unsafe extern "system" fn get_capability(
     ep: *mut OrtEp,
     graph: *const OrtGraph,
@@ -131,7 +103,7 @@ unsafe extern "system" fn get_capability(
             ort_version_supported: ORT_API_VERSION,
             drop_constant_initializers: false,
         };
-        for group in claim_groups(&view, &ep.options)? {
+        for group in claim_groups(&view, &ep.options.pipeline)? {
             let nodes: Vec<*const OrtNode> = group.iter().map(|&n| view.ort_node(n)).collect();
             check((api.ep.EpGraphSupportInfo_AddNodesToFuse)(
                 info,

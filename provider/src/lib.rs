@@ -8,6 +8,7 @@
 //!   and executes the fused subgraphs with our kernels (no offline step).
 //!
 //! Every exported function catches panics and reports errors as `OrtStatus`.
+pub mod capability;
 pub mod custom_ops;
 pub mod ep;
 pub mod error;

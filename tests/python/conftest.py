@@ -10,15 +10,19 @@ ROOT = Path(__file__).resolve().parents[2]
 EP_NAME = "MxFuseExecutionProvider"
 
 
+def newest_build(name: str, env: str, hint: str) -> str:
+    """`$env` if set, else the newer of target/release/<name> and target/debug/<name>."""
+    if os.environ.get(env):
+        return os.environ[env]
+    builds = [ROOT / "target" / p / name for p in ("release", "debug")]
+    builds = [b for b in builds if b.is_file()]
+    if not builds:
+        pytest.fail(f"{name} not found under target/; run `{hint}` (or set {env})")
+    return str(max(builds, key=lambda b: b.stat().st_mtime))
+
+
 def library_path() -> str:
-    """MXFUSE_EP_LIB, else the release build, else the debug build."""
-    env = os.environ.get("MXFUSE_EP_LIB")
-    candidates = [Path(env)] if env else []
-    candidates += [ROOT / "target" / p / "libmxfuse_ep.so" for p in ("release", "debug")]
-    for c in candidates:
-        if c.is_file():
-            return str(c)
-    pytest.fail(f"libmxfuse_ep.so not found ({candidates}); run `cargo build --release -p provider`")
+    return newest_build("libmxfuse_ep.so", "MXFUSE_EP_LIB", "cargo build --release -p provider")
 
 
 @pytest.fixture(scope="session")
@@ -34,3 +38,9 @@ def ep_devices(lib):
     devices = [d for d in ort.get_ep_devices() if d.ep_name == EP_NAME]
     assert len(devices) == 1, "the EP advertises exactly the CPU device"
     return devices
+
+
+@pytest.fixture(scope="session")
+def mxfuse_cli() -> str:
+    """The offline rewriter."""
+    return newest_build("mxfuse", "MXFUSE_CLI", "cargo build --release -p graph_rewrites")

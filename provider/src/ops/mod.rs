@@ -248,6 +248,21 @@ impl Kernel for SwiGluAttrs {
     }
 }
 
+/// The element type of `MxMatMul`'s `y`: the float weight's type when `b` is float, else
+/// `output_dtype`.
+///
+/// The rules only emit float-weight `MxMatMul`s whose `output_dtype` is the weight's type (a
+/// MatMul's output has its inputs' type), so this is `output_dtype` for every rewritten model.
+/// It differs only when ORT's CPU `InsertCastTransformer` moves an "isolated fp16 node" to fp32
+/// (f16 weight cast to f32, Cast back to f16 after `y`): `y` must then follow `b` or the graph no
+/// longer type-checks. The bits are the same: the f32 accumulator rounded once to f16 either way.
+fn y_dtype(attrs: &MxMatMulAttrs, b_dtype: i32) -> DType {
+    match DType::from_onnx_code(b_dtype as i64) {
+        Some(t) if t.is_float() => t,
+        _ => attrs.output_dtype,
+    }
+}
+
 impl Kernel for MxMatMulAttrs {
     fn output_metas(&self, inputs: &[Option<&Meta>]) -> Result<Vec<Meta>> {
         let a = required(inputs, 0, "a_q")?;
@@ -256,7 +271,7 @@ impl Kernel for MxMatMulAttrs {
         let (bd, b_unknown) = to_dims(&b.dims);
         let (_, _, _, y) = k::mx_matmul_dims(&ad, &bd, self.trans_b)?;
         Ok(vec![Meta::new(
-            self.output_dtype.onnx_code(),
+            y_dtype(self, b.dtype).onnx_code(),
             from_dims(&y, a_unknown || b_unknown),
         )])
     }
@@ -277,13 +292,17 @@ impl Kernel for MxMatMulAttrs {
         let mut outs = out_views(outputs, &od)?;
         let y = take(&mut outs, 0, "y")?;
         let b_scale = b_scale.as_ref().map(|t| view(t, &bsd)).transpose()?;
+        let attrs = MxMatMulAttrs {
+            output_dtype: y_dtype(self, b.meta.dtype),
+            ..*self
+        };
         Ok(k::mx_matmul(
             view(a, &ad)?,
             view(a_scale, &asd)?,
             view(b, &bd)?,
             b_scale,
             y,
-            self,
+            &attrs,
             par,
         )?)
     }
