@@ -3,9 +3,9 @@
 //!
 //! Run: `cargo bench -p graph_rewrites --bench rewrite_io` (bench profile). Environment:
 //! `MXFUSE_BENCH_LAYERS` (default 60), `MXFUSE_BENCH_RUNS` (default 5), `MXFUSE_BENCH_DIR`
-//! (default: the system temp dir). The weight file is sparse (`set_len`), so even the ~80 GB of
-//! the hidden-6144 model cost no disk; the rewrite never reads it except for the small norm
-//! weights a rule asks for.
+//! (default: the system temp dir), `MXFUSE_BENCH_KEEP` (set: keep the generated models). The
+//! weight file is sparse (`set_len`), so even the ~80 GB of the hidden-6144 model cost no disk;
+//! the rewrite reads from it only what a rule asks for (const_value caps reads at 64 MiB).
 //!
 //! Per layer: residual Add → RMSNormalization → MXFP8 quantize (opset-24 standard spelling) →
 //! DequantizeLinear → MatMul (attention stand-in), residual Add → RMSNormalization → MXFP8 →
@@ -129,8 +129,25 @@ impl Gen {
             "DequantizeLinear",
             &[&q, &scale],
             &[&dq],
-            vec![int("axis", -1), int("block_size", 32)],
+            vec![
+                int("axis", -1),
+                int("block_size", 32),
+                int("output_dtype", FLOAT as i64),
+            ],
         );
+        let b = k / 32;
+        let infos = [
+            (&xb, FLOAT, vec![b, 32]),
+            (&ab, FLOAT, vec![b, 32]),
+            (&amax, FLOAT, vec![b]),
+            (&amax_s, FLOAT, vec![b]),
+            (&scale, 24, vec![b]),
+            (&q, 17, vec![k]),
+            (&dq, FLOAT, vec![k]),
+        ];
+        for (name, elem, tail) in infos {
+            self.g.value_info.push(typed(name, elem, &tail));
+        }
         dq
     }
 }
@@ -162,22 +179,21 @@ fn float(name: &str, v: f32) -> AttributeProto {
     }
 }
 
-fn activation(name: &str, hidden: i64) -> ValueInfoProto {
+/// A value_info of type `elem` and shape `[1, seq, *tail]`, as an exporter with shape
+/// inference writes it (the rules need the types of the values they fuse).
+fn typed(name: &str, elem: i32, tail: &[i64]) -> ValueInfoProto {
     use tensor_shape_proto::{dimension::Value, Dimension};
-    let dims = [
-        Value::DimValue(1),
-        Value::DimParam("seq".into()),
-        Value::DimValue(hidden),
-    ];
+    let dims = [Value::DimValue(1), Value::DimParam("seq".into())]
+        .into_iter()
+        .chain(tail.iter().map(|&d| Value::DimValue(d)));
     ValueInfoProto {
         name: Some(name.into()),
         r#type: Some(TypeProto {
             denotation: None,
             value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(FLOAT),
+                elem_type: Some(elem),
                 shape: Some(TensorShapeProto {
                     dim: dims
-                        .into_iter()
                         .map(|v| Dimension {
                             denotation: None,
                             value: Some(v),
@@ -200,7 +216,7 @@ fn generate(dir: &Path, layers: usize, s: &Size) -> u64 {
         },
         offset: 0,
     };
-    gen.g.input = vec![activation("x", h), activation("residual", h)];
+    gen.g.input = vec![typed("x", FLOAT, &[h]), typed("residual", FLOAT, &[h])];
     for k in [h, i] {
         let shape: Vec<u8> = [0i64, 0, k / 32, 32]
             .iter()
@@ -260,10 +276,24 @@ fn generate(dir: &Path, layers: usize, s: &Size) -> u64 {
         gen.node("Mul", &[&p("silu"), &p("up")], &[&p("act")], vec![]);
         let d3 = gen.mx_qdq(&p("act"), i, &p("q3"));
         gen.node("MatMul", &[&d3, &p("w_down")], &[&p("down")], vec![]);
+        let widths = [
+            ("sum1", h),
+            ("n1", h),
+            ("attn", h),
+            ("sum2", h),
+            ("n2", h),
+            ("gu", 2 * i),
+        ]
+        .into_iter()
+        .chain(["gate", "up", "sig", "silu", "act"].map(|v| (v, i)))
+        .chain([("down", h)]);
+        for (v, width) in widths {
+            gen.g.value_info.push(typed(&p(v), FLOAT, &[width]));
+        }
         (hid, res) = (p("down"), p("sum2"));
     }
     gen.node("Add", &[&hid, &res], &["y"], vec![]);
-    gen.g.output = vec![activation("y", h)];
+    gen.g.output = vec![typed("y", FLOAT, &[h])];
     let model = ModelProto {
         ir_version: Some(10),
         opset_import: vec![OperatorSetIdProto {
@@ -411,5 +441,9 @@ fn main() {
             ),
         }
     }
-    let _ = std::fs::remove_dir_all(&root);
+    if std::env::var_os("MXFUSE_BENCH_KEEP").is_some() {
+        eprintln!("kept {}", root.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&root);
+    }
 }
