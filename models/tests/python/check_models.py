@@ -14,7 +14,9 @@ For every model:
     given Python kernels written from their specs (ORT contrib docs, Quark's OCP MX rule):
     SimplifiedLayerNormalization, com.microsoft::{SkipSimplifiedLayerNormalization, QuickGelu,
     AllReduce (world size 1 = identity)}, com.amd.quark::MXQuantizeDequantize.
-Then every equivalence group must agree within its tolerance.
+When onnxruntime is importable, every f32 model it can load (no E8M0 QuantizeLinear, AllReduce or
+Quark op) also runs in ORT's CPU EP and must match onnx.reference: this checks the numpy kernels of the
+contrib ops above against ORT's own. Then every equivalence group must agree within its tolerance.
 Needs onnx >= 1.23 (opset 28 SwiGLU), numpy, ml_dtypes. Exits non-zero on any failure.
 """
 import collections
@@ -189,9 +191,29 @@ def run(m, e, dtype):
     return ReferenceEvaluator(m, new_ops=CUSTOM).run(None, feeds)[0]
 
 
+def ort_session(path, e):
+    """An ORT CPU session for f32 models ORT can run, else None."""
+    if e["dtype"] != "f32" or e["spelling"]["quant"] != "none" or e["spelling"]["weights"] != "float" \
+            or e["expected"]["allreduce"]:
+        return None
+    try:
+        import onnxruntime as ort
+        return ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    except Exception:  # noqa: BLE001 - ORT lacks some opset-24/28 kernels (Swish, SwiGLU): not ours to test
+        return None
+
+
+def ort_agrees(sess, m, e, y):
+    rng = np.random.default_rng(1)
+    feeds = {vi.name: rng.standard_normal((2, 5, e["hidden"])).astype(np.float32) for vi in m.graph.input}
+    got = sess.run(None, feeds)[0]
+    return float(np.abs(got - y).max()), bool(np.allclose(got, y, rtol=1e-4, atol=1e-5))
+
+
 def main(d):
     manifest = json.load(open(os.path.join(d, "manifest.json")))
     failures, outputs = [], {}
+    ort_checked = 0
     for e in manifest:
         path = os.path.join(d, e["file"])
         m = onnx.load(path)
@@ -207,6 +229,12 @@ def main(d):
             if not np.isfinite(y.astype(np.float32)).all():
                 errs.append("non-finite output")
             outputs[e["file"]] = y.astype(np.float32)
+            sess = ort_session(path, e)
+            if sess is not None:
+                diff, ok = ort_agrees(sess, m, e, y)
+                ort_checked += 1
+                if not ok:
+                    errs.append(f"ORT differs from onnx.reference by {diff:.3e}")
         except Exception as ex:  # noqa: BLE001
             errs.append(f"reference run: {type(ex).__name__}: {ex}")
         status = "ok" if not errs else "FAIL"
@@ -224,6 +252,13 @@ def main(d):
             print(f"{'ok' if ok else 'FAIL':4} equiv {files[0]} ~ {f}: max |diff| {diff:.3e}")
             if not ok:
                 failures.append(f"{files[0]} ~ {f}")
+    print(f"{ort_checked} models also matched onnxruntime")
+    try:
+        import onnxruntime  # noqa: F401
+        if ort_checked == 0 and any(e["dtype"] == "f32" and e["spelling"]["quant"] == "none" for e in manifest):
+            failures.append("onnxruntime is installed but could load none of the eligible models")
+    except ImportError:
+        pass
     checked = len(manifest) + sum(len(g["files"]) - 1 for g in groups)
     print(f"{checked - len(failures)} passed, {len(failures)} failed")
     return 1 if failures else 0
