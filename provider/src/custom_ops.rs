@@ -328,12 +328,14 @@ fn make_op(schema: &'static OpSchema, name: &'static CStr) -> MxCustomOp {
     }
 }
 
-/// The op table, built once; ORT keeps pointers into it for the life of the process.
+/// The op table (com.mxfuse ops, then the foreign ones), built once; ORT keeps pointers into it
+/// for the life of the process.
 fn op_table() -> &'static [MxCustomOp] {
     static OPS: OnceLock<Vec<MxCustomOp>> = OnceLock::new();
     OPS.get_or_init(|| {
         schema::ALL
             .iter()
+            .chain(schema::FOREIGN)
             .map(|s| {
                 // Op names are static literals without NULs; leaking the C copy once is fine.
                 let name: &'static CStr = Box::leak(c_string(s.name).into_boxed_c_str());
@@ -343,23 +345,48 @@ fn op_table() -> &'static [MxCustomOp] {
     })
 }
 
-/// The process-wide `com.mxfuse` domain object (created on first use, never released: sessions
-/// created from any session options may still point at it).
-pub fn domain() -> Result<*mut OrtCustomOpDomain> {
-    static DOMAIN: OnceLock<usize> = OnceLock::new();
-    if let Some(&d) = DOMAIN.get() {
-        return Ok(d as *mut OrtCustomOpDomain);
+/// The domain objects, one per domain name in the op table, created once and never released:
+/// sessions created from any session options may still point at them.
+fn domains() -> Result<&'static [(&'static str, usize)]> {
+    static DOMAINS: OnceLock<Vec<(&'static str, usize)>> = OnceLock::new();
+    if let Some(d) = DOMAINS.get() {
+        return Ok(d);
     }
     let ort = api()?.ort;
-    let name = c_string(schema::DOMAIN);
-    let mut d: *mut OrtCustomOpDomain = ptr::null_mut();
-    // SAFETY: plain ORT calls; the ops live in a static table.
-    unsafe {
-        check((ort.CreateCustomOpDomain)(name.as_ptr(), &mut d))?;
-        for op in op_table() {
-            check((ort.CustomOpDomain_Add)(d, &op.base))?;
-        }
+    let mut built: Vec<(&'static str, usize)> = Vec::new();
+    for op in op_table() {
+        let name = op.schema.domain;
+        let d = match built.iter().find(|(n, _)| *n == name) {
+            Some(&(_, d)) => d as *mut OrtCustomOpDomain,
+            None => {
+                let c_name = c_string(name);
+                let mut d: *mut OrtCustomOpDomain = ptr::null_mut();
+                // SAFETY: plain ORT call writing one pointer.
+                unsafe { check((ort.CreateCustomOpDomain)(c_name.as_ptr(), &mut d))? };
+                built.push((name, d as usize));
+                d
+            }
+        };
+        // SAFETY: the op lives in the static table.
+        unsafe { check((ort.CustomOpDomain_Add)(d, &op.base))? };
     }
-    // Two threads racing here would each build a domain; keep the first, leak the other.
-    Ok(*DOMAIN.get_or_init(|| d as usize) as *mut OrtCustomOpDomain)
+    // Two threads racing here would each build domains; keep the first set, leak the other.
+    Ok(DOMAINS.get_or_init(|| built))
+}
+
+/// The `com.mxfuse` domain (what `RegisterCustomOps` adds).
+pub fn mxfuse_domain() -> Result<*mut OrtCustomOpDomain> {
+    domains()?
+        .iter()
+        .find(|(n, _)| *n == schema::DOMAIN)
+        .map(|&(_, d)| d as *mut OrtCustomOpDomain)
+        .ok_or_else(|| Error::Ort("com.mxfuse domain missing".into()))
+}
+
+/// Every domain the EP factory publishes: com.mxfuse plus the foreign ops' domains.
+pub fn ep_domains() -> Result<Vec<*mut OrtCustomOpDomain>> {
+    Ok(domains()?
+        .iter()
+        .map(|&(_, d)| d as *mut OrtCustomOpDomain)
+        .collect())
 }

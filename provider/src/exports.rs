@@ -23,7 +23,7 @@ pub unsafe extern "C" fn RegisterCustomOps(
         return status;
     }
     guard_status("RegisterCustomOps", || {
-        let domain = crate::custom_ops::domain()?;
+        let domain = crate::custom_ops::mxfuse_domain()?;
         crate::ffi::api::check((api()?.ort.AddCustomOpDomain)(options, domain))
     })
 }

@@ -186,7 +186,7 @@ unsafe extern "system" fn get_num_custom_op_domains(
     num: *mut usize,
 ) -> OrtStatusPtr {
     guard_status("GetNumCustomOpDomains", || {
-        *num = 1;
+        *num = crate::custom_ops::ep_domains()?.len();
         Ok(())
     })
 }
@@ -197,8 +197,12 @@ unsafe extern "system" fn get_custom_op_domains(
     num: usize,
 ) -> OrtStatusPtr {
     guard_status("GetCustomOpDomains", || {
-        if num >= 1 {
-            *domains = crate::custom_ops::domain()?;
+        for (i, d) in crate::custom_ops::ep_domains()?
+            .into_iter()
+            .take(num)
+            .enumerate()
+        {
+            *domains.add(i) = d;
         }
         Ok(())
     })

@@ -4,6 +4,7 @@
 //! bits.
 
 pub mod attrs;
+mod foreign;
 mod parallel;
 pub mod schema;
 
@@ -44,6 +45,7 @@ pub fn create(attrs: &Attrs) -> Result<Box<dyn Kernel>> {
     let pairs = attrs.as_pairs();
     let pairs = pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()));
     Ok(match attrs.op() {
+        "MXQuantizeDequantize" => Box::new(foreign::QuarkFakeQuant::new(attrs)?),
         "MxQuantize" => Box::new(MxQuantAttrs::from_pairs(pairs)?),
         "AddRmsNormMxQuant" => Box::new(AddRmsNormAttrs::from_pairs(pairs)?),
         "SwiGluMxQuant" => Box::new(SwiGluAttrs::from_pairs(pairs)?),

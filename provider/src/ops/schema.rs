@@ -24,6 +24,8 @@ pub struct Slot {
 /// Signature of one op.
 #[derive(Debug)]
 pub struct OpSchema {
+    /// The op's domain: [`DOMAIN`] for ours, another for the foreign ops in [`FOREIGN`].
+    pub domain: &'static str,
     pub name: &'static str,
     pub inputs: &'static [Slot],
     pub outputs: &'static [Slot],
@@ -65,6 +67,7 @@ pub const DOMAIN: &str = "com.mxfuse";
 pub const OPSET: i32 = 1;
 
 pub const MX_QUANTIZE: OpSchema = OpSchema {
+    domain: DOMAIN,
     name: "MxQuantize",
     inputs: &[req("x")],
     outputs: &[Q, SCALE],
@@ -72,6 +75,7 @@ pub const MX_QUANTIZE: OpSchema = OpSchema {
 };
 
 pub const ADD_RMS_NORM_MX_QUANT: OpSchema = OpSchema {
+    domain: DOMAIN,
     name: "AddRmsNormMxQuant",
     inputs: &[req("x"), opt("residual"), req("gamma")],
     outputs: &[Q, SCALE, opt("residual_out"), opt("normed")],
@@ -89,6 +93,7 @@ pub const ADD_RMS_NORM_MX_QUANT: OpSchema = OpSchema {
 };
 
 pub const SWIGLU_MX_QUANT: OpSchema = OpSchema {
+    domain: DOMAIN,
     name: "SwiGluMxQuant",
     inputs: &[req("gate"), opt("up")],
     outputs: &[Q, SCALE],
@@ -107,6 +112,7 @@ pub const SWIGLU_MX_QUANT: OpSchema = OpSchema {
 };
 
 pub const MX_MAT_MUL: OpSchema = OpSchema {
+    domain: DOMAIN,
     name: "MxMatMul",
     inputs: &[
         typed(req("a_q"), onnx_dtype::FLOAT8E4M3FN),
@@ -118,6 +124,29 @@ pub const MX_MAT_MUL: OpSchema = OpSchema {
     attrs: &[("trans_b", AttrKind::Int), ("output_dtype", AttrKind::Int)],
 };
 
+/// AMD Quark's `com.amd.quark::MXQuantizeDequantize` (MXFP8 fake quantization), which ORT does
+/// not know; the rules turn it into `MxQuantize` + `MxMatMul`.
+pub const QUARK_MX_QDQ: OpSchema = OpSchema {
+    domain: "com.amd.quark",
+    name: "MXQuantizeDequantize",
+    inputs: &[req("x")],
+    outputs: &[req("y")],
+    attrs: &[
+        ("element_dtype", AttrKind::String),
+        ("block_size", AttrKind::Int),
+        ("axis", AttrKind::Int),
+        ("rounding_mode", AttrKind::Int),
+    ],
+};
+
+/// Ops of other domains the EP publishes so that models using them load with only the EP
+/// registered (not part of the custom-op library: Quark's own library may provide them).
+///
+/// `com.microsoft::AllReduce` cannot be published this way: a custom domain named
+/// "com.microsoft" hides every built-in contrib op (QuickGelu, SkipSimplifiedLayerNormalization,
+/// ...) from the session. Models with AllReduce load only on ORT builds that register it (NCCL).
+pub const FOREIGN: &[&OpSchema] = &[&QUARK_MX_QDQ];
+
 /// Every op of the domain.
 pub const ALL: &[&OpSchema] = &[
     &MX_QUANTIZE,
@@ -126,7 +155,7 @@ pub const ALL: &[&OpSchema] = &[
     &MX_MAT_MUL,
 ];
 
-/// The schema of `op_type`, if it is one of ours.
+/// The schema of `op_type`, if it is one of ours (com.mxfuse).
 pub fn find(op_type: &str) -> Option<&'static OpSchema> {
     ALL.iter().copied().find(|s| s.name == op_type)
 }

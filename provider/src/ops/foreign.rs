@@ -1,0 +1,187 @@
+//! Kernels for the foreign ops the EP publishes schemas for (see `schema::FOREIGN`). They run
+//! only where no fusion absorbed the node.
+
+use kernels::codec::{e4m3_to_f32, e8m0_to_f32};
+use kernels::ops as k;
+use kernels::{DType, MxQuantAttrs};
+
+use super::{out_dims, out_views, required, take, Attrs, Kernel};
+use crate::error::{Error, Result};
+use crate::tensor::{Meta, TensorMut, TensorRef};
+
+/// Quark's MXFP8 fake quantization of an f32 tensor along `axis`: `MxQuantize` (OCP floor
+/// rule) of each 32-element block along the axis, then decode (`e4m3 · 2^(scale-127)`, exact).
+pub struct QuarkFakeQuant {
+    quant: MxQuantAttrs,
+    axis: i64,
+}
+
+impl QuarkFakeQuant {
+    pub fn new(attrs: &Attrs) -> Result<Self> {
+        let element = attrs.string("element_dtype", "fp8_e4m3");
+        if element != "fp8_e4m3" {
+            return Err(Error::Unsupported(format!(
+                "MXQuantizeDequantize element_dtype {element:?}"
+            )));
+        }
+        let block = attrs.int("block_size", 32).to_string();
+        let quant = MxQuantAttrs::from_pairs([("block_size", block.as_str())])?;
+        Ok(QuarkFakeQuant {
+            quant,
+            axis: attrs.int("axis", -1),
+        })
+    }
+}
+
+impl Kernel for QuarkFakeQuant {
+    fn output_metas(&self, inputs: &[Option<&Meta>]) -> Result<Vec<Meta>> {
+        Ok(vec![(*required(inputs, 0, "x")?).clone()])
+    }
+
+    fn compute(
+        &self,
+        inputs: &[Option<TensorRef<'_>>],
+        outputs: &mut [Option<TensorMut<'_>>],
+        par: &dyn kernels::Parallel,
+    ) -> Result<()> {
+        let x = required(inputs, 0, "x")?;
+        if x.meta.dtype != DType::F32.onnx_code() {
+            return Err(Error::Unsupported(format!(
+                "unfused MXQuantizeDequantize runs only on float tensors, got element type {}",
+                x.meta.dtype
+            )));
+        }
+        let dims: Vec<usize> = x.meta.dims.iter().map(|&d| d as usize).collect();
+        let rank = dims.len() as i64;
+        let axis = if self.axis < 0 {
+            self.axis + rank
+        } else {
+            self.axis
+        };
+        if !(0..rank).contains(&axis) {
+            return Err(Error::invalid(format!(
+                "MXQuantizeDequantize axis {} out of range for rank {rank}",
+                self.axis
+            )));
+        }
+        let axis = axis as usize;
+        let (outer, len, inner) = (
+            dims[..axis].iter().product::<usize>(),
+            dims[axis],
+            dims[axis + 1..].iter().product::<usize>(),
+        );
+        let src: Vec<f32> = x
+            .data
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        // Gather each line along `axis` into a row of a [outer·inner, len] matrix.
+        let at = |o: usize, a: usize, i: usize| (o * len + a) * inner + i;
+        let mut rows = vec![0f32; src.len()];
+        for o in 0..outer {
+            for i in 0..inner {
+                for a in 0..len {
+                    rows[(o * inner + i) * len + a] = src[at(o, a, i)];
+                }
+            }
+        }
+        let row_dims = [outer * inner, len];
+        let scale_dims = k::scale_shape(&row_dims)?;
+        let bytes: Vec<u8> = rows.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let (mut q, mut s) = (vec![0u8; rows.len()], vec![0u8; rows.len() / 32]);
+        k::mx_quantize(
+            k::TensorRef::new(DType::F32, &row_dims, &bytes)?,
+            k::TensorMut::new(DType::E4M3, &row_dims, &mut q)?,
+            k::TensorMut::new(DType::E8M0, &scale_dims, &mut s)?,
+            &self.quant,
+            par,
+        )?;
+        let od = out_dims(outputs);
+        let mut outs = out_views(outputs, &od)?;
+        let y = take(&mut outs, 0, "y")?.view_mut::<f32>()?;
+        for o in 0..outer {
+            for i in 0..inner {
+                for a in 0..len {
+                    let r = (o * inner + i) * len + a;
+                    y[at(o, a, i)] = e4m3_to_f32(q[r]) * e8m0_to_f32(s[r / 32]);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use graph_rewrites::view::AttrValue;
+    use kernels::Serial;
+
+    use super::*;
+    use crate::ops::schema::QUARK_MX_QDQ;
+    use crate::tensor::Tensor;
+
+    fn fake_quant(dims: &[i64], axis: i64, values: &[f32]) -> Vec<f32> {
+        let attrs = Attrs::new(
+            &QUARK_MX_QDQ,
+            BTreeMap::from([("axis".to_string(), AttrValue::Int(axis))]),
+        )
+        .unwrap();
+        let kernel = QuarkFakeQuant::new(&attrs).unwrap();
+        let meta = Meta::new(1, dims.to_vec());
+        let x = Tensor {
+            meta: meta.clone(),
+            data: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        };
+        let mut y = Tensor::zeros(meta).unwrap();
+        kernel
+            .compute(&[Some(x.view())], &mut [Some(y.view_mut())], &Serial)
+            .unwrap();
+        y.data
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    }
+
+    #[test]
+    fn quantizes_along_any_axis_like_the_transposed_last_axis() {
+        // [32, 2] along axis 0 must equal [2, 32] along the last axis, transposed.
+        let v: Vec<f32> = (0..64)
+            .map(|i| ((i * 37 % 64) as f32 - 31.5) * 0.37)
+            .collect();
+        let t: Vec<f32> = (0..64).map(|i| v[(i % 32) * 2 + i / 32]).collect();
+        let along0 = fake_quant(&[32, 2], 0, &v);
+        let along_last = fake_quant(&[2, 32], -1, &t);
+        for r in 0..32 {
+            for c in 0..2 {
+                assert_eq!(
+                    along0[r * 2 + c].to_bits(),
+                    along_last[c * 32 + r].to_bits()
+                );
+            }
+        }
+        // Fake quantization is idempotent and changes at least one value of this data.
+        assert_eq!(fake_quant(&[2, 32], -1, &along_last), along_last);
+        assert_ne!(along_last, t);
+    }
+
+    #[test]
+    fn rejects_bad_axis_and_element_type() {
+        let attrs = Attrs::new(
+            &QUARK_MX_QDQ,
+            BTreeMap::from([("axis".to_string(), AttrValue::Int(3))]),
+        )
+        .unwrap();
+        let kernel = QuarkFakeQuant::new(&attrs).unwrap();
+        let meta = Meta::new(1, vec![2, 32]);
+        let x = Tensor::zeros(meta.clone()).unwrap();
+        let mut y = Tensor::zeros(meta).unwrap();
+        let err = kernel
+            .compute(&[Some(x.view())], &mut [Some(y.view_mut())], &Serial)
+            .unwrap_err();
+        assert!(err.to_string().contains("axis 3"), "{err}");
+        let bad = BTreeMap::from([("element_dtype".to_string(), AttrValue::String("fp4".into()))]);
+        assert!(QuarkFakeQuant::new(&Attrs::new(&QUARK_MX_QDQ, bad).unwrap()).is_err());
+    }
+}
