@@ -18,9 +18,11 @@
 //!   kernel cannot reproduce: a decomposed chain must compute in fp32 (the input is f32 or cast
 //!   to f32), γ multiplies either in fp32 before the cast back (`gamma_in_f32 = 1`) or in T after
 //!   it (`= 0`); `Reciprocal+Mul` and `Div` are kept apart (`inv_form`).
-//! * `RMSNormalization` is defined by its ONNX function body: Div, cast back, then γ in T.
-//!   ORT's `(Skip)SimplifiedLayerNormalization` kernels compute everything in fp32 (Div, γ in
-//!   fp32); Skip normalizes the unrounded fp32 sum (`round_sum = 0`).
+//! * The single-op norms follow ONNX Runtime's CPU kernels (measured bit for bit against ORT
+//!   1.31 in f32 and f16): `RMSNormalization` and `SimplifiedLayerNormalization` compute
+//!   `s · fl(1/sqrt(v + eps)) · γ` in fp32 (`inv_form = rsqrt`, `gamma_in_f32 = 1`, also what
+//!   `onnx.reference` and the kernels' evaluator do); `SkipSimplifiedLayerNormalization` divides
+//!   (`div`) and normalizes the unrounded fp32 sum (`round_sum = 0`).
 //! * Gemma's `Add(w, 1)` is absorbed only in the decomposed spelling, where its dtype matches
 //!   where γ multiplies; the single-op norms take their scale input as is (`gemma = 0`).
 //! * The AllReduce alternatives come first: an AllReduce feeding the residual Add is absorbed
@@ -322,8 +324,7 @@ pub fn check_add_rms_norm(
     }
     let rank = shape(g, m[n.y]).map(|d| d.len()).unwrap_or(0);
     let mut spec = match (m.node(n.rms_normalization), m.node(n.simplified), skip) {
-        (Some(node), _, _) => single_op_norm(m, n, node, rank, false)?,
-        (_, Some(node), _) => single_op_norm(m, n, node, rank, true)?,
+        (Some(node), _, _) | (_, Some(node), _) => single_op_norm(m, n, node, rank)?,
         (_, _, Some(node)) => skip_norm(m, r, n, node, t)?,
         _ => decomposed_norm(m, n, t, rank)?,
     };
@@ -444,19 +445,18 @@ fn norm_attrs(g: &dyn GraphView, node: NodeId, rank: usize) -> Result<f32, Rejec
         .ok_or_else(|| reject!("epsilon of '{name}' is not a float"))
 }
 
-/// `RMSNormalization` (ONNX function: Div, cast back, γ in T) or ORT's
-/// `SimplifiedLayerNormalization` (fp32 throughout).
+/// `RMSNormalization` or `SimplifiedLayerNormalization`: fp32 throughout, reciprocal then
+/// multiply (see the module docs).
 fn single_op_norm(
     m: &Match<'_>,
     n: &RmsNormPat,
     node: NodeId,
     rank: usize,
-    ort: bool,
 ) -> Result<NormSpec, Reject> {
     let g = m.graph();
     let mut spec = base_spec(m[n.w], m[n.w]);
     spec.epsilon = norm_attrs(g, node, rank)?;
-    spec.gamma_in_f32 = ort;
+    spec.inv_form = "rsqrt";
     Ok(spec)
 }
 
