@@ -95,7 +95,7 @@ fn bad_inputs_exit_1_with_one_error_line() {
     let mut checked = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
-        if path.extension().map_or(true, |e| e != "onnx") {
+        if path.extension().is_none_or(|e| e != "onnx") {
             continue;
         }
         for args in [

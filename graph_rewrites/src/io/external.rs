@@ -90,7 +90,7 @@ pub fn check_external(t: &TensorProto, base_dir: &Path) -> Result<(), Error> {
         })?
         .len();
     let end = r.offset.checked_add(r.length.unwrap_or(0));
-    if r.offset > size || !end.is_some_and(|end| end <= size) {
+    if r.offset > size || end.is_none_or(|end| end > size) {
         return Err(Error::Invalid(format!(
             "initializer '{}': external data range {}+{} lies beyond the end of {} ({size} bytes)",
             t.name.as_deref().unwrap_or(""),
@@ -120,7 +120,7 @@ pub fn read_external(
     if length > max_bytes {
         return Ok(None);
     }
-    if !r.offset.checked_add(length).is_some_and(|end| end <= size) {
+    if r.offset.checked_add(length).is_none_or(|end| end > size) {
         return Err(Error::Invalid(format!(
             "tensor '{}': external data range {}+{length} lies beyond the end of {}",
             t.name.as_deref().unwrap_or(""),

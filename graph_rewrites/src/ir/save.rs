@@ -61,7 +61,7 @@ impl Graph {
         let value_info = self
             .value_info
             .iter()
-            .filter(|(_, v)| !v.is_some_and(|v| self.value(v).orphaned))
+            .filter(|(_, v)| v.is_none_or(|v| !self.value(v).orphaned))
             .map(|(vi, v)| {
                 let mut vi = vi.clone();
                 if let Some(v) = v {
