@@ -1,6 +1,6 @@
 //! Rule `add_rmsnorm_mxquant`: before/after on small built graphs, and one refusal per check
 //! with its reason. (Every spelling × quantizer combination of real exporters runs through the
-//! rule in `tests/tests/rules_matrix.rs`, built by the `models` crate.)
+//! rule in `tests/rules_matrix.rs`, built by the `models` crate.)
 
 use graph_rewrites::pattern::predicates::dtype::{
     DOUBLE, FLOAT, FLOAT16, FLOAT8E4M3FN, FLOAT8E8M0,

@@ -1,6 +1,6 @@
 //! Rule `swiglu_mxquant_matmul`: before/after on small built graphs, and one refusal per check
 //! with its reason. (Every spelling of real exporters runs through the rule in
-//! `tests/tests/rules_matrix.rs`, built by the `models` crate.)
+//! `tests/rules_matrix.rs`, built by the `models` crate.)
 
 use graph_rewrites::pattern::predicates::dtype::{FLOAT, FLOAT8E4M3FN, FLOAT8E8M0};
 use graph_rewrites::pipeline::{run_pipeline, PipelineOptions, RewriteReport};
