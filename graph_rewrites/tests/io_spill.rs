@@ -72,3 +72,35 @@ fn large_created_initializers_are_spilled_next_to_the_output() {
     assert_eq!(g.read_initializer(small).unwrap().unwrap().raw.len(), 100);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn rewriting_a_spilled_model_in_place_never_overwrites_its_data() {
+    let dir = std::env::temp_dir().join(format!("mxfuse-respill-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut b = ModelBuilder::new(21);
+    b.input("x", 1, &[4]);
+    b.node("Identity", &["x"], &["y"]);
+    b.output("y", 1, &[4]);
+    let mut g = b.graph().unwrap();
+    let first = tensor(SPILL_MIN_BYTES, 5);
+    g.add_initializer("first", first.clone());
+    let out = dir.join("m.onnx");
+    save_graph(g, &out).unwrap();
+
+    // Second pass over the written model, in place, creating another large initializer.
+    let mut g = load_graph(&out).unwrap();
+    let second = tensor(SPILL_MIN_BYTES, 6);
+    g.add_initializer("second", second.clone());
+    save_graph(g, &out).unwrap();
+    assert!(dir.join("m.onnx.mxfuse.1.data").exists());
+
+    let g = load_graph(&out).unwrap();
+    for (name, t) in [("first", &first), ("second", &second)] {
+        let c = g
+            .read_initializer(g.value_by_name(name).unwrap())
+            .unwrap()
+            .unwrap();
+        assert!(&c.raw == t.raw_data.as_ref().unwrap(), "{name} survived");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

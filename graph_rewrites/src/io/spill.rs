@@ -2,12 +2,12 @@
 //! the output, so a rewritten model stays under protobuf's 2 GiB limit and loads with its
 //! weights memory-mapped like any external-data model.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::fs;
 use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use super::model_dir;
+use super::{external_locations, model_dir};
 use crate::onnx_pb::{tensor_proto::DataLocation, ModelProto, StringStringEntryProto};
 use crate::Error;
 
@@ -17,13 +17,19 @@ pub const SPILL_MIN_BYTES: usize = 1 << 20;
 /// Offsets in the side file are multiples of this (page size), so ONNX Runtime can map them.
 const ALIGN: u64 = 4096;
 
-/// The side file's name for an output model: `<output file name>.mxfuse.data`.
-pub fn side_file_name(output: &Path) -> String {
+/// The side file's name for an output model: `<output file name>.mxfuse.data`, or
+/// `<output file name>.mxfuse.N.data` (N = 1, 2, ...) when the model already references that
+/// name — e.g. when a model written by mxfuse is rewritten in place, whose tensors still live in
+/// the old side file.
+pub fn side_file_name(output: &Path, taken: &BTreeSet<PathBuf>) -> String {
     let file = output
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
         .unwrap_or_else(|| "model.onnx".into());
-    format!("{file}.mxfuse.data")
+    std::iter::once(format!("{file}.mxfuse.data"))
+        .chain((1..).map(|i| format!("{file}.mxfuse.{i}.data")))
+        .find(|name| !taken.contains(Path::new(name)))
+        .unwrap_or_default() // unreachable: the candidates never run out
 }
 
 /// Moves the inline bytes of the named initializers of `model` that are at least `min_bytes`
@@ -35,10 +41,11 @@ pub fn spill_initializers(
     output: &Path,
     min_bytes: usize,
 ) -> Result<usize, Error> {
+    let taken = external_locations(model)?;
     let Some(graph) = model.graph.as_mut() else {
         return Ok(0);
     };
-    let location = side_file_name(output);
+    let location = side_file_name(output, &taken);
     let path = model_dir(output).join(&location);
     let mut writer: Option<BufWriter<fs::File>> = None;
     let (mut offset, mut moved) = (0u64, 0usize);
@@ -50,6 +57,14 @@ pub fn spill_initializers(
         let w = match writer.as_mut() {
             Some(w) => w,
             None => {
+                // Unlink first: a stale side file may be a hard link to data something else
+                // still uses, which truncating in place would destroy.
+                match fs::remove_file(&path) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(Error::io(&path, e))
+                    }
+                    _ => {}
+                }
                 let f = fs::File::create(&path).map_err(|e| Error::io(&path, e))?;
                 writer.insert(BufWriter::new(f))
             }
