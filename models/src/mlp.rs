@@ -72,7 +72,8 @@ pub fn expert_mlp(
 /// MoE block: router `MatMul(normed, W_r) → Sigmoid` (float: the normed tensor, not its
 /// quantization), every expert evaluated on the one quantized activation and weighted by its
 /// router probability, plus an optional shared expert, summed. (A dense stand-in for top-k
-/// routing: same fusable patterns, no data-dependent control flow.)
+/// routing: same fusable patterns, no data-dependent control flow.) Needs `cfg.n_experts ≥ 1`, as
+/// [`DecoderConfig::is_moe_layer`] guarantees.
 pub fn moe(
     b: &mut GraphBuilder,
     cfg: &DecoderConfig,
@@ -146,7 +147,7 @@ pub fn moe(
         "Sum",
         &names,
         &format!("{p}.out"),
-        terms[0].elem,
-        terms[0].shape.clone(),
+        normed.elem,
+        normed.shape.clone(),
     )
 }

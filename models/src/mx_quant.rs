@@ -35,7 +35,9 @@ fn quark_qdq(b: &mut GraphBuilder, x: &Tensor, axis: i64, out: &str) -> Tensor {
 }
 
 /// Quantize-dequantizes the activation `x` (`[..., K]`, K a fixed multiple of 32) and returns the
-/// tensor the consumer MatMuls read; with [`QuantSpelling::None`] that is `x` itself.
+/// tensor the consumer MatMuls read; with [`QuantSpelling::None`] that is `x` itself, and so it is
+/// when K is not a fixed multiple of 32 (no MX block layout exists; [`crate::DecoderConfig::validate`]
+/// rules such shapes out for the decoder builders).
 ///
 /// Standard spellings: `Reshape[0,0,K/32,32] → Abs → ReduceMax(-1) → [Cast(float)] →
 /// Mul(2^-8) | Mul(1/448) | Div(448) → Cast(FLOAT8E8M0, round_mode) → QuantizeLinear →
@@ -49,8 +51,8 @@ pub fn quantize_activation(
     prefix: &str,
 ) -> Tensor {
     let k = match x.last_dim() {
-        Some(k) => k,
-        None => return x.clone(), // cannot block an unknown K; the builders never produce one
+        Some(k) if k > 0 && k % MX_BLOCK == 0 => k,
+        _ => return x.clone(),
     };
     let (mul_const, round_mode) = match quant {
         QuantSpelling::None => return x.clone(),
