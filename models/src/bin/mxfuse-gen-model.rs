@@ -18,8 +18,10 @@ struct Args {
     /// intermediate 768, 60 layers, bf16, external sparse weights).
     #[arg(long, value_enum, default_value = "tiny")]
     preset: Preset,
+    /// Number of decoder layers.
     #[arg(long)]
     layers: Option<usize>,
+    /// Hidden size (a multiple of 32).
     #[arg(long)]
     hidden: Option<usize>,
     /// Dense-MLP intermediate size (per rank).
@@ -37,6 +39,7 @@ struct Args {
     /// Add a shared expert to MoE layers.
     #[arg(long)]
     shared_expert: bool,
+    /// Activation / weight float type.
     #[arg(long, value_enum)]
     dtype: Option<DType>,
     #[arg(long, value_enum)]
