@@ -354,3 +354,24 @@ fn subgraph_reads_count_as_uses_of_the_control_flow_node() {
     assert!(g.is_alive(relu));
     assert_eq!(Graph::from_model(m.clone(), None).unwrap().to_model(), m);
 }
+
+#[test]
+fn a_fresh_value_produced_after_the_replacement_takes_the_output_name() {
+    let mut g = chain();
+    let (a, y) = (v(&g, "a"), v(&g, "y"));
+    let z = g.add_value("z", None);
+    g.replace_all_uses(y, z);
+    g.add_node(NewNode {
+        op_type: "Abs".into(),
+        inputs: vec![Some(a)],
+        outputs: vec![z],
+        ..Default::default()
+    })
+    .unwrap();
+    g.dce();
+    g.topo_sort().unwrap();
+    let m = g.to_model().graph.unwrap();
+    let ops: Vec<_> = m.node.iter().map(|n| n.op_type.clone().unwrap()).collect();
+    assert_eq!(ops, ["Relu", "Add", "Abs"], "no Identity needed");
+    assert_eq!(m.node[2].output, ["y"]);
+}

@@ -178,9 +178,9 @@ impl Graph {
     /// Makes every reader of `old` read `new` instead: node input slots and graph-output slots.
     ///
     /// * A graph output keeps its name: `new` takes over `old`'s name (and `old` gets a fresh
-    ///   one). When `new` cannot be renamed (it is a graph input, initializer, another graph
-    ///   output, or has no producer), an `Identity` from `new` to a value carrying the output's
-    ///   name is added instead.
+    ///   one). When `new` cannot be renamed (it is a graph input, initializer or another graph
+    ///   output), an `Identity` from `new` to a value carrying the output's name is added
+    ///   instead.
     /// * Uses inside subgraphs are bound by name and stay on `old` (which therefore stays
     ///   alive), unless `old` is renamed as above, in which case they follow the name.
     pub fn replace_all_uses(&mut self, old: ValueId, new: ValueId) {
@@ -220,9 +220,10 @@ impl Graph {
 
     fn move_graph_output(&mut self, old: ValueId, new: ValueId) {
         let n = self.value(new);
-        let renamable = n.producer.is_some()
-            && !(n.graph_input || n.graph_output || n.initializer.is_some())
-            && !n.sparse_initializer;
+        // Fresh values (even ones whose producer is added later) and node outputs can take
+        // the output's name; inputs, initializers and other outputs keep theirs.
+        let renamable = !(n.graph_input || n.graph_output || n.initializer.is_some())
+            && !(n.sparse_initializer || n.omitted);
         let target = if renamable {
             new
         } else {
