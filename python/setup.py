@@ -10,7 +10,7 @@ import shutil
 import sysconfig
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Distribution, setup
 from setuptools.command.build_py import build_py
 
 try:
@@ -43,7 +43,16 @@ class BuildPyWithLibrary(build_py):
         shutil.copy2(find_library(), dest)
 
 
+class BinaryDistribution(Distribution):
+    """Carries a native library: install into platlib, not purelib."""
+
+    def has_ext_modules(self):
+        return True
+
+
 class PlatformWheel(bdist_wheel):
+    """`py3-none-<platform>`: the library is not a CPython extension (ABI-independent)."""
+
     def finalize_options(self):
         super().finalize_options()
         self.root_is_pure = False
@@ -52,4 +61,7 @@ class PlatformWheel(bdist_wheel):
         return "py3", "none", sysconfig.get_platform().replace("-", "_").replace(".", "_")
 
 
-setup(cmdclass={"build_py": BuildPyWithLibrary, "bdist_wheel": PlatformWheel})
+setup(
+    distclass=BinaryDistribution,
+    cmdclass={"build_py": BuildPyWithLibrary, "bdist_wheel": PlatformWheel},
+)
