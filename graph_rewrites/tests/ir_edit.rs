@@ -375,3 +375,18 @@ fn a_fresh_value_produced_after_the_replacement_takes_the_output_name() {
     assert_eq!(ops, ["Relu", "Add", "Abs"], "no Identity needed");
     assert_eq!(m.node[2].output, ["y"]);
 }
+
+#[test]
+fn fresh_values_nothing_defines_leave_no_value_info() {
+    let mut g = chain();
+    g.add_value("abandoned", float_info());
+    let names: Vec<_> = g
+        .to_model()
+        .graph
+        .unwrap()
+        .value_info
+        .into_iter()
+        .map(|v| v.name.unwrap())
+        .collect();
+    assert_eq!(names, ["a"]);
+}

@@ -16,7 +16,9 @@ impl Graph {
             self.value_info
                 .push((info::value_info_from_info(&name, i), Some(v)));
         }
-        self.value_mut(v).info = info;
+        let value = self.value_mut(v);
+        value.info = info;
+        value.created = true;
         v
     }
 

@@ -105,6 +105,8 @@ struct Value {
     omitted: bool,
     /// Lost its producer through `remove_node`: its `value_info` entry is not written.
     orphaned: bool,
+    /// Made by `add_value`: its `value_info` entry is written only once something defines it.
+    created: bool,
     info: Option<TensorInfo>,
 }
 

@@ -61,7 +61,7 @@ impl Graph {
         let value_info = self
             .value_info
             .iter()
-            .filter(|(_, v)| v.is_none_or(|v| !self.value(v).orphaned))
+            .filter(|(_, v)| v.is_none_or(|v| self.value_info_wanted(v)))
             .map(|(vi, v)| {
                 let mut vi = vi.clone();
                 if let Some(v) = v {
@@ -84,5 +84,16 @@ impl Graph {
             g.initializer = initializers;
         }
         model
+    }
+
+    /// Whether a value's `value_info` entry is written: loaded entries always, unless edits
+    /// removed the value's definition; entries of values from `add_value` once defined.
+    fn value_info_wanted(&self, v: crate::view::ValueId) -> bool {
+        let value = self.value(v);
+        let defined = value.producer.is_some()
+            || value.graph_input
+            || value.initializer.is_some()
+            || value.sparse_initializer;
+        defined || !(value.orphaned || value.created)
     }
 }
