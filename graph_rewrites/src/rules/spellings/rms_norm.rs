@@ -505,12 +505,18 @@ fn decomposed_norm(m: &Match<'_>, n: &RmsNormPat, t: i32, rank: usize) -> Result
     let Some(reduce) = m.node(n.reduce) else {
         return Err(reject!("internal: no norm spelling bound"));
     };
-    let mean = g.outputs(reduce)[0];
-    // Every intermediate must be f32: the kernel computes in fp32 and rounds only y to T.
-    if elem(g, mean) != dtype::FLOAT {
+    // Every intermediate must be f32: the kernel computes in fp32 and rounds only y to T. The
+    // chain computes in the dtype of its input after the optional Cast (read from the
+    // structure, so models without intermediate value_info still fuse).
+    let compute = if m.node(n.cast_up).is_some() {
+        dtype::FLOAT
+    } else {
+        t
+    };
+    if compute != dtype::FLOAT {
         return Err(reject!(
             "decomposed RMSNorm computes in {}: its intermediates are rounded to that type, the fused kernel computes in fp32",
-            dtype::name(elem(g, mean))
+            dtype::name(compute)
         ));
     }
     if let Some(pow) = m.node(n.pow) {
@@ -553,16 +559,15 @@ fn decomposed_norm(m: &Match<'_>, n: &RmsNormPat, t: i32, rank: usize) -> Result
         // Mul(n, γ) with no cast: everything (T included) is f32.
         _ => true,
     };
-    // The weight as the multiply sees it: after Gemma's `+1` when there is one.
-    let gw = match m.node(n.gamma_add) {
-        Some(add) => g.outputs(add)[0],
-        None => m[n.w],
-    };
-    let want = if spec.gamma_in_f32 { dtype::FLOAT } else { t };
-    if elem(g, gw) != want {
+    // The weight's dtype is the multiply's (Gemma's `Add(w, 1)` keeps it).
+    let (gw, want) = (
+        elem(g, m[n.w]),
+        if spec.gamma_in_f32 { dtype::FLOAT } else { t },
+    );
+    if gw != want {
         return Err(reject!(
             "norm weight multiplies in {}, expected {} for this spelling",
-            dtype::name(elem(g, gw)),
+            dtype::name(gw),
             dtype::name(want)
         ));
     }
