@@ -90,11 +90,20 @@ fn rewritten(path: &Path) -> ModelProto {
 }
 
 fn ep_session(model: &[u8]) -> ort::Result<Session> {
+    ep_session_with(model, &[])
+}
+
+/// An EP session with provider options (`ort` wants them prefixed with the EP name).
+fn ep_session_with(model: &[u8], options: &[(&str, &str)]) -> ort::Result<Session> {
     let devices = env()
         .devices()
         .filter(|d| d.ep().map(|n| n == EP_NAME).unwrap_or(false));
+    let options: Vec<(String, String)> = options
+        .iter()
+        .map(|(k, v)| (format!("{EP_NAME}.{k}"), v.to_string()))
+        .collect();
     Session::builder(env())?
-        .with_devices(devices, None)?
+        .with_devices(devices, Some(&options))?
         .commit_from_memory(model)
 }
 
@@ -139,6 +148,20 @@ fn ep_online_fusion_matches_offline_rewrite_with_custom_op_library() {
         online_bits,
         run(&mut ep_session(&offline).expect("EP session on the rewrite"))
     );
+    // Single-threaded kernels (provider option) give the same bits as ORT's thread pool.
+    let mut serial =
+        ep_session_with(&original, &[("threads", "1")]).expect("EP session, threads=1");
+    assert_eq!(online_bits, run(&mut serial));
+}
+
+#[test]
+fn bad_provider_option_is_an_ort_error() {
+    let original = std::fs::read(fixture("dynamo_f32_floor")).expect("fixture");
+    let err = match ep_session_with(&original, &[("scale_rule", "ceil")]) {
+        Ok(_) => panic!("scale_rule=ceil must be refused"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("scale_rule"), "{err}");
 }
 
 #[test]
