@@ -180,9 +180,9 @@ impl Graph {
     /// Makes every reader of `old` read `new` instead: node input slots and graph-output slots.
     ///
     /// * A graph output keeps its name: `new` takes over `old`'s name (and `old` gets a fresh
-    ///   one). When `new` cannot be renamed (it is a graph input, initializer or another graph
-    ///   output), an `Identity` from `new` to a value carrying the output's name is added
-    ///   instead.
+    ///   one). When `new` cannot be renamed (it is a graph input, initializer, another graph
+    ///   output, or read by name inside a subgraph), an `Identity` from `new` to a value
+    ///   carrying the output's name is added instead.
     /// * Uses inside subgraphs are bound by name and stay on `old` (which therefore stays
     ///   alive), unless `old` is renamed as above, in which case they follow the name.
     pub fn replace_all_uses(&mut self, old: ValueId, new: ValueId) {
@@ -223,9 +223,11 @@ impl Graph {
     fn move_graph_output(&mut self, old: ValueId, new: ValueId) {
         let n = self.value(new);
         // Fresh values (even ones whose producer is added later) and node outputs can take
-        // the output's name; inputs, initializers and other outputs keep theirs.
+        // the output's name; inputs, initializers, other outputs and values that subgraphs
+        // read by name keep theirs.
+        let read_by_subgraph = n.consumers.iter().any(|&(_, s)| s == SUBGRAPH_USE_SLOT);
         let renamable = !(n.graph_input || n.graph_output || n.initializer.is_some())
-            && !(n.sparse_initializer || n.omitted);
+            && !(n.sparse_initializer || n.omitted || read_by_subgraph);
         let target = if renamable {
             new
         } else {
