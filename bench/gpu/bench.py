@@ -70,11 +70,13 @@ def main():
         qouts = (torch.empty(M, H, dtype=torch.uint8, device=dev), torch.empty(M, H // 32, dtype=torch.uint8, device=dev))
         t_fused = graph_time(lambda: ops.norm_quant(x, r, w, NF, outs=outs))
         t_fused_q = graph_time(lambda: ops.norm_quant(x, r, w, NF, outs=outs[:2] + (None, None)))
+        by_nch = {c: graph_time(lambda c=c: ops.norm_quant(x, r, w, NF, outs=outs, nch=c)) for c in (1, 2, 3)
+                  if (6144 // 8) <= c * (256 if c == 3 else 1024)}
         t_unf = graph_time(lambda: ops.quantize(c_norm(x, r, w)[0], NF, outs=qouts))
         b = M * H * (2 + 2 + 2 + 2 + 1 + 1 / 32) + H * 2
         a = anchor.get(M, {})
         row = dict(M=M, unfused=t_unf, fused=t_fused, fused_q_only=t_fused_q, saved=t_unf - t_fused,
-                   inductor_fused=a.get("compiled_fused_norm_quant_bf16"), inductor_unfused=a.get("compiled_norm_then_quant"),
+                   by_nch=by_nch, inductor_fused=a.get("compiled_fused_norm_quant_bf16"), inductor_unfused=a.get("compiled_norm_then_quant"),
                    bw_frac=b / (t_fused * 1e-6) / read_bw)
         res["norm"].append(row); print("norm", json.dumps(row), flush=True)
 

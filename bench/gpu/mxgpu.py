@@ -141,7 +141,8 @@ class Ops:
         q, s = outs
         e = e or (2 if rows * I < SMALL_ELEMS else 8)
         lanes = rows * I // e
-        self.m.launch(f"mx_swiglu_quant_{SUFFIX[gate.dtype]}_e{e}", (-(-lanes // 256),), (256,),
+        act = (1 if flags & F_OAI else 0) + (2 if flags & F_FP32_ACT else 0)
+        self.m.launch(f"mx_swiglu_quant_{SUFFIX[gate.dtype]}_e{e}_a{act}", (-(-lanes // 256),), (256,),
                       [gate, up, q, s, ctypes.c_longlong(rows), ctypes.c_int(I), ctypes.c_int(LAYOUTS[layout]),
                        ctypes.c_float(alpha), ctypes.c_float(limit), ctypes.c_float(beta), ctypes.c_uint(flags)])
         return outs
@@ -158,7 +159,7 @@ class Ops:
                       [x, q, s, ctypes.c_longlong(x.numel()), ctypes.c_uint(flags)])
         return outs
 
-    def matmul_tc(self, w, ws, M, aq=None, as_=None, af=None, out_dtype=torch.bfloat16, flags=0, warps=8, y=None):
+    def matmul_tc(self, w, ws, M, aq=None, as_=None, af=None, out_dtype=torch.bfloat16, flags=0, warps=8, y=None, pf=None):
         """w e4m3 bytes [N, K], ws [N, K/32]; a either (aq, as_) or af (bf16/f16, quantized in kernel)."""
         N, K = w.shape
         mt = 1 if M <= 8 else 2
@@ -168,7 +169,9 @@ class Ops:
             amode = "e4m3"
         if y is None:
             y = torch.empty(M, N, dtype=out_dtype, device=w.device)
-        name = f"mx_matmul_tc_{amode}_m{8 * mt}_{SUFFIX[out_dtype]}"
+        if pf is None:  # software pipeline only when the grid leaves SMs idle (it halves occupancy)
+            pf = -(-N // 16) * -(-M // (8 * mt)) < 132
+        name = f"mx_matmul_tc_{amode}_m{8 * mt}_{SUFFIX[out_dtype]}" + ("_pf" if pf else "")
         self.m.launch(name, (-(-N // 16), -(-M // (8 * mt))), (32 * warps,),
                       [aq, as_, af, w, ws, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_uint(flags)])
         return y

@@ -34,6 +34,25 @@ MX_DEV mx_u32 mx_load_scales4(const mx_u8* row, int kbase, int KB, bool ok, bool
   return w;
 }
 
+// One pipeline step of weights: MX_GEMM_UNROLL k-blocks of the two 8-row halves of the tile.
+struct MxWeightStep {
+  uint2 wa[MX_GEMM_UNROLL], wb[MX_GEMM_UNROLL];
+  mx_u32 swa, swb;
+};
+
+MX_DEV void mx_load_weights(MxWeightStep& st, const mx_u8* wA, const mx_u8* wB, const mx_u8* sA,
+                            const mx_u8* sB, int kbase, int KB, bool okA, bool okB, bool words) {
+  st.swa = mx_load_scales4(sA, kbase, KB, okA, words);
+  st.swb = mx_load_scales4(sB, kbase, KB, okB, words);
+#pragma unroll
+  for (int u = 0; u < MX_GEMM_UNROLL; ++u) {
+    const int kb = kbase + u;
+    const bool ok = kb < KB;
+    st.wa[u] = (ok && okA) ? *reinterpret_cast<const uint2*>(wA + 32 * kb) : make_uint2(0u, 0u);
+    st.wb[u] = (ok && okB) ? *reinterpret_cast<const uint2*>(wB + 32 * kb) : make_uint2(0u, 0u);
+  }
+}
+
 // D (16x8 fp32) = A (16x32 e4m3, row) * B (32x8 e4m3, col). Fragments (PTX ISA, m16n8k32 .e4m3):
 // lane = 4 * g + t; a0/a2: row g, a1/a3: row g + 8; a0/a1 hold k = 4t..4t+3, a2/a3 k = 16+4t..;
 // b0 holds k = 4t..4t+3 of column g, b1 k = 16+4t..; d0/d1: (row g, col 2t/2t+1), d2/d3: row g+8.
@@ -54,7 +73,7 @@ MX_DEV void mx_mma_e4m3(float d[4], mx_u32 a0, mx_u32 a1, mx_u32 a2, mx_u32 a3, 
 // so its fresh fp32 result is scaled by 2^(sw) * 2^(sa) and added to the accumulators.
 // Block = W warps (blockDim.x / 32) on the same 16 columns, splitting K; the warps' partial sums
 // meet in shared memory.
-template <int AMODE, class TA, int MT, class TO>
+template <int AMODE, class TA, int MT, class TO, bool PF>
 MX_DEV void mx_matmul_tc(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                          const typename TA::storage* __restrict__ af, const mx_u8* __restrict__ w,
                          const mx_u8* __restrict__ ws, typename TO::storage* __restrict__ y, int M,
@@ -79,23 +98,23 @@ MX_DEV void mx_matmul_tc(const mx_u8* __restrict__ aq, const mx_u8* __restrict__
   // bytes of a group are one aligned 32-bit load (when KB % 4 == 0), and a row's 4 weight loads
   // share one 128-byte line. L1 wavefronts, not DRAM, bound this kernel (ncu), so fewer
   // load instructions per byte is what counts.
+  // PF (software pipeline): the next group's weights (DRAM) are requested before this group's mma
+  // work, so a warp waits on DRAM once, not once per group. It costs ~35 registers, which halves
+  // occupancy: the host takes it only when the grid has fewer blocks than the device has SMs.
   const bool scale_words = (KB & 3) == 0;
   const int groups = (KB + MX_GEMM_UNROLL - 1) / MX_GEMM_UNROLL;
+  MxWeightStep cur, nxt;
+  if (PF && warp < groups)
+    mx_load_weights(cur, wA, wB, sA, sB, warp * MX_GEMM_UNROLL, KB, okA, okB, scale_words);
   for (int grp = warp; grp < groups; grp += warps) {
     const int kbase = grp * MX_GEMM_UNROLL;
-    // Issue every load of this step (weights from DRAM, activations from L2) before the first use,
-    // so one step costs one memory round trip, not one per k-block.
-    uint2 wa[MX_GEMM_UNROLL], wb[MX_GEMM_UNROLL];
+    if (!PF) mx_load_weights(cur, wA, wB, sA, sB, kbase, KB, okA, okB, scale_words);
     uint4 araw[MT][MX_GEMM_UNROLL];  // MX_A_E4M3: 8 bytes in .x/.y; MX_A_QUANT: 8 activations
-    const mx_u32 swa = mx_load_scales4(sA, kbase, KB, okA, scale_words);
-    const mx_u32 swb = mx_load_scales4(sB, kbase, KB, okB, scale_words);
-    mx_u32 sa0[MT], sa1[MT];  // MX_A_E4M3: scale words of output rows 2t and 2t + 1
+    mx_u32 sa0[MT], sa1[MT];         // MX_A_E4M3: scale words of output rows 2t and 2t + 1
 #pragma unroll
     for (int u = 0; u < MX_GEMM_UNROLL; ++u) {
       const int kb = kbase + u;
       const bool ok = kb < KB;
-      wa[u] = (ok && okA) ? *reinterpret_cast<const uint2*>(wA + 32 * kb) : make_uint2(0u, 0u);
-      wb[u] = (ok && okB) ? *reinterpret_cast<const uint2*>(wB + 32 * kb) : make_uint2(0u, 0u);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         const int mrow = m0 + mt * 8 + g;  // the activation row this lane feeds (B column g)
@@ -119,6 +138,9 @@ MX_DEV void mx_matmul_tc(const mx_u8* __restrict__ aq, const mx_u8* __restrict__
         sa1[mt] = mx_load_scales4(as + (long long)(mc + 1) * KB, kbase, KB, mc + 1 < M, scale_words);
       }
     }
+    if (PF && grp + warps < groups)
+      mx_load_weights(nxt, wA, wB, sA, sB, (grp + warps) * MX_GEMM_UNROLL, KB, okA, okB, scale_words);
+    const mx_u32 swa = cur.swa, swb = cur.swb;
 #pragma unroll
     for (int u = 0; u < MX_GEMM_UNROLL; ++u) {
       if (kbase + u >= KB) break;  // uniform across the warp
@@ -141,7 +163,7 @@ MX_DEV void mx_matmul_tc(const mx_u8* __restrict__ aq, const mx_u8* __restrict__
           s1 = MX_SHFL(sb, 8 * t + 4);  // lane 4 * (2t + 1)
         }
         float d[4];
-        mx_mma_e4m3(d, wa[u].x, wb[u].x, wa[u].y, wb[u].y, b0, b1);
+        mx_mma_e4m3(d, cur.wa[u].x, cur.wb[u].x, cur.wa[u].y, cur.wb[u].y, b0, b1);
         const float f0 = mx_e8m0_to_f32(s0), f1 = mx_e8m0_to_f32(s1);
         acc[mt][0] += d[0] * fA * f0;
         acc[mt][1] += d[1] * fA * f1;
@@ -149,6 +171,7 @@ MX_DEV void mx_matmul_tc(const mx_u8* __restrict__ aq, const mx_u8* __restrict__
         acc[mt][3] += d[3] * fB * f1;
       }
     }
+    if (PF) cur = nxt;
   }
 
   __shared__ float red[MX_GEMM_MAX_WARPS][MT * 4][32];
@@ -168,16 +191,19 @@ MX_DEV void mx_matmul_tc(const mx_u8* __restrict__ aq, const mx_u8* __restrict__
   }
 }
 
-#define MX_DEFINE_TC(NAME, AMODE, TA, MT, TO)                                                  \
+// Kernel names: mx_matmul_tc_<e4m3|qbf16|qf16>_m<8|16>_<out>[_pf].
+#define MX_DEFINE_TC(NAME, AMODE, TA, MT, TO, PF)                                              \
   extern "C" __global__ void __launch_bounds__(512)                                            \
       NAME(const mx_u8* aq, const mx_u8* as, const TA::storage* af, const mx_u8* w,             \
            const mx_u8* ws, TO::storage* y, int M, int N, int K, unsigned flags) {             \
-    mx_matmul_tc<AMODE, TA, MT, TO>(aq, as, af, w, ws, y, M, N, K, flags);                      \
+    mx_matmul_tc<AMODE, TA, MT, TO, PF>(aq, as, af, w, ws, y, M, N, K, flags);                  \
   }
+#define MX_DEFINE_TC_PF(NAME, AMODE, TA, MT, TO)                                               \
+  MX_DEFINE_TC(NAME, AMODE, TA, MT, TO, false) MX_DEFINE_TC(NAME##_pf, AMODE, TA, MT, TO, true)
 #define MX_DEFINE_TC_OUTS(PREFIX, AMODE, TA, MT)                                               \
-  MX_DEFINE_TC(PREFIX##_bf16, AMODE, TA, MT, MxBf16)                                           \
-  MX_DEFINE_TC(PREFIX##_f16, AMODE, TA, MT, MxF16)                                             \
-  MX_DEFINE_TC(PREFIX##_f32, AMODE, TA, MT, MxF32)
+  MX_DEFINE_TC_PF(PREFIX##_bf16, AMODE, TA, MT, MxBf16)                                        \
+  MX_DEFINE_TC_PF(PREFIX##_f16, AMODE, TA, MT, MxF16)                                          \
+  MX_DEFINE_TC_PF(PREFIX##_f32, AMODE, TA, MT, MxF32)
 
 MX_DEFINE_TC_OUTS(mx_matmul_tc_e4m3_m8, MX_A_E4M3, MxBf16, 1)
 MX_DEFINE_TC_OUTS(mx_matmul_tc_e4m3_m16, MX_A_E4M3, MxBf16, 2)

@@ -16,10 +16,12 @@ struct MxSwigluParams {
 // act = gate * sigmoid(alpha * gate) * up  (OAI: gate = min(gate, limit), up = clamp(up) + beta).
 // Without MX_F_FP32_ACT every intermediate the unfused ONNX graph materialises is rounded to T:
 // alpha*g, sigmoid, g*sigmoid, up+beta, the product. Comparisons keep NaN (fminf would drop it).
-template <class T>
-MX_DEV float mx_swiglu(float g, float u, const MxSwigluParams& p, mx_u32 flags) {
-  const bool rnd = !(flags & MX_F_FP32_ACT);
-  if (flags & MX_F_OAI) {
+// ACT holds the MX_F_OAI / MX_F_FP32_ACT bits as a template constant: resolved at compile time, the
+// per-element flag tests vanish (the kernel is issue-bound at large sizes).
+template <class T, mx_u32 ACT>
+MX_DEV float mx_swiglu(float g, float u, const MxSwigluParams& p) {
+  const bool rnd = !(ACT & MX_F_FP32_ACT);
+  if (ACT & MX_F_OAI) {
     g = g > p.limit ? p.limit : g;
     u = u > p.limit ? p.limit : (u < -p.limit ? -p.limit : u);
   }
@@ -29,7 +31,7 @@ MX_DEV float mx_swiglu(float g, float u, const MxSwigluParams& p, mx_u32 flags) 
   if (rnd) sg = mx_round<T>(sg);
   float glu = g * sg;
   if (rnd) glu = mx_round<T>(glu);
-  if (flags & MX_F_OAI) {
+  if (ACT & MX_F_OAI) {
     u = u + p.beta;
     if (rnd) u = mx_round<T>(u);
   }
@@ -38,7 +40,7 @@ MX_DEV float mx_swiglu(float g, float u, const MxSwigluParams& p, mx_u32 flags) 
 }
 
 // E elements per lane (8, or 2 for small tensors: shorter per-lane chains, more lanes).
-template <class T, int E>
+template <class T, int E, mx_u32 ACT>
 MX_DEV void swiglu_mxquant_lane(const typename T::storage* __restrict__ gate,
                                 const typename T::storage* __restrict__ up, mx_u8* __restrict__ q,
                                 mx_u8* __restrict__ scale, long long rows, int I, int layout,
@@ -71,7 +73,7 @@ MX_DEV void swiglu_mxquant_lane(const typename T::storage* __restrict__ gate,
       }
     }
 #pragma unroll
-    for (int i = 0; i < E; ++i) y[i] = mx_swiglu<T>(g[i], u[i], p, flags);
+    for (int i = 0; i < E; ++i) y[i] = mx_swiglu<T, ACT>(g[i], u[i], p);
   } else {
 #pragma unroll
     for (int i = 0; i < E; ++i) y[i] = 0.0f;
@@ -81,15 +83,20 @@ MX_DEV void swiglu_mxquant_lane(const typename T::storage* __restrict__ gate,
   if (live) mx_store_group<E>(q, scale, lane_id, w, sb);
 }
 
-// Kernel names: mx_swiglu_quant_<T>_e<E>.
-#define MX_DEFINE_SWIGLU1(NAME, T, E)                                                          \
+// Kernel names: mx_swiglu_quant_<T>_e<E>_a<A>, A = (oai ? 1 : 0) + (fp32_activation ? 2 : 0).
+#define MX_DEFINE_SWIGLU1(NAME, T, E, ACT)                                                     \
   extern "C" __global__ void NAME(const T::storage* gate, const T::storage* up, mx_u8* q,      \
                                   mx_u8* scale, long long rows, int I, int layout, float alpha, \
                                   float limit, float beta, unsigned flags) {                    \
     MxSwigluParams p = {alpha, limit, beta};                                                    \
-    swiglu_mxquant_lane<T, E>(gate, up, q, scale, rows, I, layout, p, flags);                   \
+    swiglu_mxquant_lane<T, E, ACT>(gate, up, q, scale, rows, I, layout, p, flags);              \
   }
-#define MX_DEFINE_SWIGLU(NAME, T) MX_DEFINE_SWIGLU1(NAME##_e8, T, 8) MX_DEFINE_SWIGLU1(NAME##_e2, T, 2)
+#define MX_DEFINE_SWIGLU_E(NAME, T, E)                                                         \
+  MX_DEFINE_SWIGLU1(NAME##_a0, T, E, 0u)                                                       \
+  MX_DEFINE_SWIGLU1(NAME##_a1, T, E, MX_F_OAI)                                                 \
+  MX_DEFINE_SWIGLU1(NAME##_a2, T, E, MX_F_FP32_ACT)                                            \
+  MX_DEFINE_SWIGLU1(NAME##_a3, T, E, MX_F_OAI | MX_F_FP32_ACT)
+#define MX_DEFINE_SWIGLU(NAME, T) MX_DEFINE_SWIGLU_E(NAME##_e8, T, 8) MX_DEFINE_SWIGLU_E(NAME##_e2, T, 2)
 
 MX_DEFINE_SWIGLU(mx_swiglu_quant_bf16, MxBf16)
 MX_DEFINE_SWIGLU(mx_swiglu_quant_f16, MxF16)
