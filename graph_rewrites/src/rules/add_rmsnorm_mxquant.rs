@@ -98,7 +98,8 @@ impl Rule for AddRmsNormMxQuantRule {
         };
         let mut fuse = Fuse::new(params);
         // The Skip norm's sum is its output 3, which the pattern does not bind: declare it here.
-        if let (Some(skip), Some(sum)) = (fuse.params.spec.skip, fuse.params.spec.sum) {
+        if let (Some(skip), Some(sum)) = (fuse.params.spec.inputs.skip, fuse.params.spec.inputs.sum)
+        {
             fuse = fuse.also(skip, [sum]);
         }
         for (n, outs) in fuse.params.consumers.nodes_and_outputs() {
@@ -109,7 +110,7 @@ impl Rule for AddRmsNormMxQuantRule {
 
     fn rewrite(&self, site: &Site, p: Params, e: &mut Emit<'_>) -> Result<(), String> {
         let (q, scale) = quant_outputs(e, site, p.y, p.info.q, p.info.scale);
-        let s = &p.spec;
+        let (s, num) = (&p.spec.inputs, &p.spec.numerics);
         let normed = Some(p.y).filter(|v| site.produces(*v));
         let mut residual_out = s.sum.filter(|v| site.produces(*v));
         if residual_out.is_none() && normed.is_some() {
@@ -125,12 +126,12 @@ impl Rule for AddRmsNormMxQuantRule {
             .op("AddRmsNormMxQuant")
             .input(s.x)
             .input_opt(s.residual)
-            .input(s.gamma)
-            .attr_float("epsilon", s.epsilon)
-            .attr_int("gemma", i64::from(s.gemma))
-            .attr_int("gamma_in_f32", i64::from(s.gamma_in_f32))
-            .attr_str("inv_form", s.inv_form)
-            .attr_int("round_sum", i64::from(s.round_sum))
+            .input(p.spec.gamma)
+            .attr_float("epsilon", num.epsilon)
+            .attr_int("gemma", i64::from(num.gemma))
+            .attr_int("gamma_in_f32", i64::from(num.gamma_in_f32))
+            .attr_str("inv_form", num.inv_form)
+            .attr_int("round_sum", i64::from(num.round_sum))
             .attr_int("allreduce", i64::from(s.allreduce))
             .attr_int("block_size", 32)
             .attr_str("scale_rule", &p.scale_rule)

@@ -252,24 +252,37 @@ pub fn rms_norm(p: &mut Pat, r: &ResidualPat) -> RmsNormPat {
     }
 }
 
-/// The numerics the matched norm computes, as `AddRmsNormMxQuant` attributes and inputs.
+/// Where the fused op reads its inputs: the residual stage of a match.
 #[derive(Clone, Debug)]
-pub struct NormSpec {
+pub struct Residual {
     /// The branch input `x` (before the absorbed AllReduce, if any).
     pub x: ValueId,
     pub residual: Option<ValueId>,
-    /// The γ input of the fused op (w, before a Gemma `+1`).
-    pub gamma: ValueId,
+    pub allreduce: bool,
+    /// The graph value holding `x + residual` when something outside the norm reads it (it
+    /// keeps its name).
+    pub sum: Option<ValueId>,
+    /// The Skip norm, whose output 3 (`sum`) the pattern does not bind.
+    pub skip: Option<NodeId>,
+}
+
+/// The numerics the matched norm computes, as `AddRmsNormMxQuant` attributes.
+#[derive(Clone, Debug)]
+pub struct Numerics {
     pub epsilon: f32,
     pub gemma: bool,
     pub gamma_in_f32: bool,
     pub inv_form: &'static str,
     pub round_sum: bool,
-    pub allreduce: bool,
-    /// The graph value holding `x + residual` (keeps its name when read outside).
-    pub sum: Option<ValueId>,
-    /// The Skip node, whose output 3 (`sum`) the engine does not see through the pattern.
-    pub skip: Option<NodeId>,
+}
+
+/// Everything the rule needs to emit `AddRmsNormMxQuant`.
+#[derive(Clone, Debug)]
+pub struct NormSpec {
+    pub inputs: Residual,
+    /// The γ input of the fused op (w, before a Gemma `+1`).
+    pub gamma: ValueId,
+    pub numerics: Numerics,
 }
 
 fn elem(g: &dyn GraphView, v: ValueId) -> i32 {
@@ -323,15 +336,14 @@ pub fn check_add_rms_norm(
         ));
     }
     let rank = shape(g, m[n.y]).map(|d| d.len()).unwrap_or(0);
-    let mut spec = match (m.node(n.rms_normalization), m.node(n.simplified), skip) {
-        (Some(node), _, _) | (_, Some(node), _) => single_op_norm(m, n, node, rank)?,
+    let (inputs, numerics) = match (m.node(n.rms_normalization), m.node(n.simplified), skip) {
+        (Some(node), _, _) | (_, Some(node), _) => {
+            (residual_of_add(m, r), single_op_norm(g, node, rank)?)
+        }
         (_, _, Some(node)) => skip_norm(m, r, n, node, t)?,
-        _ => decomposed_norm(m, n, t, rank)?,
+        _ => (residual_of_add(m, r), decomposed_norm(m, n, t, rank)?),
     };
-    if skip.is_none() {
-        residual_of_add(m, r, &mut spec);
-    }
-    if spec.allreduce {
+    if inputs.allreduce {
         let ar = m.node(r.allreduce_sole).or(m.node(r.allreduce));
         let ar = ar.ok_or_else(|| reject!("internal: AllReduce not bound"))?;
         let count = g.inputs(ar).iter().flatten().count();
@@ -342,23 +354,30 @@ pub fn check_add_rms_norm(
             ));
         }
     }
+    let spec = NormSpec {
+        inputs,
+        gamma: m[n.w],
+        numerics,
+    };
     check_operands(g, &spec, s, t, h)?;
     Ok(spec)
 }
 
-/// Fills x / residual / sum / allreduce from the Add alternatives (or the first-layer `s = x`).
-fn residual_of_add(m: &Match<'_>, r: &ResidualPat, spec: &mut NormSpec) {
-    if m.node(r.add_ar_sole).is_some() || m.node(r.add_ar).is_some() {
-        spec.x = m[r.x_ar];
-        spec.residual = Some(m[r.residual]);
-        spec.allreduce = true;
-        spec.sum = m.get(r.add_ar_out);
-    } else if m.node(r.add).is_some() {
-        spec.x = m[r.x];
-        spec.residual = Some(m[r.residual]);
-        spec.sum = m.get(r.add_out);
-    } else {
-        spec.x = m[r.s];
+/// x / residual / sum / allreduce from the Add alternatives (or the first-layer `s = x`).
+fn residual_of_add(m: &Match<'_>, r: &ResidualPat) -> Residual {
+    let (ar, plain) = (m.node(r.add_ar_sole).or(m.node(r.add_ar)), m.node(r.add));
+    let (x, sum) = match (ar, plain) {
+        (Some(_), _) => (m[r.x_ar], m.get(r.add_ar_out)),
+        (_, Some(_)) => (m[r.x], m.get(r.add_out)),
+        _ => (m[r.s], None),
+    };
+    let residual = (ar.is_some() || plain.is_some()).then(|| m[r.residual]);
+    Residual {
+        x,
+        residual,
+        allreduce: ar.is_some(),
+        sum,
+        skip: None,
     }
 }
 
@@ -371,7 +390,10 @@ fn check_operands(
     h: i64,
 ) -> Result<(), Reject> {
     let s_shape = shape(g, s);
-    for v in [Some(spec.x), spec.residual].into_iter().flatten() {
+    for v in [Some(spec.inputs.x), spec.inputs.residual]
+        .into_iter()
+        .flatten()
+    {
         if elem(g, v) != t {
             return Err(reject!(
                 "residual operand '{}' is {}, not {}",
@@ -408,22 +430,6 @@ fn check_operands(
     }
 }
 
-fn base_spec(x: ValueId, gamma: ValueId) -> NormSpec {
-    NormSpec {
-        x,
-        residual: None,
-        gamma,
-        epsilon: 1e-5,
-        gemma: false,
-        gamma_in_f32: true,
-        inv_form: "div",
-        round_sum: true,
-        allreduce: false,
-        sum: None,
-        skip: None,
-    }
-}
-
 /// `epsilon` (default 1e-5) and, if the op has them, `axis` = last and `stash_type` = 1.
 fn norm_attrs(g: &dyn GraphView, node: NodeId, rank: usize) -> Result<f32, Reject> {
     let name = g.node_name(node);
@@ -447,27 +453,25 @@ fn norm_attrs(g: &dyn GraphView, node: NodeId, rank: usize) -> Result<f32, Rejec
 
 /// `RMSNormalization` or `SimplifiedLayerNormalization`: fp32 throughout, reciprocal then
 /// multiply (see the module docs).
-fn single_op_norm(
-    m: &Match<'_>,
-    n: &RmsNormPat,
-    node: NodeId,
-    rank: usize,
-) -> Result<NormSpec, Reject> {
-    let g = m.graph();
-    let mut spec = base_spec(m[n.w], m[n.w]);
-    spec.epsilon = norm_attrs(g, node, rank)?;
-    spec.inv_form = "rsqrt";
-    Ok(spec)
+fn single_op_norm(g: &dyn GraphView, node: NodeId, rank: usize) -> Result<Numerics, Reject> {
+    Ok(Numerics {
+        epsilon: norm_attrs(g, node, rank)?,
+        gemma: false,
+        gamma_in_f32: true,
+        inv_form: "rsqrt",
+        round_sum: true,
+    })
 }
 
-/// `SkipSimplifiedLayerNormalization(a, b, w)`: the Add is inside; ORT normalizes the fp32 sum.
+/// `SkipSimplifiedLayerNormalization(a, b, w)`: the Add is inside; ORT divides and normalizes
+/// the unrounded fp32 sum.
 fn skip_norm(
     m: &Match<'_>,
     r: &ResidualPat,
     n: &RmsNormPat,
     node: NodeId,
     t: i32,
-) -> Result<NormSpec, Reject> {
+) -> Result<(Residual, Numerics), Reject> {
     let g = m.graph();
     let name = g.node_name(node);
     if g.inputs(node).get(3).copied().flatten().is_some() {
@@ -475,32 +479,34 @@ fn skip_norm(
             "SkipSimplifiedLayerNormalization '{name}' has a bias input: not fused"
         ));
     }
-    let mut spec = base_spec(m[n.w], m[n.w]);
     // ORT's schema default for the Skip norms is 1e-12 (not the 1e-5 of the plain norms).
-    spec.epsilon = attr_float(g.attr(node, "epsilon"), 1e-12)
+    let epsilon = attr_float(g.attr(node, "epsilon"), 1e-12)
         .ok_or_else(|| reject!("epsilon of '{name}' is not a float"))?;
-    spec.residual = Some(m[r.residual]);
-    // ORT's kernel keeps the sum in fp32 for the norm and rounds it only for output 3.
-    spec.round_sum = t == dtype::FLOAT;
-    if m.node(n.skip).is_some() {
-        spec.x = m[r.x];
-    } else {
-        spec.x = m[r.x_ar];
-        spec.allreduce = true;
-    }
-    let outs = g.outputs(node);
+    let plain = m.node(n.skip).is_some();
     // Outputs 1 and 2 (mean, inv_std_var) are not re-produced: the engine refuses the site if
     // anything reads them.
-    spec.sum = outs
-        .get(3)
-        .copied()
-        .filter(|v| g.is_graph_output(*v) || !g.consumers(*v).is_empty());
-    spec.skip = Some(node);
-    Ok(spec)
+    let sum = g.outputs(node).get(3).copied();
+    let inputs = Residual {
+        x: if plain { m[r.x] } else { m[r.x_ar] },
+        residual: Some(m[r.residual]),
+        allreduce: !plain,
+        sum: sum.filter(|v| g.is_graph_output(*v) || !g.consumers(*v).is_empty()),
+        skip: Some(node),
+    };
+    // For float the rounded and the fp32 sum are the same bits.
+    let round_sum = t == dtype::FLOAT;
+    let numerics = Numerics {
+        epsilon,
+        gemma: false,
+        gamma_in_f32: true,
+        inv_form: "div",
+        round_sum,
+    };
+    Ok((inputs, numerics))
 }
 
 /// The decomposed chain: computed in fp32, γ before or after the cast back.
-fn decomposed_norm(m: &Match<'_>, n: &RmsNormPat, t: i32, rank: usize) -> Result<NormSpec, Reject> {
+fn decomposed_norm(m: &Match<'_>, n: &RmsNormPat, t: i32, rank: usize) -> Result<Numerics, Reject> {
     let g = m.graph();
     let Some(reduce) = m.node(n.reduce) else {
         return Err(reject!("internal: no norm spelling bound"));
@@ -534,16 +540,13 @@ fn decomposed_norm(m: &Match<'_>, n: &RmsNormPat, t: i32, rank: usize) -> Result
     if eps_t != dtype::FLOAT {
         return Err(reject!("epsilon is {}, not float", dtype::name(eps_t)));
     }
-    let mut spec = base_spec(m[n.w], m[n.w]);
-    spec.epsilon = eps as f32;
-    spec.inv_form = if m.node(n.recip).is_some() {
+    let inv_form = if m.node(n.recip).is_some() {
         "recip_mul"
     } else {
         "div"
     };
-    spec.gemma = m.node(n.gamma_add).is_some();
     let cast_to = |c: NodeId| attr_int(g.attr(c, "to"), 0).unwrap_or(0) as i32;
-    spec.gamma_in_f32 = match (m.node(n.cast_back), m.node(n.cast_n)) {
+    let gamma_in_f32 = match (m.node(n.cast_back), m.node(n.cast_n)) {
         (Some(c), _) | (_, Some(c)) if cast_to(c) != t => {
             return Err(reject!(
                 "Cast '{}' back to {} does not give the norm's dtype {}",
@@ -560,10 +563,7 @@ fn decomposed_norm(m: &Match<'_>, n: &RmsNormPat, t: i32, rank: usize) -> Result
         _ => true,
     };
     // The weight's dtype is the multiply's (Gemma's `Add(w, 1)` keeps it).
-    let (gw, want) = (
-        elem(g, m[n.w]),
-        if spec.gamma_in_f32 { dtype::FLOAT } else { t },
-    );
+    let (gw, want) = (elem(g, m[n.w]), if gamma_in_f32 { dtype::FLOAT } else { t });
     if gw != want {
         return Err(reject!(
             "norm weight multiplies in {}, expected {} for this spelling",
@@ -571,7 +571,13 @@ fn decomposed_norm(m: &Match<'_>, n: &RmsNormPat, t: i32, rank: usize) -> Result
             dtype::name(want)
         ));
     }
-    Ok(spec)
+    Ok(Numerics {
+        epsilon: eps as f32,
+        gemma: m.node(n.gamma_add).is_some(),
+        gamma_in_f32,
+        inv_form,
+        round_sum: true,
+    })
 }
 
 fn check_reduce_mean(g: &dyn GraphView, n: NodeId, rank: usize) -> Result<(), Reject> {
