@@ -25,6 +25,9 @@ struct Case {
     allreduce_extra_reader: bool,
     /// Residual operand shape `[1, H]` (broadcast) instead of `[4, H]`.
     broadcast_residual: bool,
+    /// The residual is itself an AllReduce output that something else reads too (a first
+    /// layer's embedding AllReduce, also read by the input norm).
+    residual_allreduce: bool,
     /// Epsilon as a graph input instead of an initializer.
     eps_input: bool,
     pow_exponent: f32,
@@ -50,6 +53,7 @@ impl Default for Case {
             allreduce_inputs: 0,
             allreduce_extra_reader: false,
             broadcast_residual: false,
+            residual_allreduce: false,
             eps_input: false,
             pow_exponent: 2.0,
             div: false,
@@ -93,7 +97,21 @@ fn build(c: &Case) -> ModelBuilder {
             &[4, h]
         };
         b.input("residual", t, rshape);
-        b.node("Add", &["residual", branch], &["sum"])
+        let mut residual = "residual";
+        if c.residual_allreduce {
+            b.node_in(
+                "com.microsoft",
+                "AllReduce",
+                &["residual"],
+                &["res_ar"],
+                &[],
+            )
+            .value_info("res_ar", t, rshape);
+            b.node("Relu", &["res_ar"], &["res_relu"])
+                .output("res_relu", t, rshape);
+            residual = "res_ar";
+        }
+        b.node("Add", &[residual, branch], &["sum"])
             .output("sum", t, &[4, h]);
         "sum"
     } else {
@@ -271,6 +289,30 @@ fn allreduce_is_absorbed() {
     assert_eq!(attr(&g, n, "allreduce"), AttrValue::Int(1));
     assert_eq!(g.value_name(g.inputs(n)[0].unwrap()), "x");
     assert!(g.nodes().iter().all(|n| g.op_type(*n) != "AllReduce"));
+}
+
+#[test]
+fn absorbs_the_allreduce_only_the_add_reads() {
+    // Add(AllReduce(residual) read elsewhere too, AllReduce(x)): the residual operand comes
+    // first, but only x's AllReduce can be absorbed.
+    let c = Case {
+        allreduce_inputs: 1,
+        residual_allreduce: true,
+        ..Case::default()
+    };
+    let (report, g) = rewrite(&c);
+    assert_eq!(report.counts["add_rmsnorm_mxquant"], 1, "{report:#?}");
+    let n = fused_node(&g);
+    let ins: Vec<_> = g.inputs(n).to_vec();
+    assert_eq!(names(&g, &ins), ["x", "res_ar", "w"]);
+    assert_eq!(attr(&g, n, "allreduce"), AttrValue::Int(1));
+    let left: Vec<&str> = g
+        .nodes()
+        .iter()
+        .map(|n| g.op_type(*n))
+        .filter(|o| *o == "AllReduce")
+        .collect();
+    assert_eq!(left.len(), 1, "the residual's AllReduce stays");
 }
 
 #[test]
