@@ -1,1 +1,151 @@
-fn main() {}
+//! MxMatMul at the MiniMax-M3 TP4 shapes (N, K) = (1536, 6144), (6144, 768), (6144, 6144) with
+//! MXFP8 weights [N, K] + [N, K/32] scales and bf16 output: the quantize-A-inside path
+//! (`mx_matmul_quantize_a`, bf16 activations) and the pre-quantized path, reported as weight-read
+//! bandwidth relative to the copy bandwidth of a weight-sized buffer measured in the same run.
+//! `cargo bench -p kernels --bench mx_matmul`.
+
+mod common;
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{criterion_group, BenchmarkId, Criterion};
+use half::bf16;
+use kernels::codec::QuantConfig;
+use kernels::parallel::StdThreads;
+use kernels::slices::MatB;
+use kernels::{fast, reference};
+
+const SHAPES: [(usize, usize); 3] = [(1536, 6144), (6144, 768), (6144, 6144)];
+const MS: [usize; 4] = [1, 8, 16, 64];
+
+struct Case {
+    m: usize,
+    n: usize,
+    k: usize,
+    x: Vec<bf16>,
+    a_q: Vec<u8>,
+    a_s: Vec<u8>,
+    w_q: Vec<u8>,
+    w_s: Vec<u8>,
+    y: Vec<bf16>,
+}
+
+fn case(m: usize, n: usize, k: usize) -> Case {
+    let cfg = QuantConfig::default();
+    let x: Vec<bf16> = common::normals(m * k, 7, 1.0)
+        .into_iter()
+        .map(bf16::from_f32)
+        .collect();
+    let (mut a_q, mut a_s) = (vec![0u8; m * k], vec![0u8; m * k / 32]);
+    reference::mx_quantize(&x, k, &mut a_q, &mut a_s, cfg).expect("valid shapes");
+    let w = common::normals(n * k, 8, 0.02);
+    let (mut w_q, mut w_s) = (vec![0u8; n * k], vec![0u8; n * k / 32]);
+    fast::mx_quantize(&w, k, &mut w_q, &mut w_s, cfg, &StdThreads::available())
+        .expect("valid shapes");
+    Case {
+        m,
+        n,
+        k,
+        x,
+        a_q,
+        a_s,
+        w_q,
+        w_s,
+        y: vec![bf16::ZERO; m * n],
+    }
+}
+
+fn run_quantize_a(c: &mut Case, par: &StdThreads) {
+    let b = MatB::Mx {
+        q: &c.w_q,
+        scales: &c.w_s,
+    };
+    fast::mx_matmul_quantize_a(
+        &c.x,
+        c.m,
+        c.k,
+        c.n,
+        b,
+        true,
+        QuantConfig::default(),
+        &mut c.y,
+        par,
+    )
+    .expect("valid shapes");
+}
+
+fn run_prequantized(c: &mut Case, par: &StdThreads) {
+    let b = MatB::Mx {
+        q: &c.w_q,
+        scales: &c.w_s,
+    };
+    fast::mx_matmul(&c.a_q, &c.a_s, c.m, c.k, c.n, b, true, &mut c.y, par).expect("valid shapes");
+}
+
+fn weight_bytes(n: usize, k: usize) -> usize {
+    n * k + n * k / 32
+}
+
+fn bench(c: &mut Criterion) {
+    let par = StdThreads::available();
+    let mut group = c.benchmark_group("mx_matmul_mxfp8_weights");
+    group
+        .warm_up_time(Duration::from_millis(200))
+        .measurement_time(Duration::from_millis(800))
+        .sample_size(10);
+    for (n, k) in SHAPES {
+        for m in MS {
+            let mut cs = case(m, n, k);
+            let id = format!("n{n}_k{k}");
+            group.bench_with_input(
+                BenchmarkId::new(format!("{id}/quantize_a"), m),
+                &m,
+                |bn, _| bn.iter(|| run_quantize_a(black_box(&mut cs), &par)),
+            );
+        }
+    }
+    group.finish();
+}
+
+fn summary() {
+    let par = StdThreads::available();
+    println!(
+        "\nmx_matmul MXFP8 weights [N,K], bf16 out, threads={}",
+        kernels::Parallel::concurrency(&par)
+    );
+    println!(
+        "{:>5} {:>5} {:>4} {:>12} {:>12} {:>10} {:>10} {:>11}",
+        "N", "K", "M", "quant_a_us", "preq_us", "w_GB/s", "copy_GB/s", "w/copy_bw"
+    );
+    for (n, k) in SHAPES {
+        let copy_bw = common::copy_bandwidth(weight_bytes(n, k), n, 64, &par);
+        for m in MS {
+            let mut cs = case(m, n, k);
+            let runs = 15;
+            let tq = common::median_secs(runs, || run_quantize_a(&mut cs, &par));
+            let tp = common::median_secs(runs, || run_prequantized(&mut cs, &par));
+            // Weight-read bandwidth: weight bytes per call / time, against the copy bandwidth
+            // counted STREAM-style (bytes read + written per second).
+            let wbw = weight_bytes(n, k) as f64 / tq;
+            println!(
+                "{n:>5} {k:>5} {m:>4} {:>12.1} {:>12.1} {:>10.2} {:>10.2} {:>11.2}",
+                tq * 1e6,
+                tp * 1e6,
+                wbw / 1e9,
+                copy_bw / 1e9,
+                wbw / copy_bw
+            );
+        }
+    }
+}
+
+criterion_group!(benches, bench);
+
+fn main() {
+    benches();
+    criterion::Criterion::default()
+        .configure_from_args()
+        .final_summary();
+    summary();
+}

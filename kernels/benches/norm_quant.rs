@@ -12,9 +12,9 @@ use criterion::{criterion_group, BenchmarkId, Criterion};
 use half::bf16;
 use kernels::attrs::AddRmsNormAttrs;
 use kernels::codec::QuantConfig;
+use kernels::fast;
 use kernels::parallel::{for_row_chunks, StdThreads};
 use kernels::slices::NormOutputs;
-use kernels::fast;
 
 const H: usize = 6144;
 const MS: [usize; 6] = [1, 8, 16, 64, 192, 2048];
@@ -43,12 +43,22 @@ fn bufs(m: usize) -> Bufs {
 }
 
 fn attrs() -> AddRmsNormAttrs {
-    AddRmsNormAttrs { gemma: true, quant: QuantConfig::default(), ..Default::default() }
+    AddRmsNormAttrs {
+        gemma: true,
+        quant: QuantConfig::default(),
+        ..Default::default()
+    }
 }
 
 fn fused(b: &mut Bufs, par: &StdThreads) {
-    let out = NormOutputs { q: &mut b.q, scales: &mut b.s, residual_out: Some(&mut b.ro), normed: None };
-    fast::add_rms_norm_mx_quant(&b.x, Some(&b.r), &b.g, H, &attrs(), out, par).expect("valid shapes");
+    let out = NormOutputs {
+        q: &mut b.q,
+        scales: &mut b.s,
+        residual_out: Some(&mut b.ro),
+        normed: None,
+    };
+    fast::add_rms_norm_mx_quant(&b.x, Some(&b.r), &b.g, H, &attrs(), out, par)
+        .expect("valid shapes");
 }
 
 /// The unfused chain with our own kernels: an Add pass (writes the residual), a Gemma RMSNorm
@@ -66,7 +76,10 @@ fn unfused(b: &mut Bufs, par: &StdThreads) {
                 std::slice::from_raw_parts_mut((nm as *mut bf16).add(r0 * H), (r1 - r0) * H),
             )
         };
-        for (o, (a, c)) in ro.iter_mut().zip(x[r0 * H..r1 * H].iter().zip(&r[r0 * H..r1 * H])) {
+        for (o, (a, c)) in ro
+            .iter_mut()
+            .zip(x[r0 * H..r1 * H].iter().zip(&r[r0 * H..r1 * H]))
+        {
             *o = bf16::from_f32(a.to_f32() + c.to_f32());
         }
         for (srow, nrow) in ro.chunks_exact(H).zip(nm.chunks_exact_mut(H)) {
@@ -77,7 +90,15 @@ fn unfused(b: &mut Bufs, par: &StdThreads) {
             }
         }
     });
-    fast::mx_quantize(&b.normed, H, &mut b.q, &mut b.s, QuantConfig::default(), par).expect("valid shapes");
+    fast::mx_quantize(
+        &b.normed,
+        H,
+        &mut b.q,
+        &mut b.s,
+        QuantConfig::default(),
+        par,
+    )
+    .expect("valid shapes");
 }
 
 /// Bytes the fused op must move per element: x, residual in; residual_out, q, scales out.
@@ -88,11 +109,18 @@ fn fused_bytes(m: usize) -> usize {
 fn bench(c: &mut Criterion) {
     let par = StdThreads::available();
     let mut group = c.benchmark_group("norm_quant_bf16_h6144");
-    group.warm_up_time(Duration::from_millis(200)).measurement_time(Duration::from_millis(600)).sample_size(15);
+    group
+        .warm_up_time(Duration::from_millis(200))
+        .measurement_time(Duration::from_millis(600))
+        .sample_size(15);
     for m in MS {
         let mut b = bufs(m);
-        group.bench_with_input(BenchmarkId::new("fused", m), &m, |bn, _| bn.iter(|| fused(black_box(&mut b), &par)));
-        group.bench_with_input(BenchmarkId::new("unfused", m), &m, |bn, _| bn.iter(|| unfused(black_box(&mut b), &par)));
+        group.bench_with_input(BenchmarkId::new("fused", m), &m, |bn, _| {
+            bn.iter(|| fused(black_box(&mut b), &par))
+        });
+        group.bench_with_input(BenchmarkId::new("unfused", m), &m, |bn, _| {
+            bn.iter(|| unfused(black_box(&mut b), &par))
+        });
     }
     group.finish();
 }
@@ -100,8 +128,14 @@ fn bench(c: &mut Criterion) {
 /// The ratio table (same process, medians): fused/floor and unfused/fused.
 fn summary() {
     let par = StdThreads::available();
-    println!("\nnorm_quant bf16 H={H} threads={}", kernels::Parallel::concurrency(&par));
-    println!("{:>6} {:>11} {:>11} {:>11} {:>12} {:>14}", "M", "fused_us", "unfused_us", "floor_us", "fused/floor", "unfused/fused");
+    println!(
+        "\nnorm_quant bf16 H={H} threads={}",
+        kernels::Parallel::concurrency(&par)
+    );
+    println!(
+        "{:>6} {:>11} {:>11} {:>11} {:>12} {:>14}",
+        "M", "fused_us", "unfused_us", "floor_us", "fused/floor", "unfused/fused"
+    );
     for m in MS {
         let mut b = bufs(m);
         let runs = common::runs_for(fused_bytes(m));
@@ -124,6 +158,8 @@ criterion_group!(benches, bench);
 
 fn main() {
     benches();
-    criterion::Criterion::default().configure_from_args().final_summary();
+    criterion::Criterion::default()
+        .configure_from_args()
+        .final_summary();
     summary();
 }

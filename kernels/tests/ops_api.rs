@@ -180,7 +180,7 @@ fn malformed_calls_are_errors() {
     );
     assert!(r.is_err());
     // Misaligned f32 buffer.
-    let storage = vec![0u32; 17];
+    let storage = [0u32; 17];
     // SAFETY: viewing u32 storage as bytes, offset by one to break alignment.
     let bytes = unsafe { std::slice::from_raw_parts((storage.as_ptr() as *const u8).add(1), 64) };
     let t = TensorRef::new(DType::F32, &[16], bytes).unwrap();

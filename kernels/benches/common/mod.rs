@@ -50,7 +50,9 @@ pub fn copy_bandwidth(bytes: usize, rows: usize, min_rows: usize, par: &dyn Para
     let secs = median_secs(runs.min(2000), || {
         for_row_chunks(par, rows.max(1), min_rows, &|r0, r1| {
             // SAFETY: row chunks are disjoint ranges of `dst`, which outlives the call.
-            let d = unsafe { std::slice::from_raw_parts_mut((dst_ptr as *mut u8).add(r0 * row), (r1 - r0) * row) };
+            let d = unsafe {
+                std::slice::from_raw_parts_mut((dst_ptr as *mut u8).add(r0 * row), (r1 - r0) * row)
+            };
             d.copy_from_slice(&src[r0 * row..r1 * row]);
         });
         black_box(&mut dst);

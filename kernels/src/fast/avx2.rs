@@ -17,6 +17,8 @@ pub trait Lanes: Sized {
     unsafe fn store8(p: *mut Self, v: __m256);
     /// round_T: the lanes after a round trip through `Self`.
     unsafe fn round8(v: __m256) -> __m256;
+    /// `store8` and `round8` in one conversion: stores round_T(v) at `p` and returns it.
+    unsafe fn round_store8(p: *mut Self, v: __m256) -> __m256;
 }
 
 impl Lanes for f32 {
@@ -33,6 +35,12 @@ impl Lanes for f32 {
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
     unsafe fn round8(v: __m256) -> __m256 {
+        v
+    }
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn round_store8(p: *mut f32, v: __m256) -> __m256 {
+        _mm256_storeu_ps(p, v);
         v
     }
 }
@@ -55,6 +63,13 @@ impl Lanes for f16 {
     #[inline]
     unsafe fn round8(v: __m256) -> __m256 {
         _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v))
+    }
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn round_store8(p: *mut f16, v: __m256) -> __m256 {
+        let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v);
+        _mm_storeu_si128(p as *mut __m128i, h);
+        _mm256_cvtph_ps(h)
     }
 }
 
@@ -84,17 +99,29 @@ impl Lanes for bf16 {
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
     unsafe fn store8(p: *mut bf16, v: __m256) {
-        let b = bf16_bits(v);
-        // Pack the low halves of the eight 32-bit lanes into eight u16 (lanes hold ≤ 0xFFFF).
-        let packed = _mm256_packus_epi32(b, b);
-        let ordered = _mm256_permute4x64_epi64::<0b1000>(packed);
-        _mm_storeu_si128(p as *mut __m128i, _mm256_castsi256_si128(ordered));
+        store_bf16_bits(p, bf16_bits(v));
     }
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
     unsafe fn round8(v: __m256) -> __m256 {
         _mm256_castsi256_ps(_mm256_slli_epi32::<16>(bf16_bits(v)))
     }
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn round_store8(p: *mut bf16, v: __m256) -> __m256 {
+        let b = bf16_bits(v);
+        store_bf16_bits(p, b);
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(b))
+    }
+}
+
+/// Stores the low 16 bits of eight 32-bit lanes (each ≤ 0xFFFF) as eight bf16.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn store_bf16_bits(p: *mut bf16, b: __m256i) {
+    let packed = _mm256_packus_epi32(b, b);
+    let ordered = _mm256_permute4x64_epi64::<0b1000>(packed);
+    _mm_storeu_si128(p as *mut __m128i, _mm256_castsi256_si128(ordered));
 }
 
 /// Encodes 8 finite f32 lanes to E4M3FN with RNE and saturation; one byte per 32-bit lane.

@@ -1,10 +1,11 @@
-//! Fast `MxMatMul`: A is dequantized to f32 once; B is dequantized a tile at a time into an
-//! L1/L2-resident scratch and multiplied with f32 FMA accumulation. Parallel over N, so the
-//! small-M decode GEMMs (M ≤ 16, weight-bandwidth bound) use every core.
+//! Fast `MxMatMul`: A is dequantized to f32 once; B is dequantized a tile at a time (two
+//! `[N, K]` rows, or a 32-column × 256-k stripe of `[K, N]`) into a cache-resident scratch and
+//! multiplied with 4×2 register tiles of f32 FMAs. Parallel over output columns, so the
+//! weight-bandwidth-bound small-M GEMMs use every core.
 //!
-//! f32 accumulation order (not bit-specified by docs/ops.md): per output, 8 interleaved lanes
-//! over k, summed horizontally at the end. [`mx_matmul_quantize_a`] runs the same code after
-//! quantizing A, so it equals quantize → GEMM exactly.
+//! f32 accumulation order (docs/ops.md leaves it open): per output and per tile of K, 8 lanes
+//! over k summed horizontally, tiles added in k order. [`mx_matmul_quantize_a`] runs the same
+//! code after quantizing A, so it equals quantize → GEMM exactly.
 
 use super::shared::SharedMut;
 use super::{FastElement, Isa};
@@ -12,14 +13,22 @@ use crate::codec::{e4m3_to_f32, e8m0_to_f32, QuantConfig, BLOCK};
 use crate::element::Element;
 use crate::error::Result;
 use crate::parallel::{for_row_chunks, Parallel};
+use crate::reference;
 use crate::slices::{check_matmul_io, MatB};
 
-/// Rows of A processed together against one decoded B tile.
-const M_BLOCK: usize = 16;
-/// Columns of y per task unit: two B rows (`trans_b`) or a 32-wide stripe (not transposed).
-const N_UNIT: usize = 32;
 /// Below this many multiply-adds the GEMM stays on the calling thread.
 const MIN_PARALLEL_MACS: usize = 1 << 21;
+
+/// How B is cut into decoded tiles: `cols` output columns × `kc` of K at a time. `[N, K]` rows
+/// decode contiguously, so two whole rows (≤ 48 KiB for K = 6144) form a tile; `[K, N]` is read
+/// in 32-column stripes, 256 k at a time (32 KiB), so each B cache line is decoded once.
+fn tiling(trans_b: bool, k: usize) -> (usize, usize) {
+    if trans_b {
+        (2, k)
+    } else {
+        (32, k.min(256))
+    }
+}
 
 /// Dequantizes A (`m × k` E4M3 values with `m × k/32` scales) to f32.
 fn dequantize_a(a_q: &[u8], a_scales: &[u8], k: usize) -> Vec<f32> {
@@ -30,40 +39,68 @@ fn dequantize_a(a_q: &[u8], a_scales: &[u8], k: usize) -> Vec<f32> {
         .collect()
 }
 
-/// Decodes B as a `cols × k` f32 tile (column `c` of the tile is output column `n0 + c`), i.e.
-/// transposed when B is `[K, N]`. Uses AVX2 for MXFP8 `[N, K]` rows.
+/// Decodes deq(B)[k0..k0+kc, n0..n0+cols] into `tile`, column-major (`tile[c * kc + kk]`).
 #[allow(clippy::too_many_arguments)]
 fn decode_b_tile(
     isa: Isa,
     b: &MatB<'_>,
-    k: usize,
-    n: usize,
+    (k, n): (usize, usize),
     trans_b: bool,
-    n0: usize,
-    cols: usize,
+    (n0, cols): (usize, usize),
+    (k0, kc): (usize, usize),
     tile: &mut [f32],
 ) {
-    for c in 0..cols {
-        let dst = &mut tile[c * k..(c + 1) * k];
-        let nn = n0 + c;
-        match (isa, b, trans_b) {
-            #[cfg(target_arch = "x86_64")]
-            (Isa::Avx2, MatB::Mx { q, scales }, true) => {
-                let kb = k / BLOCK;
-                // SAFETY: Avx2 implies the CPU features; the row and its scales are in bounds
-                // (checked by check_matmul_io).
-                unsafe {
-                    avx2_mm::decode_mx_row(
-                        &q[nn * k..(nn + 1) * k],
-                        &scales[nn * kb..(nn + 1) * kb],
-                        dst,
-                    )
+    if trans_b {
+        for c in 0..cols {
+            let (row, dst) = ((n0 + c) * k, &mut tile[c * kc..(c + 1) * kc]);
+            match (isa, b) {
+                #[cfg(target_arch = "x86_64")]
+                (Isa::Avx2, MatB::Mx { q, scales }) => {
+                    let kb = k / BLOCK;
+                    let srow = (n0 + c) * kb + k0 / BLOCK;
+                    // SAFETY: Avx2 implies the CPU features; k0 and kc are multiples of 32 and
+                    // the ranges are in bounds (check_matmul_io).
+                    unsafe {
+                        avx2_mm::decode_mx_row(
+                            &q[row + k0..row + k0 + kc],
+                            &scales[srow..srow + kc / BLOCK],
+                            dst,
+                        )
+                    }
                 }
+                (_, MatB::F32(v)) => dst.copy_from_slice(&v[row + k0..row + k0 + kc]),
+                _ => dst
+                    .iter_mut()
+                    .enumerate()
+                    .for_each(|(kk, d)| *d = reference::b_value(b, k, n, k0 + kk, n0 + c, true)),
             }
-            (_, MatB::F32(v), true) => dst.copy_from_slice(&v[nn * k..(nn + 1) * k]),
-            _ => {
-                for (kk, d) in dst.iter_mut().enumerate() {
-                    *d = crate::reference::b_value(b, k, n, kk, nn, trans_b);
+        }
+        return;
+    }
+    for kk in 0..kc {
+        let row = (k0 + kk) * n + n0;
+        let put = |c: usize, v: f32, tile: &mut [f32]| tile[c * kc + kk] = v;
+        match b {
+            MatB::F32(v) => v[row..row + cols]
+                .iter()
+                .enumerate()
+                .for_each(|(c, &x)| put(c, x, tile)),
+            MatB::F16(v) => v[row..row + cols]
+                .iter()
+                .enumerate()
+                .for_each(|(c, x)| put(c, x.to_f32(), tile)),
+            MatB::BF16(v) => v[row..row + cols]
+                .iter()
+                .enumerate()
+                .for_each(|(c, x)| put(c, x.to_f32(), tile)),
+            MatB::Mx { q, scales } => {
+                let srow = ((k0 + kk) / BLOCK) * n + n0;
+                for c in 0..cols {
+                    put(
+                        c,
+                        e4m3_to_f32(q[row + c]) * e8m0_to_f32(scales[srow + c]),
+                        tile,
+                    );
                 }
             }
         }
@@ -89,38 +126,30 @@ pub fn mx_matmul<O: Element>(
     }
     let isa = Isa::detect();
     let a = dequantize_a(a_q, a_scales, k);
-    let units = n.div_ceil(N_UNIT);
-    let macs_per_unit = m * k * N_UNIT;
+    let (n_unit, kc) = tiling(trans_b, k);
+    let units = n.div_ceil(n_unit);
     let y = SharedMut::new(y);
     for_row_chunks(
         par,
         units,
-        MIN_PARALLEL_MACS.div_ceil(macs_per_unit),
+        MIN_PARALLEL_MACS.div_ceil(m * k * n_unit),
         &|u0, u1| {
-            let (n0, n1) = (u0 * N_UNIT, (u1 * N_UNIT).min(n));
-            let mut tile = vec![0f32; N_UNIT * k];
-            let mut acc = vec![0f32; M_BLOCK * N_UNIT];
-            for nt in (n0..n1).step_by(N_UNIT) {
-                let cols = N_UNIT.min(n1 - nt);
-                decode_b_tile(isa, &b, k, n, trans_b, nt, cols, &mut tile);
-                for m0 in (0..m).step_by(M_BLOCK) {
-                    let rows = M_BLOCK.min(m - m0);
-                    dot_tile(
-                        isa,
-                        &a[m0 * k..(m0 + rows) * k],
-                        &tile[..cols * k],
-                        k,
-                        rows,
-                        cols,
-                        &mut acc,
-                    );
-                    for r in 0..rows {
-                        // SAFETY: each task owns the columns n0..n1 of every row; elements written
-                        // here are (m0 + r, nt..nt+cols), disjoint from other tasks.
-                        let out = unsafe { y.piece((m0 + r) * n + nt, (m0 + r) * n + nt + cols) };
-                        for (o, &v) in out.iter_mut().zip(&acc[r * cols..(r + 1) * cols]) {
-                            *o = O::from_f32(v);
-                        }
+            let mut tile = vec![0f32; n_unit * kc];
+            let mut acc = vec![0f32; m * n_unit];
+            for u in u0..u1 {
+                let n0 = u * n_unit;
+                let cols = n_unit.min(n - n0);
+                acc.fill(0.0);
+                for k0 in (0..k).step_by(kc) {
+                    decode_b_tile(isa, &b, (k, n), trans_b, (n0, cols), (k0, kc), &mut tile);
+                    dot_tile(isa, &a, k, k0, &tile, kc, m, cols, &mut acc);
+                }
+                for r in 0..m {
+                    // SAFETY: each task owns the output columns of its units in every row, so the
+                    // pieces (r, n0..n0+cols) of different tasks are disjoint.
+                    let out = unsafe { y.piece(r * n + n0, r * n + n0 + cols) };
+                    for (o, &v) in out.iter_mut().zip(&acc[r * cols..(r + 1) * cols]) {
+                        *o = O::from_f32(v);
                     }
                 }
             }
@@ -129,29 +158,44 @@ pub fn mx_matmul<O: Element>(
     Ok(())
 }
 
-/// `acc[r * cols + c] = Σ_k a[r, k] · tile[c, k]` for an A block of `rows` and `cols` B columns.
+/// `acc[r * cols + c] += Σ_{kk < kc} a[r, k0 + kk] · tile[c * kc + kk]` for all `rows` of A
+/// (row stride `lda`) and `cols` tile columns.
+#[allow(clippy::too_many_arguments)]
 fn dot_tile(
     isa: Isa,
     a: &[f32],
+    lda: usize,
+    k0: usize,
     tile: &[f32],
-    k: usize,
+    kc: usize,
     rows: usize,
     cols: usize,
     acc: &mut [f32],
 ) {
+    assert!(
+        a.len() >= rows * lda
+            && k0 + kc <= lda
+            && tile.len() >= cols * kc
+            && acc.len() >= rows * cols
+    );
     match isa {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: Avx2 implies the CPU features; slices are rows×k and cols×k, k % 32 == 0.
-        Isa::Avx2 => unsafe { avx2_mm::dot_tile(a, tile, k, rows, cols, acc) },
+        // SAFETY: Avx2 implies the CPU features; bounds asserted above, kc % 8 == 0.
+        Isa::Avx2 => unsafe {
+            avx2_mm::dot_tile(a.as_ptr().add(k0), lda, tile.as_ptr(), kc, rows, cols, acc)
+        },
         _ => {
             for r in 0..rows {
                 for c in 0..cols {
-                    let (ar, bc) = (&a[r * k..(r + 1) * k], &tile[c * k..(c + 1) * k]);
+                    let (ar, bc) = (
+                        &a[r * lda + k0..r * lda + k0 + kc],
+                        &tile[c * kc..(c + 1) * kc],
+                    );
                     let mut lanes = [0f32; 8];
                     for (i, (x, w)) in ar.iter().zip(bc).enumerate() {
                         lanes[i % 8] += x * w;
                     }
-                    acc[r * cols + c] = lanes.iter().sum();
+                    acc[r * cols + c] += lanes.iter().sum::<f32>();
                 }
             }
         }
@@ -223,47 +267,71 @@ mod avx2_mm {
         _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps::<1>(s, s)))
     }
 
-    /// AVX2 `dot_tile`: 4 rows × 2 columns of accumulators share each load.
+    /// One output's 8-lane accumulator over `kc` (the edge path of `dot_tile`).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn dot1(a: *const f32, b: *const f32, kc: usize) -> f32 {
+        let mut s = _mm256_setzero_ps();
+        for kk in (0..kc).step_by(8) {
+            s = _mm256_fmadd_ps(_mm256_loadu_ps(a.add(kk)), _mm256_loadu_ps(b.add(kk)), s);
+        }
+        hsum(s)
+    }
+
+    /// AVX2 `dot_tile`: 4 rows × 2 columns of register accumulators share each load.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn dot_tile(
-        a: &[f32],
-        tile: &[f32],
-        k: usize,
+        a: *const f32,
+        lda: usize,
+        t: *const f32,
+        kc: usize,
         rows: usize,
         cols: usize,
         acc: &mut [f32],
     ) {
-        let (ap, bp) = (a.as_ptr(), tile.as_ptr());
-        let mut r = 0;
-        while r < rows {
-            let rn = (rows - r).min(4);
-            let mut c = 0;
-            while c < cols {
-                let cn = (cols - c).min(2);
-                let mut s = [[_mm256_setzero_ps(); 2]; 4];
-                let mut kk = 0;
-                while kk < k {
-                    let b0 = _mm256_loadu_ps(bp.add(c * k + kk));
-                    let b1 = if cn == 2 {
-                        _mm256_loadu_ps(bp.add((c + 1) * k + kk))
-                    } else {
-                        b0
-                    };
-                    for (ri, sr) in s.iter_mut().enumerate().take(rn) {
-                        let av = _mm256_loadu_ps(ap.add((r + ri) * k + kk));
-                        sr[0] = _mm256_fmadd_ps(av, b0, sr[0]);
-                        sr[1] = _mm256_fmadd_ps(av, b1, sr[1]);
-                    }
-                    kk += 8;
+        let full_r = rows - rows % 4;
+        let full_c = cols - cols % 2;
+        for r in (0..full_r).step_by(4) {
+            let (a0, a1, a2, a3) = (
+                a.add(r * lda),
+                a.add((r + 1) * lda),
+                a.add((r + 2) * lda),
+                a.add((r + 3) * lda),
+            );
+            for c in (0..full_c).step_by(2) {
+                let (b0p, b1p) = (t.add(c * kc), t.add((c + 1) * kc));
+                let z = _mm256_setzero_ps();
+                let (mut s00, mut s01, mut s10, mut s11) = (z, z, z, z);
+                let (mut s20, mut s21, mut s30, mut s31) = (z, z, z, z);
+                for kk in (0..kc).step_by(8) {
+                    let (b0, b1) = (_mm256_loadu_ps(b0p.add(kk)), _mm256_loadu_ps(b1p.add(kk)));
+                    let x = _mm256_loadu_ps(a0.add(kk));
+                    s00 = _mm256_fmadd_ps(x, b0, s00);
+                    s01 = _mm256_fmadd_ps(x, b1, s01);
+                    let x = _mm256_loadu_ps(a1.add(kk));
+                    s10 = _mm256_fmadd_ps(x, b0, s10);
+                    s11 = _mm256_fmadd_ps(x, b1, s11);
+                    let x = _mm256_loadu_ps(a2.add(kk));
+                    s20 = _mm256_fmadd_ps(x, b0, s20);
+                    s21 = _mm256_fmadd_ps(x, b1, s21);
+                    let x = _mm256_loadu_ps(a3.add(kk));
+                    s30 = _mm256_fmadd_ps(x, b0, s30);
+                    s31 = _mm256_fmadd_ps(x, b1, s31);
                 }
-                for (ri, sr) in s.iter().enumerate().take(rn) {
-                    for (ci, v) in sr.iter().enumerate().take(cn) {
-                        acc[(r + ri) * cols + c + ci] = hsum(*v);
-                    }
+                for (i, s) in [s00, s01, s10, s11, s20, s21, s30, s31]
+                    .into_iter()
+                    .enumerate()
+                {
+                    acc[(r + i / 2) * cols + c + i % 2] += hsum(s);
                 }
-                c += 2;
             }
-            r += 4;
+        }
+        // Edges: rows below full_r for every column, and the last odd column of full rows.
+        for r in 0..rows {
+            let c_start = if r < full_r { full_c } else { 0 };
+            for c in c_start..cols {
+                acc[r * cols + c] += dot1(a.add(r * lda), t.add(c * kc), kc);
+            }
         }
     }
 }

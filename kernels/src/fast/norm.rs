@@ -97,11 +97,13 @@ mod avx2_norm {
         let s = match rp {
             Some(rp) => {
                 let sum = _mm256_add_ps(xv, T::load8(rp.add(i)));
-                if let Some(rop) = rop {
-                    T::store8(rop.add(i), sum);
-                }
+                let rounded = match rop {
+                    Some(rop) => T::round_store8(rop.add(i), sum),
+                    None if round_sum => T::round8(sum),
+                    None => sum,
+                };
                 if round_sum {
-                    T::round8(sum)
+                    rounded
                 } else {
                     sum
                 }
@@ -185,14 +187,15 @@ mod avx2_norm {
                         InvForm::Rsqrt | InvForm::RecipMul => _mm256_mul_ps(s, inv),
                     };
                     let g = _mm256_loadu_ps(w.as_ptr().add(i));
-                    *yc = if attrs.gamma_in_f32 {
-                        T::round8(_mm256_mul_ps(n, g))
+                    let y = if attrs.gamma_in_f32 {
+                        _mm256_mul_ps(n, g)
                     } else {
-                        T::round8(_mm256_mul_ps(T::round8(n), g))
+                        _mm256_mul_ps(T::round8(n), g)
                     };
-                    if let Some(np) = np {
-                        T::store8(np.add(i), *yc);
-                    }
+                    *yc = match np {
+                        Some(np) => T::round_store8(np.add(i), y),
+                        None => T::round8(y),
+                    };
                 }
                 out.scales[r * nb + b] =
                     quantize_block_avx2(y, out.q.as_mut_ptr().add(base + b * BLOCK), attrs.quant);
