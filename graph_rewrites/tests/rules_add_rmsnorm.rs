@@ -25,6 +25,8 @@ struct Case {
     allreduce_extra_reader: bool,
     /// Residual operand shape `[1, H]` (broadcast) instead of `[4, H]`.
     broadcast_residual: bool,
+    /// `Add(AllReduce(x), AllReduce(x))`: the residual is the absorbed AllReduce's output.
+    add_self: bool,
     /// The residual is itself an AllReduce output that something else reads too (a first
     /// layer's embedding AllReduce, also read by the input norm).
     residual_allreduce: bool,
@@ -54,6 +56,7 @@ impl Default for Case {
             allreduce_extra_reader: false,
             broadcast_residual: false,
             residual_allreduce: false,
+            add_self: false,
             eps_input: false,
             pow_exponent: 2.0,
             div: false,
@@ -110,6 +113,9 @@ fn build(c: &Case) -> ModelBuilder {
             b.node("Relu", &["res_ar"], &["res_relu"])
                 .output("res_relu", t, rshape);
             residual = "res_ar";
+        }
+        if c.add_self {
+            residual = branch;
         }
         b.node("Add", &[residual, branch], &["sum"])
             .output("sum", t, &[4, h]);
@@ -476,4 +482,17 @@ fn refuses_decomposed_norm_computed_in_half() {
         ..Case::default()
     });
     assert!(why.contains("computes in float16"), "{why}");
+}
+
+#[test]
+fn refuses_reading_a_value_the_fusion_removes() {
+    let why = refusal(&Case {
+        allreduce_inputs: 1,
+        add_self: true,
+        ..Case::default()
+    });
+    assert!(
+        why.contains("'x_ar' is computed inside the fusion"),
+        "{why}"
+    );
 }

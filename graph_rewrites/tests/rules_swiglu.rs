@@ -20,6 +20,8 @@ enum Act {
     OaiNoUpClip,
     /// `com.microsoft::QuickGelu(α)·up`.
     QuickGelu,
+    /// `silu(g)·σ(g)`: "up" is the Sigmoid inside the pattern.
+    SiluTimesSigmoid,
 }
 
 #[derive(Clone)]
@@ -75,6 +77,11 @@ fn build(c: &Case) -> ModelBuilder {
             b.node("Sigmoid", &["gate"], &["sg"])
                 .node("Mul", &["gate", "sg"], &["silu"]);
             b.node("Mul", &["silu", "up"], &["act"]);
+        }
+        Act::SiluTimesSigmoid => {
+            b.node("Sigmoid", &["gate"], &["sg"])
+                .node("Mul", &["gate", "sg"], &["silu"]);
+            b.node("Mul", &["silu", "sg"], &["act"]);
         }
         Act::QuickGelu => {
             b.node_in(
@@ -322,4 +329,14 @@ fn refuses_escaping_activation() {
         ..Case::default()
     });
     assert!(why.contains("'act' is a graph output"), "{why}");
+}
+
+#[test]
+fn refuses_reading_a_value_the_fusion_removes() {
+    let why = refusal(&Case {
+        act: Act::SiluTimesSigmoid,
+        split: false,
+        ..Case::default()
+    });
+    assert!(why.contains("is computed inside the fusion"), "{why}");
 }

@@ -45,6 +45,12 @@ impl<'g> Match<'g> {
         set.into_iter().collect()
     }
 
+    /// Whether graph value `v` is produced by a node this match binds (and so disappears with
+    /// the fusion): a replacement must not read such a value.
+    pub fn produces_inside(&self, v: ValueId) -> bool {
+        self.g.producer(v).is_some_and(|(n, _)| self.b.nodes.contains(&Some(n)))
+    }
+
     /// Element type and shape of the value bound to `v`.
     pub fn info(&self, v: V) -> Option<TensorInfo> {
         self.get(v).and_then(|x| self.g.tensor_info(x))

@@ -359,6 +359,19 @@ pub fn check_add_rms_norm(
         gamma: m[n.w],
         numerics,
     };
+    // Degenerate graphs (x + x with x = AllReduce(y), γ computed from the norm itself) would
+    // leave the fused op reading a value its own fusion removes.
+    let fused_inputs = [Some(spec.inputs.x), spec.inputs.residual, Some(spec.gamma)];
+    if let Some(v) = fused_inputs
+        .into_iter()
+        .flatten()
+        .find(|v| m.produces_inside(*v))
+    {
+        return Err(reject!(
+            "fused input '{}' is computed inside the fusion",
+            g.value_name(v)
+        ));
+    }
     check_operands(g, &spec, s, t, h)?;
     Ok(spec)
 }

@@ -177,6 +177,17 @@ pub fn check_swiglu(m: &Match<'_>, h: &SwigluPat, t: i32, i: i64) -> Result<Swig
     let g = m.graph();
     let (gate, up) = (m[h.gate], m[h.up]);
     let inputs = gate_up_inputs(m, h, t, i)?;
+    // e.g. act = silu(g)·σ(g): "up" would be the Sigmoid the fusion removes.
+    let fused_inputs = match &inputs {
+        GateUp::SplitHalves(gu) => vec![*gu],
+        GateUp::Separate { gate, up } => vec![*gate, *up],
+    };
+    if let Some(v) = fused_inputs.into_iter().find(|v| m.produces_inside(*v)) {
+        return Err(reject!(
+            "fused input '{}' is computed inside the fusion",
+            g.value_name(v)
+        ));
+    }
     for v in [gate, up] {
         if elem(g, v) != t {
             return Err(reject!(
