@@ -189,7 +189,7 @@ if __name__ == "__main__":
     mod = Module()
     ops = Ops(mod)
     print("compiled for sm_" + mod.arch, "nvrtc log:", mod.log.strip()[:500])
-    for k in ("mx_add_rmsnorm_quant_bf16_c1", "mx_add_rmsnorm_quant_bf16_gf32_c3", "mx_add_rmsnorm_quant_f32_c4", "mx_swiglu_quant_bf16_e8", "mx_swiglu_quant_bf16_e2", "mx_quantize_bf16_e2", "mx_matmul_tc_e4m3_m8_bf16",
+    for k in ("mx_add_rmsnorm_quant_bf16_c1", "mx_add_rmsnorm_quant_bf16_gf32_c3", "mx_add_rmsnorm_quant_f32_c4", "mx_swiglu_quant_bf16_e8_a3", "mx_swiglu_quant_bf16_e2_a1", "mx_quantize_bf16_e2", "mx_matmul_tc_e4m3_m8_bf16", "mx_matmul_tc_e4m3_m8_bf16_pf",
               "mx_matmul_tc_qbf16_m16_bf16", "mx_matmul_generic_bf16"):
         print(f"  {k}: regs/shared/local = {mod.attrs(k)}")
     for fn in (check_vectors, check_quantize, check_norm, check_swiglu, check_matmul):
