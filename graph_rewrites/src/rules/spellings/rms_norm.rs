@@ -26,7 +26,10 @@
 //! * Gemma's `Add(w, 1)` is absorbed only in the decomposed spelling, where its dtype matches
 //!   where γ multiplies; the single-op norms take their scale input as is (`gemma = 0`).
 //! * The AllReduce alternatives come first: an AllReduce feeding the residual Add is absorbed
-//!   (marked collective, so the engine refuses the site if anything else reads it).
+//!   (marked collective). When both Add operands are AllReduces (a first layer's residual is
+//!   the embedding's AllReduce, read by the input norm too) the one only the Add reads wins
+//!   (`single_use`); an AllReduce read elsewhere still matches, and the engine refuses the
+//!   site. The Skip norm only absorbs a single-use AllReduce and otherwise leaves it in place.
 //!
 //! Not handled: a decomposed chain computed in f16/bf16 (every intermediate rounded to T);
 //! `stash_type` ≠ 1; Skip with a bias input; normalization over more than the last axis.
