@@ -156,13 +156,11 @@ fn map(t: &Tensor, op: impl Fn(f32) -> f32) -> Tensor {
     }
 }
 
-/// ONNX `Cast(to=FLOAT8E8M0, round_mode, saturate=1)` of one value.
+/// ONNX `Cast(to=FLOAT8E8M0, round_mode, saturate=1)` of one value, as `onnx.reference`
+/// computes it: NaN and ±Inf give the NaN byte 0xFF (saturation only applies to finite values).
 fn cast_e8m0(v: f32, up: bool) -> u8 {
-    if v.is_nan() {
+    if !v.is_finite() {
         return 0xFF;
-    }
-    if v.is_infinite() {
-        return 0xFE;
     }
     let bits = v.abs().to_bits();
     let (e, m) = ((bits >> 23) as i32, bits & 0x7F_FFFF);
