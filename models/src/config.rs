@@ -309,13 +309,16 @@ impl DecoderConfig {
             ("head_dim", self.head_dim),
         ] {
             // Every MatMul activation may be MX-quantized, so every K must split into blocks.
-            if v == 0 || v % MX_BLOCK != 0 {
+            if v == 0 || !v.is_multiple_of(MX_BLOCK) {
                 return bad(format!(
                     "{name} = {v} must be a positive multiple of {MX_BLOCK}"
                 ));
             }
         }
-        if self.n_heads == 0 || self.n_heads.checked_rem(self.n_kv_heads) != Some(0) {
+        if self.n_kv_heads == 0
+            || self.n_heads == 0
+            || !self.n_heads.is_multiple_of(self.n_kv_heads)
+        {
             return bad(format!(
                 "n_heads ({}) must be a positive multiple of n_kv_heads ({})",
                 self.n_heads, self.n_kv_heads

@@ -51,7 +51,7 @@ pub fn quantize_activation(
     prefix: &str,
 ) -> Tensor {
     let k = match x.last_dim() {
-        Some(k) if k > 0 && k % MX_BLOCK == 0 => k,
+        Some(k) if k > 0 && k.is_multiple_of(MX_BLOCK) => k,
         _ => return x.clone(),
     };
     let (mul_const, round_mode) = match quant {
@@ -184,28 +184,67 @@ pub fn matmul_weight(
             quark_qdq(b, &w, 0, &format!("{name}.qdq"))
         }
         WeightForm::StdMx => {
-            b.require_opset("", 24);
-            let (q_payload, s_payload) = if b.fake_weights() {
+            let (q, s) = if b.fake_weights() {
                 (Payload::Zeros(k * n), Payload::Zeros(k / MX_BLOCK * n))
             } else {
                 lazy_mx_pair(b.weight_rng(name), k, n, std)
             };
-            let q = b.add_initializer(&format!("{name}.e4m3"), E4M3, &[k, n], q_payload);
-            let s = b.add_initializer(&format!("{name}.e8m0"), E8M0, &[k / MX_BLOCK, n], s_payload);
-            b.op_attrs(
-                "DequantizeLinear",
-                &[&q.name, &s.name],
-                &format!("{name}.dq"),
-                elem_of(dtype),
-                vec![k.into(), n.into()],
-                vec![
-                    attr_i("axis", 0),
-                    attr_i("block_size", MX_BLOCK as i64),
-                    attr_i("output_dtype", i64::from(elem_of(dtype))),
-                ],
-            )
+            mx_dequantized_weight(b, dtype, name, k, n, q, s)
         }
     }
+}
+
+/// A standard-MX weight from given `[k, n]` row-major values (`k` a multiple of 32): quantized by
+/// the OCP floor rule along K to E4M3 + E8M0 initializers, returned as their `DequantizeLinear`.
+/// Returns `None` when `w.len() != k * n` or `k` is not a multiple of 32.
+pub fn mx_weight_from_values(
+    b: &mut GraphBuilder,
+    dtype: DType,
+    name: &str,
+    w: &[f32],
+    k: usize,
+    n: usize,
+) -> Option<Tensor> {
+    if w.len() != k * n || k == 0 || !k.is_multiple_of(MX_BLOCK) {
+        return None;
+    }
+    let (q, s) = mx_quantize_axis0(w, k, n, MX_BLOCK);
+    Some(mx_dequantized_weight(
+        b,
+        dtype,
+        name,
+        k,
+        n,
+        Payload::Bytes(q),
+        Payload::Bytes(s),
+    ))
+}
+
+/// `DequantizeLinear(name.e4m3 [k,n], name.e8m0 [k/32,n], axis=0, block_size=32, output_dtype=T)`.
+fn mx_dequantized_weight(
+    b: &mut GraphBuilder,
+    dtype: DType,
+    name: &str,
+    k: usize,
+    n: usize,
+    q: Payload,
+    s: Payload,
+) -> Tensor {
+    b.require_opset("", 24);
+    let q = b.add_initializer(&format!("{name}.e4m3"), E4M3, &[k, n], q);
+    let s = b.add_initializer(&format!("{name}.e8m0"), E8M0, &[k / MX_BLOCK, n], s);
+    b.op_attrs(
+        "DequantizeLinear",
+        &[&q.name, &s.name],
+        &format!("{name}.dq"),
+        elem_of(dtype),
+        vec![k.into(), n.into()],
+        vec![
+            attr_i("axis", 0),
+            attr_i("block_size", MX_BLOCK as i64),
+            attr_i("output_dtype", i64::from(elem_of(dtype))),
+        ],
+    )
 }
 
 /// Lazy payloads of the E4M3 values and E8M0 scales of one random `[k, n]` weight. Quantizing
@@ -246,4 +285,35 @@ fn lazy_mx_pair(rng: Rng, k: usize, n: usize, std: f32) -> (Payload, Payload) {
 /// `MatMul(a, w)` with `w` `[k, n]`: output shape is `a`'s with the last dim `n`.
 pub fn matmul(b: &mut GraphBuilder, a: &Tensor, w: &Tensor, n: usize, out: &str) -> Tensor {
     b.op("MatMul", &[&a.name, &w.name], out, a.elem, a.with_last(n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::e4m3_encode;
+    use crate::external::into_inline;
+
+    #[test]
+    fn mx_weight_from_values_stores_ocp_blocks_and_rejects_bad_shapes() {
+        let mut b = GraphBuilder::new(0, false);
+        let (k, n) = (64, 2);
+        let w: Vec<f32> = (0..k * n)
+            .map(|i| if i % n == 0 { 1.0 } else { 4.0 })
+            .collect();
+        let dq = mx_weight_from_values(&mut b, DType::F16, "w", &w, k, n).expect("valid weight");
+        assert_eq!(dq.shape, vec![Dim::Fixed(64), Dim::Fixed(2)]);
+        assert!(mx_weight_from_values(&mut b, DType::F16, "bad", &w, 63, n).is_none());
+        assert!(mx_weight_from_values(&mut b, DType::F16, "bad", &w[1..], k, n).is_none());
+        let g = into_inline(b.finish("g", "")).graph.expect("graph");
+        let raw = |name: &str| {
+            let t = g
+                .initializer
+                .iter()
+                .find(|t| t.name.as_deref() == Some(name));
+            t.and_then(|t| t.raw_data.clone()).expect("initializer")
+        };
+        assert_eq!(raw("w.e8m0"), vec![119, 121, 119, 121]);
+        assert!(raw("w.e4m3").iter().all(|&c| c == e4m3_encode(256.0)));
+        assert_eq!(g.node.len(), 1, "one DequantizeLinear");
+    }
 }
