@@ -22,6 +22,9 @@ impl Graph {
     /// `base_dir` is where external data `location`s resolve (the model file's directory); when
     /// given, each external file is checked to exist and be long enough, from its metadata only.
     ///
+    /// Nodes keep their file order when it is topological (ONNX requires it); a file listing
+    /// them out of order loads and is re-sorted stably — the only normalisation on save.
+    ///
     /// Errors: missing graph, unsupported IR version or default-domain opset, node domains
     /// without an opset import, empty or duplicate names, values with two producers, inputs or
     /// outputs naming no value (dangling), malformed external data entries, missing external
