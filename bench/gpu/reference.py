@@ -5,6 +5,7 @@ import ml_dtypes
 
 F32 = np.float32
 F_RCEIL, F_NAN_IGNORE, F_GEMMA, F_GAMMA_F32, F_INV_DIV, F_OAI, F_FP32_ACT = 1, 2, 4, 8, 16, 32, 64
+F_NO_ROUND_SUM, F_SWISH_SINGLE = 128, 256
 
 
 def rnd(x, dt):
@@ -27,8 +28,7 @@ def scale_byte(amax, flags):
         e, m = qb >> 23, qb & 0x7FFFFF
         s = np.where(e == 0, (m > 0x400000).astype(np.uint32), np.minimum(e + (m != 0), 254))
     else:
-        e = amax.view(np.uint32) >> 23
-        s = np.where(e > 8, e - 8, 0)
+        s = np.minimum((amax * F32(2.0 ** -8)).astype(F32).view(np.uint32) >> 23, 254)
     return np.where(np.isinf(amax), 254, s).astype(np.uint32)
 
 
@@ -37,6 +37,8 @@ def e4m3_sat(v):
     c = np.clip(v, F32(-448), F32(448))
     b = c.astype(ml_dtypes.float8_e4m3fn).view(np.uint8).copy()
     b[np.isnan(v)] = 0x7F
+    b[np.isposinf(v)] = 0x7F  # non-finite elements are not saturated (docs/ops.md nan_policy)
+    b[np.isneginf(v)] = 0xFF
     return b
 
 
@@ -55,7 +57,7 @@ def quantize(y, flags):
     y = np.asarray(y, dtype=F32)
     R, K = y.shape
     yb = y.reshape(R, K // 32, 32)
-    nan = np.isnan(yb).any(-1)
+    nan = (~np.isfinite(yb)).any(-1)  # "propagate" fires on NaN and +-Inf
     amax = np.where(np.isnan(yb), F32(0), np.abs(yb)).max(-1).astype(F32)
     s = scale_byte(amax, flags)
     inv = np.where(s >= 254, bits_f32(np.full(s.shape, 0x00400000)),
@@ -68,34 +70,68 @@ def quantize(y, flags):
     return q.reshape(R, K), s
 
 
-def add_rmsnorm(x, r, gamma, dt, flags, eps=1e-6):
+def add_rmsnorm(x, r, gamma, dt, flags, eps=1e-6, gdt=None):
     """-> (y rounded to T, s = residual_out), both fp32 arrays."""
     x = np.asarray(x, F32)
-    s = rnd(x + np.asarray(r, F32), dt) if r is not None else x
-    v = ((s.astype(np.float64) ** 2).sum(-1, keepdims=True) / s.shape[-1]).astype(F32)
+    s = (x + np.asarray(r, F32)).astype(F32) if r is not None else x
+    res_out = rnd(s, dt)
+    if not flags & F_NO_ROUND_SUM:
+        s = res_out
+    v = ((s * s).astype(F32).astype(np.float64).sum(-1, keepdims=True) / s.shape[-1]).astype(F32)
     root = np.sqrt((v + F32(eps)).astype(F32)).astype(F32)
     n = (s / root) if flags & F_INV_DIV else s * (F32(1) / root)
     n = n.astype(F32)
     g = np.asarray(gamma, F32)
-    w = (F32(1) + g).astype(F32) if flags & F_GEMMA else g
+    gdt = gdt or dt  # gamma's dtype (Gemma + gamma_in_f32 = 0 adds 1 in it)
+    w = g
+    if flags & F_GEMMA:
+        w = (F32(1) + g).astype(F32) if flags & F_GAMMA_F32 else rnd(F32(1) + g, gdt)
     y = rnd(n * w, dt) if flags & F_GAMMA_F32 else rnd(rnd(n, dt) * w, dt)
-    return y, s
+    return y, res_out
+
+
+def exp_pinned(x):
+    """kernels::reference::math::exp_f32 in numpy f32 (separate multiplies and adds)."""
+    x = np.asarray(x, F32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        n = np.rint(x * F32(1.4426950408889634)).astype(F32)
+        r = (x - n * F32(0.693359375)).astype(F32)
+        r = (r - n * F32(-2.12194440e-4)).astype(F32)
+        p = np.full_like(r, F32(1.9875691e-4))
+        for c in (1.3981999e-3, 8.3334520e-3, 4.1665796e-2, 1.6666665e-1, 0.5):
+            p = (p * r + F32(c)).astype(F32)
+        y = (p * (r * r) + r + F32(1)).astype(F32)
+        ni = np.clip(n, -126, 127).astype(np.int64)
+        out = (y * ((ni + 127).astype(np.uint32) << 23).view(F32)).astype(F32)
+    out = np.where(x > 88, np.inf, np.where(x < -87, 0, out)).astype(F32)
+    return np.where(np.isnan(x), x, out).astype(F32)
+
+
+def sigmoid_pinned(z):
+    return (F32(1) / (F32(1) + exp_pinned(-np.asarray(z, F32)))).astype(F32)
 
 
 def swiglu(g, u, dt, flags, alpha=1.702, limit=7.0, beta=1.0):
+    """kernels::reference::swiglu_value, vectorised."""
     g, u = np.asarray(g, F32), np.asarray(u, F32)
-    R = (lambda v: v) if flags & F_FP32_ACT else (lambda v: rnd(v, dt))
-    alpha, limit, beta = F32(alpha), F32(limit), F32(beta)
+    R = lambda v: rnd(v, dt)
+    a, lim, b = F32(alpha), F32(limit), F32(beta)
     with np.errstate(over="ignore", invalid="ignore"):
+        if flags & F_FP32_ACT:
+            if flags & F_OAI:
+                g = np.where(g > lim, lim, g)
+                u = (np.where(u > lim, lim, np.where(u < -lim, -lim, u)) + b).astype(F32)
+            return ((g * sigmoid_pinned(a * g)).astype(F32) * u).astype(F32)
         if flags & F_OAI:
-            g = np.where(g > limit, limit, g)
-            u = np.where(u > limit, limit, np.where(u < -limit, -limit, u))
-        t = R(alpha * g)
-        sg = R(F32(1) / (F32(1) + np.exp(-t)))
-        glu = R(g * sg)
-        if flags & F_OAI:
-            u = R(u + beta)
-        return R(glu * u).astype(F32)
+            lr = R(lim)
+            g = np.where(g > lr, lr, g)
+            u = R(np.where(u > lr, lr, np.where(u < -lr, -lr, u)) + R(b))
+        if flags & F_SWISH_SINGLE:
+            sw = R(g * sigmoid_pinned(a * g))
+        else:
+            z = g if alpha == 1.0 else R(g * R(a))
+            sw = R(g * R(sigmoid_pinned(z)))
+        return R(sw * u)
 
 
 def matmul(aq, as_, w, ws):

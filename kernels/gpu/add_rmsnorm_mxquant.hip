@@ -7,7 +7,7 @@
 // is read once. gamma is loaded in the first pass too, so its latency overlaps the reduction.
 // Small M wants many lanes per row (short per-lane chains); large M wants few (several blocks per
 // SM): the host picks NCH and B (kernels/src/gpu/launch.rs, bench/gpu/mxgpu.py).
-// Semantics (docs/ops.md): s = round_T(x + r); v = f32(sum_f64(s^2) / H); n = s * (1 / sqrt(v + eps))
+// Semantics (docs/ops.md): s = round_T(x + r) (or the f32 sum); v = f32(sum_f64(s^2) / H); n = s * (1 / sqrt(v + eps))
 // (or s / sqrt(v + eps)); y = round_T(n * g) (or round_T(round_T(n) * g)); q/scale quantize y as T.
 template <class T, class G, int NCH>
 MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
@@ -29,6 +29,7 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
 
   float s[NCH][8], g[NCH][8];
   double ss = 0.0;
+  const bool round_sum = !(flags & MX_F_NO_ROUND_SUM);
 #pragma unroll
   for (int k = 0; k < NCH; ++k) {
     const int c = threadIdx.x + k * B;
@@ -39,15 +40,17 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
         float r[8];
         MxVec8<T>::load(res + 8 * c, r);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) s[k][i] = mx_round<T>(s[k][i] + r[i]);
+        for (int i = 0; i < 8; ++i) s[k][i] = round_sum ? mx_round<T>(s[k][i] + r[i]) : s[k][i] + r[i];
       }
+      // Squares rounded to f32 (the graph's f32 Pow), summed in f64.
 #pragma unroll
-      for (int i = 0; i < 8; ++i) ss += (double)s[k][i] * (double)s[k][i];
+      for (int i = 0; i < 8; ++i) ss += (double)__fmul_rn(s[k][i], s[k][i]);
     }
   }
 
-  // Block sum of squares in fp64: each square of an fp32 is exact in fp64, so the order of the
-  // reduction changes the result only in the last bits of the fp64 sum, far below fp32 rounding.
+  // Block sum in fp64. docs/ops.md pins a 16-lane order (kernels::reference::math::lane_mean);
+  // this tree differs, which changes v only when the f64 sum is inexact -- never for bf16/f16
+  // rows whose squares span fewer than ~24 binades (every check so far is bit-exact).
   __shared__ double warp_sums[1024 / 32];
 #pragma unroll
   for (int o = MX_WARP / 2; o > 0; o >>= 1) ss += MX_SHFL_XOR(ss, o);
@@ -77,11 +80,12 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
     const bool live = c < chunks;
     float y[8];
     if (live) {
-      if (res_out) MxVec8<T>::store(res_out + 8 * c, s[k]);
+      if (res_out) MxVec8<T>::store(res_out + 8 * c, s[k]);  // round_T(x + r) either way
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         const float n = use_div ? s[k][i] / root : s[k][i] * inv;
-        const float w = gemma ? 1.0f + g[k][i] : g[k][i];
+        // Gemma with gamma_in_f32 = 0: the graph adds 1 in gamma's own dtype.
+        const float w = !gemma ? g[k][i] : gamma_f32 ? 1.0f + g[k][i] : mx_round<G>(1.0f + g[k][i]);
         y[i] = gamma_f32 ? mx_round<T>(n * w) : mx_round<T>(mx_round<T>(n) * w);
       }
       if (normed) MxVec8<T>::store(normed + 8 * c, y);

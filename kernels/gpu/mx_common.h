@@ -13,6 +13,8 @@
 #define MX_F_INV_DIV 16u     // add_rmsnorm: n = s / sqrt(v + eps) (else s * (1 / sqrt(v + eps)))
 #define MX_F_OAI 32u         // swiglu: SwiGLU-OAI clamp + (up + beta)
 #define MX_F_FP32_ACT 64u    // swiglu: no rounding of intermediates to T
+#define MX_F_NO_ROUND_SUM 128u  // add_rmsnorm: normalise the f32 sum x + r (residual_out still round_T)
+#define MX_F_SWISH_SINGLE 256u  // swiglu: swish_form "single_op" (g * sigmoid(alpha * g) rounded once)
 
 // ---------------------------------------------------------------------------------------------
 // Element types: a tag struct per ONNX float type with its storage and exact conversions.
@@ -122,15 +124,40 @@ struct MxVec8<MxF32> {
   }
 };
 
+// The pinned f32 exponential and logistic of kernels::reference::math (docs/ops.md): Cody-Waite
+// reduction + the cephes degree-6 polynomial with separate multiplies and adds. The _rn intrinsics
+// keep the compiler from contracting them into FMAs, so the bits match the CPU reference.
+MX_DEV float mx_exp_pinned(float x) {
+  if (x != x) return x;
+  if (x > 88.0f) return __int_as_float(0x7f800000);
+  if (x < -87.0f) return 0.0f;
+  const float n = rintf(__fmul_rn(x, 1.44269504088896341f));
+  float r = __fsub_rn(x, __fmul_rn(n, 0.693359375f));
+  r = __fsub_rn(r, __fmul_rn(n, -2.12194440e-4f));
+  float p = 1.9875691e-4f;
+  p = __fadd_rn(__fmul_rn(p, r), 1.3981999e-3f);
+  p = __fadd_rn(__fmul_rn(p, r), 8.3334520e-3f);
+  p = __fadd_rn(__fmul_rn(p, r), 4.1665796e-2f);
+  p = __fadd_rn(__fmul_rn(p, r), 1.6666665e-1f);
+  p = __fadd_rn(__fmul_rn(p, r), 0.5f);
+  const float y = __fadd_rn(__fadd_rn(__fmul_rn(p, __fmul_rn(r, r)), r), 1.0f);
+  return __fmul_rn(y, mx_bits_f32((mx_u32)((int)n + 127) << 23));
+}
+
+MX_DEV float mx_sigmoid_pinned(float z) { return 1.0f / __fadd_rn(1.0f, mx_exp_pinned(-z)); }
+
 // ---------------------------------------------------------------------------------------------
 // FP8 E4M3FN and E8M0.
 
-// fp32 -> E4M3FN, round to nearest even, saturating (|v| >= 448 and +-Inf -> +-448), NaN -> 0x7F.
+// fp32 -> E4M3FN, round to nearest even, saturating for finite values (|v| >= 448 -> +-448);
+// NaN -> 0x7F and +-Inf -> 0x7F / 0xFF (docs/ops.md: non-finite elements follow nan_policy; the
+// quantizer only lets them through under "ignore", where vLLM's cast is non-saturating).
 MX_DEV mx_u32 mx_e4m3_sat(float v) {
   mx_u32 b = mx_f32_bits(v);
   mx_u32 sign = (b >> 24) & 0x80u, a = b & 0x7fffffffu;
   if (a > 0x7f800000u) return 0x7fu;
-  if (a >= 0x43e00000u) return sign | 0x7eu;  // >= 448 (this also covers Inf)
+  if (a == 0x7f800000u) return sign | 0x7fu;
+  if (a >= 0x43e00000u) return sign | 0x7eu;  // >= 448
   if (a < 0x3c800000u) {                      // below 2^-6: E4M3 subnormal m * 2^-9, m = 0..8
     return sign | (mx_u32)rintf(mx_bits_f32(a) * 512.0f);
   }
@@ -140,21 +167,18 @@ MX_DEV mx_u32 mx_e4m3_sat(float v) {
   return sign | (r > 0x7eu ? 0x7eu : r);
 }
 
-// Four values -> four saturating E4M3 bytes, little-endian (NaN -> 0x7F).
+// Four values -> four E4M3 bytes as mx_e4m3_sat, little-endian.
 MX_DEV mx_u32 mx_e4m3x4_sat(float a, float b, float c, float d) {
 #if defined(MX_NV_CVT_E4M3)
-  // cvt ... e4m3x2 puts its first source in the high byte. satfinite maps +-Inf to +-448 as ops.md
-  // wants; a NaN may come out as 0xFF, so NaNs are mapped to 0x7F explicitly.
+  // cvt ... e4m3x2 puts its first source in the high byte. satfinite is mx_e4m3_sat for finite
+  // values; non-finite ones (rare) take the software path.
   mx_u16 lo, hi;
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(b), "f"(a));
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(d), "f"(c));
   mx_u32 r = (mx_u32)lo | ((mx_u32)hi << 16);
-  if ((a != a) | (b != b) | (c != c) | (d != d)) {
-    if (a != a) r = (r & 0xffffff00u) | 0x7fu;
-    if (b != b) r = (r & 0xffff00ffu) | 0x7f00u;
-    if (c != c) r = (r & 0xff00ffffu) | 0x7f0000u;
-    if (d != d) r = (r & 0x00ffffffu) | 0x7f000000u;
-  }
+  const float inf = __int_as_float(0x7f800000);
+  if (!(fabsf(a) < inf) | !(fabsf(b) < inf) | !(fabsf(c) < inf) | !(fabsf(d) < inf))
+    r = mx_e4m3_sat(a) | (mx_e4m3_sat(b) << 8) | (mx_e4m3_sat(c) << 16) | (mx_e4m3_sat(d) << 24);
   return r;
 #else
   return mx_e4m3_sat(a) | (mx_e4m3_sat(b) << 8) | (mx_e4m3_sat(c) << 16) | (mx_e4m3_sat(d) << 24);
@@ -176,9 +200,10 @@ MX_DEV float mx_e8m0_to_f32(mx_u32 s) {
   return mx_bits_f32(s << 23);
 }
 
-// Scale byte from a block's abs-max (>= 0, not NaN; Inf allowed -> 254, the E8M0 saturation).
-// "floor": OCP MX, byte = clamp(floor(log2 amax) - 8 + 127, 0, 254); a zero block gives 0.
-// "rceil": byte = E8M0 round-up of fl32(amax * fl32(1/448)); a quotient <= 2^-127 gives 0.
+// Scale byte from a block's abs-max (>= 0, not NaN; Inf allowed -> 254, the E8M0 saturation),
+// exactly kernels::codec::ScaleRule::scale_byte:
+// "floor": the biased exponent of fl32(amax * 2^-8) (a subnormal product gives 0), at most 254.
+// "rceil": E8M0 round-up of q = fl32(amax * fl32(1/448)); a subnormal q gives 1 if q > 2^-127.
 MX_DEV mx_u32 mx_scale_byte(float amax, mx_u32 flags) {
   mx_u32 a = mx_f32_bits(amax);
   if (a >= 0x7f800000u) return 254u;
@@ -189,8 +214,8 @@ MX_DEV mx_u32 mx_scale_byte(float amax, mx_u32 flags) {
     mx_u32 r = e + (m != 0u ? 1u : 0u);
     return r > 254u ? 254u : r;
   }
-  mx_u32 e = a >> 23;
-  return e > 8u ? e - 8u : 0u;
+  const mx_u32 e = mx_f32_bits(amax * 0.00390625f) >> 23;
+  return e > 254u ? 254u : e;
 }
 
 // 2^(127 - byte): the exact multiplier that maps a block onto the E4M3 grid. byte 254 needs the
@@ -207,26 +232,28 @@ MX_DEV float mx_scale_inverse(mx_u32 s) {
 template <int E>
 MX_DEV mx_u32 mx_quant_group(const float v[E], mx_u32 flags, mx_u32 q[(E + 3) / 4]) {
   float amax = 0.0f;
-  int nan = 0;
+  int nonfinite = 0;
+  const float inf = __int_as_float(0x7f800000);
 #pragma unroll
   for (int i = 0; i < E; ++i) {
     float a = fabsf(v[i]);
-    nan |= (a != a);
+    nonfinite |= !(a < inf);
     amax = fmaxf(amax, a);  // fmaxf skips NaN: the "ignore" policy's amax
   }
 #pragma unroll
   for (int o = 1; o < 32 / E; o <<= 1) {
     amax = fmaxf(amax, MX_SHFL_XOR(amax, o));
-    nan |= MX_SHFL_XOR(nan, o);
+    nonfinite |= MX_SHFL_XOR(nonfinite, o);
   }
-  if (nan && !(flags & MX_F_NAN_IGNORE)) {  // "propagate": NaN scale, every value NaN
+  // "propagate": a NaN or +-Inf in the block gives the NaN scale and every value NaN.
+  if (nonfinite && !(flags & MX_F_NAN_IGNORE)) {
 #pragma unroll
     for (int j = 0; j < (E + 3) / 4; ++j) q[j] = 0x7f7f7f7fu;
     return 255u;
   }
   const mx_u32 scale = mx_scale_byte(amax, flags);
   const float inv = mx_scale_inverse(scale);
-  // The products are exact (power-of-two scaling); NaN * inv stays NaN -> 0x7F.
+  // The products are exact (power-of-two scaling); NaN stays NaN, +-Inf stays +-Inf.
   if (E >= 4) {
 #pragma unroll
     for (int j = 0; j < E / 4; ++j)

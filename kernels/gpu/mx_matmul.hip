@@ -8,7 +8,7 @@
 //   quantizer, which is exactly the mma B-fragment it needs, so the quantized A never leaves
 //   registers.
 // * mx_matmul_generic_*: a portable scalar kernel for every layout of docs/ops.md (e4m3 b with
-//   trans_b 0 or 1, or bf16/f16/f32 b [K, N]); AMD builds use it until an MFMA path exists.
+//   trans_b 0 or 1, or bf16/f16/f32 b [K, N] or [N, K]); AMD builds use it until an MFMA path exists.
 
 #define MX_GEMM_UNROLL 4
 #define MX_GEMM_MAX_WARPS 16
@@ -21,6 +21,7 @@
 #define MX_B_BF16 2
 #define MX_B_F16 3
 #define MX_B_F32 4
+#define MX_B_TRANS 8  // or-ed into a float mode: b is [N, K] (trans_b = 1)
 
 #if defined(MX_NV_FP8_MMA)
 // The scale bytes of k-blocks kbase .. kbase + 3 of one row (byte u = k-block kbase + u; 127, i.e.
@@ -232,13 +233,14 @@ MX_DEV void mx_matmul_generic(const mx_u8* __restrict__ aq, const mx_u8* __restr
     for (int i = 0; i < 32; ++i) {
       const long long k = 32 * kb + i;
       const float a = mx_e4m3_to_f32(aq[m * K + k]);
+      const long long bi = (bmode & MX_B_TRANS) ? (long long)n * K + k : k * N + n;
       float bv;
-      switch (bmode) {
+      switch (bmode & ~MX_B_TRANS) {
         case MX_B_E4M3_KN: bv = mx_e4m3_to_f32(b8[k * N + n]); break;
         case MX_B_E4M3_NK: bv = mx_e4m3_to_f32(b8[(long long)n * K + k]); break;
-        case MX_B_BF16: bv = MxBf16::to_f32(static_cast<const mx_u16*>(b)[k * N + n]); break;
-        case MX_B_F16: bv = MxF16::to_f32(static_cast<const mx_u16*>(b)[k * N + n]); break;
-        default: bv = static_cast<const float*>(b)[k * N + n]; break;
+        case MX_B_BF16: bv = MxBf16::to_f32(static_cast<const mx_u16*>(b)[bi]); break;
+        case MX_B_F16: bv = MxF16::to_f32(static_cast<const mx_u16*>(b)[bi]); break;
+        default: bv = static_cast<const float*>(b)[bi]; break;
       }
       blk += a * bv;
     }

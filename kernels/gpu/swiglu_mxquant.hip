@@ -9,34 +9,40 @@
 #define MX_LAYOUT_SPLIT_HALVES 1
 #define MX_LAYOUT_INTERLEAVED 2
 
+// act = gate * sigmoid(alpha * gate) * up  (OAI: gate = min(gate, limit), up = clamp(up) + beta),
+// exactly kernels::reference::swiglu_value: with MX_F_FP32_ACT nothing is rounded; otherwise every
+// op the unfused graph materialises is rounded to T (r), its constants too: z = alpha == 1 ? g :
+// r(g * r(alpha)), sw = r(g * r(sigmoid(z))) (single_op: r(g * sigmoid(alpha * g))), OAI
+// u = r(clamp(up, r(limit)) + r(beta)), act = r(sw * u). Comparisons keep NaN (fminf would drop
+// it). ACT holds the MX_F_OAI / MX_F_FP32_ACT bits as a template constant: resolved at compile
+// time, the per-element flag tests vanish (the kernel is issue-bound at large sizes).
 struct MxSwigluParams {
-  float alpha, limit, beta;
+  float alpha, limit, beta;     // the attributes
+  float alpha_r, limit_r, beta_r;  // the attributes rounded to T (the graph's constants)
+  bool single_op;
 };
 
-// act = gate * sigmoid(alpha * gate) * up  (OAI: gate = min(gate, limit), up = clamp(up) + beta).
-// Without MX_F_FP32_ACT every intermediate the unfused ONNX graph materialises is rounded to T:
-// alpha*g, sigmoid, g*sigmoid, up+beta, the product. Comparisons keep NaN (fminf would drop it).
-// ACT holds the MX_F_OAI / MX_F_FP32_ACT bits as a template constant: resolved at compile time, the
-// per-element flag tests vanish (the kernel is issue-bound at large sizes).
 template <class T, mx_u32 ACT>
 MX_DEV float mx_swiglu(float g, float u, const MxSwigluParams& p) {
-  const bool rnd = !(ACT & MX_F_FP32_ACT);
-  if (ACT & MX_F_OAI) {
-    g = g > p.limit ? p.limit : g;
-    u = u > p.limit ? p.limit : (u < -p.limit ? -p.limit : u);
+  if (ACT & MX_F_FP32_ACT) {
+    if (ACT & MX_F_OAI) {
+      g = g > p.limit ? p.limit : g;
+      u = (u > p.limit ? p.limit : (u < -p.limit ? -p.limit : u)) + p.beta;
+    }
+    return g * mx_sigmoid_pinned(p.alpha * g) * u;
   }
-  float t = p.alpha * g;
-  if (rnd) t = mx_round<T>(t);
-  float sg = 1.0f / (1.0f + expf(-t));
-  if (rnd) sg = mx_round<T>(sg);
-  float glu = g * sg;
-  if (rnd) glu = mx_round<T>(glu);
   if (ACT & MX_F_OAI) {
-    u = u + p.beta;
-    if (rnd) u = mx_round<T>(u);
+    g = g > p.limit_r ? p.limit_r : g;
+    u = mx_round<T>((u > p.limit_r ? p.limit_r : (u < -p.limit_r ? -p.limit_r : u)) + p.beta_r);
   }
-  float a = glu * u;
-  return rnd ? mx_round<T>(a) : a;
+  float sw;
+  if (p.single_op) {
+    sw = mx_round<T>(g * mx_sigmoid_pinned(p.alpha * g));
+  } else {
+    const float z = p.alpha == 1.0f ? g : mx_round<T>(g * p.alpha_r);
+    sw = mx_round<T>(g * mx_round<T>(mx_sigmoid_pinned(z)));
+  }
+  return mx_round<T>(sw * u);
 }
 
 // E elements per lane (8, or 2 for small tensors: shorter per-lane chains, more lanes).
@@ -88,7 +94,8 @@ MX_DEV void swiglu_mxquant_lane(const typename T::storage* __restrict__ gate,
   extern "C" __global__ void NAME(const T::storage* gate, const T::storage* up, mx_u8* q,      \
                                   mx_u8* scale, long long rows, int I, int layout, float alpha, \
                                   float limit, float beta, unsigned flags) {                    \
-    MxSwigluParams p = {alpha, limit, beta};                                                    \
+    MxSwigluParams p = {alpha, limit, beta, mx_round<T>(alpha), mx_round<T>(limit),            \
+                        mx_round<T>(beta), (flags & MX_F_SWISH_SINGLE) != 0};                   \
     swiglu_mxquant_lane<T, E, ACT>(gate, up, q, scale, rows, I, layout, p, flags);              \
   }
 #define MX_DEFINE_SWIGLU_E(NAME, T, E)                                                         \
