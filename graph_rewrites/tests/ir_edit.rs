@@ -390,3 +390,14 @@ fn fresh_values_nothing_defines_leave_no_value_info() {
         .collect();
     assert_eq!(names, ["a"]);
 }
+
+#[test]
+fn nodes_listed_out_of_order_load_and_are_sorted() {
+    let mut b = ModelBuilder::new(21);
+    b.input("x", FLOAT, &[4]);
+    b.node("Neg", &["r"], &["y"]);
+    b.node("Relu", &["x"], &["r"]);
+    b.output("y", FLOAT, &[4]);
+    let g = b.graph().unwrap();
+    assert_eq!(op_order(&g), ["Relu", "Neg"]);
+}
