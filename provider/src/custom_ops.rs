@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use ort_sys::{
     ONNXTensorElementDataType as OrtType, OrtApi, OrtCustomOp, OrtCustomOpDomain,
     OrtCustomOpInputOutputCharacteristic as Characteristic, OrtKernelContext, OrtKernelInfo,
-    OrtMemType, OrtOpAttr, OrtShapeInferContext, OrtStatusPtr, OrtTensorTypeAndShapeInfo,
+    OrtMemType, OrtOpAttr, OrtShapeInferContext, OrtStatusPtr, OrtTensorTypeAndShapeInfo, OrtValue,
 };
 
 use crate::error::{Error, Result};
@@ -22,8 +22,9 @@ use crate::kernel_io::run_kernel;
 use crate::ops::schema::{self, AttrKind, OpSchema, Slot};
 use crate::ops::{self, Attrs, Kernel, Parallelism};
 use crate::ort_attrs::read_attr;
+use crate::ort_types::value_type_and_dims;
 use crate::ort_types::{ort_from_onnx, read_tensor_shape_info};
-use crate::tensor::Meta;
+use crate::tensor::{Meta, TensorRef};
 use graph_rewrites::view::{AttrValue, Dim};
 
 /// An `OrtCustomOp` followed by our data; ORT hands the `OrtCustomOp*` back, which is also a
@@ -196,12 +197,65 @@ unsafe extern "system" fn create_kernel_v2(
     guard_status("CreateKernel", || {
         let schema = this(op).schema;
         let attrs = collect_attrs(schema, |name, kind| kernel_info_attr(info, name, kind))?;
+        let mut kernel_impl = ops::create(&attrs)?;
+        prepack_constants(kernel_impl.as_mut(), info)?;
         let state = Box::new(KernelState {
-            kernel: ops::create(&attrs)?,
+            kernel: kernel_impl,
         });
         *kernel = Box::into_raw(state) as *mut c_void;
         Ok(())
     })
+}
+
+/// Hands the node's constant inputs (initializers) that the kernel asks for to its `prepack`.
+unsafe fn prepack_constants(kernel: &mut dyn Kernel, info: *const OrtKernelInfo) -> Result<()> {
+    let wanted = kernel.prepack_inputs();
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let ort = api()?.ort;
+    let mut n = 0usize;
+    check((ort.KernelInfo_GetInputCount)(info, &mut n))?;
+    let mut metas: Vec<Option<(Meta, *const u8)>> = (0..n).map(|_| None).collect();
+    for &i in wanted.iter().filter(|&&i| i < n) {
+        let mut is_constant = 0;
+        let mut value: *const OrtValue = ptr::null();
+        // Fails for an omitted optional input: treat as "not constant".
+        if check((ort.KernelInfoGetConstantInput_tensor)(
+            info,
+            i,
+            &mut is_constant,
+            &mut value,
+        ))
+        .is_err()
+            || is_constant == 0
+            || value.is_null()
+        {
+            continue;
+        }
+        let (dtype, dims) = value_type_and_dims(value)?;
+        let mut data: *const c_void = ptr::null();
+        check((ort.GetTensorData)(value, &mut data))?;
+        metas[i] = Some((Meta::new(dtype, dims), data as *const u8));
+    }
+    let mut constants = Vec::with_capacity(n);
+    for m in &metas {
+        constants.push(match m {
+            Some((meta, p)) => {
+                let len = meta.byte_len()?;
+                // SAFETY: ORT keeps constant initializers alive for the session; the bytes are
+                // only read during this call.
+                let data = if len == 0 || p.is_null() {
+                    &[][..]
+                } else {
+                    std::slice::from_raw_parts(*p, len)
+                };
+                Some(TensorRef { meta, data })
+            }
+            None => None,
+        });
+    }
+    kernel.prepack(&constants)
 }
 
 unsafe extern "system" fn kernel_compute_v2(

@@ -157,14 +157,19 @@ unsafe fn compile_one(
         .iter()
         .all(|&n| view.domain(n) == MXFUSE_DOMAIN);
     let parallelism = Parallelism::from_threads(options.threads);
+    // Constants by name from ORT's graph (the program keeps only what kernels prepack).
+    let constant = |name: &str| match view.value_by_name(name) {
+        Some(v) => view.const_value_unbounded(v),
+        None => Ok(None),
+    };
     if all_ours {
-        return Program::build(&view, &inputs, &outputs, parallelism);
+        return Program::build(&view, &inputs, &outputs, parallelism, &constant);
     }
     // Rewrite the claimed subgraph with the very pipeline the offline CLI runs.
     let model = model_from_view(&view)?;
     let mut ir = Graph::from_model(model, None).map_err(|e| Error::invalid(e.to_string()))?;
     run_pipeline(&mut ir, &options.pipeline).map_err(|e| Error::invalid(e.to_string()))?;
-    Program::build(&ir, &inputs, &outputs, parallelism)
+    Program::build(&ir, &inputs, &outputs, parallelism, &constant)
 }
 
 /// `OrtNodeComputeInfo` first, so ORT's pointer is also a `*mut ComputeInfo`.

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use graph_rewrites::view::{GraphView, MXFUSE_DOMAIN};
+use graph_rewrites::view::{ConstTensor, GraphView, NodeId, MXFUSE_DOMAIN};
 use ort_sys::OrtKernelContext;
 
 use crate::error::{Error, Result};
@@ -38,6 +38,37 @@ pub struct Program {
     outputs: Vec<usize>,
 }
 
+/// Hands the step's constant inputs that the kernel asks for to its `prepack` (the custom-op
+/// library does the same from `KernelInfo`, so both paths run the same packed weights).
+fn prepack(
+    kernel: &mut dyn Kernel,
+    g: &dyn GraphView,
+    n: NodeId,
+    constant: &dyn Fn(&str) -> Result<Option<ConstTensor>>,
+) -> Result<()> {
+    let wanted = kernel.prepack_inputs();
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let inputs = g.inputs(n);
+    let mut owned: Vec<Option<Tensor>> = (0..inputs.len()).map(|_| None).collect();
+    for &i in wanted.iter().filter(|&&i| i < inputs.len()) {
+        let Some(v) = inputs[i] else { continue };
+        if !g.is_constant(v) {
+            continue;
+        }
+        if let Some(t) = constant(g.value_name(v))? {
+            let meta = Meta::new(t.elem_type, t.dims);
+            if meta.byte_len()? == t.raw.len() {
+                owned[i] = Some(Tensor { meta, data: t.raw });
+            }
+        }
+    }
+    let views: Vec<Option<TensorRef<'_>>> =
+        owned.iter().map(|t| t.as_ref().map(Tensor::view)).collect();
+    kernel.prepack(&views)
+}
+
 impl Program {
     /// Builds the program from `g` (every node must be a `com.mxfuse` op), binding values by
     /// name to the fused node's `input_names` / `output_names`.
@@ -46,6 +77,7 @@ impl Program {
         input_names: &[String],
         output_names: &[String],
         parallelism: Parallelism,
+        constant: &dyn Fn(&str) -> Result<Option<ConstTensor>>,
     ) -> Result<Self> {
         let mut slots: HashMap<String, usize> = HashMap::new();
         let mut sources = Vec::new();
@@ -73,8 +105,9 @@ impl Program {
                     values.insert(a, v);
                 }
             }
-            let kernel = ops::create(&Attrs::new(op, values)?)
+            let mut kernel = ops::create(&Attrs::new(op, values)?)
                 .map_err(|e| Error::invalid(format!("node {name}: {e}")))?;
+            prepack(kernel.as_mut(), g, n, constant)?;
             let mut inputs = Vec::new();
             for input in g.inputs(n) {
                 let Some(v) = input else {

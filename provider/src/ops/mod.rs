@@ -5,6 +5,7 @@
 
 pub mod attrs;
 mod foreign;
+mod matmul;
 mod parallel;
 pub mod schema;
 
@@ -21,6 +22,18 @@ pub trait Kernel: Send + Sync {
     /// Types and shapes of the outputs for these inputs (`None` for omitted optional inputs).
     /// Dims of -1 (unknown, during ORT's shape inference) give -1 in dependent output dims.
     fn output_metas(&self, inputs: &[Option<&Meta>]) -> Result<Vec<Meta>>;
+
+    /// Offers the inputs that are constant for the session (`constants[i]` is `Some` for a
+    /// constant input `i`) so the kernel can keep them in a faster layout, as ORT's `PrePack`.
+    /// Both the custom-op library and the EP call it, so both compute the same bits.
+    fn prepack(&mut self, _constants: &[Option<TensorRef<'_>>]) -> Result<()> {
+        Ok(())
+    }
+
+    /// The input indices [`Kernel::prepack`] looks at (callers fetch only these constants).
+    fn prepack_inputs(&self) -> &'static [usize] {
+        &[]
+    }
 
     /// Computes the outputs; `outputs[i]` is `None` when the node does not produce output `i`.
     fn compute(
@@ -49,7 +62,7 @@ pub fn create(attrs: &Attrs) -> Result<Box<dyn Kernel>> {
         "MxQuantize" => Box::new(MxQuantAttrs::from_pairs(pairs)?),
         "AddRmsNormMxQuant" => Box::new(AddRmsNormAttrs::from_pairs(pairs)?),
         "SwiGluMxQuant" => Box::new(SwiGluAttrs::from_pairs(pairs)?),
-        "MxMatMul" => Box::new(MxMatMulAttrs::from_pairs(pairs)?),
+        "MxMatMul" => Box::new(matmul::MxMatMul::new(MxMatMulAttrs::from_pairs(pairs)?)),
         other => return Err(Error::Unsupported(format!("com.mxfuse op {other:?}"))),
     })
 }
@@ -247,65 +260,5 @@ impl Kernel for SwiGluAttrs {
         let mut outs = out_views(outputs, &od)?;
         let (q, s) = (take(&mut outs, 0, "q")?, take(&mut outs, 1, "scale")?);
         Ok(k::swiglu_mx_quant(input, q, s, self, par)?)
-    }
-}
-
-/// The element type of `MxMatMul`'s `y`: the float weight's type when `b` is float, else
-/// `output_dtype`.
-///
-/// The rules only emit float-weight `MxMatMul`s whose `output_dtype` is the weight's type (a
-/// MatMul's output has its inputs' type), so this is `output_dtype` for every rewritten model.
-/// It differs only when ORT's CPU `InsertCastTransformer` moves an "isolated fp16 node" to fp32
-/// (f16 weight cast to f32, Cast back to f16 after `y`): `y` must then follow `b` or the graph no
-/// longer type-checks. The bits are the same: the f32 accumulator rounded once to f16 either way.
-fn y_dtype(attrs: &MxMatMulAttrs, b_dtype: i32) -> DType {
-    match DType::from_onnx_code(b_dtype as i64) {
-        Some(t) if t.is_float() => t,
-        _ => attrs.output_dtype,
-    }
-}
-
-impl Kernel for MxMatMulAttrs {
-    fn output_metas(&self, inputs: &[Option<&Meta>]) -> Result<Vec<Meta>> {
-        let a = required(inputs, 0, "a_q")?;
-        let b = required(inputs, 2, "b")?;
-        let (ad, a_unknown) = to_dims(&a.dims);
-        let (bd, b_unknown) = to_dims(&b.dims);
-        let (_, _, _, y) = k::mx_matmul_dims(&ad, &bd, self.trans_b)?;
-        Ok(vec![Meta::new(
-            y_dtype(self, b.dtype).onnx_code(),
-            from_dims(&y, a_unknown || b_unknown),
-        )])
-    }
-
-    fn compute(
-        &self,
-        inputs: &[Option<TensorRef<'_>>],
-        outputs: &mut [Option<TensorMut<'_>>],
-        par: &dyn kernels::Parallel,
-    ) -> Result<()> {
-        let a = required(inputs, 0, "a_q")?;
-        let a_scale = required(inputs, 1, "a_scale")?;
-        let b = required(inputs, 2, "b")?;
-        let b_scale = inputs.get(3).copied().flatten();
-        let (ad, asd, bd) = (dims_of(a), dims_of(a_scale), dims_of(b));
-        let bsd = b_scale.as_ref().map(dims_of).unwrap_or_default();
-        let od = out_dims(outputs);
-        let mut outs = out_views(outputs, &od)?;
-        let y = take(&mut outs, 0, "y")?;
-        let b_scale = b_scale.as_ref().map(|t| view(t, &bsd)).transpose()?;
-        let attrs = MxMatMulAttrs {
-            output_dtype: y_dtype(self, b.meta.dtype),
-            ..*self
-        };
-        Ok(k::mx_matmul(
-            view(a, &ad)?,
-            view(a_scale, &asd)?,
-            view(b, &bd)?,
-            b_scale,
-            y,
-            &attrs,
-            par,
-        )?)
     }
 }

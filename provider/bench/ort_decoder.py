@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""ORT's CPU EP vs ORT + mxfuse on a generated MiniMax-M3-shaped decoder stack.
+
+Generates (with `mxfuse-gen-model`, once, into --work) two f32-activation models of the same
+decoder (MiniMax-M3 at TP4: hidden 6144, 16 q / 2 kv heads of 128, intermediate 768):
+
+* baseline: float weights, no activation quantization — what ORT's CPU EP can run (it has no
+  kernel for MXFP8's E8M0-scaled QuantizeLinear/DequantizeLinear, so the MXFP8 model itself
+  does not run on the CPU EP at all);
+* mxfp8: standard opset-24 MXFP8 activations and MX weights (E4M3 + E8M0), run with the mxfuse
+  plugin EP (fused norm/SwiGLU quantizers, MX GEMMs) and the CPU EP for the rest (attention).
+
+and times a whole forward step for M = batch·seq tokens (batch 1), median of --runs after
+warm-up, both sessions in the same process and run. Prints a Markdown table.
+
+Usage: python3 provider/bench/ort_decoder.py [--layers 4] [--ms 1,8,64] [--runs 20]
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+ROOT = Path(__file__).resolve().parents[2]
+EP = "MxFuseExecutionProvider"
+
+
+def newest(name):
+    builds = [ROOT / "target" / p / name for p in ("release", "debug")]
+    builds = [b for b in builds if b.is_file()]
+    if not builds:
+        raise SystemExit(f"{name} not built: cargo build --release -p provider -p models")
+    return max(builds, key=lambda b: b.stat().st_mtime)
+
+
+def generate(work: Path, layers: int):
+    gen = newest("mxfuse-gen-model")
+    models = {}
+    for tag, quant, weights in (("float", "none", "float"), ("mxfp8", "std-floor", "std-mx")):
+        path = work / f"m3tp4_{layers}l_f32_{tag}.onnx"
+        if not path.exists():
+            subprocess.run(
+                [str(gen), "--preset", "m3-tp4", "--layers", str(layers), "--dtype", "f32", "--quant", quant,
+                 "--weights", weights, "--external", "-o", str(path)],
+                check=True, capture_output=True,
+            )
+        models[tag] = path
+    return models
+
+
+def time_session(sess, x, runs):
+    feed = {"hidden_states": x}
+    for _ in range(3):
+        sess.run(None, feed)
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        sess.run(None, feed)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--ms", default="1,8,64")
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=0, help="ORT intra-op threads (0 = ORT default)")
+    ap.add_argument("--work", default="/tmp/mxfuse_bench")
+    args = ap.parse_args()
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    models = generate(work, args.layers)
+
+    ort.register_execution_provider_library(EP, str(newest("libmxfuse_ep.so")))
+    devices = [d for d in ort.get_ep_devices() if d.ep_name == EP]
+
+    def options():
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = args.threads
+        return so
+
+    base = ort.InferenceSession(str(models["float"]), options(), providers=["CPUExecutionProvider"])
+    so = options()
+    so.add_provider_for_devices(devices, {})
+    fused = ort.InferenceSession(str(models["mxfp8"]), so)
+
+    print(f"decoder: MiniMax-M3 TP4 shapes, {args.layers} layers, f32 activations; "
+          f"ORT {ort.__version__}, {os.cpu_count()} CPUs, intra_op_num_threads={args.threads or 'default'}")
+    print()
+    print("| M (tokens) | CPU EP, float weights (ms) | CPU EP + mxfuse, MXFP8 (ms) | speed-up |")
+    print("|---:|---:|---:|---:|")
+    rng = np.random.default_rng(0)
+    for m in (int(v) for v in args.ms.split(",")):
+        x = rng.standard_normal((1, m, 6144)).astype(np.float32)
+        t_base = time_session(base, x, args.runs)
+        t_fused = time_session(fused, x, args.runs)
+        print(f"| {m} | {t_base * 1e3:.2f} | {t_fused * 1e3:.2f} | {t_base / t_fused:.2f}× |")
+
+
+if __name__ == "__main__":
+    main()

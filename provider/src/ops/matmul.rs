@@ -1,0 +1,226 @@
+//! `MxMatMul`, with its constant MX weight prepacked into the layout the kernel decodes fastest.
+//!
+//! The rules keep an MX weight as ONNX stores it (`b [K, N]`, `b_scale [K/32, N]`, the
+//! `DequantizeLinear(axis=0)` layout). The kernels decode `[N, K]` rows (`trans_b = 1`) with
+//! AVX2, a whole row of K at a time, but `[K, N]` element by element, several times slower.
+//! When both are session constants, [`MxMatMul::prepack`] stores them transposed once and runs
+//! with `trans_b = 1`. The result is exact either way; only the f32 summation order follows the
+//! layout, and both ORT paths (EP and custom-op library) prepack alike, so they agree bit for bit.
+
+use kernels::ops as k;
+use kernels::{DType, MxMatMulAttrs};
+
+use super::{dims_of, from_dims, out_dims, out_views, required, take, to_dims, view, Kernel};
+use crate::error::Result;
+use crate::tensor::{Meta, TensorMut, TensorRef};
+
+/// An MX weight transposed to `[N, K]` with scales `[N, K/32]`.
+struct PackedB {
+    q: Vec<u8>,
+    scales: Vec<u8>,
+    q_dims: [usize; 2],
+    scale_dims: [usize; 2],
+}
+
+pub struct MxMatMul {
+    attrs: MxMatMulAttrs,
+    packed: Option<PackedB>,
+}
+
+impl MxMatMul {
+    pub fn new(attrs: MxMatMulAttrs) -> Self {
+        MxMatMul {
+            attrs,
+            packed: None,
+        }
+    }
+}
+
+/// `src [rows, cols]` (1-byte elements) transposed to `[cols, rows]`.
+fn transpose_bytes(src: &[u8], rows: usize, cols: usize) -> Vec<u8> {
+    let mut dst = vec![0u8; src.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            dst[c * rows + r] = src[r * cols + c];
+        }
+    }
+    dst
+}
+
+/// The element type of `y`: the float weight's type when `b` is float, else `output_dtype`.
+///
+/// The rules only emit float-weight `MxMatMul`s whose `output_dtype` is the weight's type (a
+/// MatMul's output has its inputs' type), so this is `output_dtype` for every rewritten model.
+/// It differs only when ORT's CPU `InsertCastTransformer` moves an "isolated fp16 node" to fp32
+/// (f16 weight cast to f32, Cast back to f16 after `y`): `y` must then follow `b` or the graph no
+/// longer type-checks. The bits are the same: the f32 accumulator rounded once to f16 either way.
+fn y_dtype(attrs: &MxMatMulAttrs, b_dtype: i32) -> DType {
+    match DType::from_onnx_code(b_dtype as i64) {
+        Some(t) if t.is_float() => t,
+        _ => attrs.output_dtype,
+    }
+}
+
+impl Kernel for MxMatMul {
+    fn output_metas(&self, inputs: &[Option<&Meta>]) -> Result<Vec<Meta>> {
+        let a = required(inputs, 0, "a_q")?;
+        let b = required(inputs, 2, "b")?;
+        let (ad, a_unknown) = to_dims(&a.dims);
+        let (bd, b_unknown) = to_dims(&b.dims);
+        let (_, _, _, y) = k::mx_matmul_dims(&ad, &bd, self.attrs.trans_b)?;
+        Ok(vec![Meta::new(
+            y_dtype(&self.attrs, b.dtype).onnx_code(),
+            from_dims(&y, a_unknown || b_unknown),
+        )])
+    }
+
+    fn prepack_inputs(&self) -> &'static [usize] {
+        &[2, 3]
+    }
+
+    fn prepack(&mut self, constants: &[Option<TensorRef<'_>>]) -> Result<()> {
+        let (Some(Some(b)), Some(Some(bs))) = (constants.get(2), constants.get(3)) else {
+            return Ok(());
+        };
+        let e4m3 = DType::E4M3.onnx_code();
+        if self.attrs.trans_b
+            || b.meta.dtype != e4m3
+            || b.meta.dims.len() != 2
+            || bs.meta.dims.len() != 2
+        {
+            return Ok(());
+        }
+        let (kk, n) = (b.meta.dims[0] as usize, b.meta.dims[1] as usize);
+        let kb = bs.meta.dims[0] as usize;
+        if b.data.len() != kk * n || bs.data.len() != kb * n || bs.meta.dims[1] as usize != n {
+            return Ok(()); // malformed: leave it to compute's checks and their message
+        }
+        self.packed = Some(PackedB {
+            q: transpose_bytes(b.data, kk, n),
+            scales: transpose_bytes(bs.data, kb, n),
+            q_dims: [n, kk],
+            scale_dims: [n, kb],
+        });
+        Ok(())
+    }
+
+    fn compute(
+        &self,
+        inputs: &[Option<TensorRef<'_>>],
+        outputs: &mut [Option<TensorMut<'_>>],
+        par: &dyn kernels::Parallel,
+    ) -> Result<()> {
+        let a = required(inputs, 0, "a_q")?;
+        let a_scale = required(inputs, 1, "a_scale")?;
+        let b = required(inputs, 2, "b")?;
+        let b_scale = inputs.get(3).copied().flatten();
+        let (ad, asd, bd) = (dims_of(a), dims_of(a_scale), dims_of(b));
+        let bsd = b_scale.as_ref().map(dims_of).unwrap_or_default();
+        let od = out_dims(outputs);
+        let mut outs = out_views(outputs, &od)?;
+        let y = take(&mut outs, 0, "y")?;
+        let attrs = MxMatMulAttrs {
+            output_dtype: y_dtype(&self.attrs, b.meta.dtype),
+            ..self.attrs
+        };
+        let (a, a_scale) = (view(a, &ad)?, view(a_scale, &asd)?);
+        if let Some(p) = &self.packed {
+            let b = k::TensorRef::new(DType::E4M3, &p.q_dims, &p.q)?;
+            let bs = k::TensorRef::new(DType::E8M0, &p.scale_dims, &p.scales)?;
+            let attrs = MxMatMulAttrs {
+                trans_b: true,
+                ..attrs
+            };
+            return Ok(k::mx_matmul(a, a_scale, b, Some(bs), y, &attrs, par)?);
+        }
+        let b_scale = b_scale.as_ref().map(|t| view(t, &bsd)).transpose()?;
+        Ok(k::mx_matmul(
+            a,
+            a_scale,
+            view(b, &bd)?,
+            b_scale,
+            y,
+            &attrs,
+            par,
+        )?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kernels::Serial;
+
+    use super::*;
+    use crate::tensor::Tensor;
+
+    fn tensor(dtype: DType, dims: &[i64], data: Vec<u8>) -> Tensor {
+        Tensor {
+            meta: Meta::new(dtype.onnx_code(), dims.to_vec()),
+            data,
+        }
+    }
+
+    #[test]
+    fn prepacked_weight_gives_the_same_values_as_the_stored_layout() {
+        let (m, kk, n) = (3usize, 64usize, 5usize);
+        let a = tensor(
+            DType::E4M3,
+            &[m as i64, kk as i64],
+            (0..m * kk).map(|i| (i * 29 % 0x70) as u8).collect(),
+        );
+        let a_s = tensor(
+            DType::E8M0,
+            &[m as i64, 2],
+            vec![127, 128, 126, 127, 129, 127],
+        );
+        let b = tensor(
+            DType::E4M3,
+            &[kk as i64, n as i64],
+            (0..kk * n)
+                .map(|i| (i * 53 % 0x7e) as u8 | ((i as u8 & 1) << 7))
+                .collect(),
+        );
+        let b_s = tensor(
+            DType::E8M0,
+            &[2, n as i64],
+            (0..2 * n).map(|i| 120 + i as u8).collect(),
+        );
+        let inputs = [
+            Some(a.view()),
+            Some(a_s.view()),
+            Some(b.view()),
+            Some(b_s.view()),
+        ];
+        let run = |kernel: &MxMatMul| {
+            let mut y = Tensor::zeros(Meta::new(1, vec![m as i64, n as i64])).unwrap();
+            kernel
+                .compute(&inputs, &mut [Some(y.view_mut())], &Serial)
+                .unwrap();
+            y.data
+        };
+        let plain = MxMatMul::new(MxMatMulAttrs::default());
+        let mut packed = MxMatMul::new(MxMatMulAttrs::default());
+        packed
+            .prepack(&[None, None, Some(b.view()), Some(b_s.view())])
+            .unwrap();
+        assert!(packed.packed.is_some());
+        let to_f32 = |d: Vec<u8>| {
+            d.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect::<Vec<_>>()
+        };
+        let (p, q) = (to_f32(run(&plain)), to_f32(run(&packed)));
+        for (x, y) in p.iter().zip(&q) {
+            // Same products, possibly summed in another order: equal to f32 rounding.
+            assert!((x - y).abs() <= 1e-5 * x.abs().max(1.0), "{x} vs {y}");
+        }
+    }
+
+    #[test]
+    fn float_weights_and_runtime_weights_are_not_prepacked() {
+        let mut k = MxMatMul::new(MxMatMulAttrs::default());
+        let b = tensor(DType::F32, &[32, 2], vec![0; 32 * 2 * 4]);
+        k.prepack(&[None, None, Some(b.view()), None]).unwrap();
+        assert!(k.packed.is_none());
+    }
+}
