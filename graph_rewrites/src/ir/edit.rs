@@ -226,9 +226,13 @@ impl Graph {
         // the output's name; inputs, initializers, other outputs and values that subgraphs
         // read by name keep theirs.
         let read_by_subgraph = n.consumers.iter().any(|&(_, s)| s == SUBGRAPH_USE_SLOT);
-        let renamable = !(n.graph_input || n.graph_output || n.initializer.is_some())
-            && !(n.sparse_initializer || n.omitted || read_by_subgraph);
-        let target = if renamable {
+        let keeps_name = n.graph_input
+            || n.graph_output
+            || n.initializer.is_some()
+            || n.sparse_initializer
+            || n.omitted
+            || read_by_subgraph;
+        let target = if !keeps_name {
             new
         } else {
             // `old`'s name goes to a fresh alias that an Identity fills from `new`.
