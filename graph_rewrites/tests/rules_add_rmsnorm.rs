@@ -35,6 +35,8 @@ struct Case {
     pow_exponent: f32,
     /// `Sqrt → Div` instead of `Sqrt → Reciprocal → Mul`.
     div: bool,
+    /// `Div(c, Sqrt)` instead of `Reciprocal(Sqrt)`.
+    recip_numerator: Option<f32>,
     /// Gemma `Add(w, 1)` in front of the γ multiply.
     gemma_add: bool,
     gamma_len: i64,
@@ -56,6 +58,7 @@ impl Default for Case {
             allreduce_extra_reader: false,
             broadcast_residual: false,
             residual_allreduce: false,
+            recip_numerator: None,
             add_self: false,
             eps_input: false,
             pow_exponent: 2.0,
@@ -141,8 +144,15 @@ fn build(c: &Case) -> ModelBuilder {
     if c.div {
         b.node("Div", &[s, "sd"], &["n"]);
     } else {
-        b.node("Reciprocal", &["sd"], &["inv"])
-            .value_info("inv", t, &[4, 1]);
+        match c.recip_numerator {
+            // TorchScript's rsqrt: Div(1, Sqrt).
+            Some(one) => {
+                b.init_f32("one_num", &[], &[one]);
+                b.node("Div", &["one_num", "sd"], &["inv"])
+            }
+            None => b.node("Reciprocal", &["sd"], &["inv"]),
+        }
+        .value_info("inv", t, &[4, 1]);
         b.node("Mul", &[s, "inv"], &["n"]);
         if c.leak_interior {
             b.output("inv", t, &[4, 1]);
@@ -495,4 +505,23 @@ fn refuses_reading_a_value_the_fusion_removes() {
         why.contains("'x_ar' is computed inside the fusion"),
         "{why}"
     );
+}
+
+#[test]
+fn torchscript_div_one_is_a_reciprocal() {
+    let (report, g) = rewrite(&Case {
+        recip_numerator: Some(1.0),
+        ..Case::default()
+    });
+    assert_eq!(report.counts["add_rmsnorm_mxquant"], 1, "{report:#?}");
+    let n = fused_node(&g);
+    assert_eq!(
+        attr(&g, n, "inv_form"),
+        AttrValue::String("recip_mul".into())
+    );
+    let why = refusal(&Case {
+        recip_numerator: Some(2.0),
+        ..Case::default()
+    });
+    assert!(why.contains("Div(2, Sqrt) is not a reciprocal"), "{why}");
 }

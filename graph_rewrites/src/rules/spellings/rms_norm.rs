@@ -5,7 +5,7 @@
 //! ```text
 //! residual stage (s = the norm input)         norm stage (y = the normalized tensor)
 //! s = Add(AllReduce(x), residual)             decomposed: [Cast f32] ─ Pow(·,2) | Mul(·,·) ─ ReduceMean(-1)
-//! s = Add(x, residual)     (either order)         ─ Add(eps) ─ Sqrt ─ Reciprocal+Mul | Div  = n, then
+//! s = Add(x, residual)     (either order)         ─ Add(eps) ─ Sqrt ─ Reciprocal|Div(1,·)+Mul | Div = n,
 //! s = x                    (first layer)          Mul(n, γ) | Cast(Mul(n, γ)) | Mul(Cast(n), γ);
 //!                                                 γ = w or Add(w, 1) (Gemma)
 //!                                             RMSNormalization(s, w)                     (opset ≥ 23)
@@ -136,6 +136,9 @@ pub struct RmsNormPat {
     pub eps: V,
     pub add_eps: N,
     pub recip: N,
+    /// `Div(1, Sqrt)`: the TorchScript exporter's `rsqrt` (same bits as `Reciprocal`).
+    pub div_one: N,
+    pub one_numerator: V,
     pub div: N,
     /// `Mul(n, γ)`: y itself (f32) or cast back after it.
     pub mul_gamma: N,
@@ -178,7 +181,10 @@ pub fn rms_norm(p: &mut Pat, r: &ResidualPat) -> RmsNormPat {
     let var_eps = p.out(add_eps, 0);
     let sqrt = p.op(onnx("Sqrt")).args([var_eps]).out();
     let recip = p.op(onnx("Reciprocal")).args([sqrt]).node();
-    let inv = p.out(recip, 0);
+    let one_numerator = p.konst("one_numerator");
+    let div_one = p.op(onnx("Div")).args([one_numerator, sqrt]).node();
+    let (recip_out, div_one_out) = (p.out(recip, 0), p.out(div_one, 0));
+    let inv = p.any_of("inv_rms", [recip_out, div_one_out]);
     let mul_inv = p.op(onnx("Mul")).args([xf, inv]).commutative().out();
     let div = p.op(onnx("Div")).args([xf, sqrt]).node();
     let div_out = p.out(div, 0);
@@ -242,6 +248,8 @@ pub fn rms_norm(p: &mut Pat, r: &ResidualPat) -> RmsNormPat {
         eps,
         add_eps,
         recip,
+        div_one,
+        one_numerator,
         div,
         mul_gamma,
         cast_back,
@@ -556,11 +564,14 @@ fn decomposed_norm(m: &Match<'_>, n: &RmsNormPat, t: i32, rank: usize) -> Result
     if eps_t != dtype::FLOAT {
         return Err(reject!("epsilon is {}, not float", dtype::name(eps_t)));
     }
-    let inv_form = if m.node(n.recip).is_some() {
-        "recip_mul"
-    } else {
-        "div"
-    };
+    if m.node(n.div_one).is_some() {
+        let c = const_scalar(g, m[n.one_numerator], "reciprocal numerator")?;
+        if c != 1.0 {
+            return Err(reject!("Div({c}, Sqrt) is not a reciprocal"));
+        }
+    }
+    let recip = m.node(n.recip).is_some() || m.node(n.div_one).is_some();
+    let inv_form = if recip { "recip_mul" } else { "div" };
     let cast_to = |c: NodeId| attr_int(g.attr(c, "to"), 0).unwrap_or(0) as i32;
     let gamma_in_f32 = match (m.node(n.cast_back), m.node(n.cast_n)) {
         (Some(c), _) | (_, Some(c)) if cast_to(c) != t => {
