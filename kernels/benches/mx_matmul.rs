@@ -12,8 +12,8 @@ use std::time::Duration;
 use criterion::{criterion_group, BenchmarkId, Criterion};
 use half::bf16;
 use kernels::codec::QuantConfig;
-use kernels::parallel::StdThreads;
 use kernels::slices::MatB;
+use kernels::ThreadPool;
 use kernels::{fast, reference};
 
 const SHAPES: [(usize, usize); 3] = [(1536, 6144), (6144, 768), (6144, 6144)];
@@ -41,8 +41,7 @@ fn case(m: usize, n: usize, k: usize) -> Case {
     reference::mx_quantize(&x, k, &mut a_q, &mut a_s, cfg).expect("valid shapes");
     let w = common::normals(n * k, 8, 0.02);
     let (mut w_q, mut w_s) = (vec![0u8; n * k], vec![0u8; n * k / 32]);
-    fast::mx_quantize(&w, k, &mut w_q, &mut w_s, cfg, &StdThreads::available())
-        .expect("valid shapes");
+    fast::mx_quantize(&w, k, &mut w_q, &mut w_s, cfg, ThreadPool::global()).expect("valid shapes");
     Case {
         m,
         n,
@@ -56,7 +55,7 @@ fn case(m: usize, n: usize, k: usize) -> Case {
     }
 }
 
-fn run_quantize_a(c: &mut Case, par: &StdThreads) {
+fn run_quantize_a(c: &mut Case, par: &ThreadPool) {
     let b = MatB::Mx {
         q: &c.w_q,
         scales: &c.w_s,
@@ -75,7 +74,7 @@ fn run_quantize_a(c: &mut Case, par: &StdThreads) {
     .expect("valid shapes");
 }
 
-fn run_prequantized(c: &mut Case, par: &StdThreads) {
+fn run_prequantized(c: &mut Case, par: &ThreadPool) {
     let b = MatB::Mx {
         q: &c.w_q,
         scales: &c.w_s,
@@ -88,7 +87,7 @@ fn weight_bytes(n: usize, k: usize) -> usize {
 }
 
 fn bench(c: &mut Criterion) {
-    let par = StdThreads::available();
+    let par = ThreadPool::global();
     let mut group = c.benchmark_group("mx_matmul_mxfp8_weights");
     group
         .warm_up_time(Duration::from_millis(200))
@@ -101,7 +100,7 @@ fn bench(c: &mut Criterion) {
             group.bench_with_input(
                 BenchmarkId::new(format!("{id}/quantize_a"), m),
                 &m,
-                |bn, _| bn.iter(|| run_quantize_a(black_box(&mut cs), &par)),
+                |bn, _| bn.iter(|| run_quantize_a(black_box(&mut cs), par)),
             );
         }
     }
@@ -109,22 +108,22 @@ fn bench(c: &mut Criterion) {
 }
 
 fn summary() {
-    let par = StdThreads::available();
+    let par = ThreadPool::global();
     println!(
         "\nmx_matmul MXFP8 weights [N,K], bf16 out, threads={}",
-        kernels::Parallel::concurrency(&par)
+        kernels::Parallel::concurrency(par)
     );
     println!(
         "{:>5} {:>5} {:>4} {:>12} {:>12} {:>10} {:>10} {:>11}",
         "N", "K", "M", "quant_a_us", "preq_us", "w_GB/s", "copy_GB/s", "w/copy_bw"
     );
     for (n, k) in SHAPES {
-        let copy_bw = common::copy_bandwidth(weight_bytes(n, k), n, 64, &par);
+        let copy_bw = common::copy_bandwidth(weight_bytes(n, k), n, 64, par);
         for m in MS {
             let mut cs = case(m, n, k);
             let runs = 15;
-            let tq = common::median_secs(runs, || run_quantize_a(&mut cs, &par));
-            let tp = common::median_secs(runs, || run_prequantized(&mut cs, &par));
+            let tq = common::median_secs(runs, || run_quantize_a(&mut cs, par));
+            let tp = common::median_secs(runs, || run_prequantized(&mut cs, par));
             // Weight-read bandwidth: weight bytes per call / time, against the copy bandwidth
             // counted STREAM-style (bytes read + written per second).
             let wbw = weight_bytes(n, k) as f64 / tq;
@@ -143,6 +142,17 @@ fn summary() {
 criterion_group!(benches, bench);
 
 fn main() {
+    if let Some(spec) = std::env::var_os("MXFUSE_BENCH_LOOP") {
+        // `N,K,M,iters`: run the quantize-A GEMM in a loop (for `perf stat`), nothing else.
+        let v: Vec<usize> = spec
+            .to_string_lossy()
+            .split(',')
+            .map(|x| x.parse().expect("N,K,M,iters"))
+            .collect();
+        let (par, mut cs) = (ThreadPool::global(), case(v[2], v[0], v[1]));
+        (0..v[3]).for_each(|_| run_quantize_a(&mut cs, par));
+        return;
+    }
     benches();
     criterion::Criterion::default()
         .configure_from_args()

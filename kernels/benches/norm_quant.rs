@@ -13,8 +13,9 @@ use half::bf16;
 use kernels::attrs::AddRmsNormAttrs;
 use kernels::codec::QuantConfig;
 use kernels::fast;
-use kernels::parallel::{for_row_chunks, StdThreads};
+use kernels::parallel::for_row_chunks;
 use kernels::slices::NormOutputs;
+use kernels::ThreadPool;
 
 const H: usize = 6144;
 const MS: [usize; 6] = [1, 8, 16, 64, 192, 2048];
@@ -50,7 +51,7 @@ fn attrs() -> AddRmsNormAttrs {
     }
 }
 
-fn fused(b: &mut Bufs, par: &StdThreads) {
+fn fused(b: &mut Bufs, par: &ThreadPool) {
     let out = NormOutputs {
         q: &mut b.q,
         scales: &mut b.s,
@@ -63,7 +64,7 @@ fn fused(b: &mut Bufs, par: &StdThreads) {
 
 /// The unfused chain with our own kernels: an Add pass (writes the residual), a Gemma RMSNorm
 /// pass (writes the bf16 normed rows), then the fast MxQuantize pass reading them back.
-fn unfused(b: &mut Bufs, par: &StdThreads) {
+fn unfused(b: &mut Bufs, par: &ThreadPool) {
     let (x, r, g) = (&b.x, &b.r, &b.g);
     let ro = b.ro.as_mut_ptr() as usize;
     let nm = b.normed.as_mut_ptr() as usize;
@@ -107,7 +108,7 @@ fn fused_bytes(m: usize) -> usize {
 }
 
 fn bench(c: &mut Criterion) {
-    let par = StdThreads::available();
+    let par = ThreadPool::global();
     let mut group = c.benchmark_group("norm_quant_bf16_h6144");
     group
         .warm_up_time(Duration::from_millis(200))
@@ -116,10 +117,10 @@ fn bench(c: &mut Criterion) {
     for m in MS {
         let mut b = bufs(m);
         group.bench_with_input(BenchmarkId::new("fused", m), &m, |bn, _| {
-            bn.iter(|| fused(black_box(&mut b), &par))
+            bn.iter(|| fused(black_box(&mut b), par))
         });
         group.bench_with_input(BenchmarkId::new("unfused", m), &m, |bn, _| {
-            bn.iter(|| unfused(black_box(&mut b), &par))
+            bn.iter(|| unfused(black_box(&mut b), par))
         });
     }
     group.finish();
@@ -127,10 +128,10 @@ fn bench(c: &mut Criterion) {
 
 /// The ratio table (same process, medians): fused/floor and unfused/fused.
 fn summary() {
-    let par = StdThreads::available();
+    let par = ThreadPool::global();
     println!(
         "\nnorm_quant bf16 H={H} threads={}",
-        kernels::Parallel::concurrency(&par)
+        kernels::Parallel::concurrency(par)
     );
     println!(
         "{:>6} {:>11} {:>11} {:>11} {:>12} {:>14}",
@@ -139,9 +140,9 @@ fn summary() {
     for m in MS {
         let mut b = bufs(m);
         let runs = common::runs_for(fused_bytes(m));
-        let tf = common::median_secs(runs, || fused(&mut b, &par));
-        let tu = common::median_secs(runs, || unfused(&mut b, &par));
-        let bw = common::copy_bandwidth(fused_bytes(m) / 2, m, 16, &par);
+        let tf = common::median_secs(runs, || fused(&mut b, par));
+        let tu = common::median_secs(runs, || unfused(&mut b, par));
+        let bw = common::copy_bandwidth(fused_bytes(m) / 2, m, 16, par);
         let floor = fused_bytes(m) as f64 / bw;
         println!(
             "{m:>6} {:>11.2} {:>11.2} {:>11.2} {:>12.2} {:>14.2}",
@@ -157,6 +158,17 @@ fn summary() {
 criterion_group!(benches, bench);
 
 fn main() {
+    if let Some(spec) = std::env::var_os("MXFUSE_BENCH_LOOP") {
+        // `M,iters`: run the fused kernel in a loop (for `perf stat`), nothing else.
+        let v: Vec<usize> = spec
+            .to_string_lossy()
+            .split(',')
+            .map(|x| x.parse().expect("M,iters"))
+            .collect();
+        let (par, mut b) = (ThreadPool::global(), bufs(v[0]));
+        (0..v[1]).for_each(|_| fused(&mut b, par));
+        return;
+    }
     benches();
     criterion::Criterion::default()
         .configure_from_args()

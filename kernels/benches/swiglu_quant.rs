@@ -12,9 +12,10 @@ use half::bf16;
 use kernels::attrs::{Activation, SwiGluAttrs, SwiGluLayout};
 use kernels::codec::QuantConfig;
 use kernels::fast;
-use kernels::parallel::{for_row_chunks, StdThreads};
+use kernels::parallel::for_row_chunks;
 use kernels::reference::swiglu_value;
 use kernels::slices::SwiGluInput;
+use kernels::ThreadPool;
 
 const I: usize = 768;
 const MS: [usize; 6] = [1, 8, 16, 64, 192, 2048];
@@ -47,7 +48,7 @@ fn bufs(m: usize) -> Bufs {
     }
 }
 
-fn fused(b: &mut Bufs, par: &StdThreads) {
+fn fused(b: &mut Bufs, par: &ThreadPool) {
     fast::swiglu_mx_quant(
         SwiGluInput::Fused(&b.gu),
         I,
@@ -61,7 +62,7 @@ fn fused(b: &mut Bufs, par: &StdThreads) {
 
 /// Activation pass (the scalar per-op-rounded activation, as the unfused graph computes it)
 /// writing bf16, then the fast quantizer reading it back.
-fn unfused(b: &mut Bufs, par: &StdThreads) {
+fn unfused(b: &mut Bufs, par: &ThreadPool) {
     let a = attrs();
     let (gu, act) = (&b.gu, b.act.as_mut_ptr() as usize);
     let rows = gu.len() / (2 * I);
@@ -90,7 +91,7 @@ fn fused_bytes(m: usize) -> usize {
 }
 
 fn bench(c: &mut Criterion) {
-    let par = StdThreads::available();
+    let par = ThreadPool::global();
     let mut group = c.benchmark_group("swiglu_oai_quant_bf16_i768");
     group
         .warm_up_time(Duration::from_millis(200))
@@ -99,20 +100,20 @@ fn bench(c: &mut Criterion) {
     for m in MS {
         let mut b = bufs(m);
         group.bench_with_input(BenchmarkId::new("fused", m), &m, |bn, _| {
-            bn.iter(|| fused(black_box(&mut b), &par))
+            bn.iter(|| fused(black_box(&mut b), par))
         });
         group.bench_with_input(BenchmarkId::new("unfused", m), &m, |bn, _| {
-            bn.iter(|| unfused(black_box(&mut b), &par))
+            bn.iter(|| unfused(black_box(&mut b), par))
         });
     }
     group.finish();
 }
 
 fn summary() {
-    let par = StdThreads::available();
+    let par = ThreadPool::global();
     println!(
         "\nswiglu_oai_quant bf16 I={I} threads={}",
-        kernels::Parallel::concurrency(&par)
+        kernels::Parallel::concurrency(par)
     );
     println!(
         "{:>6} {:>11} {:>11} {:>11} {:>12} {:>14}",
@@ -121,9 +122,9 @@ fn summary() {
     for m in MS {
         let mut b = bufs(m);
         let runs = common::runs_for(fused_bytes(m));
-        let tf = common::median_secs(runs, || fused(&mut b, &par));
-        let tu = common::median_secs(runs, || unfused(&mut b, &par));
-        let floor = fused_bytes(m) as f64 / common::copy_bandwidth(fused_bytes(m) / 2, m, 64, &par);
+        let tf = common::median_secs(runs, || fused(&mut b, par));
+        let tu = common::median_secs(runs, || unfused(&mut b, par));
+        let floor = fused_bytes(m) as f64 / common::copy_bandwidth(fused_bytes(m) / 2, m, 64, par);
         println!(
             "{m:>6} {:>11.2} {:>11.2} {:>11.2} {:>12.2} {:>14.2}",
             tf * 1e6,
@@ -138,6 +139,17 @@ fn summary() {
 criterion_group!(benches, bench);
 
 fn main() {
+    if let Some(spec) = std::env::var_os("MXFUSE_BENCH_LOOP") {
+        // `M,iters`: run the fused kernel in a loop (for `perf stat`), nothing else.
+        let v: Vec<usize> = spec
+            .to_string_lossy()
+            .split(',')
+            .map(|x| x.parse().expect("M,iters"))
+            .collect();
+        let (par, mut b) = (ThreadPool::global(), bufs(v[0]));
+        (0..v[1]).for_each(|_| fused(&mut b, par));
+        return;
+    }
     benches();
     criterion::Criterion::default()
         .configure_from_args()

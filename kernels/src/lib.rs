@@ -13,6 +13,7 @@ pub mod fast;
 pub mod gpu;
 pub mod ops;
 pub mod parallel;
+pub mod pool;
 pub mod reference;
 pub mod slices;
 
@@ -20,3 +21,4 @@ pub use attrs::{AddRmsNormAttrs, MxMatMulAttrs, MxQuantAttrs, SwiGluAttrs};
 pub use element::{DType, Element};
 pub use error::{KernelError, Result};
 pub use parallel::{Parallel, Serial, StdThreads};
+pub use pool::ThreadPool;

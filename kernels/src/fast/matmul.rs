@@ -267,15 +267,21 @@ mod avx2_mm {
         _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps::<1>(s, s)))
     }
 
-    /// One output's 8-lane accumulator over `kc` (the edge path of `dot_tile`).
+    /// One row against two columns: four independent accumulators (two per column, 16 k per
+    /// step) so the FMA latency chain does not bound the small-M GEMV. `kc % 16 == 0`.
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
-    unsafe fn dot1(a: *const f32, b: *const f32, kc: usize) -> f32 {
-        let mut s = _mm256_setzero_ps();
-        for kk in (0..kc).step_by(8) {
-            s = _mm256_fmadd_ps(_mm256_loadu_ps(a.add(kk)), _mm256_loadu_ps(b.add(kk)), s);
+    unsafe fn dot_row_pair(a: *const f32, b0: *const f32, b1: *const f32, kc: usize) -> (f32, f32) {
+        let z = _mm256_setzero_ps();
+        let (mut s0a, mut s0b, mut s1a, mut s1b) = (z, z, z, z);
+        for kk in (0..kc).step_by(16) {
+            let (xa, xb) = (_mm256_loadu_ps(a.add(kk)), _mm256_loadu_ps(a.add(kk + 8)));
+            s0a = _mm256_fmadd_ps(xa, _mm256_loadu_ps(b0.add(kk)), s0a);
+            s0b = _mm256_fmadd_ps(xb, _mm256_loadu_ps(b0.add(kk + 8)), s0b);
+            s1a = _mm256_fmadd_ps(xa, _mm256_loadu_ps(b1.add(kk)), s1a);
+            s1b = _mm256_fmadd_ps(xb, _mm256_loadu_ps(b1.add(kk + 8)), s1b);
         }
-        hsum(s)
+        (hsum(_mm256_add_ps(s0a, s0b)), hsum(_mm256_add_ps(s1a, s1b)))
     }
 
     /// AVX2 `dot_tile`: 4 rows × 2 columns of register accumulators share each load.
@@ -326,11 +332,23 @@ mod avx2_mm {
                 }
             }
         }
-        // Edges: rows below full_r for every column, and the last odd column of full rows.
+        // Edges: rows below full_r for every column (in pairs), and the last odd column. The
+        // odd column reuses the pair kernel against itself and keeps the first result.
         for r in 0..rows {
             let c_start = if r < full_r { full_c } else { 0 };
-            for c in c_start..cols {
-                acc[r * cols + c] += dot1(a.add(r * lda), t.add(c * kc), kc);
+            let ar = a.add(r * lda);
+            let mut c = c_start;
+            while c < cols {
+                let b0 = t.add(c * kc);
+                if c + 1 < cols {
+                    let (x, y) = dot_row_pair(ar, b0, t.add((c + 1) * kc), kc);
+                    acc[r * cols + c] += x;
+                    acc[r * cols + c + 1] += y;
+                    c += 2;
+                } else {
+                    acc[r * cols + c] += dot_row_pair(ar, b0, b0, kc).0;
+                    c += 1;
+                }
             }
         }
     }

@@ -35,7 +35,7 @@ impl FastElement for bf16 {}
 
 /// Elements of work below which a kernel stays on the calling thread: spawning costs more than
 /// it saves for a few tens of microseconds of work.
-const MIN_PARALLEL_ELEMS: usize = 96 * 1024;
+const MIN_PARALLEL_ELEMS: usize = 16 * 1024;
 
 /// Minimum rows per task so that each task has about [`MIN_PARALLEL_ELEMS`] elements.
 fn min_rows_per_task(row_elems: usize) -> usize {

@@ -1,1 +1,24 @@
-//! GPU kernels: HIP single-source (also compiles as CUDA) and the runtime loaders.
+//! GPU kernels: HIP single-source (also compiles as CUDA) and the runtime that loads them.
+//!
+//! * kernels/gpu/*: the kernel sources, written once in HIP style; `mx_portability.h` maps the
+//!   HIP-isms (wavefront 64 vs warp 32, shuffles, conversions) so NVRTC compiles them as CUDA.
+//! * [`driver`]: CUDA driver + NVRTC or HIP + hipRTC, loaded with `libloading` (no GPU SDK at
+//!   build time).
+//! * [`runtime`]: [`GpuRuntime`] (compile once per architecture, cache, device buffers).
+//! * [`launch`]: one launcher per `com.mxfuse` op; [`thresholds`]: the in-GEMM quantization
+//!   crossover per device.
+//!
+//! Without a GPU library, [`GpuRuntime::load`] returns `Ok(None)` and logs that the CPU kernels
+//! run. See docs/gpu.md for what was verified on which hardware.
+pub mod driver;
+pub mod error;
+pub mod launch;
+pub mod runtime;
+pub mod sources;
+pub mod thresholds;
+
+pub use driver::{Backend, DeviceInfo};
+pub use error::{GpuError, GpuResult};
+pub use launch::{GpuMatB, NormBuffers, StreamHandle, SwiGluBuffers};
+pub use runtime::{DeviceBuffer, GpuRuntime};
+pub use thresholds::InGemmQuantThresholds;

@@ -1,0 +1,438 @@
+//! The op launchers: attribute validation, kernel choice and grid shape for each `com.mxfuse`
+//! op, on device pointers owned by the caller (the provider's allocator or [`DeviceBuffer`]s).
+//! The choices mirror bench/gpu/mxgpu.py, where they were measured.
+//!
+//! [`DeviceBuffer`]: super::runtime::DeviceBuffer
+
+use std::ffi::c_void;
+
+use super::driver::Backend;
+use super::error::GpuResult;
+use super::runtime::GpuRuntime;
+use super::thresholds::InGemmQuantThresholds;
+use crate::attrs::{Activation, AddRmsNormAttrs, InvForm, SwiGluAttrs, SwiGluLayout, SwishForm};
+use crate::codec::{NanPolicy, QuantConfig, ScaleRule, BLOCK};
+use crate::element::DType;
+use crate::error::KernelError;
+
+// Flag bits of kernels/gpu/mx_common.h.
+const F_RCEIL: u32 = 1;
+const F_NAN_IGNORE: u32 = 2;
+const F_GEMMA: u32 = 4;
+const F_GAMMA_F32: u32 = 8;
+const F_INV_DIV: u32 = 16;
+const F_OAI: u32 = 32;
+const F_FP32_ACT: u32 = 64;
+const F_NO_ROUND_SUM: u32 = 128;
+const F_SWISH_SINGLE: u32 = 256;
+
+/// Below this many elements the elementwise kernels take 2 elements per lane instead of 8:
+/// shorter per-lane chains win when the grid cannot fill the device (measured on the H200).
+const SMALL_ELEMENTS: usize = 1 << 21;
+
+/// A raw stream handle (`CUstream` / `hipStream_t`); 0 is the default stream.
+pub type StreamHandle = usize;
+
+/// Device pointers of one `AddRmsNormMxQuant` call (rows × h elements each, row-major).
+#[derive(Debug, Clone, Copy)]
+pub struct NormBuffers {
+    pub x: u64,
+    pub residual: Option<u64>,
+    pub gamma: u64,
+    pub q: u64,
+    pub scales: u64,
+    pub residual_out: Option<u64>,
+    pub normed: Option<u64>,
+}
+
+/// Inputs of one `SwiGluMxQuant` call: `gate_up` for the fused layouts, `gate` + `up` for
+/// `separate`.
+#[derive(Debug, Clone, Copy)]
+pub enum SwiGluBuffers {
+    Separate { gate: u64, up: u64 },
+    Fused { gate_up: u64 },
+}
+
+/// The B operand of `MxMatMul` on the device.
+#[derive(Debug, Clone, Copy)]
+pub enum GpuMatB {
+    /// E4M3 values + E8M0 scales: `[N, K]` + `[N, K/32]` when `trans_b`, else `[K, N]` + `[K/32, N]`.
+    Mx { q: u64, scales: u64, trans_b: bool },
+    /// bf16 / f16 / f32 `[K, N]` (or `[N, K]` when `trans_b`).
+    Float { data: u64, dtype: DType, trans_b: bool },
+}
+
+fn quant_flags(q: &QuantConfig) -> u32 {
+    (if q.scale_rule == ScaleRule::Rceil { F_RCEIL } else { 0 })
+        | (if q.nan_policy == NanPolicy::Ignore { F_NAN_IGNORE } else { 0 })
+}
+
+fn dtype_suffix(dt: DType) -> GpuResult<&'static str> {
+    match dt {
+        DType::BF16 => Ok("bf16"),
+        DType::F16 => Ok("f16"),
+        DType::F32 => Ok("f32"),
+        other => Err(KernelError::DType(format!("GPU kernels take bf16, f16 or f32, got {other:?}")).into()),
+    }
+}
+
+fn check_k(what: &str, k: usize) -> GpuResult<()> {
+    if k == 0 || k % BLOCK != 0 {
+        return Err(KernelError::Shape(format!("{what} = {k} must be a positive multiple of 32")).into());
+    }
+    Ok(())
+}
+
+/// The vector loads need 16-byte aligned bases (allocators give 256).
+fn check_aligned(what: &str, ptr: u64, align: u64) -> GpuResult<()> {
+    if ptr == 0 || ptr % align != 0 {
+        return Err(KernelError::Buffer(format!("{what} pointer {ptr:#x} is null or not {align}-byte aligned")).into());
+    }
+    Ok(())
+}
+
+fn dim_u32(what: &str, v: usize) -> GpuResult<u32> {
+    u32::try_from(v).map_err(|_| KernelError::Shape(format!("{what} = {v} exceeds the launch limits")).into())
+}
+
+fn dim_i32(what: &str, v: usize) -> GpuResult<i32> {
+    i32::try_from(v).map_err(|_| KernelError::Shape(format!("{what} = {v} exceeds the kernel's int range")).into())
+}
+
+/// Kernel parameters as the launch API wants them: one pointer per value.
+struct Params(Vec<Box<dyn std::any::Any>>);
+
+impl Params {
+    fn new() -> Self {
+        Params(Vec::new())
+    }
+    fn push<T: 'static>(mut self, v: T) -> Self {
+        self.0.push(Box::new(v));
+        self
+    }
+    fn pointers(&mut self) -> Vec<*mut c_void> {
+        self.0
+            .iter_mut()
+            .map(|b| (b.as_mut() as *mut dyn std::any::Any).cast::<c_void>())
+            .collect()
+    }
+}
+
+impl GpuRuntime {
+    fn run(&self, name: &str, grid: [u32; 3], block: u32, mut params: Params, stream: StreamHandle) -> GpuResult<()> {
+        let f = self.function(name)?;
+        let mut ptrs = params.pointers();
+        // SAFETY: every launcher below builds `params` in the order and with the exact C types
+        // of the kernel it names (kernels/gpu/*.hip) and validates the extents first.
+        unsafe { self.driver().launch(f, grid, [block, 1, 1], stream, &mut ptrs) }
+    }
+
+    fn round_to_warps(&self, threads: usize) -> usize {
+        let w = self.device().warp_size.max(32) as usize;
+        threads.div_ceil(w) * w
+    }
+
+    fn multiprocessors(&self) -> usize {
+        match self.device().multiprocessors {
+            0 => 128, // unknown (HIP): a typical large part
+            n => n as usize,
+        }
+    }
+
+    /// `AddRmsNormMxQuant` over `rows` rows of `h`. `world_size` is the tensor-parallel group
+    /// size of an absorbed AllReduce: 1 (identity) is supported, more is an error for now.
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_rmsnorm_mxquant(
+        &self,
+        dtype: DType,
+        gamma_dtype: DType,
+        rows: usize,
+        h: usize,
+        bufs: &NormBuffers,
+        attrs: &AddRmsNormAttrs,
+        world_size: usize,
+        stream: StreamHandle,
+    ) -> GpuResult<()> {
+        if attrs.allreduce && world_size > 1 {
+            return Err(KernelError::Unsupported(format!(
+                "AddRmsNormMxQuant with an absorbed AllReduce over {world_size} ranks: multi-rank AllReduce is not implemented yet (world size 1 only)"
+            ))
+            .into());
+        }
+        check_k("hidden size", h)?;
+        let t = dtype_suffix(dtype)?;
+        let gf32 = match (gamma_dtype == dtype, gamma_dtype) {
+            (true, _) => "",
+            (false, DType::F32) => "_gf32",
+            _ => return Err(KernelError::DType(format!("gamma must be {dtype:?} or f32, got {gamma_dtype:?}")).into()),
+        };
+        for (what, p) in [("x", Some(bufs.x)), ("residual", bufs.residual), ("gamma", Some(bufs.gamma)), ("q", Some(bufs.q)),
+            ("residual_out", bufs.residual_out), ("normed", bufs.normed)]
+        {
+            if let Some(p) = p {
+                check_aligned(what, p, 16)?;
+            }
+        }
+        check_aligned("scales", bufs.scales, 1)?;
+        if rows == 0 {
+            return Ok(());
+        }
+        let chunks = h / 8;
+        // Many rows: 3 chunks per lane in blocks of <= 256 (several blocks per SM); few rows:
+        // as many lanes per row as possible (short per-lane chains).
+        let nch = if rows >= 2 * self.multiprocessors() && chunks <= 3 * 256 {
+            3
+        } else {
+            [1usize, 2, 4].into_iter().find(|c| chunks <= 1024 * c).ok_or_else(|| {
+                KernelError::Shape(format!("hidden size {h} exceeds the GPU kernel's 32768"))
+            })?
+        };
+        let block = self.round_to_warps(chunks.div_ceil(nch));
+        let flags = quant_flags(&attrs.quant)
+            | (if attrs.gemma { F_GEMMA } else { 0 })
+            | (if attrs.gamma_in_f32 { F_GAMMA_F32 } else { 0 })
+            | (if attrs.inv_form == InvForm::Div { F_INV_DIV } else { 0 })
+            | (if attrs.round_sum { 0 } else { F_NO_ROUND_SUM });
+        let params = Params::new()
+            .push(bufs.x)
+            .push(bufs.residual.unwrap_or(0))
+            .push(bufs.gamma)
+            .push(bufs.q)
+            .push(bufs.scales)
+            .push(bufs.residual_out.unwrap_or(0))
+            .push(bufs.normed.unwrap_or(0))
+            .push(dim_i32("hidden size", h)?)
+            .push(attrs.epsilon)
+            .push(flags);
+        let name = format!("mx_add_rmsnorm_quant_{t}{gf32}_c{nch}");
+        self.run(&name, [dim_u32("rows", rows)?, 1, 1], dim_u32("block", block)?, params, stream)
+    }
+
+    /// `SwiGluMxQuant` producing `rows` rows of `i` activations.
+    #[allow(clippy::too_many_arguments)]
+    pub fn swiglu_mxquant(
+        &self,
+        dtype: DType,
+        rows: usize,
+        i: usize,
+        input: SwiGluBuffers,
+        q: u64,
+        scales: u64,
+        attrs: &SwiGluAttrs,
+        stream: StreamHandle,
+    ) -> GpuResult<()> {
+        check_k("intermediate size", i)?;
+        let t = dtype_suffix(dtype)?;
+        let (gate, up, layout) = match (input, attrs.layout) {
+            (SwiGluBuffers::Separate { gate, up }, SwiGluLayout::Separate) => (gate, up, 0i32),
+            (SwiGluBuffers::Fused { gate_up }, SwiGluLayout::SplitHalves) => (gate_up, 0, 1),
+            (SwiGluBuffers::Fused { gate_up }, SwiGluLayout::Interleaved) => (gate_up, 0, 2),
+            _ => return Err(crate::reference::layout_mismatch(attrs.layout).into()),
+        };
+        let e = if rows * i < SMALL_ELEMENTS { 2 } else { 8 };
+        let align = if e == 8 { 16 } else { dtype.size() as u64 * 2 };
+        check_aligned("gate", gate, align)?;
+        if layout == 0 {
+            check_aligned("up", up, align)?;
+        }
+        check_aligned("q", q, e as u64)?;
+        check_aligned("scales", scales, 1)?;
+        let lanes = rows * i / e;
+        if lanes == 0 {
+            return Ok(());
+        }
+        let oai = attrs.activation == Activation::Oai;
+        let act = usize::from(oai) + 2 * usize::from(attrs.fp32_activation);
+        let flags = quant_flags(&attrs.quant)
+            | (if oai { F_OAI } else { 0 })
+            | (if attrs.fp32_activation { F_FP32_ACT } else { 0 })
+            | (if attrs.swish_form == SwishForm::SingleOp { F_SWISH_SINGLE } else { 0 });
+        let params = Params::new()
+            .push(gate)
+            .push(up)
+            .push(q)
+            .push(scales)
+            .push(rows as i64)
+            .push(dim_i32("intermediate size", i)?)
+            .push(layout)
+            .push(attrs.alpha)
+            .push(attrs.limit)
+            .push(attrs.beta)
+            .push(flags);
+        let name = format!("mx_swiglu_quant_{t}_e{e}_a{act}");
+        self.run(&name, [dim_u32("grid", lanes.div_ceil(256))?, 1, 1], 256, params, stream)
+    }
+
+    /// `MxQuantize` of `elements` values in rows of `k`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn mx_quantize(
+        &self,
+        dtype: DType,
+        elements: usize,
+        k: usize,
+        x: u64,
+        q: u64,
+        scales: u64,
+        quant: &QuantConfig,
+        stream: StreamHandle,
+    ) -> GpuResult<()> {
+        check_k("K", k)?;
+        if elements % k != 0 {
+            return Err(KernelError::Shape(format!("{elements} elements are not rows of {k}")).into());
+        }
+        let t = dtype_suffix(dtype)?;
+        let e = if elements < SMALL_ELEMENTS { 2 } else { 8 };
+        check_aligned("x", x, if e == 8 { 16 } else { dtype.size() as u64 * 2 })?;
+        check_aligned("q", q, e as u64)?;
+        check_aligned("scales", scales, 1)?;
+        let lanes = elements / e;
+        if lanes == 0 {
+            return Ok(());
+        }
+        let params = Params::new().push(x).push(q).push(scales).push(elements as i64).push(quant_flags(quant));
+        let name = format!("mx_quantize_{t}_e{e}");
+        self.run(&name, [dim_u32("grid", lanes.div_ceil(256))?, 1, 1], 256, params, stream)
+    }
+
+    /// Whether the tensor-core decode GEMM serves this B (NVIDIA sm_89+, E4M3 `[N, K]` weights).
+    fn tensor_core_gemm(&self, b: &GpuMatB) -> bool {
+        self.backend() == Backend::Cuda
+            && self.device().compute_capability >= 89
+            && matches!(b, GpuMatB::Mx { trans_b: true, .. })
+    }
+
+    /// `MxMatMul`: `y[m, n] = Σ_k deq(a_q)[m, k] · deq(b)[k, n]` with E4M3 activations.
+    #[allow(clippy::too_many_arguments)]
+    pub fn mx_matmul(
+        &self,
+        m: usize,
+        k: usize,
+        n: usize,
+        a_q: u64,
+        a_scales: u64,
+        b: &GpuMatB,
+        y: u64,
+        out_dtype: DType,
+        stream: StreamHandle,
+    ) -> GpuResult<()> {
+        check_k("K", k)?;
+        let o = dtype_suffix(out_dtype)?;
+        check_aligned("a_q", a_q, 8)?;
+        check_aligned("a_scales", a_scales, 4)?;
+        check_aligned("y", y, out_dtype.size() as u64)?;
+        if m == 0 || n == 0 {
+            return Ok(());
+        }
+        if self.tensor_core_gemm(b) {
+            return self.matmul_tc("e4m3", m, k, n, a_q, a_scales, 0, b, y, o, 0, stream);
+        }
+        let (bptr, bscales, bmode) = match *b {
+            GpuMatB::Mx { q, scales, trans_b } => (q, scales, i32::from(trans_b)),
+            GpuMatB::Float { data, dtype, trans_b } => {
+                let mode = match dtype {
+                    DType::BF16 => 2,
+                    DType::F16 => 3,
+                    DType::F32 => 4,
+                    other => return Err(KernelError::DType(format!("MxMatMul b of type {other:?}")).into()),
+                };
+                (data, 0, mode | if trans_b { 8 } else { 0 })
+            }
+        };
+        check_aligned("b", bptr, 4)?;
+        let params = Params::new()
+            .push(a_q)
+            .push(a_scales)
+            .push(bptr)
+            .push(bscales)
+            .push(y)
+            .push(dim_i32("M", m)?)
+            .push(dim_i32("N", n)?)
+            .push(dim_i32("K", k)?)
+            .push(bmode);
+        let name = format!("mx_matmul_generic_{o}");
+        self.run(&name, [dim_u32("grid", n.div_ceil(128))?, dim_u32("M", m)?, 1], 128, params, stream)
+    }
+
+    /// A GEMM whose activations arrive unquantized (`a` bf16/f16 `[m, k]`): quantized inside the
+    /// GEMM when the device's [`InGemmQuantThresholds`] say it pays, else by a separate
+    /// [`GpuRuntime::mx_quantize`] into `a_q` / `a_scales` (caller-provided workspace of m·k and
+    /// m·k/32 bytes) followed by [`GpuRuntime::mx_matmul`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn mx_matmul_quantizing_a(
+        &self,
+        a_dtype: DType,
+        m: usize,
+        k: usize,
+        n: usize,
+        a: u64,
+        quant: &QuantConfig,
+        workspace: (u64, u64),
+        b: &GpuMatB,
+        y: u64,
+        out_dtype: DType,
+        stream: StreamHandle,
+    ) -> GpuResult<()> {
+        check_k("K", k)?;
+        let in_gemm = self.tensor_core_gemm(b)
+            && matches!(a_dtype, DType::BF16 | DType::F16)
+            && self.in_gemm_quant_thresholds().use_in_gemm(m, k);
+        if !in_gemm {
+            self.mx_quantize(a_dtype, m * k, k, a, workspace.0, workspace.1, quant, stream)?;
+            return self.mx_matmul(m, k, n, workspace.0, workspace.1, b, y, out_dtype, stream);
+        }
+        let o = dtype_suffix(out_dtype)?;
+        check_aligned("a", a, 16)?;
+        check_aligned("y", y, out_dtype.size() as u64)?;
+        let amode = if a_dtype == DType::BF16 { "qbf16" } else { "qf16" };
+        self.matmul_tc(amode, m, k, n, 0, 0, a, b, y, o, quant_flags(quant), stream)
+    }
+
+    /// This device's in-GEMM quantization crossover.
+    pub fn in_gemm_quant_thresholds(&self) -> InGemmQuantThresholds {
+        InGemmQuantThresholds::for_arch(&self.device().arch)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_tc(
+        &self,
+        amode: &str,
+        m: usize,
+        k: usize,
+        n: usize,
+        a_q: u64,
+        a_scales: u64,
+        a: u64,
+        b: &GpuMatB,
+        y: u64,
+        out: &str,
+        flags: u32,
+        stream: StreamHandle,
+    ) -> GpuResult<()> {
+        let GpuMatB::Mx { q: w, scales: ws, .. } = *b else {
+            return Err(KernelError::Unsupported("tensor-core GEMM needs E4M3 weights".into()).into());
+        };
+        check_aligned("b", w, 8)?;
+        check_aligned("b_scales", ws, 4)?;
+        let mt = if m <= 8 { 1 } else { 2 };
+        let blocks = n.div_ceil(16) * m.div_ceil(8 * mt);
+        let sms = self.multiprocessors();
+        // Measured (BENCHMARKS.md): 16 warps split K when the grid has fewer column tiles than
+        // SMs, 8 otherwise; the software pipeline only pays when blocks leave SMs idle.
+        let warps: u32 = if n.div_ceil(16) < sms { 16 } else { 8 };
+        let pf = if blocks < sms { "_pf" } else { "" };
+        let params = Params::new()
+            .push(a_q)
+            .push(a_scales)
+            .push(a)
+            .push(w)
+            .push(ws)
+            .push(y)
+            .push(dim_i32("M", m)?)
+            .push(dim_i32("N", n)?)
+            .push(dim_i32("K", k)?)
+            .push(flags);
+        let name = format!("mx_matmul_tc_{amode}_m{}_{out}{pf}", 8 * mt);
+        let grid = [dim_u32("grid", n.div_ceil(16))?, dim_u32("grid", m.div_ceil(8 * mt))?, 1];
+        self.run(&name, grid, 32 * warps, params, stream)
+    }
+}

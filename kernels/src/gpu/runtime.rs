@@ -1,0 +1,258 @@
+//! [`GpuRuntime`]: one loaded driver, the kernel module compiled for its device, and device
+//! buffers. Compilation happens once per device architecture per process (and, with
+//! `MXFUSE_KERNEL_CACHE=<dir>`, once per machine: the code object is kept on disk keyed by the
+//! program text, the architecture and the compiler options).
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::driver::{Backend, DeviceInfo, Driver};
+use super::error::{GpuError, GpuResult};
+use super::sources::program_text;
+
+/// A device and the compiled kernels, shared by every op that runs on it.
+pub struct GpuRuntime {
+    driver: Driver,
+    module: usize,
+    functions: Mutex<HashMap<String, usize>>,
+}
+
+/// Code objects compiled in this process, per architecture (a second runtime for the same
+/// device type loads instead of recompiling).
+fn compiled_images() -> &'static Mutex<HashMap<String, Arc<Vec<u8>>>> {
+    static IMAGES: OnceLock<Mutex<HashMap<String, Arc<Vec<u8>>>>> = OnceLock::new();
+    IMAGES.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The process-wide runtime, loaded on first use (see [`GpuRuntime::load`]).
+static SHARED: OnceLock<Result<Option<Arc<GpuRuntime>>, GpuError>> = OnceLock::new();
+
+impl GpuRuntime {
+    /// Loads the GPU stack and compiles the kernels for device 0.
+    ///
+    /// `Ok(None)` when this machine has no usable GPU library or device (or `MXFUSE_GPU=off`);
+    /// then the CPU kernels run, and one log line on stderr says so. `Err` when a GPU stack is
+    /// present but fails (a missing symbol, a compile error): that is a bug to report, not a
+    /// reason to silently change the numerics path.
+    pub fn load() -> GpuResult<Option<Arc<GpuRuntime>>> {
+        if std::env::var("MXFUSE_GPU").is_ok_and(|v| v == "off" || v == "0") {
+            eprintln!("mxfuse: MXFUSE_GPU=off: using the CPU kernels");
+            return Ok(None);
+        }
+        let Some(driver) = Driver::load()? else {
+            eprintln!(
+                "mxfuse: no GPU runtime found (CUDA driver + NVRTC or HIP + hipRTC); using the CPU kernels"
+            );
+            return Ok(None);
+        };
+        let image = Self::image_for(&driver)?;
+        let module = driver.load_module(&image)?;
+        let info = driver.info();
+        eprintln!(
+            "mxfuse: GPU kernels ready on {} ({}, {:?})",
+            info.name, info.arch, driver.backend()
+        );
+        Ok(Some(Arc::new(GpuRuntime {
+            driver,
+            module,
+            functions: Mutex::new(HashMap::new()),
+        })))
+    }
+
+    /// [`GpuRuntime::load`] once per process; later calls return the same runtime (or result).
+    pub fn shared() -> GpuResult<Option<Arc<GpuRuntime>>> {
+        SHARED.get_or_init(Self::load).clone()
+    }
+
+    /// Compiler options for this device: the exact architecture (so Hopper code uses sm_90
+    /// instructions), C++17, no fast-math (the numerics depend on IEEE division, sqrt, denormals).
+    fn compile_options(driver: &Driver) -> Vec<String> {
+        let info = driver.info();
+        match driver.backend() {
+            Backend::Cuda => vec![
+                format!("--gpu-architecture={}", info.arch),
+                "-std=c++17".into(),
+                "-lineinfo".into(),
+            ],
+            Backend::Hip => {
+                let mut o = vec!["-std=c++17".to_string()];
+                if let Ok(arch) = std::env::var("MXFUSE_HIP_ARCH") {
+                    o.push(format!("--offload-arch={arch}"));
+                }
+                o
+            }
+        }
+    }
+
+    fn image_for(driver: &Driver) -> GpuResult<Arc<Vec<u8>>> {
+        let arch = driver.info().arch.clone();
+        let mut images = compiled_images().lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(img) = images.get(&arch) {
+            return Ok(img.clone());
+        }
+        let source = program_text();
+        let options = Self::compile_options(driver);
+        let cache_file = std::env::var("MXFUSE_KERNEL_CACHE").ok().map(|dir| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            (&source, &arch, &options).hash(&mut h);
+            std::path::Path::new(&dir).join(format!("mxfuse-{arch}-{:016x}.bin", h.finish()))
+        });
+        let cached = cache_file.as_ref().and_then(|p| std::fs::read(p).ok());
+        let image = match cached {
+            Some(img) if !img.is_empty() => img,
+            _ => {
+                let img = driver.compile(&source, &options)?;
+                if let Some(p) = &cache_file {
+                    // A failed cache write only costs a recompile next time.
+                    let _ = p.parent().map(std::fs::create_dir_all);
+                    let _ = std::fs::write(p, &img);
+                }
+                img
+            }
+        };
+        let image = Arc::new(image);
+        images.insert(arch, image.clone());
+        Ok(image)
+    }
+
+    /// The vendor stack in use.
+    pub fn backend(&self) -> Backend {
+        self.driver.backend()
+    }
+
+    /// The device (name, architecture, multiprocessors, warp size).
+    pub fn device(&self) -> &DeviceInfo {
+        self.driver.info()
+    }
+
+    pub(crate) fn driver(&self) -> &Driver {
+        &self.driver
+    }
+
+    /// The kernel `name` of the compiled module (looked up once).
+    pub(crate) fn function(&self, name: &str) -> GpuResult<usize> {
+        let mut table = self.functions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&f) = table.get(name) {
+            return Ok(f);
+        }
+        let f = self.driver.function(self.module, name)?;
+        table.insert(name.to_string(), f);
+        Ok(f)
+    }
+
+    /// Allocates an uninitialised device buffer of `bytes` bytes.
+    pub fn alloc(self: &Arc<Self>, bytes: usize) -> GpuResult<DeviceBuffer> {
+        Ok(DeviceBuffer {
+            ptr: self.driver.alloc(bytes)?,
+            bytes,
+            runtime: self.clone(),
+        })
+    }
+
+    /// Allocates a device buffer holding a copy of `data`.
+    pub fn upload<T: pod::Pod>(self: &Arc<Self>, data: &[T]) -> GpuResult<DeviceBuffer> {
+        let bytes = pod::as_bytes(data);
+        let buf = self.alloc(bytes.len())?;
+        self.driver.copy_to_device(buf.ptr, bytes)?;
+        Ok(buf)
+    }
+
+    /// Waits until the device has finished all queued work.
+    pub fn synchronize(&self) -> GpuResult<()> {
+        self.driver.synchronize()
+    }
+}
+
+/// Device memory owned by Rust; freed on drop.
+pub struct DeviceBuffer {
+    ptr: u64,
+    bytes: usize,
+    runtime: Arc<GpuRuntime>,
+}
+
+impl DeviceBuffer {
+    /// The device address, for the launch functions.
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.bytes
+    }
+
+    /// Whether the buffer holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+
+    /// Copies the buffer's first `out.len()` elements to the host (synchronous: waits for the
+    /// kernels queued on the default stream).
+    pub fn download<T: pod::Pod>(&self, out: &mut [T]) -> GpuResult<()> {
+        let dst = pod::as_bytes_mut(out);
+        if dst.len() > self.bytes {
+            return Err(crate::error::KernelError::Buffer(format!(
+                "download of {} bytes from a {}-byte device buffer",
+                dst.len(),
+                self.bytes
+            ))
+            .into());
+        }
+        self.runtime.driver.copy_to_host(dst, self.ptr)
+    }
+
+    /// Overwrites the buffer's start with `data`.
+    pub fn upload_from<T: pod::Pod>(&self, data: &[T]) -> GpuResult<()> {
+        let src = pod::as_bytes(data);
+        if src.len() > self.bytes {
+            return Err(crate::error::KernelError::Buffer(format!(
+                "upload of {} bytes into a {}-byte device buffer",
+                src.len(),
+                self.bytes
+            ))
+            .into());
+        }
+        self.runtime.driver.copy_to_device(self.ptr, src)
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        // Nothing useful can be done with a failed free during drop.
+        let _ = self.runtime.driver.free(self.ptr);
+    }
+}
+
+/// Plain-old-data views for host <-> device copies, without a dependency.
+pub mod pod {
+    /// Types whose every bit pattern is valid and that hold no padding or pointers.
+    ///
+    /// # Safety
+    /// Implement only for such types.
+    pub unsafe trait Pod: Copy + 'static {}
+    // SAFETY: primitive numbers and the `half` floats are plain bits without padding.
+    unsafe impl Pod for u8 {}
+    // SAFETY: as above.
+    unsafe impl Pod for u16 {}
+    // SAFETY: as above.
+    unsafe impl Pod for u32 {}
+    // SAFETY: as above.
+    unsafe impl Pod for f32 {}
+    // SAFETY: as above.
+    unsafe impl Pod for half::f16 {}
+    // SAFETY: as above.
+    unsafe impl Pod for half::bf16 {}
+
+    /// The bytes of a slice of plain data.
+    pub fn as_bytes<T: Pod>(v: &[T]) -> &[u8] {
+        // SAFETY: T is Pod (no padding), so its memory is initialised bytes.
+        unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)) }
+    }
+
+    /// The bytes of a mutable slice of plain data (any bytes written are a valid T).
+    pub fn as_bytes_mut<T: Pod>(v: &mut [T]) -> &mut [u8] {
+        // SAFETY: T is Pod: every bit pattern written through the byte view is a valid T.
+        unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), std::mem::size_of_val(v)) }
+    }
+}

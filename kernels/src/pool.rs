@@ -1,0 +1,236 @@
+//! A persistent thread pool implementing [`Parallel`]: workers sleep on a condvar between calls
+//! (after a short spin), so a kernel call of a few tens of microseconds can still use every core —
+//! spawning threads per call ([`crate::StdThreads`]) costs about as much as such a call.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::parallel::Parallel;
+
+/// How long an idle worker polls for the next job before sleeping.
+const SPIN: Duration = Duration::from_micros(30);
+
+/// The task closure of the running job, lifetime-erased (see `for_each`).
+#[derive(Clone, Copy)]
+struct JobPtr(*const (dyn Fn(usize) + Sync + 'static));
+// SAFETY: the pointee is Sync and `for_each` keeps it alive until every worker has left the job.
+unsafe impl Send for JobPtr {}
+
+struct Slot {
+    job: Option<JobPtr>,
+    n: usize,
+    /// Workers still inside the current job.
+    running: usize,
+    shutdown: bool,
+    panicked: bool,
+}
+
+struct Inner {
+    slot: Mutex<Slot>,
+    work: Condvar,
+    done: Condvar,
+    /// Bumped once per job; workers poll it while spinning.
+    epoch: AtomicU64,
+    /// Next task index of the current job.
+    next: AtomicUsize,
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, Slot> {
+        // A panic never happens while the lock is held, but stay usable if one did.
+        self.slot.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Runs tasks of the current job until none are left.
+fn drain(next: &AtomicUsize, n: usize, f: &(dyn Fn(usize) + Sync)) {
+    loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        if i >= n {
+            return;
+        }
+        f(i);
+    }
+}
+
+fn worker(inner: Arc<Inner>) {
+    let mut seen = 0u64;
+    loop {
+        let spin_until = Instant::now() + SPIN;
+        while inner.epoch.load(Ordering::Acquire) == seen && Instant::now() < spin_until {
+            std::hint::spin_loop();
+        }
+        let (job, n) = {
+            let mut s = inner.lock();
+            while !s.shutdown && inner.epoch.load(Ordering::Acquire) == seen {
+                s = inner.work.wait(s).unwrap_or_else(|e| e.into_inner());
+            }
+            if s.shutdown {
+                return;
+            }
+            seen = inner.epoch.load(Ordering::Acquire);
+            (s.job.expect("a job is published with its epoch"), s.n)
+        };
+        // SAFETY: `for_each` does not return (or unwind) before `running` drops to 0 below.
+        let f = unsafe { &*job.0 };
+        let ok = catch_unwind(AssertUnwindSafe(|| drain(&inner.next, n, f))).is_ok();
+        let mut s = inner.lock();
+        s.panicked |= !ok;
+        s.running -= 1;
+        if s.running == 0 {
+            inner.done.notify_all();
+        }
+    }
+}
+
+/// A fixed set of worker threads plus the calling thread.
+pub struct ThreadPool {
+    inner: Arc<Inner>,
+    workers: Vec<JoinHandle<()>>,
+    /// Serialises concurrent `for_each` calls on one pool.
+    call: Mutex<()>,
+}
+
+impl ThreadPool {
+    /// A pool that runs tasks on `threads` threads in total (the caller + `threads - 1` workers).
+    pub fn new(threads: usize) -> Self {
+        let inner = Arc::new(Inner {
+            slot: Mutex::new(Slot {
+                job: None,
+                n: 0,
+                running: 0,
+                shutdown: false,
+                panicked: false,
+            }),
+            work: Condvar::new(),
+            done: Condvar::new(),
+            epoch: AtomicU64::new(0),
+            next: AtomicUsize::new(0),
+        });
+        let workers = (1..threads.max(1))
+            .map(|i| {
+                let inner = Arc::clone(&inner);
+                std::thread::Builder::new()
+                    .name(format!("mxfuse-kernels-{i}"))
+                    .spawn(move || worker(inner))
+                    .expect("spawning a kernel worker thread")
+            })
+            .collect();
+        Self {
+            inner,
+            workers,
+            call: Mutex::new(()),
+        }
+    }
+
+    /// One thread per available CPU.
+    pub fn available() -> Self {
+        Self::new(std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+
+    /// A process-wide pool sized to the machine, created on first use.
+    pub fn global() -> &'static ThreadPool {
+        static POOL: OnceLock<ThreadPool> = OnceLock::new();
+        POOL.get_or_init(ThreadPool::available)
+    }
+}
+
+/// Waits (also while unwinding) until every worker has left the current job.
+struct WaitForWorkers<'a>(&'a Inner);
+
+impl Drop for WaitForWorkers<'_> {
+    fn drop(&mut self) {
+        let mut s = self.0.lock();
+        while s.running > 0 {
+            s = self.0.done.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        s.job = None;
+    }
+}
+
+impl Parallel for ThreadPool {
+    fn for_each(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        if self.workers.is_empty() || n <= 1 {
+            return (0..n).for_each(f);
+        }
+        let _call = self.call.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: only the lifetime is erased; WaitForWorkers keeps this call from returning or
+        // unwinding while any worker may still use the pointer.
+        let job = JobPtr(unsafe {
+            std::mem::transmute::<
+                *const (dyn Fn(usize) + Sync + '_),
+                *const (dyn Fn(usize) + Sync + 'static),
+            >(f)
+        });
+        {
+            let mut s = self.inner.lock();
+            s.job = Some(job);
+            s.n = n;
+            s.running = self.workers.len();
+            s.panicked = false;
+            self.inner.next.store(0, Ordering::Relaxed);
+            self.inner.epoch.fetch_add(1, Ordering::Release);
+        }
+        self.inner.work.notify_all();
+        let wait = WaitForWorkers(&self.inner);
+        drain(&self.inner.next, n, f);
+        drop(wait);
+        if self.inner.lock().panicked {
+            panic!("a kernel task panicked on a pool worker");
+        }
+    }
+
+    fn concurrency(&self) -> usize {
+        self.workers.len() + 1
+    }
+}
+
+impl Drop for ThreadPool {
+    fn drop(&mut self) {
+        self.inner.lock().shutdown = true;
+        self.inner.work.notify_all();
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_every_task_once_across_many_calls() {
+        let pool = ThreadPool::new(3);
+        for n in [0, 1, 2, 7, 100] {
+            let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+            for _ in 0..50 {
+                pool.for_each(n, &|i| {
+                    hits[i].fetch_add(1, Ordering::Relaxed);
+                });
+            }
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 50));
+        }
+    }
+
+    #[test]
+    fn a_worker_panic_reaches_the_caller_and_the_pool_survives() {
+        let pool = ThreadPool::new(2);
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            pool.for_each(64, &|i| {
+                if i == 63 {
+                    panic!("task failure");
+                }
+            })
+        }));
+        assert!(r.is_err());
+        let count = AtomicUsize::new(0);
+        pool.for_each(10, &|_| {
+            count.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(count.load(Ordering::Relaxed), 10);
+    }
+}
