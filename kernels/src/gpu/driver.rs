@@ -36,7 +36,8 @@ type LaunchFn = unsafe extern "C" fn(
 /// Entry points of the driver half, with the CUDA names' signatures (HIP's are ABI-identical).
 struct DriverFns {
     module_load_data: unsafe extern "C" fn(*mut *mut c_void, *const c_void) -> c_int,
-    module_get_function: unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *const c_char) -> c_int,
+    module_get_function:
+        unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *const c_char) -> c_int,
     launch: LaunchFn,
     mem_alloc: unsafe extern "C" fn(*mut u64, usize) -> c_int,
     mem_free: unsafe extern "C" fn(u64) -> c_int,
@@ -104,7 +105,11 @@ enum ErrorStringFn {
 /// Opens the first library of `names` that loads; the `env` variable, when set, names the file.
 fn open_first(env: &str, names: &[&str]) -> Option<(Library, String)> {
     let from_env = std::env::var(env).ok();
-    for name in from_env.iter().map(String::as_str).chain(names.iter().copied()) {
+    for name in from_env
+        .iter()
+        .map(String::as_str)
+        .chain(names.iter().copied())
+    {
         // SAFETY: loading a vendor runtime library runs its initialisers; these are the
         // libraries the vendor documents for exactly this use.
         if let Ok(lib) = unsafe { Library::new(name) } {
@@ -168,7 +173,9 @@ impl Driver {
             let Some((rtc, rtc_name)) = open_first("MXFUSE_HIPRTC", &HIPRTC_LIBS) else {
                 return Err(GpuError::Library {
                     library: drv_name,
-                    message: "HIP loads but no hipRTC library was found (set MXFUSE_HIPRTC to its path)".into(),
+                    message:
+                        "HIP loads but no hipRTC library was found (set MXFUSE_HIPRTC to its path)"
+                            .into(),
                 });
             };
             // SAFETY: the signatures below are those of HIP and hipRTC.
@@ -189,9 +196,15 @@ impl Driver {
         })
     }
 
-    unsafe fn load_cuda(drv: Library, dn: &str, rtc: Library, rn: &str) -> GpuResult<Option<Driver>> {
+    unsafe fn load_cuda(
+        drv: Library,
+        dn: &str,
+        rtc: Library,
+        rn: &str,
+    ) -> GpuResult<Option<Driver>> {
         let init: unsafe extern "C" fn(c_uint) -> c_int = sym(&drv, dn, "cuInit")?;
-        let device_get: unsafe extern "C" fn(*mut c_int, c_int) -> c_int = sym(&drv, dn, "cuDeviceGet")?;
+        let device_get: unsafe extern "C" fn(*mut c_int, c_int) -> c_int =
+            sym(&drv, dn, "cuDeviceGet")?;
         let get_attr: unsafe extern "C" fn(*mut c_int, c_int, c_int) -> c_int =
             sym(&drv, dn, "cuDeviceGetAttribute")?;
         let get_name: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int =
@@ -258,7 +271,12 @@ impl Driver {
         Ok(Some(driver))
     }
 
-    unsafe fn load_hip(drv: Library, dn: &str, rtc: Library, rn: &str) -> GpuResult<Option<Driver>> {
+    unsafe fn load_hip(
+        drv: Library,
+        dn: &str,
+        rtc: Library,
+        rn: &str,
+    ) -> GpuResult<Option<Driver>> {
         let init: unsafe extern "C" fn(c_uint) -> c_int = sym(&drv, dn, "hipInit")?;
         let set_device: unsafe extern "C" fn(c_int) -> c_int = sym(&drv, dn, "hipSetDevice")?;
         let get_name: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int =
@@ -368,7 +386,8 @@ impl Driver {
             arch: self.info.arch.clone(),
             log,
         };
-        let src = CString::new(source).map_err(|_| compile_err("source holds a NUL byte".into()))?;
+        let src =
+            CString::new(source).map_err(|_| compile_err("source holds a NUL byte".into()))?;
         let opts: Vec<CString> = options
             .iter()
             .map(|o| CString::new(o.as_str()))
@@ -380,7 +399,14 @@ impl Driver {
         // SAFETY: all pointers are valid NUL-terminated strings for the duration of the calls;
         // the program is destroyed on every path below.
         unsafe {
-            let rc = (self.rtc.create)(&mut prog, src.as_ptr(), name.as_ptr(), 0, std::ptr::null(), std::ptr::null());
+            let rc = (self.rtc.create)(
+                &mut prog,
+                src.as_ptr(),
+                name.as_ptr(),
+                0,
+                std::ptr::null(),
+                std::ptr::null(),
+            );
             if rc != 0 {
                 return Err(compile_err(format!("create program failed with code {rc}")));
             }
@@ -389,7 +415,9 @@ impl Driver {
             (self.rtc.log_size)(prog, &mut log_len);
             let mut log = vec![0u8; log_len.max(1)];
             (self.rtc.log)(prog, log.as_mut_ptr() as *mut c_char);
-            let log = String::from_utf8_lossy(&log).trim_end_matches('\0').to_string();
+            let log = String::from_utf8_lossy(&log)
+                .trim_end_matches('\0')
+                .to_string();
             if rc != 0 {
                 (self.rtc.destroy)(&mut prog);
                 return Err(compile_err(log));
@@ -397,7 +425,11 @@ impl Driver {
             let mut size = 0usize;
             let rc = (self.rtc.code_size)(prog, &mut size);
             let mut code = vec![0u8; size];
-            let rc2 = if rc == 0 { (self.rtc.code)(prog, code.as_mut_ptr() as *mut c_char) } else { rc };
+            let rc2 = if rc == 0 {
+                (self.rtc.code)(prog, code.as_mut_ptr() as *mut c_char)
+            } else {
+                rc
+            };
             (self.rtc.destroy)(&mut prog);
             if rc2 != 0 || size == 0 {
                 return Err(compile_err(format!("no code object (code {rc2})")));
@@ -411,7 +443,9 @@ impl Driver {
         self.make_current()?;
         let mut module: *mut c_void = std::ptr::null_mut();
         // SAFETY: `image` is a complete code object produced by `compile` (or the disk cache).
-        self.check("module load", unsafe { (self.fns.module_load_data)(&mut module, image.as_ptr().cast()) })?;
+        self.check("module load", unsafe {
+            (self.fns.module_load_data)(&mut module, image.as_ptr().cast())
+        })?;
         Ok(module as usize)
     }
 
@@ -466,7 +500,9 @@ impl Driver {
         self.make_current()?;
         let mut ptr = 0u64;
         // SAFETY: out-pointer to a local.
-        self.check("device alloc", unsafe { (self.fns.mem_alloc)(&mut ptr, bytes.max(1)) })?;
+        self.check("device alloc", unsafe {
+            (self.fns.mem_alloc)(&mut ptr, bytes.max(1))
+        })?;
         Ok(ptr)
     }
 
@@ -481,14 +517,18 @@ impl Driver {
     pub fn copy_to_device(&self, dst: u64, src: &[u8]) -> GpuResult<()> {
         self.make_current()?;
         // SAFETY: the caller's buffer holds at least `src.len()` bytes at `dst`.
-        self.check("copy to device", unsafe { (self.fns.memcpy_htod)(dst, src.as_ptr().cast(), src.len()) })
+        self.check("copy to device", unsafe {
+            (self.fns.memcpy_htod)(dst, src.as_ptr().cast(), src.len())
+        })
     }
 
     /// Copies device bytes to the host (synchronous).
     pub fn copy_to_host(&self, dst: &mut [u8], src: u64) -> GpuResult<()> {
         self.make_current()?;
         // SAFETY: the caller's buffer holds at least `dst.len()` bytes at `src`.
-        self.check("copy to host", unsafe { (self.fns.memcpy_dtoh)(dst.as_mut_ptr().cast(), src, dst.len()) })
+        self.check("copy to host", unsafe {
+            (self.fns.memcpy_dtoh)(dst.as_mut_ptr().cast(), src, dst.len())
+        })
     }
 
     /// Waits for all work on the device.

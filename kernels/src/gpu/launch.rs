@@ -59,12 +59,23 @@ pub enum GpuMatB {
     /// E4M3 values + E8M0 scales: `[N, K]` + `[N, K/32]` when `trans_b`, else `[K, N]` + `[K/32, N]`.
     Mx { q: u64, scales: u64, trans_b: bool },
     /// bf16 / f16 / f32 `[K, N]` (or `[N, K]` when `trans_b`).
-    Float { data: u64, dtype: DType, trans_b: bool },
+    Float {
+        data: u64,
+        dtype: DType,
+        trans_b: bool,
+    },
 }
 
 fn quant_flags(q: &QuantConfig) -> u32 {
-    (if q.scale_rule == ScaleRule::Rceil { F_RCEIL } else { 0 })
-        | (if q.nan_policy == NanPolicy::Ignore { F_NAN_IGNORE } else { 0 })
+    (if q.scale_rule == ScaleRule::Rceil {
+        F_RCEIL
+    } else {
+        0
+    }) | (if q.nan_policy == NanPolicy::Ignore {
+        F_NAN_IGNORE
+    } else {
+        0
+    })
 }
 
 fn dtype_suffix(dt: DType) -> GpuResult<&'static str> {
@@ -72,31 +83,42 @@ fn dtype_suffix(dt: DType) -> GpuResult<&'static str> {
         DType::BF16 => Ok("bf16"),
         DType::F16 => Ok("f16"),
         DType::F32 => Ok("f32"),
-        other => Err(KernelError::DType(format!("GPU kernels take bf16, f16 or f32, got {other:?}")).into()),
+        other => Err(KernelError::DType(format!(
+            "GPU kernels take bf16, f16 or f32, got {other:?}"
+        ))
+        .into()),
     }
 }
 
 fn check_k(what: &str, k: usize) -> GpuResult<()> {
-    if k == 0 || k % BLOCK != 0 {
-        return Err(KernelError::Shape(format!("{what} = {k} must be a positive multiple of 32")).into());
+    if k == 0 || !k.is_multiple_of(BLOCK) {
+        return Err(
+            KernelError::Shape(format!("{what} = {k} must be a positive multiple of 32")).into(),
+        );
     }
     Ok(())
 }
 
 /// The vector loads need 16-byte aligned bases (allocators give 256).
 fn check_aligned(what: &str, ptr: u64, align: u64) -> GpuResult<()> {
-    if ptr == 0 || ptr % align != 0 {
-        return Err(KernelError::Buffer(format!("{what} pointer {ptr:#x} is null or not {align}-byte aligned")).into());
+    if ptr == 0 || !ptr.is_multiple_of(align) {
+        return Err(KernelError::Buffer(format!(
+            "{what} pointer {ptr:#x} is null or not {align}-byte aligned"
+        ))
+        .into());
     }
     Ok(())
 }
 
 fn dim_u32(what: &str, v: usize) -> GpuResult<u32> {
-    u32::try_from(v).map_err(|_| KernelError::Shape(format!("{what} = {v} exceeds the launch limits")).into())
+    u32::try_from(v)
+        .map_err(|_| KernelError::Shape(format!("{what} = {v} exceeds the launch limits")).into())
 }
 
 fn dim_i32(what: &str, v: usize) -> GpuResult<i32> {
-    i32::try_from(v).map_err(|_| KernelError::Shape(format!("{what} = {v} exceeds the kernel's int range")).into())
+    i32::try_from(v).map_err(|_| {
+        KernelError::Shape(format!("{what} = {v} exceeds the kernel's int range")).into()
+    })
 }
 
 /// Kernel parameters as the launch API wants them: one pointer per value.
@@ -119,12 +141,22 @@ impl Params {
 }
 
 impl GpuRuntime {
-    fn run(&self, name: &str, grid: [u32; 3], block: u32, mut params: Params, stream: StreamHandle) -> GpuResult<()> {
+    fn run(
+        &self,
+        name: &str,
+        grid: [u32; 3],
+        block: u32,
+        mut params: Params,
+        stream: StreamHandle,
+    ) -> GpuResult<()> {
         let f = self.function(name)?;
         let mut ptrs = params.pointers();
         // SAFETY: every launcher below builds `params` in the order and with the exact C types
         // of the kernel it names (kernels/gpu/*.hip) and validates the extents first.
-        unsafe { self.driver().launch(f, grid, [block, 1, 1], stream, &mut ptrs) }
+        unsafe {
+            self.driver()
+                .launch(f, grid, [block, 1, 1], stream, &mut ptrs)
+        }
     }
 
     fn round_to_warps(&self, threads: usize) -> usize {
@@ -164,11 +196,21 @@ impl GpuRuntime {
         let gf32 = match (gamma_dtype == dtype, gamma_dtype) {
             (true, _) => "",
             (false, DType::F32) => "_gf32",
-            _ => return Err(KernelError::DType(format!("gamma must be {dtype:?} or f32, got {gamma_dtype:?}")).into()),
+            _ => {
+                return Err(KernelError::DType(format!(
+                    "gamma must be {dtype:?} or f32, got {gamma_dtype:?}"
+                ))
+                .into())
+            }
         };
-        for (what, p) in [("x", Some(bufs.x)), ("residual", bufs.residual), ("gamma", Some(bufs.gamma)), ("q", Some(bufs.q)),
-            ("residual_out", bufs.residual_out), ("normed", bufs.normed)]
-        {
+        for (what, p) in [
+            ("x", Some(bufs.x)),
+            ("residual", bufs.residual),
+            ("gamma", Some(bufs.gamma)),
+            ("q", Some(bufs.q)),
+            ("residual_out", bufs.residual_out),
+            ("normed", bufs.normed),
+        ] {
             if let Some(p) = p {
                 check_aligned(what, p, 16)?;
             }
@@ -183,15 +225,22 @@ impl GpuRuntime {
         let nch = if rows >= 2 * self.multiprocessors() && chunks <= 3 * 256 {
             3
         } else {
-            [1usize, 2, 4].into_iter().find(|c| chunks <= 1024 * c).ok_or_else(|| {
-                KernelError::Shape(format!("hidden size {h} exceeds the GPU kernel's 32768"))
-            })?
+            [1usize, 2, 4]
+                .into_iter()
+                .find(|c| chunks <= 1024 * c)
+                .ok_or_else(|| {
+                    KernelError::Shape(format!("hidden size {h} exceeds the GPU kernel's 32768"))
+                })?
         };
         let block = self.round_to_warps(chunks.div_ceil(nch));
         let flags = quant_flags(&attrs.quant)
             | (if attrs.gemma { F_GEMMA } else { 0 })
             | (if attrs.gamma_in_f32 { F_GAMMA_F32 } else { 0 })
-            | (if attrs.inv_form == InvForm::Div { F_INV_DIV } else { 0 })
+            | (if attrs.inv_form == InvForm::Div {
+                F_INV_DIV
+            } else {
+                0
+            })
             | (if attrs.round_sum { 0 } else { F_NO_ROUND_SUM });
         let params = Params::new()
             .push(bufs.x)
@@ -205,7 +254,13 @@ impl GpuRuntime {
             .push(attrs.epsilon)
             .push(flags);
         let name = format!("mx_add_rmsnorm_quant_{t}{gf32}_c{nch}");
-        self.run(&name, [dim_u32("rows", rows)?, 1, 1], dim_u32("block", block)?, params, stream)
+        self.run(
+            &name,
+            [dim_u32("rows", rows)?, 1, 1],
+            dim_u32("block", block)?,
+            params,
+            stream,
+        )
     }
 
     /// `SwiGluMxQuant` producing `rows` rows of `i` activations.
@@ -246,7 +301,11 @@ impl GpuRuntime {
         let flags = quant_flags(&attrs.quant)
             | (if oai { F_OAI } else { 0 })
             | (if attrs.fp32_activation { F_FP32_ACT } else { 0 })
-            | (if attrs.swish_form == SwishForm::SingleOp { F_SWISH_SINGLE } else { 0 });
+            | (if attrs.swish_form == SwishForm::SingleOp {
+                F_SWISH_SINGLE
+            } else {
+                0
+            });
         let params = Params::new()
             .push(gate)
             .push(up)
@@ -260,7 +319,13 @@ impl GpuRuntime {
             .push(attrs.beta)
             .push(flags);
         let name = format!("mx_swiglu_quant_{t}_e{e}_a{act}");
-        self.run(&name, [dim_u32("grid", lanes.div_ceil(256))?, 1, 1], 256, params, stream)
+        self.run(
+            &name,
+            [dim_u32("grid", lanes.div_ceil(256))?, 1, 1],
+            256,
+            params,
+            stream,
+        )
     }
 
     /// `MxQuantize` of `elements` values in rows of `k`.
@@ -277,8 +342,10 @@ impl GpuRuntime {
         stream: StreamHandle,
     ) -> GpuResult<()> {
         check_k("K", k)?;
-        if elements % k != 0 {
-            return Err(KernelError::Shape(format!("{elements} elements are not rows of {k}")).into());
+        if !elements.is_multiple_of(k) {
+            return Err(
+                KernelError::Shape(format!("{elements} elements are not rows of {k}")).into(),
+            );
         }
         let t = dtype_suffix(dtype)?;
         let e = if elements < SMALL_ELEMENTS { 2 } else { 8 };
@@ -289,9 +356,20 @@ impl GpuRuntime {
         if lanes == 0 {
             return Ok(());
         }
-        let params = Params::new().push(x).push(q).push(scales).push(elements as i64).push(quant_flags(quant));
+        let params = Params::new()
+            .push(x)
+            .push(q)
+            .push(scales)
+            .push(elements as i64)
+            .push(quant_flags(quant));
         let name = format!("mx_quantize_{t}_e{e}");
-        self.run(&name, [dim_u32("grid", lanes.div_ceil(256))?, 1, 1], 256, params, stream)
+        self.run(
+            &name,
+            [dim_u32("grid", lanes.div_ceil(256))?, 1, 1],
+            256,
+            params,
+            stream,
+        )
     }
 
     /// Whether the tensor-core decode GEMM serves this B (NVIDIA sm_89+, E4M3 `[N, K]` weights).
@@ -328,12 +406,20 @@ impl GpuRuntime {
         }
         let (bptr, bscales, bmode) = match *b {
             GpuMatB::Mx { q, scales, trans_b } => (q, scales, i32::from(trans_b)),
-            GpuMatB::Float { data, dtype, trans_b } => {
+            GpuMatB::Float {
+                data,
+                dtype,
+                trans_b,
+            } => {
                 let mode = match dtype {
                     DType::BF16 => 2,
                     DType::F16 => 3,
                     DType::F32 => 4,
-                    other => return Err(KernelError::DType(format!("MxMatMul b of type {other:?}")).into()),
+                    other => {
+                        return Err(
+                            KernelError::DType(format!("MxMatMul b of type {other:?}")).into()
+                        )
+                    }
                 };
                 (data, 0, mode | if trans_b { 8 } else { 0 })
             }
@@ -350,7 +436,13 @@ impl GpuRuntime {
             .push(dim_i32("K", k)?)
             .push(bmode);
         let name = format!("mx_matmul_generic_{o}");
-        self.run(&name, [dim_u32("grid", n.div_ceil(128))?, dim_u32("M", m)?, 1], 128, params, stream)
+        self.run(
+            &name,
+            [dim_u32("grid", n.div_ceil(128))?, dim_u32("M", m)?, 1],
+            128,
+            params,
+            stream,
+        )
     }
 
     /// A GEMM whose activations arrive unquantized (`a` bf16/f16 `[m, k]`): quantized inside the
@@ -377,13 +469,26 @@ impl GpuRuntime {
             && matches!(a_dtype, DType::BF16 | DType::F16)
             && self.in_gemm_quant_thresholds().use_in_gemm(m, k);
         if !in_gemm {
-            self.mx_quantize(a_dtype, m * k, k, a, workspace.0, workspace.1, quant, stream)?;
+            self.mx_quantize(
+                a_dtype,
+                m * k,
+                k,
+                a,
+                workspace.0,
+                workspace.1,
+                quant,
+                stream,
+            )?;
             return self.mx_matmul(m, k, n, workspace.0, workspace.1, b, y, out_dtype, stream);
         }
         let o = dtype_suffix(out_dtype)?;
         check_aligned("a", a, 16)?;
         check_aligned("y", y, out_dtype.size() as u64)?;
-        let amode = if a_dtype == DType::BF16 { "qbf16" } else { "qf16" };
+        let amode = if a_dtype == DType::BF16 {
+            "qbf16"
+        } else {
+            "qf16"
+        };
         self.matmul_tc(amode, m, k, n, 0, 0, a, b, y, o, quant_flags(quant), stream)
     }
 
@@ -408,8 +513,13 @@ impl GpuRuntime {
         flags: u32,
         stream: StreamHandle,
     ) -> GpuResult<()> {
-        let GpuMatB::Mx { q: w, scales: ws, .. } = *b else {
-            return Err(KernelError::Unsupported("tensor-core GEMM needs E4M3 weights".into()).into());
+        let GpuMatB::Mx {
+            q: w, scales: ws, ..
+        } = *b
+        else {
+            return Err(
+                KernelError::Unsupported("tensor-core GEMM needs E4M3 weights".into()).into(),
+            );
         };
         check_aligned("b", w, 8)?;
         check_aligned("b_scales", ws, 4)?;
@@ -432,7 +542,11 @@ impl GpuRuntime {
             .push(dim_i32("K", k)?)
             .push(flags);
         let name = format!("mx_matmul_tc_{amode}_m{}_{out}{pf}", 8 * mt);
-        let grid = [dim_u32("grid", n.div_ceil(16))?, dim_u32("grid", m.div_ceil(8 * mt))?, 1];
+        let grid = [
+            dim_u32("grid", n.div_ceil(16))?,
+            dim_u32("grid", m.div_ceil(8 * mt))?,
+            1,
+        ];
         self.run(&name, grid, 32 * warps, params, stream)
     }
 }

@@ -51,7 +51,9 @@ impl GpuRuntime {
         let info = driver.info();
         eprintln!(
             "mxfuse: GPU kernels ready on {} ({}, {:?})",
-            info.name, info.arch, driver.backend()
+            info.name,
+            info.arch,
+            driver.backend()
         );
         Ok(Some(Arc::new(GpuRuntime {
             driver,

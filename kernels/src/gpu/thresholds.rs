@@ -26,7 +26,13 @@ impl InGemmQuantThresholds {
     const MEASURED: [(&'static str, Self); 1] = [
         // NVIDIA H200 (bench/gpu/bench.py, 2026-11-30): in-GEMM wins only at K = 768 for
         // M <= 8; at K >= 2048 the separate quantize launch is cheaper for every M <= 16.
-        ("sm_90", Self { max_m: 8, max_k: 768 }),
+        (
+            "sm_90",
+            Self {
+                max_m: 8,
+                max_k: 768,
+            },
+        ),
     ];
 
     /// The thresholds for a device architecture ("sm_90", "gfx950", ...).
