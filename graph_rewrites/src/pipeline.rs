@@ -192,7 +192,7 @@ pub fn run_rules(g: &mut Graph, rules: &[&'static dyn DynRule], opts: &PipelineO
         let found = scan(&*g, rules, &cfg, opts.explain);
         for s in &found.sites {
             if let Err(reason) = &s.verdict {
-                let rej = Rejection { rule: s.rule.into(), at: g.node_name(s.anchor).into(), reason: reason.clone() };
+                let rej = Rejection { rule: s.rule.into(), at: display_name(&*g, s.anchor), reason: reason.clone() };
                 if s.structural {
                     rejections.insert(rej);
                 } else {
@@ -218,8 +218,8 @@ pub fn run_rules(g: &mut Graph, rules: &[&'static dyn DynRule], opts: &PipelineO
 }
 
 fn apply(g: &mut Graph, rule: &dyn DynRule, site: &Site, params: Box<dyn Any>) -> Result<Fusion, Error> {
-    let anchor_name = g.node_name(site.anchor).to_string();
-    let replaced: Vec<String> = site.nodes.iter().map(|n| g.node_name(*n).to_string()).collect();
+    let anchor_name = display_name(&*g, site.anchor);
+    let replaced: Vec<String> = site.nodes.iter().map(|n| display_name(&*g, *n)).collect();
     for &n in &site.nodes {
         g.remove_node(n);
     }
@@ -237,4 +237,13 @@ fn apply(g: &mut Graph, rule: &dyn DynRule, site: &Site, params: Box<dyn Any>) -
         }
     }
     Ok(Fusion { rule: rule.name().to_string(), replaced, created })
+}
+
+/// A node's name for reports, or — for an unnamed node (ONNX allows them) — the name of its
+/// first output, which is unique in the graph.
+pub fn display_name(g: &dyn GraphView, n: NodeId) -> String {
+    match g.node_name(n) {
+        "" => g.outputs(n).first().map(|v| g.value_name(*v).to_string()).unwrap_or_default(),
+        name => name.to_string(),
+    }
 }

@@ -90,6 +90,13 @@ fn sites_text(sites: &[Site]) -> String {
     out
 }
 
+/// A node by the name reports use for it: its own, or its first output's when unnamed
+/// (`pipeline::display_name`).
+fn find_node(g: &Graph, name: &str) -> Option<crate::view::NodeId> {
+    use crate::view::GraphView;
+    g.node_by_name(name).or_else(|| g.value_by_name(name).and_then(|v| g.producer(v)).map(|(n, _)| n))
+}
+
 /// `NNN_rule_before.dot` for every site and `NNN_rule_after.dot` for fused ones.
 fn write_dot_files(dir: &Path, before: &Graph, after: &Graph, sites: &[Site]) -> Result<(), Error> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
@@ -97,7 +104,7 @@ fn write_dot_files(dir: &Path, before: &Graph, after: &Graph, sites: &[Site]) ->
         let ids: Vec<_> = s
             .nodes
             .iter()
-            .filter_map(|n| before.node_by_name(n))
+            .filter_map(|n| find_node(before, n))
             .collect();
         let verdict = match &s.verdict {
             Ok(()) => "fused".to_owned(),
