@@ -156,32 +156,43 @@ pub const HIPRTC_LIBS: [&str; 4] = [
 ];
 
 impl Driver {
-    /// Loads CUDA (preferred) or HIP. `Ok(None)`: no usable GPU stack on this machine (no
-    /// library, or a library that reports no device); `Err`: a stack is there but broken.
-    pub fn load() -> GpuResult<Option<Driver>> {
+    /// Loads CUDA (preferred) or HIP. `Ok(Err(reason))`: no usable GPU stack on this machine (no
+    /// library, a driver without its run-time compiler, or no device), with the reason for the
+    /// log line; `Err`: a stack is there but broken (a missing symbol, a failing call).
+    pub fn load() -> GpuResult<Result<Driver, String>> {
+        let mut reasons = Vec::new();
         if let Some((drv, drv_name)) = open_first("MXFUSE_CUDA_DRIVER", &CUDA_DRIVER_LIBS) {
-            let Some((rtc, rtc_name)) = open_first("MXFUSE_NVRTC", &NVRTC_LIBS) else {
-                return Err(GpuError::Library {
-                    library: drv_name,
-                    message: "the CUDA driver loads but no NVRTC library was found (set MXFUSE_NVRTC to its path)".into(),
-                });
-            };
-            // SAFETY: the signatures below are those of the CUDA driver API and NVRTC.
-            return unsafe { Self::load_cuda(drv, &drv_name, rtc, &rtc_name) };
+            match open_first("MXFUSE_NVRTC", &NVRTC_LIBS) {
+                // SAFETY: the signatures in load_cuda are those of the CUDA driver API and NVRTC.
+                Some((rtc, rtc_name)) => {
+                    match unsafe { Self::load_cuda(drv, &drv_name, rtc, &rtc_name)? } {
+                        Some(d) => return Ok(Ok(d)),
+                        None => reasons.push(format!("{drv_name} reports no CUDA device")),
+                    }
+                }
+                None => reasons.push(format!(
+                    "{drv_name} loads but no NVRTC was found (set MXFUSE_NVRTC)"
+                )),
+            }
         }
         if let Some((drv, drv_name)) = open_first("MXFUSE_HIP", &HIP_LIBS) {
-            let Some((rtc, rtc_name)) = open_first("MXFUSE_HIPRTC", &HIPRTC_LIBS) else {
-                return Err(GpuError::Library {
-                    library: drv_name,
-                    message:
-                        "HIP loads but no hipRTC library was found (set MXFUSE_HIPRTC to its path)"
-                            .into(),
-                });
-            };
-            // SAFETY: the signatures below are those of HIP and hipRTC.
-            return unsafe { Self::load_hip(drv, &drv_name, rtc, &rtc_name) };
+            match open_first("MXFUSE_HIPRTC", &HIPRTC_LIBS) {
+                // SAFETY: the signatures in load_hip are those of HIP and hipRTC.
+                Some((rtc, rtc_name)) => {
+                    match unsafe { Self::load_hip(drv, &drv_name, rtc, &rtc_name)? } {
+                        Some(d) => return Ok(Ok(d)),
+                        None => reasons.push(format!("{drv_name} reports no HIP device")),
+                    }
+                }
+                None => reasons.push(format!(
+                    "{drv_name} loads but no hipRTC was found (set MXFUSE_HIPRTC)"
+                )),
+            }
         }
-        Ok(None)
+        if reasons.is_empty() {
+            reasons.push("no CUDA driver + NVRTC or HIP + hipRTC library found".into());
+        }
+        Ok(Err(reasons.join("; ")))
     }
 
     unsafe fn load_rtc(rtc: &Library, n: &str, prefix: &str, code: &str) -> GpuResult<RtcFns> {

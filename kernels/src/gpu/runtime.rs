@@ -40,11 +40,12 @@ impl GpuRuntime {
             eprintln!("mxfuse: MXFUSE_GPU=off: using the CPU kernels");
             return Ok(None);
         }
-        let Some(driver) = Driver::load()? else {
-            eprintln!(
-                "mxfuse: no GPU runtime found (CUDA driver + NVRTC or HIP + hipRTC); using the CPU kernels"
-            );
-            return Ok(None);
+        let driver = match Driver::load()? {
+            Ok(d) => d,
+            Err(reason) => {
+                eprintln!("mxfuse: {reason}; using the CPU kernels");
+                return Ok(None);
+            }
         };
         let image = Self::image_for(&driver)?;
         let module = driver.load_module(&image)?;

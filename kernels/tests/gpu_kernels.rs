@@ -1,0 +1,583 @@
+//! The GPU kernels against the scalar reference (`kernels::reference`), on fresh random inputs
+//! with planted edge blocks (zero, NaN, ±Inf, subnormal, huge, 448·2^k boundaries): q, scales,
+//! residual_out and normed bit for bit; GEMM outputs within the f32-accumulation bound.
+//!
+//! Every test returns early, saying so, when no GPU runtime loads (CI has none); on a GPU
+//! machine run `cargo test -p kernels --test gpu_kernels` (docs/gpu.md).
+
+use std::sync::Arc;
+
+use half::{bf16, f16};
+use kernels::attrs::{Activation, InvForm, SwiGluLayout, SwishForm};
+use kernels::codec::{NanPolicy, QuantConfig, ScaleRule};
+use kernels::gpu::runtime::pod::Pod;
+use kernels::gpu::{DeviceBuffer, GpuError, GpuMatB, GpuRuntime, NormBuffers, SwiGluBuffers};
+use kernels::reference;
+use kernels::slices::{MatB, NormOutputs, SwiGluInput};
+use kernels::{AddRmsNormAttrs, Element, KernelError, SwiGluAttrs};
+
+fn gpu() -> Option<Arc<GpuRuntime>> {
+    match GpuRuntime::shared() {
+        Ok(Some(rt)) => Some(rt),
+        Ok(None) => {
+            eprintln!("skipped: no GPU runtime on this machine");
+            None
+        }
+        Err(e) => panic!("a GPU runtime is present but failed to load: {e}"),
+    }
+}
+
+/// xorshift64* with a rough normal from the sum of four uniforms (enough for test data).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn uniform(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32
+    }
+    fn normal(&mut self) -> f32 {
+        (0..4).map(|_| self.uniform()).sum::<f32>() * 1.7 - 3.4
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// Random rows of `k` with an edge block planted in each of the first rows.
+fn edge_rows<T: Element>(rng: &mut Rng, rows: usize, k: usize, nonfinite: bool) -> Vec<T> {
+    let mut x: Vec<f32> = (0..rows * k)
+        .map(|_| rng.normal() * 2f32.powi(rng.below(16) as i32 - 8))
+        .collect();
+    let big = if T::DTYPE == kernels::DType::F16 {
+        6.0e4
+    } else {
+        3.0e38
+    };
+    let tiny = if T::DTYPE == kernels::DType::F16 {
+        3.0e-8
+    } else {
+        1.0e-39
+    };
+    let specials = [0.0, -0.0, tiny, big, 448.0, 447.0, 1.75, 1.757_812_5, 1.0];
+    for r in 0..rows.min(14) {
+        let start = r * k + rng.below(k / 32) * 32;
+        let block = &mut x[start..start + 32];
+        match r % 7 {
+            0 => block.fill(0.0),
+            1 if nonfinite => block[rng.below(32)] = f32::NAN,
+            2 if nonfinite => {
+                block[rng.below(32)] = if r % 2 == 0 {
+                    f32::INFINITY
+                } else {
+                    f32::NEG_INFINITY
+                }
+            }
+            3 => block.iter_mut().for_each(|v| *v *= tiny),
+            4 => block
+                .iter_mut()
+                .for_each(|v| *v = specials[rng.below(specials.len())]),
+            5 => block.iter_mut().for_each(|v| *v *= big / 8.0),
+            _ => {}
+        }
+    }
+    x.into_iter().map(T::from_f32).collect()
+}
+
+fn upload<T: Pod>(rt: &Arc<GpuRuntime>, v: &[T]) -> DeviceBuffer {
+    rt.upload(v).expect("upload")
+}
+
+/// A device buffer of `n` elements filled with a poison pattern, so unwritten outputs show.
+fn poisoned<T: Pod>(rt: &Arc<GpuRuntime>, n: usize) -> DeviceBuffer {
+    let bytes = vec![0xA5u8; n * std::mem::size_of::<T>()];
+    upload(rt, &bytes)
+}
+
+fn download<T: Pod + Default>(buf: &DeviceBuffer, n: usize) -> Vec<T> {
+    let mut v = vec![T::default(); n];
+    buf.download(&mut v).expect("download");
+    v
+}
+
+fn same_bits<T: Element>(a: &[T], b: &[T]) -> usize {
+    a.iter()
+        .zip(b)
+        .filter(|(x, y)| {
+            let (x, y) = (x.to_f32(), y.to_f32());
+            !(x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+        })
+        .count()
+}
+
+fn mismatches(a: &[u8], b: &[u8]) -> usize {
+    a.iter().zip(b).filter(|(x, y)| x != y).count()
+}
+
+const CONFIGS: [QuantConfig; 4] = [
+    QuantConfig {
+        scale_rule: ScaleRule::Floor,
+        nan_policy: NanPolicy::Propagate,
+    },
+    QuantConfig {
+        scale_rule: ScaleRule::Rceil,
+        nan_policy: NanPolicy::Propagate,
+    },
+    QuantConfig {
+        scale_rule: ScaleRule::Floor,
+        nan_policy: NanPolicy::Ignore,
+    },
+    QuantConfig {
+        scale_rule: ScaleRule::Rceil,
+        nan_policy: NanPolicy::Ignore,
+    },
+];
+
+fn quantize_case<T: Element + Pod>(
+    rt: &Arc<GpuRuntime>,
+    rng: &mut Rng,
+    rows: usize,
+    k: usize,
+    cfg: QuantConfig,
+) {
+    let x = edge_rows::<T>(rng, rows, k, true);
+    let (mut q, mut s) = (vec![0u8; rows * k], vec![0u8; rows * k / 32]);
+    reference::mx_quantize(&x, k, &mut q, &mut s, cfg).expect("reference");
+    let (dx, dq, ds) = (
+        upload(rt, &x),
+        poisoned::<u8>(rt, q.len()),
+        poisoned::<u8>(rt, s.len()),
+    );
+    rt.mx_quantize(T::DTYPE, x.len(), k, dx.ptr(), dq.ptr(), ds.ptr(), &cfg, 0)
+        .expect("launch");
+    let (gq, gs) = (download::<u8>(&dq, q.len()), download::<u8>(&ds, s.len()));
+    assert_eq!(
+        mismatches(&gq, &q),
+        0,
+        "{:?} q, {cfg:?}, {rows}x{k}",
+        T::DTYPE
+    );
+    assert_eq!(
+        mismatches(&gs, &s),
+        0,
+        "{:?} scales, {cfg:?}, {rows}x{k}",
+        T::DTYPE
+    );
+}
+
+#[test]
+fn gpu_quantize_matches_reference_bit_for_bit() {
+    let Some(rt) = gpu() else { return };
+    let mut rng = Rng(0x1234_5678_9ABC_DEF1);
+    for cfg in CONFIGS {
+        quantize_case::<bf16>(&rt, &mut rng, 37, 2048, cfg);
+        quantize_case::<f16>(&rt, &mut rng, 37, 2048, cfg);
+        quantize_case::<f32>(&rt, &mut rng, 37, 2048, cfg);
+    }
+    // >= 2^21 elements: the 8-elements-per-lane kernels.
+    quantize_case::<bf16>(&rt, &mut rng, 2048, 1024, CONFIGS[1]);
+    quantize_case::<f32>(&rt, &mut rng, 2048, 1024, CONFIGS[2]);
+}
+
+fn norm_case<T: Element + Pod, G: Element + Pod>(
+    rt: &Arc<GpuRuntime>,
+    rng: &mut Rng,
+    rows: usize,
+    h: usize,
+    residual: bool,
+    attrs: &AddRmsNormAttrs,
+) {
+    let x = edge_rows::<T>(rng, rows, h, false);
+    let r: Vec<T> = (0..rows * h).map(|_| T::from_f32(rng.normal())).collect();
+    let gamma: Vec<G> = (0..h).map(|_| G::from_f32(rng.normal() * 0.1)).collect();
+    let (mut q, mut s) = (vec![0u8; rows * h], vec![0u8; rows * h / 32]);
+    let (mut ro, mut no) = (vec![T::default(); rows * h], vec![T::default(); rows * h]);
+    let out = NormOutputs {
+        q: &mut q,
+        scales: &mut s,
+        residual_out: Some(&mut ro),
+        normed: Some(&mut no),
+    };
+    reference::add_rms_norm_mx_quant(&x, residual.then_some(&r[..]), &gamma, h, attrs, out)
+        .expect("reference");
+    let (dx, dr, dg) = (upload(rt, &x), upload(rt, &r), upload(rt, &gamma));
+    let (dq, ds) = (poisoned::<u8>(rt, q.len()), poisoned::<u8>(rt, s.len()));
+    let (dro, dno) = (poisoned::<T>(rt, ro.len()), poisoned::<T>(rt, no.len()));
+    let bufs = NormBuffers {
+        x: dx.ptr(),
+        residual: residual.then(|| dr.ptr()),
+        gamma: dg.ptr(),
+        q: dq.ptr(),
+        scales: ds.ptr(),
+        residual_out: Some(dro.ptr()),
+        normed: Some(dno.ptr()),
+    };
+    rt.add_rmsnorm_mxquant(T::DTYPE, G::DTYPE, rows, h, &bufs, attrs, 1, 0)
+        .expect("launch");
+    let what = format!(
+        "{:?}/{:?} {rows}x{h} residual={residual} {attrs:?}",
+        T::DTYPE,
+        G::DTYPE
+    );
+    assert_eq!(
+        same_bits(&download::<T>(&dro, ro.len()), &ro),
+        0,
+        "residual_out {what}"
+    );
+    assert_eq!(
+        same_bits(&download::<T>(&dno, no.len()), &no),
+        0,
+        "normed {what}"
+    );
+    assert_eq!(mismatches(&download::<u8>(&dq, q.len()), &q), 0, "q {what}");
+    assert_eq!(
+        mismatches(&download::<u8>(&ds, s.len()), &s),
+        0,
+        "scales {what}"
+    );
+}
+
+#[test]
+fn gpu_add_rmsnorm_mxquant_matches_reference_bit_for_bit() {
+    let Some(rt) = gpu() else { return };
+    let mut rng = Rng(0x0BAD_5EED_0000_0001);
+    let gemma = AddRmsNormAttrs {
+        gemma: true,
+        ..Default::default()
+    };
+    let variants = [
+        gemma,
+        AddRmsNormAttrs {
+            quant: CONFIGS[1],
+            ..Default::default()
+        },
+        AddRmsNormAttrs {
+            gamma_in_f32: false,
+            inv_form: InvForm::Div,
+            quant: CONFIGS[2],
+            ..Default::default()
+        },
+        AddRmsNormAttrs {
+            gemma: true,
+            gamma_in_f32: false,
+            round_sum: false,
+            quant: CONFIGS[3],
+            ..Default::default()
+        },
+    ];
+    for attrs in &variants {
+        norm_case::<bf16, bf16>(&rt, &mut rng, 9, 6144, true, attrs);
+        norm_case::<bf16, f32>(&rt, &mut rng, 3, 2048, false, attrs);
+        norm_case::<f16, f16>(&rt, &mut rng, 5, 4096, true, attrs);
+        norm_case::<f32, f32>(&rt, &mut rng, 4, 1024, true, attrs);
+    }
+    // Wide rows (2 and 4 chunks per lane) and many rows (the 3-chunks-per-lane kernel).
+    norm_case::<bf16, bf16>(&rt, &mut rng, 2, 16384, true, &gemma);
+    norm_case::<bf16, bf16>(&rt, &mut rng, 2, 32768, true, &gemma);
+    norm_case::<bf16, bf16>(&rt, &mut rng, 300, 6144, true, &gemma);
+}
+
+fn swiglu_case<T: Element + Pod>(
+    rt: &Arc<GpuRuntime>,
+    rng: &mut Rng,
+    rows: usize,
+    i: usize,
+    attrs: &SwiGluAttrs,
+) {
+    let g = edge_rows::<T>(rng, rows, i, true);
+    let u: Vec<T> = (0..rows * i)
+        .map(|_| T::from_f32(rng.normal() * 4.0))
+        .collect();
+    let fused: Vec<T> = match attrs.layout {
+        SwiGluLayout::Separate => Vec::new(),
+        SwiGluLayout::SplitHalves => (0..rows)
+            .flat_map(|r| {
+                g[r * i..(r + 1) * i]
+                    .iter()
+                    .chain(&u[r * i..(r + 1) * i])
+                    .copied()
+                    .collect::<Vec<_>>()
+            })
+            .collect(),
+        SwiGluLayout::Interleaved => g.iter().zip(&u).flat_map(|(a, b)| [*a, *b]).collect(),
+    };
+    let input = if attrs.layout == SwiGluLayout::Separate {
+        SwiGluInput::Separate { gate: &g, up: &u }
+    } else {
+        SwiGluInput::Fused(&fused)
+    };
+    let (mut q, mut s) = (vec![0u8; rows * i], vec![0u8; rows * i / 32]);
+    reference::swiglu_mx_quant(input, i, attrs, &mut q, &mut s).expect("reference");
+    let (dg, du, df) = (
+        upload(rt, &g),
+        upload(rt, &u),
+        upload(rt, if fused.is_empty() { &g } else { &fused }),
+    );
+    let (dq, ds) = (poisoned::<u8>(rt, q.len()), poisoned::<u8>(rt, s.len()));
+    let bufs = if attrs.layout == SwiGluLayout::Separate {
+        SwiGluBuffers::Separate {
+            gate: dg.ptr(),
+            up: du.ptr(),
+        }
+    } else {
+        SwiGluBuffers::Fused { gate_up: df.ptr() }
+    };
+    rt.swiglu_mxquant(T::DTYPE, rows, i, bufs, dq.ptr(), ds.ptr(), attrs, 0)
+        .expect("launch");
+    let what = format!("{:?} {rows}x{i} {attrs:?}", T::DTYPE);
+    assert_eq!(mismatches(&download::<u8>(&dq, q.len()), &q), 0, "q {what}");
+    assert_eq!(
+        mismatches(&download::<u8>(&ds, s.len()), &s),
+        0,
+        "scales {what}"
+    );
+}
+
+#[test]
+fn gpu_swiglu_mxquant_matches_reference_bit_for_bit() {
+    let Some(rt) = gpu() else { return };
+    let mut rng = Rng(0x5EED_0000_0000_0777);
+    let oai = SwiGluAttrs {
+        activation: Activation::Oai,
+        alpha: 1.702,
+        ..Default::default()
+    };
+    for layout in [
+        SwiGluLayout::Separate,
+        SwiGluLayout::SplitHalves,
+        SwiGluLayout::Interleaved,
+    ] {
+        for attrs in [
+            SwiGluAttrs { layout, ..oai },
+            SwiGluAttrs {
+                layout,
+                fp32_activation: true,
+                quant: CONFIGS[1],
+                ..oai
+            },
+            SwiGluAttrs {
+                layout,
+                quant: CONFIGS[2],
+                ..Default::default()
+            },
+            SwiGluAttrs {
+                layout,
+                alpha: 1.702,
+                swish_form: SwishForm::SingleOp,
+                quant: CONFIGS[3],
+                ..Default::default()
+            },
+        ] {
+            swiglu_case::<bf16>(&rt, &mut rng, 19, 768, &attrs);
+            swiglu_case::<f16>(&rt, &mut rng, 7, 256, &attrs);
+            swiglu_case::<f32>(&rt, &mut rng, 5, 512, &attrs);
+        }
+    }
+    // >= 2^21 activations: the 8-elements-per-lane kernel.
+    swiglu_case::<bf16>(
+        &rt,
+        &mut rng,
+        2731,
+        768,
+        &SwiGluAttrs {
+            layout: SwiGluLayout::SplitHalves,
+            ..oai
+        },
+    );
+}
+
+/// Relative Frobenius error of `got` against the f64-accumulated reference.
+fn rel_err<O: Element>(got: &[O], want: &[O]) -> f64 {
+    let (mut num, mut den) = (0f64, 0f64);
+    for (g, w) in got.iter().zip(want) {
+        let (g, w) = (f64::from(g.to_f32()), f64::from(w.to_f32()));
+        num += (g - w) * (g - w);
+        den += w * w;
+    }
+    (num / den.max(f64::MIN_POSITIVE)).sqrt()
+}
+
+#[test]
+fn gpu_mx_matmul_matches_reference_within_accumulation_bound() {
+    let Some(rt) = gpu() else { return };
+    let mut rng = Rng(0x6E44_0000_0000_0042);
+    for (n, k) in [(256, 768), (100, 256)] {
+        // E4M3 weights without NaN codes, scales near 1.
+        let w: Vec<u8> = (0..n * k)
+            .map(|_| match rng.below(256) as u8 {
+                b if b & 0x7F == 0x7F => 0x38,
+                b => b,
+            })
+            .collect();
+        let ws: Vec<u8> = (0..n * k / 32).map(|_| 118 + rng.below(10) as u8).collect();
+        let wt: Vec<u8> = (0..k * n).map(|i| w[(i % n) * k + i / n]).collect();
+        let wst: Vec<u8> = (0..k / 32 * n)
+            .map(|i| ws[(i % n) * (k / 32) + i / n])
+            .collect();
+        let (dw, dws, dwt, dwst) = (
+            upload(&rt, &w),
+            upload(&rt, &ws),
+            upload(&rt, &wt),
+            upload(&rt, &wst),
+        );
+        for m in [1usize, 5, 8, 13, 16, 21] {
+            let a: Vec<bf16> = (0..m * k).map(|_| bf16::from_f32(rng.normal())).collect();
+            let (mut aq, mut asc) = (vec![0u8; m * k], vec![0u8; m * k / 32]);
+            reference::mx_quantize(&a, k, &mut aq, &mut asc, QuantConfig::default())
+                .expect("reference");
+            let mut want = vec![0f32; m * n];
+            reference::mx_matmul(
+                &aq,
+                &asc,
+                m,
+                k,
+                n,
+                MatB::Mx { q: &w, scales: &ws },
+                true,
+                &mut want,
+            )
+            .expect("reference");
+            let (da, daq, das) = (upload(&rt, &a), upload(&rt, &aq), upload(&rt, &asc));
+            let b_nk = GpuMatB::Mx {
+                q: dw.ptr(),
+                scales: dws.ptr(),
+                trans_b: true,
+            };
+            let b_kn = GpuMatB::Mx {
+                q: dwt.ptr(),
+                scales: dwst.ptr(),
+                trans_b: false,
+            };
+            for b in [b_nk, b_kn] {
+                let dy = poisoned::<f32>(&rt, m * n);
+                rt.mx_matmul(
+                    m,
+                    k,
+                    n,
+                    daq.ptr(),
+                    das.ptr(),
+                    &b,
+                    dy.ptr(),
+                    kernels::DType::F32,
+                    0,
+                )
+                .expect("launch");
+                let err = rel_err(&download::<f32>(&dy, m * n), &want);
+                assert!(err < 1e-5, "m={m} n={n} k={k} {b:?}: rel err {err}");
+            }
+            // Quantizing A inside the GEMM computes exactly what quantize + GEMM computes.
+            let (wq, wsc) = (poisoned::<u8>(&rt, m * k), poisoned::<u8>(&rt, m * k / 32));
+            let (y1, y2) = (poisoned::<bf16>(&rt, m * n), poisoned::<bf16>(&rt, m * n));
+            rt.mx_matmul_quantizing_a(
+                kernels::DType::BF16,
+                m,
+                k,
+                n,
+                da.ptr(),
+                &QuantConfig::default(),
+                (wq.ptr(), wsc.ptr()),
+                &b_nk,
+                y1.ptr(),
+                kernels::DType::BF16,
+                0,
+            )
+            .expect("launch");
+            rt.mx_matmul(
+                m,
+                k,
+                n,
+                daq.ptr(),
+                das.ptr(),
+                &b_nk,
+                y2.ptr(),
+                kernels::DType::BF16,
+                0,
+            )
+            .expect("launch");
+            let (g1, g2) = (download::<bf16>(&y1, m * n), download::<bf16>(&y2, m * n));
+            assert_eq!(same_bits(&g1, &g2), 0, "in-GEMM quant m={m} k={k}");
+            let want_bf: Vec<bf16> = want.iter().map(|v| bf16::from_f32(*v)).collect();
+            assert!(rel_err(&g1, &want_bf) < 4e-3);
+        }
+    }
+}
+
+#[test]
+fn gpu_launchers_reject_bad_inputs_with_errors() {
+    let Some(rt) = gpu() else { return };
+    let buf = rt.alloc(1 << 16).expect("alloc");
+    let p = buf.ptr();
+    let bufs = NormBuffers {
+        x: p,
+        residual: None,
+        gamma: p,
+        q: p,
+        scales: p,
+        residual_out: None,
+        normed: None,
+    };
+    let ar = AddRmsNormAttrs {
+        allreduce: true,
+        ..Default::default()
+    };
+    let err = rt.add_rmsnorm_mxquant(
+        kernels::DType::BF16,
+        kernels::DType::BF16,
+        1,
+        64,
+        &bufs,
+        &ar,
+        2,
+        0,
+    );
+    assert!(
+        matches!(err, Err(GpuError::Kernel(KernelError::Unsupported(_)))),
+        "{err:?}"
+    );
+    let err = rt.add_rmsnorm_mxquant(
+        kernels::DType::BF16,
+        kernels::DType::BF16,
+        1,
+        48,
+        &bufs,
+        &ar,
+        1,
+        0,
+    );
+    assert!(
+        matches!(err, Err(GpuError::Kernel(KernelError::Shape(_)))),
+        "{err:?}"
+    );
+    let err = rt.mx_quantize(
+        kernels::DType::BF16,
+        4 << 20,
+        64,
+        p + 2,
+        p,
+        p,
+        &QuantConfig::default(),
+        0,
+    );
+    assert!(
+        matches!(err, Err(GpuError::Kernel(KernelError::Buffer(_)))),
+        "{err:?}"
+    );
+    let err = rt.mx_quantize(
+        kernels::DType::E4M3,
+        64,
+        64,
+        p,
+        p,
+        p,
+        &QuantConfig::default(),
+        0,
+    );
+    assert!(
+        matches!(err, Err(GpuError::Kernel(KernelError::DType(_)))),
+        "{err:?}"
+    );
+}
