@@ -280,9 +280,18 @@ def check_real(d):
     ys = [ReferenceEvaluator(m, new_ops=CUSTOM).run(None, {"input_ids": ids})[0] for m in (std, quark)]
     if not (np.isfinite(ys[0]).all() and np.array_equal(ys[0], ys[1])):
         errs.append(f"std vs quark logits differ: {float(np.abs(ys[0] - ys[1]).max())}")
+    # ORT GenAI Llama (contrib ops: GroupQueryAttention has no onnx.reference kernel): structure only.
+    genai = onnx.load(os.path.join(d, "ortgenai_llama_tiny_mxfp8_std.onnx"))
+    ops = collections.Counter(n.op_type for n in genai.graph.node)
+    want = {"QuantizeLinear": 9, "DequantizeLinear": 9 + 11, "SkipSimplifiedLayerNormalization": 4,
+            "SimplifiedLayerNormalization": 1, "MatMul": 11}
+    bad = {k: ops[k] for k, v in want.items() if ops[k] != v}
+    if bad:
+        errs.append(f"ortgenai structure: {bad}, expected {want}")
+    checks = 3
     for x in errs:
         print("FAIL", x)
-    print(f"{2 - min(len(errs), 2)} passed, {min(len(errs), 2)} failed")
+    print(f"{checks - min(len(errs), checks)} passed, {min(len(errs), checks)} failed")
     return 1 if errs else 0
 
 
