@@ -92,7 +92,10 @@ fn enabled_rules(opts: &PipelineOptions) -> Result<Vec<&'static dyn DynRule>, Er
     let all = crate::rules::registry();
     for name in opts.only.iter().chain(&opts.disable) {
         if !all.iter().any(|r| r.name() == name) {
-            return Err(Error::Invalid(format!("unknown rule '{name}' (known: {})", rule_names().join(", "))));
+            return Err(Error::Invalid(format!(
+                "unknown rule '{name}' (known: {})",
+                rule_names().join(", ")
+            )));
         }
     }
     Ok(all
@@ -110,10 +113,18 @@ struct Scan {
 
 /// Tries every enabled rule at every candidate root, in topological order, claiming
 /// non-overlapping accepted sites.
-fn scan(g: &dyn GraphView, rules: &[&'static dyn DynRule], cfg: &RuleConfig, keep_near: bool) -> Scan {
+fn scan(
+    g: &dyn GraphView,
+    rules: &[&'static dyn DynRule],
+    cfg: &RuleConfig,
+    keep_near: bool,
+) -> Scan {
     let roots: Vec<Vec<(&str, &str)>> = rules.iter().map(|r| r.root_ops()).collect();
     let mut claimed: HashSet<NodeId> = HashSet::new();
-    let mut out = Scan { accepted: Vec::new(), sites: Vec::new() };
+    let mut out = Scan {
+        accepted: Vec::new(),
+        sites: Vec::new(),
+    };
     for &n in g.nodes().iter() {
         if claimed.contains(&n) {
             continue;
@@ -179,7 +190,11 @@ pub fn run_pipeline(g: &mut Graph, opts: &PipelineOptions) -> Result<RewriteRepo
 
 /// [`run_pipeline`] with an explicit rule list (tests use rules outside the registry);
 /// `opts.only` / `opts.disable` are not consulted.
-pub fn run_rules(g: &mut Graph, rules: &[&'static dyn DynRule], opts: &PipelineOptions) -> Result<RewriteReport, Error> {
+pub fn run_rules(
+    g: &mut Graph,
+    rules: &[&'static dyn DynRule],
+    opts: &PipelineOptions,
+) -> Result<RewriteReport, Error> {
     let cfg = RuleConfig::from_settings(&opts.settings).map_err(Error::Invalid)?;
     let mut report = RewriteReport::default();
     for r in rules {
@@ -192,7 +207,11 @@ pub fn run_rules(g: &mut Graph, rules: &[&'static dyn DynRule], opts: &PipelineO
         let found = scan(&*g, rules, &cfg, opts.explain);
         for s in &found.sites {
             if let Err(reason) = &s.verdict {
-                let rej = Rejection { rule: s.rule.into(), at: display_name(&*g, s.anchor), reason: reason.clone() };
+                let rej = Rejection {
+                    rule: s.rule.into(),
+                    at: display_name(&*g, s.anchor),
+                    reason: reason.clone(),
+                };
                 if s.structural {
                     rejections.insert(rej);
                 } else {
@@ -217,15 +236,24 @@ pub fn run_rules(g: &mut Graph, rules: &[&'static dyn DynRule], opts: &PipelineO
     Ok(report)
 }
 
-fn apply(g: &mut Graph, rule: &dyn DynRule, site: &Site, params: Box<dyn Any>) -> Result<Fusion, Error> {
+fn apply(
+    g: &mut Graph,
+    rule: &dyn DynRule,
+    site: &Site,
+    params: Box<dyn Any>,
+) -> Result<Fusion, Error> {
     let anchor_name = display_name(&*g, site.anchor);
     let replaced: Vec<String> = site.nodes.iter().map(|n| display_name(&*g, *n)).collect();
     for &n in &site.nodes {
         g.remove_node(n);
     }
     let mut e = Emit::new(g, rule.name(), anchor_name.clone());
-    rule.apply(site, params, &mut e)
-        .map_err(|why| Error::Invalid(format!("rule {} failed to rewrite at '{anchor_name}': {why}", rule.name())))?;
+    rule.apply(site, params, &mut e).map_err(|why| {
+        Error::Invalid(format!(
+            "rule {} failed to rewrite at '{anchor_name}': {why}",
+            rule.name()
+        ))
+    })?;
     let created = std::mem::take(&mut e.created);
     for &v in &site.produces {
         if g.producer(v).is_none() {
@@ -236,14 +264,22 @@ fn apply(g: &mut Graph, rule: &dyn DynRule, site: &Site, params: Box<dyn Any>) -
             )));
         }
     }
-    Ok(Fusion { rule: rule.name().to_string(), replaced, created })
+    Ok(Fusion {
+        rule: rule.name().to_string(),
+        replaced,
+        created,
+    })
 }
 
 /// A node's name for reports, or — for an unnamed node (ONNX allows them) — the name of its
 /// first output, which is unique in the graph.
 pub fn display_name(g: &dyn GraphView, n: NodeId) -> String {
     match g.node_name(n) {
-        "" => g.outputs(n).first().map(|v| g.value_name(*v).to_string()).unwrap_or_default(),
+        "" => g
+            .outputs(n)
+            .first()
+            .map(|v| g.value_name(*v).to_string())
+            .unwrap_or_default(),
         name => name.to_string(),
     }
 }

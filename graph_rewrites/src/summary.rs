@@ -39,9 +39,12 @@ pub fn count_quantize_ops(g: &dyn GraphView) -> usize {
                 .flatten()
                 .and_then(|s| g.tensor_info(s))
                 .is_some_and(|i| i.elem_type == dtype::FLOAT8E8M0),
-            (QUARK_DOMAIN, "MXQuantizeDequantize") => {
-                g.inputs(n).first().copied().flatten().is_some_and(|x| !g.is_constant(x))
-            }
+            (QUARK_DOMAIN, "MXQuantizeDequantize") => g
+                .inputs(n)
+                .first()
+                .copied()
+                .flatten()
+                .is_some_and(|x| !g.is_constant(x)),
             (MXFUSE_DOMAIN, "MxQuantize") => true,
             _ => false,
         })
@@ -50,9 +53,14 @@ pub fn count_quantize_ops(g: &dyn GraphView) -> usize {
 
 /// The decoder layer a node name belongs to, if its name says.
 pub fn layer_of(name: &str) -> Option<String> {
-    for key in ["layers.", "layers/", "layers_", "layer.", "layer_", "layer/"] {
+    for key in [
+        "layers.", "layers/", "layers_", "layer.", "layer_", "layer/",
+    ] {
         if let Some(pos) = name.find(key) {
-            let digits: String = name[pos + key.len()..].chars().take_while(|c| c.is_ascii_digit()).collect();
+            let digits: String = name[pos + key.len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_digit())
+                .collect();
             if !digits.is_empty() {
                 return Some(digits);
             }
@@ -71,12 +79,18 @@ pub fn per_layer(fusions: &[Fusion], rejections: &[Rejection]) -> Vec<LayerSumma
     };
     for f in fusions {
         let k = key(f.replaced.first().map(String::as_str).unwrap_or(""));
-        let e = by.entry(k.clone()).or_insert_with(|| LayerSummary { layer: k.1.clone(), ..Default::default() });
+        let e = by.entry(k.clone()).or_insert_with(|| LayerSummary {
+            layer: k.1.clone(),
+            ..Default::default()
+        });
         *e.fused.entry(f.rule.clone()).or_default() += 1;
     }
     for r in rejections {
         let k = key(&r.at);
-        let e = by.entry(k.clone()).or_insert_with(|| LayerSummary { layer: k.1.clone(), ..Default::default() });
+        let e = by.entry(k.clone()).or_insert_with(|| LayerSummary {
+            layer: k.1.clone(),
+            ..Default::default()
+        });
         e.refused.push(r.clone());
     }
     by.into_values().collect()
@@ -88,8 +102,14 @@ mod tests {
 
     #[test]
     fn layer_names_from_common_exporters() {
-        assert_eq!(layer_of("/model/layers.12/post_attention_layernorm/Mul").as_deref(), Some("12"));
-        assert_eq!(layer_of("model.layers.3.mlp.down_proj").as_deref(), Some("3"));
+        assert_eq!(
+            layer_of("/model/layers.12/post_attention_layernorm/Mul").as_deref(),
+            Some("12")
+        );
+        assert_eq!(
+            layer_of("model.layers.3.mlp.down_proj").as_deref(),
+            Some("3")
+        );
         assert_eq!(layer_of("layer_7/swiglu"), Some("7".into()));
         assert_eq!(layer_of("lm_head"), None);
     }

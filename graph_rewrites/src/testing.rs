@@ -14,8 +14,9 @@
 
 use crate::ir::Graph;
 use crate::onnx_pb::{
-    attribute_proto::AttributeType, tensor_shape_proto, type_proto, AttributeProto, GraphProto, ModelProto,
-    NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
+    attribute_proto::AttributeType, tensor_shape_proto, type_proto, AttributeProto, GraphProto,
+    ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto,
+    ValueInfoProto,
 };
 use crate::Error;
 
@@ -33,7 +34,9 @@ pub fn tensor_info(name: &str, elem_type: i32, dims: &[i64]) -> ValueInfoProto {
             denotation: None,
             value: match d {
                 d if d >= 0 => Some(tensor_shape_proto::dimension::Value::DimValue(d)),
-                -2 => Some(tensor_shape_proto::dimension::Value::DimParam("batch".into())),
+                -2 => Some(tensor_shape_proto::dimension::Value::DimParam(
+                    "batch".into(),
+                )),
                 _ => None,
             },
         })
@@ -62,13 +65,22 @@ pub enum Attr<'a> {
 impl ModelBuilder {
     /// A model importing the ONNX domain at `opset`.
     pub fn new(opset: i64) -> Self {
-        let mut b = ModelBuilder { g: GraphProto { name: Some("test".into()), ..Default::default() }, opsets: vec![] };
+        let mut b = ModelBuilder {
+            g: GraphProto {
+                name: Some("test".into()),
+                ..Default::default()
+            },
+            opsets: vec![],
+        };
         b.opset("", opset);
         b
     }
 
     pub fn opset(&mut self, domain: &str, version: i64) -> &mut Self {
-        self.opsets.push(OperatorSetIdProto { domain: Some(domain.into()), version: Some(version) });
+        self.opsets.push(OperatorSetIdProto {
+            domain: Some(domain.into()),
+            version: Some(version),
+        });
         self
     }
 
@@ -89,7 +101,13 @@ impl ModelBuilder {
     }
 
     /// An initializer from raw little-endian bytes.
-    pub fn init_raw(&mut self, name: &str, elem_type: i32, dims: &[i64], raw: Vec<u8>) -> &mut Self {
+    pub fn init_raw(
+        &mut self,
+        name: &str,
+        elem_type: i32,
+        dims: &[i64],
+        raw: Vec<u8>,
+    ) -> &mut Self {
         self.g.initializer.push(TensorProto {
             name: Some(name.into()),
             data_type: Some(elem_type),
@@ -101,11 +119,21 @@ impl ModelBuilder {
     }
 
     pub fn init_f32(&mut self, name: &str, dims: &[i64], v: &[f32]) -> &mut Self {
-        self.init_raw(name, 1, dims, v.iter().flat_map(|x| x.to_le_bytes()).collect())
+        self.init_raw(
+            name,
+            1,
+            dims,
+            v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        )
     }
 
     pub fn init_i64(&mut self, name: &str, dims: &[i64], v: &[i64]) -> &mut Self {
-        self.init_raw(name, 7, dims, v.iter().flat_map(|x| x.to_le_bytes()).collect())
+        self.init_raw(
+            name,
+            7,
+            dims,
+            v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        )
     }
 
     /// An ONNX-domain node.
@@ -125,12 +153,22 @@ impl ModelBuilder {
         let attribute = attrs
             .iter()
             .map(|(name, a)| {
-                let mut p = AttributeProto { name: Some((*name).into()), ..Default::default() };
+                let mut p = AttributeProto {
+                    name: Some((*name).into()),
+                    ..Default::default()
+                };
                 match a {
                     Attr::I(i) => (p.r#type, p.i) = (Some(AttributeType::Int as i32), Some(*i)),
                     Attr::F(f) => (p.r#type, p.f) = (Some(AttributeType::Float as i32), Some(*f)),
-                    Attr::S(s) => (p.r#type, p.s) = (Some(AttributeType::String as i32), Some(s.as_bytes().to_vec())),
-                    Attr::Is(v) => (p.r#type, p.ints) = (Some(AttributeType::Ints as i32), v.to_vec()),
+                    Attr::S(s) => {
+                        (p.r#type, p.s) = (
+                            Some(AttributeType::String as i32),
+                            Some(s.as_bytes().to_vec()),
+                        )
+                    }
+                    Attr::Is(v) => {
+                        (p.r#type, p.ints) = (Some(AttributeType::Ints as i32), v.to_vec())
+                    }
                 }
                 p
             })

@@ -94,7 +94,11 @@ fn sites_text(sites: &[Site]) -> String {
 /// (`pipeline::display_name`).
 fn find_node(g: &Graph, name: &str) -> Option<crate::view::NodeId> {
     use crate::view::GraphView;
-    g.node_by_name(name).or_else(|| g.value_by_name(name).and_then(|v| g.producer(v)).map(|(n, _)| n))
+    g.node_by_name(name).or_else(|| {
+        g.value_by_name(name)
+            .and_then(|v| g.producer(v))
+            .map(|(n, _)| n)
+    })
 }
 
 /// `NNN_rule_before.dot` for every site and `NNN_rule_after.dot` for fused ones.

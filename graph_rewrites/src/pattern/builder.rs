@@ -72,7 +72,12 @@ pub struct Pattern {
 
 impl fmt::Debug for Pattern {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Pattern(root={}, {} nodes)", self.values[self.root.0 as usize].name, self.nodes.len())
+        write!(
+            f,
+            "Pattern(root={}, {} nodes)",
+            self.values[self.root.0 as usize].name,
+            self.nodes.len()
+        )
     }
 }
 
@@ -91,7 +96,10 @@ impl Pat {
     }
 
     fn value(&mut self, name: impl Into<String>, kind: VKind) -> V {
-        self.values.push(PValue { name: name.into(), kind });
+        self.values.push(PValue {
+            name: name.into(),
+            kind,
+        });
         V(self.values.len() as u32 - 1)
     }
 
@@ -165,7 +173,13 @@ impl Pat {
 
     /// Finishes the pattern with `root` as the value matching starts from.
     pub fn finish(self, root: V) -> Pattern {
-        Pattern { values: self.values, nodes: self.nodes, root, produces: self.produces, escaping: self.escaping }
+        Pattern {
+            values: self.values,
+            nodes: self.nodes,
+            root,
+            produces: self.produces,
+            escaping: self.escaping,
+        }
     }
 }
 
@@ -214,7 +228,11 @@ impl<'p> OpBuilder<'p> {
         desc: impl Into<String>,
         f: impl Fn(Option<&AttrValue>) -> bool + Send + Sync + 'static,
     ) -> Self {
-        self.node.attrs.push(AttrPred { name, desc: desc.into(), f: Arc::new(f) });
+        self.node.attrs.push(AttrPred {
+            name,
+            desc: desc.into(),
+            f: Arc::new(f),
+        });
         self
     }
 
@@ -228,7 +246,12 @@ impl<'p> OpBuilder<'p> {
     }
 
     /// Requires a string attribute equal to `expected`, where `default` is the schema default.
-    pub fn attr_str(self, name: &'static str, default: Option<&'static str>, expected: &'static str) -> Self {
+    pub fn attr_str(
+        self,
+        name: &'static str,
+        default: Option<&'static str>,
+        expected: &'static str,
+    ) -> Self {
         self.attr_where(name, format!("{name} = \"{expected}\""), move |a| match a {
             Some(AttrValue::String(v)) => v == expected,
             None => default == Some(expected),

@@ -23,7 +23,12 @@ pub struct Emit<'a> {
 
 impl<'a> Emit<'a> {
     pub(crate) fn new(g: &'a mut Graph, rule: &'static str, anchor_name: String) -> Self {
-        Emit { g, rule, anchor_name, created: Vec::new() }
+        Emit {
+            g,
+            rule,
+            anchor_name,
+            created: Vec::new(),
+        }
     }
 
     /// Read access to the graph (constants, types) while emitting.
@@ -43,12 +48,18 @@ impl<'a> Emit<'a> {
 
     /// Starts a `com.mxfuse` node.
     pub fn op(&self, op_type: &str) -> NodeSpec {
-        NodeSpec { domain: MXFUSE_DOMAIN.into(), op_type: op_type.into(), ..Default::default() }
+        NodeSpec {
+            domain: MXFUSE_DOMAIN.into(),
+            op_type: op_type.into(),
+            ..Default::default()
+        }
     }
 
     /// Adds the node; returns its name.
     pub fn add(&mut self, spec: NodeSpec) -> Result<String, String> {
-        let name = self.g.unique_node_name(&format!("{}/{}", self.anchor_name, self.rule));
+        let name = self
+            .g
+            .unique_node_name(&format!("{}/{}", self.anchor_name, self.rule));
         if spec.domain == MXFUSE_DOMAIN {
             self.g.ensure_opset(MXFUSE_DOMAIN, MXFUSE_OPSET);
         }

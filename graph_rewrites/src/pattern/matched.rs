@@ -48,7 +48,9 @@ impl<'g> Match<'g> {
     /// Whether graph value `v` is produced by a node this match binds (and so disappears with
     /// the fusion): a replacement must not read such a value.
     pub fn produces_inside(&self, v: ValueId) -> bool {
-        self.g.producer(v).is_some_and(|(n, _)| self.b.nodes.contains(&Some(n)))
+        self.g
+            .producer(v)
+            .is_some_and(|(n, _)| self.b.nodes.contains(&Some(n)))
     }
 
     /// Element type and shape of the value bound to `v`.
@@ -61,7 +63,13 @@ impl<'g> Match<'g> {
     }
 
     pub(crate) fn collectives(&self) -> Vec<NodeId> {
-        self.pat.nodes.iter().enumerate().filter(|(_, n)| n.collective).filter_map(|(i, _)| self.b.nodes[i]).collect()
+        self.pat
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.collective)
+            .filter_map(|(i, _)| self.b.nodes[i])
+            .collect()
     }
 }
 
@@ -72,7 +80,10 @@ impl Index<V> for Match<'_> {
     fn index(&self, v: V) -> &ValueId {
         match &self.b.values[v.0 as usize] {
             Some(x) => x,
-            None => panic!("pattern value '{}' is not bound in this match", self.pat.values[v.0 as usize].name),
+            None => panic!(
+                "pattern value '{}' is not bound in this match",
+                self.pat.values[v.0 as usize].name
+            ),
         }
     }
 }
@@ -103,7 +114,11 @@ pub struct Fuse<P> {
 
 impl<P> Fuse<P> {
     pub fn new(params: P) -> Self {
-        Fuse { params, extra_nodes: Vec::new(), extra_produces: Vec::new() }
+        Fuse {
+            params,
+            extra_nodes: Vec::new(),
+            extra_produces: Vec::new(),
+        }
     }
 
     /// Also removes `node`; its outputs listed in `produces` are re-produced by the replacement.
@@ -140,14 +155,18 @@ impl Site {
 /// * a collective is removed and its outputs are not re-produced: absorbing it is only sound
 ///   when the fused op is the collective's only reader, otherwise it would be run twice or not
 ///   at all.
-pub(crate) fn safety_check<P>(m: &Match<'_>, fuse: &Fuse<P>) -> Result<(Vec<NodeId>, Vec<ValueId>), String> {
+pub(crate) fn safety_check<P>(
+    m: &Match<'_>,
+    fuse: &Fuse<P>,
+) -> Result<(Vec<NodeId>, Vec<ValueId>), String> {
     let g = m.graph();
     let pat = m.pattern();
     let mut nodes: BTreeSet<NodeId> = m.nodes().into_iter().collect();
     nodes.extend(fuse.extra_nodes.iter().copied());
     let mut produces: BTreeSet<ValueId> = pat.produces.iter().filter_map(|v| m.get(*v)).collect();
     produces.extend(fuse.extra_produces.iter().copied());
-    let used_outside = |x: ValueId| g.is_graph_output(x) || g.consumers(x).iter().any(|(c, _)| !nodes.contains(c));
+    let used_outside =
+        |x: ValueId| g.is_graph_output(x) || g.consumers(x).iter().any(|(c, _)| !nodes.contains(c));
     for v in &pat.escaping {
         if let Some(x) = m.get(*v) {
             if used_outside(x) {
@@ -170,7 +189,10 @@ pub(crate) fn safety_check<P>(m: &Match<'_>, fuse: &Fuse<P>) -> Result<(Vec<Node
                 continue;
             }
             if g.is_graph_output(out) {
-                return Err(format!("interior value '{}' is a graph output", g.value_name(out)));
+                return Err(format!(
+                    "interior value '{}' is a graph output",
+                    g.value_name(out)
+                ));
             }
             if let Some((c, _)) = g.consumers(out).iter().find(|(c, _)| !nodes.contains(c)) {
                 return Err(format!(

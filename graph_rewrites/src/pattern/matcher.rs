@@ -35,15 +35,27 @@ type Goals = Vec<(V, ValueId)>;
 
 impl<'a> Matcher<'a> {
     pub(crate) fn new(g: &'a dyn GraphView, p: &'a Pattern) -> Self {
-        Matcher { g, p, near: RefCell::new(NearMiss::default()) }
+        Matcher {
+            g,
+            p,
+            near: RefCell::new(NearMiss::default()),
+        }
     }
 
     /// Matches the pattern's root against `root`.
     pub(crate) fn run(&self, root: ValueId) -> Result<Bindings, String> {
-        let b = Bindings { values: vec![None; self.p.values.len()], nodes: vec![None; self.p.nodes.len()] };
+        let b = Bindings {
+            values: vec![None; self.p.values.len()],
+            nodes: vec![None; self.p.nodes.len()],
+        };
         match self.solve(vec![(self.p.root, root)], b) {
             Some(b) => Ok(b),
-            None => Err(self.near.borrow_mut().reason.take().unwrap_or_else(|| "no match".into())),
+            None => Err(self
+                .near
+                .borrow_mut()
+                .reason
+                .take()
+                .unwrap_or_else(|| "no match".into())),
         }
     }
 
@@ -58,7 +70,9 @@ impl<'a> Matcher<'a> {
     }
 
     fn solve(&self, mut goals: Goals, mut b: Bindings) -> Option<Bindings> {
-        let Some((v, val)) = goals.pop() else { return Some(b) };
+        let Some((v, val)) = goals.pop() else {
+            return Some(b);
+        };
         if let Some(bound) = b.values[v.0 as usize] {
             if bound == val {
                 return self.solve(goals, b);
@@ -80,17 +94,23 @@ impl<'a> Matcher<'a> {
             }
             VKind::Const(pred) => {
                 if !self.g.is_constant(val) {
-                    return self.fail(&b, || format!("'{}' must be a constant", self.g.value_name(val)));
+                    return self.fail(&b, || {
+                        format!("'{}' must be a constant", self.g.value_name(val))
+                    });
                 }
                 if let Some((pred, desc)) = pred {
                     match self.g.const_value(val) {
                         Some(t) if pred(&t) => {}
                         Some(_) => {
-                            return self.fail(&b, || format!("'{}' is not {desc}", self.g.value_name(val)))
+                            return self
+                                .fail(&b, || format!("'{}' is not {desc}", self.g.value_name(val)))
                         }
                         None => {
                             return self.fail(&b, || {
-                                format!("constant '{}' could not be read to check it is {desc}", self.g.value_name(val))
+                                format!(
+                                    "constant '{}' could not be read to check it is {desc}",
+                                    self.g.value_name(val)
+                                )
                             })
                         }
                     }
@@ -114,22 +134,42 @@ impl<'a> Matcher<'a> {
         }
     }
 
-    fn solve_out(&self, goals: Goals, mut b: Bindings, v: V, val: ValueId, pn: N, index: usize) -> Option<Bindings> {
+    fn solve_out(
+        &self,
+        goals: Goals,
+        mut b: Bindings,
+        v: V,
+        val: ValueId,
+        pn: N,
+        index: usize,
+    ) -> Option<Bindings> {
         let pnode = &self.p.nodes[pn.0 as usize];
         let Some((gn, slot)) = self.g.producer(val) else {
             return self.fail(&b, || {
-                format!("expected {} to produce '{}', but it has no producer", pnode.op.op_type, self.g.value_name(val))
+                format!(
+                    "expected {} to produce '{}', but it has no producer",
+                    pnode.op.op_type,
+                    self.g.value_name(val)
+                )
             });
         };
         if slot != index {
             return self.fail(&b, || {
-                format!("'{}' is output {slot} of '{}', expected output {index}", self.g.value_name(val), self.g.node_name(gn))
+                format!(
+                    "'{}' is output {slot} of '{}', expected output {index}",
+                    self.g.value_name(val),
+                    self.g.node_name(gn)
+                )
             });
         }
         b.values[v.0 as usize] = Some(val);
         if let Some(bound) = b.nodes[pn.0 as usize] {
             // Reached the same pattern node through another of its outputs (e.g. Split).
-            return if bound == gn { self.solve(goals, b) } else { self.fail(&b, || "pattern node bound twice".into()) };
+            return if bound == gn {
+                self.solve(goals, b)
+            } else {
+                self.fail(&b, || "pattern node bound twice".into())
+            };
         }
         if !pnode.op.accepts(self.g, gn) {
             return self.fail(&b, || {
@@ -144,15 +184,27 @@ impl<'a> Matcher<'a> {
             });
         }
         if pnode.single_use && (self.g.is_graph_output(val) || self.g.consumers(val).len() != 1) {
-            return self.fail(&b, || format!("'{}' has more than one reader", self.g.value_name(val)));
+            return self.fail(&b, || {
+                format!("'{}' has more than one reader", self.g.value_name(val))
+            });
         }
         for a in &pnode.attrs {
             if !(a.f)(self.g.attr(gn, a.name).as_ref()) {
-                return self.fail(&b, || format!("{} '{}' needs {}", pnode.op.op_type, self.g.node_name(gn), a.desc));
+                return self.fail(&b, || {
+                    format!(
+                        "{} '{}' needs {}",
+                        pnode.op.op_type,
+                        self.g.node_name(gn),
+                        a.desc
+                    )
+                });
             }
         }
         let inputs = self.g.inputs(gn);
-        let present = inputs.iter().rposition(|i| i.is_some()).map_or(0, |p| p + 1);
+        let present = inputs
+            .iter()
+            .rposition(|i| i.is_some())
+            .map_or(0, |p| p + 1);
         if present < pnode.args.len() || (!pnode.extra_inputs && present > pnode.args.len()) {
             return self.fail(&b, || {
                 format!(
@@ -168,12 +220,18 @@ impl<'a> Matcher<'a> {
             match inputs[i] {
                 Some(x) => args.push(x),
                 None => {
-                    return self.fail(&b, || format!("input {i} of '{}' is missing", self.g.node_name(gn)));
+                    return self.fail(&b, || {
+                        format!("input {i} of '{}' is missing", self.g.node_name(gn))
+                    });
                 }
             }
         }
         b.nodes[pn.0 as usize] = Some(gn);
-        let orders: &[&[usize]] = if pnode.commutative && args.len() == 2 { &[&[0, 1], &[1, 0]] } else { &[&[]] };
+        let orders: &[&[usize]] = if pnode.commutative && args.len() == 2 {
+            &[&[0, 1], &[1, 0]]
+        } else {
+            &[&[]]
+        };
         for order in orders {
             let mut g2 = goals.clone();
             for (k, pv) in pnode.args.iter().enumerate().rev() {

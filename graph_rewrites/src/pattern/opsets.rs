@@ -58,7 +58,11 @@ pub struct OpId {
 
 impl OpId {
     pub fn new(domain: &'static str, op_type: &'static str) -> Self {
-        OpId { domain, op_type, versions: &[] }
+        OpId {
+            domain,
+            op_type,
+            versions: &[],
+        }
     }
 
     /// Whether node `n` of `g` is this op at an accepted since-version.
@@ -80,7 +84,10 @@ pub fn since_version(g: &dyn GraphView, domain: &str, op_type: &str) -> Option<i
         let opset = g.opset(ONNX_DOMAIN)?;
         let (_, hist) = ONNX_HISTORY.iter().find(|(name, _)| *name == op_type)?;
         hist.iter().copied().filter(|v| *v <= opset).max()
-    } else if OTHER_DOMAIN_OPS.iter().any(|(d, o)| *d == domain && *o == op_type) {
+    } else if OTHER_DOMAIN_OPS
+        .iter()
+        .any(|(d, o)| *d == domain && *o == op_type)
+    {
         // Contrib / vendor domains are versioned 1; a model may omit their opset import
         // (ORT accepts that for com.microsoft), so a missing import is treated as 1.
         Some(1)

@@ -42,7 +42,9 @@ pub fn values_f64(t: &ConstTensor) -> Option<Vec<f64>> {
         dtype::DOUBLE => (8, |b| f64::from_le_bytes(b.try_into().unwrap_or([0; 8]))),
         dtype::FLOAT16 => (2, |b| f16::from_le_bytes([b[0], b[1]]).to_f64()),
         dtype::BFLOAT16 => (2, |b| bf16::from_le_bytes([b[0], b[1]]).to_f64()),
-        dtype::INT64 => (8, |b| i64::from_le_bytes(b.try_into().unwrap_or([0; 8])) as f64),
+        dtype::INT64 => (8, |b| {
+            i64::from_le_bytes(b.try_into().unwrap_or([0; 8])) as f64
+        }),
         dtype::INT32 => (4, |b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64),
         _ => return None,
     };
@@ -63,7 +65,9 @@ pub fn scalar_f64(t: &ConstTensor) -> Option<f64> {
 /// All elements of an integer constant.
 pub fn values_i64(t: &ConstTensor) -> Option<Vec<i64>> {
     match t.elem_type {
-        dtype::INT64 | dtype::INT32 => values_f64(t).map(|v| v.into_iter().map(|x| x as i64).collect()),
+        dtype::INT64 | dtype::INT32 => {
+            values_f64(t).map(|v| v.into_iter().map(|x| x as i64).collect())
+        }
         _ => None,
     }
 }

@@ -41,7 +41,9 @@ impl RuleConfig {
         }
         if let Some(p) = s.get("nan_policy") {
             if p != "propagate" && p != "ignore" {
-                return Err(format!("nan_policy must be 'propagate' or 'ignore', got '{p}'"));
+                return Err(format!(
+                    "nan_policy must be 'propagate' or 'ignore', got '{p}'"
+                ));
             }
             c.nan_policy = Some(p.clone());
         }
@@ -69,7 +71,10 @@ pub enum Attempt {
     /// The structure does not match (the most complete failed attempt says why).
     NoMatch(String),
     /// The structure matches but the rule or the safety check refused it.
-    Refused { anchor: crate::view::NodeId, reason: String },
+    Refused {
+        anchor: crate::view::NodeId,
+        reason: String,
+    },
     /// Accepted: apply with [`DynRule::apply`].
     Accepted(Site, Box<dyn Any>),
 }
@@ -123,7 +128,12 @@ impl<R: Rule> DynRule for R {
         };
         match safety_check(&m, &fuse) {
             Ok((nodes, produces)) => {
-                let site = Site { rule: R::NAME, anchor, nodes, produces };
+                let site = Site {
+                    rule: R::NAME,
+                    anchor,
+                    nodes,
+                    produces,
+                };
                 Attempt::Accepted(site, Box::new(fuse.params))
             }
             Err(reason) => Attempt::Refused { anchor, reason },
@@ -131,7 +141,9 @@ impl<R: Rule> DynRule for R {
     }
 
     fn apply(&self, site: &Site, params: Box<dyn Any>, e: &mut Emit<'_>) -> Result<(), String> {
-        let params = params.downcast::<R::Params>().map_err(|_| format!("{}: parameter type mismatch", R::NAME))?;
+        let params = params
+            .downcast::<R::Params>()
+            .map_err(|_| format!("{}: parameter type mismatch", R::NAME))?;
         self.rewrite(site, *params, e)
     }
 }

@@ -33,13 +33,19 @@ fn mul_add(escape_mul: bool) -> MulAdd {
     if escape_mul {
         p.escaping(mul_out);
     }
-    MulAdd { pat: p.finish(y), x, b, mul_out }
+    MulAdd {
+        pat: p.finish(y),
+        x,
+        b,
+        mul_out,
+    }
 }
 
 struct MulAddRule(MulAdd);
 static MUL_ADD: LazyLock<MulAddRule> = LazyLock::new(|| MulAddRule(mul_add(false)));
 struct MulAddEscapingRule(MulAdd);
-static MUL_ADD_ESC: LazyLock<MulAddEscapingRule> = LazyLock::new(|| MulAddEscapingRule(mul_add(true)));
+static MUL_ADD_ESC: LazyLock<MulAddEscapingRule> =
+    LazyLock::new(|| MulAddEscapingRule(mul_add(true)));
 
 fn emit_mul_add(site: &Site, (x, b, y, mul): ValueId4, e: &mut Emit<'_>) -> Result<(), String> {
     let mut spec = e.op("TestMulAdd").input(x).input(b).output(y);
@@ -48,7 +54,12 @@ fn emit_mul_add(site: &Site, (x, b, y, mul): ValueId4, e: &mut Emit<'_>) -> Resu
     }
     e.add(spec).map(|_| ())
 }
-type ValueId4 = (crate::view::ValueId, crate::view::ValueId, crate::view::ValueId, crate::view::ValueId);
+type ValueId4 = (
+    crate::view::ValueId,
+    crate::view::ValueId,
+    crate::view::ValueId,
+    crate::view::ValueId,
+);
 
 macro_rules! mul_add_rule {
     ($t:ty, $name:literal) => {
@@ -78,7 +89,8 @@ fn mul_add_graph(mul_args: [&str; 2], c: f32, extra_reader: bool) -> Graph {
     let mut b = ModelBuilder::new(17);
     b.input("x", FLOAT, &[4, 8]).input("b", FLOAT, &[4, 8]);
     b.init_f32("c", &[], &[c]);
-    b.node("Mul", &mul_args, &["m"]).node("Add", &["m", "b"], &["y"]);
+    b.node("Mul", &mul_args, &["m"])
+        .node("Add", &["m", "b"], &["y"]);
     b.output("y", FLOAT, &[4, 8]);
     if extra_reader {
         b.node("Relu", &["m"], &["r"]).output("r", FLOAT, &[4, 8]);
@@ -100,19 +112,27 @@ fn refused_reason(a: Attempt) -> String {
 }
 
 fn ops(g: &Graph) -> Vec<String> {
-    g.nodes().iter().map(|n| g.op_type(*n).to_string()).collect()
+    g.nodes()
+        .iter()
+        .map(|n| g.op_type(*n).to_string())
+        .collect()
 }
 
 #[test]
 fn matches_declared_argument_order() {
     let g = mul_add_graph(["x", "c"], 2.0, false);
-    assert!(matches!(try_rule(&*MUL_ADD, &g, "y"), Attempt::Accepted(..)));
+    assert!(matches!(
+        try_rule(&*MUL_ADD, &g, "y"),
+        Attempt::Accepted(..)
+    ));
 }
 
 #[test]
 fn commutative_matches_swapped_args() {
     let g = mul_add_graph(["c", "x"], 2.0, false);
-    let Attempt::Accepted(site, _) = try_rule(&*MUL_ADD, &g, "y") else { panic!("no match") };
+    let Attempt::Accepted(site, _) = try_rule(&*MUL_ADD, &g, "y") else {
+        panic!("no match")
+    };
     assert_eq!(site.nodes.len(), 2);
 }
 
@@ -120,8 +140,12 @@ fn commutative_matches_swapped_args() {
 fn non_commutative_op_does_not_match_swapped_args() {
     // Add is not declared commutative: y = Add(b, m) does not match Add(m, b).
     let mut b = ModelBuilder::new(17);
-    b.input("x", FLOAT, &[4, 8]).input("b", FLOAT, &[4, 8]).init_f32("c", &[], &[2.0]);
-    b.node("Mul", &["x", "c"], &["m"]).node("Add", &["b", "m"], &["y"]).output("y", FLOAT, &[4, 8]);
+    b.input("x", FLOAT, &[4, 8])
+        .input("b", FLOAT, &[4, 8])
+        .init_f32("c", &[], &[2.0]);
+    b.node("Mul", &["x", "c"], &["m"])
+        .node("Add", &["b", "m"], &["y"])
+        .output("y", FLOAT, &[4, 8]);
     let g = b.graph().unwrap();
     match try_rule(&*MUL_ADD, &g, "y") {
         Attempt::NoMatch(why) => assert!(why.contains("Mul"), "{why}"),
@@ -142,14 +166,20 @@ fn constant_predicate_rejects_other_value() {
 fn interior_value_used_outside_rejects() {
     let g = mul_add_graph(["x", "c"], 2.0, true);
     let why = refused_reason(try_rule(&*MUL_ADD, &g, "y"));
-    assert!(why.contains("interior value 'm'") && why.contains("Relu"), "{why}");
+    assert!(
+        why.contains("interior value 'm'") && why.contains("Relu"),
+        "{why}"
+    );
 }
 
 #[test]
 fn interior_value_that_is_graph_output_rejects() {
     let mut b = ModelBuilder::new(17);
-    b.input("x", FLOAT, &[4, 8]).input("b", FLOAT, &[4, 8]).init_f32("c", &[], &[2.0]);
-    b.node("Mul", &["x", "c"], &["m"]).node("Add", &["m", "b"], &["y"]);
+    b.input("x", FLOAT, &[4, 8])
+        .input("b", FLOAT, &[4, 8])
+        .init_f32("c", &[], &[2.0]);
+    b.node("Mul", &["x", "c"], &["m"])
+        .node("Add", &["m", "b"], &["y"]);
     b.output("y", FLOAT, &[4, 8]).output("m", FLOAT, &[4, 8]);
     let why = refused_reason(try_rule(&*MUL_ADD, &b.graph().unwrap(), "y"));
     assert!(why.contains("graph output"), "{why}");
@@ -170,15 +200,23 @@ fn escaping_value_allowed_and_reproduced() {
 #[test]
 fn check_reject_reason_is_reported() {
     let mut b = ModelBuilder::new(17);
-    b.input("refuse_me", FLOAT, &[4, 8]).input("b", FLOAT, &[4, 8]).init_f32("c", &[], &[2.0]);
-    b.node("Mul", &["refuse_me", "c"], &["m"]).node("Add", &["m", "b"], &["y"]).output("y", FLOAT, &[4, 8]);
+    b.input("refuse_me", FLOAT, &[4, 8])
+        .input("b", FLOAT, &[4, 8])
+        .init_f32("c", &[], &[2.0]);
+    b.node("Mul", &["refuse_me", "c"], &["m"])
+        .node("Add", &["m", "b"], &["y"])
+        .output("y", FLOAT, &[4, 8]);
     let mut g = b.graph().unwrap();
     let report = run_rules(&mut g, &[&*MUL_ADD], &PipelineOptions::default()).unwrap();
     assert_eq!(report.counts["test_mul_add"], 0);
     assert_eq!(report.rejections.len(), 1);
     assert_eq!(report.rejections[0].reason, "x is called refuse_me");
     assert_eq!(report.rejections[0].at, "Add_1");
-    assert_eq!(ops(&g), ["Mul", "Add"], "a refused site must be left unchanged");
+    assert_eq!(
+        ops(&g),
+        ["Mul", "Add"],
+        "a refused site must be left unchanged"
+    );
 }
 
 #[test]
@@ -190,7 +228,10 @@ fn rewrite_names_nodes_deterministically_and_tags_rule() {
     let model = g.to_model();
     let node = &model.graph.as_ref().unwrap().node[0];
     assert_eq!(node.domain.as_deref(), Some("com.mxfuse"));
-    let tag = node.metadata_props.iter().find(|p| p.key.as_deref() == Some(RULE_METADATA_KEY));
+    let tag = node
+        .metadata_props
+        .iter()
+        .find(|p| p.key.as_deref() == Some(RULE_METADATA_KEY));
     assert_eq!(tag.and_then(|p| p.value.as_deref()), Some("test_mul_add"));
     // The constant that only the Mul read is dead now and removed.
     assert!(model.graph.as_ref().unwrap().initializer.is_empty());
@@ -212,11 +253,18 @@ struct ArMul {
 static AR_MUL: LazyLock<ArMul> = LazyLock::new(|| {
     let mut p = Pat::new();
     let x = p.input("x");
-    let ar = p.op(OpId::new(MS_DOMAIN, "AllReduce")).args([x]).collective().out();
+    let ar = p
+        .op(OpId::new(MS_DOMAIN, "AllReduce"))
+        .args([x])
+        .collective()
+        .out();
     let c = p.konst_scalar("two", 2.0);
     let y = p.op(onnx("Mul")).args([ar, c]).commutative().out();
     p.produces(y);
-    ArMul { pat: p.finish(y), x }
+    ArMul {
+        pat: p.finish(y),
+        x,
+    }
 });
 
 impl Rule for ArMul {
@@ -235,8 +283,12 @@ impl Rule for ArMul {
 
 fn ar_graph(ar_inputs: &[&str], other_reader: bool) -> Graph {
     let mut b = ModelBuilder::new(17);
-    b.opset(MS_DOMAIN, 1).input("x", FLOAT, &[4, 8]).input("x2", FLOAT, &[4, 8]).init_f32("c", &[], &[2.0]);
-    b.node_in(MS_DOMAIN, "AllReduce", ar_inputs, &["r"], &[]).node("Mul", &["r", "c"], &["y"]);
+    b.opset(MS_DOMAIN, 1)
+        .input("x", FLOAT, &[4, 8])
+        .input("x2", FLOAT, &[4, 8])
+        .init_f32("c", &[], &[2.0]);
+    b.node_in(MS_DOMAIN, "AllReduce", ar_inputs, &["r"], &[])
+        .node("Mul", &["r", "c"], &["y"]);
     b.output("y", FLOAT, &[4, 8]);
     if other_reader {
         b.node("Relu", &["r"], &["z"]).output("z", FLOAT, &[4, 8]);
@@ -282,7 +334,10 @@ static ALT: LazyLock<AltRule> = LazyLock::new(|| {
     let u = p.any_of("sigmoid_or_x", [s, x]);
     let y = p.op(onnx("Mul")).args([u, x]).out();
     p.produces(y);
-    AltRule { pat: p.finish(y), sig }
+    AltRule {
+        pat: p.finish(y),
+        sig,
+    }
 });
 
 impl Rule for AltRule {
@@ -302,9 +357,17 @@ impl Rule for AltRule {
 #[test]
 fn alternative_first_choice() {
     let mut b = ModelBuilder::new(17);
-    b.input("a", FLOAT, &[4]).node("Sigmoid", &["a"], &["s"]).node("Mul", &["s", "a"], &["y"]).output("y", FLOAT, &[4]);
-    let Attempt::Accepted(site, p) = try_rule(&*ALT, &b.graph().unwrap(), "y") else { panic!() };
-    assert!(*p.downcast::<bool>().unwrap(), "Sigmoid alternative expected");
+    b.input("a", FLOAT, &[4])
+        .node("Sigmoid", &["a"], &["s"])
+        .node("Mul", &["s", "a"], &["y"])
+        .output("y", FLOAT, &[4]);
+    let Attempt::Accepted(site, p) = try_rule(&*ALT, &b.graph().unwrap(), "y") else {
+        panic!()
+    };
+    assert!(
+        *p.downcast::<bool>().unwrap(),
+        "Sigmoid alternative expected"
+    );
     assert_eq!(site.nodes.len(), 2);
 }
 
@@ -313,19 +376,33 @@ fn alternative_backtracks_when_later_constraint_fails() {
     // y = Mul(s, s): the Sigmoid alternative binds x = a, but the second input is s, not a.
     // Only the plain alternative (x = s) fits.
     let mut b = ModelBuilder::new(17);
-    b.input("a", FLOAT, &[4]).node("Sigmoid", &["a"], &["s"]).node("Mul", &["s", "s"], &["y"]).output("y", FLOAT, &[4]);
-    let Attempt::Accepted(site, p) = try_rule(&*ALT, &b.graph().unwrap(), "y") else { panic!("no match") };
-    assert!(!*p.downcast::<bool>().unwrap(), "plain alternative expected");
+    b.input("a", FLOAT, &[4])
+        .node("Sigmoid", &["a"], &["s"])
+        .node("Mul", &["s", "s"], &["y"])
+        .output("y", FLOAT, &[4]);
+    let Attempt::Accepted(site, p) = try_rule(&*ALT, &b.graph().unwrap(), "y") else {
+        panic!("no match")
+    };
+    assert!(
+        !*p.downcast::<bool>().unwrap(),
+        "plain alternative expected"
+    );
     assert_eq!(site.nodes.len(), 1);
 }
 
 #[test]
 fn op_identity_checks_since_version() {
     // Cast-24 is the first Cast that knows FLOAT8E8M0; a model at opset 21 has Cast-21.
-    let strict = OpId { domain: ONNX_DOMAIN, op_type: "Cast", versions: &[24, 25] };
+    let strict = OpId {
+        domain: ONNX_DOMAIN,
+        op_type: "Cast",
+        versions: &[24, 25],
+    };
     for (opset, ok) in [(21, false), (24, true), (25, true)] {
         let mut b = ModelBuilder::new(opset);
-        b.input("a", FLOAT, &[4]).node_in("", "Cast", &["a"], &["c"], &[("to", Attr::I(1))]).output("c", FLOAT, &[4]);
+        b.input("a", FLOAT, &[4])
+            .node_in("", "Cast", &["a"], &["c"], &[("to", Attr::I(1))])
+            .output("c", FLOAT, &[4]);
         let g = b.graph().unwrap();
         assert_eq!(strict.accepts(&g, g.nodes()[0]), ok, "opset {opset}");
     }
@@ -335,11 +412,22 @@ fn op_identity_checks_since_version() {
 fn attribute_predicate_uses_schema_default() {
     let mut p = Pat::new();
     let x = p.input("x");
-    let y = p.op(onnx("ReduceMax")).args([x]).extra_inputs().attr_int("keepdims", Some(1), 1).out();
+    let y = p
+        .op(onnx("ReduceMax"))
+        .args([x])
+        .extra_inputs()
+        .attr_int("keepdims", Some(1), 1)
+        .out();
     let pat = p.finish(y);
-    for (attrs, ok) in [(vec![], true), (vec![("keepdims", Attr::I(1))], true), (vec![("keepdims", Attr::I(0))], false)] {
+    for (attrs, ok) in [
+        (vec![], true),
+        (vec![("keepdims", Attr::I(1))], true),
+        (vec![("keepdims", Attr::I(0))], false),
+    ] {
         let mut b = ModelBuilder::new(18);
-        b.input("a", FLOAT, &[4, 8]).node_in("", "ReduceMax", &["a"], &["y"], &attrs).output("y", FLOAT, &[4, 1]);
+        b.input("a", FLOAT, &[4, 8])
+            .node_in("", "ReduceMax", &["a"], &["y"], &attrs)
+            .output("y", FLOAT, &[4, 1]);
         let g = b.graph().unwrap();
         let root = g.value_by_name("y").unwrap();
         assert_eq!(matcher::Matcher::new(&g, &pat).run(root).is_ok(), ok);
@@ -354,8 +442,13 @@ fn one_handle_binds_one_value() {
     let y = p.op(onnx("Mul")).args([x, x]).out();
     let pat = p.finish(y);
     let mut b = ModelBuilder::new(17);
-    b.input("a", FLOAT, &[4]).input("b", FLOAT, &[4]).node("Mul", &["a", "b"], &["y"]).output("y", FLOAT, &[4]);
+    b.input("a", FLOAT, &[4])
+        .input("b", FLOAT, &[4])
+        .node("Mul", &["a", "b"], &["y"])
+        .output("y", FLOAT, &[4]);
     let g = b.graph().unwrap();
-    let err = matcher::Matcher::new(&g, &pat).run(g.value_by_name("y").unwrap()).unwrap_err();
+    let err = matcher::Matcher::new(&g, &pat)
+        .run(g.value_by_name("y").unwrap())
+        .unwrap_err();
     assert!(err.contains("must be one value"), "{err}");
 }

@@ -28,7 +28,7 @@
 
 use std::sync::LazyLock;
 
-use super::mx_consumers::{consumers_for, emit_matmuls, quant_outputs, Consumers};
+use super::mx_consumers::{consumers_for, emit_matmuls, quant_outputs, Consumers, QuantAttrs};
 use super::spellings::mx_quant::{check_mx_quant, mx_quant, MxQuantPat, QuantInfo};
 use super::spellings::rms_norm::{
     check_add_rms_norm, residual_stage, rms_norm, NormSpec, ResidualPat, RmsNormPat,
@@ -65,8 +65,7 @@ pub struct Params {
     spec: NormSpec,
     info: QuantInfo,
     consumers: Consumers,
-    scale_rule: String,
-    nan_policy: String,
+    quant: QuantAttrs,
 }
 
 impl Rule for AddRmsNormMxQuantRule {
@@ -84,14 +83,7 @@ impl Rule for AddRmsNormMxQuantRule {
         let consumers = consumers_for(g, &info)?;
         let params = Params {
             y: m[self.n.y],
-            scale_rule: cfg
-                .scale_rule_override
-                .clone()
-                .unwrap_or_else(|| info.rule.as_str().into()),
-            nan_policy: cfg
-                .nan_policy
-                .clone()
-                .unwrap_or_else(|| info.nan_policy.into()),
+            quant: QuantAttrs::resolve(&info, cfg),
             spec,
             info,
             consumers,
@@ -102,9 +94,7 @@ impl Rule for AddRmsNormMxQuantRule {
         {
             fuse = fuse.also(skip, [sum]);
         }
-        for (n, outs) in fuse.params.consumers.nodes_and_outputs() {
-            fuse = fuse.also(n, outs);
-        }
+        fuse = fuse.params.consumers.clone().absorb_into(fuse);
         Ok(fuse)
     }
 
@@ -133,9 +123,6 @@ impl Rule for AddRmsNormMxQuantRule {
             .attr_str("inv_form", num.inv_form)
             .attr_int("round_sum", i64::from(num.round_sum))
             .attr_int("allreduce", i64::from(s.allreduce))
-            .attr_int("block_size", 32)
-            .attr_str("scale_rule", &p.scale_rule)
-            .attr_str("nan_policy", &p.nan_policy)
             .output(q)
             .output(scale);
         if let Some(r) = residual_out {
@@ -144,7 +131,7 @@ impl Rule for AddRmsNormMxQuantRule {
         if let Some(n) = normed {
             spec = spec.output(n);
         }
-        e.add(spec)?;
+        e.add(p.quant.apply(spec))?;
         emit_matmuls(e, &p.consumers, q, scale)
     }
 }

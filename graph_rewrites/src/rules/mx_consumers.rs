@@ -51,10 +51,49 @@ pub struct Consumers {
 }
 
 impl Consumers {
-    /// Every node the fusion removes beyond its pattern, with the values it must re-produce.
-    pub fn nodes_and_outputs(&self) -> Vec<(NodeId, Vec<ValueId>)> {
-        let mm = self.matmuls.iter().map(|u| (u.node, vec![u.out]));
-        mm.chain(self.dequant.iter().map(|d| (*d, Vec::new()))).collect()
+    /// Adds the absorbed MatMuls (whose outputs the replacement re-produces) and activation
+    /// DequantizeLinears to what a fusion removes.
+    pub fn absorb_into<P>(&self, mut fuse: crate::pattern::Fuse<P>) -> crate::pattern::Fuse<P> {
+        for u in &self.matmuls {
+            fuse = fuse.also(u.node, [u.out]);
+        }
+        for d in &self.dequant {
+            fuse = fuse.also(*d, []);
+        }
+        fuse
+    }
+}
+
+/// The quantizer attributes every fused op carries: the graph's rule and NaN policy unless the
+/// session/CLI settings override them.
+#[derive(Clone, Debug)]
+pub struct QuantAttrs {
+    pub scale_rule: String,
+    pub nan_policy: String,
+}
+
+impl QuantAttrs {
+    pub fn resolve(
+        info: &super::spellings::mx_quant::QuantInfo,
+        cfg: &crate::pattern::RuleConfig,
+    ) -> Self {
+        QuantAttrs {
+            scale_rule: cfg
+                .scale_rule_override
+                .clone()
+                .unwrap_or_else(|| info.rule.as_str().into()),
+            nan_policy: cfg
+                .nan_policy
+                .clone()
+                .unwrap_or_else(|| info.nan_policy.into()),
+        }
+    }
+
+    /// Writes `block_size`, `scale_rule` and `nan_policy` onto `spec`.
+    pub fn apply(&self, spec: crate::pattern::NodeSpec) -> crate::pattern::NodeSpec {
+        spec.attr_int("block_size", BLOCK)
+            .attr_str("scale_rule", &self.scale_rule)
+            .attr_str("nan_policy", &self.nan_policy)
     }
 }
 
@@ -65,21 +104,42 @@ fn is_op(g: &dyn GraphView, n: NodeId, domain: &str, op: &str) -> bool {
 /// A MatMul reading `a` as its first input, with a supported weight.
 /// `act_dtype` is the dtype of the quantized activation: MatMul's A, B and Y share one type,
 /// so it stands in for an output without value_info.
-fn matmul_use(g: &dyn GraphView, mm: NodeId, a: ValueId, k: i64, act_dtype: i32) -> Result<MatMulUse, Reject> {
+fn matmul_use(
+    g: &dyn GraphView,
+    mm: NodeId,
+    a: ValueId,
+    k: i64,
+    act_dtype: i32,
+) -> Result<MatMulUse, Reject> {
     let name = g.node_name(mm);
     if !is_op(g, mm, ONNX_DOMAIN, "MatMul") {
-        return Err(reject!("quantized activation is read by {} '{name}', not a MatMul", g.op_type(mm)));
+        return Err(reject!(
+            "quantized activation is read by {} '{name}', not a MatMul",
+            g.op_type(mm)
+        ));
     }
     let ins = g.inputs(mm);
     if ins.first().copied().flatten() != Some(a) || ins.get(1).copied().flatten() == Some(a) {
-        return Err(reject!("MatMul '{name}' reads the quantized activation as its weight"));
+        return Err(reject!(
+            "MatMul '{name}' reads the quantized activation as its weight"
+        ));
     }
-    let b = ins.get(1).copied().flatten().ok_or_else(|| reject!("MatMul '{name}' has no weight"))?;
+    let b = ins
+        .get(1)
+        .copied()
+        .flatten()
+        .ok_or_else(|| reject!("MatMul '{name}' has no weight"))?;
     let out = g.outputs(mm)[0];
-    let out_dtype = g.tensor_info(out).map(|i| i.elem_type).filter(|t| *t != 0).unwrap_or(act_dtype);
+    let out_dtype = g
+        .tensor_info(out)
+        .map(|i| i.elem_type)
+        .filter(|t| *t != 0)
+        .unwrap_or(act_dtype);
     let weight = classify_weight(g, b, k).map_err(|r| reject!("MatMul '{name}': {}", r.0))?;
     let weight_dtype = match &weight {
-        Weight::Float(w) | Weight::QuarkFloat(w) => g.tensor_info(*w).map(|i| i.elem_type).unwrap_or(out_dtype),
+        Weight::Float(w) | Weight::QuarkFloat(w) => {
+            g.tensor_info(*w).map(|i| i.elem_type).unwrap_or(out_dtype)
+        }
         Weight::Mx { .. } => out_dtype,
     };
     if !dtype::ACTIVATION.contains(&out_dtype) || weight_dtype != out_dtype {
@@ -89,7 +149,12 @@ fn matmul_use(g: &dyn GraphView, mm: NodeId, a: ValueId, k: i64, act_dtype: i32)
             dtype::name(weight_dtype)
         ));
     }
-    Ok(MatMulUse { node: mm, weight, out, out_dtype })
+    Ok(MatMulUse {
+        node: mm,
+        weight,
+        out,
+        out_dtype,
+    })
 }
 
 /// `[K, N]` with K known and equal to the activation's K.
@@ -97,7 +162,10 @@ fn check_kn(g: &dyn GraphView, w: ValueId, k: i64) -> Result<(), Reject> {
     let shape = g.tensor_info(w).and_then(|i| i.shape);
     match shape.as_deref() {
         Some([Dim::Known(kk), _]) if *kk == k => Ok(()),
-        other => Err(reject!("weight '{}' has shape {other:?}, expected [{k}, N]", g.value_name(w))),
+        other => Err(reject!(
+            "weight '{}' has shape {other:?}, expected [{k}, N]",
+            g.value_name(w)
+        )),
     }
 }
 
@@ -105,29 +173,45 @@ fn classify_weight(g: &dyn GraphView, b: ValueId, k: i64) -> Result<Weight, Reje
     if let Some((n, 0)) = g.producer(b) {
         if is_op(g, n, ONNX_DOMAIN, "DequantizeLinear") {
             let ins = g.inputs(n);
-            let (Some(wq), Some(ws)) = (ins.first().copied().flatten(), ins.get(1).copied().flatten()) else {
+            let (Some(wq), Some(ws)) = (
+                ins.first().copied().flatten(),
+                ins.get(1).copied().flatten(),
+            ) else {
                 return Err(reject!("weight DequantizeLinear lacks inputs"));
             };
             let t = |v| g.tensor_info(v).map(|i| i.elem_type).unwrap_or(0);
-            let blocked = attr_int(g.attr(n, "axis"), 1) == Some(0) && attr_int(g.attr(n, "block_size"), 0) == Some(BLOCK);
+            let blocked = attr_int(g.attr(n, "axis"), 1) == Some(0)
+                && attr_int(g.attr(n, "block_size"), 0) == Some(BLOCK);
             let no_zp = ins.get(2).copied().flatten().is_none();
             if t(wq) == dtype::FLOAT8E4M3FN && t(ws) == dtype::FLOAT8E8M0 && blocked && no_zp {
                 if !(g.is_constant(wq) && g.is_constant(ws)) {
                     return Err(reject!("MX weight is not constant"));
                 }
                 check_kn(g, wq, k)?;
-                return Ok(Weight::Mx { values: wq, scales: ws });
+                return Ok(Weight::Mx {
+                    values: wq,
+                    scales: ws,
+                });
             }
-            return Err(reject!("weight DequantizeLinear is not MXFP8 (E4M3 + E8M0, axis 0, block 32)"));
+            return Err(reject!(
+                "weight DequantizeLinear is not MXFP8 (E4M3 + E8M0, axis 0, block 32)"
+            ));
         }
         if is_op(g, n, QUARK_DOMAIN, "MXQuantizeDequantize") {
-            let w = g.inputs(n).first().copied().flatten().ok_or_else(|| reject!("weight fake-quant has no input"))?;
+            let w = g
+                .inputs(n)
+                .first()
+                .copied()
+                .flatten()
+                .ok_or_else(|| reject!("weight fake-quant has no input"))?;
             let elem = attr_string(g.attr(n, "element_dtype"), "int8").unwrap_or_default();
             let ok = elem == "fp8_e4m3"
                 && attr_int(g.attr(n, "block_size"), 32) == Some(BLOCK)
                 && attr_int(g.attr(n, "axis"), 1) == Some(0);
             if !ok {
-                return Err(reject!("weight fake-quant is not MXFP8 along K (fp8_e4m3, block 32, axis 0)"));
+                return Err(reject!(
+                    "weight fake-quant is not MXFP8 along K (fp8_e4m3, block 32, axis 0)"
+                ));
             }
             if !g.is_constant(w) {
                 return Err(reject!("Quark-quantized weight is not a constant"));
@@ -156,8 +240,13 @@ pub fn standard_consumers(
             continue;
         }
         let ins = g.inputs(dq);
-        let same_scale = ins.get(1).copied().flatten() == Some(scale) && ins.get(2).copied().flatten().is_none();
-        let rank = g.tensor_info(q).and_then(|i| i.shape).map(|s| s.len() as i64).unwrap_or(0);
+        let same_scale =
+            ins.get(1).copied().flatten() == Some(scale) && ins.get(2).copied().flatten().is_none();
+        let rank = g
+            .tensor_info(q)
+            .and_then(|i| i.shape)
+            .map(|s| s.len() as i64)
+            .unwrap_or(0);
         let axis = attr_int(g.attr(dq, "axis"), 1).unwrap_or(i64::MIN);
         let last = axis == -1 || axis == rank - 1;
         if !same_scale || !last || attr_int(g.attr(dq, "block_size"), 0) != Some(BLOCK) {
@@ -168,7 +257,10 @@ pub fn standard_consumers(
             continue;
         }
         let readers = g.consumers(deq);
-        let uses: Result<Vec<_>, _> = readers.iter().map(|(mm, _)| matmul_use(g, *mm, deq, k, act_dtype)).collect();
+        let uses: Result<Vec<_>, _> = readers
+            .iter()
+            .map(|(mm, _)| matmul_use(g, *mm, deq, k, act_dtype))
+            .collect();
         match uses {
             Ok(u) if !u.is_empty() => {
                 c.matmuls.extend(u);
@@ -182,31 +274,58 @@ pub fn standard_consumers(
 
 /// Consumers of a Quark fake-quantized activation: all must be MatMuls (there is no op that
 /// re-creates the fake-quantized float tensor).
-pub fn quark_consumers(g: &dyn GraphView, fake: ValueId, k: i64, act_dtype: i32) -> Result<Consumers, Reject> {
+pub fn quark_consumers(
+    g: &dyn GraphView,
+    fake: ValueId,
+    k: i64,
+    act_dtype: i32,
+) -> Result<Consumers, Reject> {
     if g.is_graph_output(fake) {
-        return Err(reject!("fake-quantized '{}' is a graph output", g.value_name(fake)));
+        return Err(reject!(
+            "fake-quantized '{}' is a graph output",
+            g.value_name(fake)
+        ));
     }
     let readers = g.consumers(fake);
     if readers.is_empty() {
-        return Err(reject!("fake-quantized '{}' is not read", g.value_name(fake)));
+        return Err(reject!(
+            "fake-quantized '{}' is not read",
+            g.value_name(fake)
+        ));
     }
-    let matmuls = readers.iter().map(|(mm, _)| matmul_use(g, *mm, fake, k, act_dtype)).collect::<Result<Vec<_>, _>>()?;
-    Ok(Consumers { matmuls, dequant: Vec::new() })
+    let matmuls = readers
+        .iter()
+        .map(|(mm, _)| matmul_use(g, *mm, fake, k, act_dtype))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Consumers {
+        matmuls,
+        dequant: Vec::new(),
+    })
 }
 
 /// Emits one `MxMatMul` per absorbed MatMul, reading `q` and `scale`.
-pub fn emit_matmuls(e: &mut Emit<'_>, c: &Consumers, q: ValueId, scale: ValueId) -> Result<(), String> {
+pub fn emit_matmuls(
+    e: &mut Emit<'_>,
+    c: &Consumers,
+    q: ValueId,
+    scale: ValueId,
+) -> Result<(), String> {
     for u in &c.matmuls {
         let spec = e.op("MxMatMul").input(q).input(scale);
         let spec = match &u.weight {
             Weight::Float(w) => spec.input(*w).attr_int("trans_b", 0),
-            Weight::Mx { values, scales } => spec.input(*values).input(*scales).attr_int("trans_b", 0),
+            Weight::Mx { values, scales } => {
+                spec.input(*values).input(*scales).attr_int("trans_b", 0)
+            }
             Weight::QuarkFloat(w) => {
                 let (vals, scales) = prequantize_weight(e, *w)?;
                 spec.input(vals).input(scales).attr_int("trans_b", 1)
             }
         };
-        e.add(spec.attr_int("output_dtype", u.out_dtype as i64).output(u.out))?;
+        e.add(
+            spec.attr_int("output_dtype", u.out_dtype as i64)
+                .output(u.out),
+        )?;
     }
     Ok(())
 }
@@ -216,12 +335,15 @@ pub fn emit_matmuls(e: &mut Emit<'_>, c: &Consumers, q: ValueId, scale: ValueId)
 fn prequantize_weight(e: &mut Emit<'_>, w: ValueId) -> Result<(ValueId, ValueId), String> {
     let g = e.graph();
     let name = g.value_name(w).to_string();
-    let t = g.const_value(w).ok_or_else(|| format!("weight '{name}' could not be read"))?;
+    let t = g
+        .const_value(w)
+        .ok_or_else(|| format!("weight '{name}' could not be read"))?;
     let (k, n) = match t.dims.as_slice() {
         [k, n] => (*k as usize, *n as usize),
         d => return Err(format!("weight '{name}' has dims {d:?}")),
     };
-    let floats = crate::pattern::predicates::values_f64(&t).ok_or_else(|| format!("weight '{name}' is not float"))?;
+    let floats = crate::pattern::predicates::values_f64(&t)
+        .ok_or_else(|| format!("weight '{name}' is not float"))?;
     // Transpose to [N, K] so each row is one output channel's K-vector.
     let mut rows = vec![0f32; n * k];
     for kk in 0..k {
@@ -240,8 +362,18 @@ fn prequantize_weight(e: &mut Emit<'_>, w: ValueId) -> Result<(ValueId, ValueId)
     };
     let vname = format!("{name}_mxfp8");
     let sname = format!("{name}_mxfp8_scale");
-    let tv = proto(vname.clone(), dtype::FLOAT8E4M3FN, vec![n as i64, k as i64], vals);
-    let ts = proto(sname.clone(), dtype::FLOAT8E8M0, vec![n as i64, (k / 32) as i64], scales);
+    let tv = proto(
+        vname.clone(),
+        dtype::FLOAT8E4M3FN,
+        vec![n as i64, k as i64],
+        vals,
+    );
+    let ts = proto(
+        sname.clone(),
+        dtype::FLOAT8E8M0,
+        vec![n as i64, (k / 32) as i64],
+        scales,
+    );
     Ok((e.initializer(&vname, tv), e.initializer(&sname, ts)))
 }
 
@@ -260,9 +392,15 @@ pub fn quant_outputs(
         *k /= BLOCK;
     }
     let base = e.graph().value_name(x).to_string();
-    let mut pick = |existing: Option<ValueId>, suffix: &str, elem_type: i32, shape: Option<Vec<Dim>>| match existing {
+    let mut pick = |existing: Option<ValueId>,
+                    suffix: &str,
+                    elem_type: i32,
+                    shape: Option<Vec<Dim>>| match existing {
         Some(v) if site.produces(v) => v,
-        _ => e.value(&format!("{base}_{suffix}"), Some(crate::view::TensorInfo { elem_type, shape })),
+        _ => e.value(
+            &format!("{base}_{suffix}"),
+            Some(crate::view::TensorInfo { elem_type, shape }),
+        ),
     };
     let qv = pick(q, "mxfp8", dtype::FLOAT8E4M3FN, shape);
     let sv = pick(scale, "mxfp8_scale", dtype::FLOAT8E8M0, scale_shape);
@@ -276,7 +414,10 @@ fn quantize_rows_floor(rows: &[f32], k: usize) -> (Vec<u8>, Vec<u8>) {
     let mut vals = vec![0u8; rows.len()];
     let mut scales = Vec::with_capacity(rows.len() / KB);
     for (src, dst) in rows.chunks_exact(KB).zip(vals.chunks_exact_mut(KB)) {
-        let (Ok(src), Ok(dst)) = (<&[f32; KB]>::try_from(src), <&mut [u8; KB]>::try_from(dst)) else { continue };
+        let (Ok(src), Ok(dst)) = (<&[f32; KB]>::try_from(src), <&mut [u8; KB]>::try_from(dst))
+        else {
+            continue;
+        };
         scales.push(quantize_block(src, dst, cfg));
     }
     debug_assert_eq!(scales.len() * KB, k * (rows.len() / k));
@@ -284,7 +425,10 @@ fn quantize_rows_floor(rows: &[f32], k: usize) -> (Vec<u8>, Vec<u8>) {
 }
 
 /// The consumers of whichever quantize spelling matched.
-pub fn consumers_for(g: &dyn GraphView, info: &super::spellings::mx_quant::QuantInfo) -> Result<Consumers, Reject> {
+pub fn consumers_for(
+    g: &dyn GraphView,
+    info: &super::spellings::mx_quant::QuantInfo,
+) -> Result<Consumers, Reject> {
     match (info.quark_out, info.q, info.scale) {
         (Some(fake), _, _) => quark_consumers(g, fake, info.k, info.dtype),
         (None, Some(q), Some(s)) => standard_consumers(g, q, s, info.k, info.dtype),

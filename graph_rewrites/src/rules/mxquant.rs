@@ -17,7 +17,7 @@
 
 use std::sync::LazyLock;
 
-use super::mx_consumers::{emit_matmuls, quant_outputs, consumers_for, Consumers};
+use super::mx_consumers::{consumers_for, emit_matmuls, quant_outputs, Consumers, QuantAttrs};
 use super::spellings::mx_quant::{check_mx_quant, mx_quant, MxQuantPat, QuantInfo};
 use crate::pattern::{Emit, Fuse, Match, Pat, Pattern, Rule, RuleConfig, Site};
 use crate::view::ValueId;
@@ -33,15 +33,17 @@ pub static RULE: LazyLock<MxQuantRule> = LazyLock::new(|| {
     let h = mx_quant(&mut p, x);
     p.escaping(h.root);
     p.escaping(h.scale);
-    MxQuantRule { pat: p.finish(h.root), h }
+    MxQuantRule {
+        pat: p.finish(h.root),
+        h,
+    }
 });
 
 pub struct Params {
     x: ValueId,
     info: QuantInfo,
     consumers: Consumers,
-    scale_rule: String,
-    nan_policy: String,
+    quant: QuantAttrs,
 }
 
 impl Rule for MxQuantRule {
@@ -52,35 +54,29 @@ impl Rule for MxQuantRule {
         &self.pat
     }
 
-    fn check(&self, m: &Match<'_>, cfg: &RuleConfig) -> Result<Fuse<Params>, crate::pattern::Reject> {
+    fn check(
+        &self,
+        m: &Match<'_>,
+        cfg: &RuleConfig,
+    ) -> Result<Fuse<Params>, crate::pattern::Reject> {
         let info = check_mx_quant(m, &self.h)?;
         let g = m.graph();
         let consumers = consumers_for(g, &info)?;
         let params = Params {
             x: m[self.h.x],
-            scale_rule: cfg.scale_rule_override.clone().unwrap_or_else(|| info.rule.as_str().into()),
-            nan_policy: cfg.nan_policy.clone().unwrap_or_else(|| info.nan_policy.into()),
+            quant: QuantAttrs::resolve(&info, cfg),
             info,
             consumers,
         };
         let mut fuse = Fuse::new(params);
-        for (n, outs) in fuse.params.consumers.nodes_and_outputs() {
-            fuse = fuse.also(n, outs);
-        }
+        fuse = fuse.params.consumers.clone().absorb_into(fuse);
         Ok(fuse)
     }
 
     fn rewrite(&self, site: &Site, p: Params, e: &mut Emit<'_>) -> Result<(), String> {
         let (q, scale) = quant_outputs(e, site, p.x, p.info.q, p.info.scale);
-        let spec = e
-            .op("MxQuantize")
-            .input(p.x)
-            .attr_int("block_size", 32)
-            .attr_str("scale_rule", &p.scale_rule)
-            .attr_str("nan_policy", &p.nan_policy)
-            .output(q)
-            .output(scale);
-        e.add(spec)?;
+        let spec = e.op("MxQuantize").input(p.x).output(q).output(scale);
+        e.add(p.quant.apply(spec))?;
         emit_matmuls(e, &p.consumers, q, scale)
     }
 }

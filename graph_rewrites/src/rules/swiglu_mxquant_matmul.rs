@@ -23,7 +23,7 @@
 
 use std::sync::LazyLock;
 
-use super::mx_consumers::{consumers_for, emit_matmuls, quant_outputs, Consumers};
+use super::mx_consumers::{consumers_for, emit_matmuls, quant_outputs, Consumers, QuantAttrs};
 use super::spellings::mx_quant::{check_mx_quant, mx_quant, MxQuantPat, QuantInfo};
 use super::spellings::swiglu::{check_swiglu, swiglu, GateUp, SwigluPat, SwigluSpec};
 use crate::pattern::{Emit, Fuse, Match, Pat, Pattern, Reject, Rule, RuleConfig, Site};
@@ -54,8 +54,7 @@ pub struct Params {
     info: QuantInfo,
     consumers: Consumers,
     fp32_activation: bool,
-    scale_rule: String,
-    nan_policy: String,
+    quant: QuantAttrs,
 }
 
 impl Rule for SwigluMxQuantMatMulRule {
@@ -74,22 +73,13 @@ impl Rule for SwigluMxQuantMatMulRule {
         let params = Params {
             act: m[self.s.act],
             fp32_activation: cfg.swiglu_fp32_activation,
-            scale_rule: cfg
-                .scale_rule_override
-                .clone()
-                .unwrap_or_else(|| info.rule.as_str().into()),
-            nan_policy: cfg
-                .nan_policy
-                .clone()
-                .unwrap_or_else(|| info.nan_policy.into()),
+            quant: QuantAttrs::resolve(&info, cfg),
             spec,
             info,
             consumers,
         };
         let mut fuse = Fuse::new(params);
-        for (n, outs) in fuse.params.consumers.nodes_and_outputs() {
-            fuse = fuse.also(n, outs);
-        }
+        fuse = fuse.params.consumers.clone().absorb_into(fuse);
         Ok(fuse)
     }
 
@@ -114,12 +104,9 @@ impl Rule for SwigluMxQuantMatMulRule {
             .attr_float("beta", s.beta)
             .attr_int("fp32_activation", i64::from(p.fp32_activation))
             .attr_str("swish_form", s.swish_form)
-            .attr_int("block_size", 32)
-            .attr_str("scale_rule", &p.scale_rule)
-            .attr_str("nan_policy", &p.nan_policy)
             .output(q)
             .output(scale);
-        e.add(spec)?;
+        e.add(p.quant.apply(spec))?;
         emit_matmuls(e, &p.consumers, q, scale)
     }
 }

@@ -50,37 +50,78 @@ pub struct MxQuantPat {
 /// Declares both spellings of `MXFP8(x)`; the root is an alternative between them.
 pub fn mx_quant(p: &mut Pat, x: V) -> MxQuantPat {
     let shape = p.konst("block_shape");
-    let reshape = p.op(OpId::new(ONNX_DOMAIN, "Reshape")).args([x, shape]).node();
+    let reshape = p
+        .op(OpId::new(ONNX_DOMAIN, "Reshape"))
+        .args([x, shape])
+        .node();
     let blk = p.out(reshape, 0);
     let abs = p.op(OpId::new(ONNX_DOMAIN, "Abs")).args([blk]).out();
     // ReduceMax-18 takes axes as an input, ReduceMax-13 as an attribute: the check reads both.
-    let reduce_max = p.op(OpId::new(ONNX_DOMAIN, "ReduceMax")).args([abs]).extra_inputs().node();
+    let reduce_max = p
+        .op(OpId::new(ONNX_DOMAIN, "ReduceMax"))
+        .args([abs])
+        .extra_inputs()
+        .node();
     let amax_t = p.out(reduce_max, 0);
     // f16/bf16 graphs cast the block amax to float first (exact), so the scale arithmetic is
     // fp32; the check reads the dtype the Mul/Div computes in from the constant.
-    let amax_cast = p.op(OpId::new(ONNX_DOMAIN, "Cast")).args([amax_t]).attr_int("to", None, dtype::FLOAT as i64).out();
+    let amax_cast = p
+        .op(OpId::new(ONNX_DOMAIN, "Cast"))
+        .args([amax_t])
+        .attr_int("to", None, dtype::FLOAT as i64)
+        .out();
     let amax = p.any_of("block_amax", [amax_cast, amax_t]);
     let scale_const = p.konst("scale_constant");
-    let mul = p.op(OpId::new(ONNX_DOMAIN, "Mul")).args([amax, scale_const]).commutative().node();
-    let div = p.op(OpId::new(ONNX_DOMAIN, "Div")).args([amax, scale_const]).node();
+    let mul = p
+        .op(OpId::new(ONNX_DOMAIN, "Mul"))
+        .args([amax, scale_const])
+        .commutative()
+        .node();
+    let div = p
+        .op(OpId::new(ONNX_DOMAIN, "Div"))
+        .args([amax, scale_const])
+        .node();
     let (mul_out, div_out) = (p.out(mul, 0), p.out(div, 0));
     let scaled = p.any_of("scaled_amax", [mul_out, div_out]);
     let cast = p
-        .op(OpId { domain: ONNX_DOMAIN, op_type: "Cast", versions: &[24, 25] })
+        .op(OpId {
+            domain: ONNX_DOMAIN,
+            op_type: "Cast",
+            versions: &[24, 25],
+        })
         .args([scaled])
         .attr_int("to", None, dtype::FLOAT8E8M0 as i64)
         .node();
     let scale = p.out(cast, 0);
     let quantize = p
-        .op(OpId { domain: ONNX_DOMAIN, op_type: "QuantizeLinear", versions: &[24, 25] })
+        .op(OpId {
+            domain: ONNX_DOMAIN,
+            op_type: "QuantizeLinear",
+            versions: &[24, 25],
+        })
         .args([x, scale])
         .extra_inputs() // zero point: checked to be absent or zero
         .node();
     let q = p.out(quantize, 0);
-    let quark = p.op(OpId::new(QUARK_DOMAIN, "MXQuantizeDequantize")).args([x]).node();
+    let quark = p
+        .op(OpId::new(QUARK_DOMAIN, "MXQuantizeDequantize"))
+        .args([x])
+        .node();
     let fake = p.out(quark, 0);
     let root = p.any_of("mx_quantized", [q, fake]);
-    MxQuantPat { x, root, reshape, reduce_max, mul, div, scale_const, cast, scale, quantize, quark }
+    MxQuantPat {
+        x,
+        root,
+        reshape,
+        reduce_max,
+        mul,
+        div,
+        scale_const,
+        cast,
+        scale,
+        quantize,
+        quark,
+    }
 }
 
 /// Which E8M0 rule a quantizer uses.
@@ -117,7 +158,9 @@ pub struct QuantInfo {
 
 /// Rank and last dimension of `x`, refusing unknown or non-multiple-of-32 last dims.
 pub fn last_dim(g: &dyn GraphView, x: ValueId) -> Result<(usize, i64, i32), Reject> {
-    let info = g.tensor_info(x).ok_or_else(|| reject!("type of '{}' is unknown", g.value_name(x)))?;
+    let info = g
+        .tensor_info(x)
+        .ok_or_else(|| reject!("type of '{}' is unknown", g.value_name(x)))?;
     if !dtype::ACTIVATION.contains(&info.elem_type) {
         return Err(reject!(
             "'{}' is {}: only float, float16 and bfloat16 activations are supported",
@@ -125,11 +168,19 @@ pub fn last_dim(g: &dyn GraphView, x: ValueId) -> Result<(usize, i64, i32), Reje
             dtype::name(info.elem_type)
         ));
     }
-    let shape = info.shape.ok_or_else(|| reject!("rank of '{}' is unknown", g.value_name(x)))?;
+    let shape = info
+        .shape
+        .ok_or_else(|| reject!("rank of '{}' is unknown", g.value_name(x)))?;
     match shape.last() {
         Some(Dim::Known(k)) if *k > 0 && k % BLOCK == 0 => Ok((shape.len(), *k, info.elem_type)),
-        Some(Dim::Known(k)) => Err(reject!("last dim of '{}' is {k}, not a multiple of {BLOCK}", g.value_name(x))),
-        Some(_) => Err(reject!("last dim of '{}' is not known statically", g.value_name(x))),
+        Some(Dim::Known(k)) => Err(reject!(
+            "last dim of '{}' is {k}, not a multiple of {BLOCK}",
+            g.value_name(x)
+        )),
+        Some(_) => Err(reject!(
+            "last dim of '{}' is not known statically",
+            g.value_name(x)
+        )),
         None => Err(reject!("'{}' is a scalar", g.value_name(x))),
     }
 }
@@ -146,20 +197,27 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
     if let Some(n) = m.node(h.quark) {
         let elem = attr_string(g.attr(n, "element_dtype"), "int8").unwrap_or_default();
         if elem != "fp8_e4m3" {
-            return Err(reject!("Quark MX element_dtype is '{elem}', only fp8_e4m3 is MXFP8"));
+            return Err(reject!(
+                "Quark MX element_dtype is '{elem}', only fp8_e4m3 is MXFP8"
+            ));
         }
         let bs = attr_int(g.attr(n, "block_size"), 32).unwrap_or(0);
         if bs != BLOCK {
-            return Err(reject!("Quark MX block_size is {bs}, the kernels need {BLOCK}"));
+            return Err(reject!(
+                "Quark MX block_size is {bs}, the kernels need {BLOCK}"
+            ));
         }
         // Quark's default axis is 1: on a [B,S,H] activation that is the sequence axis.
         let axis = attr_int(g.attr(n, "axis"), 1).unwrap_or(i64::MIN);
         if !is_last_axis(axis, rank) {
-            let as_weight = |(c, slot): &(crate::view::NodeId, usize)| *slot == 1 && g.op_type(*c) == "MatMul";
+            let as_weight =
+                |(c, slot): &(crate::view::NodeId, usize)| *slot == 1 && g.op_type(*c) == "MatMul";
             if axis == 0 && rank == 2 && g.consumers(m.root()).iter().all(as_weight) {
                 return Err(reject!("weight quantizer (axis 0, read as a MatMul weight): folded into that MatMul's MxMatMul when its activation is MX-quantized"));
             }
-            return Err(reject!("Quark MX quantizes axis {axis}, not the last axis of a rank-{rank} tensor"));
+            return Err(reject!(
+                "Quark MX quantizes axis {axis}, not the last axis of a rank-{rank} tensor"
+            ));
         }
         return Ok(QuantInfo {
             rule: ScaleRule::Floor,
@@ -171,9 +229,12 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
             scale: None,
         });
     }
-    let (Some(reshape), Some(rmax), Some(cast), Some(ql)) =
-        (m.node(h.reshape), m.node(h.reduce_max), m.node(h.cast), m.node(h.quantize))
-    else {
+    let (Some(reshape), Some(rmax), Some(cast), Some(ql)) = (
+        m.node(h.reshape),
+        m.node(h.reduce_max),
+        m.node(h.cast),
+        m.node(h.quantize),
+    ) else {
         return Err(reject!("internal: incomplete standard MX quantize match"));
     };
     check_block_reshape(g, reshape, rank, k)?;
@@ -184,7 +245,9 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
     let round = attr_string(g.attr(cast, "round_mode"), "up").unwrap_or_default();
     let saturate = attr_int(g.attr(cast, "saturate"), 1).unwrap_or(0);
     if saturate != 1 {
-        return Err(reject!("Cast to FLOAT8E8M0 has saturate={saturate}: zero blocks would become NaN scales"));
+        return Err(reject!(
+            "Cast to FLOAT8E8M0 has saturate={saturate}: zero blocks would become NaN scales"
+        ));
     }
     let by_mul = m.node(h.mul).is_some();
     let rel = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs();
@@ -200,7 +263,10 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
     // The graph scales amax in its own dtype before the Cast. Exact in f32 and bf16 for
     // every amax ≥ 2^-118; in f16 the product underflows for amax < 2^-16 and rounds to a
     // different power of two than the exact rule: refuse rather than change results.
-    let amax_t = g.tensor_info(m[h.scale_const]).map(|i| i.elem_type).unwrap_or(0);
+    let amax_t = g
+        .tensor_info(m[h.scale_const])
+        .map(|i| i.elem_type)
+        .unwrap_or(0);
     if amax_t == dtype::FLOAT16 || (rule == ScaleRule::Rceil && amax_t != dtype::FLOAT) {
         return Err(reject!(
             "the {} scale is computed in {}: its rounding differs from the exact rule the kernels use",
@@ -220,8 +286,19 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
     })
 }
 
-fn check_block_reshape(g: &dyn GraphView, n: crate::view::NodeId, rank: usize, k: i64) -> Result<(), Reject> {
-    let shape = g.inputs(n).get(1).copied().flatten().and_then(|v| g.const_value(v)).and_then(|t| values_i64(&t));
+fn check_block_reshape(
+    g: &dyn GraphView,
+    n: crate::view::NodeId,
+    rank: usize,
+    k: i64,
+) -> Result<(), Reject> {
+    let shape = g
+        .inputs(n)
+        .get(1)
+        .copied()
+        .flatten()
+        .and_then(|v| g.const_value(v))
+        .and_then(|t| values_i64(&t));
     let shape = shape.ok_or_else(|| reject!("block Reshape shape is not a constant"))?;
     let ok = shape.len() == rank + 1
         && shape[rank] == BLOCK
@@ -230,13 +307,18 @@ fn check_block_reshape(g: &dyn GraphView, n: crate::view::NodeId, rank: usize, k
     if ok {
         Ok(())
     } else {
-        Err(reject!("Reshape {shape:?} does not split the last axis ({k}) into [{}, {BLOCK}]", k / BLOCK))
+        Err(reject!(
+            "Reshape {shape:?} does not split the last axis ({k}) into [{}, {BLOCK}]",
+            k / BLOCK
+        ))
     }
 }
 
 fn check_reduce_last(g: &dyn GraphView, n: crate::view::NodeId, rank: usize) -> Result<(), Reject> {
     if attr_int(g.attr(n, "keepdims"), 1) != Some(0) {
-        return Err(reject!("ReduceMax must have keepdims=0 (scales are [..., K/32])"));
+        return Err(reject!(
+            "ReduceMax must have keepdims=0 (scales are [..., K/32])"
+        ));
     }
     let axes = match g.inputs(n).get(1).copied().flatten() {
         Some(v) => g.const_value(v).and_then(|t| values_i64(&t)),
@@ -251,7 +333,11 @@ fn check_reduce_last(g: &dyn GraphView, n: crate::view::NodeId, rank: usize) -> 
     }
 }
 
-fn check_quantize_linear(g: &dyn GraphView, n: crate::view::NodeId, rank: usize) -> Result<(), Reject> {
+fn check_quantize_linear(
+    g: &dyn GraphView,
+    n: crate::view::NodeId,
+    rank: usize,
+) -> Result<(), Reject> {
     // QuantizeLinear's axis defaults to 1, not -1.
     let axis = attr_int(g.attr(n, "axis"), 1).unwrap_or(i64::MIN);
     if !is_last_axis(axis, rank) {
@@ -262,12 +348,16 @@ fn check_quantize_linear(g: &dyn GraphView, n: crate::view::NodeId, rank: usize)
         return Err(reject!("QuantizeLinear block_size is {bs}, not {BLOCK}"));
     }
     if attr_int(g.attr(n, "saturate"), 1) != Some(1) {
-        return Err(reject!("QuantizeLinear saturate=0 is not supported (the kernels saturate)"));
+        return Err(reject!(
+            "QuantizeLinear saturate=0 is not supported (the kernels saturate)"
+        ));
     }
     let zp = g.inputs(n).get(2).copied().flatten();
     let out_t = match zp {
         Some(z) => {
-            let t = g.const_value(z).ok_or_else(|| reject!("zero point is not a constant"))?;
+            let t = g
+                .const_value(z)
+                .ok_or_else(|| reject!("zero point is not a constant"))?;
             if t.raw.iter().any(|b| *b != 0) {
                 return Err(reject!("zero point is not zero"));
             }
@@ -276,7 +366,10 @@ fn check_quantize_linear(g: &dyn GraphView, n: crate::view::NodeId, rank: usize)
         None => attr_int(g.attr(n, "output_dtype"), 0).unwrap_or(0) as i32,
     };
     if out_t != dtype::FLOAT8E4M3FN {
-        return Err(reject!("QuantizeLinear output is {}, not float8e4m3fn", dtype::name(out_t)));
+        return Err(reject!(
+            "QuantizeLinear output is {}, not float8e4m3fn",
+            dtype::name(out_t)
+        ));
     }
     Ok(())
 }
