@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use graph_rewrites::pattern::rule::RuleConfig;
 use graph_rewrites::pipeline::PipelineOptions;
 
 use crate::error::{Error, Result};
@@ -27,6 +28,9 @@ pub struct EpOptions {
     pub threads: usize,
 }
 
+/// Options passed through to the rules engine as pipeline settings (`RuleConfig`).
+pub const RULE_SETTINGS: &[&str] = &["scale_rule", "swiglu_fp32_activation", "nan_policy"];
+
 /// The documented option keys (without prefix), for error messages and docs/provider.md.
 pub const KEYS: &[&str] = &[
     "enable_rules",
@@ -34,6 +38,7 @@ pub const KEYS: &[&str] = &[
     "rule.<name>",
     "scale_rule",
     "swiglu_fp32_activation",
+    "nan_policy",
     "threads",
 ];
 
@@ -95,23 +100,14 @@ impl EpOptions {
                     rules.iter().try_for_each(|r| check_rule(r))?;
                     opts.pipeline.disable.extend(rules);
                 }
-                "scale_rule" => match value.trim() {
-                    "floor" | "rceil" => {
-                        settings.insert("scale_rule".to_string(), value.trim().to_string());
-                    }
-                    other => {
-                        return Err(Error::invalid(format!(
-                            "provider option scale_rule: expected \"floor\" or \"rceil\", got {other:?}"
-                        )))
-                    }
-                },
-                "swiglu_fp32_activation" => {
-                    let on = parse_bool(&key, value)?;
-                    settings.insert("swiglu_fp32_activation".to_string(), if on { "1" } else { "0" }.to_string());
+                k if RULE_SETTINGS.contains(&k) => {
+                    settings.insert(k.to_string(), value.trim().to_string());
                 }
                 "threads" => {
                     opts.threads = value.trim().parse().map_err(|_| {
-                        Error::invalid(format!("provider option threads: expected a count, got {value:?}"))
+                        Error::invalid(format!(
+                            "provider option threads: expected a count, got {value:?}"
+                        ))
                     })?;
                 }
                 other => {
@@ -129,6 +125,9 @@ impl EpOptions {
                 }
             }
         }
+        // The rules engine validates its own settings (one definition of the allowed values).
+        RuleConfig::from_settings(&settings)
+            .map_err(|e| Error::invalid(format!("provider option {e}")))?;
         opts.pipeline.settings = settings;
         Ok(opts)
     }
@@ -160,7 +159,7 @@ mod tests {
             vec!["swiglu_mxquant", "add_rmsnorm_mxquant"]
         );
         assert_eq!(o.pipeline.settings["scale_rule"], "rceil");
-        assert_eq!(o.pipeline.settings["swiglu_fp32_activation"], "1");
+        assert_eq!(o.pipeline.settings["swiglu_fp32_activation"], "true");
         assert_eq!(o.threads, 4);
     }
 
@@ -192,7 +191,17 @@ mod tests {
             (
                 "ep.mxfuseexecutionprovider.swiglu_fp32_activation",
                 "2",
-                "expected 0 or 1",
+                "swiglu_fp32_activation",
+            ),
+            (
+                "ep.mxfuseexecutionprovider.nan_policy",
+                "drop",
+                "nan_policy",
+            ),
+            (
+                "ep.mxfuseexecutionprovider.rule.mxquant_typo",
+                "0",
+                "unknown rule",
             ),
         ] {
             let err = parse(&[(k, v)]).unwrap_err().to_string();
