@@ -247,14 +247,6 @@ impl OrtGraphView {
         self.by_name.get(name).copied()
     }
 
-    /// All value ids that are graph inputs (in ORT's order of first sight).
-    pub fn graph_inputs(&self) -> Vec<ValueId> {
-        (0..self.values.len() as u32)
-            .map(ValueId)
-            .filter(|&v| self.is_graph_input(v))
-            .collect()
-    }
-
     /// Bytes of constant `v` regardless of size (for kernels that need their weights).
     pub fn const_value_unbounded(&self, v: ValueId) -> Result<Option<ConstTensor>> {
         self.read_const(v, usize::MAX)

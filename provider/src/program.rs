@@ -169,15 +169,6 @@ impl Program {
         })
     }
 
-    /// Number of steps (for logs and tests).
-    pub fn len(&self) -> usize {
-        self.steps.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.steps.is_empty()
-    }
-
     /// Runs the program on the fused node's inputs and writes its outputs.
     ///
     /// # Safety

@@ -60,6 +60,7 @@ impl Attrs {
             .collect()
     }
 
+    /// An int attribute, or `default` when absent.
     pub fn int(&self, name: &str, default: i64) -> i64 {
         match self.values.get(name) {
             Some(AttrValue::Int(v)) => *v,
@@ -67,46 +68,12 @@ impl Attrs {
         }
     }
 
-    pub fn float(&self, name: &str, default: f32) -> f32 {
-        match self.values.get(name) {
-            Some(AttrValue::Float(v)) => *v,
-            _ => default,
-        }
-    }
-
+    /// A string attribute, or `default` when absent.
     pub fn string<'a>(&'a self, name: &str, default: &'a str) -> &'a str {
         match self.values.get(name) {
             Some(AttrValue::String(v)) => v,
             _ => default,
         }
-    }
-
-    /// A string attribute that must be one of `allowed` (the first is the default).
-    pub fn choice<'a>(&'a self, name: &str, allowed: &[&'a str]) -> Result<&'a str> {
-        let v = self.string(name, allowed[0]);
-        allowed.iter().copied().find(|a| *a == v).ok_or_else(|| {
-            Error::invalid(format!(
-                "{}: attribute {name} = {v:?}, expected one of {allowed:?}",
-                self.op
-            ))
-        })
-    }
-
-    /// An int attribute that must be 0 or 1.
-    pub fn flag(&self, name: &str, default: bool) -> Result<bool> {
-        match self.int(name, default as i64) {
-            0 => Ok(false),
-            1 => Ok(true),
-            v => Err(Error::invalid(format!(
-                "{}: attribute {name} = {v}, expected 0 or 1",
-                self.op
-            ))),
-        }
-    }
-
-    /// All attributes as `(name, value-as-text)` pairs.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &AttrValue)> {
-        self.values.iter().map(|(k, v)| (k.as_str(), v))
     }
 
     /// The op these attributes belong to.
