@@ -1,0 +1,59 @@
+"""The `mxfuse-ep` Python package (python/): its helpers, and the wheel build."""
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import onnxruntime as ort
+import pytest
+
+from conftest import EP_NAME, ROOT
+
+PACKAGE = ROOT / "python" / "onnxruntime_ep_mxfuse"
+
+
+def load_package(tmp_path, lib):
+    """The package as the wheel lays it out: __init__.py next to libmxfuse_ep.so."""
+    dst = tmp_path / "onnxruntime_ep_mxfuse"
+    dst.mkdir()
+    shutil.copy(PACKAGE / "__init__.py", dst / "__init__.py")
+    shutil.copy(lib, dst / "libmxfuse_ep.so")
+    spec = importlib.util.spec_from_file_location("onnxruntime_ep_mxfuse", dst / "__init__.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_helpers_follow_the_onnxruntime_ep_convention(tmp_path, lib, ep_devices):
+    mx = load_package(tmp_path, lib)
+    assert mx.get_ep_name() == EP_NAME
+    assert mx.get_ep_names() == [EP_NAME]
+    path = mx.get_library_path()
+    assert path.endswith("libmxfuse_ep.so") and (tmp_path / "onnxruntime_ep_mxfuse" / "libmxfuse_ep.so").samefile(path)
+    mx.register(ort)  # already registered by the fixture: must be a no-op, not an error
+    assert EP_NAME in ort.get_available_providers()
+
+
+def wheel_tooling_available():
+    try:
+        import setuptools.command.bdist_wheel  # noqa: F401  (setuptools >= 70.1)
+        return True
+    except ImportError:
+        return importlib.util.find_spec("wheel") is not None
+
+
+@pytest.mark.skipif(not wheel_tooling_available(), reason="needs the `wheel` package or setuptools >= 70.1")
+def test_wheel_bundles_the_library_with_a_platform_tag(tmp_path, lib):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q", "-w", str(tmp_path),
+         str(ROOT / "python")],
+        check=True,
+        env={**__import__("os").environ, "MXFUSE_EP_LIB": lib},
+    )
+    (whl,) = tmp_path.glob("mxfuse_ep-*.whl")
+    assert "-py3-none-linux" in whl.name, whl.name
+    names = zipfile.ZipFile(whl).namelist()
+    assert "onnxruntime_ep_mxfuse/libmxfuse_ep.so" in names
+    assert "onnxruntime_ep_mxfuse/__init__.py" in names
