@@ -410,23 +410,26 @@ fn edge_blocks() -> Vec<f32> {
     blocks.concat()
 }
 
+/// Rows of 64 (single-block path) and of 256 (8-block groups: the first group is all finite
+/// edge blocks, the second holds the NaN/Inf blocks and takes the per-block fallback).
 fn edge_case<T: fast::FastElement>() {
-    let x: Vec<T> = to_t(&edge_blocks());
-    let k = 64;
-    let x = &x[..x.len() / k * k];
-    for cfg in configs() {
-        let (mut q0, mut s0) = (vec![0u8; x.len()], vec![0u8; x.len() / 32]);
-        reference::mx_quantize(x, k, &mut q0, &mut s0, cfg).unwrap();
-        both_isas(|| {
-            let (mut q1, mut s1) = (vec![0u8; x.len()], vec![0u8; x.len() / 32]);
-            fast::mx_quantize(x, k, &mut q1, &mut s1, cfg, &Serial).unwrap();
-            assert_eq!(
-                (&s1, &q1),
-                (&s0, &q0),
-                "{cfg:?} {}",
-                std::any::type_name::<T>()
-            );
-        });
+    let all: Vec<T> = to_t(&edge_blocks());
+    for k in [64, 256] {
+        let x = &all[..all.len() / k * k];
+        for cfg in configs() {
+            let (mut q0, mut s0) = (vec![0u8; x.len()], vec![0u8; x.len() / 32]);
+            reference::mx_quantize(x, k, &mut q0, &mut s0, cfg).unwrap();
+            both_isas(|| {
+                let (mut q1, mut s1) = (vec![0u8; x.len()], vec![0u8; x.len() / 32]);
+                fast::mx_quantize(x, k, &mut q1, &mut s1, cfg, &Serial).unwrap();
+                assert_eq!(
+                    (&s1, &q1),
+                    (&s0, &q0),
+                    "k {k} {cfg:?} {}",
+                    std::any::type_name::<T>()
+                );
+            });
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use std::arch::x86_64::*;
 
 use half::{bf16, f16};
 
-use crate::codec::{pow2_inverse, quantize_block, QuantConfig, BLOCK};
+use crate::codec::{pow2_inverse, quantize_block, QuantConfig, ScaleRule, BLOCK};
 
 /// 8-lane f32 access to an element type.
 pub trait Lanes: Sized {
@@ -142,12 +142,16 @@ pub unsafe fn encode_e4m3_finite(v: __m256) -> __m256i {
         _mm256_sub_epi32(r, _mm256_set1_epi32(120 << 3)),
         _mm256_set1_epi32(0x7E),
     );
+    let is_sub = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x3C80_0000), abs);
+    if _mm256_testz_si256(is_sub, is_sub) != 0 {
+        // No lane below 2^-6 (the common case once a block is scaled up to ~448).
+        return _mm256_or_si256(normal, sign);
+    }
     // Subnormal range (|v| < 2^-6): m = rne(|v|·512) in 0..=8.
     let scaled = _mm256_mul_ps(_mm256_castsi256_ps(abs), _mm256_set1_ps(512.0));
     let sub = _mm256_cvttps_epi32(_mm256_round_ps::<
         { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
     >(scaled));
-    let is_sub = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x3C80_0000), abs);
     _mm256_or_si256(_mm256_blendv_epi8(normal, sub, is_sub), sign)
 }
 
@@ -220,13 +224,152 @@ pub unsafe fn quantize_block_avx2(v: [__m256; 4], q: *mut u8, cfg: QuantConfig) 
     byte
 }
 
-/// Quantizes a row of T (length a multiple of 32): scales one byte per block.
+/// Blocks per group in [`quantize_group8`]: one scale lane per block.
+pub const GROUP: usize = 8;
+
+/// Lane b of the result = max of the eight lanes of `m[b]` (8 non-negative, non-NaN vectors).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn transpose_max(m: &[__m256; GROUP]) -> __m256 {
+    // unpack + max: per 128-bit half, lanes [max(a0,a2), max(b0,b2), max(a1,a3), max(b1,b3)].
+    let p01 = _mm256_max_ps(
+        _mm256_unpacklo_ps(m[0], m[1]),
+        _mm256_unpackhi_ps(m[0], m[1]),
+    );
+    let p23 = _mm256_max_ps(
+        _mm256_unpacklo_ps(m[2], m[3]),
+        _mm256_unpackhi_ps(m[2], m[3]),
+    );
+    let p45 = _mm256_max_ps(
+        _mm256_unpacklo_ps(m[4], m[5]),
+        _mm256_unpackhi_ps(m[4], m[5]),
+    );
+    let p67 = _mm256_max_ps(
+        _mm256_unpacklo_ps(m[6], m[7]),
+        _mm256_unpackhi_ps(m[6], m[7]),
+    );
+    // Per half: lane j = max over that half of block j (of this quad).
+    let lo = _mm256_max_ps(
+        _mm256_shuffle_ps::<0b01_00_01_00>(p01, p23),
+        _mm256_shuffle_ps::<0b11_10_11_10>(p01, p23),
+    );
+    let hi = _mm256_max_ps(
+        _mm256_shuffle_ps::<0b01_00_01_00>(p45, p67),
+        _mm256_shuffle_ps::<0b11_10_11_10>(p45, p67),
+    );
+    _mm256_max_ps(
+        _mm256_permute2f128_ps::<0x20>(lo, hi),
+        _mm256_permute2f128_ps::<0x31>(lo, hi),
+    )
+}
+
+/// Eight lanes of `ScaleRule::scale_byte` for finite amax (the same integer rule).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn scale_bytes8(amax: __m256, rule: ScaleRule) -> __m256i {
+    let max_byte = _mm256_set1_epi32(254);
+    match rule {
+        ScaleRule::Floor => {
+            let bits = _mm256_castps_si256(_mm256_mul_ps(amax, _mm256_set1_ps(1.0 / 256.0)));
+            _mm256_min_epi32(_mm256_srli_epi32::<23>(bits), max_byte)
+        }
+        ScaleRule::Rceil => {
+            let bits = _mm256_castps_si256(_mm256_mul_ps(amax, _mm256_set1_ps(1.0f32 / 448.0)));
+            let (zero, one) = (_mm256_setzero_si256(), _mm256_set1_epi32(1));
+            let e = _mm256_srli_epi32::<23>(bits);
+            let m = _mm256_and_si256(bits, _mm256_set1_epi32(0x7F_FFFF));
+            let normal = _mm256_add_epi32(e, _mm256_andnot_si256(_mm256_cmpeq_epi32(m, zero), one));
+            let sub = _mm256_and_si256(_mm256_cmpgt_epi32(m, _mm256_set1_epi32(0x40_0000)), one);
+            let byte = _mm256_blendv_epi8(normal, sub, _mm256_cmpeq_epi32(e, zero));
+            _mm256_min_epi32(byte, max_byte)
+        }
+    }
+}
+
+/// Eight lanes of `pow2_inverse`: 2^(127 - byte), byte 254 → the subnormal 2^-127.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn inverse8(bytes: __m256i) -> __m256 {
+    let normal = _mm256_slli_epi32::<23>(_mm256_sub_epi32(_mm256_set1_epi32(254), bytes));
+    let is_254 = _mm256_cmpeq_epi32(bytes, _mm256_set1_epi32(254));
+    _mm256_castsi256_ps(_mm256_blendv_epi8(
+        normal,
+        _mm256_set1_epi32(0x0040_0000),
+        is_254,
+    ))
+}
+
+/// Quantizes 8 consecutive blocks (256 values of T at `p`) into 256 bytes at `q` and 8 scale
+/// bytes at `s`, computing the 8 scales in one vector. Groups with a NaN or Inf fall back to
+/// [`quantize_block_avx2`] per block.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn quantize_group8<T: Lanes>(p: *const T, q: *mut u8, s: *mut u8, cfg: QuantConfig) {
+    let absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
+    let inf = _mm256_set1_ps(f32::INFINITY);
+    let mut maxes = [_mm256_setzero_ps(); GROUP];
+    let mut finite = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    for (b, mb) in maxes.iter_mut().enumerate() {
+        let mut m = _mm256_setzero_ps();
+        for c in 0..4 {
+            let a = _mm256_and_ps(T::load8(p.add(b * BLOCK + 8 * c)), absmask);
+            m = _mm256_max_ps(m, a);
+            finite = _mm256_and_ps(finite, _mm256_cmp_ps::<_CMP_LT_OQ>(a, inf));
+        }
+        *mb = m;
+    }
+    if _mm256_movemask_ps(finite) != 0xFF {
+        for b in 0..GROUP {
+            let pb = p.add(b * BLOCK);
+            let v = [
+                T::load8(pb),
+                T::load8(pb.add(8)),
+                T::load8(pb.add(16)),
+                T::load8(pb.add(24)),
+            ];
+            *s.add(b) = quantize_block_avx2(v, q.add(b * BLOCK), cfg);
+        }
+        return;
+    }
+    let bytes = scale_bytes8(transpose_max(&maxes), cfg.scale_rule);
+    let words = _mm256_packus_epi32(bytes, bytes); // u16: b0-3 b0-3 | b4-7 b4-7
+    let octets = _mm256_packus_epi16(words, words); // u8: b0-3 ×4 | b4-7 ×4
+    let ordered = _mm256_permutevar8x32_epi32(octets, _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4));
+    _mm_storel_epi64(s as *mut __m128i, _mm256_castsi256_si128(ordered));
+    let inv = inverse8(bytes);
+    for b in 0..GROUP {
+        let ib = _mm256_permutevar8x32_ps(inv, _mm256_set1_epi32(b as i32));
+        let pb = p.add(b * BLOCK);
+        let e = [
+            encode_e4m3_finite(_mm256_mul_ps(T::load8(pb), ib)),
+            encode_e4m3_finite(_mm256_mul_ps(T::load8(pb.add(8)), ib)),
+            encode_e4m3_finite(_mm256_mul_ps(T::load8(pb.add(16)), ib)),
+            encode_e4m3_finite(_mm256_mul_ps(T::load8(pb.add(24)), ib)),
+        ];
+        _mm256_storeu_si256(
+            q.add(b * BLOCK) as *mut __m256i,
+            pack_bytes(e[0], e[1], e[2], e[3]),
+        );
+    }
+}
+
+/// Quantizes a row of T (length a multiple of 32): groups of 8 blocks, then single blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn quantize_row<T: Lanes>(x: &[T], q: &mut [u8], scales: &mut [u8], cfg: QuantConfig) {
     debug_assert!(
         x.len().is_multiple_of(BLOCK) && q.len() == x.len() && scales.len() == x.len() / BLOCK
     );
-    for (b, s) in scales.iter_mut().enumerate() {
+    let nb = scales.len();
+    let groups = nb / GROUP;
+    for g in 0..groups {
+        let off = g * GROUP * BLOCK;
+        quantize_group8(
+            x.as_ptr().add(off),
+            q.as_mut_ptr().add(off),
+            scales.as_mut_ptr().add(g * GROUP),
+            cfg,
+        );
+    }
+    for (b, s) in scales.iter_mut().enumerate().skip(groups * GROUP) {
         let p = x.as_ptr().add(b * BLOCK);
         let v = [
             T::load8(p),

@@ -229,32 +229,52 @@ pub fn mx_matmul_quantize_a<T: FastElement, O: Element>(
 mod avx2_mm {
     use std::arch::x86_64::*;
 
-    use crate::codec::{e8m0_to_f32, BLOCK};
+    use crate::codec::{e4m3_to_f32, e8m0_to_f32, BLOCK};
 
-    /// Decodes 8 E4M3FN bytes to exact f32 lanes (NaN bytes → NaN).
+    /// E4M3FN bytes (one per 16-bit lane) → the f16 bit patterns of value·2^-8: the E4M3
+    /// exponent and mantissa land in the f16 fields unchanged (subnormals included), only the
+    /// bias differs (7 vs 15).
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
-    unsafe fn decode8(p: *const u8) -> __m256 {
-        let b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i));
-        let mag = _mm256_and_si256(b, _mm256_set1_epi32(0x7F));
-        let sign = _mm256_slli_epi32::<24>(_mm256_and_si256(b, _mm256_set1_epi32(0x80)));
-        // Exponent/mantissa moved to f32 positions give value·2^-120 exactly (subnormals as f32
-        // subnormals), so one multiply by 2^120 restores the value.
-        let raw = _mm256_castsi256_ps(_mm256_or_si256(_mm256_slli_epi32::<20>(mag), sign));
-        let v = _mm256_mul_ps(raw, _mm256_set1_ps(f32::from_bits((127 + 120) << 23)));
-        let nan = _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7F)));
-        _mm256_blendv_ps(v, _mm256_set1_ps(f32::NAN), nan)
+    unsafe fn e4m3_as_f16(b: __m256i) -> __m256i {
+        let mag = _mm256_slli_epi16::<7>(_mm256_and_si256(b, _mm256_set1_epi16(0x7F)));
+        let sign = _mm256_slli_epi16::<8>(_mm256_and_si256(b, _mm256_set1_epi16(0x80)));
+        _mm256_or_si256(mag, sign)
     }
 
-    /// deq of one MXFP8 row: `dst[k] = e4m3(q[k]) · 2^(scale[k/32] - 127)`.
+    /// deq of one MXFP8 row: `dst[k] = e4m3(q[k]) · 2^(scale[k/32] - 127)`, exactly like the
+    /// scalar `e4m3_to_f32(q) * e8m0_to_f32(s)` (the one rounding happens in the same product).
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn decode_mx_row(q: &[u8], scales: &[u8], dst: &mut [f32]) {
         for (blk, &s) in scales.iter().enumerate() {
-            let sv = _mm256_set1_ps(e8m0_to_f32(s));
-            for c in 0..BLOCK / 8 {
-                let i = blk * BLOCK + 8 * c;
-                let v = _mm256_mul_ps(decode8(q.as_ptr().add(i)), sv);
-                _mm256_storeu_ps(dst.as_mut_ptr().add(i), v);
+            let (qp, dp) = (
+                q.as_ptr().add(blk * BLOCK),
+                dst.as_mut_ptr().add(blk * BLOCK),
+            );
+            let bytes = _mm256_loadu_si256(qp as *const __m256i);
+            let nan = _mm256_cmpeq_epi8(
+                _mm256_and_si256(bytes, _mm256_set1_epi8(0x7F)),
+                _mm256_set1_epi8(0x7F),
+            );
+            // The f16 route scales by 2^(s - 119), a normal f32 only for s ≤ 246; NaN bytes and
+            // such scales (never seen in real weights) take the scalar route.
+            if s > 246 || _mm256_movemask_epi8(nan) != 0 {
+                for j in 0..BLOCK {
+                    *dp.add(j) = e4m3_to_f32(*qp.add(j)) * e8m0_to_f32(s);
+                }
+                continue;
+            }
+            let factor = _mm256_set1_ps(f32::from_bits((s as u32 + 8) << 23));
+            let lo = e4m3_as_f16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(bytes)));
+            let hi = e4m3_as_f16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256::<1>(bytes)));
+            let halves = [
+                _mm256_castsi256_si128(lo),
+                _mm256_extracti128_si256::<1>(lo),
+                _mm256_castsi256_si128(hi),
+                _mm256_extracti128_si256::<1>(hi),
+            ];
+            for (c, h) in halves.into_iter().enumerate() {
+                _mm256_storeu_ps(dp.add(8 * c), _mm256_mul_ps(_mm256_cvtph_ps(h), factor));
             }
         }
     }
@@ -349,6 +369,37 @@ mod avx2_mm {
                     acc[r * cols + c] += dot_row_pair(ar, b0, b0, kc).0;
                     c += 1;
                 }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The AVX2 MXFP8 row decode equals the scalar deq for every byte and edge scales.
+    #[test]
+    fn avx2_decode_equals_scalar_deq() {
+        if Isa::detect() != Isa::Avx2 {
+            return;
+        }
+        let q: Vec<u8> = (0..=255u8).collect(); // 8 blocks covering every byte (incl. NaN)
+        for s in [0u8, 1, 20, 100, 127, 200, 246, 247, 254, 255] {
+            let mut scales = vec![s; 8];
+            scales[1] = 127; // a NaN-free block next to the edge scale
+            let mut got = vec![0f32; 256];
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: AVX2 checked above; 256 bytes, 8 scales, 256 outputs.
+            unsafe {
+                avx2_mm::decode_mx_row(&q, &scales, &mut got)
+            };
+            for (i, g) in got.iter().enumerate() {
+                let want = e4m3_to_f32(q[i]) * e8m0_to_f32(scales[i / 32]);
+                assert!(
+                    g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
+                    "byte {i:#x} scale {s}: {g} vs {want}"
+                );
             }
         }
     }

@@ -6,14 +6,13 @@ use super::shared::SharedMut;
 use super::{min_rows_per_task, FastElement, Isa};
 use crate::attrs::AddRmsNormAttrs;
 use crate::codec::BLOCK;
-use crate::element::Element;
 use crate::error::Result;
 use crate::parallel::{for_row_chunks, Parallel};
 use crate::slices::{check_norm_io, NormOutputs};
 
 /// `AddRmsNormMxQuant` over rows of `h` (bit-exact with
 /// [`crate::reference::add_rms_norm_mx_quant`]).
-pub fn add_rms_norm_mx_quant<T: FastElement, G: Element>(
+pub fn add_rms_norm_mx_quant<T: FastElement, G: FastElement>(
     x: &[T],
     residual: Option<&[T]>,
     gamma: &[G],
@@ -29,10 +28,6 @@ pub fn add_rms_norm_mx_quant<T: FastElement, G: Element>(
     let scales = SharedMut::new(out.scales);
     let res_out = out.residual_out.map(SharedMut::new);
     let normed = out.normed.map(SharedMut::new);
-    let weights: Vec<f32> = gamma
-        .iter()
-        .map(|&w| crate::reference::norm_weight(w, attrs))
-        .collect();
     for_row_chunks(par, rows, min_rows_per_task(h), &|r0, r1| {
         let span = (r0 * h, r1 * h);
         // SAFETY: row chunks are disjoint, so these pieces are too.
@@ -49,7 +44,7 @@ pub fn add_rms_norm_mx_quant<T: FastElement, G: Element>(
         match isa {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: Avx2 implies the CPU features; shapes were checked above.
-            Isa::Avx2 => unsafe { avx2_norm::rows(xc, rc, &weights, h, attrs, chunk_out) },
+            Isa::Avx2 => unsafe { avx2_norm::rows(xc, rc, gamma, h, attrs, chunk_out) },
             _ => {
                 // The reference is the portable path; shapes are valid, so it cannot fail.
                 let r = crate::reference::add_rms_norm_mx_quant(xc, rc, gamma, h, attrs, chunk_out);
@@ -65,7 +60,7 @@ pub fn add_rms_norm_mx_quant<T: FastElement, G: Element>(
 mod avx2_norm {
     use std::arch::x86_64::*;
 
-    use super::super::avx2::{quantize_block_avx2, Lanes};
+    use super::super::avx2::{quantize_block_avx2, quantize_group8, Lanes, GROUP};
     use crate::attrs::{AddRmsNormAttrs, InvForm};
     use crate::codec::BLOCK;
     use crate::slices::NormOutputs;
@@ -132,12 +127,49 @@ mod avx2_norm {
         _mm_cvtsd_f64(_mm_add_sd(d, _mm_unpackhi_pd(d, d))) // lane 0 += lane 1
     }
 
-    /// Computes rows of the fused norm; `w` holds the per-element weights g_i in f32.
+    /// The normed lanes i..i+8: `n` per `inv_form`, times the weight per `gamma_in_f32`,
+    /// rounded to T (and stored at `np + i` when the normed output is wanted).
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn rows<T: Lanes>(
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn normed8<T: Lanes, G: Lanes>(
+        sp: *const f32,
+        gp: *const G,
+        i: usize,
+        d: __m256,
+        inv: __m256,
+        attrs: &AddRmsNormAttrs,
+        np: Option<*mut T>,
+    ) -> __m256 {
+        let s = _mm256_loadu_ps(sp.add(i));
+        let n = match attrs.inv_form {
+            InvForm::Div => _mm256_div_ps(s, d),
+            InvForm::Rsqrt | InvForm::RecipMul => _mm256_mul_ps(s, inv),
+        };
+        // The weight g_i as `reference::norm_weight` forms it.
+        let w = G::load8(gp.add(i));
+        let g = match (attrs.gemma, attrs.gamma_in_f32) {
+            (false, _) => w,
+            (true, true) => _mm256_add_ps(_mm256_set1_ps(1.0), w),
+            (true, false) => G::round8(_mm256_add_ps(_mm256_set1_ps(1.0), w)),
+        };
+        let y = if attrs.gamma_in_f32 {
+            _mm256_mul_ps(n, g)
+        } else {
+            _mm256_mul_ps(T::round8(n), g)
+        };
+        match np {
+            Some(np) => T::round_store8(np.add(i), y),
+            None => T::round8(y),
+        }
+    }
+
+    /// Computes rows of the fused norm.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn rows<T: Lanes, G: Lanes>(
         x: &[T],
         residual: Option<&[T]>,
-        w: &[f32],
+        gamma: &[G],
         h: usize,
         attrs: &AddRmsNormAttrs,
         mut out: NormOutputs<'_, T>,
@@ -177,28 +209,32 @@ mod avx2_norm {
             let dv = _mm256_set1_ps(d);
             let inv = _mm256_set1_ps(1.0 / d);
             let np = out.normed.as_deref_mut().map(|n| n.as_mut_ptr().add(base));
-            for b in 0..nb {
-                let mut y = [_mm256_setzero_ps(); 4];
-                for (c, yc) in y.iter_mut().enumerate() {
-                    let i = b * BLOCK + 8 * c;
-                    let s = _mm256_loadu_ps(s_buf.as_ptr().add(i));
-                    let n = match attrs.inv_form {
-                        InvForm::Div => _mm256_div_ps(s, dv),
-                        InvForm::Rsqrt | InvForm::RecipMul => _mm256_mul_ps(s, inv),
-                    };
-                    let g = _mm256_loadu_ps(w.as_ptr().add(i));
-                    let y = if attrs.gamma_in_f32 {
-                        _mm256_mul_ps(n, g)
-                    } else {
-                        _mm256_mul_ps(T::round8(n), g)
-                    };
-                    *yc = match np {
-                        Some(np) => T::round_store8(np.add(i), y),
-                        None => T::round8(y),
-                    };
+            let (sp, wp) = (s_buf.as_mut_ptr(), gamma.as_ptr());
+            // Whole groups of 8 blocks: y overwrites s in place, then one group quantization.
+            let groups = nb / GROUP;
+            for g in 0..groups {
+                let off = g * GROUP * BLOCK;
+                for i in (off..off + GROUP * BLOCK).step_by(8) {
+                    let y = normed8::<T, G>(sp, wp, i, dv, inv, attrs, np);
+                    _mm256_storeu_ps(sp.add(i), y);
                 }
+                quantize_group8(
+                    sp.add(off),
+                    out.q.as_mut_ptr().add(base + off),
+                    out.scales.as_mut_ptr().add(r * nb + g * GROUP),
+                    attrs.quant,
+                );
+            }
+            for b in groups * GROUP..nb {
+                let i = b * BLOCK;
+                let y = [
+                    normed8::<T, G>(sp, wp, i, dv, inv, attrs, np),
+                    normed8::<T, G>(sp, wp, i + 8, dv, inv, attrs, np),
+                    normed8::<T, G>(sp, wp, i + 16, dv, inv, attrs, np),
+                    normed8::<T, G>(sp, wp, i + 24, dv, inv, attrs, np),
+                ];
                 out.scales[r * nb + b] =
-                    quantize_block_avx2(y, out.q.as_mut_ptr().add(base + b * BLOCK), attrs.quant);
+                    quantize_block_avx2(y, out.q.as_mut_ptr().add(base + i), attrs.quant);
             }
         }
     }

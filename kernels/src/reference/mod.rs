@@ -43,7 +43,7 @@ pub fn mx_quantize<T: Element>(
 }
 
 /// The per-element weight g_i of the norm (see docs/ops.md "AddRmsNormMxQuant").
-pub(crate) fn norm_weight<G: Element>(w: G, attrs: &AddRmsNormAttrs) -> f32 {
+fn norm_weight<G: Element>(w: G, attrs: &AddRmsNormAttrs) -> f32 {
     let w = w.to_f32();
     match (attrs.gemma, attrs.gamma_in_f32) {
         (false, _) => w,
