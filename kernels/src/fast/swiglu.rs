@@ -56,7 +56,7 @@ pub fn swiglu_mx_quant<T: FastElement>(
 mod avx2_swiglu {
     use std::arch::x86_64::*;
 
-    use super::super::avx2::{quantize_block_avx2, Lanes};
+    use super::super::avx2::{quantize_block_avx2, quantize_group8, Lanes, GROUP};
     use super::super::avx2_act::swiglu8;
     use crate::attrs::{SwiGluAttrs, SwiGluLayout};
     use crate::codec::BLOCK;
@@ -111,8 +111,24 @@ mod avx2_swiglu {
         scales: &mut [u8],
     ) {
         let nb = i / BLOCK;
+        let groups = nb / GROUP;
+        let mut buf = [0f32; GROUP * BLOCK];
         for row in 0..q.len() / i {
-            for b in 0..nb {
+            // Whole groups of 8 blocks: activations to a stack buffer, one group quantization.
+            for g in 0..groups {
+                let off = g * GROUP * BLOCK;
+                for c in (0..GROUP * BLOCK).step_by(8) {
+                    let (gv, uv) = load_pair(&input, attrs.layout, row, i, off + c);
+                    _mm256_storeu_ps(buf.as_mut_ptr().add(c), swiglu8::<T>(gv, uv, attrs));
+                }
+                quantize_group8(
+                    buf.as_ptr(),
+                    q.as_mut_ptr().add(row * i + off),
+                    scales.as_mut_ptr().add(row * nb + g * GROUP),
+                    attrs.quant,
+                );
+            }
+            for b in groups * GROUP..nb {
                 let mut act = [_mm256_setzero_ps(); 4];
                 for (c, a) in act.iter_mut().enumerate() {
                     let (g, u) = load_pair(&input, attrs.layout, row, i, b * BLOCK + 8 * c);
