@@ -234,8 +234,9 @@ fn check_close(got: &[f32], want: &[f32], bound: &[f32]) {
 #[test]
 fn matmul_matches_reference_within_accumulation_bound() {
     let mut rng = Rng::new(11);
-    let (k, n) = (128, 70);
-    for m in [1, 5, 17] {
+    let n = 70;
+    // K = 1056 runs past one 1024-wide K tile into a 32-wide last one.
+    for (k, m) in [(128, 1), (128, 5), (128, 17), (1056, 6)] {
         let x: Vec<f32> = (0..m * k).map(|_| rng.normal(2.0)).collect();
         let (mut a_q, mut a_s) = (vec![0u8; m * k], vec![0u8; m * k / 32]);
         let cfg = QuantConfig {

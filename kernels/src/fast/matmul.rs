@@ -1,5 +1,5 @@
 //! Fast `MxMatMul`: A is dequantized to f32 once; B is dequantized a tile at a time (two
-//! `[N, K]` rows, or a 32-column × 256-k stripe of `[K, N]`) into a cache-resident scratch and
+//! `[N, K]` rows × 1024 k, or a 32-column × 256-k stripe of `[K, N]`) into a cache-resident scratch and
 //! multiplied with 4×2 register tiles of f32 FMAs. Parallel over output columns, so the
 //! weight-bandwidth-bound small-M GEMMs use every core.
 //!
@@ -19,12 +19,12 @@ use crate::slices::{check_matmul_io, MatB};
 /// Below this many multiply-adds the GEMM stays on the calling thread.
 const MIN_PARALLEL_MACS: usize = 1 << 21;
 
-/// How B is cut into decoded tiles: `cols` output columns × `kc` of K at a time. `[N, K]` rows
-/// decode contiguously, so two whole rows (≤ 48 KiB for K = 6144) form a tile; `[K, N]` is read
-/// in 32-column stripes, 256 k at a time (32 KiB), so each B cache line is decoded once.
+/// How B is cut into decoded tiles: `cols` output columns × `kc` of K at a time, small enough
+/// to stay in L1 between the decode and the FMAs: two `[N, K]` rows 1024 k at a time (8 KiB),
+/// or a 32-column × 256-k stripe of `[K, N]` (32 KiB, so each B cache line is decoded once).
 fn tiling(trans_b: bool, k: usize) -> (usize, usize) {
     if trans_b {
-        (2, k)
+        (2, k.min(1024))
     } else {
         (32, k.min(256))
     }
@@ -141,8 +141,10 @@ pub fn mx_matmul<O: Element>(
                 let cols = n_unit.min(n - n0);
                 acc.fill(0.0);
                 for k0 in (0..k).step_by(kc) {
-                    decode_b_tile(isa, &b, (k, n), trans_b, (n0, cols), (k0, kc), &mut tile);
-                    dot_tile(isa, &a, k, k0, &tile, kc, m, cols, &mut acc);
+                    // The last K tile may be shorter (still a multiple of 32).
+                    let kt = kc.min(k - k0);
+                    decode_b_tile(isa, &b, (k, n), trans_b, (n0, cols), (k0, kt), &mut tile);
+                    dot_tile(isa, &a, k, k0, &tile, kt, m, cols, &mut acc);
                 }
                 for r in 0..m {
                     // SAFETY: each task owns the output columns of its units in every row, so the
