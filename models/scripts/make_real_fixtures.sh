@@ -21,3 +21,11 @@ mkdir -p "$OUT"
 "$PY" "$HERE/mx_quantize_onnx.py" "$TMP/m3.onnx" "$OUT/minimax_m3_tiny_dynamo_mxfp8_quark.onnx" --form quark --check
 "$PY" "$HERE/mx_quantize_onnx.py" "$SAMPLES/ortgenai_llama_tiny_fp32/model.onnx" \
     "$OUT/ortgenai_llama_tiny_mxfp8_std.onnx" --form std
+# Real Quark output of the float baseline fixture (needs amd-quark + onnxruntime<=1.28 in the venv:
+#   pip install amd-quark "onnxruntime==1.28.0"; Quark pins onnx<=1.22, so do this after the export).
+if "$PY" -c "import quark.onnx" 2>/dev/null; then
+    PATH=$(dirname "$PY"):$PATH "$PY" "$HERE/quark_quantize.py" "$HERE/../fixtures/baseline_no_quant.onnx" \
+        "$OUT/quark_mxfp8e4m3_decoder_layer.onnx"
+else
+    echo "amd-quark not installed in $PY's venv: quark_mxfp8e4m3_decoder_layer.onnx not regenerated"
+fi

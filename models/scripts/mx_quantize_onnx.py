@@ -46,13 +46,20 @@ def mx_weight(w):
 
 
 def quark_qdq_numpy(x, axis):
-    """Numpy oracle of Quark's MXQuantizeDequantize(fp8_e4m3, block 32, OCP floor) along `axis`."""
-    x = np.moveaxis(np.asarray(x, np.float32), axis, -1)
+    """Numpy oracle of Quark's MXQuantizeDequantize(fp8_e4m3, block 32, OCP floor) along `axis`
+    (a ragged axis is zero-padded to whole blocks, as Quark does)."""
+    x = np.asarray(x, np.float32)
+    if x.ndim == 0:  # Quark puts the op on scalar constants too (eps, α) and returns them unchanged
+        return x.copy()
+    x = np.moveaxis(x, axis, -1)
     shp = x.shape
-    xb = x.reshape(-1, shp[-1] // BLOCK, BLOCK)
+    pad = -shp[-1] % BLOCK  # Quark zero-pads the axis to whole blocks (zeros never raise an amax)
+    xp = np.concatenate([x, np.zeros(shp[:-1] + (pad,), np.float32)], -1) if pad else x
+    xb = xp.reshape(-1, xp.shape[-1] // BLOCK, BLOCK)
     scale = np.exp2(ocp_e8m0_floor(np.abs(xb).max(-1)).astype(np.float32) - 127)[..., None]
     y = np.clip(xb / scale, -448, 448).astype(ml_dtypes.float8_e4m3fn).astype(np.float32) * scale
-    return np.moveaxis(y.reshape(shp), -1, axis)
+    y = y.reshape(xp.shape)[..., : shp[-1]]
+    return np.moveaxis(y, -1, axis)
 
 
 def rank_of(model):
