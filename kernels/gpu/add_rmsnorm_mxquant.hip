@@ -99,8 +99,9 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
   }
 }
 
-// Kernel names: mx_add_rmsnorm_quant_<T>[_gf32]_c<NCH>; NCH = 1, 2 (B <= 1024), 3 (B <= 256, the
-// large-M shape for H <= 6144) and 4 (B <= 1024, up to H = 32768; may spill).
+// Kernel names: mx_add_rmsnorm_quant_<T>[_gf32]_c<NCH>; NCH = 1, 2 (B <= 1024), 3 (B <= 256; slower
+// than 2 at M = 8192 on the H200, kept for tuning elsewhere), 4 (B <= 1024, up to H = 32768; may
+// spill). The host's choice: kernels/src/gpu/launch.rs.
 #define MX_DEFINE_NORM1(NAME, T, G, NCH, MAXB)                                                  \
   extern "C" __global__ void __launch_bounds__(MAXB)                                           \
       NAME(const T::storage* x, const T::storage* res, const G::storage* gamma, mx_u8* q,      \

@@ -275,7 +275,7 @@ fn gpu_add_rmsnorm_mxquant_matches_reference_bit_for_bit() {
         norm_case::<f16, f16>(&rt, &mut rng, 5, 4096, true, attrs);
         norm_case::<f32, f32>(&rt, &mut rng, 4, 1024, true, attrs);
     }
-    // Wide rows (2 and 4 chunks per lane) and many rows (the 3-chunks-per-lane kernel).
+    // Wide rows (2 and 4 chunks per lane) and many rows (the 2-chunks-per-lane, 384-lane blocks of large M).
     norm_case::<bf16, bf16>(&rt, &mut rng, 2, 16384, true, &gemma);
     norm_case::<bf16, bf16>(&rt, &mut rng, 2, 32768, true, &gemma);
     norm_case::<bf16, bf16>(&rt, &mut rng, 300, 6144, true, &gemma);
