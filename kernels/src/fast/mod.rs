@@ -6,6 +6,7 @@
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx2_act;
+mod codec;
 mod isa;
 mod matmul;
 mod norm;
@@ -13,6 +14,7 @@ mod quantize;
 mod shared;
 mod swiglu;
 
+pub use codec::{cast_from_e4m3, cast_to_e4m3};
 pub use isa::{with_portable, Isa};
 pub use matmul::{mx_matmul, mx_matmul_quantize_a};
 pub use norm::add_rms_norm_mx_quant;
