@@ -22,8 +22,6 @@ unsafe impl Send for JobPtr {}
 struct Slot {
     job: Option<JobPtr>,
     n: usize,
-    /// Workers still inside the current job.
-    running: usize,
     shutdown: bool,
     panicked: bool,
 }
@@ -36,6 +34,8 @@ struct Inner {
     epoch: AtomicU64,
     /// Next task index of the current job.
     next: AtomicUsize,
+    /// Workers still inside the current job (the caller spins on it before sleeping).
+    running: AtomicUsize,
 }
 
 impl Inner {
@@ -79,8 +79,9 @@ fn worker(inner: Arc<Inner>) {
         let ok = catch_unwind(AssertUnwindSafe(|| drain(&inner.next, n, f))).is_ok();
         let mut s = inner.lock();
         s.panicked |= !ok;
-        s.running -= 1;
-        if s.running == 0 {
+        // Decrement under the lock so a caller that checked `running` under it and went to
+        // sleep is woken by this notify.
+        if inner.running.fetch_sub(1, Ordering::AcqRel) == 1 {
             inner.done.notify_all();
         }
     }
@@ -101,7 +102,6 @@ impl ThreadPool {
             slot: Mutex::new(Slot {
                 job: None,
                 n: 0,
-                running: 0,
                 shutdown: false,
                 panicked: false,
             }),
@@ -109,6 +109,7 @@ impl ThreadPool {
             done: Condvar::new(),
             epoch: AtomicU64::new(0),
             next: AtomicUsize::new(0),
+            running: AtomicUsize::new(0),
         });
         let workers = (1..threads.max(1))
             .map(|i| {
@@ -143,8 +144,12 @@ struct WaitForWorkers<'a>(&'a Inner);
 
 impl Drop for WaitForWorkers<'_> {
     fn drop(&mut self) {
+        let spin_until = Instant::now() + SPIN;
+        while self.0.running.load(Ordering::Acquire) > 0 && Instant::now() < spin_until {
+            std::hint::spin_loop();
+        }
         let mut s = self.0.lock();
-        while s.running > 0 {
+        while self.0.running.load(Ordering::Acquire) > 0 {
             s = self.0.done.wait(s).unwrap_or_else(|e| e.into_inner());
         }
         s.job = None;
@@ -169,7 +174,9 @@ impl Parallel for ThreadPool {
             let mut s = self.inner.lock();
             s.job = Some(job);
             s.n = n;
-            s.running = self.workers.len();
+            self.inner
+                .running
+                .store(self.workers.len(), Ordering::Relaxed);
             s.panicked = false;
             self.inner.next.store(0, Ordering::Relaxed);
             self.inner.epoch.fetch_add(1, Ordering::Release);
