@@ -92,7 +92,7 @@ fn norm_graph(cfg: &DecoderConfig, residual: bool) -> Graph {
     finish(b)
 }
 
-/// `gate_up → Split | gate, up → SwiGLU → quantize → down MatMul`.
+/// `gate_up → Split | Slices, or gate, up → SwiGLU → quantize → down MatMul`.
 fn swiglu_graph(cfg: &DecoderConfig) -> Graph {
     let (dt, i) = (cfg.dtype, cfg.intermediate);
     let mut b = GraphBuilder::new(cfg.seed, false);
@@ -118,6 +118,11 @@ fn swiglu_graph(cfg: &DecoderConfig) -> Graph {
             b.add_input("gate", e, half.clone()),
             b.add_input("up", e, half),
         ),
+        GateUpForm::FusedSlices | GateUpForm::Interleaved => {
+            let gu = b.add_input("gate_up", e, vec![Dim::Fixed(ROWS), Dim::Fixed(2 * i)]);
+            let interleaved = cfg.spelling.gate_up == GateUpForm::Interleaved;
+            models::swiglu::slice_gate_up(&mut b, &gu, i, interleaved, "mlp")
+        }
     };
     let act = models::swiglu::swiglu(&mut b, cfg, "mlp", &gate, &up);
     let a = quantize_activation(&mut b, dt, cfg.spelling.quant, &act, "down_in");
@@ -333,23 +338,62 @@ fn swiglu_spellings_match_the_reference_bit_for_bit() {
                     cfg.spelling.quant,
                     cfg.seed,
                 ) = (dt, s, gu, quant, 11);
-                let i = cfg.intermediate;
-                let nan = quant != QuantSpelling::Quark;
-                let feeds: HashMap<String, Val> = match gu {
-                    GateUpForm::FusedSplit => HashMap::from([(
-                        "gate_up".into(),
-                        feed(dt, 2 * i, rows(3, 2 * i, 3.0, outlier(dt), nan)),
-                    )]),
-                    GateUpForm::TwoMatmuls => HashMap::from([
-                        (
-                            "gate".into(),
-                            feed(dt, i, rows(3, i, 3.0, outlier(dt), nan)),
-                        ),
-                        ("up".into(), feed(dt, i, rows(4, i, 3.0, 3.0, false))),
-                    ]),
-                };
-                let ctx = format!("{dt:?} {s:?} {gu:?} {quant:?}");
-                differential(swiglu_graph(&cfg), &feeds, "swiglu_mxquant_matmul", 1, &ctx);
+                swiglu_case(&cfg);
+            }
+        }
+    }
+}
+
+/// Runs one SwiGLU differential on `cfg`'s spelling, gate/up form, dtype and quantizer.
+fn swiglu_case(cfg: &DecoderConfig) {
+    let (dt, i, quant) = (cfg.dtype, cfg.intermediate, cfg.spelling.quant);
+    let nan = quant != QuantSpelling::Quark;
+    let feeds: HashMap<String, Val> = match cfg.spelling.gate_up {
+        GateUpForm::TwoMatmuls => HashMap::from([
+            (
+                "gate".into(),
+                feed(dt, i, rows(3, i, 3.0, outlier(dt), nan)),
+            ),
+            ("up".into(), feed(dt, i, rows(4, i, 3.0, 3.0, false))),
+        ]),
+        _ => HashMap::from([(
+            "gate_up".into(),
+            feed(dt, 2 * i, rows(3, 2 * i, 3.0, outlier(dt), nan)),
+        )]),
+    };
+    let s = &cfg.spelling;
+    let ctx = format!("{dt:?} {:?} {:?} {quant:?}", s.swiglu, s.gate_up);
+    differential(swiglu_graph(cfg), &feeds, "swiglu_mxquant_matmul", 1, &ctx);
+}
+
+/// gate/up sliced out of one tensor (halves, and even/odd = the kernels' `interleaved` layout):
+/// the fused op reads the right elements as gate and up, bit for bit.
+#[test]
+fn sliced_gate_up_matches_the_reference_bit_for_bit() {
+    let spellings = [
+        SwigluSpelling::SiluMul,
+        SwigluSpelling::OaiClip,
+        SwigluSpelling::QuickGelu,
+        SwigluSpelling::Swiglu,
+    ];
+    let cases = [
+        (DType::F32, QuantSpelling::StdFloor),
+        (DType::Bf16, QuantSpelling::StdFloor),
+        (DType::F16, QuantSpelling::StdRceilMul),
+        (DType::F32, QuantSpelling::Quark),
+    ];
+    for s in spellings {
+        for gu in [GateUpForm::FusedSlices, GateUpForm::Interleaved] {
+            for (dt, quant) in cases {
+                let mut cfg = DecoderConfig::tiny();
+                (
+                    cfg.dtype,
+                    cfg.spelling.swiglu,
+                    cfg.spelling.gate_up,
+                    cfg.spelling.quant,
+                    cfg.seed,
+                ) = (dt, s, gu, quant, 11);
+                swiglu_case(&cfg);
             }
         }
     }

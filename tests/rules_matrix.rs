@@ -154,8 +154,14 @@ fn every_swiglu_spelling_fuses() {
         SwigluSpelling::Swish,
         SwigluSpelling::Swiglu,
     ];
+    let forms = [
+        GateUpForm::FusedSplit,
+        GateUpForm::TwoMatmuls,
+        GateUpForm::FusedSlices,
+        GateUpForm::Interleaved,
+    ];
     for s in spellings {
-        for gu in [GateUpForm::FusedSplit, GateUpForm::TwoMatmuls] {
+        for gu in forms {
             let mut cfg = DecoderConfig::tiny();
             cfg.spelling.swiglu = s;
             cfg.spelling.gate_up = gu;

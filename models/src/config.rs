@@ -100,6 +100,11 @@ pub enum GateUpForm {
     FusedSplit,
     /// Two `[H, I]` MatMuls.
     TwoMatmuls,
+    /// One `[H, 2I]` MatMul, then two `Slice`s into halves (gate first): `x[..., :I]`, `x[..., I:]`.
+    FusedSlices,
+    /// One `[H, 2I]` MatMul with gate and up interleaved: `x[..., 0::2]`, `x[..., 1::2]` (two
+    /// step-2 `Slice`s; GPT-OSS style).
+    Interleaved,
 }
 
 /// How an MXFP8 activation quantization in front of a MatMul is spelled.

@@ -4,7 +4,27 @@
 use crate::builder::{attr_i, GraphBuilder, Tensor};
 use crate::config::{DecoderConfig, GateUpForm};
 use crate::mx_quant::{matmul, matmul_weight, quantize_activation};
-use crate::swiglu::swiglu;
+use crate::swiglu::{slice_gate_up, swiglu};
+
+/// The fused `[.., 2I]` gate/up projection `a · W_gate_up`.
+fn gate_up_matmul(
+    b: &mut GraphBuilder,
+    cfg: &DecoderConfig,
+    p: &str,
+    a: &Tensor,
+    inter: usize,
+) -> Tensor {
+    let (dt, sp, h) = (cfg.dtype, cfg.spelling, cfg.hidden);
+    let w = matmul_weight(
+        b,
+        dt,
+        sp.weights,
+        &format!("{p}.gate_up_proj.weight"),
+        h,
+        2 * inter,
+    );
+    matmul(b, a, &w, 2 * inter, &format!("{p}.gate_up"))
+}
 
 /// One SwiGLU MLP reading the (quantized) activation `a`: gate/up MatMul(s) → act → quant →
 /// down MatMul. Returns the `[.., H]` output.
@@ -18,15 +38,7 @@ pub fn expert_mlp(
     let (dt, sp, h) = (cfg.dtype, cfg.spelling, cfg.hidden);
     let (gate, up) = match sp.gate_up {
         GateUpForm::FusedSplit => {
-            let w = matmul_weight(
-                b,
-                dt,
-                sp.weights,
-                &format!("{p}.gate_up_proj.weight"),
-                h,
-                2 * inter,
-            );
-            let gu = matmul(b, a, &w, 2 * inter, &format!("{p}.gate_up"));
+            let gu = gate_up_matmul(b, cfg, p, a, inter);
             let half = gu.with_last(inter);
             let outs = b.node(
                 "Split",
@@ -39,6 +51,11 @@ pub fn expert_mlp(
                 vec![attr_i("axis", -1), attr_i("num_outputs", 2)],
             );
             (outs[0].clone(), outs[1].clone())
+        }
+        GateUpForm::FusedSlices | GateUpForm::Interleaved => {
+            let gu = gate_up_matmul(b, cfg, p, a, inter);
+            let interleaved = sp.gate_up == GateUpForm::Interleaved;
+            slice_gate_up(b, &gu, inter, interleaved, p)
         }
         GateUpForm::TwoMatmuls => {
             let wg = matmul_weight(

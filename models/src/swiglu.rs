@@ -1,8 +1,42 @@
-//! The SwiGLU activation `act(gate, up)` in each [`SwigluSpelling`].
+//! The SwiGLU activation `act(gate, up)` in each [`SwigluSpelling`], and gate/up taken from one
+//! fused `[.., 2I]` tensor by `Slice`s.
 
 use crate::builder::{attr_f, GraphBuilder, Tensor};
 use crate::config::{DecoderConfig, SwigluSpelling};
 use crate::norm::MS_DOMAIN;
+
+/// gate and up from the fused `gu [.., 2I]` by two last-axis `Slice`s (constant starts/ends/
+/// axes/steps inputs, as torch exports `x[..., a:b:c]`): halves (`gu[..., :I]`, `gu[..., I:]`)
+/// or, with `interleaved`, even and odd elements (`gu[..., 0::2]`, `gu[..., 1::2]`). Named `p.*`.
+pub fn slice_gate_up(
+    b: &mut GraphBuilder,
+    gu: &Tensor,
+    inter: usize,
+    interleaved: bool,
+    p: &str,
+) -> (Tensor, Tensor) {
+    let i = inter as i64;
+    // (start, end, step) of gate and up; torch writes INT64_MAX for an open end.
+    let ranges = if interleaved {
+        [(0, i64::MAX, 2), (1, i64::MAX, 2)]
+    } else {
+        [(0, i, 1), (i, i64::MAX, 1)]
+    };
+    let axes = b.const_i64(&format!("{p}.slice_axes"), &[-1]);
+    let [gate, up] = [("gate", ranges[0]), ("up", ranges[1])].map(|(what, (s, e, st))| {
+        let starts = b.const_i64(&format!("{p}.{what}_starts"), &[s]);
+        let ends = b.const_i64(&format!("{p}.{what}_ends"), &[e]);
+        let steps = b.const_i64(&format!("{p}.{what}_steps"), &[st]);
+        b.op(
+            "Slice",
+            &[&gu.name, &starts.name, &ends.name, &axes.name, &steps.name],
+            &format!("{p}.{what}"),
+            gu.elem,
+            gu.with_last(inter),
+        )
+    });
+    (gate, up)
+}
 
 /// `act(gate, up)` for two same-shape tensors, named `p.*`. SwiGLU-OAI spellings use the config's
 /// α (1.702), limit (7) and β (1); SiLU spellings use α = 1.

@@ -105,6 +105,51 @@ fn bytes(v: Option<&Val>) -> Res<(&[usize], &[u8])> {
     }
 }
 
+fn ints(v: Option<&Val>) -> Res<&[i64]> {
+    match v {
+        Some(Val::I64(x)) => Ok(x),
+        other => Err(format!("expected an int64 tensor, got {other:?}")),
+    }
+}
+
+/// ONNX `Slice` (opset ≥ 10 inputs) along the last axis only, positive steps: the gate/up
+/// spellings. Bounds are clamped as ONNX does (negative = from the end).
+fn slice_last(x: &Tensor, ins: &[Option<Val>]) -> Res<Tensor> {
+    let i = |k: usize| ins.get(k).and_then(|v| v.as_ref());
+    let (starts, ends) = (ints(i(1))?, ints(i(2))?);
+    let rank = x.shape.len();
+    let axes = i(3)
+        .map(|v| ints(Some(v)))
+        .transpose()?
+        .map(<[i64]>::to_vec);
+    let axes = axes.unwrap_or_else(|| (0..starts.len() as i64).collect());
+    let steps = i(4)
+        .map(|v| ints(Some(v)))
+        .transpose()?
+        .map(<[i64]>::to_vec);
+    let steps = steps.unwrap_or_else(|| vec![1; starts.len()]);
+    let st = match (axes.as_slice(), steps.as_slice()) {
+        ([a], [s]) if rank > 0 && norm_axis(*a, rank) + 1 == rank && *s > 0 => *s,
+        _ => {
+            return Err(format!(
+                "only one last-axis forward Slice is evaluated ({axes:?})"
+            ))
+        }
+    };
+    let d = *x.shape.last().ok_or("scalar")? as i64;
+    let clamp = |v: i64| if v < 0 { v.saturating_add(d) } else { v }.clamp(0, d);
+    let (s, e) = (clamp(starts[0]), clamp(ends[0]));
+    let picked: Vec<usize> = (s..e).step_by(st as usize).map(|k| k as usize).collect();
+    let data = x
+        .data
+        .chunks_exact(d as usize)
+        .flat_map(|r| picked.iter().map(|k| r[*k]).collect::<Vec<_>>())
+        .collect();
+    let mut shape = x.shape.clone();
+    shape[rank - 1] = picked.len();
+    Tensor::new(x.dtype, &shape, data).map_err(|e| e.to_string())
+}
+
 fn scalar(v: Option<&Val>) -> Res<f32> {
     match f(v)?.data.as_slice() {
         [x] => Ok(*x),
@@ -332,6 +377,7 @@ fn eval(g: &Graph, n: NodeId, ins: &[Option<Val>]) -> Res<Vec<Option<Val>>> {
                 })
                 .collect()
         }
+        ("", "Slice") => one(Val::F(slice_last(f(i(0))?, ins)?)),
         ("", "MatMul") => one(e(onnx::matmul(f(i(0))?, f(i(1))?))?),
         ("", "Sum") => {
             let mut acc = f(i(0))?.clone();

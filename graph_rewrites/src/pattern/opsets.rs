@@ -29,6 +29,9 @@ const ONNX_HISTORY: &[(&str, &[i64])] = &[
     ("Sigmoid", &[1, 6, 13]),
     // ORT registers this contrib op in the ONNX domain (a historical accident ORT kept).
     ("SimplifiedLayerNormalization", &[1]),
+    // 1: starts/ends/axes are attributes; 10: they are inputs, plus steps; 11: negative axes;
+    // 13: bfloat16.
+    ("Slice", &[1, 10, 11, 13]),
     ("Split", &[1, 2, 11, 13, 18]),
     ("Sqrt", &[1, 6, 13]),
     ("Swish", &[24]),

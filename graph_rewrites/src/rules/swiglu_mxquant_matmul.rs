@@ -8,11 +8,13 @@
 //! before                                                  after
 //! gate_up ─ Split ─┬ gate ─ [clamp] ─ σ-chain ─┐          gate_up ─ SwiGluMxQuant(layout=split_halves) = q, scale
 //!                  └ up ── [clamp, +β] ────────┴ Mul = act     q, scale ─ MxMatMul(W_down) = y
+//!   (or two Slices: halves → split_halves, even/odd → interleaved; or separate gate, up)
 //! act ─ MXFP8 quantize = q, scale ─ [DQ] ─ MatMul(W_down) = y
 //! ```
 //!
 //! Key points:
-//! * Spellings: see [`super::spellings::swiglu`] (activation, gate/up sources) and
+//! * Spellings: see [`super::spellings::swiglu`] (activation), [`super::spellings::gate_up`]
+//!   (gate/up sources: Split, Slice halves, Slice even/odd = `layout="interleaved"`) and
 //!   [`super::spellings::mx_quant`]; consumers as in `mxquant`.
 //! * `fp32_activation` comes from the session setting `swiglu_fp32_activation` (default 0:
 //!   reproduce the graph's per-op rounding bit-exactly).
@@ -24,8 +26,9 @@
 use std::sync::LazyLock;
 
 use super::mx_consumers::{consumers_for, emit_matmuls, quant_outputs, Consumers, QuantAttrs};
+use super::spellings::gate_up::GateUp;
 use super::spellings::mx_quant::{check_mx_quant, mx_quant, MxQuantPat, QuantInfo};
-use super::spellings::swiglu::{check_swiglu, swiglu, GateUp, SwigluPat, SwigluSpec};
+use super::spellings::swiglu::{check_swiglu, swiglu, SwigluPat, SwigluSpec};
 use crate::pattern::{Emit, Fuse, Match, Pat, Pattern, Reject, Rule, RuleConfig, Site};
 use crate::view::ValueId;
 
@@ -91,6 +94,10 @@ impl Rule for SwigluMxQuantMatMulRule {
                 .op("SwiGluMxQuant")
                 .input(gu)
                 .attr_str("layout", "split_halves"),
+            GateUp::Interleaved(gu) => e
+                .op("SwiGluMxQuant")
+                .input(gu)
+                .attr_str("layout", "interleaved"),
             GateUp::Separate { gate, up } => e
                 .op("SwiGluMxQuant")
                 .input(gate)

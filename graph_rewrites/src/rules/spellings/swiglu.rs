@@ -3,7 +3,8 @@
 //! Search pattern => act = SwiGLU(gate, up), spelled as any of
 //!
 //! ```text
-//! gate, up = Split(gate_up, axis=-1, halves) | two separate values
+//! gate, up = Split(gate_up) halves | Slice halves | Slice even/odd | two separate values
+//!            (see [`super::gate_up`])
 //! SiLU·up:    Sigmoid(g) ─ Mul(g, σ) ─ Mul(·, up)
 //! SwiGLU-OAI: g = Clip(gate, max=L) | Min(gate, L);  u = Clip(up, -L, L) ─ Add(β)
 //!             Mul(g, α) ─ Sigmoid ─ Mul(g, σ) ─ Mul(·, u)
@@ -18,10 +19,11 @@
 //!   (`swish_form = single_op`).
 //! * gate and up must have the same shape: a broadcasting Mul is not what the kernel computes.
 //!
-//! Not handled: interleaved gate/up, Split into unequal parts or with up first, Casts inside
-//! the activation, a Clip on the gate with a lower bound.
+//! Not handled: gate/up forms listed in [`super::gate_up`], Casts inside the activation, a Clip
+//! on the gate with a lower bound.
 
-use crate::pattern::predicates::{attr_float, attr_int, dtype, scalar_f64, values_i64};
+use super::gate_up::{check_gate_up, gate_up, GateUp, GateUpPat};
+use crate::pattern::predicates::{attr_float, dtype, scalar_f64};
 use crate::pattern::{Match, OpId, Pat, Reject, N, V};
 use crate::reject;
 use crate::view::{Dim, GraphView, NodeId, ValueId, MS_DOMAIN, ONNX_DOMAIN};
@@ -31,10 +33,8 @@ use crate::view::{Dim, GraphView, NodeId, ValueId, MS_DOMAIN, ONNX_DOMAIN};
 pub struct SwigluPat {
     /// The activation (the quantizer's input).
     pub act: V,
-    pub split: N,
-    pub gate_up: V,
-    pub gate: V,
-    pub up: V,
+    /// Where gate and up come from.
+    pub src: GateUpPat,
     pub clip_gate: N,
     pub min_gate: N,
     pub gate_limit: V,
@@ -56,14 +56,8 @@ fn onnx(op: &'static str) -> OpId {
 
 /// Declares every SwiGLU spelling; `act` is the activation.
 pub fn swiglu(p: &mut Pat) -> SwigluPat {
-    let gate_up = p.input("gate_up");
-    // The split sizes (input 1) are optional: the check reads them.
-    let split = p.op(onnx("Split")).args([gate_up]).extra_inputs().node();
-    let (half0, half1) = (p.out(split, 0), p.out(split, 1));
-    let gate_in = p.input("gate");
-    let up_in = p.input("up");
-    let gate = p.any_of("swiglu_gate", [half0, gate_in]);
-    let up = p.any_of("swiglu_up", [half1, up_in]);
+    let src = gate_up(p);
+    let (gate, up) = (src.gate, src.up);
     // OAI clamps (min / max inputs of Clip are optional: the check reads them).
     let clip_gate = p.op(onnx("Clip")).args([gate]).extra_inputs().node();
     let gate_limit = p.konst("gate_limit");
@@ -98,10 +92,7 @@ pub fn swiglu(p: &mut Pat) -> SwigluPat {
     let act = p.any_of("swiglu_act", [am, sg]);
     SwigluPat {
         act,
-        split,
-        gate_up,
-        gate,
-        up,
+        src,
         clip_gate,
         min_gate,
         gate_limit,
@@ -116,15 +107,6 @@ pub fn swiglu(p: &mut Pat) -> SwigluPat {
         act_mul,
         swiglu,
     }
-}
-
-/// Where the fused op reads gate and up.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum GateUp {
-    /// One `[..., 2I]` input split into halves (layout `split_halves`).
-    SplitHalves(ValueId),
-    /// Two `[..., I]` inputs (layout `separate`).
-    Separate { gate: ValueId, up: ValueId },
 }
 
 /// What the matched activation computes, as `SwiGluMxQuant` attributes.
@@ -175,14 +157,10 @@ fn clip_bound(g: &dyn GraphView, n: NodeId, slot: usize) -> Result<Option<f64>, 
 /// Checks the matched activation. `t` and `i` are the dtype and last dim of `act`.
 pub fn check_swiglu(m: &Match<'_>, h: &SwigluPat, t: i32, i: i64) -> Result<SwigluSpec, Reject> {
     let g = m.graph();
-    let (gate, up) = (m[h.gate], m[h.up]);
-    let inputs = gate_up_inputs(m, h, t, i)?;
+    let (gate, up) = (m[h.src.gate], m[h.src.up]);
+    let inputs = check_gate_up(m, &h.src, t, i)?;
     // e.g. act = silu(g)·σ(g): "up" would be the Sigmoid the fusion removes.
-    let fused_inputs = match &inputs {
-        GateUp::SplitHalves(gu) => vec![*gu],
-        GateUp::Separate { gate, up } => vec![*gate, *up],
-    };
-    if let Some(v) = fused_inputs.into_iter().find(|v| m.produces_inside(*v)) {
+    if let Some(v) = inputs.values().into_iter().find(|v| m.produces_inside(*v)) {
         return Err(reject!(
             "fused input '{}' is computed inside the fusion",
             g.value_name(v)
@@ -220,49 +198,6 @@ pub fn check_swiglu(m: &Match<'_>, h: &SwigluPat, t: i32, i: i64) -> Result<Swig
     spec.alpha = swish_alpha(m, h, &mut spec.swish_form)?;
     oai_parts(m, h, &mut spec)?;
     Ok(spec)
-}
-
-/// gate/up as one split input or two separate ones.
-fn gate_up_inputs(m: &Match<'_>, h: &SwigluPat, t: i32, i: i64) -> Result<GateUp, Reject> {
-    let g = m.graph();
-    let Some(split) = m.node(h.split) else {
-        return Ok(GateUp::Separate {
-            gate: m[h.gate],
-            up: m[h.up],
-        });
-    };
-    let name = g.node_name(split);
-    let outs = g.outputs(split);
-    if outs.len() != 2 || outs[0] != m[h.gate] || outs[1] != m[h.up] {
-        return Err(reject!(
-            "Split '{name}' must give exactly (gate, up) in that order"
-        ));
-    }
-    let gu = m[h.gate_up];
-    let rank = shape(g, gu).map(|s| s.len()).unwrap_or(0);
-    let axis = attr_int(g.attr(split, "axis"), 0).unwrap_or(i64::MIN);
-    if rank == 0 || !(axis == -1 || axis == rank as i64 - 1) {
-        return Err(reject!(
-            "Split '{name}' splits axis {axis}, not the last axis"
-        ));
-    }
-    if let Some(v) = g.inputs(split).get(1).copied().flatten() {
-        let sizes = g.const_value(v).and_then(|c| values_i64(&c));
-        if sizes.as_deref() != Some(&[i, i]) {
-            return Err(reject!(
-                "Split '{name}' sizes {sizes:?} are not two halves of {i}"
-            ));
-        }
-    }
-    if elem(g, gu) != t || shape(g, gu).and_then(|s| s.last().cloned()) != Some(Dim::Known(2 * i)) {
-        return Err(reject!(
-            "Split input '{}' is not [..., {}] of {}",
-            g.value_name(gu),
-            2 * i,
-            dtype::name(t)
-        ));
-    }
-    Ok(GateUp::SplitHalves(gu))
 }
 
 /// α of `gate·σ(α·gate)` and whether it is one rounding (QuickGelu) or unrolled.
