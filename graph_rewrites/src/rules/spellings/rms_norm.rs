@@ -29,10 +29,13 @@
 //!   (marked collective). When both Add operands are AllReduces (a first layer's residual is
 //!   the embedding's AllReduce, read by the input norm too) the one only the Add reads wins
 //!   (`single_use`); an AllReduce read elsewhere still matches, and the engine refuses the
-//!   site. The Skip norm only absorbs a single-use AllReduce and otherwise leaves it in place.
+//!   site. The Skip norm's two operands are treated the same way (sole AllReduce first, then
+//!   one read elsewhere, refused), so both paths refuse rather than leave such an AllReduce
+//!   in place.
 //!
-//! Not handled: a decomposed chain computed in f16/bf16 (every intermediate rounded to T);
-//! `stash_type` ≠ 1; Skip with a bias input; normalization over more than the last axis.
+//! Not handled (refused with the reason): a decomposed chain computed in f16/bf16 (every
+//! intermediate rounded to T); `stash_type` ≠ 1; Skip with a bias input (no bias operand in the
+//! fused op); normalization over more than the last axis (`axis` ≠ -1 / rank−1).
 
 use crate::pattern::predicates::{attr_float, attr_int, dtype, scalar_f64, values_i64};
 use crate::pattern::{Match, OpId, Pat, Reject, N, V};
@@ -148,9 +151,13 @@ pub struct RmsNormPat {
     pub mul_gamma_t: N,
     pub rms_normalization: N,
     pub simplified: N,
-    /// Skip variants: AllReduce output as input 0, as input 1, none.
+    /// Skip variants: a single-use AllReduce output as input 0, as input 1; an AllReduce read
+    /// elsewhere as input 0, as input 1 (matched so the engine refuses it, as on the Add path);
+    /// no AllReduce.
     pub skip_ar0: N,
     pub skip_ar1: N,
+    pub skip_shared_ar0: N,
+    pub skip_shared_ar1: N,
     pub skip: N,
 }
 
@@ -207,24 +214,22 @@ pub fn rms_norm(p: &mut Pat, r: &ResidualPat) -> RmsNormPat {
         .op(onnx("SimplifiedLayerNormalization"))
         .args([s, w])
         .node();
-    let skip_op = || OpId::new(MS_DOMAIN, "SkipSimplifiedLayerNormalization");
-    // Skip norms only absorb an AllReduce nothing else reads (see `residual_stage`).
-    let ar_out = p.out(r.allreduce_sole, 0);
-    let skip_ar0 = p
-        .op(skip_op())
-        .args([ar_out, r.residual, w])
-        .extra_inputs()
-        .node();
-    let skip_ar1 = p
-        .op(skip_op())
-        .args([r.residual, ar_out, w])
-        .extra_inputs()
-        .node();
-    let skip = p
-        .op(skip_op())
-        .args([r.x, r.residual, w])
-        .extra_inputs()
-        .node();
+    // The Skip norm's sum is `input + skip`: an AllReduce on either operand is the branch. As on
+    // the Add path, a single-use AllReduce is preferred (a first layer's other operand is the
+    // embedding's AllReduce, read by the input norm too); one read elsewhere still matches so
+    // the engine refuses the site rather than leave the AllReduce where it is.
+    let skip_variant = |p: &mut Pat, a: V, b: V| {
+        p.op(OpId::new(MS_DOMAIN, "SkipSimplifiedLayerNormalization"))
+            .args([a, b, w])
+            .extra_inputs()
+            .node()
+    };
+    let (sole_out, shared_out) = (p.out(r.allreduce_sole, 0), p.out(r.allreduce, 0));
+    let skip_ar0 = skip_variant(p, sole_out, r.residual);
+    let skip_ar1 = skip_variant(p, r.residual, sole_out);
+    let skip_shared_ar0 = skip_variant(p, shared_out, r.residual);
+    let skip_shared_ar1 = skip_variant(p, r.residual, shared_out);
+    let skip = skip_variant(p, r.x, r.residual);
     let outs = [
         p.out(cast_back, 0),
         p.out(mul_gamma_t, 0),
@@ -233,6 +238,8 @@ pub fn rms_norm(p: &mut Pat, r: &ResidualPat) -> RmsNormPat {
         p.out(simplified, 0),
         p.out(skip_ar0, 0),
         p.out(skip_ar1, 0),
+        p.out(skip_shared_ar0, 0),
+        p.out(skip_shared_ar1, 0),
         p.out(skip, 0),
     ];
     let y = p.any_of("rms_normed", outs);
@@ -259,6 +266,8 @@ pub fn rms_norm(p: &mut Pat, r: &ResidualPat) -> RmsNormPat {
         simplified,
         skip_ar0,
         skip_ar1,
+        skip_shared_ar0,
+        skip_shared_ar1,
         skip,
     }
 }
@@ -329,9 +338,15 @@ pub fn check_add_rms_norm(
     h: i64,
 ) -> Result<NormSpec, Reject> {
     let g = m.graph();
-    let skip = [n.skip_ar0, n.skip_ar1, n.skip]
-        .into_iter()
-        .find_map(|k| m.node(k));
+    let skip = [
+        n.skip_ar0,
+        n.skip_ar1,
+        n.skip_shared_ar0,
+        n.skip_shared_ar1,
+        n.skip,
+    ]
+    .into_iter()
+    .find_map(|k| m.node(k));
     // The Skip norm has no separate norm input: its residual input stands for it.
     let s = if skip.is_some() {
         m[r.residual]
@@ -498,9 +513,13 @@ fn skip_norm(
 ) -> Result<(Residual, Numerics), Reject> {
     let g = m.graph();
     let name = g.node_name(node);
-    if g.inputs(node).get(3).copied().flatten().is_some() {
+    // ORT sums `(input + skip) + bias` with an fp32 rounding after each add; the fused op adds
+    // x + residual once and has no bias operand, so neither folding the bias into the residual
+    // nor into x reproduces those bits.
+    if let Some(bias) = g.inputs(node).get(3).copied().flatten() {
         return Err(reject!(
-            "SkipSimplifiedLayerNormalization '{name}' has a bias input: not fused"
+            "SkipSimplifiedLayerNormalization '{name}' has a bias input '{}': the fused op has no bias operand and input + skip + bias (two fp32 roundings) cannot be folded into its one add",
+            g.value_name(bias)
         ));
     }
     // ORT's schema default for the Skip norms is 1e-12 (not the 1e-5 of the plain norms).
