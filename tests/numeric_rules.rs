@@ -284,6 +284,7 @@ fn norm_spellings_match_the_reference_bit_for_bit() {
             GammaForm::Plain,
             GammaForm::GemmaAddOne,
             GammaForm::GemmaFolded,
+            GammaForm::GemmaCastAddOne,
         ] {
             for residual in [true, false] {
                 norm_case(DType::F32, norm, gamma, QuantSpelling::StdFloor, residual);
@@ -300,7 +301,11 @@ fn norm_half_precision_and_other_quantizers_match() {
         NormSpelling::RmsNormalization,
         NormSpelling::SkipSimplified,
     ] {
-        for gamma in [GammaForm::Plain, GammaForm::GemmaAddOne] {
+        for gamma in [
+            GammaForm::Plain,
+            GammaForm::GemmaAddOne,
+            GammaForm::GemmaCastAddOne,
+        ] {
             norm_case(DType::Bf16, norm, gamma, QuantSpelling::StdFloor, true);
             norm_case(DType::F16, norm, gamma, QuantSpelling::StdFloor, true);
             norm_case(DType::F32, norm, gamma, QuantSpelling::StdRceilDiv, true);

@@ -131,6 +131,7 @@ fn every_norm_spelling_and_gamma_form_fuses() {
             GammaForm::Plain,
             GammaForm::GemmaAddOne,
             GammaForm::GemmaFolded,
+            GammaForm::GemmaCastAddOne,
         ] {
             for first in [true, false] {
                 let mut cfg = DecoderConfig::tiny();
@@ -215,7 +216,11 @@ fn half_precision_with_fp32_norm_casts_fuses() {
     ];
     for (dt, quant) in dtypes {
         for norm in norms {
-            for gamma in [GammaForm::Plain, GammaForm::GemmaAddOne] {
+            for gamma in [
+                GammaForm::Plain,
+                GammaForm::GemmaAddOne,
+                GammaForm::GemmaCastAddOne,
+            ] {
                 let mut cfg = quantized(quant);
                 cfg.dtype = dt;
                 cfg.spelling.norm = norm;

@@ -94,14 +94,16 @@ enum Src {
     AttrSlices { gate: (i64, i64), up: (i64, i64) },
     /// gate's `starts` is a graph input.
     RuntimeStarts,
+    /// Split-11 (opset 11) with these sizes as its `split` attribute.
+    SplitAttr(Vec<i64>),
 }
 
 /// `gu → Slice, Slice (or gate/up inputs) → SiLU·up → Quark MX → MatMul`.
 fn slice_model(src: Src) -> ModelBuilder {
-    let opset = if matches!(src, Src::AttrSlices { .. }) {
-        9
-    } else {
-        18
+    let opset = match src {
+        Src::AttrSlices { .. } => 9,
+        Src::SplitAttr(_) => 11,
+        _ => 18,
     };
     let mut b = ModelBuilder::new(opset);
     b.opset("com.amd.quark", 1);
@@ -143,6 +145,10 @@ fn slice_model(src: Src) -> ModelBuilder {
                 ];
                 b.node_in("", "Slice", &["gu"], &[what], &attrs);
             }
+        }
+        Src::SplitAttr(sizes) => {
+            let attrs = [("axis", Attr::I(1)), ("split", Attr::Is(sizes))];
+            b.node_in("", "Split", &["gu"], &["gate", "up"], &attrs);
         }
         Src::RuntimeStarts => {
             b.input("gate_starts", 7, &[1]);
@@ -510,4 +516,15 @@ fn single_op_norms_must_normalize_only_the_last_axis() {
         let why = refusal(&norm_model(norm), NORM);
         assert!(why.contains("not only the last axis"), "{why}");
     }
+}
+
+#[test]
+fn split_11_sizes_attribute_is_read() {
+    let (_, layout) = fused_layout(Src::SplitAttr(vec![I, I]));
+    assert_eq!(layout, AttrValue::String("split_halves".into()));
+    let why = refusal(
+        &slice_model(Src::SplitAttr(vec![I + 32, I - 32])),
+        "swiglu_mxquant_matmul",
+    );
+    assert!(why.contains("are not two halves of 64"), "{why}");
 }

@@ -62,6 +62,9 @@ pub enum GammaForm {
     GemmaAddOne,
     /// Gemma with `1 + w` already folded into the initializer (what exporters emit).
     GemmaFolded,
+    /// Gemma `y = n · (1 + Cast(w))`: w stored in the model dtype, cast to the multiply's dtype
+    /// first (torch `1.0 + self.weight.float()`, HF Gemma3 through the dynamo exporter).
+    GemmaCastAddOne,
 }
 
 /// How the SwiGLU activation is spelled.

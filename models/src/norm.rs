@@ -18,8 +18,15 @@ pub struct NormOut {
 }
 
 /// The γ tensor the norm multiplies by, in `dtype`: random around 1 (plain) or 0 (Gemma, before
-/// the `+1`), with the `Add(w, 1)` node for [`GammaForm::GemmaAddOne`].
-fn gamma(b: &mut GraphBuilder, form: GammaForm, dtype: DType, hidden: usize, name: &str) -> Tensor {
+/// the `+1`), with the `Add(w, 1)` node for [`GammaForm::GemmaAddOne`] and
+/// `Add(Cast(w), 1)` of a w `stored` in the model dtype for [`GammaForm::GemmaCastAddOne`].
+fn gamma(
+    b: &mut GraphBuilder,
+    form: GammaForm,
+    (dtype, stored): (DType, DType),
+    hidden: usize,
+    name: &str,
+) -> Tensor {
     match form {
         GammaForm::Plain => b.random_weight(name, dtype, &[hidden], 1.0, 0.1),
         GammaForm::GemmaFolded => {
@@ -33,6 +40,27 @@ fn gamma(b: &mut GraphBuilder, form: GammaForm, dtype: DType, hidden: usize, nam
                 &[&w.name, &one.name],
                 &format!("{name}.plus_1"),
                 w.elem,
+                w.shape.clone(),
+            )
+        }
+        GammaForm::GemmaCastAddOne => {
+            let w = b.random_weight(name, stored, &[hidden], 0.0, 0.1);
+            let to = elem_of(dtype);
+            let wc = b.op_attrs(
+                "Cast",
+                &[&w.name],
+                &format!("{name}.cast"),
+                to,
+                w.shape.clone(),
+                vec![attr_i("to", i64::from(to))],
+            );
+            // torch writes the Python constant first: `1.0 + w`.
+            let one = b.scalar(&format!("{name}.one"), dtype, 1.0);
+            b.op(
+                "Add",
+                &[&one.name, &wc.name],
+                &format!("{name}.plus_1"),
+                to,
                 w.shape.clone(),
             )
         }
@@ -55,7 +83,7 @@ pub fn add_rms_norm(
         let g = gamma(
             b,
             sp.gamma,
-            cfg.dtype,
+            (cfg.dtype, cfg.dtype),
             cfg.hidden,
             &format!("{prefix}.weight"),
         );
@@ -104,7 +132,7 @@ pub fn add_rms_norm(
             let g = gamma(
                 b,
                 sp.gamma,
-                cfg.dtype,
+                (cfg.dtype, cfg.dtype),
                 cfg.hidden,
                 &format!("{prefix}.weight"),
             );
@@ -242,15 +270,33 @@ fn decomposed(b: &mut GraphBuilder, cfg: &DecoderConfig, p: &str, s: &Tensor) ->
     match (sp.gamma, casts) {
         (GammaForm::Plain, true) => {
             let nt = cast_back(b, &n, &format!("{p}.normalized_cast"));
-            let g = gamma(b, sp.gamma, cfg.dtype, cfg.hidden, &format!("{p}.weight"));
+            let g = gamma(
+                b,
+                sp.gamma,
+                (cfg.dtype, cfg.dtype),
+                cfg.hidden,
+                &format!("{p}.weight"),
+            );
             b.op("Mul", &[&g.name, &nt.name], &out, s.elem, shape.clone())
         }
         (GammaForm::Plain, false) => {
-            let g = gamma(b, sp.gamma, cdt, cfg.hidden, &format!("{p}.weight"));
+            let g = gamma(
+                b,
+                sp.gamma,
+                (cdt, cfg.dtype),
+                cfg.hidden,
+                &format!("{p}.weight"),
+            );
             b.op("Mul", &[&g.name, &n.name], &out, s.elem, shape.clone())
         }
         (_, true) => {
-            let g = gamma(b, sp.gamma, DType::F32, cfg.hidden, &format!("{p}.weight"));
+            let g = gamma(
+                b,
+                sp.gamma,
+                (DType::F32, cfg.dtype),
+                cfg.hidden,
+                &format!("{p}.weight"),
+            );
             let y = b.op(
                 "Mul",
                 &[&n.name, &g.name],
@@ -261,7 +307,13 @@ fn decomposed(b: &mut GraphBuilder, cfg: &DecoderConfig, p: &str, s: &Tensor) ->
             cast_back(b, &y, &out)
         }
         (_, false) => {
-            let g = gamma(b, sp.gamma, cdt, cfg.hidden, &format!("{p}.weight"));
+            let g = gamma(
+                b,
+                sp.gamma,
+                (cdt, cfg.dtype),
+                cfg.hidden,
+                &format!("{p}.weight"),
+            );
             b.op("Mul", &[&n.name, &g.name], &out, s.elem, shape.clone())
         }
     }

@@ -153,8 +153,17 @@ fn split_halves(m: &Match<'_>, h: &GateUpPat, split: NodeId, i: i64) -> Result<G
             "Split '{name}' splits axis {axis}, not the last axis"
         ));
     }
-    if let Some(v) = g.inputs(split).get(1).copied().flatten() {
-        let sizes = g.const_value(v).and_then(|c| values_i64(&c));
+    // Sizes: input 1 (Split-13+) or the `split` attribute (Split-2/11); absent = equal parts.
+    let sizes = match (
+        g.inputs(split).get(1).copied().flatten(),
+        g.attr(split, "split"),
+    ) {
+        (Some(v), _) => Some(g.const_value(v).and_then(|c| values_i64(&c))),
+        (None, Some(AttrValue::Ints(a))) => Some(Some(a)),
+        (None, Some(_)) => Some(None),
+        (None, None) => None,
+    };
+    if let Some(sizes) = sizes {
         if sizes.as_deref() != Some(&[i, i]) {
             return Err(reject!(
                 "Split '{name}' sizes {sizes:?} are not two halves of {i}"
