@@ -126,6 +126,11 @@ pub fn mx_matmul<O: Element>(
     }
     let isa = Isa::detect();
     let a = dequantize_a(a_q, a_scales, k);
+    #[cfg(target_arch = "x86_64")]
+    if let (Isa::Avx2, true, MatB::Mx { q, scales }, 1..=4) = (isa, trans_b, b, m) {
+        small_m(&a, m, k, n, q, scales, y, par);
+        return Ok(());
+    }
     let (n_unit, kc) = tiling(trans_b, k);
     let units = n.div_ceil(n_unit);
     let y = SharedMut::new(y);
@@ -158,6 +163,60 @@ pub fn mx_matmul<O: Element>(
         },
     );
     Ok(())
+}
+
+/// The M ≤ 4 GEMV path for MXFP8 `[N, K]` weights: pairs of output columns per task unit,
+/// weights decoded in registers (`avx2_mm::small_m_pair`).
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+fn small_m<O: Element>(
+    a: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    q: &[u8],
+    scales: &[u8],
+    y: &mut [O],
+    par: &dyn Parallel,
+) {
+    let kb = k / BLOCK;
+    let y = SharedMut::new(y);
+    for_row_chunks(
+        par,
+        n.div_ceil(2),
+        MIN_PARALLEL_MACS.div_ceil(2 * m * k),
+        &|u0, u1| {
+            for u in u0..u1 {
+                let (n0, cols) = (2 * u, (n - 2 * u).min(2));
+                // An odd last column is paired with itself; its duplicate result is dropped.
+                let n1 = n0 + cols - 1;
+                let qs = [q[n0 * k..].as_ptr(), q[n1 * k..].as_ptr()];
+                let ss = [scales[n0 * kb..].as_ptr(), scales[n1 * kb..].as_ptr()];
+                // SAFETY: Avx2 was detected by the caller; rows n0, n1 of q/scales and the m rows of
+                // a are in bounds (check_matmul_io), k % 32 == 0.
+                let mut rows = [[0f32; 2]; 4];
+                let ap = a.as_ptr();
+                unsafe {
+                    match m {
+                        1 => rows[..1]
+                            .copy_from_slice(&avx2_mm::small_m_pair::<1, 2>(ap, k, qs, ss, k)),
+                        2 => rows[..2]
+                            .copy_from_slice(&avx2_mm::small_m_pair::<2, 2>(ap, k, qs, ss, k)),
+                        3 => rows[..3]
+                            .copy_from_slice(&avx2_mm::small_m_pair::<3, 1>(ap, k, qs, ss, k)),
+                        _ => rows = avx2_mm::small_m_pair::<4, 1>(ap, k, qs, ss, k),
+                    }
+                }
+                for (r, vals) in rows.iter().enumerate().take(m) {
+                    // SAFETY: each task owns its columns n0..n0+cols in every row.
+                    let out = unsafe { y.piece(r * n + n0, r * n + n0 + cols) };
+                    for (o, &v) in out.iter_mut().zip(vals) {
+                        *o = O::from_f32(v);
+                    }
+                }
+            }
+        },
+    );
 }
 
 /// `acc[r * cols + c] += Σ_{kk < kc} a[r, k0 + kk] · tile[c * kc + kk]` for all `rows` of A
@@ -279,6 +338,97 @@ mod avx2_mm {
                 _mm256_storeu_ps(dp.add(8 * c), _mm256_mul_ps(_mm256_cvtph_ps(h), factor));
             }
         }
+    }
+
+    /// 16 weights at `q` decoded through f16 and multiplied by `factor` = 2^(s - 119).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn weights16(q: *const u8, factor: __m256) -> (__m256, __m256) {
+        let h = e4m3_as_f16(_mm256_cvtepu8_epi16(_mm_loadu_si128(q as *const __m128i)));
+        (
+            _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), factor),
+            _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256::<1>(h)), factor),
+        )
+    }
+
+    /// Whether a block takes the f16 route (no NaN byte, scale ≤ 246), as in `decode_mx_row`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn plain_block(q: *const u8, s: u8) -> bool {
+        let bytes = _mm256_loadu_si256(q as *const __m256i);
+        let nan = _mm256_cmpeq_epi8(
+            _mm256_and_si256(bytes, _mm256_set1_epi8(0x7F)),
+            _mm256_set1_epi8(0x7F),
+        );
+        s <= 246 && _mm256_movemask_epi8(nan) == 0
+    }
+
+    /// Small-M GEMV: `R` (1 to 4) rows of A (row stride `lda`) against two MXFP8 `[N, K]` rows
+    /// `q[c]` with scales `s[c]`, decoding in registers (no tile round trip). `SUB` accumulators
+    /// per output (2 for R ≤ 2, else 1: 2·R·SUB ≤ 8 registers) keep the FMA latency off the
+    /// critical path. Returns `out[r][c]`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn small_m_pair<const R: usize, const SUB: usize>(
+        a: *const f32,
+        lda: usize,
+        q: [*const u8; 2],
+        s: [*const u8; 2],
+        k: usize,
+    ) -> [[f32; 2]; R] {
+        let z = _mm256_setzero_ps();
+        let mut acc = [[[z; SUB]; 2]; R];
+        let mut exact = [[0f32; BLOCK]; 2];
+        for blk in 0..k / BLOCK {
+            let off = blk * BLOCK;
+            let (s0, s1) = (*s[0].add(blk), *s[1].add(blk));
+            if plain_block(q[0].add(off), s0) && plain_block(q[1].add(off), s1) {
+                let f0 = _mm256_set1_ps(f32::from_bits((s0 as u32 + 8) << 23));
+                let f1 = _mm256_set1_ps(f32::from_bits((s1 as u32 + 8) << 23));
+                for h in [0, 16] {
+                    let (w00, w01) = weights16(q[0].add(off + h), f0);
+                    let (w10, w11) = weights16(q[1].add(off + h), f1);
+                    for (r, ar) in acc.iter_mut().enumerate() {
+                        let ap = a.add(r * lda + off + h);
+                        let (x0, x1) = (_mm256_loadu_ps(ap), _mm256_loadu_ps(ap.add(8)));
+                        ar[0][0] = _mm256_fmadd_ps(x0, w00, ar[0][0]);
+                        ar[0][SUB - 1] = _mm256_fmadd_ps(x1, w01, ar[0][SUB - 1]);
+                        ar[1][0] = _mm256_fmadd_ps(x0, w10, ar[1][0]);
+                        ar[1][SUB - 1] = _mm256_fmadd_ps(x1, w11, ar[1][SUB - 1]);
+                    }
+                }
+            } else {
+                for (c, e) in exact.iter_mut().enumerate() {
+                    let sc = e8m0_to_f32(*s[c].add(blk));
+                    for (j, v) in e.iter_mut().enumerate() {
+                        *v = e4m3_to_f32(*q[c].add(off + j)) * sc;
+                    }
+                }
+                for h in [0, 16] {
+                    for (r, ar) in acc.iter_mut().enumerate() {
+                        let ap = a.add(r * lda + off + h);
+                        let (x0, x1) = (_mm256_loadu_ps(ap), _mm256_loadu_ps(ap.add(8)));
+                        for (c, ac) in ar.iter_mut().enumerate() {
+                            let wp = exact[c].as_ptr().add(h);
+                            ac[0] = _mm256_fmadd_ps(x0, _mm256_loadu_ps(wp), ac[0]);
+                            ac[SUB - 1] =
+                                _mm256_fmadd_ps(x1, _mm256_loadu_ps(wp.add(8)), ac[SUB - 1]);
+                        }
+                    }
+                }
+            }
+        }
+        let mut out = [[0f32; 2]; R];
+        for (o, ar) in out.iter_mut().zip(&acc) {
+            for c in 0..2 {
+                let v = if SUB == 2 {
+                    _mm256_add_ps(ar[c][0], ar[c][SUB - 1])
+                } else {
+                    ar[c][0]
+                };
+                o[c] = hsum(v);
+            }
+        }
+        out
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
