@@ -40,6 +40,11 @@
 #if defined(MX_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 890)
 #define MX_NV_FP8_MMA 1
 #endif
+// Hopper thread-block clusters (__cluster_dims__, barrier.cluster, distributed shared memory): the
+// split-K decode GEMM (mx_matmul_splitk.hip).
+#if defined(MX_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+#define MX_NV_CLUSTER 1
+#endif
 
 #define MX_DEV __device__ __forceinline__
 

@@ -3,7 +3,7 @@
 //! (same files, same order, same markers), so the device harness measures exactly this code.
 
 /// The source files, in program order: portability layer, shared numerics, then one file per op.
-pub const PROGRAM_FILES: [(&str, &str); 6] = [
+pub const PROGRAM_FILES: [(&str, &str); 7] = [
     (
         "mx_portability.h",
         include_str!("../../gpu/mx_portability.h"),
@@ -19,6 +19,10 @@ pub const PROGRAM_FILES: [(&str, &str); 6] = [
     ),
     ("mx_quantize.hip", include_str!("../../gpu/mx_quantize.hip")),
     ("mx_matmul.hip", include_str!("../../gpu/mx_matmul.hip")),
+    (
+        "mx_matmul_splitk.hip",
+        include_str!("../../gpu/mx_matmul_splitk.hip"),
+    ),
 ];
 
 /// The whole program: each file behind a `#line 1 "<file>"` marker (so compiler messages name
