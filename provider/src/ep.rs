@@ -1,5 +1,5 @@
 //! `MxFuseExecutionProvider`: claims what the rewrite rules would fuse (`GetCapability`) and
-//! turns each claimed subgraph into a [`Program`] of com.mxfuse kernels (`Compile`).
+//! turns each claimed subgraph into a [`crate::program::Program`] of com.mxfuse kernels (`Compile`).
 
 use std::ffi::{c_char, c_void, CStr};
 use std::ptr;
@@ -18,10 +18,11 @@ use crate::ffi::ep_abi::{
     ORT_API_VERSION,
 };
 use crate::ffi::guard::{guard_status, guard_value};
+use crate::gpu::program::Executor;
+use crate::gpu::Placement;
 use crate::ops::Parallelism;
 use crate::options::EpOptions;
 use crate::ort_graph_view::OrtGraphView;
-use crate::program::Program;
 use crate::view_to_model::model_from_view;
 
 const NAME: &CStr = c"MxFuseExecutionProvider";
@@ -31,6 +32,8 @@ const NAME: &CStr = c"MxFuseExecutionProvider";
 pub struct MxEp {
     base: OrtEp,
     options: EpOptions,
+    /// Where the fused nodes run (CPU kernels or GPU launchers; see `gpu::device`).
+    placement: Placement,
 }
 
 impl MxEp {
@@ -66,7 +69,19 @@ impl MxEp {
                 _padding: [None; 8],
             },
             options,
+            placement: Placement::Cpu,
         })
+    }
+
+    /// Sets where the fused nodes run. Sessions whose tensors live in device memory also get
+    /// the Memcpy kernels ORT needs between our nodes and the CPU EP's.
+    pub fn with_placement(mut self: Box<Self>, placement: Placement) -> Result<Box<Self>> {
+        if let Some(memory) = placement.device_memory() {
+            crate::gpu::memcpy_kernels::registry(memory)?;
+            self.base.GetKernelRegistry = Some(crate::gpu::memcpy_kernels::get_kernel_registry);
+        }
+        self.placement = placement;
+        Ok(self)
     }
 
     pub fn into_raw(self: Box<Self>) -> *mut OrtEp {
@@ -146,9 +161,10 @@ unsafe fn io_names(node: *const OrtNode, outputs: bool) -> Result<Vec<String>> {
 /// Builds the program of one fused node from its subgraph.
 unsafe fn compile_one(
     options: &EpOptions,
+    placement: &Placement,
     graph: *const OrtGraph,
     fused: *const OrtNode,
-) -> Result<Program> {
+) -> Result<Executor> {
     let view = OrtGraphView::new(graph)?;
     let inputs = io_names(fused, false)?;
     let outputs = io_names(fused, true)?;
@@ -163,20 +179,20 @@ unsafe fn compile_one(
         None => Ok(None),
     };
     if all_ours {
-        return Program::build(&view, &inputs, &outputs, parallelism, &constant);
+        return Executor::build(placement, &view, &inputs, &outputs, parallelism, &constant);
     }
     // Rewrite the claimed subgraph with the very pipeline the offline CLI runs.
     let model = model_from_view(&view)?;
     let mut ir = Graph::from_model(model, None).map_err(|e| Error::invalid(e.to_string()))?;
     run_pipeline(&mut ir, &options.pipeline).map_err(|e| Error::invalid(e.to_string()))?;
-    Program::build(&ir, &inputs, &outputs, parallelism, &constant)
+    Executor::build(placement, &ir, &inputs, &outputs, parallelism, &constant)
 }
 
 /// `OrtNodeComputeInfo` first, so ORT's pointer is also a `*mut ComputeInfo`.
 #[repr(C)]
 struct ComputeInfo {
     base: OrtNodeComputeInfo,
-    program: Program,
+    program: Executor,
 }
 
 unsafe extern "system" fn compile(
@@ -194,6 +210,7 @@ unsafe extern "system" fn compile(
         for i in 0..count {
             built.push(compile_one(
                 &ep.options,
+                &ep.placement,
                 *graphs.add(i),
                 *fused_nodes.add(i),
             )?);

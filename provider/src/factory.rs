@@ -40,8 +40,8 @@ impl Factory {
                 GetVendorId: Some(get_vendor_id),
                 GetVersion: Some(get_version),
                 ValidateCompiledModelCompatibilityInfo: None,
-                CreateAllocator: None,
-                ReleaseAllocator: None,
+                CreateAllocator: Some(crate::gpu::device::create_allocator),
+                ReleaseAllocator: Some(crate::gpu::device::release_allocator),
                 CreateDataTransfer: Some(create_data_transfer),
                 IsStreamAware: Some(is_stream_aware),
                 CreateSyncStreamForDevice: None,
@@ -84,16 +84,14 @@ unsafe extern "system" fn is_stream_aware(_f: *const OrtEpFactory) -> bool {
     false
 }
 
-/// ORT 1.31 calls this unconditionally; we work in plain CPU memory, so there is nothing to copy.
+/// ORT 1.31 calls this unconditionally: NULL (plain CPU memory, nothing to copy) unless we
+/// offer device memory (`gpu::device`).
 unsafe extern "system" fn create_data_transfer(
     _f: *mut OrtEpFactory,
     out: *mut *mut c_void,
 ) -> OrtStatusPtr {
     guard_status("CreateDataTransfer", || {
-        if !out.is_null() {
-            *out = ptr::null_mut();
-        }
-        Ok(())
+        crate::gpu::device::create_data_transfer(out)
     })
 }
 
@@ -124,11 +122,21 @@ unsafe extern "system" fn get_supported_devices(
                 ptr::null(),
                 &mut ep_device,
             ))?;
+            crate::gpu::device::on_cpu_device(ep_device)?;
             *ep_devices.add(n) = ep_device;
             n += 1;
             // One CPU device is enough: ORT exposes a single CPU hardware device anyway.
             break;
         }
+        // The GPU device, when the GPU runtime loads (else one log line).
+        crate::gpu::device::offer_gpu_device(
+            f,
+            devices,
+            num_devices,
+            ep_devices,
+            max_ep_devices,
+            &mut n,
+        )?;
         *num_ep_devices = n;
         Ok(())
     })
@@ -156,9 +164,9 @@ unsafe fn read_options(session_options: *const OrtSessionOptions) -> Result<EpOp
 
 unsafe extern "system" fn create_ep(
     _f: *mut OrtEpFactory,
-    _devices: *const *const OrtHardwareDevice,
+    devices: *const *const OrtHardwareDevice,
     _metadata: *const *const OrtKeyValuePairs,
-    _num_devices: usize,
+    num_devices: usize,
     session_options: *const OrtSessionOptions,
     logger: *const OrtLogger,
     ep: *mut *mut OrtEp,
@@ -168,7 +176,10 @@ unsafe extern "system" fn create_ep(
             return Err(Error::Ort("CreateEp: NULL output pointer".into()));
         }
         let options = read_options(session_options)?;
-        *ep = MxEp::new(options, logger).into_raw();
+        let placement = crate::gpu::Placement::for_session(devices, num_devices, &options)?;
+        *ep = MxEp::new(options, logger)
+            .with_placement(placement)?
+            .into_raw();
         Ok(())
     })
 }

@@ -14,6 +14,7 @@ pub mod ep;
 pub mod error;
 pub mod factory;
 pub mod ffi;
+pub mod gpu;
 pub mod kernel_io;
 pub mod ops;
 pub mod options;

@@ -26,6 +26,20 @@ pub struct EpOptions {
     pub pipeline: PipelineOptions,
     /// Worker threads for our kernels; 0 = one per available core.
     pub threads: usize,
+    /// Which kernels run the fused nodes (`device`; see `gpu::device::Placement`).
+    pub device: DeviceChoice,
+}
+
+/// The `device` provider option.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DeviceChoice {
+    /// Follow the device ORT assigned the session (CPU device: CPU kernels, GPU device: GPU).
+    #[default]
+    Auto,
+    /// CPU kernels (only on the CPU device).
+    Cpu,
+    /// GPU kernels; on the CPU device the inputs are staged to the GPU per run.
+    Gpu,
 }
 
 /// Options passed through to the rules engine as pipeline settings (`RuleConfig`).
@@ -40,6 +54,8 @@ pub const KEYS: &[&str] = &[
     "swiglu_fp32_activation",
     "nan_policy",
     "threads",
+    "device",
+    "world_size",
 ];
 
 fn parse_bool(key: &str, value: &str) -> Result<bool> {
@@ -110,6 +126,34 @@ impl EpOptions {
                         ))
                     })?;
                 }
+                "device" => {
+                    opts.device = match value.trim().to_ascii_lowercase().as_str() {
+                        "auto" => DeviceChoice::Auto,
+                        "cpu" => DeviceChoice::Cpu,
+                        "gpu" => DeviceChoice::Gpu,
+                        _ => {
+                            return Err(Error::invalid(format!(
+                                "provider option device: expected cpu, gpu or auto, got {value:?}"
+                            )))
+                        }
+                    };
+                }
+                "world_size" => {
+                    // Tensor-parallel group size of absorbed AllReduces: only 1 is implemented.
+                    match value.trim().parse::<usize>() {
+                        Ok(1) => {}
+                        Ok(n) if n > 1 => {
+                            return Err(Error::Unsupported(format!(
+                                "provider option world_size={n}: multi-rank AllReduce is not implemented (world size 1 only)"
+                            )))
+                        }
+                        _ => {
+                            return Err(Error::invalid(format!(
+                                "provider option world_size: expected a positive count, got {value:?}"
+                            )))
+                        }
+                    }
+                }
                 other => {
                     if let Some(rule) = other.strip_prefix("rule.") {
                         check_rule(rule)?;
@@ -161,6 +205,27 @@ mod tests {
         assert_eq!(o.pipeline.settings["scale_rule"], "rceil");
         assert_eq!(o.pipeline.settings["swiglu_fp32_activation"], "true");
         assert_eq!(o.threads, 4);
+    }
+
+    #[test]
+    fn device_and_world_size() {
+        assert_eq!(parse(&[]).unwrap().device, DeviceChoice::Auto);
+        let o = parse(&[("ep.mxfuseexecutionprovider.device", "GPU")]).unwrap();
+        assert_eq!(o.device, DeviceChoice::Gpu);
+        let o = parse(&[("ep.mxfuseexecutionprovider.world_size", "1")]).unwrap();
+        assert_eq!(o.device, DeviceChoice::Auto);
+        let err = parse(&[("ep.mxfuseexecutionprovider.world_size", "4")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("world_size=4") && err.contains("AllReduce"),
+            "{err}"
+        );
+        for (k, v) in [("device", "npu"), ("world_size", "0")] {
+            let key = format!("ep.mxfuseexecutionprovider.{k}");
+            let err = parse(&[(key.as_str(), v)]).unwrap_err().to_string();
+            assert!(err.contains(k), "{k}={v}: {err}");
+        }
     }
 
     #[test]

@@ -129,7 +129,11 @@ pub struct OrtEp {
     pub CreateAllocator: Unused,
     pub CreateSyncStreamForDevice: Unused,
     pub GetCompiledModelCompatibilityInfo: Unused,
-    pub GetKernelRegistry: Unused,
+    /// Set for sessions whose tensors live in device memory: the Memcpy kernels
+    /// (`gpu::memcpy_kernels`); the registry is returned as an opaque pointer.
+    pub GetKernelRegistry: Option<
+        unsafe extern "system" fn(this: *mut OrtEp, registry: *mut *const c_void) -> OrtStatusPtr,
+    >,
     pub IsConcurrentRunSupported: Unused,
     pub Sync: Unused,
     pub CreateProfiler: Unused,
@@ -175,8 +179,18 @@ pub struct OrtEpFactory {
     pub GetVendorId: Option<unsafe extern "system" fn(this: *const OrtEpFactory) -> u32>,
     pub GetVersion: Option<unsafe extern "system" fn(this: *const OrtEpFactory) -> *const c_char>,
     pub ValidateCompiledModelCompatibilityInfo: Unused,
-    pub CreateAllocator: Unused,
-    pub ReleaseAllocator: Unused,
+    /// Set when the EP offers device memory (`gpu::device`).
+    pub CreateAllocator: Option<
+        unsafe extern "system" fn(
+            this: *mut OrtEpFactory,
+            memory_info: *const ort_sys::OrtMemoryInfo,
+            allocator_options: *const OrtKeyValuePairs,
+            allocator: *mut *mut ort_sys::OrtAllocator,
+        ) -> OrtStatusPtr,
+    >,
+    pub ReleaseAllocator: Option<
+        unsafe extern "system" fn(this: *mut OrtEpFactory, allocator: *mut ort_sys::OrtAllocator),
+    >,
     /// ORT 1.31.1 calls this unconditionally: it must be set (a NULL here crashes the host).
     pub CreateDataTransfer: Option<
         unsafe extern "system" fn(this: *mut OrtEpFactory, out: *mut *mut c_void) -> OrtStatusPtr,

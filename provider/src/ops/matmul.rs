@@ -37,7 +37,7 @@ impl MxMatMul {
 }
 
 /// `src [rows, cols]` (1-byte elements) transposed to `[cols, rows]`.
-fn transpose_bytes(src: &[u8], rows: usize, cols: usize) -> Vec<u8> {
+pub(crate) fn transpose_bytes(src: &[u8], rows: usize, cols: usize) -> Vec<u8> {
     let mut dst = vec![0u8; src.len()];
     for r in 0..rows {
         for c in 0..cols {

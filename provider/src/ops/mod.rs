@@ -15,6 +15,8 @@ use kernels::{AddRmsNormAttrs, DType, KernelError, MxMatMulAttrs, MxQuantAttrs, 
 use crate::error::{Error, Result};
 use crate::tensor::{Meta, TensorMut, TensorRef};
 pub use attrs::Attrs;
+/// Shared with the GPU executor's weight prepack (`gpu::program`).
+pub(crate) use matmul::transpose_bytes;
 pub use parallel::{OrtParallel, Parallelism};
 
 /// A com.mxfuse op with its attributes parsed and validated.

@@ -1,0 +1,635 @@
+//! [`GpuProgram`]: a fused node's `com.mxfuse` steps run by the `kernels::gpu` launchers on
+//! device pointers, and [`Executor`], what a compiled fused node runs (CPU program or GPU).
+//!
+//! Built once in `Compile` from the same rewritten graph the CPU [`Program`] is built from.
+//! Constant MX weights of `MxMatMul` are transposed to `[N, K]` + `[N, K/32]` and uploaded once
+//! (the layout of the tensor-core GEMM); other constants that are not fused-node inputs are
+//! uploaded as they are. Output shapes come from the CPU kernels' `output_metas`, so both
+//! executors agree on them. Ops without a GPU launcher are a `Compile` error naming the node.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::c_void;
+use std::ptr;
+use std::sync::Arc;
+
+use graph_rewrites::view::{ConstTensor, GraphView, MXFUSE_DOMAIN};
+use kernels::gpu::{GpuMatB, GpuRuntime, NormBuffers, SwiGluBuffers};
+use kernels::{AddRmsNormAttrs, DType, MxMatMulAttrs, MxQuantAttrs, SwiGluAttrs};
+use ort_sys::{OrtKernelContext, OrtValue};
+
+use super::device::Placement;
+use super::memory::{DeviceBox, DeviceMemory};
+use crate::error::{Error, Result};
+use crate::ffi::api::{api, check};
+use crate::kernel_io::alloc_output;
+use crate::ops::{self, schema, transpose_bytes, Attrs, Kernel, Parallelism};
+use crate::ort_types::value_type_and_dims;
+use crate::program::Program;
+use crate::tensor::Meta;
+
+/// The default stream: ORT's copies through our data transfer are synchronous, so kernels and
+/// copies are ordered without stream handling.
+const STREAM: usize = 0;
+
+/// The parsed attributes of one step, per op.
+enum GpuOp {
+    Quantize(MxQuantAttrs),
+    Norm(AddRmsNormAttrs),
+    SwiGlu(SwiGluAttrs),
+    MatMul {
+        attrs: MxMatMulAttrs,
+        /// The constant MX weight, `[N, K]` + `[N, K/32]` on the device.
+        packed: Option<(DeviceBox, DeviceBox)>,
+    },
+}
+
+struct Step {
+    name: String,
+    /// The CPU kernel, for output types and shapes only.
+    shapes: Box<dyn Kernel>,
+    op: GpuOp,
+    inputs: Vec<Option<usize>>,
+    outputs: Vec<Option<usize>>,
+}
+
+enum Source {
+    /// The fused node's input `i`.
+    Input(usize),
+    /// A constant uploaded at compile time.
+    Const(Meta, DeviceBox),
+    /// A constant only its shape is needed of (a prepacked weight).
+    ConstMeta(Meta),
+    /// Produced by a step.
+    Step,
+}
+
+pub struct GpuProgram {
+    runtime: Arc<GpuRuntime>,
+    memory: Arc<dyn DeviceMemory>,
+    steps: Vec<Step>,
+    sources: Vec<Source>,
+    outputs: Vec<usize>,
+}
+
+fn dtype(code: i32) -> Result<DType> {
+    DType::from_onnx_code(code as i64)
+        .ok_or_else(|| Error::invalid(format!("element type {code} is not supported")))
+}
+
+fn gpu(e: kernels::gpu::GpuError) -> Error {
+    match e {
+        kernels::gpu::GpuError::Kernel(k) => k.into(),
+        other => Error::Ort(format!("GPU: {other}")),
+    }
+}
+
+fn elements(m: &Meta) -> Result<usize> {
+    m.dims.iter().try_fold(1usize, |acc, &d| {
+        usize::try_from(d)
+            .ok()
+            .and_then(|d| acc.checked_mul(d))
+            .ok_or_else(|| Error::invalid(format!("bad dims {:?}", m.dims)))
+    })
+}
+
+fn last_dim(m: &Meta, what: &str) -> Result<usize> {
+    m.dims
+        .last()
+        .and_then(|&d| usize::try_from(d).ok())
+        .ok_or_else(|| Error::invalid(format!("{what} has no last dimension")))
+}
+
+/// The constant MX weight of an `MxMatMul` (`b [K, N]` E4M3, `b_scale [K/32, N]` E8M0),
+/// transposed to `[N, K]` / `[N, K/32]` and uploaded; `None` when it is not such a constant.
+fn pack_weight(
+    memory: &Arc<dyn DeviceMemory>,
+    b: &ConstTensor,
+    bs: &ConstTensor,
+) -> Result<Option<(DeviceBox, DeviceBox)>> {
+    let e4m3 = DType::E4M3.onnx_code();
+    if b.elem_type != e4m3 || b.dims.len() != 2 || bs.dims.len() != 2 {
+        return Ok(None);
+    }
+    let (k, n, kb) = (b.dims[0] as usize, b.dims[1] as usize, bs.dims[0] as usize);
+    if b.raw.len() != k * n || bs.raw.len() != kb * n || bs.dims[1] as usize != n {
+        return Ok(None); // malformed: the launch's own checks report it
+    }
+    Ok(Some((
+        DeviceBox::upload(memory, &transpose_bytes(&b.raw, k, n))?,
+        DeviceBox::upload(memory, &transpose_bytes(&bs.raw, kb, n))?,
+    )))
+}
+
+impl GpuProgram {
+    /// Builds the program from `g` (every node a `com.mxfuse` op), binding values by name to the
+    /// fused node's inputs and outputs, as [`Program::build`] does.
+    pub fn build(
+        g: &dyn GraphView,
+        input_names: &[String],
+        output_names: &[String],
+        constant: &dyn Fn(&str) -> Result<Option<ConstTensor>>,
+        runtime: Arc<GpuRuntime>,
+        memory: Arc<dyn DeviceMemory>,
+    ) -> Result<Self> {
+        let mut slots: HashMap<String, usize> = HashMap::new();
+        let mut sources = Vec::new();
+        for (i, name) in input_names.iter().enumerate() {
+            if !name.is_empty() && !slots.contains_key(name) {
+                slots.insert(name.clone(), sources.len());
+                sources.push(Source::Input(i));
+            }
+        }
+        let mut steps = Vec::new();
+        for &n in g.nodes().iter() {
+            let name = g.node_name(n).to_string();
+            let op_type = g.op_type(n);
+            if g.domain(n) != MXFUSE_DOMAIN {
+                return Err(Error::Unsupported(format!(
+                    "node {name} ({}::{op_type}) is left after rewriting; the EP runs only com.mxfuse ops",
+                    g.domain(n)
+                )));
+            }
+            let schema_op = schema::find(op_type)
+                .ok_or_else(|| Error::Unsupported(format!("com.mxfuse op {op_type:?}")))?;
+            let mut values = BTreeMap::new();
+            for a in g.attr_names(n) {
+                if let Some(v) = g.attr(n, &a) {
+                    values.insert(a, v);
+                }
+            }
+            let attrs = Attrs::new(schema_op, values)?;
+            let shapes =
+                ops::create(&attrs).map_err(|e| Error::invalid(format!("node {name}: {e}")))?;
+            let pairs = attrs.as_pairs();
+            let pairs = || pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+            let node_inputs = g.inputs(n);
+            let const_input = |i: usize| -> Result<Option<ConstTensor>> {
+                match node_inputs.get(i).copied().flatten() {
+                    Some(v) if g.is_constant(v) => constant(g.value_name(v)),
+                    _ => Ok(None),
+                }
+            };
+            let op = match op_type {
+                "MxQuantize" => GpuOp::Quantize(MxQuantAttrs::from_pairs(pairs())?),
+                "AddRmsNormMxQuant" => GpuOp::Norm(AddRmsNormAttrs::from_pairs(pairs())?),
+                "SwiGluMxQuant" => GpuOp::SwiGlu(SwiGluAttrs::from_pairs(pairs())?),
+                "MxMatMul" => {
+                    let attrs = MxMatMulAttrs::from_pairs(pairs())?;
+                    let packed = match (attrs.trans_b, const_input(2)?, const_input(3)?) {
+                        (false, Some(b), Some(bs)) => pack_weight(&memory, &b, &bs)?,
+                        _ => None,
+                    };
+                    GpuOp::MatMul { attrs, packed }
+                }
+                other => {
+                    return Err(Error::Unsupported(format!(
+                        "node {name}: com.mxfuse::{other} has no GPU kernel; run this model on the CPU device"
+                    )))
+                }
+            };
+            let packed = matches!(
+                op,
+                GpuOp::MatMul {
+                    packed: Some(_),
+                    ..
+                }
+            );
+            let mut inputs = Vec::new();
+            for (i, input) in node_inputs.iter().enumerate() {
+                let Some(v) = input else {
+                    inputs.push(None);
+                    continue;
+                };
+                let vname = g.value_name(*v);
+                if let Some(&s) = slots.get(vname) {
+                    inputs.push(Some(s));
+                    continue;
+                }
+                let t = g.const_value(*v).ok_or_else(|| {
+                    Error::invalid(format!(
+                        "node {name}: input {vname} is neither a fused-node input nor a constant"
+                    ))
+                })?;
+                let meta = Meta::new(t.elem_type, t.dims.clone());
+                if meta.byte_len()? != t.raw.len() {
+                    return Err(Error::invalid(format!(
+                        "constant {vname}: byte size does not match its shape"
+                    )));
+                }
+                sources.push(if packed && (i == 2 || i == 3) {
+                    Source::ConstMeta(meta)
+                } else {
+                    let buf = DeviceBox::upload(&memory, &t.raw)?;
+                    Source::Const(meta, buf)
+                });
+                slots.insert(vname.to_string(), sources.len() - 1);
+                inputs.push(Some(sources.len() - 1));
+            }
+            let mut outputs = Vec::new();
+            for &v in g.outputs(n) {
+                let vname = g.value_name(v);
+                if vname.is_empty() {
+                    outputs.push(None);
+                    continue;
+                }
+                sources.push(Source::Step);
+                slots.insert(vname.to_string(), sources.len() - 1);
+                outputs.push(Some(sources.len() - 1));
+            }
+            steps.push(Step {
+                name,
+                shapes,
+                op,
+                inputs,
+                outputs,
+            });
+        }
+        let outputs = output_names
+            .iter()
+            .map(|o| {
+                slots
+                    .get(o)
+                    .copied()
+                    .ok_or_else(|| Error::invalid(format!("fused output {o} is not produced")))
+            })
+            .collect::<Result<_>>()?;
+        Ok(GpuProgram {
+            runtime,
+            memory,
+            steps,
+            sources,
+            outputs,
+        })
+    }
+
+    /// Runs the steps on device tensors: `inputs[i]` is fused input `i` (meta, device address);
+    /// `output(j, meta)` gives the device address for fused output `j` (`None`: not produced).
+    /// Returns after the device finished (intermediates are freed on return).
+    pub fn run_device(
+        &self,
+        inputs: &[Option<(Meta, u64)>],
+        output: &mut dyn FnMut(usize, &Meta) -> Result<Option<u64>>,
+    ) -> Result<()> {
+        // Per slot: meta and device address; `owned` keeps intermediates alive.
+        let mut values: Vec<Option<(Meta, u64)>> = Vec::with_capacity(self.sources.len());
+        for s in &self.sources {
+            values.push(match s {
+                Source::Input(i) => inputs.get(*i).cloned().flatten(),
+                Source::Const(meta, buf) => Some((meta.clone(), buf.ptr())),
+                Source::ConstMeta(meta) => Some((meta.clone(), 0)),
+                Source::Step => None,
+            });
+        }
+        let mut owned: Vec<DeviceBox> = Vec::new();
+        let mut written = vec![false; self.outputs.len()];
+        for step in &self.steps {
+            let ins: Vec<Option<&(Meta, u64)>> = step
+                .inputs
+                .iter()
+                .map(|s| s.and_then(|s| values[s].as_ref()))
+                .collect();
+            let in_metas: Vec<Option<&Meta>> = ins.iter().map(|v| v.map(|(m, _)| m)).collect();
+            let metas = step
+                .shapes
+                .output_metas(&in_metas)
+                .map_err(|e| Error::invalid(format!("{}: {e}", step.name)))?;
+            let mut outs: Vec<Option<(Meta, u64)>> = Vec::with_capacity(step.outputs.len());
+            for (slot, meta) in step.outputs.iter().zip(metas) {
+                let Some(slot) = *slot else {
+                    outs.push(None);
+                    continue;
+                };
+                // A fused output is written in place, once; everything else is an intermediate.
+                let direct = self
+                    .outputs
+                    .iter()
+                    .position(|&o| o == slot)
+                    .filter(|&j| !written[j]);
+                let addr = match direct {
+                    Some(j) => match output(j, &meta)? {
+                        Some(p) => {
+                            written[j] = true;
+                            p
+                        }
+                        None => 0,
+                    },
+                    None => 0,
+                };
+                let addr = if addr != 0 {
+                    addr
+                } else {
+                    let b = DeviceBox::new(&self.memory, meta.byte_len()?)?;
+                    let p = b.ptr();
+                    owned.push(b);
+                    p
+                };
+                outs.push(Some((meta, addr)));
+            }
+            self.launch(step, &ins, &outs)
+                .map_err(|e| Error::invalid(format!("{}: {e}", step.name)))?;
+            for (slot, v) in step.outputs.iter().zip(outs) {
+                if let (Some(slot), Some(v)) = (slot, v) {
+                    values[*slot] = Some(v);
+                }
+            }
+        }
+        // Outputs not written in place (a fused input passed through, a value output twice).
+        for (j, &slot) in self.outputs.iter().enumerate() {
+            if written[j] {
+                continue;
+            }
+            let (meta, src) = values[slot]
+                .clone()
+                .ok_or_else(|| Error::invalid(format!("fused output {j} was not produced")))?;
+            if let Some(dst) = output(j, &meta)? {
+                self.memory.device_to_device(dst, src, meta.byte_len()?)?;
+            }
+        }
+        self.runtime.synchronize().map_err(gpu)?;
+        drop(owned);
+        Ok(())
+    }
+
+    fn launch(
+        &self,
+        step: &Step,
+        ins: &[Option<&(Meta, u64)>],
+        outs: &[Option<(Meta, u64)>],
+    ) -> Result<()> {
+        let input = |i: usize, what: &str| {
+            ins.get(i)
+                .copied()
+                .flatten()
+                .ok_or_else(|| Error::invalid(format!("missing input {what}")))
+        };
+        let opt_in = |i: usize| ins.get(i).copied().flatten().map(|(_, p)| *p);
+        let output = |i: usize, what: &str| {
+            outs.get(i)
+                .and_then(Option::as_ref)
+                .ok_or_else(|| Error::invalid(format!("missing output {what}")))
+        };
+        let opt_out = |i: usize| outs.get(i).and_then(Option::as_ref).map(|(_, p)| *p);
+        let rt = &self.runtime;
+        match &step.op {
+            GpuOp::Quantize(a) => {
+                let (xm, x) = input(0, "x")?;
+                let k = last_dim(xm, "x")?;
+                let (q, s) = (output(0, "q")?.1, output(1, "scale")?.1);
+                rt.mx_quantize(
+                    dtype(xm.dtype)?,
+                    elements(xm)?,
+                    k,
+                    *x,
+                    q,
+                    s,
+                    &a.quant,
+                    STREAM,
+                )
+            }
+            GpuOp::Norm(a) => {
+                let (xm, x) = input(0, "x")?;
+                let (gm, gamma) = input(2, "gamma")?;
+                let h = last_dim(xm, "x")?;
+                let rows = elements(xm)? / h.max(1);
+                let bufs = NormBuffers {
+                    x: *x,
+                    residual: opt_in(1),
+                    gamma: *gamma,
+                    q: output(0, "q")?.1,
+                    scales: output(1, "scale")?.1,
+                    residual_out: opt_out(2),
+                    normed: opt_out(3),
+                };
+                // World size 1: multi-rank runs are refused when the options are read.
+                rt.add_rmsnorm_mxquant(
+                    dtype(xm.dtype)?,
+                    dtype(gm.dtype)?,
+                    rows,
+                    h,
+                    &bufs,
+                    a,
+                    1,
+                    STREAM,
+                )
+            }
+            GpuOp::SwiGlu(a) => {
+                let (gm, gate) = input(0, "gate")?;
+                let (qm, q) = output(0, "q")?;
+                let i = last_dim(qm, "q")?;
+                let rows = elements(qm)? / i.max(1);
+                let bufs = match opt_in(1) {
+                    Some(up) => SwiGluBuffers::Separate { gate: *gate, up },
+                    None => SwiGluBuffers::Fused { gate_up: *gate },
+                };
+                rt.swiglu_mxquant(
+                    dtype(gm.dtype)?,
+                    rows,
+                    i,
+                    bufs,
+                    *q,
+                    output(1, "scale")?.1,
+                    a,
+                    STREAM,
+                )
+            }
+            GpuOp::MatMul { attrs, packed } => {
+                let (am, a_q) = input(0, "a_q")?;
+                let (_, a_s) = input(1, "a_scale")?;
+                let (ym, y) = output(0, "y")?;
+                let k = last_dim(am, "a_q")?;
+                let m = elements(am)? / k.max(1);
+                let n = last_dim(ym, "y")?;
+                let b = match packed {
+                    Some((q, s)) => GpuMatB::Mx {
+                        q: q.ptr(),
+                        scales: s.ptr(),
+                        trans_b: true,
+                    },
+                    None => {
+                        let (bm, b) = input(2, "b")?;
+                        if bm.dtype == DType::E4M3.onnx_code() {
+                            GpuMatB::Mx {
+                                q: *b,
+                                scales: input(3, "b_scale")?.1,
+                                trans_b: attrs.trans_b,
+                            }
+                        } else {
+                            GpuMatB::Float {
+                                data: *b,
+                                dtype: dtype(bm.dtype)?,
+                                trans_b: attrs.trans_b,
+                            }
+                        }
+                    }
+                };
+                rt.mx_matmul(m, k, n, *a_q, *a_s, &b, *y, dtype(ym.dtype)?, STREAM)
+            }
+        }
+        .map_err(gpu)
+    }
+
+    /// Runs on ORT's device tensors (the GPU device: inputs and outputs in our memory).
+    ///
+    /// # Safety
+    /// `ctx` must be the live context of the current `Compute` call.
+    pub unsafe fn run_on_device_tensors(&self, ctx: *mut OrtKernelContext) -> Result<()> {
+        let inputs = read_inputs(ctx)?;
+        self.run_device(&inputs, &mut |j, meta| output_address(ctx, j, meta))
+    }
+
+    /// Runs on ORT's host tensors: uploads the inputs, runs, downloads the outputs (the CPU
+    /// device with `device=gpu`).
+    ///
+    /// # Safety
+    /// `ctx` must be the live context of the current `Compute` call.
+    pub unsafe fn run_staged(&self, ctx: *mut OrtKernelContext) -> Result<()> {
+        let host = read_inputs(ctx)?;
+        let mut uploads = Vec::new();
+        let mut inputs = Vec::with_capacity(host.len());
+        for v in host {
+            inputs.push(match v {
+                None => None,
+                Some((meta, p)) => {
+                    let bytes = meta.byte_len()?;
+                    let data: &[u8] = if bytes == 0 || p == 0 {
+                        &[]
+                    } else {
+                        // SAFETY: ORT's host tensor of this meta, valid during Compute.
+                        std::slice::from_raw_parts(p as *const u8, bytes)
+                    };
+                    let b = DeviceBox::upload(&self.memory, data)?;
+                    let addr = b.ptr();
+                    uploads.push(b);
+                    Some((meta, addr))
+                }
+            });
+        }
+        let mut results: Vec<(usize, Meta, DeviceBox)> = Vec::new();
+        self.run_device(&inputs, &mut |j, meta| {
+            let b = DeviceBox::new(&self.memory, meta.byte_len()?)?;
+            let p = b.ptr();
+            results.push((j, meta.clone(), b));
+            Ok(Some(p))
+        })?;
+        for (j, meta, b) in results {
+            if let Some(dst) = alloc_output(ctx, j, &meta)? {
+                self.memory.device_to_host(dst, b.ptr())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The fused node's inputs as (meta, data address); `None` for omitted optional inputs.
+unsafe fn read_inputs(ctx: *mut OrtKernelContext) -> Result<Vec<Option<(Meta, u64)>>> {
+    let ort = api()?.ort;
+    let mut n = 0usize;
+    check((ort.KernelContext_GetInputCount)(ctx, &mut n))?;
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut value: *const OrtValue = ptr::null();
+        check((ort.KernelContext_GetInput)(ctx, i, &mut value))?;
+        if value.is_null() {
+            out.push(None);
+            continue;
+        }
+        let (dtype, dims) = value_type_and_dims(value)?;
+        let mut p: *const c_void = ptr::null();
+        check((ort.GetTensorData)(value, &mut p))?;
+        out.push(Some((Meta::new(dtype, dims), p as u64)));
+    }
+    Ok(out)
+}
+
+/// Allocates fused output `j` with `meta` (in the EP's memory) and returns its address; `None`
+/// when the node does not have that output. Like `kernel_io::alloc_output`, without making a
+/// host slice of device memory.
+unsafe fn output_address(ctx: *mut OrtKernelContext, j: usize, meta: &Meta) -> Result<Option<u64>> {
+    let ort = api()?.ort;
+    let mut count = 0usize;
+    check((ort.KernelContext_GetOutputCount)(ctx, &mut count))?;
+    if j >= count {
+        return Ok(None);
+    }
+    let mut value: *mut OrtValue = ptr::null_mut();
+    check((ort.KernelContext_GetOutput)(
+        ctx,
+        j,
+        meta.dims.as_ptr(),
+        meta.dims.len(),
+        &mut value,
+    ))?;
+    if value.is_null() {
+        return Ok(None);
+    }
+    let (dtype, _) = value_type_and_dims(value)?;
+    if dtype != meta.dtype {
+        return Err(Error::invalid(format!(
+            "output {j}: the graph declares element type {dtype}, the op produces {}",
+            meta.dtype
+        )));
+    }
+    let mut p: *mut c_void = ptr::null_mut();
+    check((ort.GetTensorMutableData)(value, &mut p))?;
+    Ok(Some(p as u64))
+}
+
+/// What a compiled fused node runs.
+pub enum Executor {
+    /// The CPU kernels on host addresses (the CPU device, and the test device memory).
+    Cpu(Program),
+    /// The GPU launchers on ORT's device tensors.
+    Gpu(GpuProgram),
+    /// The GPU launchers on ORT's host tensors, staged per run.
+    GpuStaged(GpuProgram),
+}
+
+impl Executor {
+    /// Builds the executor of one fused node for the session's placement.
+    pub fn build(
+        placement: &Placement,
+        g: &dyn GraphView,
+        input_names: &[String],
+        output_names: &[String],
+        parallelism: Parallelism,
+        constant: &dyn Fn(&str) -> Result<Option<ConstTensor>>,
+    ) -> Result<Self> {
+        Ok(match placement {
+            Placement::Cpu | Placement::EmulatedDeviceMemory(_) => Executor::Cpu(Program::build(
+                g,
+                input_names,
+                output_names,
+                parallelism,
+                constant,
+            )?),
+            Placement::Gpu { runtime, memory } => Executor::Gpu(GpuProgram::build(
+                g,
+                input_names,
+                output_names,
+                constant,
+                runtime.clone(),
+                memory.clone(),
+            )?),
+            Placement::GpuStaged { runtime, memory } => Executor::GpuStaged(GpuProgram::build(
+                g,
+                input_names,
+                output_names,
+                constant,
+                runtime.clone(),
+                memory.clone(),
+            )?),
+        })
+    }
+
+    /// Runs one `Compute` call.
+    ///
+    /// # Safety
+    /// `ctx` must be the live context of the current `Compute` call.
+    pub unsafe fn run(&self, ctx: *mut OrtKernelContext) -> Result<()> {
+        match self {
+            Executor::Cpu(p) => p.run(ctx),
+            Executor::Gpu(p) => p.run_on_device_tensors(ctx),
+            Executor::GpuStaged(p) => p.run_staged(ctx),
+        }
+    }
+}
