@@ -308,3 +308,38 @@ MX_DEV void mx_load(const typename T::storage* p, float out[E]) {
     for (int i = 0; i < E; ++i) out[i] = T::to_f32(p[i]);
   }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Hopper thread-block clusters: the blocks of a cluster (__cluster_dims__) synchronise and read
+// each other's shared memory (split rows / split K; see add_rmsnorm_mxquant.hip and
+// mx_matmul_splitk.hip).
+#if defined(MX_NV_CLUSTER)
+MX_DEV void mx_cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+MX_DEV void mx_cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// Cluster-wide barrier: releases this block's shared-memory writes, acquires the others'.
+MX_DEV void mx_cluster_sync() {
+  mx_cluster_arrive();
+  mx_cluster_wait();
+}
+// The shared-memory address of `local` in block `rank` of this cluster.
+MX_DEV mx_u32 mx_dsmem_addr(const void* local, mx_u32 rank) {
+  const mx_u32 a = (mx_u32)__cvta_generic_to_shared(local);
+  mx_u32 remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(a), "r"(rank));
+  return remote;
+}
+MX_DEV float mx_dsmem_load(const float* local, mx_u32 rank) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(mx_dsmem_addr(local, rank)) : "memory");
+  return v;
+}
+MX_DEV double mx_dsmem_load(const double* local, mx_u32 rank) {
+  double v;
+  asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(mx_dsmem_addr(local, rank)) : "memory");
+  return v;
+}
+#endif

@@ -40,22 +40,6 @@ MX_DEV uint4 mx_ld_stream16(const mx_u8* p) {
   return v;
 }
 
-// Cluster-wide barrier: release this block's shared-memory writes, acquire the others'.
-MX_DEV void mx_cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-
-// The float at the same shared-memory address as `local`, in block `rank` of this cluster.
-MX_DEV float mx_dsmem_load(const float* local, mx_u32 rank) {
-  const mx_u32 a = (mx_u32)__cvta_generic_to_shared(local);
-  mx_u32 remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(a), "r"(rank));
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-  return v;
-}
-
 // One group of weights: 4 k-blocks (2 pairs) of rows g (wa) and g + 8 (wb), and their scale bytes.
 struct MxSplitkStep {
   uint4 wa[2], wb[2];

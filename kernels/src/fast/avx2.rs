@@ -19,11 +19,6 @@ pub trait Lanes: Sized {
     unsafe fn round8(v: __m256) -> __m256;
     /// `store8` and `round8` in one conversion: stores round_T(v) at `p` and returns it.
     unsafe fn round_store8(p: *mut Self, v: __m256) -> __m256;
-    /// `round8` for lanes known not to be NaN (±Inf allowed): skips the NaN quieting.
-    #[inline(always)]
-    unsafe fn round8_no_nan(v: __m256) -> __m256 {
-        Self::round8(v)
-    }
 }
 
 impl Lanes for f32 {
@@ -117,18 +112,6 @@ impl Lanes for bf16 {
         let b = bf16_bits(v);
         store_bf16_bits(p, b);
         _mm256_castsi256_ps(_mm256_slli_epi32::<16>(b))
-    }
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    unsafe fn round8_no_nan(v: __m256) -> __m256 {
-        // RNE by adding 0x7FFF + lsb and truncating; only NaN needs the quieting blend.
-        let x = _mm256_castps_si256(v);
-        let lsb = _mm256_and_si256(_mm256_srli_epi32::<16>(x), _mm256_set1_epi32(1));
-        let r = _mm256_add_epi32(x, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb));
-        _mm256_castsi256_ps(_mm256_and_si256(
-            r,
-            _mm256_set1_epi32(0xFFFF_0000u32 as i32),
-        ))
     }
 }
 

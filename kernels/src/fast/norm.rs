@@ -140,7 +140,6 @@ mod avx2_norm {
         inv: __m256,
         attrs: &AddRmsNormAttrs,
         np: Option<*mut T>,
-        no_nan: bool,
     ) -> __m256 {
         let s = _mm256_loadu_ps(sp.add(i));
         let n = match attrs.inv_form {
@@ -161,22 +160,8 @@ mod avx2_norm {
         };
         match np {
             Some(np) => T::round_store8(np.add(i), y),
-            None if no_nan => T::round8_no_nan(y),
             None => T::round8(y),
         }
-    }
-
-    /// Whether every element of `v` (length a multiple of 8) is finite.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn all_finite<G: Lanes>(v: &[G]) -> bool {
-        let absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
-        let inf = _mm256_set1_ps(f32::INFINITY);
-        let mut ok = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
-        for i in (0..v.len()).step_by(8) {
-            let a = _mm256_and_ps(G::load8(v.as_ptr().add(i)), absmask);
-            ok = _mm256_and_ps(ok, _mm256_cmp_ps::<_CMP_LT_OQ>(a, inf));
-        }
-        _mm256_movemask_ps(ok) == 0xFF
     }
 
     /// Computes rows of the fused norm.
@@ -190,7 +175,6 @@ mod avx2_norm {
         mut out: NormOutputs<'_, T>,
     ) {
         let mut s_buf = vec![0f32; h];
-        let gamma_finite = all_finite(gamma);
         let nb = h / BLOCK;
         for r in 0..x.len() / h {
             let base = r * h;
@@ -225,17 +209,13 @@ mod avx2_norm {
             let dv = _mm256_set1_ps(d);
             let inv = _mm256_set1_ps(1.0 / d);
             let np = out.normed.as_deref_mut().map(|n| n.as_mut_ptr().add(base));
-            // No lane of y can be NaN when every s is finite (v finite), 1/d is finite and so
-            // is gamma: |s · inv| ≤ sqrt(H), so n is finite and n · g at worst overflows to
-            // ±Inf. Then rounding to T can skip the NaN quieting.
-            let no_nan = gamma_finite && v.is_finite() && d > 0.0 && (1.0 / d).is_finite();
             let (sp, wp) = (s_buf.as_mut_ptr(), gamma.as_ptr());
             // Whole groups of 8 blocks: y overwrites s in place, then one group quantization.
             let groups = nb / GROUP;
             for g in 0..groups {
                 let off = g * GROUP * BLOCK;
                 for i in (off..off + GROUP * BLOCK).step_by(8) {
-                    let y = normed8::<T, G>(sp, wp, i, dv, inv, attrs, np, no_nan);
+                    let y = normed8::<T, G>(sp, wp, i, dv, inv, attrs, np);
                     _mm256_storeu_ps(sp.add(i), y);
                 }
                 quantize_group8(
@@ -248,10 +228,10 @@ mod avx2_norm {
             for b in groups * GROUP..nb {
                 let i = b * BLOCK;
                 let y = [
-                    normed8::<T, G>(sp, wp, i, dv, inv, attrs, np, no_nan),
-                    normed8::<T, G>(sp, wp, i + 8, dv, inv, attrs, np, no_nan),
-                    normed8::<T, G>(sp, wp, i + 16, dv, inv, attrs, np, no_nan),
-                    normed8::<T, G>(sp, wp, i + 24, dv, inv, attrs, np, no_nan),
+                    normed8::<T, G>(sp, wp, i, dv, inv, attrs, np),
+                    normed8::<T, G>(sp, wp, i + 8, dv, inv, attrs, np),
+                    normed8::<T, G>(sp, wp, i + 16, dv, inv, attrs, np),
+                    normed8::<T, G>(sp, wp, i + 24, dv, inv, attrs, np),
                 ];
                 out.scales[r * nb + b] =
                     quantize_block_avx2(y, out.q.as_mut_ptr().add(base + i), attrs.quant);
