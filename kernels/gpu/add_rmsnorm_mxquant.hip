@@ -7,9 +7,13 @@
 // is read once. gamma is loaded in the first pass too, so its latency overlaps the reduction.
 // Small M wants many lanes per row (short per-lane chains); large M wants few (several blocks per
 // SM): the host picks NCH and B (kernels/src/gpu/launch.rs, bench/gpu/mxgpu.py).
+// S > 1 (Hopper, a cluster of S blocks per row): each block takes 1/S of the row's chunks, so a
+// few rows still spread over many SMs (a lone SM ingests a 6144-wide bf16 row at ~64 B/cycle);
+// the blocks exchange their partial sums of squares through distributed shared memory and every
+// block adds the S partials in rank order, so all compute the same v.
 // Semantics (docs/ops.md): s = round_T(x + r) (or the f32 sum); v = f32(sum_f64(s^2) / H); n = s * (1 / sqrt(v + eps))
 // (or s / sqrt(v + eps)); y = round_T(n * g) (or round_T(round_T(n) * g)); q/scale quantize y as T.
-template <class T, class G, int NCH>
+template <class T, class G, int NCH, int S>
 MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
                                     const typename T::storage* __restrict__ res,
                                     const typename G::storage* __restrict__ gamma,
@@ -17,15 +21,19 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
                                     typename T::storage* __restrict__ res_out,
                                     typename T::storage* __restrict__ normed, int H, float eps,
                                     mx_u32 flags) {
-  const long long row = blockIdx.x;
-  const int chunks = H >> 3;
+  const long long row = blockIdx.x / S;
+  // This block's chunks: [c0, c0 + chunks); the host makes H / 32 a multiple of S, so whole
+  // quantizer groups stay in one block.
+  const int chunks = (H >> 3) / S;
+  const int c0 = (int)(blockIdx.x % S) * chunks;
   const int B = blockDim.x;
-  x += row * H;
-  if (res) res += row * H;
-  if (res_out) res_out += row * H;
-  if (normed) normed += row * H;
-  q += row * H;
-  scale += row * (H >> 5);
+  x += row * H + 8 * c0;
+  gamma += 8 * c0;
+  if (res) res += row * H + 8 * c0;
+  if (res_out) res_out += row * H + 8 * c0;
+  if (normed) normed += row * H + 8 * c0;
+  q += row * H + 8 * c0;
+  scale += row * (H >> 5) + c0 / 4;
 
   float s[NCH][8], g[NCH][8];
   double ss = 0.0;
@@ -63,6 +71,16 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
   double total = lane < warps ? warp_sums[lane] : 0.0;
 #pragma unroll
   for (int o = MX_WARP / 2; o > 0; o >>= 1) total += MX_SHFL_XOR(total, o);
+#if defined(MX_NV_CLUSTER)
+  __shared__ double cluster_part;
+  if (S > 1) {
+    if (threadIdx.x == 0) cluster_part = total;
+    mx_cluster_sync();
+    total = 0.0;
+    for (int r = 0; r < S; ++r) total += mx_dsmem_load(&cluster_part, (mx_u32)r);
+    mx_cluster_arrive();  // done reading the others' cluster_part; waited for at the end
+  }
+#endif
 
   const float v = (float)(total / (double)H);
   const float root = sqrtf(v + eps);
@@ -97,6 +115,9 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
     mx_quant_group8(y, flags, lo, hi, sb);
     if (live) mx_store_group8(q, scale, c, lo, hi, sb);
   }
+#if defined(MX_NV_CLUSTER)
+  if (S > 1) mx_cluster_wait();  // no block leaves while another may still read its partial
+#endif
 }
 
 // Kernel names: mx_add_rmsnorm_quant_<T>[_gf32]_c<NCH>; NCH = 1, 2 (B <= 1024), 3 (B <= 256; slower
@@ -107,7 +128,8 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
       NAME(const T::storage* x, const T::storage* res, const G::storage* gamma, mx_u8* q,      \
            mx_u8* scale, T::storage* res_out, T::storage* normed, int H, float eps,             \
            unsigned flags) {                                                                    \
-    add_rmsnorm_mxquant_row<T, G, NCH>(x, res, gamma, q, scale, res_out, normed, H, eps, flags); \
+    add_rmsnorm_mxquant_row<T, G, NCH, 1>(x, res, gamma, q, scale, res_out, normed, H, eps,    \
+                                          flags);                                               \
   }
 #define MX_DEFINE_NORM(NAME, T, G)                                                              \
   MX_DEFINE_NORM1(NAME##_c1, T, G, 1, 1024)                                                     \
@@ -115,8 +137,27 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
   MX_DEFINE_NORM1(NAME##_c3, T, G, 3, 256)                                                      \
   MX_DEFINE_NORM1(NAME##_c4, T, G, 4, 1024)
 
-MX_DEFINE_NORM(mx_add_rmsnorm_quant_bf16, MxBf16, MxBf16)
-MX_DEFINE_NORM(mx_add_rmsnorm_quant_bf16_gf32, MxBf16, MxF32)
-MX_DEFINE_NORM(mx_add_rmsnorm_quant_f16, MxF16, MxF16)
-MX_DEFINE_NORM(mx_add_rmsnorm_quant_f16_gf32, MxF16, MxF32)
-MX_DEFINE_NORM(mx_add_rmsnorm_quant_f32, MxF32, MxF32)
+// Split rows (one chunk per lane, a cluster of S blocks per row): NAME_c1_s<S>, S = 2, 4, 8; grid
+// rows * S, B = H / (8 S) rounded up to the warp.
+#if defined(MX_NV_CLUSTER)
+#define MX_DEFINE_NORM_S1(NAME, T, G, S)                                                        \
+  extern "C" __global__ void __launch_bounds__(1024) __cluster_dims__(S, 1, 1)                 \
+      NAME(const T::storage* x, const T::storage* res, const G::storage* gamma, mx_u8* q,      \
+           mx_u8* scale, T::storage* res_out, T::storage* normed, int H, float eps,             \
+           unsigned flags) {                                                                    \
+    add_rmsnorm_mxquant_row<T, G, 1, S>(x, res, gamma, q, scale, res_out, normed, H, eps, flags); \
+  }
+#define MX_DEFINE_NORM_SPLIT(NAME, T, G)                                                        \
+  MX_DEFINE_NORM_S1(NAME##_c1_s2, T, G, 2)                                                      \
+  MX_DEFINE_NORM_S1(NAME##_c1_s4, T, G, 4)                                                      \
+  MX_DEFINE_NORM_S1(NAME##_c1_s8, T, G, 8)
+#else
+#define MX_DEFINE_NORM_SPLIT(NAME, T, G)
+#endif
+#define MX_DEFINE_NORM_ALL(NAME, T, G) MX_DEFINE_NORM(NAME, T, G) MX_DEFINE_NORM_SPLIT(NAME, T, G)
+
+MX_DEFINE_NORM_ALL(mx_add_rmsnorm_quant_bf16, MxBf16, MxBf16)
+MX_DEFINE_NORM_ALL(mx_add_rmsnorm_quant_bf16_gf32, MxBf16, MxF32)
+MX_DEFINE_NORM_ALL(mx_add_rmsnorm_quant_f16, MxF16, MxF16)
+MX_DEFINE_NORM_ALL(mx_add_rmsnorm_quant_f16_gf32, MxF16, MxF32)
+MX_DEFINE_NORM_ALL(mx_add_rmsnorm_quant_f32, MxF32, MxF32)

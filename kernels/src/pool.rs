@@ -87,7 +87,8 @@ fn worker(inner: Arc<Inner>) {
     }
 }
 
-/// A fixed set of worker threads plus the calling thread.
+/// A fixed set of worker threads plus the calling thread. Calls from several threads are
+/// serialised; a task must not call `for_each` on the same pool (that would deadlock).
 pub struct ThreadPool {
     inner: Arc<Inner>,
     workers: Vec<JoinHandle<()>>,

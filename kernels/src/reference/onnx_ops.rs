@@ -256,6 +256,12 @@ pub fn rms_normalization(x: &Tensor, scale: &Tensor, epsilon: f32) -> Result<Ten
     })
 }
 
+/// `SimplifiedLayerNormalization` (last axis, stash f32): the same numerics as
+/// [`rms_normalization`].
+pub fn simplified_layer_normalization(x: &Tensor, scale: &Tensor, epsilon: f32) -> Result<Tensor> {
+    rms_normalization(x, scale, epsilon)
+}
+
 /// `MatMul` of `[..., M, K]` by a 2-D `[K, N]`.
 pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let k = a.last_axis()?;
