@@ -1,7 +1,8 @@
 //! Spellings and refusals added after the first rule set: gate/up taken by `Slice`s (halves and
-//! the interleaved even/odd layout), the Skip norm's bias input, an AllReduce with other readers
-//! on the Skip path, and the single-op norms' `stash_type` / `axis`. Each case is a small built
-//! graph; numeric equivalence of the new spellings is checked in `tests/numeric_rules.rs`.
+//! the interleaved even/odd layout; sources the fused op cannot read as one tensor fall back to
+//! `separate`), the Skip norm's bias input, an AllReduce with other readers on the Skip path, and
+//! the single-op norms' `stash_type` / `axis`. Each case is a small built graph; numeric
+//! equivalence of the new spellings is checked in `tests/numeric_rules.rs`.
 
 use graph_rewrites::pattern::predicates::dtype::FLOAT;
 use graph_rewrites::pipeline::{run_pipeline, PipelineOptions, RewriteReport};
@@ -229,64 +230,75 @@ fn slice_1_attributes_are_read() {
     assert_eq!(layout, AttrValue::String("split_halves".into()));
 }
 
+/// Sources the fused op cannot read as one tensor: gate and up are read as they are
+/// (`separate`) and their Slices / Split stay in the graph — a fusion, never a refusal.
 #[test]
-fn refuses_up_on_the_even_elements() {
-    let why = refusal(
-        &slice_model(Src::Slices(sl(1, OPEN_END, 2), sl(0, OPEN_END, 2))),
-        "swiglu_mxquant_matmul",
-    );
-    assert!(
-        why.contains("neither halves nor even/odd") && why.contains("gate: 64 elements from 1"),
-        "{why}"
-    );
-}
-
-#[test]
-fn refuses_overlapping_or_short_slices() {
-    // Two halves that overlap by one element.
-    let why = refusal(
-        &slice_model(Src::Slices(sl(0, I + 1, 1), sl(I, OPEN_END, 1))),
-        "swiglu_mxquant_matmul",
-    );
-    assert!(why.contains("neither halves nor even/odd"), "{why}");
-}
-
-#[test]
-fn refuses_backward_slices() {
-    let why = refusal(
-        &slice_model(Src::Slices(sl(-1, -2 * I - 1, -2), sl(-2, -2 * I - 1, -2))),
-        "swiglu_mxquant_matmul",
-    );
-    assert!(why.contains("step -2"), "{why}");
-}
-
-#[test]
-fn refuses_slicing_another_axis() {
-    let gate = Sl {
-        axes: Some(vec![0]),
-        ..sl(0, 2, 1)
+fn unabsorbable_sources_fuse_as_separate_inputs() {
+    let leak_gate = |mut b: ModelBuilder| {
+        b.output("gate", FLOAT, &[4, I]);
+        b
     };
-    let up = Sl {
-        axes: Some(vec![0]),
-        ..sl(2, 4, 1)
-    };
-    let why = refusal(&slice_model(Src::Slices(gate, up)), "swiglu_mxquant_matmul");
-    assert!(why.contains("only the last axis may be sliced"), "{why}");
+    let cases = [
+        (
+            "up on the even elements",
+            slice_model(Src::Slices(sl(1, OPEN_END, 2), sl(0, OPEN_END, 2))),
+        ),
+        (
+            "halves overlapping by one",
+            slice_model(Src::Slices(sl(0, I + 1, 1), sl(I, OPEN_END, 1))),
+        ),
+        (
+            "backward slices",
+            slice_model(Src::Slices(sl(-1, -2 * I - 1, -2), sl(-2, -2 * I - 1, -2))),
+        ),
+        ("run-time starts", slice_model(Src::RuntimeStarts)),
+        (
+            "a Slice on one side only",
+            slice_model(Src::GateSliceOnly(sl(0, OPEN_END, 2))),
+        ),
+        (
+            "gate Slice also a graph output",
+            leak_gate(slice_model(Src::Slices(
+                sl(0, OPEN_END, 2),
+                sl(1, OPEN_END, 2),
+            ))),
+        ),
+        (
+            "Split output also a graph output",
+            leak_gate(slice_model(Src::SplitAttr(vec![I, I]))),
+        ),
+    ];
+    for (what, b) in cases {
+        let (report, g) = rewrite(&b);
+        assert_eq!(
+            report.counts["swiglu_mxquant_matmul"], 1,
+            "{what}: {report:#?}"
+        );
+        let n = only(&g, "SwiGluMxQuant");
+        assert_eq!(
+            g.attr(n, "layout"),
+            Some(AttrValue::String("separate".into())),
+            "{what}"
+        );
+        let ins: Vec<&str> = g
+            .inputs(n)
+            .iter()
+            .map(|v| g.value_name(v.expect("input")))
+            .collect();
+        assert_eq!(ins, ["gate", "up"], "{what}");
+        let kept = ops(&g)
+            .iter()
+            .filter(|o| *o == "Slice" || *o == "Split")
+            .count();
+        assert!(kept >= 1, "{what}: the gate source stays");
+    }
 }
 
 #[test]
-fn refuses_run_time_slice_bounds() {
-    let why = refusal(&slice_model(Src::RuntimeStarts), "swiglu_mxquant_matmul");
-    assert!(why.contains("not a constant integer tensor"), "{why}");
-}
-
-#[test]
-fn refuses_a_slice_on_one_side_only() {
-    let why = refusal(
-        &slice_model(Src::GateSliceOnly(sl(0, OPEN_END, 2))),
-        "swiglu_mxquant_matmul",
-    );
-    assert!(why.contains("only one of gate and up is a Slice"), "{why}");
+fn split_11_sizes_attribute_is_read() {
+    let (ins, layout) = fused_layout(Src::SplitAttr(vec![I, I]));
+    assert_eq!(ins, ["gu"]);
+    assert_eq!(layout, AttrValue::String("split_halves".into()));
 }
 
 // ---- single-op norms ----
@@ -516,15 +528,4 @@ fn single_op_norms_must_normalize_only_the_last_axis() {
         let why = refusal(&norm_model(norm), NORM);
         assert!(why.contains("not only the last axis"), "{why}");
     }
-}
-
-#[test]
-fn split_11_sizes_attribute_is_read() {
-    let (_, layout) = fused_layout(Src::SplitAttr(vec![I, I]));
-    assert_eq!(layout, AttrValue::String("split_halves".into()));
-    let why = refusal(
-        &slice_model(Src::SplitAttr(vec![I + 32, I - 32])),
-        "swiglu_mxquant_matmul",
-    );
-    assert!(why.contains("are not two halves of 64"), "{why}");
 }

@@ -14,7 +14,8 @@
 //!
 //! Key points:
 //! * Spellings: see [`super::spellings::swiglu`] (activation), [`super::spellings::gate_up`]
-//!   (gate/up sources: Split, Slice halves, Slice even/odd = `layout="interleaved"`) and
+//!   (a Split or Slices producing gate/up, absorbed when the fused op can read their input:
+//!   halves = `split_halves`, even/odd = `interleaved`; otherwise `separate`) and
 //!   [`super::spellings::mx_quant`]; consumers as in `mxquant`.
 //! * `fp32_activation` comes from the session setting `swiglu_fp32_activation` (default 0:
 //!   reproduce the graph's per-op rounding bit-exactly).
@@ -82,6 +83,9 @@ impl Rule for SwigluMxQuantMatMulRule {
             consumers,
         };
         let mut fuse = Fuse::new(params);
+        for n in fuse.params.spec.source.absorbed.clone() {
+            fuse = fuse.also(n, []);
+        }
         fuse = fuse.params.consumers.clone().absorb_into(fuse);
         Ok(fuse)
     }
@@ -89,7 +93,7 @@ impl Rule for SwigluMxQuantMatMulRule {
     fn rewrite(&self, site: &Site, p: Params, e: &mut Emit<'_>) -> Result<(), String> {
         let (q, scale) = quant_outputs(e, site, p.act, p.info.q, p.info.scale);
         let s = &p.spec;
-        let spec = match s.inputs {
+        let spec = match s.source.inputs {
             GateUp::SplitHalves(gu) => e
                 .op("SwiGluMxQuant")
                 .input(gu)

@@ -1,69 +1,47 @@
-//! Where a SwiGLU reads gate and up: the spellings rule `swiglu_mxquant_matmul` accepts.
+//! Where a SwiGLU reads gate and up: the sources rule `swiglu_mxquant_matmul` absorbs.
 //!
-//! Search pattern => (gate, up) from one fused `gate_up [..., 2I]` tensor, or two separate values
+//! Search pattern => gate, up: any two values; then, walking back from them,
 //!
 //! ```text
-//! gate, up = Split(gate_up, axis=-1)                        halves, gate first  ⇒ split_halves
-//! gate = Slice(gate_up, 0, I, -1),  up = Slice(gate_up, I, 2I, -1)       halves ⇒ split_halves
-//! gate = Slice(gate_up, 0, END, -1, 2), up = Slice(gate_up, 1, END, -1, 2)  even/odd ⇒ interleaved
-//! gate, up = any two values of the same shape                                   ⇒ separate
+//! gate, up = Split(gate_up, axis=-1) halves, gate first                      ⇒ split_halves(gate_up)
+//! gate = Slice(gate_up, 0, I, -1),      up = Slice(gate_up, I, 2I, -1)       ⇒ split_halves(gate_up)
+//! gate = Slice(gate_up, 0, END, -1, 2), up = Slice(gate_up, 1, END, -1, 2)   ⇒ interleaved(gate_up)
+//! anything else                                                              ⇒ separate(gate, up)
 //! ```
 //!
 //! Key points:
+//! * The Split / Slices are found by walking back from gate and up (not declared in the
+//!   pattern), so a source the fused op cannot read as one tensor is never a refusal: the fused
+//!   op reads gate and up as they are (`separate`) and the Split / Slices stay in the graph.
+//!   They are absorbed only when every reader of their outputs is inside the fusion.
 //! * A Slice is read as the exact index set it selects along the last axis (start, step, count
 //!   after ONNX's clamping of negative and out-of-range bounds), so every equivalent spelling
 //!   (`ends = INT64_MAX`, `ends = 2I`, `starts = -2I`, ...) is recognised and nothing else is.
 //! * Slice bounds must be constants; a Slice may also list other axes if it keeps them whole
 //!   (start 0, end past any size, step 1: torch's `x[:, :, 0::2]`). Slice-1 (attributes) and
-//!   Slice-10+ (inputs) are both read.
-//! * Both gate and up must come from the same spelling of the same tensor: a Slice on one side
-//!   only is refused (the Slice would be removed with the fusion).
+//!   Slice-10+ (inputs) are both read; Split sizes from input 1 or the Split-2/11 attribute.
 //!
-//! Not handled: Split into unequal parts or with up first, up on the even elements, a gate/up
-//! split along another axis, Slice bounds computed at run time.
+//! Not absorbed (read as `separate`): a Split into unequal parts, more than two parts or with
+//! up first; up on the even elements; Slices of another axis or with run-time bounds; a
+//! Split / Slice output read outside the fusion.
 
 use crate::pattern::opsets::since_version;
-use crate::pattern::predicates::{attr_int, dtype, values_i64};
-use crate::pattern::{Match, OpId, Pat, Reject, N, V};
-use crate::reject;
+use crate::pattern::predicates::{attr_int, values_i64};
+use crate::pattern::{Match, Pat, V};
 use crate::view::{AttrValue, Dim, GraphView, NodeId, ValueId, ONNX_DOMAIN};
 
-/// Handles of the gate/up subpattern.
+/// Handles of the gate/up values.
 #[derive(Clone, Copy, Debug)]
 pub struct GateUpPat {
-    /// The fused `[..., 2I]` tensor (bound when a Split or a Slice matched).
-    pub gate_up: V,
     pub gate: V,
     pub up: V,
-    pub split: N,
-    pub slice_gate: N,
-    pub slice_up: N,
 }
 
-fn onnx(op: &'static str) -> OpId {
-    OpId::new(ONNX_DOMAIN, op)
-}
-
-/// Declares the gate/up sources: Split halves, two Slices of one tensor, or two free values.
+/// Declares gate and up (their sources are found by [`check_gate_up`]).
 pub fn gate_up(p: &mut Pat) -> GateUpPat {
-    let gate_up = p.input("gate_up");
-    // Split sizes and Slice bounds are optional / constant inputs: the check reads them.
-    let split = p.op(onnx("Split")).args([gate_up]).extra_inputs().node();
-    let (half0, half1) = (p.out(split, 0), p.out(split, 1));
-    let slice_gate = p.op(onnx("Slice")).args([gate_up]).extra_inputs().node();
-    let slice_up = p.op(onnx("Slice")).args([gate_up]).extra_inputs().node();
-    let (sliced_gate, sliced_up) = (p.out(slice_gate, 0), p.out(slice_up, 0));
-    let gate_in = p.input("gate");
-    let up_in = p.input("up");
-    let gate = p.any_of("swiglu_gate", [half0, sliced_gate, gate_in]);
-    let up = p.any_of("swiglu_up", [half1, sliced_up, up_in]);
     GateUpPat {
-        gate_up,
-        gate,
-        up,
-        split,
-        slice_gate,
-        slice_up,
+        gate: p.input("gate"),
+        up: p.input("up"),
     }
 }
 
@@ -88,127 +66,114 @@ impl GateUp {
     }
 }
 
-fn elem(g: &dyn GraphView, v: ValueId) -> i32 {
-    g.tensor_info(v).map(|i| i.elem_type).unwrap_or(0)
+/// What the fused op reads, and the Split / Slice nodes it absorbs to read it.
+#[derive(Clone, Debug)]
+pub struct GateUpSource {
+    pub inputs: GateUp,
+    pub absorbed: Vec<NodeId>,
 }
 
 fn shape(g: &dyn GraphView, v: ValueId) -> Option<Vec<Dim>> {
     g.tensor_info(v).and_then(|i| i.shape)
 }
 
-/// gate/up as one fused input (Split or Slices) or two separate ones. `t` and `i` are the
-/// activation's dtype and last dim.
-pub fn check_gate_up(m: &Match<'_>, h: &GateUpPat, t: i32, i: i64) -> Result<GateUp, Reject> {
+/// gate/up as one fused tensor (behind a Split or two Slices the fusion can absorb) or as two
+/// separate values. `t` and `i` are the activation's dtype and last dim (gate/up are `[..., i]`
+/// of `t`, already checked).
+pub fn check_gate_up(m: &Match<'_>, h: &GateUpPat, t: i32, i: i64) -> GateUpSource {
     let g = m.graph();
-    let fused = if let Some(split) = m.node(h.split) {
-        split_halves(m, h, split, i)?
-    } else {
-        match (m.node(h.slice_gate), m.node(h.slice_up)) {
-            (None, None) => {
-                return Ok(GateUp::Separate {
-                    gate: m[h.gate],
-                    up: m[h.up],
-                })
-            }
-            (Some(sg), Some(su)) => sliced(m, h, sg, su, i)?,
-            (sg, su) => {
-                let n = sg
-                    .or(su)
-                    .ok_or_else(|| reject!("internal: no Slice bound"))?;
-                return Err(reject!(
-                    "only one of gate and up is a Slice ('{}') of '{}': both must slice the same tensor",
-                    g.node_name(n),
-                    g.value_name(m[h.gate_up])
-                ));
-            }
-        }
+    let (gate, up) = (m[h.gate], m[h.up]);
+    let fused = match (g.producer(gate), g.producer(up)) {
+        (Some((pg, 0)), Some((pu, 1))) if pg == pu => split_halves(m, pg, t, i),
+        (Some((pg, 0)), Some((pu, 0))) if pg != pu => sliced(m, pg, pu, t, i),
+        _ => None,
     };
-    let gu = m[h.gate_up];
-    if elem(g, gu) != t || shape(g, gu).and_then(|s| s.last().cloned()) != Some(Dim::Known(2 * i)) {
-        return Err(reject!(
-            "gate/up source '{}' is not [..., {}] of {}",
-            g.value_name(gu),
-            2 * i,
-            dtype::name(t)
-        ));
-    }
-    Ok(fused)
+    fused.unwrap_or(GateUpSource {
+        inputs: GateUp::Separate { gate, up },
+        absorbed: Vec::new(),
+    })
 }
 
-/// `Split(gate_up)` into exactly (gate, up), two halves of the last axis.
-fn split_halves(m: &Match<'_>, h: &GateUpPat, split: NodeId, i: i64) -> Result<GateUp, Reject> {
+/// Whether `v` disappears with the fusion: read only by matched nodes, not a graph output.
+fn read_only_inside(m: &Match<'_>, v: ValueId) -> bool {
     let g = m.graph();
-    let name = g.node_name(split);
+    let inside = m.nodes();
+    !g.is_graph_output(v) && g.consumers(v).iter().all(|(c, _)| inside.contains(c))
+}
+
+/// Whether `gu` can be the fused op's one input: `[..., 2i]` of `t`.
+fn fused_tensor_ok(g: &dyn GraphView, gu: ValueId, t: i32, i: i64) -> bool {
+    let ok_type = g.tensor_info(gu).is_some_and(|x| x.elem_type == t);
+    ok_type && shape(g, gu).and_then(|s| s.last().cloned()) == Some(Dim::Known(2 * i))
+}
+
+fn is_onnx(g: &dyn GraphView, n: NodeId, op: &str) -> bool {
+    g.domain(n) == ONNX_DOMAIN && g.op_type(n) == op
+}
+
+/// `Split(gate_up)` into exactly two halves of the last axis, (gate, up) in that order.
+fn split_halves(m: &Match<'_>, split: NodeId, t: i32, i: i64) -> Option<GateUpSource> {
+    let g = m.graph();
     let outs = g.outputs(split);
-    if outs.len() != 2 || outs[0] != m[h.gate] || outs[1] != m[h.up] {
-        return Err(reject!(
-            "Split '{name}' must give exactly (gate, up) in that order"
-        ));
+    if !is_onnx(g, split, "Split") || outs.len() != 2 {
+        return None;
     }
-    let gu = m[h.gate_up];
-    let rank = shape(g, gu).map(|s| s.len()).unwrap_or(0);
-    let axis = attr_int(g.attr(split, "axis"), 0).unwrap_or(i64::MIN);
+    let (gate, up) = (outs[0], outs[1]);
+    let gu = g.inputs(split).first().copied().flatten()?;
+    let rank = shape(g, gu).map_or(0, |s| s.len());
+    let axis = attr_int(g.attr(split, "axis"), 0)?;
     if rank == 0 || !(axis == -1 || axis == rank as i64 - 1) {
-        return Err(reject!(
-            "Split '{name}' splits axis {axis}, not the last axis"
-        ));
+        return None;
     }
     // Sizes: input 1 (Split-13+) or the `split` attribute (Split-2/11); absent = equal parts.
     let sizes = match (
         g.inputs(split).get(1).copied().flatten(),
         g.attr(split, "split"),
     ) {
-        (Some(v), _) => Some(g.const_value(v).and_then(|c| values_i64(&c))),
-        (None, Some(AttrValue::Ints(a))) => Some(Some(a)),
-        (None, Some(_)) => Some(None),
+        (Some(v), _) => Some(g.const_value(v).and_then(|c| values_i64(&c))?),
+        (None, Some(AttrValue::Ints(a))) => Some(a),
+        (None, Some(_)) => return None,
         (None, None) => None,
     };
-    if let Some(sizes) = sizes {
-        if sizes.as_deref() != Some(&[i, i]) {
-            return Err(reject!(
-                "Split '{name}' sizes {sizes:?} are not two halves of {i}"
-            ));
-        }
-    }
-    Ok(GateUp::SplitHalves(gu))
+    let halves = sizes.is_none_or(|s| s == [i, i]);
+    let absorbable = read_only_inside(m, gate) && read_only_inside(m, up);
+    (halves && absorbable && fused_tensor_ok(g, gu, t, i)).then(|| GateUpSource {
+        inputs: GateUp::SplitHalves(gu),
+        absorbed: vec![split],
+    })
 }
 
 /// Two Slices of one tensor: halves or even/odd elements of the last axis, gate first.
-fn sliced(m: &Match<'_>, h: &GateUpPat, sg: NodeId, su: NodeId, i: i64) -> Result<GateUp, Reject> {
+fn sliced(m: &Match<'_>, sg: NodeId, su: NodeId, t: i32, i: i64) -> Option<GateUpSource> {
     let g = m.graph();
-    let gu = m[h.gate_up];
-    if sg == su {
-        return Err(reject!(
-            "gate and up are the same Slice '{}'",
-            g.node_name(sg)
-        ));
+    if !is_onnx(g, sg, "Slice") || !is_onnx(g, su, "Slice") {
+        return None;
     }
-    let rank = shape(g, gu).map(|s| s.len()).unwrap_or(0);
-    if rank == 0 {
-        return Err(reject!(
-            "sliced tensor '{}' has no known rank",
-            g.value_name(gu)
-        ));
+    let gu = g.inputs(sg).first().copied().flatten()?;
+    if g.inputs(su).first().copied().flatten() != Some(gu) || !fused_tensor_ok(g, gu, t, i) {
+        return None;
     }
-    let (gr, ur) = (
+    let absorbable = [sg, su]
+        .iter()
+        .all(|n| g.outputs(*n).iter().all(|v| read_only_inside(m, *v)));
+    let rank = shape(g, gu).map_or(0, |s| s.len());
+    let ranges = (
         last_axis_range(g, sg, rank, 2 * i)?,
         last_axis_range(g, su, rank, 2 * i)?,
     );
     let halves = (LastAxisRange::new(0, 1, i), LastAxisRange::new(i, 1, i));
     let interleaved = (LastAxisRange::new(0, 2, i), LastAxisRange::new(1, 2, i));
-    if (gr, ur) == halves {
-        Ok(GateUp::SplitHalves(gu))
-    } else if (gr, ur) == interleaved {
-        Ok(GateUp::Interleaved(gu))
+    let inputs = if ranges == halves {
+        GateUp::SplitHalves(gu)
+    } else if ranges == interleaved {
+        GateUp::Interleaved(gu)
     } else {
-        Err(reject!(
-            "Slices '{}' (gate: {gr}) and '{}' (up: {ur}) of '{}' are neither halves nor even/odd elements of {} (gate first)",
-            g.node_name(sg),
-            g.node_name(su),
-            g.value_name(gu),
-            2 * i
-        ))
-    }
+        return None;
+    };
+    absorbable.then(|| GateUpSource {
+        inputs,
+        absorbed: vec![sg, su],
+    })
 }
 
 /// The elements a Slice selects along the last axis: `start, start + step, ...`, `count` of them.
@@ -225,16 +190,6 @@ impl LastAxisRange {
     }
 }
 
-impl std::fmt::Display for LastAxisRange {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} elements from {} step {}",
-            self.count, self.start, self.step
-        )
-    }
-}
-
 /// Slice bounds, one entry per sliced axis.
 struct SliceBounds {
     starts: Vec<i64>,
@@ -247,9 +202,9 @@ struct SliceBounds {
 /// (exporters write INT64_MAX or INT32_MAX).
 const TO_THE_END: i64 = i32::MAX as i64;
 
-/// Reads a Slice's bounds from its attributes (Slice-1) or constant inputs (Slice-10+).
-fn slice_bounds(g: &dyn GraphView, n: NodeId) -> Result<SliceBounds, Reject> {
-    let name = g.node_name(n);
+/// Reads a Slice's bounds from its attributes (Slice-1) or constant inputs (Slice-10+); `None`
+/// when they are not constants or not consistent.
+fn slice_bounds(g: &dyn GraphView, n: NodeId) -> Option<SliceBounds> {
     let ints = |a: Option<AttrValue>| match a {
         Some(AttrValue::Ints(v)) => Some(v),
         _ => None,
@@ -259,26 +214,14 @@ fn slice_bounds(g: &dyn GraphView, n: NodeId) -> Result<SliceBounds, Reject> {
         let ends = ints(g.attr(n, "ends"));
         (starts, ends, ints(g.attr(n, "axes")), None)
     } else {
-        let input = |slot: usize| -> Result<Option<Vec<i64>>, Reject> {
-            match g.inputs(n).get(slot).copied().flatten() {
-                None => Ok(None),
-                Some(v) => g
-                    .const_value(v)
-                    .and_then(|c| values_i64(&c))
-                    .map(Some)
-                    .ok_or_else(|| {
-                        reject!(
-                            "Slice '{name}' input {slot} '{}' is not a constant integer tensor",
-                            g.value_name(v)
-                        )
-                    }),
-            }
+        // An absent optional input is `Some(None)`; a present one must be a constant.
+        let input = |slot: usize| match g.inputs(n).get(slot).copied().flatten() {
+            None => Some(None),
+            Some(v) => g.const_value(v).and_then(|c| values_i64(&c)).map(Some),
         };
         (input(1)?, input(2)?, input(3)?, input(4)?)
     };
-    let (Some(starts), Some(ends)) = (starts, ends) else {
-        return Err(reject!("Slice '{name}' has no starts/ends"));
-    };
+    let (starts, ends) = (starts?, ends?);
     let axes = axes.unwrap_or_else(|| (0..starts.len() as i64).collect());
     let steps = steps.unwrap_or_else(|| vec![1; starts.len()]);
     let k = starts.len();
@@ -286,12 +229,8 @@ fn slice_bounds(g: &dyn GraphView, n: NodeId) -> Result<SliceBounds, Reject> {
     seen.sort_unstable();
     seen.dedup();
     // (Repeated axes are invalid ONNX; `-1` and `rank - 1` repeating each other is caught below.)
-    if ends.len() != k || axes.len() != k || steps.len() != k || seen.len() != k {
-        return Err(reject!(
-            "Slice '{name}' starts/ends/axes/steps have different lengths or repeat an axis"
-        ));
-    }
-    Ok(SliceBounds {
+    let consistent = ends.len() == k && axes.len() == k && steps.len() == k && seen.len() == k;
+    consistent.then_some(SliceBounds {
         starts,
         ends,
         axes,
@@ -299,15 +238,9 @@ fn slice_bounds(g: &dyn GraphView, n: NodeId) -> Result<SliceBounds, Reject> {
     })
 }
 
-/// The last-axis range a Slice selects from a rank-`rank` tensor whose last dim is `dim`;
-/// every other sliced axis must be kept whole.
-fn last_axis_range(
-    g: &dyn GraphView,
-    n: NodeId,
-    rank: usize,
-    dim: i64,
-) -> Result<LastAxisRange, Reject> {
-    let name = g.node_name(n);
+/// The last-axis range a Slice selects from a rank-`rank` tensor whose last dim is `dim`; `None`
+/// unless every other sliced axis is kept whole and the step is positive.
+fn last_axis_range(g: &dyn GraphView, n: NodeId, rank: usize, dim: i64) -> Option<LastAxisRange> {
     let b = slice_bounds(g, n)?;
     let mut range = LastAxisRange::new(0, 1, dim);
     let mut last_seen = false;
@@ -318,27 +251,18 @@ fn last_axis_range(
             b.axes[k]
         };
         if rank == 0 || !(0..rank as i64).contains(&axis) {
-            return Err(reject!(
-                "Slice '{name}' axis {} is out of range for rank {rank}",
-                b.axes[k]
-            ));
+            return None;
         }
         let (start, end, step) = (b.starts[k], b.ends[k], b.steps[k]);
         if axis != rank as i64 - 1 {
             if start != 0 || end < TO_THE_END || step != 1 {
-                return Err(reject!(
-                    "Slice '{name}' also slices axis {axis}: only the last axis may be sliced"
-                ));
+                return None;
             }
             continue;
         }
-        if std::mem::replace(&mut last_seen, true) {
-            return Err(reject!("Slice '{name}' names the last axis twice"));
-        }
-        if step <= 0 {
-            return Err(reject!(
-                "Slice '{name}' has step {step}: only forward slices are fused"
-            ));
+        // `-1` and `rank - 1` both naming the last axis (invalid ONNX), or a backward slice.
+        if std::mem::replace(&mut last_seen, true) || step <= 0 {
+            return None;
         }
         // ONNX: negative bounds count from the end, then clamp to [0, dim] (positive steps).
         let clamp = |v: i64| if v < 0 { v.saturating_add(dim) } else { v }.clamp(0, dim);
@@ -346,5 +270,5 @@ fn last_axis_range(
         let count = if e > s { (e - s + step - 1) / step } else { 0 };
         range = LastAxisRange::new(s, step, count);
     }
-    Ok(range)
+    Some(range)
 }

@@ -3,8 +3,8 @@
 //! Search pattern => act = SwiGLU(gate, up), spelled as any of
 //!
 //! ```text
-//! gate, up = Split(gate_up) halves | Slice halves | Slice even/odd | two separate values
-//!            (see [`super::gate_up`])
+//! gate, up = any two values; a Split / two Slices behind them are absorbed when the fused op
+//!            can read their input instead (see [`super::gate_up`])
 //! SiLU·up:    Sigmoid(g) ─ Mul(g, σ) ─ Mul(·, up)
 //! SwiGLU-OAI: g = Clip(gate, max=L) | Min(gate, L);  u = Clip(up, -L, L) ─ Add(β)
 //!             Mul(g, α) ─ Sigmoid ─ Mul(g, σ) ─ Mul(·, u)
@@ -22,7 +22,7 @@
 //! Not handled: gate/up forms listed in [`super::gate_up`], Casts inside the activation, a Clip
 //! on the gate with a lower bound.
 
-use super::gate_up::{check_gate_up, gate_up, GateUp, GateUpPat};
+use super::gate_up::{check_gate_up, gate_up, GateUpPat, GateUpSource};
 use crate::pattern::predicates::{attr_float, dtype, scalar_f64};
 use crate::pattern::{Match, OpId, Pat, Reject, N, V};
 use crate::reject;
@@ -112,7 +112,8 @@ pub fn swiglu(p: &mut Pat) -> SwigluPat {
 /// What the matched activation computes, as `SwiGluMxQuant` attributes.
 #[derive(Clone, Debug)]
 pub struct SwigluSpec {
-    pub inputs: GateUp,
+    /// What the fused op reads, and the Split / Slices it absorbs.
+    pub source: GateUpSource,
     /// `"silu"` or `"oai"`.
     pub activation: &'static str,
     pub alpha: f32,
@@ -158,14 +159,15 @@ fn clip_bound(g: &dyn GraphView, n: NodeId, slot: usize) -> Result<Option<f64>, 
 pub fn check_swiglu(m: &Match<'_>, h: &SwigluPat, t: i32, i: i64) -> Result<SwigluSpec, Reject> {
     let g = m.graph();
     let (gate, up) = (m[h.src.gate], m[h.src.up]);
-    let inputs = check_gate_up(m, &h.src, t, i)?;
     // e.g. act = silu(g)·σ(g): "up" would be the Sigmoid the fusion removes.
-    if let Some(v) = inputs.values().into_iter().find(|v| m.produces_inside(*v)) {
-        return Err(reject!(
+    let inside = |vs: Vec<ValueId>| match vs.into_iter().find(|v| m.produces_inside(*v)) {
+        Some(v) => Err(reject!(
             "fused input '{}' is computed inside the fusion",
             g.value_name(v)
-        ));
-    }
+        )),
+        None => Ok(()),
+    };
+    inside(vec![gate, up])?;
     for v in [gate, up] {
         if elem(g, v) != t {
             return Err(reject!(
@@ -187,8 +189,10 @@ pub fn check_swiglu(m: &Match<'_>, h: &SwigluPat, t: i32, i: i64) -> Result<Swig
             g.value_name(up)
         ));
     }
+    let source = check_gate_up(m, &h.src, t, i);
+    inside(source.inputs.values())?;
     let mut spec = SwigluSpec {
-        inputs,
+        source,
         activation: "silu",
         alpha: 1.0,
         limit: 7.0,
