@@ -1,0 +1,367 @@
+//! The plugin EP's GPU device, end to end through `ort` (ONNX Runtime 1.31, `load-dynamic`).
+//!
+//! * Without a GPU stack: the factory offers exactly the CPU device and says why in one stderr
+//!   line; with `MXFUSE_EP_TEST_DEVICE_MEMORY=host` the CPU device registers host memory posing as
+//!   GPU memory, so ORT's device-memory plumbing (our allocator, data transfer and Memcpy kernels,
+//!   the copies ORT inserts around our nodes) runs here and must give the CPU device's bits.
+//! * With a GPU (CUDA driver + NVRTC or HIP + hipRTC): a tiny MiniMax-M3-shaped decoder from
+//!   `models` runs with the EP on the GPU device and on the CPU device; outputs agree within the
+//!   GEMM accumulation tolerance; ORT's log shows our fused nodes (and the Memcpy nodes of device
+//!   memory). Ops without a GPU kernel and `world_size > 1` are session-creation errors.
+//!
+//! Tests that need a fresh process (the env var above, a captured stderr) re-run this binary
+//! with `--exact <test>` and `MXFUSE_EP_GPU_CHILD=1`.
+//!
+//! Environment: `ORT_DYLIB_PATH` (else the pip wheel's library, found through python3),
+//! `MXFUSE_EP_LIB` (else the newer of target/{release,debug}/libmxfuse_ep.so). Used as they are by
+//! bench/gpu/ep_gpu_check.sh on the GPU machine (prebuilt binary, no toolchain there).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use ort::environment::Environment;
+use ort::logging::LogLevel;
+use ort::memory::DeviceType;
+use ort::session::Session;
+use ort::value::Tensor;
+use prost::Message;
+
+const EP_NAME: &str = "MxFuseExecutionProvider";
+const CHILD: &str = "MXFUSE_EP_GPU_CHILD";
+const TEST_MEMORY: &str = "MXFUSE_EP_TEST_DEVICE_MEMORY";
+/// Where a child writes its outputs for the parent to compare.
+const CHILD_OUT: &str = "MXFUSE_EP_GPU_CHILD_OUT";
+
+fn ort_dylib() -> PathBuf {
+    if let Some(p) = std::env::var_os("ORT_DYLIB_PATH") {
+        return p.into();
+    }
+    let out = Command::new("python3")
+        .args(["-c", "import onnxruntime, os, glob; d = os.path.dirname(onnxruntime.__file__) + '/capi/'; print(sorted(glob.glob(d + 'libonnxruntime.so*'))[0])"])
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "set ORT_DYLIB_PATH or install onnxruntime: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+fn provider_lib() -> PathBuf {
+    if let Some(p) = std::env::var_os("MXFUSE_EP_LIB") {
+        return p.into();
+    }
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
+    ["release", "debug"]
+        .iter()
+        .map(|p| target.join(p).join("libmxfuse_ep.so"))
+        .filter(|p| p.is_file())
+        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
+        .expect("set MXFUSE_EP_LIB or run `cargo build -p provider`")
+}
+
+/// One environment per process, with the plugin EP registered.
+fn env() -> &'static Environment {
+    static ENV: OnceLock<Environment> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let env = ort::init_from(ort_dylib())
+            .expect("load libonnxruntime")
+            .with_name("mxfuse-ep-gpu-tests")
+            .build()
+            .expect("environment");
+        env.register_ep_library(EP_NAME, provider_lib())
+            .expect("register the plugin EP");
+        env
+    })
+}
+
+/// Whether this machine has a GPU stack the EP can use (the same probe the EP makes).
+fn gpu_present() -> bool {
+    !std::env::var("MXFUSE_GPU").is_ok_and(|v| v == "off" || v == "0")
+        && matches!(kernels::gpu::driver::Driver::load(), Ok(Ok(_)))
+}
+
+/// Our EP's devices of type `ty`.
+fn ep_devices(ty: DeviceType) -> Vec<ort::device::Device<'static>> {
+    env()
+        .devices()
+        .filter(|d| d.ep().map(|n| n == EP_NAME).unwrap_or(false))
+        .filter(|d| d.hardware_device().ty() == ty)
+        .collect()
+}
+
+/// The tiny MiniMax-M3-shaped decoder layer (`models` fixture `dynamo_f32_floor`: f32, hidden
+/// 64, fused norm + SwiGLU-OAI + MX GEMMs), built in memory.
+fn model() -> Vec<u8> {
+    let fx = models::catalog::fixtures()
+        .into_iter()
+        .find(|f| f.name == "dynamo_f32_floor")
+        .expect("fixture config");
+    models::model_proto(&fx.cfg)
+        .expect("model builds")
+        .encode_to_vec()
+}
+
+/// ORT's log lines of one session (verbose: node placement lists every node and its EP).
+type Log = Arc<Mutex<Vec<String>>>;
+
+fn session(
+    ty: DeviceType,
+    model: &[u8],
+    options: &[(&str, &str)],
+    log: Option<Log>,
+) -> ort::Result<Session> {
+    let devices = ep_devices(ty);
+    assert!(!devices.is_empty(), "no {ty:?} device for {EP_NAME}");
+    let options: Vec<(String, String)> = options
+        .iter()
+        .map(|(k, v)| (format!("{EP_NAME}.{k}"), v.to_string()))
+        .collect();
+    let mut b = Session::builder(env())?.with_devices(devices.into_iter(), Some(&options))?;
+    if let Some(log) = log {
+        b = b.with_log_level(LogLevel::Verbose)?.with_logger(Arc::new(
+            move |_lvl: LogLevel, _cat: &str, _id: &str, _loc: &str, msg: &str| {
+                if let Ok(mut l) = log.lock() {
+                    l.push(msg.to_string());
+                }
+            },
+        ))?;
+    }
+    b.commit_from_memory(model)
+}
+
+/// Runs on a deterministic `hidden_states [2, 3, 64]`; every output as f32.
+fn run(session: &mut Session) -> Vec<Vec<f32>> {
+    let data: Vec<f32> = (0..2 * 3 * 64)
+        .map(|i| ((i * 7919 % 257) as f32 - 128.0) / 37.0)
+        .collect();
+    let input = Tensor::from_array(([2usize, 3, 64], data)).expect("tensor");
+    let outputs = session
+        .run(ort::inputs!["hidden_states" => input])
+        .expect("run");
+    outputs
+        .iter()
+        .map(|(_, v)| {
+            v.try_extract_tensor::<f32>()
+                .expect("f32 output")
+                .1
+                .to_vec()
+        })
+        .collect()
+}
+
+/// Re-runs test `name` of this binary in a child process with `vars`; returns its stderr.
+fn run_child(name: &str, vars: &[(&str, &str)]) -> String {
+    let mut cmd = Command::new(std::env::current_exe().expect("test binary path"));
+    cmd.args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1");
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("child runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "child {name} failed:\n{stdout}\n{stderr}"
+    );
+    stderr
+}
+
+fn is_child() -> bool {
+    std::env::var_os(CHILD).is_some()
+}
+
+fn to_bytes(outputs: &[Vec<f32>]) -> Vec<u8> {
+    outputs
+        .iter()
+        .flat_map(|o| {
+            let mut v = (o.len() as u64).to_le_bytes().to_vec();
+            v.extend(o.iter().flat_map(|x| x.to_bits().to_le_bytes()));
+            v
+        })
+        .collect()
+}
+
+fn placed_on_ep(log: &Log) -> bool {
+    log.lock()
+        .map(|l| l.iter().any(|m| m.contains(EP_NAME)))
+        .unwrap_or(false)
+}
+
+fn log_mentions(log: &Log, what: &str) -> bool {
+    log.lock()
+        .map(|l| l.iter().any(|m| m.contains(what)))
+        .unwrap_or(false)
+}
+
+#[test]
+fn without_a_gpu_only_the_cpu_device_is_offered_and_a_line_says_why() {
+    if gpu_present() {
+        eprintln!("skipped: this machine has a GPU stack");
+        return;
+    }
+    let devices: Vec<_> = env()
+        .devices()
+        .filter(|d| d.ep().map(|n| n == EP_NAME).unwrap_or(false))
+        .collect();
+    assert_eq!(devices.len(), 1, "exactly one device for {EP_NAME}");
+    assert_eq!(devices[0].hardware_device().ty(), DeviceType::CPU);
+    if is_child() {
+        return;
+    }
+    let stderr = run_child(
+        "without_a_gpu_only_the_cpu_device_is_offered_and_a_line_says_why",
+        &[],
+    );
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("mxfuse: no GPU runtime ("))
+        .collect();
+    assert_eq!(lines.len(), 1, "one log line expected:\n{stderr}");
+    assert!(
+        lines[0].ends_with("): using the CPU kernels"),
+        "{}",
+        lines[0]
+    );
+    // Asking for the GPU anyway is a clear session-creation error, not a crash.
+    let err = match session(DeviceType::CPU, &model(), &[("device", "gpu")], None) {
+        Ok(_) => panic!("device=gpu without a GPU must be refused"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("device=gpu") && err.contains("no GPU runtime"),
+        "{err}"
+    );
+}
+
+#[test]
+fn emulated_device_memory_gives_the_cpu_device_bits() {
+    if !is_child() {
+        let reference = run(&mut session(DeviceType::CPU, &model(), &[], None).expect("CPU"));
+        let out = std::env::temp_dir().join(format!("mxfuse_ep_gpu_{}.bin", std::process::id()));
+        let out_s = out.to_string_lossy().into_owned();
+        run_child(
+            "emulated_device_memory_gives_the_cpu_device_bits",
+            &[(TEST_MEMORY, "host"), (CHILD_OUT, &out_s)],
+        );
+        let got = std::fs::read(&out).expect("child output");
+        let _ = std::fs::remove_file(&out);
+        assert_eq!(got, to_bytes(&reference), "device-memory run differs");
+        return;
+    }
+    if std::env::var(TEST_MEMORY).ok().as_deref() != Some("host") {
+        return; // run as a child of another test
+    }
+    let log: Log = Arc::default();
+    let mut s = session(DeviceType::CPU, &model(), &[], Some(log.clone()))
+        .expect("session with device memory");
+    let outputs = run(&mut s);
+    assert!(placed_on_ep(&log), "no node placed on {EP_NAME}");
+    // Our nodes live in device memory: ORT copies around them with our Memcpy kernels.
+    assert!(log_mentions(&log, "MemcpyFromHost"), "no MemcpyFromHost");
+    assert!(log_mentions(&log, "MemcpyToHost"), "no MemcpyToHost");
+    if let Ok(path) = std::env::var(CHILD_OUT) {
+        std::fs::write(path, to_bytes(&outputs)).expect("write outputs");
+    }
+}
+
+/// `a` (GPU) against `b` (CPU): GEMM sums run in another order on the GPU, and a quantizer
+/// downstream may then round an element to the neighbouring E4M3 value; errors are measured
+/// against each output's largest magnitude.
+fn assert_close(a: &[Vec<f32>], b: &[Vec<f32>]) {
+    assert_eq!(a.len(), b.len());
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert_eq!(x.len(), y.len(), "output {i} size");
+        let scale = y.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
+        let errs: Vec<f32> = x
+            .iter()
+            .zip(y)
+            .map(|(p, q)| (p - q).abs() / scale)
+            .collect();
+        let max = errs.iter().cloned().fold(0.0f32, f32::max);
+        let mean = errs.iter().sum::<f32>() / errs.len().max(1) as f32;
+        eprintln!(
+            "output {i}: {} values, max rel err {max:.2e}, mean {mean:.2e}",
+            x.len()
+        );
+        assert!(x.iter().all(|v| v.is_finite()), "output {i} not finite");
+        assert!(
+            max <= 5e-2 && mean <= 2e-3,
+            "output {i}: max {max}, mean {mean}"
+        );
+    }
+}
+
+#[test]
+fn gpu_device_matches_the_cpu_device() {
+    if !gpu_present() {
+        eprintln!("skipped: no GPU stack (CUDA driver + NVRTC or HIP + hipRTC)");
+        return;
+    }
+    let model = model();
+    let cpu = run(&mut session(DeviceType::CPU, &model, &[], None).expect("CPU session"));
+    let log: Log = Arc::default();
+    let on_gpu_device = !ep_devices(DeviceType::GPU).is_empty();
+    let mut s = if on_gpu_device {
+        eprintln!("EP on the GPU OrtEpDevice (device memory)");
+        session(DeviceType::GPU, &model, &[], Some(log.clone())).expect("GPU-device session")
+    } else {
+        eprintln!("ONNX Runtime lists no GPU device: EP on the CPU device with device=gpu");
+        session(
+            DeviceType::CPU,
+            &model,
+            &[("device", "gpu")],
+            Some(log.clone()),
+        )
+        .expect("device=gpu session")
+    };
+    let gpu = run(&mut s);
+    assert!(placed_on_ep(&log), "no node placed on {EP_NAME}");
+    if on_gpu_device {
+        assert!(log_mentions(&log, "MemcpyFromHost"), "no MemcpyFromHost");
+    }
+    assert_close(&gpu, &cpu);
+    // Repeated runs reuse the compiled program and the uploaded weights.
+    assert_eq!(run(&mut s), gpu, "second run differs");
+}
+
+#[test]
+fn gpu_session_errors_are_clear() {
+    if !gpu_present() {
+        eprintln!("skipped: no GPU stack");
+        return;
+    }
+    let ty = if ep_devices(DeviceType::GPU).is_empty() {
+        DeviceType::CPU
+    } else {
+        DeviceType::GPU
+    };
+    let err = match session(
+        ty,
+        &model(),
+        &[("device", "gpu"), ("world_size", "2")],
+        None,
+    ) {
+        Ok(_) => panic!("world_size=2 must be refused"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("world_size=2"), "{err}");
+    // Quark's fake quantizer has no GPU kernel: a session-creation error naming it.
+    let fx = models::catalog::fixtures()
+        .into_iter()
+        .find(|f| f.name == "simplified_quickgelu_quark")
+        .expect("fixture config");
+    let quark = models::model_proto(&fx.cfg)
+        .expect("builds")
+        .encode_to_vec();
+    match session(ty, &quark, &[("device", "gpu")], None) {
+        Ok(_) => eprintln!("quark model: every claimed node has a GPU kernel"),
+        Err(e) => {
+            let e = e.to_string();
+            assert!(e.contains("has no GPU kernel"), "{e}");
+        }
+    }
+}
