@@ -95,14 +95,25 @@ fn ep_devices(ty: DeviceType) -> Vec<ort::device::Device<'static>> {
 /// The tiny MiniMax-M3-shaped decoder layer (`models` fixture `dynamo_f32_floor`: f32, hidden
 /// 64, fused norm + SwiGLU-OAI + MX GEMMs), built in memory.
 fn model() -> Vec<u8> {
-    let fx = models::catalog::fixtures()
+    decoder(models::WeightForm::Float)
+}
+
+/// [`model`] with its weights in `form` (`StdMx`: E4M3 + E8M0 weights, which the GPU executor
+/// prepacks for the tensor-core GEMM).
+fn decoder(form: models::WeightForm) -> Vec<u8> {
+    let mut cfg = models::catalog::fixtures()
         .into_iter()
         .find(|f| f.name == "dynamo_f32_floor")
-        .expect("fixture config");
-    models::model_proto(&fx.cfg)
+        .expect("fixture config")
+        .cfg;
+    cfg.spelling.weights = form;
+    models::model_proto(&cfg)
         .expect("model builds")
         .encode_to_vec()
 }
+
+/// Float weights (the generic GPU GEMM) and MX weights (prepacked, tensor-core GEMM on sm_89+).
+const FORMS: [models::WeightForm; 2] = [models::WeightForm::Float, models::WeightForm::StdMx];
 
 /// ORT's log lines of one session (verbose: node placement lists every node and its EP).
 type Log = Arc<Mutex<Vec<String>>>;
@@ -240,7 +251,13 @@ fn without_a_gpu_only_the_cpu_device_is_offered_and_a_line_says_why() {
 #[test]
 fn emulated_device_memory_gives_the_cpu_device_bits() {
     if !is_child() {
-        let reference = run(&mut session(DeviceType::CPU, &model(), &[], None).expect("CPU"));
+        let mut reference = Vec::new();
+        for form in FORMS {
+            let model = decoder(form);
+            reference.extend(run(
+                &mut session(DeviceType::CPU, &model, &[], None).expect("CPU")
+            ));
+        }
         let out = std::env::temp_dir().join(format!("mxfuse_ep_gpu_{}.bin", std::process::id()));
         let out_s = out.to_string_lossy().into_owned();
         run_child(
@@ -255,14 +272,17 @@ fn emulated_device_memory_gives_the_cpu_device_bits() {
     if std::env::var(TEST_MEMORY).ok().as_deref() != Some("host") {
         return; // run as a child of another test
     }
-    let log: Log = Arc::default();
-    let mut s = session(DeviceType::CPU, &model(), &[], Some(log.clone()))
-        .expect("session with device memory");
-    let outputs = run(&mut s);
-    assert!(placed_on_ep(&log), "no node placed on {EP_NAME}");
-    // Our nodes live in device memory: ORT copies around them with our Memcpy kernels.
-    assert!(log_mentions(&log, "MemcpyFromHost"), "no MemcpyFromHost");
-    assert!(log_mentions(&log, "MemcpyToHost"), "no MemcpyToHost");
+    let mut outputs = Vec::new();
+    for form in FORMS {
+        let log: Log = Arc::default();
+        let mut s = session(DeviceType::CPU, &decoder(form), &[], Some(log.clone()))
+            .expect("session with device memory");
+        outputs.extend(run(&mut s));
+        assert!(placed_on_ep(&log), "no node placed on {EP_NAME}");
+        // Our nodes live in device memory: ORT copies around them with our Memcpy kernels.
+        assert!(log_mentions(&log, "MemcpyFromHost"), "no MemcpyFromHost");
+        assert!(log_mentions(&log, "MemcpyToHost"), "no MemcpyToHost");
+    }
     if let Ok(path) = std::env::var(CHILD_OUT) {
         std::fs::write(path, to_bytes(&outputs)).expect("write outputs");
     }
@@ -301,31 +321,34 @@ fn gpu_device_matches_the_cpu_device() {
         eprintln!("skipped: no GPU stack (CUDA driver + NVRTC or HIP + hipRTC)");
         return;
     }
-    let model = model();
-    let cpu = run(&mut session(DeviceType::CPU, &model, &[], None).expect("CPU session"));
-    let log: Log = Arc::default();
     let on_gpu_device = !ep_devices(DeviceType::GPU).is_empty();
-    let mut s = if on_gpu_device {
-        eprintln!("EP on the GPU OrtEpDevice (device memory)");
-        session(DeviceType::GPU, &model, &[], Some(log.clone())).expect("GPU-device session")
-    } else {
-        eprintln!("ONNX Runtime lists no GPU device: EP on the CPU device with device=gpu");
-        session(
-            DeviceType::CPU,
-            &model,
-            &[("device", "gpu")],
-            Some(log.clone()),
-        )
-        .expect("device=gpu session")
-    };
-    let gpu = run(&mut s);
-    assert!(placed_on_ep(&log), "no node placed on {EP_NAME}");
-    if on_gpu_device {
-        assert!(log_mentions(&log, "MemcpyFromHost"), "no MemcpyFromHost");
+    for form in FORMS {
+        eprintln!("weights {form:?}");
+        let model = decoder(form);
+        let cpu = run(&mut session(DeviceType::CPU, &model, &[], None).expect("CPU session"));
+        let log: Log = Arc::default();
+        let mut s = if on_gpu_device {
+            eprintln!("EP on the GPU OrtEpDevice (device memory)");
+            session(DeviceType::GPU, &model, &[], Some(log.clone())).expect("GPU-device session")
+        } else {
+            eprintln!("ONNX Runtime lists no GPU device: EP on the CPU device with device=gpu");
+            session(
+                DeviceType::CPU,
+                &model,
+                &[("device", "gpu")],
+                Some(log.clone()),
+            )
+            .expect("device=gpu session")
+        };
+        let gpu = run(&mut s);
+        assert!(placed_on_ep(&log), "no node placed on {EP_NAME}");
+        if on_gpu_device {
+            assert!(log_mentions(&log, "MemcpyFromHost"), "no MemcpyFromHost");
+        }
+        assert_close(&gpu, &cpu);
+        // Repeated runs reuse the compiled program and the uploaded weights.
+        assert_eq!(run(&mut s), gpu, "second run differs");
     }
-    assert_close(&gpu, &cpu);
-    // Repeated runs reuse the compiled program and the uploaded weights.
-    assert_eq!(run(&mut s), gpu, "second run differs");
 }
 
 #[test]

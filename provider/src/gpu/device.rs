@@ -193,6 +193,9 @@ unsafe fn memory_for(info: *const OrtMemoryInfo) -> Result<(Arc<dyn DeviceMemory
 }
 
 /// `OrtEpFactory::CreateAllocator`.
+///
+/// # Safety
+/// Called by ORT with a memory info of ours and a writable `out`.
 pub unsafe extern "system" fn create_allocator(
     _f: *mut OrtEpFactory,
     info: *const OrtMemoryInfo,
@@ -210,6 +213,9 @@ pub unsafe extern "system" fn create_allocator(
 }
 
 /// `OrtEpFactory::ReleaseAllocator`.
+///
+/// # Safety
+/// `a` must come from [`create_allocator`] and is not used afterwards.
 pub unsafe extern "system" fn release_allocator(_f: *mut OrtEpFactory, a: *mut OrtAllocator) {
     guard_value((), || DeviceAllocator::release(a))
 }

@@ -77,6 +77,9 @@ pub fn registry(memory: &Arc<dyn DeviceMemory>) -> Result<*const OrtKernelRegist
 
 /// `OrtEp::GetKernelRegistry` of device-memory sessions (set by `MxEp::with_placement`, which
 /// built the registry first).
+///
+/// # Safety
+/// Called by ORT with a writable `out`.
 pub unsafe extern "system" fn get_kernel_registry(
     _ep: *mut crate::ffi::ep_abi::OrtEp,
     out: *mut *const c_void,
