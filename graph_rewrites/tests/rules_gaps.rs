@@ -529,3 +529,79 @@ fn single_op_norms_must_normalize_only_the_last_axis() {
         assert!(why.contains("not only the last axis"), "{why}");
     }
 }
+
+// ---- decomposed norm as torch exports it at opset 13 ----
+
+/// f16 `x → Cast(f32) → Pow → ReduceMean(axes attribute, opset 13) → Add(eps) → Sqrt →
+/// Reciprocal → Mul → Mul(·, Add(1, Cast(w_f16))) → Cast(f16)` (torch's Gemma
+/// `(1.0 + weight.float())`), quantized for a MatMul.
+fn opset13_gemma_norm(axes: &[i64]) -> ModelBuilder {
+    const F16: i32 = 10;
+    let mut b = ModelBuilder::new(13);
+    b.opset("com.amd.quark", 1);
+    b.input("x", F16, &[4, H]);
+    // f16 γ bytes of 0.5 (0x3800).
+    b.init_raw("w", F16, &[H], [0x00, 0x38].repeat(H as usize));
+    b.init_f32("two", &[], &[2.0])
+        .init_f32("eps", &[], &[1e-6])
+        .init_f32("one", &[], &[1.0]);
+    let to_f32 = [("to", Attr::I(FLOAT as i64))];
+    b.node_in("", "Cast", &["x"], &["xf"], &to_f32)
+        .node("Pow", &["xf", "two"], &["sq"]);
+    let rm = [("axes", Attr::Is(axes)), ("keepdims", Attr::I(1))];
+    b.node_in("", "ReduceMean", &["sq"], &["ms"], &rm)
+        .node("Add", &["ms", "eps"], &["ve"])
+        .node("Sqrt", &["ve"], &["sd"])
+        .node("Reciprocal", &["sd"], &["inv"])
+        .node("Mul", &["xf", "inv"], &["n"]);
+    b.node_in("", "Cast", &["w"], &["wf"], &to_f32)
+        .node("Add", &["one", "wf"], &["g1"])
+        .node("Mul", &["n", "g1"], &["yf"]);
+    b.node_in("", "Cast", &["yf"], &["y"], &[("to", Attr::I(F16 as i64))]);
+    for (v, t, d) in [
+        ("xf", FLOAT, [4, H]),
+        ("sq", FLOAT, [4, H]),
+        ("ms", FLOAT, [4, 1]),
+        ("ve", FLOAT, [4, 1]),
+        ("sd", FLOAT, [4, 1]),
+        ("inv", FLOAT, [4, 1]),
+        ("n", FLOAT, [4, H]),
+        ("yf", FLOAT, [4, H]),
+        ("y", F16, [4, H]),
+    ] {
+        b.value_info(v, t, &d);
+    }
+    b.value_info("wf", FLOAT, &[H])
+        .value_info("g1", FLOAT, &[H]);
+    let qattrs = [
+        ("element_dtype", Attr::S("fp8_e4m3")),
+        ("block_size", Attr::I(32)),
+        ("axis", Attr::I(-1)),
+    ];
+    b.node_in(
+        "com.amd.quark",
+        "MXQuantizeDequantize",
+        &["y"],
+        &["yq"],
+        &qattrs,
+    );
+    b.init_raw("wm", F16, &[H, 16], [0x00, 0x34].repeat((H * 16) as usize));
+    b.node("MatMul", &["yq", "wm"], &["out"])
+        .output("out", F16, &[4, 16]);
+    b
+}
+
+#[test]
+fn opset13_reduce_mean_axes_attribute_and_cast_gemma_weight_fuse() {
+    let (report, g) = rewrite(&opset13_gemma_norm(&[-1]));
+    assert_eq!(report.counts[NORM], 1, "{report:#?}");
+    let n = only(&g, "AddRmsNormMxQuant");
+    assert_eq!(g.attr(n, "gemma"), Some(AttrValue::Int(1)));
+    assert_eq!(g.attr(n, "gamma_in_f32"), Some(AttrValue::Int(1)));
+    // γ is the f32 cast of w (the Cast stays: the fused op forms 1 + γ in fp32 itself).
+    // Inputs: x, no residual (a first layer), γ.
+    let gamma = g.inputs(n)[2].expect("gamma");
+    assert_eq!(g.value_name(gamma), "wf");
+    let why = refusal(&opset13_gemma_norm(&[0]), NORM);
+    assert!(why.contains("are not the last axis"), "{why}");
+}
