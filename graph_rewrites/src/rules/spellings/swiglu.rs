@@ -19,8 +19,8 @@
 //!   (`swish_form = single_op`).
 //! * gate and up must have the same shape: a broadcasting Mul is not what the kernel computes.
 //!
-//! Not handled: gate/up forms listed in [`super::gate_up`], Casts inside the activation, a Clip
-//! on the gate with a lower bound.
+//! Not handled: Casts inside the activation, a Clip on the gate with a lower bound. (The gate/up
+//! sources [`super::gate_up`] cannot absorb are not refused: gate and up are read as they are.)
 
 use super::gate_up::{check_gate_up, gate_up, GateUpPat, GateUpSource};
 use crate::pattern::predicates::{attr_float, dtype, scalar_f64};
