@@ -10,8 +10,9 @@ decoder (MiniMax-M3 at TP4: hidden 6144, 16 q / 2 kv heads of 128, intermediate 
 * mxfp8: standard opset-24 MXFP8 activations and MX weights (E4M3 + E8M0), run with the mxfuse
   plugin EP (fused norm/SwiGLU quantizers, MX GEMMs) and the CPU EP for the rest (attention).
 
-and times a whole forward step for M = batch·seq tokens (batch 1), median of --runs after
-warm-up, both sessions in the same process and run. Prints a Markdown table.
+and times a whole forward step for M = batch·seq tokens (batch 1), both sessions in the same
+process, runs interleaved A/B after warm-up (median times and median per-pair speed-up).
+Prints a Markdown table.
 
 Usage: python3 provider/bench/ort_decoder.py [--layers 4] [--ms 1,8,64] [--runs 20]
 """
@@ -31,11 +32,11 @@ EP = "MxFuseExecutionProvider"
 
 
 def newest(name):
-    builds = [ROOT / "target" / p / name for p in ("release", "debug")]
-    builds = [b for b in builds if b.is_file()]
-    if not builds:
+    """A release build of `name` (benchmarks never use a debug build)."""
+    path = ROOT / "target" / "release" / name
+    if not path.is_file():
         raise SystemExit(f"{name} not built: cargo build --release -p provider -p models")
-    return max(builds, key=lambda b: b.stat().st_mtime)
+    return path
 
 
 def generate(work: Path, layers: int):
@@ -53,16 +54,26 @@ def generate(work: Path, layers: int):
     return models
 
 
-def time_session(sess, x, runs):
+def timed(sess, feed):
+    t = time.perf_counter()
+    sess.run(None, feed)
+    return time.perf_counter() - t
+
+
+def time_pair(base, fused, x, runs):
+    """Interleaved A/B timing: on a shared machine the load drifts, so each fused run is
+    compared with the baseline run just before it. Returns (median base s, median fused s,
+    median of per-pair speed-ups)."""
     feed = {"hidden_states": x}
     for _ in range(3):
-        sess.run(None, feed)
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        sess.run(None, feed)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+        base.run(None, feed)
+        fused.run(None, feed)
+    pairs = [(timed(base, feed), timed(fused, feed)) for _ in range(runs)]
+    return (
+        statistics.median(b for b, _ in pairs),
+        statistics.median(f for _, f in pairs),
+        statistics.median(b / f for b, f in pairs),
+    )
 
 
 def main():
@@ -71,6 +82,7 @@ def main():
     ap.add_argument("--ms", default="1,8,64")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--threads", type=int, default=0, help="ORT intra-op threads (0 = ORT default)")
+    ap.add_argument("--ep-threads", default="0", help="the EP's `threads` option (0 = ORT's pool)")
     ap.add_argument("--work", default="/tmp/mxfuse_bench")
     args = ap.parse_args()
     work = Path(args.work)
@@ -87,20 +99,20 @@ def main():
 
     base = ort.InferenceSession(str(models["float"]), options(), providers=["CPUExecutionProvider"])
     so = options()
-    so.add_provider_for_devices(devices, {})
+    so.add_provider_for_devices(devices, {"threads": args.ep_threads})
     fused = ort.InferenceSession(str(models["mxfp8"]), so)
 
     print(f"decoder: MiniMax-M3 TP4 shapes, {args.layers} layers, f32 activations; "
-          f"ORT {ort.__version__}, {os.cpu_count()} CPUs, intra_op_num_threads={args.threads or 'default'}")
+          f"ORT {ort.__version__}, {os.cpu_count()} CPUs, intra_op_num_threads={args.threads or 'default'}, "
+          f"EP threads={args.ep_threads}")
     print()
     print("| M (tokens) | CPU EP, float weights (ms) | CPU EP + mxfuse, MXFP8 (ms) | speed-up |")
     print("|---:|---:|---:|---:|")
     rng = np.random.default_rng(0)
     for m in (int(v) for v in args.ms.split(",")):
         x = rng.standard_normal((1, m, 6144)).astype(np.float32)
-        t_base = time_session(base, x, args.runs)
-        t_fused = time_session(fused, x, args.runs)
-        print(f"| {m} | {t_base * 1e3:.2f} | {t_fused * 1e3:.2f} | {t_base / t_fused:.2f}× |")
+        t_base, t_fused, speedup = time_pair(base, fused, x, args.runs)
+        print(f"| {m} | {t_base * 1e3:.2f} | {t_fused * 1e3:.2f} | {speedup:.2f}× |")
 
 
 if __name__ == "__main__":

@@ -32,6 +32,8 @@ const NAME: &CStr = c"MxFuseExecutionProvider";
 pub struct MxEp {
     base: OrtEp,
     options: EpOptions,
+    /// Shared by every fused node of the session (one thread pool, not one per node).
+    parallelism: Parallelism,
     /// Where the fused nodes run (CPU kernels or GPU launchers; see `gpu::device`).
     placement: Placement,
 }
@@ -68,8 +70,9 @@ impl MxEp {
                 GetWeightlessSupport: None,
                 _padding: [None; 8],
             },
-            options,
+            parallelism: Parallelism::from_threads(options.threads),
             placement: Placement::Cpu,
+            options,
         })
     }
 
@@ -160,8 +163,7 @@ unsafe fn io_names(node: *const OrtNode, outputs: bool) -> Result<Vec<String>> {
 
 /// Builds the program of one fused node from its subgraph.
 unsafe fn compile_one(
-    options: &EpOptions,
-    placement: &Placement,
+    ep: &MxEp,
     graph: *const OrtGraph,
     fused: *const OrtNode,
 ) -> Result<Executor> {
@@ -172,20 +174,34 @@ unsafe fn compile_one(
         .nodes()
         .iter()
         .all(|&n| view.domain(n) == MXFUSE_DOMAIN);
-    let parallelism = Parallelism::from_threads(options.threads);
+    let parallelism = ep.parallelism.clone();
     // Constants by name from ORT's graph (the program keeps only what kernels prepack).
     let constant = |name: &str| match view.value_by_name(name) {
         Some(v) => view.const_value_unbounded(v),
         None => Ok(None),
     };
     if all_ours {
-        return Executor::build(placement, &view, &inputs, &outputs, parallelism, &constant);
+        return Executor::build(
+            &ep.placement,
+            &view,
+            &inputs,
+            &outputs,
+            parallelism,
+            &constant,
+        );
     }
     // Rewrite the claimed subgraph with the very pipeline the offline CLI runs.
     let model = model_from_view(&view)?;
     let mut ir = Graph::from_model(model, None).map_err(|e| Error::invalid(e.to_string()))?;
-    run_pipeline(&mut ir, &options.pipeline).map_err(|e| Error::invalid(e.to_string()))?;
-    Executor::build(placement, &ir, &inputs, &outputs, parallelism, &constant)
+    run_pipeline(&mut ir, &ep.options.pipeline).map_err(|e| Error::invalid(e.to_string()))?;
+    Executor::build(
+        &ep.placement,
+        &ir,
+        &inputs,
+        &outputs,
+        parallelism,
+        &constant,
+    )
 }
 
 /// `OrtNodeComputeInfo` first, so ORT's pointer is also a `*mut ComputeInfo`.
@@ -208,12 +224,7 @@ unsafe extern "system" fn compile(
         // Build everything first so a failure leaves no half-filled output array behind.
         let mut built = Vec::with_capacity(count);
         for i in 0..count {
-            built.push(compile_one(
-                &ep.options,
-                &ep.placement,
-                *graphs.add(i),
-                *fused_nodes.add(i),
-            )?);
+            built.push(compile_one(ep, *graphs.add(i), *fused_nodes.add(i))?);
         }
         for (i, program) in built.into_iter().enumerate() {
             let info = Box::new(ComputeInfo {

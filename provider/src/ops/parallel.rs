@@ -4,43 +4,44 @@
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
-use kernels::{Parallel, Serial, StdThreads};
+use kernels::{Parallel, Serial, ThreadPool};
 use ort_sys::{OrtApi, OrtKernelContext};
 
 use crate::ffi::api::{api, check};
 
 /// How kernels run in parallel, chosen once per session from the `threads` option.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Default)]
 pub enum Parallelism {
     /// ORT's intra-op thread pool (the default; honours `intra_op_num_threads`).
     #[default]
     OrtPool,
     /// One thread.
     Serial,
-    /// This many scoped threads of our own.
-    Threads(usize),
+    /// The kernels crate's persistent pool, owned by the EP instance (one per session).
+    Pool(Arc<ThreadPool>),
 }
 
 impl Parallelism {
-    /// From the `threads` option: 0 = ORT's pool, 1 = serial, N = N threads.
+    /// From the `threads` option: 0 = ORT's pool, 1 = serial, N = a pool of N threads.
     pub fn from_threads(threads: usize) -> Self {
         match threads {
             0 => Parallelism::OrtPool,
             1 => Parallelism::Serial,
-            n => Parallelism::Threads(n),
+            n => Parallelism::Pool(Arc::new(ThreadPool::new(n))),
         }
     }
 
     /// Runs `f` with the `Parallel` this choice stands for in kernel context `ctx`.
-    pub fn with<R>(self, ctx: *mut OrtKernelContext, f: impl FnOnce(&dyn Parallel) -> R) -> R {
+    pub fn with<R>(&self, ctx: *mut OrtKernelContext, f: impl FnOnce(&dyn Parallel) -> R) -> R {
         match self {
             Parallelism::OrtPool => match api() {
                 Ok(api) => f(&OrtParallel { api: api.ort, ctx }),
                 Err(_) => f(&Serial),
             },
             Parallelism::Serial => f(&Serial),
-            Parallelism::Threads(n) => f(&StdThreads::new(n)),
+            Parallelism::Pool(pool) => f(pool.as_ref()),
         }
     }
 }
