@@ -127,11 +127,14 @@ struct MxVec8<MxF32> {
 // The pinned f32 exponential and logistic of kernels::reference::math (docs/ops.md): Cody-Waite
 // reduction + the cephes degree-6 polynomial with separate multiplies and adds. The _rn intrinsics
 // keep the compiler from contracting them into FMAs, so the bits match the CPU reference.
+// Branch-free (SwiGLU at large M is issue-bound): n = rint(x log2 e) by adding 1.5 * 2^23, which
+// rounds to nearest even exactly like rintf for |x log2 e| < 2^22 and leaves n in the low
+// mantissa bits (no FRND / F2I); the range cases are selected at the end, the polynomial's result
+// for them (finite garbage) is discarded.
 MX_DEV float mx_exp_pinned(float x) {
-  if (x != x) return x;
-  if (x > 88.0f) return __int_as_float(0x7f800000);
-  if (x < -87.0f) return 0.0f;
-  const float n = rintf(__fmul_rn(x, 1.44269504088896341f));
+  const float t = __fadd_rn(__fmul_rn(x, 1.44269504088896341f), 12582912.0f);
+  const float n = __fsub_rn(t, 12582912.0f);
+  const int j = __float_as_int(t) - 0x4B400000;
   float r = __fsub_rn(x, __fmul_rn(n, 0.693359375f));
   r = __fsub_rn(r, __fmul_rn(n, -2.12194440e-4f));
   float p = 1.9875691e-4f;
@@ -141,7 +144,10 @@ MX_DEV float mx_exp_pinned(float x) {
   p = __fadd_rn(__fmul_rn(p, r), 1.6666665e-1f);
   p = __fadd_rn(__fmul_rn(p, r), 0.5f);
   const float y = __fadd_rn(__fadd_rn(__fmul_rn(p, __fmul_rn(r, r)), r), 1.0f);
-  return __fmul_rn(y, mx_bits_f32((mx_u32)((int)n + 127) << 23));
+  float e = __fmul_rn(y, mx_bits_f32((mx_u32)(j + 127) << 23));
+  e = x < -87.0f ? 0.0f : e;
+  e = x > 88.0f ? __int_as_float(0x7f800000) : e;
+  return x != x ? x : e;
 }
 
 MX_DEV float mx_sigmoid_pinned(float z) { return 1.0f / __fadd_rn(1.0f, mx_exp_pinned(-z)); }

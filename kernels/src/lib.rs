@@ -5,6 +5,8 @@
 //!   [`reference::onnx_ops`], a per-op evaluator of the unfused ONNX graphs.
 //! * [`fast`]: the row-parallel, AVX2-vectorized kernels (portable fallback when AVX2 is absent).
 //! * [`ops`]: the dtype-tagged op-level API the provider calls.
+//! * [`Parallel`]: the thread-pool seam; [`ThreadPool`] (persistent, `ThreadPool::global()`),
+//!   [`StdThreads`] (scoped threads per call) and [`Serial`] implement it.
 pub mod attrs;
 pub mod codec;
 pub mod element;

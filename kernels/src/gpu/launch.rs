@@ -9,6 +9,7 @@ use std::ffi::c_void;
 use super::driver::Backend;
 use super::error::GpuResult;
 use super::runtime::GpuRuntime;
+use super::shapes::{norm_split, splitk_shape};
 use super::thresholds::InGemmQuantThresholds;
 use crate::attrs::{Activation, AddRmsNormAttrs, InvForm, SwiGluAttrs, SwiGluLayout, SwishForm};
 use crate::codec::{NanPolicy, QuantConfig, ScaleRule, BLOCK};
@@ -164,6 +165,19 @@ impl GpuRuntime {
         threads.div_ceil(w) * w
     }
 
+    /// Whether the device runs thread-block clusters (NVIDIA sm_90+): the split-row norm and the
+    /// split-K GEMM (kernels/gpu/mx_matmul_splitk.hip).
+    fn clusters(&self) -> bool {
+        self.backend() == Backend::Cuda && self.device().compute_capability >= 90
+    }
+
+    /// `MXFUSE_GPU_GEMM=v1` keeps the first tensor-core GEMM (mx_matmul.hip) on sm_90 too.
+    fn splitk_gemm(&self) -> bool {
+        static V1: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        self.clusters()
+            && !*V1.get_or_init(|| std::env::var("MXFUSE_GPU_GEMM").is_ok_and(|v| v == "v1"))
+    }
+
     fn multiprocessors(&self) -> usize {
         match self.device().multiprocessors {
             0 => 128, // unknown (HIP): a typical large part
@@ -220,10 +234,17 @@ impl GpuRuntime {
             return Ok(());
         }
         let chunks = h / 8;
+        let split = if self.clusters() {
+            norm_split(rows, h, self.multiprocessors())
+        } else {
+            1
+        };
         // Many rows: 2 chunks per lane (blocks of <= 512, two blocks per SM; measured best at
         // M = 8192, H = 6144: 133 us against 146 with 1 and 143 with 3 chunks). Few rows: as many
         // lanes per row as possible (short per-lane chains).
-        let nch = if rows >= 2 * self.multiprocessors() && chunks <= 2 * 512 {
+        let nch = if split > 1 {
+            1
+        } else if rows >= 2 * self.multiprocessors() && chunks <= 2 * 512 {
             2
         } else {
             [1usize, 2, 4]
@@ -233,7 +254,7 @@ impl GpuRuntime {
                     KernelError::Shape(format!("hidden size {h} exceeds the GPU kernel's 32768"))
                 })?
         };
-        let block = self.round_to_warps(chunks.div_ceil(nch));
+        let block = self.round_to_warps(chunks.div_ceil(nch * split));
         let flags = quant_flags(&attrs.quant)
             | (if attrs.gemma { F_GEMMA } else { 0 })
             | (if attrs.gamma_in_f32 { F_GAMMA_F32 } else { 0 })
@@ -254,10 +275,14 @@ impl GpuRuntime {
             .push(dim_i32("hidden size", h)?)
             .push(attrs.epsilon)
             .push(flags);
-        let name = format!("mx_add_rmsnorm_quant_{t}{gf32}_c{nch}");
+        let name = if split > 1 {
+            format!("mx_add_rmsnorm_quant_{t}{gf32}_c1_s{split}")
+        } else {
+            format!("mx_add_rmsnorm_quant_{t}{gf32}_c{nch}")
+        };
         self.run(
             &name,
-            [dim_u32("rows", rows)?, 1, 1],
+            [dim_u32("rows", rows * split)?, 1, 1],
             dim_u32("block", block)?,
             params,
             stream,
@@ -525,6 +550,29 @@ impl GpuRuntime {
         check_aligned("b", w, 8)?;
         check_aligned("b_scales", ws, 4)?;
         let mt = if m <= 8 { 1 } else { 2 };
+        if self.splitk_gemm() && w.is_multiple_of(16) && (amode != "e4m3" || a_q.is_multiple_of(16))
+        {
+            // 16-byte weight and activation loads (allocators give 256-byte alignment).
+            let (s, warps) = splitk_shape(n, k, m, self.multiprocessors());
+            let params = Params::new()
+                .push(a_q)
+                .push(a_scales)
+                .push(a)
+                .push(w)
+                .push(ws)
+                .push(y)
+                .push(dim_i32("M", m)?)
+                .push(dim_i32("N", n)?)
+                .push(dim_i32("K", k)?)
+                .push(flags);
+            let name = format!("mx_matmul_sk_{amode}_m{}_{out}_s{s}", 8 * mt);
+            let grid = [
+                dim_u32("grid", n.div_ceil(16) * s)?,
+                dim_u32("grid", m.div_ceil(8 * mt))?,
+                1,
+            ];
+            return self.run(&name, grid, 32 * warps as u32, params, stream);
+        }
         let blocks = n.div_ceil(16) * m.div_ceil(8 * mt);
         let sms = self.multiprocessors();
         // Measured (BENCHMARKS.md): 16 warps split K when the grid has fewer column tiles than

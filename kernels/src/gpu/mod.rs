@@ -6,7 +6,7 @@
 //!   build time).
 //! * [`runtime`]: [`GpuRuntime`] (compile once per architecture, cache, device buffers).
 //! * [`launch`]: one launcher per `com.mxfuse` op; [`thresholds`]: the in-GEMM quantization
-//!   crossover per device.
+//!   crossover per device; [`shapes`]: cluster sizes of the split-row norm and split-K GEMM.
 //!
 //! Without a GPU library, [`GpuRuntime::load`] returns `Ok(None)` and logs that the CPU kernels
 //! run. See docs/gpu.md for what was verified on which hardware.
@@ -14,6 +14,7 @@ pub mod driver;
 pub mod error;
 pub mod launch;
 pub mod runtime;
+pub mod shapes;
 pub mod sources;
 pub mod thresholds;
 

@@ -53,7 +53,8 @@ fn norm_weight<G: Element>(w: G, attrs: &AddRmsNormAttrs) -> f32 {
     }
 }
 
-/// `AddRmsNormMxQuant` over rows of `h`.
+/// `AddRmsNormMxQuant` over rows of `h`. An absorbed AllReduce (`attrs.allreduce`) is the
+/// identity at world size 1, the only world size the kernels run.
 pub fn add_rms_norm_mx_quant<T: Element, G: Element>(
     x: &[T],
     residual: Option<&[T]>,
@@ -63,9 +64,6 @@ pub fn add_rms_norm_mx_quant<T: Element, G: Element>(
     mut out: NormOutputs<'_, T>,
 ) -> Result<()> {
     let rows = check_norm_io(x, residual, gamma, h, &out)?;
-    if attrs.allreduce {
-        // World size 1: the absorbed AllReduce is the identity.
-    }
     let g: Vec<f32> = gamma.iter().map(|&w| norm_weight(w, attrs)).collect();
     let mut s = vec![0f32; h];
     let mut y = vec![0f32; h];

@@ -1,0 +1,75 @@
+//! Launch shapes of the cluster kernels (Hopper, sm_90+): how many blocks of a thread-block
+//! cluster share one norm row or one GEMM column tile, and the GEMM's block size. Pure functions
+//! of the problem size and the multiprocessor count, mirrored by bench/gpu/mxgpu.py, where the
+//! alternatives are measured side by side (BENCHMARKS.md, "GPU kernels").
+
+/// Cluster sizes the kernels are compiled for (`_s2`, `_s4`, `_s8` norm kernels; the GEMM
+/// stops at 4).
+const NORM_SPLITS: [usize; 3] = [8, 4, 2];
+const GEMM_SPLITS: [usize; 3] = [1, 2, 4];
+/// The split-K GEMM's reduction buffer holds at most this many warps (`MX_GEMM_MAX_WARPS`).
+const GEMM_MAX_WARPS: usize = 16;
+
+/// Blocks per row of `AddRmsNormMxQuant` (1 = the one-block-per-row kernels).
+///
+/// Few rows leave most SMs idle and make each busy SM ingest a whole row, so a row is split over a
+/// cluster of `s` blocks: the largest `s` that keeps the grid within two blocks per SM and whole
+/// 32-element quantizer groups in each block. From `sms` rows on, every SM already has a row.
+pub fn norm_split(rows: usize, h: usize, sms: usize) -> usize {
+    if rows >= sms {
+        return 1;
+    }
+    let groups = h / 32;
+    NORM_SPLITS
+        .into_iter()
+        .find(|&s| groups.is_multiple_of(s) && rows * s <= 2 * sms && h / 8 / s <= 1024)
+        .unwrap_or(1)
+}
+
+/// `(s, warps)` of the split-K decode GEMM for `n` output columns, reduction length `k` and `m`
+/// activation rows: the fewest cluster splits `s` that give at least two blocks per SM (so every
+/// SM streams weights and a second block hides the tail), but no more splits than groups of four
+/// k-blocks; then one warp per group of the split (each warp keeps its group and the next in
+/// flight), at most 16.
+pub fn splitk_shape(n: usize, k: usize, m: usize, sms: usize) -> (usize, usize) {
+    let rows_per_block = if m <= 8 { 8 } else { 16 };
+    let tiles = n.div_ceil(16) * m.div_ceil(rows_per_block);
+    let groups = (k / 32).div_ceil(4);
+    let mut s = GEMM_SPLITS
+        .into_iter()
+        .find(|&s| tiles * s >= 2 * sms)
+        .unwrap_or(GEMM_SPLITS[GEMM_SPLITS.len() - 1]);
+    while s > 1 && groups < s {
+        s /= 2;
+    }
+    let per_split = groups.div_ceil(s);
+    (s, per_split.clamp(1, GEMM_MAX_WARPS))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn norm_rows_spread_over_clusters_until_every_sm_has_a_row() {
+        assert_eq!(norm_split(8, 6144, 132), 8);
+        assert_eq!(norm_split(32, 6144, 132), 8);
+        assert_eq!(norm_split(64, 6144, 132), 4);
+        assert_eq!(norm_split(128, 6144, 132), 2);
+        assert_eq!(norm_split(132, 6144, 132), 1);
+        assert_eq!(norm_split(8192, 6144, 132), 1);
+        // 96 = 3 groups: no split keeps whole groups per block.
+        assert_eq!(norm_split(1, 96, 132), 1);
+    }
+
+    #[test]
+    fn gemm_splits_k_when_column_tiles_cannot_fill_the_sms() {
+        // MiniMax-M3 TP4 decode shapes on a 132-SM H200.
+        assert_eq!(splitk_shape(1536, 6144, 1, 132), (4, 12));
+        assert_eq!(splitk_shape(6144, 768, 8, 132), (1, 6));
+        assert_eq!(splitk_shape(6144, 6144, 16, 132), (1, 16));
+        // Tiny K: never more splits than groups of 4 k-blocks.
+        assert_eq!(splitk_shape(16, 64, 1, 132), (1, 1));
+        assert_eq!(splitk_shape(16, 256, 1, 132), (2, 1));
+    }
+}
