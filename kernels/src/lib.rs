@@ -1,7 +1,7 @@
 //! MXFP8 numerics and kernels for mxfuse. See docs/ops.md for the op contract.
 //!
 //! * [`codec`]: scalar E4M3FN / E8M0 codecs and the MX block quantizer (the definition).
-//! * [`reference`]: obviously-correct scalar ops, the oracle for tests and GPU kernels, plus
+//! * [`reference`](mod@reference): obviously-correct scalar ops, the oracle for tests and GPU kernels, plus
 //!   [`reference::onnx_ops`], a per-op evaluator of the unfused ONNX graphs.
 //! * [`fast`]: the row-parallel, AVX2-vectorized kernels (portable fallback when AVX2 is absent).
 //! * [`ops`]: the dtype-tagged op-level API the provider calls.
