@@ -99,20 +99,28 @@ def check_norm(ops):
         g32v = ref.rnd(rng.standard_normal(H) * 0.1, gdt)
         x, g = to_dev(x32, dt), to_dev(g32v, gdt)
         r = to_dev(r32, dt) if has_res else None
-        outs = (torch.empty(M, H, dtype=torch.uint8, device="cuda"), torch.empty(M, H // 32, dtype=torch.uint8, device="cuda"),
-                torch.empty_like(x), torch.empty_like(x))
-        poison(outs)
-        q, s, ro, no = ops.norm_quant(x, r, g, flags, outs=outs, nch=3 if (H == 6144 and dt == "bf16") else None)
         y_ref, s_ref = ref.add_rmsnorm(x32, r32, g32v, dt, flags, gdt=gdt)
         rq, rs = ref.quantize(y_ref, flags)
-        gq, gs = ref.quantize(host(no), flags)  # the quantizer on the GPU's own normed row
-        same = lambda a, b: int((~((a == b) | (np.isnan(a) & np.isnan(b)))).sum())
-        d_res, d_norm = same(host(ro), s_ref), same(host(no), y_ref)
-        d_q, d_s = int((host(q) != rq).sum()), int((host(s) != rs).sum())
-        d_q_own = int((host(q) != gq).sum()) + int((host(s) != gs).sum())
-        ok = d_res == 0 and d_q_own == 0 and d_norm <= M * H // 1000 and d_q <= M * H // 500
-        report(f"norm {dt} flags={flags} H={H} M={M} res={has_res} gamma_f32={g32}", ok,
-               f"residual_diff={d_res} normed_diff={d_norm} q_diff={d_q} scale_diff={d_s} q_vs_own_normed={d_q_own}")
+        # the one-block-per-row kernels, then rows split over clusters of 2, 4, 8 blocks
+        variants = [dict(nch=3 if (H == 6144 and dt == "bf16") else None, split=1)]
+        variants += [dict(split=c) for c in (2, 4, 8) if (H // 32) % c == 0 and H // 8 // c <= 1024]
+        for var in variants:
+            outs = (torch.empty(M, H, dtype=torch.uint8, device="cuda"), torch.empty(M, H // 32, dtype=torch.uint8, device="cuda"),
+                    torch.empty_like(x), torch.empty_like(x))
+            poison(outs)
+            q, s, ro, no = ops.norm_quant(x, r, g, flags, outs=outs, **var)
+            norm_compare(dt, flags, H, M, has_res, g32, var, q, s, ro, no, y_ref, s_ref, rq, rs)
+
+
+def norm_compare(dt, flags, H, M, has_res, g32, var, q, s, ro, no, y_ref, s_ref, rq, rs):
+    gq, gs = ref.quantize(host(no), flags)  # the quantizer on the GPU's own normed row
+    same = lambda a, b: int((~((a == b) | (np.isnan(a) & np.isnan(b)))).sum())
+    d_res, d_norm = same(host(ro), s_ref), same(host(no), y_ref)
+    d_q, d_s = int((host(q) != rq).sum()), int((host(s) != rs).sum())
+    d_q_own = int((host(q) != gq).sum()) + int((host(s) != gs).sum())
+    ok = d_res == 0 and d_q_own == 0 and d_norm <= M * H // 1000 and d_q <= M * H // 500
+    report(f"norm {dt} flags={flags} H={H} M={M} res={has_res} gamma_f32={g32} split={var['split']}", ok,
+           f"residual_diff={d_res} normed_diff={d_norm} q_diff={d_q} scale_diff={d_s} q_vs_own_normed={d_q_own}")
 
 
 def check_swiglu(ops):
@@ -186,14 +194,50 @@ def check_matmul(ops):
                     report(f"matmul_generic bmode={bmode} N={N} K={K} M={M}", err < 1e-5, f"rel_err={err:.2e}")
 
 
+def check_matmul_splitk(ops):
+    """The split-K GEMM (mx_matmul_splitk.hip) at every cluster size and several block sizes:
+    within the accumulation bound of the f64 reference; in-GEMM quantization bit-identical to
+    quantize + GEMM at the same launch shape; the same launch twice gives the same bits."""
+    for N, K in ((1536, 6144), (6144, 768), (100, 256), (48, 96), (40, 1056)):
+        w = rand_e4m3((N, K)); ws = rng.integers(110, 135, (N, K // 32), dtype=np.uint8)
+        wd, wsd = torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda()
+        for M in (1, 3, 8, 9, 16, 21):
+            a32 = ref.rnd(rng.standard_normal((M, K)) * 2, "bf16")
+            if M == 9:
+                a32[4, 33] = np.nan  # propagates to output row 4 (nan_policy propagate)
+            a = to_dev(a32, "bf16")
+            aq, as_ = ops.quantize(a, 0)
+            yref = ref.matmul(host(aq), host(as_), w, ws)
+            fin = np.isfinite(yref)
+            S0, W0 = ops.sk_choice(N, K, M)
+            for S in (1, 2, 4):
+                for warps in sorted({W0, 4, 16}):
+                    for out in ("bf16", "f32"):
+                        y1 = ops.matmul_sk(wd, wsd, M, aq=aq, as_=as_, out_dtype=DT[out], warps=warps, S=S)
+                        y2 = ops.matmul_sk(wd, wsd, M, af=a, out_dtype=DT[out], warps=warps, S=S)
+                        y3 = ops.matmul_sk(wd, wsd, M, aq=aq, as_=as_, out_dtype=DT[out], warps=warps, S=S)
+                        h1 = host(y1).astype(np.float64)
+                        err = np.linalg.norm((h1 - yref)[fin]) / np.linalg.norm(yref[fin])
+                        nan_ok = bool(np.isnan(h1[~fin]).all()) and not np.isnan(h1[fin]).any()
+                        same_in = np.array_equal(host(y1), host(y2), equal_nan=True)
+                        same_rep = np.array_equal(host(y1), host(y3), equal_nan=True)
+                        ok = err < (4e-3 if out == "bf16" else 1e-5) and nan_ok and same_in and same_rep
+                        report(f"matmul_sk N={N} K={K} M={M} S={S} warps={warps} out={out}", ok,
+                               f"rel_err={err:.2e} nan_ok={nan_ok} in_gemm_identical={same_in} deterministic={same_rep}")
+
+
 if __name__ == "__main__":
     mod = Module()
     ops = Ops(mod)
     print("compiled for sm_" + mod.arch, "nvrtc log:", mod.log.strip()[:500])
     for k in ("mx_add_rmsnorm_quant_bf16_c1", "mx_add_rmsnorm_quant_bf16_gf32_c3", "mx_add_rmsnorm_quant_f32_c4", "mx_swiglu_quant_bf16_e8_a3", "mx_swiglu_quant_bf16_e2_a1", "mx_quantize_bf16_e2", "mx_matmul_tc_e4m3_m8_bf16", "mx_matmul_tc_e4m3_m8_bf16_pf",
-              "mx_matmul_tc_qbf16_m16_bf16", "mx_matmul_generic_bf16"):
+              "mx_matmul_tc_qbf16_m16_bf16", "mx_matmul_generic_bf16", "mx_matmul_sk_e4m3_m8_bf16_s1",
+              "mx_matmul_sk_e4m3_m16_bf16_s4", "mx_matmul_sk_qbf16_m8_bf16_s2"):
         print(f"  {k}: regs/shared/local = {mod.attrs(k)}")
-    for fn in (check_vectors, check_quantize, check_norm, check_swiglu, check_matmul):
+    only = sys.argv[1:]  # e.g. "check_matmul_splitk": run only these checks
+    for fn in (check_matmul_splitk, check_vectors, check_quantize, check_norm, check_swiglu, check_matmul):
+        if only and fn.__name__ not in only:
+            continue
         try:
             fn(ops)
         except Exception as e:

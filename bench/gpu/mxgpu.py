@@ -40,7 +40,17 @@ def _ck(rc, what):
 
 
 def compile_program(arch):
-    src = program_text().encode()
+    """NVRTC-compiles the program for sm_<arch>; the cubin is kept in $MXFUSE_PY_CUBIN_CACHE (a
+    directory, keyed by program text + arch) so the harness's processes compile it once."""
+    import hashlib
+    text = program_text()
+    cache_dir = os.environ.get("MXFUSE_PY_CUBIN_CACHE")
+    key = hashlib.sha256((text + "|" + arch).encode()).hexdigest()[:16]
+    path = os.path.join(cache_dir, f"mxfuse-sm_{arch}-{key}.cubin") if cache_dir else None
+    if path and os.path.exists(path):
+        with open(path, "rb") as f:
+            return f.read(), f"(cubin from {path})"
+    src = text.encode()
     prog = ctypes.c_void_p()
     assert nvrtc.nvrtcCreateProgram(ctypes.byref(prog), src, b"mxfuse.cu", 0, None, None) == 0
     opts = [f"--gpu-architecture=sm_{arch}".encode(), b"-std=c++17", b"-lineinfo"]
@@ -55,6 +65,10 @@ def compile_program(arch):
     nvrtc.nvrtcGetCUBINSize(prog, ctypes.byref(n))
     cubin = ctypes.create_string_buffer(n.value)
     assert nvrtc.nvrtcGetCUBIN(prog, cubin) == 0
+    if path:
+        os.makedirs(cache_dir, exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(cubin.raw)
     return cubin.raw, log.value.decode()
 
 
@@ -118,20 +132,25 @@ class Ops:
     def __init__(self, mod: Module):
         self.m = mod
 
-    def norm_quant(self, x, res, gamma, flags, eps=1e-6, res_out=True, normed=True, outs=None, nch=None):
+    def norm_quant(self, x, res, gamma, flags, eps=1e-6, res_out=True, normed=True, outs=None, nch=None, split=None):
+        """split: blocks of a cluster per row (1 = one block per row); None = the runtime's choice."""
         M, H = x.shape
         chunks = H // 8
+        if split is None:
+            split = norm_split(M, H) if nch is None else 1
+        if split > 1:
+            nch = 1
         if nch is None:  # many rows: 2 chunks per lane (B <= 512, two blocks per SM; measured best)
             nch = 2 if (M >= 264 and chunks <= 2 * 512) else next(c for c in (1, 2, 4) if chunks <= 1024 * c)
         assert chunks <= nch * (256 if nch == 3 else 1024), "H too large"
-        B = -(-(-(-chunks // nch)) // 32) * 32
+        B = -(-(-(-chunks // (nch * split))) // 32) * 32
         if outs is None:
             outs = (torch.empty(M, H, dtype=torch.uint8, device=x.device),
                     torch.empty(M, H // 32, dtype=torch.uint8, device=x.device),
                     torch.empty_like(x) if res_out else None, torch.empty_like(x) if normed else None)
         q, s, ro, no = outs
-        name = "mx_add_rmsnorm_quant_" + SUFFIX[x.dtype] + ("_gf32" if gamma.dtype == torch.float32 and x.dtype != torch.float32 else "") + f"_c{nch}"
-        self.m.launch(name, (M,), (B,), [x, res, gamma, q, s, ro, no, ctypes.c_int(H), ctypes.c_float(eps), ctypes.c_uint(flags)])
+        name = "mx_add_rmsnorm_quant_" + SUFFIX[x.dtype] + ("_gf32" if gamma.dtype == torch.float32 and x.dtype != torch.float32 else "") + f"_c{nch}" + (f"_s{split}" if split > 1 else "")
+        self.m.launch(name, (M * split,), (B,), [x, res, gamma, q, s, ro, no, ctypes.c_int(H), ctypes.c_float(eps), ctypes.c_uint(flags)])
         return outs
 
     def swiglu_quant(self, gate, up, I, layout, flags, alpha=1.702, limit=7.0, beta=1.0, outs=None, e=None):
@@ -177,9 +196,51 @@ class Ops:
                       [aq, as_, af, w, ws, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_uint(flags)])
         return y
 
+    def sk_choice(self, N, K, M, sms=132):
+        """(S, warps) of the split-K GEMM, as kernels/src/gpu/launch.rs picks them."""
+        return sk_choice(N, K, M, sms)
+
+    def matmul_sk(self, w, ws, M, aq=None, as_=None, af=None, out_dtype=torch.bfloat16, flags=0, warps=None, S=None, y=None):
+        """The split-K GEMM (mx_matmul_splitk.hip): w e4m3 [N, K], ws [N, K/32]; a either (aq, as_)
+        or af (bf16/f16, quantized in kernel). S blocks of a cluster split K."""
+        N, K = w.shape
+        mt = 1 if M <= 8 else 2
+        S0, W0 = sk_choice(N, K, M)
+        S = S or S0
+        warps = warps or W0
+        amode = "q" + SUFFIX[af.dtype] if af is not None else "e4m3"
+        if y is None:
+            y = torch.empty(M, N, dtype=out_dtype, device=w.device)
+        name = f"mx_matmul_sk_{amode}_m{8 * mt}_{SUFFIX[out_dtype]}_s{S}"
+        self.m.launch(name, (-(-N // 16) * S, -(-M // (8 * mt))), (32 * warps,),
+                      [aq, as_, af, w, ws, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_uint(flags)])
+        return y
+
     def matmul_generic(self, aq, as_, b, bs, bmode, N, out_dtype=torch.bfloat16):
         M, K = aq.shape
         y = torch.empty(M, N, dtype=out_dtype, device=aq.device)
         self.m.launch("mx_matmul_generic_" + SUFFIX[out_dtype], (-(-N // 128), M), (128,),
                       [aq, as_, b, bs, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(bmode)])
         return y
+
+
+def sk_choice(N, K, M, sms=132):
+    """Split-K GEMM launch shape (mirrors kernels/src/gpu/launch.rs `splitk_shape`): the fewest
+    cluster splits S in (1, 2, 4) that give >= 2 blocks per SM (every SM busy, a second block to
+    hide the tail), then warps = the groups of 4 k-blocks per split, at most 16 (one group in
+    flight per warp plus its prefetch)."""
+    mt = 1 if M <= 8 else 2
+    tiles = -(-N // 16) * -(-M // (8 * mt))
+    groups = -(-(K // 32) // 4)
+    S = next((s for s in (1, 2, 4) if tiles * s >= 2 * sms), 4)
+    while S > 1 and groups < S:
+        S //= 2
+    per = -(-groups // S)
+    return S, max(1, min(16, per))
+
+
+def norm_split(rows, H, sms=132):
+    """Blocks per norm row (mirrors kernels/src/gpu/shapes.rs `norm_split`)."""
+    if rows >= sms:
+        return 1
+    return next((s for s in (8, 4, 2) if (H // 32) % s == 0 and rows * s <= 2 * sms and H // 8 // s <= 1024), 1)

@@ -12,6 +12,7 @@ PROGRAM_FILES = [
     "swiglu_mxquant.hip",
     "mx_quantize.hip",
     "mx_matmul.hip",
+    "mx_matmul_splitk.hip",
 ]
 
 
