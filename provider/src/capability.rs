@@ -11,11 +11,16 @@ use graph_rewrites::view::{GraphView, NodeId, MXFUSE_DOMAIN, ONNX_DOMAIN};
 use crate::error::{Error, Result};
 use crate::ops::schema;
 
-/// Groups of nodes to claim, one fused node each.
-pub fn claim_groups(view: &dyn GraphView, options: &PipelineOptions) -> Result<Vec<Vec<NodeId>>> {
+/// Groups of nodes to claim, one fused node each. Each candidate site is described to
+/// `explain` (verbose diagnostics), when given.
+pub fn claim_groups(
+    view: &dyn GraphView,
+    options: &PipelineOptions,
+    explain: Option<&dyn Fn(&str)>,
+) -> Result<Vec<Vec<NodeId>>> {
     let sites = find_sites(view, options).map_err(|e| Error::invalid(e.to_string()))?;
-    if std::env::var_os("MXFUSE_EP_EXPLAIN").is_some() {
-        explain(view, &sites);
+    if let Some(log) = explain {
+        describe(view, &sites, log);
     }
     let mut claimed = HashSet::new();
     let mut groups = Vec::new();
@@ -42,20 +47,20 @@ pub fn claim_groups(view: &dyn GraphView, options: &PipelineOptions) -> Result<V
     Ok(groups)
 }
 
-/// Opt-in diagnostics (`MXFUSE_EP_EXPLAIN=1`): why each candidate was or was not claimed.
-fn explain(view: &dyn GraphView, sites: &[SiteInfo]) {
+/// Why each candidate was or was not claimed, one line per site.
+fn describe(view: &dyn GraphView, sites: &[SiteInfo], log: &dyn Fn(&str)) {
     for s in sites {
         let at = view.node_name(s.anchor);
         match &s.verdict {
             Ok(()) => {
                 let names: Vec<&str> = s.nodes.iter().map(|&n| view.node_name(n)).collect();
-                eprintln!(
-                    "mxfuse_ep: {} claims {} nodes at {at}: {names:?}",
+                log(&format!(
+                    "mxfuse: {} claims {} nodes at {at}: {names:?}",
                     s.rule,
                     s.nodes.len()
-                );
+                ));
             }
-            Err(why) => eprintln!("mxfuse_ep: {} refused at {at}: {why}", s.rule),
+            Err(why) => log(&format!("mxfuse: {} refused at {at}: {why}", s.rule)),
         }
     }
 }

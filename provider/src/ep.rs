@@ -8,8 +8,11 @@ use graph_rewrites::ir::Graph;
 use graph_rewrites::pipeline::run_pipeline;
 
 use crate::capability::claim_groups;
+use crate::logging::Logger;
 use graph_rewrites::view::{GraphView, MXFUSE_DOMAIN};
-use ort_sys::{OrtGraph, OrtKernelContext, OrtLogger, OrtNode, OrtStatusPtr, OrtValueInfo};
+use ort_sys::{
+    OrtGraph, OrtKernelContext, OrtLogger, OrtLoggingLevel, OrtNode, OrtStatusPtr, OrtValueInfo,
+};
 
 use crate::error::{Error, Result};
 use crate::ffi::api::{api, check, owned_str};
@@ -34,12 +37,14 @@ pub struct MxEp {
     options: EpOptions,
     /// Shared by every fused node of the session (one thread pool, not one per node).
     parallelism: Parallelism,
+    /// The session's logger (diagnostics follow the user's `log_severity_level`).
+    logger: Logger,
     /// Where the fused nodes run (CPU kernels or GPU launchers; see `gpu::device`).
     placement: Placement,
 }
 
 impl MxEp {
-    pub fn new(options: EpOptions, _logger: *const OrtLogger) -> Box<Self> {
+    pub fn new(options: EpOptions, logger: *const OrtLogger) -> Box<Self> {
         Box::new(MxEp {
             base: OrtEp {
                 ort_version_supported: ORT_API_VERSION,
@@ -71,6 +76,7 @@ impl MxEp {
                 _padding: [None; 8],
             },
             parallelism: Parallelism::from_threads(options.threads),
+            logger: Logger::new(logger),
             placement: Placement::Cpu,
             options,
         })
@@ -116,12 +122,32 @@ unsafe extern "system" fn get_capability(
         let api = api()?;
         let view = OrtGraphView::new(graph)?;
         // Constant initializers stay inputs of the fused node (ORT keeps them alive and hands
-        // them to Compute), so the program never copies weights.
+        // them to Compute); only prepacked MX weights are copied (ops::matmul).
         let fusion = OrtNodeFusionOptions {
             ort_version_supported: ORT_API_VERSION,
             drop_constant_initializers: false,
         };
-        for group in claim_groups(&view, &ep.options.pipeline)? {
+        let verbose = ep
+            .logger
+            .enabled(OrtLoggingLevel::ORT_LOGGING_LEVEL_VERBOSE);
+        let explain = |line: &str| {
+            ep.logger
+                .log(OrtLoggingLevel::ORT_LOGGING_LEVEL_VERBOSE, line)
+        };
+        let groups = claim_groups(
+            &view,
+            &ep.options.pipeline,
+            verbose.then_some(&explain as &dyn Fn(&str)),
+        )?;
+        ep.logger.log(
+            OrtLoggingLevel::ORT_LOGGING_LEVEL_INFO,
+            &format!(
+                "mxfuse: claiming {} fused subgraph(s) of {} nodes",
+                groups.len(),
+                view.nodes().len()
+            ),
+        );
+        for group in groups {
             let nodes: Vec<*const OrtNode> = group.iter().map(|&n| view.ort_node(n)).collect();
             check((api.ep.EpGraphSupportInfo_AddNodesToFuse)(
                 info,

@@ -16,6 +16,7 @@ pub mod factory;
 pub mod ffi;
 pub mod gpu;
 pub mod kernel_io;
+pub mod logging;
 pub mod ops;
 pub mod options;
 pub mod ort_attrs;
