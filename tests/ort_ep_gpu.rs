@@ -77,10 +77,27 @@ fn env() -> &'static Environment {
     })
 }
 
-/// Whether this machine has a GPU stack the EP can use (the same probe the EP makes).
+/// Whether this machine has a GPU stack the EP can use (the same probe the EP makes); says why
+/// not on stderr.
 fn gpu_present() -> bool {
-    !std::env::var("MXFUSE_GPU").is_ok_and(|v| v == "off" || v == "0")
-        && matches!(kernels::gpu::driver::Driver::load(), Ok(Ok(_)))
+    if std::env::var("MXFUSE_GPU").is_ok_and(|v| v == "off" || v == "0") {
+        eprintln!("no GPU: MXFUSE_GPU=off");
+        return false;
+    }
+    match kernels::gpu::driver::Driver::load() {
+        Ok(Ok(d)) => {
+            eprintln!("GPU stack: {:?} on {}", d.backend(), d.info().name);
+            true
+        }
+        Ok(Err(reason)) => {
+            eprintln!("no GPU: {reason}");
+            false
+        }
+        Err(e) => {
+            eprintln!("no GPU: the GPU stack failed to load: {e}");
+            false
+        }
+    }
 }
 
 /// Our EP's devices of type `ty`.

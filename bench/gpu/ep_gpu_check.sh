@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# GPU end-to-end check of the plugin EP's GPU device: runs tests/ort_ep_gpu.rs on a GPU machine
+# without a Rust toolchain, from prebuilt artifacts in bench/gpu/ep_artifacts/ (untracked, not
+# git-ignored, so they travel with the working tree; never commit them):
+#
+#   ort_ep_gpu                 cargo test -p mxfuse-tests --release --no-run  (the ort_ep_gpu binary)
+#   libmxfuse_ep.so            cargo build -p provider --release
+#   libonnxruntime.so.1.31.1   the pip wheel's (python3 scripts/ort_dylib_path.py)
+#
+# Usage (from anywhere): bash bench/gpu/ep_gpu_check.sh   — about 5-35 s, most of it NVRTC
+# compiling the kernels once (MXFUSE_KERNEL_CACHE keeps the code object for the next run).
+# The log goes to stdout and, when $OUT is set, to $OUT/ep_gpu_check.log. Exit status: the
+# test binary's (124: the 38 s guard fired).
+set -u
+here="$(cd "$(dirname "$0")" && pwd)"
+art="$here/ep_artifacts"
+for f in ort_ep_gpu libmxfuse_ep.so libonnxruntime.so.1.31.1; do
+    if [ ! -f "$art/$f" ]; then
+        echo "ep_gpu_check: missing $art/$f (see this script's header)"
+        exit 2
+    fi
+done
+export ORT_DYLIB_PATH="$art/libonnxruntime.so.1.31.1"
+export MXFUSE_EP_LIB="$art/libmxfuse_ep.so"
+export MXFUSE_KERNEL_CACHE="${MXFUSE_KERNEL_CACHE:-/tmp/mxfuse-kernel-cache}"
+# NVRTC may live only in a pip package (torch's nvidia-* wheels) or /usr/local/cuda: point the
+# runtime at it when the loader cannot find it (kernels::gpu reads MXFUSE_NVRTC).
+if [ -z "${MXFUSE_NVRTC:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so'; then
+    roots=$(ls -d /usr/local/cuda*/lib64 2>/dev/null)
+    roots="$roots $(python3 -c 'import sys; print(" ".join(p + "/nvidia" for p in sys.path if p.endswith("site-packages")))' 2>/dev/null)"
+    for r in $roots; do
+        [ -d "$r" ] || continue
+        hit=$(find "$r" -name 'libnvrtc.so*' ! -name '*builtins*' 2>/dev/null | sort -r | head -1)
+        if [ -n "$hit" ]; then
+            export MXFUSE_NVRTC="$hit"
+            export LD_LIBRARY_PATH="$(dirname "$hit")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+            echo "ep_gpu_check: MXFUSE_NVRTC=$hit"
+            break
+        fi
+    done
+fi
+log="${OUT:-/tmp}/ep_gpu_check.log"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
+start=$(date +%s.%N)
+# One process for the GPU cases (the kernels compile once per process); children of the
+# emulated-memory and no-GPU tests do not compile kernels.
+timeout 38 "$art/ort_ep_gpu" --test-threads=1 --nocapture 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+end=$(date +%s.%N)
+echo "ep_gpu_check: rc=$rc, $(echo "$end - $start" | bc 2>/dev/null || echo '?') s" | tee -a "$log"
+exit "$rc"
