@@ -278,7 +278,10 @@ fn matmul_matches_reference_within_accumulation_bound() {
         }
         let wbf: Vec<bf16> = to_t(&wf);
         let wbf_t: Vec<bf16> = (0..k * n).map(|i| wbf[(i % n) * k + i / n]).collect();
+        let wf16_t: Vec<f16> = wbf_t.iter().map(|v| f16::from_f32(v.to_f32())).collect();
         let cases: Vec<(MatB, bool)> = vec![
+            (MatB::F32(&wf), true),
+            (MatB::F16(&wf16_t), false),
             (
                 MatB::Mx {
                     q: &w_q,

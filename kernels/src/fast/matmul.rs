@@ -69,6 +69,14 @@ fn decode_b_tile(
                     }
                 }
                 (_, MatB::F32(v)) => dst.copy_from_slice(&v[row + k0..row + k0 + kc]),
+                (_, MatB::F16(v)) => dst
+                    .iter_mut()
+                    .zip(&v[row + k0..row + k0 + kc])
+                    .for_each(|(d, x)| *d = x.to_f32()),
+                (_, MatB::BF16(v)) => dst
+                    .iter_mut()
+                    .zip(&v[row + k0..row + k0 + kc])
+                    .for_each(|(d, x)| *d = x.to_f32()),
                 _ => dst
                     .iter_mut()
                     .enumerate()

@@ -31,6 +31,10 @@ const F_SWISH_SINGLE: u32 = 256;
 /// shorter per-lane chains win when the grid cannot fill the device (measured on the H200).
 const SMALL_ELEMENTS: usize = 1 << 21;
 
+/// Blocks per SM of the persistent `AddRmsNormMxQuant` kernel at many rows (bench/gpu/bench.py
+/// times 1-3).
+const NORM_PERSIST_BLOCKS_PER_SM: usize = 2;
+
 /// A raw stream handle (`CUstream` / `hipStream_t`); 0 is the default stream.
 pub type StreamHandle = usize;
 
@@ -275,6 +279,19 @@ impl GpuRuntime {
             .push(dim_i32("hidden size", h)?)
             .push(attrs.epsilon)
             .push(flags);
+        if split == 1 && nch == 2 && rows >= 2 * self.multiprocessors() {
+            // Many rows: the persistent kernel (gamma loaded once per block, the next row's loads
+            // in flight across this row's reduction), NORM_PERSIST_BLOCKS_PER_SM blocks per SM.
+            let grid = rows.min(NORM_PERSIST_BLOCKS_PER_SM * self.multiprocessors());
+            let name = format!("mx_add_rmsnorm_quant_{t}{gf32}_p2");
+            return self.run(
+                &name,
+                [dim_u32("grid", grid)?, 1, 1],
+                dim_u32("block", block)?,
+                params.push(dim_i32("rows", rows)?),
+                stream,
+            );
+        }
         let name = if split > 1 {
             format!("mx_add_rmsnorm_quant_{t}{gf32}_c1_s{split}")
         } else {

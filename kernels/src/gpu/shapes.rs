@@ -9,6 +9,9 @@ const NORM_SPLITS: [usize; 3] = [8, 4, 2];
 const GEMM_SPLITS: [usize; 3] = [1, 2, 4];
 /// The split-K GEMM's reduction buffer holds at most this many warps (`MX_GEMM_MAX_WARPS`).
 const GEMM_MAX_WARPS: usize = 16;
+/// Warps of the split-K GEMM one SM holds at once: its kernels use ~100 registers a thread
+/// (NVRTC 13.0, sm_90), and 64K registers / (32 x ~100) is 20.
+const GEMM_WARPS_PER_SM: usize = 20;
 
 /// Blocks per row of `AddRmsNormMxQuant` (1 = the one-block-per-row kernels).
 ///
@@ -29,8 +32,9 @@ pub fn norm_split(rows: usize, h: usize, sms: usize) -> usize {
 /// `(s, warps)` of the split-K decode GEMM for `n` output columns, reduction length `k` and `m`
 /// activation rows: the fewest cluster splits `s` that give at least two blocks per SM (so every
 /// SM streams weights and a second block hides the tail), but no more splits than groups of four
-/// k-blocks; then one warp per group of the split (each warp keeps its group and the next in
-/// flight), at most 16.
+/// k-blocks; then as many warps as the split has groups (each warp keeps its group and the next in
+/// flight), but few enough that all blocks are resident at once (one wave: every weight load is
+/// issued at the start instead of a wave later), at most 16.
 pub fn splitk_shape(n: usize, k: usize, m: usize, sms: usize) -> (usize, usize) {
     let rows_per_block = if m <= 8 { 8 } else { 16 };
     let tiles = n.div_ceil(16) * m.div_ceil(rows_per_block);
@@ -43,7 +47,9 @@ pub fn splitk_shape(n: usize, k: usize, m: usize, sms: usize) -> (usize, usize) 
         s /= 2;
     }
     let per_split = groups.div_ceil(s);
-    (s, per_split.clamp(1, GEMM_MAX_WARPS))
+    let blocks_per_sm = (tiles * s).div_ceil(sms.max(1));
+    let resident = (GEMM_WARPS_PER_SM / blocks_per_sm).max(1);
+    (s, per_split.min(resident).clamp(1, GEMM_MAX_WARPS))
 }
 
 #[cfg(test)]
@@ -65,9 +71,12 @@ mod tests {
     #[test]
     fn gemm_splits_k_when_column_tiles_cannot_fill_the_sms() {
         // MiniMax-M3 TP4 decode shapes on a 132-SM H200.
-        assert_eq!(splitk_shape(1536, 6144, 1, 132), (4, 12));
+        assert_eq!(splitk_shape(1536, 6144, 1, 132), (4, 6));
         assert_eq!(splitk_shape(6144, 768, 8, 132), (1, 6));
-        assert_eq!(splitk_shape(6144, 6144, 16, 132), (1, 16));
+        assert_eq!(splitk_shape(6144, 6144, 16, 132), (1, 6));
+        // Few blocks: up to 16 warps each.
+        assert_eq!(splitk_shape(256, 6144, 1, 132), (4, 12));
+        assert_eq!(splitk_shape(256, 16384, 1, 132), (4, 16));
         // Tiny K: never more splits than groups of 4 k-blocks.
         assert_eq!(splitk_shape(16, 64, 1, 132), (1, 1));
         assert_eq!(splitk_shape(16, 256, 1, 132), (2, 1));
