@@ -155,6 +155,8 @@ impl Graph {
         }
 
         g.topo_sort()?;
+        // Types of values the file does not describe (see `infer`): in memory only.
+        g.infer_types();
         Ok(g)
     }
 

@@ -15,6 +15,7 @@
 //! subgraph needs is fused away or removed.
 
 mod edit;
+mod infer;
 mod info;
 mod load;
 mod names;

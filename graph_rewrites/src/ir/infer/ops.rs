@@ -1,0 +1,636 @@
+//! Per-op type and shape rules: what each supported op's outputs are, given what is known about
+//! its inputs, attributes and small constant inputs. Ops not listed here get nothing.
+//!
+//! Each rule returns one [`TensorInfo`] per output slot it knows about (possibly partial:
+//! `elem_type` 0 or `shape: None`); the caller merges them into the graph's values.
+
+use super::shape::{self, known, known_dims, norm_axes, norm_axis, product_dim, unify};
+use crate::ir::Graph;
+use crate::pattern::predicates::{dtype, scalar_f64, values_i64};
+use crate::view::{
+    AttrValue, Dim, GraphView, NodeId, TensorInfo, ValueId, MS_DOMAIN, MXFUSE_DOMAIN, QUARK_DOMAIN,
+};
+
+const UINT8: i32 = 2;
+const BOOL: i32 = 9;
+
+/// Constant inputs read for shapes, axes, splits and slice bounds have at most this many
+/// elements; checking the declared size first keeps inference from reading a large (possibly
+/// external) weight that happens to sit in such a slot of a malformed model.
+const MAX_SHAPE_CONST_ELEMS: i64 = 1024;
+
+/// The MX block length (docs/ops.md): scales have `K / 32` entries along the last axis.
+const MX_BLOCK: i64 = 32;
+
+/// Types of the outputs of node `n` (see the module docs).
+pub(super) fn infer_node(g: &Graph, n: NodeId) -> Vec<TensorInfo> {
+    let c = Node { g, n };
+    let op = g.op_type(n);
+    match g.domain(n) {
+        "" => onnx_op(&c, op),
+        MS_DOMAIN => ms_op(&c, op),
+        // A fake quantize: float in, same float out.
+        QUARK_DOMAIN if op == "MXQuantizeDequantize" => c.same(0),
+        MXFUSE_DOMAIN => mxfuse_op(&c, op),
+        _ => Vec::new(),
+    }
+}
+
+/// Read access to one node's inputs and attributes.
+struct Node<'a> {
+    g: &'a Graph,
+    n: NodeId,
+}
+
+/// Axes, split sizes or similar lists that an op takes as an attribute (older opsets) or as an
+/// input (newer ones).
+enum IntList {
+    Absent,
+    Given(Vec<i64>),
+    /// Given as an input whose value is not a small constant.
+    NotConstant,
+}
+
+impl Node<'_> {
+    fn input(&self, slot: usize) -> Option<ValueId> {
+        self.g.inputs(self.n).get(slot).copied().flatten()
+    }
+
+    fn input_count(&self) -> usize {
+        self.g.inputs(self.n).len()
+    }
+
+    fn info(&self, slot: usize) -> TensorInfo {
+        self.input(slot)
+            .and_then(|v| self.g.tensor_info(v))
+            .unwrap_or_default()
+    }
+
+    fn elem(&self, slot: usize) -> i32 {
+        self.info(slot).elem_type
+    }
+
+    fn shape(&self, slot: usize) -> Option<Vec<Dim>> {
+        self.info(slot).shape
+    }
+
+    /// The first known element type among `slots` (inputs that must share one type).
+    fn first_elem(&self, slots: impl IntoIterator<Item = usize>) -> i32 {
+        slots
+            .into_iter()
+            .map(|s| self.elem(s))
+            .find(|&t| t != 0)
+            .unwrap_or(0)
+    }
+
+    /// The version of the node's domain the model imports.
+    fn opset(&self) -> i64 {
+        self.g.opset(self.g.domain(self.n)).unwrap_or(0)
+    }
+
+    /// An int attribute, `default` when absent; `None` when present with another type.
+    fn int(&self, name: &str, default: i64) -> Option<i64> {
+        match self.g.attr(self.n, name) {
+            None => Some(default),
+            Some(AttrValue::Int(v)) => Some(v),
+            Some(_) => None,
+        }
+    }
+
+    fn string(&self, name: &str, default: &str) -> Option<String> {
+        match self.g.attr(self.n, name) {
+            None => Some(default.to_owned()),
+            Some(AttrValue::String(s)) => Some(s),
+            Some(_) => None,
+        }
+    }
+
+    fn ints(&self, name: &str) -> Option<Vec<i64>> {
+        match self.g.attr(self.n, name) {
+            Some(AttrValue::Ints(v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The integer values of a small constant input.
+    fn const_ints(&self, slot: usize) -> Option<Vec<i64>> {
+        let v = self.input(slot)?;
+        let elems = shape::product(&self.g.tensor_info(v)?.shape?)?;
+        if elems > MAX_SHAPE_CONST_ELEMS {
+            return None;
+        }
+        values_i64(&self.g.const_value(v)?)
+    }
+
+    /// A list given by input `slot` when that input is present, else by attribute `attr`.
+    fn int_list(&self, attr: &str, slot: usize) -> IntList {
+        if self.input(slot).is_some() {
+            return self
+                .const_ints(slot)
+                .map_or(IntList::NotConstant, IntList::Given);
+        }
+        self.ints(attr).map_or(IntList::Absent, IntList::Given)
+    }
+
+    /// Output 0 has input `slot`'s type and shape.
+    fn same(&self, slot: usize) -> Vec<TensorInfo> {
+        vec![self.info(slot)]
+    }
+}
+
+fn info(elem_type: i32, shape: Option<Vec<Dim>>) -> TensorInfo {
+    TensorInfo { elem_type, shape }
+}
+
+fn onnx_op(c: &Node, op: &str) -> Vec<TensorInfo> {
+    match op {
+        "Identity" | "Abs" | "Neg" | "Relu" | "Sigmoid" | "Tanh" | "Erf" | "Exp" | "Log"
+        | "Sqrt" | "Reciprocal" | "Sin" | "Cos" | "Floor" | "Ceil" | "Round" | "Sign" | "Not"
+        | "Gelu" | "Softplus" | "Softsign" | "LeakyRelu" | "Elu" | "Selu" | "HardSigmoid"
+        | "Clip" | "Softmax" | "LogSoftmax" | "CumSum" | "Swish" | "RMSNormalization" => c.same(0),
+        "IsNaN" | "IsInf" => vec![info(BOOL, c.shape(0))],
+        "Dropout" => vec![c.info(0), info(BOOL, c.shape(0))],
+        // The exponent of Pow may have another type than the base.
+        "Pow" => elementwise(c, c.elem(0)),
+        "Add" | "Sub" | "Mul" | "Div" | "Mod" | "Min" | "Max" | "Sum" | "Mean" | "And" | "Or"
+        | "Xor" | "BitShift" | "PRelu" | "SwiGLU" => {
+            elementwise(c, c.first_elem(0..c.input_count()))
+        }
+        "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" => elementwise(c, BOOL),
+        "Where" => elementwise(c, c.first_elem([1, 2])),
+        "Cast" => {
+            let to = c.int("to", 0).unwrap_or(0);
+            vec![info(i32::try_from(to).unwrap_or(0), c.shape(0))]
+        }
+        "CastLike" => vec![info(c.elem(1), c.shape(0))],
+        "MatMul" => {
+            let s = c.shape(0).zip(c.shape(1));
+            vec![info(
+                c.first_elem([0, 1]),
+                s.and_then(|(a, b)| shape::matmul(&a, &b)),
+            )]
+        }
+        "Gemm" => gemm(c),
+        "Reshape" => reshape(c),
+        "Flatten" => flatten(c),
+        "Transpose" => transpose(c),
+        "Unsqueeze" => unsqueeze(c),
+        "Squeeze" => squeeze(c),
+        "Concat" => concat(c),
+        "Split" => split(c),
+        "Slice" => slice(c),
+        "Gather" => gather(c),
+        "GatherElements" => vec![info(c.elem(0), c.shape(1))],
+        "Expand" => {
+            let target = c.const_ints(1).map(|t| known_dims(&t));
+            let s = c.shape(0).zip(target);
+            vec![info(
+                c.elem(0),
+                s.and_then(|(a, t)| shape::broadcast2(&a, &t)),
+            )]
+        }
+        "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceSum" | "ReduceProd" | "ReduceL1"
+        | "ReduceL2" | "ReduceLogSum" | "ReduceLogSumExp" | "ReduceSumSquare" => reduce(c),
+        "ArgMax" | "ArgMin" => arg_reduce(c),
+        "LayerNormalization" | "SimplifiedLayerNormalization" => layer_norm(c),
+        "QuantizeLinear" => quantize_linear(c),
+        "DequantizeLinear" => dequantize_linear(c),
+        "Shape" => shape_of(c),
+        "Size" => vec![info(dtype::INT64, Some(vec![]))],
+        "ConstantOfShape" => constant_of_shape(c),
+        "Range" => range(c),
+        "TopK" => top_k(c),
+        _ => Vec::new(),
+    }
+}
+
+fn ms_op(c: &Node, op: &str) -> Vec<TensorInfo> {
+    match op {
+        // AllReduce sums across ranks: same type and shape.
+        "QuickGelu" | "AllReduce" | "FastGelu" | "BiasGelu" => c.same(0),
+        "SimplifiedLayerNormalization" => layer_norm(c),
+        // Outputs: output, mean, inv_std_var (float statistics), input_skip_bias_sum.
+        "SkipSimplifiedLayerNormalization" | "SkipLayerNormalization" => {
+            let x = c.info(0);
+            let stats = info(dtype::FLOAT, None);
+            vec![x.clone(), stats.clone(), stats, x]
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The `com.mxfuse` ops of docs/ops.md.
+fn mxfuse_op(c: &Node, op: &str) -> Vec<TensorInfo> {
+    match op {
+        "MxQuantize" => mx_outputs(c.shape(0)).to_vec(),
+        "AddRmsNormMxQuant" => {
+            let [q, scale] = mx_outputs(c.shape(0));
+            vec![q, scale, c.info(0), c.info(0)]
+        }
+        "SwiGluMxQuant" => {
+            let layout = c.string("layout", "separate").unwrap_or_default();
+            let act = match layout.as_str() {
+                "separate" => c.shape(0),
+                // One gate_up input holding both halves along the last axis.
+                "split_halves" | "interleaved" => c.shape(0).and_then(|mut s| {
+                    let last = s.last_mut()?;
+                    *last = known(last).map_or(Dim::Unknown, |k| Dim::Known(k / 2));
+                    Some(s)
+                }),
+                _ => None,
+            };
+            mx_outputs(act).to_vec()
+        }
+        "MxMatMul" => {
+            let out = c.int("output_dtype", 0).unwrap_or(0);
+            let n_axis = if c.int("trans_b", 0) == Some(1) { 0 } else { 1 };
+            let n = c.shape(2).and_then(|b| b.get(n_axis).cloned());
+            let shape = c.shape(0).zip(n).and_then(|(mut a, n)| {
+                *a.last_mut()? = n;
+                Some(a)
+            });
+            vec![info(i32::try_from(out).unwrap_or(0), shape)]
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// `q: FLOAT8E4M3FN[..., K]` and `scale: FLOAT8E8M0[..., K/32]` for an activation `[..., K]`.
+fn mx_outputs(act: Option<Vec<Dim>>) -> [TensorInfo; 2] {
+    let scale = act.clone().and_then(|mut s| {
+        let last = s.last_mut()?;
+        *last = match known(last) {
+            Some(k) if k % MX_BLOCK == 0 => Dim::Known(k / MX_BLOCK),
+            _ => Dim::Unknown,
+        };
+        Some(s)
+    });
+    [
+        info(dtype::FLOAT8E4M3FN, act),
+        info(dtype::FLOAT8E8M0, scale),
+    ]
+}
+
+/// Broadcast of all present inputs, with element type `elem`.
+fn elementwise(c: &Node, elem: i32) -> Vec<TensorInfo> {
+    let shapes: Vec<Option<Vec<Dim>>> = (0..c.input_count())
+        .filter(|&s| c.input(s).is_some())
+        .map(|s| c.shape(s))
+        .collect();
+    vec![info(elem, shape::broadcast(&shapes))]
+}
+
+fn gemm(c: &Node) -> Vec<TensorInfo> {
+    // Operand dim `i` of a 2-D shape, after the optional transpose.
+    let dim = |slot: usize, trans: &str, i: usize| -> Dim {
+        let t = c.int(trans, 0).unwrap_or(0) == 1;
+        c.shape(slot)
+            .filter(|s| s.len() == 2)
+            .map_or(Dim::Unknown, |s| s[if t { 1 - i } else { i }].clone())
+    };
+    let shape = vec![dim(0, "transA", 0), dim(1, "transB", 1)];
+    vec![info(c.first_elem([0, 1, 2]), Some(shape))]
+}
+
+fn reshape(c: &Node) -> Vec<TensorInfo> {
+    // Opset 1-4 took the target as an attribute.
+    let target = c.const_ints(1).or_else(|| c.ints("shape"));
+    let allowzero = c.int("allowzero", 0) == Some(1);
+    let shape = match target {
+        Some(t) => shape::reshape(c.shape(0).as_deref(), &t, allowzero),
+        // A computed target: the rank is still its length.
+        None => c
+            .shape(1)
+            .and_then(|s| known(s.first()?))
+            .map(|k| vec![Dim::Unknown; k as usize]),
+    };
+    vec![info(c.elem(0), shape)]
+}
+
+fn flatten(c: &Node) -> Vec<TensorInfo> {
+    let shape = c.shape(0).and_then(|s| {
+        let axis = c.int("axis", 1)?;
+        // Flatten allows axis == rank (everything in the first dim).
+        let a = if axis < 0 {
+            axis + s.len() as i64
+        } else {
+            axis
+        };
+        let a = usize::try_from(a).ok().filter(|&a| a <= s.len())?;
+        Some(vec![product_dim(&s[..a]), product_dim(&s[a..])])
+    });
+    vec![info(c.elem(0), shape)]
+}
+
+fn transpose(c: &Node) -> Vec<TensorInfo> {
+    let shape = c.shape(0).and_then(|s| {
+        let perm = c
+            .ints("perm")
+            .unwrap_or_else(|| (0..s.len() as i64).rev().collect());
+        let perm = norm_axes(&perm, s.len()).filter(|p| p.len() == s.len())?;
+        Some(perm.iter().map(|&i| s[i].clone()).collect())
+    });
+    vec![info(c.elem(0), shape)]
+}
+
+fn unsqueeze(c: &Node) -> Vec<TensorInfo> {
+    let shape = match (c.shape(0), c.int_list("axes", 1)) {
+        (Some(s), IntList::Given(axes)) => norm_axes(&axes, s.len() + axes.len()).map(|axes| {
+            let mut rest = s.into_iter();
+            (0..axes.len() + rest.len())
+                .map(|i| {
+                    if axes.contains(&i) {
+                        Dim::Known(1)
+                    } else {
+                        rest.next().unwrap_or(Dim::Unknown)
+                    }
+                })
+                .collect()
+        }),
+        _ => None,
+    };
+    vec![info(c.elem(0), shape)]
+}
+
+fn squeeze(c: &Node) -> Vec<TensorInfo> {
+    let shape = c.shape(0).and_then(|s| {
+        let axes = match c.int_list("axes", 1) {
+            IntList::Given(a) if !a.is_empty() => norm_axes(&a, s.len())?,
+            IntList::NotConstant => return None,
+            // No axes: every dim of size 1 goes, which needs every dim known.
+            _ => {
+                shape::product(&s)?;
+                (0..s.len()).filter(|&i| s[i] == Dim::Known(1)).collect()
+            }
+        };
+        if axes.iter().any(|&a| known(&s[a]).is_some_and(|d| d != 1)) {
+            return None; // squeezing a dim that is not 1
+        }
+        Some(
+            s.into_iter()
+                .enumerate()
+                .filter(|(i, _)| !axes.contains(i))
+                .map(|(_, d)| d)
+                .collect(),
+        )
+    });
+    vec![info(c.elem(0), shape)]
+}
+
+fn concat(c: &Node) -> Vec<TensorInfo> {
+    let elem = c.first_elem(0..c.input_count());
+    let shapes: Vec<Option<Vec<Dim>>> = (0..c.input_count()).map(|s| c.shape(s)).collect();
+    let Some(rank) = shapes.iter().flatten().map(Vec::len).next() else {
+        return vec![info(elem, None)];
+    };
+    let Some(axis) = c.int("axis", 0).and_then(|a| norm_axis(a, rank)) else {
+        return vec![info(elem, None)];
+    };
+    let mut out = vec![Dim::Unknown; rank];
+    let mut total = Some(0i64);
+    for s in &shapes {
+        match s {
+            Some(s) if s.len() == rank => {
+                for (i, d) in s.iter().enumerate().filter(|(i, _)| *i != axis) {
+                    out[i] = unify(&out[i], d);
+                }
+                total = total.zip(known(&s[axis])).map(|(t, d)| t + d);
+            }
+            Some(_) => return vec![info(elem, None)], // ranks differ: invalid
+            None => total = None,
+        }
+    }
+    out[axis] = match (total, shapes.as_slice()) {
+        (Some(t), _) => Dim::Known(t),
+        (None, [Some(only)]) => only[axis].clone(),
+        _ => Dim::Unknown,
+    };
+    vec![info(elem, Some(out))]
+}
+
+fn split(c: &Node) -> Vec<TensorInfo> {
+    let elem = c.elem(0);
+    let n_out = c.g.outputs(c.n).len();
+    let Some(s) = c.shape(0) else {
+        return vec![info(elem, None); n_out];
+    };
+    let Some(axis) = c.int("axis", 0).and_then(|a| norm_axis(a, s.len())) else {
+        return vec![info(elem, None); n_out];
+    };
+    let sizes: Vec<Dim> = match (c.int_list("split", 1), known(&s[axis])) {
+        (IntList::Given(v), _) if v.len() == n_out => known_dims(&v),
+        (IntList::Absent, Some(d)) if n_out > 0 => {
+            // Equal parts; opset 18's num_outputs allows a smaller last part.
+            let n = n_out as i64;
+            let part = (d + n - 1) / n;
+            (0..n)
+                .map(|i| Dim::Known(if i + 1 < n { part } else { d - part * (n - 1) }))
+                .collect()
+        }
+        _ => vec![Dim::Unknown; n_out],
+    };
+    sizes
+        .into_iter()
+        .map(|d| {
+            let mut shape = s.clone();
+            shape[axis] = d;
+            info(elem, Some(shape))
+        })
+        .collect()
+}
+
+fn slice(c: &Node) -> Vec<TensorInfo> {
+    let elem = c.elem(0);
+    let Some(s) = c.shape(0) else {
+        return vec![info(elem, None)];
+    };
+    // Opset 1-9: attributes; opset 10+: inputs (axes and steps optional).
+    let (starts, ends, axes, steps) = if c.opset() < 10 {
+        (c.ints("starts"), c.ints("ends"), c.ints("axes"), None)
+    } else {
+        let opt = |slot| match c.input(slot) {
+            None => Some(None),
+            Some(_) => c.const_ints(slot).map(Some),
+        };
+        match (opt(3), opt(4)) {
+            (Some(axes), Some(steps)) => (c.const_ints(1), c.const_ints(2), axes, steps),
+            _ => (None, None, None, None),
+        }
+    };
+    let (Some(starts), Some(ends)) = (starts, ends) else {
+        // Bounds not constant: the rank is kept, the sizes are not known.
+        return vec![info(elem, Some(vec![Dim::Unknown; s.len()]))];
+    };
+    let axes = axes.unwrap_or_else(|| (0..starts.len() as i64).collect());
+    let steps = steps.unwrap_or_else(|| vec![1; starts.len()]);
+    let valid = ends.len() == starts.len() && axes.len() == starts.len();
+    let Some(axes) = norm_axes(&axes, s.len()).filter(|_| valid && steps.len() == starts.len())
+    else {
+        return vec![info(elem, None)];
+    };
+    let mut out = s;
+    for (i, &a) in axes.iter().enumerate() {
+        out[a] = shape::slice_dim(&out[a], starts[i], ends[i], steps[i]);
+    }
+    vec![info(elem, Some(out))]
+}
+
+fn gather(c: &Node) -> Vec<TensorInfo> {
+    let shape = c.shape(0).zip(c.shape(1)).and_then(|(data, idx)| {
+        let axis = norm_axis(c.int("axis", 0)?, data.len())?;
+        let mut out = data[..axis].to_vec();
+        out.extend(idx);
+        out.extend_from_slice(&data[axis + 1..]);
+        Some(out)
+    });
+    vec![info(c.elem(0), shape)]
+}
+
+/// The Reduce* family: axes as attribute or (ReduceSum 13+, the rest 18+) input.
+fn reduce(c: &Node) -> Vec<TensorInfo> {
+    let keep = c.int("keepdims", 1) != Some(0);
+    let noop = c.int("noop_with_empty_axes", 0) == Some(1);
+    let shape = c.shape(0).and_then(|s| {
+        let axes: Vec<usize> = match c.int_list("axes", 1) {
+            IntList::Given(a) if !a.is_empty() => norm_axes(&a, s.len())?,
+            IntList::NotConstant => {
+                return keep.then(|| vec![Dim::Unknown; s.len()]);
+            }
+            _ if noop => return Some(s),
+            _ => (0..s.len()).collect(),
+        };
+        Some(reduced(s, &axes, keep))
+    });
+    vec![info(c.elem(0), shape)]
+}
+
+/// `s` with the `axes` set to 1 (`keep`) or removed.
+fn reduced(s: Vec<Dim>, axes: &[usize], keep: bool) -> Vec<Dim> {
+    s.into_iter()
+        .enumerate()
+        .filter_map(|(i, d)| match (axes.contains(&i), keep) {
+            (false, _) => Some(d),
+            (true, true) => Some(Dim::Known(1)),
+            (true, false) => None,
+        })
+        .collect()
+}
+
+fn arg_reduce(c: &Node) -> Vec<TensorInfo> {
+    let keep = c.int("keepdims", 1) != Some(0);
+    let shape = c.shape(0).and_then(|s| {
+        let axis = norm_axis(c.int("axis", 0)?, s.len())?;
+        Some(reduced(s, &[axis], keep))
+    });
+    vec![info(dtype::INT64, shape)]
+}
+
+/// LayerNormalization (Y, Mean, InvStdDev) and SimplifiedLayerNormalization (Y, inv_std_var):
+/// statistics keep the dims before `axis` and are 1 from there on, in `stash_type`.
+fn layer_norm(c: &Node) -> Vec<TensorInfo> {
+    let x = c.info(0);
+    let stash = c.int("stash_type", 1).unwrap_or(1);
+    let stats_shape = x.shape.clone().and_then(|s| {
+        let axis = norm_axis(c.int("axis", -1)?, s.len())?;
+        let all: Vec<usize> = (axis..s.len()).collect();
+        Some(reduced(s, &all, true))
+    });
+    let stats = info(i32::try_from(stash).unwrap_or(0), stats_shape);
+    vec![x, stats.clone(), stats]
+}
+
+/// Output type: `output_dtype` (opset 21+) when set, else the zero point's type, else uint8.
+fn quantize_linear(c: &Node) -> Vec<TensorInfo> {
+    let attr = if c.opset() >= 21 {
+        c.int("output_dtype", 0).unwrap_or(0)
+    } else {
+        0
+    };
+    let elem = if attr != 0 {
+        i32::try_from(attr).unwrap_or(0)
+    } else if c.input(2).is_some() {
+        c.elem(2)
+    } else {
+        UINT8
+    };
+    vec![info(elem, c.shape(0))]
+}
+
+/// Output type: `output_dtype` (opset 23+) when set, else the scale's type (opset 19+), else
+/// float (opset 10-18). Blocked or per-axis scales do not change the shape.
+fn dequantize_linear(c: &Node) -> Vec<TensorInfo> {
+    let opset = c.opset();
+    let attr = if opset >= 23 {
+        c.int("output_dtype", 0).unwrap_or(0)
+    } else {
+        0
+    };
+    let elem = match attr {
+        0 if opset >= 19 => c.elem(1),
+        0 => dtype::FLOAT,
+        t => i32::try_from(t).unwrap_or(0),
+    };
+    vec![info(elem, c.shape(0))]
+}
+
+/// int64 `[end - start]` (opset 15 `start` / `end` clamp like Slice).
+fn shape_of(c: &Node) -> Vec<TensorInfo> {
+    let len = c.shape(0).map_or(Dim::Unknown, |s| {
+        let r = s.len() as i64;
+        let clamp = |x: i64| (if x < 0 { x.saturating_add(r) } else { x }).clamp(0, r);
+        let start = clamp(c.int("start", 0).unwrap_or(0));
+        let end = clamp(c.int("end", r).unwrap_or(r));
+        Dim::Known((end - start).max(0))
+    });
+    vec![info(dtype::INT64, Some(vec![len]))]
+}
+
+fn constant_of_shape(c: &Node) -> Vec<TensorInfo> {
+    let elem = match c.g.attr(c.n, "value") {
+        Some(AttrValue::Tensor(t)) => t.elem_type,
+        Some(_) => 0,
+        None => dtype::FLOAT,
+    };
+    let shape = match c.const_ints(0) {
+        Some(t) => Some(known_dims(&t)),
+        None => c
+            .shape(0)
+            .and_then(|s| known(s.first()?))
+            .map(|k| vec![Dim::Unknown; k as usize]),
+    };
+    vec![info(elem, shape)]
+}
+
+/// 1-D; its length is `max(ceil((limit - start) / delta), 0)` when all three are constant.
+fn range(c: &Node) -> Vec<TensorInfo> {
+    let scalar = |slot| {
+        let v = c.input(slot)?;
+        scalar_f64(&c.g.const_value(v)?)
+    };
+    let len = match (scalar(0), scalar(1), scalar(2)) {
+        (Some(start), Some(limit), Some(delta)) if delta != 0.0 => {
+            let n = ((limit - start) / delta).ceil().max(0.0);
+            if n < i64::MAX as f64 {
+                Dim::Known(n as i64)
+            } else {
+                Dim::Unknown
+            }
+        }
+        _ => Dim::Unknown,
+    };
+    vec![info(c.first_elem([0, 1, 2]), Some(vec![len]))]
+}
+
+/// Values and int64 indices, `k` long along `axis`.
+fn top_k(c: &Node) -> Vec<TensorInfo> {
+    let k = match c.input(1) {
+        Some(_) => c.const_ints(1).and_then(|v| v.first().copied()),
+        None => c.int("k", -1).filter(|&k| k >= 0),
+    };
+    let shape = c.shape(0).and_then(|mut s| {
+        let axis = norm_axis(c.int("axis", -1)?, s.len())?;
+        s[axis] = k.map_or(Dim::Unknown, Dim::Known);
+        Some(s)
+    });
+    vec![info(c.elem(0), shape.clone()), info(dtype::INT64, shape)]
+}
