@@ -237,7 +237,7 @@ fn check_close(got: &[f32], want: &[f32], bound: &[f32]) {
 #[test]
 fn matmul_matches_reference_within_accumulation_bound() {
     let mut rng = Rng::new(11);
-    // K = 1056 runs past one 1024-wide K tile into a 32-wide last one; M ≤ 4 takes the
+    // K = 1056 runs past four 256-wide K tiles into a 32-wide last one; M ≤ 4 takes the
     // in-register GEMV path, n = 71 leaves an odd last column.
     for (k, m, n) in [
         (128, 1, 70),

@@ -1,7 +1,8 @@
-//! Fast `MxMatMul`: A is dequantized to f32 once; B is dequantized a tile at a time (two
-//! `[N, K]` rows × 1024 k, or a 32-column × 256-k stripe of `[K, N]`) into a cache-resident scratch and
-//! multiplied with 4×2 register tiles of f32 FMAs. Parallel over output columns, so the
-//! weight-bandwidth-bound small-M GEMMs use every core.
+//! Fast `MxMatMul`: A is dequantized to f32 once. For M ≤ 4 with MXFP8 `[N, K]` weights the
+//! weights are decoded in registers next to the FMAs; otherwise B is dequantized a tile at a
+//! time (two `[N, K]` rows × 256 k, or a 32-column × 256-k stripe of `[K, N]`) into an L1
+//! scratch and multiplied with 4×2 register tiles of f32 FMAs. Parallel over output columns,
+//! so the weight-bandwidth-bound small-M GEMMs use every core.
 //!
 //! f32 accumulation order (docs/ops.md leaves it open): per output and per tile of K, 8 lanes
 //! over k summed horizontally, tiles added in k order. [`mx_matmul_quantize_a`] runs the same
@@ -20,11 +21,11 @@ use crate::slices::{check_matmul_io, MatB};
 const MIN_PARALLEL_MACS: usize = 1 << 21;
 
 /// How B is cut into decoded tiles: `cols` output columns × `kc` of K at a time, small enough
-/// to stay in L1 between the decode and the FMAs: two `[N, K]` rows 1024 k at a time (8 KiB),
-/// or a 32-column × 256-k stripe of `[K, N]` (32 KiB, so each B cache line is decoded once).
+/// to stay in L1 with the matching 256-k slice of up to 16 A rows: two `[N, K]` rows (2 KiB),
+/// or a 32-column stripe of `[K, N]` (32 KiB, so each B cache line is decoded once).
 fn tiling(trans_b: bool, k: usize) -> (usize, usize) {
     if trans_b {
-        (2, k.min(1024))
+        (2, k.min(256))
     } else {
         (32, k.min(256))
     }

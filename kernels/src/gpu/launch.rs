@@ -170,9 +170,13 @@ impl GpuRuntime {
     }
 
     /// Whether the device runs thread-block clusters (NVIDIA sm_90+): the split-row norm and the
-    /// split-K GEMM (kernels/gpu/mx_matmul_splitk.hip).
+    /// split-K GEMM (kernels/gpu/mx_matmul_splitk.hip). `MXFUSE_GPU_CLUSTERS=off` keeps the
+    /// one-block-per-row norm and the first tensor-core GEMM.
     fn clusters(&self) -> bool {
-        self.backend() == Backend::Cuda && self.device().compute_capability >= 90
+        static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        self.backend() == Backend::Cuda
+            && self.device().compute_capability >= 90
+            && !*OFF.get_or_init(|| std::env::var("MXFUSE_GPU_CLUSTERS").is_ok_and(|v| v == "off"))
     }
 
     /// `MXFUSE_GPU_GEMM=v1` keeps the first tensor-core GEMM (mx_matmul.hip) on sm_90 too.
