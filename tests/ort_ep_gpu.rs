@@ -3,7 +3,9 @@
 //! * Without a GPU stack: the factory offers exactly the CPU device and says why in one stderr
 //!   line; with `MXFUSE_EP_TEST_DEVICE_MEMORY=host` the CPU device registers host memory posing as
 //!   GPU memory, so ORT's device-memory plumbing (our allocator, data transfer and Memcpy kernels,
-//!   the copies ORT inserts around our nodes) runs here and must give the CPU device's bits.
+//!   the copies ORT inserts around our nodes) and the GPU executor (`gpu::program`, its launches
+//!   replaced by the CPU kernels; on device tensors and staged) run here and must give the CPU
+//!   device's bits.
 //! * With a GPU (CUDA driver + NVRTC or HIP + hipRTC): a tiny MiniMax-M3-shaped decoder from
 //!   `models` runs with the EP on the GPU device and on the CPU device; outputs agree within the
 //!   GEMM accumulation tolerance; ORT's log shows our fused nodes (and the Memcpy nodes of device
@@ -271,9 +273,10 @@ fn emulated_device_memory_gives_the_cpu_device_bits() {
         let mut reference = Vec::new();
         for form in FORMS {
             let model = decoder(form);
-            reference.extend(run(
-                &mut session(DeviceType::CPU, &model, &[], None).expect("CPU")
-            ));
+            let cpu = run(&mut session(DeviceType::CPU, &model, &[], None).expect("CPU"));
+            // The child runs each model twice: device tensors, then staged (device=gpu).
+            reference.extend(cpu.clone());
+            reference.extend(cpu);
         }
         let out = std::env::temp_dir().join(format!("mxfuse_ep_gpu_{}.bin", std::process::id()));
         let out_s = out.to_string_lossy().into_owned();
@@ -291,14 +294,17 @@ fn emulated_device_memory_gives_the_cpu_device_bits() {
     }
     let mut outputs = Vec::new();
     for form in FORMS {
-        let log: Log = Arc::default();
-        let mut s = session(DeviceType::CPU, &decoder(form), &[], Some(log.clone()))
-            .expect("session with device memory");
-        outputs.extend(run(&mut s));
-        assert!(placed_on_ep(&log), "no node placed on {EP_NAME}");
-        // Our nodes live in device memory: ORT copies around them with our Memcpy kernels.
-        assert!(log_mentions(&log, "MemcpyFromHost"), "no MemcpyFromHost");
-        assert!(log_mentions(&log, "MemcpyToHost"), "no MemcpyToHost");
+        let model = decoder(form);
+        for options in [&[][..], &[("device", "gpu")][..]] {
+            let log: Log = Arc::default();
+            let mut s = session(DeviceType::CPU, &model, options, Some(log.clone()))
+                .expect("session with device memory");
+            outputs.extend(run(&mut s));
+            assert!(placed_on_ep(&log), "no node placed on {EP_NAME}");
+            // Our nodes live in device memory: ORT copies around them with our Memcpy kernels.
+            assert!(log_mentions(&log, "MemcpyFromHost"), "no MemcpyFromHost");
+            assert!(log_mentions(&log, "MemcpyToHost"), "no MemcpyToHost");
+        }
     }
     if let Ok(path) = std::env::var(CHILD_OUT) {
         std::fs::write(path, to_bytes(&outputs)).expect("write outputs");

@@ -40,7 +40,7 @@ pub struct Program {
 
 /// Hands the step's constant inputs that the kernel asks for to its `prepack` (the custom-op
 /// library does the same from `KernelInfo`, so both paths run the same packed weights).
-fn prepack(
+pub(crate) fn prepack(
     kernel: &mut dyn Kernel,
     g: &dyn GraphView,
     n: NodeId,

@@ -11,7 +11,7 @@ use std::ptr;
 use std::sync::{Arc, Once, OnceLock};
 
 use kernels::gpu::driver::Driver;
-use kernels::gpu::{Backend, GpuRuntime};
+use kernels::gpu::{Backend as GpuBackend, GpuRuntime};
 use ort_sys::{
     OrtAllocator, OrtAllocatorType, OrtDeviceMemoryType, OrtHardwareDevice, OrtHardwareDeviceType,
     OrtKeyValuePairs, OrtMemoryInfo, OrtMemoryInfoDeviceType, OrtStatusPtr,
@@ -21,6 +21,7 @@ use super::allocator::DeviceAllocator;
 use super::data_transfer::DataTransfer;
 use super::ep_api::ep_api_ext;
 use super::memory::{DeviceMemory, GpuMemory, HostMemory};
+use super::program::Backend;
 use crate::error::{Error, Result};
 use crate::ffi::api::{api, check};
 use crate::ffi::ep_abi::{OrtEpDevice, OrtEpFactory};
@@ -72,10 +73,10 @@ fn test_memory() -> Arc<HostMemory> {
 }
 
 /// The PCI vendor id of the GPUs a backend drives.
-pub fn vendor_of(backend: Backend) -> u32 {
+pub fn vendor_of(backend: GpuBackend) -> u32 {
     match backend {
-        Backend::Cuda => VENDOR_NVIDIA,
-        Backend::Hip => VENDOR_AMD,
+        GpuBackend::Cuda => VENDOR_NVIDIA,
+        GpuBackend::Hip => VENDOR_AMD,
     }
 }
 
@@ -239,28 +240,30 @@ pub unsafe fn create_data_transfer(out: *mut *mut c_void) -> Result<()> {
     Ok(())
 }
 
+/// Where a session's device program runs and how ORT hands it tensors.
+#[derive(Clone)]
+pub struct DevicePlacement {
+    pub backend: Backend,
+    /// Where the program's buffers (constants, intermediates) live.
+    pub memory: Arc<dyn DeviceMemory>,
+    /// ORT hands our nodes host tensors: inputs are uploaded and outputs downloaded per run.
+    pub staged: bool,
+    /// ORT allocates our nodes' tensors in `memory` (the session needs our Memcpy kernels).
+    pub ort_tensors_in_memory: bool,
+}
+
 /// Where a session's fused nodes run.
 #[derive(Clone)]
 pub enum Placement {
     /// Host memory, CPU kernels (the CPU device; the default).
     Cpu,
-    /// Test mode: host memory registered as device memory; CPU kernels (the addresses are host
-    /// addresses), ORT's copies through our allocator, data transfer and Memcpy kernels.
-    EmulatedDeviceMemory(Arc<dyn DeviceMemory>),
-    /// The GPU device: tensors in device memory, GPU launchers.
-    Gpu {
-        runtime: Arc<GpuRuntime>,
-        memory: Arc<dyn DeviceMemory>,
-    },
-    /// The CPU device with `device=gpu`: host tensors uploaded per run, GPU launchers.
-    GpuStaged {
-        runtime: Arc<GpuRuntime>,
-        memory: Arc<dyn DeviceMemory>,
-    },
+    /// The device program (`gpu::program`): GPU launchers, or in test mode the CPU kernels on
+    /// host memory registered as device memory.
+    Device(DevicePlacement),
 }
 
 /// The loaded GPU runtime and memory, or why there is none.
-fn gpu_runtime() -> Result<(Arc<GpuRuntime>, Arc<dyn DeviceMemory>)> {
+fn gpu_runtime() -> Result<(Backend, Arc<dyn DeviceMemory>)> {
     let memory = gpu_memory()
         .as_ref()
         .map_err(|r| Error::Unsupported(format!("no GPU runtime ({r})")))?
@@ -268,7 +271,7 @@ fn gpu_runtime() -> Result<(Arc<GpuRuntime>, Arc<dyn DeviceMemory>)> {
     let runtime = GpuRuntime::shared()
         .map_err(|e| Error::Ort(format!("GPU runtime: {e}")))?
         .ok_or_else(|| Error::Unsupported("no GPU runtime (see the log line above)".into()))?;
-    Ok((runtime, memory))
+    Ok((Backend::Gpu(runtime), memory))
 }
 
 impl Placement {
@@ -290,34 +293,41 @@ impl Placement {
     }
 
     fn choose(on_gpu: bool, choice: DeviceChoice, test_memory: bool) -> Result<Placement> {
-        match (on_gpu, choice) {
-            (true, DeviceChoice::Cpu) => Err(Error::invalid(
+        let device = |(backend, memory), staged, ort_tensors_in_memory| {
+            Ok(Placement::Device(DevicePlacement {
+                backend,
+                memory,
+                staged,
+                ort_tensors_in_memory,
+            }))
+        };
+        match (on_gpu, choice, test_memory) {
+            (true, DeviceChoice::Cpu, _) => Err(Error::invalid(
                 "provider option device=cpu on the GPU device: select the CPU OrtEpDevice instead",
             )),
-            (true, _) => {
-                let (runtime, memory) = gpu_runtime()?;
-                Ok(Placement::Gpu { runtime, memory })
-            }
-            (false, DeviceChoice::Gpu) => {
-                let (runtime, memory) = gpu_runtime()
+            (true, _, _) => device(gpu_runtime()?, false, true),
+            // Test mode: ORT's tensors are in the stand-in memory (host addresses); `device=gpu`
+            // takes the staged path over them.
+            (false, choice, true) => device(
+                (Backend::Host, test_memory_as_dyn()),
+                choice == DeviceChoice::Gpu,
+                true,
+            ),
+            (false, DeviceChoice::Gpu, false) => {
+                let gpu = gpu_runtime()
                     .map_err(|e| Error::Unsupported(format!("provider option device=gpu: {e}")))?;
-                if test_memory {
-                    return Err(Error::invalid(format!(
-                        "device=gpu with {TEST_MEMORY_ENV}=host: the test memory is host memory"
-                    )));
-                }
-                Ok(Placement::GpuStaged { runtime, memory })
+                device(gpu, true, false)
             }
-            (false, _) if test_memory => Ok(Placement::EmulatedDeviceMemory(test_memory_as_dyn())),
-            (false, _) => Ok(Placement::Cpu),
+            (false, _, false) => Ok(Placement::Cpu),
         }
     }
 
-    /// The device memory ORT allocates our tensors in (the sessions that need Memcpy kernels).
+    /// The memory ORT allocates our tensors in, when that is not host memory (those sessions
+    /// need the Memcpy kernels).
     pub fn device_memory(&self) -> Option<&Arc<dyn DeviceMemory>> {
         match self {
-            Placement::EmulatedDeviceMemory(m) | Placement::Gpu { memory: m, .. } => Some(m),
-            Placement::Cpu | Placement::GpuStaged { .. } => None,
+            Placement::Device(d) if d.ort_tensors_in_memory => Some(&d.memory),
+            _ => None,
         }
     }
 
@@ -325,9 +335,12 @@ impl Placement {
     pub fn name(&self) -> &'static str {
         match self {
             Placement::Cpu => "cpu",
-            Placement::EmulatedDeviceMemory(_) => "cpu (test device memory)",
-            Placement::Gpu { .. } => "gpu",
-            Placement::GpuStaged { .. } => "gpu (host-staged)",
+            Placement::Device(d) => match (&d.backend, d.staged) {
+                (Backend::Gpu(_), false) => "gpu",
+                (Backend::Gpu(_), true) => "gpu (host-staged)",
+                (Backend::Host, false) => "test device memory",
+                (Backend::Host, true) => "test device memory (staged)",
+            },
         }
     }
 }
@@ -363,7 +376,9 @@ mod tests {
             Ok(Placement::Cpu)
         ));
         let test = Placement::choose(false, DeviceChoice::Auto, true).map(|p| p.name());
-        assert_eq!(test.ok(), Some("cpu (test device memory)"));
+        assert_eq!(test.ok(), Some("test device memory"));
+        let test = Placement::choose(false, DeviceChoice::Gpu, true).map(|p| p.name());
+        assert_eq!(test.ok(), Some("test device memory (staged)"));
         let err = Placement::choose(false, DeviceChoice::Gpu, false)
             .err()
             .map(|e| e.to_string())

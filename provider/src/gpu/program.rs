@@ -6,6 +6,10 @@
 //! (the layout of the tensor-core GEMM); other constants that are not fused-node inputs are
 //! uploaded as they are. Output shapes come from the CPU kernels' `output_metas`, so both
 //! executors agree on them. Ops without a GPU launcher are a `Compile` error naming the node.
+//!
+//! [`Backend::Host`] runs the same program with the CPU kernels on host memory posing as device
+//! memory (`MXFUSE_EP_TEST_DEVICE_MEMORY=host`), so everything but the launch calls themselves
+//! is tested on machines without a GPU.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_void;
@@ -17,15 +21,15 @@ use kernels::gpu::{GpuMatB, GpuRuntime, NormBuffers, SwiGluBuffers};
 use kernels::{AddRmsNormAttrs, DType, MxMatMulAttrs, MxQuantAttrs, SwiGluAttrs};
 use ort_sys::{OrtKernelContext, OrtValue};
 
-use super::device::Placement;
+use super::device::{DevicePlacement, Placement};
 use super::memory::{DeviceBox, DeviceMemory};
 use crate::error::{Error, Result};
 use crate::ffi::api::{api, check};
 use crate::kernel_io::alloc_output;
 use crate::ops::{self, schema, transpose_bytes, Attrs, Kernel, Parallelism};
 use crate::ort_types::value_type_and_dims;
-use crate::program::Program;
-use crate::tensor::Meta;
+use crate::program::{prepack, Program};
+use crate::tensor::{Meta, TensorMut, TensorRef};
 
 /// The default stream: ORT's copies through our data transfer are synchronous, so kernels and
 /// copies are ordered without stream handling.
@@ -63,8 +67,17 @@ enum Source {
     Step,
 }
 
+/// What executes the steps.
+#[derive(Clone)]
+pub enum Backend {
+    /// The `kernels::gpu` launchers.
+    Gpu(Arc<GpuRuntime>),
+    /// Test stand-in: the CPU kernels on host addresses (see the module docs).
+    Host,
+}
+
 pub struct GpuProgram {
-    runtime: Arc<GpuRuntime>,
+    backend: Backend,
     memory: Arc<dyn DeviceMemory>,
     steps: Vec<Step>,
     sources: Vec<Source>,
@@ -128,7 +141,7 @@ impl GpuProgram {
         input_names: &[String],
         output_names: &[String],
         constant: &dyn Fn(&str) -> Result<Option<ConstTensor>>,
-        runtime: Arc<GpuRuntime>,
+        backend: Backend,
         memory: Arc<dyn DeviceMemory>,
     ) -> Result<Self> {
         let mut slots: HashMap<String, usize> = HashMap::new();
@@ -158,8 +171,12 @@ impl GpuProgram {
                 }
             }
             let attrs = Attrs::new(schema_op, values)?;
-            let shapes =
+            let mut shapes =
                 ops::create(&attrs).map_err(|e| Error::invalid(format!("node {name}: {e}")))?;
+            if matches!(backend, Backend::Host) {
+                // The host stand-in computes with these CPU kernels: prepack as the CPU path does.
+                prepack(shapes.as_mut(), g, n, constant)?;
+            }
             let pairs = attrs.as_pairs();
             let pairs = || pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()));
             let node_inputs = g.inputs(n);
@@ -175,8 +192,9 @@ impl GpuProgram {
                 "SwiGluMxQuant" => GpuOp::SwiGlu(SwiGluAttrs::from_pairs(pairs())?),
                 "MxMatMul" => {
                     let attrs = MxMatMulAttrs::from_pairs(pairs())?;
-                    let packed = match (attrs.trans_b, const_input(2)?, const_input(3)?) {
-                        (false, Some(b), Some(bs)) => pack_weight(&memory, &b, &bs)?,
+                    let gpu = matches!(backend, Backend::Gpu(_));
+                    let packed = match (gpu, attrs.trans_b, const_input(2)?, const_input(3)?) {
+                        (true, false, Some(b), Some(bs)) => pack_weight(&memory, &b, &bs)?,
                         _ => None,
                     };
                     GpuOp::MatMul { attrs, packed }
@@ -254,7 +272,7 @@ impl GpuProgram {
             })
             .collect::<Result<_>>()?;
         Ok(GpuProgram {
-            runtime,
+            backend,
             memory,
             steps,
             sources,
@@ -345,7 +363,9 @@ impl GpuProgram {
                 self.memory.device_to_device(dst, src, meta.byte_len()?)?;
             }
         }
-        self.runtime.synchronize().map_err(gpu)?;
+        if let Backend::Gpu(rt) = &self.backend {
+            rt.synchronize().map_err(gpu)?;
+        }
         drop(owned);
         Ok(())
     }
@@ -369,7 +389,11 @@ impl GpuProgram {
                 .ok_or_else(|| Error::invalid(format!("missing output {what}")))
         };
         let opt_out = |i: usize| outs.get(i).and_then(Option::as_ref).map(|(_, p)| *p);
-        let rt = &self.runtime;
+        let rt = match &self.backend {
+            Backend::Gpu(rt) => rt,
+            // SAFETY: host backend: every address is a host allocation of its meta's size.
+            Backend::Host => return unsafe { host_launch(step, ins, outs) },
+        };
         match &step.op {
             GpuOp::Quantize(a) => {
                 let (xm, x) = input(0, "x")?;
@@ -520,6 +544,51 @@ impl GpuProgram {
     }
 }
 
+/// The step's CPU kernel on host addresses (the [`Backend::Host`] stand-in).
+///
+/// # Safety
+/// Every address must be a host allocation of at least its meta's byte size.
+unsafe fn host_launch(
+    step: &Step,
+    ins: &[Option<&(Meta, u64)>],
+    outs: &[Option<(Meta, u64)>],
+) -> Result<()> {
+    let bytes =
+        |(m, p): &(Meta, u64)| -> Result<(usize, *mut u8)> { Ok((m.byte_len()?, *p as *mut u8)) };
+    let mut in_views = Vec::with_capacity(ins.len());
+    for v in ins {
+        in_views.push(match v {
+            None => None,
+            Some(v) => {
+                let (len, p) = bytes(v)?;
+                let data: &[u8] = if len == 0 || p.is_null() {
+                    &[]
+                } else {
+                    std::slice::from_raw_parts(p, len)
+                };
+                Some(TensorRef { meta: &v.0, data })
+            }
+        });
+    }
+    let mut out_views = Vec::with_capacity(outs.len());
+    for v in outs {
+        out_views.push(match v {
+            None => None,
+            Some(v) => {
+                let (len, p) = bytes(v)?;
+                let data: &mut [u8] = if len == 0 || p.is_null() {
+                    &mut []
+                } else {
+                    std::slice::from_raw_parts_mut(p, len)
+                };
+                Some(TensorMut { meta: &v.0, data })
+            }
+        });
+    }
+    step.shapes
+        .compute(&in_views, &mut out_views, &kernels::Serial)
+}
+
 /// The fused node's inputs as (meta, data address); `None` for omitted optional inputs.
 unsafe fn read_inputs(ctx: *mut OrtKernelContext) -> Result<Vec<Option<(Meta, u64)>>> {
     let ort = api()?.ort;
@@ -576,12 +645,12 @@ unsafe fn output_address(ctx: *mut OrtKernelContext, j: usize, meta: &Meta) -> R
 
 /// What a compiled fused node runs.
 pub enum Executor {
-    /// The CPU kernels on host addresses (the CPU device, and the test device memory).
+    /// The CPU kernels on ORT's host tensors (the CPU device).
     Cpu(Program),
-    /// The GPU launchers on ORT's device tensors.
-    Gpu(GpuProgram),
-    /// The GPU launchers on ORT's host tensors, staged per run.
-    GpuStaged(GpuProgram),
+    /// The device program on ORT's device tensors.
+    Device(GpuProgram),
+    /// The device program on ORT's host tensors, staged per run.
+    Staged(GpuProgram),
 }
 
 impl Executor {
@@ -594,30 +663,35 @@ impl Executor {
         parallelism: Parallelism,
         constant: &dyn Fn(&str) -> Result<Option<ConstTensor>>,
     ) -> Result<Self> {
-        Ok(match placement {
-            Placement::Cpu | Placement::EmulatedDeviceMemory(_) => Executor::Cpu(Program::build(
-                g,
-                input_names,
-                output_names,
-                parallelism,
-                constant,
-            )?),
-            Placement::Gpu { runtime, memory } => Executor::Gpu(GpuProgram::build(
-                g,
-                input_names,
-                output_names,
-                constant,
-                runtime.clone(),
-                memory.clone(),
-            )?),
-            Placement::GpuStaged { runtime, memory } => Executor::GpuStaged(GpuProgram::build(
-                g,
-                input_names,
-                output_names,
-                constant,
-                runtime.clone(),
-                memory.clone(),
-            )?),
+        let DevicePlacement {
+            backend,
+            memory,
+            staged,
+            ..
+        } = match placement {
+            Placement::Cpu => {
+                return Ok(Executor::Cpu(Program::build(
+                    g,
+                    input_names,
+                    output_names,
+                    parallelism,
+                    constant,
+                )?))
+            }
+            Placement::Device(d) => d,
+        };
+        let program = GpuProgram::build(
+            g,
+            input_names,
+            output_names,
+            constant,
+            backend.clone(),
+            memory.clone(),
+        )?;
+        Ok(if *staged {
+            Executor::Staged(program)
+        } else {
+            Executor::Device(program)
         })
     }
 
@@ -628,8 +702,8 @@ impl Executor {
     pub unsafe fn run(&self, ctx: *mut OrtKernelContext) -> Result<()> {
         match self {
             Executor::Cpu(p) => p.run(ctx),
-            Executor::Gpu(p) => p.run_on_device_tensors(ctx),
-            Executor::GpuStaged(p) => p.run_staged(ctx),
+            Executor::Device(p) => p.run_on_device_tensors(ctx),
+            Executor::Staged(p) => p.run_staged(ctx),
         }
     }
 }
