@@ -6,7 +6,7 @@ side by side in the same process (norm: one block per row vs rows split over clu
 first tensor-core kernel vs the split-K cluster kernel over its cluster sizes and block sizes)."""
 import json, os, sys
 import torch
-from mxgpu import Module, Ops, F_RCEIL, F_GEMMA, F_GAMMA_F32, F_OAI, F_FP32_ACT, norm_split, sk_choice
+from mxgpu import CLUSTERS, Module, Ops, F_RCEIL, F_GEMMA, F_GAMMA_F32, F_OAI, F_FP32_ACT, norm_split, sk_choice
 
 OUT = os.environ.get("OUT", ".")
 dev = "cuda"
@@ -70,10 +70,13 @@ def run_sections(ops, sections, res, anchor, read_bw):
             # old: one block per row, 1 / 2 / 3 chunks per lane; new: rows split over clusters
             by_nch = {c: graph_time(lambda c=c: ops.norm_quant(x, r, w, NF, outs=outs, nch=c, split=1)) for c in (1, 2, 3)
                       if (6144 // 8) <= c * (256 if c == 3 else 1024)}
-            by_split = {c: graph_time(lambda c=c: ops.norm_quant(x, r, w, NF, outs=outs, split=c)) for c in (2, 4, 8)} if M < 1024 else {}
+            by_split = {c: graph_time(lambda c=c: ops.norm_quant(x, r, w, NF, outs=outs, split=c)) for c in (2, 4, 8)} if M < 1024 and CLUSTERS else {}
+            # persistent kernel: (chunks per lane, blocks per SM)
+            by_persist = {f"p{c}x{b}": graph_time(lambda c=c, b=b: ops.norm_quant(x, r, w, NF, outs=outs, split=1, nch=c, persist=b))
+                          for c, b in ((2, 1), (2, 2), (2, 3), (1, 1), (1, 2))} if M >= 264 else {}
             b = M * H * (2 + 2 + 2 + 2 + 1 + 1 / 32) + H * 2
             row = dict(M=M, fused=t_fused, split=norm_split(M, H), fused_q_only=t_fused_q,
-                       by_nch=by_nch, by_split=by_split, inductor_fused=a.get("compiled_fused_norm_quant_bf16"),
+                       by_nch=by_nch, by_split=by_split, by_persist=by_persist, inductor_fused=a.get("compiled_fused_norm_quant_bf16"),
                        inductor_unfused=a.get("compiled_norm_then_quant"), bw_frac=b / (t_fused * 1e-6) / read_bw)
             res["norm"].append(row); print("norm", json.dumps(row), flush=True)
         if "swiglu" not in sections:
@@ -102,7 +105,7 @@ def run_sections(ops, sections, res, anchor, read_bw):
             i[0] = (i[0] + 1) % len(lst); return lst[i[0]]
         return nxt
 
-    for N, K in ((1536, 6144), (6144, 768), (6144, 6144)) if "gemm" in sections else ():
+    for N, K in ((1536, 6144), (6144, 768), (6144, 6144)) if "gemm" in sections and CLUSTERS else ():
         W, S = weights(N, K)
         idx = rot(list(range(len(W))))
         nbf = max(2, int(400e6 // (N * K * 2)))
@@ -124,7 +127,7 @@ def run_sections(ops, sections, res, anchor, read_bw):
             sweep = {}
             if M in (1, 8, 16):
                 for S_ in (1, 2, 4):
-                    for W_ in (4, 8, 16):
+                    for W_ in (2, 4, 6, 8, 12, 16):
                         sweep[f"s{S_}w{W_}"] = graph_time(lambda S_=S_, W_=W_: sk(S_, W_))
             t_in, t_sep = graph_time(sk_in), graph_time(sk_sep)
             t_bf = graph_time(lambda: A @ nb().t(), iters=100)
@@ -138,7 +141,7 @@ def run_sections(ops, sections, res, anchor, read_bw):
         del W, S, Wb
 
     # Where does in-GEMM quantization beat a separate quantize launch? (split-K kernel)
-    for N in (6144, 1536) if "thr" in sections else ():
+    for N in (6144, 1536) if "thr" in sections and CLUSTERS else ():
         for K in (768, 2048, 6144):
             W, S = weights(N, K)
             idx = rot(list(range(len(W))))
@@ -156,11 +159,12 @@ def run_sections(ops, sections, res, anchor, read_bw):
 
 
 def print_tables(res):
-    print("\nnorm (us): M fused split inductor_fused fused_q_only %bw | old 1/2/3 chunks | split 2/4/8")
+    print("\nnorm (us): M fused split inductor_fused fused_q_only %bw | old 1/2/3 chunks | split 2/4/8 | persistent")
     for r in res["norm"]:
         old = " ".join(f"{v:6.2f}" for v in r["by_nch"].values())
         new = " ".join(f"{v:6.2f}" for v in r["by_split"].values())
-        print(f"  {r['M']:5d} {r['fused']:7.2f} {r['split']} {r['inductor_fused'] or float('nan'):7.2f} {r['fused_q_only']:7.2f} {100*r['bw_frac']:5.1f} | {old} | {new}")
+        per = " ".join(f"{k}={v:.2f}" for k, v in r["by_persist"].items())
+        print(f"  {r['M']:5d} {r['fused']:7.2f} {r['split']} {r['inductor_fused'] or float('nan'):7.2f} {r['fused_q_only']:7.2f} {100*r['bw_frac']:5.1f} | {old} | {new} {per}")
     print("swiglu-oai (us): M fused inductor_fused fused_bf16_intermediates %bw")
     for r in res["swiglu"]:
         print(f"  {r['M']:5d} {r['fused']:7.2f} {r['inductor_fused'] or float('nan'):7.2f} {r['fused_bf16_intermediates']:7.2f} {100*r['bw_frac']:5.1f}")

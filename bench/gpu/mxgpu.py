@@ -124,6 +124,8 @@ LAYOUTS = {"separate": 0, "split_halves": 1, "interleaved": 2}
 # Below this many elements the elementwise kernels take 2 elements per lane (short per-lane chains).
 SMALL_ELEMS = 1 << 21
 SUFFIX = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
+# Blocks per SM of the persistent norm kernel at many rows (kernels/src/gpu/launch.rs).
+NORM_PERSIST_BLOCKS_PER_SM = 1
 
 
 class Ops:
@@ -132,14 +134,19 @@ class Ops:
     def __init__(self, mod: Module):
         self.m = mod
 
-    def norm_quant(self, x, res, gamma, flags, eps=1e-6, res_out=True, normed=True, outs=None, nch=None, split=None):
-        """split: blocks of a cluster per row (1 = one block per row); None = the runtime's choice."""
+    def norm_quant(self, x, res, gamma, flags, eps=1e-6, res_out=True, normed=True, outs=None, nch=None, split=None, persist=None):
+        """split: blocks of a cluster per row (1 = one block per row); persist: blocks per SM of the
+        persistent kernel (0 = one block per row); None = the runtime's choice (launch.rs)."""
         M, H = x.shape
         chunks = H // 8
         if split is None:
             split = norm_split(M, H) if nch is None else 1
+        if persist is None:
+            persist = NORM_PERSIST_BLOCKS_PER_SM if (split == 1 and nch is None and M >= 2 * 132 and chunks <= 2 * 512) else 0
         if split > 1:
             nch = 1
+        if persist:
+            nch = nch or 2
         if nch is None:  # many rows: 2 chunks per lane (B <= 512, two blocks per SM; measured best)
             nch = 2 if (M >= 264 and chunks <= 2 * 512) else next(c for c in (1, 2, 4) if chunks <= 1024 * c)
         assert chunks <= nch * (256 if nch == 3 else 1024), "H too large"
@@ -149,7 +156,12 @@ class Ops:
                     torch.empty(M, H // 32, dtype=torch.uint8, device=x.device),
                     torch.empty_like(x) if res_out else None, torch.empty_like(x) if normed else None)
         q, s, ro, no = outs
-        name = "mx_add_rmsnorm_quant_" + SUFFIX[x.dtype] + ("_gf32" if gamma.dtype == torch.float32 and x.dtype != torch.float32 else "") + f"_c{nch}" + (f"_s{split}" if split > 1 else "")
+        name = "mx_add_rmsnorm_quant_" + SUFFIX[x.dtype] + ("_gf32" if gamma.dtype == torch.float32 and x.dtype != torch.float32 else "")
+        if persist:
+            self.m.launch(name + f"_p{nch}", (min(M, 132 * persist),), (B,),
+                          [x, res, gamma, q, s, ro, no, ctypes.c_int(H), ctypes.c_float(eps), ctypes.c_uint(flags), ctypes.c_int(M)])
+            return outs
+        name += f"_c{nch}" + (f"_s{split}" if split > 1 else "")
         self.m.launch(name, (M * split,), (B,), [x, res, gamma, q, s, ro, no, ctypes.c_int(H), ctypes.c_float(eps), ctypes.c_uint(flags)])
         return outs
 
@@ -227,8 +239,8 @@ class Ops:
 def sk_choice(N, K, M, sms=132):
     """Split-K GEMM launch shape (mirrors kernels/src/gpu/launch.rs `splitk_shape`): the fewest
     cluster splits S in (1, 2, 4) that give >= 2 blocks per SM (every SM busy, a second block to
-    hide the tail), then warps = the groups of 4 k-blocks per split, at most 16 (one group in
-    flight per warp plus its prefetch)."""
+    hide the tail), then warps = the groups of 4 k-blocks per split (one group in flight per warp
+    plus its prefetch), but few enough that every block is resident at once, at most 16."""
     mt = 1 if M <= 8 else 2
     tiles = -(-N // 16) * -(-M // (8 * mt))
     groups = -(-(K // 32) // 4)
@@ -236,11 +248,16 @@ def sk_choice(N, K, M, sms=132):
     while S > 1 and groups < S:
         S //= 2
     per = -(-groups // S)
-    return S, max(1, min(16, per))
+    resident = max(1, 20 // -(-(tiles * S) // sms))  # ~100 registers a thread: 20 warps per SM
+    return S, max(1, min(16, per, resident))
+
+
+# MXFUSE_GPU_CLUSTERS=off: no cluster kernels (split-row norm, split-K GEMM), as in launch.rs.
+CLUSTERS = os.environ.get("MXFUSE_GPU_CLUSTERS") != "off"
 
 
 def norm_split(rows, H, sms=132):
     """Blocks per norm row (mirrors kernels/src/gpu/shapes.rs `norm_split`)."""
-    if rows >= sms:
+    if rows >= sms or not CLUSTERS:
         return 1
     return next((s for s in (8, 4, 2) if (H // 32) % s == 0 and rows * s <= 2 * sms and H // 8 // s <= 1024), 1)

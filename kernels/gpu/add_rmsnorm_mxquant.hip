@@ -11,55 +11,57 @@
 // few rows still spread over many SMs (a lone SM ingests a 6144-wide bf16 row at ~64 B/cycle);
 // the blocks exchange their partial sums of squares through distributed shared memory and every
 // block adds the S partials in rank order, so all compute the same v.
+// Many rows (persistent variant, NAME_p<NCH>): a grid of a few blocks per SM, each looping over
+// rows blockIdx.x, + gridDim.x, ...: gamma is loaded once per block, and the next row's x / residual
+// loads are issued before this row's block reduction and output pass, so the memory pipe stays busy
+// across the barrier.
 // Semantics (docs/ops.md): s = round_T(x + r) (or the f32 sum); v = f32(sum_f64(s^2) / H); n = s * (1 / sqrt(v + eps))
 // (or s / sqrt(v + eps)); y = round_T(n * g) (or round_T(round_T(n) * g)); q/scale quantize y as T.
-template <class T, class G, int NCH, int S>
-MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
-                                    const typename T::storage* __restrict__ res,
-                                    const typename G::storage* __restrict__ gamma,
-                                    mx_u8* __restrict__ q, mx_u8* __restrict__ scale,
-                                    typename T::storage* __restrict__ res_out,
-                                    typename T::storage* __restrict__ normed, int H, float eps,
-                                    mx_u32 flags) {
-  const long long row = blockIdx.x / S;
-  // This block's chunks: [c0, c0 + chunks); the host makes H / 32 a multiple of S, so whole
-  // quantizer groups stay in one block.
-  const int chunks = (H >> 3) / S;
-  const int c0 = (int)(blockIdx.x % S) * chunks;
-  const int B = blockDim.x;
-  x += row * H + 8 * c0;
-  gamma += 8 * c0;
-  if (res) res += row * H + 8 * c0;
-  if (res_out) res_out += row * H + 8 * c0;
-  if (normed) normed += row * H + 8 * c0;
-  q += row * H + 8 * c0;
-  scale += row * (H >> 5) + c0 / 4;
 
-  float s[NCH][8], g[NCH][8];
-  double ss = 0.0;
-  const bool round_sum = !(flags & MX_F_NO_ROUND_SUM);
+// The lane's chunks c = threadIdx.x + k B (k < NCH, c < chunks) of one row: x, and the residual
+// when there is one, as fp32 (the loads are issued here and used by mx_norm_sum).
+template <class T, int NCH>
+MX_DEV void mx_norm_load(const typename T::storage* __restrict__ x,
+                         const typename T::storage* __restrict__ res, int chunks, float xa[NCH][8],
+                         float ra[NCH][8]) {
 #pragma unroll
   for (int k = 0; k < NCH; ++k) {
-    const int c = threadIdx.x + k * B;
+    const int c = threadIdx.x + k * blockDim.x;
     if (c < chunks) {
-      MxVec8<G>::load(gamma + 8 * c, g[k]);
-      MxVec8<T>::load(x + 8 * c, s[k]);
-      if (res) {
-        float r[8];
-        MxVec8<T>::load(res + 8 * c, r);
+      MxVec8<T>::load(x + 8 * c, xa[k]);
+      if (res) MxVec8<T>::load(res + 8 * c, ra[k]);
+    }
+  }
+}
+
+// s = x + r (rounded to T unless MX_F_NO_ROUND_SUM) and the lane's f64 sum of the f32 squares.
+template <class T, int NCH>
+MX_DEV double mx_norm_sum(const float xa[NCH][8], const float ra[NCH][8], bool has_res, int chunks,
+                          mx_u32 flags, float s[NCH][8]) {
+  const bool round_sum = !(flags & MX_F_NO_ROUND_SUM);
+  double ss = 0.0;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) s[k][i] = round_sum ? mx_round<T>(s[k][i] + r[i]) : s[k][i] + r[i];
+  for (int k = 0; k < NCH; ++k) {
+    if ((int)threadIdx.x + k * (int)blockDim.x < chunks) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float v = has_res ? xa[k][i] + ra[k][i] : xa[k][i];
+        s[k][i] = has_res && round_sum ? mx_round<T>(v) : v;
       }
       // Squares rounded to f32 (the graph's f32 Pow), summed in f64.
 #pragma unroll
       for (int i = 0; i < 8; ++i) ss += (double)__fmul_rn(s[k][i], s[k][i]);
     }
   }
+  return ss;
+}
 
-  // Block sum in fp64. docs/ops.md pins a 16-lane order (kernels::reference::math::lane_mean);
-  // this tree differs, which changes v only when the f64 sum is inexact -- never for bf16/f16
-  // rows whose squares span fewer than ~24 binades (every check so far is bit-exact).
-  __shared__ double warp_sums[1024 / 32];
+// The block's total of the lanes' ss (every lane gets it). warp_sums: 32 doubles of shared memory
+// that no lane reads or writes between this call's barrier and the next call.
+// docs/ops.md pins a 16-lane order (kernels::reference::math::lane_mean); this tree differs, which
+// changes v only when the f64 sum is inexact -- never for bf16/f16 rows whose squares span fewer
+// than ~24 binades (every check so far is bit-exact).
+MX_DEV double mx_norm_block_sum(double ss, double* warp_sums) {
 #pragma unroll
   for (int o = MX_WARP / 2; o > 0; o >>= 1) ss += MX_SHFL_XOR(ss, o);
   const int warp = threadIdx.x / MX_WARP, lane = threadIdx.x % MX_WARP;
@@ -67,28 +69,26 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
   __syncthreads();
   // Second level in parallel: every warp reduces the per-warp sums with the same shuffle tree,
   // so every lane gets the same total (a serial loop over 24 warps costs ~1000 cycles).
-  const int warps = (B + MX_WARP - 1) / MX_WARP;
+  const int warps = (blockDim.x + MX_WARP - 1) / MX_WARP;
   double total = lane < warps ? warp_sums[lane] : 0.0;
 #pragma unroll
   for (int o = MX_WARP / 2; o > 0; o >>= 1) total += MX_SHFL_XOR(total, o);
-#if defined(MX_NV_CLUSTER)
-  __shared__ double cluster_part;
-  if (S > 1) {
-    if (threadIdx.x == 0) cluster_part = total;
-    mx_cluster_sync();
-    total = 0.0;
-    for (int r = 0; r < S; ++r) total += mx_dsmem_load(&cluster_part, (mx_u32)r);
-    mx_cluster_arrive();  // done reading the others' cluster_part; waited for at the end
-  }
-#endif
+  return total;
+}
 
+// The output pass of one row: residual_out, normed, q and scales of the lane's chunks.
+template <class T, class G, int NCH>
+MX_DEV void mx_norm_output(const float s[NCH][8], const float g[NCH][8], double total, int H,
+                           float eps, mx_u32 flags, int chunks, mx_u8* __restrict__ q,
+                           mx_u8* __restrict__ scale, typename T::storage* __restrict__ res_out,
+                           typename T::storage* __restrict__ normed) {
+  const int B = blockDim.x;
   const float v = (float)(total / (double)H);
   const float root = sqrtf(v + eps);
   const float inv = 1.0f / root;
   const bool use_div = (flags & MX_F_INV_DIV) != 0;
   const bool gemma = (flags & MX_F_GEMMA) != 0;
   const bool gamma_f32 = (flags & MX_F_GAMMA_F32) != 0;
-
 #pragma unroll
   for (int k = 0; k < NCH; ++k) {
     const int c = threadIdx.x + k * B;
@@ -115,9 +115,88 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
     mx_quant_group8(y, flags, lo, hi, sb);
     if (live) mx_store_group8(q, scale, c, lo, hi, sb);
   }
+}
+
+template <class G, int NCH>
+MX_DEV void mx_norm_load_gamma(const typename G::storage* __restrict__ gamma, int chunks,
+                               float g[NCH][8]) {
+#pragma unroll
+  for (int k = 0; k < NCH; ++k) {
+    const int c = threadIdx.x + k * blockDim.x;
+    if (c < chunks) MxVec8<G>::load(gamma + 8 * c, g[k]);
+  }
+}
+
+template <class T, class G, int NCH, int S>
+MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
+                                    const typename T::storage* __restrict__ res,
+                                    const typename G::storage* __restrict__ gamma,
+                                    mx_u8* __restrict__ q, mx_u8* __restrict__ scale,
+                                    typename T::storage* __restrict__ res_out,
+                                    typename T::storage* __restrict__ normed, int H, float eps,
+                                    mx_u32 flags) {
+  const long long row = blockIdx.x / S;
+  // This block's chunks: [c0, c0 + chunks); the host makes H / 32 a multiple of S, so whole
+  // quantizer groups stay in one block.
+  const int chunks = (H >> 3) / S;
+  const int c0 = (int)(blockIdx.x % S) * chunks;
+  x += row * H + 8 * c0;
+  gamma += 8 * c0;
+  if (res) res += row * H + 8 * c0;
+  if (res_out) res_out += row * H + 8 * c0;
+  if (normed) normed += row * H + 8 * c0;
+  q += row * H + 8 * c0;
+  scale += row * (H >> 5) + c0 / 4;
+
+  float xa[NCH][8], ra[NCH][8], s[NCH][8], g[NCH][8];
+  // gamma first: its latency overlaps the reduction.
+  mx_norm_load_gamma<G, NCH>(gamma, chunks, g);
+  mx_norm_load<T, NCH>(x, res, chunks, xa, ra);
+  const double ss = mx_norm_sum<T, NCH>(xa, ra, res != nullptr, chunks, flags, s);
+  __shared__ double warp_sums[1024 / 32];
+  double total = mx_norm_block_sum(ss, warp_sums);
+#if defined(MX_NV_CLUSTER)
+  __shared__ double cluster_part;
+  if (S > 1) {
+    if (threadIdx.x == 0) cluster_part = total;
+    mx_cluster_sync();
+    total = 0.0;
+    for (int r = 0; r < S; ++r) total += mx_dsmem_load(&cluster_part, (mx_u32)r);
+    mx_cluster_arrive();  // done reading the others' cluster_part; waited for at the end
+  }
+#endif
+  mx_norm_output<T, G, NCH>(s, g, total, H, eps, flags, chunks, q, scale, res_out, normed);
 #if defined(MX_NV_CLUSTER)
   if (S > 1) mx_cluster_wait();  // no block leaves while another may still read its partial
 #endif
+}
+
+template <class T, class G, int NCH>
+MX_DEV void add_rmsnorm_mxquant_persistent(const typename T::storage* __restrict__ x,
+                                           const typename T::storage* __restrict__ res,
+                                           const typename G::storage* __restrict__ gamma,
+                                           mx_u8* __restrict__ q, mx_u8* __restrict__ scale,
+                                           typename T::storage* __restrict__ res_out,
+                                           typename T::storage* __restrict__ normed, int H,
+                                           float eps, mx_u32 flags, int rows) {
+  const int chunks = H >> 3;
+  float xa[NCH][8], ra[NCH][8], s[NCH][8], g[NCH][8];
+  mx_norm_load_gamma<G, NCH>(gamma, chunks, g);
+  // Two reduction buffers, alternating by row, so one barrier per row suffices: a lane writes row
+  // i + 1's warp sum after passing row i's barrier, which every lane reaches only once done reading
+  // row i - 1's buffer -- the one being overwritten.
+  __shared__ double warp_sums[2][1024 / 32];
+  long long row = blockIdx.x;
+  if (row < rows) mx_norm_load<T, NCH>(x + row * H, res ? res + row * H : res, chunks, xa, ra);
+  for (int it = 0; row < rows; row += gridDim.x, ++it) {
+    const double ss = mx_norm_sum<T, NCH>(xa, ra, res != nullptr, chunks, flags, s);
+    const long long next = row + gridDim.x;
+    if (next < rows) mx_norm_load<T, NCH>(x + next * H, res ? res + next * H : res, chunks, xa, ra);
+    const double total = mx_norm_block_sum(ss, warp_sums[it & 1]);
+    mx_norm_output<T, G, NCH>(s, g, total, H, eps, flags, chunks, q + row * H,
+                              scale + row * (H >> 5), res_out ? res_out + row * H : res_out,
+                              normed ? normed + row * H : normed);
+  }
 }
 
 // Kernel names: mx_add_rmsnorm_quant_<T>[_gf32]_c<NCH>; NCH = 1, 2 (B <= 1024), 3 (B <= 256; slower
@@ -131,11 +210,23 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
     add_rmsnorm_mxquant_row<T, G, NCH, 1>(x, res, gamma, q, scale, res_out, normed, H, eps,    \
                                           flags);                                               \
   }
+// Persistent (NAME_p<NCH>, NCH = 1 (B <= 1024), 2 (B <= 512: 1024 would cap registers at 64 and
+// spill the next row's buffers)): grid = a few blocks per SM, one more int parameter: rows.
+#define MX_DEFINE_NORM_P1(NAME, T, G, NCH, MAXB)                                                \
+  extern "C" __global__ void __launch_bounds__(MAXB)                                           \
+      NAME(const T::storage* x, const T::storage* res, const G::storage* gamma, mx_u8* q,      \
+           mx_u8* scale, T::storage* res_out, T::storage* normed, int H, float eps,             \
+           unsigned flags, int rows) {                                                          \
+    add_rmsnorm_mxquant_persistent<T, G, NCH>(x, res, gamma, q, scale, res_out, normed, H, eps, \
+                                              flags, rows);                                     \
+  }
 #define MX_DEFINE_NORM(NAME, T, G)                                                              \
   MX_DEFINE_NORM1(NAME##_c1, T, G, 1, 1024)                                                     \
   MX_DEFINE_NORM1(NAME##_c2, T, G, 2, 1024)                                                     \
   MX_DEFINE_NORM1(NAME##_c3, T, G, 3, 256)                                                      \
-  MX_DEFINE_NORM1(NAME##_c4, T, G, 4, 1024)
+  MX_DEFINE_NORM1(NAME##_c4, T, G, 4, 1024)                                                     \
+  MX_DEFINE_NORM_P1(NAME##_p1, T, G, 1, 1024)                                                   \
+  MX_DEFINE_NORM_P1(NAME##_p2, T, G, 2, 512)
 
 // Split rows (one chunk per lane, a cluster of S blocks per row): NAME_c1_s<S>, S = 2, 4, 8; grid
 // rows * S, B = H / (8 S) rounded up to the warp.

@@ -32,8 +32,8 @@ const F_SWISH_SINGLE: u32 = 256;
 const SMALL_ELEMENTS: usize = 1 << 21;
 
 /// Blocks per SM of the persistent `AddRmsNormMxQuant` kernel at many rows (bench/gpu/bench.py
-/// times 1-3).
-const NORM_PERSIST_BLOCKS_PER_SM: usize = 2;
+/// times 1-3): its 384-lane blocks use ~120 registers a lane, so one fits an SM.
+const NORM_PERSIST_BLOCKS_PER_SM: usize = 1;
 
 /// A raw stream handle (`CUstream` / `hipStream_t`); 0 is the default stream.
 pub type StreamHandle = usize;

@@ -1,0 +1,63 @@
+#!/bin/bash
+# One device call, ordered so that a failing new kernel cannot lose the rest: each step is its own
+# process under its own timeout (a CUDA error poisons only that process), correctness of the new
+# kernels first, then the timings (old and new variants side by side), the remaining checks, the
+# Rust tests on whatever the runtime selects, the Inductor anchor, and the EP engineer's check.
+#
+# Precompiled kernels (optional): .gpucache/kernels.tar.xz holds the NVRTC 13.0 sm_90 cubin of the
+# program under the Python harness's and the Rust runtime's cache names (see the "GPU kernels"
+# notes in docs/gpu.md); .gpucache/gpu_kernels.xz the `cargo test -p kernels --test gpu_kernels`
+# binary built on the development machine. Without them everything compiles on the device.
+# At most 8 files come back from $OUT: the logs below.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+OUT=${OUT:-/tmp/mxfuse_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+cache=/tmp/mxfuse_kernel_cache
+mkdir -p "$cache"
+export MXFUSE_PY_CUBIN_CACHE=$cache MXFUSE_KERNEL_CACHE=$cache
+unxz() { python3 -c 'import lzma, sys; open(sys.argv[2], "wb").write(lzma.open(sys.argv[1]).read())' "$1" "$2"; }
+if [ -f "$root/.gpucache/kernels.tar.xz" ]; then
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$root/.gpucache/kernels.tar.xz" "$cache"
+fi
+t0=$(date +%s)
+step() { echo "== $1 ($(( $(date +%s) - t0 )) s)"; }
+
+cd "$here"
+{
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+  ls -la "$cache"
+} > "$OUT/check_sk.log" 2>&1
+step "check: split-K GEMM"
+timeout 50 python3 check.py check_matmul_splitk >> "$OUT/check_sk.log" 2>&1; rc=$?; echo "rc=$rc" >> "$OUT/check_sk.log"
+tail -2 "$OUT/check_sk.log"
+# A hang (a cluster barrier never met) would repeat in every later step: run them without clusters.
+if [ $rc -eq 124 ]; then export MXFUSE_GPU_CLUSTERS=off; echo "cluster kernels hung: MXFUSE_GPU_CLUSTERS=off"; fi
+step "bench: GEMM"
+OUT=/tmp timeout 60 python3 bench.py gemm thr > "$OUT/bench_gemm.log" 2>&1; echo "rc=$?" >> "$OUT/bench_gemm.log"
+step "bench: norm, swiglu"
+OUT=/tmp timeout 35 python3 bench.py norm swiglu > "$OUT/bench_norm.log" 2>&1; echo "rc=$?" >> "$OUT/bench_norm.log"
+step "check: the rest"
+timeout 45 python3 check.py check_vectors check_quantize check_norm check_swiglu check_matmul > "$OUT/check.log" 2>&1; echo "rc=$?" >> "$OUT/check.log"
+tail -1 "$OUT/check.log"
+step "rust gpu_kernels"
+if [ -f "$root/.gpucache/gpu_kernels.xz" ]; then
+  unxz "$root/.gpucache/gpu_kernels.xz" /tmp/gpu_kernels && chmod +x /tmp/gpu_kernels
+  nvrtc=$(python3 -c 'import sys; sys.path.insert(0, "."); import mxgpu; print(mxgpu.NVRTC_PATH)' 2>/dev/null | tail -1)
+  MXFUSE_NVRTC=$nvrtc timeout 40 /tmp/gpu_kernels > "$OUT/rust.log" 2>&1; echo "rc=$? nvrtc=$nvrtc" >> "$OUT/rust.log"
+  tail -3 "$OUT/rust.log"
+fi
+step "inductor anchor"
+OUT=/tmp timeout 60 python3 torch_baseline.py 8 8192 > "$OUT/baseline.log" 2>&1; echo "rc=$?" >> "$OUT/baseline.log"
+if [ -f "$here/ep_gpu_check.sh" ]; then
+  step "ep_gpu_check.sh"
+  mkdir -p /tmp/ep_out
+  (cd "$root" && OUT=/tmp/ep_out timeout 45 bash "$here/ep_gpu_check.sh") > "$OUT/ep.log" 2>&1; echo "rc=$?" >> "$OUT/ep.log"
+  tar -czf "$OUT/ep_out.tgz" -C /tmp/ep_out . 2>/dev/null
+  tail -5 "$OUT/ep.log"
+fi
+step "done"
+grep -h -A40 "^gemm (us)" "$OUT/bench_gemm.log" | head -40
+grep -h -A20 "^norm (us)" "$OUT/bench_norm.log" | head -20
