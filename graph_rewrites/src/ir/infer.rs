@@ -19,22 +19,34 @@
 //!   a model that declares a dim unknown is matched as declared; where the two disagree, the
 //!   loaded type is kept as is.
 //! * Ops without a rule (and subgraph bodies) leave their outputs unknown; symbolic dims
-//!   propagate as [`Dim::Symbolic`], sizes that cannot be derived become [`Dim::Unknown`].
+//!   propagate as [`Dim::Symbolic`](crate::view::Dim::Symbolic), sizes that cannot be derived become
+//!   [`Dim::Unknown`](crate::view::Dim::Unknown).
 //! * The pass runs at load only. Values that rules add later come with their own type
 //!   ([`Graph::add_value`]).
 
+mod node;
 mod ops;
 mod shape;
+mod values;
 
 use super::Graph;
-use crate::view::{Dim, TensorInfo};
+use crate::view::{GraphView, TensorInfo};
 
 impl Graph {
     /// Fills in the types of node outputs in topological order (see the module docs).
     pub(super) fn infer_types(&mut self) {
+        let mut shape_values = node::ShapeValues::new();
         for i in 0..self.order.len() {
             let n = self.order[i];
-            let inferred = ops::infer_node(self, n);
+            let c = node::Node {
+                g: self,
+                n,
+                values: &shape_values,
+            };
+            let inferred = ops::infer_node(&c);
+            let Some(&out0) = self.node(n).outputs.first() else {
+                continue;
+            };
             for (slot, new) in inferred.into_iter().enumerate() {
                 let Some(&v) = self.node(n).outputs.get(slot) else {
                     break;
@@ -43,6 +55,18 @@ impl Graph {
                 if !value.omitted {
                     merge(&mut value.info, new);
                 }
+            }
+            // Shape computations: needs the output's merged type, so after the merge.
+            let Some(out) = self.tensor_info(out0) else {
+                continue;
+            };
+            let c = node::Node {
+                g: self,
+                n,
+                values: &shape_values,
+            };
+            if let Some(vals) = values::output_values(&c, &out) {
+                shape_values.insert(out0, vals);
             }
         }
     }
@@ -68,6 +92,7 @@ fn merge(known: &mut Option<TensorInfo>, inferred: TensorInfo) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::view::Dim;
 
     fn info(elem_type: i32, shape: Option<Vec<Dim>>) -> TensorInfo {
         TensorInfo { elem_type, shape }

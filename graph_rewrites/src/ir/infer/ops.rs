@@ -4,138 +4,39 @@
 //! Each rule returns one [`TensorInfo`] per output slot it knows about (possibly partial:
 //! `elem_type` 0 or `shape: None`); the caller merges them into the graph's values.
 
+use super::node::{IntList, Node};
 use super::shape::{self, known, known_dims, norm_axes, norm_axis, product_dim, unify};
-use crate::ir::Graph;
-use crate::pattern::predicates::{dtype, scalar_f64, values_i64};
-use crate::view::{
-    AttrValue, Dim, GraphView, NodeId, TensorInfo, ValueId, MS_DOMAIN, MXFUSE_DOMAIN, QUARK_DOMAIN,
-};
+use crate::pattern::predicates::{dtype, scalar_f64};
+use crate::view::{AttrValue, Dim, GraphView, TensorInfo, MS_DOMAIN, MXFUSE_DOMAIN, QUARK_DOMAIN};
 
 const UINT8: i32 = 2;
 const BOOL: i32 = 9;
 
-/// Constant inputs read for shapes, axes, splits and slice bounds have at most this many
-/// elements; checking the declared size first keeps inference from reading a large (possibly
-/// external) weight that happens to sit in such a slot of a malformed model.
-const MAX_SHAPE_CONST_ELEMS: i64 = 1024;
-
 /// The MX block length (docs/ops.md): scales have `K / 32` entries along the last axis.
 const MX_BLOCK: i64 = 32;
 
-/// Types of the outputs of node `n` (see the module docs).
-pub(super) fn infer_node(g: &Graph, n: NodeId) -> Vec<TensorInfo> {
-    let c = Node { g, n };
-    let op = g.op_type(n);
-    match g.domain(n) {
-        "" => onnx_op(&c, op),
-        MS_DOMAIN => ms_op(&c, op),
+/// Types of the outputs of node `c` (see the module docs).
+pub(super) fn infer_node(c: &Node) -> Vec<TensorInfo> {
+    let op = c.g.op_type(c.n);
+    match c.g.domain(c.n) {
+        "" => onnx_op(c, op),
+        MS_DOMAIN => ms_op(c, op),
         // A fake quantize: float in, same float out.
         QUARK_DOMAIN if op == "MXQuantizeDequantize" => c.same(0),
-        MXFUSE_DOMAIN => mxfuse_op(&c, op),
+        MXFUSE_DOMAIN => mxfuse_op(c, op),
         _ => Vec::new(),
     }
 }
 
-/// Read access to one node's inputs and attributes.
-struct Node<'a> {
-    g: &'a Graph,
-    n: NodeId,
-}
-
-/// Axes, split sizes or similar lists that an op takes as an attribute (older opsets) or as an
-/// input (newer ones).
-enum IntList {
-    Absent,
-    Given(Vec<i64>),
-    /// Given as an input whose value is not a small constant.
-    NotConstant,
-}
-
-impl Node<'_> {
-    fn input(&self, slot: usize) -> Option<ValueId> {
-        self.g.inputs(self.n).get(slot).copied().flatten()
-    }
-
-    fn input_count(&self) -> usize {
-        self.g.inputs(self.n).len()
-    }
-
-    fn info(&self, slot: usize) -> TensorInfo {
-        self.input(slot)
-            .and_then(|v| self.g.tensor_info(v))
-            .unwrap_or_default()
-    }
-
-    fn elem(&self, slot: usize) -> i32 {
-        self.info(slot).elem_type
-    }
-
-    fn shape(&self, slot: usize) -> Option<Vec<Dim>> {
-        self.info(slot).shape
-    }
-
-    /// The first known element type among `slots` (inputs that must share one type).
-    fn first_elem(&self, slots: impl IntoIterator<Item = usize>) -> i32 {
-        slots
-            .into_iter()
-            .map(|s| self.elem(s))
-            .find(|&t| t != 0)
-            .unwrap_or(0)
-    }
-
-    /// The version of the node's domain the model imports.
-    fn opset(&self) -> i64 {
-        self.g.opset(self.g.domain(self.n)).unwrap_or(0)
-    }
-
-    /// An int attribute, `default` when absent; `None` when present with another type.
-    fn int(&self, name: &str, default: i64) -> Option<i64> {
-        match self.g.attr(self.n, name) {
-            None => Some(default),
-            Some(AttrValue::Int(v)) => Some(v),
-            Some(_) => None,
-        }
-    }
-
-    fn string(&self, name: &str, default: &str) -> Option<String> {
-        match self.g.attr(self.n, name) {
-            None => Some(default.to_owned()),
-            Some(AttrValue::String(s)) => Some(s),
-            Some(_) => None,
-        }
-    }
-
-    fn ints(&self, name: &str) -> Option<Vec<i64>> {
-        match self.g.attr(self.n, name) {
-            Some(AttrValue::Ints(v)) => Some(v),
-            _ => None,
-        }
-    }
-
-    /// The integer values of a small constant input.
-    fn const_ints(&self, slot: usize) -> Option<Vec<i64>> {
-        let v = self.input(slot)?;
-        let elems = shape::product(&self.g.tensor_info(v)?.shape?)?;
-        if elems > MAX_SHAPE_CONST_ELEMS {
-            return None;
-        }
-        values_i64(&self.g.const_value(v)?)
-    }
-
-    /// A list given by input `slot` when that input is present, else by attribute `attr`.
-    fn int_list(&self, attr: &str, slot: usize) -> IntList {
-        if self.input(slot).is_some() {
-            return self
-                .const_ints(slot)
-                .map_or(IntList::NotConstant, IntList::Given);
-        }
-        self.ints(attr).map_or(IntList::Absent, IntList::Given)
-    }
-
-    /// Output 0 has input `slot`'s type and shape.
-    fn same(&self, slot: usize) -> Vec<TensorInfo> {
-        vec![self.info(slot)]
-    }
+/// Target-shape element values as dims: negative numbers are not sizes.
+fn dims_of_values(values: Vec<Dim>) -> Vec<Dim> {
+    values
+        .into_iter()
+        .map(|d| match d {
+            Dim::Known(v) if v < 0 => Dim::Unknown,
+            d => d,
+        })
+        .collect()
 }
 
 fn info(elem_type: i32, shape: Option<Vec<Dim>>) -> TensorInfo {
@@ -181,8 +82,9 @@ fn onnx_op(c: &Node, op: &str) -> Vec<TensorInfo> {
         "Slice" => slice(c),
         "Gather" => gather(c),
         "GatherElements" => vec![info(c.elem(0), c.shape(1))],
+        "GatherND" => gather_nd(c),
         "Expand" => {
-            let target = c.const_ints(1).map(|t| known_dims(&t));
+            let target = c.int_values(1).map(dims_of_values);
             let s = c.shape(0).zip(target);
             vec![info(
                 c.elem(0),
@@ -207,7 +109,16 @@ fn onnx_op(c: &Node, op: &str) -> Vec<TensorInfo> {
 fn ms_op(c: &Node, op: &str) -> Vec<TensorInfo> {
     match op {
         // AllReduce sums across ranks: same type and shape.
-        "QuickGelu" | "AllReduce" | "FastGelu" | "BiasGelu" => c.same(0),
+        "QuickGelu" | "AllReduce" | "FastGelu" | "BiasGelu" | "RotaryEmbedding" => c.same(0),
+        "GroupQueryAttention" => group_query_attention(c),
+        "MatMulNBits" => {
+            let n = c.int("N", -1).filter(|&n| n > 0).map(Dim::Known);
+            let shape = c.shape(0).zip(n).and_then(|(mut a, n)| {
+                *a.last_mut()? = n;
+                Some(a)
+            });
+            vec![info(c.elem(0), shape)]
+        }
         "SimplifiedLayerNormalization" => layer_norm(c),
         // Outputs: output, mean, inv_std_var (float statistics), input_skip_bias_sum.
         "SkipSimplifiedLayerNormalization" | "SkipLayerNormalization" => {
@@ -217,6 +128,30 @@ fn ms_op(c: &Node, op: &str) -> Vec<TensorInfo> {
         }
         _ => Vec::new(),
     }
+}
+
+/// `output [B, S, num_heads * head_size]` in the query's type; with packed QKV (no key input)
+/// the query's last dim holds `num_heads + 2 * kv_num_heads` heads. The KV-cache outputs get
+/// the type only.
+fn group_query_attention(c: &Node) -> Vec<TensorInfo> {
+    let q = c.info(0);
+    let heads = c.int("num_heads", 0).unwrap_or(0);
+    let kv_heads = c.int("kv_num_heads", 0).unwrap_or(0);
+    let shape = q.shape.clone().and_then(|mut s| {
+        if c.input(1).is_none() {
+            let packed = heads.checked_add(kv_heads.checked_mul(2)?)?;
+            let last = s.last_mut()?;
+            *last = match known(last) {
+                Some(d) if heads > 0 && kv_heads >= 0 && d % packed == 0 => {
+                    Dim::Known(d / packed * heads)
+                }
+                _ => Dim::Unknown,
+            };
+        }
+        Some(s)
+    });
+    let cache = info(q.elem_type, None);
+    vec![info(q.elem_type, shape), cache.clone(), cache]
 }
 
 /// The `com.mxfuse` ops of docs/ops.md.
@@ -294,7 +229,9 @@ fn gemm(c: &Node) -> Vec<TensorInfo> {
 
 fn reshape(c: &Node) -> Vec<TensorInfo> {
     // Opset 1-4 took the target as an attribute.
-    let target = c.const_ints(1).or_else(|| c.ints("shape"));
+    let target = c
+        .int_values(1)
+        .or_else(|| Some(c.ints("shape")?.into_iter().map(Dim::Known).collect()));
     let allowzero = c.int("allowzero", 0) == Some(1);
     let shape = match target {
         Some(t) => shape::reshape(c.shape(0).as_deref(), &t, allowzero),
@@ -410,7 +347,7 @@ fn concat(c: &Node) -> Vec<TensorInfo> {
 
 fn split(c: &Node) -> Vec<TensorInfo> {
     let elem = c.elem(0);
-    let n_out = c.g.outputs(c.n).len();
+    let n_out = c.output_count();
     let Some(s) = c.shape(0) else {
         return vec![info(elem, None); n_out];
     };
@@ -450,10 +387,10 @@ fn slice(c: &Node) -> Vec<TensorInfo> {
     } else {
         let opt = |slot| match c.input(slot) {
             None => Some(None),
-            Some(_) => c.const_ints(slot).map(Some),
+            Some(_) => c.known_ints(slot).map(Some),
         };
         match (opt(3), opt(4)) {
-            (Some(axes), Some(steps)) => (c.const_ints(1), c.const_ints(2), axes, steps),
+            (Some(axes), Some(steps)) => (c.known_ints(1), c.known_ints(2), axes, steps),
             _ => (None, None, None, None),
         }
     };
@@ -481,6 +418,18 @@ fn gather(c: &Node) -> Vec<TensorInfo> {
         let mut out = data[..axis].to_vec();
         out.extend(idx);
         out.extend_from_slice(&data[axis + 1..]);
+        Some(out)
+    });
+    vec![info(c.elem(0), shape)]
+}
+
+/// `indices[:-1] + data[batch_dims + k:]` for indices `[..., k]`.
+fn gather_nd(c: &Node) -> Vec<TensorInfo> {
+    let shape = c.shape(0).zip(c.shape(1)).and_then(|(data, idx)| {
+        let (k, lead) = idx.split_last()?;
+        let from = usize::try_from(c.int("batch_dims", 0)? + known(k)?).ok()?;
+        let mut out = lead.to_vec();
+        out.extend_from_slice(data.get(from..)?);
         Some(out)
     });
     vec![info(c.elem(0), shape)]
@@ -591,8 +540,8 @@ fn constant_of_shape(c: &Node) -> Vec<TensorInfo> {
         Some(_) => 0,
         None => dtype::FLOAT,
     };
-    let shape = match c.const_ints(0) {
-        Some(t) => Some(known_dims(&t)),
+    let shape = match c.int_values(0) {
+        Some(t) => Some(dims_of_values(t)),
         None => c
             .shape(0)
             .and_then(|s| known(s.first()?))
@@ -601,13 +550,34 @@ fn constant_of_shape(c: &Node) -> Vec<TensorInfo> {
     vec![info(elem, shape)]
 }
 
-/// 1-D; its length is `max(ceil((limit - start) / delta), 0)` when all three are constant.
+/// 1-D, `max(ceil((limit - start) / delta), 0)` long when the three are constant, and as long
+/// as `limit` (a number or a named dim) for `Range(0, limit, 1)`.
 fn range(c: &Node) -> Vec<TensorInfo> {
-    let scalar = |slot| {
-        let v = c.input(slot)?;
-        scalar_f64(&c.g.const_value(v)?)
+    let scalar = |slot| match c.int_values(slot)?.as_slice() {
+        [d] => Some(d.clone()),
+        _ => None,
     };
     let len = match (scalar(0), scalar(1), scalar(2)) {
+        (Some(Dim::Known(0)), Some(limit), Some(Dim::Known(1))) => match limit {
+            Dim::Known(l) => Dim::Known(l.max(0)),
+            other => other,
+        },
+        (Some(Dim::Known(start)), Some(Dim::Known(limit)), Some(Dim::Known(delta)))
+            if delta != 0 =>
+        {
+            let span = i128::from(limit) - i128::from(start);
+            let n = (span + i128::from(delta) - i128::from(delta.signum())) / i128::from(delta);
+            i64::try_from(n.max(0)).map_or(Dim::Unknown, Dim::Known)
+        }
+        _ => float_range_len(c),
+    };
+    vec![info(c.first_elem([0, 1, 2]), Some(vec![len]))]
+}
+
+/// The length of a Range over float constants.
+fn float_range_len(c: &Node) -> Dim {
+    let scalar = |slot| scalar_f64(&c.g.const_value(c.input(slot)?)?);
+    match (scalar(0), scalar(1), scalar(2)) {
         (Some(start), Some(limit), Some(delta)) if delta != 0.0 => {
             let n = ((limit - start) / delta).ceil().max(0.0);
             if n < i64::MAX as f64 {
@@ -617,14 +587,13 @@ fn range(c: &Node) -> Vec<TensorInfo> {
             }
         }
         _ => Dim::Unknown,
-    };
-    vec![info(c.first_elem([0, 1, 2]), Some(vec![len]))]
+    }
 }
 
 /// Values and int64 indices, `k` long along `axis`.
 fn top_k(c: &Node) -> Vec<TensorInfo> {
     let k = match c.input(1) {
-        Some(_) => c.const_ints(1).and_then(|v| v.first().copied()),
+        Some(_) => c.known_ints(1).and_then(|v| v.first().copied()),
         None => c.int("k", -1).filter(|&k| k >= 0),
     };
     let shape = c.shape(0).and_then(|mut s| {

@@ -128,57 +128,100 @@ pub(super) fn matmul(a: &[Dim], b: &[Dim]) -> Option<Vec<Dim>> {
     Some(out)
 }
 
-/// Reshape to a constant `target`: `0` copies the input dim at the same index (unless
-/// `allowzero`), one `-1` takes the remaining size when it can be computed.
-pub(super) fn reshape(input: Option<&[Dim]>, target: &[i64], allowzero: bool) -> Option<Vec<Dim>> {
+/// Reshape to `target`, given as element values (constant, or computed from shapes): `0`
+/// copies the input dim at the same index (unless `allowzero`), one `-1` takes the remaining
+/// size when it can be derived, symbolic and unknown elements become those dims.
+pub(super) fn reshape(input: Option<&[Dim]>, target: &[Dim], allowzero: bool) -> Option<Vec<Dim>> {
     let mut out = Vec::with_capacity(target.len());
     let mut copied = vec![false; input.map_or(0, <[Dim]>::len)];
     let mut infer_at = None;
-    for (i, &t) in target.iter().enumerate() {
-        match t {
-            0 if !allowzero => match input {
+    for (i, t) in target.iter().enumerate() {
+        match known(t) {
+            Some(0) if !allowzero => match input {
                 Some(dims) => {
                     out.push(dims.get(i)?.clone());
                     copied[i] = true;
                 }
                 None => out.push(Dim::Unknown),
             },
-            -1 if infer_at.is_none() => {
+            Some(-1) if infer_at.is_none() => {
                 infer_at = Some(i);
                 out.push(Dim::Unknown);
             }
-            t if t >= 0 => out.push(Dim::Known(t)),
-            _ => return None, // a second -1, or another negative value
+            Some(t) if t < 0 => return None, // a second -1, or another negative value
+            _ => out.push(t.clone()),
         }
     }
     if let (Some(i), Some(dims)) = (infer_at, input) {
-        out[i] = inferred_dim(dims, &copied, &out)?;
+        out[i] = inferred_dim(dims, &copied, &out, i)?;
     }
     Some(out)
 }
 
-/// The `-1` dim of a Reshape: input dims not copied by a `0`, divided by the explicit output
-/// dims. Copied dims cancel out, so `[batch, seq, 64] → [0, 0, -1, 16]` works with symbols.
-fn inferred_dim(input: &[Dim], copied: &[bool], out: &[Dim]) -> Option<Dim> {
-    let rest: Vec<Dim> = input
-        .iter()
-        .zip(copied)
-        .filter(|(_, &c)| !c)
-        .map(|(d, _)| d.clone())
-        .collect();
-    let explicit: Vec<Dim> = out
+/// The `-1` dim (at `at`) of a Reshape: input dims not copied by a `0`, divided by the other
+/// output dims. Copied dims and equal symbols cancel out (`[batch, seq, 64] → [0, 0, -1, 16]`),
+/// and one remaining symbolic dim is the answer when the known sizes match
+/// (`[1, seq, 64] → [1, -1, 4, 16]` gives `seq`).
+fn inferred_dim(input: &[Dim], copied: &[bool], out: &[Dim], at: usize) -> Option<Dim> {
+    let is_copied = |i: usize| copied.get(i).copied().unwrap_or(false);
+    let rest = input.iter().enumerate().filter(|(i, _)| !is_copied(*i));
+    let others = out
         .iter()
         .enumerate()
-        .filter(|(i, _)| !copied.get(*i).copied().unwrap_or(false))
-        .filter_map(|(_, d)| known(d).map(Dim::Known))
-        .collect();
-    let (Some(total), Some(div)) = (product(&rest), product(&explicit)) else {
-        return Some(Dim::Unknown);
-    };
-    if div == 0 {
-        return Some(Dim::Unknown); // -1 with a zero-sized dim is ambiguous
+        .filter(|(i, _)| *i != at && !is_copied(*i));
+    let (mut rest_sym, mut total) = (Vec::new(), 1i64);
+    for (_, d) in rest {
+        match known(d) {
+            Some(v) => total = total.checked_mul(v)?,
+            None => rest_sym.push(d),
+        }
     }
-    (total % div == 0).then_some(Dim::Known(total / div))
+    let (mut others_sym, mut div) = (Vec::new(), 1i64);
+    for (_, d) in others {
+        match known(d) {
+            Some(v) => div = div.checked_mul(v)?,
+            None => others_sym.push(d),
+        }
+    }
+    others_sym.retain(|d| {
+        let pos = rest_sym
+            .iter()
+            .position(|r| matches!(d, Dim::Symbolic(_)) && r == d);
+        pos.map(|p| rest_sym.remove(p)).is_none()
+    });
+    Some(match (rest_sym.as_slice(), others_sym.is_empty()) {
+        ([], true) if div != 0 => {
+            if total % div != 0 {
+                return None; // the sizes do not divide: an invalid Reshape
+            }
+            Dim::Known(total / div)
+        }
+        ([Dim::Symbolic(sym)], true) if div != 0 => {
+            let (coef, name) = monomial(sym);
+            match coef.checked_mul(total) {
+                Some(n) if n % div == 0 && n / div > 0 => scaled_symbol(n / div, name),
+                _ => Dim::Unknown,
+            }
+        }
+        _ => Dim::Unknown,
+    })
+}
+
+/// A symbolic dim as `coefficient * name`: `"2*seq"` is (2, "seq"), anything else (1, itself).
+/// The spelling is sympy's, which torch's exporters write into `dim_param`.
+fn monomial(sym: &str) -> (i64, &str) {
+    sym.split_once('*')
+        .and_then(|(k, name)| Some((k.parse().ok().filter(|&k| k > 0)?, name)))
+        .unwrap_or((1, sym))
+}
+
+/// `coef * name` as a symbolic dim, spelled like [`monomial`] parses it.
+fn scaled_symbol(coef: i64, name: &str) -> Dim {
+    if coef == 1 {
+        Dim::Symbolic(name.to_owned())
+    } else {
+        Dim::Symbolic(format!("{coef}*{name}"))
+    }
 }
 
 /// The length of one sliced axis (ONNX Slice clamping rules).

@@ -1,0 +1,879 @@
+//! Type and shape inference at load (`ir/infer`): per op family, broadcasting with symbolic
+//! dims, Reshape 0 / -1, Q/DQ and Quark dtypes, the `com.mxfuse` ops; known types are kept and
+//! nothing inferred is written back; models without `value_info` fuse exactly like with it.
+
+use std::path::{Path, PathBuf};
+
+use graph_rewrites::io::load_model;
+use graph_rewrites::ir::Graph;
+use graph_rewrites::onnx_pb::{tensor_shape_proto, ModelProto, ValueInfoProto};
+use graph_rewrites::pattern::predicates::dtype::{
+    BFLOAT16, FLOAT, FLOAT16, FLOAT8E4M3FN, FLOAT8E8M0, INT64,
+};
+use graph_rewrites::pipeline::{run_pipeline, PipelineOptions, RewriteReport};
+use graph_rewrites::testing::{tensor_info, Attr, ModelBuilder};
+use graph_rewrites::view::{Dim, GraphView, TensorInfo};
+use prost::Message;
+
+const UINT8: i32 = 2;
+const INT8: i32 = 3;
+const BOOL: i32 = 9;
+
+/// Dims from a spec like `"b,8,?,64"`: numbers are known, `?` unknown, names symbolic.
+fn dims(spec: &str) -> Vec<Dim> {
+    if spec.is_empty() {
+        return vec![];
+    }
+    spec.split(',')
+        .map(|d| match d {
+            "?" => Dim::Unknown,
+            d => d
+                .parse()
+                .map_or_else(|_| Dim::Symbolic(d.into()), Dim::Known),
+        })
+        .collect()
+}
+
+/// A graph input typed by a dims spec (see [`dims`]).
+fn input(name: &str, elem_type: i32, spec: &str) -> ValueInfoProto {
+    let mut vi = tensor_info(name, elem_type, &[]);
+    let shape = vi
+        .r#type
+        .as_mut()
+        .and_then(|t| match t.value.as_mut() {
+            Some(graph_rewrites::onnx_pb::type_proto::Value::TensorType(t)) => t.shape.as_mut(),
+            _ => None,
+        })
+        .expect("tensor_info builds a shaped tensor type");
+    shape.dim = dims(spec)
+        .into_iter()
+        .map(|d| tensor_shape_proto::Dimension {
+            denotation: None,
+            value: match d {
+                Dim::Known(v) => Some(tensor_shape_proto::dimension::Value::DimValue(v)),
+                Dim::Symbolic(s) => Some(tensor_shape_proto::dimension::Value::DimParam(s)),
+                Dim::Unknown => None,
+            },
+        })
+        .collect();
+    vi
+}
+
+/// Loads the builder's model with extra symbolically typed inputs `(name, type, spec)`.
+fn load(b: &ModelBuilder, inputs: &[(&str, i32, &str)]) -> Graph {
+    let mut m = b.model();
+    let g = m.graph.as_mut().expect("builder makes a graph");
+    for (name, t, spec) in inputs {
+        g.input.push(input(name, *t, spec));
+    }
+    Graph::from_model(m, None).expect("test graph loads")
+}
+
+fn info_of(g: &Graph, name: &str) -> Option<TensorInfo> {
+    let v = g
+        .value_by_name(name)
+        .unwrap_or_else(|| panic!("no value '{name}'"));
+    g.tensor_info(v)
+}
+
+/// Asserts the type and shape `name` reports.
+#[track_caller]
+fn expect(g: &Graph, name: &str, elem_type: i32, spec: &str) {
+    let want = TensorInfo {
+        elem_type,
+        shape: Some(dims(spec)),
+    };
+    assert_eq!(info_of(g, name), Some(want), "value '{name}'");
+}
+
+#[test]
+fn elementwise_ops_broadcast_with_symbolic_dims() {
+    let mut b = ModelBuilder::new(24);
+    b.init_f32("two", &[], &[2.0])
+        .init_f32("lo", &[], &[-1.0])
+        .node("Add", &["x", "y"], &["add"])
+        .node("Mul", &["x", "z"], &["mul"])
+        .node("Sub", &["y", "w"], &["sub_unequal_symbols"])
+        .node("Div", &["x", "two"], &["div"])
+        .node("Pow", &["x", "two"], &["pow"])
+        .node("Max", &["x", "y", "two"], &["max3"])
+        .node("Clip", &["x", "lo", ""], &["clip"])
+        .node("Equal", &["x", "y"], &["eq"])
+        .node("Where", &["cond", "x", "y"], &["where"])
+        .node("Add", &["a23", "a43"], &["incompatible"]);
+    for op in [
+        "Sqrt",
+        "Reciprocal",
+        "Sigmoid",
+        "Abs",
+        "Neg",
+        "Relu",
+        "Tanh",
+        "Erf",
+        "Exp",
+        "Identity",
+    ] {
+        let out = format!("u_{op}");
+        b.node(op, &["x"], &[&out]);
+    }
+    let g = load(
+        &b,
+        &[
+            ("x", FLOAT, "b,s,1,64"),
+            ("y", FLOAT, "s,8,1"),
+            ("z", FLOAT, "t,64"),
+            ("w", FLOAT, "t,1,1"),
+            ("cond", BOOL, "s,1,1"),
+            ("a23", FLOAT, "2,3"),
+            ("a43", FLOAT, "4,3"),
+        ],
+    );
+    expect(&g, "add", FLOAT, "b,s,8,64");
+    expect(&g, "mul", FLOAT, "b,s,t,64");
+    // s against t: neither is implied, so the dim is unknown; 8 and 1 are known.
+    expect(&g, "sub_unequal_symbols", FLOAT, "?,8,1");
+    expect(&g, "div", FLOAT, "b,s,1,64");
+    expect(&g, "pow", FLOAT, "b,s,1,64");
+    expect(&g, "max3", FLOAT, "b,s,8,64");
+    expect(&g, "clip", FLOAT, "b,s,1,64");
+    expect(&g, "eq", BOOL, "b,s,8,64");
+    expect(&g, "where", FLOAT, "b,s,8,64");
+    for op in [
+        "Sqrt",
+        "Reciprocal",
+        "Sigmoid",
+        "Abs",
+        "Neg",
+        "Relu",
+        "Tanh",
+    ] {
+        expect(&g, &format!("u_{op}"), FLOAT, "b,s,1,64");
+    }
+    expect(&g, "u_Erf", FLOAT, "b,s,1,64");
+    expect(&g, "u_Exp", FLOAT, "b,s,1,64");
+    expect(&g, "u_Identity", FLOAT, "b,s,1,64");
+    // 3 against 4 cannot broadcast: the type is known, the shape is not.
+    let bad = info_of(&g, "incompatible").expect("type inferred");
+    assert_eq!((bad.elem_type, bad.shape), (FLOAT, None));
+}
+
+#[test]
+fn cast_castlike_and_pow_keep_the_right_element_type() {
+    let mut b = ModelBuilder::new(21);
+    b.init_i64("ione", &[], &[1])
+        .node_in(
+            "",
+            "Cast",
+            &["x"],
+            &["c"],
+            &[("to", Attr::I(FLOAT16 as i64))],
+        )
+        .node("CastLike", &["x", "h"], &["cl"])
+        .node("Pow", &["x", "ione"], &["p"]);
+    let g = load(&b, &[("x", FLOAT, "b,64"), ("h", BFLOAT16, "1")]);
+    expect(&g, "c", FLOAT16, "b,64");
+    expect(&g, "cl", BFLOAT16, "b,64");
+    expect(&g, "p", FLOAT, "b,64");
+}
+
+#[test]
+fn matmul_broadcasts_batches_and_gemm_transposes() {
+    let mut b = ModelBuilder::new(18);
+    b.init_f32("w", &[3, 64, 16], &vec![0.0; 3 * 64 * 16])
+        .init_f32("w2", &[64, 16], &vec![0.0; 64 * 16])
+        .init_f32("bt", &[16, 8], &vec![0.0; 16 * 8])
+        .init_f32("bias", &[16], &[0.0; 16])
+        .node("MatMul", &["a", "w"], &["batched"])
+        .node("MatMul", &["v", "w2"], &["vec_mat"])
+        .node("MatMul", &["m", "v"], &["mat_vec"])
+        .node("MatMul", &["m", "w"], &["batched_weight"])
+        .node_in(
+            "",
+            "Gemm",
+            &["g", "bt", "bias"],
+            &["gemm"],
+            &[("transB", Attr::I(1))],
+        );
+    let g = load(
+        &b,
+        &[
+            ("a", FLOAT16, "2,1,s,64"),
+            ("v", FLOAT16, "64"),
+            ("m", FLOAT16, "s,64"),
+            ("g", FLOAT, "4,8"),
+        ],
+    );
+    expect(&g, "batched", FLOAT16, "2,3,s,16");
+    expect(&g, "vec_mat", FLOAT16, "16");
+    expect(&g, "mat_vec", FLOAT16, "s");
+    expect(&g, "batched_weight", FLOAT16, "3,s,16");
+    expect(&g, "gemm", FLOAT, "4,16");
+}
+
+#[test]
+fn reshape_copies_zeros_and_infers_minus_one() {
+    let mut b = ModelBuilder::new(21);
+    b.init_i64("heads", &[4], &[0, 0, -1, 16])
+        .init_i64("rows", &[2], &[-1, 32])
+        .init_i64("flat", &[2], &[-1, 64])
+        .init_i64("zero_dim", &[2], &[0, 5])
+        .node("Reshape", &["x", "heads"], &["split_heads"])
+        .node("Reshape", &["k", "rows"], &["known_rows"])
+        .node("Reshape", &["x", "flat"], &["symbolic_rows"])
+        .node("Reshape", &["x", "zero_dim"], &["copy_zero"])
+        .node_in(
+            "",
+            "Reshape",
+            &["e", "zero_dim"],
+            &["allowzero"],
+            &[("allowzero", Attr::I(1))],
+        )
+        .node("Reshape", &["x", "dyn_shape"], &["computed"]);
+    let g = load(
+        &b,
+        &[
+            ("x", FLOAT, "b,s,64"),
+            ("k", FLOAT, "2,3,64"),
+            ("e", FLOAT, "0,7"),
+            ("dyn_shape", INT64, "3"),
+        ],
+    );
+    expect(&g, "split_heads", FLOAT, "b,s,4,16");
+    expect(&g, "known_rows", FLOAT, "12,32");
+    expect(&g, "symbolic_rows", FLOAT, "?,64");
+    expect(&g, "copy_zero", FLOAT, "b,5");
+    expect(&g, "allowzero", FLOAT, "0,5");
+    expect(&g, "computed", FLOAT, "?,?,?");
+}
+
+#[test]
+fn transpose_unsqueeze_squeeze_in_attribute_and_input_forms() {
+    // Opset 11: axes are attributes.
+    let mut b = ModelBuilder::new(11);
+    b.node_in(
+        "",
+        "Transpose",
+        &["x"],
+        &["perm"],
+        &[("perm", Attr::Is(&[0, 2, 1]))],
+    )
+    .node("Transpose", &["x"], &["reversed"])
+    .node_in(
+        "",
+        "Unsqueeze",
+        &["x"],
+        &["unsq"],
+        &[("axes", Attr::Is(&[0, -1]))],
+    )
+    .node_in(
+        "",
+        "Squeeze",
+        &["one"],
+        &["sq"],
+        &[("axes", Attr::Is(&[1]))],
+    )
+    .node("Squeeze", &["ones"], &["sq_all"]);
+    let g = load(
+        &b,
+        &[
+            ("x", FLOAT, "b,s,64"),
+            ("one", FLOAT, "b,1,64"),
+            ("ones", FLOAT, "1,4,1"),
+        ],
+    );
+    expect(&g, "perm", FLOAT, "b,64,s");
+    expect(&g, "reversed", FLOAT, "64,s,b");
+    expect(&g, "unsq", FLOAT, "1,b,s,64,1");
+    expect(&g, "sq", FLOAT, "b,64");
+    expect(&g, "sq_all", FLOAT, "4");
+
+    // Opset 13: axes are inputs; a Squeeze without axes over an unknown dim stays unknown.
+    let mut b = ModelBuilder::new(13);
+    b.init_i64("ax", &[1], &[1])
+        .node("Unsqueeze", &["x", "ax"], &["unsq"])
+        .node("Squeeze", &["one", "ax"], &["sq"])
+        .node("Squeeze", &["x"], &["sq_unknown"]);
+    let g = load(&b, &[("x", FLOAT, "b,64"), ("one", FLOAT, "b,1,64")]);
+    expect(&g, "unsq", FLOAT, "b,1,64");
+    expect(&g, "sq", FLOAT, "b,64");
+    let unknown = info_of(&g, "sq_unknown").expect("type inferred");
+    assert_eq!((unknown.elem_type, unknown.shape), (FLOAT, None));
+}
+
+#[test]
+fn concat_and_split_in_every_form() {
+    let mut b = ModelBuilder::new(18);
+    b.init_i64("sizes", &[2], &[16, 48])
+        .node_in(
+            "",
+            "Concat",
+            &["p", "q"],
+            &["cat"],
+            &[("axis", Attr::I(-1))],
+        )
+        .node_in(
+            "",
+            "Concat",
+            &["p", "r"],
+            &["cat_rows"],
+            &[("axis", Attr::I(0))],
+        )
+        .node_in(
+            "",
+            "Split",
+            &["x"],
+            &["x0", "x1", "x2"],
+            &[("axis", Attr::I(-1)), ("num_outputs", Attr::I(3))],
+        )
+        .node_in(
+            "",
+            "Split",
+            &["x", "sizes"],
+            &["s0", "s1"],
+            &[("axis", Attr::I(1))],
+        );
+    let g = load(
+        &b,
+        &[
+            ("p", FLOAT, "b,32"),
+            ("q", FLOAT, "?,16"),
+            ("r", FLOAT, "4,32"),
+            ("x", FLOAT, "s,64"),
+        ],
+    );
+    expect(&g, "cat", FLOAT, "b,48");
+    expect(&g, "cat_rows", FLOAT, "?,32");
+    // 64 into 3 (num_outputs): 22, 22 and the rest.
+    expect(&g, "x0", FLOAT, "s,22");
+    expect(&g, "x1", FLOAT, "s,22");
+    expect(&g, "x2", FLOAT, "s,20");
+    expect(&g, "s0", FLOAT, "s,16");
+    expect(&g, "s1", FLOAT, "s,48");
+
+    // Opset 11: split sizes as an attribute, or equal parts.
+    let mut b = ModelBuilder::new(11);
+    b.node_in(
+        "",
+        "Split",
+        &["x"],
+        &["a", "c"],
+        &[("axis", Attr::I(-1)), ("split", Attr::Is(&[40, 24]))],
+    )
+    .node("Split", &["h"], &["h0", "h1"]);
+    let g = load(&b, &[("x", FLOAT16, "s,64"), ("h", FLOAT16, "8,s")]);
+    expect(&g, "a", FLOAT16, "s,40");
+    expect(&g, "c", FLOAT16, "s,24");
+    expect(&g, "h0", FLOAT16, "4,s");
+    expect(&g, "h1", FLOAT16, "4,s");
+}
+
+#[test]
+fn slice_with_constant_bounds_and_steps() {
+    let mut b = ModelBuilder::new(13);
+    b.init_i64("starts", &[2], &[0, 1])
+        .init_i64("ends", &[2], &[i64::MAX, -1])
+        .init_i64("axes", &[2], &[0, -1])
+        .init_i64("steps", &[2], &[1, 2])
+        .init_i64("rstart", &[1], &[-1])
+        .init_i64("rend", &[1], &[i64::MIN])
+        .init_i64("rstep", &[1], &[-1])
+        .init_i64("last", &[1], &[-1])
+        .node(
+            "Slice",
+            &["x", "starts", "ends", "axes", "steps"],
+            &["stepped"],
+        )
+        .node(
+            "Slice",
+            &["x", "rstart", "rend", "last", "rstep"],
+            &["reversed"],
+        )
+        .node("Slice", &["x", "dyn", "dyn"], &["dynamic"]);
+    let g = load(&b, &[("x", FLOAT, "s,64"), ("dyn", INT64, "1")]);
+    // Whole symbolic axis kept; elements 1, 3, ..., 61 of the last.
+    expect(&g, "stepped", FLOAT, "s,31");
+    expect(&g, "reversed", FLOAT, "s,64");
+    expect(&g, "dynamic", FLOAT, "?,?");
+
+    // Opset 9: bounds as attributes.
+    let mut b = ModelBuilder::new(9);
+    b.node_in(
+        "",
+        "Slice",
+        &["x"],
+        &["half"],
+        &[
+            ("starts", Attr::Is(&[32])),
+            ("ends", Attr::Is(&[64])),
+            ("axes", Attr::Is(&[1])),
+        ],
+    );
+    let g = load(&b, &[("x", FLOAT, "s,64")]);
+    expect(&g, "half", FLOAT, "s,32");
+}
+
+#[test]
+fn gather_expand_and_reductions() {
+    let mut b = ModelBuilder::new(13);
+    b.init_f32("table", &[100, 64], &vec![0.0; 6400])
+        .init_i64("idx0", &[], &[3])
+        .init_i64("target", &[3], &[4, 1, 64])
+        .init_i64("last", &[1], &[-1])
+        .node("Gather", &["table", "ids"], &["embed"])
+        .node_in(
+            "",
+            "Gather",
+            &["x", "idx0"],
+            &["picked"],
+            &[("axis", Attr::I(1))],
+        )
+        .node("Expand", &["row", "target"], &["expanded"])
+        .node_in(
+            "",
+            "ReduceMean",
+            &["x"],
+            &["mean"],
+            &[("axes", Attr::Is(&[-1]))],
+        )
+        .node_in(
+            "",
+            "ReduceSum",
+            &["x", "last"],
+            &["sum"],
+            &[("keepdims", Attr::I(0))],
+        )
+        .node("ReduceMax", &["x"], &["max_all"])
+        .node("Softmax", &["x"], &["soft"]);
+    let g = load(
+        &b,
+        &[
+            ("ids", INT64, "b,s"),
+            ("x", FLOAT, "b,s,64"),
+            ("row", FLOAT, "s,64"),
+        ],
+    );
+    expect(&g, "embed", FLOAT, "b,s,64");
+    expect(&g, "picked", FLOAT, "b,64");
+    expect(&g, "expanded", FLOAT, "4,s,64");
+    expect(&g, "mean", FLOAT, "b,s,1");
+    expect(&g, "sum", FLOAT, "b,s");
+    expect(&g, "max_all", FLOAT, "1,1,1");
+    expect(&g, "soft", FLOAT, "b,s,64");
+
+    // Opset 18: every Reduce takes axes as an input; noop_with_empty_axes keeps the shape.
+    let mut b = ModelBuilder::new(18);
+    b.init_i64("last", &[1], &[-1])
+        .node_in(
+            "",
+            "ReduceMax",
+            &["x", "last"],
+            &["max"],
+            &[("keepdims", Attr::I(0))],
+        )
+        .node_in(
+            "",
+            "ReduceMean",
+            &["x"],
+            &["noop"],
+            &[("noop_with_empty_axes", Attr::I(1))],
+        );
+    let g = load(&b, &[("x", BFLOAT16, "b,64")]);
+    expect(&g, "max", BFLOAT16, "b");
+    expect(&g, "noop", BFLOAT16, "b,64");
+}
+
+#[test]
+fn norms_and_activations() {
+    let mut b = ModelBuilder::new(24);
+    b.opset("com.microsoft", 1)
+        .init_f32("gamma", &[64], &[1.0; 64])
+        .node(
+            "LayerNormalization",
+            &["x", "gamma"],
+            &["ln", "ln_mean", "ln_inv"],
+        )
+        .node("RMSNormalization", &["x", "gamma"], &["rms"])
+        .node(
+            "SimplifiedLayerNormalization",
+            &["x", "gamma"],
+            &["sln", "sln_inv"],
+        )
+        .node_in(
+            "com.microsoft",
+            "SkipSimplifiedLayerNormalization",
+            &["x", "res", "gamma"],
+            &["skip", "skip_mean", "skip_inv", "skip_sum"],
+            &[],
+        )
+        .node_in("com.microsoft", "QuickGelu", &["x"], &["qg"], &[])
+        .node("Swish", &["x"], &["swish"]);
+    let g = load(&b, &[("x", FLOAT16, "b,s,64"), ("res", FLOAT16, "b,s,64")]);
+    expect(&g, "ln", FLOAT16, "b,s,64");
+    expect(&g, "ln_mean", FLOAT, "b,s,1");
+    expect(&g, "ln_inv", FLOAT, "b,s,1");
+    expect(&g, "rms", FLOAT16, "b,s,64");
+    expect(&g, "sln", FLOAT16, "b,s,64");
+    expect(&g, "sln_inv", FLOAT, "b,s,1");
+    expect(&g, "skip", FLOAT16, "b,s,64");
+    expect(&g, "skip_sum", FLOAT16, "b,s,64");
+    assert_eq!(info_of(&g, "skip_inv").map(|i| i.elem_type), Some(FLOAT));
+    expect(&g, "qg", FLOAT16, "b,s,64");
+    expect(&g, "swish", FLOAT16, "b,s,64");
+
+    let mut b = ModelBuilder::new(28);
+    b.node("SwiGLU", &["gate", "up"], &["act"]);
+    let g = load(
+        &b,
+        &[("gate", BFLOAT16, "s,128"), ("up", BFLOAT16, "s,128")],
+    );
+    expect(&g, "act", BFLOAT16, "s,128");
+}
+
+#[test]
+fn quantize_dequantize_types_follow_the_opset_rules() {
+    // Opset 24, the MXFP8 standard spelling: blocked, output_dtype on both ops.
+    let mut b = ModelBuilder::new(24);
+    let blocked = [
+        ("axis", Attr::I(-1)),
+        ("block_size", Attr::I(32)),
+        ("output_dtype", Attr::I(FLOAT8E4M3FN as i64)),
+    ];
+    b.node_in("", "QuantizeLinear", &["x", "e8"], &["q"], &blocked)
+        .node_in(
+            "",
+            "DequantizeLinear",
+            &["q", "e8"],
+            &["dq_bf16"],
+            &[
+                ("axis", Attr::I(-1)),
+                ("block_size", Attr::I(32)),
+                ("output_dtype", Attr::I(BFLOAT16 as i64)),
+            ],
+        )
+        .node("DequantizeLinear", &["q", "e8"], &["dq_scale_type"])
+        .node("QuantizeLinear", &["x", "s16", "zp8"], &["q_zp"])
+        .node("QuantizeLinear", &["x", "s16"], &["q_default"]);
+    let g = load(
+        &b,
+        &[
+            ("x", FLOAT16, "b,64"),
+            ("e8", FLOAT8E8M0, "b,2"),
+            ("s16", FLOAT16, ""),
+            ("zp8", INT8, ""),
+        ],
+    );
+    expect(&g, "q", FLOAT8E4M3FN, "b,64");
+    expect(&g, "dq_bf16", BFLOAT16, "b,64");
+    expect(&g, "dq_scale_type", FLOAT8E8M0, "b,64");
+    expect(&g, "q_zp", INT8, "b,64");
+    expect(&g, "q_default", UINT8, "b,64");
+
+    // Opset 19: DequantizeLinear follows the scale's type; opset 13: always float.
+    for (opset, want) in [(19, FLOAT16), (13, FLOAT)] {
+        let mut b = ModelBuilder::new(opset);
+        b.node("DequantizeLinear", &["q", "s16"], &["dq"]);
+        let g = load(&b, &[("q", INT8, "8"), ("s16", FLOAT16, "")]);
+        expect(&g, "dq", want, "8");
+    }
+}
+
+#[test]
+fn quark_allreduce_shape_and_constant() {
+    let mut b = ModelBuilder::new(20);
+    b.opset("com.amd.quark", 1)
+        .opset("com.microsoft", 1)
+        .node_in(
+            "com.amd.quark",
+            "MXQuantizeDequantize",
+            &["x"],
+            &["fq"],
+            &[
+                ("element_dtype", Attr::S("fp8_e4m3")),
+                ("axis", Attr::I(-1)),
+            ],
+        )
+        .node_in("com.microsoft", "AllReduce", &["fq"], &["ar"], &[])
+        .node("Shape", &["ar"], &["shape"])
+        .node_in("", "Shape", &["ar"], &["tail"], &[("start", Attr::I(1))])
+        .node_in(
+            "",
+            "Constant",
+            &[],
+            &["k"],
+            &[("value_ints", Attr::Is(&[1, 2]))],
+        );
+    let g = load(&b, &[("x", BFLOAT16, "b,s,64")]);
+    expect(&g, "fq", BFLOAT16, "b,s,64");
+    expect(&g, "ar", BFLOAT16, "b,s,64");
+    expect(&g, "shape", INT64, "3");
+    expect(&g, "tail", INT64, "2");
+    expect(&g, "k", INT64, "2");
+}
+
+#[test]
+fn mxfuse_ops_follow_docs_ops_md() {
+    let mut b = ModelBuilder::new(24);
+    b.opset("com.mxfuse", 1)
+        .init_f32("w", &[128, 16], &vec![0.0; 128 * 16])
+        .init_f32("gamma", &[128], &[1.0; 128])
+        .node_in("com.mxfuse", "MxQuantize", &["x"], &["q", "sc"], &[])
+        .node_in(
+            "com.mxfuse",
+            "SwiGluMxQuant",
+            &["gate_up"],
+            &["aq", "asc"],
+            &[("layout", Attr::S("split_halves"))],
+        )
+        .node_in(
+            "com.mxfuse",
+            "MxMatMul",
+            &["aq", "asc", "w"],
+            &["y"],
+            &[("output_dtype", Attr::I(FLOAT16 as i64))],
+        )
+        .node_in(
+            "com.mxfuse",
+            "AddRmsNormMxQuant",
+            &["x", "res", "gamma"],
+            &["nq", "nsc", "res_out", "normed"],
+            &[],
+        );
+    let g = load(
+        &b,
+        &[
+            ("x", FLOAT16, "b,128"),
+            ("res", FLOAT16, "b,128"),
+            ("gate_up", FLOAT16, "b,256"),
+        ],
+    );
+    expect(&g, "q", FLOAT8E4M3FN, "b,128");
+    expect(&g, "sc", FLOAT8E8M0, "b,4");
+    expect(&g, "aq", FLOAT8E4M3FN, "b,128");
+    expect(&g, "asc", FLOAT8E8M0, "b,4");
+    expect(&g, "y", FLOAT16, "b,16");
+    expect(&g, "nq", FLOAT8E4M3FN, "b,128");
+    expect(&g, "nsc", FLOAT8E8M0, "b,4");
+    expect(&g, "res_out", FLOAT16, "b,128");
+    expect(&g, "normed", FLOAT16, "b,128");
+}
+
+#[test]
+fn known_types_win_and_unknown_ops_stay_unknown() {
+    let mut b = ModelBuilder::new(24);
+    b.opset("my.domain", 1)
+        .node("Sigmoid", &["x"], &["declared"])
+        .value_info("declared", FLOAT16, &[7])
+        .node("Relu", &["x"], &["partly_declared"])
+        .node_in("my.domain", "Mystery", &["x"], &["m"], &[])
+        .node("Relu", &["m"], &["after_mystery"]);
+    let mut m = b.model();
+    // A value_info entry with a type but no shape: the rank is filled in.
+    let mut partial = tensor_info("partly_declared", FLOAT, &[]);
+    if let Some(graph_rewrites::onnx_pb::type_proto::Value::TensorType(t)) =
+        partial.r#type.as_mut().and_then(|t| t.value.as_mut())
+    {
+        t.shape = None;
+    }
+    let gp = m.graph.as_mut().expect("graph");
+    gp.value_info.push(partial);
+    gp.input.push(input("x", FLOAT, "b,64"));
+    let g = Graph::from_model(m, None).expect("loads");
+    // The declared (contradicting) type is kept as loaded.
+    expect(&g, "declared", FLOAT16, "7");
+    expect(&g, "partly_declared", FLOAT, "b,64");
+    assert_eq!(info_of(&g, "m"), None);
+    assert_eq!(info_of(&g, "after_mystery"), None);
+}
+
+#[test]
+fn inferred_types_are_not_written_back() {
+    let mut b = ModelBuilder::new(24);
+    b.node("Sigmoid", &["x"], &["s"])
+        .node("Mul", &["x", "s"], &["y"])
+        .output("y", FLOAT, &[-2, 64]);
+    let mut m = b.model();
+    m.graph
+        .as_mut()
+        .expect("graph")
+        .input
+        .push(input("x", FLOAT, "batch,64"));
+    let g = Graph::from_model(m.clone(), None).expect("loads");
+    expect(&g, "s", FLOAT, "batch,64");
+    assert_eq!(g.to_model().encode_to_vec(), m.encode_to_vec());
+}
+
+// ---- end to end: models without value_info fuse like with it -------------------------------
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/fixtures")
+}
+
+fn rewrite(model: ModelProto, dir: &Path) -> (RewriteReport, Graph) {
+    let mut g = Graph::from_model(model, Some(dir)).expect("model loads");
+    let report = run_pipeline(&mut g, &PipelineOptions::default()).expect("pipeline runs");
+    (report, g)
+}
+
+fn without_value_info(mut m: ModelProto) -> ModelProto {
+    if let Some(g) = m.graph.as_mut() {
+        g.value_info.clear();
+    }
+    m
+}
+
+/// Fusion counts and refusals (rule, reason) of a report, for comparing two runs.
+fn outcome(r: &RewriteReport) -> (Vec<(String, usize)>, Vec<(String, String)>) {
+    let counts = r.counts.iter().map(|(k, v)| (k.clone(), *v)).collect();
+    let mut refusals: Vec<_> = r
+        .rejections
+        .iter()
+        .map(|x| (x.rule.clone(), x.reason.clone()))
+        .collect();
+    refusals.sort();
+    (counts, refusals)
+}
+
+#[test]
+fn fixtures_without_value_info_fuse_exactly_as_with_it() {
+    let mut files: Vec<PathBuf> = ["", "real"]
+        .iter()
+        .flat_map(|sub| std::fs::read_dir(fixtures().join(sub)).expect("fixtures dir"))
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "onnx"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 10, "found {} fixtures", files.len());
+    let mut fused_total = 0;
+    for path in &files {
+        let dir = path.parent().expect("has a directory");
+        let m = load_model(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let (with, _) = rewrite(m.clone(), dir);
+        let (without, _) = rewrite(without_value_info(m), dir);
+        assert_eq!(
+            outcome(&without),
+            outcome(&with),
+            "{}: without value_info {:#?}",
+            path.display(),
+            without.rejections
+        );
+        fused_total += with.counts.values().sum::<usize>();
+    }
+    assert!(fused_total > 20, "the fixtures fuse ({fused_total} sites)");
+}
+
+fn quark_sample() -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/samples/tiny_swiglu_mlp_MXFP8E4M3.onnx");
+    if p.is_file() {
+        Some(p)
+    } else {
+        eprintln!("note: {} not found; skipping", p.display());
+        None
+    }
+}
+
+/// AMD Quark's real output: with its `value_info` removed, ONNX shape inference would stop at
+/// the first `MXQuantizeDequantize`; ours types the SwiGLU activation and the down_proj output
+/// (which the file never typed: the rule used to fall back to the activation's dtype).
+#[test]
+fn quark_sample_activations_fuse_through_inference() {
+    let Some(path) = quark_sample() else {
+        return;
+    };
+    let dir = path.parent().expect("has a directory");
+    let m = load_model(&path).expect("sample loads");
+    let (with, _) = rewrite(m.clone(), dir);
+    let stripped = without_value_info(m);
+    let g = Graph::from_model(stripped.clone(), Some(dir)).expect("loads");
+    expect(&g, "gate", FLOAT, "1,8,128");
+    expect(&g, "act", FLOAT, "1,8,128");
+    expect(&g, "act_DequantizeLinear_Output", FLOAT, "1,8,128");
+    expect(&g, "y_QuantizeLinear_Input", FLOAT, "1,8,64");
+    let (without, _) = rewrite(stripped, dir);
+    // x → gate_up_proj and act → down_proj; the fake quants inside the SwiGLU keep it unfused.
+    assert_eq!(without.counts["mxquant"], 2, "{without:#?}");
+    assert_eq!(outcome(&without), outcome(&with));
+}
+
+/// Every `value_info` entry the exporters wrote, against what inference derives without it:
+/// never a contradiction, and nearly all reproduced in full (the rest are dims only sympy
+/// derives, e.g. `seq + 1`, or slices of a symbolic axis).
+#[test]
+fn inference_agrees_with_exported_value_info() {
+    let mut files: Vec<PathBuf> = ["", "real"]
+        .iter()
+        .flat_map(|sub| std::fs::read_dir(fixtures().join(sub)).expect("fixtures dir"))
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "onnx"))
+        .collect();
+    files.extend(quark_sample());
+    files.sort();
+    let (mut contradictions, mut partial, mut total) = (Vec::new(), Vec::new(), 0);
+    for path in &files {
+        let dir = path.parent().expect("has a directory");
+        let m = load_model(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let declared = Graph::from_model(m.clone(), Some(dir)).expect("loads");
+        let g = Graph::from_model(without_value_info(m.clone()), Some(dir)).expect("loads");
+        let file = path.file_name().map(|f| f.to_string_lossy().into_owned());
+        for vi in &m.graph.as_ref().expect("graph").value_info {
+            let name = vi.name.as_deref().unwrap_or("");
+            let (Some(v), Some(dv)) = (g.value_by_name(name), declared.value_by_name(name)) else {
+                continue;
+            };
+            if g.producer(v)
+                .is_some_and(|(n, _)| g.op_type(n) == "Constant")
+            {
+                continue; // typed from its value by the IR itself, not by inference
+            }
+            let (got, want) = (g.tensor_info(v), declared.tensor_info(dv));
+            let line = format!("{file:?}: {name}: declared {want:?}, inferred {got:?}");
+            total += 1;
+            if contradicts(got.as_ref(), want.as_ref()) {
+                contradictions.push(line);
+            } else if !reproduces(got.as_ref(), want.as_ref()) {
+                partial.push(line);
+            }
+        }
+    }
+    eprintln!("{total} declared types checked, {} not fully reproduced", partial.len());
+    assert!(contradictions.is_empty(), "{}", contradictions.join("\n"));
+    assert!(total > 1000, "{total} value_info entries checked");
+    assert!(
+        partial.len() * 20 < total,
+        "{} of {total} declared types not reproduced:\n{}",
+        partial.len(),
+        partial.join("\n")
+    );
+}
+
+/// Whether two types disagree where both say something.
+fn contradicts(inferred: Option<&TensorInfo>, declared: Option<&TensorInfo>) -> bool {
+    let (Some(i), Some(d)) = (inferred, declared) else {
+        return false;
+    };
+    let elem = i.elem_type != 0 && d.elem_type != 0 && i.elem_type != d.elem_type;
+    let shape = match (&i.shape, &d.shape) {
+        (Some(is), Some(ds)) => {
+            is.len() != ds.len()
+                || is
+                    .iter()
+                    .zip(ds)
+                    .any(|(a, b)| *a != Dim::Unknown && *b != Dim::Unknown && a != b)
+        }
+        _ => false,
+    };
+    elem || shape
+}
+
+/// Whether the inferred type says everything the declared one does.
+fn reproduces(inferred: Option<&TensorInfo>, declared: Option<&TensorInfo>) -> bool {
+    let (Some(i), Some(d)) = (inferred, declared) else {
+        return declared.is_none();
+    };
+    let dims = match (&i.shape, &d.shape) {
+        (_, None) => true,
+        (Some(is), Some(ds)) => is.iter().zip(ds).all(|(a, b)| *b == Dim::Unknown || a == b),
+        (None, Some(_)) => false,
+    };
+    i.elem_type == d.elem_type && dims
+}
