@@ -143,6 +143,11 @@ pub unsafe fn offer_gpu_device(
             return Ok(());
         }
     };
+    if test_memory_enabled() {
+        // Test mode emulates device memory on the CPU device only; the data transfer serves
+        // the stand-in memory, so no real GPU device may be offered next to it.
+        return Ok(());
+    }
     let api = api()?;
     let vendor = vendor_of(gpu.driver().backend());
     let hw = (0..num_devices).map(|i| *devices.add(i)).find(|&d| {
