@@ -105,7 +105,7 @@ def check_norm(ops):
         variants = [dict(nch=3 if (H == 6144 and dt == "bf16") else None, split=1)]
         variants += [dict(split=c) for c in (2, 4, 8) if CLUSTERS and (H // 32) % c == 0 and H // 8 // c <= 1024]
         # the persistent kernel (rows looped over a small grid): 1 and 2 chunks per lane
-        variants += [dict(split=1, nch=c, persist=1) for c in (1, 2) if H // 8 <= 1024 * c]
+        variants += [dict(split=1, nch=c, persist=1) for c in (1, 2) if H // 8 <= 1024]  # B <= 1024 / 512
         for var in variants:
             outs = (torch.empty(M, H, dtype=torch.uint8, device="cuda"), torch.empty(M, H // 32, dtype=torch.uint8, device="cuda"),
                     torch.empty_like(x), torch.empty_like(x))

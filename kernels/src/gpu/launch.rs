@@ -283,7 +283,7 @@ impl GpuRuntime {
             .push(dim_i32("hidden size", h)?)
             .push(attrs.epsilon)
             .push(flags);
-        if split == 1 && nch == 2 && rows >= 2 * self.multiprocessors() {
+        if split == 1 && nch == 2 && chunks <= 2 * 512 && rows >= 2 * self.multiprocessors() {
             // Many rows: the persistent kernel (gamma loaded once per block, the next row's loads
             // in flight across this row's reduction), NORM_PERSIST_BLOCKS_PER_SM blocks per SM.
             let grid = rows.min(NORM_PERSIST_BLOCKS_PER_SM * self.multiprocessors());
