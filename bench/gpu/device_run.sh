@@ -2,7 +2,7 @@
 # One device call, ordered so that a failing new kernel cannot lose the rest: each step is its own
 # process under its own timeout (a CUDA error poisons only that process), correctness of the new
 # kernels first, then the timings (old and new variants side by side), the remaining checks, the
-# Rust tests on whatever the runtime selects, the Inductor anchor, and the EP engineer's check.
+# Rust tests on whatever the runtime selects, the EP engineer's check, and the Inductor anchor.
 #
 # Precompiled kernels (optional): .gpucache/kernels.tar.xz holds the NVRTC 13.0 sm_90 cubin of the
 # program under the Python harness's and the Rust runtime's cache names (see the "GPU kernels"
@@ -49,8 +49,6 @@ if [ -f "$root/.gpucache/gpu_kernels.xz" ]; then
   MXFUSE_NVRTC=$nvrtc timeout 40 /tmp/gpu_kernels > "$OUT/rust.log" 2>&1; echo "rc=$? nvrtc=$nvrtc" >> "$OUT/rust.log"
   tail -3 "$OUT/rust.log"
 fi
-step "inductor anchor"
-OUT=/tmp timeout 60 python3 torch_baseline.py 8 8192 > "$OUT/baseline.log" 2>&1; echo "rc=$?" >> "$OUT/baseline.log"
 if [ -f "$here/ep_gpu_check.sh" ]; then
   step "ep_gpu_check.sh"
   mkdir -p /tmp/ep_out
@@ -58,6 +56,8 @@ if [ -f "$here/ep_gpu_check.sh" ]; then
   tar -czf "$OUT/ep_out.tgz" -C /tmp/ep_out . 2>/dev/null
   tail -5 "$OUT/ep.log"
 fi
+step "inductor anchor"
+OUT=/tmp timeout 60 python3 torch_baseline.py 8 8192 > "$OUT/baseline.log" 2>&1; echo "rc=$?" >> "$OUT/baseline.log"
 step "done"
 grep -h -A40 "^gemm (us)" "$OUT/bench_gemm.log" | head -40
 grep -h -A20 "^norm (us)" "$OUT/bench_norm.log" | head -20
