@@ -411,3 +411,15 @@ fn gpu_session_errors_are_clear() {
         }
     }
 }
+
+#[test]
+fn world_size_above_one_is_a_session_error_on_any_device() {
+    let err = match session(DeviceType::CPU, &model(), &[("world_size", "4")], None) {
+        Ok(_) => panic!("world_size=4 must be refused"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("world_size=4") && err.contains("AllReduce"),
+        "{err}"
+    );
+}
