@@ -6,9 +6,11 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::pipeline::{Fusion, Rejection, RewriteReport};
+use crate::summary::{LayerSummary, QuantizeOps};
 use crate::Error;
 
-/// `{"input", "output", "counts": {RULE: n}, "fusions": [...], "rejections": [...]}`.
+/// `{"input", "output", "counts": {RULE: n}, "fusions": [...], "rejections": [...],
+/// "quantize_ops": {"before", "after"}, "layers": [{"layer", "fused", "refused"}]}`.
 #[derive(Debug, Serialize)]
 pub struct ReportJson<'a> {
     pub input: String,
@@ -16,6 +18,13 @@ pub struct ReportJson<'a> {
     pub counts: &'a BTreeMap<String, usize>,
     pub fusions: &'a [Fusion],
     pub rejections: &'a [Rejection],
+    /// With `--explain`: candidates whose structure did not match, and the deepest mismatch.
+    #[serde(skip_serializing_if = "<[Rejection]>::is_empty")]
+    pub near_misses: &'a [Rejection],
+    /// Separate activation-quantize ops (launches) before and after the rewrite.
+    pub quantize_ops: &'a QuantizeOps,
+    /// Fused and refused per decoder layer.
+    pub layers: &'a [LayerSummary],
 }
 
 /// Writes the report as pretty-printed JSON (deterministic: counts are sorted by rule name,
@@ -32,6 +41,9 @@ pub fn write_report(
         counts: &report.counts,
         fusions: &report.fusions,
         rejections: &report.rejections,
+        near_misses: &report.near_misses,
+        quantize_ops: &report.quantize_ops,
+        layers: &report.layers,
     };
     let mut text = serde_json::to_string_pretty(&json)
         .map_err(|e| Error::Invalid(format!("cannot serialise the report: {e}")))?;

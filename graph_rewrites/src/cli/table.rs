@@ -43,6 +43,38 @@ pub fn summary_table(report: &RewriteReport) -> String {
             refusals.len()
         );
     }
+    let q = &report.quantize_ops;
+    let _ = writeln!(
+        out,
+        "separate MXFP8 quantize ops: {} before, {} after ({} launches saved)",
+        q.before,
+        q.after,
+        q.before.saturating_sub(q.after)
+    );
+    out.push_str(&layer_lines(report));
+    out
+}
+
+/// One line per decoder layer: what fused there and how many candidates were refused.
+fn layer_lines(report: &RewriteReport) -> String {
+    let mut out = String::new();
+    if report.layers.len() < 2 {
+        return out; // no layer structure in the node names: the rule table says it all
+    }
+    for l in &report.layers {
+        let fused: Vec<String> = l.fused.iter().map(|(r, n)| format!("{r} {n}")).collect();
+        let fused = if fused.is_empty() {
+            "nothing".to_string()
+        } else {
+            fused.join(", ")
+        };
+        let _ = writeln!(
+            out,
+            "  layer {:>5}: fused {fused}; refused {}",
+            l.layer,
+            l.refused.len()
+        );
+    }
     out
 }
 
@@ -91,7 +123,11 @@ mod tests {
         ];
         let t = summary_table(&report);
         let lines: Vec<&str> = t.lines().collect();
-        assert_eq!(lines.len(), 3, "{t}");
+        assert_eq!(lines.len(), 4, "{t}");
+        assert_eq!(
+            lines[3],
+            "separate MXFP8 quantize ops: 0 before, 0 after (0 launches saved)"
+        );
         assert!(
             lines[1].starts_with("a_rule") && lines[1].contains("    3        3  y (2); x (1)"),
             "{t}"

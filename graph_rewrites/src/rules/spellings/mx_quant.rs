@@ -106,6 +106,11 @@ pub fn mx_quant(p: &mut Pat, x: V) -> MxQuantPat {
     let quark = p
         .op(OpId::new(QUARK_DOMAIN, "MXQuantizeDequantize"))
         .args([x])
+        // Axis 0 is how Quark quantizes a [K, N] weight: no activation candidate. Such nodes
+        // are folded into their MatMul's MxMatMul (`mx_consumers`), so they are no refusal.
+        .attr_where("axis", "axis ≠ 0 (axis 0 is a weight quantizer)", |a| {
+            !matches!(a, Some(crate::view::AttrValue::Int(0)))
+        })
         .node();
     let fake = p.out(quark, 0);
     let root = p.any_of("mx_quantized", [q, fake]);
@@ -210,11 +215,6 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
         // Quark's default axis is 1: on a [B,S,H] activation that is the sequence axis.
         let axis = attr_int(g.attr(n, "axis"), 1).unwrap_or(i64::MIN);
         if !is_last_axis(axis, rank) {
-            let as_weight =
-                |(c, slot): &(crate::view::NodeId, usize)| *slot == 1 && g.op_type(*c) == "MatMul";
-            if axis == 0 && rank == 2 && g.consumers(m.root()).iter().all(as_weight) {
-                return Err(reject!("weight quantizer (axis 0, read as a MatMul weight): folded into that MatMul's MxMatMul when its activation is MX-quantized"));
-            }
             return Err(reject!(
                 "Quark MX quantizes axis {axis}, not the last axis of a rank-{rank} tensor"
             ));
