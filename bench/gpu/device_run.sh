@@ -18,6 +18,9 @@ export PYTHONUNBUFFERED=1
 cache=/tmp/mxfuse_kernel_cache
 mkdir -p "$cache"
 export MXFUSE_PY_CUBIN_CACHE=$cache MXFUSE_KERNEL_CACHE=$cache
+# The runtime's defaults include the second-generation kernels (launch.rs): the Rust tests and the
+# "fused" bench columns run them.
+export MXFUSE_GPU_V2=1
 unxz() { python3 -c 'import lzma, sys; open(sys.argv[2], "wb").write(lzma.open(sys.argv[1]).read())' "$1" "$2"; }
 if [ -f "$root/.gpucache/kernels.tar.xz" ]; then
   python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$root/.gpucache/kernels.tar.xz" "$cache"
@@ -34,7 +37,9 @@ step "check: split-K GEMM"
 timeout ${T_CHECK_SK:-50} python3 check.py check_matmul_splitk >> "$OUT/check_sk.log" 2>&1; rc=$?; echo "rc=$rc" >> "$OUT/check_sk.log"
 tail -2 "$OUT/check_sk.log"
 # A hang (a cluster barrier never met) would repeat in every later step: run them without clusters.
-if [ $rc -eq 124 ]; then export MXFUSE_GPU_CLUSTERS=off; echo "cluster kernels hung: MXFUSE_GPU_CLUSTERS=off"; fi
+if [ $rc -eq 124 ]; then
+  export MXFUSE_GPU_CLUSTERS=off; unset MXFUSE_GPU_V2; echo "cluster kernels hung: MXFUSE_GPU_CLUSTERS=off"
+fi
 step "bench: GEMM"
 OUT=/tmp timeout ${T_BENCH_GEMM:-60} python3 bench.py gemm ${BENCH_THR-thr} > "$OUT/bench_gemm.log" 2>&1; echo "rc=$?" >> "$OUT/bench_gemm.log"
 step "bench: norm, swiglu"

@@ -142,7 +142,7 @@ class Ops:
         if split is None:
             split = norm_split(M, H) if nch is None else 1
         if persist is None:
-            persist = NORM_PERSIST_BLOCKS_PER_SM if (split == 1 and nch is None and M >= 2 * 132 and chunks <= 2 * 512) else 0
+            persist = NORM_PERSIST_BLOCKS_PER_SM if (V2 and split == 1 and nch is None and M >= 2 * 132 and chunks <= 2 * 512) else 0
         if split > 1:
             nch = 1
         if persist:
@@ -252,12 +252,15 @@ def sk_choice(N, K, M, sms=132):
     return S, max(1, min(16, per, resident))
 
 
-# MXFUSE_GPU_CLUSTERS=off: no cluster kernels (split-row norm, split-K GEMM), as in launch.rs.
+# MXFUSE_GPU_V2=1: the runtime's defaults include the second-generation kernels (split-row and
+# persistent norm; launch.rs). MXFUSE_GPU_CLUSTERS=off (harness only): bench.py / check.py skip every
+# cluster kernel, even when named explicitly (device_run.sh's fallback after a hang).
+V2 = os.environ.get("MXFUSE_GPU_V2") in ("1", "on")
 CLUSTERS = os.environ.get("MXFUSE_GPU_CLUSTERS") != "off"
 
 
 def norm_split(rows, H, sms=132):
     """Blocks per norm row (mirrors kernels/src/gpu/shapes.rs `norm_split`)."""
-    if rows >= sms or not CLUSTERS:
+    if rows >= sms or not (V2 and CLUSTERS):
         return 1
     return next((s for s in (8, 4, 2) if (H // 32) % s == 0 and rows * s <= 2 * sms and H // 8 // s <= 1024), 1)

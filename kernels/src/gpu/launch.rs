@@ -169,21 +169,17 @@ impl GpuRuntime {
         threads.div_ceil(w) * w
     }
 
-    /// Whether the device runs thread-block clusters (NVIDIA sm_90+): the split-row norm and the
-    /// split-K GEMM (kernels/gpu/mx_matmul_splitk.hip). `MXFUSE_GPU_CLUSTERS=off` keeps the
-    /// one-block-per-row norm and the first tensor-core GEMM.
-    fn clusters(&self) -> bool {
-        static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    /// Whether the second-generation kernels run: the split-K cluster GEMM
+    /// (kernels/gpu/mx_matmul_splitk.hip), the split-row cluster norm for few rows and the
+    /// persistent norm for many rows. They need NVIDIA sm_90+ (thread-block clusters) and are
+    /// opt-in with `MXFUSE_GPU_V2=1` until a device run has checked them (docs/gpu.md: they were
+    /// compiled and emulated, not yet run on a GPU); otherwise the kernels verified on the H200 run.
+    fn v2(&self) -> bool {
+        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         self.backend() == Backend::Cuda
             && self.device().compute_capability >= 90
-            && !*OFF.get_or_init(|| std::env::var("MXFUSE_GPU_CLUSTERS").is_ok_and(|v| v == "off"))
-    }
-
-    /// `MXFUSE_GPU_GEMM=v1` keeps the first tensor-core GEMM (mx_matmul.hip) on sm_90 too.
-    fn splitk_gemm(&self) -> bool {
-        static V1: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        self.clusters()
-            && !*V1.get_or_init(|| std::env::var("MXFUSE_GPU_GEMM").is_ok_and(|v| v == "v1"))
+            && *ON
+                .get_or_init(|| std::env::var("MXFUSE_GPU_V2").is_ok_and(|v| v == "1" || v == "on"))
     }
 
     fn multiprocessors(&self) -> usize {
@@ -242,7 +238,7 @@ impl GpuRuntime {
             return Ok(());
         }
         let chunks = h / 8;
-        let split = if self.clusters() {
+        let split = if self.v2() {
             norm_split(rows, h, self.multiprocessors())
         } else {
             1
@@ -283,7 +279,12 @@ impl GpuRuntime {
             .push(dim_i32("hidden size", h)?)
             .push(attrs.epsilon)
             .push(flags);
-        if split == 1 && nch == 2 && chunks <= 2 * 512 && rows >= 2 * self.multiprocessors() {
+        if self.v2()
+            && split == 1
+            && nch == 2
+            && chunks <= 2 * 512
+            && rows >= 2 * self.multiprocessors()
+        {
             // Many rows: the persistent kernel (gamma loaded once per block, the next row's loads
             // in flight across this row's reduction), NORM_PERSIST_BLOCKS_PER_SM blocks per SM.
             let grid = rows.min(NORM_PERSIST_BLOCKS_PER_SM * self.multiprocessors());
@@ -571,8 +572,7 @@ impl GpuRuntime {
         check_aligned("b", w, 8)?;
         check_aligned("b_scales", ws, 4)?;
         let mt = if m <= 8 { 1 } else { 2 };
-        if self.splitk_gemm() && w.is_multiple_of(16) && (amode != "e4m3" || a_q.is_multiple_of(16))
-        {
+        if self.v2() && w.is_multiple_of(16) && (amode != "e4m3" || a_q.is_multiple_of(16)) {
             // 16-byte weight and activation loads (allocators give 256-byte alignment).
             let (s, warps) = splitk_shape(n, k, m, self.multiprocessors());
             let params = Params::new()
