@@ -835,7 +835,11 @@ fn inference_agrees_with_exported_value_info() {
             }
         }
     }
-    eprintln!("{total} declared types checked, {} not fully reproduced", partial.len());
+    eprintln!(
+        "{total} declared types checked, {} not fully reproduced:\n{}",
+        partial.len(),
+        partial.join("\n")
+    );
     assert!(contradictions.is_empty(), "{}", contradictions.join("\n"));
     assert!(total > 1000, "{total} value_info entries checked");
     assert!(
@@ -876,4 +880,126 @@ fn reproduces(inferred: Option<&TensorInfo>, declared: Option<&TensorInfo>) -> b
         (None, Some(_)) => false,
     };
     i.elem_type == d.elem_type && dims
+}
+
+/// torch's exporters build Reshape / Expand / Range targets from `Shape` at run time; the
+/// element values of such computations are tracked, so the targets stay symbolic.
+#[test]
+fn shape_computations_give_symbolic_targets() {
+    let mut b = ModelBuilder::new(18);
+    b.init_i64("zero", &[], &[0])
+        .init_i64("one", &[], &[1])
+        .init_i64("two", &[1], &[2])
+        .init_i64("ax0", &[1], &[0])
+        .init_i64("heads", &[2], &[4, 16])
+        .init_i64("width", &[1], &[32])
+        .init_i64("hidden", &[1], &[64])
+        .node("Shape", &["x"], &["shp"])
+        .node_in(
+            "",
+            "Shape",
+            &["x"],
+            &["seq1"],
+            &[("start", Attr::I(1)), ("end", Attr::I(2))],
+        )
+        .node("Squeeze", &["seq1", "ax0"], &["seq"])
+        .node("Range", &["zero", "seq", "one"], &["positions"])
+        .node("Gather", &["shp", "zero"], &["batch0"])
+        .node("Unsqueeze", &["batch0", "ax0"], &["batch1"])
+        .node_in(
+            "",
+            "Concat",
+            &["batch1", "seq1", "heads"],
+            &["split_heads_shape"],
+            &[("axis", Attr::I(0))],
+        )
+        .node("Reshape", &["x", "split_heads_shape"], &["split_heads"])
+        .node("Mul", &["seq1", "two"], &["seq2"])
+        .node_in(
+            "",
+            "Concat",
+            &["batch1", "seq2", "width"],
+            &["doubled_shape"],
+            &[("axis", Attr::I(0))],
+        )
+        .node("Reshape", &["x", "doubled_shape"], &["doubled"])
+        .node_in(
+            "",
+            "Concat",
+            &["seq1", "hidden"],
+            &["rows_shape"],
+            &[("axis", Attr::I(0))],
+        )
+        .node("Expand", &["row", "rows_shape"], &["rows"])
+        .node("ConstantOfShape", &["seq1"], &["zeros"]);
+    let g = load(&b, &[("x", FLOAT, "b,s,64"), ("row", FLOAT, "1,64")]);
+    expect(&g, "shp", INT64, "3");
+    expect(&g, "seq", INT64, "");
+    expect(&g, "positions", INT64, "s");
+    expect(&g, "split_heads", FLOAT, "b,s,4,16");
+    expect(&g, "doubled", FLOAT, "b,2*s,32");
+    expect(&g, "rows", FLOAT, "s,64");
+    expect(&g, "zeros", FLOAT, "s");
+}
+
+/// A `-1` over one symbolic dim keeps it, scaled like sympy spells it (MoE token routing).
+#[test]
+fn reshape_minus_one_scales_a_symbolic_dim() {
+    let mut b = ModelBuilder::new(21);
+    b.init_i64("flat", &[2], &[-1, 64])
+        .init_i64("back", &[3], &[-1, 2, 64])
+        .init_i64("heads", &[4], &[1, -1, 4, 16])
+        .node("Reshape", &["x", "flat"], &["tokens"])
+        .node("Reshape", &["tokens", "back"], &["per_expert"])
+        .node("Reshape", &["h", "heads"], &["split_heads"])
+        .node("Flatten", &["x"], &["flattened"]);
+    let g = load(&b, &[("x", FLOAT, "seq,2,64"), ("h", FLOAT, "1,seq,64")]);
+    expect(&g, "tokens", FLOAT, "2*seq,64");
+    expect(&g, "per_expert", FLOAT, "seq,2,64");
+    expect(&g, "split_heads", FLOAT, "1,seq,4,16");
+    expect(&g, "flattened", FLOAT, "seq,128");
+}
+
+#[test]
+fn attention_and_routing_ops() {
+    let mut b = ModelBuilder::new(21);
+    b.opset("com.microsoft", 1)
+        .init_i64("k", &[1], &[2])
+        .node_in(
+            "com.microsoft",
+            "GroupQueryAttention",
+            &["qkv", "", "", "past_k", "past_v"],
+            &["attn", "present_k", "present_v"],
+            &[("num_heads", Attr::I(4)), ("kv_num_heads", Attr::I(2))],
+        )
+        .node_in(
+            "",
+            "TopK",
+            &["scores", "k"],
+            &["top", "top_idx"],
+            &[("axis", Attr::I(-1))],
+        )
+        .node_in(
+            "",
+            "GatherND",
+            &["experts", "idx"],
+            &["picked"],
+            &[("batch_dims", Attr::I(0))],
+        );
+    let g = load(
+        &b,
+        &[
+            ("qkv", FLOAT16, "b,s,128"),
+            ("past_k", FLOAT16, "b,2,p,16"),
+            ("past_v", FLOAT16, "b,2,p,16"),
+            ("scores", FLOAT, "s,8"),
+            ("experts", FLOAT, "8,64,32"),
+            ("idx", INT64, "t,1"),
+        ],
+    );
+    expect(&g, "attn", FLOAT16, "b,s,64");
+    assert_eq!(info_of(&g, "present_k").map(|i| i.elem_type), Some(FLOAT16));
+    expect(&g, "top", FLOAT, "s,2");
+    expect(&g, "top_idx", INT64, "s,2");
+    expect(&g, "picked", FLOAT, "t,64,32");
 }

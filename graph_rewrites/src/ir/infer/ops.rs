@@ -381,33 +381,44 @@ fn slice(c: &Node) -> Vec<TensorInfo> {
     let Some(s) = c.shape(0) else {
         return vec![info(elem, None)];
     };
-    // Opset 1-9: attributes; opset 10+: inputs (axes and steps optional).
+    // Opset 1-9: attributes; opset 10+: inputs (axes and steps optional). `None`: given but
+    // not constant.
     let (starts, ends, axes, steps) = if c.opset() < 10 {
-        (c.ints("starts"), c.ints("ends"), c.ints("axes"), None)
+        let attr = |name| Some(c.ints(name));
+        (c.ints("starts"), c.ints("ends"), attr("axes"), Some(None))
     } else {
-        let opt = |slot| match c.input(slot) {
+        let optional = |slot| match c.input(slot) {
             None => Some(None),
             Some(_) => c.known_ints(slot).map(Some),
         };
-        match (opt(3), opt(4)) {
-            (Some(axes), Some(steps)) => (c.known_ints(1), c.known_ints(2), axes, steps),
-            _ => (None, None, None, None),
-        }
+        (c.known_ints(1), c.known_ints(2), optional(3), optional(4))
     };
-    let (Some(starts), Some(ends)) = (starts, ends) else {
-        // Bounds not constant: the rank is kept, the sizes are not known.
+    let count = starts.as_ref().or(ends.as_ref()).map(Vec::len);
+    let axes = match (axes, count) {
+        (Some(Some(a)), _) => Some(a),
+        (Some(None), Some(n)) => Some((0..n as i64).collect()),
+        _ => None,
+    };
+    let Some(axes) = axes.map(|a| norm_axes(&a, s.len())) else {
+        // Axes not known: the rank is kept, the sizes are not known.
         return vec![info(elem, Some(vec![Dim::Unknown; s.len()]))];
     };
-    let axes = axes.unwrap_or_else(|| (0..starts.len() as i64).collect());
-    let steps = steps.unwrap_or_else(|| vec![1; starts.len()]);
-    let valid = ends.len() == starts.len() && axes.len() == starts.len();
-    let Some(axes) = norm_axes(&axes, s.len()).filter(|_| valid && steps.len() == starts.len())
-    else {
-        return vec![info(elem, None)];
+    let Some(axes) = axes else {
+        return vec![info(elem, None)]; // out of range or repeated: invalid
     };
     let mut out = s;
-    for (i, &a) in axes.iter().enumerate() {
-        out[a] = shape::slice_dim(&out[a], starts[i], ends[i], steps[i]);
+    match (starts, ends, steps) {
+        (Some(starts), Some(ends), Some(steps)) => {
+            let steps = steps.unwrap_or_else(|| vec![1; axes.len()]);
+            if [starts.len(), ends.len(), steps.len()] != [axes.len(); 3] {
+                return vec![info(elem, None)];
+            }
+            for (i, &a) in axes.iter().enumerate() {
+                out[a] = shape::slice_dim(&out[a], starts[i], ends[i], steps[i]);
+            }
+        }
+        // Bounds not constant: only the sliced axes lose their size.
+        _ => axes.iter().for_each(|&a| out[a] = Dim::Unknown),
     }
     vec![info(elem, Some(out))]
 }

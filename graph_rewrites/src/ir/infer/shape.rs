@@ -46,9 +46,30 @@ pub(super) fn product(dims: &[Dim]) -> Option<i64> {
         .try_fold(1i64, |acc, d| known(d).and_then(|v| acc.checked_mul(v)))
 }
 
-/// A known product of `dims`, or an unknown dim.
+/// The product of `dims` as a dim: known, a scaled symbol when exactly one dim is symbolic
+/// (`[seq, 2]` → `2*seq`), else unknown.
 pub(super) fn product_dim(dims: &[Dim]) -> Dim {
-    product(dims).map_or(Dim::Unknown, Dim::Known)
+    let (mut coef, mut symbol) = (1i64, None);
+    for d in dims {
+        let factor = match d {
+            Dim::Known(v) => *v,
+            Dim::Symbolic(s) if symbol.is_none() => {
+                let (k, name) = monomial(s);
+                symbol = Some(name);
+                k
+            }
+            _ => return Dim::Unknown,
+        };
+        let Some(c) = coef.checked_mul(factor) else {
+            return Dim::Unknown;
+        };
+        coef = c;
+    }
+    match symbol {
+        None => Dim::Known(coef),
+        Some(name) if coef > 0 => scaled_symbol(coef, name),
+        Some(_) => Dim::Unknown,
+    }
 }
 
 /// Two dims that must be equal (Concat's other axes, same-shape inputs): the more informative.
@@ -209,14 +230,14 @@ fn inferred_dim(input: &[Dim], copied: &[bool], out: &[Dim], at: usize) -> Optio
 
 /// A symbolic dim as `coefficient * name`: `"2*seq"` is (2, "seq"), anything else (1, itself).
 /// The spelling is sympy's, which torch's exporters write into `dim_param`.
-fn monomial(sym: &str) -> (i64, &str) {
+pub(super) fn monomial(sym: &str) -> (i64, &str) {
     sym.split_once('*')
         .and_then(|(k, name)| Some((k.parse().ok().filter(|&k| k > 0)?, name)))
         .unwrap_or((1, sym))
 }
 
 /// `coef * name` as a symbolic dim, spelled like [`monomial`] parses it.
-fn scaled_symbol(coef: i64, name: &str) -> Dim {
+pub(super) fn scaled_symbol(coef: i64, name: &str) -> Dim {
     if coef == 1 {
         Dim::Symbolic(name.to_owned())
     } else {

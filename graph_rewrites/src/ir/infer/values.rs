@@ -7,7 +7,7 @@
 //! `Shape`) or `Unknown`.
 
 use super::node::Node;
-use super::shape::{known, norm_axis};
+use super::shape::{known, monomial, norm_axis, scaled_symbol};
 use crate::pattern::predicates::dtype;
 use crate::view::{Dim, GraphView, TensorInfo};
 
@@ -135,6 +135,18 @@ fn element(op: &str, a: Dim, b: Dim) -> Dim {
     match (op, x, y) {
         ("Add", Some(0), _) | ("Mul", Some(1), _) => b,
         ("Add" | "Sub", _, Some(0)) | ("Mul" | "Div", _, Some(1)) => a,
+        // `k * seq`, spelled like torch's exporters do ("2*seq").
+        ("Mul", Some(k), _) if k > 0 => scale(&b, k),
+        ("Mul", _, Some(k)) if k > 0 => scale(&a, k),
         _ => Dim::Unknown,
     }
+}
+
+fn scale(d: &Dim, k: i64) -> Dim {
+    let Dim::Symbolic(s) = d else {
+        return Dim::Unknown;
+    };
+    let (coef, name) = monomial(s);
+    coef.checked_mul(k)
+        .map_or(Dim::Unknown, |c| scaled_symbol(c, name))
 }
