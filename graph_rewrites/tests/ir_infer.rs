@@ -721,8 +721,11 @@ fn without_value_info(mut m: ModelProto) -> ModelProto {
     m
 }
 
-/// Fusion counts and refusals (rule, reason) of a report, for comparing two runs.
-fn outcome(r: &RewriteReport) -> (Vec<(String, usize)>, Vec<(String, String)>) {
+/// Fusion counts per rule and refusals as (rule, reason), sorted.
+type Outcome = (Vec<(String, usize)>, Vec<(String, String)>);
+
+/// What a report says was fused and refused, for comparing two runs.
+fn outcome(r: &RewriteReport) -> Outcome {
     let counts = r.counts.iter().map(|(k, v)| (k.clone(), *v)).collect();
     let mut refusals: Vec<_> = r
         .rejections

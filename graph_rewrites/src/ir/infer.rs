@@ -24,6 +24,7 @@
 //! * The pass runs at load only. Values that rules add later come with their own type
 //!   ([`Graph::add_value`]).
 
+mod layout;
 mod node;
 mod ops;
 mod shape;

@@ -136,3 +136,8 @@ impl Node<'_> {
         vec![self.info(slot)]
     }
 }
+
+/// A (possibly partial) type: element type 0 and `shape: None` mean unknown.
+pub(super) fn info(elem_type: i32, shape: Option<Vec<Dim>>) -> TensorInfo {
+    TensorInfo { elem_type, shape }
+}

@@ -21,7 +21,7 @@ pub(super) fn output_values(c: &Node, out: &TensorInfo) -> Option<Vec<Dim>> {
         return None;
     }
     let rank = out.shape.as_ref()?.len();
-    if rank > 1 || c.g.domain(c.n) != "" {
+    if rank > 1 || !c.g.domain(c.n).is_empty() {
         return None;
     }
     let vals = match c.g.op_type(c.n) {
