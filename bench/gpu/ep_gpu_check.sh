@@ -25,6 +25,14 @@ export MXFUSE_EP_LIB="$art/libmxfuse_ep.so"
 export MXFUSE_KERNEL_CACHE="${MXFUSE_KERNEL_CACHE:-/tmp/mxfuse-kernel-cache}"
 # NVRTC may live only in a pip package (torch's nvidia-* wheels) or /usr/local/cuda: point the
 # runtime at it when the loader cannot find it (kernels::gpu reads MXFUSE_NVRTC).
+if [ -z "${MXFUSE_NVRTC:-}" ]; then
+    # The Python harness's finder first (it knows this machine's torch / CUDA layout).
+    nvrtc=$(cd "$here" && python3 -c 'import mxgpu; print(mxgpu.NVRTC_PATH)' 2>/dev/null | tail -1)
+    if [ -n "$nvrtc" ] && [ -f "$nvrtc" ]; then
+        export MXFUSE_NVRTC="$nvrtc"
+        echo "ep_gpu_check: MXFUSE_NVRTC=$nvrtc (mxgpu)"
+    fi
+fi
 if [ -z "${MXFUSE_NVRTC:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so'; then
     roots=$(ls -d /usr/local/cuda*/lib64 2>/dev/null)
     roots="$roots $(python3 -c 'import sys; print(" ".join(p + "/nvidia" for p in sys.path if p.endswith("site-packages")))' 2>/dev/null)"
