@@ -49,7 +49,7 @@ enum GpuOp {
 
 struct Step {
     name: String,
-    /// The CPU kernel, for output types and shapes only.
+    /// The CPU kernel: output types and shapes (and the computation on [`Backend::Host`]).
     shapes: Box<dyn Kernel>,
     op: GpuOp,
     inputs: Vec<Option<usize>>,
