@@ -240,7 +240,8 @@ def sk_choice(N, K, M, sms=132):
     """Split-K GEMM launch shape (mirrors kernels/src/gpu/launch.rs `splitk_shape`): the fewest
     cluster splits S in (1, 2, 4) that give >= 2 blocks per SM (every SM busy, a second block to
     hide the tail), then warps = the groups of 4 k-blocks per split (one group in flight per warp
-    plus its prefetch), but few enough that every block is resident at once, at most 16."""
+    plus its prefetch), but few enough that every block is resident at once, at most 16, and
+    preferably a divisor of the groups."""
     mt = 1 if M <= 8 else 2
     tiles = -(-N // 16) * -(-M // (8 * mt))
     groups = -(-(K // 32) // 4)
@@ -248,8 +249,10 @@ def sk_choice(N, K, M, sms=132):
     while S > 1 and groups < S:
         S //= 2
     per = -(-groups // S)
-    resident = max(1, 20 // -(-(tiles * S) // sms))  # ~100 registers a thread: 20 warps per SM
-    return S, max(1, min(16, per, resident))
+    resident = (24 if M <= 8 else 20) // -(-(tiles * S) // sms)  # warps per SM by registers
+    cap = max(1, min(16, per, resident))
+    even = next(w for w in range(cap, 0, -1) if per % w == 0)
+    return S, even if 2 * even > cap else cap
 
 
 # MXFUSE_GPU_V2=1: the runtime's defaults include the second-generation kernels (split-row and

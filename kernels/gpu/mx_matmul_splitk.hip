@@ -6,12 +6,14 @@
 // columns (96 blocks for N = 1536 leave a quarter of the H200's 132 SMs idle) and lets most warps
 // of a K = 768 block idle. Here:
 // * every weight load is 16 bytes: lane (g, t) reads bytes 16t .. 16t+15 of a 64-byte pair of
-//   k-blocks of rows g and g + 8, so lanes t = 0, 1 hold k-block 0 of the pair and t = 2, 3
-//   k-block 1. One m16n8k32 mma must not mix two scale blocks, so each k-block's mma pair reads
-//   the activations of the other k-block's lanes as zeros (exact: they add 0); the two mmas of one
-//   k-block chain through the accumulator and are scaled once, like the first kernel's one mma.
-//   Within a k-block the k order is permuted identically for weights and activations, which
-//   leaves every dot product unchanged.
+//   k-blocks of rows g and g + 8, so lanes t = 0, 1 hold halves of k-block 0 and t = 2, 3 of
+//   k-block 1. One m16n8k32 mma must cover exactly one scale block, with 8 bytes of it in every
+//   lane, so lanes t and t ^ 2 swap 8 bytes (two shuffles a row): afterwards lane t holds bytes
+//   o_t .. o_t + 7 of both k-blocks, o_t = 16 (t & 1) + 8 (t >> 1), and each k-block is one mma,
+//   as in the first kernel. Within a k-block the k order is permuted identically for weights and
+//   activations (read at the same offsets), which leaves every dot product unchanged.
+//   (sm_90 has no fp8 mma.sync: ptxas runs each m16n8k32 e4m3 mma as 2 f16 HMMA.16816 after
+//   F2FP unpacks, so instructions per weight byte matter as much as the loads.)
 // * the K range of a 16-column tile is split over S blocks of one cluster (S = 1, 2, 4: a
 //   template constant, fixed at compile time by __cluster_dims__, so a plain cuLaunchKernel
 //   launches it); block rank 0 adds the others' partial sums read from their shared memory
@@ -21,15 +23,6 @@
 //   next group's weights before the mmas of the current one (two groups in flight per warp).
 
 #if defined(MX_NV_FP8_MMA) && defined(MX_NV_CLUSTER)
-
-// d += A (16x32 e4m3) * B (32x8 e4m3): the accumulating form of mx_mma_e4m3 (mx_matmul.hip).
-MX_DEV void mx_mma_e4m3_acc(float d[4], mx_u32 a0, mx_u32 a1, mx_u32 a2, mx_u32 a3, mx_u32 b0,
-                            mx_u32 b1) {
-  asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 // 16 weight bytes that are read exactly once: not kept in L1.
 MX_DEV uint4 mx_ld_stream16(const mx_u8* p) {
@@ -60,25 +53,42 @@ MX_DEV void mx_splitk_load_weights(MxSplitkStep& st, const mx_u8* wA, const mx_u
   }
 }
 
-// The activations of one group for the lane's B column (row m0 + 8 mt + g): e4m3 bytes of the
-// lane's 16-byte chunk of each pair, and the scale words (byte u = k-block 4 grp + u) of the
-// output rows 2t and 2t + 1 its accumulators belong to. MX_A_QUANT quantizes 16 elements per lane
-// here (2-lane groups = one k-block), bit for bit what MxQuantize writes.
+// Byte offset, within each k-block, of the 8 bytes lane t feeds to the mma (after the exchange).
+MX_DEV int mx_splitk_offset(int t) { return 16 * (t & 1) + 8 * (t >> 1); }
+
+// The lane's 16-byte chunk c of a k-block pair -> its 8 bytes of k-block 0 (k0) and of k-block 1
+// (k1) at offset mx_splitk_offset(t): lanes t < 2 keep their low half and receive the partner's
+// low half (of k-block 1); lanes t >= 2 keep their high half and receive the partner's high half
+// (of k-block 0). Every lane of the warp must call it.
+MX_DEV void mx_splitk_exchange(uint4 c, int t, uint2& k0, uint2& k1) {
+  const bool first = t < 2;
+  const mx_u32 r0 = MX_SHFL_XOR(first ? c.z : c.x, 2);
+  const mx_u32 r1 = MX_SHFL_XOR(first ? c.w : c.y, 2);
+  k0 = first ? make_uint2(c.x, c.y) : make_uint2(r0, r1);
+  k1 = first ? make_uint2(r0, r1) : make_uint2(c.z, c.w);
+}
+
+// The activations of one group for the lane's B column (row m0 + 8 mt + g): the e4m3 bytes at
+// offset mx_splitk_offset(t) of each of the 4 k-blocks (act[mt][u], k-block 4 grp + u), and the
+// scale words (byte u = k-block 4 grp + u) of the output rows 2t and 2t + 1 its accumulators
+// belong to. MX_A_QUANT quantizes the lane's 8 elements of each k-block here (4-lane groups = one
+// k-block), bit for bit what MxQuantize writes.
 template <int AMODE, class TA, int MT>
 MX_DEV void mx_splitk_load_acts(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                                 const typename TA::storage* __restrict__ af, int M, int K, int KB,
                                 int m0, int grp, bool words, mx_u32 flags, int g, int t,
-                                uint4 act[MT][2], mx_u32 sa0[MT], mx_u32 sa1[MT]) {
+                                uint2 act[MT][4], mx_u32 sa0[MT], mx_u32 sa1[MT]) {
+  const int off = mx_splitk_offset(t);
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
     const int mrow = m0 + mt * 8 + g;
     if (AMODE == MX_A_E4M3) {
 #pragma unroll
-      for (int p = 0; p < 2; ++p) {
-        const bool ok = mrow < M && 4 * grp + 2 * p + (t >> 1) < KB;
-        act[mt][p] = ok ? *reinterpret_cast<const uint4*>(aq + (long long)mrow * K + 128LL * grp +
-                                                          64 * p + 16 * t)
-                        : make_uint4(0u, 0u, 0u, 0u);
+      for (int u = 0; u < 4; ++u) {
+        const bool ok = mrow < M && 4 * grp + u < KB;
+        act[mt][u] = ok ? *reinterpret_cast<const uint2*>(aq + (long long)mrow * K + 128LL * grp +
+                                                          32 * u + off)
+                        : make_uint2(0u, 0u);
       }
       const int mc = m0 + mt * 8 + 2 * t;
       sa0[mt] = mx_load_scales4(as + (long long)mc * KB, 4 * grp, KB, mc < M, words);
@@ -86,26 +96,21 @@ MX_DEV void mx_splitk_load_acts(const mx_u8* __restrict__ aq, const mx_u8* __res
     } else {
       mx_u32 s0 = 0u, s1 = 0u;
 #pragma unroll
-      for (int p = 0; p < 2; ++p) {
-        const bool ok = mrow < M && 4 * grp + 2 * p + (t >> 1) < KB;
-        float v[16];
+      for (int u = 0; u < 4; ++u) {
+        const bool ok = mrow < M && 4 * grp + u < KB;
+        float v[8];
         if (ok) {
-          const typename TA::storage* src = af + (long long)mrow * K + 128LL * grp + 64 * p + 16 * t;
-          MxVec8<TA>::load(src, v);
-          MxVec8<TA>::load(src + 8, v + 8);
+          MxVec8<TA>::load(af + (long long)mrow * K + 128LL * grp + 32 * u + off, v);
         } else {
 #pragma unroll
-          for (int i = 0; i < 16; ++i) v[i] = 0.0f;
+          for (int i = 0; i < 8; ++i) v[i] = 0.0f;
         }
-        mx_u32 q[4];
-        const mx_u32 sb = mx_quant_group<16>(v, flags, q);
-        act[mt][p] = make_uint4(q[0], q[1], q[2], q[3]);
-        // Lane 4r + 2h holds row r's scale of k-block h of this pair.
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          s0 |= (MX_SHFL(sb, 8 * t + 2 * h) & 0xffu) << (8 * (2 * p + h));
-          s1 |= (MX_SHFL(sb, 8 * t + 4 + 2 * h) & 0xffu) << (8 * (2 * p + h));
-        }
+        mx_u32 lo, hi, sb;
+        mx_quant_group8(v, flags, lo, hi, sb);
+        act[mt][u] = make_uint2(lo, hi);
+        // Lane 4r (and 4r + 1..3) holds row r's scale.
+        s0 |= (MX_SHFL(sb, 8 * t) & 0xffu) << (8 * u);
+        s1 |= (MX_SHFL(sb, 8 * t + 4) & 0xffu) << (8 * u);
       }
       sa0[mt] = s0;
       sa1[mt] = s1;
@@ -144,7 +149,7 @@ MX_DEV void mx_matmul_splitk(const mx_u8* __restrict__ aq, const mx_u8* __restri
   int grp = split * per_split + warp;
   if (grp < g_end) mx_splitk_load_weights(cur, wA, wB, sA, sB, grp, KB, okA, okB, words, t);
   for (; grp < g_end; grp += warps) {
-    uint4 act[MT][2];
+    uint2 act[MT][4];
     mx_u32 sa0[MT], sa1[MT];
     mx_splitk_load_acts<AMODE, TA, MT>(aq, as, af, M, K, KB, m0, grp, words, flags, g, t, act,
                                         sa0, sa1);
@@ -152,20 +157,18 @@ MX_DEV void mx_matmul_splitk(const mx_u8* __restrict__ aq, const mx_u8* __restri
       mx_splitk_load_weights(nxt, wA, wB, sA, sB, grp + warps, KB, okA, okB, words, t);
 #pragma unroll
     for (int p = 0; p < 2; ++p) {
+      uint2 a[2], b[2];  // rows g (a) and g + 8 (b): the lane's 8 bytes of k-blocks 2p, 2p + 1
+      mx_splitk_exchange(cur.wa[p], t, a[0], a[1]);
+      mx_splitk_exchange(cur.wb[p], t, b[0], b[1]);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int u = 2 * p + h;  // k-block 4 grp + u
         const float fA = mx_e8m0_to_f32((cur.swa >> (8 * u)) & 0xffu);
         const float fB = mx_e8m0_to_f32((cur.swb >> (8 * u)) & 0xffu);
-        const bool mine = (t >> 1) == h;  // this lane's chunk lies in k-block u
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          const uint4 a = act[mt][p];
-          float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          mx_mma_e4m3_acc(d, cur.wa[p].x, cur.wb[p].x, cur.wa[p].y, cur.wb[p].y, mine ? a.x : 0u,
-                          mine ? a.y : 0u);
-          mx_mma_e4m3_acc(d, cur.wa[p].z, cur.wb[p].z, cur.wa[p].w, cur.wb[p].w, mine ? a.z : 0u,
-                          mine ? a.w : 0u);
+          float d[4];
+          mx_mma_e4m3(d, a[h].x, b[h].x, a[h].y, b[h].y, act[mt][u].x, act[mt][u].y);
           const float f0 = mx_e8m0_to_f32((sa0[mt] >> (8 * u)) & 0xffu);
           const float f1 = mx_e8m0_to_f32((sa1[mt] >> (8 * u)) & 0xffu);
           acc[mt][0] += d[0] * fA * f0;

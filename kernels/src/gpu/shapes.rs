@@ -9,9 +9,10 @@ const NORM_SPLITS: [usize; 3] = [8, 4, 2];
 const GEMM_SPLITS: [usize; 3] = [1, 2, 4];
 /// The split-K GEMM's reduction buffer holds at most this many warps (`MX_GEMM_MAX_WARPS`).
 const GEMM_MAX_WARPS: usize = 16;
-/// Warps of the split-K GEMM one SM holds at once: its kernels use ~100 registers a thread
-/// (NVRTC 13.0, sm_90), and 64K registers / (32 x ~100) is 20.
-const GEMM_WARPS_PER_SM: usize = 20;
+/// Warps of the split-K GEMM one SM holds at once, for 8 and 16 activation rows per block: its
+/// kernels use 73-82 and 96-100 registers a thread (NVRTC 13.0, sm_90; ptxas -v through
+/// bench/gpu/offline_compile.py), and 64K registers / (32 x registers) is ~24 and ~20.
+const GEMM_WARPS_PER_SM: [usize; 2] = [24, 20];
 
 /// Blocks per row of `AddRmsNormMxQuant` (1 = the one-block-per-row kernels).
 ///
@@ -34,7 +35,8 @@ pub fn norm_split(rows: usize, h: usize, sms: usize) -> usize {
 /// SM streams weights and a second block hides the tail), but no more splits than groups of four
 /// k-blocks; then as many warps as the split has groups (each warp keeps its group and the next in
 /// flight), but few enough that all blocks are resident at once (one wave: every weight load is
-/// issued at the start instead of a wave later), at most 16.
+/// issued at the start instead of a wave later), at most 16, and preferably a divisor of the
+/// groups (every warp the same number of groups).
 pub fn splitk_shape(n: usize, k: usize, m: usize, sms: usize) -> (usize, usize) {
     let rows_per_block = if m <= 8 { 8 } else { 16 };
     let tiles = n.div_ceil(16) * m.div_ceil(rows_per_block);
@@ -48,8 +50,10 @@ pub fn splitk_shape(n: usize, k: usize, m: usize, sms: usize) -> (usize, usize) 
     }
     let per_split = groups.div_ceil(s);
     let blocks_per_sm = (tiles * s).div_ceil(sms.max(1));
-    let resident = (GEMM_WARPS_PER_SM / blocks_per_sm).max(1);
-    (s, per_split.min(resident).clamp(1, GEMM_MAX_WARPS))
+    let resident = GEMM_WARPS_PER_SM[usize::from(m > 8)] / blocks_per_sm;
+    let cap = per_split.min(resident).clamp(1, GEMM_MAX_WARPS);
+    let even = (1..=cap).rev().find(|w| per_split.is_multiple_of(*w)).unwrap_or(1);
+    (s, if 2 * even > cap { even } else { cap })
 }
 
 #[cfg(test)]
@@ -73,7 +77,10 @@ mod tests {
         // MiniMax-M3 TP4 decode shapes on a 132-SM H200.
         assert_eq!(splitk_shape(1536, 6144, 1, 132), (4, 6));
         assert_eq!(splitk_shape(6144, 768, 8, 132), (1, 6));
+        assert_eq!(splitk_shape(6144, 6144, 1, 132), (1, 8));
         assert_eq!(splitk_shape(6144, 6144, 16, 132), (1, 6));
+        // 13 groups (prime): the register cap rather than 1 warp.
+        assert_eq!(splitk_shape(6144, 1664, 1, 132), (1, 8));
         // Few blocks: up to 16 warps each.
         assert_eq!(splitk_shape(256, 6144, 1, 132), (4, 12));
         assert_eq!(splitk_shape(256, 16384, 1, 132), (4, 16));

@@ -1,0 +1,103 @@
+"""Compile the GPU program for an NVIDIA target on a machine without a GPU, and report per kernel
+what costs no device time: registers, spills, shared memory (ptxas -v) and, with cuobjdump, a
+histogram of the SASS of chosen kernels (are the loads 16 bytes wide, which MMA instructions,
+any local memory). The cubin it writes is the one the device would compile (same NVRTC, same
+program text and options as kernels/src/gpu/runtime.rs), so it can also be carried to a device
+call as a kernel cache (bench/gpu/device_run.sh).
+
+Needs NVRTC 13.0 (the device image's; pip: nvidia-cuda-nvrtc==13.0.*) and optionally cuobjdump
+(pip: nvidia-cuda-cuobjdump): point MXFUSE_NVRTC / CUOBJDUMP at them, or let the script search
+the Python site directories.
+
+    python3 bench/gpu/offline_compile.py [--arch sm_90] [--out DIR] [--sass KERNEL ...]
+"""
+import argparse, ctypes, collections, glob, os, re, subprocess, sys, sysconfig
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from program import program_text
+
+
+def find(env, pattern):
+    if os.environ.get(env):
+        return os.environ[env]
+    roots = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]} | {p for p in sys.path if "-packages" in p}
+    for r in sorted(roots):
+        hits = sorted(glob.glob(os.path.join(r, "nvidia", "**", pattern), recursive=True))
+        if hits:
+            return hits[-1]
+    return None
+
+
+def compile_cubin(arch):
+    lib_path = find("MXFUSE_NVRTC", "libnvrtc.so.*[0-9]")
+    if not lib_path:
+        sys.exit("no NVRTC: pip install nvidia-cuda-nvrtc==13.0.* or set MXFUSE_NVRTC")
+    # libnvrtc loads libnvrtc-builtins from its own directory via the loader path.
+    ctypes.CDLL(glob.glob(os.path.join(os.path.dirname(lib_path), "libnvrtc-builtins.so*"))[0], mode=ctypes.RTLD_GLOBAL)
+    nvrtc = ctypes.CDLL(lib_path)
+    src = program_text()
+    prog = ctypes.c_void_p()
+    if nvrtc.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"mxfuse.cu", 0, None, None) != 0:
+        sys.exit("nvrtcCreateProgram failed")
+    # The runtime's options (runtime.rs compile_options) plus the resource report.
+    opts = [f"--gpu-architecture={arch}".encode(), b"-std=c++17", b"-lineinfo", b"--ptxas-options=-v"]
+    rc = nvrtc.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+    n = ctypes.c_size_t()
+    nvrtc.nvrtcGetProgramLogSize(prog, ctypes.byref(n))
+    log = ctypes.create_string_buffer(n.value)
+    nvrtc.nvrtcGetProgramLog(prog, log)
+    log = log.value.decode()
+    if rc != 0:
+        sys.exit("NVRTC failed:\n" + log[:20000])
+    nvrtc.nvrtcGetCUBINSize(prog, ctypes.byref(n))
+    cubin = ctypes.create_string_buffer(n.value)
+    nvrtc.nvrtcGetCUBIN(prog, cubin)
+    return cubin.raw, log, src
+
+
+def resources(log):
+    """{kernel: (registers, spill stores, spill loads, smem bytes)} from the ptxas -v log."""
+    out, name = {}, None
+    for line in log.splitlines():
+        m = re.search(r"Function properties for (\S+)", line)
+        if m:
+            name = m.group(1)
+        m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m and name:
+            spills = (int(m.group(1)), int(m.group(2)))
+        m = re.search(r"Used (\d+) registers.*?(\d+) bytes smem", line)
+        if m and name:
+            out[name] = (int(m.group(1)),) + spills + (int(m.group(2)),)
+            name = None
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("--out", default="/tmp/mxfuse_offline")
+    ap.add_argument("--sass", nargs="*", default=[], help="kernels whose SASS histogram to print")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    cubin, log, src = compile_cubin(a.arch)
+    path = os.path.join(a.out, f"mxfuse-{a.arch}.cubin")
+    open(path, "wb").write(cubin)
+    open(os.path.join(a.out, "ptxas.log"), "w").write(log)
+    res = resources(log)
+    print(f"{len(res)} kernels -> {path}")
+    for k, (regs, st, ld, smem) in sorted(res.items()):
+        flag = "  SPILLS" if st or ld else ""
+        print(f"  {k:48s} {regs:4d} regs {smem:6d} B smem{flag}")
+    tool = find("CUOBJDUMP", "cuobjdump")
+    for k in a.sass:
+        if not tool:
+            print("no cuobjdump: pip install nvidia-cuda-cuobjdump or set CUOBJDUMP")
+            break
+        sass = subprocess.run([tool, "-sass", "-fun", k, path], capture_output=True, text=True).stdout
+        ops = re.findall(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass, re.M)
+        hist = collections.Counter(o.split(".")[0] for o in ops)
+        print(f"{k}: {len(ops)} instructions; " + ", ".join(f"{o} {c}" for o, c in hist.most_common(16)))
+
+
+if __name__ == "__main__":
+    main()
