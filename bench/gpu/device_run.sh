@@ -4,11 +4,12 @@
 # kernels first, then the timings (old and new variants side by side), the remaining checks, the
 # Rust tests on whatever the runtime selects, the EP engineer's check, and the Inductor anchor.
 #
-# Precompiled kernels (optional): .gpucache/kernels.tar.xz holds the NVRTC 13.0 sm_90 cubin of the
-# program under the Python harness's and the Rust runtime's cache names (see the "GPU kernels"
-# notes in docs/gpu.md); .gpucache/gpu_kernels.xz the `cargo test -p kernels --test gpu_kernels`
-# binary built on the development machine. Without them everything compiles on the device.
-# At most 8 files come back from $OUT: the logs below.
+# Precompiled kernels (optional; `python3 bench/gpu/offline_compile.py --pack` on the development
+# machine, carry .gpucache): kernels.tar.xz holds the NVRTC 13.0 sm_90 cubin of the program under
+# the Python harness's and the Rust runtime's cache names, gpu_kernels.xz the
+# `cargo test -p kernels --test gpu_kernels` binary. Without them the Python harness compiles once
+# on the device (~40 s) and the Rust tests are skipped. At most 8 files come back from $OUT: the
+# logs below. DEVICE_RUN_SHORT=1 (+ T_* timeouts, BENCH_THR=) fits a short lease.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)

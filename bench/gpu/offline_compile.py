@@ -9,9 +9,14 @@ Needs NVRTC 13.0 (the device image's; pip: nvidia-cuda-nvrtc==13.0.*) and option
 (pip: nvidia-cuda-cuobjdump): point MXFUSE_NVRTC / CUOBJDUMP at them, or let the script search
 the Python site directories.
 
-    python3 bench/gpu/offline_compile.py [--arch sm_90] [--out DIR] [--sass KERNEL ...]
+    python3 bench/gpu/offline_compile.py [--arch sm_90] [--out DIR] [--sass KERNEL ...] [--pack]
+
+--pack writes .gpucache/kernels.tar.xz (the cubin under the Python harness's and the Rust runtime's
+cache names; the latter from `cargo test -p kernels --test gpu_kernels -- --ignored kernel_cache_name`)
+and .gpucache/gpu_kernels.xz (that test binary), which bench/gpu/device_run.sh unpacks on the device
+(carry .gpucache; add /.gpucache/ to .git/info/exclude).
 """
-import argparse, ctypes, collections, glob, os, re, subprocess, sys, sysconfig
+import argparse, ctypes, collections, glob, hashlib, io, lzma, os, re, subprocess, sys, sysconfig, tarfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from program import program_text
@@ -65,11 +70,36 @@ def resources(log):
         m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
         if m and name:
             spills = (int(m.group(1)), int(m.group(2)))
-        m = re.search(r"Used (\d+) registers.*?(\d+) bytes smem", line)
+        m = re.search(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?", line)
         if m and name:
-            out[name] = (int(m.group(1)),) + spills + (int(m.group(2)),)
+            out[name] = (int(m.group(1)),) + spills + (int(m.group(2) or 0),)
             name = None
     return out
+
+
+def pack(cubin, src, arch, root):
+    """The device call's kernel cache and Rust test binary, compressed (see the module doc)."""
+    py_name = f"mxfuse-{arch}-{hashlib.sha256((src + '|' + arch[3:]).encode()).hexdigest()[:16]}.cubin"
+    run = subprocess.run(["cargo", "test", "-p", "kernels", "--test", "gpu_kernels", "--", "--ignored",
+                          "--nocapture", "kernel_cache_name"], cwd=root, capture_output=True, text=True)
+    names = re.findall(r"^(mxfuse-sm_\d+-[0-9a-f]{16}\.bin)$", run.stdout, re.M)
+    if run.returncode != 0 or not names or arch != "sm_90":
+        sys.exit("cannot get the Rust cache name (cargo test ... kernel_cache_name; sm_90 only):\n" + run.stderr[-2000:])
+    binary = re.search(r"Running tests/gpu_kernels.rs \((\S+)\)", run.stderr)
+    os.makedirs(os.path.join(root, ".gpucache"), exist_ok=True)
+    with tarfile.open(os.path.join(root, ".gpucache", "kernels.tar.xz"), "w:xz") as t:
+        for i, name in enumerate((py_name, names[0])):
+            info = tarfile.TarInfo(name)
+            if i == 0:
+                info.size = len(cubin)
+                t.addfile(info, io.BytesIO(cubin))
+            else:  # the same bytes once more: a hard link in the archive
+                info.type, info.linkname = tarfile.LNKTYPE, py_name
+                t.addfile(info)
+    if binary:
+        with open(os.path.join(root, binary.group(1)), "rb") as f, lzma.open(os.path.join(root, ".gpucache", "gpu_kernels.xz"), "wb") as o:
+            o.write(f.read())
+    print(f"packed {py_name}, {names[0]}" + (f", {binary.group(1)}" if binary else " (no test binary found)"))
 
 
 def main():
@@ -77,6 +107,7 @@ def main():
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--out", default="/tmp/mxfuse_offline")
     ap.add_argument("--sass", nargs="*", default=[], help="kernels whose SASS histogram to print")
+    ap.add_argument("--pack", action="store_true", help="write .gpucache/ for bench/gpu/device_run.sh")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     cubin, log, src = compile_cubin(a.arch)
@@ -97,6 +128,8 @@ def main():
         ops = re.findall(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass, re.M)
         hist = collections.Counter(o.split(".")[0] for o in ops)
         print(f"{k}: {len(ops)} instructions; " + ", ".join(f"{o} {c}" for o, c in hist.most_common(16)))
+    if a.pack:
+        pack(cubin, src, a.arch, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 
 
 if __name__ == "__main__":

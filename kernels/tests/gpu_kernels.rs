@@ -581,3 +581,16 @@ fn gpu_launchers_reject_bad_inputs_with_errors() {
         "{err:?}"
     );
 }
+
+/// Prints where the runtime looks for the sm_90 code object under `MXFUSE_KERNEL_CACHE`, so a
+/// cubin compiled without a GPU (bench/gpu/offline_compile.py) can be put there:
+/// `cargo test -p kernels --test gpu_kernels -- --ignored --nocapture kernel_cache_name`.
+#[test]
+#[ignore = "prints a file name; not a check"]
+fn kernel_cache_name() {
+    use kernels::gpu::runtime::{cache_file_name, cuda_compile_options};
+    let source = kernels::gpu::sources::program_text();
+    let name = cache_file_name(&source, "sm_90", &cuda_compile_options("sm_90"));
+    assert!(name.starts_with("mxfuse-sm_90-"));
+    println!("{name}");
+}

@@ -73,11 +73,7 @@ impl GpuRuntime {
     fn compile_options(driver: &Driver) -> Vec<String> {
         let info = driver.info();
         match driver.backend() {
-            Backend::Cuda => vec![
-                format!("--gpu-architecture={}", info.arch),
-                "-std=c++17".into(),
-                "-lineinfo".into(),
-            ],
+            Backend::Cuda => cuda_compile_options(&info.arch),
             Backend::Hip => {
                 let mut o = vec!["-std=c++17".to_string()];
                 if let Ok(arch) = std::env::var("MXFUSE_HIP_ARCH") {
@@ -96,11 +92,9 @@ impl GpuRuntime {
         }
         let source = program_text();
         let options = Self::compile_options(driver);
-        let cache_file = std::env::var("MXFUSE_KERNEL_CACHE").ok().map(|dir| {
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            (&source, &arch, &options).hash(&mut h);
-            std::path::Path::new(&dir).join(format!("mxfuse-{arch}-{:016x}.bin", h.finish()))
-        });
+        let cache_file = std::env::var("MXFUSE_KERNEL_CACHE")
+            .ok()
+            .map(|dir| std::path::Path::new(&dir).join(cache_file_name(&source, &arch, &options)));
         let cached = cache_file.as_ref().and_then(|p| std::fs::read(p).ok());
         let image = match cached {
             Some(img) if !img.is_empty() => img,
@@ -165,6 +159,24 @@ impl GpuRuntime {
     pub fn synchronize(&self) -> GpuResult<()> {
         self.driver.synchronize()
     }
+}
+
+/// NVRTC options for an NVIDIA architecture ("sm_90").
+pub fn cuda_compile_options(arch: &str) -> Vec<String> {
+    vec![
+        format!("--gpu-architecture={arch}"),
+        "-std=c++17".into(),
+        "-lineinfo".into(),
+    ]
+}
+
+/// The file name under `MXFUSE_KERNEL_CACHE` of `source` compiled for `arch` with `options`
+/// (a hash of all three, so a stale code object is never loaded). Public so that a code object
+/// compiled elsewhere (bench/gpu/offline_compile.py) can be placed where the runtime looks.
+pub fn cache_file_name(source: &str, arch: &str, options: &[String]) -> String {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (source, arch, options).hash(&mut h);
+    format!("mxfuse-{arch}-{:016x}.bin", h.finish())
 }
 
 /// Device memory owned by Rust; freed on drop.
