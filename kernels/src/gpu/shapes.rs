@@ -52,7 +52,10 @@ pub fn splitk_shape(n: usize, k: usize, m: usize, sms: usize) -> (usize, usize) 
     let blocks_per_sm = (tiles * s).div_ceil(sms.max(1));
     let resident = GEMM_WARPS_PER_SM[usize::from(m > 8)] / blocks_per_sm;
     let cap = per_split.min(resident).clamp(1, GEMM_MAX_WARPS);
-    let even = (1..=cap).rev().find(|w| per_split.is_multiple_of(*w)).unwrap_or(1);
+    let even = (1..=cap)
+        .rev()
+        .find(|w| per_split.is_multiple_of(*w))
+        .unwrap_or(1);
     (s, if 2 * even > cap { even } else { cap })
 }
 
