@@ -82,13 +82,16 @@ fn run_quantize_a(c: &mut Case, par: &ThreadPool) {
         .expect("valid shapes");
 }
 
-fn run_prequantized(c: &mut Case, par: &ThreadPool) {
+/// The pre-quantized GEMM; `trans_b = false` reads the same bytes as `[K, N]` weights with
+/// `[K/32, N]` scales (same sizes, finite values: the timing is what matters here).
+fn run_prequantized(c: &mut Case, trans_b: bool, par: &ThreadPool) {
     let i = c.advance();
     let b = MatB::Mx {
         q: &c.w[i].0,
         scales: &c.w[i].1,
     };
-    fast::mx_matmul(&c.a_q, &c.a_s, c.m, c.k, c.n, b, true, &mut c.y, par).expect("valid shapes");
+    fast::mx_matmul(&c.a_q, &c.a_s, c.m, c.k, c.n, b, trans_b, &mut c.y, par)
+        .expect("valid shapes");
 }
 
 fn weight_bytes(n: usize, k: usize) -> usize {
@@ -123,8 +126,8 @@ fn summary() {
         kernels::Parallel::concurrency(par)
     );
     println!(
-        "{:>5} {:>5} {:>4} {:>12} {:>12} {:>10} {:>10} {:>11}",
-        "N", "K", "M", "quant_a_us", "preq_us", "w_GB/s", "copy_GB/s", "w/copy_bw"
+        "{:>5} {:>5} {:>4} {:>12} {:>12} {:>12} {:>10} {:>10} {:>11}",
+        "N", "K", "M", "quant_a_us", "preq_us", "kn_preq_us", "w_GB/s", "copy_GB/s", "w/copy_bw"
     );
     for (n, k) in SHAPES {
         let copy_bw = common::copy_bandwidth(ROTATION_BYTES, n, 64, par);
@@ -132,14 +135,16 @@ fn summary() {
             let mut cs = case(m, n, k);
             let runs = 15;
             let tq = common::median_secs(runs, || run_quantize_a(&mut cs, par));
-            let tp = common::median_secs(runs, || run_prequantized(&mut cs, par));
+            let tp = common::median_secs(runs, || run_prequantized(&mut cs, true, par));
+            let tkn = common::median_secs(runs, || run_prequantized(&mut cs, false, par));
             // Weight-read bandwidth: weight bytes per call / time, against the copy bandwidth
             // counted STREAM-style (bytes read + written per second).
             let wbw = weight_bytes(n, k) as f64 / tq;
             println!(
-                "{n:>5} {k:>5} {m:>4} {:>12.1} {:>12.1} {:>10.2} {:>10.2} {:>11.2}",
+                "{n:>5} {k:>5} {m:>4} {:>12.1} {:>12.1} {:>12.1} {:>10.2} {:>10.2} {:>11.2}",
                 tq * 1e6,
                 tp * 1e6,
+                tkn * 1e6,
                 wbw / 1e9,
                 copy_bw / 1e9,
                 wbw / copy_bw
@@ -152,14 +157,21 @@ criterion_group!(benches, bench);
 
 fn main() {
     if let Some(spec) = std::env::var_os("MXFUSE_BENCH_LOOP") {
-        // `N,K,M,iters`: run the quantize-A GEMM in a loop (for `perf stat`), nothing else.
+        // `N,K,M,iters[,kn]`: run the quantize-A GEMM (or, with `kn`, the pre-quantized
+        // `[K, N]` GEMM) in a loop (for `perf stat`), nothing else.
+        let spec = spec.to_string_lossy().into_owned();
+        let kn = spec.ends_with(",kn");
         let v: Vec<usize> = spec
-            .to_string_lossy()
+            .trim_end_matches(",kn")
             .split(',')
-            .map(|x| x.parse().expect("N,K,M,iters"))
+            .map(|x| x.parse().expect("N,K,M,iters[,kn]"))
             .collect();
         let (par, mut cs) = (ThreadPool::global(), case(v[2], v[0], v[1]));
-        (0..v[3]).for_each(|_| run_quantize_a(&mut cs, par));
+        if kn {
+            (0..v[3]).for_each(|_| run_prequantized(&mut cs, false, par));
+        } else {
+            (0..v[3]).for_each(|_| run_quantize_a(&mut cs, par));
+        }
         return;
     }
     benches();

@@ -237,8 +237,10 @@ fn check_close(got: &[f32], want: &[f32], bound: &[f32]) {
 #[test]
 fn matmul_matches_reference_within_accumulation_bound() {
     let mut rng = Rng::new(11);
-    // K = 1056 runs past four 256-wide K tiles into a 32-wide last one; M ≤ 4 takes the
-    // in-register GEMV path, n = 71 leaves an odd last column.
+    // K = 1056 runs past four 256-wide K tiles into a 32-wide last one; M ≤ 2 takes the
+    // in-register [N, K] GEMV path; n = 70 / 71 / 130 leave partial 4-column [N, K] units and
+    // partial 16-column [K, N] stripes (n = 300: a partial second 256-column unit); M = 7 / 16
+    // cover 6-row [K, N] blocks plus a remainder.
     for (k, m, n) in [
         (128, 1, 70),
         (128, 2, 71),
@@ -247,6 +249,9 @@ fn matmul_matches_reference_within_accumulation_bound() {
         (128, 5, 70),
         (128, 17, 70),
         (1056, 6, 70),
+        (128, 7, 130),
+        (64, 3, 300),
+        (1056, 16, 71),
     ] {
         let x: Vec<f32> = (0..m * k).map(|_| rng.normal(2.0)).collect();
         let (mut a_q, mut a_s) = (vec![0u8; m * k], vec![0u8; m * k / 32]);

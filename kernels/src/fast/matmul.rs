@@ -1,12 +1,13 @@
-//! Fast `MxMatMul`: A is dequantized to f32 once. For M ≤ 4 with MXFP8 `[N, K]` weights the
-//! weights are decoded in registers next to the FMAs; otherwise B is dequantized a tile at a
-//! time (two `[N, K]` rows × 256 k, or a 32-column × 256-k stripe of `[K, N]`) into an L1
-//! scratch and multiplied with 4×2 register tiles of f32 FMAs. Parallel over output columns,
-//! so the weight-bandwidth-bound small-M GEMMs use every core.
+//! Fast `MxMatMul`: A is dequantized to f32 once. MXFP8 weights on AVX2 (either layout) take the
+//! register-blocked kernels of `matmul_mx`; float weights (and every B on the portable path) are
+//! dequantized a tile at a time (two `[N, K]` rows × 256 k, or a 32-column × 256-k stripe of
+//! `[K, N]`) into an L1 scratch and multiplied with 4×2 register tiles of f32 FMAs. Parallel over
+//! output columns, so the weight-bandwidth-bound small-M GEMMs use every core.
 //!
-//! f32 accumulation order (docs/ops.md leaves it open): per output and per tile of K, 8 lanes
-//! over k summed horizontally, tiles added in k order. [`mx_matmul_quantize_a`] runs the same
-//! code after quantizing A, so it equals quantize → GEMM exactly.
+//! f32 accumulation order of the tile path (docs/ops.md leaves it open): per output and per
+//! tile of K, 8 lanes over k summed horizontally, tiles added in k order (`matmul_mx` documents
+//! its own). [`mx_matmul_quantize_a`] runs the same code after quantizing A, so it equals
+//! quantize → GEMM exactly.
 
 use super::shared::SharedMut;
 use super::{FastElement, Isa};
@@ -62,7 +63,7 @@ fn decode_b_tile(
                     // SAFETY: Avx2 implies the CPU features; k0 and kc are multiples of 32 and
                     // the ranges are in bounds (check_matmul_io).
                     unsafe {
-                        avx2_mm::decode_mx_row(
+                        super::avx2_mx::decode_mx_row(
                             &q[row + k0..row + k0 + kc],
                             &scales[srow..srow + kc / BLOCK],
                             dst,
@@ -134,12 +135,17 @@ pub fn mx_matmul<O: Element>(
         return Ok(());
     }
     let isa = Isa::detect();
-    let a = dequantize_a(a_q, a_scales, k);
     #[cfg(target_arch = "x86_64")]
-    if let (Isa::Avx2, true, MatB::Mx { q, scales }, 1..=4) = (isa, trans_b, b, m) {
-        small_m(&a, m, k, n, q, scales, y, par);
+    if let (Isa::Avx2, MatB::Mx { q, scales }) = (isa, b) {
+        let a = super::matmul_mx::dequantize_a(a_q, a_scales, k);
+        if trans_b {
+            super::matmul_mx::nk(&a, m, k, n, q, scales, y, par);
+        } else {
+            super::matmul_mx::kn(&a, m, k, n, q, scales, y, par);
+        }
         return Ok(());
     }
+    let a = dequantize_a(a_q, a_scales, k);
     let (n_unit, kc) = tiling(trans_b, k);
     let units = n.div_ceil(n_unit);
     let y = SharedMut::new(y);
@@ -172,60 +178,6 @@ pub fn mx_matmul<O: Element>(
         },
     );
     Ok(())
-}
-
-/// The M ≤ 4 GEMV path for MXFP8 `[N, K]` weights: pairs of output columns per task unit,
-/// weights decoded in registers (`avx2_mm::small_m_pair`).
-#[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
-fn small_m<O: Element>(
-    a: &[f32],
-    m: usize,
-    k: usize,
-    n: usize,
-    q: &[u8],
-    scales: &[u8],
-    y: &mut [O],
-    par: &dyn Parallel,
-) {
-    let kb = k / BLOCK;
-    let y = SharedMut::new(y);
-    for_row_chunks(
-        par,
-        n.div_ceil(2),
-        MIN_PARALLEL_MACS.div_ceil(2 * m * k),
-        &|u0, u1| {
-            for u in u0..u1 {
-                let (n0, cols) = (2 * u, (n - 2 * u).min(2));
-                // An odd last column is paired with itself; its duplicate result is dropped.
-                let n1 = n0 + cols - 1;
-                let qs = [q[n0 * k..].as_ptr(), q[n1 * k..].as_ptr()];
-                let ss = [scales[n0 * kb..].as_ptr(), scales[n1 * kb..].as_ptr()];
-                // SAFETY: Avx2 was detected by the caller; rows n0, n1 of q/scales and the m rows of
-                // a are in bounds (check_matmul_io), k % 32 == 0.
-                let mut rows = [[0f32; 2]; 4];
-                let ap = a.as_ptr();
-                unsafe {
-                    match m {
-                        1 => rows[..1]
-                            .copy_from_slice(&avx2_mm::small_m_pair::<1, 2>(ap, k, qs, ss, k)),
-                        2 => rows[..2]
-                            .copy_from_slice(&avx2_mm::small_m_pair::<2, 2>(ap, k, qs, ss, k)),
-                        3 => rows[..3]
-                            .copy_from_slice(&avx2_mm::small_m_pair::<3, 1>(ap, k, qs, ss, k)),
-                        _ => rows = avx2_mm::small_m_pair::<4, 1>(ap, k, qs, ss, k),
-                    }
-                }
-                for (r, vals) in rows.iter().enumerate().take(m) {
-                    // SAFETY: each task owns its columns n0..n0+cols in every row.
-                    let out = unsafe { y.piece(r * n + n0, r * n + n0 + cols) };
-                    for (o, &v) in out.iter_mut().zip(vals) {
-                        *o = O::from_f32(v);
-                    }
-                }
-            }
-        },
-    );
 }
 
 /// `acc[r * cols + c] += Σ_{kk < kc} a[r, k0 + kk] · tile[c * kc + kk]` for all `rows` of A
@@ -298,147 +250,6 @@ pub fn mx_matmul_quantize_a<T: FastElement, O: Element>(
 #[allow(unsafe_op_in_unsafe_fn)]
 mod avx2_mm {
     use std::arch::x86_64::*;
-
-    use crate::codec::{e4m3_to_f32, e8m0_to_f32, BLOCK};
-
-    /// E4M3FN bytes (one per 16-bit lane) → the f16 bit patterns of value·2^-8: the E4M3
-    /// exponent and mantissa land in the f16 fields unchanged (subnormals included), only the
-    /// bias differs (7 vs 15).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    unsafe fn e4m3_as_f16(b: __m256i) -> __m256i {
-        let mag = _mm256_slli_epi16::<7>(_mm256_and_si256(b, _mm256_set1_epi16(0x7F)));
-        let sign = _mm256_slli_epi16::<8>(_mm256_and_si256(b, _mm256_set1_epi16(0x80)));
-        _mm256_or_si256(mag, sign)
-    }
-
-    /// deq of one MXFP8 row: `dst[k] = e4m3(q[k]) · 2^(scale[k/32] - 127)`, exactly like the
-    /// scalar `e4m3_to_f32(q) * e8m0_to_f32(s)` (the one rounding happens in the same product).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn decode_mx_row(q: &[u8], scales: &[u8], dst: &mut [f32]) {
-        for (blk, &s) in scales.iter().enumerate() {
-            let (qp, dp) = (
-                q.as_ptr().add(blk * BLOCK),
-                dst.as_mut_ptr().add(blk * BLOCK),
-            );
-            let bytes = _mm256_loadu_si256(qp as *const __m256i);
-            let nan = _mm256_cmpeq_epi8(
-                _mm256_and_si256(bytes, _mm256_set1_epi8(0x7F)),
-                _mm256_set1_epi8(0x7F),
-            );
-            // The f16 route scales by 2^(s - 119), a normal f32 only for s ≤ 246; NaN bytes and
-            // such scales (never seen in real weights) take the scalar route.
-            if s > 246 || _mm256_movemask_epi8(nan) != 0 {
-                for j in 0..BLOCK {
-                    *dp.add(j) = e4m3_to_f32(*qp.add(j)) * e8m0_to_f32(s);
-                }
-                continue;
-            }
-            let factor = _mm256_set1_ps(f32::from_bits((s as u32 + 8) << 23));
-            let lo = e4m3_as_f16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(bytes)));
-            let hi = e4m3_as_f16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256::<1>(bytes)));
-            let halves = [
-                _mm256_castsi256_si128(lo),
-                _mm256_extracti128_si256::<1>(lo),
-                _mm256_castsi256_si128(hi),
-                _mm256_extracti128_si256::<1>(hi),
-            ];
-            for (c, h) in halves.into_iter().enumerate() {
-                _mm256_storeu_ps(dp.add(8 * c), _mm256_mul_ps(_mm256_cvtph_ps(h), factor));
-            }
-        }
-    }
-
-    /// 16 weights at `q` decoded through f16 and multiplied by `factor` = 2^(s - 119).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    unsafe fn weights16(q: *const u8, factor: __m256) -> (__m256, __m256) {
-        let h = e4m3_as_f16(_mm256_cvtepu8_epi16(_mm_loadu_si128(q as *const __m128i)));
-        (
-            _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), factor),
-            _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256::<1>(h)), factor),
-        )
-    }
-
-    /// Whether a block takes the f16 route (no NaN byte, scale ≤ 246), as in `decode_mx_row`.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    unsafe fn plain_block(q: *const u8, s: u8) -> bool {
-        let bytes = _mm256_loadu_si256(q as *const __m256i);
-        let nan = _mm256_cmpeq_epi8(
-            _mm256_and_si256(bytes, _mm256_set1_epi8(0x7F)),
-            _mm256_set1_epi8(0x7F),
-        );
-        s <= 246 && _mm256_movemask_epi8(nan) == 0
-    }
-
-    /// Small-M GEMV: `R` (1 to 4) rows of A (row stride `lda`) against two MXFP8 `[N, K]` rows
-    /// `q[c]` with scales `s[c]`, decoding in registers (no tile round trip). `SUB` accumulators
-    /// per output (2 for R ≤ 2, else 1: 2·R·SUB ≤ 8 registers) keep the FMA latency off the
-    /// critical path. Returns `out[r][c]`.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn small_m_pair<const R: usize, const SUB: usize>(
-        a: *const f32,
-        lda: usize,
-        q: [*const u8; 2],
-        s: [*const u8; 2],
-        k: usize,
-    ) -> [[f32; 2]; R] {
-        let z = _mm256_setzero_ps();
-        let mut acc = [[[z; SUB]; 2]; R];
-        let mut exact = [[0f32; BLOCK]; 2];
-        for blk in 0..k / BLOCK {
-            let off = blk * BLOCK;
-            let (s0, s1) = (*s[0].add(blk), *s[1].add(blk));
-            if plain_block(q[0].add(off), s0) && plain_block(q[1].add(off), s1) {
-                let f0 = _mm256_set1_ps(f32::from_bits((s0 as u32 + 8) << 23));
-                let f1 = _mm256_set1_ps(f32::from_bits((s1 as u32 + 8) << 23));
-                for h in [0, 16] {
-                    let (w00, w01) = weights16(q[0].add(off + h), f0);
-                    let (w10, w11) = weights16(q[1].add(off + h), f1);
-                    for (r, ar) in acc.iter_mut().enumerate() {
-                        let ap = a.add(r * lda + off + h);
-                        let (x0, x1) = (_mm256_loadu_ps(ap), _mm256_loadu_ps(ap.add(8)));
-                        ar[0][0] = _mm256_fmadd_ps(x0, w00, ar[0][0]);
-                        ar[0][SUB - 1] = _mm256_fmadd_ps(x1, w01, ar[0][SUB - 1]);
-                        ar[1][0] = _mm256_fmadd_ps(x0, w10, ar[1][0]);
-                        ar[1][SUB - 1] = _mm256_fmadd_ps(x1, w11, ar[1][SUB - 1]);
-                    }
-                }
-            } else {
-                for (c, e) in exact.iter_mut().enumerate() {
-                    let sc = e8m0_to_f32(*s[c].add(blk));
-                    for (j, v) in e.iter_mut().enumerate() {
-                        *v = e4m3_to_f32(*q[c].add(off + j)) * sc;
-                    }
-                }
-                for h in [0, 16] {
-                    for (r, ar) in acc.iter_mut().enumerate() {
-                        let ap = a.add(r * lda + off + h);
-                        let (x0, x1) = (_mm256_loadu_ps(ap), _mm256_loadu_ps(ap.add(8)));
-                        for (c, ac) in ar.iter_mut().enumerate() {
-                            let wp = exact[c].as_ptr().add(h);
-                            ac[0] = _mm256_fmadd_ps(x0, _mm256_loadu_ps(wp), ac[0]);
-                            ac[SUB - 1] =
-                                _mm256_fmadd_ps(x1, _mm256_loadu_ps(wp.add(8)), ac[SUB - 1]);
-                        }
-                    }
-                }
-            }
-        }
-        let mut out = [[0f32; 2]; R];
-        for (o, ar) in out.iter_mut().zip(&acc) {
-            for c in 0..2 {
-                let v = if SUB == 2 {
-                    _mm256_add_ps(ar[c][0], ar[c][SUB - 1])
-                } else {
-                    ar[c][0]
-                };
-                o[c] = hsum(v);
-            }
-        }
-        out
-    }
 
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
@@ -530,37 +341,6 @@ mod avx2_mm {
                     acc[r * cols + c] += dot_row_pair(ar, b0, b0, kc).0;
                     c += 1;
                 }
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The AVX2 MXFP8 row decode equals the scalar deq for every byte and edge scales.
-    #[test]
-    fn avx2_decode_equals_scalar_deq() {
-        if Isa::detect() != Isa::Avx2 {
-            return;
-        }
-        let q: Vec<u8> = (0..=255u8).collect(); // 8 blocks covering every byte (incl. NaN)
-        for s in [0u8, 1, 20, 100, 127, 200, 246, 247, 254, 255] {
-            let mut scales = vec![s; 8];
-            scales[1] = 127; // a NaN-free block next to the edge scale
-            let mut got = vec![0f32; 256];
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: AVX2 checked above; 256 bytes, 8 scales, 256 outputs.
-            unsafe {
-                avx2_mm::decode_mx_row(&q, &scales, &mut got)
-            };
-            for (i, g) in got.iter().enumerate() {
-                let want = e4m3_to_f32(q[i]) * e8m0_to_f32(scales[i / 32]);
-                assert!(
-                    g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
-                    "byte {i:#x} scale {s}: {g} vs {want}"
-                );
             }
         }
     }

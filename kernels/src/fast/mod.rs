@@ -6,9 +6,13 @@
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx2_act;
+#[cfg(target_arch = "x86_64")]
+mod avx2_mx;
 mod codec;
 mod isa;
 mod matmul;
+#[cfg(target_arch = "x86_64")]
+mod matmul_mx;
 mod norm;
 mod quantize;
 mod shared;

@@ -1,0 +1,306 @@
+//! AVX2 `MxMatMul` drivers for MXFP8 weights, both layouts (kernels in `avx2_mx`). Work is split
+//! over output columns in contiguous chunks, one per thread, and every decoded weight vector is
+//! reused for all M rows:
+//!
+//! * `[N, K]` (trans_b = 1), units of 4 columns: M ≤ 2 decodes in registers next to the FMAs
+//!   (one pass over the weights, 8-lane partial sums over all of K); larger M, or a unit with a
+//!   block off the fast decode route, decodes 256-k tiles of the 4 columns into L1 and runs
+//!   2-row × 4-column register blocks over them.
+//! * `[K, N]` (trans_b = 0), units of 256 columns (4 cache lines of each weight row): 128-k
+//!   tiles of 16-column stripes decoded into L1, then 6-row × 16-column register blocks with A
+//!   broadcast (no horizontal sums; for up to 3 rows, even and odd k summed apart per tile).
+//!
+//! f32 accumulation order (docs/ops.md leaves it open; deterministic): `[N, K]`: per output,
+//! 8 lanes (k mod 8) accumulated in k order, summed horizontally at the end; `[K, N]`: per
+//! output, a running sum in k order (M ≤ 3 rows per block: even and odd k apart within a
+//! 128-k tile, added at its end).
+
+use std::arch::x86_64::*;
+
+use super::avx2_mx::{self as kern, KN_COLS, KN_ROWS, NK_COLS, ZERO};
+use super::shared::SharedMut;
+use crate::codec::{e4m3_to_f32, e8m0_to_f32, BLOCK};
+use crate::element::Element;
+use crate::parallel::{for_row_chunks, Parallel};
+
+/// Below this many multiply-adds per task a GEMM does not split further.
+const MIN_TASK_MACS: usize = 1 << 21;
+/// K per decoded `[N, K]` tile: 4 columns × 256 floats (4 KiB) plus the A slice of ≤ 16 rows
+/// (16 KiB) stay in L1.
+const NK_KC: usize = 256;
+/// K per decoded `[K, N]` tile: 128 × 16 floats (8 KiB).
+const KN_KC: usize = 128;
+/// Columns per `[K, N]` unit: 256 weight bytes (4 cache lines) per row, all 16 stripes decoded
+/// while the lines are in L1. Narrower units walk the K rows (n bytes apart, a new page every
+/// few rows) more often per byte: 64 columns measured 1.5× slower at M = 1.
+const KN_UNIT: usize = 256;
+
+/// A dequantized to f32, row by row (bit for bit the scalar deq).
+pub(super) fn dequantize_a(a_q: &[u8], a_scales: &[u8], k: usize) -> Vec<f32> {
+    let mut a = vec![0f32; a_q.len()];
+    let kb = k / BLOCK;
+    for ((q, s), dst) in a_q
+        .chunks_exact(k)
+        .zip(a_scales.chunks_exact(kb))
+        .zip(a.chunks_exact_mut(k))
+    {
+        // SAFETY: callers reach this module only with AVX2 detected; whole rows of k values
+        // and k/32 scales.
+        unsafe { kern::decode_mx_row(q, s, dst) };
+    }
+    a
+}
+
+/// `y = deq(A) · deq(B)ᵀ` for MXFP8 `B [N, K]` with scales `[N, K/32]`; `a` is deq(A) `[m, k]`.
+/// Caller: AVX2 detected, shapes checked, `k % 32 == 0`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn nk<O: Element>(
+    a: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    q: &[u8],
+    scales: &[u8],
+    y: &mut [O],
+    par: &dyn Parallel,
+) {
+    let kb = k / BLOCK;
+    let y = SharedMut::new(y);
+    let units = n.div_ceil(NK_COLS);
+    for_row_chunks(
+        par,
+        units,
+        MIN_TASK_MACS.div_ceil(NK_COLS * m * k),
+        &|u0, u1| {
+            let mut tile = vec![0f32; NK_COLS * NK_KC.min(k)];
+            let mut acc = vec![[ZERO; NK_COLS]; m];
+            let mut vals = vec![[0f32; NK_COLS]; m];
+            for u in u0..u1 {
+                let (n0, cols) = (u * NK_COLS, NK_COLS.min(n - u * NK_COLS));
+                // Missing columns of the last unit repeat its last column; their results are
+                // dropped.
+                let col = |c: usize| n0 + c.min(cols - 1);
+                let qs: [*const u8; NK_COLS] = std::array::from_fn(|c| q[col(c) * k..].as_ptr());
+                let ss: [*const u8; NK_COLS] =
+                    std::array::from_fn(|c| scales[col(c) * kb..].as_ptr());
+                // SAFETY: AVX2 detected by the caller; rows col(c) of q (k bytes) and scales
+                // (k/32 bytes) and the m rows of a are in bounds (check_matmul_io).
+                let in_regs = unsafe {
+                    match m {
+                        1 => kern::nk_regs::<1>(a.as_ptr(), k, qs, ss, k)
+                            .map(|o| vals[..1].copy_from_slice(&o)),
+                        2 => kern::nk_regs::<2>(a.as_ptr(), k, qs, ss, k)
+                            .map(|o| vals[..2].copy_from_slice(&o)),
+                        _ => None,
+                    }
+                };
+                if in_regs.is_none() {
+                    nk_tiled(a, m, k, qs, ss, &mut tile, &mut acc, &mut vals);
+                }
+                for (r, v) in vals.iter().enumerate() {
+                    // SAFETY: each task owns its units' columns in every row: disjoint pieces.
+                    let out = unsafe { y.piece(r * n + n0, r * n + n0 + cols) };
+                    for (o, &x) in out.iter_mut().zip(v) {
+                        *o = O::from_f32(x);
+                    }
+                }
+            }
+        },
+    );
+}
+
+/// One `[N, K]` unit through decoded tiles (exact deq, any block): `vals[r][c]` for all m rows.
+#[allow(clippy::too_many_arguments)]
+fn nk_tiled(
+    a: &[f32],
+    m: usize,
+    k: usize,
+    qs: [*const u8; NK_COLS],
+    ss: [*const u8; NK_COLS],
+    tile: &mut [f32],
+    acc: &mut [[__m256; NK_COLS]],
+    vals: &mut [[f32; NK_COLS]],
+) {
+    let ldt = tile.len() / NK_COLS;
+    acc.fill([ZERO; NK_COLS]);
+    for k0 in (0..k).step_by(ldt) {
+        // The last tile may be shorter (still a multiple of 32).
+        let kt = ldt.min(k - k0);
+        for (c, dst) in tile.chunks_exact_mut(ldt).enumerate() {
+            // SAFETY: AVX2 detected by the caller; qs[c] / ss[c] are rows of k bytes and k/32
+            // scales (nk), so k0..k0+kt and its blocks are in bounds.
+            unsafe {
+                let q = std::slice::from_raw_parts(qs[c].add(k0), kt);
+                let s = std::slice::from_raw_parts(ss[c].add(k0 / BLOCK), kt / BLOCK);
+                kern::decode_mx_row(q, s, dst);
+            }
+        }
+        // Start the DRAM reads of the next tile (or of the next unit's first tile: its rows
+        // follow these four) so they overlap with this tile's FMAs.
+        let (next, step) = if k0 + kt < k {
+            (k0 + kt, 0)
+        } else {
+            (0, NK_COLS * k)
+        };
+        for &qc in &qs {
+            // SAFETY: AVX2 detected by the caller; a prefetch never faults.
+            unsafe { kern::prefetch(qc.wrapping_add(step + next), ldt) };
+        }
+        let mut r = 0;
+        while r < m {
+            let ap = a[r * k + k0..].as_ptr();
+            // SAFETY: rows r (and r + 1) of a hold k0..k0+kt; the tile holds 4 × ldt floats.
+            unsafe {
+                if let Some(pair) = acc[r..].first_chunk_mut::<2>() {
+                    kern::nk_tile_rows::<2>(ap, k, tile.as_ptr(), ldt, kt, pair);
+                    r += 2;
+                } else if let Some(one) = acc[r..].first_chunk_mut::<1>() {
+                    kern::nk_tile_rows::<1>(ap, k, tile.as_ptr(), ldt, kt, one);
+                    r += 1;
+                }
+            }
+        }
+    }
+    for (v, ar) in vals.iter_mut().zip(acc.iter()) {
+        // SAFETY: AVX2 detected by the caller.
+        *v = std::array::from_fn(|c| unsafe { kern::hsum(ar[c]) });
+    }
+}
+
+/// `y = deq(A) · deq(B)` for MXFP8 `B [K, N]` with scales `[K/32, N]`; `a` is deq(A) `[m, k]`.
+/// Caller: AVX2 detected, shapes checked, `k % 32 == 0`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn kn<O: Element>(
+    a: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    q: &[u8],
+    scales: &[u8],
+    y: &mut [O],
+    par: &dyn Parallel,
+) {
+    const STRIPES: usize = KN_UNIT / KN_COLS;
+    let y = SharedMut::new(y);
+    let units = n.div_ceil(KN_UNIT);
+    for_row_chunks(
+        par,
+        units,
+        MIN_TASK_MACS.div_ceil(KN_UNIT * m * k),
+        &|u0, u1| {
+            let kc = KN_KC.min(k);
+            let mut tile = vec![0f32; kc * KN_COLS];
+            // acc[st * m + r]: row r, stripe st, two 8-column vectors.
+            let mut acc = vec![[ZERO; 2]; STRIPES * m];
+            for u in u0..u1 {
+                let (n0, cols) = (u * KN_UNIT, KN_UNIT.min(n - u * KN_UNIT));
+                acc.fill([ZERO; 2]);
+                for k0 in (0..k).step_by(kc) {
+                    let kt = kc.min(k - k0);
+                    // The next tile's weight lines (one per row), so DRAM reads overlap with
+                    // this tile's FMAs.
+                    let next = q.as_ptr().wrapping_add((k0 + kt) * n + n0);
+                    for kk in 0..kt {
+                        // SAFETY: AVX2 detected by the caller; a prefetch never faults.
+                        unsafe { kern::prefetch(next.wrapping_add(kk * n), cols) };
+                    }
+                    for st in 0..cols.div_ceil(KN_COLS) {
+                        let (c0, w) = (n0 + st * KN_COLS, KN_COLS.min(cols - st * KN_COLS));
+                        kn_decode(q, scales, n, (k0, kt), (c0, w), &mut tile);
+                        kn_rows(a, m, k, k0, kt, &tile, &mut acc[st * m..(st + 1) * m]);
+                    }
+                }
+                for r in 0..m {
+                    // SAFETY: each task owns its units' columns in every row: disjoint pieces.
+                    let out = unsafe { y.piece(r * n + n0, r * n + n0 + cols) };
+                    for (st, chunk) in out.chunks_mut(KN_COLS).enumerate() {
+                        let mut v = [0f32; KN_COLS];
+                        let [lo, hi] = acc[st * m + r];
+                        // SAFETY: AVX2 detected by the caller; v holds 16 floats.
+                        unsafe {
+                            _mm256_storeu_ps(v.as_mut_ptr(), lo);
+                            _mm256_storeu_ps(v.as_mut_ptr().add(8), hi);
+                        }
+                        for (o, &x) in chunk.iter_mut().zip(&v) {
+                            *o = O::from_f32(x);
+                        }
+                    }
+                }
+            }
+        },
+    );
+}
+
+/// Decodes rows k0..k0+kt of columns c0..c0+w (w ≤ 16) of `[K, N]` MXFP8 weights into the
+/// 16-wide `tile`; a partial stripe (the last columns of B) is decoded by the scalar codec and
+/// padded with zeros.
+fn kn_decode(
+    q: &[u8],
+    scales: &[u8],
+    n: usize,
+    (k0, kt): (usize, usize),
+    (c0, w): (usize, usize),
+    tile: &mut [f32],
+) {
+    let srow = (k0 / BLOCK) * n + c0;
+    if w == KN_COLS {
+        assert!((k0 + kt - 1) * n + c0 + KN_COLS <= q.len() && tile.len() >= kt * KN_COLS);
+        assert!(srow + (kt / BLOCK - 1) * n + KN_COLS <= scales.len());
+        // SAFETY: AVX2 detected by the caller; bounds asserted above.
+        unsafe {
+            kern::kn_decode_tile(
+                q[k0 * n + c0..].as_ptr(),
+                scales[srow..].as_ptr(),
+                n,
+                kt,
+                tile.as_mut_ptr(),
+            )
+        };
+        return;
+    }
+    for (kk, line) in tile.chunks_exact_mut(KN_COLS).take(kt).enumerate() {
+        let (row, srow) = ((k0 + kk) * n + c0, ((k0 + kk) / BLOCK) * n + c0);
+        for (j, d) in line.iter_mut().enumerate() {
+            *d = if j < w {
+                e4m3_to_f32(q[row + j]) * e8m0_to_f32(scales[srow + j])
+            } else {
+                0.0
+            };
+        }
+    }
+}
+
+/// `acc[r] += a[r, k0..k0+kt] · tile` for all m rows, in register blocks of up to 6 rows.
+fn kn_rows(
+    a: &[f32],
+    m: usize,
+    k: usize,
+    k0: usize,
+    kt: usize,
+    tile: &[f32],
+    acc: &mut [[__m256; 2]],
+) {
+    assert!(tile.len() >= kt * KN_COLS && acc.len() == m && a.len() >= m * k && k0 + kt <= k);
+    let t = tile.as_ptr();
+    for (g, block) in acc.chunks_mut(KN_ROWS).enumerate() {
+        let ap = a[g * KN_ROWS * k + k0..].as_ptr();
+        // SAFETY: AVX2 detected by the caller; the block's rows of a hold k0..k0+kt (asserted).
+        unsafe {
+            match block.len() {
+                6 => kern::kn_tile_rows::<6>(ap, k, t, kt, first::<6>(block)),
+                5 => kern::kn_tile_rows::<5>(ap, k, t, kt, first::<5>(block)),
+                4 => kern::kn_tile_rows::<4>(ap, k, t, kt, first::<4>(block)),
+                3 => kern::kn_tile_rows::<3>(ap, k, t, kt, first::<3>(block)),
+                2 => kern::kn_tile_rows::<2>(ap, k, t, kt, first::<2>(block)),
+                _ => kern::kn_tile_rows::<1>(ap, k, t, kt, first::<1>(block)),
+            }
+        }
+    }
+}
+
+/// The block as a fixed-size array (its length was matched by the caller).
+fn first<const R: usize>(block: &mut [[__m256; 2]]) -> &mut [[__m256; 2]; R] {
+    block
+        .first_chunk_mut::<R>()
+        .expect("register block length matched by the caller")
+}
