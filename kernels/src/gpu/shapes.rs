@@ -10,7 +10,7 @@ const GEMM_SPLITS: [usize; 3] = [1, 2, 4];
 /// The split-K GEMM's reduction buffer holds at most this many warps (`MX_GEMM_MAX_WARPS`).
 const GEMM_MAX_WARPS: usize = 16;
 /// Warps of the split-K GEMM one SM holds at once, for 8 and 16 activation rows per block: its
-/// kernels use 73-82 and 96-100 registers a thread (NVRTC 13.0, sm_90; ptxas -v through
+/// kernels use 80-82 and 96-100 registers a thread (NVRTC 13.0, sm_90; ptxas -v through
 /// bench/gpu/offline_compile.py), and 64K registers / (32 x registers) is ~24 and ~20.
 const GEMM_WARPS_PER_SM: [usize; 2] = [24, 20];
 
