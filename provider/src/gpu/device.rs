@@ -87,6 +87,7 @@ struct MemoryInfo(*mut OrtMemoryInfo);
 unsafe impl Send for MemoryInfo {}
 unsafe impl Sync for MemoryInfo {}
 
+/// Our GPU memory info for `vendor` (created once per process).
 unsafe fn memory_info(vendor: u32) -> Result<*const OrtMemoryInfo> {
     static INFOS: std::sync::Mutex<Vec<(u32, MemoryInfo)>> = std::sync::Mutex::new(Vec::new());
     let mut infos = INFOS.lock().map_err(|_| Error::invalid("poisoned lock"))?;
