@@ -215,10 +215,9 @@ fn to_bytes(outputs: &[Vec<f32>]) -> Vec<u8> {
         .collect()
 }
 
+/// ORT's node-placement summary (verbose) names our EP.
 fn placed_on_ep(log: &Log) -> bool {
-    log.lock()
-        .map(|l| l.iter().any(|m| m.contains(EP_NAME)))
-        .unwrap_or(false)
+    log_mentions(log, &format!("placed on [{EP_NAME}]"))
 }
 
 fn log_mentions(log: &Log, what: &str) -> bool {
