@@ -31,7 +31,7 @@ mod shape;
 mod values;
 
 use super::Graph;
-use crate::view::{GraphView, TensorInfo};
+use crate::view::TensorInfo;
 
 impl Graph {
     /// Fills in the types of node outputs in topological order (see the module docs).
@@ -44,9 +44,23 @@ impl Graph {
                 n,
                 values: &shape_values,
             };
-            let inferred = ops::infer_node(&c);
             let Some(&out0) = self.node(n).outputs.first() else {
                 continue;
+            };
+            // Nothing to fill when the model types every output (the common case after ONNX
+            // shape inference): skip the rule.
+            let complete = self.node(n).outputs.iter().all(|&v| {
+                let value = self.value(v);
+                value.omitted
+                    || value
+                        .info
+                        .as_ref()
+                        .is_some_and(|i| i.elem_type != 0 && i.shape.is_some())
+            });
+            let inferred = if complete {
+                Vec::new()
+            } else {
+                ops::infer_node(&c)
             };
             for (slot, new) in inferred.into_iter().enumerate() {
                 let Some(&v) = self.node(n).outputs.get(slot) else {
@@ -58,7 +72,7 @@ impl Graph {
                 }
             }
             // Shape computations: needs the output's merged type, so after the merge.
-            let Some(out) = self.tensor_info(out0) else {
+            let Some(out) = self.value(out0).info.as_ref() else {
                 continue;
             };
             let c = node::Node {
@@ -66,7 +80,7 @@ impl Graph {
                 n,
                 values: &shape_values,
             };
-            if let Some(vals) = values::output_values(&c, &out) {
+            if let Some(vals) = values::output_values(&c, out) {
                 shape_values.insert(out0, vals);
             }
         }
