@@ -99,12 +99,22 @@ fn norm_case<T: fast::FastElement>(seed: u64, with_residual: bool) {
     let mut rng = Rng::new(seed);
     let (rows, h) = (5, 384);
     let mut xf: Vec<f32> = (0..rows * h).map(|_| rng.normal(3.0)).collect();
+    let mut resf: Vec<f32> = (0..rows * h).map(|_| rng.normal(10.0)).collect();
+    let mut gammaf: Vec<f32> = (0..h).map(|_| rng.normal(0.5)).collect();
     if seed % 2 == 1 {
         xf[h + 7] = f32::NAN; // one row with a NaN
+                              // NaN payloads with all mantissa bits set (bf16 0x7FFF / 0xFFFF: rounding them must not
+                              // carry), and Inf + -Inf = the default NaN, each in its own row.
+        xf[2 * h + 40] = f32::from_bits(0x7FFF_0000);
+        resf[3 * h + 41] = f32::from_bits(0xFFFF_0000);
+        (xf[4 * h + 42], resf[4 * h + 42]) = (f32::INFINITY, f32::NEG_INFINITY);
+    }
+    if seed == 3 {
+        gammaf[100] = f32::NAN; // every row's pass 2 takes the NaN-aware rounding
     }
     let x: Vec<T> = to_t(&xf);
-    let res: Vec<T> = to_t(&(0..rows * h).map(|_| rng.normal(10.0)).collect::<Vec<_>>());
-    let gamma: Vec<T> = to_t(&(0..h).map(|_| rng.normal(0.5)).collect::<Vec<_>>());
+    let res: Vec<T> = to_t(&resf);
+    let gamma: Vec<T> = to_t(&gammaf);
     let residual = with_residual.then_some(&res[..]);
     for attrs in norm_attr_variants() {
         // Without the optional outputs the kernel takes other store/rounding paths.
@@ -147,9 +157,41 @@ fn norm_case<T: fast::FastElement>(seed: u64, with_residual: bool) {
     }
 }
 
+/// bf16 rows with an f32 weight whose NaN has low payload bits (0x7FFF_FFFF): the normed
+/// value must round to a bf16 NaN, not carry into the sign (the NaN-free rounding shortcut
+/// must not be taken for such rows).
+#[test]
+fn norm_bf16_rows_with_f32_nan_payload_weight() {
+    let mut rng = Rng::new(5);
+    let (rows, h) = (3, 256);
+    let x: Vec<bf16> = to_t(&(0..rows * h).map(|_| rng.normal(3.0)).collect::<Vec<_>>());
+    let mut gamma: Vec<f32> = (0..h).map(|_| rng.normal(0.5)).collect();
+    gamma[33] = f32::from_bits(0x7FFF_FFFF);
+    for attrs in norm_attr_variants() {
+        let run = |fast_path: bool| {
+            let (mut q, mut s) = (vec![0u8; rows * h], vec![0u8; rows * h / 32]);
+            let mut nm = vec![bf16::ZERO; rows * h];
+            let out = NormOutputs {
+                q: &mut q,
+                scales: &mut s,
+                residual_out: None,
+                normed: Some(&mut nm[..]),
+            };
+            if fast_path {
+                fast::add_rms_norm_mx_quant(&x, None, &gamma, h, &attrs, out, &Serial).unwrap();
+            } else {
+                reference::add_rms_norm_mx_quant(&x, None, &gamma, h, &attrs, out).unwrap();
+            }
+            (q, s, nm.iter().map(|v| v.to_bits()).collect::<Vec<_>>())
+        };
+        let want = run(false);
+        both_isas(|| assert!(run(true) == want, "{attrs:?}"));
+    }
+}
+
 #[test]
 fn norm_matches_reference_all_variants() {
-    for seed in 0..2 {
+    for seed in 0..4 {
         for with_residual in [true, false] {
             norm_case::<f32>(seed, with_residual);
             norm_case::<f16>(seed, with_residual);

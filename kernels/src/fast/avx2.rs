@@ -19,6 +19,13 @@ pub trait Lanes: Sized {
     unsafe fn round8(v: __m256) -> __m256;
     /// `store8` and `round8` in one conversion: stores round_T(v) at `p` and returns it.
     unsafe fn round_store8(p: *mut Self, v: __m256) -> __m256;
+    /// `round8` without the NaN quieting (bf16; the other types round exactly anyway). Exact for
+    /// lanes that are not NaN, and for NaN lanes whose 16 low bits are zero — such as the sum of
+    /// two values widened from bf16 (x86 returns a quieted operand NaN or the default NaN
+    /// 0xFFC0_0000). Callers prove one of the two.
+    unsafe fn round8_no_nan(v: __m256) -> __m256;
+    /// `round_store8` under the same precondition as `round8_no_nan`.
+    unsafe fn round_store8_no_nan(p: *mut Self, v: __m256) -> __m256;
 }
 
 impl Lanes for f32 {
@@ -42,6 +49,16 @@ impl Lanes for f32 {
     unsafe fn round_store8(p: *mut f32, v: __m256) -> __m256 {
         _mm256_storeu_ps(p, v);
         v
+    }
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn round8_no_nan(v: __m256) -> __m256 {
+        v
+    }
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn round_store8_no_nan(p: *mut f32, v: __m256) -> __m256 {
+        Self::round_store8(p, v)
     }
 }
 
@@ -70,6 +87,16 @@ impl Lanes for f16 {
         let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v);
         _mm_storeu_si128(p as *mut __m128i, h);
         _mm256_cvtph_ps(h)
+    }
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn round8_no_nan(v: __m256) -> __m256 {
+        Self::round8(v)
+    }
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn round_store8_no_nan(p: *mut f16, v: __m256) -> __m256 {
+        Self::round_store8(p, v)
     }
 }
 
@@ -113,6 +140,34 @@ impl Lanes for bf16 {
         store_bf16_bits(p, b);
         _mm256_castsi256_ps(_mm256_slli_epi32::<16>(b))
     }
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn round8_no_nan(v: __m256) -> __m256 {
+        // Clearing the low 16 bits after the rounding add equals the shift pair.
+        let x = _mm256_castps_si256(v);
+        let lsb = _mm256_and_si256(_mm256_srli_epi32::<16>(x), _mm256_set1_epi32(1));
+        let r = _mm256_add_epi32(x, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb));
+        _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32(-65536)))
+    }
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn round_store8_no_nan(p: *mut bf16, v: __m256) -> __m256 {
+        let b = bf16_bits_no_nan(v);
+        store_bf16_bits(p, b);
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(b))
+    }
+}
+
+/// `bf16_bits` for lanes that are not NaN: RNE by integer add (overflow correctly becomes ±Inf).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn bf16_bits_no_nan(v: __m256) -> __m256i {
+    let x = _mm256_castps_si256(v);
+    let lsb = _mm256_and_si256(_mm256_srli_epi32::<16>(x), _mm256_set1_epi32(1));
+    _mm256_srli_epi32::<16>(_mm256_add_epi32(
+        x,
+        _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb),
+    ))
 }
 
 /// Stores the low 16 bits of eight 32-bit lanes (each ≤ 0xFFFF) as eight bf16.

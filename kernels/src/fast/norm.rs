@@ -1,6 +1,8 @@
-//! Fast `AddRmsNormMxQuant`: one pass forms the sum (and `residual_out`) and the pinned
-//! 16-lane f64 sum of squares, a second pass normalises, rounds to T and quantizes each block
-//! straight from registers.
+//! Fast `AddRmsNormMxQuant`: the weights g_i are formed once per call; one pass per row forms
+//! the sum (and `residual_out`) and the pinned 16-lane f64 sum of squares, a second pass
+//! normalises, rounds to T and quantizes each group of 8 blocks while it is in L1. When the row's
+//! sum of squares, 1/d and every g_i are finite no lane of the second pass can be NaN, so bf16
+//! rounds without the NaN quieting there.
 
 use super::shared::SharedMut;
 use super::{min_rows_per_task, FastElement, Isa};
@@ -77,7 +79,9 @@ mod avx2_norm {
     }
 
     /// x + residual for the 8 elements at `i`: writes round_T(sum) to `residual_out`, stores
-    /// the value to normalise (rounded per `round_sum`) at `sp + i` and returns it.
+    /// the value to normalise (rounded per `round_sum`) at `sp + i` and returns it. The sum of
+    /// two values widened from T is a NaN only with zero low bits, so the `_no_nan` rounding is
+    /// exact here (see `Lanes::round8_no_nan`).
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
     unsafe fn sum8<T: Lanes>(
@@ -93,8 +97,8 @@ mod avx2_norm {
             Some(rp) => {
                 let sum = _mm256_add_ps(xv, T::load8(rp.add(i)));
                 let rounded = match rop {
-                    Some(rop) => T::round_store8(rop.add(i), sum),
-                    None if round_sum => T::round8(sum),
+                    Some(rop) => T::round_store8_no_nan(rop.add(i), sum),
+                    None if round_sum => T::round8_no_nan(sum),
                     None => sum,
                 };
                 if round_sum {
@@ -127,14 +131,27 @@ mod avx2_norm {
         _mm_cvtsd_f64(_mm_add_sd(d, _mm_unpackhi_pd(d, d))) // lane 0 += lane 1
     }
 
-    /// The normed lanes i..i+8: `n` per `inv_form`, times the weight per `gamma_in_f32`,
-    /// rounded to T (and stored at `np + i` when the normed output is wanted).
+    /// The weights g_i of lanes i..i+8 as `reference::norm_weight` forms them.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn weight8<G: Lanes>(gp: *const G, i: usize, attrs: &AddRmsNormAttrs) -> __m256 {
+        let w = G::load8(gp.add(i));
+        match (attrs.gemma, attrs.gamma_in_f32) {
+            (false, _) => w,
+            (true, true) => _mm256_add_ps(_mm256_set1_ps(1.0), w),
+            (true, false) => G::round8(_mm256_add_ps(_mm256_set1_ps(1.0), w)),
+        }
+    }
+
+    /// The normed lanes i..i+8: `n` per `inv_form`, times the weight g (`gw + i`) per
+    /// `gamma_in_f32`, rounded to T (and stored at `np + i` when the normed output is wanted).
+    /// `NO_NAN`: the caller proved no lane is NaN (finite s, 1/d and g).
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn normed8<T: Lanes, G: Lanes>(
+    unsafe fn normed8<T: Lanes, const NO_NAN: bool>(
         sp: *const f32,
-        gp: *const G,
+        gw: *const f32,
         i: usize,
         d: __m256,
         inv: __m256,
@@ -146,21 +163,61 @@ mod avx2_norm {
             InvForm::Div => _mm256_div_ps(s, d),
             InvForm::Rsqrt | InvForm::RecipMul => _mm256_mul_ps(s, inv),
         };
-        // The weight g_i as `reference::norm_weight` forms it.
-        let w = G::load8(gp.add(i));
-        let g = match (attrs.gemma, attrs.gamma_in_f32) {
-            (false, _) => w,
-            (true, true) => _mm256_add_ps(_mm256_set1_ps(1.0), w),
-            (true, false) => G::round8(_mm256_add_ps(_mm256_set1_ps(1.0), w)),
+        let round = |v| {
+            if NO_NAN {
+                T::round8_no_nan(v)
+            } else {
+                T::round8(v)
+            }
         };
+        let g = _mm256_loadu_ps(gw.add(i));
         let y = if attrs.gamma_in_f32 {
             _mm256_mul_ps(n, g)
         } else {
-            _mm256_mul_ps(T::round8(n), g)
+            _mm256_mul_ps(round(n), g)
         };
         match np {
+            Some(np) if NO_NAN => T::round_store8_no_nan(np.add(i), y),
             Some(np) => T::round_store8(np.add(i), y),
-            None => T::round8(y),
+            None => round(y),
+        }
+    }
+
+    /// Pass 2 of one row: normalise, weight and round into `sp` in place, quantizing every
+    /// group of 8 blocks right after it is formed (then the leftover single blocks).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn normalize_quantize<T: Lanes, const NO_NAN: bool>(
+        sp: *mut f32,
+        gw: *const f32,
+        h: usize,
+        d: f32,
+        attrs: &AddRmsNormAttrs,
+        np: Option<*mut T>,
+        q: *mut u8,
+        scales: *mut u8,
+    ) {
+        let (dv, inv) = (_mm256_set1_ps(d), _mm256_set1_ps(1.0 / d));
+        let nb = h / BLOCK;
+        let groups = nb / GROUP;
+        for g in 0..groups {
+            let off = g * GROUP * BLOCK;
+            for i in (off..off + GROUP * BLOCK).step_by(8) {
+                let y = normed8::<T, NO_NAN>(sp, gw, i, dv, inv, attrs, np);
+                _mm256_storeu_ps(sp.add(i), y);
+            }
+            quantize_group8(sp.add(off), q.add(off), scales.add(g * GROUP), attrs.quant);
+        }
+        for b in groups * GROUP..nb {
+            let i = b * BLOCK;
+            let y = [
+                normed8::<T, NO_NAN>(sp, gw, i, dv, inv, attrs, np),
+                normed8::<T, NO_NAN>(sp, gw, i + 8, dv, inv, attrs, np),
+                normed8::<T, NO_NAN>(sp, gw, i + 16, dv, inv, attrs, np),
+                normed8::<T, NO_NAN>(sp, gw, i + 24, dv, inv, attrs, np),
+            ];
+            *scales.add(b) = quantize_block_avx2(y, q.add(i), attrs.quant);
         }
     }
 
@@ -176,6 +233,21 @@ mod avx2_norm {
     ) {
         let mut s_buf = vec![0f32; h];
         let nb = h / BLOCK;
+        // The weights g_i are the same for every row: formed once, checked for finiteness once.
+        let mut g_buf = vec![0f32; h];
+        let mut finite = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+        let absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
+        for i in (0..h).step_by(8) {
+            let g = weight8(gamma.as_ptr(), i, attrs);
+            let lt_inf = _mm256_cmp_ps::<_CMP_LT_OQ>(
+                _mm256_and_ps(g, absmask),
+                _mm256_set1_ps(f32::INFINITY),
+            );
+            finite = _mm256_and_ps(finite, lt_inf);
+            _mm256_storeu_ps(g_buf.as_mut_ptr().add(i), g);
+        }
+        let gw_finite = _mm256_movemask_ps(finite) == 0xFF;
+        let gw = g_buf.as_ptr();
         for r in 0..x.len() / h {
             let base = r * h;
             let xp = x.as_ptr().add(base);
@@ -203,38 +275,20 @@ mod avx2_norm {
                 acc3 = _mm256_add_pd(acc3, d);
                 i += 16;
             }
-            let acc = [acc0, acc1, acc2, acc3];
-            let v = (reduce_lanes(acc) / h as f64) as f32;
+            let sum_sq = reduce_lanes([acc0, acc1, acc2, acc3]);
+            let v = (sum_sq / h as f64) as f32;
             let d = (v + attrs.epsilon).sqrt();
-            let dv = _mm256_set1_ps(d);
-            let inv = _mm256_set1_ps(1.0 / d);
             let np = out.normed.as_deref_mut().map(|n| n.as_mut_ptr().add(base));
-            let (sp, wp) = (s_buf.as_mut_ptr(), gamma.as_ptr());
-            // Whole groups of 8 blocks: y overwrites s in place, then one group quantization.
-            let groups = nb / GROUP;
-            for g in 0..groups {
-                let off = g * GROUP * BLOCK;
-                for i in (off..off + GROUP * BLOCK).step_by(8) {
-                    let y = normed8::<T, G>(sp, wp, i, dv, inv, attrs, np);
-                    _mm256_storeu_ps(sp.add(i), y);
-                }
-                quantize_group8(
-                    sp.add(off),
-                    out.q.as_mut_ptr().add(base + off),
-                    out.scales.as_mut_ptr().add(r * nb + g * GROUP),
-                    attrs.quant,
-                );
-            }
-            for b in groups * GROUP..nb {
-                let i = b * BLOCK;
-                let y = [
-                    normed8::<T, G>(sp, wp, i, dv, inv, attrs, np),
-                    normed8::<T, G>(sp, wp, i + 8, dv, inv, attrs, np),
-                    normed8::<T, G>(sp, wp, i + 16, dv, inv, attrs, np),
-                    normed8::<T, G>(sp, wp, i + 24, dv, inv, attrs, np),
-                ];
-                out.scales[r * nb + b] =
-                    quantize_block_avx2(y, out.q.as_mut_ptr().add(base + i), attrs.quant);
+            let (q, sc) = (
+                out.q.as_mut_ptr().add(base),
+                out.scales.as_mut_ptr().add(r * nb),
+            );
+            // Finite Σs² bounds every |s| and makes d finite; with 1/d and g finite too, n and
+            // y = n·g are finite or ±Inf, never NaN.
+            if gw_finite && sum_sq.is_finite() && (1.0 / d).is_finite() {
+                normalize_quantize::<T, true>(sp, gw, h, d, attrs, np, q, sc);
+            } else {
+                normalize_quantize::<T, false>(sp, gw, h, d, attrs, np, q, sc);
             }
         }
     }
