@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use graph_rewrites::view::{ConstTensor, GraphView, MXFUSE_DOMAIN};
 use kernels::gpu::{GpuMatB, GpuRuntime, NormBuffers, SwiGluBuffers};
@@ -76,9 +76,45 @@ pub enum Backend {
     Host,
 }
 
+/// Intermediates kept between runs, by exact size: a run takes what it needs and gives it back,
+/// so steady-state runs allocate nothing (device allocation and free are slow and `cuMemFree`
+/// synchronizes the device). Bounded so varying shapes cannot hoard memory.
+#[derive(Default)]
+struct BufferPool {
+    free: Mutex<Vec<DeviceBox>>,
+}
+
+/// The most buffers a program keeps between runs.
+const POOL_LIMIT: usize = 64;
+
+impl BufferPool {
+    fn take(&self, memory: &Arc<dyn DeviceMemory>, bytes: usize) -> Result<DeviceBox> {
+        let reused = self.free.lock().ok().and_then(|mut free| {
+            let i = free.iter().position(|b| b.len() == bytes)?;
+            Some(free.swap_remove(i))
+        });
+        match reused {
+            Some(b) => Ok(b),
+            None => DeviceBox::new(memory, bytes),
+        }
+    }
+
+    /// Returns buffers the device is done with (after the run's synchronization).
+    fn give_back(&self, buffers: Vec<DeviceBox>) {
+        if let Ok(mut free) = self.free.lock() {
+            for b in buffers {
+                if free.len() < POOL_LIMIT {
+                    free.push(b);
+                }
+            }
+        }
+    }
+}
+
 pub struct GpuProgram {
     backend: Backend,
     memory: Arc<dyn DeviceMemory>,
+    pool: BufferPool,
     steps: Vec<Step>,
     sources: Vec<Source>,
     outputs: Vec<usize>,
@@ -274,6 +310,7 @@ impl GpuProgram {
         Ok(GpuProgram {
             backend,
             memory,
+            pool: BufferPool::default(),
             steps,
             sources,
             outputs,
@@ -336,7 +373,7 @@ impl GpuProgram {
                 let addr = if addr != 0 {
                     addr
                 } else {
-                    let b = DeviceBox::new(&self.memory, meta.byte_len()?)?;
+                    let b = self.pool.take(&self.memory, meta.byte_len()?)?;
                     let p = b.ptr();
                     owned.push(b);
                     p
@@ -366,7 +403,8 @@ impl GpuProgram {
         if let Backend::Gpu(rt) = &self.backend {
             rt.synchronize().map_err(gpu)?;
         }
-        drop(owned);
+        // Only after the sync: the device no longer reads or writes these.
+        self.pool.give_back(owned);
         Ok(())
     }
 
@@ -705,5 +743,38 @@ impl Executor {
             Executor::Device(p) => p.run_on_device_tensors(ctx),
             Executor::Staged(p) => p.run_staged(ctx),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::memory::HostMemory;
+
+    #[test]
+    fn pool_reuses_buffers_of_the_same_size_and_is_bounded() {
+        let host = Arc::new(HostMemory::default());
+        let memory: Arc<dyn DeviceMemory> = host.clone();
+        let pool = BufferPool::default();
+        let a = pool.take(&memory, 100).unwrap();
+        let pa = a.ptr();
+        pool.give_back(vec![a]);
+        assert_eq!(
+            pool.take(&memory, 100).unwrap().ptr(),
+            pa,
+            "same size reused"
+        );
+        // (dropped above: freed) A different size allocates.
+        let b = pool.take(&memory, 64).unwrap();
+        assert_eq!(b.len(), 64);
+        let many: Vec<DeviceBox> = (0..POOL_LIMIT + 5)
+            .map(|_| pool.take(&memory, 8).unwrap())
+            .collect();
+        pool.give_back(many);
+        assert_eq!(
+            host.live_allocations(),
+            POOL_LIMIT + 1,
+            "pool kept at most its limit"
+        );
     }
 }
