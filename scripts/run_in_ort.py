@@ -42,7 +42,8 @@ def main():
     ref = ReferenceEvaluator(original).run(None, feeds)
 
     ort.register_execution_provider_library(EP_NAME, lib)
-    devices = [d for d in ort.get_ep_devices() if d.ep_name == EP_NAME]
+    devices = [d for d in ort.get_ep_devices()
+               if d.ep_name == EP_NAME and d.device.type == ort.OrtHardwareDeviceType.CPU]
     so = ort.SessionOptions()
     so.add_provider_for_devices(devices, {})
     so.log_severity_level = 1  # INFO: ORT logs which nodes went to which EP

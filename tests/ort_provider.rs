@@ -97,7 +97,9 @@ fn ep_session(model: &[u8]) -> ort::Result<Session> {
 fn ep_session_with(model: &[u8], options: &[(&str, &str)]) -> ort::Result<Session> {
     let devices = env()
         .devices()
-        .filter(|d| d.ep().map(|n| n == EP_NAME).unwrap_or(false));
+        // One device type per session: with a GPU the EP also offers a GPU device.
+        .filter(|d| d.ep().map(|n| n == EP_NAME).unwrap_or(false))
+        .filter(|d| d.hardware_device().ty() == ort::memory::DeviceType::CPU);
     let options: Vec<(String, String)> = options
         .iter()
         .map(|(k, v)| (format!("{EP_NAME}.{k}"), v.to_string()))

@@ -90,7 +90,8 @@ def main():
     models = generate(work, args.layers)
 
     ort.register_execution_provider_library(EP, str(newest("libmxfuse_ep.so")))
-    devices = [d for d in ort.get_ep_devices() if d.ep_name == EP]
+    devices = [d for d in ort.get_ep_devices()
+               if d.ep_name == EP and d.device.type == ort.OrtHardwareDeviceType.CPU]
 
     def options():
         so = ort.SessionOptions()

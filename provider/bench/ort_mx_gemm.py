@@ -76,7 +76,8 @@ def main():
     lib = newest_lib()
     mx, f32 = models(args.k, args.n, args.trans_b)
     ort.register_execution_provider_library(EP, lib)
-    devices = [d for d in ort.get_ep_devices() if d.ep_name == EP]
+    devices = [d for d in ort.get_ep_devices()
+               if d.ep_name == EP and d.device.type == ort.OrtHardwareDeviceType.CPU]
     sessions = {"CPU EP f32 MatMul (MLAS)": ort.InferenceSession(f32, providers=["CPUExecutionProvider"])}
     so = ort.SessionOptions()
     so.register_custom_ops_library(lib)

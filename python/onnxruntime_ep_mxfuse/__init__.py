@@ -8,9 +8,9 @@ Plugin EP::
 
     import onnxruntime as ort, onnxruntime_ep_mxfuse as mx
     ort.register_execution_provider_library(mx.get_ep_name(), mx.get_library_path())
-    devices = [d for d in ort.get_ep_devices() if d.ep_name == mx.get_ep_name()]
+    mx.register(ort)
     so = ort.SessionOptions()
-    so.add_provider_for_devices(devices, {"scale_rule": "floor"})
+    so.add_provider_for_devices(mx.get_ep_devices(ort, "cpu"), {"scale_rule": "floor"})
     sess = ort.InferenceSession("model.onnx", sess_options=so)
 
 Custom-op library (offline-rewritten model)::
@@ -21,7 +21,7 @@ Custom-op library (offline-rewritten model)::
 
 from pathlib import Path
 
-__all__ = ["get_library_path", "get_ep_name", "get_ep_names", "register"]
+__all__ = ["get_library_path", "get_ep_name", "get_ep_names", "get_ep_devices", "register"]
 __version__ = "0.1.0"
 
 _EP_NAME = "MxFuseExecutionProvider"
@@ -48,3 +48,21 @@ def register(ort_module=None) -> None:
         import onnxruntime as ort_module
     if _EP_NAME not in ort_module.get_available_providers():
         ort_module.register_execution_provider_library(_EP_NAME, get_library_path())
+
+
+def get_ep_devices(ort_module=None, device: str = "auto") -> list:
+    """The EP's devices of ONE hardware type, ready for ``add_provider_for_devices``.
+
+    On a machine with a usable GPU the EP offers a CPU and a GPU device, and ONNX Runtime
+    refuses a session given devices with different memory, so pick one type: ``"cpu"``,
+    ``"gpu"``, or ``"auto"`` (the GPU if the EP offers one, else the CPU).
+    """
+    if ort_module is None:
+        import onnxruntime as ort_module
+    mine = [d for d in ort_module.get_ep_devices() if d.ep_name == _EP_NAME]
+    kinds = {"cpu": ort_module.OrtHardwareDeviceType.CPU, "gpu": ort_module.OrtHardwareDeviceType.GPU}
+    if device == "auto":
+        device = "gpu" if any(d.device.type == kinds["gpu"] for d in mine) else "cpu"
+    if device not in kinds:
+        raise ValueError(f"device must be 'cpu', 'gpu' or 'auto', got {device!r}")
+    return [d for d in mine if d.device.type == kinds[device]]

@@ -35,7 +35,8 @@ def ep_devices(lib):
     """Registers the plugin EP once per process and returns its devices."""
     if EP_NAME not in ort.get_available_providers():
         ort.register_execution_provider_library(EP_NAME, lib)
-    devices = [d for d in ort.get_ep_devices() if d.ep_name == EP_NAME]
+    devices = [d for d in ort.get_ep_devices()
+               if d.ep_name == EP_NAME and d.device.type == ort.OrtHardwareDeviceType.CPU]
     assert len(devices) == 1, "the EP advertises exactly the CPU device"
     return devices
 
