@@ -1,7 +1,9 @@
 //! [`GpuRuntime`]: one loaded driver, the kernel module compiled for its device, and device
-//! buffers. Compilation happens once per device architecture per process (and, with
-//! `MXFUSE_KERNEL_CACHE=<dir>`, once per machine: the code object is kept on disk keyed by the
-//! program text, the architecture and the compiler options).
+//! buffers. Compilation happens once per device architecture per process, and once per machine:
+//! the code object is kept on disk keyed by the program text, the architecture and the compiler
+//! options, in `MXFUSE_KERNEL_CACHE` (default `$XDG_CACHE_HOME/mxfuse` or `~/.cache/mxfuse`;
+//! set it to the empty string to disable). Compiling the whole program takes minutes on a small
+//! host, so the first GPU session on a machine is slow and later ones are not.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -92,9 +94,8 @@ impl GpuRuntime {
         }
         let source = program_text();
         let options = Self::compile_options(driver);
-        let cache_file = std::env::var("MXFUSE_KERNEL_CACHE")
-            .ok()
-            .map(|dir| std::path::Path::new(&dir).join(cache_file_name(&source, &arch, &options)));
+        let cache_file =
+            kernel_cache_dir().map(|dir| dir.join(cache_file_name(&source, &arch, &options)));
         let cached = cache_file.as_ref().and_then(|p| std::fs::read(p).ok());
         let image = match cached {
             Some(img) if !img.is_empty() => img,
@@ -170,7 +171,22 @@ pub fn cuda_compile_options(arch: &str) -> Vec<String> {
     ]
 }
 
-/// The file name under `MXFUSE_KERNEL_CACHE` of `source` compiled for `arch` with `options`
+/// Where compiled code objects are kept: `MXFUSE_KERNEL_CACHE` if set (empty = no cache), else
+/// `$XDG_CACHE_HOME/mxfuse`, else `$HOME/.cache/mxfuse`.
+pub fn kernel_cache_dir() -> Option<std::path::PathBuf> {
+    use std::path::PathBuf;
+    match std::env::var_os("MXFUSE_KERNEL_CACHE") {
+        Some(dir) if dir.is_empty() => None,
+        Some(dir) => Some(PathBuf::from(dir)),
+        None => std::env::var_os("XDG_CACHE_HOME")
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .map(|d| d.join("mxfuse")),
+    }
+}
+
+/// The file name under [`kernel_cache_dir`] of `source` compiled for `arch` with `options`
 /// (a hash of all three, so a stale code object is never loaded). Public so that a code object
 /// compiled elsewhere (bench/gpu/offline_compile.py) can be placed where the runtime looks.
 pub fn cache_file_name(source: &str, arch: &str, options: &[String]) -> String {
