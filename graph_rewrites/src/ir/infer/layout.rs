@@ -15,10 +15,7 @@ pub(super) fn reshape(c: &Node) -> Vec<TensorInfo> {
     let shape = match target {
         Some(t) => shape::reshape(c.shape(0).as_deref(), &t, allowzero),
         // A computed target: the rank is still its length.
-        None => c
-            .shape(1)
-            .and_then(|s| known(s.first()?))
-            .map(|k| vec![Dim::Unknown; k as usize]),
+        None => c.shape(1).and_then(|s| shape::unknown_dims(s.first()?)),
     };
     vec![info(c.elem(0), shape)]
 }
@@ -110,7 +107,9 @@ pub(super) fn concat(c: &Node) -> Vec<TensorInfo> {
                 for (i, d) in s.iter().enumerate().filter(|(i, _)| *i != axis) {
                     out[i] = unify(&out[i], d);
                 }
-                total = total.zip(known(&s[axis])).map(|(t, d)| t + d);
+                total = total
+                    .zip(known(&s[axis]))
+                    .and_then(|(t, d)| t.checked_add(d));
             }
             Some(_) => return vec![info(elem, None)], // ranks differ: invalid
             None => total = None,
@@ -138,7 +137,7 @@ pub(super) fn split(c: &Node) -> Vec<TensorInfo> {
         (IntList::Absent, Some(d)) if n_out > 0 => {
             // Equal parts; opset 18's num_outputs allows a smaller last part.
             let n = n_out as i64;
-            let part = (d + n - 1) / n;
+            let part = d / n + i64::from(d % n != 0);
             (0..n)
                 .map(|i| Dim::Known(if i + 1 < n { part } else { d - part * (n - 1) }))
                 .collect()

@@ -331,10 +331,7 @@ fn constant_of_shape(c: &Node) -> Vec<TensorInfo> {
     };
     let shape = match c.int_values(0) {
         Some(t) => Some(dims_of_values(t)),
-        None => c
-            .shape(0)
-            .and_then(|s| known(s.first()?))
-            .map(|k| vec![Dim::Unknown; k as usize]),
+        None => c.shape(0).and_then(|s| shape::unknown_dims(s.first()?)),
     };
     vec![info(elem, shape)]
 }
@@ -383,8 +380,9 @@ fn float_range_len(c: &Node) -> Dim {
 fn top_k(c: &Node) -> Vec<TensorInfo> {
     let k = match c.input(1) {
         Some(_) => c.known_ints(1).and_then(|v| v.first().copied()),
-        None => c.int("k", -1).filter(|&k| k >= 0),
-    };
+        None => c.int("k", -1),
+    }
+    .filter(|&k| k >= 0);
     let shape = c.shape(0).and_then(|mut s| {
         let axis = norm_axis(c.int("axis", -1)?, s.len())?;
         s[axis] = k.map_or(Dim::Unknown, Dim::Known);

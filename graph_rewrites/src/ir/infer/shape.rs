@@ -20,6 +20,15 @@ pub(super) fn known_dims(values: &[i64]) -> Vec<Dim> {
         .collect()
 }
 
+/// Ranks above this are treated as invalid (ONNX sets no limit; real models stay far below).
+const MAX_RANK: i64 = 64;
+
+/// `rank` unknown dims: the shape a 1-D shape tensor of known length `rank` describes.
+pub(super) fn unknown_dims(rank: &Dim) -> Option<Vec<Dim>> {
+    let r = known(rank).filter(|r| (0..=MAX_RANK).contains(r))?;
+    Some(vec![Dim::Unknown; r as usize])
+}
+
 /// Normalises `axis` (negative counts from the end) against `rank`.
 pub(super) fn norm_axis(axis: i64, rank: usize) -> Option<usize> {
     let r = rank as i64;

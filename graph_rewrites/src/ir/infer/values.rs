@@ -88,13 +88,13 @@ fn slice(c: &Node) -> Option<Vec<Dim>> {
         let (mut i, e) = (wrap(start).clamp(0, n), wrap(end).clamp(0, n));
         while i < e {
             out.push(data[i as usize].clone());
-            i += step;
+            i = i.saturating_add(step);
         }
     } else if step < 0 && n > 0 {
         let (mut i, e) = (wrap(start).clamp(0, n - 1), wrap(end).clamp(-1, n - 1));
         while i > e {
             out.push(data[i as usize].clone());
-            i += step;
+            i = i.saturating_add(step);
         }
     } else if step == 0 {
         return None;
