@@ -750,8 +750,8 @@ fn fixtures_without_value_info_fuse_exactly_as_with_it() {
     for path in &files {
         let dir = path.parent().expect("has a directory");
         let m = load_model(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let (with, _) = rewrite(m.clone(), dir);
-        let (without, _) = rewrite(without_value_info(m), dir);
+        let (with, typed) = rewrite(m.clone(), dir);
+        let (without, bare) = rewrite(without_value_info(m), dir);
         assert_eq!(
             outcome(&without),
             outcome(&with),
@@ -759,6 +759,14 @@ fn fixtures_without_value_info_fuse_exactly_as_with_it() {
             path.display(),
             without.rejections
         );
+        // The same rewritten graph, and the values the rules created are typed the same way
+        // (their value_info comes from the types the rules read).
+        let (typed, bare) = (typed.to_model(), bare.to_model());
+        let (typed, bare) = (typed.graph.expect("graph"), bare.graph.expect("graph"));
+        assert_eq!(bare.node, typed.node, "{}", path.display());
+        for vi in &bare.value_info {
+            assert!(typed.value_info.contains(vi), "{}: {vi:?}", path.display());
+        }
         fused_total += with.counts.values().sum::<usize>();
     }
     assert!(fused_total > 20, "the fixtures fuse ({fused_total} sites)");
