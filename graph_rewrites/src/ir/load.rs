@@ -25,6 +25,9 @@ impl Graph {
     /// Nodes keep their file order when it is topological (ONNX requires it); a file listing
     /// them out of order loads and is re-sorted stably — the only normalisation on save.
     ///
+    /// Values the file gives no type (no `value_info`) get one from forward type and shape
+    /// inference (`ir/infer.rs`), visible through `GraphView::tensor_info` and never written back.
+    ///
     /// Errors: missing graph, unsupported IR version or default-domain opset, node domains
     /// without an opset import, empty or duplicate names, values with two producers, inputs or
     /// outputs naming no value (dangling), malformed external data entries, missing external
