@@ -9,7 +9,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::opsets::OpId;
-use crate::view::{AttrValue, ConstTensor};
+use crate::view::{AttrValue, ConstTensor, GraphView, NodeId};
 
 /// A pattern value handle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -23,6 +23,8 @@ pub struct N(pub(crate) u32);
 pub type ConstPred = Arc<dyn Fn(&ConstTensor) -> bool + Send + Sync>;
 /// Predicate on an attribute (`None` when the attribute is not set).
 pub type AttrPredFn = Arc<dyn Fn(Option<&AttrValue>) -> bool + Send + Sync>;
+/// Predicate on a whole candidate node, for conditions no single attribute or input states.
+pub type NodePredFn = Arc<dyn Fn(&dyn GraphView, NodeId) -> bool + Send + Sync>;
 
 pub(crate) enum VKind {
     /// Any value.
@@ -53,6 +55,8 @@ pub(crate) struct PNode {
     /// Whether the node may have more (non-empty) inputs than `args`.
     pub(crate) extra_inputs: bool,
     pub(crate) attrs: Vec<AttrPred>,
+    /// Node-level predicates with their descriptions.
+    pub(crate) node_preds: Vec<(String, NodePredFn)>,
     /// A collective (AllReduce): must be removed by the match, never duplicated or dropped.
     pub(crate) collective: bool,
     /// The matched output must have exactly one reader (the pattern node that reads it).
@@ -143,6 +147,7 @@ impl Pat {
                 commutative: false,
                 extra_inputs: false,
                 attrs: Vec::new(),
+                node_preds: Vec::new(),
                 collective: false,
                 single_use: false,
             },
@@ -233,6 +238,16 @@ impl<'p> OpBuilder<'p> {
             desc: desc.into(),
             f: Arc::new(f),
         });
+        self
+    }
+
+    /// Requires the candidate node to satisfy `f` (`desc` is used in near-miss reasons).
+    pub fn node_where(
+        mut self,
+        desc: impl Into<String>,
+        f: impl Fn(&dyn GraphView, NodeId) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.node.node_preds.push((desc.into(), Arc::new(f)));
         self
     }
 

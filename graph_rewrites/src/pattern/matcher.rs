@@ -200,6 +200,12 @@ impl<'a> Matcher<'a> {
                 });
             }
         }
+        for (desc, f) in &pnode.node_preds {
+            if !f(self.g, gn) {
+                let name = self.g.node_name(gn);
+                return self.fail(&b, || format!("{} '{name}' needs {desc}", pnode.op.op_type));
+            }
+        }
         let inputs = self.g.inputs(gn);
         let present = inputs
             .iter()

@@ -106,10 +106,18 @@ pub fn mx_quant(p: &mut Pat, x: V) -> MxQuantPat {
     let quark = p
         .op(OpId::new(QUARK_DOMAIN, "MXQuantizeDequantize"))
         .args([x])
-        // Axis 0 is how Quark quantizes a [K, N] weight: no activation candidate. Such nodes
-        // are folded into their MatMul's MxMatMul (`mx_consumers`), so they are no refusal.
-        .attr_where("axis", "axis ≠ 0 (axis 0 is a weight quantizer)", |a| {
-            !matches!(a, Some(crate::view::AttrValue::Int(0)))
+        // Axis 0 of a constant is how Quark quantizes a [K, N] weight: no activation
+        // candidate. Such nodes are folded into their MatMul's MxMatMul (`mx_consumers`), so
+        // they are no refusal either.
+        .node_where("not a weight quantizer (axis 0 of a constant)", |g, n| {
+            let axis0 = matches!(g.attr(n, "axis"), Some(crate::view::AttrValue::Int(0)));
+            let on_const = g
+                .inputs(n)
+                .first()
+                .copied()
+                .flatten()
+                .is_some_and(|x| g.is_constant(x));
+            !(axis0 && on_const)
         })
         .node();
     let fake = p.out(quark, 0);
