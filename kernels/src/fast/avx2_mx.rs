@@ -138,9 +138,16 @@ pub unsafe fn nk_regs<const R: usize>(
         let off = blk * BLOCK;
         for c in 0..NK_COLS {
             let qc = q[c].add(off);
-            // One line of 64 bytes per two blocks; a prefetch past the row end is harmless.
+            // One line of 64 bytes per two blocks, PF bytes ahead in this row or, near its
+            // end, in the same row of the next unit (4 rows on: rows n0..n0+4 are contiguous).
+            // A prefetch past the buffer is harmless.
             if blk % 2 == 0 {
-                _mm_prefetch::<_MM_HINT_T0>(qc.wrapping_add(PF) as *const i8);
+                let ahead = if off + PF < k {
+                    PF
+                } else {
+                    PF + (NK_COLS - 1) * k
+                };
+                _mm_prefetch::<_MM_HINT_T0>(qc.wrapping_add(ahead) as *const i8);
             }
             let sc = *s[c].add(blk);
             big |= sc > MAX_FAST_SCALE;
