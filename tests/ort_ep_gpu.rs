@@ -149,7 +149,7 @@ fn session(
         .iter()
         .map(|(k, v)| (format!("{EP_NAME}.{k}"), v.to_string()))
         .collect();
-    let mut b = Session::builder(env())?.with_devices(devices.into_iter(), Some(&options))?;
+    let mut b = Session::builder(env())?.with_devices(devices, Some(&options))?;
     if let Some(log) = log {
         b = b.with_log_level(LogLevel::Verbose)?.with_logger(Arc::new(
             move |_lvl: LogLevel, _cat: &str, _id: &str, _loc: &str, msg: &str| {

@@ -132,7 +132,7 @@ fn scan(
         let key = (g.domain(n), g.op_type(n));
         for &root in g.outputs(n) {
             for (rule, ops) in rules.iter().zip(&roots) {
-                if !ops.iter().any(|o| *o == key) {
+                if !ops.contains(&key) {
                     continue;
                 }
                 match rule.try_at(g, root, cfg) {

@@ -48,7 +48,7 @@ pub fn values_f64(t: &ConstTensor) -> Option<Vec<f64>> {
         dtype::INT32 => (4, |b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64),
         _ => return None,
     };
-    if raw.len() % size != 0 {
+    if !raw.len().is_multiple_of(size) {
         return None;
     }
     Some(raw.chunks_exact(size).map(conv).collect())
