@@ -22,25 +22,13 @@ impl Inputs {
     /// # Safety
     /// `ctx` must be the live context of the current `Compute` call.
     pub unsafe fn read(ctx: *mut OrtKernelContext) -> Result<Self> {
-        let ort = api()?.ort;
-        let mut n = 0usize;
-        check((ort.KernelContext_GetInputCount)(ctx, &mut n))?;
-        let mut metas = Vec::with_capacity(n);
-        let mut data = Vec::with_capacity(n);
-        for i in 0..n {
-            let mut value: *const OrtValue = ptr::null();
-            check((ort.KernelContext_GetInput)(ctx, i, &mut value))?;
-            if value.is_null() {
-                metas.push(None);
-                data.push(ptr::null());
-                continue;
-            }
-            let (dtype, dims) = value_type_and_dims(value)?;
-            let mut p: *const c_void = ptr::null();
-            check((ort.GetTensorData)(value, &mut p))?;
-            metas.push(Some(Meta::new(dtype, dims)));
-            data.push(p as *const u8);
-        }
+        let (metas, data) = read_input_addresses(ctx)?
+            .into_iter()
+            .map(|v| match v {
+                Some((meta, p)) => (Some(meta), p as *const u8),
+                None => (None, ptr::null()),
+            })
+            .unzip();
         Ok(Inputs { metas, data })
     }
 
@@ -71,17 +59,42 @@ impl Inputs {
     }
 }
 
-/// Allocates output `index` of `ctx` with `meta` and returns its bytes, or `None` when the node
-/// does not have that (optional) output.
+/// Every input of `ctx` as (meta, data address); `None` for omitted optional inputs. The
+/// address is ORT's, host or device memory as the session placed it.
 ///
 /// # Safety
-/// `ctx` must be the live context of the current `Compute` call; the returned slice is valid
-/// until it returns.
-pub unsafe fn alloc_output<'a>(
+/// `ctx` must be the live context of the current `Compute` call.
+pub unsafe fn read_input_addresses(ctx: *mut OrtKernelContext) -> Result<Vec<Option<(Meta, u64)>>> {
+    let ort = api()?.ort;
+    let mut n = 0usize;
+    check((ort.KernelContext_GetInputCount)(ctx, &mut n))?;
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut value: *const OrtValue = ptr::null();
+        check((ort.KernelContext_GetInput)(ctx, i, &mut value))?;
+        if value.is_null() {
+            out.push(None);
+            continue;
+        }
+        let (dtype, dims) = value_type_and_dims(value)?;
+        let mut p: *const c_void = ptr::null();
+        check((ort.GetTensorData)(value, &mut p))?;
+        out.push(Some((Meta::new(dtype, dims), p as u64)));
+    }
+    Ok(out)
+}
+
+/// Allocates output `index` of `ctx` with `meta` and returns its data address (host or device
+/// memory, as the session placed it), or `None` when the node does not have that (optional)
+/// output.
+///
+/// # Safety
+/// `ctx` must be the live context of the current `Compute` call.
+pub unsafe fn output_address(
     ctx: *mut OrtKernelContext,
     index: usize,
     meta: &Meta,
-) -> Result<Option<&'a mut [u8]>> {
+) -> Result<Option<u64>> {
     let ort = api()?.ort;
     let mut count = 0usize;
     check((ort.KernelContext_GetOutputCount)(ctx, &mut count))?;
@@ -108,10 +121,27 @@ pub unsafe fn alloc_output<'a>(
             meta.dtype
         )));
     }
-    let len = meta.byte_len()?;
     let mut p: *mut c_void = ptr::null_mut();
     check((ort.GetTensorMutableData)(value, &mut p))?;
-    if len == 0 || p.is_null() {
+    Ok(Some(p as u64))
+}
+
+/// Allocates output `index` of `ctx` with `meta` (host memory) and returns its bytes, or `None`
+/// when the node does not have that (optional) output.
+///
+/// # Safety
+/// `ctx` must be the live context of the current `Compute` call; the returned slice is valid
+/// until it returns.
+pub unsafe fn alloc_output<'a>(
+    ctx: *mut OrtKernelContext,
+    index: usize,
+    meta: &Meta,
+) -> Result<Option<&'a mut [u8]>> {
+    let Some(p) = output_address(ctx, index, meta)? else {
+        return Ok(None);
+    };
+    let len = meta.byte_len()?;
+    if len == 0 || p == 0 {
         return Ok(Some(&mut []));
     }
     Ok(Some(std::slice::from_raw_parts_mut(p as *mut u8, len)))

@@ -23,6 +23,7 @@ pub mod ort_attrs;
 pub mod ort_graph_view;
 pub mod ort_types;
 pub mod program;
+mod program_slots;
 pub mod tensor;
 pub mod view_to_model;
 

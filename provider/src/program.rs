@@ -2,14 +2,13 @@
 //! slots between them. Built once in `Compile` (owning everything it needs — no ORT graph
 //! pointer survives), run on every `Compute`; immutable, so concurrent runs share it.
 
-use std::collections::{BTreeMap, HashMap};
-
-use graph_rewrites::view::{ConstTensor, GraphView, NodeId, MXFUSE_DOMAIN};
+use graph_rewrites::view::{ConstTensor, GraphView, NodeId};
 use ort_sys::OrtKernelContext;
 
 use crate::error::{Error, Result};
 use crate::kernel_io::{alloc_output, Inputs};
-use crate::ops::{self, schema, Attrs, Kernel, Parallelism};
+use crate::ops::{self, Kernel, Parallelism};
+use crate::program_slots::{mxfuse_attrs, Slots};
 use crate::tensor::{Meta, Tensor, TensorMut, TensorRef};
 
 struct Step {
@@ -79,72 +78,18 @@ impl Program {
         parallelism: Parallelism,
         constant: &dyn Fn(&str) -> Result<Option<ConstTensor>>,
     ) -> Result<Self> {
-        let mut slots: HashMap<String, usize> = HashMap::new();
-        let mut sources = Vec::new();
-        for (i, name) in input_names.iter().enumerate() {
-            if !name.is_empty() && !slots.contains_key(name) {
-                slots.insert(name.clone(), sources.len());
-                sources.push(Source::Input(i));
-            }
-        }
+        let mut slots = Slots::for_inputs(input_names, Source::Input);
         let mut steps = Vec::new();
         for &n in g.nodes().iter() {
             let name = g.node_name(n).to_string();
-            if g.domain(n) != MXFUSE_DOMAIN {
-                return Err(Error::Unsupported(format!(
-                    "node {name} ({}::{}) is left after rewriting; the EP runs only com.mxfuse ops",
-                    g.domain(n),
-                    g.op_type(n)
-                )));
-            }
-            let op = schema::find(g.op_type(n))
-                .ok_or_else(|| Error::Unsupported(format!("com.mxfuse op {:?}", g.op_type(n))))?;
-            let mut values = BTreeMap::new();
-            for a in g.attr_names(n) {
-                if let Some(v) = g.attr(n, &a) {
-                    values.insert(a, v);
-                }
-            }
-            let mut kernel = ops::create(&Attrs::new(op, values)?)
-                .map_err(|e| Error::invalid(format!("node {name}: {e}")))?;
+            let attrs = mxfuse_attrs(g, n)?;
+            let mut kernel =
+                ops::create(&attrs).map_err(|e| Error::invalid(format!("node {name}: {e}")))?;
             prepack(kernel.as_mut(), g, n, constant)?;
-            let mut inputs = Vec::new();
-            for input in g.inputs(n) {
-                let Some(v) = input else {
-                    inputs.push(None);
-                    continue;
-                };
-                let vname = g.value_name(*v);
-                let slot = match slots.get(vname) {
-                    Some(&s) => s,
-                    None => {
-                        let t = g.const_value(*v).ok_or_else(|| {
-                            Error::invalid(format!("node {name}: input {vname} is neither a fused-node input nor a constant"))
-                        })?;
-                        let meta = Meta::new(t.elem_type, t.dims);
-                        if meta.byte_len()? != t.raw.len() {
-                            return Err(Error::invalid(format!(
-                                "constant {vname}: byte size does not match its shape"
-                            )));
-                        }
-                        sources.push(Source::Const(Tensor { meta, data: t.raw }));
-                        slots.insert(vname.to_string(), sources.len() - 1);
-                        sources.len() - 1
-                    }
-                };
-                inputs.push(Some(slot));
-            }
-            let mut outputs = Vec::new();
-            for &v in g.outputs(n) {
-                let vname = g.value_name(v);
-                if vname.is_empty() {
-                    outputs.push(None);
-                    continue;
-                }
-                sources.push(Source::Step);
-                slots.insert(vname.to_string(), sources.len() - 1);
-                outputs.push(Some(sources.len() - 1));
-            }
+            let inputs = slots.bind_inputs(g, n, |_, meta, data| {
+                Ok(Source::Const(Tensor { meta, data }))
+            })?;
+            let outputs = slots.bind_outputs(g, n, || Source::Step);
             steps.push(Step {
                 name,
                 kernel,
@@ -152,15 +97,7 @@ impl Program {
                 outputs,
             });
         }
-        let outputs = output_names
-            .iter()
-            .map(|o| {
-                slots
-                    .get(o)
-                    .copied()
-                    .ok_or_else(|| Error::invalid(format!("fused output {o} is not produced")))
-            })
-            .collect::<Result<_>>()?;
+        let (outputs, sources) = slots.finish(output_names)?;
         Ok(Program {
             steps,
             parallelism,

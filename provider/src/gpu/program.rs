@@ -11,24 +11,20 @@
 //! memory (`MXFUSE_EP_TEST_DEVICE_MEMORY=host`), so everything but the launch calls themselves
 //! is tested on machines without a GPU.
 
-use std::collections::{BTreeMap, HashMap};
-use std::ffi::c_void;
-use std::ptr;
 use std::sync::{Arc, Mutex};
 
-use graph_rewrites::view::{ConstTensor, GraphView, MXFUSE_DOMAIN};
+use graph_rewrites::view::{ConstTensor, GraphView};
 use kernels::gpu::{GpuMatB, GpuRuntime, NormBuffers, SwiGluBuffers};
 use kernels::{AddRmsNormAttrs, DType, MxMatMulAttrs, MxQuantAttrs, SwiGluAttrs};
-use ort_sys::{OrtKernelContext, OrtValue};
+use ort_sys::OrtKernelContext;
 
 use super::device::{DevicePlacement, Placement};
 use super::memory::{DeviceBox, DeviceMemory};
 use crate::error::{Error, Result};
-use crate::ffi::api::{api, check};
-use crate::kernel_io::alloc_output;
-use crate::ops::{self, schema, transpose_bytes, Attrs, Kernel, Parallelism};
-use crate::ort_types::value_type_and_dims;
+use crate::kernel_io::{alloc_output, output_address, read_input_addresses};
+use crate::ops::{self, transpose_bytes, Kernel, Parallelism};
 use crate::program::{prepack, Program};
+use crate::program_slots::{mxfuse_attrs, Slots};
 use crate::tensor::{Meta, TensorMut, TensorRef};
 
 /// The default stream: ORT's copies through our data transfer are synchronous, so kernels and
@@ -180,33 +176,12 @@ impl GpuProgram {
         backend: Backend,
         memory: Arc<dyn DeviceMemory>,
     ) -> Result<Self> {
-        let mut slots: HashMap<String, usize> = HashMap::new();
-        let mut sources = Vec::new();
-        for (i, name) in input_names.iter().enumerate() {
-            if !name.is_empty() && !slots.contains_key(name) {
-                slots.insert(name.clone(), sources.len());
-                sources.push(Source::Input(i));
-            }
-        }
+        let mut slots = Slots::for_inputs(input_names, Source::Input);
         let mut steps = Vec::new();
         for &n in g.nodes().iter() {
             let name = g.node_name(n).to_string();
             let op_type = g.op_type(n);
-            if g.domain(n) != MXFUSE_DOMAIN {
-                return Err(Error::Unsupported(format!(
-                    "node {name} ({}::{op_type}) is left after rewriting; the EP runs only com.mxfuse ops",
-                    g.domain(n)
-                )));
-            }
-            let schema_op = schema::find(op_type)
-                .ok_or_else(|| Error::Unsupported(format!("com.mxfuse op {op_type:?}")))?;
-            let mut values = BTreeMap::new();
-            for a in g.attr_names(n) {
-                if let Some(v) = g.attr(n, &a) {
-                    values.insert(a, v);
-                }
-            }
-            let attrs = Attrs::new(schema_op, values)?;
+            let attrs = mxfuse_attrs(g, n)?;
             let mut shapes =
                 ops::create(&attrs).map_err(|e| Error::invalid(format!("node {name}: {e}")))?;
             if matches!(backend, Backend::Host) {
@@ -248,48 +223,15 @@ impl GpuProgram {
                     ..
                 }
             );
-            let mut inputs = Vec::new();
-            for (i, input) in node_inputs.iter().enumerate() {
-                let Some(v) = input else {
-                    inputs.push(None);
-                    continue;
-                };
-                let vname = g.value_name(*v);
-                if let Some(&s) = slots.get(vname) {
-                    inputs.push(Some(s));
-                    continue;
-                }
-                let t = g.const_value(*v).ok_or_else(|| {
-                    Error::invalid(format!(
-                        "node {name}: input {vname} is neither a fused-node input nor a constant"
-                    ))
-                })?;
-                let meta = Meta::new(t.elem_type, t.dims.clone());
-                if meta.byte_len()? != t.raw.len() {
-                    return Err(Error::invalid(format!(
-                        "constant {vname}: byte size does not match its shape"
-                    )));
-                }
-                sources.push(if packed && (i == 2 || i == 3) {
+            let inputs = slots.bind_inputs(g, n, |i, meta, raw| {
+                // A prepacked weight is read from `op`: only its shape is kept here.
+                Ok(if packed && (i == 2 || i == 3) {
                     Source::ConstMeta(meta)
                 } else {
-                    let buf = DeviceBox::upload(&memory, &t.raw)?;
-                    Source::Const(meta, buf)
-                });
-                slots.insert(vname.to_string(), sources.len() - 1);
-                inputs.push(Some(sources.len() - 1));
-            }
-            let mut outputs = Vec::new();
-            for &v in g.outputs(n) {
-                let vname = g.value_name(v);
-                if vname.is_empty() {
-                    outputs.push(None);
-                    continue;
-                }
-                sources.push(Source::Step);
-                slots.insert(vname.to_string(), sources.len() - 1);
-                outputs.push(Some(sources.len() - 1));
-            }
+                    Source::Const(meta, DeviceBox::upload(&memory, &raw)?)
+                })
+            })?;
+            let outputs = slots.bind_outputs(g, n, || Source::Step);
             steps.push(Step {
                 name,
                 shapes,
@@ -298,15 +240,7 @@ impl GpuProgram {
                 outputs,
             });
         }
-        let outputs = output_names
-            .iter()
-            .map(|o| {
-                slots
-                    .get(o)
-                    .copied()
-                    .ok_or_else(|| Error::invalid(format!("fused output {o} is not produced")))
-            })
-            .collect::<Result<_>>()?;
+        let (outputs, sources) = slots.finish(output_names)?;
         Ok(GpuProgram {
             backend,
             memory,
@@ -535,7 +469,7 @@ impl GpuProgram {
     /// # Safety
     /// `ctx` must be the live context of the current `Compute` call.
     pub unsafe fn run_on_device_tensors(&self, ctx: *mut OrtKernelContext) -> Result<()> {
-        let inputs = read_inputs(ctx)?;
+        let inputs = read_input_addresses(ctx)?;
         self.run_device(&inputs, &mut |j, meta| output_address(ctx, j, meta))
     }
 
@@ -545,7 +479,7 @@ impl GpuProgram {
     /// # Safety
     /// `ctx` must be the live context of the current `Compute` call.
     pub unsafe fn run_staged(&self, ctx: *mut OrtKernelContext) -> Result<()> {
-        let host = read_inputs(ctx)?;
+        let host = read_input_addresses(ctx)?;
         let mut uploads = Vec::new();
         let mut inputs = Vec::with_capacity(host.len());
         for v in host {
@@ -625,60 +559,6 @@ unsafe fn host_launch(
     }
     step.shapes
         .compute(&in_views, &mut out_views, &kernels::Serial)
-}
-
-/// The fused node's inputs as (meta, data address); `None` for omitted optional inputs.
-unsafe fn read_inputs(ctx: *mut OrtKernelContext) -> Result<Vec<Option<(Meta, u64)>>> {
-    let ort = api()?.ort;
-    let mut n = 0usize;
-    check((ort.KernelContext_GetInputCount)(ctx, &mut n))?;
-    let mut out = Vec::with_capacity(n);
-    for i in 0..n {
-        let mut value: *const OrtValue = ptr::null();
-        check((ort.KernelContext_GetInput)(ctx, i, &mut value))?;
-        if value.is_null() {
-            out.push(None);
-            continue;
-        }
-        let (dtype, dims) = value_type_and_dims(value)?;
-        let mut p: *const c_void = ptr::null();
-        check((ort.GetTensorData)(value, &mut p))?;
-        out.push(Some((Meta::new(dtype, dims), p as u64)));
-    }
-    Ok(out)
-}
-
-/// Allocates fused output `j` with `meta` (in the EP's memory) and returns its address; `None`
-/// when the node does not have that output. Like `kernel_io::alloc_output`, without making a
-/// host slice of device memory.
-unsafe fn output_address(ctx: *mut OrtKernelContext, j: usize, meta: &Meta) -> Result<Option<u64>> {
-    let ort = api()?.ort;
-    let mut count = 0usize;
-    check((ort.KernelContext_GetOutputCount)(ctx, &mut count))?;
-    if j >= count {
-        return Ok(None);
-    }
-    let mut value: *mut OrtValue = ptr::null_mut();
-    check((ort.KernelContext_GetOutput)(
-        ctx,
-        j,
-        meta.dims.as_ptr(),
-        meta.dims.len(),
-        &mut value,
-    ))?;
-    if value.is_null() {
-        return Ok(None);
-    }
-    let (dtype, _) = value_type_and_dims(value)?;
-    if dtype != meta.dtype {
-        return Err(Error::invalid(format!(
-            "output {j}: the graph declares element type {dtype}, the op produces {}",
-            meta.dtype
-        )));
-    }
-    let mut p: *mut c_void = ptr::null_mut();
-    check((ort.GetTensorMutableData)(value, &mut p))?;
-    Ok(Some(p as u64))
 }
 
 /// What a compiled fused node runs.
