@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use ort_sys::{
     ONNXTensorElementDataType as OrtType, OrtApi, OrtCustomOp, OrtCustomOpDomain,
     OrtCustomOpInputOutputCharacteristic as Characteristic, OrtKernelContext, OrtKernelInfo,
-    OrtMemType, OrtOpAttr, OrtShapeInferContext, OrtStatusPtr, OrtTensorTypeAndShapeInfo, OrtValue,
+    OrtMemType, OrtShapeInferContext, OrtStatusPtr, OrtTensorTypeAndShapeInfo, OrtValue,
 };
 
 use crate::error::{Error, Result};
@@ -21,7 +21,7 @@ use crate::ffi::guard::{guard_status, guard_value};
 use crate::kernel_io::run_kernel;
 use crate::ops::schema::{self, AttrKind, OpSchema, Slot};
 use crate::ops::{self, Attrs, Kernel, Parallelism};
-use crate::ort_attrs::read_attr;
+use crate::ort_attrs::attr_by_name;
 use crate::ort_types::value_type_and_dims;
 use crate::ort_types::{ort_from_onnx, read_tensor_shape_info};
 use crate::tensor::{Meta, TensorRef};
@@ -302,19 +302,9 @@ unsafe extern "system" fn infer_output_shape(
         let ort = api()?.ort;
         let schema = this(op).schema;
         let attrs = collect_attrs(schema, |name, _| {
-            let c_name = c_string(name);
-            let mut attr: *const OrtOpAttr = ptr::null();
-            if check((ort.ShapeInferContext_GetAttribute)(
-                ctx,
-                c_name.as_ptr(),
-                &mut attr,
-            ))
-            .is_err()
-                || attr.is_null()
-            {
-                return Ok(None);
-            }
-            read_attr(attr).map(Some)
+            attr_by_name(name, |c_name, attr| {
+                (ort.ShapeInferContext_GetAttribute)(ctx, c_name, attr)
+            })
         })?;
         let kernel = ops::create(&attrs)?;
         let mut n = 0usize;

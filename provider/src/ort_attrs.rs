@@ -1,9 +1,9 @@
 //! Reading node attributes (`OrtOpAttr`) and constant tensors (`OrtValue`) through the ORT API.
 
-use std::ffi::c_void;
+use std::ffi::{c_char, c_void};
 use std::ptr;
 
-use ort_sys::{OrtNode, OrtOpAttr, OrtOpAttrType, OrtValue};
+use ort_sys::{OrtNode, OrtOpAttr, OrtOpAttrType, OrtStatusPtr, OrtValue};
 
 use crate::error::{Error, Result};
 use crate::ffi::api::{api, c_string, check, owned_str};
@@ -20,17 +20,24 @@ pub const MAX_CONST_BYTES: usize = 16 << 20;
 /// `node` must be a valid `OrtNode*`.
 pub unsafe fn node_attr(node: *const OrtNode, name: &str) -> Result<Option<AttrValue>> {
     let ort = api()?.ort;
+    attr_by_name(name, |c_name, attr| {
+        (ort.Node_GetAttributeByName)(node, c_name, attr)
+    })
+}
+
+/// The attribute `name` that `lookup(c_name, &mut attr)` (an ORT `*_GetAttribute*` call) finds,
+/// or `None` when it has no such attribute.
+///
+/// # Safety
+/// `lookup` must be an ORT call that leaves a valid `OrtOpAttr*` (or null) in its out pointer.
+pub unsafe fn attr_by_name(
+    name: &str,
+    lookup: impl FnOnce(*const c_char, *mut *const OrtOpAttr) -> OrtStatusPtr,
+) -> Result<Option<AttrValue>> {
     let c_name = c_string(name);
     let mut attr: *const OrtOpAttr = ptr::null();
     // An unknown name is reported as an ORT_NOT_FOUND status: that is "absent", not an error.
-    if check((ort.Node_GetAttributeByName)(
-        node,
-        c_name.as_ptr(),
-        &mut attr,
-    ))
-    .is_err()
-        || attr.is_null()
-    {
+    if check(lookup(c_name.as_ptr(), &mut attr)).is_err() || attr.is_null() {
         return Ok(None);
     }
     read_attr(attr).map(Some)

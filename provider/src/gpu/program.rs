@@ -22,7 +22,7 @@ use super::device::{DevicePlacement, Placement};
 use super::memory::{DeviceBox, DeviceMemory};
 use crate::error::{Error, Result};
 use crate::kernel_io::{alloc_output, output_address, read_input_addresses};
-use crate::ops::{self, transpose_bytes, Kernel, Parallelism};
+use crate::ops::{self, dtype, transpose_bytes, Kernel, Parallelism};
 use crate::program::{prepack, Program};
 use crate::program_slots::{mxfuse_attrs, Slots};
 use crate::tensor::{Meta, TensorMut, TensorRef};
@@ -114,11 +114,6 @@ pub struct GpuProgram {
     steps: Vec<Step>,
     sources: Vec<Source>,
     outputs: Vec<usize>,
-}
-
-fn dtype(code: i32) -> Result<DType> {
-    DType::from_onnx_code(code as i64)
-        .ok_or_else(|| Error::invalid(format!("element type {code} is not supported")))
 }
 
 fn gpu(e: kernels::gpu::GpuError) -> Error {

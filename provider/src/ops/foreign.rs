@@ -5,7 +5,7 @@ use kernels::codec::{e4m3_to_f32, e8m0_to_f32};
 use kernels::ops as k;
 use kernels::{DType, MxQuantAttrs};
 
-use super::{out_dims, out_views, required, take, Attrs, Kernel};
+use super::{dims_of, out_dims, out_views, required, take, Attrs, Kernel};
 use crate::error::{Error, Result};
 use crate::tensor::{Meta, TensorMut, TensorRef};
 
@@ -51,7 +51,7 @@ impl Kernel for QuarkFakeQuant {
                 x.meta.dtype
             )));
         }
-        let dims: Vec<usize> = x.meta.dims.iter().map(|&d| d as usize).collect();
+        let dims = dims_of(x);
         let rank = dims.len() as i64;
         let axis = if self.axis < 0 {
             self.axis + rank

@@ -69,7 +69,8 @@ pub fn create(attrs: &Attrs) -> Result<Box<dyn Kernel>> {
     })
 }
 
-fn dtype(onnx: i32) -> Result<DType> {
+/// The kernels-crate type of ONNX element type `onnx` (shared with `gpu::program`).
+pub(crate) fn dtype(onnx: i32) -> Result<DType> {
     DType::from_onnx_code(onnx as i64)
         .ok_or_else(|| Error::invalid(format!("element type {onnx} is not supported")))
 }
@@ -120,6 +121,7 @@ fn view<'a>(t: &TensorRef<'a>, dims: &'a [usize]) -> Result<k::TensorRef<'a>> {
     Ok(k::TensorRef::new(dtype(t.meta.dtype)?, dims, t.data)?)
 }
 
+/// The tensor's dims as `usize` (a tensor ORT hands a kernel has no unknown dims).
 fn dims_of(t: &TensorRef<'_>) -> Vec<usize> {
     t.meta.dims.iter().map(|&d| d as usize).collect()
 }
@@ -167,6 +169,13 @@ fn take<'a>(
         .ok_or_else(|| Error::invalid(format!("missing output {name}")))
 }
 
+/// Takes the required `(q, scale)` outputs 0 and 1 out of `views`.
+fn take_quant<'a>(
+    views: &mut [Option<k::TensorMut<'a>>],
+) -> Result<(k::TensorMut<'a>, k::TensorMut<'a>)> {
+    Ok((take(views, 0, "q")?, take(views, 1, "scale")?))
+}
+
 impl Kernel for MxQuantAttrs {
     fn output_metas(&self, inputs: &[Option<&Meta>]) -> Result<Vec<Meta>> {
         let x = required(inputs, 0, "x")?;
@@ -185,7 +194,7 @@ impl Kernel for MxQuantAttrs {
         let xd = dims_of(x);
         let od = out_dims(outputs);
         let mut outs = out_views(outputs, &od)?;
-        let (q, s) = (take(&mut outs, 0, "q")?, take(&mut outs, 1, "scale")?);
+        let (q, s) = take_quant(&mut outs)?;
         Ok(k::mx_quantize(view(x, &xd)?, q, s, self, par)?)
     }
 }
@@ -214,9 +223,10 @@ impl Kernel for AddRmsNormAttrs {
         let rd = residual.as_ref().map(dims_of).unwrap_or_default();
         let od = out_dims(outputs);
         let mut outs = out_views(outputs, &od)?;
+        let (q, scale) = take_quant(&mut outs)?;
         let out = NormTensors {
-            q: take(&mut outs, 0, "q")?,
-            scale: take(&mut outs, 1, "scale")?,
+            q,
+            scale,
             residual_out: outs.get_mut(2).and_then(Option::take),
             normed: outs.get_mut(3).and_then(Option::take),
         };
@@ -260,7 +270,7 @@ impl Kernel for SwiGluAttrs {
         };
         let od = out_dims(outputs);
         let mut outs = out_views(outputs, &od)?;
-        let (q, s) = (take(&mut outs, 0, "q")?, take(&mut outs, 1, "scale")?);
+        let (q, s) = take_quant(&mut outs)?;
         Ok(k::swiglu_mx_quant(input, q, s, self, par)?)
     }
 }
