@@ -14,70 +14,24 @@
 //! Tests that need a fresh process (the env var above, a captured stderr) re-run this binary
 //! with `--exact <test>` and `MXFUSE_EP_GPU_CHILD=1`.
 //!
-//! Environment: `ORT_DYLIB_PATH` (else the pip wheel's library, found through python3),
-//! `MXFUSE_EP_LIB` (else the newer of target/{release,debug}/libmxfuse_ep.so). Used as they are by
-//! bench/gpu/ep_gpu_check.sh on the GPU machine (prebuilt binary, no toolchain there).
+//! Environment (read by `ort_harness`): `ORT_DYLIB_PATH` (else the pip wheel's library, found
+//! through python3), `MXFUSE_EP_LIB` (else the newer of target/{release,debug}/libmxfuse_ep.so).
+//! Used as they are by bench/gpu/ep_gpu_check.sh on the GPU machine (prebuilt binary, no
+//! toolchain there).
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
-use ort::environment::Environment;
+use mxfuse_tests::ort_harness::{env, ep_devices, ep_options, run_decoder as run, EP_NAME};
 use ort::logging::LogLevel;
 use ort::memory::DeviceType;
 use ort::session::Session;
-use ort::value::Tensor;
 use prost::Message;
 
-const EP_NAME: &str = "MxFuseExecutionProvider";
 const CHILD: &str = "MXFUSE_EP_GPU_CHILD";
 const TEST_MEMORY: &str = "MXFUSE_EP_TEST_DEVICE_MEMORY";
 /// Where a child writes its outputs for the parent to compare.
 const CHILD_OUT: &str = "MXFUSE_EP_GPU_CHILD_OUT";
-
-fn ort_dylib() -> PathBuf {
-    if let Some(p) = std::env::var_os("ORT_DYLIB_PATH") {
-        return p.into();
-    }
-    let out = Command::new("python3")
-        .args(["-c", "import onnxruntime, os, glob; d = os.path.dirname(onnxruntime.__file__) + '/capi/'; print(sorted(glob.glob(d + 'libonnxruntime.so*'))[0])"])
-        .output()
-        .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "set ORT_DYLIB_PATH or install onnxruntime: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-}
-
-fn provider_lib() -> PathBuf {
-    if let Some(p) = std::env::var_os("MXFUSE_EP_LIB") {
-        return p.into();
-    }
-    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
-    ["release", "debug"]
-        .iter()
-        .map(|p| target.join(p).join("libmxfuse_ep.so"))
-        .filter(|p| p.is_file())
-        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
-        .expect("set MXFUSE_EP_LIB or run `cargo build -p provider`")
-}
-
-/// One environment per process, with the plugin EP registered.
-fn env() -> &'static Environment {
-    static ENV: OnceLock<Environment> = OnceLock::new();
-    ENV.get_or_init(|| {
-        let env = ort::init_from(ort_dylib())
-            .expect("load libonnxruntime")
-            .with_name("mxfuse-ep-gpu-tests")
-            .build()
-            .expect("environment");
-        env.register_ep_library(EP_NAME, provider_lib())
-            .expect("register the plugin EP");
-        env
-    })
-}
 
 /// Whether this machine has a GPU stack the EP can use (the same probe the EP makes); says why
 /// not on stderr.
@@ -100,15 +54,6 @@ fn gpu_present() -> bool {
             false
         }
     }
-}
-
-/// Our EP's devices of type `ty`.
-fn ep_devices(ty: DeviceType) -> Vec<ort::device::Device<'static>> {
-    env()
-        .devices()
-        .filter(|d| d.ep().map(|n| n == EP_NAME).unwrap_or(false))
-        .filter(|d| d.hardware_device().ty() == ty)
-        .collect()
 }
 
 /// The tiny MiniMax-M3-shaped decoder layer (`models` fixture `dynamo_f32_floor`: f32, hidden
@@ -145,11 +90,7 @@ fn session(
 ) -> ort::Result<Session> {
     let devices = ep_devices(ty);
     assert!(!devices.is_empty(), "no {ty:?} device for {EP_NAME}");
-    let options: Vec<(String, String)> = options
-        .iter()
-        .map(|(k, v)| (format!("{EP_NAME}.{k}"), v.to_string()))
-        .collect();
-    let mut b = Session::builder(env())?.with_devices(devices, Some(&options))?;
+    let mut b = Session::builder(env())?.with_devices(devices, Some(&ep_options(options)))?;
     if let Some(log) = log {
         b = b.with_log_level(LogLevel::Verbose)?.with_logger(Arc::new(
             move |_lvl: LogLevel, _cat: &str, _id: &str, _loc: &str, msg: &str| {
@@ -160,26 +101,6 @@ fn session(
         ))?;
     }
     b.commit_from_memory(model)
-}
-
-/// Runs on a deterministic `hidden_states [2, 3, 64]`; every output as f32.
-fn run(session: &mut Session) -> Vec<Vec<f32>> {
-    let data: Vec<f32> = (0..2 * 3 * 64)
-        .map(|i| ((i * 7919 % 257) as f32 - 128.0) / 37.0)
-        .collect();
-    let input = Tensor::from_array(([2usize, 3, 64], data)).expect("tensor");
-    let outputs = session
-        .run(ort::inputs!["hidden_states" => input])
-        .expect("run");
-    outputs
-        .iter()
-        .map(|(_, v)| {
-            v.try_extract_tensor::<f32>()
-                .expect("f32 output")
-                .1
-                .to_vec()
-        })
-        .collect()
 }
 
 /// Re-runs test `name` of this binary in a child process with `vars`; returns its stderr.

@@ -4,72 +4,21 @@
 //!
 //! ONNX Runtime is the pip wheel's `libonnxruntime` (ORT_DYLIB_PATH, else found through
 //! `python3 -c "import onnxruntime"`); the library is MXFUSE_EP_LIB, else the newer of
-//! target/{release,debug}/libmxfuse_ep.so (`cargo build -p provider` builds it).
+//! target/{release,debug}/libmxfuse_ep.so (`cargo build -p provider` builds it); see
+//! `ort_harness`.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::OnceLock;
 
 use graph_rewrites::io::load_graph;
 use graph_rewrites::onnx_pb::attribute_proto::AttributeType;
 use graph_rewrites::onnx_pb::{AttributeProto, ModelProto};
 use graph_rewrites::pipeline::{run_pipeline, PipelineOptions};
-use ort::environment::Environment;
+use mxfuse_tests::ort_harness::{
+    env, ep_devices, ep_options, provider_lib, run_decoder, workspace,
+};
+use ort::memory::DeviceType;
 use ort::session::Session;
-use ort::value::Tensor;
 use prost::Message;
-
-const EP_NAME: &str = "MxFuseExecutionProvider";
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ has a parent")
-        .to_path_buf()
-}
-
-fn ort_dylib() -> PathBuf {
-    if let Some(p) = std::env::var_os("ORT_DYLIB_PATH") {
-        return p.into();
-    }
-    let out = Command::new("python3")
-        .args(["-c", "import onnxruntime, os, glob; d = os.path.dirname(onnxruntime.__file__) + '/capi/'; print(sorted(glob.glob(d + 'libonnxruntime.so*'))[0])"])
-        .output()
-        .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "pip onnxruntime not found: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-}
-
-fn provider_lib() -> PathBuf {
-    if let Some(p) = std::env::var_os("MXFUSE_EP_LIB") {
-        return p.into();
-    }
-    ["release", "debug"]
-        .iter()
-        .map(|p| workspace().join("target").join(p).join("libmxfuse_ep.so"))
-        .filter(|p| p.is_file())
-        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
-        .expect("libmxfuse_ep.so not built: run `cargo build -p provider`")
-}
-
-/// One environment per process (an `ort` rule), with the plugin EP registered.
-fn env() -> &'static Environment {
-    static ENV: OnceLock<Environment> = OnceLock::new();
-    ENV.get_or_init(|| {
-        let env = ort::init_from(ort_dylib())
-            .expect("load libonnxruntime")
-            .with_name("mxfuse-tests")
-            .build()
-            .expect("environment");
-        env.register_ep_library(EP_NAME, provider_lib())
-            .expect("register the plugin EP");
-        env
-    })
-}
 
 fn fixture(name: &str) -> PathBuf {
     workspace()
@@ -93,19 +42,11 @@ fn ep_session(model: &[u8]) -> ort::Result<Session> {
     ep_session_with(model, &[])
 }
 
-/// An EP session with provider options (`ort` wants them prefixed with the EP name).
+/// An EP session on the CPU device with provider options.
 fn ep_session_with(model: &[u8], options: &[(&str, &str)]) -> ort::Result<Session> {
-    let devices = env()
-        .devices()
-        // One device type per session: with a GPU the EP also offers a GPU device.
-        .filter(|d| d.ep().map(|n| n == EP_NAME).unwrap_or(false))
-        .filter(|d| d.hardware_device().ty() == ort::memory::DeviceType::CPU);
-    let options: Vec<(String, String)> = options
-        .iter()
-        .map(|(k, v)| (format!("{EP_NAME}.{k}"), v.to_string()))
-        .collect();
+    // One device type per session: with a GPU the EP also offers a GPU device.
     Session::builder(env())?
-        .with_devices(devices, Some(&options))?
+        .with_devices(ep_devices(DeviceType::CPU), Some(&ep_options(options)))?
         .commit_from_memory(model)
 }
 
@@ -115,25 +56,11 @@ fn custom_op_session(model: &[u8]) -> ort::Result<Session> {
         .commit_from_memory(model)
 }
 
-/// Runs `session` on a deterministic `hidden_states [2, 3, 64]` and returns every output's bits.
+/// Every output's bits of [`run_decoder`].
 fn run(session: &mut Session) -> Vec<Vec<u32>> {
-    let data: Vec<f32> = (0..2 * 3 * 64)
-        .map(|i| ((i * 7919 % 257) as f32 - 128.0) / 37.0)
-        .collect();
-    let input = Tensor::from_array(([2usize, 3, 64], data)).expect("tensor");
-    let outputs = session
-        .run(ort::inputs!["hidden_states" => input])
-        .expect("run");
-    outputs
+    run_decoder(session)
         .iter()
-        .map(|(_, v)| {
-            v.try_extract_tensor::<f32>()
-                .expect("f32 output")
-                .1
-                .iter()
-                .map(|x| x.to_bits())
-                .collect()
-        })
+        .map(|o| o.iter().map(|x| x.to_bits()).collect())
         .collect()
 }
 
