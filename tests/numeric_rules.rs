@@ -9,6 +9,7 @@ mod graph_eval;
 
 use std::collections::HashMap;
 
+use clap::ValueEnum;
 use graph_eval::Val;
 use graph_rewrites::ir::Graph;
 use graph_rewrites::pipeline::{run_pipeline, PipelineOptions};
@@ -270,22 +271,8 @@ fn norm_case(
 
 #[test]
 fn norm_spellings_match_the_reference_bit_for_bit() {
-    let norms = [
-        NormSpelling::PowRecip,
-        NormSpelling::PowDiv,
-        NormSpelling::MulRecip,
-        NormSpelling::MulDiv,
-        NormSpelling::RmsNormalization,
-        NormSpelling::Simplified,
-        NormSpelling::SkipSimplified,
-    ];
-    for norm in norms {
-        for gamma in [
-            GammaForm::Plain,
-            GammaForm::GemmaAddOne,
-            GammaForm::GemmaFolded,
-            GammaForm::GemmaCastAddOne,
-        ] {
+    for &norm in NormSpelling::value_variants() {
+        for &gamma in GammaForm::value_variants() {
             for residual in [true, false] {
                 norm_case(DType::F32, norm, gamma, QuantSpelling::StdFloor, residual);
             }
@@ -316,15 +303,6 @@ fn norm_half_precision_and_other_quantizers_match() {
 
 #[test]
 fn swiglu_spellings_match_the_reference_bit_for_bit() {
-    let spellings = [
-        SwigluSpelling::SiluMul,
-        SwigluSpelling::OaiClip,
-        SwigluSpelling::OaiMin,
-        SwigluSpelling::QuickGelu,
-        SwigluSpelling::OaiQuickGelu,
-        SwigluSpelling::Swish,
-        SwigluSpelling::Swiglu,
-    ];
     let cases = [
         (DType::F32, QuantSpelling::StdFloor),
         (DType::Bf16, QuantSpelling::StdFloor),
@@ -332,9 +310,22 @@ fn swiglu_spellings_match_the_reference_bit_for_bit() {
         (DType::F32, QuantSpelling::StdRceilMul),
         (DType::F32, QuantSpelling::Quark),
     ];
-    for s in spellings {
-        for gu in [GateUpForm::FusedSplit, GateUpForm::TwoMatmuls] {
-            for (dt, quant) in cases {
+    swiglu_grid(
+        SwigluSpelling::value_variants(),
+        &[GateUpForm::FusedSplit, GateUpForm::TwoMatmuls],
+        &cases,
+    );
+}
+
+/// [`swiglu_case`] on every spelling × gate/up form × (dtype, quantizer) of the lists.
+fn swiglu_grid(
+    spellings: &[SwigluSpelling],
+    forms: &[GateUpForm],
+    cases: &[(DType, QuantSpelling)],
+) {
+    for &s in spellings {
+        for &gu in forms {
+            for &(dt, quant) in cases {
                 let mut cfg = DecoderConfig::tiny();
                 (
                     cfg.dtype,
@@ -387,21 +378,11 @@ fn sliced_gate_up_matches_the_reference_bit_for_bit() {
         (DType::F16, QuantSpelling::StdRceilMul),
         (DType::F32, QuantSpelling::Quark),
     ];
-    for s in spellings {
-        for gu in [GateUpForm::FusedSlices, GateUpForm::Interleaved] {
-            for (dt, quant) in cases {
-                let mut cfg = DecoderConfig::tiny();
-                (
-                    cfg.dtype,
-                    cfg.spelling.swiglu,
-                    cfg.spelling.gate_up,
-                    cfg.spelling.quant,
-                    cfg.seed,
-                ) = (dt, s, gu, quant, 11);
-                swiglu_case(&cfg);
-            }
-        }
-    }
+    swiglu_grid(
+        &spellings,
+        &[GateUpForm::FusedSlices, GateUpForm::Interleaved],
+        &cases,
+    );
 }
 
 /// An f16 SwiGLU product that overflows to Inf: the graph's `Cast` to E8M0 of the Inf amax is

@@ -3,6 +3,7 @@
 //! o_proj inputs. One axis of [`models::Spelling`] is varied at a time from the MiniMax-M3
 //! torch-export default, plus the combinations that interact (dtype × casts, MoE router).
 
+use clap::ValueEnum;
 use graph_rewrites::ir::Graph;
 use graph_rewrites::pipeline::{run_pipeline, PipelineOptions, RewriteReport};
 use graph_rewrites::view::GraphView;
@@ -117,22 +118,8 @@ fn every_quant_spelling_fuses() {
 
 #[test]
 fn every_norm_spelling_and_gamma_form_fuses() {
-    let norms = [
-        NormSpelling::PowRecip,
-        NormSpelling::PowDiv,
-        NormSpelling::MulRecip,
-        NormSpelling::MulDiv,
-        NormSpelling::RmsNormalization,
-        NormSpelling::Simplified,
-        NormSpelling::SkipSimplified,
-    ];
-    for norm in norms {
-        for gamma in [
-            GammaForm::Plain,
-            GammaForm::GemmaAddOne,
-            GammaForm::GemmaFolded,
-            GammaForm::GemmaCastAddOne,
-        ] {
+    for &norm in NormSpelling::value_variants() {
+        for &gamma in GammaForm::value_variants() {
             for first in [true, false] {
                 let mut cfg = DecoderConfig::tiny();
                 cfg.spelling.norm = norm;
@@ -146,23 +133,8 @@ fn every_norm_spelling_and_gamma_form_fuses() {
 
 #[test]
 fn every_swiglu_spelling_fuses() {
-    let spellings = [
-        SwigluSpelling::SiluMul,
-        SwigluSpelling::OaiClip,
-        SwigluSpelling::OaiMin,
-        SwigluSpelling::QuickGelu,
-        SwigluSpelling::OaiQuickGelu,
-        SwigluSpelling::Swish,
-        SwigluSpelling::Swiglu,
-    ];
-    let forms = [
-        GateUpForm::FusedSplit,
-        GateUpForm::TwoMatmuls,
-        GateUpForm::FusedSlices,
-        GateUpForm::Interleaved,
-    ];
-    for s in spellings {
-        for gu in forms {
+    for &s in SwigluSpelling::value_variants() {
+        for &gu in GateUpForm::value_variants() {
             let mut cfg = DecoderConfig::tiny();
             cfg.spelling.swiglu = s;
             cfg.spelling.gate_up = gu;
