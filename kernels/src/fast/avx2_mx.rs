@@ -116,27 +116,28 @@ pub unsafe fn hsum(v: __m256) -> f32 {
 /// Output columns of one `[N, K]` unit.
 pub const NK_COLS: usize = 4;
 
-/// The `[N, K]` GEMV in registers: `R` rows of A (stride `lda`) against the 4 MXFP8 weight rows
-/// `q[c]` (scales `s[c]`), each 16-weight vector decoded once for all R rows; 8-lane partial sums
-/// per (row, column) over all of K, summed horizontally at the end. `None` when a block left the
+/// The `[N, K]` GEMV in registers: `R` rows of A (stride `lda`) against `C` MXFP8 weight rows
+/// `q[c]` (scales `s[c]`) of one 4-row unit, each 16-weight vector decoded once for all R rows
+/// (R·C ≤ 8 accumulators); 8-lane partial sums per (row, column) over all of K, summed
+/// horizontally at the end. `None` when a block left the
 /// fast route (NaN byte or scale > 246): the caller recomputes the unit exactly. Weights are
 /// prefetched `PF` bytes ahead of the decode.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn nk_regs<const R: usize>(
+pub unsafe fn nk_regs<const R: usize, const C: usize>(
     a: *const f32,
     lda: usize,
-    q: [*const u8; NK_COLS],
-    s: [*const u8; NK_COLS],
+    q: [*const u8; C],
+    s: [*const u8; C],
     k: usize,
-) -> Option<[[f32; NK_COLS]; R]> {
+) -> Option<[[f32; C]; R]> {
     const PF: usize = 1024;
     let z = _mm256_setzero_ps();
-    let mut acc = [[z; NK_COLS]; R];
+    let mut acc = [[z; C]; R];
     let mut nan = _mm256_setzero_si256();
     let mut big = false;
     for blk in 0..k / BLOCK {
         let off = blk * BLOCK;
-        for c in 0..NK_COLS {
+        for c in 0..C {
             let qc = q[c].add(off);
             // One line of 64 bytes per two blocks, PF bytes ahead in this row or, near its
             // end, in the same row of the next unit (4 rows on: rows n0..n0+4 are contiguous).
@@ -166,9 +167,9 @@ pub unsafe fn nk_regs<const R: usize>(
     if big || _mm256_movemask_epi8(nan) != 0 {
         return None;
     }
-    let mut out = [[0f32; NK_COLS]; R];
+    let mut out = [[0f32; C]; R];
     for (o, ar) in out.iter_mut().zip(&acc) {
-        for c in 0..NK_COLS {
+        for c in 0..C {
             o[c] = hsum(ar[c]);
         }
     }

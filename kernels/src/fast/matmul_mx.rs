@@ -2,7 +2,7 @@
 //! over output columns in contiguous chunks, one per thread, and every decoded weight vector is
 //! reused for all M rows:
 //!
-//! * `[N, K]` (trans_b = 1), units of 4 columns: M ≤ 2 decodes in registers next to the FMAs
+//! * `[N, K]` (trans_b = 1), units of 4 columns: M ≤ 4 decodes in registers next to the FMAs
 //!   (one pass over the weights, 8-lane partial sums over all of K); larger M, or a unit with a
 //!   block off the fast decode route, decodes 256-k tiles of the 4 columns into L1 and runs
 //!   2-row × 4-column register blocks over them.
@@ -87,10 +87,12 @@ pub(super) fn nk<O: Element>(
                 // (k/32 bytes) and the m rows of a are in bounds (check_matmul_io).
                 let in_regs = unsafe {
                     match m {
-                        1 => kern::nk_regs::<1>(a.as_ptr(), k, qs, ss, k)
+                        1 => kern::nk_regs::<1, 4>(a.as_ptr(), k, qs, ss, k)
                             .map(|o| vals[..1].copy_from_slice(&o)),
-                        2 => kern::nk_regs::<2>(a.as_ptr(), k, qs, ss, k)
+                        2 => kern::nk_regs::<2, 4>(a.as_ptr(), k, qs, ss, k)
                             .map(|o| vals[..2].copy_from_slice(&o)),
+                        3 => nk_regs_halves::<3>(a, k, qs, ss, &mut vals),
+                        4 => nk_regs_halves::<4>(a, k, qs, ss, &mut vals),
                         _ => None,
                     }
                 };
@@ -107,6 +109,27 @@ pub(super) fn nk<O: Element>(
             }
         },
     );
+}
+
+/// M = 3 or 4 in registers: the unit's columns in two halves of 2 (R·2 accumulators each), so
+/// each weight is still decoded once. `None` as `nk_regs`.
+///
+/// # Safety
+/// AVX2 detected; `qs` / `ss` are rows of k bytes and k/32 scales, `a` holds R rows of k.
+unsafe fn nk_regs_halves<const R: usize>(
+    a: &[f32],
+    k: usize,
+    qs: [*const u8; NK_COLS],
+    ss: [*const u8; NK_COLS],
+    vals: &mut [[f32; NK_COLS]],
+) -> Option<()> {
+    for h in [0, 2] {
+        let o = kern::nk_regs::<R, 2>(a.as_ptr(), k, [qs[h], qs[h + 1]], [ss[h], ss[h + 1]], k)?;
+        for (v, or) in vals.iter_mut().zip(&o) {
+            v[h..h + 2].copy_from_slice(or);
+        }
+    }
+    Some(())
 }
 
 /// One `[N, K]` unit through decoded tiles (exact deq, any block): `vals[r][c]` for all m rows.
