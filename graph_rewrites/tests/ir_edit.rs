@@ -36,6 +36,28 @@ fn op_order(g: &Graph) -> Vec<String> {
     g.nodes().iter().map(|&n| g.op_type(n).to_owned()).collect()
 }
 
+/// Adds an unnamed `op` node reading `input` and writing `output`.
+fn add_unary(g: &mut Graph, op: &str, input: ValueId, output: ValueId) -> NodeId {
+    g.add_node(NewNode {
+        op_type: op.into(),
+        inputs: vec![Some(input)],
+        outputs: vec![output],
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+/// The names of the `value_info` entries the saved model keeps.
+fn value_info_names(g: &Graph) -> Vec<String> {
+    g.to_model()
+        .graph
+        .unwrap()
+        .value_info
+        .into_iter()
+        .map(|v| v.name.unwrap())
+        .collect()
+}
+
 fn float_info() -> Option<TensorInfo> {
     Some(TensorInfo {
         elem_type: FLOAT,
@@ -126,21 +148,9 @@ fn stable_topo_sort_keeps_a_legal_order_and_moves_only_what_it_must() {
     let x = v(&g, "x");
     let y = v(&g, "y");
     let t = g.add_value("t", None);
-    g.add_node(NewNode {
-        op_type: "Neg".into(),
-        inputs: vec![Some(y)],
-        outputs: vec![t],
-        ..Default::default()
-    })
-    .unwrap();
+    add_unary(&mut g, "Neg", y, t);
     let u = g.add_value("u", None);
-    g.add_node(NewNode {
-        op_type: "Exp".into(),
-        inputs: vec![Some(x)],
-        outputs: vec![u],
-        ..Default::default()
-    })
-    .unwrap();
+    add_unary(&mut g, "Exp", x, u);
     g.topo_sort().unwrap();
     assert_eq!(op_order(&g), ["Abs", "Relu", "Add", "Neg", "Exp"]);
 }
@@ -153,24 +163,10 @@ fn new_node_feeding_existing_readers_is_placed_before_them() {
     g.remove_node(relu);
     assert_eq!(g.producer(r), None);
     let x = v(&g, "x");
-    g.add_node(NewNode {
-        op_type: "Abs".into(),
-        inputs: vec![Some(x)],
-        outputs: vec![r],
-        ..Default::default()
-    })
-    .unwrap();
+    add_unary(&mut g, "Abs", x, r);
     assert_eq!(op_order(&g), ["Abs", "Add", "Neg"]);
     assert_eq!(g.consumers(r).as_ref(), &[(add, 0)]);
-    let vi: Vec<_> = g
-        .to_model()
-        .graph
-        .unwrap()
-        .value_info
-        .into_iter()
-        .map(|v| v.name.unwrap())
-        .collect();
-    assert_eq!(vi, ["a"]);
+    assert_eq!(value_info_names(&g), ["a"]);
 }
 
 #[test]
@@ -187,13 +183,7 @@ fn cycles_are_detected_on_load_and_on_sort() {
     // Relu now reads y, which depends on Relu.
     let relu = n(&g, "Relu_0");
     g.remove_node(relu);
-    g.add_node(NewNode {
-        op_type: "Relu".into(),
-        inputs: vec![Some(y)],
-        outputs: vec![r],
-        ..Default::default()
-    })
-    .unwrap();
+    add_unary(&mut g, "Relu", y, r);
     let err = g.topo_sort().unwrap_err();
     assert!(
         err.to_string().starts_with("graph has a cycle through"),
@@ -206,13 +196,7 @@ fn replacing_a_graph_output_keeps_the_output_name() {
     let mut g = chain();
     let (a, y) = (v(&g, "a"), v(&g, "y"));
     let z = g.add_value("z", None);
-    g.add_node(NewNode {
-        op_type: "Abs".into(),
-        inputs: vec![Some(a)],
-        outputs: vec![z],
-        ..Default::default()
-    })
-    .unwrap();
+    add_unary(&mut g, "Abs", a, z);
     g.replace_all_uses(y, z);
     assert_eq!(g.value_name(z), "y");
     assert!(g.is_graph_output(z) && !g.is_graph_output(y));
@@ -361,13 +345,7 @@ fn a_fresh_value_produced_after_the_replacement_takes_the_output_name() {
     let (a, y) = (v(&g, "a"), v(&g, "y"));
     let z = g.add_value("z", None);
     g.replace_all_uses(y, z);
-    g.add_node(NewNode {
-        op_type: "Abs".into(),
-        inputs: vec![Some(a)],
-        outputs: vec![z],
-        ..Default::default()
-    })
-    .unwrap();
+    add_unary(&mut g, "Abs", a, z);
     g.dce();
     g.topo_sort().unwrap();
     let m = g.to_model().graph.unwrap();
@@ -380,15 +358,7 @@ fn a_fresh_value_produced_after_the_replacement_takes_the_output_name() {
 fn fresh_values_nothing_defines_leave_no_value_info() {
     let mut g = chain();
     g.add_value("abandoned", float_info());
-    let names: Vec<_> = g
-        .to_model()
-        .graph
-        .unwrap()
-        .value_info
-        .into_iter()
-        .map(|v| v.name.unwrap())
-        .collect();
-    assert_eq!(names, ["a"]);
+    assert_eq!(value_info_names(&g), ["a"]);
 }
 
 #[test]
