@@ -186,6 +186,29 @@ impl ModelBuilder {
         self
     }
 
+    /// AMD Quark's MXFP8 fake quant, `com.amd.quark::MXQuantizeDequantize(element_dtype=
+    /// fp8_e4m3, block_size, axis)`, of `input` into `output`.
+    pub fn quark_fake_quant(
+        &mut self,
+        input: &str,
+        output: &str,
+        block_size: i64,
+        axis: i64,
+    ) -> &mut Self {
+        let attrs = [
+            ("element_dtype", Attr::S("fp8_e4m3")),
+            ("block_size", Attr::I(block_size)),
+            ("axis", Attr::I(axis)),
+        ];
+        self.node_in(
+            "com.amd.quark",
+            "MXQuantizeDequantize",
+            &[input],
+            &[output],
+            &attrs,
+        )
+    }
+
     pub fn model(&self) -> ModelProto {
         ModelProto {
             ir_version: Some(10),

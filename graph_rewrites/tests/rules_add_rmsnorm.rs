@@ -6,7 +6,7 @@ use graph_rewrites::pattern::predicates::dtype::{
     DOUBLE, FLOAT, FLOAT16, FLOAT8E4M3FN, FLOAT8E8M0,
 };
 use graph_rewrites::pipeline::{run_pipeline, PipelineOptions, RewriteReport};
-use graph_rewrites::testing::{Attr, ModelBuilder};
+use graph_rewrites::testing::ModelBuilder;
 use graph_rewrites::view::{AttrValue, GraphView, NodeId};
 
 const H: i64 = 64;
@@ -169,19 +169,8 @@ fn build(c: &Case) -> ModelBuilder {
         "w"
     };
     b.node("Mul", &["n", g], &["y"]).value_info("y", t, &[4, h]);
-    let qattrs = [
-        ("element_dtype", Attr::S("fp8_e4m3")),
-        ("block_size", Attr::I(c.quark_block)),
-        ("axis", Attr::I(c.quark_axis)),
-    ];
-    b.node_in(
-        "com.amd.quark",
-        "MXQuantizeDequantize",
-        &["y"],
-        &["yq"],
-        &qattrs,
-    )
-    .value_info("yq", t, &[4, h]);
+    b.quark_fake_quant("y", "yq", c.quark_block, c.quark_axis)
+        .value_info("yq", t, &[4, h]);
     b.init_f32("wq", &[H, 16], &vec![0.5; (H * 16) as usize]);
     b.node("MatMul", &["yq", "wq"], &["out"])
         .output("out", t, &[4, 16]);

@@ -48,18 +48,7 @@ fn ops(g: &dyn GraphView) -> Vec<String> {
 
 /// Quark MX fake quant of `x [4, k]` → MatMul(W[k, 16]) = out.
 fn quark_matmul(b: &mut ModelBuilder, x: &str, k: i64) {
-    let qattrs = [
-        ("element_dtype", Attr::S("fp8_e4m3")),
-        ("block_size", Attr::I(32)),
-        ("axis", Attr::I(-1)),
-    ];
-    b.node_in(
-        "com.amd.quark",
-        "MXQuantizeDequantize",
-        &[x],
-        &["xq"],
-        &qattrs,
-    );
+    b.quark_fake_quant(x, "xq", 32, -1);
     b.init_f32("w", &[k, 16], &vec![0.25; (k * 16) as usize]);
     b.node("MatMul", &["xq", "w"], &["out"])
         .output("out", FLOAT, &[4, 16]);
@@ -573,18 +562,7 @@ fn opset13_gemma_norm(axes: &[i64]) -> ModelBuilder {
     }
     b.value_info("wf", FLOAT, &[H])
         .value_info("g1", FLOAT, &[H]);
-    let qattrs = [
-        ("element_dtype", Attr::S("fp8_e4m3")),
-        ("block_size", Attr::I(32)),
-        ("axis", Attr::I(-1)),
-    ];
-    b.node_in(
-        "com.amd.quark",
-        "MXQuantizeDequantize",
-        &["y"],
-        &["yq"],
-        &qattrs,
-    );
+    b.quark_fake_quant("y", "yq", 32, -1);
     b.init_raw("wm", F16, &[H, 16], [0x00, 0x34].repeat((H * 16) as usize));
     b.node("MatMul", &["yq", "wm"], &["out"])
         .output("out", F16, &[4, 16]);

@@ -119,18 +119,7 @@ fn build(c: &Case) -> ModelBuilder {
     b.init_f32("w", &[I, 16], &vec![0.5; (I * 16) as usize]);
     match c.standard {
         None => {
-            let qattrs = [
-                ("element_dtype", Attr::S("fp8_e4m3")),
-                ("block_size", Attr::I(32)),
-                ("axis", Attr::I(-1)),
-            ];
-            b.node_in(
-                "com.amd.quark",
-                "MXQuantizeDequantize",
-                &["act"],
-                &["aq"],
-                &qattrs,
-            );
+            b.quark_fake_quant("act", "aq", 32, -1);
         }
         Some((k, round)) => {
             b.init_i64("bshape", &[3], &[0, I / 32, 32])
