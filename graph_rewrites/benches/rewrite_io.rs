@@ -15,10 +15,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use graph_rewrites::onnx_pb::{
-    attribute_proto::AttributeType, tensor_proto::DataLocation, tensor_shape_proto, type_proto,
-    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto,
-    TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
+    tensor_proto::DataLocation, tensor_shape_proto, type_proto, GraphProto, ModelProto,
+    OperatorSetIdProto, StringStringEntryProto, TensorProto, TensorShapeProto, TypeProto,
+    ValueInfoProto,
 };
+use graph_rewrites::testing::{node_proto, Attr};
 use prost::Message;
 
 const FLOAT: i32 = 1;
@@ -51,16 +52,11 @@ struct Gen {
 }
 
 impl Gen {
-    fn node(&mut self, op: &str, inputs: &[&str], outputs: &[&str], attrs: Vec<AttributeProto>) {
+    fn node(&mut self, op: &str, inputs: &[&str], outputs: &[&str], attrs: &[(&str, Attr<'_>)]) {
         let name = format!("{op}_{}", self.g.node.len());
-        self.g.node.push(NodeProto {
-            input: inputs.iter().map(|s| s.to_string()).collect(),
-            output: outputs.iter().map(|s| s.to_string()).collect(),
-            name: Some(name),
-            op_type: Some(op.into()),
-            attribute: attrs,
-            ..Default::default()
-        });
+        self.g
+            .node
+            .push(node_proto("", op, &name, inputs, outputs, attrs));
     }
 
     /// A float weight of `dims` stored externally, 4 KiB aligned.
@@ -103,36 +99,36 @@ impl Gen {
             [".xb", ".ab", ".amax", ".amax_s", ".scale", ".q", ".dq"]
                 .map(|s| format!("{p}{s}"))
                 .into();
-        self.node("Reshape", &[x, &shape], &[&xb], vec![]);
-        self.node("Abs", &[&xb], &[&ab], vec![]);
+        self.node("Reshape", &[x, &shape], &[&xb], &[]);
+        self.node("Abs", &[&xb], &[&ab], &[]);
         self.node(
             "ReduceMax",
             &[&ab, "ax_last"],
             &[&amax],
-            vec![int("keepdims", 0)],
+            &[("keepdims", Attr::I(0))],
         );
-        self.node("Mul", &[&amax, "inv_2pow_emax"], &[&amax_s], vec![]);
-        let cast_attrs = vec![
-            int("to", 24),
-            string("round_mode", "down"),
-            int("saturate", 1),
+        self.node("Mul", &[&amax, "inv_2pow_emax"], &[&amax_s], &[]);
+        let cast_attrs = [
+            ("to", Attr::I(24)),
+            ("round_mode", Attr::S("down")),
+            ("saturate", Attr::I(1)),
         ];
-        self.node("Cast", &[&amax_s], &[&scale], cast_attrs);
-        let q_attrs = vec![
-            int("axis", -1),
-            int("block_size", 32),
-            int("output_dtype", 17),
-            int("saturate", 1),
+        self.node("Cast", &[&amax_s], &[&scale], &cast_attrs);
+        let q_attrs = [
+            ("axis", Attr::I(-1)),
+            ("block_size", Attr::I(32)),
+            ("output_dtype", Attr::I(17)),
+            ("saturate", Attr::I(1)),
         ];
-        self.node("QuantizeLinear", &[x, &scale], &[&q], q_attrs);
+        self.node("QuantizeLinear", &[x, &scale], &[&q], &q_attrs);
         self.node(
             "DequantizeLinear",
             &[&q, &scale],
             &[&dq],
-            vec![
-                int("axis", -1),
-                int("block_size", 32),
-                int("output_dtype", FLOAT as i64),
+            &[
+                ("axis", Attr::I(-1)),
+                ("block_size", Attr::I(32)),
+                ("output_dtype", Attr::I(FLOAT as i64)),
             ],
         );
         let b = k / 32;
@@ -149,33 +145,6 @@ impl Gen {
             self.g.value_info.push(typed(name, elem, &tail));
         }
         dq
-    }
-}
-
-fn int(name: &str, v: i64) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        r#type: Some(AttributeType::Int as i32),
-        i: Some(v),
-        ..Default::default()
-    }
-}
-
-fn string(name: &str, v: &str) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        r#type: Some(AttributeType::String as i32),
-        s: Some(v.as_bytes().to_vec()),
-        ..Default::default()
-    }
-}
-
-fn float(name: &str, v: f32) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        r#type: Some(AttributeType::Float as i32),
-        f: Some(v),
-        ..Default::default()
     }
 }
 
@@ -233,10 +202,10 @@ fn generate(dir: &Path, layers: usize, s: &Size) -> u64 {
     );
     let (mut hid, mut res) = ("x".to_owned(), "residual".to_owned());
     let norm_attrs = || {
-        vec![
-            int("axis", -1),
-            float("epsilon", 1e-6),
-            int("stash_type", 1),
+        [
+            ("axis", Attr::I(-1)),
+            ("epsilon", Attr::F(1e-6)),
+            ("stash_type", Attr::I(1)),
         ]
     };
     for l in 0..layers {
@@ -247,35 +216,35 @@ fn generate(dir: &Path, layers: usize, s: &Size) -> u64 {
         gen.external(&p("w_o"), &[h, h]);
         gen.external(&p("w_gu"), &[h, 2 * i]);
         gen.external(&p("w_down"), &[i, h]);
-        gen.node("Add", &[&hid, &res], &[&p("sum1")], vec![]);
+        gen.node("Add", &[&hid, &res], &[&p("sum1")], &[]);
         gen.node(
             "RMSNormalization",
             &[&p("sum1"), &p("g1")],
             &[&p("n1")],
-            norm_attrs(),
+            &norm_attrs(),
         );
         let d1 = gen.mx_qdq(&p("n1"), h, &p("q1"));
-        gen.node("MatMul", &[&d1, &p("w_o")], &[&p("attn")], vec![]);
-        gen.node("Add", &[&p("attn"), &p("sum1")], &[&p("sum2")], vec![]);
+        gen.node("MatMul", &[&d1, &p("w_o")], &[&p("attn")], &[]);
+        gen.node("Add", &[&p("attn"), &p("sum1")], &[&p("sum2")], &[]);
         gen.node(
             "RMSNormalization",
             &[&p("sum2"), &p("g2")],
             &[&p("n2")],
-            norm_attrs(),
+            &norm_attrs(),
         );
         let d2 = gen.mx_qdq(&p("n2"), h, &p("q2"));
-        gen.node("MatMul", &[&d2, &p("w_gu")], &[&p("gu")], vec![]);
+        gen.node("MatMul", &[&d2, &p("w_gu")], &[&p("gu")], &[]);
         gen.node(
             "Split",
             &[&p("gu")],
             &[&p("gate"), &p("up")],
-            vec![int("axis", -1), int("num_outputs", 2)],
+            &[("axis", Attr::I(-1)), ("num_outputs", Attr::I(2))],
         );
-        gen.node("Sigmoid", &[&p("gate")], &[&p("sig")], vec![]);
-        gen.node("Mul", &[&p("gate"), &p("sig")], &[&p("silu")], vec![]);
-        gen.node("Mul", &[&p("silu"), &p("up")], &[&p("act")], vec![]);
+        gen.node("Sigmoid", &[&p("gate")], &[&p("sig")], &[]);
+        gen.node("Mul", &[&p("gate"), &p("sig")], &[&p("silu")], &[]);
+        gen.node("Mul", &[&p("silu"), &p("up")], &[&p("act")], &[]);
         let d3 = gen.mx_qdq(&p("act"), i, &p("q3"));
-        gen.node("MatMul", &[&d3, &p("w_down")], &[&p("down")], vec![]);
+        gen.node("MatMul", &[&d3, &p("w_down")], &[&p("down")], &[]);
         let widths = [
             ("sum1", h),
             ("n1", h),
@@ -292,7 +261,7 @@ fn generate(dir: &Path, layers: usize, s: &Size) -> u64 {
         }
         (hid, res) = (p("down"), p("sum2"));
     }
-    gen.node("Add", &[&hid, &res], &["y"], vec![]);
+    gen.node("Add", &[&hid, &res], &["y"], &[]);
     gen.g.output = vec![typed("y", FLOAT, &[h])];
     let model = ModelProto {
         ir_version: Some(10),

@@ -62,6 +62,46 @@ pub enum Attr<'a> {
     Is(&'a [i64]),
 }
 
+/// The `AttributeProto` of `a` named `name`.
+pub fn attribute(name: &str, a: &Attr<'_>) -> AttributeProto {
+    let mut p = AttributeProto {
+        name: Some(name.into()),
+        ..Default::default()
+    };
+    match a {
+        Attr::I(i) => (p.r#type, p.i) = (Some(AttributeType::Int as i32), Some(*i)),
+        Attr::F(f) => (p.r#type, p.f) = (Some(AttributeType::Float as i32), Some(*f)),
+        Attr::S(s) => {
+            (p.r#type, p.s) = (
+                Some(AttributeType::String as i32),
+                Some(s.as_bytes().to_vec()),
+            )
+        }
+        Attr::Is(v) => (p.r#type, p.ints) = (Some(AttributeType::Ints as i32), v.to_vec()),
+    }
+    p
+}
+
+/// A `NodeProto` of `domain::op` named `name`, with attributes.
+pub fn node_proto(
+    domain: &str,
+    op: &str,
+    name: &str,
+    inputs: &[&str],
+    outputs: &[&str],
+    attrs: &[(&str, Attr<'_>)],
+) -> NodeProto {
+    NodeProto {
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: outputs.iter().map(|s| s.to_string()).collect(),
+        name: Some(name.into()),
+        op_type: Some(op.into()),
+        domain: Some(domain.into()),
+        attribute: attrs.iter().map(|(n, a)| attribute(n, a)).collect(),
+        ..Default::default()
+    }
+}
+
 impl ModelBuilder {
     /// A model importing the ONNX domain at `opset`.
     pub fn new(opset: i64) -> Self {
@@ -150,39 +190,10 @@ impl ModelBuilder {
         outputs: &[&str],
         attrs: &[(&str, Attr<'_>)],
     ) -> &mut Self {
-        let attribute = attrs
-            .iter()
-            .map(|(name, a)| {
-                let mut p = AttributeProto {
-                    name: Some((*name).into()),
-                    ..Default::default()
-                };
-                match a {
-                    Attr::I(i) => (p.r#type, p.i) = (Some(AttributeType::Int as i32), Some(*i)),
-                    Attr::F(f) => (p.r#type, p.f) = (Some(AttributeType::Float as i32), Some(*f)),
-                    Attr::S(s) => {
-                        (p.r#type, p.s) = (
-                            Some(AttributeType::String as i32),
-                            Some(s.as_bytes().to_vec()),
-                        )
-                    }
-                    Attr::Is(v) => {
-                        (p.r#type, p.ints) = (Some(AttributeType::Ints as i32), v.to_vec())
-                    }
-                }
-                p
-            })
-            .collect();
         let name = format!("{op}_{}", self.g.node.len());
-        self.g.node.push(NodeProto {
-            input: inputs.iter().map(|s| s.to_string()).collect(),
-            output: outputs.iter().map(|s| s.to_string()).collect(),
-            name: Some(name),
-            op_type: Some(op.into()),
-            domain: Some(domain.into()),
-            attribute,
-            ..Default::default()
-        });
+        self.g
+            .node
+            .push(node_proto(domain, op, &name, inputs, outputs, attrs));
         self
     }
 
