@@ -4,7 +4,7 @@ whose $OUT/gpu_anchor.json gives the Inductor columns). Writes $OUT/bench_<secti
 tables. Sections (argv, default all): norm swiglu gemm thr. Old and new kernel variants are timed
 side by side in the same process (norm: one block per row vs rows split over clusters; GEMM: the
 first tensor-core kernel vs the split-K cluster kernel over its cluster sizes and block sizes)."""
-import json, os, sys
+import ast, json, os, sys
 import torch
 from mxgpu import CLUSTERS, Module, Ops, F_RCEIL, F_GEMMA, F_GAMMA_F32, F_OAI, F_FP32_ACT, norm_split, sk_choice
 
@@ -13,23 +13,20 @@ dev = "cuda"
 torch.manual_seed(0)
 
 
-def graph_time(fn, iters=200, reps=15):
-    fn(); torch.cuda.synchronize()
-    s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        for _ in range(3): fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(iters): fn()
-    for _ in range(3): g.replay()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a = torch.cuda.Event(enable_timing=True); b = torch.cuda.Event(enable_timing=True)
-        a.record(); g.replay(); b.record(); torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b) * 1000 / iters)
-    ts.sort(); return ts[len(ts) // 2]
+def _baseline_graph_time():
+    """`graph_time` of torch_baseline.py, so both files time the same way. That file is a verbatim
+    copy of a shared script that measures on import, so only its `def graph_time` is run here."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_baseline.py")
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "graph_time")
+    scope = {"torch": torch}
+    exec(compile(ast.Module([fn], type_ignores=[]), path, "exec"), scope)
+    return scope["graph_time"]
+
+
+# CUDA-graph replay of `iters` back-to-back calls of fn, median of `reps` replays: us per call.
+graph_time = _baseline_graph_time()
 
 
 def main():
