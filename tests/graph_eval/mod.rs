@@ -511,18 +511,7 @@ fn mxfuse(g: &Graph, n: NodeId, op: &str, ins: &[Option<Val>]) -> Res<Vec<Option
                 &Serial,
             )
             .map_err(kerr)?;
-            Ok(vec![
-                Some(Val::Bytes {
-                    dtype: DType::E4M3,
-                    shape,
-                    data: q,
-                }),
-                Some(Val::Bytes {
-                    dtype: DType::E8M0,
-                    shape: ss,
-                    data: s,
-                }),
-            ])
+            Ok(quant_outputs(shape, q, ss, s))
         }
         "AddRmsNormMxQuant" => {
             let attrs = AddRmsNormAttrs::from_pairs(pairs).map_err(kerr)?;
@@ -561,18 +550,7 @@ fn mxfuse(g: &Graph, n: NodeId, op: &str, ins: &[Option<Val>]) -> Res<Vec<Option
                 &Serial,
             )
             .map_err(kerr)?;
-            let mut out = vec![
-                Some(Val::Bytes {
-                    dtype: DType::E4M3,
-                    shape: shape.clone(),
-                    data: q,
-                }),
-                Some(Val::Bytes {
-                    dtype: DType::E8M0,
-                    shape: ss,
-                    data: s,
-                }),
-            ];
+            let mut out = quant_outputs(shape.clone(), q, ss, s);
             if outs > 2 {
                 out.push(Some(Val::F(from_bytes(dt, &shape, r)?)));
             }
@@ -608,18 +586,7 @@ fn mxfuse(g: &Graph, n: NodeId, op: &str, ins: &[Option<Val>]) -> Res<Vec<Option
                 &Serial,
             )
             .map_err(kerr)?;
-            Ok(vec![
-                Some(Val::Bytes {
-                    dtype: DType::E4M3,
-                    shape,
-                    data: q,
-                }),
-                Some(Val::Bytes {
-                    dtype: DType::E8M0,
-                    shape: ss,
-                    data: s,
-                }),
-            ])
+            Ok(quant_outputs(shape, q, ss, s))
         }
         "MxMatMul" => {
             let attrs = MxMatMulAttrs::from_pairs(pairs).map_err(kerr)?;
@@ -667,4 +634,26 @@ fn mxfuse(g: &Graph, n: NodeId, op: &str, ins: &[Option<Val>]) -> Res<Vec<Option
             "com.mxfuse::{other} is not implemented by the test evaluator"
         )),
     }
+}
+
+/// The `(q, scale)` outputs of an MX quantizing op: E4M3 bytes `q` of `shape`, E8M0 bytes `s`
+/// of `scale_shape`.
+fn quant_outputs(
+    shape: Vec<usize>,
+    q: Vec<u8>,
+    scale_shape: Vec<usize>,
+    s: Vec<u8>,
+) -> Vec<Option<Val>> {
+    vec![
+        Some(Val::Bytes {
+            dtype: DType::E4M3,
+            shape,
+            data: q,
+        }),
+        Some(Val::Bytes {
+            dtype: DType::E8M0,
+            shape: scale_shape,
+            data: s,
+        }),
+    ]
 }
