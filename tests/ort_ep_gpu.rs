@@ -22,7 +22,9 @@
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
-use mxfuse_tests::ort_harness::{env, ep_devices, ep_options, run_decoder as run, EP_NAME};
+use mxfuse_tests::ort_harness::{
+    creation_error, env, ep_devices, ep_options, run_decoder as run, EP_NAME,
+};
 use ort::logging::LogLevel;
 use ort::memory::DeviceType;
 use ort::session::Session;
@@ -177,10 +179,10 @@ fn without_a_gpu_only_the_cpu_device_is_offered_and_a_line_says_why() {
         lines[0]
     );
     // Asking for the GPU anyway is a clear session-creation error, not a crash.
-    let err = match session(DeviceType::CPU, &model(), &[("device", "gpu")], None) {
-        Ok(_) => panic!("device=gpu without a GPU must be refused"),
-        Err(e) => e.to_string(),
-    };
+    let err = creation_error(
+        session(DeviceType::CPU, &model(), &[("device", "gpu")], None),
+        "device=gpu without a GPU",
+    );
     assert!(
         err.contains("device=gpu") && err.contains("no GPU runtime"),
         "{err}"
@@ -308,15 +310,15 @@ fn gpu_session_errors_are_clear() {
     } else {
         DeviceType::GPU
     };
-    let err = match session(
-        ty,
-        &model(),
-        &[("device", "gpu"), ("world_size", "2")],
-        None,
-    ) {
-        Ok(_) => panic!("world_size=2 must be refused"),
-        Err(e) => e.to_string(),
-    };
+    let err = creation_error(
+        session(
+            ty,
+            &model(),
+            &[("device", "gpu"), ("world_size", "2")],
+            None,
+        ),
+        "world_size=2",
+    );
     assert!(err.contains("world_size=2"), "{err}");
     // Quark's fake quantizer has no GPU kernel: a session-creation error naming it.
     let fx = models::catalog::fixtures()
@@ -337,10 +339,10 @@ fn gpu_session_errors_are_clear() {
 
 #[test]
 fn world_size_above_one_is_a_session_error_on_any_device() {
-    let err = match session(DeviceType::CPU, &model(), &[("world_size", "4")], None) {
-        Ok(_) => panic!("world_size=4 must be refused"),
-        Err(e) => e.to_string(),
-    };
+    let err = creation_error(
+        session(DeviceType::CPU, &model(), &[("world_size", "4")], None),
+        "world_size=4",
+    );
     assert!(
         err.contains("world_size=4") && err.contains("AllReduce"),
         "{err}"

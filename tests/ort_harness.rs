@@ -106,3 +106,13 @@ pub fn run_decoder(session: &mut Session) -> Vec<Vec<f32>> {
         })
         .collect()
 }
+
+/// The error text of a session creation that must fail; panics with `refused` (what should have
+/// been refused) when it succeeds.
+#[track_caller]
+pub fn creation_error(result: ort::Result<Session>, refused: &str) -> String {
+    match result {
+        Ok(_) => panic!("{refused} must be refused"),
+        Err(e) => e.to_string(),
+    }
+}
