@@ -267,36 +267,22 @@ fn decomposed(b: &mut GraphBuilder, cfg: &DecoderConfig, p: &str, s: &Tensor) ->
             vec![attr_i("to", i64::from(s.elem))],
         )
     };
+    // γ in `(dtype, stored)` as [`gamma`] takes them; every branch reads the same `{p}.weight`.
+    let weight = |b: &mut GraphBuilder, dtypes: (DType, DType)| {
+        gamma(b, sp.gamma, dtypes, cfg.hidden, &format!("{p}.weight"))
+    };
     match (sp.gamma, casts) {
         (GammaForm::Plain, true) => {
             let nt = cast_back(b, &n, &format!("{p}.normalized_cast"));
-            let g = gamma(
-                b,
-                sp.gamma,
-                (cfg.dtype, cfg.dtype),
-                cfg.hidden,
-                &format!("{p}.weight"),
-            );
+            let g = weight(b, (cfg.dtype, cfg.dtype));
             b.op("Mul", &[&g.name, &nt.name], &out, s.elem, shape.clone())
         }
         (GammaForm::Plain, false) => {
-            let g = gamma(
-                b,
-                sp.gamma,
-                (cdt, cfg.dtype),
-                cfg.hidden,
-                &format!("{p}.weight"),
-            );
+            let g = weight(b, (cdt, cfg.dtype));
             b.op("Mul", &[&g.name, &n.name], &out, s.elem, shape.clone())
         }
         (_, true) => {
-            let g = gamma(
-                b,
-                sp.gamma,
-                (DType::F32, cfg.dtype),
-                cfg.hidden,
-                &format!("{p}.weight"),
-            );
+            let g = weight(b, (DType::F32, cfg.dtype));
             let y = b.op(
                 "Mul",
                 &[&n.name, &g.name],
@@ -307,13 +293,7 @@ fn decomposed(b: &mut GraphBuilder, cfg: &DecoderConfig, p: &str, s: &Tensor) ->
             cast_back(b, &y, &out)
         }
         (_, false) => {
-            let g = gamma(
-                b,
-                sp.gamma,
-                (cdt, cfg.dtype),
-                cfg.hidden,
-                &format!("{p}.weight"),
-            );
+            let g = weight(b, (cdt, cfg.dtype));
             b.op("Mul", &[&n.name, &g.name], &out, s.elem, shape.clone())
         }
     }
