@@ -241,17 +241,9 @@ unsafe fn prepack_constants(kernel: &mut dyn Kernel, info: *const OrtKernelInfo)
     let mut constants = Vec::with_capacity(n);
     for m in &metas {
         constants.push(match m {
-            Some((meta, p)) => {
-                let len = meta.byte_len()?;
-                // SAFETY: ORT keeps constant initializers alive for the session; the bytes are
-                // only read during this call.
-                let data = if len == 0 || p.is_null() {
-                    &[][..]
-                } else {
-                    std::slice::from_raw_parts(*p, len)
-                };
-                Some(TensorRef { meta, data })
-            }
+            // SAFETY: ORT keeps constant initializers alive for the session; the bytes are only
+            // read during this call.
+            Some((meta, p)) => Some(TensorRef::from_raw(meta, *p)?),
             None => None,
         });
     }

@@ -8,7 +8,7 @@ use ort_sys::{OrtKernelContext, OrtValue};
 use crate::error::{Error, Result};
 use crate::ffi::api::{api, check};
 use crate::ort_types::{ort_from_onnx, value_type_and_dims};
-use crate::tensor::{Meta, TensorMut, TensorRef};
+use crate::tensor::{raw_bytes_mut, Meta, TensorMut, TensorRef};
 
 /// The inputs of one kernel invocation: metas (owned) plus pointers to ORT's data.
 pub struct Inputs {
@@ -43,17 +43,9 @@ impl Inputs {
             .zip(&self.data)
             .map(|(meta, &p)| match meta {
                 None => Ok(None),
-                Some(meta) => {
-                    let len = meta.byte_len()?;
-                    // SAFETY: ORT guarantees `len` bytes of CPU data for a tensor of this meta
-                    // for the duration of Compute; an empty tensor may have a NULL pointer.
-                    let data = if len == 0 || p.is_null() {
-                        &[][..]
-                    } else {
-                        unsafe { std::slice::from_raw_parts(p, len) }
-                    };
-                    Ok(Some(TensorRef { meta, data }))
-                }
+                // SAFETY: ORT guarantees the bytes of CPU data for a tensor of this meta for the
+                // duration of Compute.
+                Some(meta) => unsafe { TensorRef::from_raw(meta, p) }.map(Some),
             })
             .collect()
     }
@@ -140,11 +132,7 @@ pub unsafe fn alloc_output<'a>(
     let Some(p) = output_address(ctx, index, meta)? else {
         return Ok(None);
     };
-    let len = meta.byte_len()?;
-    if len == 0 || p == 0 {
-        return Ok(Some(&mut []));
-    }
-    Ok(Some(std::slice::from_raw_parts_mut(p as *mut u8, len)))
+    Ok(Some(raw_bytes_mut(p as *mut u8, meta.byte_len()?)))
 }
 
 /// Runs `kernel` on the inputs of `ctx`, writing straight into ORT's output buffers.

@@ -40,6 +40,53 @@ pub struct TensorMut<'a> {
     pub data: &'a mut [u8],
 }
 
+/// The `len` bytes at `p`. ORT may hand an empty tensor a NULL pointer, so a zero length or a
+/// NULL `p` is the empty slice.
+///
+/// # Safety
+/// Unless empty as above, `p` must point at `len` readable bytes that nothing writes during `'a`.
+pub unsafe fn raw_bytes<'a>(p: *const u8, len: usize) -> &'a [u8] {
+    if len == 0 || p.is_null() {
+        &[]
+    } else {
+        std::slice::from_raw_parts(p, len)
+    }
+}
+
+/// [`raw_bytes`] to write.
+///
+/// # Safety
+/// Unless empty, `p` must point at `len` writable bytes that nothing else accesses during `'a`.
+pub unsafe fn raw_bytes_mut<'a>(p: *mut u8, len: usize) -> &'a mut [u8] {
+    if len == 0 || p.is_null() {
+        &mut []
+    } else {
+        std::slice::from_raw_parts_mut(p, len)
+    }
+}
+
+impl<'a> TensorRef<'a> {
+    /// The tensor of `meta` whose bytes are at `p` (see [`raw_bytes`]).
+    ///
+    /// # Safety
+    /// As [`raw_bytes`] with `meta.byte_len()` bytes.
+    pub unsafe fn from_raw(meta: &'a Meta, p: *const u8) -> Result<Self> {
+        let data = raw_bytes(p, meta.byte_len()?);
+        Ok(TensorRef { meta, data })
+    }
+}
+
+impl<'a> TensorMut<'a> {
+    /// The tensor of `meta` to write at `p` (see [`raw_bytes_mut`]).
+    ///
+    /// # Safety
+    /// As [`raw_bytes_mut`] with `meta.byte_len()` bytes.
+    pub unsafe fn from_raw(meta: &'a Meta, p: *mut u8) -> Result<Self> {
+        let data = raw_bytes_mut(p, meta.byte_len()?);
+        Ok(TensorMut { meta, data })
+    }
+}
+
 /// An owned tensor (executor intermediates).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tensor {

@@ -23,9 +23,10 @@ use super::memory::{DeviceBox, DeviceMemory};
 use crate::error::{Error, Result};
 use crate::kernel_io::{alloc_output, output_address, read_input_addresses};
 use crate::ops::{self, dtype, transpose_bytes, Kernel, Parallelism};
+use crate::ort_types::element_count;
 use crate::program::{prepack, Program};
 use crate::program_slots::{mxfuse_attrs, Slots};
-use crate::tensor::{Meta, TensorMut, TensorRef};
+use crate::tensor::{raw_bytes, Meta, TensorMut, TensorRef};
 
 /// The default stream: ORT's copies through our data transfer are synchronous, so kernels and
 /// copies are ordered without stream handling.
@@ -121,15 +122,6 @@ fn gpu(e: kernels::gpu::GpuError) -> Error {
         kernels::gpu::GpuError::Kernel(k) => k.into(),
         other => Error::Ort(format!("GPU: {other}")),
     }
-}
-
-fn elements(m: &Meta) -> Result<usize> {
-    m.dims.iter().try_fold(1usize, |acc, &d| {
-        usize::try_from(d)
-            .ok()
-            .and_then(|d| acc.checked_mul(d))
-            .ok_or_else(|| Error::invalid(format!("bad dims {:?}", m.dims)))
-    })
 }
 
 fn last_dim(m: &Meta, what: &str) -> Result<usize> {
@@ -368,7 +360,7 @@ impl GpuProgram {
                 let (q, s) = (output(0, "q")?.1, output(1, "scale")?.1);
                 rt.mx_quantize(
                     dtype(xm.dtype)?,
-                    elements(xm)?,
+                    element_count(&xm.dims)?,
                     k,
                     *x,
                     q,
@@ -381,7 +373,7 @@ impl GpuProgram {
                 let (xm, x) = input(0, "x")?;
                 let (gm, gamma) = input(2, "gamma")?;
                 let h = last_dim(xm, "x")?;
-                let rows = elements(xm)? / h.max(1);
+                let rows = element_count(&xm.dims)? / h.max(1);
                 let bufs = NormBuffers {
                     x: *x,
                     residual: opt_in(1),
@@ -407,7 +399,7 @@ impl GpuProgram {
                 let (gm, gate) = input(0, "gate")?;
                 let (qm, q) = output(0, "q")?;
                 let i = last_dim(qm, "q")?;
-                let rows = elements(qm)? / i.max(1);
+                let rows = element_count(&qm.dims)? / i.max(1);
                 let bufs = match opt_in(1) {
                     Some(up) => SwiGluBuffers::Separate { gate: *gate, up },
                     None => SwiGluBuffers::Fused { gate_up: *gate },
@@ -428,7 +420,7 @@ impl GpuProgram {
                 let (_, a_s) = input(1, "a_scale")?;
                 let (ym, y) = output(0, "y")?;
                 let k = last_dim(am, "a_q")?;
-                let m = elements(am)? / k.max(1);
+                let m = element_count(&am.dims)? / k.max(1);
                 let n = last_dim(ym, "y")?;
                 let b = match packed {
                     Some((q, s)) => GpuMatB::Mx {
@@ -481,13 +473,8 @@ impl GpuProgram {
             inputs.push(match v {
                 None => None,
                 Some((meta, p)) => {
-                    let bytes = meta.byte_len()?;
-                    let data: &[u8] = if bytes == 0 || p == 0 {
-                        &[]
-                    } else {
-                        // SAFETY: ORT's host tensor of this meta, valid during Compute.
-                        std::slice::from_raw_parts(p as *const u8, bytes)
-                    };
+                    // SAFETY: ORT's host tensor of this meta, valid during Compute.
+                    let data = raw_bytes(p as *const u8, meta.byte_len()?);
                     let b = DeviceBox::upload(&self.memory, data)?;
                     let addr = b.ptr();
                     uploads.push(b);
@@ -520,36 +507,18 @@ unsafe fn host_launch(
     ins: &[Option<&(Meta, u64)>],
     outs: &[Option<(Meta, u64)>],
 ) -> Result<()> {
-    let bytes =
-        |(m, p): &(Meta, u64)| -> Result<(usize, *mut u8)> { Ok((m.byte_len()?, *p as *mut u8)) };
     let mut in_views = Vec::with_capacity(ins.len());
     for v in ins {
         in_views.push(match v {
             None => None,
-            Some(v) => {
-                let (len, p) = bytes(v)?;
-                let data: &[u8] = if len == 0 || p.is_null() {
-                    &[]
-                } else {
-                    std::slice::from_raw_parts(p, len)
-                };
-                Some(TensorRef { meta: &v.0, data })
-            }
+            Some((meta, p)) => Some(TensorRef::from_raw(meta, *p as *const u8)?),
         });
     }
     let mut out_views = Vec::with_capacity(outs.len());
     for v in outs {
         out_views.push(match v {
             None => None,
-            Some(v) => {
-                let (len, p) = bytes(v)?;
-                let data: &mut [u8] = if len == 0 || p.is_null() {
-                    &mut []
-                } else {
-                    std::slice::from_raw_parts_mut(p, len)
-                };
-                Some(TensorMut { meta: &v.0, data })
-            }
+            Some((meta, p)) => Some(TensorMut::from_raw(meta, *p as *mut u8)?),
         });
     }
     step.shapes
