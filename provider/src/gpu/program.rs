@@ -22,7 +22,7 @@ use super::device::{DevicePlacement, Placement};
 use super::memory::{DeviceBox, DeviceMemory};
 use crate::error::{Error, Result};
 use crate::kernel_io::{alloc_output, output_address, read_input_addresses};
-use crate::ops::{self, dtype, transpose_bytes, Kernel, Parallelism};
+use crate::ops::{self, dtype, transpose_mx_weight, Kernel, Parallelism};
 use crate::ort_types::element_count;
 use crate::program::{prepack, Program};
 use crate::program_slots::{mxfuse_attrs, Slots};
@@ -138,17 +138,27 @@ fn pack_weight(
     b: &ConstTensor,
     bs: &ConstTensor,
 ) -> Result<Option<(DeviceBox, DeviceBox)>> {
-    let e4m3 = DType::E4M3.onnx_code();
-    if b.elem_type != e4m3 || b.dims.len() != 2 || bs.dims.len() != 2 {
+    let (b_meta, bs_meta) = (
+        Meta::new(b.elem_type, b.dims.clone()),
+        Meta::new(bs.elem_type, bs.dims.clone()),
+    );
+    let packed = transpose_mx_weight(
+        &TensorRef {
+            meta: &b_meta,
+            data: &b.raw,
+        },
+        &TensorRef {
+            meta: &bs_meta,
+            data: &bs.raw,
+        },
+    );
+    // Not such a constant, or malformed: the launch's own checks report it.
+    let Some(packed) = packed else {
         return Ok(None);
-    }
-    let (k, n, kb) = (b.dims[0] as usize, b.dims[1] as usize, bs.dims[0] as usize);
-    if b.raw.len() != k * n || bs.raw.len() != kb * n || bs.dims[1] as usize != n {
-        return Ok(None); // malformed: the launch's own checks report it
-    }
+    };
     Ok(Some((
-        DeviceBox::upload(memory, &transpose_bytes(&b.raw, k, n))?,
-        DeviceBox::upload(memory, &transpose_bytes(&bs.raw, kb, n))?,
+        DeviceBox::upload(memory, &packed.q)?,
+        DeviceBox::upload(memory, &packed.scales)?,
     )))
 }
 

@@ -15,11 +15,11 @@ use crate::error::Result;
 use crate::tensor::{Meta, TensorMut, TensorRef};
 
 /// An MX weight transposed to `[N, K]` with scales `[N, K/32]`.
-struct PackedB {
-    q: Vec<u8>,
-    scales: Vec<u8>,
-    q_dims: [usize; 2],
-    scale_dims: [usize; 2],
+pub(crate) struct PackedB {
+    pub q: Vec<u8>,
+    pub scales: Vec<u8>,
+    pub q_dims: [usize; 2],
+    pub scale_dims: [usize; 2],
 }
 
 pub struct MxMatMul {
@@ -36,8 +36,29 @@ impl MxMatMul {
     }
 }
 
+/// The MX weight `b [K, N]` (E4M3) with scales `[K/32, N]` transposed to `[N, K]` /
+/// `[N, K/32]`; `None` when they are not such a pair. Shared with the GPU executor, which uploads
+/// the result for its tensor-core GEMM.
+pub(crate) fn transpose_mx_weight(b: &TensorRef<'_>, bs: &TensorRef<'_>) -> Option<PackedB> {
+    let e4m3 = DType::E4M3.onnx_code();
+    if b.meta.dtype != e4m3 || b.meta.dims.len() != 2 || bs.meta.dims.len() != 2 {
+        return None;
+    }
+    let (kk, n) = (b.meta.dims[0] as usize, b.meta.dims[1] as usize);
+    let kb = bs.meta.dims[0] as usize;
+    if b.data.len() != kk * n || bs.data.len() != kb * n || bs.meta.dims[1] as usize != n {
+        return None; // malformed: left to the kernels' own checks and their messages
+    }
+    Some(PackedB {
+        q: transpose_bytes(b.data, kk, n),
+        scales: transpose_bytes(bs.data, kb, n),
+        q_dims: [n, kk],
+        scale_dims: [n, kb],
+    })
+}
+
 /// `src [rows, cols]` (1-byte elements) transposed to `[cols, rows]`.
-pub(crate) fn transpose_bytes(src: &[u8], rows: usize, cols: usize) -> Vec<u8> {
+fn transpose_bytes(src: &[u8], rows: usize, cols: usize) -> Vec<u8> {
     let mut dst = vec![0u8; src.len()];
     for r in 0..rows {
         for c in 0..cols {
@@ -82,25 +103,12 @@ impl Kernel for MxMatMul {
         let (Some(Some(b)), Some(Some(bs))) = (constants.get(2), constants.get(3)) else {
             return Ok(());
         };
-        let e4m3 = DType::E4M3.onnx_code();
-        if self.attrs.trans_b
-            || b.meta.dtype != e4m3
-            || b.meta.dims.len() != 2
-            || bs.meta.dims.len() != 2
-        {
-            return Ok(());
+        if self.attrs.trans_b {
+            return Ok(()); // already the fast layout
         }
-        let (kk, n) = (b.meta.dims[0] as usize, b.meta.dims[1] as usize);
-        let kb = bs.meta.dims[0] as usize;
-        if b.data.len() != kk * n || bs.data.len() != kb * n || bs.meta.dims[1] as usize != n {
-            return Ok(()); // malformed: leave it to compute's checks and their message
+        if let Some(packed) = transpose_mx_weight(b, bs) {
+            self.packed = Some(packed);
         }
-        self.packed = Some(PackedB {
-            q: transpose_bytes(b.data, kk, n),
-            scales: transpose_bytes(bs.data, kb, n),
-            q_dims: [n, kk],
-            scale_dims: [n, kb],
-        });
         Ok(())
     }
 
