@@ -22,8 +22,7 @@ use crate::kernel_io::run_kernel;
 use crate::ops::schema::{self, AttrKind, OpSchema, Slot};
 use crate::ops::{self, Attrs, Kernel, Parallelism};
 use crate::ort_attrs::attr_by_name;
-use crate::ort_types::value_type_and_dims;
-use crate::ort_types::{ort_from_onnx, read_tensor_shape_info};
+use crate::ort_types::{ort_from_onnx, read_tensor_shape_info, tensor_data, value_type_and_dims};
 use crate::tensor::{Meta, TensorRef};
 use graph_rewrites::view::{AttrValue, Dim};
 
@@ -234,9 +233,7 @@ unsafe fn prepack_constants(kernel: &mut dyn Kernel, info: *const OrtKernelInfo)
             continue;
         }
         let (dtype, dims) = value_type_and_dims(value)?;
-        let mut data: *const c_void = ptr::null();
-        check((ort.GetTensorData)(value, &mut data))?;
-        metas[i] = Some((Meta::new(dtype, dims), data as *const u8));
+        metas[i] = Some((Meta::new(dtype, dims), tensor_data(value)? as *const u8));
     }
     let mut constants = Vec::with_capacity(n);
     for m in &metas {

@@ -1,13 +1,12 @@
 //! Reading a kernel's inputs from an `OrtKernelContext` and allocating its outputs there.
 
-use std::ffi::c_void;
 use std::ptr;
 
 use ort_sys::{OrtKernelContext, OrtValue};
 
 use crate::error::{Error, Result};
 use crate::ffi::api::{api, check};
-use crate::ort_types::{ort_from_onnx, value_type_and_dims};
+use crate::ort_types::{ort_from_onnx, tensor_data, tensor_data_mut, value_type_and_dims};
 use crate::tensor::{raw_bytes_mut, Meta, TensorMut, TensorRef};
 
 /// The inputs of one kernel invocation: metas (owned) plus pointers to ORT's data.
@@ -69,9 +68,7 @@ pub unsafe fn read_input_addresses(ctx: *mut OrtKernelContext) -> Result<Vec<Opt
             continue;
         }
         let (dtype, dims) = value_type_and_dims(value)?;
-        let mut p: *const c_void = ptr::null();
-        check((ort.GetTensorData)(value, &mut p))?;
-        out.push(Some((Meta::new(dtype, dims), p as u64)));
+        out.push(Some((Meta::new(dtype, dims), tensor_data(value)? as u64)));
     }
     Ok(out)
 }
@@ -113,9 +110,7 @@ pub unsafe fn output_address(
             meta.dtype
         )));
     }
-    let mut p: *mut c_void = ptr::null_mut();
-    check((ort.GetTensorMutableData)(value, &mut p))?;
-    Ok(Some(p as u64))
+    Ok(Some(tensor_data_mut(value)? as u64))
 }
 
 /// Allocates output `index` of `ctx` with `meta` (host memory) and returns its bytes, or `None`

@@ -7,7 +7,8 @@ use ort_sys::{OrtNode, OrtOpAttr, OrtOpAttrType, OrtStatusPtr, OrtValue};
 
 use crate::error::{Error, Result};
 use crate::ffi::api::{api, c_string, check, owned_str};
-use crate::ort_types::{elem_size, element_count, value_type_and_dims};
+use crate::ort_types::{elem_size, element_count, tensor_data, value_type_and_dims};
+use crate::tensor::raw_bytes;
 use graph_rewrites::view::{AttrValue, ConstTensor};
 
 /// Largest constant tensor copied out of ORT for the matcher. Rules only need small constants
@@ -162,7 +163,6 @@ pub unsafe fn read_attr(attr: *const OrtOpAttr) -> Result<AttrValue> {
 /// # Safety
 /// `value` must be a valid tensor `OrtValue*` in CPU memory.
 pub unsafe fn copy_tensor(value: *const OrtValue, max_bytes: usize) -> Result<Option<ConstTensor>> {
-    let ort = api()?.ort;
     let (elem_type, dims) = value_type_and_dims(value)?;
     let Some(size) = elem_size(elem_type) else {
         return Ok(None);
@@ -173,13 +173,7 @@ pub unsafe fn copy_tensor(value: *const OrtValue, max_bytes: usize) -> Result<Op
     if bytes > max_bytes {
         return Ok(None);
     }
-    let mut data: *const c_void = ptr::null();
-    check((ort.GetTensorData)(value, &mut data))?;
-    let raw = if bytes == 0 || data.is_null() {
-        Vec::new()
-    } else {
-        std::slice::from_raw_parts(data as *const u8, bytes).to_vec()
-    };
+    let raw = raw_bytes(tensor_data(value)? as *const u8, bytes).to_vec();
     Ok(Some(ConstTensor {
         elem_type,
         dims,

@@ -5,6 +5,8 @@
 //! INT2 = 25, FLOAT8E8M0 = 26, while ONNX has FLOAT8E8M0 = 24, UINT2 = 25, INT2 = 26 (and the same
 //! 21..23). Everything inside mxfuse uses ONNX's numbering; conversion happens only here.
 
+use std::ffi::c_void;
+
 use ort_sys::{
     ONNXTensorElementDataType as OrtType, OrtTensorTypeAndShapeInfo, OrtTypeInfo, OrtValue,
 };
@@ -130,6 +132,26 @@ pub unsafe fn value_type_and_dims(value: *const OrtValue) -> Result<(i32, Vec<i6
         std::slice::from_raw_parts(dims, rank).to_vec()
     };
     Ok((onnx_from_ort(t), dims))
+}
+
+/// The data address of tensor `value` (host or device memory, where ORT placed it).
+///
+/// # Safety
+/// `value` must be a valid tensor `OrtValue*`.
+pub unsafe fn tensor_data(value: *const OrtValue) -> Result<*const c_void> {
+    let mut p: *const c_void = std::ptr::null();
+    check((api()?.ort.GetTensorData)(value, &mut p))?;
+    Ok(p)
+}
+
+/// [`tensor_data`] to write.
+///
+/// # Safety
+/// `value` must be a valid tensor `OrtValue*`.
+pub unsafe fn tensor_data_mut(value: *mut OrtValue) -> Result<*mut c_void> {
+    let mut p: *mut c_void = std::ptr::null_mut();
+    check((api()?.ort.GetTensorMutableData)(value, &mut p))?;
+    Ok(p)
 }
 
 /// Number of elements of `dims`, with overflow and negative dims reported as errors.

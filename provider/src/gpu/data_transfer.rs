@@ -4,7 +4,6 @@
 //! (the factory is not stream aware), so ORT never waits on a stream of ours.
 
 use std::ffi::c_void;
-use std::ptr;
 use std::sync::Arc;
 
 use ort_sys::{OrtMemoryInfoDeviceType, OrtStatusPtr, OrtSyncStream, OrtValue};
@@ -15,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::ffi::api::{api, check};
 use crate::ffi::ep_abi::ORT_API_VERSION;
 use crate::ffi::guard::{guard_status, guard_value};
+use crate::ort_types::{tensor_data, tensor_data_mut};
 
 /// Which way one copy goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,10 +129,7 @@ impl DataTransfer {
                 "copy of {bytes} bytes into a {dst_bytes}-byte tensor"
             )));
         }
-        let mut s: *const c_void = ptr::null();
-        check((ort.GetTensorData)(src, &mut s))?;
-        let mut d: *mut c_void = ptr::null_mut();
-        check((ort.GetTensorMutableData)(dst, &mut d))?;
+        let (s, d) = (tensor_data(src)?, tensor_data_mut(dst)?);
         copy_bytes(&*self.memory, direction, s as u64, d as u64, bytes)
     }
 }

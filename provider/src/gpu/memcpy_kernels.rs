@@ -20,7 +20,7 @@ use crate::ffi::api::{api, c_string, check};
 use crate::ffi::ep_abi::{Unused, ORT_API_VERSION};
 use crate::ffi::guard::{guard_status, guard_value};
 use crate::options::EP_NAME;
-use crate::ort_types::value_type_and_dims;
+use crate::ort_types::{tensor_data, tensor_data_mut, value_type_and_dims};
 
 /// Element types the copies accept (every fixed-size tensor type).
 const TYPES: &[T] = &[
@@ -230,10 +230,7 @@ unsafe extern "system" fn compute(
         ))?;
         let mut bytes = 0usize;
         check((ort.GetTensorSizeInBytes)(input, &mut bytes))?;
-        let mut src: *const c_void = ptr::null();
-        check((ort.GetTensorData)(input, &mut src))?;
-        let mut dst: *mut c_void = ptr::null_mut();
-        check((ort.GetTensorMutableData)(output, &mut dst))?;
+        let (src, dst) = (tensor_data(input)?, tensor_data_mut(output)?);
         copy_bytes(&*k.memory, k.direction, src as u64, dst as u64, bytes)
     })
 }
