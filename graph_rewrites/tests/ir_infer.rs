@@ -86,6 +86,20 @@ fn expect(g: &Graph, name: &str, elem_type: i32, spec: &str) {
     assert_eq!(info_of(g, name), Some(want), "value '{name}'");
 }
 
+/// Unary elementwise ops: the output has the input's type and shape.
+const UNARY: [&str; 10] = [
+    "Sqrt",
+    "Reciprocal",
+    "Sigmoid",
+    "Abs",
+    "Neg",
+    "Relu",
+    "Tanh",
+    "Erf",
+    "Exp",
+    "Identity",
+];
+
 #[test]
 fn elementwise_ops_broadcast_with_symbolic_dims() {
     let mut b = ModelBuilder::new(24);
@@ -101,18 +115,7 @@ fn elementwise_ops_broadcast_with_symbolic_dims() {
         .node("Equal", &["x", "y"], &["eq"])
         .node("Where", &["cond", "x", "y"], &["where"])
         .node("Add", &["a23", "a43"], &["incompatible"]);
-    for op in [
-        "Sqrt",
-        "Reciprocal",
-        "Sigmoid",
-        "Abs",
-        "Neg",
-        "Relu",
-        "Tanh",
-        "Erf",
-        "Exp",
-        "Identity",
-    ] {
+    for op in UNARY {
         let out = format!("u_{op}");
         b.node(op, &["x"], &[&out]);
     }
@@ -138,20 +141,9 @@ fn elementwise_ops_broadcast_with_symbolic_dims() {
     expect(&g, "clip", FLOAT, "b,s,1,64");
     expect(&g, "eq", BOOL, "b,s,8,64");
     expect(&g, "where", FLOAT, "b,s,8,64");
-    for op in [
-        "Sqrt",
-        "Reciprocal",
-        "Sigmoid",
-        "Abs",
-        "Neg",
-        "Relu",
-        "Tanh",
-    ] {
+    for op in UNARY {
         expect(&g, &format!("u_{op}"), FLOAT, "b,s,1,64");
     }
-    expect(&g, "u_Erf", FLOAT, "b,s,1,64");
-    expect(&g, "u_Exp", FLOAT, "b,s,1,64");
-    expect(&g, "u_Identity", FLOAT, "b,s,1,64");
     // 3 against 4 cannot broadcast: the type is known, the shape is not.
     let bad = info_of(&g, "incompatible").expect("type inferred");
     assert_eq!((bad.elem_type, bad.shape), (FLOAT, None));
@@ -708,6 +700,16 @@ fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/fixtures")
 }
 
+/// The `.onnx` fixtures of `models/fixtures` and `models/fixtures/real`, unsorted.
+fn fixture_files() -> Vec<PathBuf> {
+    ["", "real"]
+        .iter()
+        .flat_map(|sub| std::fs::read_dir(fixtures().join(sub)).expect("fixtures dir"))
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "onnx"))
+        .collect()
+}
+
 fn rewrite(model: ModelProto, dir: &Path) -> (RewriteReport, Graph) {
     let mut g = Graph::from_model(model, Some(dir)).expect("model loads");
     let report = run_pipeline(&mut g, &PipelineOptions::default()).expect("pipeline runs");
@@ -738,12 +740,7 @@ fn outcome(r: &RewriteReport) -> Outcome {
 
 #[test]
 fn fixtures_without_value_info_fuse_exactly_as_with_it() {
-    let mut files: Vec<PathBuf> = ["", "real"]
-        .iter()
-        .flat_map(|sub| std::fs::read_dir(fixtures().join(sub)).expect("fixtures dir"))
-        .map(|e| e.expect("dir entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "onnx"))
-        .collect();
+    let mut files = fixture_files();
     files.sort();
     assert!(files.len() >= 10, "found {} fixtures", files.len());
     let mut fused_total = 0;
@@ -811,12 +808,7 @@ fn quark_sample_activations_fuse_through_inference() {
 /// derives, e.g. `seq + 1`, or slices of a symbolic axis).
 #[test]
 fn inference_agrees_with_exported_value_info() {
-    let mut files: Vec<PathBuf> = ["", "real"]
-        .iter()
-        .flat_map(|sub| std::fs::read_dir(fixtures().join(sub)).expect("fixtures dir"))
-        .map(|e| e.expect("dir entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "onnx"))
-        .collect();
+    let mut files = fixture_files();
     files.extend(quark_sample());
     files.sort();
     let (mut contradictions, mut partial, mut total) = (Vec::new(), Vec::new(), 0);
