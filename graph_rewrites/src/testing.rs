@@ -18,6 +18,8 @@ use crate::onnx_pb::{
     ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto,
     ValueInfoProto,
 };
+use crate::pipeline::{run_pipeline, PipelineOptions, RewriteReport};
+use crate::view::{AttrValue, GraphView, NodeId, ValueId};
 use crate::Error;
 
 /// Builds a [`ModelProto`] node by node.
@@ -233,4 +235,49 @@ impl ModelBuilder {
     pub fn graph(&self) -> Result<Graph, Error> {
         Graph::from_model(self.model(), None)
     }
+
+    /// The graph after the default rewrite pipeline, with its report. Panics (a test helper)
+    /// when the graph does not load or the pipeline fails.
+    pub fn rewrite(&self) -> (RewriteReport, Graph) {
+        let mut g = self.graph().expect("test graph loads");
+        let report = run_pipeline(&mut g, &PipelineOptions::default()).expect("pipeline runs");
+        (report, g)
+    }
+
+    /// Why `rule` refused the builder's graph, asserting it fused nothing.
+    pub fn refusal(&self, rule: &str) -> String {
+        let (report, _) = self.rewrite();
+        assert_eq!(report.counts[rule], 0, "{report:#?}");
+        let r = report.rejections.iter().find(|r| r.rule == rule);
+        r.unwrap_or_else(|| panic!("no {rule} rejection: {report:#?}"))
+            .reason
+            .clone()
+    }
+}
+
+/// The op types of `g`'s nodes, in order.
+pub fn op_types(g: &dyn GraphView) -> Vec<String> {
+    g.nodes()
+        .iter()
+        .map(|n| g.op_type(*n).to_string())
+        .collect()
+}
+
+/// The first node of `op` in `g`; panics (a test helper) when there is none.
+pub fn first_node(g: &dyn GraphView, op: &str) -> NodeId {
+    let n = g.nodes().iter().copied().find(|n| g.op_type(*n) == op);
+    n.unwrap_or_else(|| panic!("no {op} node"))
+}
+
+/// Attribute `name` of node `n`; panics (a test helper) when it is missing.
+pub fn node_attr(g: &dyn GraphView, n: NodeId, name: &str) -> AttrValue {
+    g.attr(n, name)
+        .unwrap_or_else(|| panic!("attribute {name} missing"))
+}
+
+/// The names of `vs`, `""` for an omitted optional value.
+pub fn value_names(g: &dyn GraphView, vs: &[Option<ValueId>]) -> Vec<String> {
+    vs.iter()
+        .map(|v| v.map_or(String::new(), |v| g.value_name(v).to_string()))
+        .collect()
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use graph_rewrites::io::load_graph;
 use graph_rewrites::pattern::predicates::dtype::{FLOAT, FLOAT8E4M3FN, FLOAT8E8M0};
 use graph_rewrites::pipeline::{run_pipeline, PipelineOptions};
-use graph_rewrites::testing::{Attr, ModelBuilder};
+use graph_rewrites::testing::{op_types, Attr, ModelBuilder};
 use graph_rewrites::view::GraphView;
 
 fn sample(name: &str) -> Option<PathBuf> {
@@ -21,13 +21,6 @@ fn sample(name: &str) -> Option<PathBuf> {
         );
         None
     }
-}
-
-fn op_types(g: &dyn GraphView) -> Vec<String> {
-    g.nodes()
-        .iter()
-        .map(|n| g.op_type(*n).to_string())
-        .collect()
 }
 
 fn attr_s(g: &dyn GraphView, n: graph_rewrites::view::NodeId, name: &str) -> String {

@@ -2,11 +2,12 @@
 //! with its reason. (Every spelling × quantizer combination of real exporters runs through the
 //! rule in `tests/rules_matrix.rs`, built by the `models` crate.)
 
+use graph_rewrites::ir::Graph;
 use graph_rewrites::pattern::predicates::dtype::{
     DOUBLE, FLOAT, FLOAT16, FLOAT8E4M3FN, FLOAT8E8M0,
 };
-use graph_rewrites::pipeline::{run_pipeline, PipelineOptions, RewriteReport};
-use graph_rewrites::testing::ModelBuilder;
+use graph_rewrites::pipeline::RewriteReport;
+use graph_rewrites::testing::{first_node, node_attr, value_names, ModelBuilder};
 use graph_rewrites::view::{AttrValue, GraphView, NodeId};
 
 const H: i64 = 64;
@@ -182,43 +183,17 @@ fn build(c: &Case) -> ModelBuilder {
     b
 }
 
-fn rewrite(c: &Case) -> (RewriteReport, graph_rewrites::ir::Graph) {
-    let mut g = build(c).graph().expect("test graph loads");
-    let report = run_pipeline(&mut g, &PipelineOptions::default()).expect("pipeline runs");
-    (report, g)
+fn rewrite(c: &Case) -> (RewriteReport, Graph) {
+    build(c).rewrite()
 }
 
 fn fused_node(g: &dyn GraphView) -> NodeId {
-    let n = g
-        .nodes()
-        .iter()
-        .copied()
-        .find(|n| g.op_type(*n) == "AddRmsNormMxQuant");
-    n.expect("an AddRmsNormMxQuant node")
-}
-
-fn attr(g: &dyn GraphView, n: NodeId, name: &str) -> AttrValue {
-    g.attr(n, name)
-        .unwrap_or_else(|| panic!("attribute {name} missing"))
-}
-
-fn names(g: &dyn GraphView, vs: &[Option<graph_rewrites::view::ValueId>]) -> Vec<String> {
-    vs.iter()
-        .map(|v| v.map_or(String::new(), |v| g.value_name(v).to_string()))
-        .collect()
+    first_node(g, "AddRmsNormMxQuant")
 }
 
 /// The refusal reason of `add_rmsnorm_mxquant`, asserting it did not fuse.
 fn refusal(c: &Case) -> String {
-    let (report, _) = rewrite(c);
-    assert_eq!(report.counts["add_rmsnorm_mxquant"], 0, "{report:#?}");
-    let r = report
-        .rejections
-        .iter()
-        .find(|r| r.rule == "add_rmsnorm_mxquant");
-    r.unwrap_or_else(|| panic!("no add_rmsnorm_mxquant rejection: {report:#?}"))
-        .reason
-        .clone()
+    build(c).refusal("add_rmsnorm_mxquant")
 }
 
 #[test]
@@ -230,10 +205,10 @@ fn decomposed_norm_with_residual_becomes_one_fused_op() {
     let n = fused_node(&g);
     let ins: Vec<_> = g.inputs(n).to_vec();
     // Without an AllReduce the Add's operands keep their order (the sum is commutative).
-    assert_eq!(names(&g, &ins), ["residual", "x", "w"]);
+    assert_eq!(value_names(&g, &ins), ["residual", "x", "w"]);
     // q, scale, and the residual sum keeping its name (it is a graph output).
     let outs: Vec<_> = g.outputs(n).iter().map(|v| Some(*v)).collect();
-    let outs = names(&g, &outs);
+    let outs = value_names(&g, &outs);
     assert_eq!(outs[2], "sum");
     assert_eq!(outs.len(), 3);
     assert_eq!(
@@ -245,16 +220,19 @@ fn decomposed_norm_with_residual_becomes_one_fused_op() {
         FLOAT8E8M0
     );
     assert_eq!(
-        attr(&g, n, "inv_form"),
+        node_attr(&g, n, "inv_form"),
         AttrValue::String("recip_mul".into())
     );
-    assert_eq!(attr(&g, n, "gemma"), AttrValue::Int(0));
-    assert_eq!(attr(&g, n, "allreduce"), AttrValue::Int(0));
-    assert_eq!(attr(&g, n, "epsilon"), AttrValue::Float(1e-6));
+    assert_eq!(node_attr(&g, n, "gemma"), AttrValue::Int(0));
+    assert_eq!(node_attr(&g, n, "allreduce"), AttrValue::Int(0));
+    assert_eq!(node_attr(&g, n, "epsilon"), AttrValue::Float(1e-6));
     // Quark's quantizer: OCP floor, NaN ignored when picking the scale.
-    assert_eq!(attr(&g, n, "scale_rule"), AttrValue::String("floor".into()));
     assert_eq!(
-        attr(&g, n, "nan_policy"),
+        node_attr(&g, n, "scale_rule"),
+        AttrValue::String("floor".into())
+    );
+    assert_eq!(
+        node_attr(&g, n, "nan_policy"),
         AttrValue::String("ignore".into())
     );
 }
@@ -272,10 +250,13 @@ fn first_layer_div_and_gemma_add_one() {
     let n = fused_node(&g);
     let ins: Vec<_> = g.inputs(n).to_vec();
     // No residual: the optional input is empty; γ is w itself (the +1 is the `gemma` flag).
-    assert_eq!(names(&g, &ins), ["x", "", "w"]);
+    assert_eq!(value_names(&g, &ins), ["x", "", "w"]);
     assert_eq!(g.outputs(n).len(), 2);
-    assert_eq!(attr(&g, n, "inv_form"), AttrValue::String("div".into()));
-    assert_eq!(attr(&g, n, "gemma"), AttrValue::Int(1));
+    assert_eq!(
+        node_attr(&g, n, "inv_form"),
+        AttrValue::String("div".into())
+    );
+    assert_eq!(node_attr(&g, n, "gemma"), AttrValue::Int(1));
     assert!(
         g.value_by_name("w1").and_then(|v| g.producer(v)).is_none(),
         "Add(w, 1) absorbed"
@@ -291,7 +272,7 @@ fn allreduce_is_absorbed() {
     let (report, g) = rewrite(&c);
     assert_eq!(report.counts["add_rmsnorm_mxquant"], 1, "{report:#?}");
     let n = fused_node(&g);
-    assert_eq!(attr(&g, n, "allreduce"), AttrValue::Int(1));
+    assert_eq!(node_attr(&g, n, "allreduce"), AttrValue::Int(1));
     assert_eq!(g.value_name(g.inputs(n)[0].unwrap()), "x");
     assert!(g.nodes().iter().all(|n| g.op_type(*n) != "AllReduce"));
 }
@@ -309,8 +290,8 @@ fn absorbs_the_allreduce_only_the_add_reads() {
     assert_eq!(report.counts["add_rmsnorm_mxquant"], 1, "{report:#?}");
     let n = fused_node(&g);
     let ins: Vec<_> = g.inputs(n).to_vec();
-    assert_eq!(names(&g, &ins), ["x", "res_ar", "w"]);
-    assert_eq!(attr(&g, n, "allreduce"), AttrValue::Int(1));
+    assert_eq!(value_names(&g, &ins), ["x", "res_ar", "w"]);
+    assert_eq!(node_attr(&g, n, "allreduce"), AttrValue::Int(1));
     let left: Vec<&str> = g
         .nodes()
         .iter()
@@ -505,7 +486,7 @@ fn torchscript_div_one_is_a_reciprocal() {
     assert_eq!(report.counts["add_rmsnorm_mxquant"], 1, "{report:#?}");
     let n = fused_node(&g);
     assert_eq!(
-        attr(&g, n, "inv_form"),
+        node_attr(&g, n, "inv_form"),
         AttrValue::String("recip_mul".into())
     );
     let why = refusal(&Case {

@@ -5,28 +5,12 @@
 //! equivalence of the new spellings is checked in `tests/numeric_rules.rs`.
 
 use graph_rewrites::pattern::predicates::dtype::FLOAT;
-use graph_rewrites::pipeline::{run_pipeline, PipelineOptions, RewriteReport};
-use graph_rewrites::testing::{Attr, ModelBuilder};
+use graph_rewrites::testing::{op_types, Attr, ModelBuilder};
 use graph_rewrites::view::{AttrValue, GraphView, NodeId};
 
 const I: i64 = 64;
 const H: i64 = 64;
 const OPEN_END: i64 = i64::MAX;
-
-fn rewrite(b: &ModelBuilder) -> (RewriteReport, graph_rewrites::ir::Graph) {
-    let mut g = b.graph().expect("test graph loads");
-    let report = run_pipeline(&mut g, &PipelineOptions::default()).expect("pipeline runs");
-    (report, g)
-}
-
-fn refusal(b: &ModelBuilder, rule: &str) -> String {
-    let (report, _) = rewrite(b);
-    assert_eq!(report.counts[rule], 0, "{report:#?}");
-    let r = report.rejections.iter().find(|r| r.rule == rule);
-    r.unwrap_or_else(|| panic!("no {rule} rejection: {report:#?}"))
-        .reason
-        .clone()
-}
 
 fn only(g: &dyn GraphView, op: &str) -> NodeId {
     let found: Vec<NodeId> = g
@@ -37,13 +21,6 @@ fn only(g: &dyn GraphView, op: &str) -> NodeId {
         .collect();
     assert_eq!(found.len(), 1, "one {op} expected");
     found[0]
-}
-
-fn ops(g: &dyn GraphView) -> Vec<String> {
-    g.nodes()
-        .iter()
-        .map(|n| g.op_type(*n).to_string())
-        .collect()
 }
 
 /// Quark MX fake quant of `x [4, k]` → MatMul(W[k, 16]) = out.
@@ -169,7 +146,7 @@ fn slice_model(src: Src) -> ModelBuilder {
 }
 
 fn fused_layout(src: Src) -> (Vec<String>, AttrValue) {
-    let (report, g) = rewrite(&slice_model(src));
+    let (report, g) = slice_model(src).rewrite();
     assert_eq!(report.counts["swiglu_mxquant_matmul"], 1, "{report:#?}");
     let n = only(&g, "SwiGluMxQuant");
     let ins = g
@@ -258,7 +235,7 @@ fn unabsorbable_sources_fuse_as_separate_inputs() {
         ),
     ];
     for (what, b) in cases {
-        let (report, g) = rewrite(&b);
+        let (report, g) = b.rewrite();
         assert_eq!(
             report.counts["swiglu_mxquant_matmul"], 1,
             "{what}: {report:#?}"
@@ -275,7 +252,7 @@ fn unabsorbable_sources_fuse_as_separate_inputs() {
             .map(|v| g.value_name(v.expect("input")))
             .collect();
         assert_eq!(ins, ["gate", "up"], "{what}");
-        let kept = ops(&g)
+        let kept = op_types(&g)
             .iter()
             .filter(|o| *o == "Slice" || *o == "Split")
             .count();
@@ -404,10 +381,11 @@ const NORM: &str = "add_rmsnorm_mxquant";
 
 #[test]
 fn skip_norm_without_bias_fuses() {
-    let (report, g) = rewrite(&norm_model(Norm::Skip {
+    let (report, g) = norm_model(Norm::Skip {
         bias: false,
         ar: SkipAr::None,
-    }));
+    })
+    .rewrite();
     assert_eq!(report.counts[NORM], 1, "{report:#?}");
     let n = only(&g, "AddRmsNormMxQuant");
     assert_eq!(g.attr(n, "inv_form"), Some(AttrValue::String("div".into())));
@@ -419,12 +397,12 @@ fn refuses_skip_norm_with_bias() {
         bias: true,
         ar: SkipAr::None,
     });
-    let why = refusal(&b, NORM);
+    let why = b.refusal(NORM);
     assert!(
         why.contains("has a bias input 'bias'") && why.contains("no bias operand"),
         "{why}"
     );
-    let (_, g) = rewrite(&b);
+    let (_, g) = b.rewrite();
     only(&g, "SkipSimplifiedLayerNormalization");
 }
 
@@ -443,14 +421,17 @@ fn shared_allreduce_is_refused_on_the_skip_and_the_add_path() {
         ("add", Norm::AddSharedAllReduce),
     ] {
         let b = norm_model(norm);
-        let why = refusal(&b, NORM);
+        let why = b.refusal(NORM);
         assert!(
             why.contains("collective AllReduce") && why.contains("reader outside the fusion"),
             "{what}: {why}"
         );
-        let (_, g) = rewrite(&b);
+        let (_, g) = b.rewrite();
         only(&g, "AllReduce");
-        assert!(!ops(&g).iter().any(|o| o == "AddRmsNormMxQuant"), "{what}");
+        assert!(
+            !op_types(&g).iter().any(|o| o == "AddRmsNormMxQuant"),
+            "{what}"
+        );
     }
 }
 
@@ -458,10 +439,11 @@ fn shared_allreduce_is_refused_on_the_skip_and_the_add_path() {
 /// branch AllReduce, read only by the norm, is the one absorbed.
 #[test]
 fn skip_norm_absorbs_the_single_use_allreduce_next_to_a_shared_one() {
-    let (report, g) = rewrite(&norm_model(Norm::Skip {
+    let (report, g) = norm_model(Norm::Skip {
         bias: false,
         ar: SkipAr::SoleAndSharedResidual,
-    }));
+    })
+    .rewrite();
     assert_eq!(report.counts[NORM], 1, "{report:#?}");
     let n = only(&g, "AddRmsNormMxQuant");
     assert_eq!(g.attr(n, "allreduce"), Some(AttrValue::Int(1)));
@@ -481,14 +463,12 @@ fn rms_normalization_stash_type_must_be_fp32() {
         stash_type: Some(1),
         axis: None,
     });
-    assert_eq!(rewrite(&ok).0.counts[NORM], 1);
-    let why = refusal(
-        &norm_model(Norm::RmsNormalization {
-            stash_type: Some(0),
-            axis: None,
-        }),
-        NORM,
-    );
+    assert_eq!(ok.rewrite().0.counts[NORM], 1);
+    let why = norm_model(Norm::RmsNormalization {
+        stash_type: Some(0),
+        axis: None,
+    })
+    .refusal(NORM);
     assert!(
         why.contains("stash_type=0") && why.contains("only fp32 computation (1)"),
         "{why}"
@@ -502,7 +482,7 @@ fn single_op_norms_must_normalize_only_the_last_axis() {
         stash_type: None,
         axis: Some(1),
     });
-    assert_eq!(rewrite(&last).0.counts[NORM], 1);
+    assert_eq!(last.rewrite().0.counts[NORM], 1);
     for norm in [
         Norm::RmsNormalization {
             stash_type: None,
@@ -514,7 +494,7 @@ fn single_op_norms_must_normalize_only_the_last_axis() {
         },
         Norm::Simplified { axis: 0 },
     ] {
-        let why = refusal(&norm_model(norm), NORM);
+        let why = norm_model(norm).refusal(NORM);
         assert!(why.contains("not only the last axis"), "{why}");
     }
 }
@@ -571,7 +551,7 @@ fn opset13_gemma_norm(axes: &[i64]) -> ModelBuilder {
 
 #[test]
 fn opset13_reduce_mean_axes_attribute_and_cast_gemma_weight_fuse() {
-    let (report, g) = rewrite(&opset13_gemma_norm(&[-1]));
+    let (report, g) = opset13_gemma_norm(&[-1]).rewrite();
     assert_eq!(report.counts[NORM], 1, "{report:#?}");
     let n = only(&g, "AddRmsNormMxQuant");
     assert_eq!(g.attr(n, "gemma"), Some(AttrValue::Int(1)));
@@ -580,6 +560,6 @@ fn opset13_reduce_mean_axes_attribute_and_cast_gemma_weight_fuse() {
     // Inputs: x, no residual (a first layer), γ.
     let gamma = g.inputs(n)[2].expect("gamma");
     assert_eq!(g.value_name(gamma), "wf");
-    let why = refusal(&opset13_gemma_norm(&[0]), NORM);
+    let why = opset13_gemma_norm(&[0]).refusal(NORM);
     assert!(why.contains("are not the last axis"), "{why}");
 }

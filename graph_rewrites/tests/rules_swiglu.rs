@@ -2,9 +2,10 @@
 //! with its reason. (Every spelling of real exporters runs through the rule in
 //! `tests/rules_matrix.rs`, built by the `models` crate.)
 
+use graph_rewrites::ir::Graph;
 use graph_rewrites::pattern::predicates::dtype::{FLOAT, FLOAT8E4M3FN, FLOAT8E8M0};
 use graph_rewrites::pipeline::{run_pipeline, PipelineOptions, RewriteReport};
-use graph_rewrites::testing::{Attr, ModelBuilder};
+use graph_rewrites::testing::{first_node, node_attr, value_names, Attr, ModelBuilder};
 use graph_rewrites::view::{AttrValue, GraphView, NodeId};
 
 const I: i64 = 64;
@@ -155,43 +156,17 @@ fn build(c: &Case) -> ModelBuilder {
     b
 }
 
-fn rewrite(c: &Case) -> (RewriteReport, graph_rewrites::ir::Graph) {
-    let mut g = build(c).graph().expect("test graph loads");
-    let report = run_pipeline(&mut g, &PipelineOptions::default()).expect("pipeline runs");
-    (report, g)
+fn rewrite(c: &Case) -> (RewriteReport, Graph) {
+    build(c).rewrite()
 }
 
 fn fused(g: &dyn GraphView) -> NodeId {
-    let n = g
-        .nodes()
-        .iter()
-        .copied()
-        .find(|n| g.op_type(*n) == "SwiGluMxQuant");
-    n.expect("a SwiGluMxQuant node")
+    first_node(g, "SwiGluMxQuant")
 }
 
-fn attr(g: &dyn GraphView, n: NodeId, name: &str) -> AttrValue {
-    g.attr(n, name)
-        .unwrap_or_else(|| panic!("attribute {name} missing"))
-}
-
-fn input_names(g: &dyn GraphView, n: NodeId) -> Vec<String> {
-    g.inputs(n)
-        .iter()
-        .map(|v| v.map_or(String::new(), |v| g.value_name(v).to_string()))
-        .collect()
-}
-
+/// The refusal reason of `swiglu_mxquant_matmul`, asserting it did not fuse.
 fn refusal(c: &Case) -> String {
-    let (report, _) = rewrite(c);
-    assert_eq!(report.counts["swiglu_mxquant_matmul"], 0, "{report:#?}");
-    let r = report
-        .rejections
-        .iter()
-        .find(|r| r.rule == "swiglu_mxquant_matmul");
-    r.unwrap_or_else(|| panic!("no swiglu_mxquant_matmul rejection: {report:#?}"))
-        .reason
-        .clone()
+    build(c).refusal("swiglu_mxquant_matmul")
 }
 
 #[test]
@@ -201,20 +176,23 @@ fn oai_from_split_becomes_swiglu_mxquant_and_mxmatmul() {
     let ops: Vec<&str> = g.nodes().iter().map(|n| g.op_type(*n)).collect();
     assert_eq!(ops, ["SwiGluMxQuant", "MxMatMul"]);
     let n = fused(&g);
-    assert_eq!(input_names(&g, n), ["gu"]);
+    assert_eq!(value_names(&g, g.inputs(n)), ["gu"]);
     assert_eq!(
-        attr(&g, n, "layout"),
+        node_attr(&g, n, "layout"),
         AttrValue::String("split_halves".into())
     );
-    assert_eq!(attr(&g, n, "activation"), AttrValue::String("oai".into()));
-    assert_eq!(attr(&g, n, "alpha"), AttrValue::Float(1.702));
-    assert_eq!(attr(&g, n, "limit"), AttrValue::Float(7.0));
-    assert_eq!(attr(&g, n, "beta"), AttrValue::Float(1.0));
     assert_eq!(
-        attr(&g, n, "swish_form"),
+        node_attr(&g, n, "activation"),
+        AttrValue::String("oai".into())
+    );
+    assert_eq!(node_attr(&g, n, "alpha"), AttrValue::Float(1.702));
+    assert_eq!(node_attr(&g, n, "limit"), AttrValue::Float(7.0));
+    assert_eq!(node_attr(&g, n, "beta"), AttrValue::Float(1.0));
+    assert_eq!(
+        node_attr(&g, n, "swish_form"),
         AttrValue::String("unrolled".into())
     );
-    assert_eq!(attr(&g, n, "fp32_activation"), AttrValue::Int(0));
+    assert_eq!(node_attr(&g, n, "fp32_activation"), AttrValue::Int(0));
     // The MatMul output keeps its name.
     let out = g.value_by_name("out").unwrap();
     assert_eq!(g.op_type(g.producer(out).unwrap().0), "MxMatMul");
@@ -231,13 +209,22 @@ fn silu_from_two_inputs_with_standard_rceil_quant() {
     let (report, g) = rewrite(&c);
     assert_eq!(report.counts["swiglu_mxquant_matmul"], 1, "{report:#?}");
     let n = fused(&g);
-    assert_eq!(input_names(&g, n), ["gate", "up"]);
-    assert_eq!(attr(&g, n, "layout"), AttrValue::String("separate".into()));
-    assert_eq!(attr(&g, n, "activation"), AttrValue::String("silu".into()));
-    assert_eq!(attr(&g, n, "alpha"), AttrValue::Float(1.0));
-    assert_eq!(attr(&g, n, "scale_rule"), AttrValue::String("rceil".into()));
+    assert_eq!(value_names(&g, g.inputs(n)), ["gate", "up"]);
     assert_eq!(
-        attr(&g, n, "nan_policy"),
+        node_attr(&g, n, "layout"),
+        AttrValue::String("separate".into())
+    );
+    assert_eq!(
+        node_attr(&g, n, "activation"),
+        AttrValue::String("silu".into())
+    );
+    assert_eq!(node_attr(&g, n, "alpha"), AttrValue::Float(1.0));
+    assert_eq!(
+        node_attr(&g, n, "scale_rule"),
+        AttrValue::String("rceil".into())
+    );
+    assert_eq!(
+        node_attr(&g, n, "nan_policy"),
         AttrValue::String("propagate".into())
     );
 }
@@ -251,10 +238,10 @@ fn quick_gelu_is_one_rounding() {
     assert_eq!(report.counts["swiglu_mxquant_matmul"], 1, "{report:#?}");
     let n = fused(&g);
     assert_eq!(
-        attr(&g, n, "swish_form"),
+        node_attr(&g, n, "swish_form"),
         AttrValue::String("single_op".into())
     );
-    assert_eq!(attr(&g, n, "alpha"), AttrValue::Float(1.0));
+    assert_eq!(node_attr(&g, n, "alpha"), AttrValue::Float(1.0));
 }
 
 #[test]
@@ -264,7 +251,10 @@ fn fp32_activation_setting_reaches_the_op() {
     opts.settings
         .insert("swiglu_fp32_activation".into(), "1".into());
     run_pipeline(&mut g, &opts).unwrap();
-    assert_eq!(attr(&g, fused(&g), "fp32_activation"), AttrValue::Int(1));
+    assert_eq!(
+        node_attr(&g, fused(&g), "fp32_activation"),
+        AttrValue::Int(1)
+    );
 }
 
 // ---- one refusal per check ----
