@@ -12,6 +12,8 @@
 //! ```
 //! Dims: a positive number is a known dim, `-1` an unknown one, `-2` the symbolic "batch".
 
+use std::path::{Path, PathBuf};
+
 use crate::ir::Graph;
 use crate::onnx_pb::{
     attribute_proto::AttributeType, tensor_shape_proto, type_proto, AttributeProto, GraphProto,
@@ -253,6 +255,23 @@ impl ModelBuilder {
             .reason
             .clone()
     }
+}
+
+/// `models/fixtures`: the committed test models the `models` crate builds.
+pub fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/fixtures")
+}
+
+/// The `.onnx` files in the `sub_dirs` of [`fixtures_dir`] (`""`: the folder itself), sorted.
+pub fn fixture_files(sub_dirs: &[&str]) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = sub_dirs
+        .iter()
+        .flat_map(|sub| std::fs::read_dir(fixtures_dir().join(sub)).expect("fixtures dir"))
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "onnx"))
+        .collect();
+    files.sort();
+    files
 }
 
 /// The op types of `g`'s nodes, in order.

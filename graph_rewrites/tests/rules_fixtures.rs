@@ -2,15 +2,12 @@
 //! real tiny MiniMax-M3 torch-dynamo exports MX-quantized in standard and Quark form: each must
 //! fuse exactly what its manifest / README expects, and report why when a site is refused.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use graph_rewrites::io::load_graph;
 use graph_rewrites::pipeline::{run_pipeline, PipelineOptions, RewriteReport};
+use graph_rewrites::testing::fixtures_dir;
 use graph_rewrites::view::GraphView;
-
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/fixtures")
-}
 
 fn rewrite(path: &Path) -> (RewriteReport, graph_rewrites::ir::Graph) {
     let mut g = load_graph(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -36,7 +33,7 @@ const REFUSED_NORMS: &[(&str, &str)] = &[(
 
 #[test]
 fn synthetic_fixtures_fuse_what_the_manifest_expects() {
-    let text = std::fs::read_to_string(fixtures().join("manifest.json")).expect("manifest");
+    let text = std::fs::read_to_string(fixtures_dir().join("manifest.json")).expect("manifest");
     let entries: serde_json::Value = serde_json::from_str(&text).expect("manifest is JSON");
     let entries = entries.as_array().expect("manifest is a list");
     assert!(
@@ -47,7 +44,7 @@ fn synthetic_fixtures_fuse_what_the_manifest_expects() {
     for e in entries {
         let file = e["file"].as_str().expect("file");
         let want = |k: &str| e["expected"][k].as_u64().unwrap_or(0) as usize;
-        let (report, _) = rewrite(&fixtures().join(file));
+        let (report, _) = rewrite(&fixtures_dir().join(file));
         let ctx = format!("{file}: {:#?}", report.rejections);
         let (mut norms, mut quants) = (want("add_rmsnorm_mxquant"), want("standalone_mxquant"));
         if let Some((_, why)) = REFUSED_NORMS.iter().find(|(f, _)| *f == file) {
@@ -80,7 +77,7 @@ fn real_minimax_m3_exports_fuse_every_norm_and_swiglu() {
         "minimax_m3_tiny_dynamo_mxfp8_std.onnx",
         "minimax_m3_tiny_dynamo_mxfp8_quark.onnx",
     ] {
-        let (report, g) = rewrite(&fixtures().join("real").join(file));
+        let (report, g) = rewrite(&fixtures_dir().join("real").join(file));
         let ctx = format!("{file}: {:#?}", report.rejections);
         assert_eq!(count(&report, "add_rmsnorm_mxquant"), 4, "{ctx}");
         assert_eq!(count(&report, "swiglu_mxquant_matmul"), 1, "{ctx}");

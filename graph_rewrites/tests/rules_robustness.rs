@@ -2,12 +2,11 @@
 //! random (value_info dropped, attributes retyped or changed, inputs rewired or dropped,
 //! constants reshaped), either fails to load, or rewrites / refuses with an error or a reason.
 
-use std::path::PathBuf;
-
 use graph_rewrites::io::load_model;
 use graph_rewrites::ir::Graph;
 use graph_rewrites::onnx_pb::{attribute_proto::AttributeType, ModelProto};
 use graph_rewrites::pipeline::{run_pipeline, PipelineOptions};
+use graph_rewrites::testing::fixture_files;
 use proptest::prelude::*;
 
 fn fixtures() -> &'static [ModelProto] {
@@ -16,14 +15,7 @@ fn fixtures() -> &'static [ModelProto] {
 }
 
 fn load_fixtures() -> Vec<ModelProto> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/fixtures");
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("fixtures dir")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "onnx"))
-        .collect();
-    paths.sort();
-    paths
+    fixture_files(&[""])
         .iter()
         .map(|p| load_model(p).expect("fixture loads"))
         .collect()
