@@ -257,6 +257,14 @@ impl ModelBuilder {
     }
 }
 
+/// A fresh empty directory `mxfuse-{name}-{pid}` under the system temp dir.
+pub fn scratch_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("mxfuse-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
+
 /// `models/fixtures`: the committed test models the `models` crate builds.
 pub fn fixtures_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/fixtures")

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use graph_rewrites::pipeline::rule_names;
-use graph_rewrites::testing::ModelBuilder;
+use graph_rewrites::testing::{scratch_dir, ModelBuilder};
 use prost::Message;
 
 fn mxfuse(args: &[&str]) -> Output {
@@ -23,10 +23,7 @@ fn stdout(o: &Output) -> String {
 }
 
 fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("mxfuse-cli-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    scratch_dir(&format!("cli-{test}"))
 }
 
 /// A small model no rule can fuse: Relu → Neg, with an initializer and value_info.

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use graph_rewrites::io::{load_graph, load_model, save_graph};
 use graph_rewrites::ir::Graph;
 use graph_rewrites::pipeline::{run_pipeline, PipelineOptions};
+use graph_rewrites::testing::scratch_dir;
 use prost::Message;
 
 fn samples_dir() -> Option<PathBuf> {
@@ -38,14 +39,6 @@ fn sample_models(dir: &Path) -> Vec<PathBuf> {
     out.retain(|p| p.extension().is_some_and(|e| e == "onnx"));
     out.sort();
     out
-}
-
-/// A fresh empty directory under the system temp dir, unique per test.
-fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("mxfuse-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 #[test]
@@ -79,7 +72,7 @@ fn samples_round_trip_unchanged() {
 fn external_data_is_placed_next_to_a_model_saved_elsewhere() {
     let Some(dir) = samples_dir() else { return };
     let input = dir.join("ortgenai_llama_tiny_fp32/model.onnx");
-    let out_dir = scratch("external");
+    let out_dir = scratch_dir("external");
     let output = out_dir.join("nested/out.onnx");
     std::fs::create_dir_all(output.parent().unwrap()).unwrap();
     let g = load_graph(&input).unwrap();
@@ -120,7 +113,7 @@ fn rewrite(input: &Path, output: &Path) -> usize {
 #[test]
 fn rewrites_are_deterministic_and_idempotent() {
     let Some(dir) = samples_dir() else { return };
-    let out = scratch("determinism");
+    let out = scratch_dir("determinism");
     for (i, path) in sample_models(&dir).iter().enumerate() {
         let (a, b, c) = (
             out.join(format!("{i}a.onnx")),

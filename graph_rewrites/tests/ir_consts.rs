@@ -5,7 +5,7 @@ use graph_rewrites::ir::Graph;
 use graph_rewrites::onnx_pb::{
     attribute_proto::AttributeType, AttributeProto, NodeProto, StringStringEntryProto, TensorProto,
 };
-use graph_rewrites::testing::ModelBuilder;
+use graph_rewrites::testing::{scratch_dir, ModelBuilder};
 use graph_rewrites::view::{Dim, GraphView};
 
 fn constant(out: &str, attr: AttributeProto) -> NodeProto {
@@ -106,8 +106,7 @@ fn an_initializer_that_is_also_a_graph_input_is_not_constant() {
 
 #[test]
 fn external_initializers_are_read_only_on_demand() {
-    let dir = std::env::temp_dir().join(format!("mxfuse-ir-consts-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("ir-consts");
     let bytes: Vec<u8> = (0..64u8).collect();
     std::fs::write(dir.join("w.bin"), &bytes).unwrap();
     let mut b = ModelBuilder::new(21);
