@@ -366,7 +366,8 @@ fn matmul_matches_reference_within_accumulation_bound() {
                 .iter()
                 .map(|v| v.abs() * k as f32 * 2f32.powi(-22) + 1e-6)
                 .collect();
-            both_isas(|| {
+            // AVX-512 BF16 where the CPU has it (M > 4), AVX2 only, and portable.
+            let check = || {
                 let mut got = vec![0f32; m * n];
                 fast::mx_matmul(
                     &a_q,
@@ -392,7 +393,9 @@ fn matmul_matches_reference_within_accumulation_bound() {
                     .unwrap();
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&fused), bits(&got));
-            });
+            };
+            both_isas(check);
+            fast::with_avx2_only(check);
         }
     }
 }
@@ -508,4 +511,42 @@ fn edge_blocks_match_reference() {
     edge_case::<f32>();
     edge_case::<f16>();
     edge_case::<bf16>();
+}
+
+/// Tiny scales whose products would be f32 denormals: the AVX-512 BF16 path (denormals flushed)
+/// must not run, so the result equals the AVX2-only one bit for bit, and the reference within
+/// the accumulation bound.
+#[test]
+fn matmul_with_denormal_products_avoids_bf16_dot() {
+    let (m, k, n) = (6, 64, 8);
+    let mut rng = Rng::new(3);
+    let a_q: Vec<u8> = (0..m * k)
+        .map(|_| (rng.normal(40.0).abs() as u8) & 0x7E)
+        .collect();
+    let b_q: Vec<u8> = (0..n * k)
+        .map(|_| (rng.normal(40.0).abs() as u8) | 0x80)
+        .collect();
+    // 2^(20-127) · 2^(100-127) with E4M3 magnitudes down to 2^-9: products near 2^-152.
+    let (a_s, b_s) = (vec![20u8; m * k / 32], vec![100u8; n * k / 32]);
+    let b = MatB::Mx {
+        q: &b_q,
+        scales: &b_s,
+    };
+    let mut want = vec![0f32; m * n];
+    reference::mx_matmul(&a_q, &a_s, m, k, n, b, true, &mut want).unwrap();
+    let run = || {
+        let mut got = vec![0f32; m * n];
+        fast::mx_matmul(&a_q, &a_s, m, k, n, b, true, &mut got, &Serial).unwrap();
+        got.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    };
+    let (detected, avx2_only) = (run(), fast::with_avx2_only(run));
+    assert_eq!(detected, avx2_only);
+    for (g, w) in detected.iter().zip(&want) {
+        let g = f32::from_bits(*g);
+        assert!((g - w).abs() <= w.abs() * 1e-5, "{g} vs {w}");
+    }
+    assert!(
+        want.iter().any(|w| *w != 0.0),
+        "the products must not all underflow"
+    );
 }

@@ -1,5 +1,7 @@
 //! Which instruction set the fast kernels use: AVX2+FMA+F16C when the CPU has them (checked at
 //! run time), the portable scalar path otherwise or when a caller forces it (tests, A/B runs).
+//! On top of AVX2, the MXFP8 GEMM uses AVX512-BF16 dot products where the CPU has them
+//! ([`avx512_bf16`]; [`with_avx2_only`] turns them off for tests and A/B runs).
 
 use std::cell::Cell;
 
@@ -12,6 +14,7 @@ pub enum Isa {
 
 thread_local! {
     static FORCE_PORTABLE: Cell<bool> = const { Cell::new(false) };
+    static FORCE_AVX2_ONLY: Cell<bool> = const { Cell::new(false) };
 }
 
 impl Isa {
@@ -38,5 +41,31 @@ pub fn with_portable<R>(f: impl FnOnce() -> R) -> R {
     let prev = FORCE_PORTABLE.with(|c| c.replace(true));
     let out = f();
     FORCE_PORTABLE.with(|c| c.set(prev));
+    out
+}
+
+/// Whether the AVX2 path may also use AVX-512 BF16 dot products (`vdpbf16ps`): the CPU has
+/// AVX512F/BW/VL/BF16, [`Isa::detect`] is `Avx2` and the calling thread is not inside
+/// [`with_avx2_only`].
+pub fn avx512_bf16() -> bool {
+    if FORCE_AVX2_ONLY.with(Cell::get) || Isa::detect() != Isa::Avx2 {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512bf16")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// Runs `f` with the fast kernels called from this thread restricted to AVX2 (no AVX-512).
+pub fn with_avx2_only<R>(f: impl FnOnce() -> R) -> R {
+    let prev = FORCE_AVX2_ONLY.with(|c| c.replace(true));
+    let out = f();
+    FORCE_AVX2_ONLY.with(|c| c.set(prev));
     out
 }

@@ -6,6 +6,8 @@
 //!   (one pass over the weights, 8-lane partial sums over all of K); larger M, or a unit with a
 //!   block off the fast decode route, decodes 256-k tiles of the 4 columns into L1 and runs
 //!   2-row × 4-column register blocks over them.
+//!   With AVX-512 BF16 (`avx512_mx`) the tiles are converted to bf16 and 4-row × 4-column
+//!   blocks of `vdpbf16ps` replace the f32 FMAs when every value and product is a normal f32.
 //! * `[K, N]` (trans_b = 0), units of 256 columns (4 cache lines of each weight row): 128-k
 //!   tiles of 16-column stripes decoded into L1, then 6-row × 16-column register blocks with A
 //!   broadcast (no horizontal sums; for up to 3 rows, even and odd k summed apart per tile).
@@ -18,6 +20,7 @@
 use std::arch::x86_64::*;
 
 use super::avx2_mx::{self as kern, KN_COLS, KN_ROWS, NK_COLS, ZERO};
+use super::avx512_mx as wide;
 use super::shared::SharedMut;
 use crate::codec::{e4m3_to_f32, e8m0_to_f32, BLOCK};
 use crate::element::Element;
@@ -67,6 +70,7 @@ pub(super) fn nk<O: Element>(
     let kb = k / BLOCK;
     let y = SharedMut::new(y);
     let units = n.div_ceil(NK_COLS);
+    let bf16 = bf16_a(a, m);
     for_row_chunks(
         par,
         units,
@@ -75,6 +79,10 @@ pub(super) fn nk<O: Element>(
             let mut tile = vec![0f32; NK_COLS * NK_KC.min(k)];
             let mut acc = vec![[ZERO; NK_COLS]; m];
             let mut vals = vec![[0f32; NK_COLS]; m];
+            let mut scratch = bf16.as_ref().map(|_| Bf16Scratch {
+                tile: vec![0u16; tile.len()],
+                acc: vec![[wide::ZERO; NK_COLS]; m],
+            });
             for u in u0..u1 {
                 let (n0, cols) = (u * NK_COLS, NK_COLS.min(n - u * NK_COLS));
                 // Missing columns of the last unit repeat its last column; their results are
@@ -97,7 +105,14 @@ pub(super) fn nk<O: Element>(
                     }
                 };
                 if in_regs.is_none() {
-                    nk_tiled(a, m, k, qs, ss, &mut tile, &mut acc, &mut vals);
+                    match (&bf16, scratch.as_mut()) {
+                        (Some(b), Some(sc))
+                            if wide::normal_products(b.min_exp, unit_min_exponent(ss, kb)) =>
+                        {
+                            nk_tiled_bf16(&b.a, k, qs, ss, &mut tile, sc, &mut vals)
+                        }
+                        _ => nk_tiled(a, m, k, qs, ss, &mut tile, &mut acc, &mut vals),
+                    }
                 }
                 for (r, v) in vals.iter().enumerate() {
                     // SAFETY: each task owns its units' columns in every row: disjoint pieces.
@@ -132,6 +147,37 @@ unsafe fn nk_regs_halves<const R: usize>(
     Some(())
 }
 
+/// Decodes rows k0..k0+kt of the unit's 4 columns into `tile` (row stride `ldt`, exact deq),
+/// then prefetches the next tile (or the next unit's first tile: its rows follow these four)
+/// so its DRAM reads overlap with this tile's multiply.
+fn decode_unit_tile(
+    qs: [*const u8; NK_COLS],
+    ss: [*const u8; NK_COLS],
+    k: usize,
+    (k0, kt): (usize, usize),
+    tile: &mut [f32],
+) {
+    let ldt = tile.len() / NK_COLS;
+    for (c, dst) in tile.chunks_exact_mut(ldt).enumerate() {
+        // SAFETY: AVX2 detected by the caller; qs[c] / ss[c] are rows of k bytes and k/32
+        // scales (nk), so k0..k0+kt and its blocks are in bounds.
+        unsafe {
+            let q = std::slice::from_raw_parts(qs[c].add(k0), kt);
+            let s = std::slice::from_raw_parts(ss[c].add(k0 / BLOCK), kt / BLOCK);
+            kern::decode_mx_row(q, s, dst);
+        }
+    }
+    let (next, step) = if k0 + kt < k {
+        (k0 + kt, 0)
+    } else {
+        (0, NK_COLS * k)
+    };
+    for &qc in &qs {
+        // SAFETY: AVX2 detected by the caller; a prefetch never faults.
+        unsafe { kern::prefetch(qc.wrapping_add(step + next), ldt) };
+    }
+}
+
 /// One `[N, K]` unit through decoded tiles (exact deq, any block): `vals[r][c]` for all m rows.
 #[allow(clippy::too_many_arguments)]
 fn nk_tiled(
@@ -149,26 +195,7 @@ fn nk_tiled(
     for k0 in (0..k).step_by(ldt) {
         // The last tile may be shorter (still a multiple of 32).
         let kt = ldt.min(k - k0);
-        for (c, dst) in tile.chunks_exact_mut(ldt).enumerate() {
-            // SAFETY: AVX2 detected by the caller; qs[c] / ss[c] are rows of k bytes and k/32
-            // scales (nk), so k0..k0+kt and its blocks are in bounds.
-            unsafe {
-                let q = std::slice::from_raw_parts(qs[c].add(k0), kt);
-                let s = std::slice::from_raw_parts(ss[c].add(k0 / BLOCK), kt / BLOCK);
-                kern::decode_mx_row(q, s, dst);
-            }
-        }
-        // Start the DRAM reads of the next tile (or of the next unit's first tile: its rows
-        // follow these four) so they overlap with this tile's FMAs.
-        let (next, step) = if k0 + kt < k {
-            (k0 + kt, 0)
-        } else {
-            (0, NK_COLS * k)
-        };
-        for &qc in &qs {
-            // SAFETY: AVX2 detected by the caller; a prefetch never faults.
-            unsafe { kern::prefetch(qc.wrapping_add(step + next), ldt) };
-        }
+        decode_unit_tile(qs, ss, k, (k0, kt), tile);
         let mut r = 0;
         while r < m {
             let ap = a[r * k + k0..].as_ptr();
@@ -187,6 +214,95 @@ fn nk_tiled(
     for (v, ar) in vals.iter_mut().zip(acc.iter()) {
         // SAFETY: AVX2 detected by the caller.
         *v = std::array::from_fn(|c| unsafe { kern::hsum(ar[c]) });
+    }
+}
+
+/// Scratch of the AVX-512 BF16 tiled path: A as bf16 (once per call) and its smallest
+/// exponent (`avx512_mx::min_exponent`).
+struct Bf16A {
+    a: Vec<u16>,
+    min_exp: i32,
+}
+
+/// A in bf16 when the AVX-512 BF16 tiled path may run (M > 4, CPU support, every nonzero A value
+/// a normal f32). Called on the calling thread: `with_avx2_only` is thread-local.
+fn bf16_a(a: &[f32], m: usize) -> Option<Bf16A> {
+    if m <= 4 || !super::isa::avx512_bf16() {
+        return None;
+    }
+    let min_exp = wide::min_exponent(a);
+    if min_exp < -126 {
+        return None;
+    }
+    let mut bf = vec![0u16; a.len()];
+    // SAFETY: avx512_bf16() checked the CPU features; a.len() = m·k, a multiple of 32.
+    unsafe { wide::to_bf16(a, &mut bf) };
+    Some(Bf16A { a: bf, min_exp })
+}
+
+/// The smallest exponent of a nonzero deq(B) value of the unit: 2^-9 (the least E4M3
+/// subnormal) at its smallest block scale.
+fn unit_min_exponent(ss: [*const u8; NK_COLS], kb: usize) -> i32 {
+    let min_scale = ss
+        .iter()
+        // SAFETY: ss[c] points at a row of kb scales (nk).
+        .map(|&p| {
+            unsafe { std::slice::from_raw_parts(p, kb) }
+                .iter()
+                .copied()
+                .min()
+        })
+        .min()
+        .flatten()
+        .unwrap_or(u8::MAX);
+    min_scale as i32 - 127 - 9
+}
+
+/// Scratch of one task on the AVX-512 BF16 path.
+struct Bf16Scratch {
+    tile: Vec<u16>,
+    acc: Vec<[__m512; NK_COLS]>,
+}
+
+/// `nk_tiled` with bf16 tiles and `vdpbf16ps` (see `avx512_mx` for why it stays exact).
+#[allow(clippy::too_many_arguments)]
+fn nk_tiled_bf16(
+    a: &[u16],
+    k: usize,
+    qs: [*const u8; NK_COLS],
+    ss: [*const u8; NK_COLS],
+    tile: &mut [f32],
+    scratch: &mut Bf16Scratch,
+    vals: &mut [[f32; NK_COLS]],
+) {
+    let ldt = tile.len() / NK_COLS;
+    let (tile16, acc) = (&mut scratch.tile, &mut scratch.acc);
+    acc.fill([wide::ZERO; NK_COLS]);
+    for k0 in (0..k).step_by(ldt) {
+        let kt = ldt.min(k - k0);
+        decode_unit_tile(qs, ss, k, (k0, kt), tile);
+        for c in 0..NK_COLS {
+            // SAFETY: the caller checked avx512_bf16(); kt is a multiple of 32.
+            unsafe { wide::to_bf16(&tile[c * ldt..c * ldt + kt], &mut tile16[c * ldt..]) };
+        }
+        for (g, block) in acc.chunks_mut(wide::ROWS).enumerate() {
+            let ap = a[g * wide::ROWS * k + k0..].as_ptr();
+            let t = tile16.as_ptr();
+            // SAFETY: AVX-512 BF16 checked by the caller; the block's rows of a hold k0..k0+kt,
+            // the tile 4 × ldt values.
+            unsafe {
+                match block.len() {
+                    4 => wide::nk_tile_rows::<4>(ap, k, t, ldt, kt, first::<4, _>(block)),
+                    3 => wide::nk_tile_rows::<3>(ap, k, t, ldt, kt, first::<3, _>(block)),
+                    2 => wide::nk_tile_rows::<2>(ap, k, t, ldt, kt, first::<2, _>(block)),
+                    _ => wide::nk_tile_rows::<1>(ap, k, t, ldt, kt, first::<1, _>(block)),
+                }
+            }
+        }
+    }
+    for (v, ar) in vals.iter_mut().zip(acc.iter()) {
+        // SAFETY: AVX-512F checked by the caller.
+        *v = std::array::from_fn(|c| unsafe { wide::hsum(ar[c]) });
     }
 }
 
@@ -310,19 +426,19 @@ fn kn_rows(
         // SAFETY: AVX2 detected by the caller; the block's rows of a hold k0..k0+kt (asserted).
         unsafe {
             match block.len() {
-                6 => kern::kn_tile_rows::<6>(ap, k, t, kt, first::<6>(block)),
-                5 => kern::kn_tile_rows::<5>(ap, k, t, kt, first::<5>(block)),
-                4 => kern::kn_tile_rows::<4>(ap, k, t, kt, first::<4>(block)),
-                3 => kern::kn_tile_rows::<3>(ap, k, t, kt, first::<3>(block)),
-                2 => kern::kn_tile_rows::<2>(ap, k, t, kt, first::<2>(block)),
-                _ => kern::kn_tile_rows::<1>(ap, k, t, kt, first::<1>(block)),
+                6 => kern::kn_tile_rows::<6>(ap, k, t, kt, first::<6, _>(block)),
+                5 => kern::kn_tile_rows::<5>(ap, k, t, kt, first::<5, _>(block)),
+                4 => kern::kn_tile_rows::<4>(ap, k, t, kt, first::<4, _>(block)),
+                3 => kern::kn_tile_rows::<3>(ap, k, t, kt, first::<3, _>(block)),
+                2 => kern::kn_tile_rows::<2>(ap, k, t, kt, first::<2, _>(block)),
+                _ => kern::kn_tile_rows::<1>(ap, k, t, kt, first::<1, _>(block)),
             }
         }
     }
 }
 
 /// The block as a fixed-size array (its length was matched by the caller).
-fn first<const R: usize>(block: &mut [[__m256; 2]]) -> &mut [[__m256; 2]; R] {
+fn first<const R: usize, T>(block: &mut [T]) -> &mut [T; R] {
     block
         .first_chunk_mut::<R>()
         .expect("register block length matched by the caller")

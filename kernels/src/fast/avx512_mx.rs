@@ -1,0 +1,119 @@
+//! AVX-512 BF16 multiply kernel of the MXFP8 `[N, K]` GEMM for M > 4 (driven by `matmul_mx`):
+//! `vdpbf16ps` does 32 multiply-adds per instruction, twice the f32 FMA rate per cycle.
+//!
+//! Exactness: every deq(A) and deq(B) value has at most 4 significant bits, so it converts to
+//! bf16 exactly when it is a normal f32; each bf16 × bf16 product is exact in f32 and
+//! `vdpbf16ps` adds the two products of a pair to the f32 accumulator with RNE — f32
+//! accumulation as the op defines it. The instruction treats denormal inputs as zero and flushes
+//! denormal results, so the driver takes this path only when every nonzero A and B value and
+//! every nonzero product is a normal f32 (`normal_products`); an accumulator that cancels below
+//! 2^-126 may still flush (an absolute error below 2^-126).
+
+#![allow(unsafe_op_in_unsafe_fn)]
+
+use std::arch::x86_64::*;
+
+use super::avx2_mx::NK_COLS;
+
+/// All-zero accumulators, usable outside `target_feature` code.
+// SAFETY: __m512 is 16 f32 lanes; all-zero bits are 0.0 in every lane.
+pub const ZERO: __m512 = unsafe { std::mem::transmute::<[f32; 16], __m512>([0.0; 16]) };
+
+/// Rows of A per register block (4 × 4 accumulators of the 32 registers).
+pub const ROWS: usize = 4;
+
+/// The smallest binary exponent of a nonzero value in `v` (`i32::MAX` when all are zero;
+/// NaN and ±Inf count as exponent 128, denormals as -127 so they fail the normal check).
+pub fn min_exponent(v: &[f32]) -> i32 {
+    v.iter()
+        .filter(|x| **x != 0.0)
+        .map(|x| ((x.to_bits() >> 23) & 0xFF) as i32 - 127)
+        .min()
+        .unwrap_or(i32::MAX)
+}
+
+/// Whether products of values with smallest exponents `ea` and `eb` (see [`min_exponent`])
+/// and the values themselves are all normal f32 — the precondition of this path.
+pub fn normal_products(ea: i32, eb: i32) -> bool {
+    // i64: the all-zero sentinel i32::MAX must not overflow.
+    ea >= -126 && eb >= -126 && ea as i64 + eb as i64 >= -126
+}
+
+/// `dst[i] = bf16(src[i])` (RNE) for whole chunks of 32; `src.len() % 32 == 0`.
+///
+/// # Safety
+/// The CPU has AVX512F/BW/VL/BF16; `dst.len() >= src.len()`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+pub unsafe fn to_bf16(src: &[f32], dst: &mut [u16]) {
+    assert!(src.len().is_multiple_of(32) && dst.len() >= src.len());
+    for i in (0..src.len()).step_by(32) {
+        let (lo, hi) = (
+            _mm512_loadu_ps(src.as_ptr().add(i)),
+            _mm512_loadu_ps(src.as_ptr().add(i + 16)),
+        );
+        // The first operand fills the upper 16 elements.
+        let v: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
+        _mm512_storeu_si512(dst.as_mut_ptr().add(i) as *mut __m512i, v);
+    }
+}
+
+/// `acc[r][c] += Σ_kk a[r, kk] · tile[c][kk]` over `kt` (multiple of 32) for `R` ≤ 4 rows of
+/// bf16 A at `a` (stride `lda` elements) and a bf16 tile of 4 columns (row stride `ldt`);
+/// `acc` holds 16-lane partial sums (lane j: the pairs k ≡ 2j, 2j+1 mod 32).
+///
+/// # Safety
+/// The CPU has AVX512F/BW/VL/BF16; the R rows of A and the 4 tile rows hold `kt` values.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+pub unsafe fn nk_tile_rows<const R: usize>(
+    a: *const u16,
+    lda: usize,
+    tile: *const u16,
+    ldt: usize,
+    kt: usize,
+    acc: &mut [[__m512; NK_COLS]; R],
+) {
+    let load = |p: *const u16| -> __m512bh {
+        std::mem::transmute(_mm512_loadu_si512(p as *const __m512i))
+    };
+    let mut s = *acc;
+    for kk in (0..kt).step_by(32) {
+        let b = [
+            load(tile.add(kk)),
+            load(tile.add(ldt + kk)),
+            load(tile.add(2 * ldt + kk)),
+            load(tile.add(3 * ldt + kk)),
+        ];
+        for (r, sr) in s.iter_mut().enumerate() {
+            let x = load(a.add(r * lda + kk));
+            for c in 0..NK_COLS {
+                sr[c] = _mm512_dpbf16_ps(sr[c], x, b[c]);
+            }
+        }
+    }
+    *acc = s;
+}
+
+/// Sum of the 16 lanes (a fixed tree, so results are deterministic).
+///
+/// # Safety
+/// The CPU has AVX512F.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn hsum(v: __m512) -> f32 {
+    _mm512_reduce_add_ps(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exponent_guard() {
+        assert_eq!(min_exponent(&[0.0, 1.0, 0.25, -8.0]), -2);
+        assert_eq!(min_exponent(&[0.0, -0.0]), i32::MAX);
+        assert_eq!(min_exponent(&[f32::from_bits(1), 1.0]), -127); // a denormal
+        assert!(normal_products(-126, 0) && normal_products(-60, -66));
+        assert!(normal_products(i32::MAX, i32::MAX)); // all zeros
+        assert!(!normal_products(-127, 5) && !normal_products(3, -127));
+        assert!(!normal_products(-70, -60)); // values normal, products not
+    }
+}
