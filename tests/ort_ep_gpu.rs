@@ -23,7 +23,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use mxfuse_tests::ort_harness::{
-    creation_error, env, ep_devices, ep_options, run_decoder as run, EP_NAME,
+    create_session, creation_error, env, ep_devices, ep_options, run_decoder as run, EP_NAME,
 };
 use ort::logging::LogLevel;
 use ort::memory::DeviceType;
@@ -102,7 +102,7 @@ fn session(
             },
         ))?;
     }
-    b.commit_from_memory(model)
+    create_session(|| b.commit_from_memory(model))
 }
 
 /// Re-runs test `name` of this binary in a child process with `vars`; returns its stderr.

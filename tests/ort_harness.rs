@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use ort::environment::Environment;
 use ort::memory::DeviceType;
@@ -115,4 +115,15 @@ pub fn creation_error(result: ort::Result<Session>, refused: &str) -> String {
         Ok(_) => panic!("{refused} must be refused"),
         Err(e) => e.to_string(),
     }
+}
+
+/// Creates a session while holding a process-wide lock. ONNX Runtime 1.31 registers a custom-op
+/// domain (`com.mxfuse`, published by both the custom-op library and the EP) in a shared schema
+/// registry; two sessions doing so at the same moment can fail with "Trying to add a domain to
+/// DomainToVersion map, but the domain is already exist". Tests run in parallel threads, so they
+/// create sessions one at a time (running them stays concurrent).
+pub fn create_session<T>(build: impl FnOnce() -> ort::Result<T>) -> ort::Result<T> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    build()
 }

@@ -14,7 +14,8 @@ use graph_rewrites::onnx_pb::attribute_proto::AttributeType;
 use graph_rewrites::onnx_pb::{AttributeProto, ModelProto};
 use graph_rewrites::pipeline::{run_pipeline, PipelineOptions};
 use mxfuse_tests::ort_harness::{
-    creation_error, env, ep_devices, ep_options, provider_lib, run_decoder, workspace,
+    create_session, creation_error, env, ep_devices, ep_options, provider_lib, run_decoder,
+    workspace,
 };
 use ort::memory::DeviceType;
 use ort::session::Session;
@@ -45,15 +46,19 @@ fn ep_session(model: &[u8]) -> ort::Result<Session> {
 /// An EP session on the CPU device with provider options.
 fn ep_session_with(model: &[u8], options: &[(&str, &str)]) -> ort::Result<Session> {
     // One device type per session: with a GPU the EP also offers a GPU device.
-    Session::builder(env())?
-        .with_devices(ep_devices(DeviceType::CPU), Some(&ep_options(options)))?
-        .commit_from_memory(model)
+    create_session(|| {
+        Session::builder(env())?
+            .with_devices(ep_devices(DeviceType::CPU), Some(&ep_options(options)))?
+            .commit_from_memory(model)
+    })
 }
 
 fn custom_op_session(model: &[u8]) -> ort::Result<Session> {
-    Session::builder(env())?
-        .with_operator_library(provider_lib())?
-        .commit_from_memory(model)
+    create_session(|| {
+        Session::builder(env())?
+            .with_operator_library(provider_lib())?
+            .commit_from_memory(model)
+    })
 }
 
 /// Every output's bits of [`run_decoder`].
