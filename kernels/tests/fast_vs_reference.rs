@@ -395,7 +395,7 @@ fn matmul_matches_reference_within_accumulation_bound() {
                 assert_eq!(bits(&fused), bits(&got));
             };
             both_isas(check);
-            fast::with_avx2_only(check);
+            fast::with_avx512_bf16(check);
         }
     }
 }
@@ -539,7 +539,7 @@ fn matmul_with_denormal_products_avoids_bf16_dot() {
         fast::mx_matmul(&a_q, &a_s, m, k, n, b, true, &mut got, &Serial).unwrap();
         got.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
     };
-    let (detected, avx2_only) = (run(), fast::with_avx2_only(run));
+    let (detected, avx2_only) = (fast::with_avx512_bf16(run), fast::with_avx2_only(run));
     assert_eq!(detected, avx2_only);
     for (g, w) in detected.iter().zip(&want) {
         let g = f32::from_bits(*g);

@@ -2,8 +2,25 @@
 //! run time), the portable scalar path otherwise or when a caller forces it (tests, A/B runs).
 //! On top of AVX2, the MXFP8 GEMM uses AVX512-BF16 dot products where the CPU has them
 //! ([`avx512_bf16`]; [`with_avx2_only`] turns them off for tests and A/B runs).
+//!
+//! `MXFUSE_CPU_ISA` sets the choice for the whole process: `portable`, `avx2` (the default), or
+//! `avx512` (also the AVX-512 BF16 GEMM). The AVX-512 path is opt-in because it sums in another
+//! order than the AVX2 path: within the documented tolerance, but not bit-identical, so with it
+//! the same model would give different bits on different CPUs (and the EP's online fusion could
+//! differ from an offline-rewritten run wherever the two reach a GEMM through different ops).
 
 use std::cell::Cell;
+use std::sync::OnceLock;
+
+/// The process-wide cap from `MXFUSE_CPU_ISA` (read once).
+fn isa_cap() -> &'static str {
+    static CAP: OnceLock<String> = OnceLock::new();
+    CAP.get_or_init(|| {
+        std::env::var("MXFUSE_CPU_ISA")
+            .unwrap_or_default()
+            .to_ascii_lowercase()
+    })
+}
 
 /// The code path a fast kernel takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,12 +32,13 @@ pub enum Isa {
 thread_local! {
     static FORCE_PORTABLE: Cell<bool> = const { Cell::new(false) };
     static FORCE_AVX2_ONLY: Cell<bool> = const { Cell::new(false) };
+    static FORCE_AVX512: Cell<bool> = const { Cell::new(false) };
 }
 
 impl Isa {
     /// The best path for this CPU, unless the calling thread is inside [`with_portable`].
     pub fn detect() -> Isa {
-        if FORCE_PORTABLE.with(Cell::get) {
+        if FORCE_PORTABLE.with(Cell::get) || isa_cap() == "portable" {
             return Isa::Portable;
         }
         #[cfg(target_arch = "x86_64")]
@@ -44,11 +62,12 @@ pub fn with_portable<R>(f: impl FnOnce() -> R) -> R {
     out
 }
 
-/// Whether the AVX2 path may also use AVX-512 BF16 dot products (`vdpbf16ps`): the CPU has
-/// AVX512F/BW/VL/BF16, [`Isa::detect`] is `Avx2` and the calling thread is not inside
-/// [`with_avx2_only`].
+/// Whether the AVX2 path may also use AVX-512 BF16 dot products (`vdpbf16ps`): opted in
+/// (`MXFUSE_CPU_ISA=avx512`, or the calling thread is inside [`with_avx512_bf16`]), the CPU has
+/// AVX512F/BW/VL/BF16, [`Isa::detect`] is `Avx2` and the thread is not inside [`with_avx2_only`].
 pub fn avx512_bf16() -> bool {
-    if FORCE_AVX2_ONLY.with(Cell::get) || Isa::detect() != Isa::Avx2 {
+    let opted_in = isa_cap() == "avx512" || FORCE_AVX512.with(Cell::get);
+    if !opted_in || FORCE_AVX2_ONLY.with(Cell::get) || Isa::detect() != Isa::Avx2 {
         return false;
     }
     #[cfg(target_arch = "x86_64")]
@@ -67,5 +86,14 @@ pub fn with_avx2_only<R>(f: impl FnOnce() -> R) -> R {
     let prev = FORCE_AVX2_ONLY.with(|c| c.replace(true));
     let out = f();
     FORCE_AVX2_ONLY.with(|c| c.set(prev));
+    out
+}
+
+/// Runs `f` with the AVX-512 BF16 GEMM allowed on this thread (where the CPU has it), as
+/// `MXFUSE_CPU_ISA=avx512` does for the process; for tests and A/B runs.
+pub fn with_avx512_bf16<R>(f: impl FnOnce() -> R) -> R {
+    let prev = FORCE_AVX512.with(|c| c.replace(true));
+    let out = f();
+    FORCE_AVX512.with(|c| c.set(prev));
     out
 }

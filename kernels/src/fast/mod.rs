@@ -21,7 +21,7 @@ mod shared;
 mod swiglu;
 
 pub use codec::{cast_from_e4m3, cast_to_e4m3};
-pub use isa::{avx512_bf16, with_avx2_only, with_portable, Isa};
+pub use isa::{avx512_bf16, with_avx2_only, with_avx512_bf16, with_portable, Isa};
 pub use matmul::{mx_matmul, mx_matmul_quantize_a};
 pub use norm::add_rms_norm_mx_quant;
 pub use quantize::mx_quantize;
