@@ -46,10 +46,19 @@ def main():
                if d.ep_name == EP_NAME and d.device.type == ort.OrtHardwareDeviceType.CPU]
     so = ort.SessionOptions()
     so.add_provider_for_devices(devices, {})
-    so.log_severity_level = 1  # INFO: ORT logs which nodes went to which EP
-    online = ort.InferenceSession(original, sess_options=so).run(None, feeds)
+    so.log_severity_level = 3  # errors only
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    session = ort.InferenceSession(original, sess_options=so)
+    placed = {}
+    for sg in session.get_provider_graph_assignment_info():
+        n, k = placed.get(sg.ep_name, (0, 0))
+        placed[sg.ep_name] = (n + 1, k + len(sg.get_nodes()))
+    for ep, (n, k) in sorted(placed.items()):
+        print(f"{ep}: {n} subgraphs, {k} nodes of the original model")
+    online = session.run(None, feeds)
 
     so2 = ort.SessionOptions()
+    so2.log_severity_level = 3
     so2.register_custom_ops_library(lib)
     offline = ort.InferenceSession(rewritten, sess_options=so2, providers=["CPUExecutionProvider"]).run(None, feeds)
 
