@@ -68,9 +68,20 @@ fn layer_lines(report: &RewriteReport) -> String {
         } else {
             fused.join(", ")
         };
+        let refused: Vec<&Rejection> = l.refused.iter().collect();
+        let why = match commonest_reasons(&refused).first() {
+            Some((reason, _)) => {
+                let rule = refused
+                    .iter()
+                    .find(|r| r.reason == *reason)
+                    .map_or("", |r| &r.rule);
+                format!(" (commonest: {rule} — {reason})")
+            }
+            None => String::new(),
+        };
         let _ = writeln!(
             out,
-            "  layer {:>5}: fused {fused}; refused {}",
+            "  layer {:>5}: fused {fused}; refused {}{why}",
             l.layer,
             l.refused.len()
         );
