@@ -165,6 +165,22 @@ fn parse_float(key: &str, v: &str) -> Result<f32> {
     }
 }
 
+/// Parses an enum attribute spelled as one of `choices`' names; the error lists them all
+/// ("{key} must be a, b or c, got \"x\"").
+fn parse_choice<T: Copy>(key: &str, v: &str, choices: &[(&str, T)]) -> Result<T> {
+    if let Some(&(_, value)) = choices.iter().find(|(name, _)| *name == v) {
+        return Ok(value);
+    }
+    let names: Vec<&str> = choices.iter().map(|(name, _)| *name).collect();
+    let listed = match names.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        _ => names.concat(),
+    };
+    Err(KernelError::Attribute(format!(
+        "{key} must be {listed}, got {v:?}"
+    )))
+}
+
 fn unknown(op: &str, key: &str) -> KernelError {
     KernelError::Attribute(format!("{op} has no attribute {key:?}"))
 }
@@ -215,16 +231,15 @@ impl AddRmsNormAttrs {
                 "round_sum" => a.round_sum = parse_bool(k, v)?,
                 "allreduce" => a.allreduce = parse_bool(k, v)?,
                 "inv_form" => {
-                    a.inv_form = match v {
-                        "rsqrt" => InvForm::Rsqrt,
-                        "recip_mul" => InvForm::RecipMul,
-                        "div" => InvForm::Div,
-                        _ => {
-                            return Err(KernelError::Attribute(format!(
-                                "inv_form must be rsqrt, recip_mul or div, got {v:?}"
-                            )))
-                        }
-                    }
+                    a.inv_form = parse_choice(
+                        k,
+                        v,
+                        &[
+                            ("rsqrt", InvForm::Rsqrt),
+                            ("recip_mul", InvForm::RecipMul),
+                            ("div", InvForm::Div),
+                        ],
+                    )?
                 }
                 _ => return Err(unknown("AddRmsNormMxQuant", k)),
             }
@@ -247,38 +262,32 @@ impl SwiGluAttrs {
                 "beta" => a.beta = parse_float(k, v)?,
                 "fp32_activation" => a.fp32_activation = parse_bool(k, v)?,
                 "layout" => {
-                    a.layout = match v {
-                        "separate" => SwiGluLayout::Separate,
-                        "split_halves" => SwiGluLayout::SplitHalves,
-                        "interleaved" => SwiGluLayout::Interleaved,
-                        _ => {
-                            return Err(KernelError::Attribute(format!(
-                                "layout must be separate, split_halves or interleaved, got {v:?}"
-                            )))
-                        }
-                    }
+                    a.layout = parse_choice(
+                        k,
+                        v,
+                        &[
+                            ("separate", SwiGluLayout::Separate),
+                            ("split_halves", SwiGluLayout::SplitHalves),
+                            ("interleaved", SwiGluLayout::Interleaved),
+                        ],
+                    )?
                 }
                 "activation" => {
-                    a.activation = match v {
-                        "silu" => Activation::Silu,
-                        "oai" => Activation::Oai,
-                        _ => {
-                            return Err(KernelError::Attribute(format!(
-                                "activation must be silu or oai, got {v:?}"
-                            )))
-                        }
-                    }
+                    a.activation = parse_choice(
+                        k,
+                        v,
+                        &[("silu", Activation::Silu), ("oai", Activation::Oai)],
+                    )?
                 }
                 "swish_form" => {
-                    a.swish_form = match v {
-                        "unrolled" => SwishForm::Unrolled,
-                        "single_op" => SwishForm::SingleOp,
-                        _ => {
-                            return Err(KernelError::Attribute(format!(
-                                "swish_form must be unrolled or single_op, got {v:?}"
-                            )))
-                        }
-                    }
+                    a.swish_form = parse_choice(
+                        k,
+                        v,
+                        &[
+                            ("unrolled", SwishForm::Unrolled),
+                            ("single_op", SwishForm::SingleOp),
+                        ],
+                    )?
                 }
                 _ => return Err(unknown("SwiGluMxQuant", k)),
             }
@@ -331,5 +340,29 @@ mod tests {
         let m = MxMatMulAttrs::from_pairs([("trans_b", "1"), ("output_dtype", "16")]).unwrap();
         assert!(m.trans_b && m.output_dtype == DType::BF16);
         assert!(MxMatMulAttrs::from_pairs([("output_dtype", "17")]).is_err());
+    }
+
+    #[test]
+    fn enum_errors_list_every_spelling() {
+        let msg = |r: Result<SwiGluAttrs>| r.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(msg(SwiGluAttrs::from_pairs([("layout", "weird")]))
+            .contains("layout must be separate, split_halves or interleaved, got \"weird\""));
+        assert!(msg(SwiGluAttrs::from_pairs([("activation", "gelu")]))
+            .contains("activation must be silu or oai, got \"gelu\""));
+        let n = AddRmsNormAttrs::from_pairs([("inv_form", "x")])
+            .err()
+            .map(|e| e.to_string());
+        assert!(n
+            .unwrap_or_default()
+            .contains("inv_form must be rsqrt, recip_mul or div, got \"x\""));
+        let s = SwiGluAttrs::from_pairs([("swish_form", "single_op"), ("layout", "interleaved")]);
+        assert!(matches!(
+            s,
+            Ok(SwiGluAttrs {
+                swish_form: SwishForm::SingleOp,
+                layout: SwiGluLayout::Interleaved,
+                ..
+            })
+        ));
     }
 }
