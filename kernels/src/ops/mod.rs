@@ -46,12 +46,18 @@ fn expect_shape(what: &str, got: &[usize], want: &[usize]) -> Result<()> {
     Ok(())
 }
 
-/// Checks `q` (E4M3, shape `values`) and `scale` (E8M0, `[..., K/32]`).
-fn expect_quant_outputs(values: &[usize], q: &TensorMut<'_>, scale: &TensorMut<'_>) -> Result<()> {
+/// Checks `q` (E4M3, shape `values`) and `scale` (E8M0, `[..., K/32]`); returns K, the last
+/// dim of `values`.
+fn expect_quant_outputs(
+    values: &[usize],
+    q: &TensorMut<'_>,
+    scale: &TensorMut<'_>,
+) -> Result<usize> {
     expect_dtype("q", q.dtype, DType::E4M3)?;
     expect_dtype("scale", scale.dtype, DType::E8M0)?;
     expect_shape("q", q.shape, values)?;
-    expect_shape("scale", scale.shape, &scale_shape(values)?)
+    expect_shape("scale", scale.shape, &scale_shape(values)?)?;
+    Ok(*values.last().expect("scale_shape checked the rank"))
 }
 
 fn unsupported_dtype(what: &str, d: DType) -> KernelError {
@@ -68,8 +74,7 @@ pub fn mx_quantize(
     attrs: &MxQuantAttrs,
     par: &dyn Parallel,
 ) -> Result<()> {
-    expect_quant_outputs(x.shape, &q, &scale)?;
-    let k = *x.shape.last().expect("scale_shape checked the rank");
+    let k = expect_quant_outputs(x.shape, &q, &scale)?;
     let (q, s) = (q.view_mut::<u8>()?, scale.view_mut::<u8>()?);
     match x.dtype {
         DType::F32 => fast::mx_quantize(x.view::<f32>()?, k, q, s, attrs.quant, par),
@@ -91,11 +96,11 @@ fn norm_typed<T: FastElement + Pod>(
     x: TensorRef<'_>,
     residual: Option<TensorRef<'_>>,
     gamma: TensorRef<'_>,
+    h: usize,
     out: NormTensors<'_>,
     attrs: &AddRmsNormAttrs,
     par: &dyn Parallel,
 ) -> Result<()> {
-    let h = *x.shape.last().expect("scale_shape checked the rank");
     let residual = residual.map(|r| r.view::<T>()).transpose()?;
     let outs = NormOutputs {
         q: out.q.view_mut::<u8>()?,
@@ -122,8 +127,7 @@ pub fn add_rms_norm_mx_quant(
     attrs: &AddRmsNormAttrs,
     par: &dyn Parallel,
 ) -> Result<()> {
-    expect_quant_outputs(x.shape, &out.q, &out.scale)?;
-    let h = *x.shape.last().expect("scale_shape checked the rank");
+    let h = expect_quant_outputs(x.shape, &out.q, &out.scale)?;
     if let Some(r) = &residual {
         expect_dtype("residual", r.dtype, x.dtype)?;
         expect_shape("residual", r.shape, x.shape)?;
@@ -142,9 +146,9 @@ pub fn add_rms_norm_mx_quant(
         }
     }
     match x.dtype {
-        DType::F32 => norm_typed::<f32>(x, residual, gamma, out, attrs, par),
-        DType::F16 => norm_typed::<f16>(x, residual, gamma, out, attrs, par),
-        DType::BF16 => norm_typed::<bf16>(x, residual, gamma, out, attrs, par),
+        DType::F32 => norm_typed::<f32>(x, residual, gamma, h, out, attrs, par),
+        DType::F16 => norm_typed::<f16>(x, residual, gamma, h, out, attrs, par),
+        DType::BF16 => norm_typed::<bf16>(x, residual, gamma, h, out, attrs, par),
         d => Err(unsupported_dtype("x", d)),
     }
 }
@@ -203,8 +207,7 @@ pub fn swiglu_mx_quant(
         }
     };
     let act_shape = swiglu_output_shape(first.shape, attrs.layout)?;
-    expect_quant_outputs(&act_shape, &q, &scale)?;
-    let i = *act_shape.last().expect("rank checked");
+    let i = expect_quant_outputs(&act_shape, &q, &scale)?;
     let (q, s) = (q.view_mut::<u8>()?, scale.view_mut::<u8>()?);
     match first.dtype {
         DType::F32 => swiglu_typed::<f32>(&input, i, q, s, attrs, par),
