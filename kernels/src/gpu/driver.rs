@@ -155,37 +155,63 @@ pub const HIPRTC_LIBS: [&str; 4] = [
     "libhiprtc.so.5",
 ];
 
+/// One GPU stack [`Driver::load`] tries: a driver library, its run-time compiler, and the loader
+/// that binds both (`drv, drv_name, rtc, rtc_name`; it must only bind that stack's signatures).
+struct Stack {
+    /// The API named in "reports no … device".
+    api: &'static str,
+    driver_env: &'static str,
+    driver_libs: &'static [&'static str],
+    /// The compiler named in "no … was found".
+    rtc: &'static str,
+    rtc_env: &'static str,
+    rtc_libs: &'static [&'static str],
+    load: unsafe fn(Library, &str, Library, &str) -> GpuResult<Option<Driver>>,
+}
+
+/// The stacks in order of preference.
+const STACKS: [Stack; 2] = [
+    Stack {
+        api: "CUDA",
+        driver_env: "MXFUSE_CUDA_DRIVER",
+        driver_libs: &CUDA_DRIVER_LIBS,
+        rtc: "NVRTC",
+        rtc_env: "MXFUSE_NVRTC",
+        rtc_libs: &NVRTC_LIBS,
+        load: Driver::load_cuda,
+    },
+    Stack {
+        api: "HIP",
+        driver_env: "MXFUSE_HIP",
+        driver_libs: &HIP_LIBS,
+        rtc: "hipRTC",
+        rtc_env: "MXFUSE_HIPRTC",
+        rtc_libs: &HIPRTC_LIBS,
+        load: Driver::load_hip,
+    },
+];
+
 impl Driver {
     /// Loads CUDA (preferred) or HIP. `Ok(Err(reason))`: no usable GPU stack on this machine (no
     /// library, a driver without its run-time compiler, or no device), with the reason for the
     /// log line; `Err`: a stack is there but broken (a missing symbol, a failing call).
     pub fn load() -> GpuResult<Result<Driver, String>> {
         let mut reasons = Vec::new();
-        if let Some((drv, drv_name)) = open_first("MXFUSE_CUDA_DRIVER", &CUDA_DRIVER_LIBS) {
-            match open_first("MXFUSE_NVRTC", &NVRTC_LIBS) {
-                // SAFETY: the signatures in load_cuda are those of the CUDA driver API and NVRTC.
-                Some((rtc, rtc_name)) => {
-                    match unsafe { Self::load_cuda(drv, &drv_name, rtc, &rtc_name)? } {
-                        Some(d) => return Ok(Ok(d)),
-                        None => reasons.push(format!("{drv_name} reports no CUDA device")),
-                    }
-                }
+        for b in &STACKS {
+            let Some((drv, drv_name)) = open_first(b.driver_env, b.driver_libs) else {
+                continue;
+            };
+            match open_first(b.rtc_env, b.rtc_libs) {
+                // SAFETY: each loader binds the signatures of its own stack (load_cuda: the CUDA
+                // driver API and NVRTC; load_hip: HIP and hipRTC), opened just above.
+                Some((rtc, rtc_name)) => match unsafe { (b.load)(drv, &drv_name, rtc, &rtc_name)? }
+                {
+                    Some(d) => return Ok(Ok(d)),
+                    None => reasons.push(format!("{drv_name} reports no {} device", b.api)),
+                },
                 None => reasons.push(format!(
-                    "{drv_name} loads but no NVRTC was found (set MXFUSE_NVRTC)"
-                )),
-            }
-        }
-        if let Some((drv, drv_name)) = open_first("MXFUSE_HIP", &HIP_LIBS) {
-            match open_first("MXFUSE_HIPRTC", &HIPRTC_LIBS) {
-                // SAFETY: the signatures in load_hip are those of HIP and hipRTC.
-                Some((rtc, rtc_name)) => {
-                    match unsafe { Self::load_hip(drv, &drv_name, rtc, &rtc_name)? } {
-                        Some(d) => return Ok(Ok(d)),
-                        None => reasons.push(format!("{drv_name} reports no HIP device")),
-                    }
-                }
-                None => reasons.push(format!(
-                    "{drv_name} loads but no hipRTC was found (set MXFUSE_HIPRTC)"
+                    "{drv_name} loads but no {} was found (set {})",
+                    b.rtc, b.rtc_env
                 )),
             }
         }
