@@ -572,20 +572,21 @@ impl GpuRuntime {
         check_aligned("b", w, 8)?;
         check_aligned("b_scales", ws, 4)?;
         let mt = if m <= 8 { 1 } else { 2 };
+        // Both kernel families take the same arguments; only the name and grid differ.
+        let params = Params::new()
+            .push(a_q)
+            .push(a_scales)
+            .push(a)
+            .push(w)
+            .push(ws)
+            .push(y)
+            .push(dim_i32("M", m)?)
+            .push(dim_i32("N", n)?)
+            .push(dim_i32("K", k)?)
+            .push(flags);
         if self.v2() && w.is_multiple_of(16) && (amode != "e4m3" || a_q.is_multiple_of(16)) {
             // 16-byte weight and activation loads (allocators give 256-byte alignment).
             let (s, warps) = splitk_shape(n, k, m, self.multiprocessors());
-            let params = Params::new()
-                .push(a_q)
-                .push(a_scales)
-                .push(a)
-                .push(w)
-                .push(ws)
-                .push(y)
-                .push(dim_i32("M", m)?)
-                .push(dim_i32("N", n)?)
-                .push(dim_i32("K", k)?)
-                .push(flags);
             let name = format!("mx_matmul_sk_{amode}_m{}_{out}_s{s}", 8 * mt);
             let grid = [
                 dim_u32("grid", n.div_ceil(16) * s)?,
@@ -600,17 +601,6 @@ impl GpuRuntime {
         // SMs, 8 otherwise; the software pipeline only pays when blocks leave SMs idle.
         let warps: u32 = if n.div_ceil(16) < sms { 16 } else { 8 };
         let pf = if blocks < sms { "_pf" } else { "" };
-        let params = Params::new()
-            .push(a_q)
-            .push(a_scales)
-            .push(a)
-            .push(w)
-            .push(ws)
-            .push(y)
-            .push(dim_i32("M", m)?)
-            .push(dim_i32("N", n)?)
-            .push(dim_i32("K", k)?)
-            .push(flags);
         let name = format!("mx_matmul_tc_{amode}_m{}_{out}{pf}", 8 * mt);
         let grid = [
             dim_u32("grid", n.div_ceil(16))?,
