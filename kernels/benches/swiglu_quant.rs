@@ -4,10 +4,6 @@
 
 mod common;
 
-use std::hint::black_box;
-use std::time::Duration;
-
-use criterion::{criterion_group, BenchmarkId, Criterion};
 use half::bf16;
 use kernels::attrs::{Activation, SwiGluAttrs, SwiGluLayout};
 use kernels::codec::QuantConfig;
@@ -90,69 +86,16 @@ fn fused_bytes(m: usize) -> usize {
     m * I * (2 * 2 + 1) + m * I / 32
 }
 
-fn bench(c: &mut Criterion) {
-    let par = ThreadPool::global();
-    let mut group = c.benchmark_group("swiglu_oai_quant_bf16_i768");
-    group
-        .warm_up_time(Duration::from_millis(200))
-        .measurement_time(Duration::from_millis(600))
-        .sample_size(15);
-    for m in MS {
-        let mut b = bufs(m);
-        group.bench_with_input(BenchmarkId::new("fused", m), &m, |bn, _| {
-            bn.iter(|| fused(black_box(&mut b), par))
-        });
-        group.bench_with_input(BenchmarkId::new("unfused", m), &m, |bn, _| {
-            bn.iter(|| unfused(black_box(&mut b), par))
-        });
-    }
-    group.finish();
-}
-
-fn summary() {
-    let par = ThreadPool::global();
-    println!(
-        "\nswiglu_oai_quant bf16 I={I} threads={}",
-        kernels::Parallel::concurrency(par)
-    );
-    println!(
-        "{:>6} {:>11} {:>11} {:>11} {:>12} {:>14}",
-        "M", "fused_us", "unfused_us", "floor_us", "fused/floor", "unfused/fused"
-    );
-    for m in MS {
-        let mut b = bufs(m);
-        let runs = common::runs_for(fused_bytes(m));
-        let tf = common::median_secs(runs, || fused(&mut b, par));
-        let tu = common::median_secs(runs, || unfused(&mut b, par));
-        let floor = fused_bytes(m) as f64 / common::copy_bandwidth(fused_bytes(m) / 2, m, 64, par);
-        println!(
-            "{m:>6} {:>11.2} {:>11.2} {:>11.2} {:>12.2} {:>14.2}",
-            tf * 1e6,
-            tu * 1e6,
-            floor * 1e6,
-            tf / floor,
-            tu / tf
-        );
-    }
-}
-
-criterion_group!(benches, bench);
-
 fn main() {
-    if let Some(spec) = std::env::var_os("MXFUSE_BENCH_LOOP") {
-        // `M,iters`: run the fused kernel in a loop (for `perf stat`), nothing else.
-        let v: Vec<usize> = spec
-            .to_string_lossy()
-            .split(',')
-            .map(|x| x.parse().expect("M,iters"))
-            .collect();
-        let (par, mut b) = (ThreadPool::global(), bufs(v[0]));
-        (0..v[1]).for_each(|_| fused(&mut b, par));
-        return;
+    common::fused_vs_unfused::FusedVsUnfused {
+        group: "swiglu_oai_quant_bf16_i768",
+        title: format!("swiglu_oai_quant bf16 I={I}"),
+        ms: &MS,
+        bufs,
+        fused,
+        unfused,
+        fused_bytes,
+        copy_min_rows: 64,
     }
-    benches();
-    criterion::Criterion::default()
-        .configure_from_args()
-        .final_summary();
-    summary();
+    .main();
 }

@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 use kernels::parallel::{for_row_chunks, Parallel};
 
+pub mod fused_vs_unfused;
+
 /// Deterministic pseudo-random normals (sum of uniforms).
 pub fn normals(n: usize, seed: u64, scale: f32) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
