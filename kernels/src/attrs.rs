@@ -203,96 +203,115 @@ fn apply_quant_key(quant: &mut QuantConfig, key: &str, v: &str) -> Result<bool> 
     Ok(true)
 }
 
+/// The shared body of the `from_pairs` of the ops with quantizer attributes: starts from the
+/// defaults, offers each key to the common quantizer keys, then to `own` (false: not one of the
+/// op's keys either), and rejects any other key as an unknown attribute of `op`.
+fn from_quant_pairs<'a, A: Default>(
+    pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+    op: &str,
+    quant: fn(&mut A) -> &mut QuantConfig,
+    mut own: impl FnMut(&mut A, &str, &str) -> Result<bool>,
+) -> Result<A> {
+    let mut a = A::default();
+    for (k, v) in pairs {
+        if !apply_quant_key(quant(&mut a), k, v)? && !own(&mut a, k, v)? {
+            return Err(unknown(op, k));
+        }
+    }
+    Ok(a)
+}
+
 impl MxQuantAttrs {
     /// Builds the attributes from `(name, value)` pairs; absent names keep their defaults.
     pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Self> {
-        let mut a = Self::default();
-        for (k, v) in pairs {
-            if !apply_quant_key(&mut a.quant, k, v)? {
-                return Err(unknown("MxQuantize", k));
-            }
-        }
-        Ok(a)
+        from_quant_pairs(
+            pairs,
+            "MxQuantize",
+            |a: &mut Self| &mut a.quant,
+            |_, _, _| Ok(false),
+        )
     }
 }
 
 impl AddRmsNormAttrs {
     /// Builds the attributes from `(name, value)` pairs; absent names keep their defaults.
     pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Self> {
-        let mut a = Self::default();
-        for (k, v) in pairs {
-            if apply_quant_key(&mut a.quant, k, v)? {
-                continue;
-            }
-            match k {
-                "epsilon" => a.epsilon = parse_float(k, v)?,
-                "gemma" => a.gemma = parse_bool(k, v)?,
-                "gamma_in_f32" => a.gamma_in_f32 = parse_bool(k, v)?,
-                "round_sum" => a.round_sum = parse_bool(k, v)?,
-                "allreduce" => a.allreduce = parse_bool(k, v)?,
-                "inv_form" => {
-                    a.inv_form = parse_choice(
-                        k,
-                        v,
-                        &[
-                            ("rsqrt", InvForm::Rsqrt),
-                            ("recip_mul", InvForm::RecipMul),
-                            ("div", InvForm::Div),
-                        ],
-                    )?
+        from_quant_pairs(
+            pairs,
+            "AddRmsNormMxQuant",
+            |a: &mut Self| &mut a.quant,
+            |a, k, v| {
+                match k {
+                    "epsilon" => a.epsilon = parse_float(k, v)?,
+                    "gemma" => a.gemma = parse_bool(k, v)?,
+                    "gamma_in_f32" => a.gamma_in_f32 = parse_bool(k, v)?,
+                    "round_sum" => a.round_sum = parse_bool(k, v)?,
+                    "allreduce" => a.allreduce = parse_bool(k, v)?,
+                    "inv_form" => {
+                        a.inv_form = parse_choice(
+                            k,
+                            v,
+                            &[
+                                ("rsqrt", InvForm::Rsqrt),
+                                ("recip_mul", InvForm::RecipMul),
+                                ("div", InvForm::Div),
+                            ],
+                        )?
+                    }
+                    _ => return Ok(false),
                 }
-                _ => return Err(unknown("AddRmsNormMxQuant", k)),
-            }
-        }
-        Ok(a)
+                Ok(true)
+            },
+        )
     }
 }
 
 impl SwiGluAttrs {
     /// Builds the attributes from `(name, value)` pairs; absent names keep their defaults.
     pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Self> {
-        let mut a = Self::default();
-        for (k, v) in pairs {
-            if apply_quant_key(&mut a.quant, k, v)? {
-                continue;
-            }
-            match k {
-                "alpha" => a.alpha = parse_float(k, v)?,
-                "limit" => a.limit = parse_float(k, v)?,
-                "beta" => a.beta = parse_float(k, v)?,
-                "fp32_activation" => a.fp32_activation = parse_bool(k, v)?,
-                "layout" => {
-                    a.layout = parse_choice(
-                        k,
-                        v,
-                        &[
-                            ("separate", SwiGluLayout::Separate),
-                            ("split_halves", SwiGluLayout::SplitHalves),
-                            ("interleaved", SwiGluLayout::Interleaved),
-                        ],
-                    )?
+        from_quant_pairs(
+            pairs,
+            "SwiGluMxQuant",
+            |a: &mut Self| &mut a.quant,
+            |a, k, v| {
+                match k {
+                    "alpha" => a.alpha = parse_float(k, v)?,
+                    "limit" => a.limit = parse_float(k, v)?,
+                    "beta" => a.beta = parse_float(k, v)?,
+                    "fp32_activation" => a.fp32_activation = parse_bool(k, v)?,
+                    "layout" => {
+                        a.layout = parse_choice(
+                            k,
+                            v,
+                            &[
+                                ("separate", SwiGluLayout::Separate),
+                                ("split_halves", SwiGluLayout::SplitHalves),
+                                ("interleaved", SwiGluLayout::Interleaved),
+                            ],
+                        )?
+                    }
+                    "activation" => {
+                        a.activation = parse_choice(
+                            k,
+                            v,
+                            &[("silu", Activation::Silu), ("oai", Activation::Oai)],
+                        )?
+                    }
+                    "swish_form" => {
+                        a.swish_form = parse_choice(
+                            k,
+                            v,
+                            &[
+                                ("unrolled", SwishForm::Unrolled),
+                                ("single_op", SwishForm::SingleOp),
+                            ],
+                        )?
+                    }
+                    _ => return Ok(false),
                 }
-                "activation" => {
-                    a.activation = parse_choice(
-                        k,
-                        v,
-                        &[("silu", Activation::Silu), ("oai", Activation::Oai)],
-                    )?
-                }
-                "swish_form" => {
-                    a.swish_form = parse_choice(
-                        k,
-                        v,
-                        &[
-                            ("unrolled", SwishForm::Unrolled),
-                            ("single_op", SwishForm::SingleOp),
-                        ],
-                    )?
-                }
-                _ => return Err(unknown("SwiGluMxQuant", k)),
-            }
-        }
-        Ok(a)
+                Ok(true)
+            },
+        )
     }
 }
 
