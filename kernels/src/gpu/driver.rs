@@ -233,6 +233,52 @@ impl Driver {
         })
     }
 
+    /// A driver over freshly bound symbols whose device is not asked yet: `info` holds only the
+    /// warp size until the loader fills it in.
+    fn unprobed(
+        backend: Backend,
+        fns: DriverFns,
+        rtc: RtcFns,
+        error_string: ErrorStringFn,
+        warp_size: u32,
+        driver_lib: Library,
+        rtc_lib: Library,
+    ) -> Driver {
+        Driver {
+            backend,
+            fns,
+            rtc,
+            error_string,
+            context: 0,
+            info: DeviceInfo {
+                name: String::new(),
+                arch: String::new(),
+                compute_capability: 0,
+                multiprocessors: 0,
+                warp_size,
+            },
+            _driver_lib: driver_lib,
+            _rtc_lib: rtc_lib,
+        }
+    }
+
+    /// The name of device `dev` through `get_name` (`cuDeviceGetName` / `hipDeviceGetName`,
+    /// named `call` in errors).
+    ///
+    /// # Safety
+    /// `get_name` must be that function of this driver's library.
+    unsafe fn device_name(
+        &self,
+        call: &'static str,
+        get_name: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int,
+        dev: c_int,
+    ) -> GpuResult<String> {
+        let mut name = [0 as c_char; 256];
+        self.check(call, get_name(name.as_mut_ptr(), 256, dev))?;
+        // The runtime writes a NUL-terminated string into the 256 bytes it was given.
+        Ok(CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned())
+    }
+
     unsafe fn load_cuda(
         drv: Library,
         dn: &str,
@@ -261,22 +307,7 @@ impl Driver {
             ctx_set_current: Some(sym(&drv, dn, "cuCtxSetCurrent")?),
         };
         let rtc_fns = Self::load_rtc(&rtc, rn, "nvrtc", "CUBIN")?;
-        let mut driver = Driver {
-            backend: Backend::Cuda,
-            fns,
-            rtc: rtc_fns,
-            error_string,
-            context: 0,
-            info: DeviceInfo {
-                name: String::new(),
-                arch: String::new(),
-                compute_capability: 0,
-                multiprocessors: 0,
-                warp_size: 32,
-            },
-            _driver_lib: drv,
-            _rtc_lib: rtc,
-        };
+        let mut driver = Self::unprobed(Backend::Cuda, fns, rtc_fns, error_string, 32, drv, rtc);
         // CUDA_ERROR_NO_DEVICE (100) or a driver without a GPU: no GPU here, not an error.
         let rc = init(0);
         if rc != 0 {
@@ -293,13 +324,12 @@ impl Driver {
         };
         // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR / _MINOR / MULTIPROCESSOR_COUNT.
         let (major, minor, sms) = (attr(75)?, attr(76)?, attr(16)?);
-        let mut name = [0 as c_char; 256];
-        driver.check("cuDeviceGetName", get_name(name.as_mut_ptr(), 256, dev))?;
+        let name = driver.device_name("cuDeviceGetName", get_name, dev)?;
         let mut ctx: *mut c_void = std::ptr::null_mut();
         driver.check("cuDevicePrimaryCtxRetain", retain(&mut ctx, dev))?;
         driver.context = ctx as usize;
         driver.info = DeviceInfo {
-            name: CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned(),
+            name,
             arch: format!("sm_{major}{minor}"),
             compute_capability: major * 10 + minor,
             multiprocessors: sms,
@@ -334,25 +364,8 @@ impl Driver {
         if init(0) != 0 || set_device(0) != 0 {
             return Ok(None);
         }
-        let mut name = [0 as c_char; 256];
-        let mut driver = Driver {
-            backend: Backend::Hip,
-            fns,
-            rtc: rtc_fns,
-            error_string,
-            context: 0,
-            info: DeviceInfo {
-                name: String::new(),
-                arch: String::new(),
-                compute_capability: 0,
-                multiprocessors: 0,
-                warp_size: 64,
-            },
-            _driver_lib: drv,
-            _rtc_lib: rtc,
-        };
-        driver.check("hipDeviceGetName", get_name(name.as_mut_ptr(), 256, 0))?;
-        let name = CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned();
+        let mut driver = Self::unprobed(Backend::Hip, fns, rtc_fns, error_string, 64, drv, rtc);
+        let name = driver.device_name("hipDeviceGetName", get_name, 0)?;
         // hipRTC compiles for the current device when no target is named; MXFUSE_HIP_ARCH
         // (e.g. "gfx942") names one explicitly and becomes the cache key.
         let arch = std::env::var("MXFUSE_HIP_ARCH").unwrap_or_else(|_| format!("hip:{name}"));
