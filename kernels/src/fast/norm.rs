@@ -2,7 +2,9 @@
 //! the sum (and `residual_out`) and the pinned 16-lane f64 sum of squares, a second pass
 //! normalises, rounds to T and quantizes each group of 8 blocks while it is in L1. When the row's
 //! sum of squares, 1/d and every g_i are finite no lane of the second pass can be NaN, so bf16
-//! rounds without the NaN quieting there.
+//! rounds without the NaN quieting there. The first pass is compiled per combination of the
+//! optional residual / residual_out / `round_sum` (no branches in the row loop); bf16 with a
+//! residual widens by 16-bit unpacks (see `sum_row_bf16`).
 
 use super::shared::SharedMut;
 use super::{min_rows_per_task, FastElement, Isa};
@@ -60,7 +62,10 @@ pub fn add_rms_norm_mx_quant<T: FastElement, G: FastElement>(
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_op_in_unsafe_fn)]
 mod avx2_norm {
+    use std::any::TypeId;
     use std::arch::x86_64::*;
+
+    use half::bf16;
 
     use super::super::avx2::{quantize_block_avx2, quantize_group8, Lanes, GROUP};
     use crate::attrs::{AddRmsNormAttrs, InvForm};
@@ -79,43 +84,136 @@ mod avx2_norm {
     }
 
     /// x + residual for the 8 elements at `i`: writes round_T(sum) to `residual_out`, stores
-    /// the value to normalise (rounded per `round_sum`) at `sp + i` and returns it. The sum of
-    /// two values widened from T is a NaN only with zero low bits, so the `_no_nan` rounding is
-    /// exact here (see `Lanes::round8_no_nan`).
+    /// the value to normalise (rounded per `ROUND`) at `sp + i` and returns it. The sum of two
+    /// values widened from T is a NaN only with zero low bits, so the `_no_nan` rounding is
+    /// exact here (see `Lanes::round8_no_nan`). `RES` / `RO`: a residual is read / a
+    /// residual_out written (`rp` / `rop` are not used otherwise) — constants, so the row loop
+    /// carries no branches.
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
-    unsafe fn sum8<T: Lanes>(
+    unsafe fn sum8<T: Lanes, const RES: bool, const RO: bool, const ROUND: bool>(
         xp: *const T,
-        rp: Option<*const T>,
-        rop: Option<*mut T>,
-        round_sum: bool,
+        rp: *const T,
+        rop: *mut T,
         sp: *mut f32,
         i: usize,
     ) -> __m256 {
         let xv = T::load8(xp.add(i));
-        let s = match rp {
-            Some(rp) => {
-                let sum = _mm256_add_ps(xv, T::load8(rp.add(i)));
-                let rounded = match rop {
-                    Some(rop) => T::round_store8_no_nan(rop.add(i), sum),
-                    None if round_sum => T::round8_no_nan(sum),
-                    None => sum,
-                };
-                if round_sum {
-                    rounded
-                } else {
+        let s = if RES {
+            let sum = _mm256_add_ps(xv, T::load8(rp.add(i)));
+            match (RO, ROUND) {
+                (true, true) => T::round_store8_no_nan(rop.add(i), sum),
+                (true, false) => {
+                    T::round_store8_no_nan(rop.add(i), sum);
                     sum
                 }
+                (false, true) => T::round8_no_nan(sum),
+                (false, false) => sum,
             }
-            None => {
-                if let Some(rop) = rop {
-                    T::store8(rop.add(i), xv);
-                }
-                xv
+        } else {
+            if RO {
+                T::store8(rop.add(i), xv);
             }
+            xv
         };
         _mm256_storeu_ps(sp.add(i), s);
         s
+    }
+
+    /// Pass 1 of one row: the sums into `sp` (and `residual_out`) and their sum of squares in
+    /// the pinned order. Element i goes to lane i mod 16: the first 8 of every 16 to acc0/acc1,
+    /// the next 8 to acc2/acc3 (h is a multiple of 32, so there is no tail).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn sum_row<T: Lanes, const RES: bool, const RO: bool, const ROUND: bool>(
+        xp: *const T,
+        rp: *const T,
+        rop: *mut T,
+        sp: *mut f32,
+        h: usize,
+    ) -> f64 {
+        let mut acc = [_mm256_setzero_pd(); 4];
+        let mut i = 0;
+        while i < h {
+            let (a, b) = squares_pd(sum8::<T, RES, RO, ROUND>(xp, rp, rop, sp, i));
+            let (c, d) = squares_pd(sum8::<T, RES, RO, ROUND>(xp, rp, rop, sp, i + 8));
+            acc[0] = _mm256_add_pd(acc[0], a);
+            acc[1] = _mm256_add_pd(acc[1], b);
+            acc[2] = _mm256_add_pd(acc[2], c);
+            acc[3] = _mm256_add_pd(acc[3], d);
+            i += 16;
+        }
+        reduce_lanes(acc)
+    }
+
+    /// [`sum_row`] with a residual for bf16, 16 elements a step. Unpacking 16 bf16 with zero
+    /// widens them in one shuffle per 8 (not a zero-extend and a shift) but yields the lanes
+    /// as [0-3 | 8-11] and [4-7 | 12-15]: exactly the halves the pinned 16-lane order adds to
+    /// acc0/acc2 and acc1/acc3, so the sum of squares needs no reordering; two 128-bit permutes
+    /// put the sums back in order for `sp`, and one `packus` of the two halves gives the 16
+    /// `residual_out` values in order. Same results as `sum_row::<bf16, true, RO, ROUND>`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn sum_row_bf16<const RO: bool, const ROUND: bool>(
+        xp: *const bf16,
+        rp: *const bf16,
+        rop: *mut bf16,
+        sp: *mut f32,
+        h: usize,
+    ) -> f64 {
+        let zero = _mm256_setzero_si256();
+        let (lsb_bit, half, high) = (
+            _mm256_set1_epi32(0x1_0000),
+            _mm256_set1_epi32(0x8000),
+            _mm256_set1_epi32(-65536),
+        );
+        // RNE of a non-NaN f32 to bf16 in the high half: x + 0x7FFF + lsb, written as
+        // x + 0x8000 - (lsb == 0) to keep it off the shift ports.
+        let round = |v: __m256i| {
+            let even = _mm256_cmpeq_epi32(_mm256_and_si256(v, lsb_bit), zero);
+            _mm256_add_epi32(_mm256_add_epi32(v, half), even)
+        };
+        let mut acc = [_mm256_setzero_pd(); 4];
+        let mut i = 0;
+        while i < h {
+            let xv = _mm256_loadu_si256(xp.add(i) as *const __m256i);
+            let rv = _mm256_loadu_si256(rp.add(i) as *const __m256i);
+            let sum_lo = _mm256_add_ps(
+                _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, xv)),
+                _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, rv)),
+            );
+            let sum_hi = _mm256_add_ps(
+                _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, xv)),
+                _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, rv)),
+            );
+            let r_lo = round(_mm256_castps_si256(sum_lo));
+            let r_hi = round(_mm256_castps_si256(sum_hi));
+            if RO {
+                let bits = _mm256_packus_epi32(
+                    _mm256_srli_epi32::<16>(r_lo),
+                    _mm256_srli_epi32::<16>(r_hi),
+                );
+                _mm256_storeu_si256(rop.add(i) as *mut __m256i, bits);
+            }
+            let (s_lo, s_hi) = if ROUND {
+                (
+                    _mm256_castsi256_ps(_mm256_and_si256(r_lo, high)),
+                    _mm256_castsi256_ps(_mm256_and_si256(r_hi, high)),
+                )
+            } else {
+                (sum_lo, sum_hi)
+            };
+            _mm256_storeu_ps(sp.add(i), _mm256_permute2f128_ps::<0x20>(s_lo, s_hi));
+            _mm256_storeu_ps(sp.add(i + 8), _mm256_permute2f128_ps::<0x31>(s_lo, s_hi));
+            let (a, c) = squares_pd(s_lo); // elements 0-3, 8-11
+            let (b, d) = squares_pd(s_hi); // elements 4-7, 12-15
+            acc[0] = _mm256_add_pd(acc[0], a);
+            acc[1] = _mm256_add_pd(acc[1], b);
+            acc[2] = _mm256_add_pd(acc[2], c);
+            acc[3] = _mm256_add_pd(acc[3], d);
+            i += 16;
+        }
+        reduce_lanes(acc)
     }
 
     /// Combines the 16 lanes in the pinned order (see `reference::math::mean_of_squares`).
@@ -223,7 +321,7 @@ mod avx2_norm {
 
     /// Computes rows of the fused norm.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn rows<T: Lanes, G: Lanes>(
+    pub unsafe fn rows<T: Lanes + 'static, G: Lanes>(
         x: &[T],
         residual: Option<&[T]>,
         gamma: &[G],
@@ -251,31 +349,30 @@ mod avx2_norm {
         for r in 0..x.len() / h {
             let base = r * h;
             let xp = x.as_ptr().add(base);
-            let rp = residual.map(|res| res.as_ptr().add(base));
+            let rp = residual.map_or(std::ptr::null(), |res| res.as_ptr().add(base));
             let rop = out
                 .residual_out
                 .as_deref_mut()
-                .map(|ro| ro.as_mut_ptr().add(base));
+                .map_or(std::ptr::null_mut(), |ro| ro.as_mut_ptr().add(base));
             let sp = s_buf.as_mut_ptr();
-            // Element i goes to lane i mod 16: the first 8 of every 16 to acc0/acc1, the next
-            // 8 to acc2/acc3 (h is a multiple of 32, so there is no tail).
-            let (mut acc0, mut acc1, mut acc2, mut acc3) = (
-                _mm256_setzero_pd(),
-                _mm256_setzero_pd(),
-                _mm256_setzero_pd(),
-                _mm256_setzero_pd(),
-            );
-            let mut i = 0;
-            while i < h {
-                let (a, b) = squares_pd(sum8(xp, rp, rop, attrs.round_sum, sp, i));
-                let (c, d) = squares_pd(sum8(xp, rp, rop, attrs.round_sum, sp, i + 8));
-                acc0 = _mm256_add_pd(acc0, a);
-                acc1 = _mm256_add_pd(acc1, b);
-                acc2 = _mm256_add_pd(acc2, c);
-                acc3 = _mm256_add_pd(acc3, d);
-                i += 16;
-            }
-            let sum_sq = reduce_lanes([acc0, acc1, acc2, acc3]);
+            // `round_sum` only matters with a residual; without one s = x either way.
+            let bf16_rows = TypeId::of::<T>() == TypeId::of::<bf16>();
+            let (xb, rb, rob) = (xp as *const bf16, rp as *const bf16, rop as *mut bf16);
+            let sum_sq = match (!rp.is_null(), !rop.is_null(), attrs.round_sum) {
+                // bf16 (the types are equal, so the casts are identities) with a residual.
+                (true, true, true) if bf16_rows => sum_row_bf16::<true, true>(xb, rb, rob, sp, h),
+                (true, true, false) if bf16_rows => sum_row_bf16::<true, false>(xb, rb, rob, sp, h),
+                (true, false, true) if bf16_rows => sum_row_bf16::<false, true>(xb, rb, rob, sp, h),
+                (true, false, false) if bf16_rows => {
+                    sum_row_bf16::<false, false>(xb, rb, rob, sp, h)
+                }
+                (true, true, true) => sum_row::<T, true, true, true>(xp, rp, rop, sp, h),
+                (true, true, false) => sum_row::<T, true, true, false>(xp, rp, rop, sp, h),
+                (true, false, true) => sum_row::<T, true, false, true>(xp, rp, rop, sp, h),
+                (true, false, false) => sum_row::<T, true, false, false>(xp, rp, rop, sp, h),
+                (false, true, _) => sum_row::<T, false, true, false>(xp, rp, rop, sp, h),
+                (false, false, _) => sum_row::<T, false, false, false>(xp, rp, rop, sp, h),
+            };
             let v = (sum_sq / h as f64) as f32;
             let d = (v + attrs.epsilon).sqrt();
             let np = out.normed.as_deref_mut().map(|n| n.as_mut_ptr().add(base));
@@ -291,5 +388,56 @@ mod avx2_norm {
                 normalize_quantize::<T, false>(sp, gw, h, d, attrs, np, q, sc);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use half::f16;
+
+    use crate::attrs::AddRmsNormAttrs;
+    use crate::parallel::Serial;
+    use crate::slices::NormOutputs;
+
+    /// f16 rows whose weighted values overflow to ±Inf while Σs², 1/d and every weight are
+    /// finite: the NaN-free pass 2 must hand groups holding an Inf to the per-block fallback
+    /// (the quantizer sees ±Inf next to finite values, never NaN).
+    #[test]
+    fn inf_after_weighting_matches_reference() {
+        let (rows, h) = (3, 512); // two groups of 8 blocks per row
+        let x: Vec<f16> = (0..rows * h)
+            .map(|i| f16::from_f32(((i * 7) % 23) as f32 - 11.0))
+            .collect();
+        let res: Vec<f16> = (0..rows * h)
+            .map(|i| f16::from_f32(((i * 5) % 13) as f32 * 0.25))
+            .collect();
+        let mut gamma = vec![f16::from_f32(0.5); h];
+        gamma[300] = f16::from_f32(60000.0); // n·g > 65504 in the second group
+        gamma[301] = f16::from_f32(-60000.0);
+        let attrs = AddRmsNormAttrs::default();
+        let run = |fast: bool| {
+            let (mut q, mut s) = (vec![0u8; rows * h], vec![0u8; rows * h / 32]);
+            let (mut ro, mut nm) = (vec![f16::ZERO; rows * h], vec![f16::ZERO; rows * h]);
+            let out = NormOutputs {
+                q: &mut q,
+                scales: &mut s,
+                residual_out: Some(&mut ro),
+                normed: Some(&mut nm),
+            };
+            let r = if fast {
+                super::add_rms_norm_mx_quant(&x, Some(&res), &gamma, h, &attrs, out, &Serial)
+            } else {
+                crate::reference::add_rms_norm_mx_quant(&x, Some(&res), &gamma, h, &attrs, out)
+            };
+            r.expect("valid shapes");
+            let bits: Vec<u16> = nm.iter().map(|v| v.to_bits()).collect();
+            (q, s, bits)
+        };
+        let want = run(false);
+        assert!(
+            want.2.iter().any(|&b| b & 0x7FFF == 0x7C00),
+            "the case must overflow to Inf"
+        );
+        assert_eq!(run(true), want);
     }
 }
