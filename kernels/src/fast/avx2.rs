@@ -188,15 +188,18 @@ pub unsafe fn encode_e4m3_finite(v: __m256) -> __m256i {
     let sign = _mm256_and_si256(_mm256_srli_epi32::<24>(bits), _mm256_set1_epi32(0x80));
     let abs = _mm256_and_si256(bits, _mm256_set1_epi32(0x7FFF_FFFF));
     // Normal range: round 23 → 3 mantissa bits (ties to even), rebias 127 → 7, saturate at 0x7E.
-    let lsb = _mm256_and_si256(_mm256_srli_epi32::<20>(abs), _mm256_set1_epi32(1));
-    let r = _mm256_srli_epi32::<20>(_mm256_add_epi32(
-        abs,
-        _mm256_add_epi32(_mm256_set1_epi32(0x7_FFFF), lsb),
-    ));
-    let normal = _mm256_min_epi32(
-        _mm256_sub_epi32(r, _mm256_set1_epi32(120 << 3)),
-        _mm256_set1_epi32(0x7E),
+    // abs + 0x7FFFF + lsb, written as abs + 0x80000 - (lsb == 0) (no shift), with the rebias
+    // (120 << 23, a multiple of the rounding unit) folded into the constant: exact for every
+    // lane at or above 2^-6, and the lanes below take the subnormal result.
+    let even = _mm256_cmpeq_epi32(
+        _mm256_and_si256(abs, _mm256_set1_epi32(1 << 20)),
+        _mm256_setzero_si256(),
     );
+    let r = _mm256_srli_epi32::<20>(_mm256_add_epi32(
+        _mm256_add_epi32(abs, _mm256_set1_epi32(0x8_0000 - (120 << 23))),
+        even,
+    ));
+    let normal = _mm256_min_epi32(r, _mm256_set1_epi32(0x7E));
     let is_sub = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x3C80_0000), abs);
     if _mm256_testz_si256(is_sub, is_sub) != 0 {
         // No lane below 2^-6 (the common case once a block is scaled up to ~448).
