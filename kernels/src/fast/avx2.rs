@@ -362,20 +362,22 @@ unsafe fn inverse8(bytes: __m256i) -> __m256 {
 /// [`quantize_block_avx2`] per block.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn quantize_group8<T: Lanes>(p: *const T, q: *mut u8, s: *mut u8, cfg: QuantConfig) {
-    let absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
-    let inf = _mm256_set1_ps(f32::INFINITY);
+    let absmask = _mm256_set1_epi32(0x7FFF_FFFF);
+    let inf_bits = _mm256_set1_epi32(0x7F80_0000);
     let mut maxes = [_mm256_setzero_ps(); GROUP];
-    let mut finite = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    let mut finite = _mm256_set1_epi32(-1);
     for (b, mb) in maxes.iter_mut().enumerate() {
-        let mut m = _mm256_setzero_ps();
+        // |v| as integers orders like the values (NaNs above Inf), so the integer max keeps a
+        // NaN (a float max may drop it) and one compare per block tests finiteness.
+        let mut m = _mm256_setzero_si256();
         for c in 0..4 {
-            let a = _mm256_and_ps(T::load8(p.add(b * BLOCK + 8 * c)), absmask);
-            m = _mm256_max_ps(m, a);
-            finite = _mm256_and_ps(finite, _mm256_cmp_ps::<_CMP_LT_OQ>(a, inf));
+            let v = _mm256_castps_si256(T::load8(p.add(b * BLOCK + 8 * c)));
+            m = _mm256_max_epi32(m, _mm256_and_si256(v, absmask));
         }
-        *mb = m;
+        finite = _mm256_and_si256(finite, _mm256_cmpgt_epi32(inf_bits, m));
+        *mb = _mm256_castsi256_ps(m);
     }
-    if _mm256_movemask_ps(finite) != 0xFF {
+    if _mm256_movemask_ps(_mm256_castsi256_ps(finite)) != 0xFF {
         for b in 0..GROUP {
             let pb = p.add(b * BLOCK);
             let v = [
