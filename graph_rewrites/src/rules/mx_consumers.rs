@@ -27,8 +27,12 @@ use super::spellings::mx_quant::BLOCK;
 pub enum Weight {
     /// A float `[K, N]` tensor.
     Float(ValueId),
-    /// Standard MX constants, `[K, N]` + `[K/32, N]`.
-    Mx { values: ValueId, scales: ValueId },
+    /// Standard MX constants, `[K, N]` + `[K/32, N]`, read by the `DequantizeLinear` `dequant`.
+    Mx {
+        values: ValueId,
+        scales: ValueId,
+        dequant: NodeId,
+    },
     /// A Quark fake-quant of this float constant `[K, N]`.
     QuarkFloat(ValueId),
 }
@@ -46,7 +50,10 @@ pub struct MatMulUse {
 #[derive(Clone, Debug, Default)]
 pub struct Consumers {
     pub matmuls: Vec<MatMulUse>,
-    /// Activation DequantizeLinear nodes (standard spelling) absorbed with their MatMuls.
+    /// Activation DequantizeLinear nodes (standard spelling) absorbed with their MatMuls, and
+    /// MX weight DequantizeLinears that only absorbed MatMuls read: `MxMatMul` reads the weight's
+    /// E4M3 values and E8M0 scales directly, so those nodes go with the fusion (in ONNX
+    /// Runtime, the CPU EP has no kernel for them).
     pub dequant: Vec<NodeId>,
 }
 
@@ -191,6 +198,7 @@ fn classify_weight(g: &dyn GraphView, b: ValueId, k: i64) -> Result<Weight, Reje
                 return Ok(Weight::Mx {
                     values: wq,
                     scales: ws,
+                    dequant: n,
                 });
             }
             return Err(reject!(
@@ -314,7 +322,7 @@ pub fn emit_matmuls(
         let spec = e.op("MxMatMul").input(q).input(scale);
         let spec = match &u.weight {
             Weight::Float(w) => spec.input(*w).attr_int("trans_b", 0),
-            Weight::Mx { values, scales } => {
+            Weight::Mx { values, scales, .. } => {
                 spec.input(*values).input(*scales).attr_int("trans_b", 0)
             }
             Weight::QuarkFloat(w) => {
@@ -429,9 +437,22 @@ pub fn consumers_for(
     g: &dyn GraphView,
     info: &super::spellings::mx_quant::QuantInfo,
 ) -> Result<Consumers, Reject> {
-    match (info.quark_out, info.q, info.scale) {
-        (Some(fake), _, _) => quark_consumers(g, fake, info.k, info.dtype),
-        (None, Some(q), Some(s)) => standard_consumers(g, q, s, info.k, info.dtype),
-        _ => Err(reject!("internal: quantize spelling without outputs")),
+    let mut c = match (info.quark_out, info.q, info.scale) {
+        (Some(fake), _, _) => quark_consumers(g, fake, info.k, info.dtype)?,
+        (None, Some(q), Some(s)) => standard_consumers(g, q, s, info.k, info.dtype)?,
+        _ => return Err(reject!("internal: quantize spelling without outputs")),
+    };
+    let absorbed: Vec<NodeId> = c.matmuls.iter().map(|u| u.node).collect();
+    for u in &c.matmuls {
+        let Weight::Mx { dequant, .. } = u.weight else {
+            continue;
+        };
+        let only_absorbed_read = g.outputs(dequant).iter().all(|&o| {
+            !g.is_graph_output(o) && g.consumers(o).iter().all(|(r, _)| absorbed.contains(r))
+        });
+        if only_absorbed_read && !c.dequant.contains(&dequant) {
+            c.dequant.push(dequant);
+        }
     }
+    Ok(c)
 }
