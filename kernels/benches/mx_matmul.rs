@@ -167,11 +167,27 @@ fn main() {
             .map(|x| x.parse().expect("N,K,M,iters[,kn]"))
             .collect();
         let (par, mut cs) = (ThreadPool::global(), case(v[2], v[0], v[1]));
-        if kn {
-            (0..v[3]).for_each(|_| run_prequantized(&mut cs, false, par));
-        } else {
-            (0..v[3]).for_each(|_| run_quantize_a(&mut cs, par));
-        }
+        let mut times: Vec<f64> = (0..v[3])
+            .map(|_| {
+                let t = std::time::Instant::now();
+                if kn {
+                    run_prequantized(&mut cs, false, par);
+                } else {
+                    run_quantize_a(&mut cs, par);
+                }
+                t.elapsed().as_secs_f64()
+            })
+            .collect();
+        times.sort_by(f64::total_cmp);
+        let (n, k) = (v[0], v[1]);
+        let med = times[times.len() / 2];
+        eprintln!(
+            "N={n} K={k} M={} median {:.1} us min {:.1} us, weights {:.2} GB/s",
+            v[2],
+            med * 1e6,
+            times[0] * 1e6,
+            weight_bytes(n, k) as f64 / med / 1e9
+        );
         return;
     }
     benches();

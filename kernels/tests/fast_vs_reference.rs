@@ -550,3 +550,36 @@ fn matmul_with_denormal_products_avoids_bf16_dot() {
         "the products must not all underflow"
     );
 }
+
+/// On AVX-512 BF16 CPUs, M ≤ 16 runs the in-register path and M = 17 the tiled one; both sum
+/// in the same lane order, so the first 16 rows agree bit for bit (K = 1056: a 32-wide last
+/// tile; n = 70: a partial last unit).
+#[test]
+fn bf16_in_register_and_tiled_gemm_paths_agree_bitwise() {
+    if !fast::with_avx512_bf16(fast::avx512_bf16) {
+        return;
+    }
+    let (k, n) = (1056, 70);
+    let mut rng = Rng::new(21);
+    let cfg = QuantConfig::default();
+    let x: Vec<f32> = (0..17 * k).map(|_| rng.normal(1.5)).collect();
+    let (mut a_q, mut a_s) = (vec![0u8; 17 * k], vec![0u8; 17 * k / 32]);
+    reference::mx_quantize(&x, k, &mut a_q, &mut a_s, cfg).unwrap();
+    let w: Vec<f32> = (0..n * k).map(|_| rng.normal(0.05)).collect();
+    let (mut w_q, mut w_s) = (vec![0u8; n * k], vec![0u8; n * k / 32]);
+    reference::mx_quantize(&w, k, &mut w_q, &mut w_s, cfg).unwrap();
+    let b = MatB::Mx {
+        q: &w_q,
+        scales: &w_s,
+    };
+    let run = |m: usize| {
+        let mut y = vec![0f32; m * n];
+        fast::with_avx512_bf16(|| {
+            fast::mx_matmul(&a_q[..m * k], &a_s[..m * k / 32], m, k, n, b, true, &mut y, &Serial)
+        })
+        .unwrap();
+        y.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    };
+    let (regs, tiled) = (run(16), run(17));
+    assert_eq!(regs[..], tiled[..16 * n]);
+}

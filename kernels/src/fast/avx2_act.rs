@@ -202,6 +202,12 @@ mod tests {
                         };
                         for j in 0..8 {
                             let want = swiglu_value::<T>(g[j], u[j], &a);
+                            // A NaN's sign and payload are not part of the contract (quantize
+                            // maps every NaN to one byte); the release build's scalar code
+                            // and the lanes make NaNs of different signs.
+                            if got[j].is_nan() && want.is_nan() {
+                                continue;
+                            }
                             assert_eq!(
                                 got[j].to_bits(),
                                 want.to_bits(),

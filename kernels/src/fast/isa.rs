@@ -3,11 +3,12 @@
 //! On top of AVX2, the MXFP8 GEMM uses AVX512-BF16 dot products where the CPU has them
 //! ([`avx512_bf16`]; [`with_avx2_only`] turns them off for tests and A/B runs).
 //!
-//! `MXFUSE_CPU_ISA` sets the choice for the whole process: `portable`, `avx2` (the default), or
-//! `avx512` (also the AVX-512 BF16 GEMM). The AVX-512 path is opt-in because it sums in another
-//! order than the AVX2 path: within the documented tolerance, but not bit-identical, so with it
-//! the same model would give different bits on different CPUs (and the EP's online fusion could
-//! differ from an offline-rewritten run wherever the two reach a GEMM through different ops).
+//! `MXFUSE_CPU_ISA` sets the choice for the whole process: `portable`, `avx2`, or `avx512` /
+//! unset (the default: the AVX-512 BF16 GEMM wherever the CPU has it). The two GEMM paths sum in
+//! different orders — both f32 accumulation within the documented tolerance (docs/ops.md: GEMM
+//! outputs are never a bit-exact target, as in every BLAS), but not bit-identical — so a model
+//! gives the same bits on two CPUs only if both take the same path: `MXFUSE_CPU_ISA=avx2` pins
+//! every AVX2 CPU to one. Everything else (quantize, norm, SwiGLU) is bit-exact on every path.
 
 use std::cell::Cell;
 use std::sync::OnceLock;
@@ -62,12 +63,13 @@ pub fn with_portable<R>(f: impl FnOnce() -> R) -> R {
     out
 }
 
-/// Whether the AVX2 path may also use AVX-512 BF16 dot products (`vdpbf16ps`): opted in
-/// (`MXFUSE_CPU_ISA=avx512`, or the calling thread is inside [`with_avx512_bf16`]), the CPU has
-/// AVX512F/BW/VL/BF16, [`Isa::detect`] is `Avx2` and the thread is not inside [`with_avx2_only`].
+/// Whether the AVX2 path may also use AVX-512 BF16 dot products (`vdpbf16ps`): the CPU has
+/// AVX512F/BW/VL/BF16, [`Isa::detect`] is `Avx2`, `MXFUSE_CPU_ISA` is not `avx2` (or the
+/// calling thread is inside [`with_avx512_bf16`]) and the thread is not inside
+/// [`with_avx2_only`].
 pub fn avx512_bf16() -> bool {
-    let opted_in = isa_cap() == "avx512" || FORCE_AVX512.with(Cell::get);
-    if !opted_in || FORCE_AVX2_ONLY.with(Cell::get) || Isa::detect() != Isa::Avx2 {
+    let allowed = isa_cap() != "avx2" || FORCE_AVX512.with(Cell::get);
+    if !allowed || FORCE_AVX2_ONLY.with(Cell::get) || Isa::detect() != Isa::Avx2 {
         return false;
     }
     #[cfg(target_arch = "x86_64")]
@@ -89,8 +91,8 @@ pub fn with_avx2_only<R>(f: impl FnOnce() -> R) -> R {
     out
 }
 
-/// Runs `f` with the AVX-512 BF16 GEMM allowed on this thread (where the CPU has it), as
-/// `MXFUSE_CPU_ISA=avx512` does for the process; for tests and A/B runs.
+/// Runs `f` with the AVX-512 BF16 GEMM allowed on this thread (where the CPU has it) even under
+/// `MXFUSE_CPU_ISA=avx2`; for tests and A/B runs.
 pub fn with_avx512_bf16<R>(f: impl FnOnce() -> R) -> R {
     let prev = FORCE_AVX512.with(|c| c.replace(true));
     let out = f();

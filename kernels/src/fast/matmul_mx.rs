@@ -6,14 +6,18 @@
 //!   (one pass over the weights, 8-lane partial sums over all of K); larger M, or a unit with a
 //!   block off the fast decode route, decodes 256-k tiles of the 4 columns into L1 and runs
 //!   2-row × 4-column register blocks over them.
-//!   With AVX-512 BF16 (`avx512_mx`) the tiles are converted to bf16 and 4-row × 4-column
-//!   blocks of `vdpbf16ps` replace the f32 FMAs when every value and product is a normal f32.
+//!   With AVX-512 BF16 (`avx512_mx`, the default where the CPU has it; M ≥ 2, every value and
+//!   product a normal f32): M ≤ 16 decodes each 32-weight block straight to bf16 in registers
+//!   for all M rows of bf16 A (packed in 256-k tiles, which stay in L1 across the unit's
+//!   columns) — `vdpbf16ps` runs 32 multiply-adds per instruction; larger M converts the
+//!   decoded tiles to bf16 and runs 4-row × 4-column `vdpbf16ps` blocks.
 //! * `[K, N]` (trans_b = 0), units of 256 columns (4 cache lines of each weight row): 128-k
 //!   tiles of 16-column stripes decoded into L1, then 6-row × 16-column register blocks with A
 //!   broadcast (no horizontal sums; for up to 3 rows, even and odd k summed apart per tile).
 //!
 //! f32 accumulation order (docs/ops.md leaves it open; deterministic): `[N, K]`: per output,
-//! 8 lanes (k mod 8) accumulated in k order, summed horizontally at the end; `[K, N]`: per
+//! 8 lanes (k mod 8) accumulated in k order, summed horizontally at the end (AVX-512 BF16: 16
+//! lanes of pairs k ≡ 2j, 2j+1 mod 32, the same on both of its paths); `[K, N]`: per
 //! output, a running sum in k order (M ≤ 3 rows per block: even and odd k apart within a
 //! 128-k tile, added at its end).
 
@@ -91,23 +95,34 @@ pub(super) fn nk<O: Element>(
                 let qs: [*const u8; NK_COLS] = std::array::from_fn(|c| q[col(c) * k..].as_ptr());
                 let ss: [*const u8; NK_COLS] =
                     std::array::from_fn(|c| scales[col(c) * kb..].as_ptr());
+                let in_regs_bf16 = match &bf16 {
+                    Some(b) if wide::normal_products(b.min_exp, unit_min_exponent(ss, kb)) => {
+                        nk_unit_regs_bf16(&b.a, m, k, qs, ss, &mut vals)
+                    }
+                    _ => false,
+                };
                 // SAFETY: AVX2 detected by the caller; rows col(c) of q (k bytes) and scales
                 // (k/32 bytes) and the m rows of a are in bounds (check_matmul_io).
-                let in_regs = unsafe {
-                    match m {
-                        1 => kern::nk_regs::<1, 4>(a.as_ptr(), k, qs, ss, k)
-                            .map(|o| vals[..1].copy_from_slice(&o)),
-                        2 => kern::nk_regs::<2, 4>(a.as_ptr(), k, qs, ss, k)
-                            .map(|o| vals[..2].copy_from_slice(&o)),
-                        3 => nk_regs_halves::<3>(a, k, qs, ss, &mut vals),
-                        4 => nk_regs_halves::<4>(a, k, qs, ss, &mut vals),
-                        _ => None,
+                let in_regs = if in_regs_bf16 {
+                    Some(())
+                } else {
+                    unsafe {
+                        match m {
+                            1 => kern::nk_regs::<1, 4>(a.as_ptr(), k, qs, ss, k)
+                                .map(|o| vals[..1].copy_from_slice(&o)),
+                            2 => kern::nk_regs::<2, 4>(a.as_ptr(), k, qs, ss, k)
+                                .map(|o| vals[..2].copy_from_slice(&o)),
+                            3 => nk_regs_halves::<3>(a, k, qs, ss, &mut vals),
+                            4 => nk_regs_halves::<4>(a, k, qs, ss, &mut vals),
+                            _ => None,
+                        }
                     }
                 };
                 if in_regs.is_none() {
                     match (&bf16, scratch.as_mut()) {
                         (Some(b), Some(sc))
-                            if wide::normal_products(b.min_exp, unit_min_exponent(ss, kb)) =>
+                            if m > REGS_BF16_MAX_M
+                                && wide::normal_products(b.min_exp, unit_min_exponent(ss, kb)) =>
                         {
                             nk_tiled_bf16(&b.a, k, qs, ss, &mut tile, sc, &mut vals)
                         }
@@ -124,6 +139,83 @@ pub(super) fn nk<O: Element>(
             }
         },
     );
+}
+
+/// Largest M of the in-register AVX-512 BF16 path (`avx512_mx::nk_regs_bf16`: M accumulators
+/// of the 32 registers); larger M runs the tiled bf16 path, whose 4 × 4 register blocks reuse
+/// each A load for 4 columns.
+const REGS_BF16_MAX_M: usize = 16;
+
+/// One `[N, K]` unit on the in-register AVX-512 BF16 path (M ≤ `REGS_BF16_MAX_M`): per 256-k
+/// tile, each column's blocks are decoded once in registers for all M rows of bf16 A (the tile
+/// of A stays in L1 across the 4 columns), and the next tile is prefetched. `false` (nothing
+/// written) when M is out of range or a block is off the fast route; the caller then runs an
+/// exact path. Caller: `normal_products` holds for A and the unit.
+fn nk_unit_regs_bf16(
+    a: &[u16],
+    m: usize,
+    k: usize,
+    qs: [*const u8; NK_COLS],
+    ss: [*const u8; NK_COLS],
+    vals: &mut [[f32; NK_COLS]],
+) -> bool {
+    fn run<const R: usize>(
+        a: &[u16],
+        k: usize,
+        qs: [*const u8; NK_COLS],
+        ss: [*const u8; NK_COLS],
+        vals: &mut [[f32; NK_COLS]],
+    ) -> bool {
+        assert!(a.len() >= R * k && vals.len() >= R);
+        let mut acc = [[wide::ZERO; R]; NK_COLS];
+        for k0 in (0..k).step_by(wide::REGS_KT) {
+            let kt = wide::REGS_KT.min(k - k0);
+            // Tile k0 of the packed A: R rows of kt values (avx512_mx::pack_k_tiles).
+            let at = a[R * k0..R * (k0 + kt)].as_ptr();
+            for (c, ac) in acc.iter_mut().enumerate() {
+                // SAFETY: the caller (nk, via bf16_a) checked avx512_bf16(); qs[c] / ss[c] are
+                // rows of k bytes and k/32 scales and k0 + kt ≤ k; the tile of A holds R rows
+                // of kt (sliced above).
+                let ok = unsafe {
+                    wide::nk_regs_bf16::<R>(at, kt, qs[c].add(k0), ss[c].add(k0 / BLOCK), kt, ac)
+                };
+                if !ok {
+                    return false;
+                }
+            }
+            // The next tile's lines of the 4 rows, or the next unit's first tile (its rows
+            // follow these four), so DRAM reads overlap with this tile's dot products.
+            let next = if k0 + kt < k { k0 + kt } else { NK_COLS * k };
+            for &qc in &qs {
+                // SAFETY: AVX2 detected by the caller; a prefetch never faults.
+                unsafe { kern::prefetch(qc.wrapping_add(next), kt) };
+            }
+        }
+        for (r, v) in vals.iter_mut().take(R).enumerate() {
+            // SAFETY: AVX-512F checked by the caller.
+            *v = std::array::from_fn(|c| unsafe { wide::hsum(acc[c][r]) });
+        }
+        true
+    }
+    match m {
+        1 => run::<1>(a, k, qs, ss, vals),
+        2 => run::<2>(a, k, qs, ss, vals),
+        3 => run::<3>(a, k, qs, ss, vals),
+        4 => run::<4>(a, k, qs, ss, vals),
+        5 => run::<5>(a, k, qs, ss, vals),
+        6 => run::<6>(a, k, qs, ss, vals),
+        7 => run::<7>(a, k, qs, ss, vals),
+        8 => run::<8>(a, k, qs, ss, vals),
+        9 => run::<9>(a, k, qs, ss, vals),
+        10 => run::<10>(a, k, qs, ss, vals),
+        11 => run::<11>(a, k, qs, ss, vals),
+        12 => run::<12>(a, k, qs, ss, vals),
+        13 => run::<13>(a, k, qs, ss, vals),
+        14 => run::<14>(a, k, qs, ss, vals),
+        15 => run::<15>(a, k, qs, ss, vals),
+        16 => run::<16>(a, k, qs, ss, vals),
+        _ => false,
+    }
 }
 
 /// M = 3 or 4 in registers: the unit's columns in two halves of 2 (R·2 accumulators each), so
@@ -217,17 +309,22 @@ fn nk_tiled(
     }
 }
 
-/// Scratch of the AVX-512 BF16 tiled path: A as bf16 (once per call) and its smallest
-/// exponent (`avx512_mx::min_exponent`).
+/// Smallest M that takes the AVX-512 BF16 paths (below it the AVX2 in-register GEMV is bound by
+/// the weight reads already).
+const BF16_MIN_M: usize = 2;
+
+/// Scratch of the AVX-512 BF16 paths: A as bf16 (once per call; packed in k-tiles for M ≤
+/// `REGS_BF16_MAX_M`, `avx512_mx::pack_k_tiles`) and its smallest exponent
+/// (`avx512_mx::min_exponent`).
 struct Bf16A {
     a: Vec<u16>,
     min_exp: i32,
 }
 
-/// A in bf16 when the AVX-512 BF16 tiled path may run (M > 4, CPU support, every nonzero A value
-/// a normal f32). Called on the calling thread: `with_avx2_only` is thread-local.
+/// A in bf16 when the AVX-512 BF16 paths may run (M ≥ `BF16_MIN_M`, CPU support, every nonzero
+/// A value a normal f32). Called on the calling thread: `with_avx2_only` is thread-local.
 fn bf16_a(a: &[f32], m: usize) -> Option<Bf16A> {
-    if m <= 4 || !super::isa::avx512_bf16() {
+    if m < BF16_MIN_M || !super::isa::avx512_bf16() {
         return None;
     }
     let min_exp = wide::min_exponent(a);
@@ -237,6 +334,9 @@ fn bf16_a(a: &[f32], m: usize) -> Option<Bf16A> {
     let mut bf = vec![0u16; a.len()];
     // SAFETY: avx512_bf16() checked the CPU features; a.len() = m·k, a multiple of 32.
     unsafe { wide::to_bf16(a, &mut bf) };
+    if m <= REGS_BF16_MAX_M {
+        bf = wide::pack_k_tiles(&bf, m, a.len() / m);
+    }
     Some(Bf16A { a: bf, min_exp })
 }
 
