@@ -575,7 +575,17 @@ fn bf16_in_register_and_tiled_gemm_paths_agree_bitwise() {
     let run = |m: usize| {
         let mut y = vec![0f32; m * n];
         fast::with_avx512_bf16(|| {
-            fast::mx_matmul(&a_q[..m * k], &a_s[..m * k / 32], m, k, n, b, true, &mut y, &Serial)
+            fast::mx_matmul(
+                &a_q[..m * k],
+                &a_s[..m * k / 32],
+                m,
+                k,
+                n,
+                b,
+                true,
+                &mut y,
+                &Serial,
+            )
         })
         .unwrap();
         y.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
