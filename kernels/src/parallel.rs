@@ -68,8 +68,12 @@ impl Parallel for StdThreads {
     }
 }
 
-/// Splits `rows` into at most `par.concurrency()` contiguous chunks of at least `min_rows` rows
-/// and runs `f(start, end)` for each chunk.
+/// Chunks per thread of [`for_row_chunks`]: a few, so a thread that starts late (descheduled,
+/// or still spinning up) leaves its share to the others instead of stalling the call.
+const CHUNKS_PER_THREAD: usize = 4;
+
+/// Splits `rows` into at most `CHUNKS_PER_THREAD · par.concurrency()` contiguous chunks of at
+/// least `min_rows` rows and runs `f(start, end)` for each chunk.
 pub fn for_row_chunks(
     par: &dyn Parallel,
     rows: usize,
@@ -80,7 +84,7 @@ pub fn for_row_chunks(
         return;
     }
     let max_chunks = rows.div_ceil(min_rows.max(1));
-    let chunks = par.concurrency().clamp(1, max_chunks);
+    let chunks = (par.concurrency() * CHUNKS_PER_THREAD).clamp(1, max_chunks);
     let per = rows.div_ceil(chunks);
     par.for_each(chunks, &|c| {
         let start = c * per;

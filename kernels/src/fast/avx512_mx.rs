@@ -13,8 +13,7 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2_mx::{nan_bytes32, MAX_FAST_SCALE, NK_COLS};
-use crate::codec::BLOCK;
+use super::avx2_mx::NK_COLS;
 
 /// All-zero accumulators, usable outside `target_feature` code.
 // SAFETY: __m512 is 16 f32 lanes; all-zero bits are 0.0 in every lane.
@@ -92,85 +91,6 @@ pub unsafe fn nk_tile_rows<const R: usize>(
         }
     }
     *acc = s;
-}
-
-/// Bytes of one weight row decoded per [`nk_regs_bf16`] call (the driver's k-tile): the R rows of
-/// bf16 A for it (≤ 16 × 512 B) stay in L1 while the unit's columns run over them.
-pub const REGS_KT: usize = 256;
-
-/// 32 E4M3 bytes of one block at `q` with E8M0 scale `s` (≤ `MAX_FAST_SCALE`, no NaN byte) →
-/// the 32 bf16 deq values, in k order: the f16 route of `avx2_mx` (exact f16 of `value · 2^-8`,
-/// widened exactly, times `2^(s - 119)` with the scalar deq's single rounding), then RNE to bf16,
-/// exact for a normal f32 of ≤ 4 significant bits (the caller's `normal_products` guard).
-/// (An integer add of the scale to the bf16 exponents, off the multiply pipes, measured 20 %
-/// slower on Zen 4.)
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")]
-#[inline]
-unsafe fn block_bf16(q: *const u8, s: u8) -> __m512bh {
-    let w = _mm512_cvtepi8_epi16(_mm256_loadu_si256(q as *const __m256i));
-    let h = _mm512_and_si512(
-        _mm512_slli_epi16::<7>(w),
-        _mm512_set1_epi16(0xBF80u16 as i16),
-    );
-    let f = _mm512_set1_ps(f32::from_bits((s as u32 + 8) << 23));
-    let lo = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(h)), f);
-    let hi = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64::<1>(h)), f);
-    // The first operand fills the upper 16 elements.
-    _mm512_cvtne2ps_pbh(hi, lo)
-}
-
-/// The in-register `[N, K]` kernel for small M: `acc[r] += Σ_k a[r, k] · deq(B)[k]` over `kt`
-/// (multiple of 32) weights of one MXFP8 weight row at `q` (its scales at `s`), for `R` ≤ 16
-/// rows of bf16 A at `a` (stride `lda`). Each 32-weight block is decoded once, in registers, for
-/// all R rows — no decoded tile goes through memory. Lanes as [`nk_tile_rows`] (lane j: the pairs
-/// k ≡ 2j, 2j+1 mod 32, in k order), so the sums equal the tiled path's bit for bit.
-/// `false` when a block is off the fast route (a NaN byte or a scale > `MAX_FAST_SCALE`): `acc`
-/// is then partial and the caller recomputes the unit exactly.
-///
-/// # Safety
-/// The CPU has AVX512F/BW/VL/BF16 and AVX2/FMA/F16C; `q[..kt]`, `s[..kt/32]` and the R rows of
-/// A (`kt` values each) are in bounds.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")]
-pub unsafe fn nk_regs_bf16<const R: usize>(
-    a: *const u16,
-    lda: usize,
-    q: *const u8,
-    s: *const u8,
-    kt: usize,
-    acc: &mut [__m512; R],
-) -> bool {
-    let mut v = *acc;
-    let mut off_route = _mm256_setzero_si256();
-    let mut big = false;
-    for kk in (0..kt).step_by(BLOCK) {
-        let qp = q.add(kk);
-        let sc = *s.add(kk / BLOCK);
-        big |= sc > MAX_FAST_SCALE;
-        off_route = _mm256_or_si256(off_route, nan_bytes32(qp));
-        let b = block_bf16(qp, sc);
-        for (r, vr) in v.iter_mut().enumerate() {
-            let x: __m512bh =
-                std::mem::transmute(_mm512_loadu_si512(a.add(r * lda + kk) as *const __m512i));
-            *vr = _mm512_dpbf16_ps(*vr, x, b);
-        }
-    }
-    *acc = v;
-    !big && _mm256_movemask_epi8(off_route) == 0
-}
-
-/// `a` (`m` rows of `k` bf16 values) in k-tiles of [`REGS_KT`]: tile t holds rows 0..m of
-/// k = t·REGS_KT.. contiguously (row stride = the tile's length), so the rows an
-/// [`nk_regs_bf16`] call reads are one contiguous run in L1. Row-major A has a stride of 2k
-/// bytes — a multiple of 4 KiB at k = 6144 — and its rows would all map to the same L1 sets.
-pub fn pack_k_tiles(a: &[u16], m: usize, k: usize) -> Vec<u16> {
-    let mut out = Vec::with_capacity(m * k);
-    for k0 in (0..k).step_by(REGS_KT) {
-        let kt = REGS_KT.min(k - k0);
-        for row in a.chunks_exact(k).take(m) {
-            out.extend_from_slice(&row[k0..k0 + kt]);
-        }
-    }
-    out
 }
 
 /// Sum of the 16 lanes (a fixed tree, so results are deterministic).

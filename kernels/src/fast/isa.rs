@@ -64,7 +64,8 @@ pub fn with_portable<R>(f: impl FnOnce() -> R) -> R {
 }
 
 /// Whether the AVX2 path may also use AVX-512 BF16 dot products (`vdpbf16ps`): the CPU has
-/// AVX512F/BW/VL/BF16, [`Isa::detect`] is `Avx2`, `MXFUSE_CPU_ISA` is not `avx2` (or the
+/// AVX512F/BW/VL/BF16 and VBMI (the byte look-ups of the in-register decode; every CPU with
+/// AVX512-BF16 but Cooper Lake has it), [`Isa::detect`] is `Avx2`, `MXFUSE_CPU_ISA` is not `avx2` (or the
 /// calling thread is inside [`with_avx512_bf16`]) and the thread is not inside
 /// [`with_avx2_only`].
 pub fn avx512_bf16() -> bool {
@@ -78,6 +79,7 @@ pub fn avx512_bf16() -> bool {
             && is_x86_feature_detected!("avx512bw")
             && is_x86_feature_detected!("avx512vl")
             && is_x86_feature_detected!("avx512bf16")
+            && is_x86_feature_detected!("avx512vbmi")
     }
     #[cfg(not(target_arch = "x86_64"))]
     false

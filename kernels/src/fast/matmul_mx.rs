@@ -6,18 +6,19 @@
 //!   (one pass over the weights, 8-lane partial sums over all of K); larger M, or a unit with a
 //!   block off the fast decode route, decodes 256-k tiles of the 4 columns into L1 and runs
 //!   2-row × 4-column register blocks over them.
-//!   With AVX-512 BF16 (`avx512_mx`, the default where the CPU has it; M ≥ 2, every value and
-//!   product a normal f32): M ≤ 16 decodes each 32-weight block straight to bf16 in registers
-//!   for all M rows of bf16 A (packed in 256-k tiles, which stay in L1 across the unit's
-//!   columns) — `vdpbf16ps` runs 32 multiply-adds per instruction; larger M converts the
-//!   decoded tiles to bf16 and runs 4-row × 4-column `vdpbf16ps` blocks.
+//!   With AVX-512 BF16 (the default where the CPU has it; M ≥ 2, every value and product a
+//!   normal f32): M ≤ 16 decodes the weights straight to bf16 in registers by byte look-ups
+//!   (`avx512_regs`), once for all M rows of bf16 A (packed in 256-k tiles, which stay in L1
+//!   across the unit's columns) — `vdpbf16ps` runs 32 multiply-adds per instruction; larger M
+//!   converts the decoded tiles to bf16 and runs 4-row × 4-column `vdpbf16ps` blocks
+//!   (`avx512_mx`).
 //! * `[K, N]` (trans_b = 0), units of 256 columns (4 cache lines of each weight row): 128-k
 //!   tiles of 16-column stripes decoded into L1, then 6-row × 16-column register blocks with A
 //!   broadcast (no horizontal sums; for up to 3 rows, even and odd k summed apart per tile).
 //!
 //! f32 accumulation order (docs/ops.md leaves it open; deterministic): `[N, K]`: per output,
 //! 8 lanes (k mod 8) accumulated in k order, summed horizontally at the end (AVX-512 BF16: 16
-//! lanes of pairs k ≡ 2j, 2j+1 mod 32, the same on both of its paths); `[K, N]`: per
+//! lanes of pairs of k, in the lane order of its decode, summed at the end); `[K, N]`: per
 //! output, a running sum in k order (M ≤ 3 rows per block: even and odd k apart within a
 //! 128-k tile, added at its end).
 
@@ -25,6 +26,7 @@ use std::arch::x86_64::*;
 
 use super::avx2_mx::{self as kern, KN_COLS, KN_ROWS, NK_COLS, ZERO};
 use super::avx512_mx as wide;
+use super::avx512_regs as regs;
 use super::shared::SharedMut;
 use crate::codec::{e4m3_to_f32, e8m0_to_f32, BLOCK};
 use crate::element::Element;
@@ -141,16 +143,17 @@ pub(super) fn nk<O: Element>(
     );
 }
 
-/// Largest M of the in-register AVX-512 BF16 path (`avx512_mx::nk_regs_bf16`: M accumulators
+/// Largest M of the in-register AVX-512 BF16 path (`avx512_regs::nk_regs_bf16`: M accumulators
 /// of the 32 registers); larger M runs the tiled bf16 path, whose 4 × 4 register blocks reuse
 /// each A load for 4 columns.
 const REGS_BF16_MAX_M: usize = 16;
 
-/// One `[N, K]` unit on the in-register AVX-512 BF16 path (M ≤ `REGS_BF16_MAX_M`): per 256-k
-/// tile, each column's blocks are decoded once in registers for all M rows of bf16 A (the tile
-/// of A stays in L1 across the 4 columns), and the next tile is prefetched. `false` (nothing
-/// written) when M is out of range or a block is off the fast route; the caller then runs an
-/// exact path. Caller: `normal_products` holds for A and the unit.
+/// One `[N, K]` unit on the in-register AVX-512 BF16 path (M ≤ `REGS_BF16_MAX_M`): per k-tile,
+/// each pair of columns is decoded once in registers for a group of up to 8 rows of bf16 A (the
+/// tile of A stays in L1 across the 4 columns); M > 8 runs two row groups (the decode is cheap,
+/// the A loads are what each group amortises over its columns). The next tile is prefetched.
+/// `false` (nothing written) when M is out of range or a block is off the fast route; the
+/// caller then runs an exact path. Caller: `normal_products` holds for A and the unit.
 fn nk_unit_regs_bf16(
     a: &[u16],
     m: usize,
@@ -159,25 +162,35 @@ fn nk_unit_regs_bf16(
     ss: [*const u8; NK_COLS],
     vals: &mut [[f32; NK_COLS]],
 ) -> bool {
-    fn run<const R: usize>(
-        a: &[u16],
+    /// Rows r0..r0+R of the m-row packed A against the unit's 4 columns, C at a time (R·C ≤ 16
+    /// accumulators); writes vals[r0..r0+R].
+    fn run<const R: usize, const C: usize>(
+        (a, m, r0): (&[u16], usize, usize),
         k: usize,
         qs: [*const u8; NK_COLS],
         ss: [*const u8; NK_COLS],
         vals: &mut [[f32; NK_COLS]],
     ) -> bool {
-        assert!(a.len() >= R * k && vals.len() >= R);
-        let mut acc = [[wide::ZERO; R]; NK_COLS];
-        for k0 in (0..k).step_by(wide::REGS_KT) {
-            let kt = wide::REGS_KT.min(k - k0);
-            // Tile k0 of the packed A: R rows of kt values (avx512_mx::pack_k_tiles).
-            let at = a[R * k0..R * (k0 + kt)].as_ptr();
-            for (c, ac) in acc.iter_mut().enumerate() {
+        assert!(a.len() >= m * k && r0 + R <= m && vals.len() >= m && NK_COLS.is_multiple_of(C));
+        let mut acc = [[[wide::ZERO; R]; C]; 4];
+        for k0 in (0..k).step_by(regs::REGS_KT) {
+            let kt = regs::REGS_KT.min(k - k0);
+            // Rows r0.. of tile k0 of the packed A (avx512_regs::pack_k_tiles: m rows of kt).
+            let at = a[m * k0 + r0 * kt..m * (k0 + kt)].as_ptr();
+            for (g, ac) in acc.iter_mut().take(NK_COLS / C).enumerate() {
+                let cols: [usize; C] = std::array::from_fn(|c| g * C + c);
                 // SAFETY: the caller (nk, via bf16_a) checked avx512_bf16(); qs[c] / ss[c] are
-                // rows of k bytes and k/32 scales and k0 + kt ≤ k; the tile of A holds R rows
-                // of kt (sliced above).
+                // rows of k bytes and k/32 scales and k0 + kt ≤ k; the tile holds rows
+                // r0..r0+R ≤ m of kt values (asserted and sliced above).
                 let ok = unsafe {
-                    wide::nk_regs_bf16::<R>(at, kt, qs[c].add(k0), ss[c].add(k0 / BLOCK), kt, ac)
+                    regs::nk_regs_bf16::<R, C>(
+                        at,
+                        kt,
+                        cols.map(|c| qs[c].add(k0)),
+                        cols.map(|c| ss[c].add(k0 / BLOCK)),
+                        kt,
+                        ac,
+                    )
                 };
                 if !ok {
                     return false;
@@ -191,29 +204,30 @@ fn nk_unit_regs_bf16(
                 unsafe { kern::prefetch(qc.wrapping_add(next), kt) };
             }
         }
-        for (r, v) in vals.iter_mut().take(R).enumerate() {
+        for (r, v) in vals[r0..r0 + R].iter_mut().enumerate() {
             // SAFETY: AVX-512F checked by the caller.
-            *v = std::array::from_fn(|c| unsafe { wide::hsum(acc[c][r]) });
+            *v = std::array::from_fn(|col| unsafe { wide::hsum(acc[col / C][col % C][r]) });
         }
         true
     }
+    // Two columns per decode pass (C = 2) measured fastest for every R: 1.2-1.5x over C = 1 at
+    // M = 4..8 (single thread, weights in L2), while C = 4 loses at M ≥ 4.
+    let group = |r0: usize, rows: usize, vals: &mut [[f32; NK_COLS]]| {
+        let g = (a, m, r0);
+        match rows {
+            1 => run::<1, 2>(g, k, qs, ss, vals),
+            2 => run::<2, 2>(g, k, qs, ss, vals),
+            3 => run::<3, 2>(g, k, qs, ss, vals),
+            4 => run::<4, 2>(g, k, qs, ss, vals),
+            5 => run::<5, 2>(g, k, qs, ss, vals),
+            6 => run::<6, 2>(g, k, qs, ss, vals),
+            7 => run::<7, 2>(g, k, qs, ss, vals),
+            _ => run::<8, 2>(g, k, qs, ss, vals),
+        }
+    };
     match m {
-        1 => run::<1>(a, k, qs, ss, vals),
-        2 => run::<2>(a, k, qs, ss, vals),
-        3 => run::<3>(a, k, qs, ss, vals),
-        4 => run::<4>(a, k, qs, ss, vals),
-        5 => run::<5>(a, k, qs, ss, vals),
-        6 => run::<6>(a, k, qs, ss, vals),
-        7 => run::<7>(a, k, qs, ss, vals),
-        8 => run::<8>(a, k, qs, ss, vals),
-        9 => run::<9>(a, k, qs, ss, vals),
-        10 => run::<10>(a, k, qs, ss, vals),
-        11 => run::<11>(a, k, qs, ss, vals),
-        12 => run::<12>(a, k, qs, ss, vals),
-        13 => run::<13>(a, k, qs, ss, vals),
-        14 => run::<14>(a, k, qs, ss, vals),
-        15 => run::<15>(a, k, qs, ss, vals),
-        16 => run::<16>(a, k, qs, ss, vals),
+        1..=8 => group(0, m, vals),
+        9..=REGS_BF16_MAX_M => group(0, 8, vals) && group(8, m - 8, vals),
         _ => false,
     }
 }
@@ -314,7 +328,7 @@ fn nk_tiled(
 const BF16_MIN_M: usize = 2;
 
 /// Scratch of the AVX-512 BF16 paths: A as bf16 (once per call; packed in k-tiles for M ≤
-/// `REGS_BF16_MAX_M`, `avx512_mx::pack_k_tiles`) and its smallest exponent
+/// `REGS_BF16_MAX_M`, `avx512_regs::pack_k_tiles`) and its smallest exponent
 /// (`avx512_mx::min_exponent`).
 struct Bf16A {
     a: Vec<u16>,
@@ -335,7 +349,7 @@ fn bf16_a(a: &[f32], m: usize) -> Option<Bf16A> {
     // SAFETY: avx512_bf16() checked the CPU features; a.len() = m·k, a multiple of 32.
     unsafe { wide::to_bf16(a, &mut bf) };
     if m <= REGS_BF16_MAX_M {
-        bf = wide::pack_k_tiles(&bf, m, a.len() / m);
+        bf = regs::pack_k_tiles(&bf, m, a.len() / m);
     }
     Some(Bf16A { a: bf, min_exp })
 }

@@ -10,6 +10,8 @@ mod avx2_act;
 mod avx2_mx;
 #[cfg(target_arch = "x86_64")]
 mod avx512_mx;
+#[cfg(target_arch = "x86_64")]
+mod avx512_regs;
 mod codec;
 mod isa;
 mod matmul;
