@@ -4,9 +4,9 @@ whose $OUT/gpu_anchor.json gives the Inductor columns). Writes $OUT/bench_<secti
 tables. Sections (argv, default all): norm swiglu gemm thr. Old and new kernel variants are timed
 side by side in the same process (norm: one block per row vs rows split over clusters; GEMM: the
 first tensor-core kernel vs the split-K cluster kernel over its cluster sizes and block sizes)."""
-import ast, json, os, sys
+import ast, json, os, struct, sys
 import torch
-from mxgpu import CLUSTERS, Module, Ops, F_RCEIL, F_GEMMA, F_GAMMA_F32, F_OAI, F_FP32_ACT, norm_split, sk_choice
+from mxgpu import CLUSTERS, Module, Ops, F_RCEIL, F_GEMMA, F_GAMMA_F32, F_OAI, F_FP32_ACT, norm_choice, sk_choice, swiglu_choice
 
 OUT = os.environ.get("OUT", ".")
 dev = "cuda"
@@ -64,16 +64,22 @@ def run_sections(ops, sections, res, anchor, read_bw):
         if "norm" in sections:
             t_fused = graph_time(lambda: ops.norm_quant(x, r, w, NF, outs=outs))
             t_fused_q = graph_time(lambda: ops.norm_quant(x, r, w, NF, outs=outs[:2] + (None, None)))
-            # old: one block per row, 1 / 2 / 3 chunks per lane; new: rows split over clusters
-            by_nch = {c: graph_time(lambda c=c: ops.norm_quant(x, r, w, NF, outs=outs, nch=c, split=1)) for c in (1, 2, 3)
-                      if (6144 // 8) <= c * (256 if c == 3 else 1024)}
+            # one block per row with 1-4 chunks per lane (B = H / 8 / nch); rows split over clusters
+            by_nch = {c: graph_time(lambda c=c: ops.norm_quant(x, r, w, NF, outs=outs, nch=c, split=1)) for c in (1, 2, 3, 4)}
             by_split = {c: graph_time(lambda c=c: ops.norm_quant(x, r, w, NF, outs=outs, split=c)) for c in (2, 4, 8)} if M < 1024 and CLUSTERS else {}
-            # persistent kernel: (chunks per lane, blocks per SM)
-            by_persist = {f"p{c}x{b}": graph_time(lambda c=c, b=b: ops.norm_quant(x, r, w, NF, outs=outs, split=1, nch=c, persist=b))
-                          for c, b in ((2, 1), (2, 2), (2, 3), (1, 1), (1, 2))} if M >= 264 else {}
+            # streaming stores (bench-only kernels)
+            by_cs = {c: graph_time(lambda c=c: ops.norm_quant(x, r, w, NF, outs=outs, nch=c, split=1, opt="_cs")) for c in (1, 2, 3, 4)} if M >= 1024 and CLUSTERS else {}
+            stages = {}
+            if M <= 16 and CLUSTERS:  # in-kernel stage times of block 0 (cycles since entry)
+                for name, kw in (("c1", dict(nch=1, split=1)), ("s8", dict(split=8))):
+                    t = graph_time(lambda kw=kw: ops.norm_quant(x, r, w, NF, outs=outs, opt="_t", **kw))
+                    ops.norm_quant(x, r, w, NF, outs=outs, opt="_t", **kw)
+                    st = struct.unpack("<8q", ops.m.read_global("mx_norm_stamps", 64))
+                    stages[name] = dict(us=t, cycles=[v - st[0] for v in st[1:6]])
             b = M * H * (2 + 2 + 2 + 2 + 1 + 1 / 32) + H * 2
-            row = dict(M=M, fused=t_fused, split=norm_split(M, H), fused_q_only=t_fused_q,
-                       by_nch=by_nch, by_split=by_split, by_persist=by_persist, inductor_fused=a.get("compiled_fused_norm_quant_bf16"),
+            choice = norm_choice(M, H)
+            row = dict(M=M, fused=t_fused, choice=choice, fused_q_only=t_fused_q,
+                       by_nch=by_nch, by_split=by_split, by_cs=by_cs, stages=stages, inductor_fused=a.get("compiled_fused_norm_quant_bf16"),
                        inductor_unfused=a.get("compiled_norm_then_quant"), bw_frac=b / (t_fused * 1e-6) / read_bw)
             res["norm"].append(row); print("norm", json.dumps(row), flush=True)
         if "swiglu" not in sections:
@@ -83,7 +89,10 @@ def run_sections(ops, sections, res, anchor, read_bw):
         sq = (torch.empty(M, I, dtype=torch.uint8, device=dev), torch.empty(M, I // 32, dtype=torch.uint8, device=dev))
         t_sw = graph_time(lambda: ops.swiglu_quant(gu, None, I, "split_halves", F_OAI | F_FP32_ACT, outs=sq))
         t_sw_exact = graph_time(lambda: ops.swiglu_quant(gu, None, I, "split_halves", F_OAI, outs=sq))
-        row = dict(M=M, fused=t_sw, fused_bf16_intermediates=t_sw_exact,
+        # elements per lane x block size
+        sweep = {f"e{e}b{bl}": graph_time(lambda e=e, bl=bl: ops.swiglu_quant(gu, None, I, "split_halves", F_OAI | F_FP32_ACT, outs=sq, e=e, block=bl))
+                 for e in (1, 2, 8) for bl in (32, 64, 128, 256, 512)} if M in (8, 64, 192, 8192) else {}
+        row = dict(M=M, fused=t_sw, choice=swiglu_choice(M * I), fused_bf16_intermediates=t_sw_exact, sweep=sweep,
                    inductor_fused=a.get("compiled_fused_swiglu_quant"), inductor_unfused=a.get("compiled_swiglu_then_quant"),
                    bw_frac=M * (2 * I * 2 + I * (1 + 1 / 32)) / (t_sw * 1e-6) / read_bw)
         res["swiglu"].append(row); print("swiglu", json.dumps(row), flush=True)
@@ -156,15 +165,20 @@ def run_sections(ops, sections, res, anchor, read_bw):
 
 
 def print_tables(res):
-    print("\nnorm (us): M fused split inductor_fused fused_q_only %bw | old 1/2/3 chunks | split 2/4/8 | persistent")
+    print("\nnorm (us): M fused (split,nch) inductor_fused fused_q_only %bw | one block per row, 1/2/3/4 chunks | split 2/4/8 | streaming stores 1/2/3/4")
     for r in res["norm"]:
         old = " ".join(f"{v:6.2f}" for v in r["by_nch"].values())
         new = " ".join(f"{v:6.2f}" for v in r["by_split"].values())
-        per = " ".join(f"{k}={v:.2f}" for k, v in r["by_persist"].items())
-        print(f"  {r['M']:5d} {r['fused']:7.2f} {r['split']} {r['inductor_fused'] or float('nan'):7.2f} {r['fused_q_only']:7.2f} {100*r['bw_frac']:5.1f} | {old} | {new} {per}")
-    print("swiglu-oai (us): M fused inductor_fused fused_bf16_intermediates %bw")
+        cs = " ".join(f"{v:6.2f}" for v in r["by_cs"].values())
+        print(f"  {r['M']:5d} {r['fused']:7.2f} {str(tuple(r['choice'])):7s} {r['inductor_fused'] or float('nan'):7.2f} {r['fused_q_only']:7.2f} {100*r['bw_frac']:5.1f} | {old} | {new} | {cs}")
+        for k, v in r["stages"].items():
+            print(f"        stages {k}: {v['us']:.2f} us; cycles after sum / block sum / cluster / inv / end: {v['cycles']}")
+    print("swiglu-oai (us): M fused (e,block) inductor_fused fused_bf16_intermediates %bw | sweep best")
     for r in res["swiglu"]:
-        print(f"  {r['M']:5d} {r['fused']:7.2f} {r['inductor_fused'] or float('nan'):7.2f} {r['fused_bf16_intermediates']:7.2f} {100*r['bw_frac']:5.1f}")
+        best = min(r["sweep"], key=r["sweep"].get) if r["sweep"] else ""
+        print(f"  {r['M']:5d} {r['fused']:7.2f} {str(tuple(r['choice'])):8s} {r['inductor_fused'] or float('nan'):7.2f} {r['fused_bf16_intermediates']:7.2f} {100*r['bw_frac']:5.1f} | {best} {r['sweep'].get(best, float('nan')):.2f}")
+        if r["sweep"]:
+            print("        " + " ".join(f"{k}={v:.2f}" for k, v in r["sweep"].items()))
     print("gemm (us): N K M (S,W) old sk sk_best(shape) in_gemm separate cublas_bf16 x_cublas x_old %bw")
     for r in res["gemm"]:
         print(f"  {r['N']} {r['K']} {r['M']:2d} {str(tuple(r['choice'])):8s} {r['old_prequant']:6.2f} {r['sk_prequant']:6.2f} {r['sk_best']:6.2f}({r['sk_best_shape']}) "

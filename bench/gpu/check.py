@@ -4,7 +4,7 @@ outputs are poisoned before every launch. Prints one line per case and a summary
 import json, os, sys
 import numpy as np, torch
 import reference as ref
-from mxgpu import CLUSTERS, Module, Ops, F_RCEIL, F_NAN_IGNORE, F_GEMMA, F_GAMMA_F32, F_INV_DIV, F_OAI, F_FP32_ACT, F_NO_ROUND_SUM, F_SWISH_SINGLE
+from mxgpu import CLUSTERS, NORM_MAX_BLOCK, Module, Ops, F_RCEIL, F_NAN_IGNORE, F_GEMMA, F_GAMMA_F32, F_INV_DIV, F_OAI, F_FP32_ACT, F_NO_ROUND_SUM, F_SWISH_SINGLE
 
 torch.manual_seed(1)
 rng = np.random.default_rng(1)
@@ -101,11 +101,14 @@ def check_norm(ops):
         r = to_dev(r32, dt) if has_res else None
         y_ref, s_ref = ref.add_rmsnorm(x32, r32, g32v, dt, flags, gdt=gdt)
         rq, rs = ref.quantize(y_ref, flags)
-        # the one-block-per-row kernels, then rows split over clusters of 2, 4, 8 blocks
-        variants = [dict(nch=3 if (H == 6144 and dt == "bf16") else None, split=1)]
+        # the runtime's choice, the one-block-per-row kernels with 1-4 chunks per lane (where a block
+        # holds the row), rows split over clusters of 2, 4, 8 blocks; bf16 also the bench-only
+        # streaming-store kernels
+        variants = [dict(nch=None, split=None)]
+        variants += [dict(nch=c, split=1) for c in (1, 2, 3, 4) if H // 8 <= c * NORM_MAX_BLOCK[c]]
         variants += [dict(split=c) for c in (2, 4, 8) if CLUSTERS and (H // 32) % c == 0 and H // 8 // c <= 1024]
-        # the persistent kernel (rows looped over a small grid): 1 and 2 chunks per lane
-        variants += [dict(split=1, nch=c, persist=1) for c in (1, 2) if H // 8 <= 1024]  # B <= 1024 / 512
+        if dt == "bf16" and not g32 and CLUSTERS:
+            variants += [dict(nch=c, split=1, opt="_cs") for c in (1, 2, 3, 4) if H // 8 <= c * NORM_MAX_BLOCK[c]]
         for var in variants:
             outs = (torch.empty(M, H, dtype=torch.uint8, device="cuda"), torch.empty(M, H // 32, dtype=torch.uint8, device="cuda"),
                     torch.empty_like(x), torch.empty_like(x))
@@ -123,15 +126,16 @@ def norm_compare(dt, flags, H, M, has_res, g32, var, q, s, ro, no, y_ref, s_ref,
     d_q, d_s = int((host(q) != rq).sum()), int((host(s) != rs).sum())
     d_q_own = int((host(q) != gq).sum()) + int((host(s) != gs).sum())
     ok = d_res == 0 and d_q_own == 0 and d_norm <= M * H // 1000 and d_q <= M * H // 500
-    report(f"norm {dt} flags={flags} H={H} M={M} res={has_res} gamma_f32={g32} split={var['split']}", ok,
+    report(f"norm {dt} flags={flags} H={H} M={M} res={has_res} gamma_f32={g32} " + " ".join(f"{k}={v}" for k, v in var.items()), ok,
            f"residual_diff={d_res} normed_diff={d_norm} q_diff={d_q} scale_diff={d_s} q_vs_own_normed={d_q_own}")
 
 
 def check_swiglu(ops):
     for dt in ("bf16", "f16", "f32"):
         for layout in ("separate", "split_halves", "interleaved"):
-            for flags, e in ((F_OAI, 8), (F_OAI | F_FP32_ACT | F_RCEIL, 2), (0, 8), (F_OAI | F_NAN_IGNORE, 2),
-                             (F_SWISH_SINGLE, 8), (F_FP32_ACT, 8)):
+            for flags, e, block in ((F_OAI, 8, 256), (F_OAI | F_FP32_ACT | F_RCEIL, 2, 256), (0, 8, 128), (F_OAI | F_NAN_IGNORE, 2, 64),
+                                    (F_SWISH_SINGLE, 8, 256), (F_FP32_ACT, 8, 512), (F_OAI, 1, 64), (F_OAI | F_FP32_ACT, 1, 32),
+                                    (F_OAI | F_FP32_ACT, None, None)):
                 M, I = 19, 768
                 g32 = ref.rnd(rng.standard_normal((M, I)) * 4, dt)
                 u32 = ref.rnd(rng.standard_normal((M, I)) * 4, dt)
@@ -144,7 +148,7 @@ def check_swiglu(ops):
                     gate, up = to_dev(np.stack([g32, u32], -1).reshape(M, 2 * I), dt), None
                 outs = (torch.empty(M, I, dtype=torch.uint8, device="cuda"), torch.empty(M, I // 32, dtype=torch.uint8, device="cuda"))
                 poison(outs)
-                q, s = ops.swiglu_quant(gate, up, I, layout, flags, outs=outs, e=e)
+                q, s = ops.swiglu_quant(gate, up, I, layout, flags, outs=outs, e=e, block=block)
                 act = ref.swiglu(g32, u32, dt, flags)
                 rq, rs = ref.quantize(act, flags)
                 hq = host(q)
@@ -152,7 +156,7 @@ def check_swiglu(ops):
                 # exp differs by an ulp between libm and the GPU: allow rare 1-code differences
                 off = np.abs(hq.astype(int) - rq.astype(int))
                 ok = d_q <= M * I // 1000 and d_s <= 2 and (d_q == 0 or off[hq != rq].max() <= 1)
-                report(f"swiglu {dt} {layout} flags={flags} e={e}", ok, f"q_diff={d_q} scale_diff={d_s}")
+                report(f"swiglu {dt} {layout} flags={flags} e={e} block={block}", ok, f"q_diff={d_q} scale_diff={d_s}")
 
 
 def rand_e4m3(shape):

@@ -19,8 +19,8 @@ export PYTHONUNBUFFERED=1
 cache=/tmp/mxfuse_kernel_cache
 mkdir -p "$cache"
 export MXFUSE_PY_CUBIN_CACHE=$cache MXFUSE_KERNEL_CACHE=$cache
-# The runtime's defaults include the second-generation kernels (launch.rs): the Rust tests and the
-# "fused" bench columns run them.
+# MXFUSE_GPU_V2=1: the runtime's GEMM is the split-K cluster kernel (launch.rs), so the Rust tests
+# run it too (the norm's split-row kernels are the default without it).
 export MXFUSE_GPU_V2=1
 unxz() { python3 -c 'import lzma, sys; open(sys.argv[2], "wb").write(lzma.open(sys.argv[1]).read())' "$1" "$2"; }
 if [ -f "$root/.gpucache/kernels.tar.xz" ]; then

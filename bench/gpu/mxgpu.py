@@ -99,6 +99,15 @@ class Module:
             out.append(v.value)
         return tuple(out)
 
+    def read_global(self, name, nbytes):
+        """The bytes of a __device__ variable of the module (e.g. the timed kernels' stamps)."""
+        ptr, size = ctypes.c_uint64(), ctypes.c_size_t()
+        _ck(cuda.cuModuleGetGlobal_v2(ctypes.byref(ptr), ctypes.byref(size), self.mod, name.encode()), f"global {name}")
+        buf = ctypes.create_string_buffer(nbytes)
+        torch.cuda.synchronize()
+        _ck(cuda.cuMemcpyDtoH_v2(buf, ptr, ctypes.c_size_t(nbytes)), "cuMemcpyDtoH")
+        return buf.raw
+
     def launch(self, name, grid, block, args, shmem=0):
         """args: list of torch tensors (passed as device pointers), None (null) or ctypes scalars."""
         vals = []
@@ -124,8 +133,8 @@ LAYOUTS = {"separate": 0, "split_halves": 1, "interleaved": 2}
 # Below this many elements the elementwise kernels take 2 elements per lane (short per-lane chains).
 SMALL_ELEMS = 1 << 21
 SUFFIX = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
-# Blocks per SM of the persistent norm kernel at many rows (kernels/src/gpu/launch.rs).
-NORM_PERSIST_BLOCKS_PER_SM = 1
+# Largest block of each one-block-per-row norm kernel (__launch_bounds__ in add_rmsnorm_mxquant.hip).
+NORM_MAX_BLOCK = {1: 1024, 2: 1024, 3: 512, 4: 1024}
 
 
 class Ops:
@@ -134,22 +143,20 @@ class Ops:
     def __init__(self, mod: Module):
         self.m = mod
 
-    def norm_quant(self, x, res, gamma, flags, eps=1e-6, res_out=True, normed=True, outs=None, nch=None, split=None, persist=None):
-        """split: blocks of a cluster per row (1 = one block per row); persist: blocks per SM of the
-        persistent kernel (0 = one block per row); None = the runtime's choice (launch.rs)."""
+    def norm_quant(self, x, res, gamma, flags, eps=1e-6, res_out=True, normed=True, outs=None, nch=None, split=None, opt=""):
+        """nch: chunks per lane of the one-block-per-row kernels; split: blocks of a cluster per row
+        (1 = one block per row); opt: kernel name suffix of a bench-only variant ("_cs", "_t");
+        None = the runtime's choice (launch.rs + thresholds.rs: norm_choice below)."""
         M, H = x.shape
         chunks = H // 8
-        if split is None:
-            split = norm_split(M, H) if nch is None else 1
-        if persist is None:
-            persist = NORM_PERSIST_BLOCKS_PER_SM if (V2 and split == 1 and nch is None and M >= 2 * 132 and chunks <= 2 * 512) else 0
+        if split is None and nch is None:
+            split, nch = norm_choice(M, H)
+        split = split or 1
         if split > 1:
             nch = 1
-        if persist:
-            nch = nch or 2
-        if nch is None:  # many rows: 2 chunks per lane (B <= 512, two blocks per SM; measured best)
-            nch = 2 if (M >= 264 and chunks <= 2 * 512) else next(c for c in (1, 2, 4) if chunks <= 1024 * c)
-        assert chunks <= nch * (256 if nch == 3 else 1024), "H too large"
+        if nch is None:
+            nch = norm_fit_nch(H)
+        assert chunks <= nch * split * NORM_MAX_BLOCK[nch], "H too large"
         B = -(-(-(-chunks // (nch * split))) // 32) * 32
         if outs is None:
             outs = (torch.empty(M, H, dtype=torch.uint8, device=x.device),
@@ -157,24 +164,21 @@ class Ops:
                     torch.empty_like(x) if res_out else None, torch.empty_like(x) if normed else None)
         q, s, ro, no = outs
         name = "mx_add_rmsnorm_quant_" + SUFFIX[x.dtype] + ("_gf32" if gamma.dtype == torch.float32 and x.dtype != torch.float32 else "")
-        if persist:
-            self.m.launch(name + f"_p{nch}", (min(M, 132 * persist),), (B,),
-                          [x, res, gamma, q, s, ro, no, ctypes.c_int(H), ctypes.c_float(eps), ctypes.c_uint(flags), ctypes.c_int(M)])
-            return outs
-        name += f"_c{nch}" + (f"_s{split}" if split > 1 else "")
+        name += f"_c{nch}" + (f"_s{split}" if split > 1 else "") + opt
         self.m.launch(name, (M * split,), (B,), [x, res, gamma, q, s, ro, no, ctypes.c_int(H), ctypes.c_float(eps), ctypes.c_uint(flags)])
         return outs
 
-    def swiglu_quant(self, gate, up, I, layout, flags, alpha=1.702, limit=7.0, beta=1.0, outs=None, e=None):
+    def swiglu_quant(self, gate, up, I, layout, flags, alpha=1.702, limit=7.0, beta=1.0, outs=None, e=None, block=None):
         rows = gate.shape[0]
         if outs is None:
             outs = (torch.empty(rows, I, dtype=torch.uint8, device=gate.device),
                     torch.empty(rows, I // 32, dtype=torch.uint8, device=gate.device))
         q, s = outs
-        e = e or (2 if rows * I < SMALL_ELEMS else 8)
+        e0, block0 = swiglu_choice(rows * I)
+        e, block = e or e0, block or block0
         lanes = rows * I // e
         act = (1 if flags & F_OAI else 0) + (2 if flags & F_FP32_ACT else 0)
-        self.m.launch(f"mx_swiglu_quant_{SUFFIX[gate.dtype]}_e{e}_a{act}", (-(-lanes // 256),), (256,),
+        self.m.launch(f"mx_swiglu_quant_{SUFFIX[gate.dtype]}_e{e}_a{act}", (-(-lanes // block),), (block,),
                       [gate, up, q, s, ctypes.c_longlong(rows), ctypes.c_int(I), ctypes.c_int(LAYOUTS[layout]),
                        ctypes.c_float(alpha), ctypes.c_float(limit), ctypes.c_float(beta), ctypes.c_uint(flags)])
         return outs
@@ -255,15 +259,47 @@ def sk_choice(N, K, M, sms=132):
     return S, even if 2 * even > cap else cap
 
 
-# MXFUSE_GPU_V2=1: the runtime's defaults include the second-generation kernels (split-row and
-# persistent norm; launch.rs). MXFUSE_GPU_CLUSTERS=off (harness only): bench.py / check.py skip every
-# cluster kernel, even when named explicitly (device_run.sh's fallback after a hang).
+# MXFUSE_GPU_V2=1: the runtime's GEMM is the split-K cluster kernel (launch.rs).
+# MXFUSE_GPU_CLUSTERS=off (harness only): bench.py / check.py skip every cluster kernel, even when
+# named explicitly, and the runtime choice never splits rows (device_run.sh's fallback after a hang).
 V2 = os.environ.get("MXFUSE_GPU_V2") in ("1", "on")
 CLUSTERS = os.environ.get("MXFUSE_GPU_CLUSTERS") != "off"
 
 
 def norm_split(rows, H, sms=132):
     """Blocks per norm row (mirrors kernels/src/gpu/shapes.rs `norm_split`)."""
-    if rows >= sms or not (V2 and CLUSTERS):
+    if rows >= sms or not CLUSTERS:
         return 1
-    return next((s for s in (8, 4, 2) if (H // 32) % s == 0 and rows * s <= 2 * sms and H // 8 // s <= 1024), 1)
+    return next((s for s in (8, 4, 2) if (H // 32) % s == 0 and rows * s <= sms and H // 8 // s <= 1024), 1)
+
+
+def norm_fit_nch(H):
+    """The fewest chunks per lane whose block holds a row of H (few rows: short per-lane chains)."""
+    return next(c for c in (1, 2, 4) if H // 8 <= c * NORM_MAX_BLOCK[c])
+
+
+# The H200 row of kernels/src/gpu/thresholds.rs `NormChoiceTable` (measured, BENCHMARKS.md).
+NORM_SPLIT_MAX_ROWS = 64
+NORM_MANY_ROWS, NORM_MANY_ROWS_NCH = 264, 3
+
+
+def norm_choice(rows, H, sms=132):
+    """(split, nch) as the runtime picks them on the H200 (launch.rs with thresholds.rs)."""
+    if rows <= NORM_SPLIT_MAX_ROWS and norm_split(rows, H, sms) > 1:
+        return norm_split(rows, H, sms), 1
+    if rows >= NORM_MANY_ROWS and H // 8 <= NORM_MANY_ROWS_NCH * NORM_MAX_BLOCK[NORM_MANY_ROWS_NCH]:
+        return 1, NORM_MANY_ROWS_NCH
+    return 1, norm_fit_nch(H)
+
+
+# The H200 row of kernels/src/gpu/thresholds.rs `ElementwiseChoice`: elements per lane and block
+# size of SwiGluMxQuant / MxQuantize by output size.
+SWIGLU_SMALL = [(1 << 14, 1, 256), (SMALL_ELEMS, 2, 256)]
+SWIGLU_LARGE = (8, 256)
+
+
+def swiglu_choice(n):
+    for limit, e, block in SWIGLU_SMALL:
+        if n < limit:
+            return e, block
+    return SWIGLU_LARGE

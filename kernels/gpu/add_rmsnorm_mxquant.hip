@@ -4,57 +4,99 @@
 // One block per row. Lane j of the block owns the 8-element chunks j, j + B, ... (B = blockDim.x,
 // a multiple of the warp and so of 4), at most NCH of them (a template parameter, so the arrays
 // stay in registers), kept between the sum-of-squares pass and the output pass, so every input byte
-// is read once. gamma is loaded in the first pass too, so its latency overlaps the reduction.
-// Small M wants many lanes per row (short per-lane chains); large M wants few (several blocks per
-// SM): the host picks NCH and B (kernels/src/gpu/launch.rs, bench/gpu/mxgpu.py).
+// is read once. The chunks stay packed in their storage type between the passes (4 registers per
+// 8 bf16/f16 values instead of 8 floats; the f32 values are re-derived with exact conversions), so
+// a block of few lanes with several chunks each fits several times into an SM's registers: many
+// rows' loads in flight per SM at large M. gamma is loaded with x, so its latency overlaps the
+// reduction. Small M wants many lanes per row (short per-lane chains); large M wants several rows
+// per SM: the host picks NCH and B (kernels/src/gpu/launch.rs + thresholds.rs, bench/gpu/mxgpu.py).
 // S > 1 (Hopper, a cluster of S blocks per row): each block takes 1/S of the row's chunks, so a
-// few rows still spread over many SMs (a lone SM ingests a 6144-wide bf16 row at ~64 B/cycle);
-// the blocks exchange their partial sums of squares through distributed shared memory and every
-// block adds the S partials in rank order, so all compute the same v.
-// Many rows (persistent variant, NAME_p<NCH>): a grid of a few blocks per SM, each looping over
-// rows blockIdx.x, + gridDim.x, ...: gamma is loaded once per block, and the next row's x / residual
-// loads are issued before this row's block reduction and output pass, so the memory pipe stays busy
-// across the barrier.
+// few rows still spread over many SMs (a lone SM issues a whole 6144-wide row's work); each block
+// pushes its partial sum of squares into every block's shared memory (distributed shared memory),
+// one cluster barrier publishes them, and every block adds the S partials in rank order, so all
+// compute the same v. Nothing remote is touched after that barrier, so no barrier at exit.
 // Semantics (docs/ops.md): s = round_T(x + r) (or the f32 sum); v = f32(sum_f64(s^2) / H); n = s * (1 / sqrt(v + eps))
 // (or s / sqrt(v + eps)); y = round_T(n * g) (or round_T(round_T(n) * g)); q/scale quantize y as T.
 
-// The lane's chunks c = threadIdx.x + k B (k < NCH, c < chunks) of one row: x, and the residual
-// when there is one, as fp32 (the loads are issued here and used by mx_norm_sum).
-template <class T, int NCH>
-MX_DEV void mx_norm_load(const typename T::storage* __restrict__ x,
-                         const typename T::storage* __restrict__ res, int chunks, float xa[NCH][8],
-                         float ra[NCH][8]) {
-#pragma unroll
-  for (int k = 0; k < NCH; ++k) {
-    const int c = threadIdx.x + k * blockDim.x;
-    if (c < chunks) {
-      MxVec8<T>::load(x + 8 * c, xa[k]);
-      if (res) MxVec8<T>::load(res + 8 * c, ra[k]);
-    }
+// Option bits of the row kernel (template constant OPT).
+#define MX_NORM_CS 1     // streaming (evict-first) stores of residual_out / normed / q
+#define MX_NORM_TIMED 2  // block 0 lane 0 records clock64() stamps in mx_norm_stamps (bench only)
+
+#if defined(MX_CUDA)
+// Stage timestamps of the MX_NORM_TIMED kernels (bench/gpu/bench.py reads them back).
+__device__ long long mx_norm_stamps[8];
+#endif
+
+// Records stage i's cycle count (block 0, lane 0) once `dep` is computed.
+template <int OPT>
+MX_DEV void mx_norm_stamp(int i, double dep) {
+#if defined(MX_CUDA)
+  if (OPT & MX_NORM_TIMED) {
+    asm volatile("" ::"d"(dep));
+    if (blockIdx.x == 0 && threadIdx.x == 0) mx_norm_stamps[i] = clock64();
   }
+#endif
 }
 
-// s = x + r (rounded to T unless MX_F_NO_ROUND_SUM) and the lane's f64 sum of the f32 squares.
-template <class T, int NCH>
-MX_DEV double mx_norm_sum(const float xa[NCH][8], const float ra[NCH][8], bool has_res, int chunks,
-                          mx_u32 flags, float s[NCH][8]) {
-  const bool round_sum = !(flags & MX_F_NO_ROUND_SUM);
-  double ss = 0.0;
+// Eight consecutive elements in their storage type, as 32-bit words (4 for bf16/f16, 8 for f32).
+template <class T>
+struct MxRaw8 {
+  static constexpr int W = (int)sizeof(typename T::storage) * 2;
+  mx_u32 w[W];
+  MX_DEV void load(const typename T::storage* p) {
+    const uint4* v = reinterpret_cast<const uint4*>(p);
 #pragma unroll
-  for (int k = 0; k < NCH; ++k) {
-    if ((int)threadIdx.x + k * (int)blockDim.x < chunks) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const float v = has_res ? xa[k][i] + ra[k][i] : xa[k][i];
-        s[k][i] = has_res && round_sum ? mx_round<T>(v) : v;
-      }
-      // Squares rounded to f32 (the graph's f32 Pow), summed in f64.
-#pragma unroll
-      for (int i = 0; i < 8; ++i) ss += (double)__fmul_rn(s[k][i], s[k][i]);
+    for (int j = 0; j < W / 4; ++j) {
+      const uint4 u = v[j];
+      w[4 * j] = u.x; w[4 * j + 1] = u.y; w[4 * j + 2] = u.z; w[4 * j + 3] = u.w;
     }
   }
-  return ss;
-}
+  template <int CS>
+  MX_DEV void store(typename T::storage* p) const {
+    uint4* v = reinterpret_cast<uint4*>(p);
+#pragma unroll
+    for (int j = 0; j < W / 4; ++j) {
+      const uint4 u = make_uint4(w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]);
+      if (CS) mx_store_cs(v + j, u); else v[j] = u;
+    }
+  }
+  // Exact widening to f32.
+  MX_DEV void unpack(float out[8]) const {
+    if constexpr (W == 4) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        out[2 * i] = T::to_f32((mx_u16)(w[i] & 0xffffu));
+        out[2 * i + 1] = T::to_f32((mx_u16)(w[i] >> 16));
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) out[i] = mx_bits_f32(w[i]);
+    }
+  }
+  // Round to T (T::from_f32, as MxVec8<T>::store).
+  MX_DEV void pack(const float v[8]) {
+    if constexpr (W == 4) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        w[i] = (mx_u32)T::from_f32(v[2 * i]) | ((mx_u32)T::from_f32(v[2 * i + 1]) << 16);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) w[i] = mx_f32_bits(v[i]);
+    }
+  }
+  // Hides the words' values from the compiler, so the f32 values are re-derived from the packed
+  // registers after a barrier instead of being kept alive across it (register pressure).
+  MX_DEV void opaque() {
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+#if defined(MX_HIP)
+      asm volatile("" : "+v"(w[i]));  // a vector register: "r" is a scalar one on AMDGPU
+#else
+      asm volatile("" : "+r"(w[i]));
+#endif
+    }
+  }
+};
 
 // The block's total of the lanes' ss (every lane gets it). warp_sums: 32 doubles of shared memory
 // that no lane reads or writes between this call's barrier and the next call.
@@ -68,7 +110,8 @@ MX_DEV double mx_norm_block_sum(double ss, double* warp_sums) {
   if (lane == 0) warp_sums[warp] = ss;
   __syncthreads();
   // Second level in parallel: every warp reduces the per-warp sums with the same shuffle tree,
-  // so every lane gets the same total (a serial loop over 24 warps costs ~1000 cycles).
+  // so every lane gets the same total (a serial loop over 24 warps costs ~1000 cycles; skipping
+  // the levels above the warp count and broadcasting lane 0 measured slower on the H200).
   const int warps = (blockDim.x + MX_WARP - 1) / MX_WARP;
   double total = lane < warps ? warp_sums[lane] : 0.0;
 #pragma unroll
@@ -76,16 +119,93 @@ MX_DEV double mx_norm_block_sum(double ss, double* warp_sums) {
   return total;
 }
 
-// The output pass of one row: residual_out, normed, q and scales of the lane's chunks.
-template <class T, class G, int NCH>
-MX_DEV void mx_norm_output(const float s[NCH][8], const float g[NCH][8], double total, int H,
-                           float eps, mx_u32 flags, int chunks, mx_u8* __restrict__ q,
-                           mx_u8* __restrict__ scale, typename T::storage* __restrict__ res_out,
-                           typename T::storage* __restrict__ normed) {
+template <class T, class G, int NCH, int S, int OPT>
+MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
+                                    const typename T::storage* __restrict__ res,
+                                    const typename G::storage* __restrict__ gamma,
+                                    mx_u8* __restrict__ q, mx_u8* __restrict__ scale,
+                                    typename T::storage* __restrict__ res_out,
+                                    typename T::storage* __restrict__ normed, int H, float eps,
+                                    mx_u32 flags) {
+  constexpr int CS = OPT & MX_NORM_CS;
+  mx_norm_stamp<OPT>(0, 0.0);
+#if defined(MX_NV_CLUSTER)
+  // Arrival at entry, waited for before the first remote store: every block of the cluster has
+  // started (its shared memory exists) before anyone writes into it.
+  if (S > 1) mx_cluster_arrive_relaxed();
+#endif
+  const long long row = blockIdx.x / S;
+  // This block's chunks: [c0, c0 + chunks); the host makes H / 32 a multiple of S, so whole
+  // quantizer groups stay in one block.
+  const int chunks = (H >> 3) / S;
+  const int c0 = (int)(blockIdx.x % S) * chunks;
   const int B = blockDim.x;
+  x += row * H + 8 * c0;
+  gamma += 8 * c0;
+  if (res) res += row * H + 8 * c0;
+  if (res_out) res_out += row * H + 8 * c0;
+  if (normed) normed += row * H + 8 * c0;
+  q += row * H + 8 * c0;
+  scale += row * (H >> 5) + c0 / 4;
+  const bool has_res = res != nullptr;
+  const bool round_sum = !(flags & MX_F_NO_ROUND_SUM);
+
+  MxRaw8<T> xa[NCH], ra[NCH];
+  MxRaw8<G> ga[NCH];
+#pragma unroll
+  for (int k = 0; k < NCH; ++k) {
+    const int c = threadIdx.x + k * B;
+    if (c < chunks) {
+      xa[k].load(x + 8 * c);
+      if (has_res) ra[k].load(res + 8 * c);
+      ga[k].load(gamma + 8 * c);
+    }
+  }
+  // s = x + r (rounded to T unless MX_F_NO_ROUND_SUM; then packed back into xa) and the lane's
+  // f64 sum of the f32 squares (the graph's f32 Pow), in chunk and element order.
+  double ss = 0.0;
+#pragma unroll
+  for (int k = 0; k < NCH; ++k) {
+    if ((int)threadIdx.x + k * B < chunks) {
+      float s[8];
+      xa[k].unpack(s);
+      if (has_res) {
+        float r[8];
+        ra[k].unpack(r);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) s[i] = s[i] + r[i];
+        if (round_sum) {
+          xa[k].pack(s);  // round_T(x + r), which is also residual_out
+          xa[k].unpack(s);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) ss += (double)__fmul_rn(s[i], s[i]);
+    }
+  }
+  mx_norm_stamp<OPT>(1, ss);
+  __shared__ double warp_sums[1024 / 32];
+  double total = mx_norm_block_sum(ss, warp_sums);
+  mx_norm_stamp<OPT>(2, total);
+#if defined(MX_NV_CLUSTER)
+  __shared__ double cluster_parts[S];
+  if (S > 1) {
+    const mx_u32 rank = blockIdx.x % S;
+    mx_cluster_wait();  // the entry arrival: every block has started
+    if (threadIdx.x < S) mx_dsmem_store(&cluster_parts[rank], threadIdx.x, total);
+    mx_cluster_sync();  // release / acquire: every block's partial is in every block
+    total = 0.0;
+#pragma unroll
+    for (int r = 0; r < S; ++r) total += cluster_parts[r];
+  }
+#endif
+  mx_norm_stamp<OPT>(3, total);
+
+  // The output pass: residual_out, normed, q and scales of the lane's chunks.
   const float v = (float)(total / (double)H);
   const float root = sqrtf(v + eps);
   const float inv = 1.0f / root;
+  mx_norm_stamp<OPT>(4, (double)inv);
   const bool use_div = (flags & MX_F_INV_DIV) != 0;
   const bool gemma = (flags & MX_F_GEMMA) != 0;
   const bool gamma_f32 = (flags & MX_F_GAMMA_F32) != 0;
@@ -98,150 +218,92 @@ MX_DEV void mx_norm_output(const float s[NCH][8], const float g[NCH][8], double 
     const bool live = c < chunks;
     float y[8];
     if (live) {
-      if (res_out) MxVec8<T>::store(res_out + 8 * c, s[k]);  // round_T(x + r) either way
+      if (NCH > 1) {
+        xa[k].opaque();
+        ra[k].opaque();
+        ga[k].opaque();
+      }
+      float s[8], g[8];
+      xa[k].unpack(s);
+      if (has_res && !round_sum) {  // the f32 sum of pass 1, again
+        float r[8];
+        ra[k].unpack(r);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) s[i] = s[i] + r[i];
+      }
+      if (res_out) {
+        if (has_res && round_sum) {
+          xa[k].template store<CS>(res_out + 8 * c);
+        } else {
+          MxRaw8<T> o;
+          o.pack(s);
+          o.template store<CS>(res_out + 8 * c);
+        }
+      }
+      ga[k].unpack(g);
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        const float n = use_div ? s[k][i] / root : s[k][i] * inv;
+        const float n = use_div ? s[i] / root : s[i] * inv;
         // Gemma with gamma_in_f32 = 0: the graph adds 1 in gamma's own dtype.
-        const float w = !gemma ? g[k][i] : gamma_f32 ? 1.0f + g[k][i] : mx_round<G>(1.0f + g[k][i]);
+        const float w = !gemma ? g[i] : gamma_f32 ? 1.0f + g[i] : mx_round<G>(1.0f + g[i]);
         y[i] = gamma_f32 ? mx_round<T>(n * w) : mx_round<T>(mx_round<T>(n) * w);
       }
-      if (normed) MxVec8<T>::store(normed + 8 * c, y);
+      if (normed) {
+        MxRaw8<T> o;
+        o.pack(y);
+        o.template store<CS>(normed + 8 * c);
+      }
     } else {
 #pragma unroll
       for (int i = 0; i < 8; ++i) y[i] = 0.0f;
     }
     mx_u32 lo, hi, sb;
     mx_quant_group8(y, flags, lo, hi, sb);
-    if (live) mx_store_group8(q, scale, c, lo, hi, sb);
+    if (live) {
+      if (CS) {
+        mx_store_cs(reinterpret_cast<uint2*>(q + 8 * c), make_uint2(lo, hi));
+        if ((c & 3) == 0) scale[c >> 2] = (mx_u8)sb;
+      } else {
+        mx_store_group8(q, scale, c, lo, hi, sb);
+      }
+    }
   }
+  mx_norm_stamp<OPT>(5, 0.0);
 }
 
-template <class G, int NCH>
-MX_DEV void mx_norm_load_gamma(const typename G::storage* __restrict__ gamma, int chunks,
-                               float g[NCH][8]) {
-#pragma unroll
-  for (int k = 0; k < NCH; ++k) {
-    const int c = threadIdx.x + k * blockDim.x;
-    if (c < chunks) MxVec8<G>::load(gamma + 8 * c, g[k]);
-  }
-}
-
-template <class T, class G, int NCH, int S>
-MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
-                                    const typename T::storage* __restrict__ res,
-                                    const typename G::storage* __restrict__ gamma,
-                                    mx_u8* __restrict__ q, mx_u8* __restrict__ scale,
-                                    typename T::storage* __restrict__ res_out,
-                                    typename T::storage* __restrict__ normed, int H, float eps,
-                                    mx_u32 flags) {
-  const long long row = blockIdx.x / S;
-  // This block's chunks: [c0, c0 + chunks); the host makes H / 32 a multiple of S, so whole
-  // quantizer groups stay in one block.
-  const int chunks = (H >> 3) / S;
-  const int c0 = (int)(blockIdx.x % S) * chunks;
-  x += row * H + 8 * c0;
-  gamma += 8 * c0;
-  if (res) res += row * H + 8 * c0;
-  if (res_out) res_out += row * H + 8 * c0;
-  if (normed) normed += row * H + 8 * c0;
-  q += row * H + 8 * c0;
-  scale += row * (H >> 5) + c0 / 4;
-
-  float xa[NCH][8], ra[NCH][8], s[NCH][8], g[NCH][8];
-  // gamma first: its latency overlaps the reduction.
-  mx_norm_load_gamma<G, NCH>(gamma, chunks, g);
-  mx_norm_load<T, NCH>(x, res, chunks, xa, ra);
-  const double ss = mx_norm_sum<T, NCH>(xa, ra, res != nullptr, chunks, flags, s);
-  __shared__ double warp_sums[1024 / 32];
-  double total = mx_norm_block_sum(ss, warp_sums);
-#if defined(MX_NV_CLUSTER)
-  __shared__ double cluster_part;
-  if (S > 1) {
-    if (threadIdx.x == 0) cluster_part = total;
-    mx_cluster_sync();
-    total = 0.0;
-    for (int r = 0; r < S; ++r) total += mx_dsmem_load(&cluster_part, (mx_u32)r);
-    mx_cluster_arrive();  // done reading the others' cluster_part; waited for at the end
-  }
-#endif
-  mx_norm_output<T, G, NCH>(s, g, total, H, eps, flags, chunks, q, scale, res_out, normed);
-#if defined(MX_NV_CLUSTER)
-  if (S > 1) mx_cluster_wait();  // no block leaves while another may still read its partial
-#endif
-}
-
-template <class T, class G, int NCH>
-MX_DEV void add_rmsnorm_mxquant_persistent(const typename T::storage* __restrict__ x,
-                                           const typename T::storage* __restrict__ res,
-                                           const typename G::storage* __restrict__ gamma,
-                                           mx_u8* __restrict__ q, mx_u8* __restrict__ scale,
-                                           typename T::storage* __restrict__ res_out,
-                                           typename T::storage* __restrict__ normed, int H,
-                                           float eps, mx_u32 flags, int rows) {
-  const int chunks = H >> 3;
-  float xa[NCH][8], ra[NCH][8], s[NCH][8], g[NCH][8];
-  mx_norm_load_gamma<G, NCH>(gamma, chunks, g);
-  // Two reduction buffers, alternating by row, so one barrier per row suffices: a lane writes row
-  // i + 1's warp sum after passing row i's barrier, which every lane reaches only once done reading
-  // row i - 1's buffer -- the one being overwritten.
-  __shared__ double warp_sums[2][1024 / 32];
-  long long row = blockIdx.x;
-  if (row < rows) mx_norm_load<T, NCH>(x + row * H, res ? res + row * H : res, chunks, xa, ra);
-  for (int it = 0; row < rows; row += gridDim.x, ++it) {
-    const double ss = mx_norm_sum<T, NCH>(xa, ra, res != nullptr, chunks, flags, s);
-    const long long next = row + gridDim.x;
-    if (next < rows) mx_norm_load<T, NCH>(x + next * H, res ? res + next * H : res, chunks, xa, ra);
-    const double total = mx_norm_block_sum(ss, warp_sums[it & 1]);
-    mx_norm_output<T, G, NCH>(s, g, total, H, eps, flags, chunks, q + row * H,
-                              scale + row * (H >> 5), res_out ? res_out + row * H : res_out,
-                              normed ? normed + row * H : normed);
-  }
-}
-
-// Kernel names: mx_add_rmsnorm_quant_<T>[_gf32]_c<NCH>; NCH = 1, 2 (B <= 1024), 3 (B <= 256; slower
-// than 2 at M = 8192 on the H200, kept for tuning elsewhere), 4 (B <= 1024, up to H = 32768; may
-// spill). The host's choice: kernels/src/gpu/launch.rs.
-#define MX_DEFINE_NORM1(NAME, T, G, NCH, MAXB)                                                  \
-  extern "C" __global__ void __launch_bounds__(MAXB)                                           \
-      NAME(const T::storage* x, const T::storage* res, const G::storage* gamma, mx_u8* q,      \
-           mx_u8* scale, T::storage* res_out, T::storage* normed, int H, float eps,             \
-           unsigned flags) {                                                                    \
-    add_rmsnorm_mxquant_row<T, G, NCH, 1>(x, res, gamma, q, scale, res_out, normed, H, eps,    \
-                                          flags);                                               \
-  }
-// Persistent (NAME_p<NCH>, NCH = 1 (B <= 1024), 2 (B <= 512: 1024 would cap registers at 64 and
-// spill the next row's buffers)): grid = a few blocks per SM, one more int parameter: rows.
-#define MX_DEFINE_NORM_P1(NAME, T, G, NCH, MAXB)                                                \
-  extern "C" __global__ void __launch_bounds__(MAXB)                                           \
-      NAME(const T::storage* x, const T::storage* res, const G::storage* gamma, mx_u8* q,      \
-           mx_u8* scale, T::storage* res_out, T::storage* normed, int H, float eps,             \
-           unsigned flags, int rows) {                                                          \
-    add_rmsnorm_mxquant_persistent<T, G, NCH>(x, res, gamma, q, scale, res_out, normed, H, eps, \
-                                              flags, rows);                                     \
+// Kernel names: mx_add_rmsnorm_quant_<T>[_gf32]_c<NCH>, NCH = 1, 2, 4 (B <= 1024: H <= 8192,
+// 16384, 32768) and 3 (B <= 512: H <= 12288; fewer lanes per row, more rows per SM). NCH = 1 with
+// 16-bit x and gamma asks for two blocks per SM (<= 32 registers, no spills): two 768-lane rows
+// per SM at H = 6144 (41 registers allowed only one). The host's
+// choice: kernels/src/gpu/launch.rs with the per-device table of kernels/src/gpu/thresholds.rs.
+#define MX_NORM_PARAMS(T, G)                                                                   \
+  const T::storage *x, const T::storage *res, const G::storage *gamma, mx_u8 *q, mx_u8 *scale, \
+      T::storage *res_out, T::storage *normed, int H, float eps, unsigned flags
+#define MX_NORM_MINB(T, G, NCH) (NCH == 1 && sizeof(T::storage) == 2 && sizeof(G::storage) == 2 ? 2 : 1)
+#define MX_DEFINE_NORM1(NAME, T, G, NCH, MAXB, OPT)                                            \
+  extern "C" __global__ void __launch_bounds__(MAXB, MX_NORM_MINB(T, G, NCH)) NAME(MX_NORM_PARAMS(T, G)) { \
+    add_rmsnorm_mxquant_row<T, G, NCH, 1, OPT>(x, res, gamma, q, scale, res_out, normed, H,   \
+                                               eps, flags);                                    \
   }
 #define MX_DEFINE_NORM(NAME, T, G)                                                              \
-  MX_DEFINE_NORM1(NAME##_c1, T, G, 1, 1024)                                                     \
-  MX_DEFINE_NORM1(NAME##_c2, T, G, 2, 1024)                                                     \
-  MX_DEFINE_NORM1(NAME##_c3, T, G, 3, 256)                                                      \
-  MX_DEFINE_NORM1(NAME##_c4, T, G, 4, 1024)                                                     \
-  MX_DEFINE_NORM_P1(NAME##_p1, T, G, 1, 1024)                                                   \
-  MX_DEFINE_NORM_P1(NAME##_p2, T, G, 2, 512)
+  MX_DEFINE_NORM1(NAME##_c1, T, G, 1, 1024, 0)                                                  \
+  MX_DEFINE_NORM1(NAME##_c2, T, G, 2, 1024, 0)                                                  \
+  MX_DEFINE_NORM1(NAME##_c3, T, G, 3, 512, 0)                                                   \
+  MX_DEFINE_NORM1(NAME##_c4, T, G, 4, 1024, 0)
 
 // Split rows (one chunk per lane, a cluster of S blocks per row): NAME_c1_s<S>, S = 2, 4, 8; grid
 // rows * S, B = H / (8 S) rounded up to the warp.
 #if defined(MX_NV_CLUSTER)
-#define MX_DEFINE_NORM_S1(NAME, T, G, S)                                                        \
+#define MX_DEFINE_NORM_S1(NAME, T, G, S, OPT)                                                  \
   extern "C" __global__ void __launch_bounds__(1024) __cluster_dims__(S, 1, 1)                 \
-      NAME(const T::storage* x, const T::storage* res, const G::storage* gamma, mx_u8* q,      \
-           mx_u8* scale, T::storage* res_out, T::storage* normed, int H, float eps,             \
-           unsigned flags) {                                                                    \
-    add_rmsnorm_mxquant_row<T, G, 1, S>(x, res, gamma, q, scale, res_out, normed, H, eps, flags); \
+      NAME(MX_NORM_PARAMS(T, G)) {                                                              \
+    add_rmsnorm_mxquant_row<T, G, 1, S, OPT>(x, res, gamma, q, scale, res_out, normed, H, eps, \
+                                             flags);                                            \
   }
 #define MX_DEFINE_NORM_SPLIT(NAME, T, G)                                                        \
-  MX_DEFINE_NORM_S1(NAME##_c1_s2, T, G, 2)                                                      \
-  MX_DEFINE_NORM_S1(NAME##_c1_s4, T, G, 4)                                                      \
-  MX_DEFINE_NORM_S1(NAME##_c1_s8, T, G, 8)
+  MX_DEFINE_NORM_S1(NAME##_c1_s2, T, G, 2, 0)                                                   \
+  MX_DEFINE_NORM_S1(NAME##_c1_s4, T, G, 4, 0)                                                   \
+  MX_DEFINE_NORM_S1(NAME##_c1_s8, T, G, 8, 0)
 #else
 #define MX_DEFINE_NORM_SPLIT(NAME, T, G)
 #endif
@@ -252,3 +314,14 @@ MX_DEFINE_NORM_ALL(mx_add_rmsnorm_quant_bf16_gf32, MxBf16, MxF32)
 MX_DEFINE_NORM_ALL(mx_add_rmsnorm_quant_f16, MxF16, MxF16)
 MX_DEFINE_NORM_ALL(mx_add_rmsnorm_quant_f16_gf32, MxF16, MxF32)
 MX_DEFINE_NORM_ALL(mx_add_rmsnorm_quant_f32, MxF32, MxF32)
+
+// Bench-only variants (bench/gpu/bench.py; bf16, CUDA): streaming stores (_cs) and stage timing
+// (_t, clock64 stamps of block 0).
+#if defined(MX_NV_CLUSTER)
+MX_DEFINE_NORM1(mx_add_rmsnorm_quant_bf16_c1_cs, MxBf16, MxBf16, 1, 1024, MX_NORM_CS)
+MX_DEFINE_NORM1(mx_add_rmsnorm_quant_bf16_c2_cs, MxBf16, MxBf16, 2, 1024, MX_NORM_CS)
+MX_DEFINE_NORM1(mx_add_rmsnorm_quant_bf16_c3_cs, MxBf16, MxBf16, 3, 512, MX_NORM_CS)
+MX_DEFINE_NORM1(mx_add_rmsnorm_quant_bf16_c4_cs, MxBf16, MxBf16, 4, 1024, MX_NORM_CS)
+MX_DEFINE_NORM1(mx_add_rmsnorm_quant_bf16_c1_t, MxBf16, MxBf16, 1, 1024, MX_NORM_TIMED)
+MX_DEFINE_NORM_S1(mx_add_rmsnorm_quant_bf16_c1_s8_t, MxBf16, MxBf16, 8, MX_NORM_TIMED)
+#endif

@@ -237,26 +237,29 @@ MX_DEV float mx_scale_inverse(mx_u32 s) {
 // scale byte.
 template <int E>
 MX_DEV mx_u32 mx_quant_group(const float v[E], mx_u32 flags, mx_u32 q[(E + 3) / 4]) {
-  float amax = 0.0f;
-  int nonfinite = 0;
-  const float inf = __int_as_float(0x7f800000);
+  // The block's abs-max as the integer max of the |v| bit patterns (the same order as the floats
+  // for non-negative values), one shuffle per level: under "ignore" NaN counts as 0 (fmaxf's amax,
+  // Inf kept); under "propagate" a maximum >= Inf's pattern means a NaN or +-Inf in the block.
+  const bool ignore = (flags & MX_F_NAN_IGNORE) != 0;
+  mx_u32 key = 0u;
 #pragma unroll
   for (int i = 0; i < E; ++i) {
-    float a = fabsf(v[i]);
-    nonfinite |= !(a < inf);
-    amax = fmaxf(amax, a);  // fmaxf skips NaN: the "ignore" policy's amax
+    mx_u32 a = mx_f32_bits(v[i]) & 0x7fffffffu;
+    a = ignore && a > 0x7f800000u ? 0u : a;
+    key = a > key ? a : key;
   }
 #pragma unroll
   for (int o = 1; o < 32 / E; o <<= 1) {
-    amax = fmaxf(amax, MX_SHFL_XOR(amax, o));
-    nonfinite |= MX_SHFL_XOR(nonfinite, o);
+    const mx_u32 other = MX_SHFL_XOR(key, o);
+    key = other > key ? other : key;
   }
   // "propagate": a NaN or +-Inf in the block gives the NaN scale and every value NaN.
-  if (nonfinite && !(flags & MX_F_NAN_IGNORE)) {
+  if (!ignore && key >= 0x7f800000u) {
 #pragma unroll
     for (int j = 0; j < (E + 3) / 4; ++j) q[j] = 0x7f7f7f7fu;
     return 255u;
   }
+  const float amax = mx_bits_f32(key);
   const mx_u32 scale = mx_scale_byte(amax, flags);
   const float inv = mx_scale_inverse(scale);
   // The products are exact (power-of-two scaling); NaN stays NaN, +-Inf stays +-Inf.
@@ -304,6 +307,25 @@ MX_DEV void mx_store_group8(mx_u8* q, mx_u8* scale, long long chunk, mx_u32 lo, 
   mx_store_group<8>(q, scale, chunk, w, s);
 }
 
+// Streaming (evict-first) stores for outputs nothing in the kernel reads again; plain stores on
+// HIP.
+MX_DEV void mx_store_cs(uint4* p, uint4 v) {
+#if defined(MX_CUDA)
+  asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
+               "r"(v.w)
+               : "memory");
+#else
+  *p = v;
+#endif
+}
+MX_DEV void mx_store_cs(uint2* p, uint2 v) {
+#if defined(MX_CUDA)
+  asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(v.x), "r"(v.y) : "memory");
+#else
+  *p = v;
+#endif
+}
+
 // E consecutive elements -> fp32 (16-byte vector loads for E = 8).
 template <class T, int E>
 MX_DEV void mx_load(const typename T::storage* p, float out[E]) {
@@ -326,6 +348,10 @@ MX_DEV void mx_cluster_arrive() {
 MX_DEV void mx_cluster_wait() {
   asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
+// Arrival without ordering (nothing written yet needs publishing), e.g. "this block has started".
+MX_DEV void mx_cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
 // Cluster-wide barrier: releases this block's shared-memory writes, acquires the others'.
 MX_DEV void mx_cluster_sync() {
   mx_cluster_arrive();
@@ -342,6 +368,10 @@ MX_DEV float mx_dsmem_load(const float* local, mx_u32 rank) {
   float v;
   asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(mx_dsmem_addr(local, rank)) : "memory");
   return v;
+}
+// Stores v at `local`'s address in block `rank`'s shared memory.
+MX_DEV void mx_dsmem_store(double* local, mx_u32 rank, double v) {
+  asm volatile("st.shared::cluster.f64 [%0], %1;" ::"r"(mx_dsmem_addr(local, rank)), "d"(v) : "memory");
 }
 MX_DEV double mx_dsmem_load(const double* local, mx_u32 rank) {
   double v;

@@ -45,7 +45,7 @@ MX_DEV float mx_swiglu(float g, float u, const MxSwigluParams& p) {
   return mx_round<T>(sw * u);
 }
 
-// E elements per lane (8, or 2 for small tensors: shorter per-lane chains, more lanes).
+// E elements per lane (8, or 2 / 1 for small tensors: shorter per-lane chains, more lanes).
 template <class T, int E, mx_u32 ACT>
 MX_DEV void swiglu_mxquant_lane(const typename T::storage* __restrict__ gate,
                                 const typename T::storage* __restrict__ up, mx_u8* __restrict__ q,
@@ -68,6 +68,9 @@ MX_DEV void swiglu_mxquant_lane(const typename T::storage* __restrict__ gate,
     } else if (layout == MX_LAYOUT_SPLIT_HALVES) {
       mx_load<T, E>(gate + row * 2 * I + E * c, g);
       mx_load<T, E>(gate + row * 2 * I + I + E * c, u);
+    } else if (E == 1) {  // interleaved, one output: the pair (gate, up)
+      mx_load<T, 1>(gate + row * 2 * I + 2 * c, g);
+      mx_load<T, 1>(gate + row * 2 * I + 2 * c + 1, u);
     } else {  // interleaved: gate = even, up = odd elements of 2E consecutive inputs
       float a[E], b[E];
       mx_load<T, E>(gate + row * 2 * I + 2 * E * c, a);
@@ -89,7 +92,7 @@ MX_DEV void swiglu_mxquant_lane(const typename T::storage* __restrict__ gate,
   if (live) mx_store_group<E>(q, scale, lane_id, w, sb);
 }
 
-// Kernel names: mx_swiglu_quant_<T>_e<E>_a<A>, A = (oai ? 1 : 0) + (fp32_activation ? 2 : 0).
+// Kernel names: mx_swiglu_quant_<T>_e<E>_a<A>, E = 8, 2, 1, A = (oai ? 1 : 0) + (fp32_activation ? 2 : 0).
 #define MX_DEFINE_SWIGLU1(NAME, T, E, ACT)                                                     \
   extern "C" __global__ void NAME(const T::storage* gate, const T::storage* up, mx_u8* q,      \
                                   mx_u8* scale, long long rows, int I, int layout, float alpha, \
@@ -103,7 +106,9 @@ MX_DEV void swiglu_mxquant_lane(const typename T::storage* __restrict__ gate,
   MX_DEFINE_SWIGLU1(NAME##_a1, T, E, MX_F_OAI)                                                 \
   MX_DEFINE_SWIGLU1(NAME##_a2, T, E, MX_F_FP32_ACT)                                            \
   MX_DEFINE_SWIGLU1(NAME##_a3, T, E, MX_F_OAI | MX_F_FP32_ACT)
-#define MX_DEFINE_SWIGLU(NAME, T) MX_DEFINE_SWIGLU_E(NAME##_e8, T, 8) MX_DEFINE_SWIGLU_E(NAME##_e2, T, 2)
+#define MX_DEFINE_SWIGLU(NAME, T)                                                              \
+  MX_DEFINE_SWIGLU_E(NAME##_e8, T, 8) MX_DEFINE_SWIGLU_E(NAME##_e2, T, 2)                      \
+  MX_DEFINE_SWIGLU_E(NAME##_e1, T, 1)
 
 MX_DEFINE_SWIGLU(mx_swiglu_quant_bf16, MxBf16)
 MX_DEFINE_SWIGLU(mx_swiglu_quant_f16, MxF16)

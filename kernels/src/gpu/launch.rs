@@ -10,7 +10,7 @@ use super::driver::Backend;
 use super::error::GpuResult;
 use super::runtime::GpuRuntime;
 use super::shapes::{norm_split, splitk_shape};
-use super::thresholds::InGemmQuantThresholds;
+use super::thresholds::{InGemmQuantThresholds, NormLaunchTable, SwiGluLaunchTable};
 use crate::attrs::{Activation, AddRmsNormAttrs, InvForm, SwiGluAttrs, SwiGluLayout, SwishForm};
 use crate::codec::{NanPolicy, QuantConfig, ScaleRule, BLOCK};
 use crate::element::DType;
@@ -27,13 +27,19 @@ const F_FP32_ACT: u32 = 64;
 const F_NO_ROUND_SUM: u32 = 128;
 const F_SWISH_SINGLE: u32 = 256;
 
-/// Below this many elements the elementwise kernels take 2 elements per lane instead of 8:
+/// Below this many elements `MxQuantize` takes 2 elements per lane instead of 8:
 /// shorter per-lane chains win when the grid cannot fill the device (measured on the H200).
 const SMALL_ELEMENTS: usize = 1 << 21;
 
-/// Blocks per SM of the persistent `AddRmsNormMxQuant` kernel at many rows (bench/gpu/bench.py
-/// times 1-3): its 384-lane blocks use ~120 registers a lane, so one fits an SM.
-const NORM_PERSIST_BLOCKS_PER_SM: usize = 1;
+/// Largest block of the one-block-per-row `AddRmsNormMxQuant` kernels `_c<nch>` (their
+/// `__launch_bounds__`), by chunks per lane.
+fn norm_max_block(nch: usize) -> usize {
+    if nch == 3 {
+        512
+    } else {
+        1024
+    }
+}
 
 /// A raw stream handle (`CUstream` / `hipStream_t`); 0 is the default stream.
 pub type StreamHandle = usize;
@@ -169,17 +175,19 @@ impl GpuRuntime {
         threads.div_ceil(w) * w
     }
 
-    /// Whether the second-generation kernels run: the split-K cluster GEMM
-    /// (kernels/gpu/mx_matmul_splitk.hip), the split-row cluster norm for few rows and the
-    /// persistent norm for many rows. They need NVIDIA sm_90+ (thread-block clusters) and are
-    /// opt-in with `MXFUSE_GPU_V2=1` until a device run has checked them (docs/gpu.md: they were
-    /// compiled and emulated, not yet run on a GPU); otherwise the kernels verified on the H200 run.
+    /// Whether the split-K cluster GEMM (kernels/gpu/mx_matmul_splitk.hip) is the GEMM: NVIDIA
+    /// sm_90+ with `MXFUSE_GPU_V2=1`. Off by default: on the H200 it won only at N = 6144,
+    /// K = 768, M <= 8 (by <= 9 %) and lost at the other decode shapes (BENCHMARKS.md).
     fn v2(&self) -> bool {
         static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        self.backend() == Backend::Cuda
-            && self.device().compute_capability >= 90
+        self.clusters()
             && *ON
                 .get_or_init(|| std::env::var("MXFUSE_GPU_V2").is_ok_and(|v| v == "1" || v == "on"))
+    }
+
+    /// Whether thread-block cluster kernels can run (NVIDIA sm_90+).
+    fn clusters(&self) -> bool {
+        self.backend() == Backend::Cuda && self.device().compute_capability >= 90
     }
 
     fn multiprocessors(&self) -> usize {
@@ -238,25 +246,26 @@ impl GpuRuntime {
             return Ok(());
         }
         let chunks = h / 8;
-        let split = if self.v2() {
+        // The device's measured table (thresholds.rs): few rows split over a cluster, many rows
+        // with the measured chunks per lane, else as many lanes per row as a block holds (short
+        // per-lane chains).
+        let table = self.norm_launch_table();
+        let split = if self.clusters() && table.split_rows(rows) {
             norm_split(rows, h, self.multiprocessors())
         } else {
             1
         };
-        // Many rows: 2 chunks per lane (blocks of <= 512, two blocks per SM; measured best at
-        // M = 8192, H = 6144: 133 us against 146 with 1 and 143 with 3 chunks). Few rows: as many
-        // lanes per row as possible (short per-lane chains).
+        let holds = |c: usize| chunks <= c * norm_max_block(c);
         let nch = if split > 1 {
             1
-        } else if rows >= 2 * self.multiprocessors() && chunks <= 2 * 512 {
-            2
         } else {
-            [1usize, 2, 4]
+            let fit = [1usize, 2, 4]
                 .into_iter()
-                .find(|c| chunks <= 1024 * c)
+                .find(|&c| holds(c))
                 .ok_or_else(|| {
                     KernelError::Shape(format!("hidden size {h} exceeds the GPU kernel's 32768"))
-                })?
+                })?;
+            table.chunks_per_lane(rows, self.multiprocessors(), fit, holds)
         };
         let block = self.round_to_warps(chunks.div_ceil(nch * split));
         let flags = quant_flags(&attrs.quant)
@@ -279,24 +288,6 @@ impl GpuRuntime {
             .push(dim_i32("hidden size", h)?)
             .push(attrs.epsilon)
             .push(flags);
-        if self.v2()
-            && split == 1
-            && nch == 2
-            && chunks <= 2 * 512
-            && rows >= 2 * self.multiprocessors()
-        {
-            // Many rows: the persistent kernel (gamma loaded once per block, the next row's loads
-            // in flight across this row's reduction), NORM_PERSIST_BLOCKS_PER_SM blocks per SM.
-            let grid = rows.min(NORM_PERSIST_BLOCKS_PER_SM * self.multiprocessors());
-            let name = format!("mx_add_rmsnorm_quant_{t}{gf32}_p2");
-            return self.run(
-                &name,
-                [dim_u32("grid", grid)?, 1, 1],
-                dim_u32("block", block)?,
-                params.push(dim_i32("rows", rows)?),
-                stream,
-            );
-        }
         let name = if split > 1 {
             format!("mx_add_rmsnorm_quant_{t}{gf32}_c1_s{split}")
         } else {
@@ -332,8 +323,8 @@ impl GpuRuntime {
             (SwiGluBuffers::Fused { gate_up }, SwiGluLayout::Interleaved) => (gate_up, 0, 2),
             _ => return Err(crate::reference::layout_mismatch(attrs.layout).into()),
         };
-        let e = if rows * i < SMALL_ELEMENTS { 2 } else { 8 };
-        let align = if e == 8 { 16 } else { dtype.size() as u64 * 2 };
+        let (e, block) = SwiGluLaunchTable::for_arch(&self.device().arch).shape(rows * i);
+        let align = (e * dtype.size()).min(16) as u64;
         check_aligned("gate", gate, align)?;
         if layout == 0 {
             check_aligned("up", up, align)?;
@@ -369,8 +360,8 @@ impl GpuRuntime {
         let name = format!("mx_swiglu_quant_{t}_e{e}_a{act}");
         self.run(
             &name,
-            [dim_u32("grid", lanes.div_ceil(256))?, 1, 1],
-            256,
+            [dim_u32("grid", lanes.div_ceil(block))?, 1, 1],
+            dim_u32("block", block)?,
             params,
             stream,
         )
@@ -538,6 +529,11 @@ impl GpuRuntime {
             "qf16"
         };
         self.matmul_tc(amode, m, k, n, 0, 0, a, b, y, o, quant_flags(quant), stream)
+    }
+
+    /// This device's `AddRmsNormMxQuant` kernel table.
+    pub fn norm_launch_table(&self) -> NormLaunchTable {
+        NormLaunchTable::for_arch(&self.device().arch)
     }
 
     /// This device's in-GEMM quantization crossover.

@@ -16,9 +16,11 @@ const GEMM_WARPS_PER_SM: [usize; 2] = [24, 20];
 
 /// Blocks per row of `AddRmsNormMxQuant` (1 = the one-block-per-row kernels).
 ///
-/// Few rows leave most SMs idle and make each busy SM ingest a whole row, so a row is split over a
-/// cluster of `s` blocks: the largest `s` that keeps the grid within two blocks per SM and whole
-/// 32-element quantizer groups in each block. From `sms` rows on, every SM already has a row.
+/// Few rows leave most SMs idle and make each busy SM issue a whole row's work, so a row is split
+/// over a cluster of `s` blocks: the largest `s` that keeps the grid within one block per SM and
+/// whole 32-element quantizer groups in each block (H200, H = 6144: s = 8 / 8 / 4 / 2 at M = 8 /
+/// 16 / 32 / 64 were each the fastest split, BENCHMARKS.md). From `sms` rows on, every SM
+/// already has a row.
 pub fn norm_split(rows: usize, h: usize, sms: usize) -> usize {
     if rows >= sms {
         return 1;
@@ -26,7 +28,7 @@ pub fn norm_split(rows: usize, h: usize, sms: usize) -> usize {
     let groups = h / 32;
     NORM_SPLITS
         .into_iter()
-        .find(|&s| groups.is_multiple_of(s) && rows * s <= 2 * sms && h / 8 / s <= 1024)
+        .find(|&s| groups.is_multiple_of(s) && rows * s <= sms && h / 8 / s <= 1024)
         .unwrap_or(1)
 }
 
@@ -66,9 +68,10 @@ mod tests {
     #[test]
     fn norm_rows_spread_over_clusters_until_every_sm_has_a_row() {
         assert_eq!(norm_split(8, 6144, 132), 8);
-        assert_eq!(norm_split(32, 6144, 132), 8);
-        assert_eq!(norm_split(64, 6144, 132), 4);
-        assert_eq!(norm_split(128, 6144, 132), 2);
+        assert_eq!(norm_split(16, 6144, 132), 8);
+        assert_eq!(norm_split(32, 6144, 132), 4);
+        assert_eq!(norm_split(64, 6144, 132), 2);
+        assert_eq!(norm_split(128, 6144, 132), 1);
         assert_eq!(norm_split(132, 6144, 132), 1);
         assert_eq!(norm_split(8192, 6144, 132), 1);
         // 96 = 3 groups: no split keeps whole groups per block.

@@ -1,4 +1,7 @@
-//! When to quantize a GEMM's activations inside the GEMM instead of in a separate launch.
+//! Per-device launch choices filled from measurements (bench/gpu/bench.py, BENCHMARKS.md "GPU
+//! kernels"), with a default for devices not measured: when to quantize a GEMM's activations inside
+//! the GEMM ([`InGemmQuantThresholds`]), how `AddRmsNormMxQuant` spreads rows over the device
+//! ([`NormLaunchTable`]) and how `SwiGluMxQuant` sizes its lanes and blocks ([`SwiGluLaunchTable`]).
 //!
 //! In-GEMM quantization saves a launch and a round trip of the quantized activations, but every
 //! block of the GEMM quantizes its K range for all M rows again, so it loses once M·K grows.
@@ -49,6 +52,125 @@ impl InGemmQuantThresholds {
     }
 }
 
+/// Kernel choice of `AddRmsNormMxQuant` (kernels/gpu/add_rmsnorm_mxquant.hip) by row count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NormLaunchTable {
+    /// Up to this many rows a row is split over a thread-block cluster (`_c1_s<S>`, S from
+    /// `shapes::norm_split`; CUDA sm_90+ only); 0 = never.
+    pub split_max_rows: usize,
+    /// From `many_rows_per_sm` rows per multiprocessor on, `many_rows_nch` chunks per lane (fewer
+    /// lanes per row, more rows per SM); below, the fewest chunks per lane that hold the row.
+    pub many_rows_per_sm: usize,
+    pub many_rows_nch: usize,
+}
+
+impl NormLaunchTable {
+    /// Devices not measured: no split rows, 2 chunks per lane from 2 rows per SM (the rule the
+    /// first H200 run measured best, 2026-11-30).
+    pub const DEFAULT: Self = Self {
+        split_max_rows: 0,
+        many_rows_per_sm: 2,
+        many_rows_nch: 2,
+    };
+
+    const MEASURED: [(&'static str, Self); 1] = [
+        // NVIDIA H200, bench/gpu/bench.py norm (H = 6144, bf16, CUDA-graph replay, us), 2026-11-30
+        // after the packed-register rewrite: rows split over a cluster won up to M = 64 (M = 8:
+        // 2.73 split 8 vs 3.36 one block per row; 16: 2.88 vs 3.31; 32: 3.05 split 4 vs 3.39;
+        // 64: 3.23 split 2 vs 3.42), one block per row from M = 128 (3.66 vs 3.87 split 2); at
+        // M = 8192 3 chunks per lane (B = 256, 62 registers: 4 rows per SM) 114.8, 2 chunks 116.0,
+        // 4 chunks 120.4, 1 chunk 196 (that build: 41 registers, one 768-lane block per SM; the
+        // previous kernel: 126.0 with 1 chunk, 161.5 with 2, the persistent kernel 191-229, removed).
+        (
+            "sm_90",
+            Self {
+                split_max_rows: 64,
+                many_rows_per_sm: 2,
+                many_rows_nch: 3,
+            },
+        ),
+    ];
+
+    /// The table for a device architecture ("sm_90", "gfx950", ...).
+    pub fn for_arch(arch: &str) -> Self {
+        Self::MEASURED
+            .iter()
+            .find(|(a, _)| *a == arch)
+            .map_or(Self::DEFAULT, |(_, t)| *t)
+    }
+
+    /// Whether `rows` rows are few enough to split each over a cluster.
+    pub fn split_rows(&self, rows: usize) -> bool {
+        rows <= self.split_max_rows
+    }
+
+    /// Chunks per lane for `rows` rows on `sms` multiprocessors when rows are not split: `fit` is
+    /// the fewest chunks per lane whose block holds the row; `holds(nch)` whether a block of the
+    /// `nch` kernel holds the row.
+    pub fn chunks_per_lane(
+        &self,
+        rows: usize,
+        sms: usize,
+        fit: usize,
+        holds: impl Fn(usize) -> bool,
+    ) -> usize {
+        if rows >= self.many_rows_per_sm * sms && holds(self.many_rows_nch) {
+            self.many_rows_nch
+        } else {
+            fit
+        }
+    }
+}
+
+/// Elements per lane and lanes per block of `SwiGluMxQuant` (kernels/gpu/swiglu_mxquant.hip) by
+/// output size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SwiGluLaunchTable {
+    /// `(below, elements per lane, block size)`, by increasing `below`: the first tier whose
+    /// `below` exceeds the output count; `large` past the last.
+    pub tiers: &'static [(usize, usize, usize)],
+    pub large: (usize, usize),
+}
+
+impl SwiGluLaunchTable {
+    /// Devices not measured: 2 elements per lane below 2^21 outputs (short per-lane chains when the
+    /// grid cannot fill the device), else 8; 256-lane blocks.
+    pub const DEFAULT: Self = Self {
+        tiers: &[(1 << 21, 2, 256)],
+        large: (8, 256),
+    };
+
+    const MEASURED: [(&'static str, Self); 1] = [
+        // NVIDIA H200 (bench/gpu/bench.py swiglu, OAI, I = 768, us), 2026-11-30: M = 8 (6144
+        // outputs) 1 element per lane 1.72-1.73 (256 / 128 lanes a block) vs 2 per lane 1.80-1.83;
+        // M = 64: 2 per lane 1.94 (1 per lane 1.88-2.05 by block size); M = 192: 2 per lane 2.25
+        // (best of 15 shapes); M = 8192: 8 per lane 19.1-19.4 for 64-512 lanes a block.
+        (
+            "sm_90",
+            Self {
+                tiers: &[(1 << 14, 1, 256), (1 << 21, 2, 256)],
+                large: (8, 256),
+            },
+        ),
+    ];
+
+    /// The table for a device architecture.
+    pub fn for_arch(arch: &str) -> Self {
+        Self::MEASURED
+            .iter()
+            .find(|(a, _)| *a == arch)
+            .map_or(Self::DEFAULT, |(_, t)| *t)
+    }
+
+    /// (elements per lane, block size) for `outputs` outputs.
+    pub fn shape(&self, outputs: usize) -> (usize, usize) {
+        self.tiers
+            .iter()
+            .find(|(below, _, _)| outputs < *below)
+            .map_or(self.large, |&(_, e, block)| (e, block))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -68,5 +190,33 @@ mod tests {
         assert_ne!(t, InGemmQuantThresholds::DEFAULT);
         assert!(t.use_in_gemm(1, 768));
         assert!(!t.use_in_gemm(1, 6144));
+    }
+
+    #[test]
+    fn norm_table_splits_few_rows_on_the_h200_only() {
+        let h200 = NormLaunchTable::for_arch("sm_90");
+        assert!(h200.split_rows(8) && h200.split_rows(64) && !h200.split_rows(128));
+        let other = NormLaunchTable::for_arch("gfx942");
+        assert_eq!(other, NormLaunchTable::DEFAULT);
+        assert!(!other.split_rows(1));
+        // Many rows: the table's chunks per lane where its block holds the row, else the fit.
+        assert_eq!(other.chunks_per_lane(8192, 132, 1, |_| true), 2);
+        assert_eq!(other.chunks_per_lane(8192, 132, 1, |_| false), 1);
+        assert_eq!(other.chunks_per_lane(100, 132, 1, |_| true), 1);
+        assert_eq!(
+            h200.chunks_per_lane(8192, 132, 1, |_| true),
+            h200.many_rows_nch
+        );
+    }
+
+    #[test]
+    fn swiglu_table_picks_by_output_count() {
+        let t = SwiGluLaunchTable::DEFAULT;
+        assert_eq!(t.shape(8 * 768), (2, 256));
+        assert_eq!(t.shape(8192 * 768), (8, 256));
+        let h200 = SwiGluLaunchTable::for_arch("sm_90");
+        assert_eq!(h200.shape(8 * 768), (1, 256));
+        assert_eq!(h200.shape(64 * 768), (2, 256));
+        assert_eq!(h200.shape(8192 * 768), (8, 256));
     }
 }

@@ -1,0 +1,48 @@
+#!/bin/bash
+# One short device call for the norm / SwiGLU work (issue #6): correctness of every norm and
+# SwiGLU variant first, then their timings, the Rust tests (the runtime's own kernel choice, bit for
+# bit), and optionally the plugin EP's GPU check (EP=1) and the Inductor anchor (BASELINE=1).
+# Carry .gpucache (python3 bench/gpu/offline_compile.py --pack). Logs under $OUT (at most 8 files).
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+OUT=${OUT:-/tmp/mxfuse_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+cache=/tmp/mxfuse_kernel_cache
+mkdir -p "$cache"
+export MXFUSE_PY_CUBIN_CACHE=$cache MXFUSE_KERNEL_CACHE=$cache
+unxz() { python3 -c 'import lzma, sys; open(sys.argv[2], "wb").write(lzma.open(sys.argv[1]).read())' "$1" "$2"; }
+if [ -f "$root/.gpucache/kernels.tar.xz" ]; then
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$root/.gpucache/kernels.tar.xz" "$cache"
+fi
+t0=$(date +%s)
+step() { echo "== $1 ($(( $(date +%s) - t0 )) s)"; }
+cd "$here"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$OUT/check.log" 2>&1
+step "check: vectors, quantize, norm, swiglu"
+timeout ${T_CHECK:-120} python3 check.py check_vectors check_quantize check_norm check_swiglu ${CHECK_EXTRA:-} >> "$OUT/check.log" 2>&1; echo "rc=$?" >> "$OUT/check.log"
+grep -c "^PASS" "$OUT/check.log"; grep "^FAIL" "$OUT/check.log" | head -20; tail -2 "$OUT/check.log"
+if [ -n "${BASELINE:-}" ]; then
+  step "inductor anchor"
+  OUT=/tmp timeout ${T_BASE:-90} python3 torch_baseline.py 8 16 32 64 128 192 8192 > "$OUT/baseline.log" 2>&1; echo "rc=$?" >> "$OUT/baseline.log"
+  cp /tmp/gpu_anchor.json "$OUT/" 2>/dev/null
+  tail -3 "$OUT/baseline.log"
+fi
+step "bench: norm, swiglu"
+OUT=/tmp timeout ${T_BENCH:-150} python3 bench.py norm swiglu > "$OUT/bench_norm.log" 2>&1; echo "rc=$?" >> "$OUT/bench_norm.log"
+step "rust gpu_kernels"
+if [ -f "$root/.gpucache/gpu_kernels.xz" ]; then
+  unxz "$root/.gpucache/gpu_kernels.xz" /tmp/gpu_kernels && chmod +x /tmp/gpu_kernels
+  nvrtc=$(python3 -c 'import sys; sys.path.insert(0, "."); import mxgpu; print(mxgpu.NVRTC_PATH)' 2>/dev/null | tail -1)
+  MXFUSE_NVRTC=$nvrtc timeout 60 /tmp/gpu_kernels > "$OUT/rust.log" 2>&1; echo "rc=$? nvrtc=$nvrtc" >> "$OUT/rust.log"
+  tail -3 "$OUT/rust.log"
+fi
+if [ -n "${EP:-}" ] && [ -f "$here/ep_gpu_check.sh" ]; then
+  step "ep_gpu_check.sh"
+  mkdir -p /tmp/ep_out
+  (cd "$root" && OUT=/tmp/ep_out timeout 60 bash "$here/ep_gpu_check.sh") > "$OUT/ep.log" 2>&1; echo "rc=$?" >> "$OUT/ep.log"
+  tail -5 "$OUT/ep.log"
+fi
+step "done"
+sed -n '/^norm (us)/,$p' "$OUT/bench_norm.log"
