@@ -164,21 +164,23 @@ criterion_group!(benches, bench);
 
 fn main() {
     if let Some(spec) = std::env::var_os("MXFUSE_BENCH_LOOP") {
-        // `N,K,M,iters[,kn]`: run the quantize-A GEMM (or, with `kn`, the pre-quantized
-        // `[K, N]` GEMM) in a loop (for `perf stat`), nothing else.
+        // `N,K,M,iters[,kn|,preq]`: run the quantize-A GEMM (or, with `kn` / `preq`, the
+        // pre-quantized `[K, N]` / `[N, K]` GEMM) in a loop, printing the per-call median.
         let spec = spec.to_string_lossy().into_owned();
         let kn = spec.ends_with(",kn");
+        let preq = spec.ends_with(",preq");
         let v: Vec<usize> = spec
             .trim_end_matches(",kn")
+            .trim_end_matches(",preq")
             .split(',')
-            .map(|x| x.parse().expect("N,K,M,iters[,kn]"))
+            .map(|x| x.parse().expect("N,K,M,iters[,kn|,preq]"))
             .collect();
         let (par, mut cs) = (ThreadPool::global(), case(v[2], v[0], v[1]));
         let mut times: Vec<f64> = (0..v[3])
             .map(|_| {
                 let t = std::time::Instant::now();
-                if kn {
-                    run_prequantized(&mut cs, false, par);
+                if kn || preq {
+                    run_prequantized(&mut cs, !kn, par);
                 } else {
                     run_quantize_a(&mut cs, par);
                 }

@@ -24,8 +24,8 @@ use std::arch::x86_64::*;
 use super::avx2_mx::{nan_bytes32, MAX_FAST_SCALE};
 use crate::codec::BLOCK;
 
-/// K per [`nk_regs_bf16`] call (the driver's k-tile): the ≤ 16 rows of packed bf16 A for it
-/// (≤ 8 KiB) stay in L1 while the unit's columns run over them.
+/// K per tile of the packed A: the ≤ 8 rows of a group (8 KiB) stay in L1 while a column pair
+/// runs over them.
 pub const REGS_KT: usize = 512;
 
 /// Weights per look-up step: two blocks of one row.
@@ -110,68 +110,77 @@ unsafe fn decode32(q: *const u8, s: u8) -> __m512bh {
     _mm512_cvtne2ps_pbh(hi, lo)
 }
 
-/// `acc[c][r] += Σ_k a[r, k] · deq(B_c)[k]` over `kt` (multiple of 32) weights of `C` MXFP8
-/// weight rows at `q[c]` (their scales at `s[c]`), for `R` rows of packed bf16 A at `a` (stride
-/// `lda`, [`pack_k_tiles`] order); R·C ≤ 16 accumulators, so each A vector loaded serves C dot
-/// products. Lane j of an accumulator sums the products of words 2j and 2j+1 of each vector.
-/// `false` when a block is off the fast route (a NaN byte or a scale > `MAX_FAST_SCALE`): `acc`
-/// is then partial and the caller recomputes the unit exactly.
+/// Bytes ahead of the decode that [`nk_regs_bf16`] prefetches in each weight row (the hardware
+/// prefetcher also follows the rows; this covers the start of each and the next unit's rows).
+const PREFETCH_AHEAD: usize = 1024;
+
+/// `acc[c][r] = Σ_k a[r0 + r, k] · deq(B_c)[k]` over all `k` (multiple of 32) weights of `C`
+/// MXFP8 weight rows at `q[c]` (their scales at `s[c]`), for rows r0..r0+R of the m-row packed
+/// bf16 A at `a` ([`pack_k_tiles`]); R·C ≤ 16 accumulators stay in registers for the whole row,
+/// and each A vector loaded serves C dot products. Lane j of an accumulator sums the products
+/// of words 2j and 2j+1 of each vector. `false` when a block is off the fast route (a NaN byte
+/// or a scale > `MAX_FAST_SCALE`): the caller then recomputes these columns exactly.
 ///
 /// # Safety
-/// The CPU has AVX512F/BW/VL/VBMI/BF16 and AVX2/FMA/F16C; `q[c][..kt]`, `s[c][..kt/32]` and the
-/// R rows of A (`kt` values each) are in bounds.
+/// The CPU has AVX512F/BW/VL/VBMI/BF16 and AVX2/FMA/F16C; `q[c][..k]`, `s[c][..k/32]` and the
+/// packed A (`m·k` values, r0 + R ≤ m) are in bounds.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,avx2,fma,f16c")]
 pub unsafe fn nk_regs_bf16<const R: usize, const C: usize>(
-    a: *const u16,
-    lda: usize,
+    (a, m, r0): (*const u16, usize, usize),
+    k: usize,
     q: [*const u8; C],
     s: [*const u8; C],
-    kt: usize,
     acc: &mut [[__m512; R]; C],
 ) -> bool {
     let t = TABLES.map(|tb| _mm512_loadu_si512(tb.as_ptr() as *const __m512i));
-    let mut v = *acc;
+    let mut v = [[_mm512_setzero_ps(); R]; C];
     let mut nan = 0u64;
     let mut max_scale = 0u8;
     let load = |p: *const u16| -> __m512bh {
         std::mem::transmute(_mm512_loadu_si512(p as *const __m512i))
     };
-    let whole = kt - kt % STEP;
     let t0: __m512bh = std::mem::transmute(_mm512_setzero_si512());
-    for kk in (0..whole).step_by(STEP) {
-        let mut b = [(t0, t0); C];
-        for c in 0..C {
-            let (s0, s1) = (*s[c].add(kk / BLOCK), *s[c].add(kk / BLOCK + 1));
-            max_scale = max_scale.max(s0).max(s1);
-            let (b0, b1, n) = decode64(q[c].add(kk), s0, s1, &t);
-            nan |= n;
-            b[c] = (b0, b1);
-        }
-        // r indexes A's rows and every column's accumulators alike.
-        #[allow(clippy::needless_range_loop)]
-        for r in 0..R {
-            let ap = a.add(r * lda + kk);
-            let (x0, x1) = (load(ap), load(ap.add(BLOCK)));
+    for k0 in (0..k).step_by(REGS_KT) {
+        let kt = REGS_KT.min(k - k0);
+        // Rows r0.. of tile k0 (m rows of kt values).
+        let at = a.add(m * k0 + r0 * kt);
+        let whole = kt - kt % STEP;
+        for kk in (0..whole).step_by(STEP) {
+            let mut b = [(t0, t0); C];
             for c in 0..C {
-                v[c][r] = _mm512_dpbf16_ps(v[c][r], x0, b[c].0);
-                v[c][r] = _mm512_dpbf16_ps(v[c][r], x1, b[c].1);
+                let (qc, sc) = (q[c].add(k0 + kk), s[c].add((k0 + kk) / BLOCK));
+                _mm_prefetch::<_MM_HINT_T0>(qc.wrapping_add(PREFETCH_AHEAD) as *const i8);
+                let (s0, s1) = (*sc, *sc.add(1));
+                max_scale = max_scale.max(s0).max(s1);
+                let (b0, b1, n) = decode64(qc, s0, s1, &t);
+                nan |= n;
+                b[c] = (b0, b1);
+            }
+            // r indexes A's rows and every column's accumulators alike.
+            #[allow(clippy::needless_range_loop)]
+            for r in 0..R {
+                let ap = at.add(r * kt + kk);
+                let (x0, x1) = (load(ap), load(ap.add(BLOCK)));
+                for c in 0..C {
+                    v[c][r] = _mm512_dpbf16_ps(v[c][r], x0, b[c].0);
+                    v[c][r] = _mm512_dpbf16_ps(v[c][r], x1, b[c].1);
+                }
             }
         }
-    }
-    let mut tail_nan = false;
-    if whole < kt {
-        for c in 0..C {
-            let sc = *s[c].add(whole / BLOCK);
-            max_scale = max_scale.max(sc);
-            tail_nan |= _mm256_movemask_epi8(nan_bytes32(q[c].add(whole))) != 0;
-            let b = decode32(q[c].add(whole), sc);
-            for (r, vr) in v[c].iter_mut().enumerate() {
-                *vr = _mm512_dpbf16_ps(*vr, load(a.add(r * lda + whole)), b);
+        if whole < kt {
+            for c in 0..C {
+                let (qc, sc) = (q[c].add(k0 + whole), *s[c].add((k0 + whole) / BLOCK));
+                max_scale = max_scale.max(sc);
+                nan |= _mm256_movemask_epi8(nan_bytes32(qc)) as u32 as u64;
+                let b = decode32(qc, sc);
+                for (r, vr) in v[c].iter_mut().enumerate() {
+                    *vr = _mm512_dpbf16_ps(*vr, load(at.add(r * kt + whole)), b);
+                }
             }
         }
     }
     *acc = v;
-    nan == 0 && !tail_nan && max_scale <= MAX_FAST_SCALE
+    nan == 0 && max_scale <= MAX_FAST_SCALE
 }
 
 /// `a` (`m` rows of `k` bf16 values) packed for [`nk_regs_bf16`]: in k-tiles of [`REGS_KT`],

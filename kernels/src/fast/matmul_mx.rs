@@ -163,7 +163,7 @@ fn nk_unit_regs_bf16(
     vals: &mut [[f32; NK_COLS]],
 ) -> bool {
     /// Rows r0..r0+R of the m-row packed A against the unit's 4 columns, C at a time (R·C ≤ 16
-    /// accumulators); writes vals[r0..r0+R].
+    /// accumulators, in registers over all of K); writes vals[r0..r0+R].
     fn run<const R: usize, const C: usize>(
         (a, m, r0): (&[u16], usize, usize),
         k: usize,
@@ -173,35 +173,21 @@ fn nk_unit_regs_bf16(
     ) -> bool {
         assert!(a.len() >= m * k && r0 + R <= m && vals.len() >= m && NK_COLS.is_multiple_of(C));
         let mut acc = [[[wide::ZERO; R]; C]; 4];
-        for k0 in (0..k).step_by(regs::REGS_KT) {
-            let kt = regs::REGS_KT.min(k - k0);
-            // Rows r0.. of tile k0 of the packed A (avx512_regs::pack_k_tiles: m rows of kt).
-            let at = a[m * k0 + r0 * kt..m * (k0 + kt)].as_ptr();
-            for (g, ac) in acc.iter_mut().take(NK_COLS / C).enumerate() {
-                let cols: [usize; C] = std::array::from_fn(|c| g * C + c);
-                // SAFETY: the caller (nk, via bf16_a) checked avx512_bf16(); qs[c] / ss[c] are
-                // rows of k bytes and k/32 scales and k0 + kt ≤ k; the tile holds rows
-                // r0..r0+R ≤ m of kt values (asserted and sliced above).
-                let ok = unsafe {
-                    regs::nk_regs_bf16::<R, C>(
-                        at,
-                        kt,
-                        cols.map(|c| qs[c].add(k0)),
-                        cols.map(|c| ss[c].add(k0 / BLOCK)),
-                        kt,
-                        ac,
-                    )
-                };
-                if !ok {
-                    return false;
-                }
-            }
-            // The next tile's lines of the 4 rows, or the next unit's first tile (its rows
-            // follow these four), so DRAM reads overlap with this tile's dot products.
-            let next = if k0 + kt < k { k0 + kt } else { NK_COLS * k };
-            for &qc in &qs {
-                // SAFETY: AVX2 detected by the caller; a prefetch never faults.
-                unsafe { kern::prefetch(qc.wrapping_add(next), kt) };
+        for (g, ac) in acc.iter_mut().take(NK_COLS / C).enumerate() {
+            let cols: [usize; C] = std::array::from_fn(|c| g * C + c);
+            // SAFETY: the caller (nk, via bf16_a) checked avx512_bf16(); qs[c] / ss[c] are rows
+            // of k bytes and k/32 scales; a holds the m·k packed values, r0 + R ≤ m (asserted).
+            let ok = unsafe {
+                regs::nk_regs_bf16::<R, C>(
+                    (a.as_ptr(), m, r0),
+                    k,
+                    cols.map(|c| qs[c]),
+                    cols.map(|c| ss[c]),
+                    ac,
+                )
+            };
+            if !ok {
+                return false;
             }
         }
         for (r, v) in vals[r0..r0 + R].iter_mut().enumerate() {
