@@ -172,8 +172,8 @@ fn nk_unit_regs_bf16(
         vals: &mut [[f32; NK_COLS]],
     ) -> bool {
         assert!(a.len() >= m * k && r0 + R <= m && vals.len() >= m && NK_COLS.is_multiple_of(C));
-        let mut acc = [[[wide::ZERO; R]; C]; 4];
-        for (g, ac) in acc.iter_mut().take(NK_COLS / C).enumerate() {
+        let mut sums = [[[0f32; R]; C]; 4];
+        for (g, sg) in sums.iter_mut().take(NK_COLS / C).enumerate() {
             let cols: [usize; C] = std::array::from_fn(|c| g * C + c);
             // SAFETY: the caller (nk, via bf16_a) checked avx512_bf16(); qs[c] / ss[c] are rows
             // of k bytes and k/32 scales; a holds the m·k packed values, r0 + R ≤ m (asserted).
@@ -183,7 +183,7 @@ fn nk_unit_regs_bf16(
                     k,
                     cols.map(|c| qs[c]),
                     cols.map(|c| ss[c]),
-                    ac,
+                    sg,
                 )
             };
             if !ok {
@@ -191,8 +191,7 @@ fn nk_unit_regs_bf16(
             }
         }
         for (r, v) in vals[r0..r0 + R].iter_mut().enumerate() {
-            // SAFETY: AVX-512F checked by the caller.
-            *v = std::array::from_fn(|col| unsafe { wide::hsum(acc[col / C][col % C][r]) });
+            *v = std::array::from_fn(|col| sums[col / C][col % C][r]);
         }
         true
     }

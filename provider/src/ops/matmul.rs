@@ -57,12 +57,27 @@ pub(crate) fn transpose_mx_weight(b: &TensorRef<'_>, bs: &TensorRef<'_>) -> Opti
     })
 }
 
-/// `src [rows, cols]` (1-byte elements) transposed to `[cols, rows]`.
+/// `src [rows, cols]` (1-byte elements) transposed to `[cols, rows]`, in 64 × 64 tiles so that
+/// both sides stay in cache (element by element, the strided writes made this 11 % of a
+/// 4-layer decoder benchmark's time, all of it at session creation).
 fn transpose_bytes(src: &[u8], rows: usize, cols: usize) -> Vec<u8> {
+    const TILE: usize = 64;
     let mut dst = vec![0u8; src.len()];
-    for r in 0..rows {
-        for c in 0..cols {
-            dst[c * rows + r] = src[r * cols + c];
+    let mut tile = [[0u8; TILE]; TILE];
+    for r0 in (0..rows).step_by(TILE) {
+        let h = TILE.min(rows - r0);
+        for c0 in (0..cols).step_by(TILE) {
+            let w = TILE.min(cols - c0);
+            // Transposed into a local tile, then written out as runs of h bytes.
+            for (r, line) in src[r0 * cols..].chunks(cols).take(h).enumerate() {
+                for (c, &b) in line[c0..c0 + w].iter().enumerate() {
+                    tile[c][r] = b;
+                }
+            }
+            for (c, t) in tile.iter().take(w).enumerate() {
+                let at = (c0 + c) * rows + r0;
+                dst[at..at + h].copy_from_slice(&t[..h]);
+            }
         }
     }
     dst
@@ -159,6 +174,19 @@ mod tests {
     use kernels::Serial;
 
     use super::*;
+
+    #[test]
+    fn tiled_transpose_equals_the_definition() {
+        for (rows, cols) in [(1, 1), (3, 200), (64, 64), (70, 130), (129, 65)] {
+            let src: Vec<u8> = (0..rows * cols).map(|i| (i * 7 % 251) as u8).collect();
+            let t = transpose_bytes(&src, rows, cols);
+            for r in 0..rows {
+                for c in 0..cols {
+                    assert_eq!(t[c * rows + r], src[r * cols + c], "{rows}x{cols} at {r},{c}");
+                }
+            }
+        }
+    }
     use crate::tensor::Tensor;
 
     fn tensor(dtype: DType, dims: &[i64], data: Vec<u8>) -> Tensor {
