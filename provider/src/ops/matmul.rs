@@ -182,7 +182,11 @@ mod tests {
             let t = transpose_bytes(&src, rows, cols);
             for r in 0..rows {
                 for c in 0..cols {
-                    assert_eq!(t[c * rows + r], src[r * cols + c], "{rows}x{cols} at {r},{c}");
+                    assert_eq!(
+                        t[c * rows + r],
+                        src[r * cols + c],
+                        "{rows}x{cols} at {r},{c}"
+                    );
                 }
             }
         }
