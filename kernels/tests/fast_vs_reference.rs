@@ -550,3 +550,170 @@ fn matmul_with_denormal_products_avoids_bf16_dot() {
         "the products must not all underflow"
     );
 }
+
+/// The fused norm through the detected path (AVX-512 where the CPU has it), forced AVX2 and
+/// the reference: all three bit-identical (q, scales, residual_out, normed).
+fn norm_three_ways<T: fast::FastElement, G: fast::FastElement>(
+    x: &[T],
+    residual: Option<&[T]>,
+    gamma: &[G],
+    h: usize,
+    attrs: &AddRmsNormAttrs,
+    outputs: bool,
+) {
+    let rows = x.len() / h;
+    let run = |which: u8| {
+        let (mut q, mut s) = (vec![0u8; rows * h], vec![0u8; rows * h / 32]);
+        let (mut ro, mut nm) = (vec![T::default(); rows * h], vec![T::default(); rows * h]);
+        let out = NormOutputs {
+            q: &mut q,
+            scales: &mut s,
+            residual_out: outputs.then_some(&mut ro[..]),
+            normed: outputs.then_some(&mut nm[..]),
+        };
+        let par = StdThreads::new(2);
+        match which {
+            0 => reference::add_rms_norm_mx_quant(x, residual, gamma, h, attrs, out),
+            1 => fast::with_avx512_bf16(|| {
+                fast::add_rms_norm_mx_quant(x, residual, gamma, h, attrs, out, &par)
+            }),
+            _ => fast::with_avx2_only(|| {
+                fast::add_rms_norm_mx_quant(x, residual, gamma, h, attrs, out, &par)
+            }),
+        }
+        .unwrap();
+        let bits = |v: &[T]| v.iter().map(|e| e.to_f32().to_bits()).collect::<Vec<_>>();
+        (q, s, bits(&ro), bits(&nm))
+    };
+    let want = run(0);
+    let ctx = format!(
+        "{attrs:?} {} h {h} outputs {outputs} residual {}",
+        std::any::type_name::<T>(),
+        residual.is_some()
+    );
+    assert!(run(1) == want, "detected path: {ctx}");
+    assert!(run(2) == want, "AVX2 path: {ctx}");
+}
+
+/// Random rows (NaN / ±Inf / payload NaNs in some rows, a NaN weight for another) at row
+/// lengths with full and partial 16-block groups, every attribute variant, with and without
+/// residual and optional outputs: the AVX-512 norm path equals the AVX2 path and the reference.
+fn wide_norm_case<T: fast::FastElement>(seed: u64, h: usize) {
+    let mut rng = Rng::new(seed);
+    let rows = 5;
+    let mut xf: Vec<f32> = (0..rows * h).map(|_| rng.normal(3.0)).collect();
+    let mut resf: Vec<f32> = (0..rows * h).map(|_| rng.normal(10.0)).collect();
+    let mut gammaf: Vec<f32> = (0..h).map(|_| rng.normal(0.5)).collect();
+    // Zero and tiny weights: zero blocks and E4M3-subnormal lanes inside normal blocks.
+    for j in 0..h / 16 {
+        let i = (rng.next_u64() % h as u64) as usize;
+        gammaf[i] = if j % 2 == 0 { 0.0 } else { 1e-6 };
+    }
+    gammaf[..32.min(h)].fill(0.0);
+    if seed % 2 == 1 {
+        xf[h + 7] = f32::NAN;
+        xf[2 * h + 40] = f32::from_bits(0x7FFF_0000);
+        resf[3 * h + 41] = f32::from_bits(0xFFFF_0000);
+        (xf[4 * h + 42], resf[4 * h + 42]) = (f32::INFINITY, f32::NEG_INFINITY);
+    }
+    if seed % 3 == 2 && seed.is_multiple_of(2) {
+        // Not in rows that are NaN already: which of two NaN operands a product keeps is not
+        // pinned (the compiler may swap them), so the normed NaN bits could differ.
+        gammaf[h - 3] = f32::NAN;
+    }
+    let (x, res, gamma): (Vec<T>, Vec<T>, Vec<T>) = (to_t(&xf), to_t(&resf), to_t(&gammaf));
+    let gamma32: Vec<f32> = gammaf.clone();
+    for attrs in norm_attr_variants() {
+        for residual in [Some(&res[..]), None] {
+            for outputs in [true, false] {
+                norm_three_ways(&x, residual, &gamma, h, &attrs, outputs);
+            }
+        }
+        norm_three_ways(&x, Some(&res[..]), &gamma32, h, &attrs, true);
+    }
+}
+
+#[test]
+fn wide_norm_matches_avx2_and_reference() {
+    for (seed, h) in [(0, 32), (1, 96), (2, 384), (3, 512), (4, 544), (5, 1056)] {
+        wide_norm_case::<f32>(seed, h);
+        wide_norm_case::<f16>(seed, h);
+        wide_norm_case::<bf16>(seed, h);
+    }
+}
+
+/// Every edge block of `edge_blocks` as the normed values themselves: rows of ±1 (mean square
+/// exactly 1, epsilon 0, so 1/d = 1) times weights that are the edge values, through both
+/// scale rules and NaN policies, f32 / f16 / bf16, weights in T and in f32.
+fn wide_norm_edge_case<T: fast::FastElement>() {
+    let edges = edge_blocks();
+    // Two groups of 16 blocks and a partial one: finite groups and groups with NaN/Inf blocks.
+    let h = edges.len().div_ceil(32) * 32 + 16 * 32;
+    let mut gammaf: Vec<f32> = edges.iter().chain(edges.iter()).copied().take(h).collect();
+    gammaf.resize(h, 0.5);
+    let finite_gamma: Vec<f32> = gammaf
+        .iter()
+        .map(|v| if v.is_finite() { *v } else { 2.0 })
+        .collect();
+    let rows = 3;
+    let xf: Vec<f32> = (0..rows * h)
+        .map(|i| if (i * 7) % 5 < 2 { -1.0 } else { 1.0 })
+        .collect();
+    let x: Vec<T> = to_t(&xf);
+    let zeros: Vec<T> = vec![T::default(); rows * h];
+    for quant in configs() {
+        for gamma_in_f32 in [true, false] {
+            let attrs = AddRmsNormAttrs {
+                epsilon: 0.0,
+                gemma: false,
+                gamma_in_f32,
+                inv_form: InvForm::Rsqrt,
+                round_sum: true,
+                allreduce: false,
+                quant,
+            };
+            for g in [&gammaf, &finite_gamma] {
+                let gt: Vec<T> = to_t(g);
+                norm_three_ways(&x, None, &gt, h, &attrs, true);
+                norm_three_ways(&x, Some(&zeros[..]), &gt, h, &attrs, false);
+                norm_three_ways(&x, None, &g[..], h, &attrs, false);
+            }
+        }
+    }
+}
+
+#[test]
+fn wide_norm_edge_blocks_match_avx2_and_reference() {
+    wide_norm_edge_case::<f32>();
+    wide_norm_edge_case::<f16>();
+    wide_norm_edge_case::<bf16>();
+}
+
+/// The normed values of `wide_norm_edge_case` really are the edge values (the test above would
+/// otherwise not reach the 448 / subnormal / saturation cases), and on a CPU with the AVX-512
+/// norm it is the path that runs.
+#[test]
+fn wide_norm_edge_rows_reach_the_edge_values() {
+    let g: Vec<f32> = edge_blocks();
+    let h = g.len();
+    let x = vec![1f32; h];
+    let attrs = AddRmsNormAttrs {
+        epsilon: 0.0,
+        gemma: false,
+        ..Default::default()
+    };
+    let (mut q, mut s, mut nm) = (vec![0u8; h], vec![0u8; h / 32], vec![0f32; h]);
+    let out = NormOutputs {
+        q: &mut q,
+        scales: &mut s,
+        residual_out: None,
+        normed: Some(&mut nm),
+    };
+    reference::add_rms_norm_mx_quant(&x, None, &g, h, &attrs, out).unwrap();
+    let same = nm
+        .iter()
+        .zip(&g)
+        .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
+    assert!(same, "normed != weights");
+    eprintln!("AVX-512 norm path on this CPU: {}", fast::avx512_norm());
+}

@@ -85,6 +85,26 @@ pub fn avx512_bf16() -> bool {
     false
 }
 
+/// Whether the fused norm (`AddRmsNormMxQuant`) may take its AVX-512 path (16-lane pass 2 and
+/// quantizer, 32-lane bf16 pass 1; bit-identical to the AVX2 path): the CPU has
+/// AVX512F/BW/DQ/VBMI, [`Isa::detect`] is `Avx2`, `MXFUSE_CPU_ISA` is not `avx2` (or the calling
+/// thread is inside [`with_avx512_bf16`]) and the thread is not inside [`with_avx2_only`].
+pub fn avx512_norm() -> bool {
+    let allowed = isa_cap() != "avx2" || FORCE_AVX512.with(Cell::get);
+    if !allowed || FORCE_AVX2_ONLY.with(Cell::get) || Isa::detect() != Isa::Avx2 {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512dq")
+            && is_x86_feature_detected!("avx512vbmi")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// Runs `f` with the fast kernels called from this thread restricted to AVX2 (no AVX-512).
 pub fn with_avx2_only<R>(f: impl FnOnce() -> R) -> R {
     let prev = FORCE_AVX2_ONLY.with(|c| c.replace(true));

@@ -11,6 +11,8 @@ mod avx2_mx;
 #[cfg(target_arch = "x86_64")]
 mod avx512_mx;
 #[cfg(target_arch = "x86_64")]
+mod avx512_norm;
+#[cfg(target_arch = "x86_64")]
 mod avx512_regs;
 mod codec;
 mod isa;
@@ -23,7 +25,7 @@ mod shared;
 mod swiglu;
 
 pub use codec::{cast_from_e4m3, cast_to_e4m3};
-pub use isa::{avx512_bf16, with_avx2_only, with_avx512_bf16, with_portable, Isa};
+pub use isa::{avx512_bf16, avx512_norm, with_avx2_only, with_avx512_bf16, with_portable, Isa};
 pub use matmul::{mx_matmul, mx_matmul_quantize_a};
 pub use norm::add_rms_norm_mx_quant;
 pub use quantize::mx_quantize;

@@ -27,6 +27,9 @@ pub fn add_rms_norm_mx_quant<T: FastElement, G: FastElement>(
 ) -> Result<()> {
     let rows = check_norm_io(x, residual, gamma, h, &out)?;
     let isa = Isa::detect();
+    // AVX-512 pass 2 + quantizer (and bf16 pass 1) where the CPU has it: the same bits.
+    #[cfg(target_arch = "x86_64")]
+    let wide = super::isa::avx512_norm();
     let nb = h / BLOCK;
     let q = SharedMut::new(out.q);
     let scales = SharedMut::new(out.scales);
@@ -47,6 +50,11 @@ pub fn add_rms_norm_mx_quant<T: FastElement, G: FastElement>(
         let rc = residual.map(|r| &r[span.0..span.1]);
         match isa {
             #[cfg(target_arch = "x86_64")]
+            // SAFETY: `avx512_norm()` checked the AVX-512 features (and implies Avx2).
+            Isa::Avx2 if wide => unsafe {
+                super::avx512_norm::rows(xc, rc, gamma, h, attrs, chunk_out)
+            },
+            #[cfg(target_arch = "x86_64")]
             // SAFETY: Avx2 implies the CPU features; shapes were checked above.
             Isa::Avx2 => unsafe { avx2_norm::rows(xc, rc, gamma, h, attrs, chunk_out) },
             _ => {
@@ -61,7 +69,7 @@ pub fn add_rms_norm_mx_quant<T: FastElement, G: FastElement>(
 
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_op_in_unsafe_fn)]
-mod avx2_norm {
+pub(super) mod avx2_norm {
     use std::any::TypeId;
     use std::arch::x86_64::*;
 
@@ -319,19 +327,14 @@ mod avx2_norm {
         }
     }
 
-    /// Computes rows of the fused norm.
+    /// The weights g_i of every lane (the same for every row: formed once per call) and
+    /// whether all of them are finite.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn rows<T: Lanes + 'static, G: Lanes>(
-        x: &[T],
-        residual: Option<&[T]>,
+    pub(in crate::fast) unsafe fn weights<G: Lanes>(
         gamma: &[G],
         h: usize,
         attrs: &AddRmsNormAttrs,
-        mut out: NormOutputs<'_, T>,
-    ) {
-        let mut s_buf = vec![0f32; h];
-        let nb = h / BLOCK;
-        // The weights g_i are the same for every row: formed once, checked for finiteness once.
+    ) -> (Vec<f32>, bool) {
         let mut g_buf = vec![0f32; h];
         let mut finite = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
         let absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
@@ -344,7 +347,52 @@ mod avx2_norm {
             finite = _mm256_and_ps(finite, lt_inf);
             _mm256_storeu_ps(g_buf.as_mut_ptr().add(i), g);
         }
-        let gw_finite = _mm256_movemask_ps(finite) == 0xFF;
+        (g_buf, _mm256_movemask_ps(finite) == 0xFF)
+    }
+
+    /// Pass 1 of one row (AVX2): the values to normalise into `sp` in element order (and
+    /// `residual_out` at `rop` unless null; `rp` null = no residual); returns their sum of
+    /// squares in the pinned order.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in crate::fast) unsafe fn pass1<T: Lanes + 'static>(
+        xp: *const T,
+        rp: *const T,
+        rop: *mut T,
+        sp: *mut f32,
+        h: usize,
+        round_sum: bool,
+    ) -> f64 {
+        // `round_sum` only matters with a residual; without one s = x either way.
+        let bf16_rows = TypeId::of::<T>() == TypeId::of::<bf16>();
+        let (xb, rb, rob) = (xp as *const bf16, rp as *const bf16, rop as *mut bf16);
+        match (!rp.is_null(), !rop.is_null(), round_sum) {
+            // bf16 (the types are equal, so the casts are identities) with a residual.
+            (true, true, true) if bf16_rows => sum_row_bf16::<true, true>(xb, rb, rob, sp, h),
+            (true, true, false) if bf16_rows => sum_row_bf16::<true, false>(xb, rb, rob, sp, h),
+            (true, false, true) if bf16_rows => sum_row_bf16::<false, true>(xb, rb, rob, sp, h),
+            (true, false, false) if bf16_rows => sum_row_bf16::<false, false>(xb, rb, rob, sp, h),
+            (true, true, true) => sum_row::<T, true, true, true>(xp, rp, rop, sp, h),
+            (true, true, false) => sum_row::<T, true, true, false>(xp, rp, rop, sp, h),
+            (true, false, true) => sum_row::<T, true, false, true>(xp, rp, rop, sp, h),
+            (true, false, false) => sum_row::<T, true, false, false>(xp, rp, rop, sp, h),
+            (false, true, _) => sum_row::<T, false, true, false>(xp, rp, rop, sp, h),
+            (false, false, _) => sum_row::<T, false, false, false>(xp, rp, rop, sp, h),
+        }
+    }
+
+    /// Computes rows of the fused norm.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn rows<T: Lanes + 'static, G: Lanes>(
+        x: &[T],
+        residual: Option<&[T]>,
+        gamma: &[G],
+        h: usize,
+        attrs: &AddRmsNormAttrs,
+        mut out: NormOutputs<'_, T>,
+    ) {
+        let mut s_buf = vec![0f32; h];
+        let nb = h / BLOCK;
+        let (g_buf, gw_finite) = weights(gamma, h, attrs);
         let gw = g_buf.as_ptr();
         for r in 0..x.len() / h {
             let base = r * h;
@@ -355,24 +403,7 @@ mod avx2_norm {
                 .as_deref_mut()
                 .map_or(std::ptr::null_mut(), |ro| ro.as_mut_ptr().add(base));
             let sp = s_buf.as_mut_ptr();
-            // `round_sum` only matters with a residual; without one s = x either way.
-            let bf16_rows = TypeId::of::<T>() == TypeId::of::<bf16>();
-            let (xb, rb, rob) = (xp as *const bf16, rp as *const bf16, rop as *mut bf16);
-            let sum_sq = match (!rp.is_null(), !rop.is_null(), attrs.round_sum) {
-                // bf16 (the types are equal, so the casts are identities) with a residual.
-                (true, true, true) if bf16_rows => sum_row_bf16::<true, true>(xb, rb, rob, sp, h),
-                (true, true, false) if bf16_rows => sum_row_bf16::<true, false>(xb, rb, rob, sp, h),
-                (true, false, true) if bf16_rows => sum_row_bf16::<false, true>(xb, rb, rob, sp, h),
-                (true, false, false) if bf16_rows => {
-                    sum_row_bf16::<false, false>(xb, rb, rob, sp, h)
-                }
-                (true, true, true) => sum_row::<T, true, true, true>(xp, rp, rop, sp, h),
-                (true, true, false) => sum_row::<T, true, true, false>(xp, rp, rop, sp, h),
-                (true, false, true) => sum_row::<T, true, false, true>(xp, rp, rop, sp, h),
-                (true, false, false) => sum_row::<T, true, false, false>(xp, rp, rop, sp, h),
-                (false, true, _) => sum_row::<T, false, true, false>(xp, rp, rop, sp, h),
-                (false, false, _) => sum_row::<T, false, false, false>(xp, rp, rop, sp, h),
-            };
+            let sum_sq = pass1(xp, rp, rop, sp, h, attrs.round_sum);
             let v = (sum_sq / h as f64) as f32;
             let d = (v + attrs.epsilon).sqrt();
             let np = out.normed.as_deref_mut().map(|n| n.as_mut_ptr().add(base));
