@@ -1,4 +1,4 @@
-//! The in-register AVX-512 BF16 kernel of the MXFP8 `[N, K]` GEMM for 1 < M ≤ 16 (driven by
+//! The in-register AVX-512 BF16 kernel of the MXFP8 `[N, K]` GEMM for M ≤ 64 (driven by
 //! `matmul_mx`): each weight row is decoded straight to bf16 in registers, once for all M rows of
 //! A, and `vdpbf16ps` (32 multiply-adds per instruction) does the rest — no decoded tile goes
 //! through memory.
