@@ -33,8 +33,8 @@ pub enum Weight {
         scales: ValueId,
         dequant: NodeId,
     },
-    /// A Quark fake-quant of this float constant `[K, N]`.
-    QuarkFloat(ValueId),
+    /// The Quark fake-quant node `fake_quant` of the float constant `weight` `[K, N]`.
+    QuarkFloat { weight: ValueId, fake_quant: NodeId },
 }
 
 /// One MatMul that reads the quantized activation.
@@ -51,9 +51,10 @@ pub struct MatMulUse {
 pub struct Consumers {
     pub matmuls: Vec<MatMulUse>,
     /// Activation DequantizeLinear nodes (standard spelling) absorbed with their MatMuls, and
-    /// MX weight DequantizeLinears that only absorbed MatMuls read: `MxMatMul` reads the weight's
-    /// E4M3 values and E8M0 scales directly, so those nodes go with the fusion (in ONNX
-    /// Runtime, the CPU EP has no kernel for them).
+    /// the weight DequantizeLinears / Quark weight fake-quants that only absorbed MatMuls read:
+    /// `MxMatMul` reads the weight's E4M3 values and E8M0 scales (Quark's: quantized at rewrite
+    /// time), so those nodes go with the fusion (in ONNX Runtime, the CPU EP has no kernel for
+    /// the former, and the latter would otherwise run every step).
     pub dequant: Vec<NodeId>,
 }
 
@@ -144,7 +145,7 @@ fn matmul_use(
         .unwrap_or(act_dtype);
     let weight = classify_weight(g, b, k).map_err(|r| reject!("MatMul '{name}': {}", r.0))?;
     let weight_dtype = match &weight {
-        Weight::Float(w) | Weight::QuarkFloat(w) => {
+        Weight::Float(w) | Weight::QuarkFloat { weight: w, .. } => {
             g.tensor_info(*w).map(|i| i.elem_type).unwrap_or(out_dtype)
         }
         Weight::Mx { .. } => out_dtype,
@@ -225,7 +226,10 @@ fn classify_weight(g: &dyn GraphView, b: ValueId, k: i64) -> Result<Weight, Reje
                 return Err(reject!("Quark-quantized weight is not a constant"));
             }
             check_kn(g, w, k)?;
-            return Ok(Weight::QuarkFloat(w));
+            return Ok(Weight::QuarkFloat {
+                weight: w,
+                fake_quant: n,
+            });
         }
     }
     check_kn(g, b, k)?;
@@ -325,8 +329,8 @@ pub fn emit_matmuls(
             Weight::Mx { values, scales, .. } => {
                 spec.input(*values).input(*scales).attr_int("trans_b", 0)
             }
-            Weight::QuarkFloat(w) => {
-                let (vals, scales) = prequantize_weight(e, *w)?;
+            Weight::QuarkFloat { weight, .. } => {
+                let (vals, scales) = prequantize_weight(e, *weight)?;
                 spec.input(vals).input(scales).attr_int("trans_b", 1)
             }
         };
@@ -444,8 +448,13 @@ pub fn consumers_for(
     };
     let absorbed: Vec<NodeId> = c.matmuls.iter().map(|u| u.node).collect();
     for u in &c.matmuls {
-        let Weight::Mx { dequant, .. } = u.weight else {
-            continue;
+        // The weight's DequantizeLinear or Quark fake-quant goes with the fusion when only the
+        // absorbed MatMuls read it: the rewrite reads the constant behind it, so a claim without
+        // it (the EP's) would see only a runtime float input at Compile and take another path.
+        let dequant = match u.weight {
+            Weight::Mx { dequant, .. } => dequant,
+            Weight::QuarkFloat { fake_quant, .. } => fake_quant,
+            Weight::Float(_) => continue,
         };
         let only_absorbed_read = g.outputs(dequant).iter().all(|&o| {
             !g.is_graph_output(o) && g.consumers(o).iter().all(|(r, _)| absorbed.contains(r))
