@@ -3,10 +3,12 @@
 whose $OUT/gpu_anchor.json gives the Inductor columns). Writes $OUT/bench_<sections>.json; prints
 tables. Sections (argv, default all): norm swiglu gemm thr. Old and new kernel variants are timed
 side by side in the same process (norm: one block per row vs rows split over clusters; GEMM: the
-first tensor-core kernel vs the split-K cluster kernel over its cluster sizes and block sizes)."""
+first tensor-core kernel vs the runtime's default (the cp.async pipeline kernel, or the first kernel
+where thresholds.rs says so) and the pipeline kernel over all its (warps, cluster split) shapes, plus
+quantize + default, the first kernel's in-GEMM quantization and cuBLAS bf16)."""
 import ast, json, os, struct, sys
 import torch
-from mxgpu import CLUSTERS, Module, Ops, F_RCEIL, F_GEMMA, F_GAMMA_F32, F_OAI, F_FP32_ACT, norm_choice, sk_choice, swiglu_choice
+from mxgpu import CLUSTERS, PIPE_SS, PIPE_WS, pipe_choice, Module, Ops, F_RCEIL, F_GEMMA, F_GAMMA_F32, F_OAI, F_FP32_ACT, norm_choice, sk_choice, swiglu_choice
 
 OUT = os.environ.get("OUT", ".")
 dev = "cuda"
@@ -123,26 +125,29 @@ def run_sections(ops, sections, res, anchor, read_bw):
             y = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
             def old():  # the first tensor-core kernel at its host choice of warps / prefetch
                 j = idx(); ops.matmul_tc(W[j], S[j], M, aq=aq, as_=as_, warps=16 if -(-N // 16) < 132 else 8, y=y)
-            def sk(S_=None, W_=None):
-                j = idx(); ops.matmul_sk(W[j], S[j], M, aq=aq, as_=as_, S=S_, warps=W_, y=y)
-            def sk_in():
-                j = idx(); ops.matmul_sk(W[j], S[j], M, af=A, y=y)
-            def sk_sep():
-                ops.quantize(A, 0, outs=(aq, as_)); j = idx(); ops.matmul_sk(W[j], S[j], M, aq=aq, as_=as_, y=y)
-            t_old, t_sk = graph_time(old), graph_time(sk)
-            sweep = {}
-            if M in (1, 8, 16):
-                for S_ in (1, 2, 4):
-                    for W_ in (2, 4, 6, 8, 12, 16):
-                        sweep[f"s{S_}w{W_}"] = graph_time(lambda S_=S_, W_=W_: sk(S_, W_))
-            t_in, t_sep = graph_time(sk_in), graph_time(sk_sep)
+            def old_in():  # the first kernel quantizing A inside (the runtime's in-GEMM path)
+                j = idx(); ops.matmul_tc(W[j], S[j], M, af=A, warps=16 if -(-N // 16) < 132 else 8, y=y)
+            def pipe(W_=None, S_=None, var=""):
+                j = idx(); ops.matmul_pipe(W[j], S[j], M, aq, as_, W=W_, S=S_, y=y, var=var)
+            def default():  # the runtime's choice: pipeline GEMM or (table) the first kernel
+                j = idx(); ops.matmul_default(W[j], S[j], M, aq, as_, y=y)
+            def pipe_sep():
+                ops.quantize(A, 0, outs=(aq, as_)); j = idx(); ops.matmul_default(W[j], S[j], M, aq, as_, y=y)
+            t_old, t_pipe = graph_time(old), graph_time(default)
+            variants = [(W_, S_, "") for W_ in PIPE_WS for S_ in PIPE_SS]
+            sweep = {f"w{W_}s{S_}{v}": graph_time(lambda W_=W_, S_=S_, v=v: pipe(W_, S_, v)) for W_, S_, v in variants}
+            t_sep = graph_time(pipe_sep)
+            t_old_in = graph_time(old_in) if K <= 1024 else None
             t_bf = graph_time(lambda: A @ nb().t(), iters=100)
             wbytes = N * K * (1 + 1 / 32)
-            best = min([t_sk] + list(sweep.values()))
-            row = dict(N=N, K=K, M=M, choice=sk_choice(N, K, M), old_prequant=t_old, sk_prequant=t_sk, sk_best=best,
-                       sk_best_shape=min(sweep, key=sweep.get) if sweep else None, sweep=sweep,
-                       sk_in_gemm_quant=t_in, sk_separate_quant=t_sep, cublas_bf16=t_bf,
-                       speedup_vs_cublas=t_bf / t_sk, speedup_vs_old=t_old / t_sk, bw_frac=wbytes / (t_sk * 1e-6) / read_bw)
+            best_shape = min(sweep, key=sweep.get)
+            # pipe_prequant: the runtime's default (the pipeline GEMM, or the first kernel where
+            # the table says so: choice (0, 0)); separate: quantize + that default.
+            row = dict(N=N, K=K, M=M, choice=pipe_choice(N, K, M), old_prequant=t_old, pipe_prequant=t_pipe,
+                       pipe_best=sweep[best_shape], pipe_best_shape=best_shape, sweep=sweep,
+                       pipe_separate_quant=t_sep, old_in_gemm_quant=t_old_in, cublas_bf16=t_bf,
+                       speedup_vs_cublas=t_bf / t_pipe, speedup_vs_old=t_old / t_pipe, bw_frac=wbytes / (t_pipe * 1e-6) / read_bw,
+                       bw_frac_best=wbytes / (sweep[best_shape] * 1e-6) / read_bw)
             res["gemm"].append(row); print("gemm", json.dumps(row), flush=True)
         del W, S, Wb
 
@@ -179,10 +184,12 @@ def print_tables(res):
         print(f"  {r['M']:5d} {r['fused']:7.2f} {str(tuple(r['choice'])):8s} {r['inductor_fused'] or float('nan'):7.2f} {r['fused_bf16_intermediates']:7.2f} {100*r['bw_frac']:5.1f} | {best} {r['sweep'].get(best, float('nan')):.2f}")
         if r["sweep"]:
             print("        " + " ".join(f"{k}={v:.2f}" for k, v in r["sweep"].items()))
-    print("gemm (us): N K M (S,W) old sk sk_best(shape) in_gemm separate cublas_bf16 x_cublas x_old %bw")
+    print("gemm (us): N K M (W,S) old default pipe_best(shape) separate(quant+default) old_in_gemm cublas_bf16 x_cublas x_old %bw %bw_best")
     for r in res["gemm"]:
-        print(f"  {r['N']} {r['K']} {r['M']:2d} {str(tuple(r['choice'])):8s} {r['old_prequant']:6.2f} {r['sk_prequant']:6.2f} {r['sk_best']:6.2f}({r['sk_best_shape']}) "
-              f"{r['sk_in_gemm_quant']:6.2f} {r['sk_separate_quant']:6.2f} {r['cublas_bf16']:6.2f} {r['speedup_vs_cublas']:5.2f} {r['speedup_vs_old']:5.2f} {100*r['bw_frac']:5.1f}")
+        oi = r["old_in_gemm_quant"]
+        print(f"  {r['N']} {r['K']} {r['M']:2d} {str(tuple(r['choice'])):8s} {r['old_prequant']:6.2f} {r['pipe_prequant']:6.2f} {r['pipe_best']:6.2f}({r['pipe_best_shape']}) "
+              f"{r['pipe_separate_quant']:6.2f} {oi if oi is None else round(oi, 2)} {r['cublas_bf16']:6.2f} {r['speedup_vs_cublas']:5.2f} {r['speedup_vs_old']:5.2f} {100*r['bw_frac']:5.1f} {100*r['bw_frac_best']:5.1f}")
+        print("        " + " ".join(f"{k}={v:.2f}" for k, v in r["sweep"].items()))
     print("in-gemm vs separate quant, split-K kernel (us): N K M in_gemm separate")
     for r in res["thresholds"]:
         print(f"  {r['N']} {r['K']} {r['M']:2d} {r['in_gemm']:6.2f} {r['separate']:6.2f} {'IN' if r['in_gemm'] < r['separate'] else 'SEP'}")

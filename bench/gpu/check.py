@@ -236,16 +236,55 @@ def check_matmul_splitk(ops):
                                f"rel_err={err:.2e} nan_ok={nan_ok} in_gemm_identical={same_in} deterministic={same_rep}")
 
 
+def check_matmul_pipe(ops):
+    """The cp.async pipeline GEMM (mx_matmul_pipe.hip) at every (warps, cluster split) it is compiled
+    for: within the accumulation bound of the f64 reference (bf16 / f16 out 4e-3, f32 out 1e-5
+    relative), NaN rows propagate, the same launch twice gives the same bits; ragged N and M."""
+    from mxgpu import PIPE_WS, PIPE_SS, pipe_choice
+    if not CLUSTERS:
+        return report("matmul_pipe skipped (MXFUSE_GPU_CLUSTERS=off)", True)
+    for N, K in ((1536, 6144), (6144, 768), (100, 256), (40, 1152), (48, 128)):
+        w = rand_e4m3((N, K)); ws = rng.integers(110, 135, (N, K // 32), dtype=np.uint8)
+        if N == 100:
+            ws[3, 1] = 0; ws[7, 0] = 255  # E8M0 2^-127 and NaN (the kernels' slow decode path)
+        wd, wsd = torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda()
+        for M in (1, 3, 8, 9, 16, 21):
+            a32 = ref.rnd(rng.standard_normal((M, K)) * 2, "bf16")
+            if M == 9:
+                a32[4, 33] = np.nan  # propagates to output row 4 (nan_policy propagate)
+            a = to_dev(a32, "bf16")
+            aq, as_ = ops.quantize(a, 0)
+            yref = ref.matmul(host(aq), host(as_), w, ws)
+            fin = np.isfinite(yref)
+            W0, S0 = pipe_choice(N, K, M)
+            W0, S0 = (W0, S0) if W0 else (2, 2)
+            shapes = [(W_, S_, "bf16") for W_ in PIPE_WS for S_ in PIPE_SS]
+            shapes += [(W0, S0, "f32"), (W0, S0, "f16"), (1, 2, "f32"), (4, 8, "f32")]
+            for W_, S_, out in shapes:
+                y1 = torch.empty(M, N, dtype=DT[out], device="cuda"); poison([y1])
+                ops.matmul_pipe(wd, wsd, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, y=y1)
+                y3 = ops.matmul_pipe(wd, wsd, M, aq, as_, out_dtype=DT[out], W=W_, S=S_)
+                h1 = host(y1).astype(np.float64)
+                sel = fin & (np.abs(yref) < 6e4) if out == "f16" else fin  # f16 overflows past 65504
+                err = np.linalg.norm((h1 - yref)[sel]) / np.linalg.norm(yref[sel])
+                nan_ok = bool(np.isnan(h1[~fin]).all()) and not np.isnan(h1[fin]).any()
+                same_rep = np.array_equal(host(y1), host(y3), equal_nan=True)
+                ok = err < (1e-5 if out == "f32" else 4e-3) and nan_ok and same_rep
+                report(f"matmul_pipe N={N} K={K} M={M} W={W_} S={S_} out={out}", ok,
+                       f"rel_err={err:.2e} nan_ok={nan_ok} deterministic={same_rep}")
+
+
 if __name__ == "__main__":
     mod = Module()
     ops = Ops(mod)
     print("compiled for sm_" + mod.arch, "nvrtc log:", mod.log.strip()[:500])
     for k in ("mx_add_rmsnorm_quant_bf16_c1", "mx_add_rmsnorm_quant_bf16_gf32_c3", "mx_add_rmsnorm_quant_f32_c4", "mx_swiglu_quant_bf16_e8_a3", "mx_swiglu_quant_bf16_e2_a1", "mx_quantize_bf16_e2", "mx_matmul_tc_e4m3_m8_bf16", "mx_matmul_tc_e4m3_m8_bf16_pf",
               "mx_matmul_tc_qbf16_m16_bf16", "mx_matmul_generic_bf16", "mx_matmul_sk_e4m3_m8_bf16_s1",
-              "mx_matmul_sk_e4m3_m16_bf16_s4", "mx_matmul_sk_qbf16_m8_bf16_s2"):
+              "mx_matmul_sk_e4m3_m16_bf16_s4", "mx_matmul_sk_qbf16_m8_bf16_s2",
+              "mx_matmul_pipe_m8_bf16_w4_s1", "mx_matmul_pipe_m16_bf16_w1_s8"):
         print(f"  {k}: regs/shared/local = {mod.attrs(k)}")
     only = sys.argv[1:]  # e.g. "check_matmul_splitk": run only these checks
-    for fn in (check_matmul_splitk, check_vectors, check_quantize, check_norm, check_swiglu, check_matmul):
+    for fn in (check_matmul_pipe, check_matmul_splitk, check_vectors, check_quantize, check_norm, check_swiglu, check_matmul):
         if only and fn.__name__ not in only:
             continue
         try:

@@ -232,6 +232,35 @@ class Ops:
                       [aq, as_, af, w, ws, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_uint(flags)])
         return y
 
+    def matmul_pipe(self, w, ws, M, aq, as_, out_dtype=torch.bfloat16, W=None, S=None, y=None, var=""):
+        """The cp.async pipeline GEMM (mx_matmul_pipe.hip): w e4m3 [N, K], ws [N, K/32], K % 128 == 0;
+        a pre-quantized (aq e4m3 [M, K], as_ [M, K/32]). W warps = W 16-column tiles per block;
+        S blocks of a cluster split K. None = the runtime's choice (pipe_choice). var: "" (the most
+        stages that fit), or the bf16-only measurement variants "_p4" (4 stages, W <= 2) and "_l2"
+        (L2 256-byte prefetch hint on the weights)."""
+        N, K = w.shape
+        assert K % 128 == 0
+        mt = 1 if M <= 8 else 2
+        W0, S0 = pipe_choice(N, K, M)
+        if W0 == 0:  # the table names the first kernel here: the rule's shape when asked anyway
+            W0, S0 = 2, 2
+        W, S = W or W0, S or S0
+        if y is None:
+            y = torch.empty(M, N, dtype=out_dtype, device=w.device)
+        name = f"mx_matmul_pipe_m{8 * mt}_{SUFFIX[out_dtype]}_w{W}_s{S}{var}"
+        self.m.launch(name, (-(-N // (16 * W)) * S, -(-M // (8 * mt))), (32 * W,),
+                      [aq, as_, w, ws, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K)])
+        return y
+
+    def matmul_default(self, w, ws, M, aq, as_, out_dtype=torch.bfloat16, y=None):
+        """The runtime's pre-quantized decode GEMM on sm_90 (launch.rs matmul_tc): the pipeline
+        GEMM at pipe_choice, or the first tensor-core kernel where the table says so."""
+        N, K = w.shape
+        if K % 128 == 0 and pipe_choice(N, K, M)[0] > 0:
+            return self.matmul_pipe(w, ws, M, aq, as_, out_dtype=out_dtype, y=y)
+        return self.matmul_tc(w, ws, M, aq=aq, as_=as_, out_dtype=out_dtype, y=y,
+                              warps=16 if -(-N // 16) < 132 else 8)
+
     def matmul_generic(self, aq, as_, b, bs, bmode, N, out_dtype=torch.bfloat16):
         M, K = aq.shape
         y = torch.empty(M, N, dtype=out_dtype, device=aq.device)
@@ -257,6 +286,34 @@ def sk_choice(N, K, M, sms=132):
     cap = max(1, min(16, per, resident))
     even = next(w for w in range(cap, 0, -1) if per % w == 0)
     return S, even if 2 * even > cap else cap
+
+
+# The pipeline GEMM's launch shapes: mirrors kernels/src/gpu/shapes.rs `pipe_shape` with the H200 row
+# of thresholds.rs `PipeGemmTable` (measured: results/issue6_gemm_run2_*). W = 0: the first kernel.
+PIPE_WS = (1, 2, 4)
+PIPE_SS = (1, 2, 4, 8)
+PIPE_ROWS = [(1536, 6144, 4, 1, 8), (1536, 6144, 8, 2, 8), (1536, 6144, 16, 2, 4),
+             (6144, 768, 16, 2, 1), (6144, 6144, 4, 0, 0), (6144, 6144, 16, 2, 2)]
+PIPE_ONE_WARP_MAX_M, PIPE_MIN_WARPS_PER_SM, PIPE_MIN_GROUPS_PER_SPLIT = 4, 3, 4
+
+
+def pipe_choice(N, K, M, sms=132):
+    """(W, S) of the pipeline GEMM as the runtime picks them on the H200; (0, 0) = the first
+    tensor-core kernel (mirrors kernels/src/gpu/shapes.rs `pipe_shape`)."""
+    for n, k, max_m, w, s in PIPE_ROWS:
+        if (n, k) == (N, K) and M <= max_m:
+            return w, s
+    W = 1 if M <= PIPE_ONE_WARP_MAX_M else 2
+    warps = -(-N // 16) * -(-M // (8 if M <= 8 else 16))
+    groups = K // 128
+    S = 1
+    for cand in PIPE_SS:
+        if cand > 1 and groups // cand < PIPE_MIN_GROUPS_PER_SPLIT:
+            break
+        S = cand
+        if warps * cand >= PIPE_MIN_WARPS_PER_SM * sms:
+            break
+    return W, S
 
 
 # MXFUSE_GPU_V2=1: the runtime's GEMM is the split-K cluster kernel (launch.rs).

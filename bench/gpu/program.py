@@ -13,6 +13,7 @@ PROGRAM_FILES = [
     "mx_quantize.hip",
     "mx_matmul.hip",
     "mx_matmul_splitk.hip",
+    "mx_matmul_pipe.hip",
 ]
 
 

@@ -9,8 +9,8 @@ use std::ffi::c_void;
 use super::driver::Backend;
 use super::error::GpuResult;
 use super::runtime::GpuRuntime;
-use super::shapes::{norm_split, splitk_shape};
-use super::thresholds::{InGemmQuantThresholds, NormLaunchTable, SwiGluLaunchTable};
+use super::shapes::{norm_split, pipe_shape, splitk_shape};
+use super::thresholds::{InGemmQuantThresholds, NormLaunchTable, PipeGemmTable, SwiGluLaunchTable};
 use crate::attrs::{Activation, AddRmsNormAttrs, InvForm, SwiGluAttrs, SwiGluLayout, SwishForm};
 use crate::codec::{NanPolicy, QuantConfig, ScaleRule, BLOCK};
 use crate::element::DType;
@@ -183,6 +183,17 @@ impl GpuRuntime {
         self.clusters()
             && *ON
                 .get_or_init(|| std::env::var("MXFUSE_GPU_V2").is_ok_and(|v| v == "1" || v == "on"))
+    }
+
+    /// Whether the cp.async pipeline GEMM (kernels/gpu/mx_matmul_pipe.hip) may serve pre-quantized
+    /// activations: NVIDIA sm_90+, unless `MXFUSE_GPU_PIPE=0` (or `off`) selects the first
+    /// tensor-core kernel (mx_matmul.hip) instead.
+    fn pipe(&self) -> bool {
+        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        self.clusters()
+            && *ON.get_or_init(|| {
+                !std::env::var("MXFUSE_GPU_PIPE").is_ok_and(|v| v == "0" || v == "off")
+            })
     }
 
     /// Whether thread-block cluster kernels can run (NVIDIA sm_90+).
@@ -580,6 +591,38 @@ impl GpuRuntime {
             .push(dim_i32("N", n)?)
             .push(dim_i32("K", k)?)
             .push(flags);
+        let pipe = if amode == "e4m3"
+            && !self.v2()
+            && self.pipe()
+            && k.is_multiple_of(128)
+            && w.is_multiple_of(16)
+            && a_q.is_multiple_of(16)
+        {
+            // 16-byte cp.async of weight and activation rows, 4-byte copies of scale words.
+            let table = PipeGemmTable::for_arch(&self.device().arch);
+            pipe_shape(n, k, m, self.multiprocessors(), &table)
+        } else {
+            (0, 0)
+        };
+        if pipe.0 > 0 {
+            let (wp, s) = pipe;
+            let name = format!("mx_matmul_pipe_m{}_{out}_w{wp}_s{s}", 8 * mt);
+            let params = Params::new()
+                .push(a_q)
+                .push(a_scales)
+                .push(w)
+                .push(ws)
+                .push(y)
+                .push(dim_i32("M", m)?)
+                .push(dim_i32("N", n)?)
+                .push(dim_i32("K", k)?);
+            let grid = [
+                dim_u32("grid", n.div_ceil(16 * wp) * s)?,
+                dim_u32("grid", m.div_ceil(8 * mt))?,
+                1,
+            ];
+            return self.run(&name, grid, 32 * wp as u32, params, stream);
+        }
         if self.v2() && w.is_multiple_of(16) && (amode != "e4m3" || a_q.is_multiple_of(16)) {
             // 16-byte weight and activation loads (allocators give 256-byte alignment).
             let (s, warps) = splitk_shape(n, k, m, self.multiprocessors());

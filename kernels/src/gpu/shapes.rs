@@ -61,6 +61,45 @@ pub fn splitk_shape(n: usize, k: usize, m: usize, sms: usize) -> (usize, usize) 
     (s, if 2 * even > cap { even } else { cap })
 }
 
+/// Cluster splits the pipeline GEMM is compiled for.
+const PIPE_SPLITS: [usize; 4] = [1, 2, 4, 8];
+
+/// `(w, s)` of the pipeline decode GEMM (kernels/gpu/mx_matmul_pipe.hip) for `n` output columns,
+/// reduction length `k` (a multiple of 128) and `m` activation rows, on `sms` multiprocessors; `w
+/// = 0` means the first tensor-core kernel serves the shape. A measured row of `table` where one
+/// exists, else the rule that reproduces the H200's best shapes: 1 warp per block for few rows,
+/// else 2 (4 never won: the block's warps wait for each other at every stage); then the fewest
+/// cluster splits that give `table.min_warps_per_sm` warps per SM (each warp has its own
+/// 16-column tile and K range, and a warp's group-by-group latency, not DRAM, bounds it), as long
+/// as each split keeps `table.min_groups_per_split` groups of 4 k-blocks (the cluster reduction
+/// and the pipeline's fill cost more than a short split saves).
+pub fn pipe_shape(
+    n: usize,
+    k: usize,
+    m: usize,
+    sms: usize,
+    table: &super::thresholds::PipeGemmTable,
+) -> (usize, usize) {
+    if let Some(ws) = table.measured(n, k, m) {
+        return ws;
+    }
+    let w = if m <= table.one_warp_max_m { 1 } else { 2 };
+    let warps = n.div_ceil(16) * m.div_ceil(if m <= 8 { 8 } else { 16 });
+    let groups = k / 128;
+    let want = table.min_warps_per_sm * sms.max(1);
+    let mut s = 1;
+    for cand in PIPE_SPLITS {
+        if cand > 1 && groups / cand < table.min_groups_per_split {
+            break;
+        }
+        s = cand;
+        if warps * cand >= want {
+            break;
+        }
+    }
+    (w, s)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,6 +115,29 @@ mod tests {
         assert_eq!(norm_split(8192, 6144, 132), 1);
         // 96 = 3 groups: no split keeps whole groups per block.
         assert_eq!(norm_split(1, 96, 132), 1);
+    }
+
+    #[test]
+    fn pipe_gemm_rule_reproduces_the_measured_shapes() {
+        use super::super::thresholds::PipeGemmTable;
+        let rule = PipeGemmTable::DEFAULT;
+        // The H200's best shapes (thresholds.rs) follow from the rule alone ...
+        assert_eq!(pipe_shape(1536, 6144, 1, 132, &rule), (1, 8));
+        assert_eq!(pipe_shape(1536, 6144, 8, 132, &rule), (2, 8));
+        assert_eq!(pipe_shape(6144, 768, 8, 132, &rule), (2, 1));
+        assert_eq!(pipe_shape(6144, 6144, 16, 132, &rule), (2, 2));
+        // ... except 1536 x 6144 at 16 rows (measured s = 4) and 6144 x 6144 at <= 4 rows (the
+        // first kernel), which the table names.
+        assert_eq!(pipe_shape(1536, 6144, 16, 132, &rule), (2, 8));
+        let h200 = PipeGemmTable::for_arch("sm_90");
+        assert_eq!(pipe_shape(1536, 6144, 16, 132, &h200), (2, 4));
+        assert_eq!(pipe_shape(6144, 6144, 4, 132, &h200), (0, 0));
+        assert_eq!(pipe_shape(6144, 6144, 5, 132, &h200), (2, 2));
+        assert_eq!(pipe_shape(6144, 768, 1, 132, &h200), (2, 1));
+        // Unmeasured: small K keeps 4 groups per split; tiny problems one block.
+        assert_eq!(pipe_shape(4096, 1024, 1, 132, &h200), (1, 2));
+        assert_eq!(pipe_shape(16, 256, 1, 132, &h200), (1, 1));
+        assert_eq!(pipe_shape(16, 8192, 9, 132, &h200), (2, 8));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Per-device launch choices filled from measurements (bench/gpu/bench.py, BENCHMARKS.md "GPU
 //! kernels"), with a default for devices not measured: when to quantize a GEMM's activations inside
 //! the GEMM ([`InGemmQuantThresholds`]), how `AddRmsNormMxQuant` spreads rows over the device
-//! ([`NormLaunchTable`]) and how `SwiGluMxQuant` sizes its lanes and blocks ([`SwiGluLaunchTable`]).
+//! ([`NormLaunchTable`]), how `SwiGluMxQuant` sizes its lanes and blocks ([`SwiGluLaunchTable`]) and
+//! which launch shape the decode GEMM takes ([`PipeGemmTable`]).
 //!
 //! In-GEMM quantization saves a launch and a round trip of the quantized activations, but every
 //! block of the GEMM quantizes its K range for all M rows again, so it loses once M·K grows.
@@ -27,15 +28,14 @@ impl InGemmQuantThresholds {
 
     /// Measured crossovers, by compile architecture (see the module docs).
     const MEASURED: [(&'static str, Self); 1] = [
-        // NVIDIA H200 (bench/gpu/bench.py, 2026-11-30): in-GEMM wins only at K = 768 for
-        // M <= 8; at K >= 2048 the separate quantize launch is cheaper for every M <= 16.
-        (
-            "sm_90",
-            Self {
-                max_m: 8,
-                max_k: 768,
-            },
-        ),
+        // NVIDIA H200 (bench/gpu/bench.py, 2026-11-30): with the first tensor-core kernel
+        // in-GEMM won only at K = 768 for M <= 8; since the pipeline GEMM (mx_matmul_pipe.hip,
+        // pre-quantized activations only) a separate quantize launch + that GEMM is as fast or
+        // faster at every measured shape (6144 x 768, M = 1 / 2 / 4 / 8: 5.94 / 6.04 / 5.99 /
+        // 5.75 us vs in-GEMM 5.85 / 5.96 / 6.07 / 6.17; results/issue6_gemm_final_*) and it keeps
+        // `mx_matmul_quantizing_a` bit-identical to quantize + `mx_matmul` (one GEMM kernel for
+        // both). So: never.
+        ("sm_90", Self { max_m: 0, max_k: 0 }),
     ];
 
     /// The thresholds for a device architecture ("sm_90", "gfx950", ...).
@@ -49,6 +49,70 @@ impl InGemmQuantThresholds {
     /// Whether a GEMM with `m` activation rows and reduction length `k` should quantize in-kernel.
     pub fn use_in_gemm(&self, m: usize, k: usize) -> bool {
         m <= self.max_m && k <= self.max_k
+    }
+}
+
+/// Launch shape of the cp.async pipeline decode GEMM (kernels/gpu/mx_matmul_pipe.hip): `w` warps
+/// per block (each its own 16-column tile; 1, 2 or 4) and `s` blocks of a cluster splitting K
+/// (1, 2, 4 or 8), or the first tensor-core kernel (mx_matmul.hip) where that measured faster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PipeGemmTable {
+    /// Measured shapes `(n, k, max_m, w, s)`: the first row with this `n`, `k` and `m <= max_m`
+    /// wins; `w = 0` = the first tensor-core kernel. Other shapes take the rule below.
+    pub rows: &'static [(usize, usize, usize, usize, usize)],
+    /// The rule (`shapes::pipe_shape`): 1 warp per block up to this many activation rows, else 2;
+    pub one_warp_max_m: usize,
+    /// the fewest splits that give at least this many warps (16-column tiles x splits) per SM,
+    pub min_warps_per_sm: usize,
+    /// but never fewer than this many groups of 4 k-blocks per split.
+    pub min_groups_per_split: usize,
+}
+
+impl PipeGemmTable {
+    /// Devices not measured: the rule, with the constants that reproduce the H200's best shapes.
+    pub const DEFAULT: Self = Self {
+        rows: &[],
+        one_warp_max_m: 4,
+        min_warps_per_sm: 3,
+        min_groups_per_split: 4,
+    };
+
+    const MEASURED: [(&'static str, Self); 1] = [(
+        "sm_90",
+        // NVIDIA H200, bench/gpu/bench.py gemm (CUDA-graph replay, us, weights from HBM),
+        // 2026-11-30, results/issue6_gemm_run2_*: best (w, s) of the 12 shapes vs the first
+        // kernel. 1536 x 6144: M <= 4 w1 s8 6.46-6.60 (first 7.76-7.90); M = 8 w2 s8 6.73 (7.92);
+        // M = 12 / 16 w2 s4 8.55 / 8.38 (9.75 / 10.16). 6144 x 768: w2 s1 4.21-4.58 at every M
+        // (first 4.69-7.33). 6144 x 6144: M <= 4 the first kernel 16.27-16.89 (best pipeline
+        // w1 s2 16.70-17.10); M = 8 / 12 / 16 w2 s2 16.70 / 20.87 / 20.06 (first 17.40 / 24.92 /
+        // 26.78).
+        Self {
+            rows: &[
+                (1536, 6144, 4, 1, 8),
+                (1536, 6144, 8, 2, 8),
+                (1536, 6144, 16, 2, 4),
+                (6144, 768, 16, 2, 1),
+                (6144, 6144, 4, 0, 0),
+                (6144, 6144, 16, 2, 2),
+            ],
+            ..Self::DEFAULT
+        },
+    )];
+
+    /// The table for a device architecture.
+    pub fn for_arch(arch: &str) -> Self {
+        Self::MEASURED
+            .iter()
+            .find(|(a, _)| *a == arch)
+            .map_or(Self::DEFAULT, |(_, t)| *t)
+    }
+
+    /// The measured `(w, s)` for this shape, if any (`w = 0`: the first kernel).
+    pub fn measured(&self, n: usize, k: usize, m: usize) -> Option<(usize, usize)> {
+        self.rows
+            .iter()
+            .find(|&&(rn, rk, max_m, _, _)| rn == n && rk == k && m <= max_m)
+            .map(|&(_, _, _, w, s)| (w, s))
     }
 }
 
@@ -186,9 +250,10 @@ mod tests {
 
     #[test]
     fn measured_devices_use_their_row() {
+        // The H200 quantizes separately at every shape (the pipeline GEMM takes quantized A).
         let t = InGemmQuantThresholds::for_arch("sm_90");
         assert_ne!(t, InGemmQuantThresholds::DEFAULT);
-        assert!(t.use_in_gemm(1, 768));
+        assert!(!t.use_in_gemm(1, 768));
         assert!(!t.use_in_gemm(1, 6144));
     }
 
