@@ -6,21 +6,7 @@
 # Carry .gpucache (python3 bench/gpu/offline_compile.py --pack). Logs under $OUT (at most 8 files).
 # T_CHECK / T_BENCH / T_RUST: per-step timeouts (s); SKIP_CHECK_OLD=1 drops check_matmul.
 set -u
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-OUT=${OUT:-/tmp/mxfuse_out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-cache=/tmp/mxfuse_kernel_cache
-mkdir -p "$cache"
-export MXFUSE_PY_CUBIN_CACHE=$cache MXFUSE_KERNEL_CACHE=$cache
-unxz() { python3 -c 'import lzma, sys; open(sys.argv[2], "wb").write(lzma.open(sys.argv[1]).read())' "$1" "$2"; }
-if [ -f "$root/.gpucache/kernels.tar.xz" ]; then
-  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$root/.gpucache/kernels.tar.xz" "$cache"
-fi
-t0=$(date +%s)
-step() { echo "== $1 ($(( $(date +%s) - t0 )) s)"; }
-cd "$here"
+. "$(dirname "$0")/device_common.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$OUT/check.log" 2>&1
 step "check: pipeline GEMM${SKIP_CHECK_OLD:+ (old GEMM check skipped)}"
 checks="check_matmul_pipe"; [ -z "${SKIP_CHECK_OLD:-}" ] && checks="$checks check_matmul"
@@ -30,11 +16,6 @@ step "bench: GEMM"
 OUT=/tmp timeout ${T_BENCH:-150} python3 bench.py gemm > "$OUT/bench_gemm.log" 2>&1; echo "rc=$?" >> "$OUT/bench_gemm.log"
 cp /tmp/bench_gemm.json "$OUT/" 2>/dev/null
 step "rust gpu_kernels"
-if [ -f "$root/.gpucache/gpu_kernels.xz" ]; then
-  unxz "$root/.gpucache/gpu_kernels.xz" /tmp/gpu_kernels && chmod +x /tmp/gpu_kernels
-  nvrtc=$(python3 -c 'import sys; sys.path.insert(0, "."); import mxgpu; print(mxgpu.NVRTC_PATH)' 2>/dev/null | tail -1)
-  MXFUSE_NVRTC=$nvrtc timeout ${T_RUST:-60} /tmp/gpu_kernels > "$OUT/rust.log" 2>&1; echo "rc=$? nvrtc=$nvrtc" >> "$OUT/rust.log"
-  tail -3 "$OUT/rust.log"
-fi
+run_rust_tests ${T_RUST:-60}
 step "done"
 sed -n '/^read-only/p;/^gemm (us)/,$p' "$OUT/bench_gemm.log"

@@ -4,21 +4,7 @@
 # bit), and optionally the plugin EP's GPU check (EP=1) and the Inductor anchor (BASELINE=1).
 # Carry .gpucache (python3 bench/gpu/offline_compile.py --pack). Logs under $OUT (at most 8 files).
 set -u
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-OUT=${OUT:-/tmp/mxfuse_out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-cache=/tmp/mxfuse_kernel_cache
-mkdir -p "$cache"
-export MXFUSE_PY_CUBIN_CACHE=$cache MXFUSE_KERNEL_CACHE=$cache
-unxz() { python3 -c 'import lzma, sys; open(sys.argv[2], "wb").write(lzma.open(sys.argv[1]).read())' "$1" "$2"; }
-if [ -f "$root/.gpucache/kernels.tar.xz" ]; then
-  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$root/.gpucache/kernels.tar.xz" "$cache"
-fi
-t0=$(date +%s)
-step() { echo "== $1 ($(( $(date +%s) - t0 )) s)"; }
-cd "$here"
+. "$(dirname "$0")/device_common.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$OUT/check.log" 2>&1
 step "check: vectors, quantize, norm, swiglu"
 timeout ${T_CHECK:-120} python3 check.py check_vectors check_quantize check_norm check_swiglu ${CHECK_EXTRA:-} >> "$OUT/check.log" 2>&1; echo "rc=$?" >> "$OUT/check.log"
@@ -32,12 +18,7 @@ fi
 step "bench: norm, swiglu"
 OUT=/tmp timeout ${T_BENCH:-150} python3 bench.py norm swiglu > "$OUT/bench_norm.log" 2>&1; echo "rc=$?" >> "$OUT/bench_norm.log"
 step "rust gpu_kernels"
-if [ -f "$root/.gpucache/gpu_kernels.xz" ]; then
-  unxz "$root/.gpucache/gpu_kernels.xz" /tmp/gpu_kernels && chmod +x /tmp/gpu_kernels
-  nvrtc=$(python3 -c 'import sys; sys.path.insert(0, "."); import mxgpu; print(mxgpu.NVRTC_PATH)' 2>/dev/null | tail -1)
-  MXFUSE_NVRTC=$nvrtc timeout 60 /tmp/gpu_kernels > "$OUT/rust.log" 2>&1; echo "rc=$? nvrtc=$nvrtc" >> "$OUT/rust.log"
-  tail -3 "$OUT/rust.log"
-fi
+run_rust_tests 60
 if [ -n "${EP:-}" ] && [ -f "$here/ep_gpu_check.sh" ]; then
   step "ep_gpu_check.sh"
   mkdir -p /tmp/ep_out

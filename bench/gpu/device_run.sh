@@ -11,25 +11,10 @@
 # on the device (~40 s) and the Rust tests are skipped. At most 8 files come back from $OUT: the
 # logs below. DEVICE_RUN_SHORT=1 (+ T_* timeouts, BENCH_THR=) fits a short lease.
 set -u
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-OUT=${OUT:-/tmp/mxfuse_out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-cache=/tmp/mxfuse_kernel_cache
-mkdir -p "$cache"
-export MXFUSE_PY_CUBIN_CACHE=$cache MXFUSE_KERNEL_CACHE=$cache
+. "$(dirname "$0")/device_common.sh"
 # MXFUSE_GPU_V2=1: the runtime's GEMM is the split-K cluster kernel (launch.rs), so the Rust tests
 # run it too (the norm's split-row kernels are the default without it).
 export MXFUSE_GPU_V2=1
-unxz() { python3 -c 'import lzma, sys; open(sys.argv[2], "wb").write(lzma.open(sys.argv[1]).read())' "$1" "$2"; }
-if [ -f "$root/.gpucache/kernels.tar.xz" ]; then
-  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$root/.gpucache/kernels.tar.xz" "$cache"
-fi
-t0=$(date +%s)
-step() { echo "== $1 ($(( $(date +%s) - t0 )) s)"; }
-
-cd "$here"
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
   ls -la "$cache"
@@ -47,12 +32,7 @@ step "bench: norm, swiglu"
 OUT=/tmp timeout ${T_BENCH_NORM:-35} python3 bench.py norm swiglu > "$OUT/bench_norm.log" 2>&1; echo "rc=$?" >> "$OUT/bench_norm.log"
 if [ -n "${DEVICE_RUN_SHORT:-}" ]; then
   # Short lease: the Rust tests (every op, bit for bit) instead of the remaining Python checks.
-  if [ -f "$root/.gpucache/gpu_kernels.xz" ]; then
-    unxz "$root/.gpucache/gpu_kernels.xz" /tmp/gpu_kernels && chmod +x /tmp/gpu_kernels
-    nvrtc=$(python3 -c 'import sys; sys.path.insert(0, "."); import mxgpu; print(mxgpu.NVRTC_PATH)' 2>/dev/null | tail -1)
-    MXFUSE_NVRTC=$nvrtc timeout 25 /tmp/gpu_kernels > "$OUT/rust.log" 2>&1; echo "rc=$? nvrtc=$nvrtc" >> "$OUT/rust.log"
-    tail -3 "$OUT/rust.log"
-  fi
+  run_rust_tests 25
   grep -h -A40 "^gemm (us)" "$OUT/bench_gemm.log" | head -40
   grep -h -A20 "^norm (us)" "$OUT/bench_norm.log" | head -20
   exit 0
@@ -61,12 +41,7 @@ step "check: the rest"
 timeout 45 python3 check.py check_vectors check_quantize check_norm check_swiglu check_matmul > "$OUT/check.log" 2>&1; echo "rc=$?" >> "$OUT/check.log"
 tail -1 "$OUT/check.log"
 step "rust gpu_kernels"
-if [ -f "$root/.gpucache/gpu_kernels.xz" ]; then
-  unxz "$root/.gpucache/gpu_kernels.xz" /tmp/gpu_kernels && chmod +x /tmp/gpu_kernels
-  nvrtc=$(python3 -c 'import sys; sys.path.insert(0, "."); import mxgpu; print(mxgpu.NVRTC_PATH)' 2>/dev/null | tail -1)
-  MXFUSE_NVRTC=$nvrtc timeout 40 /tmp/gpu_kernels > "$OUT/rust.log" 2>&1; echo "rc=$? nvrtc=$nvrtc" >> "$OUT/rust.log"
-  tail -3 "$OUT/rust.log"
-fi
+run_rust_tests 40
 if [ -f "$here/ep_gpu_check.sh" ]; then
   step "ep_gpu_check.sh"
   mkdir -p /tmp/ep_out
