@@ -63,19 +63,23 @@ pub fn with_portable<R>(f: impl FnOnce() -> R) -> R {
     out
 }
 
-/// Whether the AVX2 path may also use AVX-512 BF16 dot products (`vdpbf16ps`): the CPU has
-/// AVX512F/BW/VL/BF16 and VBMI (the byte look-ups of the in-register decode; every CPU with
-/// AVX512-BF16 but Cooper Lake has it), [`Isa::detect`] is `Avx2`, `MXFUSE_CPU_ISA` is not `avx2` (or the
-/// calling thread is inside [`with_avx512_bf16`]) and the thread is not inside
-/// [`with_avx2_only`].
-pub fn avx512_bf16() -> bool {
+/// Whether an AVX-512 path may run on this thread at all: [`Isa::detect`] is `Avx2`,
+/// `MXFUSE_CPU_ISA` is not `avx2` (or the thread is inside [`with_avx512_bf16`]) and the thread is
+/// not inside [`with_avx2_only`]. Each path then checks the CPU features it needs.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+fn avx512_allowed() -> bool {
     let allowed = isa_cap() != "avx2" || FORCE_AVX512.with(Cell::get);
-    if !allowed || FORCE_AVX2_ONLY.with(Cell::get) || Isa::detect() != Isa::Avx2 {
-        return false;
-    }
+    allowed && !FORCE_AVX2_ONLY.with(Cell::get) && Isa::detect() == Isa::Avx2
+}
+
+/// Whether the AVX2 path may also use AVX-512 BF16 dot products (`vdpbf16ps`) in the MXFP8 GEMM:
+/// [`avx512_allowed`] and the CPU has AVX512F/BW/VL/BF16 and VBMI (the byte look-ups of the
+/// in-register decode; every CPU with AVX512-BF16 but Cooper Lake has it).
+pub fn avx512_bf16() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        is_x86_feature_detected!("avx512f")
+        avx512_allowed()
+            && is_x86_feature_detected!("avx512f")
             && is_x86_feature_detected!("avx512bw")
             && is_x86_feature_detected!("avx512vl")
             && is_x86_feature_detected!("avx512bf16")
@@ -86,17 +90,13 @@ pub fn avx512_bf16() -> bool {
 }
 
 /// Whether the fused norm (`AddRmsNormMxQuant`) may take its AVX-512 path (16-lane pass 2 and
-/// quantizer, 32-lane bf16 pass 1; bit-identical to the AVX2 path): the CPU has
-/// AVX512F/BW/DQ/VBMI, [`Isa::detect`] is `Avx2`, `MXFUSE_CPU_ISA` is not `avx2` (or the calling
-/// thread is inside [`with_avx512_bf16`]) and the thread is not inside [`with_avx2_only`].
+/// quantizer, 32-lane bf16 pass 1; bit-identical to the AVX2 path): [`avx512_allowed`] and the
+/// CPU has AVX512F/BW/DQ/VBMI.
 pub fn avx512_norm() -> bool {
-    let allowed = isa_cap() != "avx2" || FORCE_AVX512.with(Cell::get);
-    if !allowed || FORCE_AVX2_ONLY.with(Cell::get) || Isa::detect() != Isa::Avx2 {
-        return false;
-    }
     #[cfg(target_arch = "x86_64")]
     {
-        is_x86_feature_detected!("avx512f")
+        avx512_allowed()
+            && is_x86_feature_detected!("avx512f")
             && is_x86_feature_detected!("avx512bw")
             && is_x86_feature_detected!("avx512dq")
             && is_x86_feature_detected!("avx512vbmi")
