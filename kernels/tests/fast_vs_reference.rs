@@ -282,7 +282,8 @@ fn matmul_matches_reference_within_accumulation_bound() {
     // K = 1056 runs past four 256-wide K tiles into a 32-wide last one; M ≤ 2 takes the
     // in-register [N, K] GEMV path; n = 70 / 71 / 130 leave partial 4-column [N, K] units and
     // partial 16-column [K, N] stripes (n = 300: a partial second 256-column unit); M = 7 / 16
-    // cover 6-row [K, N] blocks plus a remainder.
+    // cover 6-row [K, N] blocks plus a remainder; M = 17 / 65: the AVX-512 BF16 row groups of 8
+    // plus one row, and the tiled bf16 path beyond them.
     for (k, m, n) in [
         (128, 1, 70),
         (128, 2, 71),
@@ -294,6 +295,7 @@ fn matmul_matches_reference_within_accumulation_bound() {
         (128, 7, 130),
         (64, 3, 300),
         (1056, 16, 71),
+        (128, 65, 70),
     ] {
         let x: Vec<f32> = (0..m * k).map(|_| rng.normal(2.0)).collect();
         let (mut a_q, mut a_s) = (vec![0u8; m * k], vec![0u8; m * k / 32]);
