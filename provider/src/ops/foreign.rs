@@ -1,7 +1,7 @@
 //! Kernels for the foreign ops the EP publishes schemas for (see `schema::FOREIGN`). They run
 //! only where no fusion absorbed the node.
 
-use kernels::codec::{e4m3_to_f32, e8m0_to_f32};
+use kernels::codec::{e4m3_to_f32, e8m0_to_f32, BLOCK};
 use kernels::ops as k;
 use kernels::{DType, MxQuantAttrs};
 
@@ -11,6 +11,10 @@ use crate::tensor::{Meta, TensorMut, TensorRef};
 
 /// Quark's MXFP8 fake quantization of an f32 tensor along `axis`: `MxQuantize` (OCP floor
 /// rule) of each 32-element block along the axis, then decode (`e4m3 · 2^(scale-127)`, exact).
+/// Like Quark's op, a length along `axis` that is not a multiple of 32 is padded with zeros to
+/// the next block (Quark exports put `axis = 1`, the sequence axis, on `[B, S, H]` activations
+/// that feed no MatMul): a zero never raises a block's amax, so the last, partial block is
+/// quantized by its own values.
 pub struct QuarkFakeQuant {
     quant: MxQuantAttrs,
     axis: i64,
@@ -51,7 +55,11 @@ impl Kernel for QuarkFakeQuant {
                 x.meta.dtype
             )));
         }
-        let dims = dims_of(x);
+        let mut dims = dims_of(x);
+        if dims.is_empty() {
+            // A scalar (Quark fake-quantizes constants such as eps with axis 0): one element.
+            dims.push(1);
+        }
         let rank = dims.len() as i64;
         let axis = if self.axis < 0 {
             self.axis + rank
@@ -75,20 +83,28 @@ impl Kernel for QuarkFakeQuant {
             .chunks_exact(4)
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
-        // Gather each line along `axis` into a row of a [outer·inner, len] matrix.
+        let od = out_dims(outputs);
+        let mut outs = out_views(outputs, &od)?;
+        let y = take(&mut outs, 0, "y")?.view_mut::<f32>()?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        // Gather each line along `axis` into a row of an [outer·inner, padded] matrix, zeros in
+        // the padding.
+        let padded = len.div_ceil(BLOCK) * BLOCK;
         let at = |o: usize, a: usize, i: usize| (o * len + a) * inner + i;
-        let mut rows = vec![0f32; src.len()];
+        let mut rows = vec![0f32; outer * inner * padded];
         for o in 0..outer {
             for i in 0..inner {
                 for a in 0..len {
-                    rows[(o * inner + i) * len + a] = src[at(o, a, i)];
+                    rows[(o * inner + i) * padded + a] = src[at(o, a, i)];
                 }
             }
         }
-        let row_dims = [outer * inner, len];
+        let row_dims = [outer * inner, padded];
         let scale_dims = k::scale_shape(&row_dims)?;
         let bytes: Vec<u8> = rows.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let (mut q, mut s) = (vec![0u8; rows.len()], vec![0u8; rows.len() / 32]);
+        let (mut q, mut s) = (vec![0u8; rows.len()], vec![0u8; rows.len() / BLOCK]);
         k::mx_quantize(
             k::TensorRef::new(DType::F32, &row_dims, &bytes)?,
             k::TensorMut::new(DType::E4M3, &row_dims, &mut q)?,
@@ -96,14 +112,11 @@ impl Kernel for QuarkFakeQuant {
             &self.quant,
             par,
         )?;
-        let od = out_dims(outputs);
-        let mut outs = out_views(outputs, &od)?;
-        let y = take(&mut outs, 0, "y")?.view_mut::<f32>()?;
         for o in 0..outer {
             for i in 0..inner {
                 for a in 0..len {
-                    let r = (o * inner + i) * len + a;
-                    y[at(o, a, i)] = e4m3_to_f32(q[r]) * e8m0_to_f32(s[r / 32]);
+                    let r = (o * inner + i) * padded + a;
+                    y[at(o, a, i)] = e4m3_to_f32(q[r]) * e8m0_to_f32(s[r / BLOCK]);
                 }
             }
         }
@@ -164,6 +177,28 @@ mod tests {
         // Fake quantization is idempotent and changes at least one value of this data.
         assert_eq!(fake_quant(&[2, 32], -1, &along_last), along_last);
         assert_ne!(along_last, t);
+    }
+
+    #[test]
+    fn a_partial_block_is_quantized_as_if_padded_with_zeros() {
+        // Quark's semantics: [3, 40] along the last axis = [3, 64] zero-padded, first 40 kept.
+        let v: Vec<f32> = (0..120).map(|i| ((i * 53 % 97) as f32 - 48.0) * 0.71).collect();
+        let mut padded = vec![0f32; 3 * 64];
+        for r in 0..3 {
+            padded[r * 64..r * 64 + 40].copy_from_slice(&v[r * 40..r * 40 + 40]);
+        }
+        let got = fake_quant(&[3, 40], -1, &v);
+        let want = fake_quant(&[3, 64], -1, &padded);
+        for r in 0..3 {
+            let w: Vec<u32> = want[r * 64..r * 64 + 40].iter().map(|x| x.to_bits()).collect();
+            let g: Vec<u32> = got[r * 40..r * 40 + 40].iter().map(|x| x.to_bits()).collect();
+            assert_eq!(g, w, "row {r}");
+        }
+        // A sequence axis of 8 (the real Quark export's `axis = 1` on [B, S, H]), and a scalar.
+        assert_eq!(fake_quant(&[2, 8, 3], 1, &v[..48]).len(), 48);
+        let one = fake_quant(&[], 0, &[1e-6]);
+        assert_eq!(one, fake_quant(&[1], 0, &[1e-6]));
+        assert!((one[0] - 1e-6).abs() <= 1e-6 / 8.0, "{one:?}");
     }
 
     #[test]
