@@ -182,7 +182,9 @@ mod tests {
     #[test]
     fn a_partial_block_is_quantized_as_if_padded_with_zeros() {
         // Quark's semantics: [3, 40] along the last axis = [3, 64] zero-padded, first 40 kept.
-        let v: Vec<f32> = (0..120).map(|i| ((i * 53 % 97) as f32 - 48.0) * 0.71).collect();
+        let v: Vec<f32> = (0..120)
+            .map(|i| ((i * 53 % 97) as f32 - 48.0) * 0.71)
+            .collect();
         let mut padded = vec![0f32; 3 * 64];
         for r in 0..3 {
             padded[r * 64..r * 64 + 40].copy_from_slice(&v[r * 40..r * 40 + 40]);
@@ -190,8 +192,14 @@ mod tests {
         let got = fake_quant(&[3, 40], -1, &v);
         let want = fake_quant(&[3, 64], -1, &padded);
         for r in 0..3 {
-            let w: Vec<u32> = want[r * 64..r * 64 + 40].iter().map(|x| x.to_bits()).collect();
-            let g: Vec<u32> = got[r * 40..r * 40 + 40].iter().map(|x| x.to_bits()).collect();
+            let w: Vec<u32> = want[r * 64..r * 64 + 40]
+                .iter()
+                .map(|x| x.to_bits())
+                .collect();
+            let g: Vec<u32> = got[r * 40..r * 40 + 40]
+                .iter()
+                .map(|x| x.to_bits())
+                .collect();
             assert_eq!(g, w, "row {r}");
         }
         // A sequence axis of 8 (the real Quark export's `axis = 1` on [B, S, H]), and a scalar.
