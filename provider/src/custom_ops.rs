@@ -4,7 +4,7 @@
 //! when only the plugin EP is registered).
 
 use std::collections::BTreeMap;
-use std::ffi::{c_char, c_void, CStr};
+use std::ffi::{c_char, c_void, CStr, CString};
 use std::ptr;
 use std::sync::OnceLock;
 
@@ -265,9 +265,38 @@ unsafe extern "system" fn kernel_destroy(kernel: *mut c_void) {
     })
 }
 
-/// Writes `meta` (with -1 for unknown dims) as output `i`'s inferred type and shape.
-unsafe fn set_output(ctx: *mut OrtShapeInferContext, i: usize, meta: &Meta) -> Result<()> {
+/// Writes `meta` (with -1 for unknown dims) as output `i`'s inferred type and shape. ORT's
+/// `ShapeInferContext_SetOutputTypeShape` turns a dim without a symbolic name into `dim_value`
+/// as given — an unknown dim would become the literal -1, and ORT's optimizer then folds
+/// `Shape` of downstream tensors into shapes with -1 entries (a real Quark export failed with
+/// "Reshape target shape may not have multiple -1 dimensions"). So every unknown dim gets a
+/// name: input 0's symbolic name at the same position where it has one (our ops keep the
+/// leading dims of their first input), else a fresh unique name.
+unsafe fn set_output(
+    ctx: *mut OrtShapeInferContext,
+    i: usize,
+    meta: &Meta,
+    input0_names: &[Option<String>],
+) -> Result<()> {
+    static FRESH: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let ort = api()?.ort;
+    let names: Vec<CString> = meta
+        .dims
+        .iter()
+        .enumerate()
+        .map(|(d, &v)| {
+            let name = if v >= 0 {
+                String::new()
+            } else if let Some(Some(n)) = input0_names.get(d) {
+                n.clone()
+            } else {
+                let k = FRESH.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                format!("mxfuse_unk_{k}")
+            };
+            CString::new(name).map_err(|_| Error::invalid("symbolic dim name with a NUL byte"))
+        })
+        .collect::<Result<_>>()?;
+    let mut name_ptrs: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();
     let mut info: *mut OrtTensorTypeAndShapeInfo = ptr::null_mut();
     check((ort.CreateTensorTypeAndShapeInfo)(&mut info))?;
     let result = (|| {
@@ -276,6 +305,11 @@ unsafe fn set_output(ctx: *mut OrtShapeInferContext, i: usize, meta: &Meta) -> R
             info,
             meta.dims.as_ptr(),
             meta.dims.len(),
+        ))?;
+        check((ort.SetSymbolicDimensions)(
+            info,
+            name_ptrs.as_mut_ptr(),
+            name_ptrs.len(),
         ))?;
         check((ort.ShapeInferContext_SetOutputTypeShape)(ctx, i, info))
     })();
@@ -299,6 +333,7 @@ unsafe extern "system" fn infer_output_shape(
         let mut n = 0usize;
         check((ort.ShapeInferContext_GetInputCount)(ctx, &mut n))?;
         let mut metas = Vec::with_capacity(n);
+        let mut input0_names: Vec<Option<String>> = Vec::new();
         for i in 0..n {
             let mut info: *mut OrtTensorTypeAndShapeInfo = ptr::null_mut();
             // An omitted optional input has no type: leave it out.
@@ -310,6 +345,17 @@ unsafe extern "system" fn infer_output_shape(
             }
             // The info is owned by the context (ORT's C++ wrapper treats it as a const view).
             let ti = read_tensor_shape_info(info)?;
+            if i == 0 {
+                input0_names = ti
+                    .shape
+                    .iter()
+                    .flatten()
+                    .map(|d| match d {
+                        Dim::Symbolic(name) => Some(name.clone()),
+                        _ => None,
+                    })
+                    .collect();
+            }
             let dims = ti
                 .shape
                 .unwrap_or_default()
@@ -320,7 +366,7 @@ unsafe extern "system" fn infer_output_shape(
         }
         let refs: Vec<Option<&Meta>> = metas.iter().map(Option::as_ref).collect();
         for (i, meta) in kernel.output_metas(&refs)?.iter().enumerate() {
-            set_output(ctx, i, meta)?;
+            set_output(ctx, i, meta, &input0_names)?;
         }
         Ok(())
     })

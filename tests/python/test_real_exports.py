@@ -1,9 +1,11 @@
-"""The real Quark MXFP8 decoder-layer export (models/fixtures/real) through the plugin EP, against
-onnx.reference with a numpy model of Quark's `com.amd.quark::MXQuantizeDequantize`.
+"""Real exports (models/fixtures/real) through the plugin EP at ORT's default optimization level,
+against onnx.reference (with a numpy model of Quark's `com.amd.quark::MXQuantizeDequantize`).
 
-That export puts `axis = 1` (the sequence axis of `[B, S, H]`) on some activations and fake-
-quantizes scalar constants (eps, alpha, beta): Quark's op pads a length that is not a multiple
-of 32 with zeros. The EP must run it at any sequence length, fused or not.
+* The Quark MXFP8 decoder-layer export puts `axis = 1` (the sequence axis of `[B, S, H]`) on some
+  activations and fake-quantizes scalar constants (eps, alpha, beta): Quark's op pads a length
+  that is not a multiple of 32 with zeros. The EP must run it at any sequence length, fused or not.
+* The torch-dynamo MiniMax-M3 exports (standard opset-24 MX and Quark MX): the Quark one failed
+  to load under ORT's optimizer while the EP's shape inference wrote unknown dims as -1.
 """
 
 import ml_dtypes
@@ -16,7 +18,8 @@ from onnx.reference.op_run import OpRun
 
 from conftest import EP_NAME, ROOT
 
-MODEL = ROOT / "models" / "fixtures" / "real" / "quark_mxfp8e4m3_decoder_layer.onnx"
+REAL = ROOT / "models" / "fixtures" / "real"
+MODEL = REAL / "quark_mxfp8e4m3_decoder_layer.onnx"
 
 
 class MXQuantizeDequantize(OpRun):
@@ -54,4 +57,18 @@ def test_real_quark_layer_runs_at_any_sequence_length(ep_devices, seq, rules):
     got = ort.InferenceSession(str(MODEL), so).run(None, {"hidden_states": x})[0]
     assert np.isfinite(want).all()
     # Quantized values are exact; the GEMMs sum in another order than numpy (f32 accumulation).
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("seq", [1, 5, 8])
+@pytest.mark.parametrize("spelling", ["std", "quark"])
+def test_dynamo_minimax_export_matches_onnx_reference(ep_devices, seq, spelling):
+    model = REAL / f"minimax_m3_tiny_dynamo_mxfp8_{spelling}.onnx"
+    ids = np.random.default_rng(seq).integers(0, 100, (1, seq)).astype(np.int64)
+    want = ReferenceEvaluator(onnx.load(str(model)), new_ops=[MXQuantizeDequantize]).run(
+        None, {"input_ids": ids})[0]
+    so = ort.SessionOptions()
+    so.add_provider_for_devices(ep_devices, {})
+    got = ort.InferenceSession(str(model), so).run(None, {"input_ids": ids})[0]
+    assert np.isfinite(want).all()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
