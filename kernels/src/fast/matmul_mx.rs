@@ -31,8 +31,10 @@ use crate::codec::{e4m3_to_f32, e8m0_to_f32, BLOCK};
 use crate::element::Element;
 use crate::parallel::{for_row_chunks, Parallel};
 
-/// Below this many multiply-adds per task a GEMM does not split further.
-const MIN_TASK_MACS: usize = 1 << 21;
+/// Below this many multiply-adds per task a GEMM does not split further. Small: a decode GEMV
+/// (M = 1) is bound by its weight reads, which two threads share better than one even at
+/// 1.6 MB (6144 × 256: 148 → 77-89 µs with 2^18 instead of 2^21, two threads).
+const MIN_TASK_MACS: usize = 1 << 18;
 /// K per decoded `[N, K]` tile: 4 columns × 256 floats (4 KiB) plus the A slice of ≤ 16 rows
 /// (16 KiB) stay in L1.
 const NK_KC: usize = 256;
