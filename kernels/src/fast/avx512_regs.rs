@@ -1,7 +1,7 @@
 //! The in-register AVX-512 BF16 kernel of the MXFP8 `[N, K]` GEMM for M ≤ 64 (driven by
-//! `matmul_mx`): each weight row is decoded straight to bf16 in registers, once for all M rows of
-//! A, and `vdpbf16ps` (32 multiply-adds per instruction) does the rest — no decoded tile goes
-//! through memory.
+//! `matmul_mx`): each weight row is decoded straight to bf16 in registers, once per group of up
+//! to 8 rows of A, and `vdpbf16ps` (32 multiply-adds per instruction) does the rest — no decoded
+//! tile goes through memory.
 //!
 //! Decode (per 64 weights = two 32-blocks of one row): two `vpermi2b` look-ups of the E4M3
 //! byte's low 7 bits give the high and low bytes of the bf16 of its magnitude, exact (≤ 4
@@ -110,16 +110,18 @@ unsafe fn decode32(q: *const u8, s: u8) -> __m512bh {
     _mm512_cvtne2ps_pbh(hi, lo)
 }
 
-/// Bytes ahead of the decode that [`nk_regs_bf16`] prefetches in each weight row (the hardware
-/// prefetcher also follows the rows; this covers the start of each and the next unit's rows).
+/// Bytes ahead of the decode that [`nk_regs_bf16`] prefetches in each weight row (a hint next to
+/// the hardware prefetcher; prefetching across row ends into the next pass's rows measured no
+/// different).
 const PREFETCH_AHEAD: usize = 1024;
 
 /// `out[c][r] = Σ_k a[r0 + r, k] · deq(B_c)[k]` over all `k` (multiple of 32) weights of `C`
 /// MXFP8 weight rows at `q[c]` (their scales at `s[c]`), for rows r0..r0+R of the m-row packed
 /// bf16 A at `a` ([`pack_k_tiles`]); R·C ≤ 16 accumulators stay in registers for the whole row,
 /// and each A vector loaded serves C dot products. Lane j of an accumulator sums the products
-/// of words 2j and 2j+1 of each vector; the 16 lanes are summed at the end (a fixed tree). `false` when a block is off the fast route (a NaN byte
-/// or a scale > `MAX_FAST_SCALE`): the caller then recomputes these columns exactly.
+/// of words 2j and 2j+1 of each vector; the 16 lanes are summed at the end (a fixed tree).
+/// `false` when a block is off the fast route (a NaN byte or a scale > `MAX_FAST_SCALE`): the
+/// caller then recomputes these columns exactly.
 ///
 /// # Safety
 /// The CPU has AVX512F/BW/VL/VBMI/BF16 and AVX2/FMA/F16C; `q[c][..k]`, `s[c][..k/32]` and the
