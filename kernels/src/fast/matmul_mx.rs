@@ -156,7 +156,7 @@ const REGS_BF16_MAX_M: usize = 64;
 /// One `[N, K]` unit on the in-register AVX-512 BF16 path (M ≤ `REGS_BF16_MAX_M`): each pair of
 /// columns is decoded once in registers for a group of up to 8 rows of bf16 A; M > 8 runs
 /// several row groups (the decode is cheap, the A loads are what each group amortises over its
-/// columns). The next tile is prefetched.
+/// columns); the kernel prefetches ahead in each weight row.
 /// `false` (nothing written) when M is out of range or a block is off the fast route; the
 /// caller then runs an exact path. Caller: `normal_products` holds for A and the unit.
 fn nk_unit_regs_bf16(
