@@ -109,6 +109,9 @@ def check_norm(ops):
         variants += [dict(split=c) for c in (2, 4, 8) if CLUSTERS and (H // 32) % c == 0 and H // 8 // c <= 1024]
         if dt == "bf16" and not g32 and CLUSTERS:
             variants += [dict(nch=c, split=1, opt="_cs") for c in (1, 2, 3, 4) if H // 8 <= c * NORM_MAX_BLOCK[c]]
+            # the previous split-row exchange and the timed kernels (bench-only)
+            variants += [dict(split=c, opt="_x") for c in (2, 4, 8) if (H // 32) % c == 0 and H // 8 // c <= 1024]
+            variants += [dict(split=8, opt=o) for o in ("_t", "_xt") if (H // 32) % 8 == 0 and H // 8 // 8 <= 1024]
         for var in variants:
             outs = (torch.empty(M, H, dtype=torch.uint8, device="cuda"), torch.empty(M, H // 32, dtype=torch.uint8, device="cuda"),
                     torch.empty_like(x), torch.empty_like(x))
@@ -147,16 +150,19 @@ def check_swiglu(ops):
                 else:
                     gate, up = to_dev(np.stack([g32, u32], -1).reshape(M, 2 * I), dt), None
                 outs = (torch.empty(M, I, dtype=torch.uint8, device="cuda"), torch.empty(M, I // 32, dtype=torch.uint8, device="cuda"))
-                poison(outs)
-                q, s = ops.swiglu_quant(gate, up, I, layout, flags, outs=outs, e=e, block=block)
                 act = ref.swiglu(g32, u32, dt, flags)
                 rq, rs = ref.quantize(act, flags)
-                hq = host(q)
-                d_q, d_s = int((hq != rq).sum()), int((host(s) != rs).sum())
-                # exp differs by an ulp between libm and the GPU: allow rare 1-code differences
-                off = np.abs(hq.astype(int) - rq.astype(int))
-                ok = d_q <= M * I // 1000 and d_s <= 2 and (d_q == 0 or off[hq != rq].max() <= 1)
-                report(f"swiglu {dt} {layout} flags={flags} e={e} block={block}", ok, f"q_diff={d_q} scale_diff={d_s}")
+                # bf16 OAI + fp32 activation, 1 per lane: also the bench-only kernels (shuffle-tree max, timed)
+                opts = ("", "_sh", "_t", "_sht") if (dt, flags, e) == ("bf16", F_OAI | F_FP32_ACT, 1) else ("",)
+                for opt in opts:
+                    poison(outs)
+                    q, s = ops.swiglu_quant(gate, up, I, layout, flags, outs=outs, e=e, block=block, opt=opt)
+                    hq = host(q)
+                    d_q, d_s = int((hq != rq).sum()), int((host(s) != rs).sum())
+                    # exp differs by an ulp between libm and the GPU: allow rare 1-code differences
+                    off = np.abs(hq.astype(int) - rq.astype(int))
+                    ok = d_q <= M * I // 1000 and d_s <= 2 and (d_q == 0 or off[hq != rq].max() <= 1)
+                    report(f"swiglu {dt} {layout} flags={flags} e={e} block={block}" + (f" opt={opt}" if opt else ""), ok, f"q_diff={d_q} scale_diff={d_s}")
 
 
 def rand_e4m3(shape):

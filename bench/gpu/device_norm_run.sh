@@ -18,7 +18,7 @@ fi
 step "bench: norm, swiglu"
 OUT=/tmp timeout ${T_BENCH:-150} python3 bench.py norm swiglu > "$OUT/bench_norm.log" 2>&1; echo "rc=$?" >> "$OUT/bench_norm.log"
 step "rust gpu_kernels"
-run_rust_tests 60
+run_rust_tests ${T_RUST:-60}
 if [ -n "${EP:-}" ] && [ -f "$here/ep_gpu_check.sh" ]; then
   step "ep_gpu_check.sh"
   mkdir -p /tmp/ep_out

@@ -168,7 +168,9 @@ class Ops:
         self.m.launch(name, (M * split,), (B,), [x, res, gamma, q, s, ro, no, ctypes.c_int(H), ctypes.c_float(eps), ctypes.c_uint(flags)])
         return outs
 
-    def swiglu_quant(self, gate, up, I, layout, flags, alpha=1.702, limit=7.0, beta=1.0, outs=None, e=None, block=None):
+    def swiglu_quant(self, gate, up, I, layout, flags, alpha=1.702, limit=7.0, beta=1.0, outs=None, e=None, block=None, opt=""):
+        """opt: kernel name suffix of a bench-only variant ("_t", "_sh", "_sht"; bf16, e = 1, OAI +
+        fp32 activation only)."""
         rows = gate.shape[0]
         if outs is None:
             outs = (torch.empty(rows, I, dtype=torch.uint8, device=gate.device),
@@ -178,7 +180,7 @@ class Ops:
         e, block = e or e0, block or block0
         lanes = rows * I // e
         act = (1 if flags & F_OAI else 0) + (2 if flags & F_FP32_ACT else 0)
-        self.m.launch(f"mx_swiglu_quant_{SUFFIX[gate.dtype]}_e{e}_a{act}", (-(-lanes // block),), (block,),
+        self.m.launch(f"mx_swiglu_quant_{SUFFIX[gate.dtype]}_e{e}_a{act}{opt}", (-(-lanes // block),), (block,),
                       [gate, up, q, s, ctypes.c_longlong(rows), ctypes.c_int(I), ctypes.c_int(LAYOUTS[layout]),
                        ctypes.c_float(alpha), ctypes.c_float(limit), ctypes.c_float(beta), ctypes.c_uint(flags)])
         return outs
@@ -351,7 +353,7 @@ def norm_choice(rows, H, sms=132):
 
 # The H200 row of kernels/src/gpu/thresholds.rs `ElementwiseChoice`: elements per lane and block
 # size of SwiGluMxQuant / MxQuantize by output size.
-SWIGLU_SMALL = [(1 << 14, 1, 256), (SMALL_ELEMS, 2, 256)]
+SWIGLU_SMALL = [(1 << 14, 1, 256), (1 << 15, 2, 256), (1 << 16, 1, 512), (SMALL_ELEMS, 2, 256)]
 SWIGLU_LARGE = (8, 256)
 
 

@@ -11,16 +11,23 @@
 // reduction. Small M wants many lanes per row (short per-lane chains); large M wants several rows
 // per SM: the host picks NCH and B (kernels/src/gpu/launch.rs + thresholds.rs, bench/gpu/mxgpu.py).
 // S > 1 (Hopper, a cluster of S blocks per row): each block takes 1/S of the row's chunks, so a
-// few rows still spread over many SMs (a lone SM issues a whole 6144-wide row's work); each block
-// pushes its partial sum of squares into every block's shared memory (distributed shared memory),
-// one cluster barrier publishes them, and every block adds the S partials in rank order, so all
-// compute the same v. Nothing remote is touched after that barrier, so no barrier at exit.
+// few rows still spread over many SMs (a lone SM issues a whole 6144-wide row's work); every warp
+// pushes its partial sum of squares into every block's shared memory with st.async, which completes
+// the bytes on that block's transaction barrier (mbarrier); each block waits for its S x warps
+// partials and adds them in (rank, warp) order, so all compute the same v. No block sum, no cluster
+// barrier and no memory fence on the way (the previous release / acquire cluster barrier brought a
+// MEMBAR.ALL.GPU: ~850 cycles at M = 8). A block leaves only after every partial has arrived in its
+// own shared memory, so no barrier at exit either. The latency-bound small-M kernels also store
+// residual_out in the first pass, and the output math is select-based (one branch per flag set
+// instead of three per element).
 // Semantics (docs/ops.md): s = round_T(x + r) (or the f32 sum); v = f32(sum_f64(s^2) / H); n = s * (1 / sqrt(v + eps))
 // (or s / sqrt(v + eps)); y = round_T(n * g) (or round_T(round_T(n) * g)); q/scale quantize y as T.
 
 // Option bits of the row kernel (template constant OPT).
 #define MX_NORM_CS 1     // streaming (evict-first) stores of residual_out / normed / q
 #define MX_NORM_TIMED 2  // block 0 lane 0 records clock64() stamps in mx_norm_stamps (bench only)
+#define MX_NORM_BARX 4   // split rows: the previous exchange (block sum, DSMEM stores, one release /
+                         // acquire cluster barrier); bench only
 
 #if defined(MX_CUDA)
 // Stage timestamps of the MX_NORM_TIMED kernels (bench/gpu/bench.py reads them back).
@@ -128,11 +135,22 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
                                     typename T::storage* __restrict__ normed, int H, float eps,
                                     mx_u32 flags) {
   constexpr int CS = OPT & MX_NORM_CS;
+  // The push exchange (split rows, not the bench-only previous one).
+  constexpr bool PUSH = S > 1 && !(OPT & MX_NORM_BARX);
   mx_norm_stamp<OPT>(0, 0.0);
 #if defined(MX_NV_CLUSTER)
-  // Arrival at entry, waited for before the first remote store: every block of the cluster has
-  // started (its shared memory exists) before anyone writes into it.
-  if (S > 1) mx_cluster_arrive_relaxed();
+  // Partials of the push exchange: slot rank * warps + warp (<= 32 warps a block).
+  __shared__ __align__(16) double push_parts[PUSH ? S * 32 : 2];
+  __shared__ mx_u64 push_bar;
+  if (S > 1) {
+    if (PUSH && threadIdx.x == 0) {
+      mx_mbar_init_expect(&push_bar, S * (blockDim.x / MX_WARP) * 8);
+      mx_fence_mbar_init();
+    }
+    // Arrival at entry, waited for before the first remote store: every block of the cluster has
+    // started (its shared memory exists, its barrier is initialised) before anyone writes into it.
+    mx_cluster_arrive_relaxed();
+  }
 #endif
   const long long row = blockIdx.x / S;
   // This block's chunks: [c0, c0 + chunks); the host makes H / 32 a multiple of S, so whole
@@ -162,7 +180,8 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
     }
   }
   // s = x + r (rounded to T unless MX_F_NO_ROUND_SUM; then packed back into xa) and the lane's
-  // f64 sum of the f32 squares (the graph's f32 Pow), in chunk and element order.
+  // f64 sum of the f32 squares (the graph's f32 Pow), chunk by chunk, a pairwise tree within a chunk.
+  // NCH = 1: residual_out is stored here (the store drains while the row's sum is exchanged).
   double ss = 0.0;
 #pragma unroll
   for (int k = 0; k < NCH; ++k) {
@@ -179,13 +198,57 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
           xa[k].unpack(s);
         }
       }
+      if (NCH == 1 && res_out) {
+        if (has_res && round_sum) {
+          xa[k].template store<CS>(res_out + 8 * ((int)threadIdx.x + k * B));
+        } else {
+          MxRaw8<T> o;
+          o.pack(s);
+          o.template store<CS>(res_out + 8 * ((int)threadIdx.x + k * B));
+        }
+      }
+      if (NCH == 1) {  // a pairwise tree: a shorter dependent chain (latency-bound small M)
+        double q[8];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) ss += (double)__fmul_rn(s[i], s[i]);
+        for (int i = 0; i < 8; ++i) q[i] = (double)__fmul_rn(s[i], s[i]);
+        ss += ((q[0] + q[1]) + (q[2] + q[3])) + ((q[4] + q[5]) + (q[6] + q[7]));
+      } else {  // element order (fewer live registers with several chunks a lane)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) ss += (double)__fmul_rn(s[i], s[i]);
+      }
     }
   }
   mx_norm_stamp<OPT>(1, ss);
+  double total;
+#if defined(MX_NV_CLUSTER)
+  if (PUSH) {
+    // Warp sum (every lane gets it), then lane r < S of every warp stores it into block r.
+#pragma unroll
+    for (int o = MX_WARP / 2; o > 0; o >>= 1) ss += MX_SHFL_XOR(ss, o);
+    mx_norm_stamp<OPT>(2, ss);
+    const int warps = B / MX_WARP, lane = threadIdx.x % MX_WARP;
+    const int slot = (int)(blockIdx.x % S) * warps + (int)threadIdx.x / MX_WARP;
+    mx_cluster_wait();  // the entry arrival: every block has started and set up its barrier
+    if (lane < S) mx_st_async_f64(&push_parts[slot], &push_bar, lane, ss);
+    mx_mbar_wait(&push_bar, 0);
+    // n = S * warps partials (even), in slot order over four accumulators; slots past n (at most 2,
+    // inside the array) are read but not added.
+    const int n = S * warps;
+    const double2* p2 = reinterpret_cast<const double2*>(push_parts);
+    double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+    for (int i = 0; i < n; i += 4) {
+      const double2 u = p2[i / 2], w = p2[i / 2 + 1];
+      a0 += u.x;
+      a1 += u.y;
+      a2 += i + 2 < n ? w.x : 0.0;  // partials are >= +0 or NaN: adding +0 changes nothing
+      a3 += i + 2 < n ? w.y : 0.0;
+    }
+    total = (a0 + a1) + (a2 + a3);
+  } else
+#endif
+  {
   __shared__ double warp_sums[1024 / 32];
-  double total = mx_norm_block_sum(ss, warp_sums);
+  total = mx_norm_block_sum(ss, warp_sums);
   mx_norm_stamp<OPT>(2, total);
 #if defined(MX_NV_CLUSTER)
   __shared__ double cluster_parts[S];
@@ -199,6 +262,7 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
     for (int r = 0; r < S; ++r) total += cluster_parts[r];
   }
 #endif
+  }
   mx_norm_stamp<OPT>(3, total);
 
   // The output pass: residual_out, normed, q and scales of the lane's chunks.
@@ -231,7 +295,7 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
 #pragma unroll
         for (int i = 0; i < 8; ++i) s[i] = s[i] + r[i];
       }
-      if (res_out) {
+      if (NCH > 1 && res_out) {
         if (has_res && round_sum) {
           xa[k].template store<CS>(res_out + 8 * c);
         } else {
@@ -241,12 +305,33 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
         }
       }
       ga[k].unpack(g);
+      if (NCH > 1) {  // several chunks a lane (large M): the per-element form, fewer live registers
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const float n = use_div ? s[i] / root : s[i] * inv;
+          const float w = !gemma ? g[i] : gamma_f32 ? 1.0f + g[i] : mx_round<G>(1.0f + g[i]);
+          y[i] = gamma_f32 ? mx_round<T>(n * w) : mx_round<T>(mx_round<T>(n) * w);
+        }
+      } else {
+      float n[8];
+      if (use_div) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) n[i] = s[i] / root;
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) n[i] = s[i] * inv;
+      }
+      // w = !gemma ? g : gamma_f32 ? 1 + g : round_G(1 + g) (Gemma with gamma_in_f32 = 0: the graph
+      // adds 1 in gamma's own dtype); y = gamma_f32 ? round_T(n * w) : round_T(round_T(n) * w).
+      // Both sides of every choice are computed and selected: no branches per element.
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        const float n = use_div ? s[i] / root : s[i] * inv;
-        // Gemma with gamma_in_f32 = 0: the graph adds 1 in gamma's own dtype.
-        const float w = !gemma ? g[i] : gamma_f32 ? 1.0f + g[i] : mx_round<G>(1.0f + g[i]);
-        y[i] = gamma_f32 ? mx_round<T>(n * w) : mx_round<T>(mx_round<T>(n) * w);
+        const float w1 = 1.0f + g[i];
+        const float wg = gamma_f32 ? w1 : mx_round<G>(w1);
+        const float w = gemma ? wg : g[i];
+        const float nn = gamma_f32 ? n[i] : mx_round<T>(n[i]);
+        y[i] = mx_round<T>(nn * w);
+      }
       }
       if (normed) {
         MxRaw8<T> o;
@@ -315,8 +400,8 @@ MX_DEFINE_NORM_ALL(mx_add_rmsnorm_quant_f16, MxF16, MxF16)
 MX_DEFINE_NORM_ALL(mx_add_rmsnorm_quant_f16_gf32, MxF16, MxF32)
 MX_DEFINE_NORM_ALL(mx_add_rmsnorm_quant_f32, MxF32, MxF32)
 
-// Bench-only variants (bench/gpu/bench.py; bf16, CUDA): streaming stores (_cs) and stage timing
-// (_t, clock64 stamps of block 0).
+// Bench-only variants (bench/gpu/bench.py; bf16, CUDA): streaming stores (_cs), stage timing
+// (_t, clock64 stamps of block 0) and the previous split-row exchange (_x, _xt).
 #if defined(MX_NV_CLUSTER)
 MX_DEFINE_NORM1(mx_add_rmsnorm_quant_bf16_c1_cs, MxBf16, MxBf16, 1, 1024, MX_NORM_CS)
 MX_DEFINE_NORM1(mx_add_rmsnorm_quant_bf16_c2_cs, MxBf16, MxBf16, 2, 1024, MX_NORM_CS)
@@ -324,4 +409,9 @@ MX_DEFINE_NORM1(mx_add_rmsnorm_quant_bf16_c3_cs, MxBf16, MxBf16, 3, 512, MX_NORM
 MX_DEFINE_NORM1(mx_add_rmsnorm_quant_bf16_c4_cs, MxBf16, MxBf16, 4, 1024, MX_NORM_CS)
 MX_DEFINE_NORM1(mx_add_rmsnorm_quant_bf16_c1_t, MxBf16, MxBf16, 1, 1024, MX_NORM_TIMED)
 MX_DEFINE_NORM_S1(mx_add_rmsnorm_quant_bf16_c1_s8_t, MxBf16, MxBf16, 8, MX_NORM_TIMED)
+// The previous split-row exchange (_x; _xt timed), for side-by-side timing.
+MX_DEFINE_NORM_S1(mx_add_rmsnorm_quant_bf16_c1_s2_x, MxBf16, MxBf16, 2, MX_NORM_BARX)
+MX_DEFINE_NORM_S1(mx_add_rmsnorm_quant_bf16_c1_s4_x, MxBf16, MxBf16, 4, MX_NORM_BARX)
+MX_DEFINE_NORM_S1(mx_add_rmsnorm_quant_bf16_c1_s8_x, MxBf16, MxBf16, 8, MX_NORM_BARX)
+MX_DEFINE_NORM_S1(mx_add_rmsnorm_quant_bf16_c1_s8_xt, MxBf16, MxBf16, 8, MX_NORM_BARX | MX_NORM_TIMED)
 #endif

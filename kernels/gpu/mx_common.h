@@ -235,7 +235,8 @@ MX_DEV float mx_scale_inverse(mx_u32 s) {
 // Every lane of the warp must call it (it shuffles); lanes without data pass zeros and ignore the
 // result. Writes the lane's E E4M3 bytes packed little-endian into q[] and returns the block's
 // scale byte.
-template <int E>
+// REDUX = false: the shuffle tree also where the group is a whole warp (bench comparison only).
+template <int E, bool REDUX = true>
 MX_DEV mx_u32 mx_quant_group(const float v[E], mx_u32 flags, mx_u32 q[(E + 3) / 4]) {
   // The block's abs-max as the integer max of the |v| bit patterns (the same order as the floats
   // for non-negative values), one shuffle per level: under "ignore" NaN counts as 0 (fmaxf's amax,
@@ -248,10 +249,17 @@ MX_DEV mx_u32 mx_quant_group(const float v[E], mx_u32 flags, mx_u32 q[(E + 3) / 
     a = ignore && a > 0x7f800000u ? 0u : a;
     key = a > key ? a : key;
   }
+#if defined(MX_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 800)
+  if (REDUX && 32 / E == MX_WARP) {  // the group is the whole warp: one warp reduction (sm_80+)
+    asm("redux.sync.max.u32 %0, %0, 0xffffffff;" : "+r"(key));
+  } else
+#endif
+  {
 #pragma unroll
-  for (int o = 1; o < 32 / E; o <<= 1) {
-    const mx_u32 other = MX_SHFL_XOR(key, o);
-    key = other > key ? other : key;
+    for (int o = 1; o < 32 / E; o <<= 1) {
+      const mx_u32 other = MX_SHFL_XOR(key, o);
+      key = other > key ? other : key;
+    }
   }
   // "propagate": a NaN or +-Inf in the block gives the NaN scale and every value NaN.
   if (!ignore && key >= 0x7f800000u) {
@@ -377,5 +385,37 @@ MX_DEV double mx_dsmem_load(const double* local, mx_u32 rank) {
   double v;
   asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(mx_dsmem_addr(local, rank)) : "memory");
   return v;
+}
+// Transaction barriers (mbarrier) for one-way signalling between the blocks of a cluster: a block
+// initialises its barrier expecting N bytes, the others store into its shared memory with st.async,
+// each store completing its bytes on that barrier, and the block waits for the phase (no cluster
+// barrier, no memory fence). The init must reach the other blocks before their first st.async:
+// mx_fence_mbar_init, then a cluster arrive (relaxed is enough) that they wait for.
+MX_DEV void mx_mbar_init_expect(mx_u64* bar, mx_u32 bytes) {
+  const mx_u32 a = (mx_u32)__cvta_generic_to_shared(bar);
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n"
+               "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(a), "r"(bytes)
+               : "memory");
+}
+MX_DEV void mx_fence_mbar_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+// Waits until the barrier's phase `parity` has completed; acquires the bytes stored by the
+// st.async operations that completed it.
+MX_DEV void mx_mbar_wait(mx_u64* bar, mx_u32 parity) {
+  const mx_u32 a = (mx_u32)__cvta_generic_to_shared(bar);
+  mx_u32 done = 0;
+  while (!done) {
+    asm volatile("{\n.reg .pred p;\n"
+                 "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(a), "r"(parity) : "memory");
+  }
+}
+// Stores v at `local`'s address in block `rank`'s shared memory and completes 8 bytes on the
+// barrier at `bar`'s address in that block.
+MX_DEV void mx_st_async_f64(double* local, mx_u64* bar, mx_u32 rank, double v) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];\n" ::"r"(
+                   mx_dsmem_addr(local, rank)),
+               "l"(__double_as_longlong(v)), "r"(mx_dsmem_addr(bar, rank))
+               : "memory");
 }
 #endif

@@ -45,12 +45,30 @@ MX_DEV float mx_swiglu(float g, float u, const MxSwigluParams& p) {
   return mx_round<T>(sw * u);
 }
 
+// Bench-only options (template constant OPT): stage timestamps (block 0 lane 0, clock64) and the
+// shuffle-tree group max where the group is a whole warp (the kernel before redux.sync).
+#define MX_SWIGLU_TIMED 1
+#define MX_SWIGLU_SHFL 2
+#if defined(MX_CUDA)
+__device__ long long mx_swiglu_stamps[8];
+#endif
+template <int OPT>
+MX_DEV void mx_swiglu_stamp(int i, float dep) {
+#if defined(MX_CUDA)
+  if (OPT & MX_SWIGLU_TIMED) {
+    asm volatile("" ::"f"(dep));
+    if (blockIdx.x == 0 && threadIdx.x == 0) mx_swiglu_stamps[i] = clock64();
+  }
+#endif
+}
+
 // E elements per lane (8, or 2 / 1 for small tensors: shorter per-lane chains, more lanes).
-template <class T, int E, mx_u32 ACT>
+template <class T, int E, mx_u32 ACT, int OPT = 0>
 MX_DEV void swiglu_mxquant_lane(const typename T::storage* __restrict__ gate,
                                 const typename T::storage* __restrict__ up, mx_u8* __restrict__ q,
                                 mx_u8* __restrict__ scale, long long rows, int I, int layout,
                                 MxSwigluParams p, mx_u32 flags) {
+  mx_swiglu_stamp<OPT>(0, 0.0f);
   const long long lane_id = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   const int per_row = I / E;
   const long long lanes = rows * per_row;
@@ -81,25 +99,30 @@ MX_DEV void swiglu_mxquant_lane(const typename T::storage* __restrict__ gate,
         g[E / 2 + i] = b[2 * i]; u[E / 2 + i] = b[2 * i + 1];
       }
     }
+    mx_swiglu_stamp<OPT>(1, g[0] + u[0]);
 #pragma unroll
     for (int i = 0; i < E; ++i) y[i] = mx_swiglu<T, ACT>(g[i], u[i], p);
+    mx_swiglu_stamp<OPT>(2, y[0]);
   } else {
 #pragma unroll
     for (int i = 0; i < E; ++i) y[i] = 0.0f;
   }
   mx_u32 w[(E + 3) / 4];
-  const mx_u32 sb = mx_quant_group<E>(y, flags, w);
+  const mx_u32 sb = mx_quant_group<E, !(OPT & MX_SWIGLU_SHFL)>(y, flags, w);
+  mx_swiglu_stamp<OPT>(3, __uint_as_float(sb ^ w[0]));
   if (live) mx_store_group<E>(q, scale, lane_id, w, sb);
+  mx_swiglu_stamp<OPT>(4, 0.0f);
 }
 
 // Kernel names: mx_swiglu_quant_<T>_e<E>_a<A>, E = 8, 2, 1, A = (oai ? 1 : 0) + (fp32_activation ? 2 : 0).
-#define MX_DEFINE_SWIGLU1(NAME, T, E, ACT)                                                     \
+#define MX_DEFINE_SWIGLU1(NAME, T, E, ACT) MX_DEFINE_SWIGLU1T(NAME, T, E, ACT, 0)
+#define MX_DEFINE_SWIGLU1T(NAME, T, E, ACT, OPT)                                               \
   extern "C" __global__ void NAME(const T::storage* gate, const T::storage* up, mx_u8* q,      \
                                   mx_u8* scale, long long rows, int I, int layout, float alpha, \
                                   float limit, float beta, unsigned flags) {                    \
     MxSwigluParams p = {alpha, limit, beta, mx_round<T>(alpha), mx_round<T>(limit),            \
                         mx_round<T>(beta), (flags & MX_F_SWISH_SINGLE) != 0};                   \
-    swiglu_mxquant_lane<T, E, ACT>(gate, up, q, scale, rows, I, layout, p, flags);              \
+    swiglu_mxquant_lane<T, E, ACT, OPT>(gate, up, q, scale, rows, I, layout, p, flags);         \
   }
 #define MX_DEFINE_SWIGLU_E(NAME, T, E)                                                         \
   MX_DEFINE_SWIGLU1(NAME##_a0, T, E, 0u)                                                       \
@@ -113,3 +136,12 @@ MX_DEV void swiglu_mxquant_lane(const typename T::storage* __restrict__ gate,
 MX_DEFINE_SWIGLU(mx_swiglu_quant_bf16, MxBf16)
 MX_DEFINE_SWIGLU(mx_swiglu_quant_f16, MxF16)
 MX_DEFINE_SWIGLU(mx_swiglu_quant_f32, MxF32)
+
+// Bench-only (bench/gpu/bench.py, CUDA), OAI + fp32 activation, 1 output per lane: stage timing
+// (_t: entry, inputs loaded, activation, quantized, stores issued) and the shuffle-tree group max
+// (_sh, _sht timed).
+#if defined(MX_CUDA)
+MX_DEFINE_SWIGLU1T(mx_swiglu_quant_bf16_e1_a3_t, MxBf16, 1, MX_F_OAI | MX_F_FP32_ACT, MX_SWIGLU_TIMED)
+MX_DEFINE_SWIGLU1T(mx_swiglu_quant_bf16_e1_a3_sh, MxBf16, 1, MX_F_OAI | MX_F_FP32_ACT, MX_SWIGLU_SHFL)
+MX_DEFINE_SWIGLU1T(mx_swiglu_quant_bf16_e1_a3_sht, MxBf16, 1, MX_F_OAI | MX_F_FP32_ACT, MX_SWIGLU_SHFL | MX_SWIGLU_TIMED)
+#endif

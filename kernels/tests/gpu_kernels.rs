@@ -373,6 +373,8 @@ fn gpu_swiglu_mxquant_matches_reference_bit_for_bit() {
             },
         ] {
             swiglu_case::<bf16>(&rt, &mut rng, 19, 768, &attrs);
+            // 49152 outputs: the H200 table's 1-per-lane, 512-lane tier.
+            swiglu_case::<bf16>(&rt, &mut rng, 64, 768, &attrs);
             swiglu_case::<f16>(&rt, &mut rng, 7, 256, &attrs);
             swiglu_case::<f32>(&rt, &mut rng, 5, 512, &attrs);
         }

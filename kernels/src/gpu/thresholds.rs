@@ -207,12 +207,19 @@ impl SwiGluLaunchTable {
     const MEASURED: [(&'static str, Self); 1] = [
         // NVIDIA H200 (bench/gpu/bench.py swiglu, OAI, I = 768, us), 2026-11-30: M = 8 (6144
         // outputs) 1 element per lane 1.72-1.73 (256 / 128 lanes a block) vs 2 per lane 1.80-1.83;
-        // M = 64: 2 per lane 1.94 (1 per lane 1.88-2.05 by block size); M = 192: 2 per lane 2.25
-        // (best of 15 shapes); M = 8192: 8 per lane 19.1-19.4 for 64-512 lanes a block.
+        // M = 192: 2 per lane 2.25 (best of 15 shapes); M = 8192: 8 per lane 19.1-19.4 for 64-512
+        // lanes a block. M = 64 (49152 outputs), two calls of the day: 1 per lane with 512-lane
+        // blocks 1.85 / 1.78 vs 2 per lane, 256 lanes 1.92 / 1.90 (issue 6 follow-up 2, after the
+        // redux.sync group max: results/issue6_norm2_run1_*); 2^15-2^16 outputs take that shape.
         (
             "sm_90",
             Self {
-                tiers: &[(1 << 14, 1, 256), (1 << 21, 2, 256)],
+                tiers: &[
+                    (1 << 14, 1, 256),
+                    (1 << 15, 2, 256),
+                    (1 << 16, 1, 512),
+                    (1 << 21, 2, 256),
+                ],
                 large: (8, 256),
             },
         ),
@@ -281,7 +288,9 @@ mod tests {
         assert_eq!(t.shape(8192 * 768), (8, 256));
         let h200 = SwiGluLaunchTable::for_arch("sm_90");
         assert_eq!(h200.shape(8 * 768), (1, 256));
-        assert_eq!(h200.shape(64 * 768), (2, 256));
+        assert_eq!(h200.shape(32 * 768), (2, 256));
+        assert_eq!(h200.shape(64 * 768), (1, 512));
+        assert_eq!(h200.shape(192 * 768), (2, 256));
         assert_eq!(h200.shape(8192 * 768), (8, 256));
     }
 }
