@@ -98,12 +98,13 @@ pub(super) fn nk<O: Element>(
                 let qs: [*const u8; NK_COLS] = std::array::from_fn(|c| q[col(c) * k..].as_ptr());
                 let ss: [*const u8; NK_COLS] =
                     std::array::from_fn(|c| scales[col(c) * kb..].as_ptr());
-                let in_regs_bf16 = match &bf16 {
-                    Some(b) if wide::normal_products(b.min_exp, unit_min_exponent(ss, kb)) => {
-                        nk_unit_regs_bf16(&b.a, m, k, qs, ss, &mut vals)
-                    }
-                    _ => false,
-                };
+                // A in bf16 where both bf16 paths may take this unit (every value and product
+                // a normal f32), checked once for them.
+                let bf16_unit = bf16
+                    .as_ref()
+                    .filter(|b| wide::normal_products(b.min_exp, unit_min_exponent(ss, kb)));
+                let in_regs_bf16 =
+                    bf16_unit.is_some_and(|b| nk_unit_regs_bf16(&b.a, m, k, qs, ss, &mut vals));
                 // SAFETY: AVX2 detected by the caller; rows col(c) of q (k bytes) and scales
                 // (k/32 bytes) and the m rows of a are in bounds (check_matmul_io).
                 let in_regs = if in_regs_bf16 {
@@ -125,11 +126,8 @@ pub(super) fn nk<O: Element>(
                     }
                 };
                 if in_regs.is_none() {
-                    match (&bf16, scratch.as_mut()) {
-                        (Some(b), Some(sc))
-                            if m > REGS_BF16_MAX_M
-                                && wide::normal_products(b.min_exp, unit_min_exponent(ss, kb)) =>
-                        {
+                    match (bf16_unit, scratch.as_mut()) {
+                        (Some(b), Some(sc)) if m > REGS_BF16_MAX_M => {
                             nk_tiled_bf16(&b.a, k, qs, ss, &mut tile, sc, &mut vals)
                         }
                         _ => nk_tiled(a, m, k, qs, ss, &mut tile, &mut acc, &mut vals),
