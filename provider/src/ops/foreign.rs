@@ -14,7 +14,7 @@ use crate::tensor::{Meta, TensorMut, TensorRef};
 /// Like Quark's op, a length along `axis` that is not a multiple of 32 is padded with zeros to
 /// the next block (Quark exports put `axis = 1`, the sequence axis, on `[B, S, H]` activations
 /// that feed no MatMul): a zero never raises a block's amax, so the last, partial block is
-/// quantized by its own values.
+/// quantized by its own values. A scalar passes unchanged, as in Quark's kernel.
 pub struct QuarkFakeQuant {
     quant: MxQuantAttrs,
     axis: i64,
@@ -55,10 +55,20 @@ impl Kernel for QuarkFakeQuant {
                 x.meta.dtype
             )));
         }
-        let mut dims = dims_of(x);
+        let dims = dims_of(x);
+        let src: Vec<f32> = x
+            .data
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let od = out_dims(outputs);
+        let mut outs = out_views(outputs, &od)?;
+        let y = take(&mut outs, 0, "y")?.view_mut::<f32>()?;
         if dims.is_empty() {
-            // A scalar (Quark fake-quantizes constants such as eps with axis 0): one element.
-            dims.push(1);
+            // Quark's kernel returns a scalar unchanged (its exports put the op on constants such
+            // as eps and alpha): the real decoder-layer export's expected output needs exactly that.
+            y.copy_from_slice(&src);
+            return Ok(());
         }
         let rank = dims.len() as i64;
         let axis = if self.axis < 0 {
@@ -78,14 +88,6 @@ impl Kernel for QuarkFakeQuant {
             dims[axis],
             dims[axis + 1..].iter().product::<usize>(),
         );
-        let src: Vec<f32> = x
-            .data
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
-        let od = out_dims(outputs);
-        let mut outs = out_views(outputs, &od)?;
-        let y = take(&mut outs, 0, "y")?.view_mut::<f32>()?;
         if src.is_empty() {
             return Ok(());
         }
@@ -204,9 +206,8 @@ mod tests {
         }
         // A sequence axis of 8 (the real Quark export's `axis = 1` on [B, S, H]), and a scalar.
         assert_eq!(fake_quant(&[2, 8, 3], 1, &v[..48]).len(), 48);
-        let one = fake_quant(&[], 0, &[1e-6]);
-        assert_eq!(one, fake_quant(&[1], 0, &[1e-6]));
-        assert!((one[0] - 1e-6).abs() <= 1e-6 / 8.0, "{one:?}");
+        // A scalar passes unchanged (1.702 is not an E4M3 value: quantized it would be 1.75).
+        assert_eq!(fake_quant(&[], 0, &[1.702]), vec![1.702]);
     }
 
     #[test]
