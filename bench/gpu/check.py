@@ -280,6 +280,77 @@ def check_matmul_pipe(ops):
                        f"rel_err={err:.2e} nan_ok={nan_ok} deterministic={same_rep}")
 
 
+def check_matmul_frag(ops):
+    """The fragment-packed GEMM (mx_matmul_frag.hip) at every (warps, cluster split) it is compiled
+    for, weights packed by mxgpu.pack_frag: within the accumulation bound of the f64 reference,
+    NaN rows and E8M0 0 / 255 scales propagate, the same
+    launch twice -- and under a programmatic (PDL) launch with the weights read before the wait --
+    gives the same bits; ragged N and M (every output written: the buffer starts poisoned)."""
+    from mxgpu import FRAG_WS, FRAG_SS, frag_choice, pack_frag
+    if not CLUSTERS:
+        return report("matmul_frag skipped (MXFUSE_GPU_CLUSTERS=off)", True)
+    for N, K in ((1536, 6144), (6144, 768), (100, 256), (40, 1152), (48, 128)):
+        w = rand_e4m3((N, K)); ws = rng.integers(110, 135, (N, K // 32), dtype=np.uint8)
+        if N == 100:
+            ws[3, 1] = 0; ws[7, 0] = 255  # E8M0 2^-127 and NaN (the slow decode path)
+        wf, wsf = pack_frag(torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda())
+        for M in (1, 3, 8, 9, 16, 21):
+            a32 = ref.rnd(rng.standard_normal((M, K)) * 2, "bf16")
+            if M == 9:
+                a32[4, 33] = np.nan  # propagates to output row 4 (nan_policy propagate)
+            a = to_dev(a32, "bf16")
+            aq, as_ = ops.quantize(a, 0)
+            yref = ref.matmul(host(aq), host(as_), w, ws)
+            fin = np.isfinite(yref)
+            W0, S0 = frag_choice(N, K, M)
+            shapes = [(W_, S_, "bf16", "") for W_ in FRAG_WS for S_ in FRAG_SS]
+            shapes += [(W0, S0, "f32", ""), (W0, S0, "f16", ""), (2, 2, "f32", ""), (8, 8, "f32", "")]
+            shapes += [(W_, 1, "bf16", "_u1") for W_ in FRAG_WS] if M <= 8 else []
+            for W_, S_, out, var in shapes:
+                y1 = torch.empty(M, N, dtype=DT[out], device="cuda"); poison([y1])  # every output written
+                ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, var=var, y=y1)
+                y3 = ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, var=var)
+                ops.m.pdl = True
+                try:
+                    y4 = ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, var=var, pre=1)
+                finally:
+                    ops.m.pdl = False
+                h1 = host(y1).astype(np.float64)
+                sel = fin & (np.abs(yref) < 6e4) if out == "f16" else fin  # f16 overflows past 65504
+                err = np.linalg.norm((h1 - yref)[sel]) / np.linalg.norm(yref[sel])
+                nan_ok = bool(np.isnan(h1[~fin]).all()) and not np.isnan(h1[fin]).any()
+                same_rep = np.array_equal(host(y1), host(y3), equal_nan=True) and np.array_equal(host(y1), host(y4), equal_nan=True)
+                ok = err < (1e-5 if out == "f32" else 4e-3) and nan_ok and same_rep
+                report(f"matmul_frag N={N} K={K} M={M} W={W_} S={S_} out={out}{var}", ok,
+                       f"rel_err={err:.2e} nan_ok={nan_ok} deterministic_and_pdl_identical={same_rep}")
+
+
+def check_pdl(ops):
+    """Every op under a programmatic (PDL) launch, back to back on one stream with the previous
+    kernel writing what the next one reads, gives the bits of ordinary launches."""
+    M, H, I = 64, 6144, 768
+    x = to_dev(ref.rnd(rng.standard_normal((M, H)) * 3, "bf16"), "bf16")
+    r = to_dev(ref.rnd(rng.standard_normal((M, H)), "bf16"), "bf16")
+    gamma = to_dev(ref.rnd(rng.standard_normal(H) * 0.1, "bf16"), "bf16")
+    gu = to_dev(ref.rnd(rng.standard_normal((M, 2 * I)) * 4, "bf16"), "bf16")
+    from mxgpu import F_GEMMA, F_OAI, F_FP32_ACT
+    def chain():
+        # norm -> (its residual_out as the next norm's x) -> quantize of the normed rows -> SwiGLU
+        o1 = ops.norm_quant(x, r, gamma, F_GEMMA)
+        o2 = ops.norm_quant(o1[2], o1[3], gamma, F_GEMMA)
+        q = ops.quantize(o2[3], 0)
+        s = ops.swiglu_quant(gu, None, I, "split_halves", F_OAI | F_FP32_ACT)
+        return [host(t) for t in (*o1, *o2, *q, *s)]
+    base = chain()
+    ops.m.pdl = True
+    try:
+        got = chain()
+    finally:
+        ops.m.pdl = False
+    same = all(np.array_equal(a, b, equal_nan=True) for a, b in zip(base, got))
+    report("pdl chain norm -> norm -> quantize, swiglu", same)
+
+
 if __name__ == "__main__":
     mod = Module()
     ops = Ops(mod)
@@ -290,7 +361,7 @@ if __name__ == "__main__":
               "mx_matmul_pipe_m8_bf16_w4_s1", "mx_matmul_pipe_m16_bf16_w1_s8"):
         print(f"  {k}: regs/shared/local = {mod.attrs(k)}")
     only = sys.argv[1:]  # e.g. "check_matmul_splitk": run only these checks
-    for fn in (check_matmul_pipe, check_matmul_splitk, check_vectors, check_quantize, check_norm, check_swiglu, check_matmul):
+    for fn in (check_matmul_frag, check_pdl, check_matmul_pipe, check_matmul_splitk, check_vectors, check_quantize, check_norm, check_swiglu, check_matmul):
         if only and fn.__name__ not in only:
             continue
         try:

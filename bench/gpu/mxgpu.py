@@ -72,7 +72,23 @@ def compile_program(arch):
     return cubin.raw, log.value.decode()
 
 
+class _LaunchAttr(ctypes.Structure):  # CUlaunchAttribute: id, 4 pad bytes, a 64-byte value union
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_ubyte * 64)]
+
+
+class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shmem", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttr)), ("num_attrs", ctypes.c_uint)]
+
+
+CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+
+
 class Module:
+    """pdl: launch with programmatic stream serialization (cuLaunchKernelEx; every kernel waits in
+    MX_PDL_ENTRY / MX_PDL_WAIT, mx_portability.h), as the Rust runtime does on sm_90."""
+    pdl = False
+
     def __init__(self):
         torch.cuda.init()
         torch.empty(1, device="cuda")  # make torch's primary context current
@@ -122,6 +138,13 @@ class Module:
         g = tuple(grid) + (1,) * (3 - len(grid))
         b = tuple(block) + (1,) * (3 - len(block))
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        if self.pdl:
+            attr = _LaunchAttr(id=CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+            attr.value[0] = 1
+            cfg = _LaunchConfig((ctypes.c_uint * 3)(*g), (ctypes.c_uint * 3)(*b), shmem, stream,
+                                ctypes.pointer(attr), 1)
+            _ck(cuda.cuLaunchKernelEx(ctypes.byref(cfg), self.func(name), ptrs, None), f"launchEx {name}")
+            return
         _ck(cuda.cuLaunchKernel(self.func(name), *[ctypes.c_uint(v) for v in g], *[ctypes.c_uint(v) for v in b],
                                 ctypes.c_uint(shmem), stream, ptrs, None), f"launch {name}")
 
@@ -254,6 +277,21 @@ class Ops:
                       [aq, as_, w, ws, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K)])
         return y
 
+    def matmul_frag(self, wf, wsf, N, K, M, aq, as_, out_dtype=torch.bfloat16, W=None, S=None, y=None, pre=1, var=""):
+        """The fragment-packed GEMM (mx_matmul_frag.hip): (wf, wsf) = pack_frag(w [N, K], ws); a
+        pre-quantized. W warps and S cluster blocks split K of each 16-column tile. None = frag_choice.
+        pre: load the first weights before the PDL wait. var: "" or "_u1" (bf16, M <= 8)."""
+        assert K % 128 == 0
+        mt = 1 if M <= 8 else 2
+        W0, S0 = frag_choice(N, K, M)
+        W, S = W or W0, S or S0
+        if y is None:
+            y = torch.empty(M, N, dtype=out_dtype, device=wf.device)
+        name = f"mx_matmul_frag_m{8 * mt}_{SUFFIX[out_dtype]}_w{W}_s{S}{var}"
+        self.m.launch(name, (-(-N // 16) * S, -(-M // (8 * mt))), (32 * W,),
+                      [aq, as_, wf, wsf, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(pre)])
+        return y
+
     def matmul_default(self, w, ws, M, aq, as_, out_dtype=torch.bfloat16, y=None):
         """The runtime's pre-quantized decode GEMM on sm_90 (launch.rs matmul_tc): the pipeline
         GEMM at pipe_choice, or the first tensor-core kernel where the table says so."""
@@ -316,6 +354,46 @@ def pipe_choice(N, K, M, sms=132):
         if warps * cand >= PIPE_MIN_WARPS_PER_SM * sms:
             break
     return W, S
+
+
+def pack_frag(w, ws):
+    """Weights [N, K] e4m3 + [N, K/32] E8M0 (torch uint8, K % 128 == 0) in the layout of
+    mx_matmul_frag.hip (mirrors kernels/src/gpu/pack.rs `pack_frag_weights`): wf [N16, K/32, 32
+    lanes, 16] with lane (g, t) = bytes 8t .. 8t+7 of the k-block of rows 16 n16 + g and + g + 8;
+    wsf [N16, K/128, 16 rows, 4 k-blocks]. Rows past N: zero weights, scale 127."""
+    N, K = w.shape
+    T, KB, G = -(-N // 16), K // 32, K // 128
+    wp = torch.zeros(16 * T, K, dtype=torch.uint8, device=w.device)
+    wp[:N] = w
+    wf = wp.view(T, 2, 8, KB, 4, 8).permute(0, 3, 2, 4, 1, 5).contiguous()
+    sp = torch.full((16 * T, KB), 127, dtype=torch.uint8, device=w.device)
+    sp[:N] = ws
+    wsf = sp.view(T, 16, G, 4).permute(0, 2, 1, 3).contiguous()
+    return wf, wsf
+
+
+FRAG_WS = (2, 4, 8)
+FRAG_SS = (1, 2, 4, 8)
+
+
+def frag_choice(N, K, M, sms=132):
+    """(W, S) of the fragment-packed GEMM (mirrors kernels/src/gpu/shapes.rs `frag_shape`): the
+    fewest K splits S * W, W preferred, that give every SM FRAG_WARPS_PER_SM warps, keeping at least
+    FRAG_MIN_GROUPS groups of 4 k-blocks per warp."""
+    tiles = -(-N // 16) * -(-M // (8 if M <= 8 else 16))
+    groups = K // 128
+    best = (2, 1)
+    for S in FRAG_SS:
+        for W in FRAG_WS:
+            if groups < FRAG_MIN_GROUPS * S * W:
+                return best
+            best = (W, S)
+            if tiles * S * W >= FRAG_WARPS_PER_SM * sms:
+                return best
+    return best
+
+
+FRAG_WARPS_PER_SM, FRAG_MIN_GROUPS = 12, 2
 
 
 # MXFUSE_GPU_V2=1: the runtime's GEMM is the split-K cluster kernel (launch.rs).

@@ -14,6 +14,7 @@ PROGRAM_FILES = [
     "mx_matmul.hip",
     "mx_matmul_splitk.hip",
     "mx_matmul_pipe.hip",
+    "mx_matmul_frag.hip",
 ]
 
 

@@ -367,6 +367,7 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
 #define MX_NORM_MINB(T, G, NCH) (NCH == 1 && sizeof(T::storage) == 2 && sizeof(G::storage) == 2 ? 2 : 1)
 #define MX_DEFINE_NORM1(NAME, T, G, NCH, MAXB, OPT)                                            \
   extern "C" __global__ void __launch_bounds__(MAXB, MX_NORM_MINB(T, G, NCH)) NAME(MX_NORM_PARAMS(T, G)) { \
+    MX_PDL_ENTRY();                                                                                        \
     add_rmsnorm_mxquant_row<T, G, NCH, 1, OPT>(x, res, gamma, q, scale, res_out, normed, H,   \
                                                eps, flags);                                    \
   }
@@ -382,6 +383,7 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
 #define MX_DEFINE_NORM_S1(NAME, T, G, S, OPT)                                                  \
   extern "C" __global__ void __launch_bounds__(1024) __cluster_dims__(S, 1, 1)                 \
       NAME(MX_NORM_PARAMS(T, G)) {                                                              \
+    MX_PDL_ENTRY();                                                                             \
     add_rmsnorm_mxquant_row<T, G, 1, S, OPT>(x, res, gamma, q, scale, res_out, normed, H, eps, \
                                              flags);                                            \
   }

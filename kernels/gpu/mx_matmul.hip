@@ -197,6 +197,7 @@ MX_DEV void mx_matmul_tc(const mx_u8* __restrict__ aq, const mx_u8* __restrict__
   extern "C" __global__ void __launch_bounds__(512)                                            \
       NAME(const mx_u8* aq, const mx_u8* as, const TA::storage* af, const mx_u8* w,             \
            const mx_u8* ws, TO::storage* y, int M, int N, int K, unsigned flags) {             \
+    MX_PDL_ENTRY();                                                                            \
     mx_matmul_tc<AMODE, TA, MT, TO, PF>(aq, as, af, w, ws, y, M, N, K, flags);                  \
   }
 #define MX_DEFINE_TC_PF(NAME, AMODE, TA, MT, TO)                                               \
@@ -256,6 +257,7 @@ MX_DEV void mx_matmul_generic(const mx_u8* __restrict__ aq, const mx_u8* __restr
   extern "C" __global__ void NAME(const mx_u8* aq, const mx_u8* as, const void* b,            \
                                   const mx_u8* bs, TO::storage* y, int M, int N, int K,        \
                                   int bmode) {                                                 \
+    MX_PDL_ENTRY();                                                                            \
     mx_matmul_generic<TO>(aq, as, b, bs, y, M, N, K, bmode);                                   \
   }
 MX_DEFINE_GENERIC(mx_matmul_generic_bf16, MxBf16)

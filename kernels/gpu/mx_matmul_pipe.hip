@@ -85,6 +85,62 @@ MX_DEV int mx_pipe_frag_off(int r, int u, int t) {
   return r * 128 + (((2 * u + (t >> 1)) ^ ((r & 3) << 1)) << 4) + ((t & 1) << 3);
 }
 
+// One group of 4 k-blocks of a warp's 16 weight rows into acc (the D fragments of MT 16x8 tiles):
+// wa[u] / wb[u] = bytes 8t .. 8t + 7 of k-block u of weight rows g / g + 8; b[mt][u] = the same
+// bytes of activation row 8 mt + g; swA / swB = the 4 E8M0 scale bytes (k-block u = byte u) of
+// weight rows g / g + 8, s0[mt] / s1[mt] those of activation rows 8 mt + 2t / 2t + 1. Within a
+// k-block the 32 k positions are permuted identically for weights and activations (lane t's 8
+// bytes feed k-slots 2t, 2t+1, 2t+8, 2t+9 of the two k16 mmas), which leaves the dot product
+// unchanged. Each k-block's fresh fp32 result is scaled by 2^sw * 2^sa and added to acc.
+template <int MT>
+MX_DEV void mx_mma_group4(float acc[MT][4], const uint2 wa[4], const uint2 wb[4],
+                          const uint2 b[MT][4], mx_u32 swA, mx_u32 swB, const mx_u32 s0[MT],
+                          const mx_u32 s1[MT]) {
+  float fA[4], fB[4], f0[MT][4], f1[MT][4];
+  mx_u32 bad = mx_has_byte_00_or_ff(swA) | mx_has_byte_00_or_ff(swB);
+  mx_e8m0x4_fast(swA, fA);
+  mx_e8m0x4_fast(swB, fB);
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    bad |= mx_has_byte_00_or_ff(s0[mt]) | mx_has_byte_00_or_ff(s1[mt]);
+    mx_e8m0x4_fast(s0[mt], f0[mt]);
+    mx_e8m0x4_fast(s1[mt], f1[mt]);
+  }
+  if (bad) {  // a code 0 (2^-127) or 255 (NaN) in this group: the exact decode
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      fA[u] = mx_e8m0_to_f32((swA >> (8 * u)) & 0xffu);
+      fB[u] = mx_e8m0_to_f32((swB >> (8 * u)) & 0xffu);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        f0[mt][u] = mx_e8m0_to_f32((s0[mt] >> (8 * u)) & 0xffu);
+        f1[mt][u] = mx_e8m0_to_f32((s1[mt] >> (8 * u)) & 0xffu);
+      }
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    // k-slots of lane t: bytes 0-1 / 2-3 of .x (mma 0), of .y (mma 1); the same for b.
+    const mx_u32 a00 = mx_e4m3x2_to_f16x2(wa[u].x), a02 = mx_e4m3x2_to_f16x2(wa[u].x >> 16);
+    const mx_u32 a01 = mx_e4m3x2_to_f16x2(wb[u].x), a03 = mx_e4m3x2_to_f16x2(wb[u].x >> 16);
+    const mx_u32 a10 = mx_e4m3x2_to_f16x2(wa[u].y), a12 = mx_e4m3x2_to_f16x2(wa[u].y >> 16);
+    const mx_u32 a11 = mx_e4m3x2_to_f16x2(wb[u].y), a13 = mx_e4m3x2_to_f16x2(wb[u].y >> 16);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      float d[4];
+      mx_mma_f16(d, a00, a01, a02, a03, mx_e4m3x2_to_f16x2(b[mt][u].x),
+                 mx_e4m3x2_to_f16x2(b[mt][u].x >> 16), zero);
+      mx_mma_f16(d, a10, a11, a12, a13, mx_e4m3x2_to_f16x2(b[mt][u].y),
+                 mx_e4m3x2_to_f16x2(b[mt][u].y >> 16), d);
+      acc[mt][0] += d[0] * fA[u] * f0[mt][u];
+      acc[mt][1] += d[1] * fA[u] * f1[mt][u];
+      acc[mt][2] += d[2] * fB[u] * f0[mt][u];
+      acc[mt][3] += d[3] * fB[u] * f1[mt][u];
+    }
+  }
+}
+
 template <int W, int MT>
 struct MxPipeStage {
   static constexpr int WT = 16 * 128;          // one warp's 16 weight rows x 128 bytes
@@ -190,58 +246,22 @@ MX_DEV void mx_matmul_pipe(const mx_u8* __restrict__ aq, const mx_u8* __restrict
     const mx_u8* at = st + L::A_OFF;
     const mx_u32* sw = reinterpret_cast<const mx_u32*>(st + L::SW_OFF) + warp * 16;
     const mx_u32* sa = reinterpret_cast<const mx_u32*>(st + L::SA_OFF);
-    float fA[4], fB[4], f0[MT][4], f1[MT][4];
-    {
-      const mx_u32 wA = sw[g], wB = sw[g + 8];
-      mx_u32 bad = mx_has_byte_00_or_ff(wA) | mx_has_byte_00_or_ff(wB);
-      mx_e8m0x4_fast(wA, fA);
-      mx_e8m0x4_fast(wB, fB);
-      mx_u32 w0[MT], w1[MT];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        w0[mt] = sa[8 * mt + 2 * t];
-        w1[mt] = sa[8 * mt + 2 * t + 1];
-        bad |= mx_has_byte_00_or_ff(w0[mt]) | mx_has_byte_00_or_ff(w1[mt]);
-        mx_e8m0x4_fast(w0[mt], f0[mt]);
-        mx_e8m0x4_fast(w1[mt], f1[mt]);
-      }
-      if (bad) {  // a code 0 (2^-127) or 255 (NaN) in this group: the exact decode
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          fA[u] = mx_e8m0_to_f32((wA >> (8 * u)) & 0xffu);
-          fB[u] = mx_e8m0_to_f32((wB >> (8 * u)) & 0xffu);
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            f0[mt][u] = mx_e8m0_to_f32((w0[mt] >> (8 * u)) & 0xffu);
-            f1[mt][u] = mx_e8m0_to_f32((w1[mt] >> (8 * u)) & 0xffu);
-          }
-        }
-      }
-    }
+    uint2 wa[4], wb[4], b[MT][4];
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
-      const uint2 wa = *reinterpret_cast<const uint2*>(wt + mx_pipe_frag_off(g, u, t));
-      const uint2 wb = *reinterpret_cast<const uint2*>(wt + mx_pipe_frag_off(g + 8, u, t));
-      // k-slots of lane t: bytes 0-1 / 2-3 of .x (mma 0), of .y (mma 1); the same for b.
-      const mx_u32 a00 = mx_e4m3x2_to_f16x2(wa.x), a02 = mx_e4m3x2_to_f16x2(wa.x >> 16);
-      const mx_u32 a01 = mx_e4m3x2_to_f16x2(wb.x), a03 = mx_e4m3x2_to_f16x2(wb.x >> 16);
-      const mx_u32 a10 = mx_e4m3x2_to_f16x2(wa.y), a12 = mx_e4m3x2_to_f16x2(wa.y >> 16);
-      const mx_u32 a11 = mx_e4m3x2_to_f16x2(wb.y), a13 = mx_e4m3x2_to_f16x2(wb.y >> 16);
+      wa[u] = *reinterpret_cast<const uint2*>(wt + mx_pipe_frag_off(g, u, t));
+      wb[u] = *reinterpret_cast<const uint2*>(wt + mx_pipe_frag_off(g + 8, u, t));
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        const uint2 b = *reinterpret_cast<const uint2*>(at + mx_pipe_frag_off(8 * mt + g, u, t));
-        const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        float d[4];
-        mx_mma_f16(d, a00, a01, a02, a03, mx_e4m3x2_to_f16x2(b.x), mx_e4m3x2_to_f16x2(b.x >> 16),
-                   zero);
-        mx_mma_f16(d, a10, a11, a12, a13, mx_e4m3x2_to_f16x2(b.y), mx_e4m3x2_to_f16x2(b.y >> 16),
-                   d);
-        acc[mt][0] += d[0] * fA[u] * f0[mt][u];
-        acc[mt][1] += d[1] * fA[u] * f1[mt][u];
-        acc[mt][2] += d[2] * fB[u] * f0[mt][u];
-        acc[mt][3] += d[3] * fB[u] * f1[mt][u];
-      }
+      for (int mt = 0; mt < MT; ++mt)
+        b[mt][u] = *reinterpret_cast<const uint2*>(at + mx_pipe_frag_off(8 * mt + g, u, t));
     }
+    mx_u32 s0[MT], s1[MT];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      s0[mt] = sa[8 * mt + 2 * t];
+      s1[mt] = sa[8 * mt + 2 * t + 1];
+    }
+    mx_mma_group4<MT>(acc, wa, wb, b, sw[g], sw[g + 8], s0, s1);
   }
   mx_cp_async_wait<0>();
 
@@ -283,6 +303,7 @@ MX_DEV void mx_matmul_pipe(const mx_u8* __restrict__ aq, const mx_u8* __restrict
   extern "C" __global__ void __launch_bounds__(32 * W) ATTR                                    \
       NAME(const mx_u8* aq, const mx_u8* as, const mx_u8* w, const mx_u8* ws, TO::storage* y,   \
            int M, int N, int K) {                                                              \
+    MX_PDL_ENTRY();                                                                            \
     mx_matmul_pipe<TO, W, MT, S, MxPipeStage<W, MT>::MAX_STAGES>(aq, as, w, ws, y, M, N, K);    \
   }
 #define MX_DEFINE_PIPE_S(NAME, TO, W, MT)                                                      \

@@ -216,6 +216,7 @@ MX_DEV void mx_matmul_splitk(const mx_u8* __restrict__ aq, const mx_u8* __restri
   extern "C" __global__ void __launch_bounds__(512) ATTR                                       \
       NAME(const mx_u8* aq, const mx_u8* as, const TA::storage* af, const mx_u8* w,             \
            const mx_u8* ws, TO::storage* y, int M, int N, int K, unsigned flags) {             \
+    MX_PDL_ENTRY();                                                                            \
     mx_matmul_splitk<AMODE, TA, MT, TO, S>(aq, as, af, w, ws, y, M, N, K, flags);               \
   }
 #define MX_DEFINE_SK_S(NAME, AMODE, TA, MT, TO)                                                \

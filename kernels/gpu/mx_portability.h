@@ -46,6 +46,29 @@
 #define MX_NV_CLUSTER 1
 #endif
 
+// Programmatic dependent launch (sm_90): a kernel launched with the programmatic stream
+// serialization attribute may start while the previous kernel of its stream still runs.
+// MX_PDL_WAIT blocks until that kernel has completed and its writes are visible: every kernel calls
+// it before its first read of data another kernel may write (and before its first write), so the
+// attribute can never change results. MX_PDL_LAUNCH lets the next kernel start early (it still
+// waits in its own MX_PDL_WAIT). Both are no-ops for an ordinary launch and on other targets.
+#if defined(MX_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+#define MX_PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
+#define MX_PDL_LAUNCH() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define MX_PDL_WAIT() \
+  do {            \
+  } while (0)
+#define MX_PDL_LAUNCH() \
+  do {              \
+  } while (0)
+#endif
+
+// Kernel entry for kernels that read nothing before the previous kernel is done.
+#define MX_PDL_ENTRY() \
+  MX_PDL_LAUNCH();     \
+  MX_PDL_WAIT()
+
 #define MX_DEV __device__ __forceinline__
 
 // NVRTC and hipRTC ship no <stdint.h>: fixed-width names of our own.

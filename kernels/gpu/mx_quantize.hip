@@ -23,6 +23,7 @@ MX_DEV void mx_quantize_lane(const typename T::storage* __restrict__ x, mx_u8* _
 #define MX_DEFINE_QUANT1(NAME, T, E)                                                           \
   extern "C" __global__ void NAME(const T::storage* x, mx_u8* q, mx_u8* scale,                 \
                                   long long elements, unsigned flags) {                         \
+    MX_PDL_ENTRY();                                                                             \
     mx_quantize_lane<T, E>(x, q, scale, elements, flags);                                       \
   }
 #define MX_DEFINE_QUANT(NAME, T) MX_DEFINE_QUANT1(NAME##_e8, T, 8) MX_DEFINE_QUANT1(NAME##_e2, T, 2)

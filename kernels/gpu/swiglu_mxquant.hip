@@ -120,6 +120,7 @@ MX_DEV void swiglu_mxquant_lane(const typename T::storage* __restrict__ gate,
   extern "C" __global__ void NAME(const T::storage* gate, const T::storage* up, mx_u8* q,      \
                                   mx_u8* scale, long long rows, int I, int layout, float alpha, \
                                   float limit, float beta, unsigned flags) {                    \
+    MX_PDL_ENTRY();                                                                             \
     MxSwigluParams p = {alpha, limit, beta, mx_round<T>(alpha), mx_round<T>(limit),            \
                         mx_round<T>(beta), (flags & MX_F_SWISH_SINGLE) != 0};                   \
     swiglu_mxquant_lane<T, E, ACT, OPT>(gate, up, q, scale, rows, I, layout, p, flags);         \

@@ -1,0 +1,127 @@
+"""Issue 6, decode GEMM on fragment-packed weights and programmatic dependent launch (PDL), timed
+the way bench.py times (CUDA-graph replay of 200 back-to-back launches, median of 15, us per call):
+
+  gemm: the runtime's current GEMM (pipeline kernel / first kernel), the fragment-packed kernel at
+        its host choice and over all (W, S), each without and with PDL, and cuBLAS bf16; weights
+        rotate over >= 400 MB of copies so the L2 holds none of them;
+  ops:  the norm, SwiGLU and quantize kernels at their host choice without and with PDL.
+
+With PDL each launch may begin while the previous one still runs; every kernel waits
+(MX_PDL_WAIT) before it reads what another kernel writes, so only launch latency and, for the
+packed GEMM, the first weight loads overlap the previous kernel. Writes $OUT/bench_frag_pdl.json.
+Usage: python3 bench_frag_pdl.py [gemm] [ops]"""
+import json, os, sys
+import torch
+from bench import graph_time
+from mxgpu import (FRAG_SS, FRAG_WS, F_FP32_ACT, F_GAMMA_F32, F_GEMMA, F_OAI, Module, Ops, frag_choice,
+                   pack_frag, pipe_choice)
+
+OUT = os.environ.get("OUT", ".")
+dev = "cuda"
+
+
+def both(mod, fn, **kw):
+    """(plain, pdl) times of fn."""
+    mod.pdl = False
+    t0 = graph_time(fn, **kw)
+    mod.pdl = True
+    try:
+        return t0, graph_time(fn, **kw)
+    finally:
+        mod.pdl = False
+
+
+def bench_gemm(mod, ops, read_bw, rows):
+    for N, K in ((1536, 6144), (6144, 768), (6144, 6144)):
+        copies = max(2, int(400e6 // (N * K)))
+        Wt = [torch.randint(0, 256, (N, K), dtype=torch.uint8, device=dev) for _ in range(copies)]
+        for t in Wt:
+            t[(t & 0x7F) == 0x7F] = 0x38  # no NaN codes
+        St = [torch.randint(118, 128, (N, K // 32), dtype=torch.uint8, device=dev) for _ in range(copies)]
+        P = [pack_frag(w, s) for w, s in zip(Wt, St)]
+        Wb = [torch.randn(N, K, device=dev, dtype=torch.bfloat16) for _ in range(max(2, int(400e6 // (N * K * 2))))]
+        ctr = [0]
+
+        def nxt(n):
+            ctr[0] += 1
+            return ctr[0] % n
+        for M in (1, 2, 4, 8, 12, 16):
+            A = torch.randn(M, K, device=dev).bfloat16()
+            aq, as_ = ops.quantize(A, 0)
+            y = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
+
+            def current():
+                j = nxt(copies); ops.matmul_default(Wt[j], St[j], M, aq, as_, y=y)
+
+            def frag(W=None, S=None, var=""):
+                j = nxt(copies); ops.matmul_frag(P[j][0], P[j][1], N, K, M, aq, as_, W=W, S=S, y=y, var=var)
+            t_cur, t_cur_pdl = both(mod, current)
+            t_frag, t_frag_pdl = both(mod, frag)
+            sweep, sweep_pdl = {}, {}
+            for W in FRAG_WS:
+                for S in FRAG_SS:
+                    if (K // 128) < S * W:
+                        continue
+                    a, b = both(mod, lambda W=W, S=S: frag(W, S))
+                    sweep[f"w{W}s{S}"], sweep_pdl[f"w{W}s{S}"] = a, b
+                    if M <= 8 and S == 1:
+                        a, b = both(mod, lambda W=W: frag(W, 1, "_u1"))
+                        sweep[f"w{W}s1u1"], sweep_pdl[f"w{W}s1u1"] = a, b
+            t_bf = graph_time(lambda: A @ Wb[nxt(len(Wb))].t(), iters=100)
+            wbytes = N * K * (1 + 1 / 32)
+            best = min(sweep, key=sweep.get)
+            best_pdl = min(sweep_pdl, key=sweep_pdl.get)
+            row = dict(N=N, K=K, M=M, current=t_cur, current_pdl=t_cur_pdl, current_choice=pipe_choice(N, K, M),
+                       frag=t_frag, frag_pdl=t_frag_pdl, frag_choice=frag_choice(N, K, M), best=best,
+                       best_t=sweep[best], best_pdl=best_pdl, best_pdl_t=sweep_pdl[best_pdl], cublas_bf16=t_bf,
+                       sweep=sweep, sweep_pdl=sweep_pdl,
+                       hbm_frac=wbytes / (t_frag * 1e-6) / read_bw, hbm_frac_pdl=wbytes / (t_frag_pdl * 1e-6) / read_bw)
+            rows.append(row)
+            print(f"gemm {N}x{K} M={M:2d}: current {t_cur:6.2f} (pdl {t_cur_pdl:6.2f}) frag {t_frag:6.2f} "
+                  f"(pdl {t_frag_pdl:6.2f}) {row['frag_choice']} best {best} {sweep[best]:6.2f} best pdl {best_pdl} "
+                  f"{sweep_pdl[best_pdl]:6.2f} cublas {t_bf:6.2f} x_cublas {t_bf / t_frag:4.2f} / pdl {t_bf / t_frag_pdl:4.2f} "
+                  f"hbm {100 * row['hbm_frac']:4.1f}% / pdl {100 * row['hbm_frac_pdl']:4.1f}%", flush=True)
+            print("    " + " ".join(f"{k}={v:.2f}/{sweep_pdl[k]:.2f}" for k, v in sweep.items()), flush=True)
+        del Wt, St, P, Wb
+
+
+def bench_ops(mod, ops, rows):
+    H, I = 6144, 768
+    for M in (8, 16, 64, 192, 8192):
+        x = (torch.randn(M, H, device=dev) * 3).bfloat16(); r = torch.randn(M, H, device=dev).bfloat16()
+        g = (torch.randn(H, device=dev) * 0.1).bfloat16()
+        outs = (torch.empty(M, H, dtype=torch.uint8, device=dev), torch.empty(M, H // 32, dtype=torch.uint8, device=dev),
+                torch.empty_like(x), torch.empty_like(x))
+        gu = (torch.randn(M, 2 * I, device=dev) * 8).bfloat16()
+        sq = (torch.empty(M, I, dtype=torch.uint8, device=dev), torch.empty(M, I // 32, dtype=torch.uint8, device=dev))
+        qo = (torch.empty(M, H, dtype=torch.uint8, device=dev), torch.empty(M, H // 32, dtype=torch.uint8, device=dev))
+        norm = both(mod, lambda: ops.norm_quant(x, r, g, F_GEMMA | F_GAMMA_F32, outs=outs))
+        swiglu = both(mod, lambda: ops.swiglu_quant(gu, None, I, "split_halves", F_OAI | F_FP32_ACT, outs=sq))
+        quant = both(mod, lambda: ops.quantize(x, 0, outs=qo))
+        row = dict(M=M, norm=norm, swiglu=swiglu, quantize=quant)
+        rows.append(row)
+        print(f"ops M={M:5d}: norm {norm[0]:7.2f} pdl {norm[1]:7.2f} | swiglu {swiglu[0]:6.2f} pdl {swiglu[1]:6.2f} | "
+              f"quantize {quant[0]:6.2f} pdl {quant[1]:6.2f}", flush=True)
+
+
+def main():
+    sections = sys.argv[1:] or ["gemm", "ops"]
+    mod = Module(); ops = Ops(mod)
+    x = torch.empty(1024**3, dtype=torch.bfloat16, device=dev).normal_()
+    read_bw = x.numel() * 2 / (graph_time(lambda: x.sum(), iters=5) * 1e-6)
+    del x
+    empty = torch.empty(1, device=dev)
+    floor = graph_time(lambda: empty.add_(0))
+    print(f"read-only HBM bandwidth {read_bw / 1e12:.2f} TB/s; launch floor {floor:.2f} us", flush=True)
+    res = dict(read_bw=read_bw, floor=floor, gemm=[], ops=[])
+    try:
+        if "ops" in sections:
+            bench_ops(mod, ops, res["ops"])
+        if "gemm" in sections:
+            bench_gemm(mod, ops, read_bw, res["gemm"])
+    finally:
+        json.dump(res, open(os.path.join(OUT, "bench_frag_pdl.json"), "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()

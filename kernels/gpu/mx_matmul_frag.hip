@@ -1,0 +1,190 @@
+// com.mxfuse MxMatMul, decode GEMM v4 (NVIDIA sm_90) on fragment-packed weights: pre-quantized
+// e4m3 activations a [M, K] + a_scale [M, K/32] (row-major, as every producer writes them), and
+// constant weights packed once by kernels::gpu::pack_frag_weights (bench: mxgpu.pack_frag):
+//   wf  [N16][K/32][32 lanes][16 bytes]: lane (g, t) = bytes 8t .. 8t + 7 of the k-block of
+//       weight rows 16 n16 + g, then of row 16 n16 + g + 8 (rows past N are zero);
+//   wsf [N16][K/128][16 rows][4 bytes]: byte u of row r's word = the E8M0 scale of k-block
+//       4 grp + u of weight row 16 n16 + r (rows past N: 127).
+// K % 128 == 0.
+//
+// Why a fourth kernel: the decode GEMM moves N K bytes of weights and does almost no arithmetic per
+// byte, so it is bound by how many weight bytes are in flight. Packed, one k-block of a warp's 16
+// rows is 512 contiguous bytes and each lane's 16 bytes are exactly its two k16 mma fragments, so a
+// weight load is one fully coalesced 16-byte LDG per lane, straight into registers: no shared
+// memory staging (mx_matmul_pipe.hip), no 8-byte fragment loads spread over 8 rows (mx_matmul.hip),
+// no shuffles. Each warp double-buffers U groups of 4 k-blocks (the next batch's loads are issued
+// before the current batch's mmas). The W warps of a block and the S blocks of a cluster split K
+// of one 16-column tile; partial sums are added in warp order, then in cluster-rank order through
+// distributed shared memory (deterministic, no workspace, one launch).
+//
+// PDL (mx_portability.h): with pre = 1 the first batch of weights (constants) is loaded before
+// MX_PDL_WAIT, so under a programmatic launch the weight stream starts while the previous kernel
+// still runs; activations are read only after it. pre = 0 waits first (weights written by an
+// earlier kernel of the stream).
+// Grid: (ceil(N / 16) * S, ceil(M / (8 MT))), block 32 W threads.
+
+#if defined(MX_NV_FP8_MMA) && defined(MX_NV_CLUSTER)
+
+// 16 bytes of a stream read once: not allocated in L1.
+MX_DEV uint4 mx_ldg_once16(const uint4* p) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p));
+  return r;
+}
+
+// One warp's registers for U groups of 4 k-blocks.
+template <int MT, int U>
+struct MxFragBatch {
+  uint4 w[U][4];        // k-block j of group u: rows g (.x .y) and g + 8 (.z .w)
+  mx_u32 sA[U], sB[U];  // weight scale words of rows g, g + 8
+  uint2 a[U][MT][4];    // activation row 8 mt + g, bytes 8t .. 8t + 7 of k-block j
+  mx_u32 s0[U][MT], s1[U][MT];  // activation scale words of rows 8 mt + 2t, 2t + 1
+};
+
+template <class TO, int W, int MT, int S, int U>
+MX_DEV void mx_matmul_frag(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
+                           const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
+                           typename TO::storage* __restrict__ y, int M, int N, int K, int pre) {
+  constexpr int E = MT * 4 * 32;  // accumulator elements of a warp
+  __shared__ float part[W * E];
+  __shared__ float red[S > 1 ? E : 1];
+  MX_PDL_LAUNCH();
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int tile = blockIdx.x / S, split = blockIdx.x % S;
+  const int n0 = 16 * tile, m0 = 8 * MT * blockIdx.y;
+  const int KB = K >> 5, G = K >> 7;
+  // This warp's groups: part split * W + warp of S * W contiguous ranges.
+  const int per = (G + S * W - 1) / (S * W);
+  const int gb = min(G, (split * W + warp) * per), ge = min(G, gb + per);
+  const uint4* wp = wf + (long long)tile * KB * 32 + lane;  // + (4 i + j) * 32
+  const mx_u32* swp = wsf + (long long)tile * G * 16;       // + 16 i + row
+  // Rows past M read row M - 1: they only reach outputs past M, which are not stored.
+  const mx_u8* ap[MT];
+  const mx_u32 *sp0[MT], *sp1[MT];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    ap[mt] = aq + (long long)min(m0 + 8 * mt + g, M - 1) * K + 8 * t;
+    sp0[mt] = reinterpret_cast<const mx_u32*>(as + (long long)min(m0 + 8 * mt + 2 * t, M - 1) * KB);
+    sp1[mt] = reinterpret_cast<const mx_u32*>(as + (long long)min(m0 + 8 * mt + 2 * t + 1, M - 1) * KB);
+  }
+  typedef MxFragBatch<MT, U> Batch;
+  auto load_w = [&](Batch& bt, int i) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (i + u < ge) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) bt.w[u][j] = mx_ldg_once16(wp + (4 * (i + u) + j) * 32);
+        bt.sA[u] = swp[16 * (i + u) + g];
+        bt.sB[u] = swp[16 * (i + u) + g + 8];
+      }
+  };
+  auto load_a = [&](Batch& bt, int i) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (i + u < ge) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            bt.a[u][mt][j] = *reinterpret_cast<const uint2*>(ap[mt] + 128 * (i + u) + 32 * j);
+          bt.s0[u][mt] = sp0[mt][i + u];
+          bt.s1[u][mt] = sp1[mt][i + u];
+        }
+      }
+  };
+
+  float acc[MT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[mt][c] = 0.0f;
+  Batch cur;
+  if (!pre) MX_PDL_WAIT();
+  if (gb < ge) load_w(cur, gb);
+  if (pre) MX_PDL_WAIT();
+  if (gb < ge) load_a(cur, gb);
+  for (int i = gb; i < ge; i += U) {
+    Batch nxt;
+    if (i + U < ge) {
+      load_w(nxt, i + U);
+      load_a(nxt, i + U);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (i + u < ge) {
+        uint2 wa[4], wb[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          wa[j] = make_uint2(cur.w[u][j].x, cur.w[u][j].y);
+          wb[j] = make_uint2(cur.w[u][j].z, cur.w[u][j].w);
+        }
+        mx_mma_group4<MT>(acc, wa, wb, cur.a[u], cur.sA[u], cur.sB[u], cur.s0[u], cur.s1[u]);
+      }
+    cur = nxt;
+  }
+
+  // Element e = (mt * 4 + c) * 32 + lane of a warp: D fragment c of lane's tile mt.
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) part[warp * E + (mt * 4 + c) * 32 + lane] = acc[mt][c];
+  __syncthreads();
+  auto store = [&](int e, float v) {
+    // d0/d1: column n0 + g, rows 2t / 2t + 1 of tile mt; d2/d3: column n0 + g + 8.
+    const int mt = e >> 7, c = (e >> 5) & 3, ln = e & 31;
+    const int n = n0 + (ln >> 2) + (c >= 2 ? 8 : 0);
+    const int m = m0 + 8 * mt + 2 * (ln & 3) + (c & 1);
+    if (n < N && m < M) y[(long long)m * N + n] = TO::from_f32(v);
+  };
+  for (int e = tid; e < E; e += 32 * W) {
+    float v = part[e];
+#pragma unroll
+    for (int w = 1; w < W; ++w) v += part[w * E + e];
+    if (S == 1) {
+      store(e, v);
+    } else {
+      red[e] = v;
+    }
+  }
+  if (S > 1) {
+    mx_cluster_sync();  // every block's red[] written and visible cluster-wide
+    if (split == 0) {
+      // The cluster's blocks are the S consecutive blockIdx.x of one tile: rank r did split r.
+      for (int e = tid; e < E; e += 32 * W) {
+        float v = red[e];
+        for (int r = 1; r < S; ++r) v += mx_dsmem_load(red + e, (mx_u32)r);
+        store(e, v);
+      }
+    }
+    mx_cluster_sync();  // the other blocks' shared memory stays alive until read
+  }
+}
+
+// Kernel names: mx_matmul_frag_m<8|16>_<out>_w<W>_s<S>, U = 2 groups per batch at 8 rows, 1 at 16
+// (registers); bench-only mx_matmul_frag_m8_bf16_w<W>_s<S>_u1 (U = 4 spills). Block 32 W threads.
+#define MX_DEFINE_FRAG1(NAME, TO, W, MT, S, U, ATTR)                                             \
+  extern "C" __global__ void __launch_bounds__(32 * W) ATTR                                      \
+      NAME(const mx_u8* aq, const mx_u8* as, const uint4* wf, const mx_u32* wsf, TO::storage* y, \
+           int M, int N, int K, int pre) {                                                       \
+    mx_matmul_frag<TO, W, MT, S, U>(aq, as, wf, wsf, y, M, N, K, pre);                           \
+  }
+#define MX_DEFINE_FRAG_S(NAME, TO, W, MT, U, SFX)                                                \
+  MX_DEFINE_FRAG1(NAME##_s1##SFX, TO, W, MT, 1, U, )                                             \
+  MX_DEFINE_FRAG1(NAME##_s2##SFX, TO, W, MT, 2, U, __cluster_dims__(2, 1, 1))                    \
+  MX_DEFINE_FRAG1(NAME##_s4##SFX, TO, W, MT, 4, U, __cluster_dims__(4, 1, 1))                    \
+  MX_DEFINE_FRAG1(NAME##_s8##SFX, TO, W, MT, 8, U, __cluster_dims__(8, 1, 1))
+#define MX_DEFINE_FRAG_W(NAME, TO, MT, U, SFX)                                                   \
+  MX_DEFINE_FRAG_S(NAME##_w2, TO, 2, MT, U, SFX)                                                 \
+  MX_DEFINE_FRAG_S(NAME##_w4, TO, 4, MT, U, SFX)                                                 \
+  MX_DEFINE_FRAG_S(NAME##_w8, TO, 8, MT, U, SFX)
+#define MX_DEFINE_FRAG_OUTS(PREFIX, MT, U)                                                       \
+  MX_DEFINE_FRAG_W(PREFIX##_bf16, MxBf16, MT, U, )                                               \
+  MX_DEFINE_FRAG_W(PREFIX##_f16, MxF16, MT, U, )                                                 \
+  MX_DEFINE_FRAG_W(PREFIX##_f32, MxF32, MT, U, )
+
+MX_DEFINE_FRAG_OUTS(mx_matmul_frag_m8, 1, 2)
+MX_DEFINE_FRAG_OUTS(mx_matmul_frag_m16, 2, 1)
+MX_DEFINE_FRAG_W(mx_matmul_frag_m8_bf16, MxBf16, 1, 1, _u1)
+#endif  // MX_NV_FP8_MMA && MX_NV_CLUSTER
