@@ -508,6 +508,105 @@ fn gpu_mx_matmul_matches_reference_within_accumulation_bound() {
     }
 }
 
+/// Relative error over the outputs both sides compute as numbers; `None` when the NaN positions
+/// differ (a NaN weight scale makes its whole output column NaN on both).
+fn rel_err_nan_aware(got: &[f32], want: &[f32]) -> Option<f64> {
+    if got.iter().zip(want).any(|(g, w)| g.is_nan() != w.is_nan()) {
+        return None;
+    }
+    let (g, w): (Vec<f32>, Vec<f32>) = got
+        .iter()
+        .zip(want)
+        .filter(|(_, w)| !w.is_nan())
+        .map(|(g, w)| (*g, *w))
+        .unzip();
+    Some(rel_err(&g, &w))
+}
+
+#[test]
+fn gpu_mx_matmul_fragment_packed_matches_reference_and_unpacked() {
+    let Some(rt) = gpu() else { return };
+    let mut rng = Rng(0x6E44_0000_0000_F4A6);
+    for (n, k) in [(100usize, 256usize), (256, 768)] {
+        if !rt.frag_gemm_available(k) {
+            eprintln!("skipped: no fragment-packed GEMM on this device for K = {k}");
+            return;
+        }
+        let w: Vec<u8> = (0..n * k)
+            .map(|_| match rng.below(256) as u8 {
+                b if b & 0x7F == 0x7F => 0x38,
+                b => b,
+            })
+            .collect();
+        let mut ws: Vec<u8> = (0..n * k / 32).map(|_| 118 + rng.below(10) as u8).collect();
+        // The E8M0 edge codes (the kernel's exact decode path): 2^-127 in row 3, NaN in row 17.
+        ws[3 * (k / 32) + 1] = 0;
+        ws[17 * (k / 32) + k / 64] = 255;
+        let (wf, wsf) = kernels::gpu::pack_frag_weights(&w, &ws, n, k).expect("pack");
+        let (dwf, dwsf, dw, dws) = (
+            upload(&rt, &wf),
+            upload(&rt, &wsf),
+            upload(&rt, &w),
+            upload(&rt, &ws),
+        );
+        let frag = GpuMatB::MxFrag {
+            q: dwf.ptr(),
+            scales: dwsf.ptr(),
+        };
+        let plain = GpuMatB::Mx {
+            q: dw.ptr(),
+            scales: dws.ptr(),
+            trans_b: true,
+        };
+        for m in [1usize, 3, 8, 9, 16, 21] {
+            let a: Vec<bf16> = (0..m * k).map(|_| bf16::from_f32(rng.normal())).collect();
+            let (mut aq, mut asc) = (vec![0u8; m * k], vec![0u8; m * k / 32]);
+            reference::mx_quantize(&a, k, &mut aq, &mut asc, QuantConfig::default())
+                .expect("reference");
+            let mut want = vec![0f32; m * n];
+            reference::mx_matmul(
+                &aq,
+                &asc,
+                m,
+                k,
+                n,
+                MatB::Mx { q: &w, scales: &ws },
+                true,
+                &mut want,
+            )
+            .expect("reference");
+            let (daq, das) = (upload(&rt, &aq), upload(&rt, &asc));
+            let run = |b: &GpuMatB| {
+                let dy = poisoned::<f32>(&rt, m * n);
+                rt.mx_matmul(
+                    m,
+                    k,
+                    n,
+                    daq.ptr(),
+                    das.ptr(),
+                    b,
+                    dy.ptr(),
+                    kernels::DType::F32,
+                    0,
+                )
+                .expect("launch");
+                download::<f32>(&dy, m * n)
+            };
+            let (got, unpacked) = (run(&frag), run(&plain));
+            let err = rel_err_nan_aware(&got, &want);
+            assert!(
+                err.is_some_and(|e| e < 1e-5),
+                "frag vs reference m={m} n={n} k={k}: {err:?}"
+            );
+            let err = rel_err_nan_aware(&got, &unpacked);
+            assert!(
+                err.is_some_and(|e| e < 1e-5),
+                "frag vs unpacked m={m} n={n} k={k}: {err:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn gpu_launchers_reject_bad_inputs_with_errors() {
     let Some(rt) = gpu() else { return };

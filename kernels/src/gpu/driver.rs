@@ -33,12 +33,45 @@ type LaunchFn = unsafe extern "C" fn(
     *mut *mut c_void,
 ) -> c_int;
 
+/// `CUlaunchAttribute` (cuda.h): a 4-byte id, 4 pad bytes, a 64-byte value union (8-aligned).
+#[repr(C)]
+struct LaunchAttribute {
+    id: c_uint,
+    pad: [u8; 4],
+    value: [u64; 8],
+}
+
+/// `CUlaunchConfig` (cuda.h).
+#[repr(C)]
+struct LaunchConfig {
+    grid: [c_uint; 3],
+    block: [c_uint; 3],
+    shared_mem_bytes: c_uint,
+    stream: *mut c_void,
+    attrs: *mut LaunchAttribute,
+    num_attrs: c_uint,
+}
+
+/// `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`: the kernel may start while the
+/// previous kernel of the stream still runs; it waits for it in `griddepcontrol.wait`.
+const CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: c_uint = 6;
+
+type LaunchExFn = unsafe extern "C" fn(
+    *const LaunchConfig,
+    *mut c_void,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> c_int;
+
 /// Entry points of the driver half, with the CUDA names' signatures (HIP's are ABI-identical).
 struct DriverFns {
     module_load_data: unsafe extern "C" fn(*mut *mut c_void, *const c_void) -> c_int,
     module_get_function:
         unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *const c_char) -> c_int,
     launch: LaunchFn,
+    /// CUDA 12+: `cuLaunchKernelEx`, for programmatic dependent launches; `None` on HIP and on
+    /// older drivers (then every launch is an ordinary one).
+    launch_ex: Option<LaunchExFn>,
     mem_alloc: unsafe extern "C" fn(*mut u64, usize) -> c_int,
     mem_free: unsafe extern "C" fn(u64) -> c_int,
     memcpy_htod: unsafe extern "C" fn(u64, *const c_void, usize) -> c_int,
@@ -299,6 +332,7 @@ impl Driver {
             module_load_data: sym(&drv, dn, "cuModuleLoadData")?,
             module_get_function: sym(&drv, dn, "cuModuleGetFunction")?,
             launch: sym(&drv, dn, "cuLaunchKernel")?,
+            launch_ex: sym(&drv, dn, "cuLaunchKernelEx").ok(),
             mem_alloc: sym(&drv, dn, "cuMemAlloc_v2")?,
             mem_free: sym(&drv, dn, "cuMemFree_v2")?,
             memcpy_htod: sym(&drv, dn, "cuMemcpyHtoD_v2")?,
@@ -353,6 +387,7 @@ impl Driver {
             module_load_data: sym(&drv, dn, "hipModuleLoadData")?,
             module_get_function: sym(&drv, dn, "hipModuleGetFunction")?,
             launch: sym(&drv, dn, "hipModuleLaunchKernel")?,
+            launch_ex: None,
             mem_alloc: sym(&drv, dn, "hipMalloc")?,
             mem_free: sym(&drv, dn, "hipFree")?,
             memcpy_htod: sym(&drv, dn, "hipMemcpyHtoD")?,
@@ -513,11 +548,22 @@ impl Driver {
         Ok(f as usize)
     }
 
-    /// Launches `function` on `stream` (0 = the default stream).
+    /// Whether [`Driver::launch`] can make programmatic dependent launches (`cuLaunchKernelEx`
+    /// was found).
+    pub fn has_launch_ex(&self) -> bool {
+        self.fns.launch_ex.is_some()
+    }
+
+    /// Launches `function` on `stream` (0 = the default stream); `pdl`: as a programmatic
+    /// dependent launch when the driver has `cuLaunchKernelEx` (else an ordinary launch). A PDL
+    /// launch the driver refuses is retried as an ordinary one, and `Ok(false)` says so (the
+    /// caller stops asking); `Ok(true)` otherwise.
     ///
     /// # Safety
     /// `params` must point at one value per kernel parameter, each of the parameter's exact type,
-    /// and every device pointer among them must be valid for the extents the kernel touches.
+    /// and every device pointer among them must be valid for the extents the kernel touches. With
+    /// `pdl`, the kernel must wait (`griddepcontrol.wait`, MX_PDL_ENTRY) before it touches memory
+    /// an earlier kernel of the stream writes or reads.
     pub unsafe fn launch(
         &self,
         function: usize,
@@ -525,8 +571,55 @@ impl Driver {
         block: [u32; 3],
         stream: usize,
         params: &mut [*mut c_void],
-    ) -> GpuResult<()> {
+        pdl: bool,
+    ) -> GpuResult<bool> {
         self.make_current()?;
+        if let (true, Some(launch_ex)) = (pdl, self.fns.launch_ex) {
+            let mut attr = LaunchAttribute {
+                id: CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                pad: [0; 4],
+                value: [0; 8],
+            };
+            // The union's `programmaticStreamSerializationAllowed` int: 1 (little-endian).
+            attr.value[0] = 1;
+            let config = LaunchConfig {
+                grid,
+                block,
+                shared_mem_bytes: 0,
+                stream: stream as *mut c_void,
+                attrs: &mut attr,
+                num_attrs: 1,
+            };
+            let rc = launch_ex(
+                &config,
+                function as *mut c_void,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            );
+            if rc == 0 {
+                return Ok(true);
+            }
+            // A refused launch configuration is not a sticky error: launch it the ordinary way.
+            eprintln!(
+                "mxfuse: programmatic dependent launch refused ({}); launching without it",
+                self.message(rc)
+            );
+            self.launch_plain(function, grid, block, stream, params)?;
+            return Ok(false);
+        }
+        self.launch_plain(function, grid, block, stream, params)?;
+        Ok(true)
+    }
+
+    /// `cuLaunchKernel` / `hipModuleLaunchKernel`; see [`Driver::launch`] for the contract.
+    unsafe fn launch_plain(
+        &self,
+        function: usize,
+        grid: [u32; 3],
+        block: [u32; 3],
+        stream: usize,
+        params: &mut [*mut c_void],
+    ) -> GpuResult<()> {
         self.check(
             "kernel launch",
             (self.fns.launch)(
@@ -593,3 +686,19 @@ impl Driver {
 unsafe impl Send for Driver {}
 // SAFETY: as above; no interior mutability.
 unsafe impl Sync for Driver {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launch_structs_have_the_cuda_h_layout() {
+        // CUlaunchAttribute: 72 bytes, value at 8; CUlaunchConfig: 56 bytes, hStream at 32.
+        assert_eq!(std::mem::size_of::<LaunchAttribute>(), 72);
+        assert_eq!(std::mem::offset_of!(LaunchAttribute, value), 8);
+        assert_eq!(std::mem::size_of::<LaunchConfig>(), 56);
+        assert_eq!(std::mem::offset_of!(LaunchConfig, stream), 32);
+        assert_eq!(std::mem::offset_of!(LaunchConfig, attrs), 40);
+        assert_eq!(std::mem::offset_of!(LaunchConfig, num_attrs), 48);
+    }
+}

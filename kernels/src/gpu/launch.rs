@@ -9,8 +9,10 @@ use std::ffi::c_void;
 use super::driver::Backend;
 use super::error::GpuResult;
 use super::runtime::GpuRuntime;
-use super::shapes::{norm_split, pipe_shape, splitk_shape};
-use super::thresholds::{InGemmQuantThresholds, NormLaunchTable, PipeGemmTable, SwiGluLaunchTable};
+use super::shapes::{frag_shape, norm_split, pipe_shape, splitk_shape};
+use super::thresholds::{
+    FragGemmTable, InGemmQuantThresholds, NormLaunchTable, PipeGemmTable, SwiGluLaunchTable,
+};
 use crate::attrs::{Activation, AddRmsNormAttrs, InvForm, SwiGluAttrs, SwiGluLayout, SwishForm};
 use crate::codec::{NanPolicy, QuantConfig, ScaleRule, BLOCK};
 use crate::element::DType;
@@ -75,6 +77,22 @@ pub enum GpuMatB {
         dtype: DType,
         trans_b: bool,
     },
+    /// Constant E4M3 weights `[N, K]` + scales packed by [`super::pack::pack_frag_weights`] for
+    /// the fragment-packed decode GEMM (CUDA sm_90+, `K % 128 == 0`: pack only when
+    /// [`GpuRuntime::frag_gemm_available`] says so). Constants: under a programmatic dependent
+    /// launch the kernel reads its first weights before the stream's previous kernel has finished.
+    MxFrag { q: u64, scales: u64 },
+}
+
+/// Whether kernel `name` may take a programmatic dependent launch (when the device has them,
+/// [`GpuRuntime::pdl`]). Every kernel waits for its predecessor in MX_PDL_ENTRY / MX_PDL_WAIT
+/// (mx_portability.h), so PDL never changes results; it is left off where it measured slower on
+/// the H200 (bench/gpu/bench_frag_pdl.py): the cluster norm kernels (`_c1_s2/4/8`, at 16-64 rows)
+/// and the pipeline GEMM (`mx_matmul_pipe_*`).
+fn pdl_kernel(name: &str) -> bool {
+    let cluster_norm = name.starts_with("mx_add_rmsnorm_quant_")
+        && ["_s2", "_s4", "_s8"].iter().any(|s| name.ends_with(s));
+    !(cluster_norm || name.starts_with("mx_matmul_pipe_"))
 }
 
 fn quant_flags(q: &QuantConfig) -> u32 {
@@ -162,12 +180,31 @@ impl GpuRuntime {
     ) -> GpuResult<()> {
         let f = self.function(name)?;
         let mut ptrs = params.pointers();
+        let pdl = self.pdl() && pdl_kernel(name);
         // SAFETY: every launcher below builds `params` in the order and with the exact C types
-        // of the kernel it names (kernels/gpu/*.hip) and validates the extents first.
-        unsafe {
+        // of the kernel it names (kernels/gpu/*.hip) and validates the extents first; every
+        // kernel waits for its predecessor before touching memory (MX_PDL_ENTRY).
+        let pdl_ok = unsafe {
             self.driver()
-                .launch(f, grid, [block, 1, 1], stream, &mut ptrs)
+                .launch(f, grid, [block, 1, 1], stream, &mut ptrs, pdl)?
+        };
+        if !pdl_ok {
+            self.pdl_refused();
         }
+        Ok(())
+    }
+
+    /// Whether launches may be programmatic dependent launches: CUDA sm_90+ with
+    /// `cuLaunchKernelEx`, unless `MXFUSE_GPU_PDL=0` (or `off`) or the driver refused one.
+    /// Which kernels take them: [`pdl_kernel`].
+    fn pdl(&self) -> bool {
+        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        self.clusters()
+            && self.driver().has_launch_ex()
+            && self.pdl_allowed()
+            && *ON.get_or_init(|| {
+                !std::env::var("MXFUSE_GPU_PDL").is_ok_and(|v| v == "0" || v == "off")
+            })
     }
 
     fn round_to_warps(&self, threads: usize) -> usize {
@@ -194,6 +231,24 @@ impl GpuRuntime {
             && *ON.get_or_init(|| {
                 !std::env::var("MXFUSE_GPU_PIPE").is_ok_and(|v| v == "0" || v == "off")
             })
+    }
+
+    /// Whether a constant MX weight with reduction length `k` should be packed for the
+    /// fragment-packed decode GEMM ([`super::pack::pack_frag_weights`], [`GpuMatB::MxFrag`]):
+    /// CUDA sm_90+ and `k % 128 == 0`, unless `MXFUSE_GPU_FRAG=0` (or `off`) keeps the `[N, K]`
+    /// layout (the pipeline / first tensor-core GEMM) for comparisons.
+    pub fn frag_gemm_available(&self, k: usize) -> bool {
+        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        self.frag_gemm_runs(k)
+            && *ON.get_or_init(|| {
+                !std::env::var("MXFUSE_GPU_FRAG").is_ok_and(|v| v == "0" || v == "off")
+            })
+    }
+
+    /// Whether the fragment-packed GEMM can run this `k` on this device (its kernels exist only
+    /// for sm_90+: fp8 mma and clusters).
+    fn frag_gemm_runs(&self, k: usize) -> bool {
+        self.clusters() && k > 0 && k.is_multiple_of(super::pack::FRAG_K_MULTIPLE)
     }
 
     /// Whether thread-block cluster kernels can run (NVIDIA sm_90+).
@@ -456,6 +511,9 @@ impl GpuRuntime {
         }
         let (bptr, bscales, bmode) = match *b {
             GpuMatB::Mx { q, scales, trans_b } => (q, scales, i32::from(trans_b)),
+            GpuMatB::MxFrag { q, scales } => {
+                return self.matmul_frag(m, k, n, a_q, a_scales, (q, scales), y, o, stream)
+            }
             GpuMatB::Float {
                 data,
                 dtype,
@@ -540,6 +598,57 @@ impl GpuRuntime {
             "qf16"
         };
         self.matmul_tc(amode, m, k, n, 0, 0, a, b, y, o, quant_flags(quant), stream)
+    }
+
+    /// The fragment-packed decode GEMM (kernels/gpu/mx_matmul_frag.hip) on `(wf, wsf)` from
+    /// [`super::pack::pack_frag_weights`]; `a_q` / `a_scales` / `y` and `m, n > 0` are checked by
+    /// the caller.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_frag(
+        &self,
+        m: usize,
+        k: usize,
+        n: usize,
+        a_q: u64,
+        a_scales: u64,
+        (wf, wsf): (u64, u64),
+        y: u64,
+        out: &str,
+        stream: StreamHandle,
+    ) -> GpuResult<()> {
+        if !self.frag_gemm_runs(k) {
+            return Err(KernelError::Unsupported(format!(
+                "fragment-packed weights (GpuMatB::MxFrag) need CUDA compute capability >= 9.0 and K a multiple of 128; this is {:?} {} with K = {k}",
+                self.backend(),
+                self.device().arch
+            ))
+            .into());
+        }
+        // One 16-byte load per lane of weights, one 4-byte word per scale group.
+        check_aligned("b (fragment-packed)", wf, 16)?;
+        check_aligned("b_scales (fragment-packed)", wsf, 4)?;
+        let mt = if m <= 8 { 1 } else { 2 };
+        let table = FragGemmTable::for_arch(&self.device().arch);
+        let (w, s) = frag_shape(n, k, m, self.multiprocessors(), &table);
+        // pre = 1: the weights are constants, so the kernel loads its first batch of them before
+        // waiting for the previous kernel (PDL overlap).
+        let params = Params::new()
+            .push(a_q)
+            .push(a_scales)
+            .push(wf)
+            .push(wsf)
+            .push(y)
+            .push(dim_i32("M", m)?)
+            .push(dim_i32("N", n)?)
+            .push(dim_i32("K", k)?)
+            .push(1i32);
+        let name = format!("mx_matmul_frag_m{}_{out}_w{w}_s{s}", 8 * mt);
+        let grid = [
+            dim_u32("grid", n.div_ceil(16) * s)?,
+            dim_u32("grid", m.div_ceil(8 * mt))?,
+            1,
+        ];
+        self.run(&name, grid, 32 * w as u32, params, stream)
     }
 
     /// This device's `AddRmsNormMxQuant` kernel table.
@@ -647,5 +756,34 @@ impl GpuRuntime {
             1,
         ];
         self.run(&name, grid, 32 * warps, params, stream)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pdl_kernel;
+
+    #[test]
+    fn pdl_skips_cluster_norms_and_the_pipeline_gemm_only() {
+        for name in [
+            "mx_add_rmsnorm_quant_bf16_c1",
+            "mx_add_rmsnorm_quant_bf16_gf32_c3",
+            "mx_swiglu_quant_bf16_e1_a1",
+            "mx_quantize_bf16_e2",
+            "mx_matmul_frag_m8_bf16_w8_s2",
+            "mx_matmul_tc_e4m3_m8_bf16_pf",
+            "mx_matmul_sk_e4m3_m16_f32_s4",
+            "mx_matmul_generic_f32",
+        ] {
+            assert!(pdl_kernel(name), "{name}");
+        }
+        for name in [
+            "mx_add_rmsnorm_quant_bf16_c1_s2",
+            "mx_add_rmsnorm_quant_f16_gf32_c1_s4",
+            "mx_add_rmsnorm_quant_bf16_c1_s8",
+            "mx_matmul_pipe_m8_bf16_w2_s8",
+        ] {
+            assert!(!pdl_kernel(name), "{name}");
+        }
     }
 }

@@ -5,14 +5,16 @@
 //! * [`driver`]: CUDA driver + NVRTC or HIP + hipRTC, loaded with `libloading` (no GPU SDK at
 //!   build time).
 //! * [`runtime`]: [`GpuRuntime`] (compile once per architecture, cache, device buffers).
-//! * [`launch`]: one launcher per `com.mxfuse` op; [`thresholds`]: the in-GEMM quantization
-//!   crossover per device; [`shapes`]: cluster sizes of the split-row norm and split-K GEMM.
+//! * [`launch`]: one launcher per `com.mxfuse` op (programmatic dependent launches on sm_90+);
+//!   [`thresholds`]: the measured per-device launch tables; [`shapes`]: cluster sizes of the
+//!   split-row norm and the GEMMs; [`pack`]: constant weights packed for the fragment GEMM.
 //!
 //! Without a GPU library, [`GpuRuntime::load`] returns `Ok(None)` and logs that the CPU kernels
 //! run. See docs/gpu.md for what was verified on which hardware.
 pub mod driver;
 pub mod error;
 pub mod launch;
+pub mod pack;
 pub mod runtime;
 pub mod shapes;
 pub mod sources;
@@ -21,5 +23,6 @@ pub mod thresholds;
 pub use driver::{Backend, DeviceInfo};
 pub use error::{GpuError, GpuResult};
 pub use launch::{GpuMatB, NormBuffers, StreamHandle, SwiGluBuffers};
+pub use pack::pack_frag_weights;
 pub use runtime::{DeviceBuffer, GpuRuntime};
-pub use thresholds::InGemmQuantThresholds;
+pub use thresholds::{FragGemmTable, InGemmQuantThresholds};

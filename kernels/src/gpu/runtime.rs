@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::driver::{Backend, DeviceInfo, Driver};
@@ -18,6 +19,8 @@ pub struct GpuRuntime {
     driver: Driver,
     module: usize,
     functions: Mutex<HashMap<String, usize>>,
+    /// Set when the driver refused a programmatic dependent launch: later launches are ordinary.
+    pdl_refused: AtomicBool,
 }
 
 /// Code objects compiled in this process, per architecture (a second runtime for the same
@@ -62,6 +65,7 @@ impl GpuRuntime {
             driver,
             module,
             functions: Mutex::new(HashMap::new()),
+            pdl_refused: AtomicBool::new(false),
         })))
     }
 
@@ -137,6 +141,16 @@ impl GpuRuntime {
         let f = self.driver.function(self.module, name)?;
         table.insert(name.to_string(), f);
         Ok(f)
+    }
+
+    /// Whether programmatic dependent launches are still allowed (the driver has not refused one).
+    pub(crate) fn pdl_allowed(&self) -> bool {
+        !self.pdl_refused.load(Ordering::Relaxed)
+    }
+
+    /// Records that the driver refused a programmatic dependent launch.
+    pub(crate) fn pdl_refused(&self) {
+        self.pdl_refused.store(true, Ordering::Relaxed);
     }
 
     /// Allocates an uninitialised device buffer of `bytes` bytes.

@@ -2,7 +2,8 @@
 //! kernels"), with a default for devices not measured: when to quantize a GEMM's activations inside
 //! the GEMM ([`InGemmQuantThresholds`]), how `AddRmsNormMxQuant` spreads rows over the device
 //! ([`NormLaunchTable`]), how `SwiGluMxQuant` sizes its lanes and blocks ([`SwiGluLaunchTable`]) and
-//! which launch shape the decode GEMM takes ([`PipeGemmTable`]).
+//! which launch shape the decode GEMM takes ([`PipeGemmTable`], [`FragGemmTable`] for
+//! fragment-packed weights).
 //!
 //! In-GEMM quantization saves a launch and a round trip of the quantized activations, but every
 //! block of the GEMM quantizes its K range for all M rows again, so it loses once M·K grows.
@@ -50,6 +51,19 @@ impl InGemmQuantThresholds {
     pub fn use_in_gemm(&self, m: usize, k: usize) -> bool {
         m <= self.max_m && k <= self.max_k
     }
+}
+
+/// The `(w, s)` of the first GEMM table row `(n, k, max_m, w, s)` with this `n`, `k` and
+/// `m <= max_m`.
+fn measured_row(
+    rows: &[(usize, usize, usize, usize, usize)],
+    n: usize,
+    k: usize,
+    m: usize,
+) -> Option<(usize, usize)> {
+    rows.iter()
+        .find(|&&(rn, rk, max_m, _, _)| rn == n && rk == k && m <= max_m)
+        .map(|&(_, _, _, w, s)| (w, s))
 }
 
 /// Launch shape of the cp.async pipeline decode GEMM (kernels/gpu/mx_matmul_pipe.hip): `w` warps
@@ -109,10 +123,62 @@ impl PipeGemmTable {
 
     /// The measured `(w, s)` for this shape, if any (`w = 0`: the first kernel).
     pub fn measured(&self, n: usize, k: usize, m: usize) -> Option<(usize, usize)> {
-        self.rows
+        measured_row(self.rows, n, k, m)
+    }
+}
+
+/// Launch shape of the fragment-packed decode GEMM (kernels/gpu/mx_matmul_frag.hip): `w` warps
+/// per block (2, 4 or 8) and `s` blocks of a cluster (1, 2, 4 or 8), all splitting K of one
+/// 16-column tile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FragGemmTable {
+    /// Measured shapes `(n, k, max_m, w, s)`: the first row with this `n`, `k` and `m <= max_m`
+    /// wins. Other shapes take the rule below.
+    pub rows: &'static [(usize, usize, usize, usize, usize)],
+    /// The rule (`shapes::frag_shape`): the fewest K splits `s * w` (`w` grown first) that give
+    /// every SM this many warps,
+    pub warps_per_sm: usize,
+    /// keeping at least this many groups of 4 k-blocks per warp (each warp double-buffers its
+    /// groups; one group leaves nothing to overlap).
+    pub min_groups: usize,
+}
+
+impl FragGemmTable {
+    /// Devices not measured: the rule (bench/gpu/mxgpu.py `FRAG_WARPS_PER_SM`, `FRAG_MIN_GROUPS`).
+    pub const DEFAULT: Self = Self {
+        rows: &[],
+        warps_per_sm: 12,
+        min_groups: 2,
+    };
+
+    const MEASURED: [(&'static str, Self); 1] = [(
+        "sm_90",
+        // NVIDIA H200, bench/gpu/bench_frag_pdl.py (2026-11-30): the (w, s) at which the frag
+        // kernel beat the pipeline / first tensor-core GEMM. 1536 x 6144: M <= 8 w8 s1, M 9-16 w8
+        // s2; 6144 x 768: w4 s1 at every M <= 16; 6144 x 6144: M <= 8 w4 s1, M 9-16 w8 s1.
+        Self {
+            rows: &[
+                (1536, 6144, 8, 8, 1),
+                (1536, 6144, 16, 8, 2),
+                (6144, 768, 16, 4, 1),
+                (6144, 6144, 8, 4, 1),
+                (6144, 6144, 16, 8, 1),
+            ],
+            ..Self::DEFAULT
+        },
+    )];
+
+    /// The table for a device architecture.
+    pub fn for_arch(arch: &str) -> Self {
+        Self::MEASURED
             .iter()
-            .find(|&&(rn, rk, max_m, _, _)| rn == n && rk == k && m <= max_m)
-            .map(|&(_, _, _, w, s)| (w, s))
+            .find(|(a, _)| *a == arch)
+            .map_or(Self::DEFAULT, |(_, t)| *t)
+    }
+
+    /// The measured `(w, s)` for this shape, if any.
+    pub fn measured(&self, n: usize, k: usize, m: usize) -> Option<(usize, usize)> {
+        measured_row(self.rows, n, k, m)
     }
 }
 
@@ -292,5 +358,16 @@ mod tests {
         assert_eq!(h200.shape(64 * 768), (1, 512));
         assert_eq!(h200.shape(192 * 768), (2, 256));
         assert_eq!(h200.shape(8192 * 768), (8, 256));
+    }
+
+    #[test]
+    fn frag_table_rows_match_by_shape_and_rows() {
+        let h200 = FragGemmTable::for_arch("sm_90");
+        assert_eq!(h200.measured(1536, 6144, 8), Some((8, 1)));
+        assert_eq!(h200.measured(1536, 6144, 9), Some((8, 2)));
+        assert_eq!(h200.measured(6144, 768, 16), Some((4, 1)));
+        assert_eq!(h200.measured(6144, 6144, 12), Some((8, 1)));
+        assert_eq!(h200.measured(6144, 6144, 17), None);
+        assert_eq!(FragGemmTable::for_arch("sm_100"), FragGemmTable::DEFAULT);
     }
 }

@@ -3,7 +3,9 @@
 //!
 //! Built once in `Compile` from the same rewritten graph the CPU [`Program`] is built from.
 //! Constant MX weights of `MxMatMul` are transposed to `[N, K]` + `[N, K/32]` and uploaded once
-//! (the layout of the tensor-core GEMM); other constants that are not fused-node inputs are
+//! (the layout of the tensor-core GEMM), or, where the runtime has the fragment-packed GEMM
+//! (`GpuRuntime::frag_gemm_available`), packed for it (`kernels::gpu::pack_frag_weights`, also
+//! for `trans_b` weights); other constants that are not fused-node inputs are
 //! uploaded as they are. Output shapes come from the CPU kernels' `output_metas`, so both
 //! executors agree on them. Ops without a GPU launcher are a `Compile` error naming the node.
 //!
@@ -14,7 +16,7 @@
 use std::sync::{Arc, Mutex};
 
 use graph_rewrites::view::{ConstTensor, GraphView};
-use kernels::gpu::{GpuMatB, GpuRuntime, NormBuffers, SwiGluBuffers};
+use kernels::gpu::{pack_frag_weights, GpuMatB, GpuRuntime, NormBuffers, SwiGluBuffers};
 use kernels::{AddRmsNormAttrs, DType, MxMatMulAttrs, MxQuantAttrs, SwiGluAttrs};
 use ort_sys::OrtKernelContext;
 
@@ -39,9 +41,32 @@ enum GpuOp {
     SwiGlu(SwiGluAttrs),
     MatMul {
         attrs: MxMatMulAttrs,
-        /// The constant MX weight, `[N, K]` + `[N, K/32]` on the device.
-        packed: Option<(DeviceBox, DeviceBox)>,
+        /// The constant MX weight on the device, packed at compile time.
+        packed: Option<PackedWeight>,
     },
+}
+
+/// A constant MX weight uploaded once in the layout of the GEMM that reads it.
+struct PackedWeight {
+    q: DeviceBox,
+    scales: DeviceBox,
+    /// `pack_frag_weights`' layout; else `[N, K]` + `[N, K/32]`.
+    frag: bool,
+}
+
+impl PackedWeight {
+    fn mat_b(&self) -> GpuMatB {
+        let (q, scales) = (self.q.ptr(), self.scales.ptr());
+        if self.frag {
+            GpuMatB::MxFrag { q, scales }
+        } else {
+            GpuMatB::Mx {
+                q,
+                scales,
+                trans_b: true,
+            }
+        }
+    }
 }
 
 struct Step {
@@ -131,35 +156,75 @@ fn last_dim(m: &Meta, what: &str) -> Result<usize> {
         .ok_or_else(|| Error::invalid(format!("{what} has no last dimension")))
 }
 
-/// The constant MX weight of an `MxMatMul` (`b [K, N]` E4M3, `b_scale [K/32, N]` E8M0),
-/// transposed to `[N, K]` / `[N, K/32]` and uploaded; `None` when it is not such a constant.
+/// The constant MX weight of an `MxMatMul` (`b [K, N]` E4M3 + `b_scale [K/32, N]` E8M0, or
+/// `[N, K]` + `[N, K/32]` when `trans_b`), uploaded in the layout of the GEMM that will read it:
+/// fragment-packed when `frag(k)` (the runtime has that GEMM for this K), else `[N, K]` +
+/// `[N, K/32]` (a `trans_b` weight then stays an ordinary input, as it already has that layout).
+/// `None` when it is not such a constant.
 fn pack_weight(
     memory: &Arc<dyn DeviceMemory>,
     b: &ConstTensor,
     bs: &ConstTensor,
-) -> Result<Option<(DeviceBox, DeviceBox)>> {
+    trans_b: bool,
+    frag: &dyn Fn(usize) -> bool,
+) -> Result<Option<PackedWeight>> {
     let (b_meta, bs_meta) = (
         Meta::new(b.elem_type, b.dims.clone()),
         Meta::new(bs.elem_type, bs.dims.clone()),
     );
-    let packed = transpose_mx_weight(
-        &TensorRef {
-            meta: &b_meta,
-            data: &b.raw,
-        },
-        &TensorRef {
-            meta: &bs_meta,
-            data: &bs.raw,
-        },
-    );
-    // Not such a constant, or malformed: the launch's own checks report it.
-    let Some(packed) = packed else {
-        return Ok(None);
+    let (q_nk, scales_nk, n, k) = if trans_b {
+        // Already [N, K]; packed only for the fragment GEMM.
+        match nk_weight_dims(&b_meta, &bs_meta, b.raw.len(), bs.raw.len()) {
+            Some((n, k)) if frag(k) => (b.raw.clone(), bs.raw.clone(), n, k),
+            _ => return Ok(None),
+        }
+    } else {
+        let packed = transpose_mx_weight(
+            &TensorRef {
+                meta: &b_meta,
+                data: &b.raw,
+            },
+            &TensorRef {
+                meta: &bs_meta,
+                data: &bs.raw,
+            },
+        );
+        // Not such a constant, or malformed: the launch's own checks report it.
+        let Some(packed) = packed else {
+            return Ok(None);
+        };
+        let [n, k] = packed.q_dims;
+        (packed.q, packed.scales, n, k)
     };
-    Ok(Some((
-        DeviceBox::upload(memory, &packed.q)?,
-        DeviceBox::upload(memory, &packed.scales)?,
-    )))
+    let frag = frag(k);
+    let (q, scales) = if frag {
+        pack_frag_weights(&q_nk, &scales_nk, n, k)?
+    } else {
+        (q_nk, scales_nk)
+    };
+    Ok(Some(PackedWeight {
+        q: DeviceBox::upload(memory, &q)?,
+        scales: DeviceBox::upload(memory, &scales)?,
+        frag,
+    }))
+}
+
+/// `(n, k)` of a well-formed `[N, K]` E4M3 weight with `[N, K/32]` scales of these byte lengths.
+fn nk_weight_dims(b: &Meta, bs: &Meta, b_len: usize, bs_len: usize) -> Option<(usize, usize)> {
+    let dims = |m: &Meta| -> Option<(usize, usize)> {
+        match m.dims[..] {
+            [r, c] => Some((usize::try_from(r).ok()?, usize::try_from(c).ok()?)),
+            _ => None,
+        }
+    };
+    let ((n, k), (sn, kb)) = (dims(b)?, dims(bs)?);
+    let well_formed = b.dtype == DType::E4M3.onnx_code()
+        && sn == n
+        && k.is_multiple_of(32)
+        && kb == k / 32
+        && b_len == n * k
+        && bs_len == n * kb;
+    well_formed.then_some((n, k))
 }
 
 impl GpuProgram {
@@ -200,9 +265,11 @@ impl GpuProgram {
                 "SwiGluMxQuant" => GpuOp::SwiGlu(SwiGluAttrs::from_pairs(pairs())?),
                 "MxMatMul" => {
                     let attrs = MxMatMulAttrs::from_pairs(pairs())?;
-                    let gpu = matches!(backend, Backend::Gpu(_));
-                    let packed = match (gpu, attrs.trans_b, const_input(2)?, const_input(3)?) {
-                        (true, false, Some(b), Some(bs)) => pack_weight(&memory, &b, &bs)?,
+                    let packed = match (&backend, const_input(2)?, const_input(3)?) {
+                        (Backend::Gpu(rt), Some(b), Some(bs)) => {
+                            let frag = |k: usize| rt.frag_gemm_available(k);
+                            pack_weight(&memory, &b, &bs, attrs.trans_b, &frag)?
+                        }
                         _ => None,
                     };
                     GpuOp::MatMul { attrs, packed }
@@ -433,11 +500,7 @@ impl GpuProgram {
                 let m = element_count(&am.dims)? / k.max(1);
                 let n = last_dim(ym, "y")?;
                 let b = match packed {
-                    Some((q, s)) => GpuMatB::Mx {
-                        q: q.ptr(),
-                        scales: s.ptr(),
-                        trans_b: true,
-                    },
+                    Some(w) => w.mat_b(),
                     None => {
                         let (bm, b) = input(2, "b")?;
                         if bm.dtype == DType::E4M3.onnx_code() {
@@ -604,6 +667,62 @@ impl Executor {
 mod tests {
     use super::*;
     use crate::gpu::memory::HostMemory;
+
+    /// The bytes of a host-memory [`DeviceBox`].
+    fn host_bytes(b: &DeviceBox) -> Vec<u8> {
+        // SAFETY: HostMemory hands out host allocations of `len()` bytes.
+        unsafe { std::slice::from_raw_parts(b.ptr() as *const u8, b.len()) }.to_vec()
+    }
+
+    #[test]
+    fn weights_are_fragment_packed_where_the_runtime_has_that_gemm() {
+        let memory: Arc<dyn DeviceMemory> = Arc::new(HostMemory::default());
+        let (n, k) = (20usize, 128usize);
+        let e4m3 = DType::E4M3.onnx_code();
+        let e8m0 = DType::E8M0.onnx_code();
+        let q_nk: Vec<u8> = (0..n * k).map(|i| (i % 251) as u8).collect();
+        let s_nk: Vec<u8> = (0..n * k / 32).map(|i| 100 + i as u8).collect();
+        let t = |v: &[u8], rows: usize, cols: usize| -> Vec<u8> {
+            (0..rows * cols)
+                .map(|i| v[(i % rows) * cols + i / rows])
+                .collect()
+        };
+        let konst = |ty, dims: [usize; 2], raw: Vec<u8>| ConstTensor {
+            elem_type: ty,
+            dims: dims.iter().map(|&d| d as i64).collect(),
+            raw,
+        };
+        let (want_q, want_s) = pack_frag_weights(&q_nk, &s_nk, n, k).unwrap();
+        // [K, N] weights: transposed, then packed.
+        let b_kn = konst(e4m3, [k, n], t(&q_nk, n, k));
+        let bs_kn = konst(e8m0, [k / 32, n], t(&s_nk, n, k / 32));
+        let w = pack_weight(&memory, &b_kn, &bs_kn, false, &|_| true)
+            .unwrap()
+            .unwrap();
+        assert!(w.frag && matches!(w.mat_b(), GpuMatB::MxFrag { .. }));
+        assert_eq!(host_bytes(&w.q), want_q);
+        assert_eq!(host_bytes(&w.scales), want_s);
+        let w = pack_weight(&memory, &b_kn, &bs_kn, false, &|_| false)
+            .unwrap()
+            .unwrap();
+        assert!(!w.frag && matches!(w.mat_b(), GpuMatB::Mx { trans_b: true, .. }));
+        assert_eq!(host_bytes(&w.q), q_nk);
+        // [N, K] weights: packed for the fragment GEMM, else left as an ordinary input.
+        let b_nk = konst(e4m3, [n, k], q_nk.clone());
+        let bs_nk = konst(e8m0, [n, k / 32], s_nk.clone());
+        let w = pack_weight(&memory, &b_nk, &bs_nk, true, &|_| true)
+            .unwrap()
+            .unwrap();
+        assert_eq!(host_bytes(&w.q), want_q);
+        assert!(pack_weight(&memory, &b_nk, &bs_nk, true, &|_| false)
+            .unwrap()
+            .is_none());
+        // Malformed scales: not packed (the launch reports it).
+        let bad = konst(e8m0, [n, 3], vec![0; n * 3]);
+        assert!(pack_weight(&memory, &b_nk, &bad, true, &|_| true)
+            .unwrap()
+            .is_none());
+    }
 
     #[test]
     fn pool_reuses_buffers_of_the_same_size_and_is_bounded() {

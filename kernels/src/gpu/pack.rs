@@ -1,0 +1,144 @@
+//! Host-side packing of constant MX weights into the layout of the fragment-packed decode GEMM
+//! (kernels/gpu/mx_matmul_frag.hip; bench/gpu/mxgpu.py `pack_frag` is the same layout).
+//!
+//! Why a packed layout: the decode GEMM is bound by weight bytes in flight. Packed, one k-block
+//! of a warp's 16 weight rows is 512 contiguous bytes and each lane's 16 bytes are exactly its two
+//! k16 mma fragments, so each lane issues one coalesced 16-byte load straight into registers.
+//! Weights are constants, so the reshuffle is paid once, when the model is loaded.
+
+use crate::codec::BLOCK;
+use crate::error::KernelError;
+
+/// K must be a multiple of this: a lane's scale word holds 4 k-blocks.
+pub const FRAG_K_MULTIPLE: usize = 4 * BLOCK;
+
+/// The scale byte of padding rows: 2^0, so the kernel's fast E8M0 decode (no 0 / 255 codes in
+/// the word) stays on for the last tile; their weights are zero, so they add nothing.
+const PAD_SCALE: u8 = 127;
+
+/// `q_nk [N, K]` E4M3 + `scales_nk [N, K/32]` E8M0 (row-major, `K % 128 == 0`) packed as
+/// `(wf, wsf)` for `GpuMatB::MxFrag`:
+///
+/// * `wf [ceil(N/16)][K/32][32 lanes][16 bytes]`: lane `4g + t` holds bytes `8t .. 8t + 7` of the
+///   k-block of weight row `16 tile + g`, then the same bytes of row `16 tile + g + 8`;
+/// * `wsf [ceil(N/16)][K/128][16 rows][4 bytes]`: byte `u` of row `r`'s word is the scale of
+///   k-block `4 group + u` of weight row `16 tile + r`.
+///
+/// Rows past `n` (up to the next multiple of 16) are zero weights with scale byte 127.
+pub fn pack_frag_weights(
+    q_nk: &[u8],
+    scales_nk: &[u8],
+    n: usize,
+    k: usize,
+) -> Result<(Vec<u8>, Vec<u8>), KernelError> {
+    if k == 0 || !k.is_multiple_of(FRAG_K_MULTIPLE) {
+        return Err(KernelError::Shape(format!(
+            "fragment-packed weights need K a positive multiple of {FRAG_K_MULTIPLE}, got {k}"
+        )));
+    }
+    let kb = k / BLOCK;
+    if q_nk.len() != n * k || scales_nk.len() != n * kb {
+        return Err(KernelError::Buffer(format!(
+            "weights [{n}, {k}] need {} value and {} scale bytes, got {} and {}",
+            n * k,
+            n * kb,
+            q_nk.len(),
+            scales_nk.len()
+        )));
+    }
+    let tiles = n.div_ceil(16);
+    let mut wf = vec![0u8; tiles * 16 * k];
+    let mut wsf = vec![PAD_SCALE; tiles * 16 * kb];
+    for row in 0..n {
+        let (tile, r) = (row / 16, row % 16);
+        // Row r of a tile is lane group g = r % 8, half h = r / 8 of each lane's 16 bytes.
+        let (g, h) = (r % 8, r / 8);
+        let src = &q_nk[row * k..(row + 1) * k];
+        for (blk, block) in src.chunks_exact(BLOCK).enumerate() {
+            for (t, bytes) in block.chunks_exact(8).enumerate() {
+                let lane = 4 * g + t;
+                let at = ((tile * kb + blk) * 32 + lane) * 16 + 8 * h;
+                wf[at..at + 8].copy_from_slice(bytes);
+            }
+        }
+        for (blk, &s) in scales_nk[row * kb..(row + 1) * kb].iter().enumerate() {
+            let (group, u) = (blk / 4, blk % 4);
+            wsf[((tile * (kb / 4) + group) * 16 + r) * 4 + u] = s;
+        }
+    }
+    Ok((wf, wsf))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Distinct-ish bytes so a misplaced byte shows: value of (row, col).
+    fn weight(row: usize, col: usize) -> u8 {
+        (row * 31 + col * 7 + 1) as u8
+    }
+
+    #[test]
+    fn bytes_land_where_the_kernel_reads_them() {
+        let (n, k) = (40, 256); // 3 tiles, the last half padding; 8 k-blocks, 2 groups
+        let kb = k / 32;
+        let q: Vec<u8> = (0..n * k).map(|i| weight(i / k, i % k)).collect();
+        let s: Vec<u8> = (0..n * kb).map(|i| (i % 250) as u8).collect();
+        let (wf, wsf) = pack_frag_weights(&q, &s, n, k).unwrap();
+        assert_eq!(wf.len(), 48 * k);
+        assert_eq!(wsf.len(), 48 * kb);
+        // wf[tile][blk][lane = 4g + t][8h + b] = q[16 tile + 8h + g][32 blk + 8t + b].
+        for &(tile, blk, g, t, h, b) in &[
+            (0, 0, 0, 0, 0, 0),
+            (0, 3, 5, 2, 1, 7),
+            (1, 7, 7, 3, 1, 4),
+            (2, 1, 3, 1, 0, 2),
+        ] {
+            let at = ((tile * kb + blk) * 32 + 4 * g + t) * 16 + 8 * h + b;
+            let row = 16 * tile + 8 * h + g;
+            assert_eq!(
+                wf[at],
+                weight(row, 32 * blk + 8 * t + b),
+                "{tile} {blk} {g} {t}"
+            );
+        }
+        // wsf[tile][group][r][u] = s[16 tile + r][4 group + u].
+        for &(tile, group, r, u) in &[(0, 0, 0, 0), (1, 1, 15, 3), (2, 0, 7, 2)] {
+            let at = ((tile * 2 + group) * 16 + r) * 4 + u;
+            assert_eq!(wsf[at], s[(16 * tile + r) * kb + 4 * group + u]);
+        }
+    }
+
+    #[test]
+    fn rows_past_n_are_zero_with_unit_scale() {
+        let (n, k) = (40, 128);
+        let q = vec![0x38u8; n * k];
+        let s = vec![120u8; n * k / 32];
+        let (wf, wsf) = pack_frag_weights(&q, &s, n, k).unwrap();
+        let kb = k / 32;
+        // Tile 2 holds rows 32..48: rows 40..48 are h = 1 of every lane.
+        for blk in 0..kb {
+            for lane in 0..32 {
+                let at = ((2 * kb + blk) * 32 + lane) * 16;
+                assert!(wf[at..at + 8].iter().all(|&b| b == 0x38));
+                assert!(wf[at + 8..at + 16].iter().all(|&b| b == 0));
+            }
+        }
+        for r in 0..16 {
+            let word = &wsf[(2 * 16 + r) * 4..(2 * 16 + r) * 4 + 4];
+            let want = if r < 8 { 120 } else { PAD_SCALE };
+            assert!(word.iter().all(|&b| b == want), "row {r}: {word:?}");
+        }
+    }
+
+    #[test]
+    fn k_must_be_a_multiple_of_128_and_buffers_must_match() {
+        let err = pack_frag_weights(&[0; 16 * 96], &[0; 16 * 3], 16, 96).unwrap_err();
+        assert!(
+            matches!(err, KernelError::Shape(ref m) if m.contains("128")),
+            "{err}"
+        );
+        let err = pack_frag_weights(&[0; 10], &[0; 4], 16, 128).unwrap_err();
+        assert!(matches!(err, KernelError::Buffer(_)), "{err}");
+    }
+}
