@@ -53,8 +53,8 @@ def bench_gemm(mod, ops, read_bw, rows):
             def current():
                 j = nxt(copies); ops.matmul_default(Wt[j], St[j], M, aq, as_, y=y)
 
-            def frag(W=None, S=None, var=""):
-                j = nxt(copies); ops.matmul_frag(P[j][0], P[j][1], N, K, M, aq, as_, W=W, S=S, y=y, var=var)
+            def frag(W=None, S=None):
+                j = nxt(copies); ops.matmul_frag(P[j][0], P[j][1], N, K, M, aq, as_, W=W, S=S, y=y)
             t_cur, t_cur_pdl = both(mod, current)
             t_frag, t_frag_pdl = both(mod, frag)
             sweep, sweep_pdl = {}, {}
@@ -64,9 +64,6 @@ def bench_gemm(mod, ops, read_bw, rows):
                         continue
                     a, b = both(mod, lambda W=W, S=S: frag(W, S))
                     sweep[f"w{W}s{S}"], sweep_pdl[f"w{W}s{S}"] = a, b
-                    if M <= 8 and S == 1:
-                        a, b = both(mod, lambda W=W: frag(W, 1, "_u1"))
-                        sweep[f"w{W}s1u1"], sweep_pdl[f"w{W}s1u1"] = a, b
             t_bf = graph_time(lambda: A @ Wb[nxt(len(Wb))].t(), iters=100)
             wbytes = N * K * (1 + 1 / 32)
             best = min(sweep, key=sweep.get)

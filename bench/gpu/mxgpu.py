@@ -98,6 +98,7 @@ class Module:
         self.mod = ctypes.c_void_p()
         _ck(cuda.cuModuleLoadData(ctypes.byref(self.mod), self.cubin), "cuModuleLoadData")
         self.funcs = {}
+        self.dyn_smem = {}
 
     def func(self, name):
         if name not in self.funcs:
@@ -138,6 +139,10 @@ class Module:
         g = tuple(grid) + (1,) * (3 - len(grid))
         b = tuple(block) + (1,) * (3 - len(block))
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        if shmem > 48 * 1024 and self.dyn_smem.get(name, 0) < shmem:
+            # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: the opt-in above 48 KB
+            _ck(cuda.cuFuncSetAttribute(self.func(name), 8, ctypes.c_int(shmem)), f"smem {name}")
+            self.dyn_smem[name] = shmem
         if self.pdl:
             attr = _LaunchAttr(id=CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
             attr.value[0] = 1
@@ -277,17 +282,17 @@ class Ops:
                       [aq, as_, w, ws, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K)])
         return y
 
-    def matmul_frag(self, wf, wsf, N, K, M, aq, as_, out_dtype=torch.bfloat16, W=None, S=None, y=None, pre=1, var=""):
+    def matmul_frag(self, wf, wsf, N, K, M, aq, as_, out_dtype=torch.bfloat16, W=None, S=None, y=None, pre=1):
         """The fragment-packed GEMM (mx_matmul_frag.hip): (wf, wsf) = pack_frag(w [N, K], ws); a
         pre-quantized. W warps and S cluster blocks split K of each 16-column tile. None = frag_choice.
-        pre: load the first weights before the PDL wait. var: "" or "_u1" (bf16, M <= 8)."""
+        pre: load the first weights before the PDL wait."""
         assert K % 128 == 0
         mt = 1 if M <= 8 else 2
         W0, S0 = frag_choice(N, K, M)
         W, S = W or W0, S or S0
         if y is None:
             y = torch.empty(M, N, dtype=out_dtype, device=wf.device)
-        name = f"mx_matmul_frag_m{8 * mt}_{SUFFIX[out_dtype]}_w{W}_s{S}{var}"
+        name = f"mx_matmul_frag_m{8 * mt}_{SUFFIX[out_dtype]}_w{W}_s{S}"
         self.m.launch(name, (-(-N // 16) * S, -(-M // (8 * mt))), (32 * W,),
                       [aq, as_, wf, wsf, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(pre)])
         return y
@@ -377,9 +382,12 @@ FRAG_SS = (1, 2, 4, 8)
 
 
 def frag_choice(N, K, M, sms=132):
-    """(W, S) of the fragment-packed GEMM (mirrors kernels/src/gpu/shapes.rs `frag_shape`): the
-    fewest K splits S * W, W preferred, that give every SM FRAG_WARPS_PER_SM warps, keeping at least
+    """(W, S) of the fragment-packed GEMM (mirrors kernels/src/gpu/shapes.rs `frag_shape`): a
+    measured row of FRAG_ROWS, else the fewest K splits S * W, W preferred, that give every SM FRAG_WARPS_PER_SM warps, keeping at least
     FRAG_MIN_GROUPS groups of 4 k-blocks per warp."""
+    for n, k, max_m, w, s in FRAG_ROWS:
+        if (n, k) == (N, K) and M <= max_m:
+            return w, s
     tiles = -(-N // 16) * -(-M // (8 if M <= 8 else 16))
     groups = K // 128
     best = (2, 1)
@@ -394,6 +402,10 @@ def frag_choice(N, K, M, sms=132):
 
 
 FRAG_WARPS_PER_SM, FRAG_MIN_GROUPS = 12, 2
+# The H200 rows of kernels/src/gpu/thresholds.rs `FragGemmTable`: (n, k, max_m, W, S), measured
+# (bench_frag_pdl.py; BENCHMARKS.md).
+FRAG_ROWS = [(1536, 6144, 8, 8, 1), (1536, 6144, 16, 8, 2), (6144, 768, 16, 4, 1),
+             (6144, 6144, 8, 4, 1), (6144, 6144, 16, 8, 1)]
 
 
 # MXFUSE_GPU_V2=1: the runtime's GEMM is the split-K cluster kernel (launch.rs).

@@ -34,97 +34,16 @@ MX_DEV uint4 mx_ldg_once16(const uint4* p) {
   return r;
 }
 
-// One warp's registers for U groups of 4 k-blocks.
-template <int MT, int U>
-struct MxFragBatch {
-  uint4 w[U][4];        // k-block j of group u: rows g (.x .y) and g + 8 (.z .w)
-  mx_u32 sA[U], sB[U];  // weight scale words of rows g, g + 8
-  uint2 a[U][MT][4];    // activation row 8 mt + g, bytes 8t .. 8t + 7 of k-block j
-  mx_u32 s0[U][MT], s1[U][MT];  // activation scale words of rows 8 mt + 2t, 2t + 1
-};
-
-template <class TO, int W, int MT, int S, int U>
-MX_DEV void mx_matmul_frag(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
-                           const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
-                           typename TO::storage* __restrict__ y, int M, int N, int K, int pre) {
+// The end of both kernels: the W warps' accumulators added in warp order, then (S > 1) the
+// cluster's blocks in rank order through distributed shared memory; rank 0 stores.
+template <class TO, int W, int MT, int S>
+MX_DEV void mx_frag_reduce_store(const float acc[MT][4], typename TO::storage* __restrict__ y,
+                                 int M, int N) {
   constexpr int E = MT * 4 * 32;  // accumulator elements of a warp
   __shared__ float part[W * E];
   __shared__ float red[S > 1 ? E : 1];
-  MX_PDL_LAUNCH();
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int tile = blockIdx.x / S, split = blockIdx.x % S;
-  const int n0 = 16 * tile, m0 = 8 * MT * blockIdx.y;
-  const int KB = K >> 5, G = K >> 7;
-  // This warp's groups: part split * W + warp of S * W contiguous ranges.
-  const int per = (G + S * W - 1) / (S * W);
-  const int gb = min(G, (split * W + warp) * per), ge = min(G, gb + per);
-  const uint4* wp = wf + (long long)tile * KB * 32 + lane;  // + (4 i + j) * 32
-  const mx_u32* swp = wsf + (long long)tile * G * 16;       // + 16 i + row
-  // Rows past M read row M - 1: they only reach outputs past M, which are not stored.
-  const mx_u8* ap[MT];
-  const mx_u32 *sp0[MT], *sp1[MT];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    ap[mt] = aq + (long long)min(m0 + 8 * mt + g, M - 1) * K + 8 * t;
-    sp0[mt] = reinterpret_cast<const mx_u32*>(as + (long long)min(m0 + 8 * mt + 2 * t, M - 1) * KB);
-    sp1[mt] = reinterpret_cast<const mx_u32*>(as + (long long)min(m0 + 8 * mt + 2 * t + 1, M - 1) * KB);
-  }
-  typedef MxFragBatch<MT, U> Batch;
-  auto load_w = [&](Batch& bt, int i) {
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (i + u < ge) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) bt.w[u][j] = mx_ldg_once16(wp + (4 * (i + u) + j) * 32);
-        bt.sA[u] = swp[16 * (i + u) + g];
-        bt.sB[u] = swp[16 * (i + u) + g + 8];
-      }
-  };
-  auto load_a = [&](Batch& bt, int i) {
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (i + u < ge) {
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-          for (int j = 0; j < 4; ++j)
-            bt.a[u][mt][j] = *reinterpret_cast<const uint2*>(ap[mt] + 128 * (i + u) + 32 * j);
-          bt.s0[u][mt] = sp0[mt][i + u];
-          bt.s1[u][mt] = sp1[mt][i + u];
-        }
-      }
-  };
-
-  float acc[MT][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) acc[mt][c] = 0.0f;
-  Batch cur;
-  if (!pre) MX_PDL_WAIT();
-  if (gb < ge) load_w(cur, gb);
-  if (pre) MX_PDL_WAIT();
-  if (gb < ge) load_a(cur, gb);
-  for (int i = gb; i < ge; i += U) {
-    Batch nxt;
-    if (i + U < ge) {
-      load_w(nxt, i + U);
-      load_a(nxt, i + U);
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (i + u < ge) {
-        uint2 wa[4], wb[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          wa[j] = make_uint2(cur.w[u][j].x, cur.w[u][j].y);
-          wb[j] = make_uint2(cur.w[u][j].z, cur.w[u][j].w);
-        }
-        mx_mma_group4<MT>(acc, wa, wb, cur.a[u], cur.sA[u], cur.sB[u], cur.s0[u], cur.s1[u]);
-      }
-    cur = nxt;
-  }
-
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int n0 = 16 * (blockIdx.x / S), m0 = 8 * MT * blockIdx.y, split = blockIdx.x % S;
   // Element e = (mt * 4 + c) * 32 + lane of a warp: D fragment c of lane's tile mt.
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
@@ -162,8 +81,118 @@ MX_DEV void mx_matmul_frag(const mx_u8* __restrict__ aq, const mx_u8* __restrict
   }
 }
 
+// A warp's share of the work: groups gb .. ge - 1 (part split * W + warp of S * W contiguous
+// ranges of the K / 128 groups) of 16-column tile blockIdx.x / S, and its load addresses.
+template <int W, int MT, int S>
+struct MxFragWarp {
+  int g, gb, ge;
+  const uint4* wp;     // + (4 i + j) * 32: k-block j of group i, this lane's 16 bytes
+  const mx_u32* swp;   // + 16 i + row: scale word of group i
+  const mx_u8* ap[MT];  // + 128 i + 32 j: activation row 8 mt + g, this lane's 8 bytes
+  const mx_u32 *sp0[MT], *sp1[MT];  // + i: scale words of activation rows 8 mt + 2t, 2t + 1
+  MX_DEV MxFragWarp(const mx_u8* aq, const mx_u8* as, const uint4* wf, const mx_u32* wsf, int M,
+                    int K) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t = lane & 3;
+    const int tile = blockIdx.x / S, split = blockIdx.x % S, m0 = 8 * MT * blockIdx.y;
+    const int KB = K >> 5, G = K >> 7;
+    const int per = (G + S * W - 1) / (S * W);
+    g = lane >> 2;
+    gb = min(G, (split * W + warp) * per);
+    ge = min(G, gb + per);
+    wp = wf + (long long)tile * KB * 32 + lane;
+    swp = wsf + (long long)tile * G * 16;
+    // Rows past M read row M - 1: they only reach outputs past M, which are not stored.
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      ap[mt] = aq + (long long)min(m0 + 8 * mt + g, M - 1) * K + 8 * t;
+      sp0[mt] = reinterpret_cast<const mx_u32*>(as + (long long)min(m0 + 8 * mt + 2 * t, M - 1) * KB);
+      sp1[mt] = reinterpret_cast<const mx_u32*>(as + (long long)min(m0 + 8 * mt + 2 * t + 1, M - 1) * KB);
+    }
+  }
+};
+
+// One warp's registers for U groups of 4 k-blocks.
+template <int MT, int U>
+struct MxFragBatch {
+  uint4 w[U][4];        // k-block j of group u: rows g (.x .y) and g + 8 (.z .w)
+  mx_u32 sA[U], sB[U];  // weight scale words of rows g, g + 8
+  uint2 a[U][MT][4];    // activation row 8 mt + g, bytes 8t .. 8t + 7 of k-block j
+  mx_u32 s0[U][MT], s1[U][MT];  // activation scale words of rows 8 mt + 2t, 2t + 1
+};
+
+template <class TO, int W, int MT, int S, int U>
+MX_DEV void mx_matmul_frag(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
+                           const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
+                           typename TO::storage* __restrict__ y, int M, int N, int K, int pre) {
+  const MxFragWarp<W, MT, S> f(aq, as, wf, wsf, M, K);
+  const int g = f.g, gb = f.gb, ge = f.ge;
+  const uint4* wp = f.wp;
+  const mx_u32* swp = f.swp;
+  typedef MxFragBatch<MT, U> Batch;
+  auto load_w = [&](Batch& bt, int i) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (i + u < ge) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) bt.w[u][j] = mx_ldg_once16(wp + (4 * (i + u) + j) * 32);
+        bt.sA[u] = swp[16 * (i + u) + g];
+        bt.sB[u] = swp[16 * (i + u) + g + 8];
+      }
+  };
+  auto load_a = [&](Batch& bt, int i) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (i + u < ge) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            bt.a[u][mt][j] = *reinterpret_cast<const uint2*>(f.ap[mt] + 128 * (i + u) + 32 * j);
+          bt.s0[u][mt] = f.sp0[mt][i + u];
+          bt.s1[u][mt] = f.sp1[mt][i + u];
+        }
+      }
+  };
+
+  float acc[MT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[mt][c] = 0.0f;
+  Batch cur;
+  if (!pre) MX_PDL_WAIT();
+  if (gb < ge) load_w(cur, gb);
+  if (pre) MX_PDL_WAIT();
+  MX_PDL_LAUNCH();
+  if (gb < ge) load_a(cur, gb);
+  for (int i = gb; i < ge; i += U) {
+    Batch nxt;
+    if (i + U < ge) {
+      load_w(nxt, i + U);
+      load_a(nxt, i + U);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (i + u < ge) {
+        uint2 wa[4], wb[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          wa[j] = make_uint2(cur.w[u][j].x, cur.w[u][j].y);
+          wb[j] = make_uint2(cur.w[u][j].z, cur.w[u][j].w);
+        }
+        mx_mma_group4<MT>(acc, wa, wb, cur.a[u], cur.sA[u], cur.sB[u], cur.s0[u], cur.s1[u]);
+      }
+    cur = nxt;
+  }
+
+  mx_frag_reduce_store<TO, W, MT, S>(acc, y, M, N);
+}
+
 // Kernel names: mx_matmul_frag_m<8|16>_<out>_w<W>_s<S>, U = 2 groups per batch at 8 rows, 1 at 16
-// (registers); bench-only mx_matmul_frag_m8_bf16_w<W>_s<S>_u1 (U = 4 spills). Block 32 W threads.
+// (registers: 157 / 156 at W = 4). Measured and dropped (BENCHMARKS.md): U = 1 at 8 rows (no
+// faster; U = 4 spills), and a per-lane cp.async ring of 4 / 8 stages in dynamic shared memory
+// instead of the register double buffer (79 registers, but 1.1-2x slower: the 12 small cp.asyncs
+// per lane per group). Block 32 W threads.
 #define MX_DEFINE_FRAG1(NAME, TO, W, MT, S, U, ATTR)                                             \
   extern "C" __global__ void __launch_bounds__(32 * W) ATTR                                      \
       NAME(const mx_u8* aq, const mx_u8* as, const uint4* wf, const mx_u32* wsf, TO::storage* y, \
@@ -186,5 +215,4 @@ MX_DEV void mx_matmul_frag(const mx_u8* __restrict__ aq, const mx_u8* __restrict
 
 MX_DEFINE_FRAG_OUTS(mx_matmul_frag_m8, 1, 2)
 MX_DEFINE_FRAG_OUTS(mx_matmul_frag_m16, 2, 1)
-MX_DEFINE_FRAG_W(mx_matmul_frag_m8_bf16, MxBf16, 1, 1, _u1)
 #endif  // MX_NV_FP8_MMA && MX_NV_CLUSTER
