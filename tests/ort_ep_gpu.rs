@@ -23,7 +23,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use mxfuse_tests::ort_harness::{
-    create_session, creation_error, env, ep_devices, ep_options, run_decoder as run, EP_NAME,
+    create_session, creation_error, env, ep_devices, ep_options, run_decoder_hidden, EP_NAME,
 };
 use ort::logging::LogLevel;
 use ort::memory::DeviceType;
@@ -73,9 +73,22 @@ fn decoder(form: models::WeightForm) -> Vec<u8> {
         .expect("fixture config")
         .cfg;
     cfg.spelling.weights = form;
+    // K = 256 (q / k / v, gate_up) and 128 (down): multiples of 128, so on sm_90 the fragment
+    // GEMM serves the constant MX weights (the fixture's 64 / 32 would take the other kernels).
+    cfg.hidden = HIDDEN;
+    cfg.intermediate = 128;
+    cfg.moe_intermediate = 128;
     models::model_proto(&cfg)
         .expect("model builds")
         .encode_to_vec()
+}
+
+/// The test decoder's width ([`decoder`]).
+const HIDDEN: usize = 256;
+
+/// Runs the test decoder (width [`HIDDEN`]); every output as f32.
+fn run(session: &mut Session) -> Vec<Vec<f32>> {
+    run_decoder_hidden(session, HIDDEN)
 }
 
 /// Float weights (the generic GPU GEMM) and MX weights (prepacked, tensor-core GEMM on sm_89+).

@@ -89,10 +89,15 @@ pub fn ep_options(options: &[(&str, &str)]) -> Vec<(String, String)> {
 
 /// Runs `session` on a deterministic `hidden_states [2, 3, 64]`; every output as f32.
 pub fn run_decoder(session: &mut Session) -> Vec<Vec<f32>> {
-    let data: Vec<f32> = (0..2 * 3 * 64)
+    run_decoder_hidden(session, 64)
+}
+
+/// [`run_decoder`] for a model of width `hidden`.
+pub fn run_decoder_hidden(session: &mut Session, hidden: usize) -> Vec<Vec<f32>> {
+    let data: Vec<f32> = (0..2 * 3 * hidden)
         .map(|i| ((i * 7919 % 257) as f32 - 128.0) / 37.0)
         .collect();
-    let input = Tensor::from_array(([2usize, 3, 64], data)).expect("tensor");
+    let input = Tensor::from_array(([2usize, 3, hidden], data)).expect("tensor");
     let outputs = session
         .run(ort::inputs!["hidden_states" => input])
         .expect("run");
