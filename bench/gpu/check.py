@@ -326,28 +326,35 @@ def check_matmul_frag(ops):
 
 def check_pdl(ops):
     """Every op under a programmatic (PDL) launch, back to back on one stream with the previous
-    kernel writing what the next one reads, gives the bits of ordinary launches."""
-    M, H, I = 64, 6144, 768
-    x = to_dev(ref.rnd(rng.standard_normal((M, H)) * 3, "bf16"), "bf16")
-    r = to_dev(ref.rnd(rng.standard_normal((M, H)), "bf16"), "bf16")
+    kernel writing what the next one reads, gives the bits of ordinary launches: the decode chain
+    norm -> norm (reading the first's residual_out / normed) -> fragment GEMM (reading the second's
+    q / scales) -> quantize -> SwiGLU, at row counts that take the split-row, one-chunk and
+    multi-chunk norms."""
+    from mxgpu import F_GEMMA, F_OAI, F_FP32_ACT, pack_frag
+    H, I, N = 6144, 768, 1536
+    w = torch.from_numpy(rand_e4m3((N, H))).cuda()
+    ws = torch.from_numpy(rng.integers(118, 130, (N, H // 32), dtype=np.uint8)).cuda()
+    wf, wsf = pack_frag(w, ws)
     gamma = to_dev(ref.rnd(rng.standard_normal(H) * 0.1, "bf16"), "bf16")
-    gu = to_dev(ref.rnd(rng.standard_normal((M, 2 * I)) * 4, "bf16"), "bf16")
-    from mxgpu import F_GEMMA, F_OAI, F_FP32_ACT
-    def chain():
-        # norm -> (its residual_out as the next norm's x) -> quantize of the normed rows -> SwiGLU
-        o1 = ops.norm_quant(x, r, gamma, F_GEMMA)
-        o2 = ops.norm_quant(o1[2], o1[3], gamma, F_GEMMA)
-        q = ops.quantize(o2[3], 0)
-        s = ops.swiglu_quant(gu, None, I, "split_halves", F_OAI | F_FP32_ACT)
-        return [host(t) for t in (*o1, *o2, *q, *s)]
-    base = chain()
-    ops.m.pdl = True
-    try:
-        got = chain()
-    finally:
-        ops.m.pdl = False
-    same = all(np.array_equal(a, b, equal_nan=True) for a, b in zip(base, got))
-    report("pdl chain norm -> norm -> quantize, swiglu", same)
+    for M in (8, 64, 300):
+        x = to_dev(ref.rnd(rng.standard_normal((M, H)) * 3, "bf16"), "bf16")
+        r = to_dev(ref.rnd(rng.standard_normal((M, H)), "bf16"), "bf16")
+        gu = to_dev(ref.rnd(rng.standard_normal((M, 2 * I)) * 4, "bf16"), "bf16")
+        def chain():
+            o1 = ops.norm_quant(x, r, gamma, F_GEMMA)
+            o2 = ops.norm_quant(o1[2], o1[3], gamma, F_GEMMA)
+            y = ops.matmul_frag(wf, wsf, N, H, min(M, 16), o2[0][:16], o2[1][:16])
+            q = ops.quantize(o2[3], 0)
+            s = ops.swiglu_quant(gu, None, I, "split_halves", F_OAI | F_FP32_ACT)
+            return [host(t) for t in (*o1, *o2, y, *q, *s)]
+        base = chain()
+        ops.m.pdl = True
+        try:
+            got = chain()
+        finally:
+            ops.m.pdl = False
+        same = all(np.array_equal(a, b, equal_nan=True) for a, b in zip(base, got))
+        report(f"pdl chain M={M}: norm -> norm -> frag GEMM, quantize, swiglu", same)
 
 
 if __name__ == "__main__":

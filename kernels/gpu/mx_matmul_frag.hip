@@ -192,7 +192,9 @@ MX_DEV void mx_matmul_frag(const mx_u8* __restrict__ aq, const mx_u8* __restrict
 // (registers: 157 / 156 at W = 4). Measured and dropped (BENCHMARKS.md): U = 1 at 8 rows (no
 // faster; U = 4 spills), and a per-lane cp.async ring of 4 / 8 stages in dynamic shared memory
 // instead of the register double buffer (79 registers, but 1.1-2x slower: the 12 small cp.asyncs
-// per lane per group). Block 32 W threads.
+// per lane per group); W warps on W neighbouring tiles over one K range sharing the block's
+// activations converted once to f16 in shared memory (1.15-1.5x slower: the staging pass before
+// the weight stream). Block 32 W threads.
 #define MX_DEFINE_FRAG1(NAME, TO, W, MT, S, U, ATTR)                                             \
   extern "C" __global__ void __launch_bounds__(32 * W) ATTR                                      \
       NAME(const mx_u8* aq, const mx_u8* as, const uint4* wf, const mx_u32* wsf, TO::storage* y, \
@@ -215,4 +217,5 @@ MX_DEV void mx_matmul_frag(const mx_u8* __restrict__ aq, const mx_u8* __restrict
 
 MX_DEFINE_FRAG_OUTS(mx_matmul_frag_m8, 1, 2)
 MX_DEFINE_FRAG_OUTS(mx_matmul_frag_m16, 2, 1)
+
 #endif  // MX_NV_FP8_MMA && MX_NV_CLUSTER

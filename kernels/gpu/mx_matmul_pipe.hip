@@ -86,16 +86,17 @@ MX_DEV int mx_pipe_frag_off(int r, int u, int t) {
 }
 
 // One group of 4 k-blocks of a warp's 16 weight rows into acc (the D fragments of MT 16x8 tiles):
-// wa[u] / wb[u] = bytes 8t .. 8t + 7 of k-block u of weight rows g / g + 8; b[mt][u] = the same
-// bytes of activation row 8 mt + g; swA / swB = the 4 E8M0 scale bytes (k-block u = byte u) of
+// wa[u] / wb[u] = bytes 8t .. 8t + 7 of k-block u of weight rows g / g + 8; bh[mt][u] = the same
+// bytes of activation row 8 mt + g, as f16; swA / swB = the 4 E8M0 scale bytes (k-block u = byte u) of
 // weight rows g / g + 8, s0[mt] / s1[mt] those of activation rows 8 mt + 2t / 2t + 1. Within a
 // k-block the 32 k positions are permuted identically for weights and activations (lane t's 8
 // bytes feed k-slots 2t, 2t+1, 2t+8, 2t+9 of the two k16 mmas), which leaves the dot product
 // unchanged. Each k-block's fresh fp32 result is scaled by 2^sw * 2^sa and added to acc.
+// bh[mt][u]: the activation fragments already as f16 (.x .y: mma 0's b0 b1; .z .w: mma 1's).
 template <int MT>
-MX_DEV void mx_mma_group4(float acc[MT][4], const uint2 wa[4], const uint2 wb[4],
-                          const uint2 b[MT][4], mx_u32 swA, mx_u32 swB, const mx_u32 s0[MT],
-                          const mx_u32 s1[MT]) {
+MX_DEV void mx_mma_group4_h(float acc[MT][4], const uint2 wa[4], const uint2 wb[4],
+                            const uint4 bh[MT][4], mx_u32 swA, mx_u32 swB, const mx_u32 s0[MT],
+                            const mx_u32 s1[MT]) {
   float fA[4], fB[4], f0[MT][4], f1[MT][4];
   mx_u32 bad = mx_has_byte_00_or_ff(swA) | mx_has_byte_00_or_ff(swB);
   mx_e8m0x4_fast(swA, fA);
@@ -129,16 +130,33 @@ MX_DEV void mx_mma_group4(float acc[MT][4], const uint2 wa[4], const uint2 wb[4]
     for (int mt = 0; mt < MT; ++mt) {
       const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       float d[4];
-      mx_mma_f16(d, a00, a01, a02, a03, mx_e4m3x2_to_f16x2(b[mt][u].x),
-                 mx_e4m3x2_to_f16x2(b[mt][u].x >> 16), zero);
-      mx_mma_f16(d, a10, a11, a12, a13, mx_e4m3x2_to_f16x2(b[mt][u].y),
-                 mx_e4m3x2_to_f16x2(b[mt][u].y >> 16), d);
+      mx_mma_f16(d, a00, a01, a02, a03, bh[mt][u].x, bh[mt][u].y, zero);
+      mx_mma_f16(d, a10, a11, a12, a13, bh[mt][u].z, bh[mt][u].w, d);
       acc[mt][0] += d[0] * fA[u] * f0[mt][u];
       acc[mt][1] += d[1] * fA[u] * f1[mt][u];
       acc[mt][2] += d[2] * fB[u] * f0[mt][u];
       acc[mt][3] += d[3] * fB[u] * f1[mt][u];
     }
   }
+}
+
+// Eight e4m3 (lane t's 8 bytes of a k-block) as the f16 fragments of mx_mma_group4_h.
+MX_DEV uint4 mx_e4m3x8_to_frag(uint2 b) {
+  return make_uint4(mx_e4m3x2_to_f16x2(b.x), mx_e4m3x2_to_f16x2(b.x >> 16), mx_e4m3x2_to_f16x2(b.y),
+                    mx_e4m3x2_to_f16x2(b.y >> 16));
+}
+
+// mx_mma_group4_h with e4m3 activation fragments (b[mt][u] = lane t's 8 bytes of k-block u).
+template <int MT>
+MX_DEV void mx_mma_group4(float acc[MT][4], const uint2 wa[4], const uint2 wb[4],
+                          const uint2 b[MT][4], mx_u32 swA, mx_u32 swB, const mx_u32 s0[MT],
+                          const mx_u32 s1[MT]) {
+  uint4 bh[MT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int u = 0; u < 4; ++u) bh[mt][u] = mx_e4m3x8_to_frag(b[mt][u]);
+  mx_mma_group4_h<MT>(acc, wa, wb, bh, swA, swB, s0, s1);
 }
 
 template <int W, int MT>
