@@ -24,12 +24,37 @@ pub const ROWS: usize = 4;
 
 /// The smallest binary exponent of a nonzero value in `v` (`i32::MAX` when all are zero;
 /// NaN and ±Inf count as exponent 128, denormals as -127 so they fail the normal check).
-pub fn min_exponent(v: &[f32]) -> i32 {
-    v.iter()
-        .filter(|x| **x != 0.0)
-        .map(|x| ((x.to_bits() >> 23) & 0xFF) as i32 - 127)
-        .min()
-        .unwrap_or(i32::MAX)
+/// Vectorized: the scalar scan was ~10 µs of a 6144 × 8 A per GEMM call.
+///
+/// # Safety
+/// The CPU has AVX512F.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn min_exponent(v: &[f32]) -> i32 {
+    // Biased exponent fields, 256 for ±0 (above every field, so zeros never count).
+    let field = |bits: __m512i| {
+        let magnitude = _mm512_slli_epi32::<1>(bits);
+        let e = _mm512_srli_epi32::<24>(magnitude);
+        _mm512_mask_mov_epi32(
+            _mm512_set1_epi32(256),
+            _mm512_test_epi32_mask(magnitude, magnitude),
+            e,
+        )
+    };
+    let mut lo = _mm512_set1_epi32(256);
+    let mut chunks = v.chunks_exact(16);
+    for c in &mut chunks {
+        lo = _mm512_min_epu32(lo, field(_mm512_loadu_si512(c.as_ptr() as *const __m512i)));
+    }
+    let mut tail = [0f32; 16];
+    tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
+    lo = _mm512_min_epu32(
+        lo,
+        field(_mm512_loadu_si512(tail.as_ptr() as *const __m512i)),
+    );
+    match _mm512_reduce_min_epu32(lo) {
+        256 => i32::MAX,
+        e => e as i32 - 127,
+    }
 }
 
 /// Whether products of values with smallest exponents `ea` and `eb` (see [`min_exponent`])
@@ -108,9 +133,18 @@ mod tests {
 
     #[test]
     fn exponent_guard() {
-        assert_eq!(min_exponent(&[0.0, 1.0, 0.25, -8.0]), -2);
-        assert_eq!(min_exponent(&[0.0, -0.0]), i32::MAX);
-        assert_eq!(min_exponent(&[f32::from_bits(1), 1.0]), -127); // a denormal
+        if crate::fast::isa::avx512_bf16() {
+            let min = |v: &[f32]| unsafe { min_exponent(v) };
+            assert_eq!(min(&[0.0, 1.0, 0.25, -8.0]), -2);
+            assert_eq!(min(&[0.0, -0.0]), i32::MAX);
+            assert_eq!(min(&[f32::from_bits(1), 1.0]), -127); // a denormal
+            assert_eq!(min(&[f32::NAN, f32::NEG_INFINITY]), 128);
+            // Past whole 16-lane chunks, and the smallest value in the remainder.
+            let mut v = vec![-3.0f32; 37];
+            v[36] = 2f32.powi(-100);
+            assert_eq!(min(&v), -100);
+            assert_eq!(min(&v[..36]), 1);
+        }
         assert!(normal_products(-126, 0) && normal_products(-60, -66));
         assert!(normal_products(i32::MAX, i32::MAX)); // all zeros
         assert!(!normal_products(-127, 5) && !normal_products(3, -127));

@@ -15,28 +15,25 @@
 //!
 //! Order: `vpunpck{l,h}bw` work within 128-bit lanes, so the first vector holds k ≡ 0..7
 //! (mod 16) of the 64 and the second k ≡ 8..15; A is packed in the same order once per call
-//! ([`pack_k_tiles`]). A 32-wide tail (K ≡ 32 mod 64) is decoded by the f16 route in k order.
+//! ([`pack_steps`]). A 32-wide tail (K ≡ 32 mod 64) is decoded by the f16 route in k order.
 
 #![allow(unsafe_op_in_unsafe_fn)]
 
 use std::arch::x86_64::*;
 
-use super::avx2_mx::{nan_bytes32, MAX_FAST_SCALE};
+use super::avx2_mx::nan_bytes32;
 use crate::codec::BLOCK;
-
-/// K per tile of the packed A: the ≤ 8 rows of a group (8 KiB) stay in L1 while a column pair
-/// runs over them.
-pub const REGS_KT: usize = 512;
 
 /// Weights per look-up step: two blocks of one row.
 const STEP: usize = 2 * BLOCK;
 
-/// bf16 bits of the E4M3 magnitude with bits `idx` (0..128; 127 is NaN, never used: such
-/// blocks leave this path).
+/// bf16 bits of the E4M3 magnitude with bits `idx` (0..128). 127 is NaN: its entry 0xFFC0 has
+/// the only high byte 0xFF (finite ones are ≤ 0x43 | sign), which the kernel's running byte max
+/// detects (such units leave this path).
 const fn bf16_of_e4m3_magnitude(idx: u8) -> u16 {
     let (e, m) = ((idx >> 3) as u16, (idx & 7) as u16);
     if idx == 0x7F {
-        0x7FC0
+        0xFFC0
     } else if e > 0 {
         // (1 + m/8) · 2^(e-7): bf16 exponent e - 7 + 127, mantissa m in its top 3 bits.
         ((e + 120) << 7) | (m << 4)
@@ -64,17 +61,24 @@ const fn tables() -> [[u8; 64]; 4] {
 static TABLES: [[u8; 64]; 4] = tables();
 
 /// 64 E4M3 bytes at `q` (blocks with scales `s0`, `s1`, both ≤ `MAX_FAST_SCALE`) → the 64 deq
-/// values in bf16 as two vectors (lane order: module docs), and the NaN bytes' mask.
+/// values in bf16 as two vectors (lane order: module docs); `nan` takes the byte max of their
+/// high bytes (0xFF where a byte is NaN). No mask compare: those share the ports of
+/// `vdpbf16ps` on Zen 4 (each costs a dot product's cycle), a byte max does not.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16")]
 #[inline]
-unsafe fn decode64(q: *const u8, s0: u8, s1: u8, t: &[__m512i; 4]) -> (__m512bh, __m512bh, u64) {
+unsafe fn decode64(
+    q: *const u8,
+    s0: u8,
+    s1: u8,
+    t: &[__m512i; 4],
+    nan: &mut __m512i,
+) -> (__m512bh, __m512bh) {
     let b = _mm512_loadu_si512(q as *const __m512i);
-    let magnitude = _mm512_set1_epi8(0x7F);
-    let nan = _mm512_cmpeq_epi8_mask(_mm512_and_si512(b, magnitude), magnitude);
     let hi = _mm512_permutex2var_epi8(t[0], b, t[1]);
     let lo = _mm512_permutex2var_epi8(t[2], b, t[3]);
     // hi | (b & 0x80): the sign.
     let hi = _mm512_ternarylogic_epi32::<0xF8>(hi, b, _mm512_set1_epi8(i8::MIN));
+    *nan = _mm512_max_epu8(*nan, hi);
     let exp_add = |s: u8| ((s as i16 - 127) << 7) as u16 as i16;
     let e = _mm512_inserti64x4::<1>(
         _mm512_set1_epi16(exp_add(s0)),
@@ -87,7 +91,6 @@ unsafe fn decode64(q: *const u8, s0: u8, s1: u8, t: &[__m512i; 4]) -> (__m512bh,
     (
         scale(_mm512_unpacklo_epi8(lo, hi)),
         scale(_mm512_unpackhi_epi8(lo, hi)),
-        nan,
     )
 }
 
@@ -110,22 +113,20 @@ unsafe fn decode32(q: *const u8, s: u8) -> __m512bh {
     _mm512_cvtne2ps_pbh(hi, lo)
 }
 
-/// Bytes ahead of the decode that [`nk_regs_bf16`] prefetches in each weight row (a hint next to
-/// the hardware prefetcher; prefetching across row ends into the next pass's rows measured no
-/// different).
-const PREFETCH_AHEAD: usize = 1024;
-
 /// `out[c][r] = Σ_k a[r0 + r, k] · deq(B_c)[k]` over all `k` (multiple of 32) weights of `C`
 /// MXFP8 weight rows at `q[c]` (their scales at `s[c]`), for rows r0..r0+R of the m-row packed
-/// bf16 A at `a` ([`pack_k_tiles`]); R·C ≤ 16 accumulators stay in registers for the whole row,
-/// and each A vector loaded serves C dot products. Lane j of an accumulator sums the products
+/// bf16 A at `a` ([`pack_steps`]); R·C ≤ 16 accumulators stay in registers for the whole row,
+/// and each A vector loaded serves C dot products. A (96 KiB at m = 8, k = 6144) does not fit
+/// L1 and is read again by every pass; packed step by step it is one sequential stream that
+/// the hardware prefetcher keeps ahead of (8 rows 1 KiB apart per step, from 512-k tiles, left
+/// ~6 of ~52 cycles per step waiting on L2). Lane j of an accumulator sums the products
 /// of words 2j and 2j+1 of each vector; the 16 lanes are summed at the end (a fixed tree).
-/// `false` when a block is off the fast route (a NaN byte or a scale > `MAX_FAST_SCALE`): the
-/// caller then recomputes these columns exactly.
+/// `false` when a weight is NaN (off the fast route): the caller then recomputes these columns
+/// exactly. Scales above `MAX_FAST_SCALE` are the caller's to rule out (it scans them anyway).
 ///
 /// # Safety
 /// The CPU has AVX512F/BW/VL/VBMI/BF16 and AVX2/FMA/F16C; `q[c][..k]`, `s[c][..k/32]` and the
-/// packed A (`m·k` values, r0 + R ≤ m) are in bounds.
+/// packed A (`m·k` values, r0 + R ≤ m) are in bounds; every scale is ≤ `MAX_FAST_SCALE`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,avx2,fma,f16c")]
 pub unsafe fn nk_regs_bf16<const R: usize, const C: usize>(
     (a, m, r0): (*const u16, usize, usize),
@@ -136,48 +137,46 @@ pub unsafe fn nk_regs_bf16<const R: usize, const C: usize>(
 ) -> bool {
     let t = TABLES.map(|tb| _mm512_loadu_si512(tb.as_ptr() as *const __m512i));
     let mut v = [[_mm512_setzero_ps(); R]; C];
-    let mut nan = 0u64;
-    let mut max_scale = 0u8;
+    let mut nan = _mm512_setzero_si512();
+    let mut nan_tail = 0u64;
     let load = |p: *const u16| -> __m512bh {
         std::mem::transmute(_mm512_loadu_si512(p as *const __m512i))
     };
     let t0: __m512bh = std::mem::transmute(_mm512_setzero_si512());
-    for k0 in (0..k).step_by(REGS_KT) {
-        let kt = REGS_KT.min(k - k0);
-        // Rows r0.. of tile k0 (m rows of kt values).
-        let at = a.add(m * k0 + r0 * kt);
-        let whole = kt - kt % STEP;
-        for kk in (0..whole).step_by(STEP) {
-            let mut b = [(t0, t0); C];
+    let whole = k - k % STEP;
+    for k0 in (0..whole).step_by(STEP) {
+        // Rows r0.. of step k0 (m rows of 64 values, contiguous).
+        let at = a.add(m * k0 + r0 * STEP);
+        let mut b = [(t0, t0); C];
+        for c in 0..C {
+            let (qc, sc) = (q[c].add(k0), s[c].add(k0 / BLOCK));
+            // The same k of the row C·k bytes on: in the `[N, K]` layout the driver walks,
+            // the row the next pass (next C columns) reads, so that pass finds its weights in
+            // cache (a whole pass ahead hides DRAM latency and the 4 KiB page crossings,
+            // where the hardware prefetcher restarts; the next 1 KiB of this row, as before,
+            // measured 2-17 % slower single-threaded streaming from DRAM).
+            _mm_prefetch::<_MM_HINT_T0>(qc.wrapping_add(C * k) as *const i8);
+            b[c] = decode64(qc, *sc, *sc.add(1), &t, &mut nan);
+        }
+        // r indexes A's rows and every column's accumulators alike.
+        #[allow(clippy::needless_range_loop)]
+        for r in 0..R {
+            let ap = at.add(r * STEP);
+            let (x0, x1) = (load(ap), load(ap.add(BLOCK)));
             for c in 0..C {
-                let (qc, sc) = (q[c].add(k0 + kk), s[c].add((k0 + kk) / BLOCK));
-                _mm_prefetch::<_MM_HINT_T0>(qc.wrapping_add(PREFETCH_AHEAD) as *const i8);
-                let (s0, s1) = (*sc, *sc.add(1));
-                max_scale = max_scale.max(s0).max(s1);
-                let (b0, b1, n) = decode64(qc, s0, s1, &t);
-                nan |= n;
-                b[c] = (b0, b1);
-            }
-            // r indexes A's rows and every column's accumulators alike.
-            #[allow(clippy::needless_range_loop)]
-            for r in 0..R {
-                let ap = at.add(r * kt + kk);
-                let (x0, x1) = (load(ap), load(ap.add(BLOCK)));
-                for c in 0..C {
-                    v[c][r] = _mm512_dpbf16_ps(v[c][r], x0, b[c].0);
-                    v[c][r] = _mm512_dpbf16_ps(v[c][r], x1, b[c].1);
-                }
+                v[c][r] = _mm512_dpbf16_ps(v[c][r], x0, b[c].0);
+                v[c][r] = _mm512_dpbf16_ps(v[c][r], x1, b[c].1);
             }
         }
-        if whole < kt {
-            for c in 0..C {
-                let (qc, sc) = (q[c].add(k0 + whole), *s[c].add((k0 + whole) / BLOCK));
-                max_scale = max_scale.max(sc);
-                nan |= _mm256_movemask_epi8(nan_bytes32(qc)) as u32 as u64;
-                let b = decode32(qc, sc);
-                for (r, vr) in v[c].iter_mut().enumerate() {
-                    *vr = _mm512_dpbf16_ps(*vr, load(at.add(r * kt + whole)), b);
-                }
+    }
+    if whole < k {
+        let at = a.add(m * whole + r0 * BLOCK);
+        for c in 0..C {
+            let (qc, sc) = (q[c].add(whole), *s[c].add(whole / BLOCK));
+            nan_tail |= _mm256_movemask_epi8(nan_bytes32(qc)) as u32 as u64;
+            let b = decode32(qc, sc);
+            for (r, vr) in v[c].iter_mut().enumerate() {
+                *vr = _mm512_dpbf16_ps(*vr, load(at.add(r * BLOCK)), b);
             }
         }
     }
@@ -188,31 +187,57 @@ pub unsafe fn nk_regs_bf16<const R: usize, const C: usize>(
             *x = _mm512_reduce_add_ps(*lanes);
         }
     }
-    nan == 0 && max_scale <= MAX_FAST_SCALE
+    nan_tail == 0 && _mm512_cmpeq_epi8_mask(nan, _mm512_set1_epi8(-1)) == 0
 }
 
-/// `a` (`m` rows of `k` bf16 values) packed for [`nk_regs_bf16`]: in k-tiles of [`REGS_KT`],
-/// tile t holding rows 0..m of its k range contiguously (row stride = the tile's length), each
-/// 64-wide chunk of a row in the decode's lane order (module docs), a 32-wide tail in k order.
-/// Contiguous tiles matter: row-major A has a stride of 2k bytes — a multiple of 4 KiB at
-/// k = 6144 — and its rows would all map to the same L1 sets.
-pub fn pack_k_tiles(a: &[u16], m: usize, k: usize) -> Vec<u16> {
-    let mut out = Vec::with_capacity(m * k);
-    for k0 in (0..k).step_by(REGS_KT) {
-        let kt = REGS_KT.min(k - k0);
-        for row in a.chunks_exact(k).take(m) {
-            let row = &row[k0..k0 + kt];
-            let mut chunks = row.chunks_exact(STEP);
-            for c in &mut chunks {
-                for half in [0, 8] {
-                    for lane in 0..4 {
-                        out.extend_from_slice(&c[lane * 16 + half..lane * 16 + half + 8]);
-                    }
-                }
+/// `a` (`m` rows of `k` f32 values) in bf16 (RNE, `vcvtne2ps2bf16` like `avx512_mx::to_bf16`)
+/// packed for [`nk_regs_bf16`] in the order it reads: step by step (64 k), each step holding
+/// rows 0..m of its 64 values in the decode's lane order (module docs), then a 32-wide tail
+/// (K ≡ 32 mod 64) as m rows of 32 in k order. (Row-major A has a stride of 2k bytes — a
+/// multiple of 4 KiB at k = 6144 — and its rows would all map to the same L1 sets.) One pass,
+/// straight from f32 (a conversion pass, a packing pass and two zero-filled buffers were
+/// ~10 µs of a 6144 × 8 A per GEMM call).
+///
+/// # Safety
+/// The CPU has AVX512F/BW/BF16; `a.len() = m·k`, `k % 32 == 0`.
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+pub unsafe fn pack_steps(a: &[f32], m: usize, k: usize) -> Vec<u16> {
+    assert!(a.len() == m * k && k.is_multiple_of(BLOCK));
+    // Word indices into (k 0..32 | k 32..64) of a 64-wide chunk: k ≡ 0..7 (mod 16), then 8..15.
+    let idx = |half: i16| {
+        let w: [i16; 32] = std::array::from_fn(|j| (j / 8 * 16 + j % 8) as i16 + half);
+        _mm512_loadu_si512(w.as_ptr() as *const __m512i)
+    };
+    let (first, second) = (idx(0), idx(8));
+    let mut out = Vec::<u16>::with_capacity(m * k);
+    let dst = out.as_mut_ptr();
+    let mut o = 0;
+    // 32 values → 32 bf16 words in k order (the first operand fills the upper 16).
+    let cvt = |p: *const f32| -> __m512i {
+        std::mem::transmute(_mm512_cvtne2ps_pbh(
+            _mm512_loadu_ps(p.add(16)),
+            _mm512_loadu_ps(p),
+        ))
+    };
+    for k0 in (0..k).step_by(STEP) {
+        for r in 0..m {
+            let src = a.as_ptr().add(r * k + k0);
+            if k0 + STEP <= k {
+                let (lo, hi) = (cvt(src), cvt(src.add(BLOCK)));
+                let v0 = _mm512_permutex2var_epi16(lo, first, hi);
+                let v1 = _mm512_permutex2var_epi16(lo, second, hi);
+                _mm512_storeu_si512(dst.add(o) as *mut __m512i, v0);
+                _mm512_storeu_si512(dst.add(o + BLOCK) as *mut __m512i, v1);
+                o += STEP;
+            } else {
+                _mm512_storeu_si512(dst.add(o) as *mut __m512i, cvt(src));
+                o += BLOCK;
             }
-            out.extend_from_slice(chunks.remainder());
         }
     }
+    // SAFETY (of set_len): the loops wrote every one of the m·k values.
+    debug_assert_eq!(o, m * k);
+    out.set_len(m * k);
     out
 }
 
@@ -235,20 +260,69 @@ mod tests {
     }
 
     #[test]
+    fn nan_weights_leave_the_path() {
+        if !crate::fast::isa::avx512_bf16() {
+            return;
+        }
+        // k = 288: four full steps and a 32-wide tail; one row of A, one column of 1.0 (0x38).
+        let k = 288;
+        let a: Vec<f32> = (0..k).map(|i| 1.0 + (i % 7) as f32 / 8.0).collect();
+        // SAFETY (all): avx512_bf16() checked the CPU features; q and s hold k and k/32 bytes.
+        let packed = unsafe { pack_steps(&a, 1, k) };
+        let s = vec![127u8; k / BLOCK];
+        let run = |q: &[u8]| {
+            let mut out = [[0f32; 1]; 1];
+            let ok = unsafe {
+                nk_regs_bf16::<1, 1>(
+                    (packed.as_ptr(), 1, 0),
+                    k,
+                    [q.as_ptr()],
+                    [s.as_ptr()],
+                    &mut out,
+                )
+            };
+            (ok, out[0][0])
+        };
+        assert_eq!(run(&[0x38; 288]), (true, a.iter().sum()));
+        for nan in [0x7F, 0xFF] {
+            for pos in [0, 63, 200, 270] {
+                let mut q = vec![0x38u8; k];
+                q[pos] = nan;
+                assert!(!run(&q).0, "NaN {nan:#x} at {pos} not detected");
+            }
+        }
+    }
+
+    #[test]
     fn packing_follows_the_unpack_lane_order() {
-        let (m, k) = (2, REGS_KT + 64); // one full tile and a 64-wide one
-        let a: Vec<u16> = (0..(m * k) as u16).collect();
-        let p = pack_k_tiles(&a, m, k);
-        assert_eq!(p.len(), m * k);
-        // Tile 0, row 0, first chunk: k 0..8, 16..24, 32..40, 48..56, then 8..16, ...
-        let want: Vec<u16> = [0, 16, 32, 48, 8, 24, 40, 56]
-            .iter()
-            .flat_map(|&s| s..s + 8)
+        if !crate::fast::isa::avx512_bf16() {
+            return;
+        }
+        let (m, k) = (3, 160); // two steps and a 32-wide tail
+                               // Distinct values exact in bf16: bf16 bits 0x3F80 + i.
+        let bits = |i: usize| 0x3F80 + i as u16;
+        let a: Vec<f32> = (0..m * k)
+            .map(|i| f32::from_bits((bits(i) as u32) << 16))
             .collect();
-        assert_eq!(&p[..64], &want[..]);
-        // Tile 1 starts after both rows of tile 0; row 1 of it after row 0's 64.
-        let t1 = REGS_KT as u16;
-        assert_eq!(p[2 * REGS_KT], t1);
-        assert_eq!(p[2 * REGS_KT + 64], k as u16 + t1);
+        // SAFETY: avx512_bf16() checked the CPU features; k is a multiple of 32.
+        let p = unsafe { pack_steps(&a, m, k) };
+        assert_eq!(p.len(), m * k);
+        // Row r of step t at (t·m + r)·64: k 0..8, 16..24, 32..40, 48..56, then 8..16, ... of
+        // the step.
+        let order = [0, 16, 32, 48, 8, 24, 40, 56];
+        for (t, r) in [(0, 0), (0, 2), (1, 1)] {
+            let want: Vec<u16> = order
+                .iter()
+                .flat_map(|&s| (s..s + 8).map(|kk| bits(r * k + t * 64 + kk)))
+                .collect();
+            let at = (t * m + r) * 64;
+            assert_eq!(&p[at..at + 64], &want[..], "step {t} row {r}");
+        }
+        // The tail: m rows of 32 in k order after the steps.
+        for r in 0..m {
+            let tail: Vec<u16> = (128..160).map(|kk| bits(r * k + kk)).collect();
+            let at = 2 * m * 64 + r * 32;
+            assert_eq!(&p[at..at + 32], &tail[..], "tail row {r}");
+        }
     }
 }

@@ -8,7 +8,7 @@
 //!   2-row × 4-column register blocks over them.
 //!   With AVX-512 BF16 + VBMI (the default where the CPU has it; every value and product a
 //!   normal f32): M ≤ 64 decodes the weights straight to bf16 in registers by byte look-ups
-//!   (`avx512_regs`), once per group of up to 8 rows of bf16 A (packed in 512-k tiles), two
+//!   (`avx512_regs`), once per group of up to 8 rows of bf16 A (packed step by step), two
 //!   columns per pass — `vdpbf16ps` runs 32 multiply-adds per instruction; larger M converts
 //!   decoded tiles to bf16 and runs 4-row × 4-column `vdpbf16ps` blocks (`avx512_mx`).
 //! * `[K, N]` (trans_b = 0), units of 256 columns (4 cache lines of each weight row): 128-k
@@ -23,7 +23,7 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2_mx::{self as kern, KN_COLS, KN_ROWS, NK_COLS, ZERO};
+use super::avx2_mx::{self as kern, KN_COLS, KN_ROWS, MAX_FAST_SCALE, NK_COLS, ZERO};
 use super::avx512_mx as wide;
 use super::avx512_regs as regs;
 use super::shared::SharedMut;
@@ -99,12 +99,15 @@ pub(super) fn nk<O: Element>(
                 let ss: [*const u8; NK_COLS] =
                     std::array::from_fn(|c| scales[col(c) * kb..].as_ptr());
                 // A in bf16 where both bf16 paths may take this unit (every value and product
-                // a normal f32), checked once for them.
+                // a normal f32), checked once for them from one scan of the unit's scales; the
+                // in-register path also needs every scale ≤ MAX_FAST_SCALE.
+                let (min_scale, max_scale) = unit_scale_range(ss, kb);
                 let bf16_unit = bf16
                     .as_ref()
-                    .filter(|b| wide::normal_products(b.min_exp, unit_min_exponent(ss, kb)));
-                let in_regs_bf16 =
-                    bf16_unit.is_some_and(|b| nk_unit_regs_bf16(&b.a, m, k, qs, ss, &mut vals));
+                    .filter(|b| wide::normal_products(b.min_exp, min_scale as i32 - 127 - 9));
+                let in_regs_bf16 = bf16_unit.is_some_and(|b| {
+                    max_scale <= MAX_FAST_SCALE && nk_unit_regs_bf16(&b.a, m, k, qs, ss, &mut vals)
+                });
                 // SAFETY: AVX2 detected by the caller; rows col(c) of q (k bytes) and scales
                 // (k/32 bytes) and the m rows of a are in bounds (check_matmul_io).
                 let in_regs = if in_regs_bf16 {
@@ -154,7 +157,7 @@ const REGS_BF16_MAX_M: usize = 64;
 /// One `[N, K]` unit on the in-register AVX-512 BF16 path (M ≤ `REGS_BF16_MAX_M`): each pair of
 /// columns is decoded once in registers for a group of up to 8 rows of bf16 A; M > 8 runs
 /// several row groups (the decode is cheap, the A loads are what each group amortises over its
-/// columns); the kernel prefetches ahead in each weight row.
+/// columns); the kernel prefetches the next pass's weight rows.
 /// `false` (nothing written) when M is out of range or a block is off the fast route; the
 /// caller then runs an exact path. Caller: `normal_products` holds for A and the unit.
 fn nk_unit_regs_bf16(
@@ -310,8 +313,8 @@ fn nk_tiled(
     }
 }
 
-/// Scratch of the AVX-512 BF16 paths: A as bf16 (once per call; packed in k-tiles for M ≤
-/// `REGS_BF16_MAX_M`, `avx512_regs::pack_k_tiles`) and its smallest exponent
+/// Scratch of the AVX-512 BF16 paths: A as bf16 (once per call; packed in 64-k steps for M ≤
+/// `REGS_BF16_MAX_M`, `avx512_regs::pack_steps`) and its smallest exponent
 /// (`avx512_mx::min_exponent`).
 struct Bf16A {
     a: Vec<u16>,
@@ -326,35 +329,31 @@ fn bf16_a(a: &[f32], m: usize) -> Option<Bf16A> {
     if m == 0 || !super::isa::avx512_bf16() {
         return None;
     }
-    let min_exp = wide::min_exponent(a);
+    // SAFETY (all three): avx512_bf16() checked the CPU features; a.len() = m·k, k a multiple
+    // of 32.
+    let min_exp = unsafe { wide::min_exponent(a) };
     if min_exp < -126 {
         return None;
     }
-    let mut bf = vec![0u16; a.len()];
-    // SAFETY: avx512_bf16() checked the CPU features; a.len() = m·k, a multiple of 32.
-    unsafe { wide::to_bf16(a, &mut bf) };
-    if m <= REGS_BF16_MAX_M {
-        bf = regs::pack_k_tiles(&bf, m, a.len() / m);
-    }
+    let bf = if m <= REGS_BF16_MAX_M {
+        unsafe { regs::pack_steps(a, m, a.len() / m) }
+    } else {
+        let mut bf = vec![0u16; a.len()];
+        unsafe { wide::to_bf16(a, &mut bf) };
+        bf
+    };
     Some(Bf16A { a: bf, min_exp })
 }
 
-/// The smallest exponent of a nonzero deq(B) value of the unit: 2^-9 (the least E4M3
-/// subnormal) at its smallest block scale.
-fn unit_min_exponent(ss: [*const u8; NK_COLS], kb: usize) -> i32 {
-    let min_scale = ss
-        .iter()
+/// The smallest and largest block scale of the unit (the smallest exponent of a nonzero deq(B)
+/// value is 2^-9, the least E4M3 subnormal, at the smallest scale).
+fn unit_scale_range(ss: [*const u8; NK_COLS], kb: usize) -> (u8, u8) {
+    ss.iter().fold((u8::MAX, 0), |(lo, hi), &p| {
         // SAFETY: ss[c] points at a row of kb scales (nk).
-        .map(|&p| {
-            unsafe { std::slice::from_raw_parts(p, kb) }
-                .iter()
-                .copied()
-                .min()
-        })
-        .min()
-        .flatten()
-        .unwrap_or(u8::MAX);
-    min_scale as i32 - 127 - 9
+        let row = unsafe { std::slice::from_raw_parts(p, kb) };
+        row.iter()
+            .fold((lo, hi), |(lo, hi), &s| (lo.min(s), hi.max(s)))
+    })
 }
 
 /// Scratch of one task on the AVX-512 BF16 path.
