@@ -3,7 +3,9 @@
 # (no env switches): check.py (every op against the CPU reference, bit for bit where the op is
 # exact), the Rust `gpu_kernels` tests, and the plugin EP's GPU end-to-end test (ep_gpu_check.sh).
 # Before it, on the development machine: `python3 bench/gpu/offline_compile.py --pack` (carry
-# .gpucache) and the ep_artifacts build that ep_gpu_check.sh's header describes.
+# .gpucache) and the ep_artifacts build that ep_gpu_check.sh's header describes. Options:
+# SANITIZE=1 compute-sanitizer memcheck / racecheck / synccheck on the Rust GPU tests; BENCH=1
+# bench_frag_pdl.py (GEMM + PDL timings); BASELINE=1 torch_baseline.py (Inductor) in the same call.
 set -u
 . "$(dirname "$0")/device_common.sh"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/check.log" 2>&1
@@ -15,4 +17,26 @@ run_rust_tests ${T_RUST:-90}
 step "ep_gpu_check.sh"
 (cd "$root" && OUT="$OUT" timeout 60 bash "$here/ep_gpu_check.sh") > "$OUT/ep.log" 2>&1; echo "rc=$?" >> "$OUT/ep.log"
 tail -4 "$OUT/ep.log"
+if [ -n "${SANITIZE:-}" ] && [ -x /tmp/gpu_kernels ]; then
+  # compute-sanitizer on the Rust GPU tests (every kernel family, incl. the PDL launches and the
+  # fragment GEMM's cluster reduction); NVRTC as run_rust_tests found it.
+  nvrtc=$(grep -o 'nvrtc=.*' "$OUT/rust.log" | tail -1 | cut -d= -f2)
+  for tool in memcheck racecheck synccheck; do
+    step "compute-sanitizer $tool"
+    MXFUSE_NVRTC=$nvrtc timeout ${T_SAN:-120} compute-sanitizer --tool $tool /tmp/gpu_kernels --test-threads=1 > "$OUT/sanitizer_$tool.log" 2>&1
+    echo "rc=$?" >> "$OUT/sanitizer_$tool.log"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test result|rc=" "$OUT/sanitizer_$tool.log" | tail -3
+  done
+fi
+if [ -n "${BENCH:-}" ]; then
+  step "bench_frag_pdl.py"
+  OUT=/tmp timeout ${T_BENCH:-240} python3 bench_frag_pdl.py > "$OUT/bench_frag_pdl.log" 2>&1; echo "rc=$?" >> "$OUT/bench_frag_pdl.log"
+  cp /tmp/bench_frag_pdl.json "$OUT/" 2>/dev/null
+  grep -v "^    " "$OUT/bench_frag_pdl.log" | tail -26
+fi
+if [ -n "${BASELINE:-}" ]; then
+  step "inductor anchor"
+  OUT=/tmp timeout ${T_BASE:-120} python3 torch_baseline.py 8 16 32 64 128 192 8192 > "$OUT/baseline.log" 2>&1; echo "rc=$?" >> "$OUT/baseline.log"
+  cp /tmp/gpu_anchor.json "$OUT/" 2>/dev/null
+  tail -12 "$OUT/baseline.log"
+fi
 step "done"

@@ -383,29 +383,30 @@ FRAG_SS = (1, 2, 4, 8)
 
 def frag_choice(N, K, M, sms=132):
     """(W, S) of the fragment-packed GEMM (mirrors kernels/src/gpu/shapes.rs `frag_shape`): a
-    measured row of FRAG_ROWS, else the fewest K splits S * W, W preferred, that give every SM FRAG_WARPS_PER_SM warps, keeping at least
-    FRAG_MIN_GROUPS groups of 4 k-blocks per warp."""
+    measured row of FRAG_ROWS, else one block per 16-column tile with the most warps W (8, 4, 2)
+    for which all blocks are resident in one wave (FRAG_RESIDENT_WARPS // W blocks per SM) and
+    each warp keeps FRAG_MIN_GROUPS groups of 4 k-blocks; cluster splits S only where the tiles
+    leave most SMs idle."""
     for n, k, max_m, w, s in FRAG_ROWS:
         if (n, k) == (N, K) and M <= max_m:
             return w, s
     tiles = -(-N // 16) * -(-M // (8 if M <= 8 else 16))
     groups = K // 128
-    best = (2, 1)
-    for S in FRAG_SS:
-        for W in FRAG_WS:
-            if groups < FRAG_MIN_GROUPS * S * W:
-                return best
-            best = (W, S)
-            if tiles * S * W >= FRAG_WARPS_PER_SM * sms:
-                return best
-    return best
+    enough = lambda parts: -(-groups // parts) >= FRAG_MIN_GROUPS
+    W = next((w for w in sorted(FRAG_WS, reverse=True)
+              if enough(w) and tiles <= sms * max(1, FRAG_RESIDENT_WARPS // w)), FRAG_WS[0])
+    S = 1
+    if 2 * tiles < sms:
+        for cand in FRAG_SS:
+            if tiles * cand <= sms and enough(W * cand):
+                S = cand
+    return W, S
 
 
-FRAG_WARPS_PER_SM, FRAG_MIN_GROUPS = 12, 2
+FRAG_RESIDENT_WARPS, FRAG_MIN_GROUPS = 12, 2
 # The H200 rows of kernels/src/gpu/thresholds.rs `FragGemmTable`: (n, k, max_m, W, S), measured
 # (bench_frag_pdl.py; BENCHMARKS.md).
-FRAG_ROWS = [(1536, 6144, 8, 8, 1), (1536, 6144, 16, 8, 2), (6144, 768, 16, 4, 1),
-             (6144, 6144, 8, 4, 1), (6144, 6144, 16, 8, 1)]
+FRAG_ROWS = [(1536, 6144, 16, 8, 1), (6144, 768, 16, 4, 1), (6144, 6144, 16, 4, 1)]
 
 
 # MXFUSE_GPU_V2=1: the runtime's GEMM is the split-K cluster kernel (launch.rs).

@@ -106,11 +106,13 @@ const FRAG_SPLITS: [usize; 4] = [1, 2, 4, 8];
 
 /// `(w, s)` of the fragment-packed decode GEMM (kernels/gpu/mx_matmul_frag.hip) for `n` output
 /// columns, reduction length `k` (a multiple of 128) and `m` activation rows on `sms`
-/// multiprocessors: a measured row of `table` where one exists, else the fewest K splits `s * w`
-/// (more warps per block before more blocks per cluster: a block's warps reduce through its own
-/// shared memory, a cluster's blocks through distributed shared memory) that give every SM
-/// `table.warps_per_sm` warps (a warp's loads in flight, not DRAM, bound it), as long as every
-/// warp keeps `table.min_groups` groups of 4 k-blocks. Mirrored by bench/gpu/mxgpu.py
+/// multiprocessors: a measured row of `table` where one exists, else the rule the H200's
+/// measurements follow (BENCHMARKS.md): one block per 16-column tile, with the most warps `w`
+/// (8, 4, 2) for which every block is resident in one wave (`table.resident_warps_per_sm` / `w`
+/// blocks per SM: registers bound residency, and a second wave or a second block on some SMs cost
+/// more than the extra warps gained) and each warp keeps `table.min_groups` groups of 4 k-blocks;
+/// then cluster splits `s` only where the tiles leave most SMs idle (splitting K over a cluster
+/// measured slower wherever the tiles alone fill the GPU). Mirrored by bench/gpu/mxgpu.py
 /// `frag_choice`.
 pub fn frag_shape(
     n: usize,
@@ -122,22 +124,25 @@ pub fn frag_shape(
     if let Some(ws) = table.measured(n, k, m) {
         return ws;
     }
+    let sms = sms.max(1);
     let tiles = n.div_ceil(16) * m.div_ceil(if m <= 8 { 8 } else { 16 });
     let groups = k / 128;
-    let want = table.warps_per_sm * sms.max(1);
-    let mut best = (FRAG_WARPS[0], FRAG_SPLITS[0]);
-    for s in FRAG_SPLITS {
-        for w in FRAG_WARPS {
-            if groups < table.min_groups * s * w {
-                return best;
-            }
-            best = (w, s);
-            if tiles * s * w >= want {
-                return best;
+    let enough = |parts: usize| groups.div_ceil(parts) >= table.min_groups;
+    let w = FRAG_WARPS
+        .iter()
+        .rev()
+        .copied()
+        .find(|&w| enough(w) && tiles <= sms * (table.resident_warps_per_sm / w).max(1))
+        .unwrap_or(FRAG_WARPS[0]);
+    let mut s = FRAG_SPLITS[0];
+    if 2 * tiles < sms {
+        for cand in FRAG_SPLITS {
+            if tiles * cand <= sms && enough(w * cand) {
+                s = cand;
             }
         }
     }
-    best
+    (w, s)
 }
 
 #[cfg(test)]
@@ -184,26 +189,28 @@ mod tests {
     fn frag_gemm_rule_and_table() {
         use super::super::thresholds::FragGemmTable;
         let rule = FragGemmTable::DEFAULT;
-        // 1536 x 6144, 1 row: 96 tiles want 1584 warps; 48 groups stop at s * w = 16 (w4 s4).
-        assert_eq!(frag_shape(1536, 6144, 1, 132, &rule), (4, 4));
-        // 6144 x 768: 6 groups allow only w2 s1.
-        assert_eq!(frag_shape(6144, 768, 8, 132, &rule), (2, 1));
-        // 6144 x 6144, 16 rows: 384 tiles x w4 = 1536 < 1584, x w8 = 3072: w8 s1.
-        assert_eq!(frag_shape(6144, 6144, 16, 132, &rule), (8, 1));
-        // 6144 x 6144, 24 rows: 768 tiles x w2 = 1536, x w4 = 3072: w4 s1.
-        assert_eq!(frag_shape(6144, 6144, 24, 132, &rule), (4, 1));
+        // The H200's measured best shapes follow from the rule: 1536 x 6144 (96 tiles) w8, one
+        // block per SM; 6144 x 768 and 6144 x 6144 (384 tiles) w4, 3 blocks per SM; s = 1.
+        for m in [1, 8, 16] {
+            assert_eq!(frag_shape(1536, 6144, m, 132, &rule), (8, 1));
+            assert_eq!(frag_shape(6144, 768, m, 132, &rule), (4, 1));
+            assert_eq!(frag_shape(6144, 6144, m, 132, &rule), (4, 1));
+        }
+        // 6144 x 6144, 24 rows: 768 tiles fit one wave only at w2.
+        assert_eq!(frag_shape(6144, 6144, 24, 132, &rule), (2, 1));
+        // More tiles than one wave holds at any w: w2.
+        assert_eq!(frag_shape(16384, 6144, 1, 132, &rule), (2, 1));
         // Tiny K: one group still runs (w2 s1), never fewer.
         assert_eq!(frag_shape(16, 128, 1, 132, &rule), (2, 1));
-        // Large K, few tiles: every split, up to w8 s8.
+        // Large K, one tile: K split over a cluster too, up to w8 s8.
         assert_eq!(frag_shape(16, 65536, 1, 132, &rule), (8, 8));
-        // The H200's table overrides the rule at the measured shapes only.
+        assert_eq!(frag_shape(16, 4096, 1, 132, &rule), (8, 2));
+        // The H200's table names the measured shapes (the same as the rule's).
         let h200 = FragGemmTable::for_arch("sm_90");
-        assert_eq!(frag_shape(1536, 6144, 1, 132, &h200), (8, 1));
-        assert_eq!(frag_shape(1536, 6144, 16, 132, &h200), (8, 2));
+        assert_eq!(frag_shape(1536, 6144, 16, 132, &h200), (8, 1));
         assert_eq!(frag_shape(6144, 768, 3, 132, &h200), (4, 1));
-        assert_eq!(frag_shape(6144, 6144, 8, 132, &h200), (4, 1));
-        assert_eq!(frag_shape(6144, 6144, 9, 132, &h200), (8, 1));
-        assert_eq!(frag_shape(6144, 6144, 24, 132, &h200), (4, 1));
+        assert_eq!(frag_shape(6144, 6144, 9, 132, &h200), (4, 1));
+        assert_eq!(frag_shape(6144, 6144, 24, 132, &h200), (2, 1));
         assert_eq!(frag_shape(4096, 1024, 1, 132, &h200), (4, 1));
     }
 

@@ -135,34 +135,34 @@ pub struct FragGemmTable {
     /// Measured shapes `(n, k, max_m, w, s)`: the first row with this `n`, `k` and `m <= max_m`
     /// wins. Other shapes take the rule below.
     pub rows: &'static [(usize, usize, usize, usize, usize)],
-    /// The rule (`shapes::frag_shape`): the fewest K splits `s * w` (`w` grown first) that give
-    /// every SM this many warps,
-    pub warps_per_sm: usize,
-    /// keeping at least this many groups of 4 k-blocks per warp (each warp double-buffers its
+    /// The rule (`shapes::frag_shape`): warps of the kernel resident per SM (registers: ~160 a
+    /// lane at w = 2 / 4, so 12; at w = 8 one block of 8),
+    pub resident_warps_per_sm: usize,
+    /// and the fewest groups of 4 k-blocks a warp should keep (each warp double-buffers its
     /// groups; one group leaves nothing to overlap).
     pub min_groups: usize,
 }
 
 impl FragGemmTable {
-    /// Devices not measured: the rule (bench/gpu/mxgpu.py `FRAG_WARPS_PER_SM`, `FRAG_MIN_GROUPS`).
+    /// Devices not measured: the rule (bench/gpu/mxgpu.py `FRAG_RESIDENT_WARPS`, `FRAG_MIN_GROUPS`).
     pub const DEFAULT: Self = Self {
         rows: &[],
-        warps_per_sm: 12,
+        resident_warps_per_sm: 12,
         min_groups: 2,
     };
 
     const MEASURED: [(&'static str, Self); 1] = [(
         "sm_90",
-        // NVIDIA H200, bench/gpu/bench_frag_pdl.py (2026-11-30): the (w, s) at which the frag
-        // kernel beat the pipeline / first tensor-core GEMM. 1536 x 6144: M <= 8 w8 s1, M 9-16 w8
-        // s2; 6144 x 768: w4 s1 at every M <= 16; 6144 x 6144: M <= 8 w4 s1, M 9-16 w8 s1.
+        // NVIDIA H200, bench/gpu/bench_frag_pdl.py, 2026-11-30 17:20 (BENCHMARKS.md; all 12
+        // (w, s) per shape, with and without PDL): best 1536 x 6144 w8 s1 at M = 1-16 (w4 s2 /
+        // w2 s4 within 1-3 % at M = 4 / 8); 6144 x 768 w4 s1 (w2 s1 within 1 % at M = 4 / 8
+        // without PDL); 6144 x 6144 w4 s1 at every M <= 16 (w8 s1 at 145 registers holds one
+        // block per SM: 21.7 us at M = 16 against 16.2).
         Self {
             rows: &[
-                (1536, 6144, 8, 8, 1),
-                (1536, 6144, 16, 8, 2),
+                (1536, 6144, 16, 8, 1),
                 (6144, 768, 16, 4, 1),
-                (6144, 6144, 8, 4, 1),
-                (6144, 6144, 16, 8, 1),
+                (6144, 6144, 16, 4, 1),
             ],
             ..Self::DEFAULT
         },
@@ -364,9 +364,9 @@ mod tests {
     fn frag_table_rows_match_by_shape_and_rows() {
         let h200 = FragGemmTable::for_arch("sm_90");
         assert_eq!(h200.measured(1536, 6144, 8), Some((8, 1)));
-        assert_eq!(h200.measured(1536, 6144, 9), Some((8, 2)));
+        assert_eq!(h200.measured(1536, 6144, 9), Some((8, 1)));
         assert_eq!(h200.measured(6144, 768, 16), Some((4, 1)));
-        assert_eq!(h200.measured(6144, 6144, 12), Some((8, 1)));
+        assert_eq!(h200.measured(6144, 6144, 12), Some((4, 1)));
         assert_eq!(h200.measured(6144, 6144, 17), None);
         assert_eq!(FragGemmTable::for_arch("sm_100"), FragGemmTable::DEFAULT);
     }
