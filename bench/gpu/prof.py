@@ -1,6 +1,10 @@
-"""A few launches of each kernel at the benchmark shapes, for `ncu` (see docs/gpu.md)."""
+"""A few launches of each kernel at the benchmark shapes, for `ncu` (see docs/gpu.md): the norm and
+SwiGLU at M = 8 / 8192, and the fragment-packed decode GEMM at its runtime shape for 1536 x 6144 and
+6144 x 6144, M = 8 and 16 (weights rotated over copies so they come from HBM, as in the bench).
+    ncu --clock-control none -k regex:mx_matmul_frag --launch-skip 4 --launch-count 4 \\
+        --section SpeedOfLight --section WarpStateStats ... python3 prof.py"""
 import torch
-from mxgpu import Module, Ops, F_GEMMA, F_GAMMA_F32, F_OAI, F_FP32_ACT
+from mxgpu import Module, Ops, F_GEMMA, F_GAMMA_F32, F_OAI, F_FP32_ACT, pack_frag
 
 ops = Ops(Module())
 dev = "cuda"
@@ -13,12 +17,15 @@ for M in (8, 8192):
         ops.norm_quant(x, r, w, F_GEMMA | F_GAMMA_F32)
         ops.swiglu_quant(gu, None, I, "split_halves", F_OAI | F_FP32_ACT)
 for N, K in ((1536, 6144), (6144, 6144)):
-    W = torch.randint(0, 126, (N, K), dtype=torch.uint8, device=dev)
-    S = torch.randint(118, 128, (N, K // 32), dtype=torch.uint8, device=dev)
-    A = torch.randn(8, K, device=dev).bfloat16()
-    aq, as_ = ops.quantize(A, 0)
-    for _ in range(2):
-        ops.matmul_tc(W, S, 8, aq=aq, as_=as_, warps=16 if N < 4096 else 8)
-        ops.matmul_tc(W, S, 8, af=A, warps=16 if N < 4096 else 8)
+    P = []
+    for _ in range(8):
+        W = torch.randint(0, 126, (N, K), dtype=torch.uint8, device=dev)
+        S = torch.randint(118, 128, (N, K // 32), dtype=torch.uint8, device=dev)
+        P.append(pack_frag(W, S))
+    for M in (8, 16):
+        A = torch.randn(M, K, device=dev).bfloat16()
+        aq, as_ = ops.quantize(A, 0)
+        for j in range(1):  # ncu flushes the caches between its replays
+            ops.matmul_frag(P[j][0], P[j][1], N, K, M, aq, as_)
 torch.cuda.synchronize()
 print("prof done")
