@@ -242,86 +242,82 @@ def check_matmul_splitk(ops):
                                f"rel_err={err:.2e} nan_ok={nan_ok} in_gemm_identical={same_in} deterministic={same_rep}")
 
 
-def check_matmul_pipe(ops):
-    """The cp.async pipeline GEMM (mx_matmul_pipe.hip) at every (warps, cluster split) it is compiled
-    for: within the accumulation bound of the f64 reference (bf16 / f16 out 4e-3, f32 out 1e-5
-    relative), NaN rows propagate, the same launch twice gives the same bits; ragged N and M."""
-    from mxgpu import PIPE_WS, PIPE_SS, pipe_choice
-    if not CLUSTERS:
-        return report("matmul_pipe skipped (MXFUSE_GPU_CLUSTERS=off)", True)
+def k128_gemm_cases(ops):
+    """The decode-GEMM cases of the pipeline and fragment checks (K % 128 == 0): the MiniMax-M3
+    shapes and ragged ones, E8M0 2^-127 and NaN weight scales at N = 100 (the kernels' exact
+    decode path), M = 1 ... 21 with a NaN activation at M = 9 (propagates to output row 4).
+    Yields (N, K, w, ws, M, aq, as_, yref, finite)."""
     for N, K in ((1536, 6144), (6144, 768), (100, 256), (40, 1152), (48, 128)):
         w = rand_e4m3((N, K)); ws = rng.integers(110, 135, (N, K // 32), dtype=np.uint8)
         if N == 100:
-            ws[3, 1] = 0; ws[7, 0] = 255  # E8M0 2^-127 and NaN (the kernels' slow decode path)
-        wd, wsd = torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda()
+            ws[3, 1] = 0; ws[7, 0] = 255
         for M in (1, 3, 8, 9, 16, 21):
             a32 = ref.rnd(rng.standard_normal((M, K)) * 2, "bf16")
             if M == 9:
-                a32[4, 33] = np.nan  # propagates to output row 4 (nan_policy propagate)
-            a = to_dev(a32, "bf16")
-            aq, as_ = ops.quantize(a, 0)
+                a32[4, 33] = np.nan
+            aq, as_ = ops.quantize(to_dev(a32, "bf16"), 0)
             yref = ref.matmul(host(aq), host(as_), w, ws)
-            fin = np.isfinite(yref)
-            W0, S0 = pipe_choice(N, K, M)
-            W0, S0 = (W0, S0) if W0 else (2, 2)
-            shapes = [(W_, S_, "bf16") for W_ in PIPE_WS for S_ in PIPE_SS]
-            shapes += [(W0, S0, "f32"), (W0, S0, "f16"), (1, 2, "f32"), (4, 8, "f32")]
-            for W_, S_, out in shapes:
-                y1 = torch.empty(M, N, dtype=DT[out], device="cuda"); poison([y1])
-                ops.matmul_pipe(wd, wsd, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, y=y1)
-                y3 = ops.matmul_pipe(wd, wsd, M, aq, as_, out_dtype=DT[out], W=W_, S=S_)
-                h1 = host(y1).astype(np.float64)
-                sel = fin & (np.abs(yref) < 6e4) if out == "f16" else fin  # f16 overflows past 65504
-                err = np.linalg.norm((h1 - yref)[sel]) / np.linalg.norm(yref[sel])
-                nan_ok = bool(np.isnan(h1[~fin]).all()) and not np.isnan(h1[fin]).any()
-                same_rep = np.array_equal(host(y1), host(y3), equal_nan=True)
-                ok = err < (1e-5 if out == "f32" else 4e-3) and nan_ok and same_rep
-                report(f"matmul_pipe N={N} K={K} M={M} W={W_} S={S_} out={out}", ok,
-                       f"rel_err={err:.2e} nan_ok={nan_ok} deterministic={same_rep}")
+            yield N, K, w, ws, M, aq, as_, yref, np.isfinite(yref)
+
+
+def gemm_verdict(y1, same, yref, fin, out):
+    """(ok, detail) of a GEMM output y1 against the f64 reference: relative error within the
+    accumulation bound (bf16 / f16 out 4e-3, f32 out 1e-5; f16 compared below its 65504 limit),
+    NaN exactly where the reference has NaN, and `same` (repeat launches bit-identical)."""
+    h1 = host(y1).astype(np.float64)
+    sel = fin & (np.abs(yref) < 6e4) if out == "f16" else fin
+    err = np.linalg.norm((h1 - yref)[sel]) / np.linalg.norm(yref[sel])
+    nan_ok = bool(np.isnan(h1[~fin]).all()) and not np.isnan(h1[fin]).any()
+    ok = err < (1e-5 if out == "f32" else 4e-3) and nan_ok and same
+    return ok, f"rel_err={err:.2e} nan_ok={nan_ok} deterministic={same}"
+
+
+def check_matmul_pipe(ops):
+    """The cp.async pipeline GEMM (mx_matmul_pipe.hip) at every (warps, cluster split) it is compiled
+    for (k128_gemm_cases, gemm_verdict): the same launch twice gives the same bits; every output
+    is written (the buffer starts poisoned)."""
+    from mxgpu import PIPE_WS, PIPE_SS, pipe_choice
+    if not CLUSTERS:
+        return report("matmul_pipe skipped (MXFUSE_GPU_CLUSTERS=off)", True)
+    for N, K, w, ws, M, aq, as_, yref, fin in k128_gemm_cases(ops):
+        wd, wsd = torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda()
+        W0, S0 = pipe_choice(N, K, M)
+        W0, S0 = (W0, S0) if W0 else (2, 2)
+        shapes = [(W_, S_, "bf16") for W_ in PIPE_WS for S_ in PIPE_SS]
+        shapes += [(W0, S0, "f32"), (W0, S0, "f16"), (1, 2, "f32"), (4, 8, "f32")]
+        for W_, S_, out in shapes:
+            y1 = torch.empty(M, N, dtype=DT[out], device="cuda"); poison([y1])
+            ops.matmul_pipe(wd, wsd, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, y=y1)
+            y3 = ops.matmul_pipe(wd, wsd, M, aq, as_, out_dtype=DT[out], W=W_, S=S_)
+            ok, detail = gemm_verdict(y1, np.array_equal(host(y1), host(y3), equal_nan=True), yref, fin, out)
+            report(f"matmul_pipe N={N} K={K} M={M} W={W_} S={S_} out={out}", ok, detail)
 
 
 def check_matmul_frag(ops):
     """The fragment-packed GEMM (mx_matmul_frag.hip) at every (warps, cluster split) it is compiled
-    for, weights packed by mxgpu.pack_frag: within the accumulation bound of the f64 reference,
-    NaN rows and E8M0 0 / 255 scales propagate, the same
-    launch twice -- and under a programmatic (PDL) launch with the weights read before the wait --
-    gives the same bits; ragged N and M (every output written: the buffer starts poisoned)."""
+    for, weights packed by mxgpu.pack_frag (k128_gemm_cases, gemm_verdict): the same launch twice
+    -- and under a programmatic (PDL) launch with the weights read before the wait -- gives the
+    same bits; every output is written (the buffer starts poisoned)."""
     from mxgpu import FRAG_WS, FRAG_SS, frag_choice, pack_frag
     if not CLUSTERS:
         return report("matmul_frag skipped (MXFUSE_GPU_CLUSTERS=off)", True)
-    for N, K in ((1536, 6144), (6144, 768), (100, 256), (40, 1152), (48, 128)):
-        w = rand_e4m3((N, K)); ws = rng.integers(110, 135, (N, K // 32), dtype=np.uint8)
-        if N == 100:
-            ws[3, 1] = 0; ws[7, 0] = 255  # E8M0 2^-127 and NaN (the slow decode path)
+    for N, K, w, ws, M, aq, as_, yref, fin in k128_gemm_cases(ops):
         wf, wsf = pack_frag(torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda())
-        for M in (1, 3, 8, 9, 16, 21):
-            a32 = ref.rnd(rng.standard_normal((M, K)) * 2, "bf16")
-            if M == 9:
-                a32[4, 33] = np.nan  # propagates to output row 4 (nan_policy propagate)
-            a = to_dev(a32, "bf16")
-            aq, as_ = ops.quantize(a, 0)
-            yref = ref.matmul(host(aq), host(as_), w, ws)
-            fin = np.isfinite(yref)
-            W0, S0 = frag_choice(N, K, M)
-            shapes = [(W_, S_, "bf16") for W_ in FRAG_WS for S_ in FRAG_SS]
-            shapes += [(W0, S0, "f32"), (W0, S0, "f16"), (2, 2, "f32"), (8, 8, "f32")]
-            for W_, S_, out in shapes:
-                y1 = torch.empty(M, N, dtype=DT[out], device="cuda"); poison([y1])  # every output written
-                ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, y=y1)
-                y3 = ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_)
-                ops.m.pdl = True
-                try:
-                    y4 = ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, pre=1)
-                finally:
-                    ops.m.pdl = False
-                h1 = host(y1).astype(np.float64)
-                sel = fin & (np.abs(yref) < 6e4) if out == "f16" else fin  # f16 overflows past 65504
-                err = np.linalg.norm((h1 - yref)[sel]) / np.linalg.norm(yref[sel])
-                nan_ok = bool(np.isnan(h1[~fin]).all()) and not np.isnan(h1[fin]).any()
-                same_rep = np.array_equal(host(y1), host(y3), equal_nan=True) and np.array_equal(host(y1), host(y4), equal_nan=True)
-                ok = err < (1e-5 if out == "f32" else 4e-3) and nan_ok and same_rep
-                report(f"matmul_frag N={N} K={K} M={M} W={W_} S={S_} out={out}", ok,
-                       f"rel_err={err:.2e} nan_ok={nan_ok} deterministic_and_pdl_identical={same_rep}")
+        W0, S0 = frag_choice(N, K, M)
+        shapes = [(W_, S_, "bf16") for W_ in FRAG_WS for S_ in FRAG_SS]
+        shapes += [(W0, S0, "f32"), (W0, S0, "f16"), (2, 2, "f32"), (8, 8, "f32")]
+        for W_, S_, out in shapes:
+            y1 = torch.empty(M, N, dtype=DT[out], device="cuda"); poison([y1])
+            ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, y=y1)
+            y3 = ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_)
+            ops.m.pdl = True
+            try:
+                y4 = ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, pre=1)
+            finally:
+                ops.m.pdl = False
+            same = np.array_equal(host(y1), host(y3), equal_nan=True) and np.array_equal(host(y1), host(y4), equal_nan=True)
+            ok, detail = gemm_verdict(y1, same, yref, fin, out)
+            report(f"matmul_frag N={N} K={K} M={M} W={W_} S={S_} out={out}", ok, detail + " (incl. PDL)")
 
 
 def check_pdl(ops):

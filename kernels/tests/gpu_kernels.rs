@@ -403,19 +403,53 @@ fn rel_err<O: Element>(got: &[O], want: &[O]) -> f64 {
     (num / den.max(f64::MIN_POSITIVE)).sqrt()
 }
 
+/// E4M3 weights `[n, k]` without NaN codes and E8M0 scales near 1.
+fn random_mx_weights(rng: &mut Rng, n: usize, k: usize) -> (Vec<u8>, Vec<u8>) {
+    let w: Vec<u8> = (0..n * k)
+        .map(|_| match rng.below(256) as u8 {
+            b if b & 0x7F == 0x7F => 0x38,
+            b => b,
+        })
+        .collect();
+    let ws: Vec<u8> = (0..n * k / 32).map(|_| 118 + rng.below(10) as u8).collect();
+    (w, ws)
+}
+
+/// Random bf16 activations `[m, k]`, their MXFP8 quantization (values, scales) and the reference
+/// GEMM against `[n, k]` weights `(w, ws)`.
+#[allow(clippy::type_complexity)]
+fn reference_gemm_case(
+    rng: &mut Rng,
+    m: usize,
+    k: usize,
+    n: usize,
+    w: &[u8],
+    ws: &[u8],
+) -> (Vec<bf16>, Vec<u8>, Vec<u8>, Vec<f32>) {
+    let a: Vec<bf16> = (0..m * k).map(|_| bf16::from_f32(rng.normal())).collect();
+    let (mut aq, mut asc) = (vec![0u8; m * k], vec![0u8; m * k / 32]);
+    reference::mx_quantize(&a, k, &mut aq, &mut asc, QuantConfig::default()).expect("reference");
+    let mut want = vec![0f32; m * n];
+    reference::mx_matmul(
+        &aq,
+        &asc,
+        m,
+        k,
+        n,
+        MatB::Mx { q: w, scales: ws },
+        true,
+        &mut want,
+    )
+    .expect("reference");
+    (a, aq, asc, want)
+}
+
 #[test]
 fn gpu_mx_matmul_matches_reference_within_accumulation_bound() {
     let Some(rt) = gpu() else { return };
     let mut rng = Rng(0x6E44_0000_0000_0042);
     for (n, k) in [(256, 768), (100, 256)] {
-        // E4M3 weights without NaN codes, scales near 1.
-        let w: Vec<u8> = (0..n * k)
-            .map(|_| match rng.below(256) as u8 {
-                b if b & 0x7F == 0x7F => 0x38,
-                b => b,
-            })
-            .collect();
-        let ws: Vec<u8> = (0..n * k / 32).map(|_| 118 + rng.below(10) as u8).collect();
+        let (w, ws) = random_mx_weights(&mut rng, n, k);
         let wt: Vec<u8> = (0..k * n).map(|i| w[(i % n) * k + i / n]).collect();
         let wst: Vec<u8> = (0..k / 32 * n)
             .map(|i| ws[(i % n) * (k / 32) + i / n])
@@ -427,22 +461,7 @@ fn gpu_mx_matmul_matches_reference_within_accumulation_bound() {
             upload(&rt, &wst),
         );
         for m in [1usize, 5, 8, 13, 16, 21] {
-            let a: Vec<bf16> = (0..m * k).map(|_| bf16::from_f32(rng.normal())).collect();
-            let (mut aq, mut asc) = (vec![0u8; m * k], vec![0u8; m * k / 32]);
-            reference::mx_quantize(&a, k, &mut aq, &mut asc, QuantConfig::default())
-                .expect("reference");
-            let mut want = vec![0f32; m * n];
-            reference::mx_matmul(
-                &aq,
-                &asc,
-                m,
-                k,
-                n,
-                MatB::Mx { q: &w, scales: &ws },
-                true,
-                &mut want,
-            )
-            .expect("reference");
+            let (a, aq, asc, want) = reference_gemm_case(&mut rng, m, k, n, &w, &ws);
             let (da, daq, das) = (upload(&rt, &a), upload(&rt, &aq), upload(&rt, &asc));
             let b_nk = GpuMatB::Mx {
                 q: dw.ptr(),
@@ -532,13 +551,7 @@ fn gpu_mx_matmul_fragment_packed_matches_reference_and_unpacked() {
             eprintln!("skipped: no fragment-packed GEMM on this device for K = {k}");
             return;
         }
-        let w: Vec<u8> = (0..n * k)
-            .map(|_| match rng.below(256) as u8 {
-                b if b & 0x7F == 0x7F => 0x38,
-                b => b,
-            })
-            .collect();
-        let mut ws: Vec<u8> = (0..n * k / 32).map(|_| 118 + rng.below(10) as u8).collect();
+        let (w, mut ws) = random_mx_weights(&mut rng, n, k);
         // The E8M0 edge codes (the kernel's exact decode path): 2^-127 in row 3, NaN in row 17.
         ws[3 * (k / 32) + 1] = 0;
         ws[17 * (k / 32) + k / 64] = 255;
@@ -559,22 +572,7 @@ fn gpu_mx_matmul_fragment_packed_matches_reference_and_unpacked() {
             trans_b: true,
         };
         for m in [1usize, 3, 8, 9, 16, 21] {
-            let a: Vec<bf16> = (0..m * k).map(|_| bf16::from_f32(rng.normal())).collect();
-            let (mut aq, mut asc) = (vec![0u8; m * k], vec![0u8; m * k / 32]);
-            reference::mx_quantize(&a, k, &mut aq, &mut asc, QuantConfig::default())
-                .expect("reference");
-            let mut want = vec![0f32; m * n];
-            reference::mx_matmul(
-                &aq,
-                &asc,
-                m,
-                k,
-                n,
-                MatB::Mx { q: &w, scales: &ws },
-                true,
-                &mut want,
-            )
-            .expect("reference");
+            let (_, aq, asc, want) = reference_gemm_case(&mut rng, m, k, n, &w, &ws);
             let (daq, das) = (upload(&rt, &aq), upload(&rt, &asc));
             let run = |b: &GpuMatB| {
                 let dy = poisoned::<f32>(&rt, m * n);

@@ -93,6 +93,30 @@ fn pdl_kernel(name: &str) -> bool {
     !name.starts_with("mx_matmul_pipe_")
 }
 
+/// The leading kernel arguments of the pre-quantized GEMMs (generic, pipeline, fragment):
+/// `a_q, a_scales, b, b_scales, y, M, N, K`.
+#[allow(clippy::too_many_arguments)]
+fn gemm_params(
+    a_q: u64,
+    a_scales: u64,
+    b: u64,
+    b_scales: u64,
+    y: u64,
+    m: usize,
+    n: usize,
+    k: usize,
+) -> GpuResult<Params> {
+    Ok(Params::new()
+        .push(a_q)
+        .push(a_scales)
+        .push(b)
+        .push(b_scales)
+        .push(y)
+        .push(dim_i32("M", m)?)
+        .push(dim_i32("N", n)?)
+        .push(dim_i32("K", k)?))
+}
+
 fn quant_flags(q: &QuantConfig) -> u32 {
     (if q.scale_rule == ScaleRule::Rceil {
         F_RCEIL
@@ -531,16 +555,7 @@ impl GpuRuntime {
             }
         };
         check_aligned("b", bptr, 4)?;
-        let params = Params::new()
-            .push(a_q)
-            .push(a_scales)
-            .push(bptr)
-            .push(bscales)
-            .push(y)
-            .push(dim_i32("M", m)?)
-            .push(dim_i32("N", n)?)
-            .push(dim_i32("K", k)?)
-            .push(bmode);
+        let params = gemm_params(a_q, a_scales, bptr, bscales, y, m, n, k)?.push(bmode);
         let name = format!("mx_matmul_generic_{o}");
         self.run(
             &name,
@@ -630,16 +645,7 @@ impl GpuRuntime {
         let (w, s) = frag_shape(n, k, m, self.multiprocessors(), &table);
         // pre = 1: the weights are constants, so the kernel loads its first batch of them before
         // waiting for the previous kernel (PDL overlap).
-        let params = Params::new()
-            .push(a_q)
-            .push(a_scales)
-            .push(wf)
-            .push(wsf)
-            .push(y)
-            .push(dim_i32("M", m)?)
-            .push(dim_i32("N", n)?)
-            .push(dim_i32("K", k)?)
-            .push(1i32);
+        let params = gemm_params(a_q, a_scales, wf, wsf, y, m, n, k)?.push(1i32);
         let name = format!("mx_matmul_frag_m{}_{out}_w{w}_s{s}", 8 * mt);
         let grid = [
             dim_u32("grid", n.div_ceil(16) * s)?,
@@ -714,15 +720,7 @@ impl GpuRuntime {
         if pipe.0 > 0 {
             let (wp, s) = pipe;
             let name = format!("mx_matmul_pipe_m{}_{out}_w{wp}_s{s}", 8 * mt);
-            let params = Params::new()
-                .push(a_q)
-                .push(a_scales)
-                .push(w)
-                .push(ws)
-                .push(y)
-                .push(dim_i32("M", m)?)
-                .push(dim_i32("N", n)?)
-                .push(dim_i32("K", k)?);
+            let params = gemm_params(a_q, a_scales, w, ws, y, m, n, k)?;
             let grid = [
                 dim_u32("grid", n.div_ceil(16 * wp) * s)?,
                 dim_u32("grid", m.div_ceil(8 * mt))?,
