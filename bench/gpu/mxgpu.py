@@ -86,8 +86,9 @@ CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
 
 class Module:
     """pdl: launch with programmatic stream serialization (cuLaunchKernelEx; every kernel waits in
-    MX_PDL_ENTRY / MX_PDL_WAIT, mx_portability.h), as the Rust runtime does on sm_90."""
-    pdl = False
+    MX_PDL_ENTRY / MX_PDL_WAIT, mx_portability.h), as the Rust runtime does on sm_90; default from
+    MXFUSE_BENCH_PDL=1 (e.g. bench.py's sweeps under PDL)."""
+    pdl = os.environ.get("MXFUSE_BENCH_PDL") == "1"
 
     def __init__(self):
         torch.cuda.init()
