@@ -24,10 +24,10 @@ use std::arch::x86_64::*;
 use super::avx2_mx::nan_bytes32;
 use crate::codec::BLOCK;
 
-/// Weight bytes of a pass (C rows) from which the next pass's rows are prefetched into L2 rather
-/// than L1 (one pinned thread, weights from DRAM, M = 8: 6144 × 2048 -14 %, 2560 × 6144 -8 %,
-/// M = 1 -21 %; but 6144 × 768, a 1.5 KiB pass, +11 %: there the lines are needed soon).
-const FAR_PASS: usize = 4096;
+/// At least this many weight bytes of whole passes (C rows each) between a step and its
+/// prefetch (see `nk_regs_bf16`): one pass at K ≥ 2048, three of 1.5 KiB at K = 768, where one
+/// pass ahead is about a DRAM latency (M = 1 6144 × 768: 580 → 388 µs, one pinned thread).
+const PREFETCH_AHEAD: usize = 4096;
 
 /// Weights per look-up step: two blocks of one row.
 const STEP: usize = 2 * BLOCK;
@@ -148,7 +148,7 @@ pub unsafe fn nk_regs_bf16<const R: usize, const C: usize>(
         std::mem::transmute(_mm512_loadu_si512(p as *const __m512i))
     };
     let t0: __m512bh = std::mem::transmute(_mm512_setzero_si512());
-    let far = C * k >= FAR_PASS;
+    let ahead = C * k * PREFETCH_AHEAD.div_ceil(C * k);
     let whole = k - k % STEP;
     for k0 in (0..whole).step_by(STEP) {
         // Rows r0.. of step k0 (m rows of 64 values, contiguous).
@@ -156,18 +156,14 @@ pub unsafe fn nk_regs_bf16<const R: usize, const C: usize>(
         let mut b = [(t0, t0); C];
         for c in 0..C {
             let (qc, sc) = (q[c].add(k0), s[c].add(k0 / BLOCK));
-            // The same k of the row C·k bytes on: in the `[N, K]` layout the driver walks,
-            // the row the next pass (next C columns) reads, so that pass finds its weights in
-            // cache (a whole pass ahead hides DRAM latency and the 4 KiB page crossings,
+            // The same k of a row whole passes (C·k bytes each) on: in the `[N, K]` layout the
+            // driver walks, a row a later pass (next C columns) reads, so that pass finds its
+            // weights in cache (passes ahead hide DRAM latency and the 4 KiB page crossings,
             // where the hardware prefetcher restarts; the next 1 KiB of this row, as before,
-            // measured 2-17 % slower single-threaded streaming from DRAM). Into L2 when the
-            // pass is long: into L1 its lines would wait a whole pass there, pushing out A.
-            let next = qc.wrapping_add(C * k) as *const i8;
-            if far {
-                _mm_prefetch::<_MM_HINT_T1>(next);
-            } else {
-                _mm_prefetch::<_MM_HINT_T0>(next);
-            }
+            // measured 2-17 % slower single-threaded streaming from DRAM). Into L2: in L1 the
+            // lines would wait a pass or more, pushing out A (T0 measured 8-15 % slower at
+            // K ≥ 2048, M = 8).
+            _mm_prefetch::<_MM_HINT_T1>(qc.wrapping_add(ahead) as *const i8);
             b[c] = decode64(qc, *sc, *sc.add(1), &t, &mut nan);
         }
         // r indexes A's rows and every column's accumulators alike.
