@@ -9,7 +9,8 @@ the way bench.py times (CUDA-graph replay of 200 back-to-back launches, median o
 With PDL each launch may begin while the previous one still runs; every kernel waits
 (MX_PDL_WAIT) before it reads what another kernel writes, so only launch latency and, for the
 packed GEMM, the first weight loads overlap the previous kernel. Writes $OUT/bench_frag_pdl.json.
-Usage: python3 bench_frag_pdl.py [gemm] [ops]"""
+  prefill: the frag GEMM at M = 64 / 256 / 2048 in both block orders, and cuBLAS bf16.
+Usage: python3 bench_frag_pdl.py [gemm] [ops] [prefill] (default: gemm ops)"""
 import json, os, sys
 import torch
 from bench import graph_time
@@ -82,6 +83,26 @@ def bench_gemm(mod, ops, read_bw, rows):
         del Wt, St, P, Wb
 
 
+def bench_prefill(mod, ops, rows):
+    """The frag GEMM at prefill sizes: the block order (m-tiles of one weight tile together, the
+    default) against the previous one (tiles along x, `_xo`), and cuBLAS bf16."""
+    for N, K in ((1536, 6144), (6144, 6144)):
+        w = torch.randint(0, 256, (N, K), dtype=torch.uint8, device=dev)
+        w[(w & 0x7F) == 0x7F] = 0x38
+        wf, wsf = pack_frag(w, torch.randint(118, 128, (N, K // 32), dtype=torch.uint8, device=dev))
+        Wb = torch.randn(N, K, device=dev, dtype=torch.bfloat16)
+        for M in (64, 256, 2048):
+            A = torch.randn(M, K, device=dev).bfloat16()
+            aq, as_ = ops.quantize(A, 0)
+            y = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
+            new = {W: graph_time(lambda W=W: ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W, S=1, y=y), iters=20) for W in (4, 8)}
+            old = {W: graph_time(lambda W=W: ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W, S=1, y=y, xo="_xo"), iters=20) for W in (4, 8)}
+            t_bf = graph_time(lambda: A @ Wb.t(), iters=20)
+            rows.append(dict(N=N, K=K, M=M, new=new, old=old, cublas_bf16=t_bf))
+            print(f"prefill {N}x{K} M={M:5d}: m-tiles together w4 {new[4]:8.1f} w8 {new[8]:8.1f} | tiles along x w4 "
+                  f"{old[4]:8.1f} w8 {old[8]:8.1f} | cublas bf16 {t_bf:8.1f}", flush=True)
+
+
 def bench_ops(mod, ops, rows):
     H, I = 6144, 768
     for M in (8, 16, 64, 192, 8192):
@@ -110,12 +131,14 @@ def main():
     empty = torch.empty(1, device=dev)
     floor = graph_time(lambda: empty.add_(0))
     print(f"read-only HBM bandwidth {read_bw / 1e12:.2f} TB/s; launch floor {floor:.2f} us", flush=True)
-    res = dict(read_bw=read_bw, floor=floor, gemm=[], ops=[])
+    res = dict(read_bw=read_bw, floor=floor, gemm=[], ops=[], prefill=[])
     try:
         if "ops" in sections:
             bench_ops(mod, ops, res["ops"])
         if "gemm" in sections:
             bench_gemm(mod, ops, read_bw, res["gemm"])
+        if "prefill" in sections:
+            bench_prefill(mod, ops, res["prefill"])
     finally:
         json.dump(res, open(os.path.join(OUT, "bench_frag_pdl.json"), "w"), indent=1)
 

@@ -245,13 +245,13 @@ def check_matmul_splitk(ops):
 def k128_gemm_cases(ops):
     """The decode-GEMM cases of the pipeline and fragment checks (K % 128 == 0): the MiniMax-M3
     shapes and ragged ones, E8M0 2^-127 and NaN weight scales at N = 100 (the kernels' exact
-    decode path), M = 1 ... 21 with a NaN activation at M = 9 (propagates to output row 4).
+    decode path), M = 1 ... 40 with a NaN activation at M = 9 (propagates to output row 4).
     Yields (N, K, w, ws, M, aq, as_, yref, finite)."""
     for N, K in ((1536, 6144), (6144, 768), (100, 256), (40, 1152), (48, 128)):
         w = rand_e4m3((N, K)); ws = rng.integers(110, 135, (N, K // 32), dtype=np.uint8)
         if N == 100:
             ws[3, 1] = 0; ws[7, 0] = 255
-        for M in (1, 3, 8, 9, 16, 21):
+        for M in (1, 3, 8, 9, 16, 21, 40):
             a32 = ref.rnd(rng.standard_normal((M, K)) * 2, "bf16")
             if M == 9:
                 a32[4, 33] = np.nan
@@ -304,20 +304,21 @@ def check_matmul_frag(ops):
     for N, K, w, ws, M, aq, as_, yref, fin in k128_gemm_cases(ops):
         wf, wsf = pack_frag(torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda())
         W0, S0 = frag_choice(N, K, M)
-        shapes = [(W_, S_, "bf16") for W_ in FRAG_WS for S_ in FRAG_SS]
-        shapes += [(W0, S0, "f32"), (W0, S0, "f16"), (2, 2, "f32"), (8, 8, "f32")]
-        for W_, S_, out in shapes:
+        shapes = [(W_, S_, "bf16", "") for W_ in FRAG_WS for S_ in FRAG_SS]
+        shapes += [(W0, S0, "f32", ""), (W0, S0, "f16", ""), (2, 2, "f32", ""), (8, 8, "f32", "")]
+        shapes += [(4, 1, "bf16", "_xo"), (8, 1, "bf16", "_xo")] if M > 8 else []  # bench-only order
+        for W_, S_, out, xo in shapes:
             y1 = torch.empty(M, N, dtype=DT[out], device="cuda"); poison([y1])
-            ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, y=y1)
-            y3 = ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_)
+            ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, y=y1, xo=xo)
+            y3 = ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, xo=xo)
             ops.m.pdl = True
             try:
-                y4 = ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, pre=1)
+                y4 = ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, pre=1, xo=xo)
             finally:
                 ops.m.pdl = False
             same = np.array_equal(host(y1), host(y3), equal_nan=True) and np.array_equal(host(y1), host(y4), equal_nan=True)
             ok, detail = gemm_verdict(y1, same, yref, fin, out)
-            report(f"matmul_frag N={N} K={K} M={M} W={W_} S={S_} out={out}", ok, detail + " (incl. PDL)")
+            report(f"matmul_frag N={N} K={K} M={M} W={W_} S={S_} out={out}{xo}", ok, detail + " (incl. PDL)")
 
 
 def check_pdl(ops):

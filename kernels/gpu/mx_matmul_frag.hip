@@ -21,7 +21,7 @@
 // MX_PDL_WAIT, so under a programmatic launch the weight stream starts while the previous kernel
 // still runs; activations are read only after it. pre = 0 waits first (weights written by an
 // earlier kernel of the stream).
-// Grid: (ceil(N / 16) * S, ceil(M / (8 MT))), block 32 W threads.
+// Grid: (ceil(M / (8 MT)) * S, ceil(N / 16)), block 32 W threads (MxFragBlock).
 
 #if defined(MX_NV_FP8_MMA) && defined(MX_NV_CLUSTER)
 
@@ -34,16 +34,30 @@ MX_DEV uint4 mx_ldg_once16(const uint4* p) {
   return r;
 }
 
+// Block -> (16-column tile, K split, first activation row). XO = 0: blockIdx.x = m-tile * S +
+// split (the S blocks of a cluster are consecutive in x), blockIdx.y = tile, so the m-tiles of
+// one weight tile run together and share its weights through L2 (at prefill sizes every m-tile
+// re-reads the tile); XO = 1 (bench only): x = tile * S + split, y = m-tile.
+template <int MT, int S, int XO>
+struct MxFragBlock {
+  int tile, split, m0;
+  MX_DEV MxFragBlock()
+      : tile(XO ? blockIdx.x / S : blockIdx.y),
+        split(blockIdx.x % S),
+        m0(8 * MT * (XO ? blockIdx.y : blockIdx.x / S)) {}
+};
+
 // The end of both kernels: the W warps' accumulators added in warp order, then (S > 1) the
 // cluster's blocks in rank order through distributed shared memory; rank 0 stores.
-template <class TO, int W, int MT, int S>
+template <class TO, int W, int MT, int S, int XO>
 MX_DEV void mx_frag_reduce_store(const float acc[MT][4], typename TO::storage* __restrict__ y,
                                  int M, int N) {
   constexpr int E = MT * 4 * 32;  // accumulator elements of a warp
   __shared__ float part[W * E];
   __shared__ float red[S > 1 ? E : 1];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int n0 = 16 * (blockIdx.x / S), m0 = 8 * MT * blockIdx.y, split = blockIdx.x % S;
+  const MxFragBlock<MT, S, XO> blk;
+  const int n0 = 16 * blk.tile, m0 = blk.m0, split = blk.split;
   // Element e = (mt * 4 + c) * 32 + lane of a warp: D fragment c of lane's tile mt.
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
@@ -70,7 +84,7 @@ MX_DEV void mx_frag_reduce_store(const float acc[MT][4], typename TO::storage* _
   if (S > 1) {
     mx_cluster_sync();  // every block's red[] written and visible cluster-wide
     if (split == 0) {
-      // The cluster's blocks are the S consecutive blockIdx.x of one tile: rank r did split r.
+      // The cluster's blocks are S consecutive blockIdx.x of one tile: rank r did split r.
       for (int e = tid; e < E; e += 32 * W) {
         float v = red[e];
         for (int r = 1; r < S; ++r) v += mx_dsmem_load(red + e, (mx_u32)r);
@@ -82,8 +96,8 @@ MX_DEV void mx_frag_reduce_store(const float acc[MT][4], typename TO::storage* _
 }
 
 // A warp's share of the work: groups gb .. ge - 1 (part split * W + warp of S * W contiguous
-// ranges of the K / 128 groups) of 16-column tile blockIdx.x / S, and its load addresses.
-template <int W, int MT, int S>
+// ranges of the K / 128 groups) of the block's 16-column tile, and its load addresses.
+template <int W, int MT, int S, int XO>
 struct MxFragWarp {
   int g, gb, ge;
   const uint4* wp;     // + (4 i + j) * 32: k-block j of group i, this lane's 16 bytes
@@ -93,7 +107,8 @@ struct MxFragWarp {
   MX_DEV MxFragWarp(const mx_u8* aq, const mx_u8* as, const uint4* wf, const mx_u32* wsf, int M,
                     int K) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t = lane & 3;
-    const int tile = blockIdx.x / S, split = blockIdx.x % S, m0 = 8 * MT * blockIdx.y;
+    const MxFragBlock<MT, S, XO> blk;
+    const int tile = blk.tile, split = blk.split, m0 = blk.m0;
     const int KB = K >> 5, G = K >> 7;
     const int per = (G + S * W - 1) / (S * W);
     g = lane >> 2;
@@ -120,11 +135,11 @@ struct MxFragBatch {
   mx_u32 s0[U][MT], s1[U][MT];  // activation scale words of rows 8 mt + 2t, 2t + 1
 };
 
-template <class TO, int W, int MT, int S, int U>
+template <class TO, int W, int MT, int S, int U, int XO = 0>
 MX_DEV void mx_matmul_frag(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                            const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
                            typename TO::storage* __restrict__ y, int M, int N, int K, int pre) {
-  const MxFragWarp<W, MT, S> f(aq, as, wf, wsf, M, K);
+  const MxFragWarp<W, MT, S, XO> f(aq, as, wf, wsf, M, K);
   const int g = f.g, gb = f.gb, ge = f.ge;
   const uint4* wp = f.wp;
   const mx_u32* swp = f.swp;
@@ -185,7 +200,7 @@ MX_DEV void mx_matmul_frag(const mx_u8* __restrict__ aq, const mx_u8* __restrict
     cur = nxt;
   }
 
-  mx_frag_reduce_store<TO, W, MT, S>(acc, y, M, N);
+  mx_frag_reduce_store<TO, W, MT, S, XO>(acc, y, M, N);
 }
 
 // Kernel names: mx_matmul_frag_m<8|16>_<out>_w<W>_s<S>, U = 2 groups per batch at 8 rows, 1 at 16
@@ -221,4 +236,13 @@ MX_DEV void mx_matmul_frag(const mx_u8* __restrict__ aq, const mx_u8* __restrict
 MX_DEFINE_FRAG_OUTS(mx_matmul_frag_m8, 1, 2)
 MX_DEFINE_FRAG_OUTS(mx_matmul_frag_m16, 2, 1)
 
+// Bench-only: the previous block order (tiles along x), mx_matmul_frag_m16_bf16_w<4|8>_s1_xo.
+#define MX_DEFINE_FRAG_XO(NAME, W)                                                               \
+  extern "C" __global__ void __launch_bounds__(32 * W)                                           \
+      NAME(const mx_u8* aq, const mx_u8* as, const uint4* wf, const mx_u32* wsf,                 \
+           MxBf16::storage* y, int M, int N, int K, int pre) {                                   \
+    mx_matmul_frag<MxBf16, W, 2, 1, 1, 1>(aq, as, wf, wsf, y, M, N, K, pre);                     \
+  }
+MX_DEFINE_FRAG_XO(mx_matmul_frag_m16_bf16_w4_s1_xo, 4)
+MX_DEFINE_FRAG_XO(mx_matmul_frag_m16_bf16_w8_s1_xo, 8)
 #endif  // MX_NV_FP8_MMA && MX_NV_CLUSTER

@@ -647,9 +647,17 @@ impl GpuRuntime {
         // waiting for the previous kernel (PDL overlap).
         let params = gemm_params(a_q, a_scales, wf, wsf, y, m, n, k)?.push(1i32);
         let name = format!("mx_matmul_frag_m{}_{out}_w{w}_s{s}", 8 * mt);
+        // x: activation-row tiles x splits, y: 16-column tiles (mx_matmul_frag.hip MxFragBlock:
+        // the row tiles of one weight tile run together and share it through L2).
+        if n.div_ceil(16) > 65535 {
+            return Err(KernelError::Shape(format!(
+                "MxMatMul N = {n}: the fragment GEMM takes at most 65535 16-column tiles"
+            ))
+            .into());
+        }
         let grid = [
-            dim_u32("grid", n.div_ceil(16) * s)?,
-            dim_u32("grid", m.div_ceil(8 * mt))?,
+            dim_u32("grid", m.div_ceil(8 * mt) * s)?,
+            dim_u32("grid", n.div_ceil(16))?,
             1,
         ];
         self.run(&name, grid, 32 * w as u32, params, stream)
