@@ -73,12 +73,17 @@ unsafe fn nan_bytes16(q: *const u8) -> __m128i {
 /// bit the scalar deq (blocks off the f16 route are decoded by the scalar codec).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn decode_mx_row(q: &[u8], scales: &[u8], dst: &mut [f32]) {
-    assert!(q.len() >= scales.len() * BLOCK && dst.len() >= scales.len() * BLOCK);
+    assert!(dst.len() >= scales.len() * BLOCK);
+    decode_mx_row_to(q, scales, dst.as_mut_ptr());
+}
+
+/// [`decode_mx_row`] into `scales.len() · 32` floats at `dst`, which are only written: callers
+/// may pass memory not yet initialised (A's f32 copy, so it needs no zero fill).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn decode_mx_row_to(q: &[u8], scales: &[u8], dst: *mut f32) {
+    assert!(q.len() >= scales.len() * BLOCK);
     for (blk, &s) in scales.iter().enumerate() {
-        let (qp, dp) = (
-            q.as_ptr().add(blk * BLOCK),
-            dst.as_mut_ptr().add(blk * BLOCK),
-        );
+        let (qp, dp) = (q.as_ptr().add(blk * BLOCK), dst.add(blk * BLOCK));
         if s > MAX_FAST_SCALE || _mm256_movemask_epi8(nan_bytes32(qp)) != 0 {
             for j in 0..BLOCK {
                 *dp.add(j) = e4m3_to_f32(*qp.add(j)) * e8m0_to_f32(s);
