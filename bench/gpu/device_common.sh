@@ -22,8 +22,24 @@ run_rust_tests() {
   [ -f "$root/.gpucache/gpu_kernels.xz" ] || return 0
   unxz "$root/.gpucache/gpu_kernels.xz" /tmp/gpu_kernels && chmod +x /tmp/gpu_kernels
   local nvrtc
-  nvrtc=$(cd "$here" && python3 -c 'import mxgpu; print(mxgpu.NVRTC_PATH)' 2>/dev/null | tail -1)
+  nvrtc=$(# run_baseline TIMEOUT TAIL: torch_baseline.py (Inductor) at the issue's row counts, log and
+# gpu_anchor.json in $OUT; prints the log's last TAIL lines.
+run_baseline() {
+  step "inductor anchor"
+  OUT=/tmp timeout "$1" python3 torch_baseline.py 8 16 32 64 128 192 8192 > "$OUT/baseline.log" 2>&1; echo "rc=$?" >> "$OUT/baseline.log"
+  cp /tmp/gpu_anchor.json "$OUT/" 2>/dev/null
+  tail -"$2" "$OUT/baseline.log"
+}
+cd "$here" && python3 -c 'import mxgpu; print(mxgpu.NVRTC_PATH)' 2>/dev/null | tail -1)
   MXFUSE_NVRTC=$nvrtc timeout "$1" /tmp/gpu_kernels > "$OUT/rust.log" 2>&1; echo "rc=$? nvrtc=$nvrtc" >> "$OUT/rust.log"
   tail -3 "$OUT/rust.log"
+}
+# run_baseline TIMEOUT TAIL: torch_baseline.py (Inductor) at the issue's row counts, log and
+# gpu_anchor.json in $OUT; prints the log's last TAIL lines.
+run_baseline() {
+  step "inductor anchor"
+  OUT=/tmp timeout "$1" python3 torch_baseline.py 8 16 32 64 128 192 8192 > "$OUT/baseline.log" 2>&1; echo "rc=$?" >> "$OUT/baseline.log"
+  cp /tmp/gpu_anchor.json "$OUT/" 2>/dev/null
+  tail -"$2" "$OUT/baseline.log"
 }
 cd "$here"

@@ -9,12 +9,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,
 step "check: vectors, quantize, norm, swiglu"
 timeout ${T_CHECK:-120} python3 check.py check_vectors check_quantize check_norm check_swiglu ${CHECK_EXTRA:-} >> "$OUT/check.log" 2>&1; echo "rc=$?" >> "$OUT/check.log"
 grep -c "^PASS" "$OUT/check.log"; grep "^FAIL" "$OUT/check.log" | head -20; tail -2 "$OUT/check.log"
-if [ -n "${BASELINE:-}" ]; then
-  step "inductor anchor"
-  OUT=/tmp timeout ${T_BASE:-90} python3 torch_baseline.py 8 16 32 64 128 192 8192 > "$OUT/baseline.log" 2>&1; echo "rc=$?" >> "$OUT/baseline.log"
-  cp /tmp/gpu_anchor.json "$OUT/" 2>/dev/null
-  tail -3 "$OUT/baseline.log"
-fi
+[ -n "${BASELINE:-}" ] && run_baseline ${T_BASE:-90} 3
 step "bench: norm, swiglu"
 OUT=/tmp timeout ${T_BENCH:-150} python3 bench.py norm swiglu > "$OUT/bench_norm.log" 2>&1; echo "rc=$?" >> "$OUT/bench_norm.log"
 step "rust gpu_kernels"

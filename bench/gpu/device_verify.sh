@@ -33,10 +33,5 @@ if [ -n "${BENCH:-}" ]; then
   cp /tmp/bench_frag_pdl.json "$OUT/" 2>/dev/null
   grep -v "^    " "$OUT/bench_frag_pdl.log" | tail -26
 fi
-if [ -n "${BASELINE:-}" ]; then
-  step "inductor anchor"
-  OUT=/tmp timeout ${T_BASE:-120} python3 torch_baseline.py 8 16 32 64 128 192 8192 > "$OUT/baseline.log" 2>&1; echo "rc=$?" >> "$OUT/baseline.log"
-  cp /tmp/gpu_anchor.json "$OUT/" 2>/dev/null
-  tail -12 "$OUT/baseline.log"
-fi
+[ -n "${BASELINE:-}" ] && run_baseline ${T_BASE:-120} 12
 step "done"

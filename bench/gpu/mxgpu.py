@@ -99,7 +99,6 @@ class Module:
         self.mod = ctypes.c_void_p()
         _ck(cuda.cuModuleLoadData(ctypes.byref(self.mod), self.cubin), "cuModuleLoadData")
         self.funcs = {}
-        self.dyn_smem = {}
 
     def func(self, name):
         if name not in self.funcs:
@@ -140,10 +139,6 @@ class Module:
         g = tuple(grid) + (1,) * (3 - len(grid))
         b = tuple(block) + (1,) * (3 - len(block))
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-        if shmem > 48 * 1024 and self.dyn_smem.get(name, 0) < shmem:
-            # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: the opt-in above 48 KB
-            _ck(cuda.cuFuncSetAttribute(self.func(name), 8, ctypes.c_int(shmem)), f"smem {name}")
-            self.dyn_smem[name] = shmem
         if self.pdl:
             attr = _LaunchAttr(id=CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
             attr.value[0] = 1

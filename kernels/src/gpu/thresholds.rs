@@ -41,16 +41,21 @@ impl InGemmQuantThresholds {
 
     /// The thresholds for a device architecture ("sm_90", "gfx950", ...).
     pub fn for_arch(arch: &str) -> Self {
-        Self::MEASURED
-            .iter()
-            .find(|(a, _)| *a == arch)
-            .map_or(Self::DEFAULT, |(_, t)| *t)
+        table_for_arch(&Self::MEASURED, arch, Self::DEFAULT)
     }
 
     /// Whether a GEMM with `m` activation rows and reduction length `k` should quantize in-kernel.
     pub fn use_in_gemm(&self, m: usize, k: usize) -> bool {
         m <= self.max_m && k <= self.max_k
     }
+}
+
+/// The measured table of `arch` in `measured`, else `default` (devices not measured).
+fn table_for_arch<T: Copy>(measured: &[(&str, T)], arch: &str, default: T) -> T {
+    measured
+        .iter()
+        .find(|(a, _)| *a == arch)
+        .map_or(default, |(_, t)| *t)
 }
 
 /// The `(w, s)` of the first GEMM table row `(n, k, max_m, w, s)` with this `n`, `k` and
@@ -115,10 +120,7 @@ impl PipeGemmTable {
 
     /// The table for a device architecture.
     pub fn for_arch(arch: &str) -> Self {
-        Self::MEASURED
-            .iter()
-            .find(|(a, _)| *a == arch)
-            .map_or(Self::DEFAULT, |(_, t)| *t)
+        table_for_arch(&Self::MEASURED, arch, Self::DEFAULT)
     }
 
     /// The measured `(w, s)` for this shape, if any (`w = 0`: the first kernel).
@@ -170,10 +172,7 @@ impl FragGemmTable {
 
     /// The table for a device architecture.
     pub fn for_arch(arch: &str) -> Self {
-        Self::MEASURED
-            .iter()
-            .find(|(a, _)| *a == arch)
-            .map_or(Self::DEFAULT, |(_, t)| *t)
+        table_for_arch(&Self::MEASURED, arch, Self::DEFAULT)
     }
 
     /// The measured `(w, s)` for this shape, if any.
@@ -223,10 +222,7 @@ impl NormLaunchTable {
 
     /// The table for a device architecture ("sm_90", "gfx950", ...).
     pub fn for_arch(arch: &str) -> Self {
-        Self::MEASURED
-            .iter()
-            .find(|(a, _)| *a == arch)
-            .map_or(Self::DEFAULT, |(_, t)| *t)
+        table_for_arch(&Self::MEASURED, arch, Self::DEFAULT)
     }
 
     /// Whether `rows` rows are few enough to split each over a cluster.
@@ -293,10 +289,7 @@ impl SwiGluLaunchTable {
 
     /// The table for a device architecture.
     pub fn for_arch(arch: &str) -> Self {
-        Self::MEASURED
-            .iter()
-            .find(|(a, _)| *a == arch)
-            .map_or(Self::DEFAULT, |(_, t)| *t)
+        table_for_arch(&Self::MEASURED, arch, Self::DEFAULT)
     }
 
     /// (elements per lane, block size) for `outputs` outputs.
