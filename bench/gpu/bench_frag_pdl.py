@@ -10,13 +10,11 @@ With PDL each launch may begin while the previous one still runs; every kernel w
 (MX_PDL_WAIT) before it reads what another kernel writes, so only launch latency and, for the
 packed GEMM, the first weight loads overlap the previous kernel. Writes $OUT/bench_frag_pdl.json.
   prefill: the frag GEMM at M = 64 / 256 / 2048 in both block orders, and cuBLAS bf16.
-  wg:   the wgmma GEMM (mx_matmul_wgmma.hip, sm_90a) over (S, R) beside the frag GEMM at its choice
-        and cuBLAS bf16, all under PDL except cuBLAS.
-Usage: python3 bench_frag_pdl.py [gemm] [ops] [prefill] [wg] (default: gemm ops)"""
+Usage: python3 bench_frag_pdl.py [gemm] [ops] [prefill] (default: gemm ops)"""
 import json, os, sys
 import torch
 from bench import graph_time
-from mxgpu import (WG_RS, WG_SS, pack_wg, FRAG_SS, FRAG_WS, F_FP32_ACT, F_GAMMA_F32, F_GEMMA, F_OAI, Module, Ops, frag_choice,
+from mxgpu import (FRAG_SS, FRAG_WS, F_FP32_ACT, F_GAMMA_F32, F_GEMMA, F_OAI, Module, Ops, frag_choice,
                    pack_frag, pipe_choice)
 
 OUT = os.environ.get("OUT", ".")
@@ -85,52 +83,6 @@ def bench_gemm(mod, ops, read_bw, rows):
         del Wt, St, P, Wb
 
 
-def bench_wg(mod, ops, read_bw, rows):
-    shapes = [tuple(map(int, x.split("x"))) for x in os.environ.get("WG_SHAPES", "1536x6144,6144x768,6144x6144").split(",")]
-    for N, K in shapes:
-        copies = max(2, int(400e6 // (N * K)))
-        Wt = [torch.randint(0, 256, (N, K), dtype=torch.uint8, device=dev) for _ in range(copies)]
-        for t in Wt:
-            t[(t & 0x7F) == 0x7F] = 0x38
-        St = [torch.randint(118, 128, (N, K // 32), dtype=torch.uint8, device=dev) for _ in range(copies)]
-        P = [pack_frag(w, s) for w, s in zip(Wt, St)]
-        Q = [pack_wg(w, s) for w, s in zip(Wt, St)]
-        del Wt, St
-        Wb = [torch.randn(N, K, device=dev, dtype=torch.bfloat16) for _ in range(max(2, int(400e6 // (N * K * 2))))]
-        ctr = [0]
-
-        def nxt(n):
-            ctr[0] += 1
-            return ctr[0] % n
-        wbytes = N * K * (1 + 1 / 32)
-        for M in (1, 4, 8, 16):
-            A = torch.randn(M, K, device=dev).bfloat16()
-            aq, as_ = ops.quantize(A, 0)
-            y = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
-            mod.pdl = True
-            try:
-                t_frag = graph_time(lambda: ops.matmul_frag(*P[nxt(copies)], N, K, M, aq, as_, y=y))
-                sweep = {}
-                for S in WG_SS:
-                    for R in WG_RS:
-                        try:
-                            sweep[f"s{S}r{R}"] = graph_time(
-                                lambda S=S, R=R: ops.matmul_wg(Q[nxt(copies)], N, K, M, aq, as_, S=S, R=R, y=y))
-                        except RuntimeError as e:  # e.g. more shared memory than a block may have
-                            print(f"    s{S}r{R}: {e}", flush=True)
-            finally:
-                mod.pdl = False
-            t_bf = graph_time(lambda: A @ Wb[nxt(len(Wb))].t(), iters=100)
-            best = min(sweep, key=sweep.get)
-            rows.append(dict(N=N, K=K, M=M, frag_pdl=t_frag, wg_pdl=sweep, best=best, cublas_bf16=t_bf))
-            print(f"wg {N}x{K} M={M:2d}: frag pdl {t_frag:6.2f} ({t_bf / t_frag:4.2f}x cublas, "
-                  f"{100 * wbytes / (t_frag * 1e-6) / read_bw:4.1f}% hbm) | wgmma best {best} {sweep[best]:6.2f} "
-                  f"({t_bf / sweep[best]:4.2f}x cublas, {100 * wbytes / (sweep[best] * 1e-6) / read_bw:4.1f}% hbm) "
-                  f"| cublas {t_bf:6.2f}", flush=True)
-            print("    " + " ".join(f"{k}={v:.2f}" for k, v in sweep.items()), flush=True)
-        del P, Q, Wb
-
-
 def bench_prefill(mod, ops, rows):
     """The frag GEMM at prefill sizes: the block order (m-tiles of one weight tile together, the
     default) against the previous one (tiles along x, `_xo`), and cuBLAS bf16."""
@@ -179,14 +131,12 @@ def main():
     empty = torch.empty(1, device=dev)
     floor = graph_time(lambda: empty.add_(0))
     print(f"read-only HBM bandwidth {read_bw / 1e12:.2f} TB/s; launch floor {floor:.2f} us", flush=True)
-    res = dict(read_bw=read_bw, floor=floor, gemm=[], ops=[], prefill=[], wg=[])
+    res = dict(read_bw=read_bw, floor=floor, gemm=[], ops=[], prefill=[])
     try:
         if "ops" in sections:
             bench_ops(mod, ops, res["ops"])
         if "gemm" in sections:
             bench_gemm(mod, ops, read_bw, res["gemm"])
-        if "wg" in sections:
-            bench_wg(mod, ops, read_bw, res["wg"])
         if "prefill" in sections:
             bench_prefill(mod, ops, res["prefill"])
     finally:

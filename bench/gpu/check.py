@@ -321,40 +321,6 @@ def check_matmul_frag(ops):
             report(f"matmul_frag N={N} K={K} M={M} W={W_} S={S_} out={out}{xo}", ok, detail + " (incl. PDL)")
 
 
-def check_matmul_wg(ops):
-    """The wgmma GEMM (mx_matmul_wgmma.hip, sm_90a, experimental) at every (cluster split, ring
-    depth) it is compiled for, weights packed by mxgpu.pack_wg (k128_gemm_cases, gemm_verdict):
-    repeat and PDL launches give the same bits; every output is written (poisoned buffer). The
-    first case also runs the other descriptor reading (swap = 1: leading / stride byte offsets
-    exchanged) and reports it, which pins the descriptor convention on the device."""
-    from mxgpu import WG_RS, WG_SS, pack_wg
-    if not CLUSTERS or "a" not in ops.m.arch:
-        return report("matmul_wg skipped (no sm_90a build or clusters off)", True)
-    first = True
-    for N, K, w, ws, M, aq, as_, yref, fin in k128_gemm_cases(ops):
-        wg = pack_wg(torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda())
-        shapes = [(S_, R_, "bf16") for S_ in WG_SS for R_ in WG_RS]
-        shapes += [(1, 4, "f32"), (4, 4, "f32")]
-        if first:
-            for swap in (0, 1):
-                y = ops.matmul_wg(wg, N, K, M, aq, as_, S=1, R=4, swap=swap)
-                ok, detail = gemm_verdict(y, True, yref, fin, "bf16")
-                report(f"matmul_wg descriptor convention swap={swap} N={N} K={K} M={M}", ok or swap == 1, detail)
-            first = False
-        for S_, R_, out in shapes:
-            y1 = torch.empty(M, N, dtype=DT[out], device="cuda"); poison([y1])
-            ops.matmul_wg(wg, N, K, M, aq, as_, out_dtype=DT[out], S=S_, R=R_, y=y1)
-            y3 = ops.matmul_wg(wg, N, K, M, aq, as_, out_dtype=DT[out], S=S_, R=R_)
-            ops.m.pdl = True
-            try:
-                y4 = ops.matmul_wg(wg, N, K, M, aq, as_, out_dtype=DT[out], S=S_, R=R_)
-            finally:
-                ops.m.pdl = False
-            same = np.array_equal(host(y1), host(y3), equal_nan=True) and np.array_equal(host(y1), host(y4), equal_nan=True)
-            ok, detail = gemm_verdict(y1, same, yref, fin, out)
-            report(f"matmul_wg N={N} K={K} M={M} S={S_} R={R_} out={out}", ok, detail + " (incl. PDL)")
-
-
 def check_pdl(ops):
     """Every op under a programmatic (PDL) launch, back to back on one stream with the previous
     kernel writing what the next one reads, gives the bits of ordinary launches: the decode chain
@@ -398,7 +364,7 @@ if __name__ == "__main__":
               "mx_matmul_pipe_m8_bf16_w4_s1", "mx_matmul_pipe_m16_bf16_w1_s8"):
         print(f"  {k}: regs/shared/local = {mod.attrs(k)}")
     only = sys.argv[1:]  # e.g. "check_matmul_splitk": run only these checks
-    for fn in (check_matmul_wg, check_matmul_frag, check_pdl, check_matmul_pipe, check_matmul_splitk, check_vectors, check_quantize, check_norm, check_swiglu, check_matmul):
+    for fn in (check_matmul_frag, check_pdl, check_matmul_pipe, check_matmul_splitk, check_vectors, check_quantize, check_norm, check_swiglu, check_matmul):
         if only and fn.__name__ not in only:
             continue
         try:

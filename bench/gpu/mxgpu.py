@@ -94,14 +94,11 @@ class Module:
         torch.cuda.init()
         torch.empty(1, device="cuda")  # make torch's primary context current
         cc = torch.cuda.get_device_capability()
-        # sm_90a on Hopper: the architecture-specific target that allows wgmma (mx_matmul_wgmma.hip;
-        # the rest of the program compiles the same as for sm_90).
-        self.arch = f"{cc[0]}{cc[1]}" + ("a" if tuple(cc) == (9, 0) and WGMMA else "")
+        self.arch = f"{cc[0]}{cc[1]}"
         self.cubin, self.log = compile_program(self.arch)
         self.mod = ctypes.c_void_p()
         _ck(cuda.cuModuleLoadData(ctypes.byref(self.mod), self.cubin), "cuModuleLoadData")
         self.funcs = {}
-        self.big_smem = set()
 
     def func(self, name):
         if name not in self.funcs:
@@ -129,12 +126,7 @@ class Module:
         return buf.raw
 
     def launch(self, name, grid, block, args, shmem=0):
-        """args: list of torch tensors (passed as device pointers), None (null) or ctypes scalars.
-        shmem: dynamic shared bytes (above 48 KB the kernel's limit is raised first)."""
-        if shmem > 48 * 1024 and (name, shmem) not in self.big_smem:
-            # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-            _ck(cuda.cuFuncSetAttribute(self.func(name), 8, ctypes.c_int(shmem)), f"smem {name}")
-            self.big_smem.add((name, shmem))
+        """args: list of torch tensors (passed as device pointers), None (null) or ctypes scalars."""
         vals = []
         for a in args:
             if isinstance(a, torch.Tensor):
@@ -303,19 +295,6 @@ class Ops:
                       [aq, as_, wf, wsf, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(pre)])
         return y
 
-    def matmul_wg(self, wg, N, K, M, aq, as_, out_dtype=torch.bfloat16, S=4, R=4, y=None, pre=1, swap=0):
-        """The wgmma GEMM (mx_matmul_wgmma.hip, sm_90a): wg = pack_wg(w [N, K], ws); a pre-quantized.
-        S cluster blocks split K of each 64-column tile; R ring stages of 4 k-blocks."""
-        assert K % 128 == 0
-        NT = 8 if M <= 8 else 16
-        if y is None:
-            y = torch.empty(M, N, dtype=out_dtype, device=wg.device)
-        name = f"mx_matmul_wgmma_n{NT}_{SUFFIX[out_dtype]}_s{S}_r{R}"
-        self.m.launch(name, (-(-M // NT) * S, -(-N // 64)), (128,),
-                      [aq, as_, wg, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(pre),
-                       ctypes.c_int(swap)], shmem=wg_smem(NT, S, R, K))
-        return y
-
     def matmul_default(self, w, ws, M, aq, as_, out_dtype=torch.bfloat16, y=None):
         """The runtime's pre-quantized decode GEMM on sm_90 (launch.rs matmul_tc): the pipeline
         GEMM at pipe_choice, or the first tensor-core kernel where the table says so."""
@@ -394,36 +373,6 @@ def pack_frag(w, ws):
     sp[:N] = ws
     wsf = sp.view(T, 16, G, 4).permute(0, 2, 1, 3).contiguous()
     return wf, wsf
-
-
-def pack_wg(w, ws):
-    """Weights [N, K] e4m3 + [N, K/32] E8M0 (torch uint8, K % 128 == 0) in the layout of
-    mx_matmul_wgmma.hip: [N64, K/128, 8448] chunks = 4 k-blocks of 64 rows, each [8 row groups][2 k
-    halves][8 rows][16 bytes], then the 64 rows' scale words (byte u = k-block u). Rows past N:
-    zero weights, scale 127."""
-    N, K = w.shape
-    T, KB, G = -(-N // 64), K // 32, K // 128
-    wp = torch.zeros(64 * T, K, dtype=torch.uint8, device=w.device)
-    wp[:N] = w
-    # (tile, row group, row, stage, k-block, k half, byte) -> (tile, stage, k-block, group, half, row, byte)
-    wv = wp.view(T, 8, 8, G, 4, 2, 16).permute(0, 3, 4, 1, 5, 2, 6).reshape(T, G, 8192)
-    sp = torch.full((64 * T, KB), 127, dtype=torch.uint8, device=w.device)
-    sp[:N] = ws
-    sv = sp.view(T, 64, G, 4).permute(0, 2, 1, 3).reshape(T, G, 256)
-    return torch.cat([wv, sv], dim=2).contiguous()
-
-
-WG_CHUNK = 8448
-WG_SS, WG_RS = (1, 2, 4, 8), (2, 4, 8)
-# MXFUSE_BENCH_WGMMA=0: compile for plain sm_90 (no wgmma kernels), as the Rust runtime does.
-WGMMA = os.environ.get("MXFUSE_BENCH_WGMMA", "1") != "0"
-
-
-def wg_smem(NT, S, R, K):
-    """Dynamic shared bytes of a mx_matmul_wgmma block (MxWgSmem)."""
-    G = K // 128
-    per = -(-G // S)
-    return R * WG_CHUNK + per * 4 * NT * 32 + per * NT * 4 + (128 * (NT // 2) * 4 if S > 1 else 0) + R * 8
 
 
 FRAG_WS = (2, 4, 8)
