@@ -107,10 +107,6 @@ def check_norm(ops):
         variants = [dict(nch=None, split=None)]
         variants += [dict(nch=c, split=1) for c in (1, 2, 3, 4) if H // 8 <= c * NORM_MAX_BLOCK[c]]
         variants += [dict(split=c) for c in (2, 4, 8) if CLUSTERS and (H // 32) % c == 0 and H // 8 // c <= 1024]
-        # rows split without a cluster, every block summing the whole row (no cluster needed)
-        variants += [dict(split=c, repl=True) for c in (2, 4, 8, 16) if (H // 32) % c == 0 and H // 8 // c <= 256]
-        if dt == "bf16" and not g32 and (H // 32) % 8 == 0 and H // 64 <= 256:
-            variants += [dict(split=8, repl=True, opt="_t")]
         if dt == "bf16" and not g32 and CLUSTERS:
             variants += [dict(nch=c, split=1, opt="_cs") for c in (1, 2, 3, 4) if H // 8 <= c * NORM_MAX_BLOCK[c]]
             # the previous split-row exchange and the timed kernels (bench-only)

@@ -28,8 +28,6 @@
 #define MX_NORM_TIMED 2  // block 0 lane 0 records clock64() stamps in mx_norm_stamps (bench only)
 #define MX_NORM_BARX 4   // split rows: the previous exchange (block sum, DSMEM stores, one release /
                          // acquire cluster barrier); bench only
-#define MX_NORM_REPL 8   // split rows without a cluster: every block of a row reads the whole row
-                         // and sums its squares itself (no exchange), then writes its own slice
 
 #if defined(MX_CUDA)
 // Stage timestamps of the MX_NORM_TIMED kernels (bench/gpu/bench.py reads them back).
@@ -138,14 +136,13 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
                                     mx_u32 flags) {
   constexpr int CS = OPT & MX_NORM_CS;
   // The push exchange (split rows, not the bench-only previous one).
-  constexpr bool REPL = S > 1 && (OPT & MX_NORM_REPL);
-  constexpr bool PUSH = S > 1 && !(OPT & MX_NORM_BARX) && !REPL;
+  constexpr bool PUSH = S > 1 && !(OPT & MX_NORM_BARX);
   mx_norm_stamp<OPT>(0, 0.0);
 #if defined(MX_NV_CLUSTER)
   // Partials of the push exchange: slot rank * warps + warp (<= 32 warps a block).
   __shared__ __align__(16) double push_parts[PUSH ? S * 32 : 2];
   __shared__ mx_u64 push_bar;
-  if (S > 1 && !REPL) {
+  if (S > 1) {
     if (PUSH && threadIdx.x == 0) {
       mx_mbar_init_expect(&push_bar, S * (blockDim.x / MX_WARP) * 8);
       mx_fence_mbar_init();
@@ -173,48 +170,8 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
 
   MxRaw8<T> xa[NCH], ra[NCH];
   MxRaw8<G> ga[NCH];
-  double ss = 0.0;
-  if constexpr (REPL) {
-    // Lane t reads chunk t of every slice j = 0 .. S-1 of the row and adds the squares of
-    // s = round_T(x + r) in slice order, the same order in every block of the row, so they all
-    // get the same total; its own slice's words stay in xa[0] / ra[0] for the passes below.
-    const int own = (int)(blockIdx.x % S);
-    MxRaw8<T> xs[S], rs[S];
-    if ((int)threadIdx.x < chunks) {
 #pragma unroll
-      for (int j = 0; j < S; ++j) {
-        xs[j].load(x + 8 * ((j - own) * chunks + (int)threadIdx.x));
-        if (has_res) rs[j].load(res + 8 * ((j - own) * chunks + (int)threadIdx.x));
-      }
-      ga[0].load(gamma + 8 * (int)threadIdx.x);
-#pragma unroll
-      for (int j = 0; j < S; ++j) {
-        float sv[8];
-        xs[j].unpack(sv);
-        if (has_res) {
-          float r[8];
-          rs[j].unpack(r);
-#pragma unroll
-          for (int i = 0; i < 8; ++i) sv[i] = sv[i] + r[i];
-          if (round_sum) {
-            MxRaw8<T> t;
-            t.pack(sv);
-            t.unpack(sv);
-          }
-        }
-        double qv[8];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) qv[i] = (double)__fmul_rn(sv[i], sv[i]);
-        ss += ((qv[0] + qv[1]) + (qv[2] + qv[3])) + ((qv[4] + qv[5]) + (qv[6] + qv[7]));
-        if (j == own) {  // uniform per block: register moves, no dynamic indexing
-          xa[0] = xs[j];
-          ra[0] = rs[j];
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < NCH && !REPL; ++k) {
+  for (int k = 0; k < NCH; ++k) {
     const int c = threadIdx.x + k * B;
     if (c < chunks) {
       xa[k].load(x + 8 * c);
@@ -225,7 +182,7 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
   // s = x + r (rounded to T unless MX_F_NO_ROUND_SUM; then packed back into xa) and the lane's
   // f64 sum of the f32 squares (the graph's f32 Pow), chunk by chunk, a pairwise tree within a chunk.
   // NCH = 1: residual_out is stored here (the store drains while the row's sum is exchanged).
-  // REPL: the squares are already summed over the whole row.
+  double ss = 0.0;
 #pragma unroll
   for (int k = 0; k < NCH; ++k) {
     if ((int)threadIdx.x + k * B < chunks) {
@@ -250,8 +207,7 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
           o.template store<CS>(res_out + 8 * ((int)threadIdx.x + k * B));
         }
       }
-      if (REPL) {
-      } else if (NCH == 1) {  // a pairwise tree: a shorter dependent chain (latency-bound small M)
+      if (NCH == 1) {  // a pairwise tree: a shorter dependent chain (latency-bound small M)
         double q[8];
 #pragma unroll
         for (int i = 0; i < 8; ++i) q[i] = (double)__fmul_rn(s[i], s[i]);
@@ -296,7 +252,7 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
   mx_norm_stamp<OPT>(2, total);
 #if defined(MX_NV_CLUSTER)
   __shared__ double cluster_parts[S];
-  if (S > 1 && !REPL) {
+  if (S > 1) {
     const mx_u32 rank = blockIdx.x % S;
     mx_cluster_wait();  // the entry arrival: every block has started
     if (threadIdx.x < S) mx_dsmem_store(&cluster_parts[rank], threadIdx.x, total);
@@ -438,21 +394,7 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
 #else
 #define MX_DEFINE_NORM_SPLIT(NAME, T, G)
 #endif
-// Split rows with the sum replicated (MX_NORM_REPL): NAME_c1_r<S>, S = 2, 4, 8, 16; no cluster, so
-// also on HIP. Grid rows * S, B = H / (8 S) rounded up to the warp, as the split kernels.
-#define MX_DEFINE_NORM_R1(NAME, T, G, S, OPT)                                                  \
-  extern "C" __global__ void __launch_bounds__(256) NAME(MX_NORM_PARAMS(T, G)) {              \
-    MX_PDL_ENTRY();                                                                             \
-    add_rmsnorm_mxquant_row<T, G, 1, S, OPT | MX_NORM_REPL>(x, res, gamma, q, scale, res_out,  \
-                                                            normed, H, eps, flags);            \
-  }
-#define MX_DEFINE_NORM_REPL(NAME, T, G)                                                         \
-  MX_DEFINE_NORM_R1(NAME##_c1_r2, T, G, 2, 0)                                                   \
-  MX_DEFINE_NORM_R1(NAME##_c1_r4, T, G, 4, 0)                                                   \
-  MX_DEFINE_NORM_R1(NAME##_c1_r8, T, G, 8, 0)                                                   \
-  MX_DEFINE_NORM_R1(NAME##_c1_r16, T, G, 16, 0)
-#define MX_DEFINE_NORM_ALL(NAME, T, G) \
-  MX_DEFINE_NORM(NAME, T, G) MX_DEFINE_NORM_SPLIT(NAME, T, G) MX_DEFINE_NORM_REPL(NAME, T, G)
+#define MX_DEFINE_NORM_ALL(NAME, T, G) MX_DEFINE_NORM(NAME, T, G) MX_DEFINE_NORM_SPLIT(NAME, T, G)
 
 MX_DEFINE_NORM_ALL(mx_add_rmsnorm_quant_bf16, MxBf16, MxBf16)
 MX_DEFINE_NORM_ALL(mx_add_rmsnorm_quant_bf16_gf32, MxBf16, MxF32)
@@ -469,7 +411,6 @@ MX_DEFINE_NORM1(mx_add_rmsnorm_quant_bf16_c3_cs, MxBf16, MxBf16, 3, 512, MX_NORM
 MX_DEFINE_NORM1(mx_add_rmsnorm_quant_bf16_c4_cs, MxBf16, MxBf16, 4, 1024, MX_NORM_CS)
 MX_DEFINE_NORM1(mx_add_rmsnorm_quant_bf16_c1_t, MxBf16, MxBf16, 1, 1024, MX_NORM_TIMED)
 MX_DEFINE_NORM_S1(mx_add_rmsnorm_quant_bf16_c1_s8_t, MxBf16, MxBf16, 8, MX_NORM_TIMED)
-MX_DEFINE_NORM_R1(mx_add_rmsnorm_quant_bf16_c1_r8_t, MxBf16, MxBf16, 8, MX_NORM_TIMED)
 // The previous split-row exchange (_x; _xt timed), for side-by-side timing.
 MX_DEFINE_NORM_S1(mx_add_rmsnorm_quant_bf16_c1_s2_x, MxBf16, MxBf16, 2, MX_NORM_BARX)
 MX_DEFINE_NORM_S1(mx_add_rmsnorm_quant_bf16_c1_s4_x, MxBf16, MxBf16, 4, MX_NORM_BARX)
