@@ -90,18 +90,35 @@ def add_rmsnorm(x, r, gamma, dt, flags, eps=1e-6, gdt=None):
     return y, res_out
 
 
+def fma32(a, b, c):
+    """Correctly rounded f32 fma(a, b, c) (f32::mul_add, fmaf): a * b is exact in f64; the f64 sum
+    is rounded to odd (TwoSum error term, then the odd neighbour when inexact), which makes the
+    final rounding to f32 correct (53 >= 24 + 2 bits)."""
+    a, b, c = (np.asarray(v, F32).astype(np.float64) for v in (a, b, c))
+    with np.errstate(over="ignore", invalid="ignore"):
+        p = a * b
+        s = p + c
+        bb = s - p
+        err = (p - (s - bb)) + (c - bb)
+        odd = (s.view(np.int64) & 1) == 1
+        fix = np.isfinite(s) & (err != 0) & ~odd
+        s = np.where(fix, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+        return s.astype(F32)
+
+
 def exp_pinned(x):
-    """kernels::reference::math::exp_f32 in numpy f32 (separate multiplies and adds)."""
+    """kernels::reference::math::exp_f32 in numpy f32 (one correctly rounded fma per step)."""
     x = np.asarray(x, F32)
     with np.errstate(over="ignore", invalid="ignore"):
-        n = np.rint(x * F32(1.4426950408889634)).astype(F32)
-        r = (x - n * F32(0.693359375)).astype(F32)
-        r = (r - n * F32(-2.12194440e-4)).astype(F32)
+        sh = F32(12582912.0)
+        n = (fma32(x, F32(1.4426950408889634), sh) - sh).astype(F32)
+        r = fma32(n, F32(-0.693359375), x)
+        r = fma32(n, F32(2.12194440e-4), r)
         p = np.full_like(r, F32(1.9875691e-4))
-        for c in (1.3981999e-3, 8.3334520e-3, 4.1665796e-2, 1.6666665e-1, 0.5):
-            p = (p * r + F32(c)).astype(F32)
-        y = (p * (r * r) + r + F32(1)).astype(F32)
-        ni = np.clip(n, -126, 127).astype(np.int64)
+        for c in (1.3981999e-3, 8.3334520e-3, 4.1665796e-2, 1.6666665e-1, 0.5, 1.0, 1.0):
+            p = fma32(p, r, F32(c))
+        y = p
+        ni = np.nan_to_num(np.clip(n, -126, 127)).astype(np.int64)
         out = (y * ((ni + 127).astype(np.uint32) << 23).view(F32)).astype(F32)
     out = np.where(x > 88, np.inf, np.where(x < -87, 0, out)).astype(F32)
     return np.where(np.isnan(x), x, out).astype(F32)

@@ -125,32 +125,68 @@ struct MxVec8<MxF32> {
 };
 
 // The pinned f32 exponential and logistic of kernels::reference::math (docs/ops.md): Cody-Waite
-// reduction + the cephes degree-6 polynomial with separate multiplies and adds. The _rn intrinsics
-// keep the compiler from contracting them into FMAs, so the bits match the CPU reference.
-// Branch-free (SwiGLU at large M is issue-bound): n = rint(x log2 e) by adding 1.5 * 2^23, which
-// rounds to nearest even exactly like rintf for |x log2 e| < 2^22 and leaves n in the low
-// mantissa bits (no FRND / F2I); the range cases are selected at the end, the polynomial's result
-// for them (finite garbage) is discarded.
+// reduction + the cephes degree-6 polynomial, every step one correctly rounded fma (fmaf is fused
+// on CUDA and HIP alike; the CPU side uses f32::mul_add / _mm256_fmadd_ps), so the bits match the
+// CPU reference. The two plain operations left (the 2^n scaling and 1 + e) use the _rn intrinsics
+// so that the compiler cannot contract them into an FMA the reference does not have.
+// Branch-free (SwiGLU at large M is issue-bound): t = fl(x log2 e + 1.5 * 2^23) in one fma is
+// n + 1.5 * 2^23 with n = rint(x log2 e) (exact product, ties to even) for |x log2 e| < 2^22, and
+// leaves n in the low mantissa bits (no FRND / F2I); the range cases are selected at the end, the
+// polynomial's result for them (finite garbage) is discarded. A NaN x comes out as a NaN from the
+// arithmetic itself (no select; its sign and payload may differ from x, which no consumer sees:
+// the logistic, the rounding to T and the quantizer treat every NaN alike).
 MX_DEV float mx_exp_pinned(float x) {
-  const float t = __fadd_rn(__fmul_rn(x, 1.44269504088896341f), 12582912.0f);
+  const float t = fmaf(x, 1.44269504088896341f, 12582912.0f);
   const float n = __fsub_rn(t, 12582912.0f);
   const int j = __float_as_int(t) - 0x4B400000;
-  float r = __fsub_rn(x, __fmul_rn(n, 0.693359375f));
-  r = __fsub_rn(r, __fmul_rn(n, -2.12194440e-4f));
+  float r = fmaf(n, -0.693359375f, x);  // exact: n * C1 has <= 17 bits, the difference cancels
+  r = fmaf(n, 2.12194440e-4f, r);
+  // exp(r) = 1 + r (1 + r (1/2 + r P(r))), Horner all the way down (one fma per coefficient).
   float p = 1.9875691e-4f;
-  p = __fadd_rn(__fmul_rn(p, r), 1.3981999e-3f);
-  p = __fadd_rn(__fmul_rn(p, r), 8.3334520e-3f);
-  p = __fadd_rn(__fmul_rn(p, r), 4.1665796e-2f);
-  p = __fadd_rn(__fmul_rn(p, r), 1.6666665e-1f);
-  p = __fadd_rn(__fmul_rn(p, r), 0.5f);
-  const float y = __fadd_rn(__fadd_rn(__fmul_rn(p, __fmul_rn(r, r)), r), 1.0f);
+  p = fmaf(p, r, 1.3981999e-3f);
+  p = fmaf(p, r, 8.3334520e-3f);
+  p = fmaf(p, r, 4.1665796e-2f);
+  p = fmaf(p, r, 1.6666665e-1f);
+  p = fmaf(p, r, 0.5f);
+  p = fmaf(p, r, 1.0f);
+  const float y = fmaf(p, r, 1.0f);
   float e = __fmul_rn(y, mx_bits_f32((mx_u32)(j + 127) << 23));
   e = x < -87.0f ? 0.0f : e;
-  e = x > 88.0f ? __int_as_float(0x7f800000) : e;
-  return x != x ? x : e;
+  return x > 88.0f ? __int_as_float(0x7f800000) : e;
 }
 
-MX_DEV float mx_sigmoid_pinned(float z) { return 1.0f / __fadd_rn(1.0f, mx_exp_pinned(-z)); }
+// 1 / d, correctly rounded, for d in [1, 2^126) (d = 1 + exp(-z)); mx_rcp_ok says where it holds.
+// CUDA: the hardware reciprocal estimate (MUFU.RCP) + two fma Newton steps gives RN(1/d) for every
+// such d whose mantissa is not all ones, from any start within 8 ulp of RN(1/d) (rcp.approx is
+// within 2); for the all-ones mantissa (d = 2^k (2 - 2^-23), 1/d just above the midpoint between
+// 2^-(k+1) and its successor) the second step lands on the tie and rounds down to 2^-(k+1), one ulp
+// short (or is already right), so setting the lowest bit corrects it (exhaustive check:
+// bench/gpu/exp_reduction_check.py). Replaces the IEEE division's per-element range check and
+// slow-path call; the caller takes 1.0f / d where !mx_rcp_ok(d) (+Inf, NaN, 1/d subnormal: rare),
+// once per group of values. HIP: the IEEE division as written.
+MX_DEV bool mx_rcp_ok(float d) { return d < 8.5070592e37f; }  // 2^126; false for NaN
+MX_DEV float mx_rcp_fast(float d) {
+#if defined(MX_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 800)
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(d));
+  y = fmaf(y, fmaf(-d, y, 1.0f), y);
+  y = fmaf(y, fmaf(-d, y, 1.0f), y);
+  // Written as a test of ~d's mantissa and a conditional OR (LOP3 setting a predicate + a
+  // predicated LOP3), not an integer compare + select.
+  const int yb = __float_as_int(y);
+  return __int_as_float((~__float_as_int(d) & 0x7fffff) == 0 ? yb | 1 : yb);
+#else
+  return 1.0f / d;
+#endif
+}
+
+// The denominator of the pinned logistic: 1 + exp(-z) (rounded; never contracted).
+MX_DEV float mx_sigmoid_den(float z) { return __fadd_rn(1.0f, mx_exp_pinned(-z)); }
+
+MX_DEV float mx_sigmoid_pinned(float z) {
+  const float d = mx_sigmoid_den(z);
+  return mx_rcp_ok(d) ? mx_rcp_fast(d) : 1.0f / d;
+}
 
 // ---------------------------------------------------------------------------------------------
 // FP8 E4M3FN and E8M0.
@@ -173,8 +209,10 @@ MX_DEV mx_u32 mx_e4m3_sat(float v) {
   return sign | (r > 0x7eu ? 0x7eu : r);
 }
 
-// Four values -> four E4M3 bytes as mx_e4m3_sat, little-endian.
-MX_DEV mx_u32 mx_e4m3x4_sat(float a, float b, float c, float d) {
+// Four values -> four E4M3 bytes as mx_e4m3_sat, little-endian. may_be_nonfinite = false: the
+// caller guarantees four finite values (the quantizer under "propagate" has already returned for
+// any block with a NaN or Inf), which skips the per-value finiteness test of the CUDA path.
+MX_DEV mx_u32 mx_e4m3x4_sat(float a, float b, float c, float d, bool may_be_nonfinite = true) {
 #if defined(MX_NV_CVT_E4M3)
   // cvt ... e4m3x2 puts its first source in the high byte. satfinite is mx_e4m3_sat for finite
   // values; non-finite ones (rare) take the software path.
@@ -182,9 +220,11 @@ MX_DEV mx_u32 mx_e4m3x4_sat(float a, float b, float c, float d) {
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(b), "f"(a));
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(d), "f"(c));
   mx_u32 r = (mx_u32)lo | ((mx_u32)hi << 16);
-  const float inf = __int_as_float(0x7f800000);
-  if (!(fabsf(a) < inf) | !(fabsf(b) < inf) | !(fabsf(c) < inf) | !(fabsf(d) < inf))
-    r = mx_e4m3_sat(a) | (mx_e4m3_sat(b) << 8) | (mx_e4m3_sat(c) << 16) | (mx_e4m3_sat(d) << 24);
+  if (may_be_nonfinite) {
+    const float inf = __int_as_float(0x7f800000);
+    if (!(fabsf(a) < inf) | !(fabsf(b) < inf) | !(fabsf(c) < inf) | !(fabsf(d) < inf))
+      r = mx_e4m3_sat(a) | (mx_e4m3_sat(b) << 8) | (mx_e4m3_sat(c) << 16) | (mx_e4m3_sat(d) << 24);
+  }
   return r;
 #else
   return mx_e4m3_sat(a) | (mx_e4m3_sat(b) << 8) | (mx_e4m3_sat(c) << 16) | (mx_e4m3_sat(d) << 24);
@@ -270,16 +310,19 @@ MX_DEV mx_u32 mx_quant_group(const float v[E], mx_u32 flags, mx_u32 q[(E + 3) / 
   const float amax = mx_bits_f32(key);
   const mx_u32 scale = mx_scale_byte(amax, flags);
   const float inv = mx_scale_inverse(scale);
-  // The products are exact (power-of-two scaling); NaN stays NaN, +-Inf stays +-Inf.
+  // The products are exact (power-of-two scaling); NaN stays NaN, +-Inf stays +-Inf. They are
+  // all finite under "propagate" (the non-finite blocks returned above; a finite v times inv is
+  // at most ~2^9): only "ignore" needs the non-finite test of mx_e4m3x4_sat.
   if (E >= 4) {
 #pragma unroll
     for (int j = 0; j < E / 4; ++j)
-      q[j] = mx_e4m3x4_sat(v[4 * j] * inv, v[4 * j + 1] * inv, v[4 * j + 2] * inv, v[4 * j + 3] * inv);
+      q[j] = mx_e4m3x4_sat(v[4 * j] * inv, v[4 * j + 1] * inv, v[4 * j + 2] * inv,
+                           v[4 * j + 3] * inv, ignore);
   } else {
     float w[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int i = 0; i < E; ++i) w[i] = v[i] * inv;
-    q[0] = mx_e4m3x4_sat(w[0], w[1], w[2], w[3]);
+    q[0] = mx_e4m3x4_sat(w[0], w[1], w[2], w[3], ignore);
   }
   return scale;
 }

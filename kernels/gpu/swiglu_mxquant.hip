@@ -22,26 +22,76 @@ struct MxSwigluParams {
   bool single_op;
 };
 
+// Internal ACT bit: the OAI clamps as NaN-propagating min/max (CUDA sm_80+ min.NaN / max.NaN, one
+// instruction each instead of compare + select pairs that ptxas turned into a branch per element).
+// Only where both bounds are > 0 (the kernel entry checks): then min(g, lim) is the select form
+// g > lim ? lim : g, and max(min(u, lim), -lim) its two-sided clamp, including the zero signs
+// (no tie with a nonzero bound); a limit <= 0 or NaN keeps the select form. A NaN comes out as
+// the canonical NaN instead of the input's payload, which nothing downstream sees: the rounding to
+// T, the quantizer's NaN handling and the E4M3 code 0x7F ignore sign and payload.
+#define MX_ACT_MINMAX 0x10000u
+// Internal ACT bit: swish_form "single_op" (else "unrolled"), resolved at the kernel entry so that
+// no lane tests it per element.
+#define MX_ACT_SINGLE 0x20000u
+
+MX_DEV float mx_min_keep_nan(float a, float b) {
+#if defined(MX_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 800)
+  float r;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return a > b ? b : a;
+#endif
+}
+MX_DEV float mx_max_keep_nan(float a, float b) {
+#if defined(MX_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 800)
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return a < b ? b : a;
+#endif
+}
+
+// The OAI clamps: g = min(g, lim), u = clamp(u, -lim, lim), NaN kept.
+template <mx_u32 ACT>
+MX_DEV void mx_oai_clamp(float& g, float& u, float lim) {
+  if (ACT & MX_ACT_MINMAX) {
+    g = mx_min_keep_nan(g, lim);
+    u = mx_max_keep_nan(mx_min_keep_nan(u, lim), -lim);
+  } else {
+    g = g > lim ? lim : g;
+    u = u > lim ? lim : (u < -lim ? -lim : u);
+  }
+}
+
+// The activation in two halves around the logistic, so that a lane computes the denominators of
+// all its E values, then the reciprocals, with one test for the rare IEEE-division fallback
+// (mx_rcp_ok) per lane instead of a branch per element. mx_swiglu_den clamps g and u (OAI) and
+// returns 1 + exp(-z) for the logistic's argument z; mx_swiglu_out finishes from sigma(z).
 template <class T, mx_u32 ACT>
-MX_DEV float mx_swiglu(float g, float u, const MxSwigluParams& p) {
+MX_DEV float mx_swiglu_den(float& g, float& u, const MxSwigluParams& p) {
   if (ACT & MX_F_FP32_ACT) {
     if (ACT & MX_F_OAI) {
-      g = g > p.limit ? p.limit : g;
-      u = (u > p.limit ? p.limit : (u < -p.limit ? -p.limit : u)) + p.beta;
+      mx_oai_clamp<ACT>(g, u, p.limit);
+      u = u + p.beta;
     }
-    return g * mx_sigmoid_pinned(p.alpha * g) * u;
+    return mx_sigmoid_den(p.alpha * g);
   }
   if (ACT & MX_F_OAI) {
-    g = g > p.limit_r ? p.limit_r : g;
-    u = mx_round<T>((u > p.limit_r ? p.limit_r : (u < -p.limit_r ? -p.limit_r : u)) + p.beta_r);
+    mx_oai_clamp<ACT>(g, u, p.limit_r);
+    u = mx_round<T>(u + p.beta_r);
   }
-  float sw;
-  if (p.single_op) {
-    sw = mx_round<T>(g * mx_sigmoid_pinned(p.alpha * g));
-  } else {
-    const float z = p.alpha == 1.0f ? g : mx_round<T>(g * p.alpha_r);
-    sw = mx_round<T>(g * mx_round<T>(mx_sigmoid_pinned(z)));
-  }
+  if (ACT & MX_ACT_SINGLE) return mx_sigmoid_den(p.alpha * g);
+  // The graph's z = alpha == 1 ? g : r(g * r(alpha)) without the per-element test: g is a T value
+  // (or NaN) here, so for alpha == 1 (r(alpha) = 1) r(g * 1) = g as well.
+  return mx_sigmoid_den(mx_round<T>(g * p.alpha_r));
+}
+
+template <class T, mx_u32 ACT>
+MX_DEV float mx_swiglu_out(float g, float u, float sig, const MxSwigluParams& p) {
+  if (ACT & MX_F_FP32_ACT) return g * sig * u;
+  const float sw = (ACT & MX_ACT_SINGLE) ? mx_round<T>(g * sig) : mx_round<T>(g * mx_round<T>(sig));
   return mx_round<T>(sw * u);
 }
 
@@ -100,8 +150,22 @@ MX_DEV void swiglu_mxquant_lane(const typename T::storage* __restrict__ gate,
       }
     }
     mx_swiglu_stamp<OPT>(1, g[0] + u[0]);
+    float d[E];
+    bool ok = true;
 #pragma unroll
-    for (int i = 0; i < E; ++i) y[i] = mx_swiglu<T, ACT>(g[i], u[i], p);
+    for (int i = 0; i < E; ++i) {
+      d[i] = mx_swiglu_den<T, ACT>(g[i], u[i], p);
+      ok = ok & mx_rcp_ok(d[i]);
+    }
+    float sig[E];
+#pragma unroll
+    for (int i = 0; i < E; ++i) sig[i] = mx_rcp_fast(d[i]);
+    if (!ok) {
+#pragma unroll
+      for (int i = 0; i < E; ++i) sig[i] = mx_rcp_ok(d[i]) ? sig[i] : 1.0f / d[i];
+    }
+#pragma unroll
+    for (int i = 0; i < E; ++i) y[i] = mx_swiglu_out<T, ACT>(g[i], u[i], sig[i], p);
     mx_swiglu_stamp<OPT>(2, y[0]);
   } else {
 #pragma unroll
@@ -114,6 +178,39 @@ MX_DEV void swiglu_mxquant_lane(const typename T::storage* __restrict__ gate,
   mx_swiglu_stamp<OPT>(4, 0.0f);
 }
 
+// Kernel entry: resolves the uniform choices that would otherwise be tested per element: the OAI
+// kernels take the min/max clamps where both bounds are > 0 (always, in practice: 7.0), the
+// rounded-activation kernels the swish form.
+template <class T, int E, mx_u32 ACT, int OPT>
+MX_DEV void swiglu_mxquant_dispatch2(const typename T::storage* __restrict__ gate,
+                                     const typename T::storage* __restrict__ up,
+                                     mx_u8* __restrict__ q, mx_u8* __restrict__ scale,
+                                     long long rows, int I, int layout, MxSwigluParams p,
+                                     mx_u32 flags) {
+  if (!(ACT & MX_F_FP32_ACT) && p.single_op) {
+    swiglu_mxquant_lane<T, E, ACT | MX_ACT_SINGLE, OPT>(gate, up, q, scale, rows, I, layout, p,
+                                                         flags);
+    return;
+  }
+  swiglu_mxquant_lane<T, E, ACT, OPT>(gate, up, q, scale, rows, I, layout, p, flags);
+}
+
+template <class T, int E, mx_u32 ACT, int OPT>
+MX_DEV void swiglu_mxquant_dispatch(const typename T::storage* __restrict__ gate,
+                                    const typename T::storage* __restrict__ up,
+                                    mx_u8* __restrict__ q, mx_u8* __restrict__ scale,
+                                    long long rows, int I, int layout, MxSwigluParams p,
+                                    mx_u32 flags) {
+#if defined(MX_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 800)
+  if ((ACT & MX_F_OAI) && p.limit > 0.0f && p.limit_r > 0.0f) {
+    swiglu_mxquant_dispatch2<T, E, ACT | MX_ACT_MINMAX, OPT>(gate, up, q, scale, rows, I, layout,
+                                                              p, flags);
+    return;
+  }
+#endif
+  swiglu_mxquant_dispatch2<T, E, ACT, OPT>(gate, up, q, scale, rows, I, layout, p, flags);
+}
+
 // Kernel names: mx_swiglu_quant_<T>_e<E>_a<A>, E = 8, 2, 1, A = (oai ? 1 : 0) + (fp32_activation ? 2 : 0).
 #define MX_DEFINE_SWIGLU1(NAME, T, E, ACT) MX_DEFINE_SWIGLU1T(NAME, T, E, ACT, 0)
 #define MX_DEFINE_SWIGLU1T(NAME, T, E, ACT, OPT)                                               \
@@ -123,7 +220,7 @@ MX_DEV void swiglu_mxquant_lane(const typename T::storage* __restrict__ gate,
     MX_PDL_ENTRY();                                                                             \
     MxSwigluParams p = {alpha, limit, beta, mx_round<T>(alpha), mx_round<T>(limit),            \
                         mx_round<T>(beta), (flags & MX_F_SWISH_SINGLE) != 0};                   \
-    swiglu_mxquant_lane<T, E, ACT, OPT>(gate, up, q, scale, rows, I, layout, p, flags);         \
+    swiglu_mxquant_dispatch<T, E, ACT, OPT>(gate, up, q, scale, rows, I, layout, p, flags);     \
   }
 #define MX_DEFINE_SWIGLU_E(NAME, T, E)                                                         \
   MX_DEFINE_SWIGLU1(NAME##_a0, T, E, 0u)                                                       \

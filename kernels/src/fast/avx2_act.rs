@@ -7,7 +7,7 @@ use std::arch::x86_64::*;
 use super::avx2::Lanes;
 use crate::attrs::{Activation, SwiGluAttrs, SwishForm};
 use crate::element::Element;
-use crate::reference::math::{EXP_HI, EXP_LO, EXP_POLY, LN2_HI, LN2_LO, LOG2E};
+use crate::reference::math::{EXP_HI, EXP_LO, EXP_POLY, EXP_SHIFTER, LN2_HI, LN2_LO, LOG2E};
 
 /// 8 lanes of `reference::math::exp_f32`.
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -21,20 +21,17 @@ pub unsafe fn exp8(x: __m256) -> __m256 {
         _mm256_max_ps(x, _mm256_set1_ps(EXP_LO)),
         _mm256_set1_ps(EXP_HI),
     );
-    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
-        xc,
-        _mm256_set1_ps(LOG2E),
-    ));
-    let r = _mm256_sub_ps(xc, _mm256_mul_ps(n, _mm256_set1_ps(LN2_HI)));
-    let r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(LN2_LO)));
+    // The same fma sequence as the scalar reference (vfmadd is correctly rounded like mul_add).
+    let shifter = _mm256_set1_ps(EXP_SHIFTER);
+    let n = _mm256_sub_ps(_mm256_fmadd_ps(xc, _mm256_set1_ps(LOG2E), shifter), shifter);
+    let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_HI), xc);
+    let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_LO), r);
     let mut p = _mm256_set1_ps(EXP_POLY[0]);
     for c in &EXP_POLY[1..] {
-        p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(*c));
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(*c));
     }
-    let y = _mm256_add_ps(
-        _mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r),
-        _mm256_set1_ps(1.0),
-    );
+    let one = _mm256_set1_ps(1.0);
+    let y = _mm256_fmadd_ps(_mm256_fmadd_ps(p, r, one), r, one);
     let e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
     let res = _mm256_mul_ps(y, _mm256_castsi256_ps(_mm256_slli_epi32::<23>(e)));
     let res = _mm256_blendv_ps(res, _mm256_set1_ps(f32::INFINITY), hi);
