@@ -135,7 +135,9 @@ struct MxVec8<MxF32> {
 // polynomial's result for them (finite garbage) is discarded. A NaN x comes out as a NaN from the
 // arithmetic itself (no select; its sign and payload may differ from x, which no consumer sees:
 // the logistic, the rounding to T and the quantizer treat every NaN alike).
-MX_DEV float mx_exp_pinned(float x) {
+// The arithmetic of mx_exp_pinned without the range handling: the same bits for -87 <= x <= 88,
+// anything elsewhere. For callers that test the range once per group of values (SwiGLU).
+MX_DEV float mx_exp_core(float x) {
   const float t = fmaf(x, 1.44269504088896341f, 12582912.0f);
   const float n = __fsub_rn(t, 12582912.0f);
   const int j = __float_as_int(t) - 0x4B400000;
@@ -150,8 +152,11 @@ MX_DEV float mx_exp_pinned(float x) {
   p = fmaf(p, r, 0.5f);
   p = fmaf(p, r, 1.0f);
   const float y = fmaf(p, r, 1.0f);
-  float e = __fmul_rn(y, mx_bits_f32((mx_u32)(j + 127) << 23));
-  e = x < -87.0f ? 0.0f : e;
+  return __fmul_rn(y, mx_bits_f32((mx_u32)(j + 127) << 23));
+}
+
+MX_DEV float mx_exp_pinned(float x) {
+  const float e = x < -87.0f ? 0.0f : mx_exp_core(x);
   return x > 88.0f ? __int_as_float(0x7f800000) : e;
 }
 
@@ -180,13 +185,16 @@ MX_DEV float mx_rcp_fast(float d) {
 #endif
 }
 
-// The denominator of the pinned logistic: 1 + exp(-z) (rounded; never contracted).
-MX_DEV float mx_sigmoid_den(float z) { return __fadd_rn(1.0f, mx_exp_pinned(-z)); }
-
 MX_DEV float mx_sigmoid_pinned(float z) {
-  const float d = mx_sigmoid_den(z);
+  const float d = __fadd_rn(1.0f, mx_exp_pinned(-z));  // _rn: never contracted into an fma
   return mx_rcp_ok(d) ? mx_rcp_fast(d) : 1.0f / d;
 }
+
+// mx_sigmoid_pinned for |z| < 87 (mx_sigmoid_fast_ok): no range selects in the exp (the range
+// is inside [-87, 88]), and 1 + exp(-z) < 1 + e^87 < 2^126, so the fast reciprocal holds. The
+// caller takes mx_sigmoid_pinned where the test fails (large |z|, Inf, NaN: rare), once per group.
+MX_DEV bool mx_sigmoid_fast_ok(float z) { return fabsf(z) < 87.0f; }  // false for NaN
+MX_DEV float mx_sigmoid_fast(float z) { return mx_rcp_fast(__fadd_rn(1.0f, mx_exp_core(-z))); }
 
 // ---------------------------------------------------------------------------------------------
 // FP8 E4M3FN and E8M0.

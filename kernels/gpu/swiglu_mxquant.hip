@@ -65,34 +65,82 @@ MX_DEV void mx_oai_clamp(float& g, float& u, float lim) {
   }
 }
 
-// The activation in two halves around the logistic, so that a lane computes the denominators of
-// all its E values, then the reciprocals, with one test for the rare IEEE-division fallback
-// (mx_rcp_ok) per lane instead of a branch per element. mx_swiglu_den clamps g and u (OAI) and
-// returns 1 + exp(-z) for the logistic's argument z; mx_swiglu_out finishes from sigma(z).
-template <class T, mx_u32 ACT>
-MX_DEV float mx_swiglu_den(float& g, float& u, const MxSwigluParams& p) {
-  if (ACT & MX_F_FP32_ACT) {
-    if (ACT & MX_F_OAI) {
-      mx_oai_clamp<ACT>(g, u, p.limit);
-      u = u + p.beta;
-    }
-    return mx_sigmoid_den(p.alpha * g);
-  }
-  if (ACT & MX_F_OAI) {
-    mx_oai_clamp<ACT>(g, u, p.limit_r);
-    u = mx_round<T>(u + p.beta_r);
-  }
-  if (ACT & MX_ACT_SINGLE) return mx_sigmoid_den(p.alpha * g);
-  // The graph's z = alpha == 1 ? g : r(g * r(alpha)) without the per-element test: g is a T value
-  // (or NaN) here, so for alpha == 1 (r(alpha) = 1) r(g * 1) = g as well.
-  return mx_sigmoid_den(mx_round<T>(g * p.alpha_r));
+// Rounds E values to T. bf16 on sm_80+: two values per cvt.rn.bf16x2.f32 (the same RNE rounding
+// as cvt.rn.bf16.f32, NaN to a NaN), each widened back by a mask or a shift: 3 instructions per
+// pair instead of 4.
+template <class T, int E>
+MX_DEV void mx_round_n(float v[E]) {
+#pragma unroll
+  for (int i = 0; i < E; ++i) v[i] = mx_round<T>(v[i]);
 }
+#if defined(MX_NV_CVT16)
+template <int E>
+struct MxRoundBf16 {
+  static MX_DEV void run(float v[E]) {
+#pragma unroll
+    for (int i = 0; i + 1 < E; i += 2) {
+      mx_u32 w;
+      asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(v[i + 1]), "f"(v[i]));  // v[i] low
+      v[i] = mx_bits_f32(w << 16);
+      v[i + 1] = mx_bits_f32(w & 0xffff0000u);
+    }
+    if (E & 1) v[E - 1] = mx_round<MxBf16>(v[E - 1]);
+  }
+};
+template <>
+MX_DEV void mx_round_n<MxBf16, 8>(float v[8]) { MxRoundBf16<8>::run(v); }
+template <>
+MX_DEV void mx_round_n<MxBf16, 2>(float v[2]) { MxRoundBf16<2>::run(v); }
+#endif
 
-template <class T, mx_u32 ACT>
-MX_DEV float mx_swiglu_out(float g, float u, float sig, const MxSwigluParams& p) {
-  if (ACT & MX_F_FP32_ACT) return g * sig * u;
-  const float sw = (ACT & MX_ACT_SINGLE) ? mx_round<T>(g * sig) : mx_round<T>(g * mx_round<T>(sig));
-  return mx_round<T>(sw * u);
+// The activation of a lane's E values, one stage at a time over all of them: the roundings pair
+// up (mx_round_n), and the logistics run on the fast path (mx_sigmoid_fast) with one test for the
+// rare exact fallback per lane instead of range selects and a division slow-path branch per
+// element.
+template <class T, int E, mx_u32 ACT>
+MX_DEV void mx_swiglu_n(float g[E], float u[E], const MxSwigluParams& p, float y[E]) {
+  const bool fp32 = (ACT & MX_F_FP32_ACT) != 0;
+  float z[E], sig[E];
+  if (ACT & MX_F_OAI) {
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+      mx_oai_clamp<ACT>(g[i], u[i], fp32 ? p.limit : p.limit_r);
+      u[i] = u[i] + (fp32 ? p.beta : p.beta_r);
+    }
+    if (!fp32) mx_round_n<T, E>(u);
+  }
+  if (fp32 || (ACT & MX_ACT_SINGLE)) {
+#pragma unroll
+    for (int i = 0; i < E; ++i) z[i] = p.alpha * g[i];
+  } else {
+    // The graph's z = alpha == 1 ? g : r(g * r(alpha)) without the per-element test: g is a T
+    // value (or NaN) here, so for alpha == 1 (r(alpha) = 1) r(g * 1) = g as well.
+#pragma unroll
+    for (int i = 0; i < E; ++i) z[i] = g[i] * p.alpha_r;
+    mx_round_n<T, E>(z);
+  }
+  bool ok = true;
+#pragma unroll
+  for (int i = 0; i < E; ++i) {
+    ok = ok & mx_sigmoid_fast_ok(z[i]);
+    sig[i] = mx_sigmoid_fast(z[i]);
+  }
+  if (!ok) {
+#pragma unroll
+    for (int i = 0; i < E; ++i) sig[i] = mx_sigmoid_fast_ok(z[i]) ? sig[i] : mx_sigmoid_pinned(z[i]);
+  }
+  if (fp32) {
+#pragma unroll
+    for (int i = 0; i < E; ++i) y[i] = g[i] * sig[i] * u[i];
+    return;
+  }
+  if (!(ACT & MX_ACT_SINGLE)) mx_round_n<T, E>(sig);  // sw = r(g * r(sigma)); single: r(g * sigma)
+#pragma unroll
+  for (int i = 0; i < E; ++i) y[i] = g[i] * sig[i];
+  mx_round_n<T, E>(y);
+#pragma unroll
+  for (int i = 0; i < E; ++i) y[i] = y[i] * u[i];
+  mx_round_n<T, E>(y);
 }
 
 // Bench-only options (template constant OPT): stage timestamps (block 0 lane 0, clock64) and the
@@ -150,22 +198,7 @@ MX_DEV void swiglu_mxquant_lane(const typename T::storage* __restrict__ gate,
       }
     }
     mx_swiglu_stamp<OPT>(1, g[0] + u[0]);
-    float d[E];
-    bool ok = true;
-#pragma unroll
-    for (int i = 0; i < E; ++i) {
-      d[i] = mx_swiglu_den<T, ACT>(g[i], u[i], p);
-      ok = ok & mx_rcp_ok(d[i]);
-    }
-    float sig[E];
-#pragma unroll
-    for (int i = 0; i < E; ++i) sig[i] = mx_rcp_fast(d[i]);
-    if (!ok) {
-#pragma unroll
-      for (int i = 0; i < E; ++i) sig[i] = mx_rcp_ok(d[i]) ? sig[i] : 1.0f / d[i];
-    }
-#pragma unroll
-    for (int i = 0; i < E; ++i) y[i] = mx_swiglu_out<T, ACT>(g[i], u[i], sig[i], p);
+    mx_swiglu_n<T, E, ACT>(g, u, p, y);
     mx_swiglu_stamp<OPT>(2, y[0]);
   } else {
 #pragma unroll
