@@ -176,10 +176,13 @@ MX_DEV float mx_rcp_fast(float d) {
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(d));
   y = fmaf(y, fmaf(-d, y, 1.0f), y);
   y = fmaf(y, fmaf(-d, y, 1.0f), y);
-  // Written as a test of ~d's mantissa and a conditional OR (LOP3 setting a predicate + a
-  // predicated LOP3), not an integer compare + select.
-  const int yb = __float_as_int(y);
-  return __int_as_float((~__float_as_int(d) & 0x7fffff) == 0 ? yb | 1 : yb);
+  // A predicated OR (the C form compiles to mask + compare + select + OR).
+  mx_u32 yb = __float_as_uint(y);
+  asm("{\n.reg .pred p;\n.reg .b32 m;\nand.b32 m, %1, 0x7fffff;\nsetp.eq.u32 p, m, 0x7fffff;\n"
+      "@p or.b32 %0, %0, 1;\n}"
+      : "+r"(yb)
+      : "r"(__float_as_uint(d)));
+  return __uint_as_float(yb);
 #else
   return 1.0f / d;
 #endif
