@@ -10,6 +10,7 @@ With PDL each launch may begin while the previous one still runs; every kernel w
 (MX_PDL_WAIT) before it reads what another kernel writes, so only launch latency and, for the
 packed GEMM, the first weight loads overlap the previous kernel. Writes $OUT/bench_frag_pdl.json.
   prefill: the frag GEMM at M = 64 / 256 / 2048 in both block orders, and cuBLAS bf16.
+FRAG_MS (env, e.g. "12,16"): the gemm section's activation rows (default 1,2,4,8,12,16).
 Usage: python3 bench_frag_pdl.py [gemm] [ops] [prefill] (default: gemm ops)"""
 import json, os, sys
 import torch
@@ -46,7 +47,7 @@ def bench_gemm(mod, ops, read_bw, rows):
         def nxt(n):
             ctr[0] += 1
             return ctr[0] % n
-        for M in (1, 2, 4, 8, 12, 16):
+        for M in [int(m) for m in os.environ.get("FRAG_MS", "1,2,4,8,12,16").split(",")]:
             A = torch.randn(M, K, device=dev).bfloat16()
             aq, as_ = ops.quantize(A, 0)
             y = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
