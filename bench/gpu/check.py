@@ -1,7 +1,7 @@
 """Correctness of kernels/gpu/* on the device against reference.py (docs/ops.md numerics).
 Fresh random inputs plus edge blocks (zero, NaN, +-Inf, subnormal, huge, 448*2^k boundaries);
 outputs are poisoned before every launch. Prints one line per case and a summary."""
-import json, os, sys
+import ctypes, json, os, sys
 import numpy as np, torch
 import reference as ref
 from mxgpu import CLUSTERS, NORM_MAX_BLOCK, Module, Ops, F_RCEIL, F_NAN_IGNORE, F_GEMMA, F_GAMMA_F32, F_INV_DIV, F_OAI, F_FP32_ACT, F_NO_ROUND_SUM, F_SWISH_SINGLE
@@ -170,6 +170,22 @@ def check_swiglu(ops):
                     ok = d_q == 0 and d_s == 0
                     report(f"swiglu {dt} {layout} flags={flags} e={e} block={block}" + (f" opt={opt}" if opt else "")
                            + "".join(f" {k}={v}" for k, v in kw.items()), ok, f"q_diff={d_q} scale_diff={d_s}")
+
+
+def check_rcp(ops):
+    """The SwiGLU logistic's reciprocal (mx_rcp_fast, mx_common.h) gives the bits of the IEEE
+    1.0f / d for every d in [1, 2) and [2^125, 2^126) (the range it serves) and at 2^20 random d
+    in between, on this GPU."""
+    lo = np.arange(0x3F800000, 0x40000000, dtype=np.uint32)
+    hi = np.arange(0x7E000000, 0x7E800000, dtype=np.uint32)
+    mid = rng.integers(0x3F800000, 0x7E800000, 1 << 20, dtype=np.uint64).astype(np.uint32)
+    d = torch.from_numpy(np.concatenate([lo, hi, mid]).view(np.float32)).cuda()
+    bad = torch.zeros(1, dtype=torch.int32, device="cuda")
+    first = torch.zeros(1, dtype=torch.float32, device="cuda")
+    n = d.numel()
+    ops.m.launch("mx_test_rcp", (-(-n // 256),), (256,), [d, ctypes.c_longlong(n), bad, first])
+    nb = int(host(bad)[0])
+    report(f"rcp fast path == 1.0f / d over {n} values", nb == 0, f"mismatches={nb}" + (f" first d={float(host(first)[0])!r}" if nb else ""))
 
 
 def rand_e4m3(shape):
@@ -371,7 +387,7 @@ if __name__ == "__main__":
               "mx_matmul_pipe_m8_bf16_w4_s1", "mx_matmul_pipe_m16_bf16_w1_s8"):
         print(f"  {k}: regs/shared/local = {mod.attrs(k)}")
     only = sys.argv[1:]  # e.g. "check_matmul_splitk": run only these checks
-    for fn in (check_matmul_frag, check_pdl, check_matmul_pipe, check_matmul_splitk, check_vectors, check_quantize, check_norm, check_swiglu, check_matmul):
+    for fn in (check_rcp, check_matmul_frag, check_pdl, check_matmul_pipe, check_matmul_splitk, check_vectors, check_quantize, check_norm, check_swiglu, check_matmul):
         if only and fn.__name__ not in only:
             continue
         try:

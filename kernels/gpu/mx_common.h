@@ -161,28 +161,18 @@ MX_DEV float mx_exp_pinned(float x) {
 }
 
 // 1 / d, correctly rounded, for d in [1, 2^126) (d = 1 + exp(-z)); mx_rcp_ok says where it holds.
-// CUDA: the hardware reciprocal estimate (MUFU.RCP) + two fma Newton steps gives RN(1/d) for every
-// such d whose mantissa is not all ones, from any start within 8 ulp of RN(1/d) (rcp.approx is
-// within 2); for the all-ones mantissa (d = 2^k (2 - 2^-23), 1/d just above the midpoint between
-// 2^-(k+1) and its successor) the second step lands on the tie and rounds down to 2^-(k+1), one ulp
-// short (or is already right), so setting the lowest bit corrects it (exhaustive check:
-// bench/gpu/exp_reduction_check.py). Replaces the IEEE division's per-element range check and
-// slow-path call; the caller takes 1.0f / d where !mx_rcp_ok(d) (+Inf, NaN, 1/d subnormal: rare),
-// once per group of values. HIP: the IEEE division as written.
+// CUDA: exactly the fast path that NVCC / NVRTC emit for the IEEE `1.0f / d` (MUFU.RCP, then one
+// fma Newton step), which they take for every normal d below 2^126 and guard only by that range
+// check and its slow-path call, so it gives the division's bits there (bench/gpu/check.py
+// check_rcp compares it with `1.0f / d` on the GPU for every d in [1, 2) and [2^125, 2^126)).
+// The caller takes 1.0f / d where !mx_rcp_ok(d) (+Inf, NaN, 1/d subnormal: rare), once per group
+// of values. HIP: the IEEE division as written.
 MX_DEV bool mx_rcp_ok(float d) { return d < 8.5070592e37f; }  // 2^126; false for NaN
 MX_DEV float mx_rcp_fast(float d) {
 #if defined(MX_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 800)
   float y;
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(d));
-  y = fmaf(y, fmaf(-d, y, 1.0f), y);
-  y = fmaf(y, fmaf(-d, y, 1.0f), y);
-  // A predicated OR (the C form compiles to mask + compare + select + OR).
-  mx_u32 yb = __float_as_uint(y);
-  asm("{\n.reg .pred p;\n.reg .b32 m;\nand.b32 m, %1, 0x7fffff;\nsetp.eq.u32 p, m, 0x7fffff;\n"
-      "@p or.b32 %0, %0, 1;\n}"
-      : "+r"(yb)
-      : "r"(__float_as_uint(d)));
-  return __uint_as_float(yb);
+  return fmaf(y, fmaf(-d, y, 1.0f), y);
 #else
   return 1.0f / d;
 #endif

@@ -276,3 +276,16 @@ MX_DEFINE_SWIGLU1T(mx_swiglu_quant_bf16_e1_a3_t, MxBf16, 1, MX_F_OAI | MX_F_FP32
 MX_DEFINE_SWIGLU1T(mx_swiglu_quant_bf16_e1_a3_sh, MxBf16, 1, MX_F_OAI | MX_F_FP32_ACT, MX_SWIGLU_SHFL)
 MX_DEFINE_SWIGLU1T(mx_swiglu_quant_bf16_e1_a3_sht, MxBf16, 1, MX_F_OAI | MX_F_FP32_ACT, MX_SWIGLU_SHFL | MX_SWIGLU_TIMED)
 #endif
+
+// Bench-only (bench/gpu/check.py check_rcp, CUDA): counts the d[i] where mx_rcp_fast differs in
+// any bit from the IEEE 1.0f / d, and records the first such d.
+#if defined(MX_CUDA)
+extern "C" __global__ void mx_test_rcp(const float* d, long long n, unsigned* bad, float* first) {
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float v = d[i];
+  if (__float_as_uint(mx_rcp_fast(v)) != __float_as_uint(1.0f / v)) {
+    if (atomicAdd(bad, 1u) == 0u) *first = v;
+  }
+}
+#endif
