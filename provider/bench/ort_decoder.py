@@ -15,6 +15,12 @@ process, runs interleaved A/B after warm-up (median times and median per-pair sp
 Prints a Markdown table.
 
 Usage: python3 provider/bench/ort_decoder.py [--layers 4] [--ms 1,8,64] [--runs 20]
+
+`--alone float|mxfp8` creates only that session (run the two in separate processes, one after
+the other): in the paired mode the idle session's ORT pool spins beside the running one, which
+slows ORT's memory-bound f32 step more than the fused one, so paired ratios run above the alone
+ones. `--lib` times another build of the library (interleaved A/B of two builds); `--profile`
+writes ORT's profiler JSON of the timed runs.
 """
 
 import argparse
@@ -76,6 +82,15 @@ def time_pair(base, fused, x, runs):
     )
 
 
+def time_alone(sess, x, runs):
+    """Median seconds of `runs` steps after 3 warm-ups, and the fastest."""
+    feed = {"hidden_states": x}
+    for _ in range(3):
+        sess.run(None, feed)
+    times = [timed(sess, feed) for _ in range(runs)]
+    return statistics.median(times), min(times)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=4)
@@ -84,24 +99,49 @@ def main():
     ap.add_argument("--threads", type=int, default=0, help="ORT intra-op threads (0 = ORT default)")
     ap.add_argument("--ep-threads", default="0", help="the EP's `threads` option (0 = ORT's pool)")
     ap.add_argument("--work", default="/tmp/mxfuse_bench")
+    ap.add_argument("--alone", choices=("float", "mxfp8"), help="time only this session")
+    ap.add_argument("--lib", help="the library to register (default: target/release's)")
+    ap.add_argument("--profile", help="ORT profiler JSON prefix (the timed session(s))")
     args = ap.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     models = generate(work, args.layers)
 
-    ort.register_execution_provider_library(EP, str(newest("libmxfuse_ep.so")))
+    ort.register_execution_provider_library(EP, args.lib or str(newest("libmxfuse_ep.so")))
     devices = [d for d in ort.get_ep_devices()
                if d.ep_name == EP and d.device.type == ort.OrtHardwareDeviceType.CPU]
 
     def options():
         so = ort.SessionOptions()
         so.intra_op_num_threads = args.threads
+        if args.profile:
+            so.enable_profiling = True
+            so.profile_file_prefix = args.profile
         return so
 
-    base = ort.InferenceSession(str(models["float"]), options(), providers=["CPUExecutionProvider"])
-    so = options()
-    so.add_provider_for_devices(devices, {"threads": args.ep_threads})
-    fused = ort.InferenceSession(str(models["mxfp8"]), so)
+    def float_session():
+        return ort.InferenceSession(str(models["float"]), options(), providers=["CPUExecutionProvider"])
+
+    def fused_session():
+        so = options()
+        so.add_provider_for_devices(devices, {"threads": args.ep_threads})
+        return ort.InferenceSession(str(models["mxfp8"]), so)
+
+    rng = np.random.default_rng(0)
+    if args.alone:
+        sess = float_session() if args.alone == "float" else fused_session()
+        print(f"{args.alone} alone, {args.layers} layers, intra_op_num_threads="
+              f"{args.threads or 'default'}, EP threads={args.ep_threads}, lib={args.lib or 'target/release'}")
+        for m in (int(v) for v in args.ms.split(",")):
+            x = rng.standard_normal((1, m, 6144)).astype(np.float32)
+            med, best = time_alone(sess, x, args.runs)
+            print(f"M={m} median {med * 1e3:.2f} ms min {best * 1e3:.2f} ms")
+        if args.profile:
+            print("profile:", sess.end_profiling())
+        return
+
+    base = float_session()
+    fused = fused_session()
 
     print(f"decoder: MiniMax-M3 TP4 shapes, {args.layers} layers, f32 activations; "
           f"ORT {ort.__version__}, {os.cpu_count()} CPUs, intra_op_num_threads={args.threads or 'default'}, "
@@ -109,7 +149,6 @@ def main():
     print()
     print("| M (tokens) | CPU EP, float weights (ms) | CPU EP + mxfuse, MXFP8 (ms) | speed-up |")
     print("|---:|---:|---:|---:|")
-    rng = np.random.default_rng(0)
     for m in (int(v) for v in args.ms.split(",")):
         x = rng.standard_normal((1, m, 6144)).astype(np.float32)
         t_base, t_fused, speedup = time_pair(base, fused, x, args.runs)

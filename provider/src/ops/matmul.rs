@@ -10,6 +10,7 @@
 use kernels::ops as k;
 use kernels::{DType, MxMatMulAttrs};
 
+use super::huge::HugeBytes;
 use super::{dims_of, from_dims, out_dims, out_views, required, take, to_dims, view, Kernel};
 use crate::error::Result;
 use crate::tensor::{Meta, TensorMut, TensorRef};
@@ -22,9 +23,17 @@ pub(crate) struct PackedB {
     pub scale_dims: [usize; 2],
 }
 
+/// [`PackedB`] as the CPU kernels read it: the weight bytes in huge pages ([`HugeBytes`]).
+struct CpuPackedB {
+    q: HugeBytes,
+    scales: Vec<u8>,
+    q_dims: [usize; 2],
+    scale_dims: [usize; 2],
+}
+
 pub struct MxMatMul {
     attrs: MxMatMulAttrs,
-    packed: Option<PackedB>,
+    packed: Option<CpuPackedB>,
 }
 
 impl MxMatMul {
@@ -121,8 +130,13 @@ impl Kernel for MxMatMul {
         if self.attrs.trans_b {
             return Ok(()); // already the fast layout
         }
-        if let Some(packed) = transpose_mx_weight(b, bs) {
-            self.packed = Some(packed);
+        if let Some(p) = transpose_mx_weight(b, bs) {
+            self.packed = Some(CpuPackedB {
+                q: HugeBytes::copy_of(&p.q),
+                scales: p.scales,
+                q_dims: p.q_dims,
+                scale_dims: p.scale_dims,
+            });
         }
         Ok(())
     }

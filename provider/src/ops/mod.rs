@@ -5,6 +5,7 @@
 
 pub mod attrs;
 mod foreign;
+mod huge;
 mod matmul;
 mod parallel;
 pub mod schema;
