@@ -5,6 +5,8 @@
 //! a two-level page walk. 2 MiB pages cut the misses 512-fold. Linux grants them to an anonymous
 //! mapping that asks (`madvise(MADV_HUGEPAGE)`, THP in `madvise` mode) and is 2 MiB aligned;
 //! where it does not (THP off, no free huge page, not Linux) the buffer is ordinary memory.
+//! The cost: up to one 2 MiB page per buffer of padding (the size is rounded up to the granule),
+//! and one extra copy of each weight at session creation.
 
 use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
 use std::ops::Deref;
