@@ -261,6 +261,22 @@ pub(super) mod avx2_norm {
         }
     }
 
+    /// a · b by one `vmulps` with `a` as the first source, so a NaN in `a` wins over one in `b`
+    /// whatever the compiler would reorder.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn mul_first_nan8(a: __m256, b: __m256) -> __m256 {
+        let y: __m256;
+        std::arch::asm!(
+            "vmulps {y}, {a}, {b}",
+            y = lateout(ymm_reg) y,
+            a = in(ymm_reg) a,
+            b = in(ymm_reg) b,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+        y
+    }
+
     /// The normed lanes i..i+8: `n` per `inv_form`, times the weight g (`gw + i`) per
     /// `gamma_in_f32`, rounded to T (and stored at `np + i` when the normed output is wanted).
     /// `NO_NAN`: the caller proved no lane is NaN (finite s, 1/d and g).
@@ -277,9 +293,19 @@ pub(super) mod avx2_norm {
         np: Option<*mut T>,
     ) -> __m256 {
         let s = _mm256_loadu_ps(sp.add(i));
+        // Where a lane can be NaN, which operand's NaN a product keeps is part of the result
+        // (x86 keeps the first source's, as the reference's scalar `a * b`); LLVM may commute
+        // `fmul`, so those products are pinned (as in avx512_norm.rs).
+        let mul = |a, b| {
+            if NO_NAN {
+                _mm256_mul_ps(a, b)
+            } else {
+                mul_first_nan8(a, b)
+            }
+        };
         let n = match attrs.inv_form {
             InvForm::Div => _mm256_div_ps(s, d),
-            InvForm::Rsqrt | InvForm::RecipMul => _mm256_mul_ps(s, inv),
+            InvForm::Rsqrt | InvForm::RecipMul => mul(s, inv),
         };
         let round = |v| {
             if NO_NAN {
@@ -290,9 +316,9 @@ pub(super) mod avx2_norm {
         };
         let g = _mm256_loadu_ps(gw.add(i));
         let y = if attrs.gamma_in_f32 {
-            _mm256_mul_ps(n, g)
+            mul(n, g)
         } else {
-            _mm256_mul_ps(round(n), g)
+            mul(round(n), g)
         };
         match np {
             Some(np) if NO_NAN => T::round_store8_no_nan(np.add(i), y),
