@@ -15,7 +15,7 @@ Usage: python3 bench_frag_pdl.py [gemm] [ops] [prefill] (default: gemm ops)"""
 import json, os, sys
 import torch
 from bench import graph_time
-from mxgpu import (FRAG_SS, FRAG_WS, F_FP32_ACT, F_GAMMA_CONST, F_GAMMA_F32, F_GEMMA, F_OAI, Module, Ops, frag_choice,
+from mxgpu import (FRAG_SS, FRAG_WS, F_FP32_ACT, F_GAMMA_F32, F_GEMMA, F_OAI, Module, Ops, frag_choice,
                    pack_frag, pipe_choice)
 
 OUT = os.environ.get("OUT", ".")
@@ -115,12 +115,11 @@ def bench_ops(mod, ops, rows):
         sq = (torch.empty(M, I, dtype=torch.uint8, device=dev), torch.empty(M, I // 32, dtype=torch.uint8, device=dev))
         qo = (torch.empty(M, H, dtype=torch.uint8, device=dev), torch.empty(M, H // 32, dtype=torch.uint8, device=dev))
         norm = both(mod, lambda: ops.norm_quant(x, r, g, F_GEMMA | F_GAMMA_F32, outs=outs))
-        norm_gc = both(mod, lambda: ops.norm_quant(x, r, g, F_GEMMA | F_GAMMA_F32 | F_GAMMA_CONST, outs=outs))
         swiglu = both(mod, lambda: ops.swiglu_quant(gu, None, I, "split_halves", F_OAI | F_FP32_ACT, outs=sq))
         quant = both(mod, lambda: ops.quantize(x, 0, outs=qo))
-        row = dict(M=M, norm=norm, norm_gamma_const=norm_gc, swiglu=swiglu, quantize=quant)
+        row = dict(M=M, norm=norm, swiglu=swiglu, quantize=quant)
         rows.append(row)
-        print(f"ops M={M:5d}: norm {norm[0]:7.2f} pdl {norm[1]:7.2f} (gamma const pdl {norm_gc[1]:7.2f}) | swiglu {swiglu[0]:6.2f} pdl {swiglu[1]:6.2f} | "
+        print(f"ops M={M:5d}: norm {norm[0]:7.2f} pdl {norm[1]:7.2f} | swiglu {swiglu[0]:6.2f} pdl {swiglu[1]:6.2f} | "
               f"quantize {quant[0]:6.2f} pdl {quant[1]:6.2f}", flush=True)
 
 

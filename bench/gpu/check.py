@@ -4,7 +4,7 @@ outputs are poisoned before every launch. Prints one line per case and a summary
 import ctypes, json, os, sys
 import numpy as np, torch
 import reference as ref
-from mxgpu import CLUSTERS, NORM_MAX_BLOCK, Module, Ops, F_RCEIL, F_NAN_IGNORE, F_GEMMA, F_GAMMA_F32, F_INV_DIV, F_OAI, F_FP32_ACT, F_NO_ROUND_SUM, F_SWISH_SINGLE, F_GAMMA_CONST
+from mxgpu import CLUSTERS, NORM_MAX_BLOCK, Module, Ops, F_RCEIL, F_NAN_IGNORE, F_GEMMA, F_GAMMA_F32, F_INV_DIV, F_OAI, F_FP32_ACT, F_NO_ROUND_SUM, F_SWISH_SINGLE
 
 torch.manual_seed(1)
 rng = np.random.default_rng(1)
@@ -107,8 +107,6 @@ def check_norm(ops):
         variants = [dict(nch=None, split=None)]
         variants += [dict(nch=c, split=1) for c in (1, 2, 3, 4) if H // 8 <= c * NORM_MAX_BLOCK[c]]
         variants += [dict(split=c) for c in (2, 4, 8) if CLUSTERS and (H // 32) % c == 0 and H // 8 // c <= 1024]
-        # the same with gamma declared constant (read before the PDL wait): same bits
-        variants += [dict(split=c, gconst=True) for c in (2, 8) if CLUSTERS and (H // 32) % c == 0 and H // 8 // c <= 1024]
         if dt == "bf16" and not g32 and CLUSTERS:
             variants += [dict(nch=c, split=1, opt="_cs") for c in (1, 2, 3, 4) if H // 8 <= c * NORM_MAX_BLOCK[c]]
             # the previous split-row exchange and the timed kernels (bench-only)
@@ -118,8 +116,7 @@ def check_norm(ops):
             outs = (torch.empty(M, H, dtype=torch.uint8, device="cuda"), torch.empty(M, H // 32, dtype=torch.uint8, device="cuda"),
                     torch.empty_like(x), torch.empty_like(x))
             poison(outs)
-            kw = {k: v for k, v in var.items() if k != "gconst"}
-            q, s, ro, no = ops.norm_quant(x, r, g, flags | (F_GAMMA_CONST if var.get("gconst") else 0), outs=outs, **kw)
+            q, s, ro, no = ops.norm_quant(x, r, g, flags, outs=outs, **var)
             norm_compare(dt, flags, H, M, has_res, g32, var, q, s, ro, no, y_ref, s_ref, rq, rs)
 
 
@@ -364,7 +361,7 @@ def check_pdl(ops):
         r = to_dev(ref.rnd(rng.standard_normal((M, H)), "bf16"), "bf16")
         gu = to_dev(ref.rnd(rng.standard_normal((M, 2 * I)) * 4, "bf16"), "bf16")
         def chain():
-            o1 = ops.norm_quant(x, r, gamma, F_GEMMA | F_GAMMA_CONST)
+            o1 = ops.norm_quant(x, r, gamma, F_GEMMA)
             o2 = ops.norm_quant(o1[2], o1[3], gamma, F_GEMMA)
             y = ops.matmul_frag(wf, wsf, N, H, min(M, 16), o2[0][:16], o2[1][:16])
             q = ops.quantize(o2[3], 0)

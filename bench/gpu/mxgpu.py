@@ -152,7 +152,7 @@ class Module:
 
 # Flag bits of kernels/gpu/mx_common.h.
 F_RCEIL, F_NAN_IGNORE, F_GEMMA, F_GAMMA_F32, F_INV_DIV, F_OAI, F_FP32_ACT = 1, 2, 4, 8, 16, 32, 64
-F_NO_ROUND_SUM, F_SWISH_SINGLE, F_GAMMA_CONST = 128, 256, 512
+F_NO_ROUND_SUM, F_SWISH_SINGLE = 128, 256
 LAYOUTS = {"separate": 0, "split_halves": 1, "interleaved": 2}
 # Below this many elements the elementwise kernels take 2 elements per lane (short per-lane chains).
 SMALL_ELEMS = 1 << 21

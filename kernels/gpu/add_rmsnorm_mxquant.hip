@@ -28,23 +28,6 @@
 #define MX_NORM_TIMED 2  // block 0 lane 0 records clock64() stamps in mx_norm_stamps (bench only)
 #define MX_NORM_BARX 4   // split rows: the previous exchange (block sum, DSMEM stores, one release /
                          // acquire cluster barrier); bench only
-#define MX_NORM_OWN_PDL 8  // NCH = 1: the row function makes the PDL wait itself, after reading a
-                           // constant gamma (MX_F_GAMMA_CONST) when the caller says it is one
-
-// fl32(t / h) for t >= 0, h > 0, exactly as the f64 division rounded to f32, with rh = 1 / h
-// computed before the sum is known: q = t rh and one fma correction are within ~0.5 ulp (f64) of
-// t / h, so fl32(q) equals fl32(fl64(t / h)) unless q lies within a few f64 ulps of an f32
-// rounding midpoint (low 29 bits near 0x10000000) -- then, and for 0, NaN, Inf and results in
-// the f32 subnormal range, the division itself. Takes the f64 division (~100 cycles on the
-// H200) off the small-M norm's critical path.
-MX_DEV float mx_f32_quotient(double t, double h, double rh) {
-  double q = t * rh;
-  q = fma(fma(-q, h, t), rh, q);
-  const long long low = (long long)(__double_as_longlong(q) & 0x1fffffffll) - 0x10000000ll;
-  if (!(t < 1.0e300) || !(q >= 1.1754943508222875e-38) || (low >= -4 && low <= 4))
-    return (float)(t / h);
-  return (float)q;
-}
 
 #if defined(MX_CUDA)
 // Stage timestamps of the MX_NORM_TIMED kernels (bench/gpu/bench.py reads them back).
@@ -154,20 +137,7 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
   constexpr int CS = OPT & MX_NORM_CS;
   // The push exchange (split rows, not the bench-only previous one).
   constexpr bool PUSH = S > 1 && !(OPT & MX_NORM_BARX);
-  constexpr bool OWN_PDL = NCH == 1 && (OPT & MX_NORM_OWN_PDL);
   mx_norm_stamp<OPT>(0, 0.0);
-  // This block's chunks: [c0, c0 + chunks); the host makes H / 32 a multiple of S, so whole
-  // quantizer groups stay in one block.
-  const int chunks = (H >> 3) / S;
-  const int c0 = (int)(blockIdx.x % S) * chunks;
-  MxRaw8<G> ga[NCH];
-  const bool gamma_early = OWN_PDL && (flags & MX_F_GAMMA_CONST);
-  const double rH = 1.0 / (double)H;  // before the wait: off the critical path
-  if (OWN_PDL) {
-    if (gamma_early && (int)threadIdx.x < chunks) ga[0].load(gamma + 8 * (c0 + (int)threadIdx.x));
-    MX_PDL_WAIT();
-    MX_PDL_LAUNCH();
-  }
 #if defined(MX_NV_CLUSTER)
   // Partials of the push exchange: slot rank * warps + warp (<= 32 warps a block).
   __shared__ __align__(16) double push_parts[PUSH ? S * 32 : 2];
@@ -183,6 +153,10 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
   }
 #endif
   const long long row = blockIdx.x / S;
+  // This block's chunks: [c0, c0 + chunks); the host makes H / 32 a multiple of S, so whole
+  // quantizer groups stay in one block.
+  const int chunks = (H >> 3) / S;
+  const int c0 = (int)(blockIdx.x % S) * chunks;
   const int B = blockDim.x;
   x += row * H + 8 * c0;
   gamma += 8 * c0;
@@ -195,13 +169,14 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
   const bool round_sum = !(flags & MX_F_NO_ROUND_SUM);
 
   MxRaw8<T> xa[NCH], ra[NCH];
+  MxRaw8<G> ga[NCH];
 #pragma unroll
   for (int k = 0; k < NCH; ++k) {
     const int c = threadIdx.x + k * B;
     if (c < chunks) {
       xa[k].load(x + 8 * c);
       if (has_res) ra[k].load(res + 8 * c);
-      if (!gamma_early) ga[k].load(gamma + 8 * c);
+      ga[k].load(gamma + 8 * c);
     }
   }
   // s = x + r (rounded to T unless MX_F_NO_ROUND_SUM; then packed back into xa) and the lane's
@@ -291,7 +266,7 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
   mx_norm_stamp<OPT>(3, total);
 
   // The output pass: residual_out, normed, q and scales of the lane's chunks.
-  const float v = mx_f32_quotient(total, (double)H, rH);
+  const float v = (float)(total / (double)H);
   const float root = sqrtf(v + eps);
   const float inv = 1.0f / root;
   mx_norm_stamp<OPT>(4, (double)inv);
@@ -408,8 +383,9 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
 #define MX_DEFINE_NORM_S1(NAME, T, G, S, OPT)                                                  \
   extern "C" __global__ void __launch_bounds__(1024) __cluster_dims__(S, 1, 1)                 \
       NAME(MX_NORM_PARAMS(T, G)) {                                                              \
-    add_rmsnorm_mxquant_row<T, G, 1, S, OPT | MX_NORM_OWN_PDL>(x, res, gamma, q, scale,        \
-                                                               res_out, normed, H, eps, flags); \
+    MX_PDL_ENTRY();                                                                             \
+    add_rmsnorm_mxquant_row<T, G, 1, S, OPT>(x, res, gamma, q, scale, res_out, normed, H, eps, \
+                                             flags);                                            \
   }
 #define MX_DEFINE_NORM_SPLIT(NAME, T, G)                                                        \
   MX_DEFINE_NORM_S1(NAME##_c1_s2, T, G, 2, 0)                                                   \

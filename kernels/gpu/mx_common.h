@@ -15,8 +15,6 @@
 #define MX_F_FP32_ACT 64u    // swiglu: no rounding of intermediates to T
 #define MX_F_NO_ROUND_SUM 128u  // add_rmsnorm: normalise the f32 sum x + r (residual_out still round_T)
 #define MX_F_SWISH_SINGLE 256u  // swiglu: swish_form "single_op" (g * sigmoid(alpha * g) rounded once)
-#define MX_F_GAMMA_CONST 512u   // add_rmsnorm: gamma is never written by an earlier kernel of the
-                                // stream, so the split-row kernels read it before the PDL wait
 
 // ---------------------------------------------------------------------------------------------
 // Element types: a tag struct per ONNX float type with its storage and exact conversions.
