@@ -15,25 +15,18 @@ use super::{dims_of, from_dims, out_dims, out_views, required, take, to_dims, vi
 use crate::error::Result;
 use crate::tensor::{Meta, TensorMut, TensorRef};
 
-/// An MX weight transposed to `[N, K]` with scales `[N, K/32]`.
-pub(crate) struct PackedB {
-    pub q: Vec<u8>,
+/// An MX weight transposed to `[N, K]` with scales `[N, K/32]`; `Q` holds the weight bytes
+/// (the CPU kernels keep them in huge pages, [`HugeBytes`]).
+pub(crate) struct PackedB<Q = Vec<u8>> {
+    pub q: Q,
     pub scales: Vec<u8>,
     pub q_dims: [usize; 2],
     pub scale_dims: [usize; 2],
 }
 
-/// [`PackedB`] as the CPU kernels read it: the weight bytes in huge pages ([`HugeBytes`]).
-struct CpuPackedB {
-    q: HugeBytes,
-    scales: Vec<u8>,
-    q_dims: [usize; 2],
-    scale_dims: [usize; 2],
-}
-
 pub struct MxMatMul {
     attrs: MxMatMulAttrs,
-    packed: Option<CpuPackedB>,
+    packed: Option<PackedB<HugeBytes>>,
 }
 
 impl MxMatMul {
@@ -130,14 +123,12 @@ impl Kernel for MxMatMul {
         if self.attrs.trans_b {
             return Ok(()); // already the fast layout
         }
-        if let Some(p) = transpose_mx_weight(b, bs) {
-            self.packed = Some(CpuPackedB {
-                q: HugeBytes::copy_of(&p.q),
-                scales: p.scales,
-                q_dims: p.q_dims,
-                scale_dims: p.scale_dims,
-            });
-        }
+        self.packed = transpose_mx_weight(b, bs).map(|p| PackedB {
+            q: HugeBytes::copy_of(&p.q),
+            scales: p.scales,
+            q_dims: p.q_dims,
+            scale_dims: p.scale_dims,
+        });
         Ok(())
     }
 
