@@ -102,6 +102,45 @@ fn external_data_is_placed_next_to_a_model_saved_elsewhere() {
     let _ = std::fs::remove_dir_all(out_dir);
 }
 
+/// ONNX Runtime 1.31 refuses external data in a file with more than one hard link ("potential
+/// hardlink attack"): placing the data next to a model saved elsewhere must copy, leaving both
+/// the original and the copy with one link, and must undo a hard link an older version made.
+#[cfg(unix)]
+#[test]
+fn external_data_is_copied_never_hard_linked() {
+    use std::os::unix::fs::MetadataExt;
+    let Some(dir) = samples_dir() else { return };
+    let scratch = scratch_dir("external_links");
+    let (src_dir, out_dir) = (scratch.join("src"), scratch.join("out"));
+    std::fs::create_dir_all(&src_dir).unwrap();
+    std::fs::create_dir_all(&out_dir).unwrap();
+    for f in ["model.onnx", "model.onnx.data"] {
+        std::fs::copy(
+            dir.join("ortgenai_llama_tiny_fp32").join(f),
+            src_dir.join(f),
+        )
+        .unwrap();
+    }
+    let (src_data, out_data) = (
+        src_dir.join("model.onnx.data"),
+        out_dir.join("model.onnx.data"),
+    );
+    let links = |p: &Path| std::fs::metadata(p).unwrap().nlink();
+    let g = load_graph(&src_dir.join("model.onnx")).unwrap();
+    save_graph(g.clone(), &out_dir.join("out.onnx")).unwrap();
+    assert_eq!((links(&src_data), links(&out_data)), (1, 1));
+    // A hard link left by an older version is replaced by a copy.
+    std::fs::remove_file(&out_data).unwrap();
+    std::fs::hard_link(&src_data, &out_data).unwrap();
+    save_graph(g, &out_dir.join("out.onnx")).unwrap();
+    assert_eq!((links(&src_data), links(&out_data)), (1, 1));
+    assert_eq!(
+        std::fs::read(&src_data).unwrap(),
+        std::fs::read(&out_data).unwrap()
+    );
+    let _ = std::fs::remove_dir_all(scratch);
+}
+
 /// Runs the default pipeline on `input`, saves to `output`, returns the report's fusion count.
 fn rewrite(input: &Path, output: &Path) -> usize {
     let mut g = load_graph(input).unwrap();

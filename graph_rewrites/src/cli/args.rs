@@ -29,9 +29,9 @@ rule fused and refused, and optionally write a JSON report.
 
 External data: tensors stored outside the .onnx file are never read unless a rule needs their \
 values, and their `location`s are written unchanged. When OUT is in another directory than IN, \
-each external data file is hard-linked (or, across file systems, copied) next to OUT under the \
-same relative path, so OUT resolves its weights wherever it is written (ONNX Runtime rejects \
-absolute and `..` locations). An existing different file at that path is an error, never \
+each external data file is copied next to OUT under the same relative path (a reflink where the \
+file system shares extents; never a hard link, which ONNX Runtime refuses to load from), so OUT \
+resolves its weights wherever it is written (ONNX Runtime rejects absolute and `..` locations). An existing different file at that path is an error, never \
 overwritten. Initializers created by rules (e.g. pre-quantized weights) are stored inline in \
 OUT when small and in `OUT.mxfuse.data` (next to OUT, 4 KiB-aligned) from 1 MiB up.
 

@@ -4,9 +4,11 @@
 //! Locations must stay *relative paths inside the model's directory*: ONNX Runtime (1.2x+) and
 //! `onnx.checker` reject absolute locations, locations with `..`, and symbolic links that leave
 //! the model directory. So a model saved to a different directory keeps its `location` strings
-//! unchanged and each data file is placed next to it under the same relative path: hard-linked
-//! when the file system allows it (no extra disk space), otherwise copied in a streamed fashion
-//! (constant memory).
+//! unchanged and each data file is placed next to it under the same relative path as a copy
+//! (`fs::copy`: the kernel's `copy_file_range`, which shares extents where the file system can
+//! reflink). Never a hard link: ONNX Runtime (1.31) refuses to load external data from a file
+//! with more than one link ("potential hardlink attack"), so a link would break the rewritten
+//! model *and* the original.
 
 use std::fs;
 use std::io::{Read, Seek, SeekFrom};
@@ -138,8 +140,9 @@ pub fn read_external(
 
 /// Makes every external data file named in `locations` (relative to `src_dir`) reachable at the
 /// same relative path from `dst_dir`. Nothing happens when both directories are the same.
-/// A destination that already exists is accepted only if it is the same file (hard link) or has
-/// the same content; anything else is an error rather than an overwrite.
+/// A destination that already exists is accepted only if it has the same content (a hard link
+/// to the source, as older versions made, is replaced by a copy: see the module docs); anything
+/// else is an error rather than an overwrite.
 pub fn place_external_files<'a>(
     locations: impl IntoIterator<Item = &'a Path>,
     src_dir: &Path,
@@ -163,22 +166,39 @@ pub fn place_external_files<'a>(
             fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
         }
         if dst.exists() {
-            if same_content(&src, &dst)? {
+            if is_same_file(&src, &dst)? {
+                // A hard link (older mxfuse versions made them): ONNX Runtime loads neither
+                // model while the file has two links, so unlink this one and copy.
+                fs::remove_file(&dst).map_err(|e| Error::io(&dst, e))?;
+            } else if same_content(&src, &dst)? {
                 continue;
+            } else {
+                return Err(Error::Invalid(format!(
+                    "{} already exists and differs from {}; refusing to overwrite external data",
+                    dst.display(),
+                    src.display()
+                )));
             }
-            return Err(Error::Invalid(format!(
-                "{} already exists and differs from {}; refusing to overwrite external data",
-                dst.display(),
-                src.display()
-            )));
         }
-        if fs::hard_link(&src, &dst).is_err() {
-            // Cross-device or not permitted (e.g. fs.protected_hardlinks on a file we do not
-            // own): fall back to a streamed copy.
-            fs::copy(&src, &dst).map_err(|e| Error::io(&dst, e))?;
-        }
+        fs::copy(&src, &dst).map_err(|e| Error::io(&dst, e))?;
     }
     Ok(())
+}
+
+/// Whether `a` and `b` are the same inode (always false off Unix).
+fn is_same_file(a: &Path, b: &Path) -> Result<bool, Error> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let ma = fs::metadata(a).map_err(|e| Error::io(a, e))?;
+        let mb = fs::metadata(b).map_err(|e| Error::io(b, e))?;
+        Ok(ma.dev() == mb.dev() && ma.ino() == mb.ino())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (a, b);
+        Ok(false)
+    }
 }
 
 /// Same file (inode) or same bytes, compared in a streamed fashion.
