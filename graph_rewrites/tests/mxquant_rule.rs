@@ -80,6 +80,14 @@ fn quark_sample_activation_quantizers_feeding_matmuls_fuse() {
 
 /// x[4,64] → standard MX (rule chosen by `c`, `round`) → DequantizeLinear → MatMul(W[64,16]).
 fn std_mx_matmul(c: f32, div: bool, round: &str) -> ModelBuilder {
+    let mut b = std_mx_dequant(c, div, round);
+    b.node("MatMul", &["xd", "w"], &["y"])
+        .output("y", FLOAT, &[4, 16]);
+    b
+}
+
+/// `x [4, 64]` → standard MXFP8 quantize → `DequantizeLinear` = `xd`; `w [64, 16]` of 0.5.
+fn std_mx_dequant(c: f32, div: bool, round: &str) -> ModelBuilder {
     let mut b = ModelBuilder::new(24);
     b.input("x", FLOAT, &[4, 64]);
     b.init_i64("shape", &[3], &[0, 2, 32])
@@ -118,9 +126,93 @@ fn std_mx_matmul(c: f32, div: bool, round: &str) -> ModelBuilder {
         ("output_dtype", Attr::I(FLOAT as i64)),
     ];
     b.node_in("", "DequantizeLinear", &["q", "scale"], &["xd"], &dattrs);
-    b.node("MatMul", &["xd", "w"], &["y"])
-        .output("y", FLOAT, &[4, 16]);
     b
+}
+
+/// torch's `nn.Linear` on a rank-2 activation exports `Gemm(x, W [N, K], transB = 1)`: a
+/// bias-free Gemm with alpha 1 is the MatMul MxMatMul computes (trans_b from transB).
+#[test]
+fn bias_free_gemm_consumer_becomes_mxmatmul() {
+    for trans_b in [0i64, 1] {
+        let mut b = std_mx_dequant(2f32.powi(-8), false, "down");
+        let w_dims: &[i64] = if trans_b == 1 { &[16, 64] } else { &[64, 16] };
+        b.init_f32("wg", w_dims, &vec![0.25; 64 * 16]);
+        b.node_in(
+            "",
+            "Gemm",
+            &["xd", "wg"],
+            &["y"],
+            &[("transB", Attr::I(trans_b))],
+        )
+        .output("y", FLOAT, &[4, 16]);
+        let mut g = b.graph().unwrap();
+        let report = run_pipeline(&mut g, &PipelineOptions::default()).unwrap();
+        assert_eq!(report.counts["mxquant"], 1, "{report:#?}");
+        assert_eq!(op_types(&g), ["MxQuantize", "MxMatMul"]);
+        let mm = g.producer(g.value_by_name("y").unwrap()).unwrap().0;
+        assert_eq!(
+            g.attr(mm, "trans_b"),
+            Some(graph_rewrites::view::AttrValue::Int(trans_b))
+        );
+    }
+}
+
+/// A standard MX `DequantizeLinear` that cannot be absorbed (its reader is a Gemm with a bias
+/// or a scale, a non-MatMul, or it is a graph output) refuses the site with the reason: left in
+/// place it is an E8M0 DequantizeLinear ONNX Runtime's CPU EP has no kernel for.
+#[test]
+fn unabsorbable_mx_dequant_refuses_with_the_reason() {
+    type Reader = fn(&mut ModelBuilder);
+    let cases: [(Reader, &str); 4] = [
+        (
+            |b| {
+                b.init_f32("bias", &[16], &[1.0; 16]);
+                b.node("Gemm", &["xd", "w", "bias"], &["y"]);
+                b.output("y", FLOAT, &[4, 16]);
+            },
+            "adds a bias 'bias'",
+        ),
+        (
+            |b| {
+                b.node_in("", "Gemm", &["xd", "w"], &["y"], &[("alpha", Attr::F(0.5))]);
+                b.output("y", FLOAT, &[4, 16]);
+            },
+            "alpha != 1",
+        ),
+        (
+            |b| {
+                b.node("MatMul", &["xd", "w"], &["y0"])
+                    .node("Add", &["xd", "x"], &["y"]);
+                b.output("y0", FLOAT, &[4, 16]).output("y", FLOAT, &[4, 64]);
+            },
+            "read by Add",
+        ),
+        (
+            |b| {
+                b.node("MatMul", &["xd", "w"], &["y"]);
+                b.output("y", FLOAT, &[4, 16]).output("xd", FLOAT, &[4, 64]);
+            },
+            "is a graph output",
+        ),
+    ];
+    for (reader, why) in cases {
+        let mut b = std_mx_dequant(2f32.powi(-8), false, "down");
+        reader(&mut b);
+        let mut g = b.graph().unwrap();
+        let before = op_types(&g);
+        let report = run_pipeline(&mut g, &PipelineOptions::default()).unwrap();
+        assert_eq!(report.counts["mxquant"], 0, "{report:#?}");
+        assert_eq!(op_types(&g), before);
+        let reasons: Vec<&str> = report
+            .rejections
+            .iter()
+            .map(|r| r.reason.as_str())
+            .collect();
+        assert!(
+            reasons.iter().any(|r| r.contains(why)),
+            "{why}: {reasons:?}"
+        );
+    }
 }
 
 #[test]

@@ -1,9 +1,11 @@
 //! The consumer side shared by every MX rule: the MatMuls that read a quantized activation
 //! become `com.mxfuse::MxMatMul` on the MXFP8 values + row-major E8M0 scales.
 //!
+//! Search pattern => y = MatMul(deq(x), W) | Gemm(deq(x), W, transB = 0|1), read as
+//!
 //! ```text
-//! standard: q, scale ─ DequantizeLinear(axis=-1, block 32) ─ MatMul(·, W) = y
-//! Quark:    fake-quantized x ───────────────────────────── MatMul(·, W) = y
+//! standard: q, scale ─ DequantizeLinear(axis=-1, block 32) ─ MatMul(·, W) | Gemm(·, W) = y
+//! Quark:    fake-quantized x ───────────────────────────── MatMul(·, W) | Gemm(·, W) = y
 //!   ⇒  MxMatMul(q, scale, W' [, W'_scale]) = y      (y keeps its name)
 //! ```
 //!
@@ -11,11 +13,18 @@
 //! FLOAT8E4M3FN `[K, N]` + FLOAT8E8M0 `[K/32, N]` constants (axis 0, block 32; read in place,
 //! `trans_b = 0`); a Quark fake-quant of a float constant (pre-quantized at rewrite time into
 //! `[N, K]` + `[N, K/32]` initializers, `trans_b = 1`).
+//!
+//! `Gemm` is what exporters emit for a linear layer on a rank-2 activation (torch's
+//! `nn.Linear`: `transB = 1`, weight `[N, K]`). It is the same product when it has no bias `C`,
+//! `alpha = 1` and `transA = 0`; with `transB = 1` the float weight `[N, K]` (or MX weight
+//! `[N, K]` + `[N, K/32]`, `DequantizeLinear(axis=1)`) is read with `trans_b = 1`. A Gemm with
+//! a bias or a scale is refused: `MxMatMul` has neither operand, and leaving the standard
+//! `DequantizeLinear` in front of it would keep an op ONNX Runtime's CPU EP cannot run.
 //! A weight DequantizeLinear / fake-quant node is not removed by the fusion: if nothing else
 //! reads it, dead-code elimination does.
 
 use crate::onnx_pb::{tensor_proto::DataLocation, TensorProto};
-use crate::pattern::predicates::{attr_int, attr_string, dtype};
+use crate::pattern::predicates::{attr_float, attr_int, attr_string, dtype};
 use crate::pattern::{Emit, Reject};
 use crate::reject;
 use crate::view::{Dim, GraphView, NodeId, ValueId, ONNX_DOMAIN, QUARK_DOMAIN};
@@ -42,6 +51,8 @@ pub enum Weight {
 pub struct MatMulUse {
     pub node: NodeId,
     pub weight: Weight,
+    /// The weight is `[N, K]` (a `Gemm` with `transB = 1`).
+    pub trans_b: bool,
     pub out: ValueId,
     pub out_dtype: i32,
 }
@@ -109,7 +120,33 @@ fn is_op(g: &dyn GraphView, n: NodeId, domain: &str, op: &str) -> bool {
     g.domain(n) == domain && g.op_type(n) == op
 }
 
-/// A MatMul reading `a` as its first input, with a supported weight.
+/// `Gemm(a, W)` attributes that make it a plain product: `Ok(trans_b)`, or why not.
+fn gemm_as_matmul(g: &dyn GraphView, mm: NodeId) -> Result<bool, Reject> {
+    let name = g.node_name(mm);
+    if let Some(c) = g.inputs(mm).get(2).copied().flatten() {
+        return Err(reject!(
+            "Gemm '{name}' adds a bias '{}': MxMatMul has no bias operand",
+            g.value_name(c)
+        ));
+    }
+    if attr_int(g.attr(mm, "transA"), 0) != Some(0) {
+        return Err(reject!(
+            "Gemm '{name}' has transA = 1: the activation must be [M, K]"
+        ));
+    }
+    if attr_float(g.attr(mm, "alpha"), 1.0) != Some(1.0) {
+        return Err(reject!(
+            "Gemm '{name}' has alpha != 1: MxMatMul has no output scale"
+        ));
+    }
+    match attr_int(g.attr(mm, "transB"), 0) {
+        Some(0) => Ok(false),
+        Some(1) => Ok(true),
+        other => Err(reject!("Gemm '{name}' has transB = {other:?}")),
+    }
+}
+
+/// A MatMul (or bias-free `Gemm`) reading `a` as its first input, with a supported weight.
 /// `act_dtype` is the dtype of the quantized activation: MatMul's A, B and Y share one type,
 /// so it stands in for an output without value_info.
 fn matmul_use(
@@ -120,16 +157,21 @@ fn matmul_use(
     act_dtype: i32,
 ) -> Result<MatMulUse, Reject> {
     let name = g.node_name(mm);
-    if !is_op(g, mm, ONNX_DOMAIN, "MatMul") {
+    let trans_b = if is_op(g, mm, ONNX_DOMAIN, "MatMul") {
+        false
+    } else if is_op(g, mm, ONNX_DOMAIN, "Gemm") {
+        gemm_as_matmul(g, mm)?
+    } else {
         return Err(reject!(
-            "quantized activation is read by {} '{name}', not a MatMul",
+            "quantized activation is read by {} '{name}', not a MatMul or Gemm",
             g.op_type(mm)
         ));
-    }
+    };
     let ins = g.inputs(mm);
     if ins.first().copied().flatten() != Some(a) || ins.get(1).copied().flatten() == Some(a) {
         return Err(reject!(
-            "MatMul '{name}' reads the quantized activation as its weight"
+            "{} '{name}' reads the quantized activation as its weight",
+            g.op_type(mm)
         ));
     }
     let b = ins
@@ -143,7 +185,8 @@ fn matmul_use(
         .map(|i| i.elem_type)
         .filter(|t| *t != 0)
         .unwrap_or(act_dtype);
-    let weight = classify_weight(g, b, k).map_err(|r| reject!("MatMul '{name}': {}", r.0))?;
+    let weight = classify_weight(g, b, k, trans_b)
+        .map_err(|r| reject!("{} '{name}': {}", g.op_type(mm), r.0))?;
     let weight_dtype = match &weight {
         Weight::Float(w) | Weight::QuarkFloat { weight: w, .. } => {
             g.tensor_info(*w).map(|i| i.elem_type).unwrap_or(out_dtype)
@@ -160,24 +203,32 @@ fn matmul_use(
     Ok(MatMulUse {
         node: mm,
         weight,
+        trans_b,
         out,
         out_dtype,
     })
 }
 
-/// `[K, N]` with K known and equal to the activation's K.
-fn check_kn(g: &dyn GraphView, w: ValueId, k: i64) -> Result<(), Reject> {
+/// `[K, N]` (`[N, K]` when `trans_b`) with K known and equal to the activation's K.
+fn check_kn(g: &dyn GraphView, w: ValueId, k: i64, trans_b: bool) -> Result<(), Reject> {
     let shape = g.tensor_info(w).and_then(|i| i.shape);
-    match shape.as_deref() {
-        Some([Dim::Known(kk), _]) if *kk == k => Ok(()),
-        other => Err(reject!(
-            "weight '{}' has shape {other:?}, expected [{k}, N]",
-            g.value_name(w)
+    match (shape.as_deref(), trans_b) {
+        (Some([Dim::Known(kk), _]), false) | (Some([_, Dim::Known(kk)]), true) if *kk == k => {
+            Ok(())
+        }
+        (other, _) => Err(reject!(
+            "weight '{}' has shape {other:?}, expected {}",
+            g.value_name(w),
+            if trans_b {
+                format!("[N, {k}]")
+            } else {
+                format!("[{k}, N]")
+            }
         )),
     }
 }
 
-fn classify_weight(g: &dyn GraphView, b: ValueId, k: i64) -> Result<Weight, Reject> {
+fn classify_weight(g: &dyn GraphView, b: ValueId, k: i64, trans_b: bool) -> Result<Weight, Reject> {
     if let Some((n, 0)) = g.producer(b) {
         if is_op(g, n, ONNX_DOMAIN, "DequantizeLinear") {
             let ins = g.inputs(n);
@@ -188,14 +239,16 @@ fn classify_weight(g: &dyn GraphView, b: ValueId, k: i64) -> Result<Weight, Reje
                 return Err(reject!("weight DequantizeLinear lacks inputs"));
             };
             let t = |v| g.tensor_info(v).map(|i| i.elem_type).unwrap_or(0);
-            let blocked = attr_int(g.attr(n, "axis"), 1) == Some(0)
+            // Blocked along K: axis 0 of `[K, N]`, axis 1 of a Gemm's transposed `[N, K]`.
+            let k_axis = if trans_b { [1, -1] } else { [0, -2] };
+            let blocked = attr_int(g.attr(n, "axis"), 1).is_some_and(|a| k_axis.contains(&a))
                 && attr_int(g.attr(n, "block_size"), 0) == Some(BLOCK);
             let no_zp = ins.get(2).copied().flatten().is_none();
             if t(wq) == dtype::FLOAT8E4M3FN && t(ws) == dtype::FLOAT8E8M0 && blocked && no_zp {
                 if !(g.is_constant(wq) && g.is_constant(ws)) {
                     return Err(reject!("MX weight is not constant"));
                 }
-                check_kn(g, wq, k)?;
+                check_kn(g, wq, k, trans_b)?;
                 return Ok(Weight::Mx {
                     values: wq,
                     scales: ws,
@@ -203,7 +256,8 @@ fn classify_weight(g: &dyn GraphView, b: ValueId, k: i64) -> Result<Weight, Reje
                 });
             }
             return Err(reject!(
-                "weight DequantizeLinear is not MXFP8 (E4M3 + E8M0, axis 0, block 32)"
+                "weight DequantizeLinear is not MXFP8 along K (E4M3 + E8M0, axis {}, block 32)",
+                if trans_b { 1 } else { 0 }
             ));
         }
         if is_op(g, n, QUARK_DOMAIN, "MXQuantizeDequantize") {
@@ -213,6 +267,11 @@ fn classify_weight(g: &dyn GraphView, b: ValueId, k: i64) -> Result<Weight, Reje
                 .copied()
                 .flatten()
                 .ok_or_else(|| reject!("weight fake-quant has no input"))?;
+            if trans_b {
+                return Err(reject!(
+                    "Quark-quantized weight of a Gemm with transB = 1 is not fused"
+                ));
+            }
             let elem = attr_string(g.attr(n, "element_dtype"), "int8").unwrap_or_default();
             let ok = elem == "fp8_e4m3"
                 && attr_int(g.attr(n, "block_size"), 32) == Some(BLOCK)
@@ -225,20 +284,25 @@ fn classify_weight(g: &dyn GraphView, b: ValueId, k: i64) -> Result<Weight, Reje
             if !g.is_constant(w) {
                 return Err(reject!("Quark-quantized weight is not a constant"));
             }
-            check_kn(g, w, k)?;
+            check_kn(g, w, k, false)?;
             return Ok(Weight::QuarkFloat {
                 weight: w,
                 fake_quant: n,
             });
         }
     }
-    check_kn(g, b, k)?;
+    check_kn(g, b, k, trans_b)?;
     Ok(Weight::Float(b))
 }
 
 /// Consumers of a standard-spelling quantizer: each `DequantizeLinear(q, scale)` read only by
-/// MatMuls is absorbed with them. Returns the absorbed consumers and whether q/scale are still
-/// read elsewhere (then the replacement keeps producing them).
+/// MatMuls is absorbed with them. Returns the absorbed consumers; q/scale stay produced for
+/// any other reader of q (a DequantizeLinear with another scale or layout, say).
+///
+/// An MX `DequantizeLinear(q, scale)` (last axis, block 32) read by anything but MatMuls, or a
+/// graph output, refuses the site: left in place it would keep an E8M0 `DequantizeLinear`,
+/// which ONNX Runtime's CPU EP has no kernel for, so the rewritten model (or the EP's session)
+/// would fail to load with ORT's bare "Could not find an implementation" instead of this reason.
 pub fn standard_consumers(
     g: &dyn GraphView,
     q: ValueId,
@@ -265,20 +329,27 @@ pub fn standard_consumers(
             continue; // left alone; q/scale stay produced for it
         }
         let deq = g.outputs(dq)[0];
+        let dq_name = g.node_name(dq);
         if g.is_graph_output(deq) {
-            continue;
+            return Err(reject!(
+                "dequantized activation '{}' is a graph output (an E8M0 DequantizeLinear has no ONNX Runtime CPU kernel)",
+                g.value_name(deq)
+            ));
         }
         let readers = g.consumers(deq);
-        let uses: Result<Vec<_>, _> = readers
+        let uses = readers
             .iter()
             .map(|(mm, _)| matmul_use(g, *mm, deq, k, act_dtype))
-            .collect();
-        match uses {
-            Ok(u) if !u.is_empty() => {
-                c.matmuls.extend(u);
-                c.dequant.push(dq);
-            }
-            _ => continue,
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|r| {
+                reject!(
+                    "DequantizeLinear '{dq_name}' cannot be absorbed (it has no ONNX Runtime CPU kernel): {}",
+                    r.0
+                )
+            })?;
+        if !uses.is_empty() {
+            c.matmuls.extend(uses);
+            c.dequant.push(dq);
         }
     }
     Ok(c)
@@ -325,10 +396,11 @@ pub fn emit_matmuls(
     for u in &c.matmuls {
         let spec = e.op("MxMatMul").input(q).input(scale);
         let spec = match &u.weight {
-            Weight::Float(w) => spec.input(*w).attr_int("trans_b", 0),
-            Weight::Mx { values, scales, .. } => {
-                spec.input(*values).input(*scales).attr_int("trans_b", 0)
-            }
+            Weight::Float(w) => spec.input(*w).attr_int("trans_b", u.trans_b as i64),
+            Weight::Mx { values, scales, .. } => spec
+                .input(*values)
+                .input(*scales)
+                .attr_int("trans_b", u.trans_b as i64),
             Weight::QuarkFloat { weight, .. } => {
                 let (vals, scales) = prequantize_weight(e, *weight)?;
                 spec.input(vals).input(scales).attr_int("trans_b", 1)
