@@ -19,6 +19,10 @@ enum Act {
     Oai,
     /// OAI without the up clamp (neither SiLU nor OAI).
     OaiNoUpClip,
+    /// OAI with the up clamp as `Max(Min(up, lim), lo)`.
+    OaiMaxMin,
+    /// OAI with the up clamp as `Min(Max(up, lo), lim)`.
+    OaiMinMax,
     /// `com.microsoft::QuickGelu(α)·up`.
     QuickGelu,
     /// `silu(g)·σ(g)`: "up" is the Sigmoid inside the pattern.
@@ -94,17 +98,28 @@ fn build(c: &Case) -> ModelBuilder {
             );
             b.node("Mul", &["qg", "up"], &["act"]);
         }
-        Act::Oai | Act::OaiNoUpClip => {
+        Act::Oai | Act::OaiNoUpClip | Act::OaiMaxMin | Act::OaiMinMax => {
             b.init_f32("lim", &[], &[7.0])
                 .init_f32("lo", &[], &[c.up_low]);
             b.init_f32("alpha", &[], &[1.702])
                 .init_f32("beta", &[], &[1.0]);
             b.node("Clip", &["gate", "", "lim"], &["gc"]);
-            let u = if c.act == Act::Oai {
-                b.node("Clip", &["up", "lo", "lim"], &["uc"]);
-                "uc"
-            } else {
-                "up"
+            let u = match c.act {
+                Act::Oai => {
+                    b.node("Clip", &["up", "lo", "lim"], &["uc"]);
+                    "uc"
+                }
+                Act::OaiMaxMin => {
+                    b.node("Min", &["up", "lim"], &["um"])
+                        .node("Max", &["lo", "um"], &["uc"]);
+                    "uc"
+                }
+                Act::OaiMinMax => {
+                    b.node("Max", &["up", "lo"], &["um"])
+                        .node("Min", &["um", "lim"], &["uc"]);
+                    "uc"
+                }
+                _ => "up",
             };
             b.node("Mul", &["gc", "alpha"], &["ga"])
                 .node("Sigmoid", &["ga"], &["sg"]);
@@ -271,6 +286,31 @@ fn refuses_broadcasting_gate_and_up() {
         why.contains("must have the same shape") && why.contains("no broadcast"),
         "{why}"
     );
+}
+
+/// The up clamp spelled as two ops (Min then Max or Max then Min) is the same clamp as
+/// `Clip(up, -L, L)` (also for NaN, in ORT): it fuses as OAI; asymmetric bounds are refused.
+#[test]
+fn oai_up_clamp_as_min_max_fuses() {
+    for act in [Act::OaiMaxMin, Act::OaiMinMax] {
+        let (report, g) = rewrite(&Case {
+            act,
+            ..Case::default()
+        });
+        assert_eq!(report.counts["swiglu_mxquant_matmul"], 1, "{report:#?}");
+        let n = fused(&g);
+        assert_eq!(
+            node_attr(&g, n, "activation"),
+            AttrValue::String("oai".into())
+        );
+        assert_eq!(node_attr(&g, n, "limit"), AttrValue::Float(7.0));
+        let why = refusal(&Case {
+            act,
+            up_low: -6.0,
+            ..Case::default()
+        });
+        assert!(why.contains("are not ±7"), "{why}");
+    }
 }
 
 #[test]

@@ -6,7 +6,8 @@
 //! gate, up = any two values; a Split / two Slices behind them are absorbed when the fused op
 //!            can read their input instead (see [`super::gate_up`])
 //! SiLU·up:    Sigmoid(g) ─ Mul(g, σ) ─ Mul(·, up)
-//! SwiGLU-OAI: g = Clip(gate, max=L) | Min(gate, L);  u = Clip(up, -L, L) ─ Add(β)
+//! SwiGLU-OAI: g = Clip(gate, max=L) | Min(gate, L);
+//!             u = Clip(up, -L, L) | Max(Min(up, L), -L) | Min(Max(up, -L), L) ─ Add(β)
 //!             Mul(g, α) ─ Sigmoid ─ Mul(g, σ) ─ Mul(·, u)
 //! one-op:     com.microsoft::QuickGelu(g, α)·u;  Swish(g, α)·u  (opset 24);  SwiGLU(g, u) (opset 28)
 //! ```
@@ -39,6 +40,13 @@ pub struct SwigluPat {
     pub min_gate: N,
     pub gate_limit: V,
     pub clip_up: N,
+    /// `Max(Min(up, hi), lo)` and `Min(Max(up, lo), hi)`: the outer node of each.
+    pub max_min_up: N,
+    pub min_max_up: N,
+    pub up_lo: V,
+    pub up_hi: V,
+    pub up_lo2: V,
+    pub up_hi2: V,
     pub add_beta: N,
     pub beta: V,
     pub mul_alpha: N,
@@ -70,7 +78,24 @@ pub fn swiglu(p: &mut Pat) -> SwigluPat {
     let g = p.any_of("gate_clamped", [cg, mg, gate]);
     let clip_up = p.op(onnx("Clip")).args([up]).extra_inputs().node();
     let cu = p.out(clip_up, 0);
-    let u = p.any_of("up_clamped", [cu, up]);
+    // The same clamp as two ops (exporters given tensor bounds; Min/Max keep NaN like Clip in
+    // ORT, checked in f32 and f16), in either order: for lo < hi both are clamp(up, lo, hi).
+    let (up_lo, up_hi) = (p.konst("up_lo"), p.konst("up_hi"));
+    let min_first = p.op(onnx("Min")).args([up, up_hi]).commutative().out();
+    let max_min_up = p
+        .op(onnx("Max"))
+        .args([min_first, up_lo])
+        .commutative()
+        .node();
+    let (up_lo2, up_hi2) = (p.konst("up_lo2"), p.konst("up_hi2"));
+    let max_first = p.op(onnx("Max")).args([up, up_lo2]).commutative().out();
+    let min_max_up = p
+        .op(onnx("Min"))
+        .args([max_first, up_hi2])
+        .commutative()
+        .node();
+    let (mmu, mxu) = (p.out(max_min_up, 0), p.out(min_max_up, 0));
+    let u = p.any_of("up_clamped", [cu, mmu, mxu, up]);
     let beta = p.konst("beta");
     let add_beta = p.op(onnx("Add")).args([u, beta]).commutative().node();
     let ab = p.out(add_beta, 0);
@@ -97,6 +122,12 @@ pub fn swiglu(p: &mut Pat) -> SwigluPat {
         min_gate,
         gate_limit,
         clip_up,
+        max_min_up,
+        min_max_up,
+        up_lo,
+        up_hi,
+        up_lo2,
+        up_hi2,
         add_beta,
         beta,
         mul_alpha,
@@ -234,7 +265,10 @@ fn swish_alpha(m: &Match<'_>, h: &SwigluPat, form: &mut &'static str) -> Result<
 fn oai_parts(m: &Match<'_>, h: &SwigluPat, spec: &mut SwigluSpec) -> Result<(), Reject> {
     let g = m.graph();
     let gate_clamp = m.node(h.clip_gate).or(m.node(h.min_gate));
-    let (up_clamp, add_beta) = (m.node(h.clip_up), m.node(h.add_beta));
+    let up_clamp = [h.clip_up, h.max_min_up, h.min_max_up]
+        .into_iter()
+        .find_map(|n| m.node(n));
+    let add_beta = m.node(h.add_beta);
     match (gate_clamp, up_clamp, add_beta) {
         (None, None, None) => return Ok(()),
         (Some(_), Some(_), Some(_)) => {}
@@ -263,10 +297,29 @@ fn oai_parts(m: &Match<'_>, h: &SwigluPat, spec: &mut SwigluSpec) -> Result<(), 
         }
         None => scalar(g, m[h.gate_limit], "gate limit")?,
     };
-    let (lo, hi) = (clip_bound(g, uc, 1)?, clip_bound(g, uc, 2)?);
+    let (lo, hi) = if m.node(h.clip_up).is_some() {
+        (clip_bound(g, uc, 1)?, clip_bound(g, uc, 2)?)
+    } else {
+        // With lo > hi the two orders differ (constant -L or L): neither is a clamp.
+        if !(gate_limit > 0.0) {
+            return Err(reject!(
+                "up clamp '{}' by Min/Max with limit {gate_limit} <= 0 is not a clamp",
+                g.node_name(uc)
+            ));
+        }
+        let (lo, hi) = if m.node(h.max_min_up).is_some() {
+            (h.up_lo, h.up_hi)
+        } else {
+            (h.up_lo2, h.up_hi2)
+        };
+        (
+            Some(scalar(g, m[lo], "up lower bound")?),
+            Some(scalar(g, m[hi], "up upper bound")?),
+        )
+    };
     if lo != Some(-gate_limit) || hi != Some(gate_limit) {
         return Err(reject!(
-            "up Clip '{}' bounds ({lo:?}, {hi:?}) are not ±{gate_limit} (the gate limit)",
+            "up clamp '{}' bounds ({lo:?}, {hi:?}) are not ±{gate_limit} (the gate limit)",
             g.node_name(uc)
         ));
     }
