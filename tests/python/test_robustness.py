@@ -1,0 +1,168 @@
+"""Spellings found by sweeping models the fixtures do not have (onnx.helper-built, tiny): each
+ran wrong or not at all before its fix. Three runs per model: the plugin EP (online fusion), the
+offline `mxfuse rewrite` + custom-op library, and the EP with only rule `mxquant` enabled, which
+leaves the norm / SwiGLU to ORT's CPU EP and runs the same quantize + GEMM kernels: in f32 the
+fused result must equal that unfused one bit for bit."""
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper, numpy_helper
+
+K = 64
+
+
+class Graph:
+    """A small f32 opset-24 graph under construction."""
+
+    def __init__(self):
+        self.nodes, self.inits, self.outputs, self.n = [], [], [], 0
+
+    def node(self, op, ins, **attrs):
+        self.n += 1
+        out = f"{op.lower()}{self.n}"
+        self.nodes.append(helper.make_node(op, ins, [out], name=f"{op}{self.n}", **attrs))
+        return out
+
+    def const(self, value, dtype=np.float32):
+        self.n += 1
+        t = numpy_helper.from_array(np.asarray(value, dtype=dtype), f"c{self.n}")
+        self.inits.append(t)
+        return t.name
+
+    def mx_dequant(self, x, rank):
+        """Standard opset-24 MXFP8 (OCP floor) quantize + DequantizeLinear of x [..., K]."""
+        blocks = self.node("Reshape", [x, self.const([0] * (rank - 1) + [K // 32, 32], np.int64)])
+        amax = self.node("ReduceMax", [self.node("Abs", [blocks]), self.const([-1], np.int64)], keepdims=0)
+        scale = self.node("Mul", [amax, self.const(2.0**-8)])
+        scale = self.node("Cast", [scale], to=TP.FLOAT8E8M0, round_mode="down", saturate=1)
+        q = self.node("QuantizeLinear", [x, scale], axis=-1, block_size=32, output_dtype=TP.FLOAT8E4M3FN)
+        return self.node("DequantizeLinear", [q, scale], axis=-1, block_size=32, output_dtype=TP.FLOAT)
+
+    def model(self, inputs, path):
+        outs = [helper.make_tensor_value_info(o, TP.FLOAT, None) for o in self.outputs]
+        g = helper.make_graph(self.nodes, "g", inputs, outs, self.inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)], ir_version=11)
+        onnx.save(m, path)
+        return path
+
+
+def weight(shape, seed):
+    return (np.random.default_rng(seed).standard_normal(shape) * 0.1).astype(np.float32)
+
+
+def norm_into_gemm(path, gemm_attrs, bias=False):
+    """Add → decomposed RMSNorm → MXFP8 → Gemm (torch nn.Linear on a rank-2 activation)."""
+    g = Graph()
+    s = g.node("Add", ["x", "res"])
+    g.outputs.append(s)
+    mean = g.node("ReduceMean", [g.node("Pow", [s, g.const(2.0)]), g.const([-1], np.int64)])
+    rstd = g.node("Reciprocal", [g.node("Sqrt", [g.node("Add", [mean, g.const(1e-6)])])])
+    y = g.node("Mul", [g.node("Mul", [s, rstd]), g.const(1 + weight([K], 1))])
+    dq = g.mx_dequant(y, 2)
+    trans = gemm_attrs.get("transB", 0) == 1
+    ins = [dq, g.const(weight([48, K] if trans else [K, 48], 2))] + ([g.const(weight([48], 3))] if bias else [])
+    g.outputs.append(g.node("Gemm", ins, **gemm_attrs))
+    inputs = [helper.make_tensor_value_info(n, TP.FLOAT, ["m", K]) for n in ("x", "res")]
+    return g.model(inputs, path)
+
+
+def oai_min_max(path, order):
+    """SwiGLU-OAI whose up clamp is two ops (`Max(Min(up, 7), -7)` or `Min(Max(up, -7), 7)`)."""
+    g = Graph()
+    gate = g.node("MatMul", ["x", g.const(weight([K, K], 4))])
+    up = g.node("MatMul", ["x", g.const(weight([K, K], 5))])
+    lim, lo = g.const(7.0), g.const(-7.0)
+    if order == "max_min":
+        uc = g.node("Max", [g.node("Min", [up, lim]), lo])
+    else:
+        uc = g.node("Min", [g.node("Max", [up, lo]), lim])
+    gc = g.node("Clip", [gate, "", lim])
+    glu = g.node("Mul", [gc, g.node("Sigmoid", [g.node("Mul", [gc, g.const(1.702)])])])
+    act = g.node("Mul", [glu, g.node("Add", [uc, g.const(1.0)])])
+    g.outputs.append(g.node("MatMul", [g.mx_dequant(act, 3), g.const(weight([K, 48], 6))]))
+    return g.model([helper.make_tensor_value_info("x", TP.FLOAT, ["b", "s", K])], path)
+
+
+def ep_run(path, ep_devices, feed, options=None):
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    so.add_provider_for_devices(ep_devices, options or {})
+    sess = ort.InferenceSession(str(path), so)
+    claimed = [n.op_type for sg in sess.get_provider_graph_assignment_info()
+               if sg.ep_name == "MxFuseExecutionProvider" for n in sg.get_nodes()]
+    return sess.run(None, feed), claimed
+
+
+def rewrite(cli, src, dst):
+    report = str(dst) + ".json"
+    subprocess.run([cli, "rewrite", str(src), "-o", str(dst), "--report", report], check=True, capture_output=True)
+    return json.loads(open(report).read())
+
+
+def offline_run(path, lib, feed):
+    so = ort.SessionOptions()
+    so.register_custom_ops_library(lib)
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(None, feed)
+
+
+def assert_bits_equal(a, b):
+    for x, y in zip(a, b):
+        assert np.array_equal(x.view(np.uint32), y.view(np.uint32))
+
+
+def check_three_ways(src, lib, ep_devices, cli, tmp_path, feed, rule):
+    report = rewrite(cli, src, tmp_path / "fused.onnx")
+    assert [f["rule"] for f in report["fusions"]] == [rule], report["rejections"]
+    fused, claimed = ep_run(src, ep_devices, feed)
+    assert claimed, "the EP claimed nothing"
+    assert_bits_equal(fused, offline_run(tmp_path / "fused.onnx", lib, feed))
+    unfused, _ = ep_run(src, ep_devices, feed, {"enable_rules": "mxquant"})
+    assert_bits_equal(fused, unfused)
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_bias_free_gemm_after_the_norm_fuses(trans_b, lib, ep_devices, mxfuse_cli, tmp_path):
+    """Was: the norm fused but the activation DequantizeLinear (E8M0 scales) stayed in front of
+    the Gemm, and neither the EP session nor the rewritten model loaded (no ORT CPU kernel)."""
+    src = norm_into_gemm(tmp_path / "m.onnx", {"transB": trans_b})
+    rng = np.random.default_rng(0)
+    feed = {n: rng.standard_normal((5, K)).astype(np.float32) for n in ("x", "res")}
+    check_three_ways(src, lib, ep_devices, mxfuse_cli, tmp_path, feed, "add_rmsnorm_mxquant")
+
+
+def test_gemm_with_bias_is_refused_with_the_reason(mxfuse_cli, tmp_path):
+    src = norm_into_gemm(tmp_path / "m.onnx", {"transB": 1}, bias=True)
+    report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
+    assert report["fusions"] == []
+    reasons = [r["reason"] for r in report["rejections"]]
+    assert any("adds a bias" in r and "no ONNX Runtime CPU kernel" in r for r in reasons), reasons
+
+
+@pytest.mark.parametrize("order", ["max_min", "min_max"])
+def test_oai_up_clamp_as_min_max_fuses_bit_exact(order, lib, ep_devices, mxfuse_cli, tmp_path):
+    """Was refused as a 'partial SwiGLU-OAI'."""
+    src = oai_min_max(tmp_path / "m.onnx", order)
+    feed = {"x": (np.random.default_rng(1).standard_normal((2, 3, K)) * 8).astype(np.float32)}
+    check_three_ways(src, lib, ep_devices, mxfuse_cli, tmp_path, feed, "swiglu_mxquant_matmul")
+
+
+def test_external_data_rewritten_elsewhere_keeps_both_models_loadable(lib, ep_devices, mxfuse_cli, tmp_path):
+    """Was: the data file was hard-linked next to the output, and ORT refuses a data file with
+    two links ('potential hardlink attack'), so neither the original nor the rewrite loaded."""
+    src_dir = tmp_path / "src"
+    src_dir.mkdir()
+    src = oai_min_max(tmp_path / "inline.onnx", "max_min")
+    onnx.save(onnx.load(src), src_dir / "m.onnx", save_as_external_data=True, location="m.data", size_threshold=1024)
+    out = tmp_path / "out" / "m.fused.onnx"
+    rewrite(mxfuse_cli, src_dir / "m.onnx", out)
+    assert os.stat(src_dir / "m.data").st_nlink == 1
+    feed = {"x": np.random.default_rng(2).standard_normal((1, 4, K)).astype(np.float32)}
+    online, _ = ep_run(src_dir / "m.onnx", ep_devices, feed)
+    assert_bits_equal(online, offline_run(out, lib, feed))
