@@ -50,14 +50,17 @@ fn check_bytes(dtype: DType, shape: &[usize], len: usize) -> Result<()> {
     Ok(())
 }
 
-fn check_view<T: Pod>(dtype: DType, ptr: *const u8) -> Result<()> {
+/// Checks that `len` bytes at `ptr` may be viewed as `T`. An empty buffer is always fine: its
+/// view is `&[]` (ORT hands an empty tensor — a batch or sequence of 0 — a NULL or byte-aligned
+/// pointer, and an empty `Vec<u8>`'s pointer is 1, neither aligned for f32).
+fn check_view<T: Pod>(dtype: DType, ptr: *const u8, len: usize) -> Result<()> {
     if !T::accepts(dtype) {
         return Err(KernelError::DType(format!(
             "{dtype:?} tensor viewed as {}",
             std::any::type_name::<T>()
         )));
     }
-    if !(ptr as usize).is_multiple_of(std::mem::align_of::<T>()) {
+    if len > 0 && !(ptr as usize).is_multiple_of(std::mem::align_of::<T>()) {
         return Err(KernelError::Buffer(format!(
             "{dtype:?} buffer is not aligned"
         )));
@@ -87,7 +90,10 @@ impl<'a> TensorRef<'a> {
 
     /// The elements as `T` (dtype and alignment checked).
     pub fn view<T: Pod>(&self) -> Result<&'a [T]> {
-        check_view::<T>(self.dtype, self.data.as_ptr())?;
+        check_view::<T>(self.dtype, self.data.as_ptr(), self.data.len())?;
+        if self.data.is_empty() {
+            return Ok(&[]);
+        }
         let n = self.data.len() / std::mem::size_of::<T>();
         // SAFETY: T is Pod (every bit pattern valid), the pointer is aligned for T and the
         // buffer holds exactly n elements (length checked in `new`).
@@ -112,9 +118,41 @@ impl<'a> TensorMut<'a> {
 
     /// The elements as `T` (dtype and alignment checked).
     pub fn view_mut<T: Pod>(self) -> Result<&'a mut [T]> {
-        check_view::<T>(self.dtype, self.data.as_ptr())?;
+        check_view::<T>(self.dtype, self.data.as_ptr(), self.data.len())?;
+        if self.data.is_empty() {
+            return Ok(&mut []);
+        }
         let n = self.data.len() / std::mem::size_of::<T>();
         // SAFETY: as in `TensorRef::view`; the exclusive borrow moves into the result.
         Ok(unsafe { std::slice::from_raw_parts_mut(self.data.as_mut_ptr() as *mut T, n) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An empty tensor (a batch or sequence of 0) views as `&[]` whatever its pointer: ORT gives
+    /// it NULL or an unaligned one, an empty `Vec<u8>` has pointer 1.
+    #[test]
+    fn empty_buffers_view_whatever_their_alignment() {
+        let shape = [0usize, 64];
+        let empty: &[u8] = &[];
+        assert!(TensorRef::new(DType::F32, &shape, empty)
+            .unwrap()
+            .view::<f32>()
+            .unwrap()
+            .is_empty());
+        let mut none: Vec<u8> = Vec::new();
+        assert!(TensorMut::new(DType::F16, &shape, &mut none)
+            .unwrap()
+            .view_mut::<f16>()
+            .unwrap()
+            .is_empty());
+        // Non-empty buffers are still checked.
+        let bytes = [0u8; 9];
+        let t = TensorRef::new(DType::F32, &[2], &bytes[1..]).unwrap();
+        let aligned = (bytes[1..].as_ptr() as usize).is_multiple_of(4);
+        assert_eq!(t.view::<f32>().is_ok(), aligned);
     }
 }
