@@ -251,3 +251,33 @@ fn unknown_scale_rule_is_refused() {
         );
     }
 }
+
+/// A quantized value with no shape (an op mxfuse's inference does not know upstream, no
+/// value_info) is refused with a reason naming that op, not only the value downstream of it;
+/// com.microsoft::Gelu is known (same shape as its input).
+#[test]
+fn unknown_rank_refusal_names_the_op_inference_stops_at() {
+    for (domain, op, fuses) in [
+        ("my.domain", "MyOp", false),
+        ("com.microsoft", "Gelu", true),
+    ] {
+        let mut b = ModelBuilder::new(24);
+        b.opset(domain, 1).opset("com.amd.quark", 1);
+        b.input("h", FLOAT, &[4, 64]);
+        b.node_in(domain, op, &["h"], &["x"], &[]);
+        b.node("Relu", &["x"], &["xr"]);
+        b.quark_fake_quant("xr", "xq", 32, -1);
+        b.init_f32("w", &[64, 16], &vec![0.5; 64 * 16]);
+        b.node("MatMul", &["xq", "w"], &["y"])
+            .output("y", FLOAT, &[4, 16]);
+        if fuses {
+            assert_eq!(b.rewrite().0.counts["mxquant"], 1);
+        } else {
+            let why = b.refusal("mxquant");
+            assert!(
+                why.contains("of 'xr' is unknown") && why.contains("my.domain::MyOp 'MyOp_0'"),
+                "{why}"
+            );
+        }
+    }
+}

@@ -106,7 +106,9 @@ fn onnx_op(c: &Node, op: &str) -> Vec<TensorInfo> {
 fn ms_op(c: &Node, op: &str) -> Vec<TensorInfo> {
     match op {
         // AllReduce sums across ranks: same type and shape.
-        "QuickGelu" | "AllReduce" | "FastGelu" | "BiasGelu" | "RotaryEmbedding" => c.same(0),
+        "QuickGelu" | "AllReduce" | "Gelu" | "FastGelu" | "BiasGelu" | "RotaryEmbedding" => {
+            c.same(0)
+        }
         "GroupQueryAttention" => group_query_attention(c),
         "MatMulNBits" => {
             let n = c.int("N", -1).filter(|&n| n > 0).map(Dim::Known);

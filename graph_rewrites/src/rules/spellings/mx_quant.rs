@@ -169,11 +169,44 @@ pub struct QuantInfo {
     pub scale: Option<ValueId>,
 }
 
+/// Names the node where shape information first goes missing upstream of `x` (its inputs have
+/// shapes, its output has none: an op mxfuse's inference does not know, with no value_info in
+/// the model), so a refusal points at the cause rather than at a value downstream of it.
+fn where_inference_stops(g: &dyn GraphView, x: ValueId) -> String {
+    let shaped = |v: ValueId| g.tensor_info(v).and_then(|i| i.shape).is_some();
+    let mut v = x;
+    for _ in 0..256 {
+        let Some((n, _)) = g.producer(v) else {
+            return String::new();
+        };
+        match g.inputs(n).iter().flatten().find(|i| !shaped(**i)) {
+            Some(up) => v = *up,
+            None => {
+                let domain = g.domain(n);
+                let op = if domain.is_empty() {
+                    g.op_type(n).to_string()
+                } else {
+                    format!("{domain}::{}", g.op_type(n))
+                };
+                return format!(
+                    " (no value_info in the model, and mxfuse's shape inference does not know {op} '{}': add shapes, e.g. with onnx.shape_inference)",
+                    g.node_name(n)
+                );
+            }
+        }
+    }
+    String::new()
+}
+
 /// Rank and last dimension of `x`, refusing unknown or non-multiple-of-32 last dims.
 pub fn last_dim(g: &dyn GraphView, x: ValueId) -> Result<(usize, i64, i32), Reject> {
-    let info = g
-        .tensor_info(x)
-        .ok_or_else(|| reject!("type of '{}' is unknown", g.value_name(x)))?;
+    let info = g.tensor_info(x).ok_or_else(|| {
+        reject!(
+            "type of '{}' is unknown{}",
+            g.value_name(x),
+            where_inference_stops(g, x)
+        )
+    })?;
     if !dtype::ACTIVATION.contains(&info.elem_type) {
         return Err(reject!(
             "'{}' is {}: only float, float16 and bfloat16 activations are supported",
@@ -181,9 +214,13 @@ pub fn last_dim(g: &dyn GraphView, x: ValueId) -> Result<(usize, i64, i32), Reje
             dtype::name(info.elem_type)
         ));
     }
-    let shape = info
-        .shape
-        .ok_or_else(|| reject!("rank of '{}' is unknown", g.value_name(x)))?;
+    let shape = info.shape.ok_or_else(|| {
+        reject!(
+            "rank of '{}' is unknown{}",
+            g.value_name(x),
+            where_inference_stops(g, x)
+        )
+    })?;
     match shape.last() {
         Some(Dim::Known(k)) if *k > 0 && k % BLOCK == 0 => Ok((shape.len(), *k, info.elem_type)),
         Some(Dim::Known(k)) => Err(reject!(
