@@ -301,7 +301,7 @@ fn oai_parts(m: &Match<'_>, h: &SwigluPat, spec: &mut SwigluSpec) -> Result<(), 
         (clip_bound(g, uc, 1)?, clip_bound(g, uc, 2)?)
     } else {
         // With lo > hi the two orders differ (constant -L or L): neither is a clamp.
-        if !(gate_limit > 0.0) {
+        if gate_limit.is_nan() || gate_limit <= 0.0 {
             return Err(reject!(
                 "up clamp '{}' by Min/Max with limit {gate_limit} <= 0 is not a clamp",
                 g.node_name(uc)
