@@ -178,3 +178,17 @@ def test_empty_batch_or_sequence_runs(shape, lib, ep_devices, mxfuse_cli, tmp_pa
     online, claimed = ep_run(src, ep_devices, feed)
     assert claimed and online[0].shape == shape[:2] + (48,)
     assert offline_run(tmp_path / "fused.onnx", lib, feed)[0].shape == online[0].shape
+
+
+def test_symbolic_hidden_dim_refusal_says_why(mxfuse_cli, tmp_path):
+    """x, residual [batch, seq, H] with the sum [batch, seq, 64] (γ fixes H): not provably
+    the same shape, refused; the reason said 'broadcasting', which the model does not do."""
+    src = norm_into_gemm(tmp_path / "m.onnx", {"transB": 1})
+    m = onnx.load(src)
+    for vi in m.graph.input:
+        vi.type.tensor_type.shape.dim[1].dim_param = "H"
+    m.graph.output[0].CopyFrom(helper.make_tensor_value_info("add1", TP.FLOAT, ["m", K]))
+    onnx.save(m, src)
+    report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
+    reasons = [r["reason"] for r in report["rejections"] if r["rule"] == "add_rmsnorm_mxquant"]
+    assert reasons and "[m, H], the sum [m, 64]" in reasons[0] and "do not show" in reasons[0], reasons

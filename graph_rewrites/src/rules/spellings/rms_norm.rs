@@ -420,6 +420,22 @@ fn residual_of_add(m: &Match<'_>, r: &ResidualPat) -> Residual {
     }
 }
 
+/// `[batch, seq, 64]`, `?` for an unknown dim, `unknown` without a shape.
+fn fmt_shape(s: &Option<Vec<Dim>>) -> String {
+    let Some(dims) = s else {
+        return "unknown".into();
+    };
+    let dims: Vec<String> = dims
+        .iter()
+        .map(|d| match d {
+            Dim::Known(k) => k.to_string(),
+            Dim::Symbolic(n) => n.clone(),
+            Dim::Unknown => "?".into(),
+        })
+        .collect();
+    format!("[{}]", dims.join(", "))
+}
+
 /// Shapes and dtypes of x, residual and γ: exactly `[..., H]` twice and `[H]`.
 fn check_operands(
     g: &dyn GraphView,
@@ -442,12 +458,29 @@ fn check_operands(
             ));
         }
         // A broadcasting Add would need the smaller operand expanded: refuse it.
-        if shape(g, v) != s_shape || s_shape.is_none() {
+        let v_shape = shape(g, v);
+        if v_shape != s_shape || s_shape.is_none() {
+            // Same rank, dims that differ only by being named in one and unknown or a number
+            // in the other: not provably the same shape (a named dim could be 1 and broadcast).
+            let unproven = match (&v_shape, &s_shape) {
+                (Some(a), Some(b)) => {
+                    a.len() == b.len()
+                        && a.iter().zip(b).all(|(x, y)| {
+                            x == y || !matches!((x, y), (Dim::Known(_), Dim::Known(_)))
+                        })
+                }
+                _ => true,
+            };
+            let why = if unproven {
+                "the fused op needs both operands of exactly the sum's shape and the model's shapes do not show they are (set the dims or add value_info)"
+            } else {
+                "broadcasting is not fused"
+            };
             return Err(reject!(
-                "residual operand '{}' has shape {:?}, the sum {:?}: broadcasting is not fused",
+                "residual operand '{}' has shape {}, the sum {}: {why}",
                 g.value_name(v),
-                shape(g, v),
-                s_shape
+                fmt_shape(&v_shape),
+                fmt_shape(&s_shape)
             ));
         }
     }
