@@ -140,7 +140,8 @@ def check_swiglu(ops):
                                     (F_SWISH_SINGLE, 8, 256), (F_FP32_ACT, 8, 512), (F_OAI, 1, 64), (F_OAI | F_FP32_ACT, 1, 32),
                                     (F_OAI | F_FP32_ACT, None, None), (F_OAI, 8, 256, 1.0, 0.0, 0.5),
                                     (F_OAI | F_FP32_ACT, 8, 256, 1.0, -1.0, 1.0), (F_SWISH_SINGLE, 2, 256, 1.0, 7.0, 1.0),
-                                    (0, 1, 64, 1.0, 7.0, 1.0)):
+                                    (0, 1, 64, 1.0, 7.0, 1.0), (F_OAI | F_FP32_ACT | F_RCEIL, 8, 128),
+                                    (F_FP32_ACT | F_NAN_IGNORE, 8, 256), (F_OAI | F_FP32_ACT, 8, 64, 100.0, 7.0, 1.0)):
                 kw = dict(zip(("alpha", "limit", "beta"), akw))
                 M, I = 19, 768
                 g32 = ref.rnd(rng.standard_normal((M, I)) * 4, dt)
@@ -186,6 +187,54 @@ def check_rcp(ops):
     ops.m.launch("mx_test_rcp", (-(-n // 256),), (256,), [d, ctypes.c_longlong(n), bad, first])
     nb = int(host(bad)[0])
     report(f"rcp fast path == 1.0f / d over {n} values", nb == 0, f"mismatches={nb}" + (f" first d={float(host(first)[0])!r}" if nb else ""))
+
+
+def check_sigmoid_cert(ops):
+    """The packed SwiGLU path's fast logistic (mx_sigmoid_approx + mx_sigmoid_certified,
+    swiglu_mxquant.hip): wherever the certificate accepts a z, bf16(fast) is bf16(pinned), for every
+    bf16 z (the packed path's z is a bf16 value) and every f32 z in (-87, 87); reports the exact
+    fallback's rate and the largest ulp distance between the two sigmas."""
+    for name, bf16, start, n in (("bf16", 1, 0, 1 << 16), ("f32 z >= 0", 0, 0, 0x42AE0000), ("f32 z < 0", 0, 0x80000000, 0x42AE0000)):
+        out = torch.zeros(3, dtype=torch.int32, device="cuda")
+        ops.m.launch("mx_test_sigmoid_cert", (-(-n // 256),), (256,), [ctypes.c_uint(start), ctypes.c_longlong(n), ctypes.c_int(bf16), out])
+        wrong, refused, ulps = (int(v) & 0xFFFFFFFF for v in host(out))
+        # 12 ulps: the bound mx_quant_group8_certified's 2^-19 margin assumes.
+        report(f"sigmoid certificate over all {name} z, |z| < 87", wrong == 0 and ulps <= 12,
+               f"wrong={wrong} refused={refused} ({refused / n:.2e}) max_ulps={ulps}")
+
+
+def check_swiglu_all_bf16(ops):
+    """The packed and the fp32-activation fast paths on every bf16 gate value (alpha 1: z = g),
+    silu and OAI, against the reference (alpha 100: the fp32 path's exact branch)."""
+    M, I = 86, 768
+    allg = np.arange(1 << 16, dtype=np.uint32) << 16
+    g32 = np.resize(allg.view(np.float32), M * I).reshape(M, I).copy()
+    u32 = ref.rnd(rng.standard_normal((M, I)) * 2, "bf16")
+    for flags, kw in ((0, dict(alpha=1.0)), (F_OAI, dict(alpha=1.0, limit=7.0, beta=1.0)), (F_OAI | F_NAN_IGNORE, {}),
+                      (F_FP32_ACT, dict(alpha=1.0)), (F_OAI | F_FP32_ACT | F_RCEIL, {}), (F_OAI | F_FP32_ACT | F_NAN_IGNORE, {}),
+                      (F_FP32_ACT, dict(alpha=100.0))):
+        gate, up = to_dev(g32, "bf16"), to_dev(u32, "bf16")
+        outs = (torch.empty(M, I, dtype=torch.uint8, device="cuda"), torch.empty(M, I // 32, dtype=torch.uint8, device="cuda"))
+        with np.errstate(all="ignore"):
+            act = ref.swiglu(g32, u32, "bf16", flags, **kw)
+            rq, rs = ref.quantize(act, flags)
+        for e in (8,):
+            poison(outs)
+            q, s = ops.swiglu_quant(gate, up, I, "separate", flags, outs=outs, e=e, block=256, **kw)
+            d_q, d_s = int((host(q) != rq).sum()), int((host(s) != rs).sum())
+            report(f"swiglu bf16 every gate value e={e} flags={flags} {kw}", d_q == 0 and d_s == 0, f"q_diff={d_q} scale_diff={d_s}")
+    # The bench's data (gate_up ~ N(0, 8^2)) at a size where the fallbacks happen by the hundred.
+    M = 2048
+    gu32 = ref.rnd(rng.standard_normal((M, 2 * I)) * 8, "bf16")
+    gu = to_dev(gu32, "bf16")
+    for flags in (F_OAI, F_OAI | F_FP32_ACT, 0, F_FP32_ACT | F_RCEIL):
+        outs = (torch.empty(M, I, dtype=torch.uint8, device="cuda"), torch.empty(M, I // 32, dtype=torch.uint8, device="cuda"))
+        rq, rs = ref.quantize(ref.swiglu(gu32[:, :I], gu32[:, I:], "bf16", flags), flags)
+        for e in (8,):
+            poison(outs)
+            q, s = ops.swiglu_quant(gu, None, I, "split_halves", flags, outs=outs, e=e, block=256)
+            d_q, d_s = int((host(q) != rq).sum()), int((host(s) != rs).sum())
+            report(f"swiglu bf16 N(0, 64) M={M} e={e} flags={flags}", d_q == 0 and d_s == 0, f"q_diff={d_q} scale_diff={d_s}")
 
 
 def rand_e4m3(shape):
@@ -387,7 +436,7 @@ if __name__ == "__main__":
               "mx_matmul_pipe_m8_bf16_w4_s1", "mx_matmul_pipe_m16_bf16_w1_s8"):
         print(f"  {k}: regs/shared/local = {mod.attrs(k)}")
     only = sys.argv[1:]  # e.g. "check_matmul_splitk": run only these checks
-    for fn in (check_rcp, check_matmul_frag, check_pdl, check_matmul_pipe, check_matmul_splitk, check_vectors, check_quantize, check_norm, check_swiglu, check_matmul):
+    for fn in (check_rcp, check_sigmoid_cert, check_swiglu_all_bf16, check_matmul_frag, check_pdl, check_matmul_pipe, check_matmul_splitk, check_vectors, check_quantize, check_norm, check_swiglu, check_matmul):
         if only and fn.__name__ not in only:
             continue
         try:

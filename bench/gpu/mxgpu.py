@@ -442,8 +442,8 @@ def norm_choice(rows, H, sms=132):
 
 # The H200 row of kernels/src/gpu/thresholds.rs `ElementwiseChoice`: elements per lane and block
 # size of SwiGluMxQuant / MxQuantize by output size.
-SWIGLU_SMALL = [(1 << 14, 1, 256), (1 << 15, 2, 256), (1 << 16, 1, 512), (SMALL_ELEMS, 2, 256)]
-SWIGLU_LARGE = (8, 256)
+SWIGLU_SMALL = [(1 << 14, 1, 256), (1 << 15, 2, 256), (1 << 16, 1, 512), (1 << 18, 2, 256)]
+SWIGLU_LARGE = (8, 128)
 
 
 def swiglu_choice(n):

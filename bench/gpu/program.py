@@ -4,7 +4,8 @@ dropped. Used by the bench / correctness harness and the AMD compile check so th
 same source text as the Rust runtime."""
 import os
 
-KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "kernels", "gpu")
+# MXFUSE_KERNEL_DIR: another checkout's kernels/gpu (an old-vs-new cubin for bench/gpu/ab_swiglu.py).
+KERNEL_DIR = os.environ.get("MXFUSE_KERNEL_DIR") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "kernels", "gpu")
 PROGRAM_FILES = [
     "mx_portability.h",
     "mx_common.h",

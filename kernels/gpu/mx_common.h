@@ -271,14 +271,11 @@ MX_DEV float mx_scale_inverse(mx_u32 s) {
   return s >= 254u ? mx_bits_f32(0x00400000u) : mx_bits_f32((254u - s) << 23);
 }
 
-// The MXFP8 block quantizer: one 32-element block per aligned group of 32 / E consecutive lanes, E
-// elements per lane (E = 8: 4 lanes; E = 2: 16 lanes, for short per-lane chains at small sizes).
-// Every lane of the warp must call it (it shuffles); lanes without data pass zeros and ignore the
-// result. Writes the lane's E E4M3 bytes packed little-endian into q[] and returns the block's
-// scale byte.
+// The block's abs-max key (mx_quant_group's first step): the bits of max |v| over the group of
+// 32 / E lanes, in every lane of it. Every lane of the warp must call it (it shuffles).
 // REDUX = false: the shuffle tree also where the group is a whole warp (bench comparison only).
 template <int E, bool REDUX = true>
-MX_DEV mx_u32 mx_quant_group(const float v[E], mx_u32 flags, mx_u32 q[(E + 3) / 4]) {
+MX_DEV mx_u32 mx_group_key(const float v[E], mx_u32 flags) {
   // The block's abs-max as the integer max of the |v| bit patterns (the same order as the floats
   // for non-negative values), one shuffle per level: under "ignore" NaN counts as 0 (fmaxf's amax,
   // Inf kept); under "propagate" a maximum >= Inf's pattern means a NaN or +-Inf in the block.
@@ -302,6 +299,18 @@ MX_DEV mx_u32 mx_quant_group(const float v[E], mx_u32 flags, mx_u32 q[(E + 3) / 
       key = other > key ? other : key;
     }
   }
+  return key;
+}
+
+// The MXFP8 block quantizer: one 32-element block per aligned group of 32 / E consecutive lanes, E
+// elements per lane (E = 8: 4 lanes; E = 2: 16 lanes, for short per-lane chains at small sizes).
+// Every lane of the warp must call it (it shuffles); lanes without data pass zeros and ignore the
+// result. Writes the lane's E E4M3 bytes packed little-endian into q[] and returns the block's
+// scale byte.
+template <int E, bool REDUX = true>
+MX_DEV mx_u32 mx_quant_group(const float v[E], mx_u32 flags, mx_u32 q[(E + 3) / 4]) {
+  const bool ignore = (flags & MX_F_NAN_IGNORE) != 0;
+  const mx_u32 key = mx_group_key<E, REDUX>(v, flags);
   // "propagate": a NaN or +-Inf in the block gives the NaN scale and every value NaN.
   if (!ignore && key >= 0x7f800000u) {
 #pragma unroll

@@ -143,6 +143,217 @@ MX_DEV void mx_swiglu_n(float g[E], float u[E], const MxSwigluParams& p, float y
   mx_round_n<T, E>(y);
 }
 
+// ---------------------------------------------------------------------------------------------
+// The packed bf16 path (CUDA sm_80+, T = bf16, 8 elements per lane, the rounded-activation modes
+// of the "unrolled" swish form): every op of the unfused graph between two bf16 values runs as one
+// bf16x2 instruction on two elements at once. Exact: each such op is a single f32 operation whose
+// result the graph rounds to bf16 (r(fl32(a op b))), and fma.rn.bf16x2 rounds the exact a * b + c
+// once; the two agree because f32 carries 24 >= 2 * 8 + 2 bits, where double rounding is
+// innocuous for + and * (Figueroa), subnormal results included (bf16 and f32 share the exponent
+// range and the same argument holds at a fixed absolute grid). A product is fma(a, b, -0): -0
+// leaves every product, a zero's sign included, unchanged. The OAI clamps are min.NaN / max.NaN
+// (the MX_ACT_MINMAX precondition: both bounds > 0). NaN comes out as the canonical NaN, which
+// nothing downstream tells apart (see MX_ACT_MINMAX).
+//
+// The logistic is the one f32 step: sigma is computed fast (mx_sigmoid_approx: MUFU ex2 + rcp, ~8
+// instructions instead of ~19 for the pinned exp and the exact reciprocal) and used only where its
+// rounding to bf16 is certain to be that of the pinned sigma (mx_sigmoid_certified); the rest
+// (~0.05 % of elements; |z| >= 87, NaN) take mx_sigmoid_pinned. bench/gpu/check.py checks every
+// bf16 z and every f32 z in (-87, 87) on the GPU (check_sigmoid_cert).
+#if defined(MX_NV_CVT16)
+#define MX_SWIGLU_PACKED 1
+MX_DEV mx_u32 mx_bf16x2_fma(mx_u32 a, mx_u32 b, mx_u32 c) {
+  mx_u32 d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+MX_DEV mx_u32 mx_bf16x2_min_nan(mx_u32 a, mx_u32 b) {
+  mx_u32 d;
+  asm("min.NaN.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+MX_DEV mx_u32 mx_bf16x2_max_nan(mx_u32 a, mx_u32 b) {
+  mx_u32 d;
+  asm("max.NaN.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+MX_DEV mx_u32 mx_bf16x2_round(float lo, float hi) {
+  mx_u32 w;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+  return w;
+}
+// Both halves of a bf16x2 word: f32 of the low / high element (exact).
+MX_DEV float mx_bf16x2_lo(mx_u32 w) { return mx_bits_f32(w << 16); }
+MX_DEV float mx_bf16x2_hi(mx_u32 w) { return mx_bits_f32(w & 0xffff0000u); }
+MX_DEV mx_u32 mx_bf16x2_splat(float v_bf16) { return (mx_f32_bits(v_bf16) >> 16) * 0x10001u; }
+
+// sigma(z) = 1 / (1 + e^-z) for |z| < 87, within 2^-21 of the true value: e^x = 2^h e^rho with
+// h = fl(x log2 e) and rho = x - h ln2 (two fmas: ln2 as f32 plus its error, so rho is the true
+// remainder to ~2^-24 of itself, |rho| < 2^-18), e^rho = 1 + rho to 2^-37. Error budget (CUDA
+// documents ex2.approx within 2 ulp, rcp.approx within 1 ulp): e within 2.5 ulp, 1 + e within
+// 2.5 * 2^-23 + 2^-24 relative, the reciprocal 2^-23 more: |sa / sigma - 1| < 4 * 2^-23.
+MX_DEV float mx_sigmoid_approx(float z) {
+  const float x = -z;
+  const float h = x * 1.44269504088896341f;
+  float rho = fmaf(h, -0.693147182464599609375f, x);  // x - h * fl32(ln2)
+  rho = fmaf(h, 1.904654299e-9f, rho);                 // + h * (fl32(ln2) - ln2)
+  float e0, s;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e0) : "f"(h));
+  const float d = __fadd_rn(fmaf(e0, rho, e0), 1.0f);
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(s) : "f"(d));
+  return s;
+}
+
+// Whether bf16(sa) is bf16(mx_sigmoid_pinned(z)) for sure: |z| < 87 (else, or NaN, false) and sa is
+// more than MX_SIGMOID_ULPS f32 ulps away from a bf16 rounding boundary (low 16 bits 0x8000).
+// The pinned sigma is within 2^-22 of the true one (exp within 1 ulp, then two roundings), sa
+// within 2^-21: together under 12 * 2^-24 relative, i.e. at most 12 ulps of sa's binade (and of
+// the binade below, whose ulps are half as wide but whose values are too). Positive floats order
+// like their bits, so every float within 12 ulps rounds to the same bf16 when the bits keep more
+// than that from the boundary: ((b - 0x8000 + K) mod 2^16) > 2K, one IMAD (the shift by 16 drops
+// the high half) and one compare.
+#define MX_SIGMOID_ULPS 13u
+MX_DEV bool mx_sigmoid_certified(float z, float sa) {
+  const mx_u32 t = mx_f32_bits(sa) * 65536u + ((MX_SIGMOID_ULPS - 0x8000u) << 16);
+  return (fabsf(z) < 87.0f) & (t > ((2u * MX_SIGMOID_ULPS) << 16));
+}
+
+// The uniform bf16x2 operands of the packed path.
+struct MxSwigluPacked {
+  mx_u32 alpha, lim, neg_lim, beta;  // r(alpha), r(limit), -r(limit), r(beta), both halves
+};
+
+// gate / up words (two bf16 each, element 2i in the low half of word i) -> the E rounded
+// activations as f32, exactly mx_swiglu_n<MxBf16, E, ACT> of the same elements.
+template <int E, mx_u32 ACT>
+MX_DEV void mx_swiglu_packed(mx_u32 g[E / 2], mx_u32 u[E / 2], const MxSwigluPacked& k, float y[E]) {
+  const mx_u32 one = 0x3f803f80u, neg_zero = 0x80008000u;
+  if (ACT & MX_F_OAI) {
+#pragma unroll
+    for (int i = 0; i < E / 2; ++i) {
+      g[i] = mx_bf16x2_min_nan(g[i], k.lim);
+      u[i] = mx_bf16x2_fma(mx_bf16x2_max_nan(mx_bf16x2_min_nan(u[i], k.lim), k.neg_lim), one, k.beta);
+    }
+  }
+  float z[E], s[E];
+  bool cert = true;
+#pragma unroll
+  for (int i = 0; i < E / 2; ++i) {
+    const mx_u32 zw = mx_bf16x2_fma(g[i], k.alpha, neg_zero);  // r(g * r(alpha)); = g for alpha 1
+    z[2 * i] = mx_bf16x2_lo(zw);
+    z[2 * i + 1] = mx_bf16x2_hi(zw);
+  }
+#pragma unroll
+  for (int j = 0; j < E; ++j) {
+    s[j] = mx_sigmoid_approx(z[j]);
+    cert = cert & mx_sigmoid_certified(z[j], s[j]);
+  }
+  // Rare (~1 % of warps on N(0, 8^2) data): the lane recomputes all its sigmas exactly (the
+  // certified ones round the same either way; not keeping per-element flags saves registers and
+  // predicate shuffling on the hot path).
+  if (!cert) {
+#pragma unroll
+    for (int j = 0; j < E; ++j) s[j] = mx_sigmoid_pinned(z[j]);
+  }
+#pragma unroll
+  for (int i = 0; i < E / 2; ++i) {
+    const mx_u32 sig = mx_bf16x2_round(s[2 * i], s[2 * i + 1]);    // r(sigma)
+    const mx_u32 sw = mx_bf16x2_fma(g[i], sig, neg_zero);          // r(g * r(sigma))
+    const mx_u32 act = mx_bf16x2_fma(sw, u[i], neg_zero);          // r(sw * u)
+    y[2 * i] = mx_bf16x2_lo(act);
+    y[2 * i + 1] = mx_bf16x2_hi(act);
+  }
+}
+
+// fp32 activation (vLLM's kernel), bf16 inputs, E per lane: y = (g * sigma(alpha g)) * u in f32
+// with the fast sigma, exactly the arithmetic of mx_swiglu_n otherwise. Nothing is rounded to bf16
+// here, so the certificate sits on the quantizer's output instead (mx_quant_group_certified);
+// this returns false unless every 2^-100 <= |z| < 87 (not for z = 0 or NaN either). The lower
+// bound keeps g * sigma a normal float (|g| >= 2^-106 with |alpha| <= 64, the caller's condition;
+// near z = -87, |g| >= 87 / 64 and sigma >= e^-87), so its relative error is that of sigma plus
+// two roundings: a subnormal product would turn sigma's relative error into an absolute one.
+// One LEA + one compare: 2 |z|'s bits (the shift drops the sign) in one unsigned range.
+MX_DEV bool mx_swiglu_fp32_z_ok(float z) {
+  return mx_f32_bits(z) * 2u - 0x1b000000u < 0x855c0000u - 0x1b000000u;  // 2 * bits(2^-100 / 87)
+}
+template <int E, mx_u32 ACT>
+MX_DEV bool mx_swiglu_fp32_approx(const mx_u32 gw[E / 2], const mx_u32 uw[E / 2],
+                                  const MxSwigluParams& p, float y[E]) {
+  bool ok = true;
+#pragma unroll
+  for (int j = 0; j < E; ++j) {
+    float g = j & 1 ? mx_bf16x2_hi(gw[j / 2]) : mx_bf16x2_lo(gw[j / 2]);
+    float u = j & 1 ? mx_bf16x2_hi(uw[j / 2]) : mx_bf16x2_lo(uw[j / 2]);
+    if (ACT & MX_F_OAI) {
+      mx_oai_clamp<ACT>(g, u, p.limit);
+      u = u + p.beta;
+    }
+    const float z = p.alpha * g;
+    ok = ok & mx_swiglu_fp32_z_ok(z);
+    y[j] = g * mx_sigmoid_approx(z) * u;
+  }
+  return ok;
+}
+
+// mx_quant_group<E> of activations computed with the fast sigma, plus the certificate that the
+// result is the one the pinned sigma gives; ok is and-ed with it. The pinned activation lies
+// within 2^-19 (relative) of v: sigma within 12 ulps (<= 12 * 2^-23; check_sigmoid_cert's maximum
+// over every f32 z), and two roundings on each side. So the E4M3 codes are certain where those of
+// v * inv * (1 -+ 2^-19) agree (rounding to E4M3 is monotonic, saturation included), and the scale
+// where the block's abs-max (rceil: fl32(amax / 448)) keeps more than 40 ulps from a power of
+// two and is >= 2^-90 (so relative errors stay relative and every element too small to matter
+// quantizes to a zero of the same sign either way). Non-finite blocks do not depend on sigma.
+template <int E>
+MX_DEV mx_u32 mx_quant_group_certified(const float v[E], mx_u32 flags, mx_u32 q[E / 4], bool& ok) {
+  const bool ignore = (flags & MX_F_NAN_IGNORE) != 0;
+  const mx_u32 key = mx_group_key<E>(v, flags);
+  if (!ignore && key >= 0x7f800000u) {
+#pragma unroll
+    for (int j = 0; j < E / 4; ++j) q[j] = 0x7f7f7f7fu;
+    return 255u;
+  }
+  const float amax = mx_bits_f32(key);
+  const mx_u32 scale = mx_scale_byte(amax, flags);
+  const float inv = mx_scale_inverse(scale);
+  if (key < 0x7f800000u) {
+    const mx_u32 m = flags & MX_F_RCEIL ? mx_f32_bits(amax * (1.0f / 448.0f)) : key;
+    ok = ok & (key >= 0x12800000u) & (((m + 40u) & 0x7fffffu) > 80u);
+  }
+  const float lo = inv * (1.0f - 0x1p-19f), hi = inv * (1.0f + 0x1p-19f);
+#pragma unroll
+  for (int j = 0; j < E / 4; ++j) {
+    q[j] = mx_e4m3x4_sat(v[4 * j] * lo, v[4 * j + 1] * lo, v[4 * j + 2] * lo, v[4 * j + 3] * lo, ignore);
+    const mx_u32 qh =
+        mx_e4m3x4_sat(v[4 * j] * hi, v[4 * j + 1] * hi, v[4 * j + 2] * hi, v[4 * j + 3] * hi, ignore);
+    ok = ok & (q[j] == qh);
+  }
+  return scale;
+}
+#endif
+
+// Whether the lane takes the packed path: bf16, 8 per lane, rounded activation, unrolled
+// swish, and for OAI the min/max clamps (limit > 0).
+template <class T, int E, mx_u32 ACT>
+struct MxSwigluPackedPath {
+  static constexpr bool value = false;
+};
+// Whether the lane takes the certified fast sigma with fp32 activations: bf16, 8 per lane.
+template <class T, int E, mx_u32 ACT>
+struct MxSwigluFp32Path {
+  static constexpr bool value = false;
+};
+#if defined(MX_SWIGLU_PACKED)
+template <int E, mx_u32 ACT>
+struct MxSwigluPackedPath<MxBf16, E, ACT> {
+  static constexpr bool value = E == 8 && !(ACT & (MX_F_FP32_ACT | MX_ACT_SINGLE)) &&
+                                (!(ACT & MX_F_OAI) || (ACT & MX_ACT_MINMAX));
+};
+template <int E, mx_u32 ACT>
+struct MxSwigluFp32Path<MxBf16, E, ACT> {
+  static constexpr bool value = E == 8 && (ACT & MX_F_FP32_ACT) != 0;
+};
+#endif
+
 // Bench-only options (template constant OPT): stage timestamps (block 0 lane 0, clock64) and the
 // shuffle-tree group max where the group is a whole warp (the kernel before redux.sync).
 #define MX_SWIGLU_TIMED 1
@@ -160,6 +371,44 @@ MX_DEV void mx_swiglu_stamp(int i, float dep) {
 #endif
 }
 
+#if defined(MX_SWIGLU_PACKED)
+// A lane's 8 gate / up elements as bf16x2 words (element 2i in the low half of word i), the
+// elements mx_load reads for the same lane: straight from the 16-byte loads, interleaved inputs
+// (g0 u0 g1 u1 ...) regrouped by byte permutes. Only split halves needs the lane's row.
+MX_DEV void mx_swiglu_load_words(const mx_u16* __restrict__ gate, const mx_u16* __restrict__ up,
+                                 long long lane, long long lanes, int I, int layout, mx_u32 gw[4],
+                                 mx_u32 uw[4]) {
+  const mx_u16* g;
+  const mx_u16* u;
+  if (layout == MX_LAYOUT_SPLIT_HALVES) {
+    const int per_row = I / 8;  // 32-bit division when it fits (a 64-bit one is ~70 instructions)
+    const long long row = lanes < 0x7fffffffLL ? (long long)((unsigned)lane / (unsigned)per_row)
+                                               : lane / per_row;
+    g = gate + 8 * lane + row * I;  // row * 2I + 8 * (lane - row * per_row)
+    u = g + I;
+  } else if (layout == MX_LAYOUT_SEPARATE) {
+    g = gate + 8 * lane;
+    u = up + 8 * lane;
+  } else {
+    g = gate + 16 * lane;
+    u = g + 8;
+  }
+  const uint4 a = *reinterpret_cast<const uint4*>(g);
+  const uint4 b = *reinterpret_cast<const uint4*>(u);
+  if (layout == MX_LAYOUT_INTERLEAVED) {
+    const mx_u32 w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      gw[i] = __byte_perm(w[2 * i], w[2 * i + 1], 0x5410);
+      uw[i] = __byte_perm(w[2 * i], w[2 * i + 1], 0x7632);
+    }
+  } else {
+    gw[0] = a.x; gw[1] = a.y; gw[2] = a.z; gw[3] = a.w;
+    uw[0] = b.x; uw[1] = b.y; uw[2] = b.z; uw[3] = b.w;
+  }
+}
+#endif
+
 // E elements per lane (8, or 2 / 1 for small tensors: shorter per-lane chains, more lanes).
 template <class T, int E, mx_u32 ACT, int OPT = 0>
 MX_DEV void swiglu_mxquant_lane(const typename T::storage* __restrict__ gate,
@@ -172,40 +421,76 @@ MX_DEV void swiglu_mxquant_lane(const typename T::storage* __restrict__ gate,
   const long long lanes = rows * per_row;
   const bool live = lane_id < lanes;
   float y[E];
-  if (live) {
-    // 32-bit division when it fits (a 64-bit one is a ~70-instruction subroutine).
-    const long long row = lanes < 0x7fffffffLL ? (long long)((unsigned)lane_id / (unsigned)per_row)
-                                               : lane_id / per_row;
-    const long long c = lane_id - row * per_row;
-    float g[E], u[E];
-    if (layout == MX_LAYOUT_SEPARATE) {
-      mx_load<T, E>(gate + row * I + E * c, g);
-      mx_load<T, E>(up + row * I + E * c, u);
-    } else if (layout == MX_LAYOUT_SPLIT_HALVES) {
-      mx_load<T, E>(gate + row * 2 * I + E * c, g);
-      mx_load<T, E>(gate + row * 2 * I + I + E * c, u);
-    } else if (E == 1) {  // interleaved, one output: the pair (gate, up)
-      mx_load<T, 1>(gate + row * 2 * I + 2 * c, g);
-      mx_load<T, 1>(gate + row * 2 * I + 2 * c + 1, u);
-    } else {  // interleaved: gate = even, up = odd elements of 2E consecutive inputs
-      float a[E], b[E];
-      mx_load<T, E>(gate + row * 2 * I + 2 * E * c, a);
-      mx_load<T, E>(gate + row * 2 * I + 2 * E * c + E, b);
+  mx_u32 w[(E + 3) / 4];
+  mx_u32 sb;
+#if defined(MX_SWIGLU_PACKED)
+  if constexpr (MxSwigluPackedPath<T, E, ACT>::value || MxSwigluFp32Path<T, E, ACT>::value) {
+    // Lanes past the end compute on zeros (sigma(0) = 1/2 on every path: certified).
+    mx_u32 gw[4] = {0u, 0u, 0u, 0u}, uw[4] = {0u, 0u, 0u, 0u};
+    if (live) mx_swiglu_load_words(gate, up, lane_id, lanes, I, layout, gw, uw);
+    mx_swiglu_stamp<OPT>(1, __uint_as_float(gw[0] ^ uw[0]));
+    if constexpr (MxSwigluPackedPath<T, E, ACT>::value) {
+      const MxSwigluPacked k = {mx_bf16x2_splat(p.alpha_r), mx_bf16x2_splat(p.limit_r),
+                                mx_bf16x2_splat(-p.limit_r), mx_bf16x2_splat(p.beta_r)};
+      mx_swiglu_packed<E, ACT>(gw, uw, k, y);
+      mx_swiglu_stamp<OPT>(2, y[0]);
+      sb = mx_quant_group<E, !(OPT & MX_SWIGLU_SHFL)>(y, flags, w);
+    } else {
+      bool exact = true;
+      if (fabsf(p.alpha) <= 64.0f) {  // uniform: see mx_swiglu_fp32_approx
+        bool ok = mx_swiglu_fp32_approx<E, ACT>(gw, uw, p, y) | !live;  // dead lanes: zeros
+        mx_swiglu_stamp<OPT>(2, y[0]);
+        sb = mx_quant_group_certified<E>(y, flags, w, ok);
+        exact = __any_sync(0xffffffffu, !ok);  // rare: the whole warp (it shuffles) redoes it
+      }
+      if (exact) {
+        float g[E], u[E];
 #pragma unroll
-      for (int i = 0; i < E / 2; ++i) {
-        g[i] = a[2 * i]; u[i] = a[2 * i + 1];
-        g[E / 2 + i] = b[2 * i]; u[E / 2 + i] = b[2 * i + 1];
+        for (int i = 0; i < E / 2; ++i) {
+          g[2 * i] = mx_bf16x2_lo(gw[i]); g[2 * i + 1] = mx_bf16x2_hi(gw[i]);
+          u[2 * i] = mx_bf16x2_lo(uw[i]); u[2 * i + 1] = mx_bf16x2_hi(uw[i]);
+        }
+        mx_swiglu_n<T, E, ACT>(g, u, p, y);
+        sb = mx_quant_group<E, !(OPT & MX_SWIGLU_SHFL)>(y, flags, w);
       }
     }
-    mx_swiglu_stamp<OPT>(1, g[0] + u[0]);
-    mx_swiglu_n<T, E, ACT>(g, u, p, y);
-    mx_swiglu_stamp<OPT>(2, y[0]);
-  } else {
+  } else
+#endif
+  {
+    if (live) {
+      // 32-bit division when it fits (a 64-bit one is a ~70-instruction subroutine).
+      const long long row = lanes < 0x7fffffffLL ? (long long)((unsigned)lane_id / (unsigned)per_row)
+                                                 : lane_id / per_row;
+      const long long c = lane_id - row * per_row;
+      float g[E], u[E];
+      if (layout == MX_LAYOUT_SEPARATE) {
+        mx_load<T, E>(gate + row * I + E * c, g);
+        mx_load<T, E>(up + row * I + E * c, u);
+      } else if (layout == MX_LAYOUT_SPLIT_HALVES) {
+        mx_load<T, E>(gate + row * 2 * I + E * c, g);
+        mx_load<T, E>(gate + row * 2 * I + I + E * c, u);
+      } else if (E == 1) {  // interleaved, one output: the pair (gate, up)
+        mx_load<T, 1>(gate + row * 2 * I + 2 * c, g);
+        mx_load<T, 1>(gate + row * 2 * I + 2 * c + 1, u);
+      } else {  // interleaved: gate = even, up = odd elements of 2E consecutive inputs
+        float a[E], b[E];
+        mx_load<T, E>(gate + row * 2 * I + 2 * E * c, a);
+        mx_load<T, E>(gate + row * 2 * I + 2 * E * c + E, b);
 #pragma unroll
-    for (int i = 0; i < E; ++i) y[i] = 0.0f;
+        for (int i = 0; i < E / 2; ++i) {
+          g[i] = a[2 * i]; u[i] = a[2 * i + 1];
+          g[E / 2 + i] = b[2 * i]; u[E / 2 + i] = b[2 * i + 1];
+        }
+      }
+      mx_swiglu_stamp<OPT>(1, g[0] + u[0]);
+      mx_swiglu_n<T, E, ACT>(g, u, p, y);
+      mx_swiglu_stamp<OPT>(2, y[0]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < E; ++i) y[i] = 0.0f;
+    }
+    sb = mx_quant_group<E, !(OPT & MX_SWIGLU_SHFL)>(y, flags, w);
   }
-  mx_u32 w[(E + 3) / 4];
-  const mx_u32 sb = mx_quant_group<E, !(OPT & MX_SWIGLU_SHFL)>(y, flags, w);
   mx_swiglu_stamp<OPT>(3, __uint_as_float(sb ^ w[0]));
   if (live) mx_store_group<E>(q, scale, lane_id, w, sb);
   mx_swiglu_stamp<OPT>(4, 0.0f);
@@ -286,6 +571,37 @@ extern "C" __global__ void mx_test_rcp(const float* d, long long n, unsigned* ba
   const float v = d[i];
   if (__float_as_uint(mx_rcp_fast(v)) != __float_as_uint(1.0f / v)) {
     if (atomicAdd(bad, 1u) == 0u) *first = v;
+  }
+}
+#endif
+
+// Bench-only (bench/gpu/check.py check_sigmoid_cert, CUDA): over z = the floats with bits
+// start + i (bf16: (start + i) << 16), i < n, and |z| < 87: out[0] counts the z that
+// mx_sigmoid_certified accepts although bf16(approx) != bf16(pinned) (must stay 0), out[1] the z
+// it refuses (the exact fallback's rate), out[2] is the largest |bits(approx) - bits(pinned)|
+// (mx_quant_group_certified assumes <= 12).
+#if defined(MX_SWIGLU_PACKED)
+extern "C" __global__ void mx_test_sigmoid_cert(unsigned start, long long n, int bf16, unsigned* out) {
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  const mx_u32 bits = bf16 ? (start + (mx_u32)i) << 16 : start + (mx_u32)i;
+  const float z = mx_bits_f32(bits);
+  mx_u32 wrong = 0u, refused = 0u, ad = 0u;
+  if (i < n && fabsf(z) < 87.0f) {
+    const float sa = mx_sigmoid_approx(z), sp = mx_sigmoid_pinned(z);
+    const bool cert = mx_sigmoid_certified(z, sa);
+    wrong = cert && MxBf16::from_f32(sa) != MxBf16::from_f32(sp);
+    refused = !cert;
+    const int diff = (int)mx_f32_bits(sa) - (int)mx_f32_bits(sp);
+    ad = (mx_u32)(diff < 0 ? -diff : diff);
+  }
+  // One atomic per warp (2^31 values).
+  wrong = __reduce_add_sync(0xffffffffu, wrong);
+  refused = __reduce_add_sync(0xffffffffu, refused);
+  ad = __reduce_max_sync(0xffffffffu, ad);
+  if ((threadIdx.x & 31u) == 0u) {
+    if (wrong) atomicAdd(&out[0], wrong);
+    if (refused) atomicAdd(&out[1], refused);
+    atomicMax(&out[2], ad);
   }
 }
 #endif

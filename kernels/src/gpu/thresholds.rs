@@ -273,6 +273,11 @@ impl SwiGluLaunchTable {
         // lanes a block. M = 64 (49152 outputs), two calls of the day: 1 per lane with 512-lane
         // blocks 1.85 / 1.78 vs 2 per lane, 256 lanes 1.92 / 1.90 (issue 6 follow-up 2, after the
         // redux.sync group max: results/issue6_norm2_run1_*); 2^15-2^16 outputs take that shape.
+        // 2026-12-01 (issue 6 follow-up 6: packed bf16 path and certified fast sigmoid for 8 per
+        // lane, bench/gpu/ab_swiglu.py, split halves, PDL): 8 per lane overtakes 2 per lane between
+        // M = 192 (2 per lane 1.65 vs 1.99) and M = 384 (3.04 vs 2.19); 128-lane blocks best or
+        // within 1 % from M = 384 to 8192 (M = 2048: 3.79 vs 7.38 for the old 2 per lane; M = 8192
+        // 10.41 vs 10.67 for 256 lanes).
         (
             "sm_90",
             Self {
@@ -280,9 +285,9 @@ impl SwiGluLaunchTable {
                     (1 << 14, 1, 256),
                     (1 << 15, 2, 256),
                     (1 << 16, 1, 512),
-                    (1 << 21, 2, 256),
+                    (1 << 18, 2, 256),
                 ],
-                large: (8, 256),
+                large: (8, 128),
             },
         ),
     ];
@@ -350,7 +355,8 @@ mod tests {
         assert_eq!(h200.shape(32 * 768), (2, 256));
         assert_eq!(h200.shape(64 * 768), (1, 512));
         assert_eq!(h200.shape(192 * 768), (2, 256));
-        assert_eq!(h200.shape(8192 * 768), (8, 256));
+        assert_eq!(h200.shape(384 * 768), (8, 128));
+        assert_eq!(h200.shape(8192 * 768), (8, 128));
     }
 
     #[test]
