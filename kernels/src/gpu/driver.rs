@@ -188,8 +188,17 @@ pub const HIPRTC_LIBS: [&str; 4] = [
     "libhiprtc.so.5",
 ];
 
+/// A stack's driver and run-time compiler libraries as opened, with the names they were opened
+/// by (for error messages).
+struct Opened<'a> {
+    drv: Library,
+    dn: &'a str,
+    rtc: Library,
+    rn: &'a str,
+}
+
 /// One GPU stack [`Driver::load`] tries: a driver library, its run-time compiler, and the loader
-/// that binds both (`drv, drv_name, rtc, rtc_name`; it must only bind that stack's signatures).
+/// that binds both (it must only bind that stack's signatures).
 struct Stack {
     /// The API named in "reports no … device".
     api: &'static str,
@@ -199,7 +208,7 @@ struct Stack {
     rtc: &'static str,
     rtc_env: &'static str,
     rtc_libs: &'static [&'static str],
-    load: unsafe fn(Library, &str, Library, &str) -> GpuResult<Option<Driver>>,
+    load: unsafe fn(Opened<'_>) -> GpuResult<Option<Driver>>,
 }
 
 /// The stacks in order of preference.
@@ -235,13 +244,20 @@ impl Driver {
                 continue;
             };
             match open_first(b.rtc_env, b.rtc_libs) {
-                // SAFETY: each loader binds the signatures of its own stack (load_cuda: the CUDA
-                // driver API and NVRTC; load_hip: HIP and hipRTC), opened just above.
-                Some((rtc, rtc_name)) => match unsafe { (b.load)(drv, &drv_name, rtc, &rtc_name)? }
-                {
-                    Some(d) => return Ok(Ok(d)),
-                    None => reasons.push(format!("{drv_name} reports no {} device", b.api)),
-                },
+                Some((rtc, rtc_name)) => {
+                    let libs = Opened {
+                        drv,
+                        dn: &drv_name,
+                        rtc,
+                        rn: &rtc_name,
+                    };
+                    // SAFETY: each loader binds the signatures of its own stack (load_cuda: the
+                    // CUDA driver API and NVRTC; load_hip: HIP and hipRTC), opened just above.
+                    match unsafe { (b.load)(libs)? } {
+                        Some(d) => return Ok(Ok(d)),
+                        None => reasons.push(format!("{drv_name} reports no {} device", b.api)),
+                    }
+                }
                 None => reasons.push(format!(
                     "{drv_name} loads but no {} was found (set {})",
                     b.rtc, b.rtc_env
@@ -312,12 +328,7 @@ impl Driver {
         Ok(CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned())
     }
 
-    unsafe fn load_cuda(
-        drv: Library,
-        dn: &str,
-        rtc: Library,
-        rn: &str,
-    ) -> GpuResult<Option<Driver>> {
+    unsafe fn load_cuda(Opened { drv, dn, rtc, rn }: Opened<'_>) -> GpuResult<Option<Driver>> {
         let init: unsafe extern "C" fn(c_uint) -> c_int = sym(&drv, dn, "cuInit")?;
         let device_get: unsafe extern "C" fn(*mut c_int, c_int) -> c_int =
             sym(&drv, dn, "cuDeviceGet")?;
@@ -372,12 +383,7 @@ impl Driver {
         Ok(Some(driver))
     }
 
-    unsafe fn load_hip(
-        drv: Library,
-        dn: &str,
-        rtc: Library,
-        rn: &str,
-    ) -> GpuResult<Option<Driver>> {
+    unsafe fn load_hip(Opened { drv, dn, rtc, rn }: Opened<'_>) -> GpuResult<Option<Driver>> {
         let init: unsafe extern "C" fn(c_uint) -> c_int = sym(&drv, dn, "hipInit")?;
         let set_device: unsafe extern "C" fn(c_int) -> c_int = sym(&drv, dn, "hipSetDevice")?;
         let get_name: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int =
@@ -574,6 +580,7 @@ impl Driver {
         pdl: bool,
     ) -> GpuResult<bool> {
         self.make_current()?;
+        let mut pdl_refused = false;
         if let (true, Some(launch_ex)) = (pdl, self.fns.launch_ex) {
             let mut attr = LaunchAttribute {
                 id: CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
@@ -604,22 +611,9 @@ impl Driver {
                 "mxfuse: programmatic dependent launch refused ({}); launching without it",
                 self.message(rc)
             );
-            self.launch_plain(function, grid, block, stream, params)?;
-            return Ok(false);
+            pdl_refused = true;
         }
-        self.launch_plain(function, grid, block, stream, params)?;
-        Ok(true)
-    }
-
-    /// `cuLaunchKernel` / `hipModuleLaunchKernel`; see [`Driver::launch`] for the contract.
-    unsafe fn launch_plain(
-        &self,
-        function: usize,
-        grid: [u32; 3],
-        block: [u32; 3],
-        stream: usize,
-        params: &mut [*mut c_void],
-    ) -> GpuResult<()> {
+        // The ordinary launch: `cuLaunchKernel` / `hipModuleLaunchKernel`.
         self.check(
             "kernel launch",
             (self.fns.launch)(
@@ -635,7 +629,8 @@ impl Driver {
                 params.as_mut_ptr(),
                 std::ptr::null_mut(),
             ),
-        )
+        )?;
+        Ok(!pdl_refused)
     }
 
     /// Allocates `bytes` of device memory (at least 1 byte).
