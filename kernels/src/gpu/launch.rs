@@ -93,12 +93,14 @@ fn pdl_kernel(name: &str) -> bool {
     !name.starts_with("mx_matmul_pipe_")
 }
 
-/// The leading kernel arguments of the pre-quantized GEMMs (generic, pipeline, fragment):
-/// `a_q, a_scales, b, b_scales, y, M, N, K`.
+/// The leading kernel arguments of the GEMMs: `a_q, a_scales, [a,] b, b_scales, y, M, N, K`.
+/// `a` (the float activation) only for the tensor-core and split-K kernels, which can quantize
+/// it themselves; the pre-quantized GEMMs (generic, pipeline, fragment) take `None`.
 #[allow(clippy::too_many_arguments)]
 fn gemm_params(
     a_q: u64,
     a_scales: u64,
+    a: Option<u64>,
     b: u64,
     b_scales: u64,
     y: u64,
@@ -106,9 +108,11 @@ fn gemm_params(
     n: usize,
     k: usize,
 ) -> GpuResult<Params> {
-    Ok(Params::new()
-        .push(a_q)
-        .push(a_scales)
+    let mut params = Params::new().push(a_q).push(a_scales);
+    if let Some(a) = a {
+        params = params.push(a);
+    }
+    Ok(params
         .push(b)
         .push(b_scales)
         .push(y)
@@ -555,7 +559,7 @@ impl GpuRuntime {
             }
         };
         check_aligned("b", bptr, 4)?;
-        let params = gemm_params(a_q, a_scales, bptr, bscales, y, m, n, k)?.push(bmode);
+        let params = gemm_params(a_q, a_scales, None, bptr, bscales, y, m, n, k)?.push(bmode);
         let name = format!("mx_matmul_generic_{o}");
         self.run(
             &name,
@@ -645,7 +649,7 @@ impl GpuRuntime {
         let (w, s) = frag_shape(n, k, m, self.multiprocessors(), &table);
         // pre = 1: the weights are constants, so the kernel loads its first batch of them before
         // waiting for the previous kernel (PDL overlap).
-        let params = gemm_params(a_q, a_scales, wf, wsf, y, m, n, k)?.push(1i32);
+        let params = gemm_params(a_q, a_scales, None, wf, wsf, y, m, n, k)?.push(1i32);
         let name = format!("mx_matmul_frag_m{}_{out}_w{w}_s{s}", 8 * mt);
         // x: activation-row tiles x splits, y: 16-column tiles (mx_matmul_frag.hip MxFragBlock:
         // the row tiles of one weight tile run together and share it through L2).
@@ -701,17 +705,7 @@ impl GpuRuntime {
         check_aligned("b_scales", ws, 4)?;
         let mt = if m <= 8 { 1 } else { 2 };
         // Both kernel families take the same arguments; only the name and grid differ.
-        let params = Params::new()
-            .push(a_q)
-            .push(a_scales)
-            .push(a)
-            .push(w)
-            .push(ws)
-            .push(y)
-            .push(dim_i32("M", m)?)
-            .push(dim_i32("N", n)?)
-            .push(dim_i32("K", k)?)
-            .push(flags);
+        let params = gemm_params(a_q, a_scales, Some(a), w, ws, y, m, n, k)?.push(flags);
         let pipe = if amode == "e4m3"
             && !self.v2()
             && self.pipe()
@@ -728,7 +722,7 @@ impl GpuRuntime {
         if pipe.0 > 0 {
             let (wp, s) = pipe;
             let name = format!("mx_matmul_pipe_m{}_{out}_w{wp}_s{s}", 8 * mt);
-            let params = gemm_params(a_q, a_scales, w, ws, y, m, n, k)?;
+            let params = gemm_params(a_q, a_scales, None, w, ws, y, m, n, k)?;
             let grid = [
                 dim_u32("grid", n.div_ceil(16 * wp) * s)?,
                 dim_u32("grid", m.div_ceil(8 * mt))?,
