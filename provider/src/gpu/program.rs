@@ -24,7 +24,7 @@ use super::device::{DevicePlacement, Placement};
 use super::memory::{DeviceBox, DeviceMemory};
 use crate::error::{Error, Result};
 use crate::kernel_io::{alloc_output, output_address, read_input_addresses};
-use crate::ops::{self, dtype, transpose_mx_weight, Kernel, Parallelism};
+use crate::ops::{self, dtype, transpose_bytes, transpose_mx_weight, Kernel, Parallelism};
 use crate::ort_types::element_count;
 use crate::program::{prepack, Program};
 use crate::program_slots::{mxfuse_attrs, Slots};
@@ -188,6 +188,7 @@ fn pack_weight(
                 meta: &bs_meta,
                 data: &bs.raw,
             },
+            transpose_bytes,
         );
         // Not such a constant, or malformed: the launch's own checks report it.
         let Some(packed) = packed else {

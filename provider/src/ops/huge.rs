@@ -5,10 +5,12 @@
 //! a two-level page walk. 2 MiB pages cut the misses 512-fold. Linux grants them to an anonymous
 //! mapping that asks (`madvise(MADV_HUGEPAGE)`, THP in `madvise` mode) and is 2 MiB aligned;
 //! where it does not (THP off, no free huge page, not Linux) the buffer is ordinary memory.
-//! The cost: up to one 2 MiB page per buffer of padding (the size is rounded up to the granule),
-//! and one extra copy of each weight at session creation.
+//! The cost: up to one 2 MiB page per buffer of padding (the size is rounded up to the granule).
+//! The bytes are written straight into the buffer by its producer (the prepack's transpose), so
+//! no extra copy of a weight is made.
 
 use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
+use std::mem::MaybeUninit;
 use std::ops::Deref;
 use std::ptr::NonNull;
 
@@ -17,7 +19,7 @@ const HUGE: usize = 2 << 20;
 /// Smaller buffers are not worth a 2 MiB granule.
 const MIN_HUGE_LEN: usize = HUGE;
 
-/// An immutable byte buffer (a copy of the bytes it was built from).
+/// An immutable byte buffer, written once by the function that builds it.
 pub(crate) struct HugeBytes {
     ptr: NonNull<u8>,
     len: usize,
@@ -43,12 +45,18 @@ fn advise_huge(ptr: *mut u8, len: usize) {
 fn advise_huge(_: *mut u8, _: usize) {}
 
 impl HugeBytes {
-    /// A copy of `src`; ≥ 2 MiB in a 2 MiB aligned allocation advised for huge pages before its
-    /// first touch (the copy faults the pages in).
-    pub(crate) fn copy_of(src: &[u8]) -> Self {
-        if src.len() < MIN_HUGE_LEN {
-            let b: Box<[u8]> = src.into();
-            let len = b.len();
+    /// A `len`-byte buffer whose bytes `fill` writes; ≥ 2 MiB in a 2 MiB aligned allocation
+    /// advised for huge pages before its first touch (`fill`'s writes fault the pages in).
+    ///
+    /// # Safety
+    /// `fill` must initialise every byte of the slice it is given.
+    pub(crate) unsafe fn init_with(len: usize, fill: impl FnOnce(&mut [MaybeUninit<u8>])) -> Self {
+        if len < MIN_HUGE_LEN {
+            let mut v = Vec::with_capacity(len);
+            fill(&mut v.spare_capacity_mut()[..len]);
+            // SAFETY: `fill` initialised the first `len` bytes (the caller's contract).
+            unsafe { v.set_len(len) };
+            let b: Box<[u8]> = v.into_boxed_slice();
             // SAFETY: a Box's pointer is non-null; reclaimed in Drop through Box::from_raw.
             let ptr = unsafe { NonNull::new_unchecked(Box::into_raw(b).cast::<u8>()) };
             return HugeBytes {
@@ -57,7 +65,7 @@ impl HugeBytes {
                 layout: None,
             };
         }
-        let size = src.len().next_multiple_of(HUGE);
+        let size = len.next_multiple_of(HUGE);
         let layout = Layout::from_size_align(size, HUGE).expect("a 2 MiB aligned layout");
         // SAFETY: non-zero size.
         let raw = unsafe { alloc(layout) };
@@ -65,11 +73,12 @@ impl HugeBytes {
             handle_alloc_error(layout)
         };
         advise_huge(raw, size);
-        // SAFETY: `size ≥ src.len()` bytes allocated above, not overlapping `src`.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), raw, src.len()) };
+        // SAFETY: `size ≥ len` bytes allocated above and owned here; MaybeUninit needs no
+        // initialisation, and `fill` initialises all `len` (the caller's contract).
+        fill(unsafe { std::slice::from_raw_parts_mut(raw.cast::<MaybeUninit<u8>>(), len) });
         HugeBytes {
             ptr,
-            len: src.len(),
+            len,
             layout: Some(layout),
         }
     }
@@ -86,9 +95,9 @@ impl Deref for HugeBytes {
 impl Drop for HugeBytes {
     fn drop(&mut self) {
         match self.layout {
-            // SAFETY: allocated in copy_of with this layout.
+            // SAFETY: allocated in init_with with this layout.
             Some(layout) => unsafe { dealloc(self.ptr.as_ptr(), layout) },
-            // SAFETY: from Box::into_raw of a `len`-byte boxed slice in copy_of.
+            // SAFETY: from Box::into_raw of a `len`-byte boxed slice in init_with.
             None => unsafe {
                 drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
                     self.ptr.as_ptr(),
@@ -104,10 +113,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn copies_small_and_huge_buffers() {
+    fn holds_what_fill_wrote_small_and_huge() {
         for len in [0, 1, 4095, HUGE - 1, HUGE, HUGE + 17, 3 * HUGE] {
             let src: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
-            let b = HugeBytes::copy_of(&src);
+            // SAFETY: the closure writes all `len` bytes.
+            let b = unsafe {
+                HugeBytes::init_with(len, |d| {
+                    for (d, &s) in d.iter_mut().zip(&src) {
+                        d.write(s);
+                    }
+                })
+            };
             assert_eq!(&b[..], &src[..], "len {len}");
             if len >= MIN_HUGE_LEN {
                 assert_eq!(b.as_ptr() as usize % HUGE, 0);

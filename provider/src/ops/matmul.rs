@@ -7,6 +7,8 @@
 //! with `trans_b = 1`. The result is exact either way; only the f32 summation order follows the
 //! layout, and both ORT paths (EP and custom-op library) prepack alike, so they agree bit for bit.
 
+use std::mem::MaybeUninit;
+
 use kernels::ops as k;
 use kernels::{DType, MxMatMulAttrs};
 
@@ -39,9 +41,14 @@ impl MxMatMul {
 }
 
 /// The MX weight `b [K, N]` (E4M3) with scales `[K/32, N]` transposed to `[N, K]` /
-/// `[N, K/32]`; `None` when they are not such a pair. Shared with the GPU executor, which uploads
-/// the result for its tensor-core GEMM.
-pub(crate) fn transpose_mx_weight(b: &TensorRef<'_>, bs: &TensorRef<'_>) -> Option<PackedB> {
+/// `[N, K/32]`; `None` when they are not such a pair. `transpose_q(src, rows, cols)` transposes
+/// the weight bytes into their store (`transpose_bytes` for a `Vec`). Shared with the GPU
+/// executor, which uploads the result for its tensor-core GEMM.
+pub(crate) fn transpose_mx_weight<Q>(
+    b: &TensorRef<'_>,
+    bs: &TensorRef<'_>,
+    transpose_q: impl FnOnce(&[u8], usize, usize) -> Q,
+) -> Option<PackedB<Q>> {
     let e4m3 = DType::E4M3.onnx_code();
     if b.meta.dtype != e4m3 || b.meta.dims.len() != 2 || bs.meta.dims.len() != 2 {
         return None;
@@ -52,19 +59,29 @@ pub(crate) fn transpose_mx_weight(b: &TensorRef<'_>, bs: &TensorRef<'_>) -> Opti
         return None; // malformed: left to the kernels' own checks and their messages
     }
     Some(PackedB {
-        q: transpose_bytes(b.data, kk, n),
+        q: transpose_q(b.data, kk, n),
         scales: transpose_bytes(bs.data, kb, n),
         q_dims: [n, kk],
         scale_dims: [n, kb],
     })
 }
 
-/// `src [rows, cols]` (1-byte elements) transposed to `[cols, rows]`, in 64 × 64 tiles so that
-/// both sides stay in cache (element by element, the strided writes made this 11 % of a
-/// 4-layer decoder benchmark's time, all of it at session creation).
-fn transpose_bytes(src: &[u8], rows: usize, cols: usize) -> Vec<u8> {
+/// `src [rows, cols]` (1-byte elements) transposed to `[cols, rows]`.
+pub(crate) fn transpose_bytes(src: &[u8], rows: usize, cols: usize) -> Vec<u8> {
+    let mut dst = Vec::with_capacity(src.len());
+    transpose_into(src, rows, cols, &mut dst.spare_capacity_mut()[..src.len()]);
+    // SAFETY: transpose_into wrote all `src.len()` bytes.
+    unsafe { dst.set_len(src.len()) };
+    dst
+}
+
+/// `src [rows, cols]` (1-byte elements) transposed into `dst [cols, rows]`, writing every byte
+/// of `dst` (`rows * cols` of them), in 64 × 64 tiles so that both sides stay in cache (element
+/// by element, the strided writes made this 11 % of a 4-layer decoder benchmark's time, all of
+/// it at session creation).
+fn transpose_into(src: &[u8], rows: usize, cols: usize, dst: &mut [MaybeUninit<u8>]) {
     const TILE: usize = 64;
-    let mut dst = vec![0u8; src.len()];
+    assert!(src.len() == rows * cols && dst.len() == src.len());
     let mut tile = [[0u8; TILE]; TILE];
     for r0 in (0..rows).step_by(TILE) {
         let h = TILE.min(rows - r0);
@@ -78,11 +95,12 @@ fn transpose_bytes(src: &[u8], rows: usize, cols: usize) -> Vec<u8> {
             }
             for (c, t) in tile.iter().take(w).enumerate() {
                 let at = (c0 + c) * rows + r0;
-                dst[at..at + h].copy_from_slice(&t[..h]);
+                for (d, &b) in dst[at..at + h].iter_mut().zip(&t[..h]) {
+                    d.write(b);
+                }
             }
         }
     }
-    dst
 }
 
 /// The element type of `y`: the float weight's type when `b` is float, else `output_dtype`.
@@ -123,11 +141,10 @@ impl Kernel for MxMatMul {
         if self.attrs.trans_b {
             return Ok(()); // already the fast layout
         }
-        self.packed = transpose_mx_weight(b, bs).map(|p| PackedB {
-            q: HugeBytes::copy_of(&p.q),
-            scales: p.scales,
-            q_dims: p.q_dims,
-            scale_dims: p.scale_dims,
+        // The weight is transposed straight into its huge-page buffer.
+        self.packed = transpose_mx_weight(b, bs, |src, rows, cols| {
+            // SAFETY: transpose_into writes every byte of its `src.len()`-byte destination.
+            unsafe { HugeBytes::init_with(src.len(), |d| transpose_into(src, rows, cols, d)) }
         });
         Ok(())
     }

@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::tensor::{Meta, TensorMut, TensorRef};
 pub use attrs::Attrs;
 /// Shared with the GPU executor's weight prepack (`gpu::program`).
-pub(crate) use matmul::transpose_mx_weight;
+pub(crate) use matmul::{transpose_bytes, transpose_mx_weight};
 pub use parallel::{OrtParallel, Parallelism};
 
 /// A com.mxfuse op with its attributes parsed and validated.
