@@ -46,6 +46,17 @@ pub enum Dim {
     Unknown,
 }
 
+/// `64`, `batch`, or `?` for an unknown dim.
+impl std::fmt::Display for Dim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dim::Known(k) => write!(f, "{k}"),
+            Dim::Symbolic(n) => f.write_str(n),
+            Dim::Unknown => f.write_str("?"),
+        }
+    }
+}
+
 /// Element type and (optional) shape of a value. `elem_type` uses ONNX's
 /// `TensorProto.DataType` numbering (1 = FLOAT, 10 = FLOAT16, 16 = BFLOAT16, 17 = FLOAT8E4M3FN,
 /// 24 = FLOAT8E8M0, ...); 0 means unknown.

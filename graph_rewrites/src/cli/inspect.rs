@@ -155,14 +155,7 @@ pub fn type_text(info: &TensorInfo) -> String {
     match &info.shape {
         None => format!("{elem}[?]"),
         Some(dims) => {
-            let dims: Vec<String> = dims
-                .iter()
-                .map(|d| match d {
-                    Dim::Known(v) => v.to_string(),
-                    Dim::Symbolic(s) => s.clone(),
-                    Dim::Unknown => "?".into(),
-                })
-                .collect();
+            let dims: Vec<String> = dims.iter().map(Dim::to_string).collect();
             format!("{elem}[{}]", dims.join(","))
         }
     }

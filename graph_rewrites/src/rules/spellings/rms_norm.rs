@@ -425,14 +425,7 @@ fn fmt_shape(s: &Option<Vec<Dim>>) -> String {
     let Some(dims) = s else {
         return "unknown".into();
     };
-    let dims: Vec<String> = dims
-        .iter()
-        .map(|d| match d {
-            Dim::Known(k) => k.to_string(),
-            Dim::Symbolic(n) => n.clone(),
-            Dim::Unknown => "?".into(),
-        })
-        .collect();
+    let dims: Vec<String> = dims.iter().map(Dim::to_string).collect();
     format!("[{}]", dims.join(", "))
 }
 
