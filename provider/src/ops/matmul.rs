@@ -1,8 +1,9 @@
 //! `MxMatMul`, with its constant MX weight prepacked into the layout the kernel decodes fastest.
 //!
 //! The rules keep an MX weight as ONNX stores it (`b [K, N]`, `b_scale [K/32, N]`, the
-//! `DequantizeLinear(axis=0)` layout). The kernels decode `[N, K]` rows (`trans_b = 1`) with
-//! AVX2, a whole row of K at a time, but `[K, N]` element by element, several times slower.
+//! `DequantizeLinear(axis=0)` layout). The kernels decode `[N, K]` rows (`trans_b = 1`) a whole
+//! row of K at a time; `[K, N]` in 16-column stripes, 1.1–1.4× slower at M ≤ 16 (BENCHMARKS.md,
+//! CPU kernels; a scalar per-element decode when the prepack came in: the step 4–7× slower).
 //! When both are session constants, [`MxMatMul::prepack`] stores them transposed once and runs
 //! with `trans_b = 1`. The result is exact either way; only the f32 summation order follows the
 //! layout, and both ORT paths (EP and custom-op library) prepack alike, so they agree bit for bit.
