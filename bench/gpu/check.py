@@ -162,14 +162,17 @@ def check_swiglu(ops):
                 rq, rs = ref.quantize(act, flags)
                 # bf16 OAI + fp32 activation, 1 per lane: also the bench-only kernels (shuffle-tree max, timed)
                 opts = ("", "_sh", "_t", "_sht") if (dt, flags, e) == ("bf16", F_OAI | F_FP32_ACT, 1) else ("",)
-                for opt in opts:
+                # The certified fast logistic and the pinned one (the launch table's choice by size).
+                runs = [(o, None) for o in opts] + ([("", True), ("", False)] if (dt, e) == ("bf16", 8) else [])
+                for opt, pinned in runs:
                     poison(outs)
-                    q, s = ops.swiglu_quant(gate, up, I, layout, flags, outs=outs, e=e, block=block, opt=opt, **kw)
+                    q, s = ops.swiglu_quant(gate, up, I, layout, flags, outs=outs, e=e, block=block, opt=opt, pinned=pinned, **kw)
                     hq = host(q)
                     d_q, d_s = int((hq != rq).sum()), int((host(s) != rs).sum())
                     # The pinned exp / logistic (docs/ops.md) is the same function on both sides: bit-exact.
                     ok = d_q == 0 and d_s == 0
                     report(f"swiglu {dt} {layout} flags={flags} e={e} block={block}" + (f" opt={opt}" if opt else "")
+                           + (f" pinned={pinned}" if pinned is not None else "")
                            + "".join(f" {k}={v}" for k, v in kw.items()), ok, f"q_diff={d_q} scale_diff={d_s}")
 
 
@@ -220,7 +223,7 @@ def check_swiglu_all_bf16(ops):
             rq, rs = ref.quantize(act, flags)
         for e in (8,):
             poison(outs)
-            q, s = ops.swiglu_quant(gate, up, I, "separate", flags, outs=outs, e=e, block=256, **kw)
+            q, s = ops.swiglu_quant(gate, up, I, "separate", flags, outs=outs, e=e, block=256, pinned=False, **kw)
             d_q, d_s = int((host(q) != rq).sum()), int((host(s) != rs).sum())
             report(f"swiglu bf16 every gate value e={e} flags={flags} {kw}", d_q == 0 and d_s == 0, f"q_diff={d_q} scale_diff={d_s}")
     # The bench's data (gate_up ~ N(0, 8^2)) at a size where the fallbacks happen by the hundred.
@@ -232,7 +235,7 @@ def check_swiglu_all_bf16(ops):
         rq, rs = ref.quantize(ref.swiglu(gu32[:, :I], gu32[:, I:], "bf16", flags), flags)
         for e in (8,):
             poison(outs)
-            q, s = ops.swiglu_quant(gu, None, I, "split_halves", flags, outs=outs, e=e, block=256)
+            q, s = ops.swiglu_quant(gu, None, I, "split_halves", flags, outs=outs, e=e, block=256, pinned=False)
             d_q, d_s = int((host(q) != rq).sum()), int((host(s) != rs).sum())
             report(f"swiglu bf16 N(0, 64) M={M} e={e} flags={flags}", d_q == 0 and d_s == 0, f"q_diff={d_q} scale_diff={d_s}")
 

@@ -152,7 +152,7 @@ class Module:
 
 # Flag bits of kernels/gpu/mx_common.h.
 F_RCEIL, F_NAN_IGNORE, F_GEMMA, F_GAMMA_F32, F_INV_DIV, F_OAI, F_FP32_ACT = 1, 2, 4, 8, 16, 32, 64
-F_NO_ROUND_SUM, F_SWISH_SINGLE = 128, 256
+F_NO_ROUND_SUM, F_SWISH_SINGLE, F_SIGMA_PINNED = 128, 256, 512
 LAYOUTS = {"separate": 0, "split_halves": 1, "interleaved": 2}
 # Below this many elements the elementwise kernels take 2 elements per lane (short per-lane chains).
 SMALL_ELEMS = 1 << 21
@@ -192,9 +192,10 @@ class Ops:
         self.m.launch(name, (M * split,), (B,), [x, res, gamma, q, s, ro, no, ctypes.c_int(H), ctypes.c_float(eps), ctypes.c_uint(flags)])
         return outs
 
-    def swiglu_quant(self, gate, up, I, layout, flags, alpha=1.702, limit=7.0, beta=1.0, outs=None, e=None, block=None, opt=""):
+    def swiglu_quant(self, gate, up, I, layout, flags, alpha=1.702, limit=7.0, beta=1.0, outs=None, e=None, block=None, opt="",
+                     pinned=None):
         """opt: kernel name suffix of a bench-only variant ("_t", "_sh", "_sht"; bf16, e = 1, OAI +
-        fp32 activation only)."""
+        fp32 activation only). pinned: F_SIGMA_PINNED on / off; None: the launch table's choice."""
         rows = gate.shape[0]
         if outs is None:
             outs = (torch.empty(rows, I, dtype=torch.uint8, device=gate.device),
@@ -202,6 +203,8 @@ class Ops:
         q, s = outs
         e0, block0 = swiglu_choice(rows * I)
         e, block = e or e0, block or block0
+        if pinned if pinned is not None else rows * I < SWIGLU_PINNED_BELOW[1 if flags & F_FP32_ACT else 0]:
+            flags |= F_SIGMA_PINNED
         lanes = rows * I // e
         act = (1 if flags & F_OAI else 0) + (2 if flags & F_FP32_ACT else 0)
         self.m.launch(f"mx_swiglu_quant_{SUFFIX[gate.dtype]}_e{e}_a{act}{opt}", (-(-lanes // block),), (block,),
@@ -444,6 +447,9 @@ def norm_choice(rows, H, sms=132):
 # size of SwiGluMxQuant / MxQuantize by output size.
 SWIGLU_SMALL = [(1 << 14, 1, 256), (1 << 15, 2, 256), (1 << 16, 1, 512), (1 << 18, 2, 256)]
 SWIGLU_LARGE = (8, 128)
+# ... and below how many outputs the launch asks for the pinned logistic (F_SIGMA_PINNED), for the
+# bf16-rounded and the fp32 activation.
+SWIGLU_PINNED_BELOW = (1 << 20, 1 << 22)
 
 
 def swiglu_choice(n):

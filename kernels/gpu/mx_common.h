@@ -15,6 +15,10 @@
 #define MX_F_FP32_ACT 64u    // swiglu: no rounding of intermediates to T
 #define MX_F_NO_ROUND_SUM 128u  // add_rmsnorm: normalise the f32 sum x + r (residual_out still round_T)
 #define MX_F_SWISH_SINGLE 256u  // swiglu: swish_form "single_op" (g * sigmoid(alpha * g) rounded once)
+// swiglu launch choice, not an op attribute: the pinned logistic on every element instead of the
+// certified fast one (same bits). For grids of about one wave, where the kernel lasts as long as
+// its slowest warp and a warp's rare exact redo is that warp.
+#define MX_F_SIGMA_PINNED 512u
 
 // ---------------------------------------------------------------------------------------------
 // Element types: a tag struct per ONNX float type with its storage and exact conversions.

@@ -423,40 +423,46 @@ MX_DEV void swiglu_mxquant_lane(const typename T::storage* __restrict__ gate,
   float y[E];
   mx_u32 w[(E + 3) / 4];
   mx_u32 sb;
+  // The certified fast logistic where the kernel has it, unless the launch asks for the pinned one
+  // (MX_F_SIGMA_PINNED: grids of about one wave).
+  bool done = false;
 #if defined(MX_SWIGLU_PACKED)
   if constexpr (MxSwigluPackedPath<T, E, ACT>::value || MxSwigluFp32Path<T, E, ACT>::value) {
-    // Lanes past the end compute on zeros (sigma(0) = 1/2 on every path: certified).
-    mx_u32 gw[4] = {0u, 0u, 0u, 0u}, uw[4] = {0u, 0u, 0u, 0u};
-    if (live) mx_swiglu_load_words(gate, up, lane_id, lanes, I, layout, gw, uw);
-    mx_swiglu_stamp<OPT>(1, __uint_as_float(gw[0] ^ uw[0]));
-    if constexpr (MxSwigluPackedPath<T, E, ACT>::value) {
-      const MxSwigluPacked k = {mx_bf16x2_splat(p.alpha_r), mx_bf16x2_splat(p.limit_r),
-                                mx_bf16x2_splat(-p.limit_r), mx_bf16x2_splat(p.beta_r)};
-      mx_swiglu_packed<E, ACT>(gw, uw, k, y);
-      mx_swiglu_stamp<OPT>(2, y[0]);
-      sb = mx_quant_group<E, !(OPT & MX_SWIGLU_SHFL)>(y, flags, w);
-    } else {
-      bool exact = true;
-      if (fabsf(p.alpha) <= 64.0f) {  // uniform: see mx_swiglu_fp32_approx
-        bool ok = mx_swiglu_fp32_approx<E, ACT>(gw, uw, p, y) | !live;  // dead lanes: zeros
+    done = !(flags & MX_F_SIGMA_PINNED);
+    if (done) {
+      // Lanes past the end compute on zeros (sigma(0) = 1/2 on every path: certified).
+      mx_u32 gw[4] = {0u, 0u, 0u, 0u}, uw[4] = {0u, 0u, 0u, 0u};
+      if (live) mx_swiglu_load_words(gate, up, lane_id, lanes, I, layout, gw, uw);
+      mx_swiglu_stamp<OPT>(1, __uint_as_float(gw[0] ^ uw[0]));
+      if constexpr (MxSwigluPackedPath<T, E, ACT>::value) {
+        const MxSwigluPacked k = {mx_bf16x2_splat(p.alpha_r), mx_bf16x2_splat(p.limit_r),
+                                  mx_bf16x2_splat(-p.limit_r), mx_bf16x2_splat(p.beta_r)};
+        mx_swiglu_packed<E, ACT>(gw, uw, k, y);
         mx_swiglu_stamp<OPT>(2, y[0]);
-        sb = mx_quant_group_certified<E>(y, flags, w, ok);
-        exact = __any_sync(0xffffffffu, !ok);  // rare: the whole warp (it shuffles) redoes it
-      }
-      if (exact) {
-        float g[E], u[E];
-#pragma unroll
-        for (int i = 0; i < E / 2; ++i) {
-          g[2 * i] = mx_bf16x2_lo(gw[i]); g[2 * i + 1] = mx_bf16x2_hi(gw[i]);
-          u[2 * i] = mx_bf16x2_lo(uw[i]); u[2 * i + 1] = mx_bf16x2_hi(uw[i]);
-        }
-        mx_swiglu_n<T, E, ACT>(g, u, p, y);
         sb = mx_quant_group<E, !(OPT & MX_SWIGLU_SHFL)>(y, flags, w);
+      } else {
+        bool exact = true;
+        if (fabsf(p.alpha) <= 64.0f) {  // uniform: see mx_swiglu_fp32_approx
+          bool ok = mx_swiglu_fp32_approx<E, ACT>(gw, uw, p, y) | !live;  // dead lanes: zeros
+          mx_swiglu_stamp<OPT>(2, y[0]);
+          sb = mx_quant_group_certified<E>(y, flags, w, ok);
+          exact = __any_sync(0xffffffffu, !ok);  // rare: the whole warp (it shuffles) redoes it
+        }
+        if (exact) {
+          float g[E], u[E];
+#pragma unroll
+          for (int i = 0; i < E / 2; ++i) {
+            g[2 * i] = mx_bf16x2_lo(gw[i]); g[2 * i + 1] = mx_bf16x2_hi(gw[i]);
+            u[2 * i] = mx_bf16x2_lo(uw[i]); u[2 * i + 1] = mx_bf16x2_hi(uw[i]);
+          }
+          mx_swiglu_n<T, E, ACT>(g, u, p, y);
+          sb = mx_quant_group<E, !(OPT & MX_SWIGLU_SHFL)>(y, flags, w);
+        }
       }
     }
-  } else
+  }
 #endif
-  {
+  if (!done) {  // the pinned logistic on every element
     if (live) {
       // 32-bit division when it fits (a 64-bit one is a ~70-instruction subroutine).
       const long long row = lanes < 0x7fffffffLL ? (long long)((unsigned)lane_id / (unsigned)per_row)

@@ -28,6 +28,7 @@ const F_OAI: u32 = 32;
 const F_FP32_ACT: u32 = 64;
 const F_NO_ROUND_SUM: u32 = 128;
 const F_SWISH_SINGLE: u32 = 256;
+const F_SIGMA_PINNED: u32 = 512;
 
 /// Below this many elements `MxQuantize` takes 2 elements per lane instead of 8:
 /// shorter per-lane chains win when the grid cannot fill the device (measured on the H200).
@@ -415,7 +416,8 @@ impl GpuRuntime {
             (SwiGluBuffers::Fused { gate_up }, SwiGluLayout::Interleaved) => (gate_up, 0, 2),
             _ => return Err(crate::reference::layout_mismatch(attrs.layout).into()),
         };
-        let (e, block) = SwiGluLaunchTable::for_arch(&self.device().arch).shape(rows * i);
+        let table = SwiGluLaunchTable::for_arch(&self.device().arch);
+        let (e, block) = table.shape(rows * i);
         let align = (e * dtype.size()).min(16) as u64;
         check_aligned("gate", gate, align)?;
         if layout == 0 {
@@ -434,6 +436,11 @@ impl GpuRuntime {
             | (if attrs.fp32_activation { F_FP32_ACT } else { 0 })
             | (if attrs.swish_form == SwishForm::SingleOp {
                 F_SWISH_SINGLE
+            } else {
+                0
+            })
+            | (if table.pinned(rows * i, attrs.fp32_activation) {
+                F_SIGMA_PINNED
             } else {
                 0
             });

@@ -256,14 +256,20 @@ pub struct SwiGluLaunchTable {
     /// `below` exceeds the output count; `large` past the last.
     pub tiers: &'static [(usize, usize, usize)],
     pub large: (usize, usize),
+    /// Below how many outputs the launch asks for the pinned logistic on every element instead of
+    /// the certified fast one (`F_SIGMA_PINNED`; same bits), for the bf16-rounded and the fp32
+    /// activation: in a grid of about one wave the kernel lasts as long as its slowest warp, and
+    /// a warp's rare exact redo is that warp.
+    pub pinned_below: (usize, usize),
 }
 
 impl SwiGluLaunchTable {
     /// Devices not measured: 2 elements per lane below 2^21 outputs (short per-lane chains when the
-    /// grid cannot fill the device), else 8; 256-lane blocks.
+    /// grid cannot fill the device), else 8; 256-lane blocks; the H200's pinned-logistic bounds.
     pub const DEFAULT: Self = Self {
         tiers: &[(1 << 21, 2, 256)],
         large: (8, 256),
+        pinned_below: (1 << 20, 1 << 22),
     };
 
     const MEASURED: [(&'static str, Self); 1] = [
@@ -275,9 +281,12 @@ impl SwiGluLaunchTable {
         // redux.sync group max: results/issue6_norm2_run1_*); 2^15-2^16 outputs take that shape.
         // 2026-12-01 (issue 6 follow-up 6: packed bf16 path and certified fast sigmoid for 8 per
         // lane, bench/gpu/ab_swiglu.py, split halves, PDL): 8 per lane overtakes 2 per lane between
-        // M = 192 (2 per lane 1.65 vs 1.99) and M = 384 (3.04 vs 2.19); 128-lane blocks best or
-        // within 1 % from M = 384 to 8192 (M = 2048: 3.79 vs 7.38 for the old 2 per lane; M = 8192
-        // 10.41 vs 10.67 for 256 lanes).
+        // M = 192 (2 per lane 1.63 vs 1.67 pinned) and M = 384 (3.04 vs 1.90); 128-lane blocks
+        // best or within 1 % from M = 384 to 8192 (M = 8192: 10.84 vs 11.08 for 256 lanes). The
+        // certified logistic against the pinned one (OAI, us): rounded activation M = 768 2.66 vs
+        // 2.41, M = 1024 3.45 vs 3.59, M = 1536 3.47 vs 3.64, M = 8192 10.84 vs 13.58; fp32
+        // activation M = 1536 3.40 vs 3.31, M = 2048 4.01 vs 4.20, M = 4096 6.55 vs 6.72 (SiLU
+        // 6.37 vs 6.10), M = 8192 11.91 vs 12.45 (SiLU 11.36 vs 11.26).
         (
             "sm_90",
             Self {
@@ -288,6 +297,7 @@ impl SwiGluLaunchTable {
                     (1 << 18, 2, 256),
                 ],
                 large: (8, 128),
+                pinned_below: (1 << 20, 1 << 22),
             },
         ),
     ];
@@ -295,6 +305,11 @@ impl SwiGluLaunchTable {
     /// The table for a device architecture.
     pub fn for_arch(arch: &str) -> Self {
         table_for_arch(&Self::MEASURED, arch, Self::DEFAULT)
+    }
+
+    /// Whether a launch of `outputs` outputs takes the pinned logistic everywhere.
+    pub fn pinned(&self, outputs: usize, fp32_activation: bool) -> bool {
+        outputs < if fp32_activation { self.pinned_below.1 } else { self.pinned_below.0 }
     }
 
     /// (elements per lane, block size) for `outputs` outputs.
@@ -357,6 +372,8 @@ mod tests {
         assert_eq!(h200.shape(192 * 768), (2, 256));
         assert_eq!(h200.shape(384 * 768), (8, 128));
         assert_eq!(h200.shape(8192 * 768), (8, 128));
+        assert!(h200.pinned(768 * 768, false) && !h200.pinned(1536 * 768, false));
+        assert!(h200.pinned(4096 * 768, true) && !h200.pinned(8192 * 768, true));
     }
 
     #[test]
