@@ -551,8 +551,9 @@ MX_DEV void swiglu_mxquant_dispatch(const typename T::storage* __restrict__ gate
 
 // Kernel names: mx_swiglu_quant_<T>_e<E>_a<A>, E = 8, 2, 1, A = (oai ? 1 : 0) + (fp32_activation ? 2 : 0).
 #define MX_DEFINE_SWIGLU1(NAME, T, E, ACT) MX_DEFINE_SWIGLU1T(NAME, T, E, ACT, 0)
-#define MX_DEFINE_SWIGLU1T(NAME, T, E, ACT, OPT)                                               \
-  extern "C" __global__ void NAME(const T::storage* gate, const T::storage* up, mx_u8* q,      \
+#define MX_DEFINE_SWIGLU1T(NAME, T, E, ACT, OPT) MX_DEFINE_SWIGLU1LB(NAME, T, E, ACT, OPT, )
+#define MX_DEFINE_SWIGLU1LB(NAME, T, E, ACT, OPT, LB)                                          \
+  extern "C" __global__ void LB NAME(const T::storage* gate, const T::storage* up, mx_u8* q,   \
                                   mx_u8* scale, long long rows, int I, int layout, float alpha, \
                                   float limit, float beta, unsigned flags) {                    \
     MX_PDL_ENTRY();                                                                             \
@@ -560,18 +561,27 @@ MX_DEV void swiglu_mxquant_dispatch(const typename T::storage* __restrict__ gate
                         mx_round<T>(beta), (flags & MX_F_SWISH_SINGLE) != 0};                   \
     swiglu_mxquant_dispatch<T, E, ACT, OPT>(gate, up, q, scale, rows, I, layout, p, flags);     \
   }
-#define MX_DEFINE_SWIGLU_E(NAME, T, E)                                                         \
-  MX_DEFINE_SWIGLU1(NAME##_a0, T, E, 0u)                                                       \
-  MX_DEFINE_SWIGLU1(NAME##_a1, T, E, MX_F_OAI)                                                 \
-  MX_DEFINE_SWIGLU1(NAME##_a2, T, E, MX_F_FP32_ACT)                                            \
-  MX_DEFINE_SWIGLU1(NAME##_a3, T, E, MX_F_OAI | MX_F_FP32_ACT)
-#define MX_DEFINE_SWIGLU(NAME, T)                                                              \
-  MX_DEFINE_SWIGLU_E(NAME##_e8, T, 8) MX_DEFINE_SWIGLU_E(NAME##_e2, T, 2)                      \
-  MX_DEFINE_SWIGLU_E(NAME##_e1, T, 1)
+#define MX_DEFINE_SWIGLU_E(NAME, T, E, LB)                                                     \
+  MX_DEFINE_SWIGLU1LB(NAME##_a0, T, E, 0u, 0, LB)                                              \
+  MX_DEFINE_SWIGLU1LB(NAME##_a1, T, E, MX_F_OAI, 0, LB)                                        \
+  MX_DEFINE_SWIGLU1LB(NAME##_a2, T, E, MX_F_FP32_ACT, 0, LB)                                   \
+  MX_DEFINE_SWIGLU1LB(NAME##_a3, T, E, MX_F_OAI | MX_F_FP32_ACT, 0, LB)
+#define MX_DEFINE_SWIGLU(NAME, T, LB8)                                                         \
+  MX_DEFINE_SWIGLU_E(NAME##_e8, T, 8, LB8) MX_DEFINE_SWIGLU_E(NAME##_e2, T, 2, )               \
+  MX_DEFINE_SWIGLU_E(NAME##_e1, T, 1, )
 
-MX_DEFINE_SWIGLU(mx_swiglu_quant_bf16, MxBf16)
-MX_DEFINE_SWIGLU(mx_swiglu_quant_f16, MxF16)
-MX_DEFINE_SWIGLU(mx_swiglu_quant_f32, MxF32)
+// The bf16 8-per-lane kernels (the packed / certified paths) capped at 40 registers (6 blocks of
+// 256 lanes or 12 of 128 per SM): H200, M = 8192, OAI: 10.06 vs 10.73 us rounded, 11.23 vs 11.71
+// fp32 (a few bytes spill, on the cold paths); a 32-register cap (16 blocks of 128) was no faster
+// rounded and slower fp32 (12.56). BENCHMARKS.md, issue 6 follow-up 6.
+#if defined(MX_CUDA)
+#define MX_SWIGLU_BF16_E8_BOUNDS __launch_bounds__(256, 6)
+#else
+#define MX_SWIGLU_BF16_E8_BOUNDS
+#endif
+MX_DEFINE_SWIGLU(mx_swiglu_quant_bf16, MxBf16, MX_SWIGLU_BF16_E8_BOUNDS)
+MX_DEFINE_SWIGLU(mx_swiglu_quant_f16, MxF16, )
+MX_DEFINE_SWIGLU(mx_swiglu_quant_f32, MxF32, )
 
 // Bench-only (bench/gpu/bench.py, CUDA), OAI + fp32 activation, 1 output per lane: stage timing
 // (_t: entry, inputs loaded, activation, quantized, stores issued) and the shuffle-tree group max
