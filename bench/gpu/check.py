@@ -137,7 +137,7 @@ def check_swiglu(ops):
     for dt in ("bf16", "f16", "f32"):
         for layout in ("separate", "split_halves", "interleaved"):
             for flags, e, block, *akw in ((F_OAI, 8, 256), (F_OAI | F_FP32_ACT | F_RCEIL, 2, 256), (0, 8, 128), (F_OAI | F_NAN_IGNORE, 2, 64),
-                                    (F_SWISH_SINGLE, 8, 256), (F_FP32_ACT, 8, 512), (F_OAI, 1, 64), (F_OAI | F_FP32_ACT, 1, 32),
+                                    (F_SWISH_SINGLE, 8, 256), (F_FP32_ACT, 8, 512), (F_OAI | F_FP32_ACT, 8, 128), (F_OAI, 1, 64), (F_OAI | F_FP32_ACT, 1, 32),
                                     (F_OAI | F_FP32_ACT, None, None), (F_OAI, 8, 256, 1.0, 0.0, 0.5),
                                     (F_OAI | F_FP32_ACT, 8, 256, 1.0, -1.0, 1.0), (F_SWISH_SINGLE, 2, 256, 1.0, 7.0, 1.0),
                                     (0, 1, 64, 1.0, 7.0, 1.0), (F_OAI | F_FP32_ACT | F_RCEIL, 8, 128),

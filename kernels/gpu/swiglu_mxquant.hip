@@ -561,10 +561,12 @@ MX_DEV void swiglu_mxquant_dispatch(const typename T::storage* __restrict__ gate
                         mx_round<T>(beta), (flags & MX_F_SWISH_SINGLE) != 0};                   \
     swiglu_mxquant_dispatch<T, E, ACT, OPT>(gate, up, q, scale, rows, I, layout, p, flags);     \
   }
+// LB: launch bounds of every activation but SiLU + fp32 activation (a2), which spilled 108 bytes
+// under the bf16 cap and ran 1.3x slower (14.9 vs 11.2 us at M = 8192).
 #define MX_DEFINE_SWIGLU_E(NAME, T, E, LB)                                                     \
   MX_DEFINE_SWIGLU1LB(NAME##_a0, T, E, 0u, 0, LB)                                              \
   MX_DEFINE_SWIGLU1LB(NAME##_a1, T, E, MX_F_OAI, 0, LB)                                        \
-  MX_DEFINE_SWIGLU1LB(NAME##_a2, T, E, MX_F_FP32_ACT, 0, LB)                                   \
+  MX_DEFINE_SWIGLU1(NAME##_a2, T, E, MX_F_FP32_ACT)                                            \
   MX_DEFINE_SWIGLU1LB(NAME##_a3, T, E, MX_F_OAI | MX_F_FP32_ACT, 0, LB)
 #define MX_DEFINE_SWIGLU(NAME, T, LB8)                                                         \
   MX_DEFINE_SWIGLU_E(NAME##_e8, T, 8, LB8) MX_DEFINE_SWIGLU_E(NAME##_e2, T, 2, )               \
@@ -572,8 +574,9 @@ MX_DEV void swiglu_mxquant_dispatch(const typename T::storage* __restrict__ gate
 
 // The bf16 8-per-lane kernels (the packed / certified paths) capped at 40 registers (6 blocks of
 // 256 lanes or 12 of 128 per SM): H200, M = 8192, OAI: 10.06 vs 10.73 us rounded, 11.23 vs 11.71
-// fp32 (a few bytes spill, on the cold paths); a 32-register cap (16 blocks of 128) was no faster
-// rounded and slower fp32 (12.56). BENCHMARKS.md, issue 6 follow-up 6.
+// fp32 (8-48 bytes spill, on the cold paths); a 32-register cap (16 blocks of 128) was no faster
+// rounded and slower fp32 (12.56). BENCHMARKS.md, issue 6 follow-up 6. So these kernels launch
+// with at most 256 lanes a block (kernels::gpu::SwiGluLaunchTable keeps to that).
 #if defined(MX_CUDA)
 #define MX_SWIGLU_BF16_E8_BOUNDS __launch_bounds__(256, 6)
 #else

@@ -360,6 +360,19 @@ mod tests {
         );
     }
 
+    /// The bf16 8-per-lane SwiGLU kernels carry `__launch_bounds__(256, 6)`: a larger block would
+    /// fail to launch.
+    #[test]
+    fn swiglu_tables_keep_8_per_lane_blocks_within_the_launch_bounds() {
+        let tables = SwiGluLaunchTable::MEASURED.iter().map(|(_, t)| t);
+        for t in tables.chain([&SwiGluLaunchTable::DEFAULT]) {
+            let shapes = t.tiers.iter().map(|&(_, e, b)| (e, b)).chain([t.large]);
+            for (e, block) in shapes {
+                assert!(e != 8 || block <= 256, "{t:?}");
+            }
+        }
+    }
+
     #[test]
     fn swiglu_table_picks_by_output_count() {
         let t = SwiGluLaunchTable::DEFAULT;
