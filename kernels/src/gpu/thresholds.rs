@@ -309,7 +309,8 @@ impl SwiGluLaunchTable {
 
     /// Whether a launch of `outputs` outputs takes the pinned logistic everywhere.
     pub fn pinned(&self, outputs: usize, fp32_activation: bool) -> bool {
-        outputs < if fp32_activation { self.pinned_below.1 } else { self.pinned_below.0 }
+        let (rounded, fp32) = self.pinned_below;
+        outputs < if fp32_activation { fp32 } else { rounded }
     }
 
     /// (elements per lane, block size) for `outputs` outputs.
