@@ -1,8 +1,8 @@
 //! Rule `add_rmsnorm_mxquant`: `[AllReduce] → residual Add → RMSNorm → MXFP8 quantize →
 //! MatMul(s)` becomes one `AddRmsNormMxQuant` and `MxMatMul`s.
 //!
-//! Search pattern => q = MXFP8(RMSNorm([AllReduce](x) + residual, γ)) ─ MatMul(q, W_i)
-//!   ⇒  (q, scale, sum, [normed]) = com.mxfuse::AddRmsNormMxQuant(x, residual, w); MxMatMul(q, scale, W_i)
+//! Search pattern => `q = MXFP8(RMSNorm([AllReduce](x) + residual, γ)) ─ MatMul(q, W_i)`
+//!   ⇒  `(q, scale, sum, [normed]) = com.mxfuse::AddRmsNormMxQuant(x, residual, w); MxMatMul(q, scale, W_i)`
 //!
 //! ```text
 //! before                                             after

@@ -73,7 +73,7 @@ fn avx512_allowed() -> bool {
 }
 
 /// Whether the AVX2 path may also use AVX-512 BF16 dot products (`vdpbf16ps`) in the MXFP8 GEMM:
-/// [`avx512_allowed`] and the CPU has AVX512F/BW/VL/BF16 and VBMI (the byte look-ups of the
+/// `avx512_allowed()` and the CPU has AVX512F/BW/VL/BF16 and VBMI (the byte look-ups of the
 /// in-register decode; every CPU with AVX512-BF16 but Cooper Lake has it).
 pub fn avx512_bf16() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -90,7 +90,7 @@ pub fn avx512_bf16() -> bool {
 }
 
 /// Whether the fused norm (`AddRmsNormMxQuant`) may take its AVX-512 path (16-lane pass 2 and
-/// quantizer, 32-lane bf16 pass 1; bit-identical to the AVX2 path): [`avx512_allowed`] and the
+/// quantizer, 32-lane bf16 pass 1; bit-identical to the AVX2 path): `avx512_allowed()` and the
 /// CPU has AVX512F/BW/DQ/VBMI.
 pub fn avx512_norm() -> bool {
     #[cfg(target_arch = "x86_64")]

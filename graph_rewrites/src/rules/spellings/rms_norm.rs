@@ -1,6 +1,6 @@
 //! The residual-add and RMSNorm spellings rule `add_rmsnorm_mxquant` starts with.
 //!
-//! Search pattern => y = RMSNorm([AllReduce](x) + residual, γ), spelled as any of
+//! Search pattern => `y = RMSNorm([AllReduce](x) + residual, γ)`, spelled as any of
 //!
 //! ```text
 //! residual stage (s = the norm input)         norm stage (y = the normalized tensor)
