@@ -21,8 +21,8 @@ pub mod scale_map;
 pub mod slices;
 
 pub use attrs::{AddRmsNormAttrs, MxDequantAttrs, MxMatMulAttrs, MxQuantAttrs, SwiGluAttrs};
-pub use scale_map::ScaleMap;
 pub use element::{DType, Element};
 pub use error::{KernelError, Result};
 pub use parallel::{Parallel, Serial, StdThreads};
 pub use pool::ThreadPool;
+pub use scale_map::ScaleMap;

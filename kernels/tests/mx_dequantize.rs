@@ -12,7 +12,11 @@ use kernels::{reference, DType, Element, MxDequantAttrs, ScaleMap, Serial, StdTh
 /// E4M3FN / E5M2 / E8M0 decoded from the format definitions in f64 (not the codec tables).
 fn oracle_value(dtype: DType, b: u8) -> f64 {
     let neg = b & 0x80 != 0;
-    let (ebits, mbits, bias) = if dtype == DType::E4M3 { (4, 3, 7) } else { (5, 2, 15) };
+    let (ebits, mbits, bias) = if dtype == DType::E4M3 {
+        (4, 3, 7)
+    } else {
+        (5, 2, 15)
+    };
     let e = ((b & 0x7F) >> mbits) as i32;
     let m = (b & ((1 << mbits) - 1)) as i32;
     let top = (1 << ebits) - 1;
@@ -184,15 +188,16 @@ fn op_api_checks_dtypes_and_shapes() {
         block_size: 32,
         output_dtype: DType::F32,
     };
-    let call = |xt: DType, st: DType, ys: &[usize], ss: &[usize], y: &mut [u8], a: &MxDequantAttrs| {
-        mx_dequantize(
-            TensorRef::new(xt, &[64], &x).unwrap(),
-            TensorRef::new(st, ss, &s[..ss.iter().product::<usize>()]).unwrap(),
-            TensorMut::new(a.output_dtype, ys, y).unwrap(),
-            a,
-            &Serial,
-        )
-    };
+    let call =
+        |xt: DType, st: DType, ys: &[usize], ss: &[usize], y: &mut [u8], a: &MxDequantAttrs| {
+            mx_dequantize(
+                TensorRef::new(xt, &[64], &x).unwrap(),
+                TensorRef::new(st, ss, &s[..ss.iter().product::<usize>()]).unwrap(),
+                TensorMut::new(a.output_dtype, ys, y).unwrap(),
+                a,
+                &Serial,
+            )
+        };
     call(DType::E4M3, DType::E8M0, &[64], &[2], &mut y, &attrs).unwrap();
     assert_eq!(f32::from_le_bytes(y[..4].try_into().unwrap()), 1.0);
     assert!(call(DType::E8M0, DType::E8M0, &[64], &[2], &mut y, &attrs).is_err());

@@ -23,7 +23,9 @@ pub use tensor::{Pod, TensorMut, TensorRef};
 
 use half::{bf16, f16};
 
-use crate::attrs::{AddRmsNormAttrs, MxDequantAttrs, MxMatMulAttrs, MxQuantAttrs, SwiGluAttrs, SwiGluLayout};
+use crate::attrs::{
+    AddRmsNormAttrs, MxDequantAttrs, MxMatMulAttrs, MxQuantAttrs, SwiGluAttrs, SwiGluLayout,
+};
 use crate::element::DType;
 use crate::error::{shape_err, KernelError, Result};
 use crate::fast::{self, FastElement};
