@@ -163,7 +163,8 @@ fn fast_matches_reference_on_every_granularity() {
             let (wb, gb) = run::<bf16>(&x, xt, &s, &map);
             assert_eq!(bits_of(&wb), bits_of(&gb), "{xs:?} bf16");
             // The element → scale mapping itself, against the ONNX definition.
-            if block > 0 {
+            if let Some(block) = std::num::NonZeroUsize::new(block) {
+                let block = block.get();
                 let a = axis.rem_euclid(xs.len() as i64) as usize;
                 let inner: usize = xs[a + 1..].iter().product();
                 for (e, &v) in w.iter().enumerate().step_by(7) {
@@ -181,7 +182,7 @@ fn fast_matches_reference_on_every_granularity() {
 #[test]
 fn op_api_checks_dtypes_and_shapes() {
     let x = vec![0x38u8; 64];
-    let s = vec![127u8; 2];
+    let s = [127u8; 2];
     let mut y = vec![0u8; 64 * 4];
     let attrs = MxDequantAttrs {
         axis: -1,
