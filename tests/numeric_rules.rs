@@ -421,3 +421,38 @@ fn inf_in_activation_matches_the_graph() {
         "f16 Inf",
     );
 }
+
+/// `x → MXFP8 quantize → DequantizeLinear = a`, read by a MatMul *and* an Add (both graph
+/// outputs): the MatMul becomes MxMatMul, the DequantizeLinear stays for the Add as
+/// MxDequantize (rule `mx_dequant`), and the Add's output is bit-identical to the graph's.
+#[test]
+fn dequantize_kept_for_a_non_matmul_reader_matches_bit_for_bit() {
+    for dt in [DType::F32, DType::F16, DType::Bf16] {
+        for quant in [QuantSpelling::StdFloor, QuantSpelling::StdRceilDiv] {
+            let k = 64;
+            let mut b = GraphBuilder::new(11, false);
+            let x = b.add_input("x", elem_of(dt), vec![Dim::Fixed(ROWS), Dim::Fixed(k)]);
+            let a = quantize_activation(&mut b, dt, quant, &x, "act");
+            let w = matmul_weight(&mut b, dt, models::WeightForm::StdMx, "w", k, 32);
+            let y = matmul(&mut b, &a, &w, 32, "proj");
+            let sum = b.op("Add", &[&a.name, &x.name], "sum", a.elem, a.shape.clone());
+            b.add_output(&y);
+            b.add_output(&sum);
+            let g = finish(b);
+            let feeds = HashMap::from([(
+                "x".to_string(),
+                feed(dt, k, rows(3, k, 1.0, outlier(dt), true)),
+            )]);
+            let ctx = format!("{dt:?} {quant:?}");
+            differential(g.clone(), &feeds, "mxquant", 1, &ctx);
+            let mut r = g;
+            let report = run_pipeline(&mut r, &PipelineOptions::default()).expect("pipeline");
+            assert_eq!(report.counts["mx_dequant"], 1, "{ctx}: {report:#?}");
+            let ops: Vec<&str> = r.nodes().iter().map(|n| r.op_type(*n)).collect();
+            assert!(
+                ops.contains(&"MxDequantize") && !ops.contains(&"DequantizeLinear"),
+                "{ctx}: {ops:?}"
+            );
+        }
+    }
+}

@@ -12,6 +12,7 @@ PROGRAM_FILES = [
     "add_rmsnorm_mxquant.hip",
     "swiglu_mxquant.hip",
     "mx_quantize.hip",
+    "mx_dequantize.hip",
     "mx_matmul.hip",
     "mx_matmul_splitk.hip",
     "mx_matmul_pipe.hip",

@@ -2,7 +2,8 @@
 //!
 //! Order: the registry order (`rules::registry`) is the priority order; at most one rule fires
 //! per root value per iteration, and sites never overlap (a node is removed by one fusion at
-//! most). Iterations repeat until nothing fires (capped at [`MAX_ITERATIONS`]), so a rule whose
+//! most). Fallback rules (`DynRule::fallback`: `mx_dequant`) run only once the others fire no
+//! more, so they never take a node a fusion could still absorb. Iterations repeat until nothing fires (capped at [`MAX_ITERATIONS`]), so a rule whose
 //! input is another rule's output still gets its chance.
 
 use std::any::Any;
@@ -41,6 +42,9 @@ pub struct Fusion {
     pub replaced: Vec<String>,
     /// Names of the nodes it created.
     pub created: Vec<String>,
+    /// What the fusion left out and why (e.g. a reader it could not absorb).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// One refused candidate site.
@@ -81,6 +85,8 @@ pub struct SiteInfo {
     pub verdict: Result<(), String>,
     /// Whether the structure matched (false = a near miss).
     pub structural: bool,
+    /// What an accepted fusion leaves out and why.
+    pub notes: Vec<String>,
 }
 
 /// Names of all registered rules, in pipeline order.
@@ -119,12 +125,33 @@ fn scan(
     cfg: &RuleConfig,
     keep_near: bool,
 ) -> Scan {
-    let roots: Vec<Vec<(&str, &str)>> = rules.iter().map(|r| r.root_ops()).collect();
-    let mut claimed: HashSet<NodeId> = HashSet::new();
     let mut out = Scan {
         accepted: Vec::new(),
         sites: Vec::new(),
     };
+    scan_pass(g, rules, cfg, keep_near, &mut HashSet::new(), &mut out);
+    out
+}
+
+/// The rules that are not [`DynRule::fallback`] (`false`), or those that are (`true`).
+fn tier(rules: &[&'static dyn DynRule], fallback: bool) -> Vec<&'static dyn DynRule> {
+    rules
+        .iter()
+        .copied()
+        .filter(|r| r.fallback() == fallback)
+        .collect()
+}
+
+/// One pass of `rules` over the graph, skipping nodes in `claimed` and claiming what it accepts.
+fn scan_pass(
+    g: &dyn GraphView,
+    rules: &[&'static dyn DynRule],
+    cfg: &RuleConfig,
+    keep_near: bool,
+    claimed: &mut HashSet<NodeId>,
+    out: &mut Scan,
+) {
+    let roots: Vec<Vec<(&str, &str)>> = rules.iter().map(|r| r.root_ops()).collect();
     for &n in g.nodes().iter() {
         if claimed.contains(&n) {
             continue;
@@ -147,6 +174,7 @@ fn scan(
                             nodes: site.nodes.clone(),
                             verdict: Ok(()),
                             structural: true,
+                            notes: site.notes.clone(),
                         });
                         out.accepted.push((*rule, site, params));
                         break;
@@ -157,6 +185,7 @@ fn scan(
                         nodes: Vec::new(),
                         verdict: Err(reason),
                         structural: true,
+                        notes: Vec::new(),
                     }),
                     Attempt::NoMatch(why) if keep_near => out.sites.push(SiteInfo {
                         rule: rule.name(),
@@ -164,13 +193,13 @@ fn scan(
                         nodes: Vec::new(),
                         verdict: Err(why),
                         structural: false,
+                        notes: Vec::new(),
                     }),
                     Attempt::NoMatch(_) => {}
                 }
             }
         }
     }
-    out
 }
 
 /// Every candidate site each enabled rule sees on `g` (accepted, refused, and near misses),
@@ -179,7 +208,18 @@ fn scan(
 pub fn find_sites(g: &dyn GraphView, opts: &PipelineOptions) -> Result<Vec<SiteInfo>, Error> {
     let rules = enabled_rules(opts)?;
     let cfg = RuleConfig::from_settings(&opts.settings).map_err(Error::Invalid)?;
-    Ok(scan(g, &rules, &cfg, opts.explain).sites)
+    // The fallback rules see what the others left in this one pass (the provider cannot
+    // iterate: ORT hands it the graph once).
+    let mut out = Scan {
+        accepted: Vec::new(),
+        sites: Vec::new(),
+    };
+    let mut claimed = HashSet::new();
+    for fallback in [false, true] {
+        let tier = tier(&rules, fallback);
+        scan_pass(g, &tier, &cfg, opts.explain, &mut claimed, &mut out);
+    }
+    Ok(out.sites)
 }
 
 /// Runs the enabled rules to a fixed point on `g`, then removes the nodes made dead.
@@ -203,8 +243,15 @@ pub fn run_rules(
     let mut rejections = BTreeSet::new();
     let mut near = BTreeSet::new();
     report.quantize_ops.before = count_quantize_ops(&*g);
+    let (main, fallback) = (tier(rules, false), tier(rules, true));
     for _ in 0..MAX_ITERATIONS {
-        let found = scan(&*g, rules, &cfg, opts.explain);
+        let mut found = scan(&*g, &main, &cfg, opts.explain);
+        if found.accepted.is_empty() && !fallback.is_empty() {
+            // The others are at their fixed point: the fallback rules take what is left.
+            let more = scan(&*g, &fallback, &cfg, opts.explain);
+            found.sites.extend(more.sites);
+            found.accepted = more.accepted;
+        }
         for s in &found.sites {
             if let Err(reason) = &s.verdict {
                 let rej = Rejection {
@@ -268,6 +315,7 @@ fn apply(
         rule: rule.name().to_string(),
         replaced,
         created,
+        notes: site.notes.clone(),
     })
 }
 

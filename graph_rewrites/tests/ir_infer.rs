@@ -783,8 +783,10 @@ fn quark_sample_activations_fuse_through_inference() {
     expect(&g, "act_DequantizeLinear_Output", FLOAT, "1,8,128");
     expect(&g, "y_QuantizeLinear_Input", FLOAT, "1,8,64");
     let (without, _) = rewrite(stripped, dir);
-    // x → gate_up_proj and act → down_proj; the fake quants inside the SwiGLU keep it unfused.
-    assert_eq!(without.counts["mxquant"], 2, "{without:#?}");
+    // x → gate_up_proj and act → down_proj fuse; gu (read by a Split) and y (a graph output)
+    // become MxQuantize + MxDequantize; the axis-1 fake quants inside the SwiGLU stay.
+    assert_eq!(without.counts["mxquant"], 4, "{without:#?}");
+    assert_eq!(without.rejections.len(), 4, "{without:#?}");
     assert_eq!(outcome(&without), outcome(&with));
 }
 

@@ -54,13 +54,18 @@ fn quark_sample_activation_quantizers_feeding_matmuls_fuse() {
     let mut g = load_graph(&p).unwrap();
     let report = run_pipeline(&mut g, &PipelineOptions::default()).unwrap();
     // x → gate_up MatMul and act → down MatMul are last-axis MX activations read by MatMuls
-    // with Quark-quantized weights. The others quantize axis 1 or feed non-MatMuls.
-    assert_eq!(report.counts["mxquant"], 2, "{report:#?}");
+    // with Quark-quantized weights. gu (read by a Split) and y (a graph output) are last-axis
+    // too: MxQuantize + MxDequantize re-create them. The others quantize axis 1.
+    assert_eq!(report.counts["mxquant"], 4, "{report:#?}");
     let ops = op_types(&g);
-    assert_eq!(
-        ops.iter().filter(|o| *o == "MxMatMul").count(),
-        2,
-        "{ops:?}"
+    let count = |op: &str| ops.iter().filter(|o| *o == op).count();
+    assert_eq!(count("MxMatMul"), 2, "{ops:?}");
+    assert_eq!(count("MxDequantize"), 2, "{ops:?}");
+    let notes: Vec<&String> = report.fusions.iter().flat_map(|f| &f.notes).collect();
+    assert!(
+        notes.iter().any(|n| n.contains("read by Split"))
+            && notes.iter().any(|n| n.contains("'y' is a graph output")),
+        "{notes:?}"
     );
     assert!(
         report
@@ -158,12 +163,15 @@ fn bias_free_gemm_consumer_becomes_mxmatmul() {
 }
 
 /// A standard MX `DequantizeLinear` that cannot be absorbed (its reader is a Gemm with a bias
-/// or a scale, a non-MatMul, or it is a graph output) refuses the site with the reason: left in
-/// place it is an E8M0 DequantizeLinear ONNX Runtime's CPU EP has no kernel for.
+/// or a scale, a non-MatMul, or it is a graph output) no longer refuses the site: the quantizer
+/// still becomes `MxQuantize`, MatMul readers `MxMatMul`, and the DequantizeLinear stays for the
+/// rest as `MxDequantize` (ONNX Runtime's CPU EP has no E8M0 DequantizeLinear kernel). The
+/// reason is a note of the fusion.
 #[test]
-fn unabsorbable_mx_dequant_refuses_with_the_reason() {
+fn unabsorbable_mx_dequant_stays_as_mx_dequantize_with_the_reason() {
     type Reader = fn(&mut ModelBuilder);
-    let cases: [(Reader, &str); 4] = [
+    // (reader, why it is not absorbed, how many MxMatMul the fusion makes)
+    let cases: [(Reader, &str, usize); 4] = [
         (
             |b| {
                 b.init_f32("bias", &[16], &[1.0; 16]);
@@ -171,6 +179,7 @@ fn unabsorbable_mx_dequant_refuses_with_the_reason() {
                 b.output("y", FLOAT, &[4, 16]);
             },
             "adds a bias 'bias'",
+            0,
         ),
         (
             |b| {
@@ -178,6 +187,7 @@ fn unabsorbable_mx_dequant_refuses_with_the_reason() {
                 b.output("y", FLOAT, &[4, 16]);
             },
             "alpha != 1",
+            0,
         ),
         (
             |b| {
@@ -186,6 +196,7 @@ fn unabsorbable_mx_dequant_refuses_with_the_reason() {
                 b.output("y0", FLOAT, &[4, 16]).output("y", FLOAT, &[4, 64]);
             },
             "read by Add",
+            1,
         ),
         (
             |b| {
@@ -193,25 +204,36 @@ fn unabsorbable_mx_dequant_refuses_with_the_reason() {
                 b.output("y", FLOAT, &[4, 16]).output("xd", FLOAT, &[4, 64]);
             },
             "is a graph output",
+            1,
         ),
     ];
-    for (reader, why) in cases {
+    for (reader, why, matmuls) in cases {
         let mut b = std_mx_dequant(2f32.powi(-8), false, "down");
         reader(&mut b);
         let mut g = b.graph().unwrap();
-        let before = op_types(&g);
         let report = run_pipeline(&mut g, &PipelineOptions::default()).unwrap();
-        assert_eq!(report.counts["mxquant"], 0, "{report:#?}");
-        assert_eq!(op_types(&g), before);
-        let reasons: Vec<&str> = report
-            .rejections
-            .iter()
-            .map(|r| r.reason.as_str())
-            .collect();
-        assert!(
-            reasons.iter().any(|r| r.contains(why)),
-            "{why}: {reasons:?}"
+        assert_eq!(report.counts["mxquant"], 1, "{report:#?}");
+        assert_eq!(report.counts["mx_dequant"], 1, "{report:#?}");
+        assert!(report.rejections.is_empty(), "{report:#?}");
+        let ops = op_types(&g);
+        let count = |op: &str| ops.iter().filter(|o| *o == op).count();
+        assert_eq!(count("MxQuantize"), 1, "{ops:?}");
+        assert_eq!(count("MxDequantize"), 1, "{ops:?}");
+        assert_eq!(count("MxMatMul"), matmuls, "{ops:?}");
+        assert_eq!(
+            count("DequantizeLinear") + count("QuantizeLinear"),
+            0,
+            "{ops:?}"
         );
+        // The MxDequantize reads the MxQuantize outputs and writes the DequantizeLinear's value.
+        let xd = g.value_by_name("xd").unwrap();
+        let dq = g.producer(xd).unwrap().0;
+        assert_eq!(g.op_type(dq), "MxDequantize");
+        for input in g.inputs(dq).iter().flatten() {
+            assert_eq!(g.op_type(g.producer(*input).unwrap().0), "MxQuantize");
+        }
+        let notes: Vec<&String> = report.fusions.iter().flat_map(|f| &f.notes).collect();
+        assert!(notes.iter().any(|n| n.contains(why)), "{why}: {notes:?}");
     }
 }
 

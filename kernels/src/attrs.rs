@@ -1,4 +1,4 @@
-//! Typed attributes of the four `com.mxfuse` ops (docs/ops.md), with defaults and a parser from
+//! Typed attributes of the `com.mxfuse` ops (docs/ops.md), with defaults and a parser from
 //! string key/value pairs (the form the provider and the rules engine hold them in).
 
 use crate::codec::{NanPolicy, QuantConfig, ScaleRule, BLOCK};
@@ -117,6 +117,27 @@ pub struct MxQuantAttrs {
     pub quant: QuantConfig,
 }
 
+/// Attributes of `MxDequantize` (ONNX `DequantizeLinear`-24 with a FLOAT8E8M0 scale).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MxDequantAttrs {
+    /// The quantized axis (negative counts from the back), for per-axis and blocked scales.
+    pub axis: i64,
+    /// Elements per scale along `axis`; 0 = per-axis or per-tensor (ONNX's default).
+    pub block_size: usize,
+    /// dtype of y: F32, F16 or BF16.
+    pub output_dtype: DType,
+}
+
+impl Default for MxDequantAttrs {
+    fn default() -> Self {
+        Self {
+            axis: 1,
+            block_size: 0,
+            output_dtype: DType::F32,
+        }
+    }
+}
+
 /// Attributes of `MxMatMul`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MxMatMulAttrs {
@@ -179,6 +200,14 @@ fn parse_choice<T: Copy>(key: &str, v: &str, choices: &[(&str, T)]) -> Result<T>
     Err(KernelError::Attribute(format!(
         "{key} must be {listed}, got {v:?}"
     )))
+}
+
+/// An `output_dtype` code: 1 (float), 10 (float16) or 16 (bfloat16).
+fn parse_output_dtype(key: &str, v: &str) -> Result<DType> {
+    let code = parse_int(key, v)?;
+    DType::from_onnx_code(code)
+        .filter(|d| d.is_float())
+        .ok_or_else(|| KernelError::Attribute(format!("{key} must be 1, 10 or 16, got {code}")))
 }
 
 fn unknown(op: &str, key: &str) -> KernelError {
@@ -322,17 +351,29 @@ impl MxMatMulAttrs {
         for (k, v) in pairs {
             match k {
                 "trans_b" => a.trans_b = parse_bool(k, v)?,
-                "output_dtype" => {
-                    let code = parse_int(k, v)?;
-                    a.output_dtype = DType::from_onnx_code(code)
-                        .filter(|d| d.is_float())
-                        .ok_or_else(|| {
-                            KernelError::Attribute(format!(
-                                "output_dtype must be 1, 10 or 16, got {code}"
-                            ))
-                        })?;
-                }
+                "output_dtype" => a.output_dtype = parse_output_dtype(k, v)?,
                 _ => return Err(unknown("MxMatMul", k)),
+            }
+        }
+        Ok(a)
+    }
+}
+
+impl MxDequantAttrs {
+    /// Builds the attributes from `(name, value)` pairs; absent names keep their defaults.
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Self> {
+        let mut a = Self::default();
+        for (k, v) in pairs {
+            match k {
+                "axis" => a.axis = parse_int(k, v)?,
+                "block_size" => {
+                    let b = parse_int(k, v)?;
+                    a.block_size = usize::try_from(b).map_err(|_| {
+                        KernelError::Attribute(format!("block_size must be >= 0, got {b}"))
+                    })?;
+                }
+                "output_dtype" => a.output_dtype = parse_output_dtype(k, v)?,
+                _ => return Err(unknown("MxDequantize", k)),
             }
         }
         Ok(a)
@@ -359,6 +400,11 @@ mod tests {
         let m = MxMatMulAttrs::from_pairs([("trans_b", "1"), ("output_dtype", "16")]).unwrap();
         assert!(m.trans_b && m.output_dtype == DType::BF16);
         assert!(MxMatMulAttrs::from_pairs([("output_dtype", "17")]).is_err());
+        let d = MxDequantAttrs::from_pairs([("axis", "-1"), ("block_size", "32")]).unwrap();
+        assert!(d.axis == -1 && d.block_size == 32 && d.output_dtype == DType::F32);
+        assert!(MxDequantAttrs::from_pairs([("block_size", "-2")]).is_err());
+        assert!(MxDequantAttrs::from_pairs([("output_dtype", "24")]).is_err());
+        assert!(MxDequantAttrs::from_pairs([("scale_rule", "floor")]).is_err());
     }
 
     #[test]

@@ -11,6 +11,8 @@ pub enum DType {
     BF16,
     /// FLOAT8E4M3FN (bias 7, no Inf, NaN = 0x7F/0xFF, max 448).
     E4M3,
+    /// FLOAT8E5M2 (bias 15, ±Inf, NaN; max 57344). Only read, by `MxDequantize`.
+    E5M2,
     /// FLOAT8E8M0 (a power of two 2^(byte-127), 0xFF = NaN).
     E8M0,
 }
@@ -21,7 +23,7 @@ impl DType {
         match self {
             DType::F32 => 4,
             DType::F16 | DType::BF16 => 2,
-            DType::E4M3 | DType::E8M0 => 1,
+            DType::E4M3 | DType::E5M2 | DType::E8M0 => 1,
         }
     }
 
@@ -32,6 +34,7 @@ impl DType {
             DType::F16 => 10,
             DType::BF16 => 16,
             DType::E4M3 => 17,
+            DType::E5M2 => 19,
             DType::E8M0 => 24,
         }
     }
@@ -43,6 +46,7 @@ impl DType {
             10 => Some(DType::F16),
             16 => Some(DType::BF16),
             17 => Some(DType::E4M3),
+            19 => Some(DType::E5M2),
             24 => Some(DType::E8M0),
             _ => None,
         }

@@ -17,10 +17,12 @@ pub mod ops;
 pub mod parallel;
 pub mod pool;
 pub mod reference;
+pub mod scale_map;
 pub mod slices;
 
-pub use attrs::{AddRmsNormAttrs, MxMatMulAttrs, MxQuantAttrs, SwiGluAttrs};
+pub use attrs::{AddRmsNormAttrs, MxDequantAttrs, MxMatMulAttrs, MxQuantAttrs, SwiGluAttrs};
 pub use element::{DType, Element};
 pub use error::{KernelError, Result};
 pub use parallel::{Parallel, Serial, StdThreads};
 pub use pool::ThreadPool;
+pub use scale_map::ScaleMap;

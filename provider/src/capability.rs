@@ -1,6 +1,7 @@
 //! What the EP claims in `GetCapability`: the sites the rewrite rules accept on ORT's graph
 //! (the same `find_sites` the offline CLI's pipeline runs; a site includes the MX weight
-//! `DequantizeLinear`s only it reads), plus com.mxfuse nodes of offline-rewritten models.
+//! `DequantizeLinear`s only it reads; the fallback rule `mx_dequant` claims the E8M0
+//! `DequantizeLinear`s the others left), plus com.mxfuse nodes of offline-rewritten models.
 
 use std::collections::HashSet;
 
@@ -57,6 +58,9 @@ fn describe(view: &dyn GraphView, sites: &[SiteInfo], log: &dyn Fn(&str)) {
                     s.rule,
                     s.nodes.len()
                 ));
+                for note in &s.notes {
+                    log(&format!("mxfuse: {} at {at} leaves out: {note}", s.rule));
+                }
             }
             Err(why) => log(&format!("mxfuse: {} refused at {at}: {why}", s.rule)),
         }

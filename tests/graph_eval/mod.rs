@@ -17,7 +17,9 @@ use kernels::codec::{
 use kernels::ops::{NormTensors, SwiGluTensors, TensorMut, TensorRef};
 use kernels::reference::math::mean_of_squares;
 use kernels::reference::onnx_ops::{self as onnx, round_to, Tensor};
-use kernels::{AddRmsNormAttrs, DType, MxMatMulAttrs, MxQuantAttrs, Serial, SwiGluAttrs};
+use kernels::{
+    AddRmsNormAttrs, DType, MxDequantAttrs, MxMatMulAttrs, MxQuantAttrs, Serial, SwiGluAttrs,
+};
 
 /// A runtime value.
 #[derive(Clone, Debug, PartialEq)]
@@ -587,6 +589,25 @@ fn mxfuse(g: &Graph, n: NodeId, op: &str, ins: &[Option<Val>]) -> Res<Vec<Option
             )
             .map_err(kerr)?;
             Ok(quant_outputs(shape, q, ss, s))
+        }
+        "MxDequantize" => {
+            let attrs = MxDequantAttrs::from_pairs(pairs).map_err(kerr)?;
+            let (xs, x) = bytes(i(0))?;
+            let (ss, s) = bytes(i(1))?;
+            let xt = match i(0) {
+                Some(Val::Bytes { dtype, .. }) => *dtype,
+                _ => DType::E4M3,
+            };
+            let mut y = vec![0u8; x.len() * attrs.output_dtype.size()];
+            kernels::ops::mx_dequantize(
+                TensorRef::new(xt, xs, x).map_err(kerr)?,
+                TensorRef::new(DType::E8M0, ss, s).map_err(kerr)?,
+                TensorMut::new(attrs.output_dtype, xs, &mut y).map_err(kerr)?,
+                &attrs,
+                &Serial,
+            )
+            .map_err(kerr)?;
+            Ok(vec![Some(Val::F(from_bytes(attrs.output_dtype, xs, y)?))])
         }
         "MxMatMul" => {
             let attrs = MxMatMulAttrs::from_pairs(pairs).map_err(kerr)?;

@@ -137,12 +137,22 @@ def test_bias_free_gemm_after_the_norm_fuses(trans_b, lib, ep_devices, mxfuse_cl
     check_three_ways(src, lib, ep_devices, mxfuse_cli, tmp_path, feed, "add_rmsnorm_mxquant")
 
 
-def test_gemm_with_bias_is_refused_with_the_reason(mxfuse_cli, tmp_path):
+def test_gemm_with_bias_after_the_norm_fuses_the_norm_and_keeps_the_dequantize(lib, ep_devices, mxfuse_cli, tmp_path):
+    """Was refused whole ("adds a bias"): the E8M0 DequantizeLinear could not stay in front of
+    the Gemm (no ORT CPU kernel). Now the norm fuses, the DequantizeLinear becomes MxDequantize
+    for the Gemm, and the reason is a note of the fusion."""
     src = norm_into_gemm(tmp_path / "m.onnx", {"transB": 1}, bias=True)
     report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
-    assert report["fusions"] == []
-    reasons = [r["reason"] for r in report["rejections"]]
-    assert any("adds a bias" in r and "no ONNX Runtime CPU kernel" in r for r in reasons), reasons
+    assert sorted(f["rule"] for f in report["fusions"]) == ["add_rmsnorm_mxquant", "mx_dequant"], report
+    notes = [n for f in report["fusions"] for n in f.get("notes", [])]
+    assert any("adds a bias" in n for n in notes), notes
+    rng = np.random.default_rng(4)
+    feed = {n: rng.standard_normal((5, K)).astype(np.float32) for n in ("x", "res")}
+    online, claimed = ep_run(src, ep_devices, feed)
+    assert "DequantizeLinear" in claimed and "Gemm" not in claimed, claimed
+    assert_bits_equal(online, offline_run(tmp_path / "fused.onnx", lib, feed))
+    unfused, _ = ep_run(src, ep_devices, feed, {"enable_rules": "mxquant,mx_dequant"})
+    assert_bits_equal(online, unfused)
 
 
 @pytest.mark.parametrize("order", ["max_min", "min_max"])

@@ -101,11 +101,17 @@ fn commonest_reasons<'a>(refusals: &[&'a Rejection]) -> Vec<(&'a str, usize)> {
     v
 }
 
-/// Every refusal, one per line (`--explain`).
+/// Every refusal, then every note of an applied fusion (a reader it left out), one per line
+/// (`--explain`).
 pub fn explain_lines(report: &RewriteReport) -> String {
     let mut out = String::new();
     for r in &report.rejections {
         let _ = writeln!(out, "{}: refused at '{}': {}", r.rule, r.at, r.reason);
+    }
+    for f in &report.fusions {
+        for n in &f.notes {
+            let _ = writeln!(out, "{}: fused, but {n}", f.rule);
+        }
     }
     out
 }

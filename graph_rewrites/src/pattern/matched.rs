@@ -110,6 +110,9 @@ pub struct Fuse<P> {
     pub params: P,
     pub extra_nodes: Vec<NodeId>,
     pub extra_produces: Vec<ValueId>,
+    /// What the fusion left out and why (a reader it could not absorb, say): reported with
+    /// the fusion, since an accepted site has no rejection to carry the reason.
+    pub notes: Vec<String>,
 }
 
 impl<P> Fuse<P> {
@@ -118,7 +121,14 @@ impl<P> Fuse<P> {
             params,
             extra_nodes: Vec::new(),
             extra_produces: Vec::new(),
+            notes: Vec::new(),
         }
+    }
+
+    /// Records what the fusion left out and why.
+    pub fn note(mut self, note: impl Into<String>) -> Self {
+        self.notes.push(note.into());
+        self
     }
 
     /// Also removes `node`; its outputs listed in `produces` are re-produced by the replacement.
@@ -140,6 +150,8 @@ pub struct Site {
     pub nodes: Vec<NodeId>,
     /// Values the replacement must produce (they keep their names), sorted.
     pub produces: Vec<ValueId>,
+    /// What the fusion left out and why ([`Fuse::note`]).
+    pub notes: Vec<String>,
 }
 
 impl Site {

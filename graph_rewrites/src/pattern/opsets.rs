@@ -46,6 +46,7 @@ const OTHER_DOMAIN_OPS: &[(&str, &str)] = &[
     (QUARK_DOMAIN, "MXQuantizeDequantize"),
     (crate::view::MXFUSE_DOMAIN, "MxQuantize"),
     (crate::view::MXFUSE_DOMAIN, "MxMatMul"),
+    (crate::view::MXFUSE_DOMAIN, "MxDequantize"),
     (crate::view::MXFUSE_DOMAIN, "AddRmsNormMxQuant"),
     (crate::view::MXFUSE_DOMAIN, "SwiGluMxQuant"),
 ];

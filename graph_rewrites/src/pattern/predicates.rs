@@ -13,6 +13,8 @@ pub mod dtype {
     pub const DOUBLE: i32 = 11;
     pub const BFLOAT16: i32 = 16;
     pub const FLOAT8E4M3FN: i32 = 17;
+    pub const FLOAT8E5M2: i32 = 19;
+    pub const FLOAT4E2M1: i32 = 23;
     pub const FLOAT8E8M0: i32 = 24;
 
     /// Activation dtypes the fused kernels support.
@@ -27,6 +29,8 @@ pub mod dtype {
             DOUBLE => "double",
             BFLOAT16 => "bfloat16",
             FLOAT8E4M3FN => "float8e4m3fn",
+            FLOAT8E5M2 => "float8e5m2",
+            FLOAT4E2M1 => "float4e2m1",
             FLOAT8E8M0 => "float8e8m0",
             0 => "unknown",
             _ => "other",

@@ -57,6 +57,8 @@ pub trait Rule: Sync + Send + 'static {
     const NAME: &'static str;
     /// What `check` learned and `rewrite` needs (no state is carried through `self`).
     type Params: 'static;
+    /// Whether the rule only takes what every other rule left ([`DynRule::fallback`]).
+    const FALLBACK: bool = false;
     /// The pattern, built once.
     fn pattern(&self) -> &Pattern;
     /// Semantic checks on a structural match: dtypes, shapes, constants, consumers.
@@ -86,6 +88,9 @@ pub trait DynRule: Sync + Send {
     fn root_ops(&self) -> Vec<(&'static str, &'static str)>;
     fn try_at(&self, g: &dyn GraphView, root: ValueId, cfg: &RuleConfig) -> Attempt;
     fn apply(&self, site: &Site, params: Box<dyn Any>, e: &mut Emit<'_>) -> Result<(), String>;
+    /// A fallback rule runs only on what every other rule left: the pipeline tries it once the
+    /// others reach their fixed point, and `find_sites` after their pass over the whole graph.
+    fn fallback(&self) -> bool;
 }
 
 impl<R: Rule> DynRule for R {
@@ -133,11 +138,16 @@ impl<R: Rule> DynRule for R {
                     anchor,
                     nodes,
                     produces,
+                    notes: fuse.notes,
                 };
                 Attempt::Accepted(site, Box::new(fuse.params))
             }
             Err(reason) => Attempt::Refused { anchor, reason },
         }
+    }
+
+    fn fallback(&self) -> bool {
+        R::FALLBACK
     }
 
     fn apply(&self, site: &Site, params: Box<dyn Any>, e: &mut Emit<'_>) -> Result<(), String> {

@@ -28,7 +28,9 @@
 
 use std::sync::LazyLock;
 
-use super::mx_consumers::{consumers_for, emit_matmuls, quant_outputs, Consumers, QuantAttrs};
+use super::mx_consumers::{
+    consumers_for, emit_kept_float, emit_matmuls, quant_outputs, Consumers, QuantAttrs,
+};
 use super::spellings::mx_quant::{check_mx_quant, mx_quant, MxQuantPat, QuantInfo};
 use super::spellings::rms_norm::{
     check_add_rms_norm, residual_stage, rms_norm, NormSpec, ResidualPat, RmsNormPat,
@@ -132,6 +134,7 @@ impl Rule for AddRmsNormMxQuantRule {
             spec = spec.output(n);
         }
         e.add(p.quant.apply(spec))?;
+        emit_kept_float(e, &p.consumers, q, scale)?;
         emit_matmuls(e, &p.consumers, q, scale)
     }
 }

@@ -1,7 +1,8 @@
 //! The rule registry. Order is priority: a fused rule must run before `mxquant`, which would
-//! otherwise take its quantizer alone.
+//! otherwise take its quantizer alone; `mx_dequant` is a fallback (runs when the others are done).
 pub mod add_rmsnorm_mxquant;
 pub mod mx_consumers;
+pub mod mx_dequant;
 pub mod mxquant;
 pub mod spellings;
 pub mod swiglu_mxquant_matmul;
@@ -16,6 +17,8 @@ pub fn registry() -> &'static [&'static dyn DynRule] {
             &*swiglu_mxquant_matmul::RULE,
             // The standalone quantizer comes last: it only takes what no fusion took.
             &*mxquant::RULE,
+            // A fallback: runs once the others are done, on the E8M0 DequantizeLinears left.
+            &*mx_dequant::RULE,
         ]
     });
     &RULES

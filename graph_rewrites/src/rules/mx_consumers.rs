@@ -18,8 +18,9 @@
 //! `nn.Linear`: `transB = 1`, weight `[N, K]`). It is the same product when it has no bias `C`,
 //! `alpha = 1` and `transA = 0`; with `transB = 1` the float weight `[N, K]` (or MX weight
 //! `[N, K]` + `[N, K/32]`, `DequantizeLinear(axis=1)`) is read with `trans_b = 1`. A Gemm with
-//! a bias or a scale is refused: `MxMatMul` has neither operand, and leaving the standard
-//! `DequantizeLinear` in front of it would keep an op ONNX Runtime's CPU EP cannot run.
+//! a bias or a scale is not absorbed (`MxMatMul` has neither operand): the activation's
+//! `DequantizeLinear` stays for it and becomes `MxDequantize` (rule `mx_dequant`), a note of
+//! the fusion says why.
 //! A weight DequantizeLinear / fake-quant node is not removed by the fusion: if nothing else
 //! reads it, dead-code elimination does.
 
@@ -67,6 +68,11 @@ pub struct Consumers {
     /// time), so those nodes go with the fusion (in ONNX Runtime, the CPU EP has no kernel for
     /// the former, and the latter would otherwise run every step).
     pub dequant: Vec<NodeId>,
+    /// Quark spelling: the fake-quantized float (and its dtype) when something besides the
+    /// absorbed MatMuls reads it — the replacement re-creates it as `MxDequantize(q, scale)`.
+    pub kept_float: Option<(ValueId, i32)>,
+    /// Readers left out of the fusion, and why (reported with the fusion).
+    pub notes: Vec<String>,
 }
 
 impl Consumers {
@@ -78,6 +84,12 @@ impl Consumers {
         }
         for d in &self.dequant {
             fuse = fuse.also(*d, []);
+        }
+        if let Some((v, _)) = self.kept_float {
+            fuse.extra_produces.push(v);
+        }
+        for n in &self.notes {
+            fuse = fuse.note(n.clone());
         }
         fuse
     }
@@ -295,14 +307,38 @@ fn classify_weight(g: &dyn GraphView, b: ValueId, k: i64, trans_b: bool) -> Resu
     Ok(Weight::Float(b))
 }
 
-/// Consumers of a standard-spelling quantizer: each `DequantizeLinear(q, scale)` read only by
-/// MatMuls is absorbed with them. Returns the absorbed consumers; q/scale stay produced for
-/// any other reader of q (a DequantizeLinear with another scale or layout, say).
-///
-/// An MX `DequantizeLinear(q, scale)` (last axis, block 32) read by anything but MatMuls, or a
-/// graph output, refuses the site: left in place it would keep an E8M0 `DequantizeLinear`,
-/// which ONNX Runtime's CPU EP has no kernel for, so the rewritten model (or the EP's session)
-/// would fail to load with ORT's bare "Could not find an implementation" instead of this reason.
+/// Splits the readers of the dequantized activation `deq` into MatMuls it can absorb and the
+/// reasons the others cannot be (a graph output is one such reason).
+fn split_readers(
+    g: &dyn GraphView,
+    deq: ValueId,
+    k: i64,
+    act_dtype: i32,
+) -> (Vec<MatMulUse>, Vec<String>) {
+    let mut uses: Vec<MatMulUse> = Vec::new();
+    let mut kept = Vec::new();
+    if g.is_graph_output(deq) {
+        kept.push(format!("'{}' is a graph output", g.value_name(deq)));
+    }
+    for &(r, _) in g.consumers(deq).iter() {
+        if uses.iter().any(|u| u.node == r) {
+            continue; // listed once per input it reads
+        }
+        match matmul_use(g, r, deq, k, act_dtype) {
+            Ok(u) => uses.push(u),
+            Err(why) => kept.push(why.0),
+        }
+    }
+    kept.dedup();
+    (uses, kept)
+}
+
+/// Consumers of a standard-spelling quantizer: the MatMuls (or bias-free Gemms) reading each
+/// `DequantizeLinear(q, scale)` (last axis, block 32) are absorbed. A DequantizeLinear with no
+/// other reader goes with them; one that also has other readers (an Add, a Gemm with a bias, a
+/// graph output) stays for those and becomes `MxDequantize` (rule `mx_dequant`, which runs once
+/// the fusions are done: ONNX Runtime's CPU EP has no E8M0 `DequantizeLinear` kernel). Each
+/// reader left out is a note of the fusion. q/scale stay produced for every reader outside.
 pub fn standard_consumers(
     g: &dyn GraphView,
     q: ValueId,
@@ -312,7 +348,7 @@ pub fn standard_consumers(
 ) -> Result<Consumers, Reject> {
     let mut c = Consumers::default();
     for &(dq, _) in g.consumers(q).iter() {
-        if !is_op(g, dq, ONNX_DOMAIN, "DequantizeLinear") {
+        if !is_op(g, dq, ONNX_DOMAIN, "DequantizeLinear") || c.dequant.contains(&dq) {
             continue;
         }
         let ins = g.inputs(dq);
@@ -328,62 +364,73 @@ pub fn standard_consumers(
         if !same_scale || !last || attr_int(g.attr(dq, "block_size"), 0) != Some(BLOCK) {
             continue; // left alone; q/scale stay produced for it
         }
-        let deq = g.outputs(dq)[0];
+        let (uses, kept) = split_readers(g, g.outputs(dq)[0], k, act_dtype);
         let dq_name = g.node_name(dq);
-        if g.is_graph_output(deq) {
-            return Err(reject!(
-                "dequantized activation '{}' is a graph output (an E8M0 DequantizeLinear has no ONNX Runtime CPU kernel)",
-                g.value_name(deq)
+        for why in &kept {
+            c.notes.push(format!(
+                "DequantizeLinear '{dq_name}' stays (as MxDequantize) for a reader not absorbed: {why}"
             ));
         }
-        let readers = g.consumers(deq);
-        let uses = readers
-            .iter()
-            .map(|(mm, _)| matmul_use(g, *mm, deq, k, act_dtype))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|r| {
-                reject!(
-                    "DequantizeLinear '{dq_name}' cannot be absorbed (it has no ONNX Runtime CPU kernel): {}",
-                    r.0
-                )
-            })?;
-        if !uses.is_empty() {
-            c.matmuls.extend(uses);
+        if kept.is_empty() && !uses.is_empty() {
             c.dequant.push(dq);
         }
+        c.matmuls.extend(uses);
     }
     Ok(c)
 }
 
-/// Consumers of a Quark fake-quantized activation: all must be MatMuls (there is no op that
-/// re-creates the fake-quantized float tensor).
+/// Consumers of a Quark fake-quantized activation: the MatMuls reading it are absorbed; when
+/// anything else reads it (or it is a graph output) the fusion re-creates the fake-quantized
+/// float as `MxDequantize(q, scale)` — exactly Quark's quantize-then-decode.
 pub fn quark_consumers(
     g: &dyn GraphView,
     fake: ValueId,
     k: i64,
     act_dtype: i32,
 ) -> Result<Consumers, Reject> {
-    if g.is_graph_output(fake) {
-        return Err(reject!(
-            "fake-quantized '{}' is a graph output",
-            g.value_name(fake)
-        ));
-    }
-    let readers = g.consumers(fake);
-    if readers.is_empty() {
+    if g.consumers(fake).is_empty() && !g.is_graph_output(fake) {
         return Err(reject!(
             "fake-quantized '{}' is not read",
             g.value_name(fake)
         ));
     }
-    let matmuls = readers
+    let (matmuls, kept) = split_readers(g, fake, k, act_dtype);
+    let notes = kept
         .iter()
-        .map(|(mm, _)| matmul_use(g, *mm, fake, k, act_dtype))
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|why| {
+            format!(
+                "fake-quantized '{}' is re-created (MxDequantize) for a reader not absorbed: {why}",
+                g.value_name(fake)
+            )
+        })
+        .collect();
     Ok(Consumers {
         matmuls,
         dequant: Vec::new(),
+        kept_float: (!kept.is_empty()).then_some((fake, act_dtype)),
+        notes,
     })
+}
+
+/// Emits the `MxDequantize` that re-creates a Quark fake-quantized float other readers need.
+pub fn emit_kept_float(
+    e: &mut Emit<'_>,
+    c: &Consumers,
+    q: ValueId,
+    scale: ValueId,
+) -> Result<(), String> {
+    if let Some((v, dt)) = c.kept_float {
+        let spec = e
+            .op("MxDequantize")
+            .input(q)
+            .input(scale)
+            .attr_int("axis", -1)
+            .attr_int("block_size", BLOCK)
+            .attr_int("output_dtype", dt as i64)
+            .output(v);
+        e.add(spec)?;
+    }
+    Ok(())
 }
 
 /// Emits one `MxMatMul` per absorbed MatMul, reading `q` and `scale`.

@@ -17,7 +17,9 @@
 
 use std::sync::LazyLock;
 
-use super::mx_consumers::{consumers_for, emit_matmuls, quant_outputs, Consumers, QuantAttrs};
+use super::mx_consumers::{
+    consumers_for, emit_kept_float, emit_matmuls, quant_outputs, Consumers, QuantAttrs,
+};
 use super::spellings::mx_quant::{check_mx_quant, mx_quant, MxQuantPat, QuantInfo};
 use crate::pattern::{Emit, Fuse, Match, Pat, Pattern, Rule, RuleConfig, Site};
 use crate::view::ValueId;
@@ -77,6 +79,7 @@ impl Rule for MxQuantRule {
         let (q, scale) = quant_outputs(e, site, p.x, p.info.q, p.info.scale);
         let spec = e.op("MxQuantize").input(p.x).output(q).output(scale);
         e.add(p.quant.apply(spec))?;
+        emit_kept_float(e, &p.consumers, q, scale)?;
         emit_matmuls(e, &p.consumers, q, scale)
     }
 }

@@ -26,7 +26,9 @@
 
 use std::sync::LazyLock;
 
-use super::mx_consumers::{consumers_for, emit_matmuls, quant_outputs, Consumers, QuantAttrs};
+use super::mx_consumers::{
+    consumers_for, emit_kept_float, emit_matmuls, quant_outputs, Consumers, QuantAttrs,
+};
 use super::spellings::gate_up::GateUp;
 use super::spellings::mx_quant::{check_mx_quant, mx_quant, MxQuantPat, QuantInfo};
 use super::spellings::swiglu::{check_swiglu, swiglu, SwigluPat, SwigluSpec};
@@ -118,6 +120,7 @@ impl Rule for SwigluMxQuantMatMulRule {
             .output(q)
             .output(scale);
         e.add(p.quant.apply(spec))?;
+        emit_kept_float(e, &p.consumers, q, scale)?;
         emit_matmuls(e, &p.consumers, q, scale)
     }
 }

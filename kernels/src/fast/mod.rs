@@ -15,6 +15,7 @@ mod avx512_norm;
 #[cfg(target_arch = "x86_64")]
 mod avx512_regs;
 mod codec;
+mod dequant;
 mod isa;
 mod matmul;
 #[cfg(target_arch = "x86_64")]
@@ -25,6 +26,7 @@ mod shared;
 mod swiglu;
 
 pub use codec::{cast_from_e4m3, cast_to_e4m3};
+pub use dequant::mx_dequantize;
 pub use isa::{avx512_bf16, avx512_norm, with_avx2_only, with_avx512_bf16, with_portable, Isa};
 pub use matmul::{mx_matmul, mx_matmul_quantize_a};
 pub use norm::add_rms_norm_mx_quant;

@@ -17,6 +17,7 @@ use crate::attrs::{Activation, AddRmsNormAttrs, InvForm, SwiGluAttrs, SwiGluLayo
 use crate::codec::{NanPolicy, QuantConfig, ScaleRule, BLOCK};
 use crate::element::DType;
 use crate::error::KernelError;
+use crate::scale_map::ScaleMap;
 
 // Flag bits of kernels/gpu/mx_common.h.
 const F_RCEIL: u32 = 1;
@@ -508,6 +509,61 @@ impl GpuRuntime {
             params,
             stream,
         )
+    }
+
+    /// `MxDequantize`: `y = decode(x) · 2^(s − 127)` with x's element → scale index `map`
+    /// (x E4M3 or E5M2 bytes, scale E8M0 bytes, y of `y_dtype`; sizes from `map`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn mx_dequantize(
+        &self,
+        x_dtype: DType,
+        y_dtype: DType,
+        map: &ScaleMap,
+        x: u64,
+        scale: u64,
+        y: u64,
+        stream: StreamHandle,
+    ) -> GpuResult<()> {
+        let xt = match x_dtype {
+            DType::E4M3 => "e4m3",
+            DType::E5M2 => "e5m2",
+            other => {
+                return Err(KernelError::DType(format!(
+                    "MxDequantize reads E4M3 or E5M2 values, got {other:?}"
+                ))
+                .into())
+            }
+        };
+        let t = dtype_suffix(y_dtype)?;
+        let elements = map.len();
+        if elements == 0 {
+            return Ok(());
+        }
+        if map.block == 0 || map.inner == 0 || map.axis_len == 0 {
+            return Err(KernelError::Shape(format!("MxDequantize scale map {map:?}")).into());
+        }
+        check_aligned("x", x, 1)?;
+        check_aligned("scale", scale, 1)?;
+        check_aligned("y", y, y_dtype.size() as u64)?;
+        let i64_of = |what: &str, v: usize| {
+            i64::try_from(v)
+                .map_err(|_| KernelError::Shape(format!("{what} = {v} exceeds the kernel's range")))
+        };
+        let params = Params::new()
+            .push(x)
+            .push(scale)
+            .push(y)
+            .push(i64_of("elements", elements)?)
+            .push(i64_of("axis length", map.axis_len)?)
+            .push(i64_of("inner", map.inner)?)
+            .push(i64_of("block", map.block)?)
+            .push(i64_of("outer stride", map.stride_outer)?)
+            .push(i64_of("block stride", map.stride_block)?)
+            .push(i64_of("inner stride", map.stride_inner)?);
+        // Grid-stride: enough blocks to fill any device, never more than the elements need.
+        let blocks = elements.div_ceil(256).min(1 << 16);
+        let name = format!("mx_dequantize_{xt}_{t}");
+        self.run(&name, [dim_u32("grid", blocks)?, 1, 1], 256, params, stream)
     }
 
     /// Whether the tensor-core decode GEMM serves this B (NVIDIA sm_89+, E4M3 `[N, K]` weights).

@@ -23,7 +23,9 @@ pub use tensor::{Pod, TensorMut, TensorRef};
 
 use half::{bf16, f16};
 
-use crate::attrs::{AddRmsNormAttrs, MxMatMulAttrs, MxQuantAttrs, SwiGluAttrs, SwiGluLayout};
+use crate::attrs::{
+    AddRmsNormAttrs, MxDequantAttrs, MxMatMulAttrs, MxQuantAttrs, SwiGluAttrs, SwiGluLayout,
+};
 use crate::element::DType;
 use crate::error::{shape_err, KernelError, Result};
 use crate::fast::{self, FastElement};
@@ -81,6 +83,34 @@ pub fn mx_quantize(
         DType::F16 => fast::mx_quantize(x.view::<f16>()?, k, q, s, attrs.quant, par),
         DType::BF16 => fast::mx_quantize(x.view::<bf16>()?, k, q, s, attrs.quant, par),
         d => Err(unsupported_dtype("x", d)),
+    }
+}
+
+/// `MxDequantize(x, scale) -> y`: x FLOAT8E4M3FN or FLOAT8E5M2, scale FLOAT8E8M0 (per-tensor,
+/// per-axis or blocked, see [`crate::ScaleMap`]), y of `attrs.output_dtype` and x's shape.
+pub fn mx_dequantize(
+    x: TensorRef<'_>,
+    scale: TensorRef<'_>,
+    y: TensorMut<'_>,
+    attrs: &MxDequantAttrs,
+    par: &dyn Parallel,
+) -> Result<()> {
+    if !matches!(x.dtype, DType::E4M3 | DType::E5M2) {
+        return Err(KernelError::DType(format!(
+            "x must be FLOAT8E4M3FN or FLOAT8E5M2, got {:?}",
+            x.dtype
+        )));
+    }
+    expect_dtype("scale", scale.dtype, DType::E8M0)?;
+    expect_dtype("y", y.dtype, attrs.output_dtype)?;
+    expect_shape("y", y.shape, x.shape)?;
+    let map = crate::ScaleMap::new(x.shape, scale.shape, attrs.axis, attrs.block_size)?;
+    let (xb, sb) = (x.view::<u8>()?, scale.view::<u8>()?);
+    match y.dtype {
+        DType::F32 => fast::mx_dequantize(xb, x.dtype, sb, &map, y.view_mut::<f32>()?, par),
+        DType::F16 => fast::mx_dequantize(xb, x.dtype, sb, &map, y.view_mut::<f16>()?, par),
+        DType::BF16 => fast::mx_dequantize(xb, x.dtype, sb, &map, y.view_mut::<bf16>()?, par),
+        d => Err(unsupported_dtype("y", d)),
     }
 }
 

@@ -27,7 +27,7 @@ impl Pod for bf16 {
 }
 impl Pod for u8 {
     fn accepts(d: DType) -> bool {
-        matches!(d, DType::E4M3 | DType::E8M0)
+        matches!(d, DType::E4M3 | DType::E5M2 | DType::E8M0)
     }
 }
 

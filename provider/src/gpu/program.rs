@@ -17,7 +17,9 @@ use std::sync::{Arc, Mutex};
 
 use graph_rewrites::view::{ConstTensor, GraphView};
 use kernels::gpu::{pack_frag_weights, GpuMatB, GpuRuntime, NormBuffers, SwiGluBuffers};
-use kernels::{AddRmsNormAttrs, DType, MxMatMulAttrs, MxQuantAttrs, SwiGluAttrs};
+use kernels::{
+    AddRmsNormAttrs, DType, MxDequantAttrs, MxMatMulAttrs, MxQuantAttrs, ScaleMap, SwiGluAttrs,
+};
 use ort_sys::OrtKernelContext;
 
 use super::device::{DevicePlacement, Placement};
@@ -37,6 +39,7 @@ const STREAM: usize = 0;
 /// The parsed attributes of one step, per op.
 enum GpuOp {
     Quantize(MxQuantAttrs),
+    Dequantize(MxDequantAttrs),
     Norm(AddRmsNormAttrs),
     SwiGlu(SwiGluAttrs),
     MatMul {
@@ -262,6 +265,7 @@ impl GpuProgram {
             };
             let op = match op_type {
                 "MxQuantize" => GpuOp::Quantize(MxQuantAttrs::from_pairs(pairs())?),
+                "MxDequantize" => GpuOp::Dequantize(MxDequantAttrs::from_pairs(pairs())?),
                 "AddRmsNormMxQuant" => GpuOp::Norm(AddRmsNormAttrs::from_pairs(pairs())?),
                 "SwiGluMxQuant" => GpuOp::SwiGlu(SwiGluAttrs::from_pairs(pairs())?),
                 "MxMatMul" => {
@@ -444,6 +448,23 @@ impl GpuProgram {
                     q,
                     s,
                     &a.quant,
+                    STREAM,
+                )
+            }
+            GpuOp::Dequantize(a) => {
+                let (xm, x) = input(0, "x")?;
+                let (sm, s) = input(1, "scale")?;
+                let dims = |m: &Meta| -> Vec<usize> {
+                    m.dims.iter().map(|&d| d.max(0) as usize).collect()
+                };
+                let map = ScaleMap::new(&dims(xm), &dims(sm), a.axis, a.block_size)?;
+                rt.mx_dequantize(
+                    dtype(xm.dtype)?,
+                    a.output_dtype,
+                    &map,
+                    *x,
+                    *s,
+                    output(0, "y")?.1,
                     STREAM,
                 )
             }

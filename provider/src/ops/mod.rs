@@ -11,7 +11,9 @@ mod parallel;
 pub mod schema;
 
 use kernels::ops::{self as k, NormTensors, SwiGluTensors};
-use kernels::{AddRmsNormAttrs, DType, KernelError, MxMatMulAttrs, MxQuantAttrs, SwiGluAttrs};
+use kernels::{
+    AddRmsNormAttrs, DType, KernelError, MxDequantAttrs, MxMatMulAttrs, MxQuantAttrs, SwiGluAttrs,
+};
 
 use crate::error::{Error, Result};
 use crate::tensor::{Meta, TensorMut, TensorRef};
@@ -66,6 +68,7 @@ pub fn create(attrs: &Attrs) -> Result<Box<dyn Kernel>> {
         "AddRmsNormMxQuant" => Box::new(AddRmsNormAttrs::from_pairs(pairs)?),
         "SwiGluMxQuant" => Box::new(SwiGluAttrs::from_pairs(pairs)?),
         "MxMatMul" => Box::new(matmul::MxMatMul::new(MxMatMulAttrs::from_pairs(pairs)?)),
+        "MxDequantize" => Box::new(MxDequantAttrs::from_pairs(pairs)?),
         other => return Err(Error::Unsupported(format!("com.mxfuse op {other:?}"))),
     })
 }
@@ -197,6 +200,44 @@ impl Kernel for MxQuantAttrs {
         let mut outs = out_views(outputs, &od)?;
         let (q, s) = take_quant(&mut outs)?;
         Ok(k::mx_quantize(view(x, &xd)?, q, s, self, par)?)
+    }
+}
+
+impl Kernel for MxDequantAttrs {
+    fn output_metas(&self, inputs: &[Option<&Meta>]) -> Result<Vec<Meta>> {
+        let x = required(inputs, 0, "x")?;
+        required(inputs, 1, "scale")?;
+        if !matches!(dtype(x.dtype)?, DType::E4M3 | DType::E5M2) {
+            return Err(Error::invalid(format!(
+                "x must be float8e4m3fn or float8e5m2, got element type {}",
+                x.dtype
+            )));
+        }
+        Ok(vec![Meta::new(
+            self.output_dtype.onnx_code(),
+            x.dims.clone(),
+        )])
+    }
+
+    fn compute(
+        &self,
+        inputs: &[Option<TensorRef<'_>>],
+        outputs: &mut [Option<TensorMut<'_>>],
+        par: &dyn kernels::Parallel,
+    ) -> Result<()> {
+        let x = required(inputs, 0, "x")?;
+        let scale = required(inputs, 1, "scale")?;
+        let (xd, sd) = (dims_of(x), dims_of(scale));
+        let od = out_dims(outputs);
+        let mut outs = out_views(outputs, &od)?;
+        let y = take(&mut outs, 0, "y")?;
+        Ok(k::mx_dequantize(
+            view(x, &xd)?,
+            view(scale, &sd)?,
+            y,
+            self,
+            par,
+        )?)
     }
 }
 

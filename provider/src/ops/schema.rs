@@ -124,6 +124,19 @@ pub const MX_MAT_MUL: OpSchema = OpSchema {
     attrs: &[("trans_b", AttrKind::Int), ("output_dtype", AttrKind::Int)],
 };
 
+/// ONNX `DequantizeLinear`-24 for a FLOAT8E8M0 scale (x FLOAT8E4M3FN or FLOAT8E5M2).
+pub const MX_DEQUANTIZE: OpSchema = OpSchema {
+    domain: DOMAIN,
+    name: "MxDequantize",
+    inputs: &[req("x"), SCALE],
+    outputs: &[req("y")],
+    attrs: &[
+        ("axis", AttrKind::Int),
+        ("block_size", AttrKind::Int),
+        ("output_dtype", AttrKind::Int),
+    ],
+};
+
 /// AMD Quark's `com.amd.quark::MXQuantizeDequantize` (MXFP8 fake quantization), which ORT does
 /// not know; the rules turn it into `MxQuantize` + `MxMatMul`.
 pub const QUARK_MX_QDQ: OpSchema = OpSchema {
@@ -153,6 +166,7 @@ pub const ALL: &[&OpSchema] = &[
     &ADD_RMS_NORM_MX_QUANT,
     &SWIGLU_MX_QUANT,
     &MX_MAT_MUL,
+    &MX_DEQUANTIZE,
 ];
 
 /// The schema of `op_type`, if it is one of ours (com.mxfuse).

@@ -1,0 +1,175 @@
+//! Rule `mx_dequant`: an E8M0-scaled `DequantizeLinear` no fusion absorbed becomes
+//! `com.mxfuse::MxDequantize`, so the model runs in ONNX Runtime at all.
+//!
+//! Search pattern => y = DequantizeLinear(x, s: FLOAT8E8M0)  ⇒  y = com.mxfuse::MxDequantize(x, s)
+//!
+//! ```text
+//! before                                          after
+//! x, scale ─ DequantizeLinear(axis, block_size,   x, scale ─ MxDequantize(axis, block_size,
+//!            output_dtype) = y ─ Add / Gemm+bias /           output_dtype) = y ─ (same readers)
+//!            Gather / graph output
+//! ```
+//!
+//! Key points:
+//! * A fallback rule: it runs once every fusion is done, so it only sees DequantizeLinears no
+//!   fusion absorbed — an activation's read by something besides MatMuls (the fusion absorbed
+//!   the MatMuls and noted the rest), a weight's feeding a Gather or a Gemm with a bias, E5M2
+//!   values. ONNX Runtime 1.31's CPU EP has no kernel for any of them.
+//! * Same computation, bit for bit: `MxDequantize` is `DequantizeLinear`-24 for an E8M0 scale
+//!   (the f32 product is exact; docs/ops.md), attributes copied as they are.
+//! * Refused, with the reason: FLOAT4E2M1 values (MXFP4 is not implemented), a non-zero zero
+//!   point, `output_dtype` unset (ONNX then makes y FLOAT8E8M0, no float type), scale shapes that
+//!   do not fit the granularity.
+//! * Leftover Quark `MXQuantizeDequantize` activations are taken by rule `mxquant` (which now
+//!   re-creates the fake-quantized float with `MxDequantize` for non-MatMul readers); what does
+//!   not map (another axis than the last, a weight quantizer) keeps its refusal there and runs on
+//!   the EP's own Quark kernel.
+
+use std::sync::LazyLock;
+
+use kernels::ScaleMap;
+
+use crate::pattern::predicates::{attr_int, dtype};
+use crate::pattern::{Emit, Fuse, Match, OpId, Pat, Pattern, Rule, RuleConfig, Site, N, V};
+use crate::reject;
+use crate::view::{Dim, GraphView, ValueId, ONNX_DOMAIN};
+
+pub struct MxDequantRule {
+    pat: Pattern,
+    dq: N,
+    x: V,
+    scale: V,
+}
+
+pub static RULE: LazyLock<MxDequantRule> = LazyLock::new(|| {
+    let mut p = Pat::new();
+    let x = p.input("x");
+    let scale = p.input("scale");
+    let dq = p
+        .op(OpId {
+            domain: ONNX_DOMAIN,
+            op_type: "DequantizeLinear",
+            // FLOAT8E8M0 scales exist from opset 24.
+            versions: &[24, 25],
+        })
+        .args([x, scale])
+        .extra_inputs() // zero point: checked to be absent or zero
+        .node_where("scale is FLOAT8E8M0", |g, n| {
+            let s = g.inputs(n).get(1).copied().flatten();
+            s.and_then(|s| g.tensor_info(s))
+                .is_some_and(|i| i.elem_type == dtype::FLOAT8E8M0)
+        })
+        .node();
+    let y = p.out(dq, 0);
+    p.produces(y);
+    MxDequantRule {
+        pat: p.finish(y),
+        dq,
+        x,
+        scale,
+    }
+});
+
+pub struct Params {
+    x: ValueId,
+    scale: ValueId,
+    y: ValueId,
+    axis: i64,
+    block_size: i64,
+    output_dtype: i64,
+}
+
+/// Known dims as `usize`, if every dim is known.
+fn known_dims(g: &dyn GraphView, v: ValueId) -> Option<Vec<usize>> {
+    g.tensor_info(v)?
+        .shape?
+        .iter()
+        .map(|d| match d {
+            Dim::Known(k) if *k >= 0 => Some(*k as usize),
+            _ => None,
+        })
+        .collect()
+}
+
+impl Rule for MxDequantRule {
+    const NAME: &'static str = "mx_dequant";
+    const FALLBACK: bool = true;
+    type Params = Params;
+
+    fn pattern(&self) -> &Pattern {
+        &self.pat
+    }
+
+    fn check(
+        &self,
+        m: &Match<'_>,
+        _cfg: &RuleConfig,
+    ) -> Result<Fuse<Params>, crate::pattern::Reject> {
+        let g = m.graph();
+        let (x, scale) = (m[self.x], m[self.scale]);
+        let n = m
+            .node(self.dq)
+            .ok_or_else(|| reject!("internal: no node"))?;
+        let name = g.node_name(n);
+        let x_type = g.tensor_info(x).map(|i| i.elem_type).unwrap_or(0);
+        if x_type == dtype::FLOAT4E2M1 {
+            return Err(reject!(
+                "DequantizeLinear '{name}' reads FLOAT4E2M1 (MXFP4) values: MxDequantize reads FLOAT8E4M3FN and FLOAT8E5M2 only"
+            ));
+        }
+        if x_type != dtype::FLOAT8E4M3FN && x_type != dtype::FLOAT8E5M2 {
+            return Err(reject!(
+                "DequantizeLinear '{name}' reads {} values: MxDequantize reads FLOAT8E4M3FN and FLOAT8E5M2",
+                dtype::name(x_type)
+            ));
+        }
+        if let Some(zp) = g.inputs(n).get(2).copied().flatten() {
+            // A float8 zero point must be zero (ONNX); anything else is not this op.
+            // It has x's float8 type: +0 and -0 are bytes 0x00 and 0x80.
+            let zero = g
+                .const_value(zp)
+                .is_some_and(|t| t.raw.iter().all(|&b| b & 0x7F == 0));
+            if !zero {
+                return Err(reject!(
+                    "DequantizeLinear '{name}' has a zero point that is not a constant zero"
+                ));
+            }
+        }
+        let output_dtype = attr_int(g.attr(n, "output_dtype"), 0).unwrap_or(-1);
+        if !dtype::ACTIVATION.contains(&(output_dtype as i32)) {
+            return Err(reject!(
+                "DequantizeLinear '{name}' has output_dtype {output_dtype}: with an E8M0 scale ONNX needs it to be float, float16 or bfloat16"
+            ));
+        }
+        let axis = attr_int(g.attr(n, "axis"), 1).ok_or_else(|| reject!("axis is not an int"))?;
+        let block_size = attr_int(g.attr(n, "block_size"), 0)
+            .filter(|b| *b >= 0)
+            .ok_or_else(|| reject!("block_size is not a non-negative int"))?;
+        // Where both shapes are known, the kernel's own shape rule decides now, not at run time.
+        if let (Some(xd), Some(sd)) = (known_dims(g, x), known_dims(g, scale)) {
+            ScaleMap::new(&xd, &sd, axis, block_size as usize)
+                .map_err(|e| reject!("DequantizeLinear '{name}': {e}"))?;
+        }
+        Ok(Fuse::new(Params {
+            x,
+            scale,
+            y: m.root(),
+            axis,
+            block_size,
+            output_dtype,
+        }))
+    }
+
+    fn rewrite(&self, _site: &Site, p: Params, e: &mut Emit<'_>) -> Result<(), String> {
+        let spec = e
+            .op("MxDequantize")
+            .input(p.x)
+            .input(p.scale)
+            .attr_int("axis", p.axis)
+            .attr_int("block_size", p.block_size)
+            .attr_int("output_dtype", p.output_dtype)
+            .output(p.y);
+        e.add(spec)?;
+        Ok(())
+    }
+}

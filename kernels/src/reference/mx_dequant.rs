@@ -1,0 +1,40 @@
+//! `MxDequantize`, one element at a time: `y = round_T(fl32(decode(x) · 2^(s − 127)))`.
+//!
+//! The f32 product is exact for every finite E4M3/E5M2 value and every scale byte (a power of
+//! two times at most 3 significant bits stays ≥ 2^-143, above f32's smallest subnormal 2^-149)
+//! unless it reaches 2^128, where it is ±Inf; so `round_T` is the only rounding (f16/bf16: RNE).
+
+use crate::codec::{e4m3_to_f32, e5m2_to_f32, e8m0_to_f32};
+use crate::element::{DType, Element};
+use crate::error::{KernelError, Result};
+use crate::scale_map::ScaleMap;
+use crate::slices::check_len;
+
+/// Decodes one FP8 value of `dtype` (E4M3FN or E5M2).
+pub fn decode_value(dtype: DType, b: u8) -> Result<f32> {
+    match dtype {
+        DType::E4M3 => Ok(e4m3_to_f32(b)),
+        DType::E5M2 => Ok(e5m2_to_f32(b)),
+        d => Err(KernelError::DType(format!(
+            "x must be FLOAT8E4M3FN or FLOAT8E5M2, got {d:?}"
+        ))),
+    }
+}
+
+/// `MxDequantize(x, scale) -> y`, x of FP8 `dtype` laid out as `map` says.
+pub fn mx_dequantize<T: Element>(
+    x: &[u8],
+    dtype: DType,
+    scale: &[u8],
+    map: &ScaleMap,
+    y: &mut [T],
+) -> Result<()> {
+    check_len("x", x.len(), map.len())?;
+    check_len("y", y.len(), map.len())?;
+    check_len("scale", scale.len(), map.scale_len())?;
+    for (e, (&b, out)) in x.iter().zip(y.iter_mut()).enumerate() {
+        let s = e8m0_to_f32(scale[map.scale_index(e)]);
+        *out = T::from_f32(decode_value(dtype, b)? * s);
+    }
+    Ok(())
+}
