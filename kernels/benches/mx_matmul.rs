@@ -16,8 +16,8 @@ use criterion::{criterion_group, BenchmarkId, Criterion};
 use half::bf16;
 use kernels::codec::QuantConfig;
 use kernels::slices::MatB;
-use kernels::ThreadPool;
 use kernels::{fast, reference};
+use kernels::{Epilogue, ThreadPool};
 
 const SHAPES: [(usize, usize); 3] = [(1536, 6144), (6144, 768), (6144, 6144)];
 const MS: [usize; 4] = [1, 8, 16, 64];
@@ -85,8 +85,19 @@ fn run_quantize_a(c: &mut Case, par: &ThreadPool) {
         scales: &c.w[i].1,
     };
     let cfg = QuantConfig::default();
-    fast::mx_matmul_quantize_a(&c.x, c.m, c.k, c.n, b, true, cfg, &mut c.y, par)
-        .expect("valid shapes");
+    fast::mx_matmul_quantize_a(
+        &c.x,
+        c.m,
+        c.k,
+        c.n,
+        b,
+        true,
+        cfg,
+        &mut c.y,
+        &Epilogue::NONE,
+        par,
+    )
+    .expect("valid shapes");
 }
 
 /// The pre-quantized GEMM; `trans_b = false` reads the same bytes as `[K, N]` weights with
@@ -97,8 +108,19 @@ fn run_prequantized(c: &mut Case, trans_b: bool, par: &ThreadPool) {
         q: &c.w[i].0,
         scales: &c.w[i].1,
     };
-    fast::mx_matmul(&c.a_q, &c.a_s, c.m, c.k, c.n, b, trans_b, &mut c.y, par)
-        .expect("valid shapes");
+    fast::mx_matmul(
+        &c.a_q,
+        &c.a_s,
+        c.m,
+        c.k,
+        c.n,
+        b,
+        trans_b,
+        &mut c.y,
+        &Epilogue::NONE,
+        par,
+    )
+    .expect("valid shapes");
 }
 
 fn weight_bytes(n: usize, k: usize) -> usize {

@@ -118,12 +118,16 @@ pub struct MxQuantAttrs {
 }
 
 /// Attributes of `MxMatMul`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MxMatMulAttrs {
     /// b is `[N, K]` (with `b_scale [N, K/32]` when b is FP8) instead of `[K, N]`.
     pub trans_b: bool,
     /// dtype of y: F32, F16 or BF16.
     pub output_dtype: DType,
+    /// Scale of the product (ONNX `Gemm`'s alpha): `y = alpha · acc + beta · bias`.
+    pub alpha: f32,
+    /// Scale of the optional bias (ONNX `Gemm`'s beta); unused without a bias.
+    pub beta: f32,
 }
 
 impl Default for MxMatMulAttrs {
@@ -131,6 +135,8 @@ impl Default for MxMatMulAttrs {
         Self {
             trans_b: false,
             output_dtype: DType::F32,
+            alpha: 1.0,
+            beta: 1.0,
         }
     }
 }
@@ -322,6 +328,8 @@ impl MxMatMulAttrs {
         for (k, v) in pairs {
             match k {
                 "trans_b" => a.trans_b = parse_bool(k, v)?,
+                "alpha" => a.alpha = parse_float(k, v)?,
+                "beta" => a.beta = parse_float(k, v)?,
                 "output_dtype" => {
                     let code = parse_int(k, v)?;
                     a.output_dtype = DType::from_onnx_code(code)

@@ -444,6 +444,7 @@ fn reference_gemm_case(
         MatB::Mx { q: w, scales: ws },
         true,
         &mut want,
+        &kernels::Epilogue::NONE,
     )
     .expect("reference");
     (a, aq, asc, want)

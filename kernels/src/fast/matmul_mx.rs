@@ -15,6 +15,9 @@
 //!   tiles of 16-column stripes decoded into L1, then 6-row × 16-column register blocks with A
 //!   broadcast (no horizontal sums; for up to 3 rows, even and odd k summed apart per tile).
 //!
+//! The epilogue (alpha, beta, bias) is applied where each unit's f32 sums are rounded to the
+//! output type, once per output.
+//!
 //! f32 accumulation order (docs/ops.md leaves it open; deterministic): `[N, K]`: per output,
 //! 8 lanes (k mod 8) accumulated in k order, summed horizontally at the end (AVX-512 BF16: 16
 //! lanes of pairs of k, in the lane order of its decode, summed at the end); `[K, N]`: per
@@ -29,6 +32,7 @@ use super::avx512_regs as regs;
 use super::shared::SharedMut;
 use crate::codec::{e4m3_to_f32, e8m0_to_f32, BLOCK};
 use crate::element::Element;
+use crate::epilogue::Epilogue;
 use crate::parallel::{for_row_chunks, Parallel};
 
 /// Below this many multiply-adds per task a GEMM does not split further. Small: a decode GEMV
@@ -78,6 +82,7 @@ pub(super) fn nk<O: Element>(
     q: &[u8],
     scales: &[u8],
     y: &mut [O],
+    ep: &Epilogue,
     par: &dyn Parallel,
 ) {
     let kb = k / BLOCK;
@@ -145,8 +150,8 @@ pub(super) fn nk<O: Element>(
                 for (r, v) in vals.iter().enumerate() {
                     // SAFETY: each task owns its units' columns in every row: disjoint pieces.
                     let out = unsafe { y.piece(r * n + n0, r * n + n0 + cols) };
-                    for (o, &x) in out.iter_mut().zip(v) {
-                        *o = O::from_f32(x);
+                    for (c, (o, &x)) in out.iter_mut().zip(v).enumerate() {
+                        *o = O::from_f32(ep.apply(r, n0 + c, x));
                     }
                 }
             }
@@ -421,6 +426,7 @@ pub(super) fn kn<O: Element>(
     q: &[u8],
     scales: &[u8],
     y: &mut [O],
+    ep: &Epilogue,
     par: &dyn Parallel,
 ) {
     const STRIPES: usize = KN_UNIT / KN_COLS;
@@ -457,6 +463,7 @@ pub(super) fn kn<O: Element>(
                     // SAFETY: each task owns its units' columns in every row: disjoint pieces.
                     let out = unsafe { y.piece(r * n + n0, r * n + n0 + cols) };
                     for (st, chunk) in out.chunks_mut(KN_COLS).enumerate() {
+                        let c0 = n0 + st * KN_COLS;
                         let mut v = [0f32; KN_COLS];
                         let [lo, hi] = acc[st * m + r];
                         // SAFETY: AVX2 detected by the caller; v holds 16 floats.
@@ -464,8 +471,8 @@ pub(super) fn kn<O: Element>(
                             _mm256_storeu_ps(v.as_mut_ptr(), lo);
                             _mm256_storeu_ps(v.as_mut_ptr().add(8), hi);
                         }
-                        for (o, &x) in chunk.iter_mut().zip(&v) {
-                            *o = O::from_f32(x);
+                        for (c, (o, &x)) in chunk.iter_mut().zip(&v).enumerate() {
+                            *o = O::from_f32(ep.apply(r, c0 + c, x));
                         }
                     }
                 }

@@ -266,6 +266,13 @@ impl GpuProgram {
                 "SwiGluMxQuant" => GpuOp::SwiGlu(SwiGluAttrs::from_pairs(pairs())?),
                 "MxMatMul" => {
                     let attrs = MxMatMulAttrs::from_pairs(pairs())?;
+                    // The GPU GEMMs have no epilogue (docs/gpu.md): a Gemm's bias or alpha
+                    // stays on the CPU device, refused here before anything is uploaded.
+                    if node_inputs.get(4).copied().flatten().is_some() || attrs.alpha != 1.0 {
+                        return Err(Error::Unsupported(format!(
+                            "node {name}: com.mxfuse::MxMatMul with a bias or alpha != 1 has no GPU kernel; run this model on the CPU device"
+                        )));
+                    }
                     let packed = match (&backend, const_input(2)?, const_input(3)?) {
                         (Backend::Gpu(rt), Some(b), Some(bs)) => {
                             let frag = |k: usize| rt.frag_gemm_available(k);

@@ -160,8 +160,10 @@ impl Kernel for MxMatMul {
         let a_scale = required(inputs, 1, "a_scale")?;
         let b = required(inputs, 2, "b")?;
         let b_scale = inputs.get(3).copied().flatten();
+        let bias = inputs.get(4).copied().flatten();
         let (ad, asd, bd) = (dims_of(a), dims_of(a_scale), dims_of(b));
         let bsd = b_scale.as_ref().map(dims_of).unwrap_or_default();
+        let cd = bias.as_ref().map(dims_of).unwrap_or_default();
         let od = out_dims(outputs);
         let mut outs = out_views(outputs, &od)?;
         let y = take(&mut outs, 0, "y")?;
@@ -170,6 +172,7 @@ impl Kernel for MxMatMul {
             ..self.attrs
         };
         let (a, a_scale) = (view(a, &ad)?, view(a_scale, &asd)?);
+        let bias = bias.as_ref().map(|t| view(t, &cd)).transpose()?;
         if let Some(p) = &self.packed {
             let b = k::TensorRef::new(DType::E4M3, &p.q_dims, &p.q)?;
             let bs = k::TensorRef::new(DType::E8M0, &p.scale_dims, &p.scales)?;
@@ -177,7 +180,7 @@ impl Kernel for MxMatMul {
                 trans_b: true,
                 ..attrs
             };
-            return Ok(k::mx_matmul(a, a_scale, b, Some(bs), y, &attrs, par)?);
+            return Ok(k::mx_matmul(a, a_scale, b, Some(bs), bias, y, &attrs, par)?);
         }
         let b_scale = b_scale.as_ref().map(|t| view(t, &bsd)).transpose()?;
         Ok(k::mx_matmul(
@@ -185,6 +188,7 @@ impl Kernel for MxMatMul {
             a_scale,
             view(b, &bd)?,
             b_scale,
+            bias,
             y,
             &attrs,
             par,

@@ -119,9 +119,15 @@ pub const MX_MAT_MUL: OpSchema = OpSchema {
         typed(req("a_scale"), onnx_dtype::FLOAT8E8M0),
         req("b"),
         typed(opt("b_scale"), onnx_dtype::FLOAT8E8M0),
+        opt("bias"),
     ],
     outputs: &[req("y")],
-    attrs: &[("trans_b", AttrKind::Int), ("output_dtype", AttrKind::Int)],
+    attrs: &[
+        ("trans_b", AttrKind::Int),
+        ("output_dtype", AttrKind::Int),
+        ("alpha", AttrKind::Float),
+        ("beta", AttrKind::Float),
+    ],
 };
 
 /// AMD Quark's `com.amd.quark::MXQuantizeDequantize` (MXFP8 fake quantization), which ORT does

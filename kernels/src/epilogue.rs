@@ -1,0 +1,150 @@
+//! The `MxMatMul` epilogue (docs/ops.md): `y = round_T(alpha · acc + beta · C)`, applied to the
+//! f32 accumulator where every GEMM path (reference, fast CPU, GPU) converts it to the output
+//! type, so an ONNX `Gemm`'s bias and scales cost one multiply-add per output.
+//!
+//! f32 arithmetic, in this order and never contracted to an FMA (Rust does not contract; the GPU
+//! kernels use `__fmul_rn` / `__fadd_rn`): `t = fl(alpha · acc)`, `u = fl(beta · c)`,
+//! `y = round_T(fl(t + u))`; without C, `y = round_T(fl(alpha · acc))`. With the defaults
+//! (alpha = beta = 1) both products are exact, so y is `round_T(fl(acc + c))`.
+
+use crate::element::Element;
+use crate::error::{shape_err, Result};
+
+/// C as f32, broadcast unidirectionally to `[M, N]` (ONNX `Gemm`): `rows` is 1 or M, `cols` 1 or
+/// N, stored `rows × cols` row-major.
+#[derive(Clone, Debug, PartialEq)]
+struct Bias {
+    values: Vec<f32>,
+    rows: usize,
+    cols: usize,
+}
+
+/// `alpha`, `beta` and the optional bias C of one `MxMatMul` call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Epilogue {
+    alpha: f32,
+    beta: f32,
+    bias: Option<Bias>,
+}
+
+impl Default for Epilogue {
+    fn default() -> Self {
+        Self::NONE
+    }
+}
+
+impl Epilogue {
+    /// `y = round_T(acc)`: a plain product.
+    pub const NONE: Epilogue = Epilogue {
+        alpha: 1.0,
+        beta: 1.0,
+        bias: None,
+    };
+
+    /// The epilogue of an `m × n` product with `bias` (values and shape) if given. The bias
+    /// shape must broadcast unidirectionally to `[m, n]`: `[]`, `[1]`, `[n]`, or `[1|m, 1|n]`.
+    pub fn new<E: Element>(
+        alpha: f32,
+        beta: f32,
+        bias: Option<(&[E], &[usize])>,
+        m: usize,
+        n: usize,
+    ) -> Result<Self> {
+        let bias = match bias {
+            None => None,
+            Some((values, shape)) => {
+                let (rows, cols) = broadcast_dims(shape, m, n)?;
+                crate::slices::check_len("bias", values.len(), rows * cols)?;
+                Some(Bias {
+                    values: values.iter().map(|v| v.to_f32()).collect(),
+                    rows,
+                    cols,
+                })
+            }
+        };
+        Ok(Epilogue { alpha, beta, bias })
+    }
+
+    /// Whether this is [`Epilogue::NONE`]'s computation (no bias, alpha = 1).
+    pub fn is_identity(&self) -> bool {
+        self.bias.is_none() && self.alpha == 1.0
+    }
+
+    /// `alpha`, `beta` and, with a bias, its f32 values and `(rows, cols)` (rows 1 or M, cols 1
+    /// or N): what the GPU launchers upload.
+    pub fn parts(&self) -> (f32, f32, Option<(&[f32], usize, usize)>) {
+        let bias = self
+            .bias
+            .as_ref()
+            .map(|b| (b.values.as_slice(), b.rows, b.cols));
+        (self.alpha, self.beta, bias)
+    }
+
+    /// The output value at row `r`, column `c` for the f32 accumulator `acc`.
+    #[inline(always)]
+    pub fn apply(&self, r: usize, c: usize, acc: f32) -> f32 {
+        let t = self.alpha * acc;
+        match &self.bias {
+            None => t,
+            Some(b) => {
+                let i = if b.rows == 1 { 0 } else { r * b.cols } + if b.cols == 1 { 0 } else { c };
+                t + self.beta * b.values[i]
+            }
+        }
+    }
+}
+
+/// `(rows, cols)` of a bias of shape `shape` that broadcasts unidirectionally to `[m, n]`.
+fn broadcast_dims(shape: &[usize], m: usize, n: usize) -> Result<(usize, usize)> {
+    let fits = |d: usize, full: usize| d == 1 || d == full;
+    let dims = match *shape {
+        [] => Some((1, 1)),
+        [c] if fits(c, n) => Some((1, c)),
+        [r, c] if fits(r, m) && fits(c, n) => Some((r, c)),
+        _ => None,
+    };
+    dims.ok_or_else(|| {
+        shape_err!(
+            "bias of shape {shape:?} does not broadcast to [M, N] = [{m}, {n}] (expected [], [1], [N], [1|M, 1|N])"
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcasts_like_onnx_gemm() {
+        let (m, n) = (3, 4);
+        let ok = |shape: &[usize], len: usize| {
+            let v: Vec<f32> = (0..len).map(|i| i as f32).collect();
+            Epilogue::new(1.0, 1.0, Some((&v[..], shape)), m, n)
+        };
+        assert_eq!(ok(&[], 1).unwrap().apply(2, 3, 10.0), 10.0);
+        assert_eq!(ok(&[1], 1).unwrap().apply(2, 3, 10.0), 10.0);
+        assert_eq!(ok(&[4], 4).unwrap().apply(2, 3, 10.0), 13.0);
+        assert_eq!(ok(&[1, 4], 4).unwrap().apply(2, 1, 10.0), 11.0);
+        assert_eq!(ok(&[3, 1], 3).unwrap().apply(2, 1, 10.0), 12.0);
+        assert_eq!(ok(&[3, 4], 12).unwrap().apply(2, 1, 10.0), 19.0);
+        assert_eq!(ok(&[1, 1], 1).unwrap().apply(1, 1, 10.0), 10.0);
+        for (shape, len) in [(&[3][..], 3), (&[2, 4], 8), (&[3, 3], 9), (&[1, 1, 4], 4)] {
+            assert!(ok(shape, len).is_err(), "{shape:?}");
+        }
+        assert!(ok(&[4], 3).is_err(), "short data");
+    }
+
+    #[test]
+    fn alpha_beta_in_the_documented_order() {
+        let v = [0.1f32];
+        let e = Epilogue::new(3.0, 0.7, Some((&v[..], &[][..])), 1, 1).unwrap();
+        let acc = 1.0f32 / 3.0;
+        assert_eq!(e.apply(0, 0, acc), 3.0 * acc + 0.7 * 0.1f32);
+        assert_eq!(Epilogue::NONE.apply(5, 5, acc), acc);
+        let e = Epilogue::new::<f32>(2.0, 5.0, None, 1, 1).unwrap();
+        assert_eq!(e.apply(0, 0, acc), 2.0 * acc);
+        let nan = [f32::NAN];
+        let e = Epilogue::new(1.0, 1.0, Some((&nan[..], &[1][..])), 1, 1).unwrap();
+        assert!(e.apply(0, 0, 1.0).is_nan());
+    }
+}
