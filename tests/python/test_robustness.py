@@ -57,8 +57,9 @@ def weight(shape, seed):
     return (np.random.default_rng(seed).standard_normal(shape) * 0.1).astype(np.float32)
 
 
-def norm_into_gemm(path, gemm_attrs, bias=False):
-    """Add → decomposed RMSNorm → MXFP8 → Gemm (torch nn.Linear on a rank-2 activation)."""
+def norm_into_gemm(path, gemm_attrs, bias=None, m="m"):
+    """Add → decomposed RMSNorm → MXFP8 → Gemm (torch nn.Linear on a rank-2 activation), with
+    a bias constant of shape `bias` (N = 48) if given."""
     g = Graph()
     s = g.node("Add", ["x", "res"])
     g.outputs.append(s)
@@ -67,9 +68,9 @@ def norm_into_gemm(path, gemm_attrs, bias=False):
     y = g.node("Mul", [g.node("Mul", [s, rstd]), g.const(1 + weight([K], 1))])
     dq = g.mx_dequant(y, 2)
     trans = gemm_attrs.get("transB", 0) == 1
-    ins = [dq, g.const(weight([48, K] if trans else [K, 48], 2))] + ([g.const(weight([48], 3))] if bias else [])
+    ins = [dq, g.const(weight([48, K] if trans else [K, 48], 2))] + ([g.const(weight(bias, 3) * 10)] if bias is not None else [])
     g.outputs.append(g.node("Gemm", ins, **gemm_attrs))
-    inputs = [helper.make_tensor_value_info(n, TP.FLOAT, ["m", K]) for n in ("x", "res")]
+    inputs = [helper.make_tensor_value_info(n, TP.FLOAT, [m, K]) for n in ("x", "res")]
     return g.model(inputs, path)
 
 
@@ -137,12 +138,79 @@ def test_bias_free_gemm_after_the_norm_fuses(trans_b, lib, ep_devices, mxfuse_cl
     check_three_ways(src, lib, ep_devices, mxfuse_cli, tmp_path, feed, "add_rmsnorm_mxquant")
 
 
-def test_gemm_with_bias_is_refused_with_the_reason(mxfuse_cli, tmp_path):
-    src = norm_into_gemm(tmp_path / "m.onnx", {"transB": 1}, bias=True)
+def linear_after_quantizer(path, bias_shape, alpha=1.0, beta=1.0):
+    """torch's nn.Linear with bias on a rank-2 activation after a standalone MXFP8 quantizer:
+    x → MXFP8 → Gemm(·, W [48, K], C, transB = 1)."""
+    g = Graph()
+    ins = [g.mx_dequant("x", 2), g.const(weight([48, K], 7))]
+    if bias_shape is not None:
+        ins.append(g.const(weight(bias_shape, 8) * 10))
+    g.outputs.append(g.node("Gemm", ins, transB=1, alpha=alpha, beta=beta))
+    return g.model([helper.make_tensor_value_info("x", TP.FLOAT, ["m", K])], path)
+
+
+def check_against_onnx_reference(src, got, feed):
+    """The unfused model through onnx.reference: quantizers are exact, the GEMM's f32 summation
+    order (and onnx.reference's numpy order for alpha·AB + beta·C) differ at ulp level
+    (docs/ops.md, MxMatMul tolerance)."""
+    from onnx.reference import ReferenceEvaluator
+
+    want = ReferenceEvaluator(onnx.load(src)).run(None, feed)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * float(np.abs(w).max()))
+
+
+GEMM_BIASES = [([48], {}), ([1, 48], {"alpha": 0.5, "beta": 2.0}), ([], {"beta": -1.0}),
+               ([5, 48], {}), ([5, 1], {"alpha": 3.0})]
+
+
+@pytest.mark.parametrize("bias_shape,attrs", GEMM_BIASES)
+def test_linear_with_bias_after_the_norm_fuses(bias_shape, attrs, lib, ep_devices, mxfuse_cli, tmp_path):
+    """Was refused ('MxMatMul has no bias operand'), leaving the model without an ORT kernel
+    for the E8M0 DequantizeLinear. Now the EP takes the Gemm; EP, offline rewrite and the
+    mxquant-only run agree bit for bit, and onnx.reference within the GEMM tolerance."""
+    # A [M, ...] bias needs M known to be its rows: 5 rows declared then.
+    m = 5 if len(bias_shape) == 2 and bias_shape[0] == 5 else "m"
+    src = norm_into_gemm(tmp_path / "m.onnx", {"transB": 1, **attrs}, bias=bias_shape, m=m)
+    rng = np.random.default_rng(3)
+    feed = {n: rng.standard_normal((5, K)).astype(np.float32) for n in ("x", "res")}
+    check_three_ways(src, lib, ep_devices, mxfuse_cli, tmp_path, feed, "add_rmsnorm_mxquant")
+    got, claimed = ep_run(src, ep_devices, feed)
+    assert "Gemm" in claimed, claimed
+    check_against_onnx_reference(src, got, feed)
+
+
+@pytest.mark.parametrize("bias_shape,attrs", GEMM_BIASES[:3] + [(None, {"alpha": 0.25})])
+def test_linear_with_bias_after_a_standalone_quantizer(bias_shape, attrs, lib, ep_devices, mxfuse_cli, tmp_path):
+    """nn.Linear with bias reading a standard MXFP8 activation: MxQuantize + MxMatMul with the
+    bias, online (the EP takes the Gemm) and offline (custom-op library) the same bits, and
+    onnx.reference within the GEMM tolerance."""
+    src = linear_after_quantizer(tmp_path / "m.onnx", bias_shape, **attrs)
+    feed = {"x": (np.random.default_rng(4).standard_normal((5, K)) * 3).astype(np.float32)}
+    report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
+    assert [f["rule"] for f in report["fusions"]] == ["mxquant"], report["rejections"]
+    fused = onnx.load(tmp_path / "fused.onnx")
+    mm = next(n for n in fused.graph.node if n.op_type == "MxMatMul")
+    assert len(mm.input) == (5 if bias_shape is not None else 3), mm.input
+    got, claimed = ep_run(src, ep_devices, feed)
+    assert "Gemm" in claimed, claimed
+    assert_bits_equal(got, offline_run(tmp_path / "fused.onnx", lib, feed))
+    check_against_onnx_reference(src, got, feed)
+
+
+def test_gemm_with_an_unbroadcastable_bias_is_refused_with_the_reason(mxfuse_cli, tmp_path):
+    """A bias whose rows are not provably M (a graph input [r, 48]) is refused: the reason
+    says why, and nothing of the site is rewritten."""
+    src = linear_after_quantizer(tmp_path / "m.onnx", [48])
+    m = onnx.load(src)
+    gemm = next(n for n in m.graph.node if n.op_type == "Gemm")
+    gemm.input[2] = "c"
+    m.graph.input.append(helper.make_tensor_value_info("c", TP.FLOAT, ["r", 48]))
+    onnx.save(m, src)
     report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
     assert report["fusions"] == []
     reasons = [r["reason"] for r in report["rejections"]]
-    assert any("adds a bias" in r and "no ONNX Runtime CPU kernel" in r for r in reasons), reasons
+    assert any("bias 'c' has shape" in r and "no ONNX Runtime CPU kernel" in r for r in reasons), reasons
 
 
 @pytest.mark.parametrize("order", ["max_min", "min_max"])

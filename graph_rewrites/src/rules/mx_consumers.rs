@@ -32,6 +32,7 @@ use crate::reject;
 use crate::view::{Dim, GraphView, NodeId, ValueId, ONNX_DOMAIN, QUARK_DOMAIN};
 
 use super::spellings::mx_quant::BLOCK;
+use super::spellings::rms_norm::fmt_shape;
 
 /// How a consumer MatMul's weight is given.
 #[derive(Clone, Debug)]
@@ -205,8 +206,12 @@ fn gemm_bias(
         _ => false,
     };
     if !ok {
+        let dim = |d: Option<Dim>| d.map_or("?".to_string(), |d| d.to_string());
         return Err(reject!(
-            "bias '{cname}' has shape {shape:?}: MxMatMul takes [], [1], [N], [1|M, 1|N] with M = {m:?}, N = {n:?}"
+            "bias '{cname}' has shape {}: MxMatMul takes [], [1], [N], [1|M, 1|N] with [M, N] = [{}, {}]",
+            fmt_shape(&shape),
+            dim(m),
+            dim(n)
         ));
     }
     Ok(c)
