@@ -168,7 +168,7 @@ fn mxmatmul_snapshot(g: &graph_rewrites::ir::Graph) -> String {
     format!(
         "{}({}) {}",
         g.op_type(mm),
-        value_names(g, &g.inputs(mm)).join(", "),
+        value_names(g, g.inputs(mm)).join(", "),
         attrs.join(" ")
     )
 }

@@ -70,16 +70,6 @@ impl Epilogue {
         self.bias.is_none() && self.alpha == 1.0
     }
 
-    /// `alpha`, `beta` and, with a bias, its f32 values and `(rows, cols)` (rows 1 or M, cols 1
-    /// or N): what the GPU launchers upload.
-    pub fn parts(&self) -> (f32, f32, Option<(&[f32], usize, usize)>) {
-        let bias = self
-            .bias
-            .as_ref()
-            .map(|b| (b.values.as_slice(), b.rows, b.cols));
-        (self.alpha, self.beta, bias)
-    }
-
     /// The output value at row `r`, column `c` for the f32 accumulator `acc`.
     #[inline(always)]
     pub fn apply(&self, r: usize, c: usize, acc: f32) -> f32 {
@@ -94,8 +84,9 @@ impl Epilogue {
     }
 }
 
-/// `(rows, cols)` of a bias of shape `shape` that broadcasts unidirectionally to `[m, n]`.
-fn broadcast_dims(shape: &[usize], m: usize, n: usize) -> Result<(usize, usize)> {
+/// `(rows, cols)` of a bias of shape `shape` that broadcasts unidirectionally to `[m, n]`
+/// (rows 1 or m, cols 1 or n), or the shape error.
+pub fn broadcast_dims(shape: &[usize], m: usize, n: usize) -> Result<(usize, usize)> {
     let fits = |d: usize, full: usize| d == 1 || d == full;
     let dims = match *shape {
         [] => Some((1, 1)),

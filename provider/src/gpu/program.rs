@@ -16,7 +16,9 @@
 use std::sync::{Arc, Mutex};
 
 use graph_rewrites::view::{ConstTensor, GraphView};
-use kernels::gpu::{pack_frag_weights, GpuMatB, GpuRuntime, NormBuffers, SwiGluBuffers};
+use kernels::gpu::{
+    pack_frag_weights, GpuBias, GpuEpilogue, GpuMatB, GpuRuntime, NormBuffers, SwiGluBuffers,
+};
 use kernels::{AddRmsNormAttrs, DType, MxMatMulAttrs, MxQuantAttrs, SwiGluAttrs};
 use ort_sys::OrtKernelContext;
 
@@ -266,13 +268,6 @@ impl GpuProgram {
                 "SwiGluMxQuant" => GpuOp::SwiGlu(SwiGluAttrs::from_pairs(pairs())?),
                 "MxMatMul" => {
                     let attrs = MxMatMulAttrs::from_pairs(pairs())?;
-                    // The GPU GEMMs have no epilogue (docs/gpu.md): a Gemm's bias or alpha
-                    // stays on the CPU device, refused here before anything is uploaded.
-                    if node_inputs.get(4).copied().flatten().is_some() || attrs.alpha != 1.0 {
-                        return Err(Error::Unsupported(format!(
-                            "node {name}: com.mxfuse::MxMatMul with a bias or alpha != 1 has no GPU kernel; run this model on the CPU device"
-                        )));
-                    }
                     let packed = match (&backend, const_input(2)?, const_input(3)?) {
                         (Backend::Gpu(rt), Some(b), Some(bs)) => {
                             let frag = |k: usize| rt.frag_gemm_available(k);
@@ -526,7 +521,32 @@ impl GpuProgram {
                         }
                     }
                 };
-                rt.mx_matmul(m, k, n, *a_q, *a_s, &b, *y, dtype(ym.dtype)?, STREAM)
+                let ydt = dtype(ym.dtype)?;
+                let bias = match ins.get(4).copied().flatten() {
+                    None => None,
+                    Some((cm, c)) => {
+                        // C has y's type (ONNX Gemm's T) and broadcasts to [M, N].
+                        if dtype(cm.dtype)? != ydt {
+                            return Err(Error::invalid(format!(
+                                "MxMatMul bias of type {} with output {ydt:?}",
+                                cm.dtype
+                            )));
+                        }
+                        let shape: Vec<usize> = cm.dims.iter().map(|&d| d as usize).collect();
+                        let (rows, cols) = kernels::epilogue::broadcast_dims(&shape, m, n)?;
+                        Some(GpuBias {
+                            ptr: *c,
+                            rows,
+                            cols,
+                        })
+                    }
+                };
+                let ep = GpuEpilogue {
+                    alpha: attrs.alpha,
+                    beta: attrs.beta,
+                    bias,
+                };
+                rt.mx_matmul(m, k, n, *a_q, *a_s, &b, *y, ydt, &ep, STREAM)
             }
         }
         .map_err(gpu)
