@@ -70,6 +70,60 @@ impl Epilogue {
         self.bias.is_none() && self.alpha == 1.0
     }
 
+    /// Applies the epilogue in place to `acc`, the f32 sums of row `r`, columns `c0..` (what
+    /// the GEMMs call where they round a run of outputs): nothing for [`Epilogue::NONE`], else
+    /// loops the compiler vectorizes, with the same arithmetic as [`Epilogue::apply`] (a
+    /// broadcast column's `fl(beta · c)` is the same product computed once).
+    #[inline]
+    pub fn apply_row(&self, r: usize, c0: usize, acc: &mut [f32]) {
+        let (alpha, beta) = (self.alpha, self.beta);
+        match &self.bias {
+            None if alpha == 1.0 => {}
+            None => acc.iter_mut().for_each(|x| *x *= alpha),
+            Some(b) => {
+                let row = if b.rows == 1 { 0 } else { r * b.cols };
+                if b.cols == 1 {
+                    let u = beta * b.values[row];
+                    acc.iter_mut().for_each(|x| *x = alpha * *x + u);
+                } else {
+                    let c = &b.values[row + c0..row + c0 + acc.len()];
+                    acc.iter_mut()
+                        .zip(c)
+                        .for_each(|(x, &c)| *x = alpha * *x + beta * c);
+                }
+            }
+        }
+    }
+
+    /// [`Epilogue::apply_row`] on a register block: `rows[r][j]` is the sum of row `r`, column
+    /// `c0 + j`, for `j < cols ≤ W` (columns past `cols` are scratch the caller drops). For a
+    /// bias broadcast over rows (`[N]`, `[1, N]`, scalars: what `nn.Linear` exports) the W
+    /// values of `fl(beta · c)` are formed once and every row costs one W-wide multiply-add, so a
+    /// 4-column unit of the `[N, K]` GEMM pays no per-row call.
+    #[inline]
+    pub fn apply_block<const W: usize>(&self, c0: usize, cols: usize, rows: &mut [[f32; W]]) {
+        let (alpha, beta) = (self.alpha, self.beta);
+        match &self.bias {
+            None if alpha == 1.0 => {}
+            Some(b) if b.rows == 1 => {
+                let mut u = [0f32; W];
+                for (j, u) in u.iter_mut().enumerate().take(cols) {
+                    *u = beta * b.values[if b.cols == 1 { 0 } else { c0 + j }];
+                }
+                for row in rows.iter_mut() {
+                    for (x, u) in row.iter_mut().zip(u) {
+                        *x = alpha * *x + u;
+                    }
+                }
+            }
+            _ => {
+                for (r, row) in rows.iter_mut().enumerate() {
+                    self.apply_row(r, c0, &mut row[..cols]);
+                }
+            }
+        }
+    }
+
     /// The output value at row `r`, column `c` for the f32 accumulator `acc`.
     #[inline(always)]
     pub fn apply(&self, r: usize, c: usize, acc: f32) -> f32 {

@@ -169,12 +169,13 @@ pub fn mx_matmul<O: Element>(
                     decode_b_tile(isa, &b, (k, n), trans_b, (n0, cols), (k0, kt), &mut tile);
                     dot_tile(isa, &a, k, k0, &tile, kt, m, cols, &mut acc);
                 }
-                for r in 0..m {
+                for (r, sums) in acc.chunks_exact_mut(cols).take(m).enumerate() {
+                    ep.apply_row(r, n0, sums);
                     // SAFETY: each task owns the output columns of its units in every row, so the
                     // pieces (r, n0..n0+cols) of different tasks are disjoint.
                     let out = unsafe { y.piece(r * n + n0, r * n + n0 + cols) };
-                    for (c, (o, &v)) in out.iter_mut().zip(&acc[r * cols..]).enumerate() {
-                        *o = O::from_f32(ep.apply(r, n0 + c, v));
+                    for (o, &v) in out.iter_mut().zip(sums.iter()) {
+                        *o = O::from_f32(v);
                     }
                 }
             }

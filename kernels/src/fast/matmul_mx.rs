@@ -147,11 +147,12 @@ pub(super) fn nk<O: Element>(
                         _ => nk_tiled(a, m, k, qs, ss, &mut tile, &mut acc, &mut vals),
                     }
                 }
+                ep.apply_block(n0, cols, &mut vals);
                 for (r, v) in vals.iter().enumerate() {
                     // SAFETY: each task owns its units' columns in every row: disjoint pieces.
                     let out = unsafe { y.piece(r * n + n0, r * n + n0 + cols) };
-                    for (c, (o, &x)) in out.iter_mut().zip(v).enumerate() {
-                        *o = O::from_f32(ep.apply(r, n0 + c, x));
+                    for (o, &x) in out.iter_mut().zip(v.iter()) {
+                        *o = O::from_f32(x);
                     }
                 }
             }
@@ -463,7 +464,6 @@ pub(super) fn kn<O: Element>(
                     // SAFETY: each task owns its units' columns in every row: disjoint pieces.
                     let out = unsafe { y.piece(r * n + n0, r * n + n0 + cols) };
                     for (st, chunk) in out.chunks_mut(KN_COLS).enumerate() {
-                        let c0 = n0 + st * KN_COLS;
                         let mut v = [0f32; KN_COLS];
                         let [lo, hi] = acc[st * m + r];
                         // SAFETY: AVX2 detected by the caller; v holds 16 floats.
@@ -471,8 +471,9 @@ pub(super) fn kn<O: Element>(
                             _mm256_storeu_ps(v.as_mut_ptr(), lo);
                             _mm256_storeu_ps(v.as_mut_ptr().add(8), hi);
                         }
-                        for (c, (o, &x)) in chunk.iter_mut().zip(&v).enumerate() {
-                            *o = O::from_f32(ep.apply(r, c0 + c, x));
+                        ep.apply_row(r, n0 + st * KN_COLS, &mut v[..chunk.len()]);
+                        for (o, &x) in chunk.iter_mut().zip(&v) {
+                            *o = O::from_f32(x);
                         }
                     }
                 }
