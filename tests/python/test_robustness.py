@@ -198,6 +198,46 @@ def test_linear_with_bias_after_a_standalone_quantizer(bias_shape, attrs, lib, e
     check_against_onnx_reference(src, got, feed)
 
 
+def test_f16_linear_with_bias_runs_offline_and_online(lib, ep_devices, mxfuse_cli, tmp_path):
+    """An f16 nn.Linear with bias (C is f16 as the Gemm's T) after MXFP8 (amax cast to float):
+    the rewritten model through the custom-op library on ORT's CPU EP gives the EP's bits, within
+    one f16 unit in the last place of the exact (f64) Gemm of onnx.reference's dequantized
+    activation (onnx.reference's own f16 Gemm computes in f16 and was 7 units off here)."""
+    f16 = lambda name, v: numpy_helper.from_array(np.asarray(v, np.float16), name)
+    rng = np.random.default_rng(6)
+    inits = [numpy_helper.from_array(np.array([0, K // 32, 32], np.int64), "shape"),
+             numpy_helper.from_array(np.array([-1], np.int64), "axes"),
+             numpy_helper.from_array(np.array(2.0**-8, np.float32), "c"),
+             f16("w", rng.standard_normal((48, K)) * 0.1), f16("bias", rng.standard_normal(48))]
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["xb"]), helper.make_node("Abs", ["xb"], ["ab"]),
+             helper.make_node("ReduceMax", ["ab", "axes"], ["amax16"], keepdims=0),
+             helper.make_node("Cast", ["amax16"], ["amax"], to=TP.FLOAT),
+             helper.make_node("Mul", ["amax", "c"], ["s"]),
+             helper.make_node("Cast", ["s"], ["scale"], to=TP.FLOAT8E8M0, round_mode="down", saturate=1),
+             helper.make_node("QuantizeLinear", ["x", "scale"], ["q"], axis=-1, block_size=32, output_dtype=TP.FLOAT8E4M3FN),
+             helper.make_node("DequantizeLinear", ["q", "scale"], ["xd"], axis=-1, block_size=32, output_dtype=TP.FLOAT16),
+             helper.make_node("Gemm", ["xd", "w", "bias"], ["y"], transB=1)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TP.FLOAT16, ["m", K])],
+                          [helper.make_tensor_value_info("y", TP.FLOAT16, None)], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)], ir_version=11)
+    src = tmp_path / "m.onnx"
+    onnx.save(model, src)
+    report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
+    assert [f["rule"] for f in report["fusions"]] == ["mxquant"], report["rejections"]
+    feed = {"x": (rng.standard_normal((5, K)) * 2).astype(np.float16)}
+    online, claimed = ep_run(src, ep_devices, feed)
+    assert "Gemm" in claimed, claimed
+    offline = offline_run(tmp_path / "fused.onnx", lib, feed)
+    assert online[0].dtype == np.float16 and np.array_equal(online[0].view(np.uint16), offline[0].view(np.uint16))
+    from onnx.reference import ReferenceEvaluator
+
+    xd = ReferenceEvaluator(model).run(["xd"], feed)[0].astype(np.float64)
+    w, c = (numpy_helper.to_array(t).astype(np.float64) for t in inits[3:])
+    exact = xd @ w.T + c
+    ulp = np.spacing(np.abs(exact).astype(np.float16)).astype(np.float64)
+    assert (np.abs(online[0].astype(np.float64) - exact) <= ulp).all()
+
+
 def test_gemm_with_an_unbroadcastable_bias_is_refused_with_the_reason(mxfuse_cli, tmp_path):
     """A bias whose rows are not provably M (a graph input [r, 48]) is refused: the reason
     says why, and nothing of the site is rewritten."""
