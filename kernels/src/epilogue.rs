@@ -65,6 +65,21 @@ impl Epilogue {
         Ok(Epilogue { alpha, beta, bias })
     }
 
+    /// Checks that the bias fits an `m × n` product (the GEMMs call this before indexing it:
+    /// an epilogue built for other dims is an error, not an out-of-bounds read).
+    pub fn check_dims(&self, m: usize, n: usize) -> Result<()> {
+        match &self.bias {
+            Some(b) if !(b.rows == 1 || b.rows == m) || !(b.cols == 1 || b.cols == n) => {
+                Err(shape_err!(
+                    "bias of {} x {} does not broadcast to [M, N] = [{m}, {n}]",
+                    b.rows,
+                    b.cols
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Whether this is [`Epilogue::NONE`]'s computation (no bias, alpha = 1).
     pub fn is_identity(&self) -> bool {
         self.bias.is_none() && self.alpha == 1.0
@@ -177,6 +192,10 @@ mod tests {
             assert!(ok(shape, len).is_err(), "{shape:?}");
         }
         assert!(ok(&[4], 3).is_err(), "short data");
+        let full = ok(&[3, 4], 12).unwrap();
+        assert!(full.check_dims(3, 4).is_ok());
+        assert!(full.check_dims(5, 4).is_err() && full.check_dims(3, 5).is_err());
+        assert!(ok(&[4], 4).unwrap().check_dims(9, 4).is_ok());
     }
 
     #[test]

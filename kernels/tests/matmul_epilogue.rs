@@ -326,6 +326,29 @@ fn op_api_takes_the_bias_and_refuses_bad_ones() {
     assert!(err.to_string().contains("bias"), "{err}");
 }
 
+/// An epilogue built for other dims is an error from every GEMM entry, never an out-of-bounds
+/// read.
+#[test]
+fn epilogue_of_other_dims_is_an_error() {
+    let mut rng = Rng::new(8);
+    let case = Case::new(&mut rng, 3, 64, 5);
+    let c = vec![1f32; 2 * 5];
+    let ep = Epilogue::new(1.0, 1.0, Some((&c[..], &[2, 5][..])), 2, 5).unwrap();
+    for (b, trans_b) in case.weights() {
+        let mut y = vec![0f32; 15];
+        let r = fast::mx_matmul(
+            &case.a_q, &case.a_s, 3, 64, 5, b, trans_b, &mut y, &ep, &Serial,
+        );
+        assert!(r.unwrap_err().to_string().contains("does not broadcast"));
+        let r = reference::mx_matmul(&case.a_q, &case.a_s, 3, 64, 5, b, trans_b, &mut y, &ep);
+        assert!(r.is_err());
+        let cfg = QuantConfig::default();
+        let r =
+            fast::mx_matmul_quantize_a(&case.x, 3, 64, 5, b, trans_b, cfg, &mut y, &ep, &Serial);
+        assert!(r.is_err());
+    }
+}
+
 #[test]
 fn alpha_and_beta_attributes_parse() {
     let a = MxMatMulAttrs::from_pairs([("alpha", "0.5"), ("beta", "-2")]).unwrap();

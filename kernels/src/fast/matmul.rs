@@ -134,6 +134,7 @@ pub fn mx_matmul<O: Element>(
     par: &dyn Parallel,
 ) -> Result<()> {
     check_matmul_io(m, k, n, a_q, a_scales, &b, y.len())?;
+    ep.check_dims(m, n)?;
     if m == 0 || n == 0 {
         return Ok(());
     }

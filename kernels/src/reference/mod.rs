@@ -268,6 +268,7 @@ pub fn mx_matmul<O: Element>(
     ep: &Epilogue,
 ) -> Result<()> {
     check_matmul_io(m, k, n, a_q, a_scales, &b, y.len())?;
+    ep.check_dims(m, n)?;
     let kb = k / BLOCK;
     for mm in 0..m {
         for nn in 0..n {
