@@ -332,7 +332,7 @@ fn op_api_takes_the_bias_and_refuses_bad_ones() {
 fn epilogue_of_other_dims_is_an_error() {
     let mut rng = Rng::new(8);
     let case = Case::new(&mut rng, 3, 64, 5);
-    let c = vec![1f32; 2 * 5];
+    let c = [1f32; 2 * 5];
     let ep = Epilogue::new(1.0, 1.0, Some((&c[..], &[2, 5][..])), 2, 5).unwrap();
     for (b, trans_b) in case.weights() {
         let mut y = vec![0f32; 15];
