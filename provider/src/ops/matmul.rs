@@ -283,6 +283,78 @@ mod tests {
         }
     }
 
+    /// The bias input (slot 4) and alpha / beta reach the kernel on both the stored-layout and
+    /// the prepacked path: each output is `fl(alpha · acc) + fl(beta · c)` of that path's own
+    /// plain product, bit for bit; a bias of another type is an error.
+    #[test]
+    fn bias_and_scales_reach_both_paths() {
+        let (m, kk, n) = (2usize, 64usize, 3usize);
+        let a = tensor(
+            DType::E4M3,
+            &[m as i64, kk as i64],
+            (0..m * kk).map(|i| (i * 37 % 0x70) as u8).collect(),
+        );
+        let a_s = tensor(DType::E8M0, &[m as i64, 2], vec![127, 126, 128, 127]);
+        let b = tensor(
+            DType::E4M3,
+            &[kk as i64, n as i64],
+            (0..kk * n).map(|i| (i * 11 % 0x60) as u8).collect(),
+        );
+        let b_s = tensor(
+            DType::E8M0,
+            &[2, n as i64],
+            vec![125, 126, 127, 128, 129, 127],
+        );
+        let cv = [0.5f32, -1.25, 3.0];
+        let c = tensor(
+            DType::F32,
+            &[n as i64],
+            cv.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        );
+        let to_f32 = |d: Vec<u8>| {
+            d.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect::<Vec<_>>()
+        };
+        let run = |kernel: &MxMatMul, bias: Option<&Tensor>| {
+            let inputs = [
+                Some(a.view()),
+                Some(a_s.view()),
+                Some(b.view()),
+                Some(b_s.view()),
+                bias.map(Tensor::view),
+            ];
+            let mut y = Tensor::zeros(Meta::new(1, vec![m as i64, n as i64])).unwrap();
+            kernel
+                .compute(&inputs, &mut [Some(y.view_mut())], &Serial)
+                .map(|_| to_f32(y.data))
+        };
+        let attrs = MxMatMulAttrs {
+            alpha: 0.5,
+            beta: 2.0,
+            ..Default::default()
+        };
+        for prepacked in [false, true] {
+            let (mut plain, mut biased) = (
+                MxMatMul::new(MxMatMulAttrs::default()),
+                MxMatMul::new(attrs),
+            );
+            if prepacked {
+                let consts = [None, None, Some(b.view()), Some(b_s.view())];
+                plain.prepack(&consts).unwrap();
+                biased.prepack(&consts).unwrap();
+            }
+            let acc = run(&plain, None).unwrap();
+            let y = run(&biased, Some(&c)).unwrap();
+            for (i, (y, acc)) in y.iter().zip(&acc).enumerate() {
+                assert_eq!(y.to_bits(), (0.5 * acc + 2.0 * cv[i % n]).to_bits(), "{i}");
+            }
+            let c16 = tensor(DType::F16, &[n as i64], vec![0; 2 * n]);
+            let err = run(&biased, Some(&c16)).unwrap_err();
+            assert!(err.to_string().contains("bias"), "{err}");
+        }
+    }
+
     #[test]
     fn float_weights_and_runtime_weights_are_not_prepacked() {
         let mut k = MxMatMul::new(MxMatMulAttrs::default());
