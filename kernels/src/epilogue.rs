@@ -80,11 +80,6 @@ impl Epilogue {
         }
     }
 
-    /// Whether this is [`Epilogue::NONE`]'s computation (no bias, alpha = 1).
-    pub fn is_identity(&self) -> bool {
-        self.bias.is_none() && self.alpha == 1.0
-    }
-
     /// Applies the epilogue in place to `acc`, the f32 sums of row `r`, columns `c0..` (what
     /// the GEMMs call where they round a run of outputs): nothing for [`Epilogue::NONE`], else
     /// loops the compiler vectorizes, with the same arithmetic as [`Epilogue::apply`] (a

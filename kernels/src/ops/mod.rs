@@ -281,7 +281,7 @@ pub fn mx_matmul(
 
 /// The [`Epilogue`] of an `m × n` `MxMatMul`: `bias` must have the output dtype (ONNX `Gemm`'s
 /// C is T) and a shape that broadcasts to `[m, n]`.
-pub fn mx_matmul_epilogue(
+fn mx_matmul_epilogue(
     bias: Option<TensorRef<'_>>,
     attrs: &MxMatMulAttrs,
     m: usize,
