@@ -95,6 +95,17 @@ fn norm_graph(cfg: &DecoderConfig, residual: bool) -> Graph {
 
 /// `gate_up → Split | Slices, or gate, up → SwiGLU → quantize → down MatMul`.
 fn swiglu_graph(cfg: &DecoderConfig) -> Graph {
+    swiglu_graph_with(cfg, &|b, a, k, n| {
+        let w = matmul_weight(b, cfg.dtype, cfg.spelling.weights, "down.weight", k, n);
+        matmul(b, a, &w, n, "down")
+    })
+}
+
+/// The consumer of a quantized activation `a [ROWS, k]`: builds `y [ROWS, n]` from it.
+type Consumer<'a> = &'a dyn Fn(&mut GraphBuilder, &BTensor, usize, usize) -> BTensor;
+
+/// [`swiglu_graph`] with `consume` as the down projection.
+fn swiglu_graph_with(cfg: &DecoderConfig, consume: Consumer<'_>) -> Graph {
     let (dt, i) = (cfg.dtype, cfg.intermediate);
     let mut b = GraphBuilder::new(cfg.seed, false);
     let e = elem_of(dt);
@@ -127,15 +138,7 @@ fn swiglu_graph(cfg: &DecoderConfig) -> Graph {
     };
     let act = models::swiglu::swiglu(&mut b, cfg, "mlp", &gate, &up);
     let a = quantize_activation(&mut b, dt, cfg.spelling.quant, &act, "down_in");
-    let w = matmul_weight(
-        &mut b,
-        dt,
-        cfg.spelling.weights,
-        "down.weight",
-        i,
-        cfg.hidden,
-    );
-    let y: BTensor = matmul(&mut b, &a, &w, cfg.hidden, "down");
+    let y = consume(&mut b, &a, i, cfg.hidden);
     b.add_output(&y);
     finish(b)
 }
@@ -453,6 +456,214 @@ fn dequantize_kept_for_a_non_matmul_reader_matches_bit_for_bit() {
                 ops.contains(&"MxDequantize") && !ops.contains(&"DequantizeLinear"),
                 "{ctx}: {ops:?}"
             );
+        }
+    }
+}
+
+/// One `Gemm` consumer: `transB`, bias shape (`None`: no C), alpha, beta, MX weight
+/// (`cfg.spelling.weights`, `[K, N]` only) or float, and whether C holds a NaN.
+#[derive(Clone, Copy, Debug)]
+struct GemmCase {
+    trans_b: bool,
+    bias: Option<&'static [usize]>,
+    alpha: f32,
+    beta: f32,
+    spelled_weight: bool,
+    nan_bias: bool,
+}
+
+const LINEAR: GemmCase = GemmCase {
+    trans_b: true,
+    bias: Some(&[0]), // [N]
+    alpha: 1.0,
+    beta: 1.0,
+    spelled_weight: false,
+    nan_bias: false,
+};
+
+/// The bias-shape placeholders: 0 = N, 1 = 1, 2 = M (ROWS).
+fn gemm_cases() -> Vec<GemmCase> {
+    vec![
+        LINEAR,
+        GemmCase {
+            trans_b: false,
+            bias: Some(&[1, 0]),
+            spelled_weight: true,
+            ..LINEAR
+        },
+        GemmCase {
+            bias: Some(&[]),
+            alpha: 0.5,
+            beta: -2.0,
+            ..LINEAR
+        },
+        GemmCase {
+            bias: Some(&[2, 0]),
+            beta: 0.25,
+            ..LINEAR
+        },
+        GemmCase {
+            bias: Some(&[2, 1]),
+            ..LINEAR
+        },
+        GemmCase {
+            bias: Some(&[1]),
+            nan_bias: true,
+            ..LINEAR
+        },
+        GemmCase {
+            bias: None,
+            alpha: 3.0,
+            ..LINEAR
+        },
+    ]
+}
+
+/// `Gemm(a, W, [C])` per `case` for `a [ROWS, k]`, N = `n`.
+fn gemm_consumer(
+    b: &mut GraphBuilder,
+    cfg: &DecoderConfig,
+    case: GemmCase,
+    a: &BTensor,
+    (k, n): (usize, usize),
+) -> BTensor {
+    let dt = cfg.dtype;
+    let w = if case.spelled_weight {
+        matmul_weight(b, dt, cfg.spelling.weights, "proj.weight", k, n)
+    } else {
+        let dims = if case.trans_b { [n, k] } else { [k, n] };
+        b.random_weight("proj.weight", dt, &dims, 0.0, 1.0 / (k as f32).sqrt())
+    };
+    let mut inputs = vec![a.name.clone(), w.name.clone()];
+    if let Some(spec) = case.bias {
+        let dims: Vec<usize> = spec.iter().map(|&d| [n, 1, ROWS][d]).collect();
+        let len = dims.iter().product();
+        let mut v = models::data::Rng::new(5).normals(len, 0.5, 1.0);
+        if case.nan_bias {
+            v[0] = f32::NAN;
+        }
+        inputs.push(b.const_float("proj.bias", dt, &dims, &v).name);
+    }
+    let refs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+    let attrs = vec![
+        models::builder::attr_i("transB", case.trans_b as i64),
+        models::builder::attr_f("alpha", case.alpha),
+        models::builder::attr_f("beta", case.beta),
+    ];
+    b.op_attrs("Gemm", &refs, "proj", a.elem, a.with_last(n), attrs)
+}
+
+/// `x → norm → quantize → Gemm(·, W, C)` (torch's `nn.Linear` with bias on a rank-2
+/// activation and other Gemm forms), rewritten and compared with the unfused graph.
+fn norm_gemm_case(dt: DType, quant: QuantSpelling, case: GemmCase) {
+    let mut cfg = DecoderConfig::tiny();
+    (cfg.dtype, cfg.spelling.quant, cfg.seed) = (dt, quant, 7);
+    cfg.spelling.norm_f32_casts = true;
+    let h = cfg.hidden;
+    let mut b = GraphBuilder::new(cfg.seed, false);
+    let shape = vec![Dim::Fixed(ROWS), Dim::Fixed(h)];
+    let x = b.add_input("x", elem_of(dt), shape.clone());
+    let res = b.add_input("residual", elem_of(dt), shape);
+    let n = models::norm::add_rms_norm(&mut b, &cfg, "norm", &x, Some(&res));
+    let a = quantize_activation(&mut b, dt, quant, &n.normed, "proj_in");
+    let y = gemm_consumer(&mut b, &cfg, case, &a, (h, 48));
+    b.add_output(&y);
+    b.add_output(&n.residual);
+    let nan = quant != QuantSpelling::Quark;
+    let feeds = HashMap::from([
+        (
+            "x".to_string(),
+            feed(dt, h, rows(1, h, 1.0, outlier(dt), nan)),
+        ),
+        (
+            "residual".to_string(),
+            feed(dt, h, rows(2, h, 1.0, outlier(dt), false)),
+        ),
+    ]);
+    let ctx = format!("norm {dt:?} {quant:?} {case:?}");
+    let g = finish(b);
+    assert_gemm_fused(&g, case, "AddRmsNormMxQuant", &ctx);
+    differential(g, &feeds, "add_rmsnorm_mxquant", 1, &ctx);
+}
+
+/// The rewrite of `g` has `fused` and an `MxMatMul` for the Gemm that reads its bias as the
+/// fifth input and carries alpha / beta where they are not 1.
+fn assert_gemm_fused(g: &Graph, case: GemmCase, fused: &str, ctx: &str) {
+    let mut r = g.clone();
+    run_pipeline(&mut r, &PipelineOptions::default()).expect("pipeline");
+    let ops: Vec<&str> = r.nodes().iter().map(|&n| r.op_type(n)).collect();
+    assert!(ops.contains(&fused), "{ctx}: {ops:?}");
+    let (mm, _) = r
+        .producer(r.value_by_name("proj").expect("y"))
+        .expect("produced");
+    assert_eq!(r.op_type(mm), "MxMatMul", "{ctx}");
+    let bias = r
+        .inputs(mm)
+        .get(4)
+        .copied()
+        .flatten()
+        .map(|v| r.value_name(v));
+    assert_eq!(bias, case.bias.map(|_| "proj.bias"), "{ctx}");
+    let f = |name: &str| match r.attr(mm, name) {
+        Some(graph_rewrites::view::AttrValue::Float(v)) => v,
+        _ => 1.0,
+    };
+    assert_eq!(f("alpha"), case.alpha, "{ctx}");
+    if case.bias.is_some() {
+        assert_eq!(f("beta"), case.beta, "{ctx}");
+    }
+}
+
+#[test]
+fn gemm_with_bias_after_the_norm_matches_the_reference() {
+    for case in gemm_cases() {
+        for (dt, quant) in [
+            (DType::F32, QuantSpelling::StdFloor),
+            (DType::Bf16, QuantSpelling::StdFloor),
+            (DType::F16, QuantSpelling::StdRceilMul),
+            (DType::F32, QuantSpelling::Quark),
+        ] {
+            norm_gemm_case(dt, quant, case);
+        }
+    }
+}
+
+#[test]
+fn gemm_with_bias_after_swiglu_matches_the_reference() {
+    for case in gemm_cases() {
+        for (dt, quant) in [
+            (DType::F32, QuantSpelling::StdFloor),
+            (DType::Bf16, QuantSpelling::StdRceilDiv),
+            (DType::F16, QuantSpelling::StdFloor),
+            (DType::F32, QuantSpelling::Quark),
+        ] {
+            let mut cfg = DecoderConfig::tiny();
+            (
+                cfg.dtype,
+                cfg.spelling.swiglu,
+                cfg.spelling.gate_up,
+                cfg.spelling.quant,
+                cfg.seed,
+            ) = (
+                dt,
+                SwigluSpelling::SiluMul,
+                GateUpForm::TwoMatmuls,
+                quant,
+                11,
+            );
+            let i = cfg.intermediate;
+            let nan = quant != QuantSpelling::Quark;
+            let feeds = HashMap::from([
+                (
+                    "gate".into(),
+                    feed(dt, i, rows(3, i, 3.0, outlier(dt), nan)),
+                ),
+                ("up".into(), feed(dt, i, rows(4, i, 3.0, 3.0, false))),
+            ]);
+            let g = swiglu_graph_with(&cfg, &|b, a, k, n| gemm_consumer(b, &cfg, case, a, (k, n)));
+            let ctx = format!("swiglu {dt:?} {quant:?} {case:?}");
+            assert_gemm_fused(&g, case, "SwiGluMxQuant", &ctx);
+            differential(g, &feeds, "swiglu_mxquant_matmul", 1, &ctx);
         }
     }
 }

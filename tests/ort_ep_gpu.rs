@@ -86,6 +86,76 @@ fn decoder(form: models::WeightForm) -> Vec<u8> {
 /// The test decoder's width ([`decoder`]).
 const HIDDEN: usize = 256;
 
+/// torch's `nn.Linear` with bias on a rank-2 activation after an MXFP8 quantizer, twice:
+/// `x [6, 256] → MX quantize → Gemm(·, W [48, 256], C [48], transB = 1)` and
+/// `Gemm(·, MX W [256, 48], C [1, 48], alpha = 0.5, beta = 2)` (a prepacked constant MX weight;
+/// x and that output pass through a `Neg`):
+/// the `MxMatMul` epilogue on each executor.
+fn gemm_bias_model() -> Vec<u8> {
+    use models::builder::{attr_f, attr_i, elem_of, Dim, GraphBuilder};
+    let dt = models::DType::F32;
+    let mut b = GraphBuilder::new(5, false);
+    let shape = vec![Dim::Fixed(6), Dim::Fixed(HIDDEN)];
+    let x = b.add_input("x", elem_of(dt), shape.clone());
+    // A Neg before and after the fused nodes stays on ORT's CPU EP, so ORT inserts the Memcpy
+    // nodes the device-memory tests look for.
+    let x = b.op("Neg", &[&x.name], "xn", x.elem, shape);
+    let a =
+        models::mx_quant::quantize_activation(&mut b, dt, models::QuantSpelling::StdFloor, &x, "x");
+    let w = b.random_weight("w", dt, &[48, HIDDEN], 0.0, 0.06);
+    let c = b.random_weight("c", dt, &[48], 0.5, 1.0);
+    let y = b.op_attrs(
+        "Gemm",
+        &[&a.name, &w.name, &c.name],
+        "y",
+        a.elem,
+        a.with_last(48),
+        vec![attr_i("transB", 1)],
+    );
+    b.add_output(&y);
+    let wmx =
+        models::mx_quant::matmul_weight(&mut b, dt, models::WeightForm::StdMx, "wmx", HIDDEN, 48);
+    let c2 = b.random_weight("c2", dt, &[1, 48], 0.0, 1.0);
+    let attrs = vec![attr_f("alpha", 0.5), attr_f("beta", 2.0)];
+    let y2 = b.op_attrs(
+        "Gemm",
+        &[&a.name, &wmx.name, &c2.name],
+        "y2",
+        a.elem,
+        a.with_last(48),
+        attrs,
+    );
+    let y2n = b.op("Neg", &[&y2.name], "y2n", y2.elem, y2.shape.clone());
+    b.add_output(&y2n);
+    models::external::into_inline(b.finish("gemm_bias", "Gemm with bias after MXFP8"))
+        .encode_to_vec()
+}
+
+/// Runs [`gemm_bias_model`]; both outputs as f32.
+fn run_gemm(session: &mut Session) -> Vec<Vec<f32>> {
+    let data: Vec<f32> = (0..6 * HIDDEN)
+        .map(|i| ((i * 7919 % 257) as f32 - 128.0) / 37.0)
+        .collect();
+    let input = ort::value::Tensor::from_array(([6usize, HIDDEN], data)).expect("tensor");
+    let outputs = session.run(ort::inputs!["x" => input]).expect("run");
+    outputs
+        .iter()
+        .map(|(_, v)| v.try_extract_tensor::<f32>().expect("f32").1.to_vec())
+        .collect()
+}
+
+/// Runs a test model; every output as f32.
+type Runner = fn(&mut Session) -> Vec<Vec<f32>>;
+
+/// The test models and their runners: the decoder in each weight form, and the Gemm-with-bias
+/// model.
+fn models_and_runners() -> Vec<(Vec<u8>, Runner)> {
+    let mut v: Vec<(Vec<u8>, Runner)> =
+        FORMS.iter().map(|&f| (decoder(f), run as Runner)).collect();
+    v.push((gemm_bias_model(), run_gemm));
+    v
+}
+
 /// Runs the test decoder (width [`HIDDEN`]); every output as f32.
 fn run(session: &mut Session) -> Vec<Vec<f32>> {
     run_decoder_hidden(session, HIDDEN)
@@ -206,8 +276,7 @@ fn without_a_gpu_only_the_cpu_device_is_offered_and_a_line_says_why() {
 fn emulated_device_memory_gives_the_cpu_device_bits() {
     if !is_child() {
         let mut reference = Vec::new();
-        for form in FORMS {
-            let model = decoder(form);
+        for (model, run) in models_and_runners() {
             let cpu = run(&mut session(DeviceType::CPU, &model, &[], None).expect("CPU"));
             // The child runs each model twice: device tensors, then staged (device=gpu).
             reference.extend(cpu.clone());
@@ -228,8 +297,7 @@ fn emulated_device_memory_gives_the_cpu_device_bits() {
         return; // run as a child of another test
     }
     let mut outputs = Vec::new();
-    for form in FORMS {
-        let model = decoder(form);
+    for (model, run) in models_and_runners() {
         for options in [&[][..], &[("device", "gpu")][..]] {
             let log: Log = Arc::default();
             let mut s = session(DeviceType::CPU, &model, options, Some(log.clone()))
@@ -283,9 +351,8 @@ fn gpu_device_matches_the_cpu_device() {
         return;
     }
     let on_gpu_device = !ep_devices(DeviceType::GPU).is_empty();
-    for form in FORMS {
-        eprintln!("weights {form:?}");
-        let model = decoder(form);
+    for (i, (model, run)) in models_and_runners().into_iter().enumerate() {
+        eprintln!("model {i} (decoder in {FORMS:?}, then Gemm with bias)");
         let cpu = run(&mut session(DeviceType::CPU, &model, &[], None).expect("CPU session"));
         let log: Log = Arc::default();
         let mut s = if on_gpu_device {

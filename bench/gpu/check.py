@@ -429,6 +429,55 @@ def check_pdl(ops):
         report(f"pdl chain M={M}: norm -> norm -> frag GEMM, quantize, swiglu", same)
 
 
+def check_matmul_epilogue(ops):
+    """The MxMatMul epilogue (bias C, alpha, beta; docs/ops.md) on every GEMM family: each output
+    equals the same launch's fp32 accumulator (the launch without an epilogue, fp32 out) put
+    through round_T(fl(alpha * acc) + fl(beta * c)) on the host, bit for bit, for C of shape [N],
+    [1, N], [], [M, N], [M, 1], bf16 / f16 / f32 outputs and a NaN in C."""
+    from mxgpu import epilogue, pack_frag
+
+    def want(acc, c, alpha, beta, out):
+        t = torch.tensor(alpha, dtype=torch.float32) * acc  # separate IEEE ops: never fused
+        u = torch.tensor(beta, dtype=torch.float32) * c.float().cpu()
+        return (t + u).to(DT[out])  # C broadcasts to [M, N] as numpy / ONNX do
+
+    def same(a, b):
+        return np.array_equal(a.float().cpu().numpy(), b.float().cpu().numpy(), equal_nan=True)
+
+    for N, K in ((100, 256), (1536, 768)):
+        w = rand_e4m3((N, K)); ws = rng.integers(110, 135, (N, K // 32), dtype=np.uint8)
+        wd, wsd = torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda()
+        wkn, wskn = (torch.from_numpy(np.ascontiguousarray(x.T)).cuda() for x in (w, ws))
+        wf, wsf = pack_frag(wd, wsd) if CLUSTERS else (None, None)
+        for M in (1, 9, 21):
+            a = to_dev(ref.rnd(rng.standard_normal((M, K)) * 2, "bf16"), "bf16")
+            aq, as_ = ops.quantize(a, 0)
+            fams = {
+                "tc": lambda o, ep: ops.matmul_tc(wd, wsd, M, aq=aq, as_=as_, out_dtype=DT[o], ep=ep),
+                "tc_in_gemm": lambda o, ep: ops.matmul_tc(wd, wsd, M, af=a, out_dtype=DT[o], ep=ep),
+                "generic_kn": lambda o, ep: ops.matmul_generic(aq, as_, wkn, wskn, 0, N, DT[o], ep=ep),
+                "generic_nk": lambda o, ep: ops.matmul_generic(aq, as_, wd, wsd, 1, N, DT[o], ep=ep),
+            }
+            if CLUSTERS:
+                fams["sk"] = lambda o, ep: ops.matmul_sk(wd, wsd, M, aq=aq, as_=as_, out_dtype=DT[o], S=2, ep=ep)
+                fams["pipe"] = lambda o, ep: ops.matmul_pipe(wd, wsd, M, aq, as_, out_dtype=DT[o], ep=ep)
+                fams["frag"] = lambda o, ep: ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[o], ep=ep)
+            for fam, run in fams.items():
+                acc = run("f32", None).cpu()
+                bad = []
+                for shape in ([N], [1, N], [], [M, N], [M, 1]):
+                    for alpha, beta, nan in ((1.0, 1.0, False), (0.5, -3.0, True)):
+                        for out in ("bf16", "f16", "f32"):
+                            c32 = ref.rnd(rng.standard_normal(shape) * 4, out).astype(np.float32)
+                            if nan:
+                                c32.reshape(-1)[c32.size // 2] = np.nan
+                            c = to_dev(c32, out)
+                            y = run(out, epilogue(c, alpha, beta, M, N))
+                            if not same(y, want(acc, c, alpha, beta, out)):
+                                bad.append(f"{shape}/{alpha}/{beta}/{out}")
+                report(f"matmul_epilogue {fam} N={N} K={K} M={M}", not bad, "mismatch: " + ", ".join(bad[:6]) if bad else "bit-exact, 30 cases")
+
+
 if __name__ == "__main__":
     mod = Module()
     ops = Ops(mod)
@@ -439,7 +488,7 @@ if __name__ == "__main__":
               "mx_matmul_pipe_m8_bf16_w4_s1", "mx_matmul_pipe_m16_bf16_w1_s8"):
         print(f"  {k}: regs/shared/local = {mod.attrs(k)}")
     only = sys.argv[1:]  # e.g. "check_matmul_splitk": run only these checks
-    for fn in (check_rcp, check_sigmoid_cert, check_swiglu_all_bf16, check_matmul_frag, check_pdl, check_matmul_pipe, check_matmul_splitk, check_vectors, check_quantize, check_norm, check_swiglu, check_matmul):
+    for fn in (check_rcp, check_sigmoid_cert, check_swiglu_all_bf16, check_matmul_frag, check_pdl, check_matmul_pipe, check_matmul_splitk, check_vectors, check_quantize, check_norm, check_swiglu, check_matmul, check_matmul_epilogue):
         if only and fn.__name__ not in only:
             continue
         try:

@@ -161,8 +161,30 @@ SUFFIX = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 NORM_MAX_BLOCK = {1: 1024, 2: 1024, 3: 512, 4: 1024}
 
 
+class MxEpi(ctypes.Structure):
+    """`struct MxEpi` of kernels/gpu/mx_common.h (the MxMatMul epilogue, passed by value to every
+    GEMM kernel): y = round_T(fl(alpha * acc) + fl(beta * bias[m * ld + n * cs])), bias nullable."""
+    _fields_ = [("bias", ctypes.c_uint64), ("ld", ctypes.c_int), ("cs", ctypes.c_int),
+                ("alpha", ctypes.c_float), ("beta", ctypes.c_float)]
+
+
+def epilogue(bias=None, alpha=1.0, beta=1.0, M=None, N=None):
+    """The MxEpi of a bias tensor (torch, on the device, of the output dtype) broadcasting to
+    [M, N] ([], [1], [N], [1|M, 1|N]), or of no bias; keeps a reference to the tensor."""
+    if bias is None:
+        e = MxEpi(0, 0, 0, alpha, beta)
+    else:
+        shape = list(bias.shape)
+        rows, cols = ([1] * (2 - len(shape)) + shape)[-2:]
+        assert rows in (1, M) and cols in (1, N), f"bias {shape} does not broadcast to [{M}, {N}]"
+        e = MxEpi(bias.data_ptr(), 0 if rows == 1 else cols, 0 if cols == 1 else 1, alpha, beta)
+    e.keep = bias
+    return e
+
+
 class Ops:
-    """Launch wrappers with the same grid/block choices as kernels/src/gpu/launch.rs."""
+    """Launch wrappers with the same grid/block choices as kernels/src/gpu/launch.rs. `ep`: the
+    MxMatMul epilogue (`epilogue(...)`), none by default."""
 
     def __init__(self, mod: Module):
         self.m = mod
@@ -224,7 +246,7 @@ class Ops:
                       [x, q, s, ctypes.c_longlong(x.numel()), ctypes.c_uint(flags)])
         return outs
 
-    def matmul_tc(self, w, ws, M, aq=None, as_=None, af=None, out_dtype=torch.bfloat16, flags=0, warps=8, y=None, pf=None):
+    def matmul_tc(self, w, ws, M, aq=None, as_=None, af=None, out_dtype=torch.bfloat16, flags=0, warps=8, y=None, pf=None, ep=None):
         """w e4m3 bytes [N, K], ws [N, K/32]; a either (aq, as_) or af (bf16/f16, quantized in kernel)."""
         N, K = w.shape
         mt = 1 if M <= 8 else 2
@@ -238,14 +260,15 @@ class Ops:
             pf = -(-N // 16) * -(-M // (8 * mt)) < 132
         name = f"mx_matmul_tc_{amode}_m{8 * mt}_{SUFFIX[out_dtype]}" + ("_pf" if pf else "")
         self.m.launch(name, (-(-N // 16), -(-M // (8 * mt))), (32 * warps,),
-                      [aq, as_, af, w, ws, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_uint(flags)])
+                      [aq, as_, af, w, ws, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_uint(flags),
+                       ep or epilogue()])
         return y
 
     def sk_choice(self, N, K, M, sms=132):
         """(S, warps) of the split-K GEMM, as kernels/src/gpu/launch.rs picks them."""
         return sk_choice(N, K, M, sms)
 
-    def matmul_sk(self, w, ws, M, aq=None, as_=None, af=None, out_dtype=torch.bfloat16, flags=0, warps=None, S=None, y=None):
+    def matmul_sk(self, w, ws, M, aq=None, as_=None, af=None, out_dtype=torch.bfloat16, flags=0, warps=None, S=None, y=None, ep=None):
         """The split-K GEMM (mx_matmul_splitk.hip): w e4m3 [N, K], ws [N, K/32]; a either (aq, as_)
         or af (bf16/f16, quantized in kernel). S blocks of a cluster split K."""
         N, K = w.shape
@@ -258,10 +281,11 @@ class Ops:
             y = torch.empty(M, N, dtype=out_dtype, device=w.device)
         name = f"mx_matmul_sk_{amode}_m{8 * mt}_{SUFFIX[out_dtype]}_s{S}"
         self.m.launch(name, (-(-N // 16) * S, -(-M // (8 * mt))), (32 * warps,),
-                      [aq, as_, af, w, ws, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_uint(flags)])
+                      [aq, as_, af, w, ws, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_uint(flags),
+                       ep or epilogue()])
         return y
 
-    def matmul_pipe(self, w, ws, M, aq, as_, out_dtype=torch.bfloat16, W=None, S=None, y=None, var=""):
+    def matmul_pipe(self, w, ws, M, aq, as_, out_dtype=torch.bfloat16, W=None, S=None, y=None, var="", ep=None):
         """The cp.async pipeline GEMM (mx_matmul_pipe.hip): w e4m3 [N, K], ws [N, K/32], K % 128 == 0;
         a pre-quantized (aq e4m3 [M, K], as_ [M, K/32]). W warps = W 16-column tiles per block;
         S blocks of a cluster split K. None = the runtime's choice (pipe_choice). var: "" (the most
@@ -278,10 +302,10 @@ class Ops:
             y = torch.empty(M, N, dtype=out_dtype, device=w.device)
         name = f"mx_matmul_pipe_m{8 * mt}_{SUFFIX[out_dtype]}_w{W}_s{S}{var}"
         self.m.launch(name, (-(-N // (16 * W)) * S, -(-M // (8 * mt))), (32 * W,),
-                      [aq, as_, w, ws, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K)])
+                      [aq, as_, w, ws, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ep or epilogue()])
         return y
 
-    def matmul_frag(self, wf, wsf, N, K, M, aq, as_, out_dtype=torch.bfloat16, W=None, S=None, y=None, pre=1, xo=""):
+    def matmul_frag(self, wf, wsf, N, K, M, aq, as_, out_dtype=torch.bfloat16, W=None, S=None, y=None, pre=1, xo="", ep=None):
         """The fragment-packed GEMM (mx_matmul_frag.hip): (wf, wsf) = pack_frag(w [N, K], ws); a
         pre-quantized. W warps and S cluster blocks split K of each 16-column tile. None = frag_choice.
         pre: load the first weights before the PDL wait. xo="_xo": the bench-only kernels with the
@@ -295,23 +319,25 @@ class Ops:
         name = f"mx_matmul_frag_m{8 * mt}_{SUFFIX[out_dtype]}_w{W}_s{S}{xo}"
         grid = (-(-N // 16) * S, -(-M // (8 * mt))) if xo else (-(-M // (8 * mt)) * S, -(-N // 16))
         self.m.launch(name, grid, (32 * W,),
-                      [aq, as_, wf, wsf, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(pre)])
+                      [aq, as_, wf, wsf, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(pre),
+                       ep or epilogue()])
         return y
 
-    def matmul_default(self, w, ws, M, aq, as_, out_dtype=torch.bfloat16, y=None):
+    def matmul_default(self, w, ws, M, aq, as_, out_dtype=torch.bfloat16, y=None, ep=None):
         """The runtime's pre-quantized decode GEMM on sm_90 (launch.rs matmul_tc): the pipeline
         GEMM at pipe_choice, or the first tensor-core kernel where the table says so."""
         N, K = w.shape
         if K % 128 == 0 and pipe_choice(N, K, M)[0] > 0:
-            return self.matmul_pipe(w, ws, M, aq, as_, out_dtype=out_dtype, y=y)
+            return self.matmul_pipe(w, ws, M, aq, as_, out_dtype=out_dtype, y=y, ep=ep)
         return self.matmul_tc(w, ws, M, aq=aq, as_=as_, out_dtype=out_dtype, y=y,
-                              warps=16 if -(-N // 16) < 132 else 8)
+                              warps=16 if -(-N // 16) < 132 else 8, ep=ep)
 
-    def matmul_generic(self, aq, as_, b, bs, bmode, N, out_dtype=torch.bfloat16):
+    def matmul_generic(self, aq, as_, b, bs, bmode, N, out_dtype=torch.bfloat16, ep=None):
         M, K = aq.shape
         y = torch.empty(M, N, dtype=out_dtype, device=aq.device)
         self.m.launch("mx_matmul_generic_" + SUFFIX[out_dtype], (-(-N // 128), M), (128,),
-                      [aq, as_, b, bs, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(bmode)])
+                      [aq, as_, b, bs, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(bmode),
+                       ep or epilogue()])
         return y
 
 

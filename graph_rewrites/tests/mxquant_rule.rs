@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use graph_rewrites::io::load_graph;
 use graph_rewrites::pattern::predicates::dtype::{FLOAT, FLOAT8E4M3FN, FLOAT8E8M0};
 use graph_rewrites::pipeline::{run_pipeline, PipelineOptions};
-use graph_rewrites::testing::{op_types, Attr, ModelBuilder};
+use graph_rewrites::testing::{op_types, value_names, Attr, ModelBuilder};
 use graph_rewrites::view::GraphView;
 
 fn sample(name: &str) -> Option<PathBuf> {
@@ -162,31 +162,154 @@ fn bias_free_gemm_consumer_becomes_mxmatmul() {
     }
 }
 
-/// A standard MX `DequantizeLinear` that cannot be absorbed (its reader is a Gemm with a bias
-/// or a scale, a non-MatMul, or it is a graph output) no longer refuses the site: the quantizer
-/// still becomes `MxQuantize`, MatMul readers `MxMatMul`, and the DequantizeLinear stays for the
-/// rest as `MxDequantize` (ONNX Runtime's CPU EP has no E8M0 DequantizeLinear kernel). The
-/// reason is a note of the fusion.
+/// The fused `MxMatMul` producing `y`, as `op(inputs) attrs` (sorted), "" for a skipped input.
+fn mxmatmul_snapshot(g: &graph_rewrites::ir::Graph) -> String {
+    let mm = g.producer(g.value_by_name("y").unwrap()).unwrap().0;
+    let mut attrs: Vec<String> = ["trans_b", "output_dtype", "alpha", "beta"]
+        .iter()
+        .filter_map(|a| g.attr(mm, a).map(|v| format!("{a}={v:?}")))
+        .collect();
+    attrs.sort();
+    format!(
+        "{}({}) {}",
+        g.op_type(mm),
+        value_names(g, g.inputs(mm)).join(", "),
+        attrs.join(" ")
+    )
+}
+
+/// torch's `nn.Linear` with bias (`Gemm(x, W [N, K], C [N], transB = 1)`) and the other
+/// broadcastable biases, alpha and beta, after the standard quantizer and after Quark's: one
+/// `MxMatMul` with C as its fifth input (an empty `b_scale` for a float weight) and the Gemm's
+/// alpha / beta where they are not 1.
+#[test]
+fn gemm_with_bias_and_scales_becomes_mxmatmul_with_the_epilogue() {
+    type Bias = (&'static [i64], &'static [(&'static str, f32)]);
+    let cases: [(Bias, &str); 5] = [
+        (
+            (&[16], &[]),
+            "MxMatMul(x_mxfp8, x_mxfp8_scale, wg, , bias) output_dtype=Int(1) trans_b=Int(1)",
+        ),
+        (
+            (&[1, 16], &[("alpha", 0.5), ("beta", 2.0)]),
+            "MxMatMul(x_mxfp8, x_mxfp8_scale, wg, , bias) alpha=Float(0.5) beta=Float(2.0) output_dtype=Int(1) trans_b=Int(1)",
+        ),
+        (
+            (&[], &[("beta", -1.0)]),
+            "MxMatMul(x_mxfp8, x_mxfp8_scale, wg, , bias) beta=Float(-1.0) output_dtype=Int(1) trans_b=Int(1)",
+        ),
+        (
+            (&[4, 16], &[]),
+            "MxMatMul(x_mxfp8, x_mxfp8_scale, wg, , bias) output_dtype=Int(1) trans_b=Int(1)",
+        ),
+        (
+            (&[4, 1], &[("alpha", 3.0)]),
+            "MxMatMul(x_mxfp8, x_mxfp8_scale, wg, , bias) alpha=Float(3.0) output_dtype=Int(1) trans_b=Int(1)",
+        ),
+    ];
+    for quark in [false, true] {
+        for ((dims, attrs), want) in cases {
+            let mut b = if quark {
+                let mut b = ModelBuilder::new(24);
+                b.opset("com.amd.quark", 1).input("x", FLOAT, &[4, 64]);
+                b.quark_fake_quant("x", "xd", 32, 1);
+                b
+            } else {
+                std_mx_dequant(2f32.powi(-8), false, "down")
+            };
+            b.init_f32("wg", &[16, 64], &vec![0.25; 64 * 16]);
+            let len = dims.iter().product::<i64>() as usize;
+            b.init_f32("bias", dims, &vec![1.5; len]);
+            let mut attrs: Vec<(&str, Attr)> =
+                attrs.iter().map(|&(k, v)| (k, Attr::F(v))).collect();
+            attrs.push(("transB", Attr::I(1)));
+            b.node_in("", "Gemm", &["xd", "wg", "bias"], &["y"], &attrs)
+                .output("y", FLOAT, &[4, 16]);
+            let (report, g) = b.rewrite();
+            assert_eq!(report.counts["mxquant"], 1, "{report:#?}");
+            assert_eq!(op_types(&g), ["MxQuantize", "MxMatMul"]);
+            assert_eq!(mxmatmul_snapshot(&g), want, "quark={quark} {dims:?}");
+        }
+    }
+}
+
+/// A standard MX weight keeps its `b_scale` in front of the bias.
+#[test]
+fn gemm_with_bias_on_an_mx_weight_keeps_both_scales() {
+    let mut b = std_mx_dequant(2f32.powi(-8), false, "down");
+    b.init_raw("wq", FLOAT8E4M3FN, &[64, 16], vec![0x38; 64 * 16])
+        .init_raw("ws", FLOAT8E8M0, &[2, 16], vec![127; 32])
+        .init_f32("bias", &[16], &[0.5; 16]);
+    let dq = [("axis", Attr::I(0)), ("block_size", Attr::I(32))];
+    b.node_in("", "DequantizeLinear", &["wq", "ws"], &["wd"], &dq)
+        .node("Gemm", &["xd", "wd", "bias"], &["y"])
+        .output("y", FLOAT, &[4, 16]);
+    let (report, g) = b.rewrite();
+    assert_eq!(report.counts["mxquant"], 1, "{report:#?}");
+    assert_eq!(
+        mxmatmul_snapshot(&g),
+        "MxMatMul(x_mxfp8, x_mxfp8_scale, wq, ws, bias) output_dtype=Int(1) trans_b=Int(0)"
+    );
+}
+
+/// A standard MX `DequantizeLinear` that cannot be absorbed (its reader is a Gemm whose bias
+/// does not broadcast to [M, N] or has another type, a Gemm with transA, a non-MatMul, or it
+/// is a graph output) no longer refuses the site: the quantizer still becomes `MxQuantize`,
+/// MatMul readers `MxMatMul`, and the DequantizeLinear stays for the rest as `MxDequantize`
+/// (ONNX Runtime's CPU EP has no E8M0 DequantizeLinear kernel). The reason is a note of the
+/// fusion.
 #[test]
 fn unabsorbable_mx_dequant_stays_as_mx_dequantize_with_the_reason() {
     type Reader = fn(&mut ModelBuilder);
     // (reader, why it is not absorbed, how many MxMatMul the fusion makes)
-    let cases: [(Reader, &str, usize); 4] = [
+    let cases: [(Reader, &str, usize); 7] = [
         (
             |b| {
-                b.init_f32("bias", &[16], &[1.0; 16]);
+                b.init_f32("bias", &[8], &[1.0; 8]);
                 b.node("Gemm", &["xd", "w", "bias"], &["y"]);
                 b.output("y", FLOAT, &[4, 16]);
             },
-            "adds a bias 'bias'",
+            "bias 'bias' has shape",
             0,
         ),
         (
             |b| {
-                b.node_in("", "Gemm", &["xd", "w"], &["y"], &[("alpha", Attr::F(0.5))]);
+                b.init_f32("bias", &[2, 16], &[1.0; 32]);
+                b.node("Gemm", &["xd", "w", "bias"], &["y"]);
                 b.output("y", FLOAT, &[4, 16]);
             },
-            "alpha != 1",
+            "bias 'bias' has shape",
+            0,
+        ),
+        (
+            |b| {
+                b.input("bias", FLOAT, &[1, 1, 16]);
+                b.node("Gemm", &["xd", "w", "bias"], &["y"]);
+                b.output("y", FLOAT, &[4, 16]);
+            },
+            "bias 'bias' has shape",
+            0,
+        ),
+        (
+            |b| {
+                b.input(
+                    "bias",
+                    graph_rewrites::pattern::predicates::dtype::FLOAT16,
+                    &[16],
+                );
+                b.node("Gemm", &["xd", "w", "bias"], &["y"]);
+                b.output("y", FLOAT, &[4, 16]);
+            },
+            "bias 'bias' is float16",
+            0,
+        ),
+        (
+            |b| {
+                b.init_f32("wt", &[4, 16], &[0.5; 64]);
+                b.node_in("", "Gemm", &["xd", "wt"], &["y"], &[("transA", Attr::I(1))]);
+                b.output("y", FLOAT, &[64, 16]);
+            },
+            "transA = 1",
             0,
         ),
         (

@@ -16,8 +16,8 @@ use criterion::{criterion_group, BenchmarkId, Criterion};
 use half::bf16;
 use kernels::codec::QuantConfig;
 use kernels::slices::MatB;
-use kernels::ThreadPool;
 use kernels::{fast, reference};
+use kernels::{Epilogue, ThreadPool};
 
 const SHAPES: [(usize, usize); 3] = [(1536, 6144), (6144, 768), (6144, 6144)];
 const MS: [usize; 4] = [1, 8, 16, 64];
@@ -33,6 +33,8 @@ struct Case {
     w: Vec<(Vec<u8>, Vec<u8>)>,
     next: usize,
     y: Vec<bf16>,
+    /// A `[N]` bf16 bias with alpha 0.5, beta 2 (the `,bias` loop mode: the epilogue's cost).
+    bias: Epilogue,
 }
 
 /// Total bytes of weight copies a case cycles through.
@@ -75,6 +77,13 @@ fn case(m: usize, n: usize, k: usize) -> Case {
         w: vec![(w_q, w_s); copies],
         next: 0,
         y: vec![bf16::ZERO; m * n],
+        bias: {
+            let c: Vec<bf16> = common::normals(n, 9, 1.0)
+                .into_iter()
+                .map(bf16::from_f32)
+                .collect();
+            Epilogue::new(0.5, 2.0, Some((&c[..], &[n][..])), m, n).expect("bias of [N]")
+        },
     }
 }
 
@@ -85,20 +94,47 @@ fn run_quantize_a(c: &mut Case, par: &ThreadPool) {
         scales: &c.w[i].1,
     };
     let cfg = QuantConfig::default();
-    fast::mx_matmul_quantize_a(&c.x, c.m, c.k, c.n, b, true, cfg, &mut c.y, par)
-        .expect("valid shapes");
+    fast::mx_matmul_quantize_a(
+        &c.x,
+        c.m,
+        c.k,
+        c.n,
+        b,
+        true,
+        cfg,
+        &mut c.y,
+        &Epilogue::NONE,
+        par,
+    )
+    .expect("valid shapes");
 }
 
 /// The pre-quantized GEMM; `trans_b = false` reads the same bytes as `[K, N]` weights with
 /// `[K/32, N]` scales (same sizes, finite values: the timing is what matters here).
 fn run_prequantized(c: &mut Case, trans_b: bool, par: &ThreadPool) {
+    run_prequantized_ep(c, trans_b, false, par)
+}
+
+/// [`run_prequantized`], with the case's bias epilogue when `bias`.
+fn run_prequantized_ep(c: &mut Case, trans_b: bool, bias: bool, par: &ThreadPool) {
     let i = c.advance();
     let b = MatB::Mx {
         q: &c.w[i].0,
         scales: &c.w[i].1,
     };
-    fast::mx_matmul(&c.a_q, &c.a_s, c.m, c.k, c.n, b, trans_b, &mut c.y, par)
-        .expect("valid shapes");
+    fast::mx_matmul(
+        &c.a_q,
+        &c.a_s,
+        c.m,
+        c.k,
+        c.n,
+        b,
+        trans_b,
+        &mut c.y,
+        if bias { &c.bias } else { &Epilogue::NONE },
+        par,
+    )
+    .expect("valid shapes");
 }
 
 fn weight_bytes(n: usize, k: usize) -> usize {
@@ -164,23 +200,26 @@ criterion_group!(benches, bench);
 
 fn main() {
     if let Some(spec) = std::env::var_os("MXFUSE_BENCH_LOOP") {
-        // `N,K,M,iters[,kn|,preq]`: run the quantize-A GEMM (or, with `kn` / `preq`, the
-        // pre-quantized `[K, N]` / `[N, K]` GEMM) in a loop, printing the per-call median.
+        // `N,K,M,iters[,kn|,preq|,bias]`: run the quantize-A GEMM (or, with `kn` / `preq`, the
+        // pre-quantized `[K, N]` / `[N, K]` GEMM; `bias`: `preq` with a `[N]` bias, alpha and
+        // beta) in a loop, printing the per-call median.
         let spec = spec.to_string_lossy().into_owned();
         let kn = spec.ends_with(",kn");
-        let preq = spec.ends_with(",preq");
+        let bias = spec.ends_with(",bias");
+        let preq = spec.ends_with(",preq") || bias;
         let v: Vec<usize> = spec
             .trim_end_matches(",kn")
             .trim_end_matches(",preq")
+            .trim_end_matches(",bias")
             .split(',')
-            .map(|x| x.parse().expect("N,K,M,iters[,kn|,preq]"))
+            .map(|x| x.parse().expect("N,K,M,iters[,kn|,preq|,bias]"))
             .collect();
         let (par, mut cs) = (ThreadPool::global(), case(v[2], v[0], v[1]));
         let mut times: Vec<f64> = (0..v[3])
             .map(|_| {
                 let t = std::time::Instant::now();
                 if kn || preq {
-                    run_prequantized(&mut cs, !kn, par);
+                    run_prequantized_ep(&mut cs, !kn, bias, par);
                 } else {
                     run_quantize_a(&mut cs, par);
                 }

@@ -89,6 +89,26 @@ MX_DEV float mx_round(float v) {
   return T::to_f32(T::from_f32(v));
 }
 
+// The MxMatMul epilogue (docs/ops.md): y = round_T(fl(fl(alpha * acc) + fl(beta * c))) with c the
+// bias (type TO, nullable) at row m, column n: c[m * ld + n * cs] (ld = 0: one row broadcast,
+// cs = 0: one column broadcast). The _rn intrinsics keep the compiler from contracting an FMA the
+// CPU kernels do not have. Passed by value; kernels/src/gpu/launch.rs `EpilogueParams` mirrors it.
+struct MxEpi {
+  const void* bias;
+  int ld;
+  int cs;
+  float alpha;
+  float beta;
+};
+
+template <class TO>
+MX_DEV float mx_epilogue(const MxEpi& e, long long m, long long n, float acc) {
+  const float t = __fmul_rn(e.alpha, acc);
+  if (e.bias == nullptr) return t;
+  const typename TO::storage* c = static_cast<const typename TO::storage*>(e.bias);
+  return __fadd_rn(t, __fmul_rn(e.beta, TO::to_f32(c[m * e.ld + n * e.cs])));
+}
+
 // Loads / stores of 8 consecutive elements (16 bytes for 16-bit types, 32 bytes for fp32). The
 // callers guarantee 8-element alignment (every length is a multiple of 32).
 template <class T>

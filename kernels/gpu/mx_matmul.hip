@@ -78,7 +78,7 @@ template <int AMODE, class TA, int MT, class TO, bool PF>
 MX_DEV void mx_matmul_tc(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                          const typename TA::storage* __restrict__ af, const mx_u8* __restrict__ w,
                          const mx_u8* __restrict__ ws, typename TO::storage* __restrict__ y, int M,
-                         int N, int K, mx_u32 flags) {
+                         int N, int K, mx_u32 flags, const MxEpi& ep) {
   const int warps = blockDim.x >> 5;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int n0 = blockIdx.x * 16, m0 = blockIdx.y * (8 * MT);
@@ -188,7 +188,7 @@ MX_DEV void mx_matmul_tc(const mx_u8* __restrict__ aq, const mx_u8* __restrict__
     const int mt = mc >> 2, c = mc & 3;
     const int n = n0 + (l >> 2) + (c >= 2 ? 8 : 0);
     const int m = m0 + mt * 8 + 2 * (l & 3) + (c & 1);
-    if (n < N && m < M) y[(long long)m * N + n] = TO::from_f32(sum);
+    if (n < N && m < M) y[(long long)m * N + n] = TO::from_f32(mx_epilogue<TO>(ep, m, n, sum));
   }
 }
 
@@ -196,9 +196,9 @@ MX_DEV void mx_matmul_tc(const mx_u8* __restrict__ aq, const mx_u8* __restrict__
 #define MX_DEFINE_TC(NAME, AMODE, TA, MT, TO, PF)                                              \
   extern "C" __global__ void __launch_bounds__(512)                                            \
       NAME(const mx_u8* aq, const mx_u8* as, const TA::storage* af, const mx_u8* w,             \
-           const mx_u8* ws, TO::storage* y, int M, int N, int K, unsigned flags) {             \
+           const mx_u8* ws, TO::storage* y, int M, int N, int K, unsigned flags, MxEpi ep) {   \
     MX_PDL_ENTRY();                                                                            \
-    mx_matmul_tc<AMODE, TA, MT, TO, PF>(aq, as, af, w, ws, y, M, N, K, flags);                  \
+    mx_matmul_tc<AMODE, TA, MT, TO, PF>(aq, as, af, w, ws, y, M, N, K, flags, ep);              \
   }
 #define MX_DEFINE_TC_PF(NAME, AMODE, TA, MT, TO)                                               \
   MX_DEFINE_TC(NAME, AMODE, TA, MT, TO, false) MX_DEFINE_TC(NAME##_pf, AMODE, TA, MT, TO, true)
@@ -222,7 +222,7 @@ template <class TO>
 MX_DEV void mx_matmul_generic(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                               const void* __restrict__ b, const mx_u8* __restrict__ bs,
                               typename TO::storage* __restrict__ y, int M, int N, int K,
-                              int bmode) {
+                              int bmode, const MxEpi& ep) {
   const int n = blockIdx.x * blockDim.x + threadIdx.x;
   const long long m = blockIdx.y;
   if (n >= N || m >= M) return;
@@ -250,15 +250,15 @@ MX_DEV void mx_matmul_generic(const mx_u8* __restrict__ aq, const mx_u8* __restr
     if (bmode == MX_B_E4M3_NK) sb = mx_e8m0_to_f32(bs[(long long)n * KB + kb]);
     acc += blk * sb * mx_e8m0_to_f32(as[m * KB + kb]);
   }
-  y[m * N + n] = TO::from_f32(acc);
+  y[m * N + n] = TO::from_f32(mx_epilogue<TO>(ep, m, n, acc));
 }
 
 #define MX_DEFINE_GENERIC(NAME, TO)                                                            \
   extern "C" __global__ void NAME(const mx_u8* aq, const mx_u8* as, const void* b,            \
                                   const mx_u8* bs, TO::storage* y, int M, int N, int K,        \
-                                  int bmode) {                                                 \
+                                  int bmode, MxEpi ep) {                                       \
     MX_PDL_ENTRY();                                                                            \
-    mx_matmul_generic<TO>(aq, as, b, bs, y, M, N, K, bmode);                                   \
+    mx_matmul_generic<TO>(aq, as, b, bs, y, M, N, K, bmode, ep);                               \
   }
 MX_DEFINE_GENERIC(mx_matmul_generic_bf16, MxBf16)
 MX_DEFINE_GENERIC(mx_matmul_generic_f16, MxF16)

@@ -51,7 +51,7 @@ struct MxFragBlock {
 // cluster's blocks in rank order through distributed shared memory; rank 0 stores.
 template <class TO, int W, int MT, int S, int XO>
 MX_DEV void mx_frag_reduce_store(const float acc[MT][4], typename TO::storage* __restrict__ y,
-                                 int M, int N) {
+                                 int M, int N, const MxEpi& ep) {
   constexpr int E = MT * 4 * 32;  // accumulator elements of a warp
   __shared__ float part[W * E];
   __shared__ float red[S > 1 ? E : 1];
@@ -69,7 +69,7 @@ MX_DEV void mx_frag_reduce_store(const float acc[MT][4], typename TO::storage* _
     const int mt = e >> 7, c = (e >> 5) & 3, ln = e & 31;
     const int n = n0 + (ln >> 2) + (c >= 2 ? 8 : 0);
     const int m = m0 + 8 * mt + 2 * (ln & 3) + (c & 1);
-    if (n < N && m < M) y[(long long)m * N + n] = TO::from_f32(v);
+    if (n < N && m < M) y[(long long)m * N + n] = TO::from_f32(mx_epilogue<TO>(ep, m, n, v));
   };
   for (int e = tid; e < E; e += 32 * W) {
     float v = part[e];
@@ -138,7 +138,8 @@ struct MxFragBatch {
 template <class TO, int W, int MT, int S, int U, int XO = 0>
 MX_DEV void mx_matmul_frag(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                            const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
-                           typename TO::storage* __restrict__ y, int M, int N, int K, int pre) {
+                           typename TO::storage* __restrict__ y, int M, int N, int K, int pre,
+                           const MxEpi& ep) {
   const MxFragWarp<W, MT, S, XO> f(aq, as, wf, wsf, M, K);
   const int g = f.g, gb = f.gb, ge = f.ge;
   const uint4* wp = f.wp;
@@ -200,7 +201,7 @@ MX_DEV void mx_matmul_frag(const mx_u8* __restrict__ aq, const mx_u8* __restrict
     cur = nxt;
   }
 
-  mx_frag_reduce_store<TO, W, MT, S, XO>(acc, y, M, N);
+  mx_frag_reduce_store<TO, W, MT, S, XO>(acc, y, M, N, ep);
 }
 
 // Kernel names: mx_matmul_frag_m<8|16>_<out>_w<W>_s<S>, U = 2 groups per batch at 8 rows, 1 at 16
@@ -216,8 +217,8 @@ MX_DEV void mx_matmul_frag(const mx_u8* __restrict__ aq, const mx_u8* __restrict
 #define MX_DEFINE_FRAG1(NAME, TO, W, MT, S, U, ATTR)                                             \
   extern "C" __global__ void __launch_bounds__(32 * W) ATTR                                      \
       NAME(const mx_u8* aq, const mx_u8* as, const uint4* wf, const mx_u32* wsf, TO::storage* y, \
-           int M, int N, int K, int pre) {                                                       \
-    mx_matmul_frag<TO, W, MT, S, U>(aq, as, wf, wsf, y, M, N, K, pre);                           \
+           int M, int N, int K, int pre, MxEpi ep) {                                             \
+    mx_matmul_frag<TO, W, MT, S, U>(aq, as, wf, wsf, y, M, N, K, pre, ep);                       \
   }
 #define MX_DEFINE_FRAG_S(NAME, TO, W, MT, U, SFX)                                                \
   MX_DEFINE_FRAG1(NAME##_s1##SFX, TO, W, MT, 1, U, )                                             \
@@ -240,8 +241,8 @@ MX_DEFINE_FRAG_OUTS(mx_matmul_frag_m16, 2, 1)
 #define MX_DEFINE_FRAG_XO(NAME, W)                                                               \
   extern "C" __global__ void __launch_bounds__(32 * W)                                           \
       NAME(const mx_u8* aq, const mx_u8* as, const uint4* wf, const mx_u32* wsf,                 \
-           MxBf16::storage* y, int M, int N, int K, int pre) {                                   \
-    mx_matmul_frag<MxBf16, W, 2, 1, 1, 1>(aq, as, wf, wsf, y, M, N, K, pre);                     \
+           MxBf16::storage* y, int M, int N, int K, int pre, MxEpi ep) {                         \
+    mx_matmul_frag<MxBf16, W, 2, 1, 1, 1>(aq, as, wf, wsf, y, M, N, K, pre, ep);                 \
   }
 MX_DEFINE_FRAG_XO(mx_matmul_frag_m16_bf16_w4_s1_xo, 4)
 MX_DEFINE_FRAG_XO(mx_matmul_frag_m16_bf16_w8_s1_xo, 8)

@@ -177,7 +177,8 @@ struct MxPipeStage {
 template <class TO, int W, int MT, int S, int STAGES>
 MX_DEV void mx_matmul_pipe(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                            const mx_u8* __restrict__ w, const mx_u8* __restrict__ ws,
-                           typename TO::storage* __restrict__ y, int M, int N, int K) {
+                           typename TO::storage* __restrict__ y, int M, int N, int K,
+                           const MxEpi& ep) {
   typedef MxPipeStage<W, MT> L;
   static_assert(STAGES >= 2 && STAGES * L::BYTES + L::PART <= MX_PIPE_SMEM, "stages");
   __shared__ __align__(128) mx_u8 smem[STAGES * L::BYTES];
@@ -308,7 +309,8 @@ MX_DEV void mx_matmul_pipe(const mx_u8* __restrict__ aq, const mx_u8* __restrict
       for (int c = 0; c < 4; ++c) {
         const int n = n0 + g + (c >= 2 ? 8 : 0);
         const int m = m0 + mt * 8 + 2 * t + (c & 1);
-        if (n < N && m < M) y[(long long)m * N + n] = TO::from_f32(acc[mt][c]);
+        if (n < N && m < M)
+          y[(long long)m * N + n] = TO::from_f32(mx_epilogue<TO>(ep, m, n, acc[mt][c]));
       }
   }
   if (S > 1) mx_cluster_sync();  // the other blocks' shared memory stays alive until read
@@ -320,9 +322,9 @@ MX_DEV void mx_matmul_pipe(const mx_u8* __restrict__ aq, const mx_u8* __restrict
 #define MX_DEFINE_PIPE1(NAME, TO, W, MT, S, ATTR)                                              \
   extern "C" __global__ void __launch_bounds__(32 * W) ATTR                                    \
       NAME(const mx_u8* aq, const mx_u8* as, const mx_u8* w, const mx_u8* ws, TO::storage* y,   \
-           int M, int N, int K) {                                                              \
+           int M, int N, int K, MxEpi ep) {                                                    \
     MX_PDL_ENTRY();                                                                            \
-    mx_matmul_pipe<TO, W, MT, S, MxPipeStage<W, MT>::MAX_STAGES>(aq, as, w, ws, y, M, N, K);    \
+    mx_matmul_pipe<TO, W, MT, S, MxPipeStage<W, MT>::MAX_STAGES>(aq, as, w, ws, y, M, N, K, ep); \
   }
 #define MX_DEFINE_PIPE_S(NAME, TO, W, MT)                                                      \
   MX_DEFINE_PIPE1(NAME##_s1, TO, W, MT, 1, )                                                   \

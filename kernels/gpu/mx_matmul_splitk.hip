@@ -123,7 +123,7 @@ MX_DEV void mx_matmul_splitk(const mx_u8* __restrict__ aq, const mx_u8* __restri
                              const typename TA::storage* __restrict__ af,
                              const mx_u8* __restrict__ w, const mx_u8* __restrict__ ws,
                              typename TO::storage* __restrict__ y, int M, int N, int K,
-                             mx_u32 flags) {
+                             mx_u32 flags, const MxEpi& ep) {
   const int warps = blockDim.x >> 5;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int split = blockIdx.x % S;
@@ -204,7 +204,7 @@ MX_DEV void mx_matmul_splitk(const mx_u8* __restrict__ aq, const mx_u8* __restri
       const int mt = mc >> 2, c = mc & 3;
       const int n = n0 + (l >> 2) + (c >= 2 ? 8 : 0);
       const int m = m0 + mt * 8 + 2 * (l & 3) + (c & 1);
-      if (n < N && m < M) y[(long long)m * N + n] = TO::from_f32(sum);
+      if (n < N && m < M) y[(long long)m * N + n] = TO::from_f32(mx_epilogue<TO>(ep, m, n, sum));
     }
   }
   if (S > 1) mx_cluster_sync();  // the other blocks' shared memory stays alive until read
@@ -215,9 +215,9 @@ MX_DEV void mx_matmul_splitk(const mx_u8* __restrict__ aq, const mx_u8* __restri
 #define MX_DEFINE_SK1(NAME, AMODE, TA, MT, TO, S, ATTR)                                        \
   extern "C" __global__ void __launch_bounds__(512) ATTR                                       \
       NAME(const mx_u8* aq, const mx_u8* as, const TA::storage* af, const mx_u8* w,             \
-           const mx_u8* ws, TO::storage* y, int M, int N, int K, unsigned flags) {             \
+           const mx_u8* ws, TO::storage* y, int M, int N, int K, unsigned flags, MxEpi ep) {   \
     MX_PDL_ENTRY();                                                                            \
-    mx_matmul_splitk<AMODE, TA, MT, TO, S>(aq, as, af, w, ws, y, M, N, K, flags);               \
+    mx_matmul_splitk<AMODE, TA, MT, TO, S>(aq, as, af, w, ws, y, M, N, K, flags, ep);           \
   }
 #define MX_DEFINE_SK_S(NAME, AMODE, TA, MT, TO)                                                \
   MX_DEFINE_SK1(NAME##_s1, AMODE, TA, MT, TO, 1, )                                             \

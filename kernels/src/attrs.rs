@@ -139,12 +139,16 @@ impl Default for MxDequantAttrs {
 }
 
 /// Attributes of `MxMatMul`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MxMatMulAttrs {
     /// b is `[N, K]` (with `b_scale [N, K/32]` when b is FP8) instead of `[K, N]`.
     pub trans_b: bool,
     /// dtype of y: F32, F16 or BF16.
     pub output_dtype: DType,
+    /// Scale of the product (ONNX `Gemm`'s alpha): `y = alpha · acc + beta · bias`.
+    pub alpha: f32,
+    /// Scale of the optional bias (ONNX `Gemm`'s beta); unused without a bias.
+    pub beta: f32,
 }
 
 impl Default for MxMatMulAttrs {
@@ -152,6 +156,8 @@ impl Default for MxMatMulAttrs {
         Self {
             trans_b: false,
             output_dtype: DType::F32,
+            alpha: 1.0,
+            beta: 1.0,
         }
     }
 }
@@ -351,6 +357,8 @@ impl MxMatMulAttrs {
         for (k, v) in pairs {
             match k {
                 "trans_b" => a.trans_b = parse_bool(k, v)?,
+                "alpha" => a.alpha = parse_float(k, v)?,
+                "beta" => a.beta = parse_float(k, v)?,
                 "output_dtype" => a.output_dtype = parse_output_dtype(k, v)?,
                 _ => return Err(unknown("MxMatMul", k)),
             }

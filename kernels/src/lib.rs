@@ -4,12 +4,14 @@
 //! * [`reference`](mod@reference): obviously-correct scalar ops, the oracle for tests and GPU kernels, plus
 //!   [`reference::onnx_ops`], a per-op evaluator of the unfused ONNX graphs.
 //! * [`fast`]: the row-parallel, AVX2-vectorized kernels (portable fallback when AVX2 is absent).
+//! * [`Epilogue`]: `MxMatMul`'s `alpha · acc + beta · C`, shared by every GEMM path.
 //! * [`ops`]: the dtype-tagged op-level API the provider calls.
 //! * [`Parallel`]: the thread-pool seam; [`ThreadPool`] (persistent, `ThreadPool::global()`),
 //!   [`StdThreads`] (scoped threads per call) and [`Serial`] implement it.
 pub mod attrs;
 pub mod codec;
 pub mod element;
+pub mod epilogue;
 pub mod error;
 pub mod fast;
 pub mod gpu;
@@ -22,6 +24,7 @@ pub mod slices;
 
 pub use attrs::{AddRmsNormAttrs, MxDequantAttrs, MxMatMulAttrs, MxQuantAttrs, SwiGluAttrs};
 pub use element::{DType, Element};
+pub use epilogue::Epilogue;
 pub use error::{KernelError, Result};
 pub use parallel::{Parallel, Serial, StdThreads};
 pub use pool::ThreadPool;

@@ -9,7 +9,9 @@ use kernels::attrs::{Activation, AddRmsNormAttrs, InvForm, SwiGluAttrs, SwiGluLa
 use kernels::codec::{NanPolicy, QuantConfig, ScaleRule};
 use kernels::fast::with_portable;
 use kernels::slices::{MatB, NormOutputs, SwiGluInput};
-use kernels::{fast, reference, Element, Serial, StdThreads};
+use kernels::{fast, reference, Element, Epilogue, Serial, StdThreads};
+
+const NONE: Epilogue = Epilogue::NONE;
 
 fn configs() -> Vec<QuantConfig> {
     let mut v = Vec::new();
@@ -350,7 +352,7 @@ fn matmul_matches_reference_within_accumulation_bound() {
         ];
         for (b, trans_b) in cases {
             let mut want = vec![0f32; m * n];
-            reference::mx_matmul(&a_q, &a_s, m, k, n, b, trans_b, &mut want).unwrap();
+            reference::mx_matmul(&a_q, &a_s, m, k, n, b, trans_b, &mut want, &NONE).unwrap();
             // |error| ≤ k·2^-23·Σ|a·b| (f32 accumulation) — Σ|a·b| from the |A|·|B| product.
             let abs_a: Vec<u8> = a_q.iter().map(|v| v & 0x7F).collect();
             let mut bound = vec![0f32; m * n];
@@ -363,7 +365,7 @@ fn matmul_matches_reference_within_accumulation_bound() {
                 MatB::BF16(_) => b, // bf16 weights are small and centred: use |b| ≤ max
                 other => other,
             };
-            reference::mx_matmul(&abs_a, &a_s, m, k, n, b_abs, trans_b, &mut bound).unwrap();
+            reference::mx_matmul(&abs_a, &a_s, m, k, n, b_abs, trans_b, &mut bound, &NONE).unwrap();
             let bound: Vec<f32> = bound
                 .iter()
                 .map(|v| v.abs() * k as f32 * 2f32.powi(-22) + 1e-6)
@@ -380,6 +382,7 @@ fn matmul_matches_reference_within_accumulation_bound() {
                     b,
                     trans_b,
                     &mut got,
+                    &NONE,
                     &StdThreads::new(2),
                 )
                 .unwrap();
@@ -391,8 +394,10 @@ fn matmul_matches_reference_within_accumulation_bound() {
                 }
                 // Quantize-inside-the-GEMM equals quantize → GEMM bit for bit.
                 let mut fused = vec![0f32; m * n];
-                fast::mx_matmul_quantize_a(&x, m, k, n, b, trans_b, cfg, &mut fused, &Serial)
-                    .unwrap();
+                fast::mx_matmul_quantize_a(
+                    &x, m, k, n, b, trans_b, cfg, &mut fused, &NONE, &Serial,
+                )
+                .unwrap();
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&fused), bits(&got));
             };
@@ -446,6 +451,7 @@ fn bad_shapes_are_errors() {
         MatB::F32(&[0f32; 255]),
         false,
         &mut y,
+        &NONE,
         &Serial
     )
     .is_err());
@@ -536,10 +542,10 @@ fn matmul_with_denormal_products_avoids_bf16_dot() {
         scales: &b_s,
     };
     let mut want = vec![0f32; m * n];
-    reference::mx_matmul(&a_q, &a_s, m, k, n, b, true, &mut want).unwrap();
+    reference::mx_matmul(&a_q, &a_s, m, k, n, b, true, &mut want, &NONE).unwrap();
     let run = || {
         let mut got = vec![0f32; m * n];
-        fast::mx_matmul(&a_q, &a_s, m, k, n, b, true, &mut got, &Serial).unwrap();
+        fast::mx_matmul(&a_q, &a_s, m, k, n, b, true, &mut got, &NONE, &Serial).unwrap();
         got.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
     };
     let (detected, avx2_only) = (fast::with_avx512_bf16(run), fast::with_avx2_only(run));

@@ -11,7 +11,9 @@ use half::{bf16, f16};
 use kernels::attrs::{Activation, InvForm, SwiGluLayout, SwishForm};
 use kernels::codec::{NanPolicy, QuantConfig, ScaleRule};
 use kernels::gpu::runtime::pod::Pod;
-use kernels::gpu::{DeviceBuffer, GpuError, GpuMatB, GpuRuntime, NormBuffers, SwiGluBuffers};
+use kernels::gpu::{
+    DeviceBuffer, GpuBias, GpuEpilogue, GpuError, GpuMatB, GpuRuntime, NormBuffers, SwiGluBuffers,
+};
 use kernels::reference;
 use kernels::slices::{MatB, NormOutputs, SwiGluInput};
 use kernels::{AddRmsNormAttrs, DType, Element, KernelError, ScaleMap, SwiGluAttrs};
@@ -493,6 +495,7 @@ fn reference_gemm_case(
         MatB::Mx { q: w, scales: ws },
         true,
         &mut want,
+        &kernels::Epilogue::NONE,
     )
     .expect("reference");
     (a, aq, asc, want)
@@ -538,6 +541,7 @@ fn gpu_mx_matmul_matches_reference_within_accumulation_bound() {
                     &b,
                     dy.ptr(),
                     kernels::DType::F32,
+                    &GpuEpilogue::NONE,
                     0,
                 )
                 .expect("launch");
@@ -558,6 +562,7 @@ fn gpu_mx_matmul_matches_reference_within_accumulation_bound() {
                 &b_nk,
                 y1.ptr(),
                 kernels::DType::BF16,
+                &GpuEpilogue::NONE,
                 0,
             )
             .expect("launch");
@@ -570,6 +575,7 @@ fn gpu_mx_matmul_matches_reference_within_accumulation_bound() {
                 &b_nk,
                 y2.ptr(),
                 kernels::DType::BF16,
+                &GpuEpilogue::NONE,
                 0,
             )
             .expect("launch");
@@ -639,6 +645,7 @@ fn gpu_mx_matmul_fragment_packed_matches_reference_and_unpacked() {
                     b,
                     dy.ptr(),
                     kernels::DType::F32,
+                    &GpuEpilogue::NONE,
                     0,
                 )
                 .expect("launch");
@@ -657,6 +664,179 @@ fn gpu_mx_matmul_fragment_packed_matches_reference_and_unpacked() {
             );
         }
     }
+}
+
+/// The epilogue (bias, alpha, beta) on every GPU GEMM family: each output equals the same
+/// kernel's f32 accumulator (the launch without an epilogue) put through the documented f32
+/// arithmetic `round_T(fl(alpha·acc) + fl(beta·c))` bit for bit (`kernels::Epilogue` on the
+/// host), for each bias broadcast, bf16 / f16 / f32 outputs and a NaN in C.
+#[test]
+fn gpu_mx_matmul_epilogue_is_the_documented_arithmetic() {
+    let Some(rt) = gpu() else { return };
+    let mut rng = Rng(0x6E44_0000_0000_B1A5);
+    let (n, k) = (100usize, 256usize);
+    let (w, ws) = random_mx_weights(&mut rng, n, k);
+    let wt: Vec<u8> = (0..k * n).map(|i| w[(i % n) * k + i / n]).collect();
+    let wst: Vec<u8> = (0..k / 32 * n)
+        .map(|i| ws[(i % n) * (k / 32) + i / n])
+        .collect();
+    let (dw, dws, dwt, dwst) = (
+        upload(&rt, &w),
+        upload(&rt, &ws),
+        upload(&rt, &wt),
+        upload(&rt, &wst),
+    );
+    let mut bs: Vec<(&str, GpuMatB)> = vec![
+        (
+            "nk",
+            GpuMatB::Mx {
+                q: dw.ptr(),
+                scales: dws.ptr(),
+                trans_b: true,
+            },
+        ),
+        (
+            "kn",
+            GpuMatB::Mx {
+                q: dwt.ptr(),
+                scales: dwst.ptr(),
+                trans_b: false,
+            },
+        ),
+    ];
+    let packed = rt
+        .frag_gemm_available(k)
+        .then(|| kernels::gpu::pack_frag_weights(&w, &ws, n, k).expect("pack"));
+    let frag_bufs = packed.map(|(wf, wsf)| (upload(&rt, &wf), upload(&rt, &wsf)));
+    if let Some((dwf, dwsf)) = &frag_bufs {
+        bs.push((
+            "frag",
+            GpuMatB::MxFrag {
+                q: dwf.ptr(),
+                scales: dwsf.ptr(),
+            },
+        ));
+    }
+    fn check<O: Element + Pod>(
+        rt: &Arc<GpuRuntime>,
+        rng: &mut Rng,
+        (m, k, n): (usize, usize, usize),
+        (daq, das, da): (&DeviceBuffer, &DeviceBuffer, &DeviceBuffer),
+        (name, b): (&str, &GpuMatB),
+        acc: &[f32],
+    ) {
+        for shape in [vec![n], vec![1, n], vec![], vec![m, n], vec![m, 1]] {
+            for (alpha, beta, nan) in [(1.0f32, 1.0f32, false), (0.5, -3.0, true)] {
+                let len: usize = shape.iter().product();
+                let mut c: Vec<O> = (0..len).map(|_| O::from_f32(rng.normal() * 4.0)).collect();
+                if nan {
+                    c[len / 2] = O::from_f32(f32::NAN);
+                }
+                let host = kernels::Epilogue::new(alpha, beta, Some((&c[..], &shape[..])), m, n)
+                    .expect("bias shape");
+                let want: Vec<O> = acc
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &a)| O::from_f32(host.apply(i / n, i % n, a)))
+                    .collect();
+                let (rows, cols) =
+                    kernels::epilogue::broadcast_dims(&shape, m, n).expect("bias shape");
+                let dc = upload(rt, &c);
+                let ep = GpuEpilogue {
+                    alpha,
+                    beta,
+                    bias: Some(GpuBias {
+                        ptr: dc.ptr(),
+                        rows,
+                        cols,
+                    }),
+                };
+                let dy = poisoned::<O>(rt, m * n);
+                rt.mx_matmul(m, k, n, daq.ptr(), das.ptr(), b, dy.ptr(), O::DTYPE, &ep, 0)
+                    .expect("launch");
+                let got = download::<O>(&dy, m * n);
+                let ctx = format!("{name} {:?} m={m} {shape:?} {alpha} {beta}", O::DTYPE);
+                assert_eq!(same_bits(&got, &want), 0, "{ctx}");
+                if matches!(b, GpuMatB::Mx { trans_b: true, .. }) && O::DTYPE != kernels::DType::F32
+                {
+                    // The in-GEMM quantizing path applies the same epilogue.
+                    let (wq, wsc) = (poisoned::<u8>(rt, m * k), poisoned::<u8>(rt, m * k / 32));
+                    let dy2 = poisoned::<O>(rt, m * n);
+                    rt.mx_matmul_quantizing_a(
+                        kernels::DType::BF16,
+                        m,
+                        k,
+                        n,
+                        da.ptr(),
+                        &QuantConfig::default(),
+                        (wq.ptr(), wsc.ptr()),
+                        b,
+                        dy2.ptr(),
+                        O::DTYPE,
+                        &ep,
+                        0,
+                    )
+                    .expect("launch");
+                    assert_eq!(
+                        same_bits(&download::<O>(&dy2, m * n), &want),
+                        0,
+                        "in-GEMM {ctx}"
+                    );
+                }
+            }
+        }
+    }
+    for m in [1usize, 8, 13] {
+        let (a, aq, asc, _) = reference_gemm_case(&mut rng, m, k, n, &w, &ws);
+        let (da, daq, das) = (upload(&rt, &a), upload(&rt, &aq), upload(&rt, &asc));
+        for (name, b) in &bs {
+            let dy = poisoned::<f32>(&rt, m * n);
+            rt.mx_matmul(
+                m,
+                k,
+                n,
+                daq.ptr(),
+                das.ptr(),
+                b,
+                dy.ptr(),
+                kernels::DType::F32,
+                &GpuEpilogue::NONE,
+                0,
+            )
+            .expect("launch");
+            let acc = download::<f32>(&dy, m * n);
+            let io = (&daq, &das, &da);
+            check::<f32>(&rt, &mut rng, (m, k, n), io, (name, b), &acc);
+            check::<bf16>(&rt, &mut rng, (m, k, n), io, (name, b), &acc);
+            check::<f16>(&rt, &mut rng, (m, k, n), io, (name, b), &acc);
+        }
+    }
+    // A bias that does not broadcast is an error, not a launch.
+    let dc = upload(&rt, &[0f32; 8]);
+    let (daq, das) = (upload(&rt, &[0u8; 256]), upload(&rt, &[127u8; 8]));
+    let bad = GpuEpilogue {
+        bias: Some(GpuBias {
+            ptr: dc.ptr(),
+            rows: 1,
+            cols: 7,
+        }),
+        ..GpuEpilogue::NONE
+    };
+    let err = rt
+        .mx_matmul(
+            1,
+            k,
+            n,
+            daq.ptr(),
+            das.ptr(),
+            &bs[0].1,
+            dc.ptr(),
+            kernels::DType::F32,
+            &bad,
+            0,
+        )
+        .unwrap_err();
+    assert!(format!("{err}").contains("does not broadcast"), "{err}");
 }
 
 #[test]

@@ -123,6 +123,7 @@ fn quantize_swiglu_matmul_ops_run() {
         TensorRef::new(DType::E8M0, &[2, 2], &s).unwrap(),
         TensorRef::new(DType::E4M3, &[2, 64], &q).unwrap(),
         Some(TensorRef::new(DType::E8M0, &[2, 2], &s).unwrap()),
+        None,
         TensorMut::new(DType::BF16, &[2, 2], as_bytes_mut(&mut y, 8)).unwrap(),
         &mm,
         &Serial,
@@ -138,6 +139,7 @@ fn quantize_swiglu_matmul_ops_run() {
         MatB::Mx { q: &q, scales: &s },
         true,
         &mut y0,
+        &kernels::Epilogue::NONE,
     )
     .unwrap();
     let got: Vec<f32> = as_bytes_mut(&mut y, 8)
@@ -193,6 +195,7 @@ fn malformed_calls_are_errors() {
         TensorRef::new(DType::E4M3, &[1, 64], &aq).unwrap(),
         TensorRef::new(DType::E8M0, &[1, 2], &asc).unwrap(),
         TensorRef::new(DType::F32, &[32, 4], &b).unwrap(),
+        None,
         None,
         TensorMut::new(DType::F32, &[1, 4], &mut y).unwrap(),
         &MxMatMulAttrs::default(),

@@ -381,6 +381,20 @@ fn eval(g: &Graph, n: NodeId, ins: &[Option<Val>]) -> Res<Vec<Option<Val>>> {
         }
         ("", "Slice") => one(Val::F(slice_last(f(i(0))?, ins)?)),
         ("", "MatMul") => one(e(onnx::matmul(f(i(0))?, f(i(1))?))?),
+        ("", "Gemm") => {
+            if attr_i(g, n, "transA", 0) != 0 {
+                return Err("Gemm transA = 1".into());
+            }
+            let c = i(2).map(|v| f(Some(v))).transpose()?;
+            one(e(onnx::gemm(
+                f(i(0))?,
+                f(i(1))?,
+                c,
+                attr_f(g, n, "alpha", 1.0),
+                attr_f(g, n, "beta", 1.0),
+                attr_i(g, n, "transB", 0) != 0,
+            ))?)
+        }
         ("", "Sum") => {
             let mut acc = f(i(0))?.clone();
             for k in 1..ins.len() {
@@ -613,6 +627,11 @@ fn mxfuse(g: &Graph, n: NodeId, op: &str, ins: &[Option<Val>]) -> Res<Vec<Option
             let attrs = MxMatMulAttrs::from_pairs(pairs).map_err(kerr)?;
             let (qs, q) = bytes(i(0))?;
             let (ss, s) = bytes(i(1))?;
+            let bias = match i(4) {
+                None => None,
+                Some(Val::F(c)) => Some(fb(c)),
+                other => return Err(format!("MxMatMul bias {other:?}")),
+            };
             let (b, bscale) = match (i(2), i(3)) {
                 (Some(Val::F(w)), None) => (fb(w), None),
                 (
@@ -638,6 +657,10 @@ fn mxfuse(g: &Graph, n: NodeId, op: &str, ins: &[Option<Val>]) -> Res<Vec<Option
                 bscale
                     .as_ref()
                     .map(|(sh, d)| TensorRef::new(DType::E8M0, sh, d))
+                    .transpose()
+                    .map_err(kerr)?,
+                bias.as_ref()
+                    .map(|(dt, sh, d)| TensorRef::new(*dt, sh, d))
                     .transpose()
                     .map_err(kerr)?,
                 TensorMut::new(attrs.output_dtype, &yshape, &mut y).map_err(kerr)?,

@@ -57,8 +57,9 @@ def weight(shape, seed):
     return (np.random.default_rng(seed).standard_normal(shape) * 0.1).astype(np.float32)
 
 
-def norm_into_gemm(path, gemm_attrs, bias=False):
-    """Add → decomposed RMSNorm → MXFP8 → Gemm (torch nn.Linear on a rank-2 activation)."""
+def norm_into_gemm(path, gemm_attrs, bias=None, m="m"):
+    """Add → decomposed RMSNorm → MXFP8 → Gemm (torch nn.Linear on a rank-2 activation), with
+    a bias constant of shape `bias` (N = 48) if given."""
     g = Graph()
     s = g.node("Add", ["x", "res"])
     g.outputs.append(s)
@@ -67,9 +68,9 @@ def norm_into_gemm(path, gemm_attrs, bias=False):
     y = g.node("Mul", [g.node("Mul", [s, rstd]), g.const(1 + weight([K], 1))])
     dq = g.mx_dequant(y, 2)
     trans = gemm_attrs.get("transB", 0) == 1
-    ins = [dq, g.const(weight([48, K] if trans else [K, 48], 2))] + ([g.const(weight([48], 3))] if bias else [])
+    ins = [dq, g.const(weight([48, K] if trans else [K, 48], 2))] + ([g.const(weight(bias, 3) * 10)] if bias is not None else [])
     g.outputs.append(g.node("Gemm", ins, **gemm_attrs))
-    inputs = [helper.make_tensor_value_info(n, TP.FLOAT, ["m", K]) for n in ("x", "res")]
+    inputs = [helper.make_tensor_value_info(n, TP.FLOAT, [m, K]) for n in ("x", "res")]
     return g.model(inputs, path)
 
 
@@ -137,22 +138,121 @@ def test_bias_free_gemm_after_the_norm_fuses(trans_b, lib, ep_devices, mxfuse_cl
     check_three_ways(src, lib, ep_devices, mxfuse_cli, tmp_path, feed, "add_rmsnorm_mxquant")
 
 
-def test_gemm_with_bias_after_the_norm_fuses_the_norm_and_keeps_the_dequantize(lib, ep_devices, mxfuse_cli, tmp_path):
-    """Was refused whole ("adds a bias"): the E8M0 DequantizeLinear could not stay in front of
-    the Gemm (no ORT CPU kernel). Now the norm fuses, the DequantizeLinear becomes MxDequantize
-    for the Gemm, and the reason is a note of the fusion."""
-    src = norm_into_gemm(tmp_path / "m.onnx", {"transB": 1}, bias=True)
-    report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
-    assert sorted(f["rule"] for f in report["fusions"]) == ["add_rmsnorm_mxquant", "mx_dequant"], report
-    notes = [n for f in report["fusions"] for n in f.get("notes", [])]
-    assert any("adds a bias" in n for n in notes), notes
-    rng = np.random.default_rng(4)
+def linear_after_quantizer(path, bias_shape, alpha=1.0, beta=1.0):
+    """torch's nn.Linear with bias on a rank-2 activation after a standalone MXFP8 quantizer:
+    x → MXFP8 → Gemm(·, W [48, K], C, transB = 1)."""
+    g = Graph()
+    ins = [g.mx_dequant("x", 2), g.const(weight([48, K], 7))]
+    if bias_shape is not None:
+        ins.append(g.const(weight(bias_shape, 8) * 10))
+    g.outputs.append(g.node("Gemm", ins, transB=1, alpha=alpha, beta=beta))
+    return g.model([helper.make_tensor_value_info("x", TP.FLOAT, ["m", K])], path)
+
+
+def check_against_onnx_reference(src, got, feed):
+    """The unfused model through onnx.reference: quantizers are exact, the GEMM's f32 summation
+    order (and onnx.reference's numpy order for alpha·AB + beta·C) differ at ulp level
+    (docs/ops.md, MxMatMul tolerance)."""
+    from onnx.reference import ReferenceEvaluator
+
+    want = ReferenceEvaluator(onnx.load(src)).run(None, feed)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * float(np.abs(w).max()))
+
+
+GEMM_BIASES = [([48], {}), ([1, 48], {"alpha": 0.5, "beta": 2.0}), ([], {"beta": -1.0}),
+               ([5, 48], {}), ([5, 1], {"alpha": 3.0})]
+
+
+@pytest.mark.parametrize("bias_shape,attrs", GEMM_BIASES)
+def test_linear_with_bias_after_the_norm_fuses(bias_shape, attrs, lib, ep_devices, mxfuse_cli, tmp_path):
+    """Was refused ('MxMatMul has no bias operand'), leaving the model without an ORT kernel
+    for the E8M0 DequantizeLinear. Now the EP takes the Gemm; EP, offline rewrite and the
+    mxquant-only run agree bit for bit, and onnx.reference within the GEMM tolerance."""
+    # A [M, ...] bias needs M known to be its rows: 5 rows declared then.
+    m = 5 if len(bias_shape) == 2 and bias_shape[0] == 5 else "m"
+    src = norm_into_gemm(tmp_path / "m.onnx", {"transB": 1, **attrs}, bias=bias_shape, m=m)
+    rng = np.random.default_rng(3)
     feed = {n: rng.standard_normal((5, K)).astype(np.float32) for n in ("x", "res")}
+    check_three_ways(src, lib, ep_devices, mxfuse_cli, tmp_path, feed, "add_rmsnorm_mxquant")
+    got, claimed = ep_run(src, ep_devices, feed)
+    assert "Gemm" in claimed, claimed
+    check_against_onnx_reference(src, got, feed)
+
+
+@pytest.mark.parametrize("bias_shape,attrs", GEMM_BIASES[:3] + [(None, {"alpha": 0.25})])
+def test_linear_with_bias_after_a_standalone_quantizer(bias_shape, attrs, lib, ep_devices, mxfuse_cli, tmp_path):
+    """nn.Linear with bias reading a standard MXFP8 activation: MxQuantize + MxMatMul with the
+    bias, online (the EP takes the Gemm) and offline (custom-op library) the same bits, and
+    onnx.reference within the GEMM tolerance."""
+    src = linear_after_quantizer(tmp_path / "m.onnx", bias_shape, **attrs)
+    feed = {"x": (np.random.default_rng(4).standard_normal((5, K)) * 3).astype(np.float32)}
+    report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
+    assert [f["rule"] for f in report["fusions"]] == ["mxquant"], report["rejections"]
+    fused = onnx.load(tmp_path / "fused.onnx")
+    mm = next(n for n in fused.graph.node if n.op_type == "MxMatMul")
+    assert len(mm.input) == (5 if bias_shape is not None else 3), mm.input
+    got, claimed = ep_run(src, ep_devices, feed)
+    assert "Gemm" in claimed, claimed
+    assert_bits_equal(got, offline_run(tmp_path / "fused.onnx", lib, feed))
+    check_against_onnx_reference(src, got, feed)
+
+
+def test_f16_linear_with_bias_runs_offline_and_online(lib, ep_devices, mxfuse_cli, tmp_path):
+    """An f16 nn.Linear with bias (C is f16 as the Gemm's T) after MXFP8 (amax cast to float):
+    the rewritten model through the custom-op library on ORT's CPU EP gives the EP's bits, within
+    one f16 unit in the last place of the exact (f64) Gemm of onnx.reference's dequantized
+    activation (onnx.reference's own f16 Gemm computes in f16 and was 7 units off here)."""
+    f16 = lambda name, v: numpy_helper.from_array(np.asarray(v, np.float16), name)
+    rng = np.random.default_rng(6)
+    inits = [numpy_helper.from_array(np.array([0, K // 32, 32], np.int64), "shape"),
+             numpy_helper.from_array(np.array([-1], np.int64), "axes"),
+             numpy_helper.from_array(np.array(2.0**-8, np.float32), "c"),
+             f16("w", rng.standard_normal((48, K)) * 0.1), f16("bias", rng.standard_normal(48))]
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["xb"]), helper.make_node("Abs", ["xb"], ["ab"]),
+             helper.make_node("ReduceMax", ["ab", "axes"], ["amax16"], keepdims=0),
+             helper.make_node("Cast", ["amax16"], ["amax"], to=TP.FLOAT),
+             helper.make_node("Mul", ["amax", "c"], ["s"]),
+             helper.make_node("Cast", ["s"], ["scale"], to=TP.FLOAT8E8M0, round_mode="down", saturate=1),
+             helper.make_node("QuantizeLinear", ["x", "scale"], ["q"], axis=-1, block_size=32, output_dtype=TP.FLOAT8E4M3FN),
+             helper.make_node("DequantizeLinear", ["q", "scale"], ["xd"], axis=-1, block_size=32, output_dtype=TP.FLOAT16),
+             helper.make_node("Gemm", ["xd", "w", "bias"], ["y"], transB=1)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TP.FLOAT16, ["m", K])],
+                          [helper.make_tensor_value_info("y", TP.FLOAT16, None)], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)], ir_version=11)
+    src = tmp_path / "m.onnx"
+    onnx.save(model, src)
+    report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
+    assert [f["rule"] for f in report["fusions"]] == ["mxquant"], report["rejections"]
+    feed = {"x": (rng.standard_normal((5, K)) * 2).astype(np.float16)}
     online, claimed = ep_run(src, ep_devices, feed)
-    assert "DequantizeLinear" in claimed and "Gemm" not in claimed, claimed
-    assert_bits_equal(online, offline_run(tmp_path / "fused.onnx", lib, feed))
-    unfused, _ = ep_run(src, ep_devices, feed, {"enable_rules": "mxquant,mx_dequant"})
-    assert_bits_equal(online, unfused)
+    assert "Gemm" in claimed, claimed
+    offline = offline_run(tmp_path / "fused.onnx", lib, feed)
+    assert online[0].dtype == np.float16 and np.array_equal(online[0].view(np.uint16), offline[0].view(np.uint16))
+    from onnx.reference import ReferenceEvaluator
+
+    xd = ReferenceEvaluator(model).run(["xd"], feed)[0].astype(np.float64)
+    w, c = (numpy_helper.to_array(t).astype(np.float64) for t in inits[3:])
+    exact = xd @ w.T + c
+    ulp = np.spacing(np.abs(exact).astype(np.float16)).astype(np.float64)
+    assert (np.abs(online[0].astype(np.float64) - exact) <= ulp).all()
+
+
+def test_gemm_with_an_unbroadcastable_bias_keeps_the_dequantize_with_the_reason(mxfuse_cli, tmp_path):
+    """A bias whose rows are not provably M (a graph input [r, 48]) is not absorbed: the Gemm
+    reads the MxDequantize of the activation, and the note says why."""
+    src = linear_after_quantizer(tmp_path / "m.onnx", [48])
+    m = onnx.load(src)
+    gemm = next(n for n in m.graph.node if n.op_type == "Gemm")
+    gemm.input[2] = "c"
+    m.graph.input.append(helper.make_tensor_value_info("c", TP.FLOAT, ["r", 48]))
+    onnx.save(m, src)
+    report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
+    # The quantizer still fuses; the Gemm keeps the dequantized activation (MxDequantize), and
+    # the fusion's note says why the Gemm was not absorbed.
+    assert sorted(f["rule"] for f in report["fusions"]) == ["mx_dequant", "mxquant"], report
+    notes = [n for f in report["fusions"] for n in f.get("notes", [])]
+    assert any("bias 'c' has shape" in n for n in notes), notes
 
 
 @pytest.mark.parametrize("order", ["max_min", "min_max"])

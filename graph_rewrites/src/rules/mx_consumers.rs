@@ -1,12 +1,12 @@
 //! The consumer side shared by every MX rule: the MatMuls that read a quantized activation
 //! become `com.mxfuse::MxMatMul` on the MXFP8 values + row-major E8M0 scales.
 //!
-//! Search pattern => y = MatMul(deq(x), W) | Gemm(deq(x), W, transB = 0|1), read as
+//! Search pattern => y = MatMul(deq(x), W) | Gemm(deq(x), W [, C], transB = 0|1, alpha, beta), read as
 //!
 //! ```text
-//! standard: q, scale ─ DequantizeLinear(axis=-1, block 32) ─ MatMul(·, W) | Gemm(·, W) = y
-//! Quark:    fake-quantized x ───────────────────────────── MatMul(·, W) | Gemm(·, W) = y
-//!   ⇒  MxMatMul(q, scale, W' [, W'_scale]) = y      (y keeps its name)
+//! standard: q, scale ─ DequantizeLinear(axis=-1, block 32) ─ MatMul(·, W) | Gemm(·, W [, C]) = y
+//! Quark:    fake-quantized x ───────────────────────────── MatMul(·, W) | Gemm(·, W [, C]) = y
+//!   ⇒  MxMatMul(q, scale, W' [, W'_scale] [, C]) = y      (y keeps its name)
 //! ```
 //!
 //! Weight forms W: a float `[K, N]` tensor (kept as is); standard MX — `DequantizeLinear` of
@@ -15,12 +15,14 @@
 //! `[N, K]` + `[N, K/32]` initializers, `trans_b = 1`).
 //!
 //! `Gemm` is what exporters emit for a linear layer on a rank-2 activation (torch's
-//! `nn.Linear`: `transB = 1`, weight `[N, K]`). It is the same product when it has no bias `C`,
-//! `alpha = 1` and `transA = 0`; with `transB = 1` the float weight `[N, K]` (or MX weight
-//! `[N, K]` + `[N, K/32]`, `DequantizeLinear(axis=1)`) is read with `trans_b = 1`. A Gemm with
-//! a bias or a scale is not absorbed (`MxMatMul` has neither operand): the activation's
-//! `DequantizeLinear` stays for it and becomes `MxDequantize` (rule `mx_dequant`), a note of
-//! the fusion says why.
+//! `nn.Linear`: `transB = 1`, weight `[N, K]`, bias `C [N]`). With `transA = 0` it is
+//! `MxMatMul` with the Gemm's `alpha`, `beta` and bias (its epilogue, docs/ops.md); with
+//! `transB = 1` the float weight `[N, K]` (or MX weight `[N, K]` + `[N, K/32]`,
+//! `DequantizeLinear(axis=1)`) is read with `trans_b = 1`. C must have the output's type and a
+//! known shape that broadcasts unidirectionally to `[M, N]` (`[]`, `[1]`, `[N]`, `[1|M, 1|N]`).
+//! A Gemm that cannot be absorbed (another bias, `transA = 1`) keeps the activation's
+//! `DequantizeLinear`, which becomes `MxDequantize` (rule `mx_dequant`); a note of the fusion
+//! says why.
 //! A weight DequantizeLinear / fake-quant node is not removed by the fusion: if nothing else
 //! reads it, dead-code elimination does.
 
@@ -31,6 +33,7 @@ use crate::reject;
 use crate::view::{Dim, GraphView, NodeId, ValueId, ONNX_DOMAIN, QUARK_DOMAIN};
 
 use super::spellings::mx_quant::BLOCK;
+use super::spellings::rms_norm::fmt_shape;
 
 /// How a consumer MatMul's weight is given.
 #[derive(Clone, Debug)]
@@ -54,8 +57,29 @@ pub struct MatMulUse {
     pub weight: Weight,
     /// The weight is `[N, K]` (a `Gemm` with `transB = 1`).
     pub trans_b: bool,
+    /// A `Gemm`'s `alpha`, `beta` and bias C (1, 1, none for a MatMul).
+    pub gemm: GemmTerms,
     pub out: ValueId,
     pub out_dtype: i32,
+}
+
+/// The parts of `y = alpha · A·B + beta · C` beyond the product.
+#[derive(Clone, Debug)]
+pub struct GemmTerms {
+    pub alpha: f32,
+    pub beta: f32,
+    /// C, checked to have the output's type and to broadcast to `[M, N]`.
+    pub bias: Option<ValueId>,
+}
+
+impl Default for GemmTerms {
+    fn default() -> Self {
+        GemmTerms {
+            alpha: 1.0,
+            beta: 1.0,
+            bias: None,
+        }
+    }
 }
 
 /// The consumers a fusion absorbs.
@@ -132,33 +156,97 @@ fn is_op(g: &dyn GraphView, n: NodeId, domain: &str, op: &str) -> bool {
     g.domain(n) == domain && g.op_type(n) == op
 }
 
-/// `Gemm(a, W)` attributes that make it a plain product: `Ok(trans_b)`, or why not.
-fn gemm_as_matmul(g: &dyn GraphView, mm: NodeId) -> Result<bool, Reject> {
+/// `Gemm(a, W [, C])` attributes MxMatMul computes: `Ok((trans_b, alpha, beta))`, or why not.
+fn gemm_attrs(g: &dyn GraphView, mm: NodeId) -> Result<(bool, f32, f32), Reject> {
     let name = g.node_name(mm);
-    if let Some(c) = g.inputs(mm).get(2).copied().flatten() {
-        return Err(reject!(
-            "Gemm '{name}' adds a bias '{}': MxMatMul has no bias operand",
-            g.value_name(c)
-        ));
-    }
     if attr_int(g.attr(mm, "transA"), 0) != Some(0) {
         return Err(reject!(
             "Gemm '{name}' has transA = 1: the activation must be [M, K]"
         ));
     }
-    if attr_float(g.attr(mm, "alpha"), 1.0) != Some(1.0) {
+    let (alpha, beta) = (
+        attr_float(g.attr(mm, "alpha"), 1.0),
+        attr_float(g.attr(mm, "beta"), 1.0),
+    );
+    let (Some(alpha), Some(beta)) = (
+        alpha.filter(|a| a.is_finite()),
+        beta.filter(|b| b.is_finite()),
+    ) else {
         return Err(reject!(
-            "Gemm '{name}' has alpha != 1: MxMatMul has no output scale"
+            "Gemm '{name}' has alpha {alpha:?} / beta {beta:?}: MxMatMul takes finite floats"
         ));
-    }
+    };
     match attr_int(g.attr(mm, "transB"), 0) {
-        Some(0) => Ok(false),
-        Some(1) => Ok(true),
+        Some(0) => Ok((false, alpha, beta)),
+        Some(1) => Ok((true, alpha, beta)),
         other => Err(reject!("Gemm '{name}' has transB = {other:?}")),
     }
 }
 
-/// A MatMul (or bias-free `Gemm`) reading `a` as its first input, with a supported weight.
+/// The Gemm's bias `c` if MxMatMul can read it: the output's type, a known shape that
+/// broadcasts unidirectionally to `[M, N]` (`[]`, `[1]`, `[N]`, `[1|M, 1|N]`; M is the
+/// activation's first dim, N the weight's), and not a value the fusion removes.
+fn gemm_bias(
+    g: &dyn GraphView,
+    c: ValueId,
+    (a, b): (ValueId, ValueId),
+    (m, n): (Option<Dim>, Option<Dim>),
+    out_dtype: i32,
+) -> Result<ValueId, Reject> {
+    let cname = g.value_name(c);
+    if c == a || c == b {
+        return Err(reject!("bias '{cname}' is the Gemm's own A or B"));
+    }
+    let info = g.tensor_info(c);
+    let elem = info.as_ref().map(|i| i.elem_type).unwrap_or(0);
+    if elem != out_dtype {
+        return Err(reject!(
+            "bias '{cname}' is {}, the output {}: ONNX Gemm's C has the output's type",
+            dtype::name(elem),
+            dtype::name(out_dtype)
+        ));
+    }
+    // A dim fits when it is 1 or provably the full dim (equal known or equal symbolic values).
+    let fits = |d: &Dim, full: &Option<Dim>| {
+        *d == Dim::Known(1) || (!matches!(d, Dim::Unknown) && full.as_ref() == Some(d))
+    };
+    let shape = info.and_then(|i| i.shape);
+    let ok = match shape.as_deref() {
+        Some([]) => true,
+        Some([cn]) => fits(cn, &n),
+        Some([cm, cn]) => fits(cm, &m) && fits(cn, &n),
+        _ => false,
+    };
+    if !ok {
+        let dim = |d: Option<Dim>| d.map_or("?".to_string(), |d| d.to_string());
+        return Err(reject!(
+            "bias '{cname}' has shape {}: MxMatMul takes [], [1], [N], [1|M, 1|N] with [M, N] = [{}, {}]",
+            fmt_shape(&shape),
+            dim(m),
+            dim(n)
+        ));
+    }
+    Ok(c)
+}
+
+/// N, the weight's output-channel dim (`[K, N]`, or `[N, K]` when `trans_b`), if the shape
+/// of the tensor behind it is known.
+fn weight_n(g: &dyn GraphView, w: &Weight, trans_b: bool) -> Option<Dim> {
+    let (v, trans) = match w {
+        Weight::Float(v) => (*v, trans_b),
+        Weight::Mx { values, .. } => (*values, trans_b),
+        // Quark weights are `[K, N]` constants (`transB = 1` is refused for them).
+        Weight::QuarkFloat { weight, .. } => (*weight, false),
+    };
+    let shape = g.tensor_info(v)?.shape?;
+    match shape.as_slice() {
+        [d0, d1] => Some(if trans { d0.clone() } else { d1.clone() }),
+        _ => None,
+    }
+}
+
+/// A MatMul (or `Gemm` with `transA = 0`) reading `a` as its first input, with a supported
+/// weight and, for a Gemm, a bias MxMatMul can read.
 /// `act_dtype` is the dtype of the quantized activation: MatMul's A, B and Y share one type,
 /// so it stands in for an output without value_info.
 fn matmul_use(
@@ -169,10 +257,10 @@ fn matmul_use(
     act_dtype: i32,
 ) -> Result<MatMulUse, Reject> {
     let name = g.node_name(mm);
-    let trans_b = if is_op(g, mm, ONNX_DOMAIN, "MatMul") {
-        false
+    let (trans_b, alpha, beta) = if is_op(g, mm, ONNX_DOMAIN, "MatMul") {
+        (false, 1.0, 1.0)
     } else if is_op(g, mm, ONNX_DOMAIN, "Gemm") {
-        gemm_as_matmul(g, mm)?
+        gemm_attrs(g, mm)?
     } else {
         return Err(reject!(
             "quantized activation is read by {} '{name}', not a MatMul or Gemm",
@@ -212,10 +300,25 @@ fn matmul_use(
             dtype::name(weight_dtype)
         ));
     }
+    let bias = match ins.get(2).copied().flatten() {
+        Some(c) if is_op(g, mm, ONNX_DOMAIN, "Gemm") => {
+            let m = g
+                .tensor_info(a)
+                .and_then(|i| i.shape)
+                .and_then(|s| s.first().cloned());
+            let n = weight_n(g, &weight, trans_b);
+            Some(
+                gemm_bias(g, c, (a, b), (m, n), out_dtype)
+                    .map_err(|r| reject!("Gemm '{name}': {}", r.0))?,
+            )
+        }
+        _ => None,
+    };
     Ok(MatMulUse {
         node: mm,
         weight,
         trans_b,
+        gemm: GemmTerms { alpha, beta, bias },
         out,
         out_dtype,
     })
@@ -441,22 +544,33 @@ pub fn emit_matmuls(
     scale: ValueId,
 ) -> Result<(), String> {
     for u in &c.matmuls {
-        let spec = e.op("MxMatMul").input(q).input(scale);
-        let spec = match &u.weight {
-            Weight::Float(w) => spec.input(*w).attr_int("trans_b", u.trans_b as i64),
-            Weight::Mx { values, scales, .. } => spec
-                .input(*values)
-                .input(*scales)
-                .attr_int("trans_b", u.trans_b as i64),
+        let (b, b_scale, trans_b) = match &u.weight {
+            Weight::Float(w) => (*w, None, u.trans_b),
+            Weight::Mx { values, scales, .. } => (*values, Some(*scales), u.trans_b),
             Weight::QuarkFloat { weight, .. } => {
                 let (vals, scales) = prequantize_weight(e, *weight)?;
-                spec.input(vals).input(scales).attr_int("trans_b", 1)
+                (vals, Some(scales), true)
             }
         };
-        e.add(
-            spec.attr_int("output_dtype", u.out_dtype as i64)
-                .output(u.out),
-        )?;
+        let mut spec = e.op("MxMatMul").input(q).input(scale).input(b);
+        // Optional inputs and attributes only where they differ from a plain product (an empty
+        // `b_scale` name in front of a float weight's bias, as ONNX skips optional inputs).
+        if b_scale.is_some() || u.gemm.bias.is_some() {
+            spec = spec.input_opt(b_scale);
+        }
+        if let Some(c) = u.gemm.bias {
+            spec = spec.input(c);
+            if u.gemm.beta != 1.0 {
+                spec = spec.attr_float("beta", u.gemm.beta);
+            }
+        }
+        if u.gemm.alpha != 1.0 {
+            spec = spec.attr_float("alpha", u.gemm.alpha);
+        }
+        let spec = spec
+            .attr_int("trans_b", trans_b as i64)
+            .attr_int("output_dtype", u.out_dtype as i64);
+        e.add(spec.output(u.out))?;
     }
     Ok(())
 }

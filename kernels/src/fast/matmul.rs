@@ -13,6 +13,7 @@ use super::shared::SharedMut;
 use super::{FastElement, Isa};
 use crate::codec::{e4m3_to_f32, e8m0_to_f32, QuantConfig, BLOCK};
 use crate::element::Element;
+use crate::epilogue::Epilogue;
 use crate::error::Result;
 use crate::parallel::{for_row_chunks, Parallel};
 use crate::reference;
@@ -117,7 +118,8 @@ fn decode_b_tile(
     }
 }
 
-/// `MxMatMul`: `y [m, n] = Σ_k deq(a)[m, k] · deq(b)[k, n]` with f32 accumulation, rounded to O.
+/// `MxMatMul`: `y [m, n] = ep(Σ_k deq(a)[m, k] · deq(b)[k, n])` with f32 accumulation, the
+/// epilogue (`alpha`, `beta`, bias) applied to each f32 sum as it is rounded to O.
 #[allow(clippy::too_many_arguments)]
 pub fn mx_matmul<O: Element>(
     a_q: &[u8],
@@ -128,9 +130,11 @@ pub fn mx_matmul<O: Element>(
     b: MatB<'_>,
     trans_b: bool,
     y: &mut [O],
+    ep: &Epilogue,
     par: &dyn Parallel,
 ) -> Result<()> {
     check_matmul_io(m, k, n, a_q, a_scales, &b, y.len())?;
+    ep.check_dims(m, n)?;
     if m == 0 || n == 0 {
         return Ok(());
     }
@@ -139,9 +143,9 @@ pub fn mx_matmul<O: Element>(
     if let (Isa::Avx2, MatB::Mx { q, scales }) = (isa, b) {
         let a = super::matmul_mx::dequantize_a(a_q, a_scales, k);
         if trans_b {
-            super::matmul_mx::nk(&a, m, k, n, q, scales, y, par);
+            super::matmul_mx::nk(&a, m, k, n, q, scales, y, ep, par);
         } else {
-            super::matmul_mx::kn(&a, m, k, n, q, scales, y, par);
+            super::matmul_mx::kn(&a, m, k, n, q, scales, y, ep, par);
         }
         return Ok(());
     }
@@ -166,11 +170,12 @@ pub fn mx_matmul<O: Element>(
                     decode_b_tile(isa, &b, (k, n), trans_b, (n0, cols), (k0, kt), &mut tile);
                     dot_tile(isa, &a, k, k0, &tile, kt, m, cols, &mut acc);
                 }
-                for r in 0..m {
+                for (r, sums) in acc.chunks_exact_mut(cols).take(m).enumerate() {
+                    ep.apply_row(r, n0, sums);
                     // SAFETY: each task owns the output columns of its units in every row, so the
                     // pieces (r, n0..n0+cols) of different tasks are disjoint.
                     let out = unsafe { y.piece(r * n + n0, r * n + n0 + cols) };
-                    for (o, &v) in out.iter_mut().zip(&acc[r * cols..(r + 1) * cols]) {
+                    for (o, &v) in out.iter_mut().zip(sums.iter()) {
                         *o = O::from_f32(v);
                     }
                 }
@@ -225,7 +230,8 @@ fn dot_tile(
 }
 
 /// Quantizes the activation rows `x` (`m × k`) to MXFP8 and multiplies them with B — the
-/// small-M "quantize inside the GEMM" path. Equals `mx_quantize` followed by [`mx_matmul`].
+/// small-M "quantize inside the GEMM" path. Equals `mx_quantize` followed by [`mx_matmul`]
+/// (same epilogue).
 #[allow(clippy::too_many_arguments)]
 pub fn mx_matmul_quantize_a<T: FastElement, O: Element>(
     x: &[T],
@@ -236,6 +242,7 @@ pub fn mx_matmul_quantize_a<T: FastElement, O: Element>(
     trans_b: bool,
     cfg: QuantConfig,
     y: &mut [O],
+    ep: &Epilogue,
     par: &dyn Parallel,
 ) -> Result<()> {
     crate::slices::check_len("x", x.len(), m * k)?;
@@ -243,7 +250,7 @@ pub fn mx_matmul_quantize_a<T: FastElement, O: Element>(
     let mut a_q = vec![0u8; m * k];
     let mut a_s = vec![0u8; m * k / BLOCK];
     super::quantize::mx_quantize(x, k, &mut a_q, &mut a_s, cfg, par)?;
-    mx_matmul(&a_q, &a_s, m, k, n, b, trans_b, y, par)
+    mx_matmul(&a_q, &a_s, m, k, n, b, trans_b, y, ep, par)
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -15,6 +15,9 @@
 //!   tiles of 16-column stripes decoded into L1, then 6-row × 16-column register blocks with A
 //!   broadcast (no horizontal sums; for up to 3 rows, even and odd k summed apart per tile).
 //!
+//! The epilogue (alpha, beta, bias) is applied where each unit's f32 sums are rounded to the
+//! output type, once per output.
+//!
 //! f32 accumulation order (docs/ops.md leaves it open; deterministic): `[N, K]`: per output,
 //! 8 lanes (k mod 8) accumulated in k order, summed horizontally at the end (AVX-512 BF16: 16
 //! lanes of pairs of k, in the lane order of its decode, summed at the end); `[K, N]`: per
@@ -29,6 +32,7 @@ use super::avx512_regs as regs;
 use super::shared::SharedMut;
 use crate::codec::{e4m3_to_f32, e8m0_to_f32, BLOCK};
 use crate::element::Element;
+use crate::epilogue::Epilogue;
 use crate::parallel::{for_row_chunks, Parallel};
 
 /// Below this many multiply-adds per task a GEMM does not split further. Small: a decode GEMV
@@ -78,6 +82,7 @@ pub(super) fn nk<O: Element>(
     q: &[u8],
     scales: &[u8],
     y: &mut [O],
+    ep: &Epilogue,
     par: &dyn Parallel,
 ) {
     let kb = k / BLOCK;
@@ -142,10 +147,11 @@ pub(super) fn nk<O: Element>(
                         _ => nk_tiled(a, m, k, qs, ss, &mut tile, &mut acc, &mut vals),
                     }
                 }
+                ep.apply_block(n0, cols, &mut vals);
                 for (r, v) in vals.iter().enumerate() {
                     // SAFETY: each task owns its units' columns in every row: disjoint pieces.
                     let out = unsafe { y.piece(r * n + n0, r * n + n0 + cols) };
-                    for (o, &x) in out.iter_mut().zip(v) {
+                    for (o, &x) in out.iter_mut().zip(v.iter()) {
                         *o = O::from_f32(x);
                     }
                 }
@@ -421,6 +427,7 @@ pub(super) fn kn<O: Element>(
     q: &[u8],
     scales: &[u8],
     y: &mut [O],
+    ep: &Epilogue,
     par: &dyn Parallel,
 ) {
     const STRIPES: usize = KN_UNIT / KN_COLS;
@@ -464,6 +471,7 @@ pub(super) fn kn<O: Element>(
                             _mm256_storeu_ps(v.as_mut_ptr(), lo);
                             _mm256_storeu_ps(v.as_mut_ptr().add(8), hi);
                         }
+                        ep.apply_row(r, n0 + st * KN_COLS, &mut v[..chunk.len()]);
                         for (o, &x) in chunk.iter_mut().zip(&v) {
                             *o = O::from_f32(x);
                         }

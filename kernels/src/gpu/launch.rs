@@ -86,6 +86,75 @@ pub enum GpuMatB {
     MxFrag { q: u64, scales: u64 },
 }
 
+/// The `MxMatMul` epilogue on the device (docs/ops.md, [`crate::Epilogue`]):
+/// `y = round_T(fl(alpha · acc) + fl(beta · c))`, applied by every GEMM kernel where it stores.
+#[derive(Debug, Clone, Copy)]
+pub struct GpuEpilogue {
+    pub alpha: f32,
+    pub beta: f32,
+    /// The bias in device memory, of y's dtype: `ptr` to `rows × cols` row-major values, rows 1
+    /// or M, cols 1 or N ([`crate::epilogue::broadcast_dims`] of its shape).
+    pub bias: Option<GpuBias>,
+}
+
+/// A device bias of [`GpuEpilogue`].
+#[derive(Debug, Clone, Copy)]
+pub struct GpuBias {
+    pub ptr: u64,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl GpuEpilogue {
+    /// A plain product.
+    pub const NONE: GpuEpilogue = GpuEpilogue {
+        alpha: 1.0,
+        beta: 1.0,
+        bias: None,
+    };
+
+    /// The kernels' `MxEpi` (mx_common.h) for an `m × n` output of `out`, checking the bias.
+    fn params(&self, m: usize, n: usize, out: DType) -> GpuResult<EpilogueParams> {
+        let (bias, ld, cs) = match self.bias {
+            None => (0, 0, 0),
+            Some(b) => {
+                if !(b.rows == 1 || b.rows == m) || !(b.cols == 1 || b.cols == n) {
+                    return Err(KernelError::Shape(format!(
+                        "bias of {} x {} does not broadcast to [{m}, {n}]",
+                        b.rows, b.cols
+                    ))
+                    .into());
+                }
+                check_aligned("bias", b.ptr, out.size() as u64)?;
+                let ld = if b.rows == 1 { 0 } else { b.cols };
+                (
+                    b.ptr,
+                    dim_i32("bias row stride", ld)?,
+                    i32::from(b.cols != 1),
+                )
+            }
+        };
+        Ok(EpilogueParams {
+            bias,
+            ld,
+            cs,
+            alpha: self.alpha,
+            beta: self.beta,
+        })
+    }
+}
+
+/// `struct MxEpi` of mx_common.h, passed by value (same C layout: 8 + 4 · 4 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct EpilogueParams {
+    bias: u64,
+    ld: i32,
+    cs: i32,
+    alpha: f32,
+    beta: f32,
+}
+
 /// Whether kernel `name` may take a programmatic dependent launch (when the device has them,
 /// [`GpuRuntime::pdl`]). Every kernel waits for its predecessor in MX_PDL_ENTRY / MX_PDL_WAIT
 /// (mx_portability.h), so PDL never changes results; it is left off where it measured slower on
@@ -585,6 +654,7 @@ impl GpuRuntime {
         b: &GpuMatB,
         y: u64,
         out_dtype: DType,
+        ep: &GpuEpilogue,
         stream: StreamHandle,
     ) -> GpuResult<()> {
         check_k("K", k)?;
@@ -595,13 +665,14 @@ impl GpuRuntime {
         if m == 0 || n == 0 {
             return Ok(());
         }
+        let epi = ep.params(m, n, out_dtype)?;
         if self.tensor_core_gemm(b) {
-            return self.matmul_tc("e4m3", m, k, n, a_q, a_scales, 0, b, y, o, 0, stream);
+            return self.matmul_tc("e4m3", m, k, n, a_q, a_scales, 0, b, (y, o), 0, epi, stream);
         }
         let (bptr, bscales, bmode) = match *b {
             GpuMatB::Mx { q, scales, trans_b } => (q, scales, i32::from(trans_b)),
             GpuMatB::MxFrag { q, scales } => {
-                return self.matmul_frag(m, k, n, a_q, a_scales, (q, scales), y, o, stream)
+                return self.matmul_frag(m, k, n, a_q, a_scales, (q, scales), (y, o), epi, stream)
             }
             GpuMatB::Float {
                 data,
@@ -622,7 +693,9 @@ impl GpuRuntime {
             }
         };
         check_aligned("b", bptr, 4)?;
-        let params = gemm_params(a_q, a_scales, None, bptr, bscales, y, m, n, k)?.push(bmode);
+        let params = gemm_params(a_q, a_scales, None, bptr, bscales, y, m, n, k)?
+            .push(bmode)
+            .push(epi);
         let name = format!("mx_matmul_generic_{o}");
         self.run(
             &name,
@@ -650,6 +723,7 @@ impl GpuRuntime {
         b: &GpuMatB,
         y: u64,
         out_dtype: DType,
+        ep: &GpuEpilogue,
         stream: StreamHandle,
     ) -> GpuResult<()> {
         check_k("K", k)?;
@@ -667,17 +741,33 @@ impl GpuRuntime {
                 quant,
                 stream,
             )?;
-            return self.mx_matmul(m, k, n, workspace.0, workspace.1, b, y, out_dtype, stream);
+            return self.mx_matmul(
+                m,
+                k,
+                n,
+                workspace.0,
+                workspace.1,
+                b,
+                y,
+                out_dtype,
+                ep,
+                stream,
+            );
         }
         let o = dtype_suffix(out_dtype)?;
         check_aligned("a", a, 16)?;
         check_aligned("y", y, out_dtype.size() as u64)?;
+        if m == 0 || n == 0 {
+            return Ok(());
+        }
+        let epi = ep.params(m, n, out_dtype)?;
         let amode = if a_dtype == DType::BF16 {
             "qbf16"
         } else {
             "qf16"
         };
-        self.matmul_tc(amode, m, k, n, 0, 0, a, b, y, o, quant_flags(quant), stream)
+        let flags = quant_flags(quant);
+        self.matmul_tc(amode, m, k, n, 0, 0, a, b, (y, o), flags, epi, stream)
     }
 
     /// The fragment-packed decode GEMM (kernels/gpu/mx_matmul_frag.hip) on `(wf, wsf)` from
@@ -692,8 +782,8 @@ impl GpuRuntime {
         a_q: u64,
         a_scales: u64,
         (wf, wsf): (u64, u64),
-        y: u64,
-        out: &str,
+        (y, out): (u64, &str),
+        epi: EpilogueParams,
         stream: StreamHandle,
     ) -> GpuResult<()> {
         if !self.frag_gemm_runs(k) {
@@ -712,7 +802,9 @@ impl GpuRuntime {
         let (w, s) = frag_shape(n, k, m, self.multiprocessors(), &table);
         // pre = 1: the weights are constants, so the kernel loads its first batch of them before
         // waiting for the previous kernel (PDL overlap).
-        let params = gemm_params(a_q, a_scales, None, wf, wsf, y, m, n, k)?.push(1i32);
+        let params = gemm_params(a_q, a_scales, None, wf, wsf, y, m, n, k)?
+            .push(1i32)
+            .push(epi);
         let name = format!("mx_matmul_frag_m{}_{out}_w{w}_s{s}", 8 * mt);
         // x: activation-row tiles x splits, y: 16-column tiles (mx_matmul_frag.hip MxFragBlock:
         // the row tiles of one weight tile run together and share it through L2).
@@ -751,9 +843,9 @@ impl GpuRuntime {
         a_scales: u64,
         a: u64,
         b: &GpuMatB,
-        y: u64,
-        out: &str,
+        (y, out): (u64, &str),
         flags: u32,
+        epi: EpilogueParams,
         stream: StreamHandle,
     ) -> GpuResult<()> {
         let GpuMatB::Mx {
@@ -768,7 +860,9 @@ impl GpuRuntime {
         check_aligned("b_scales", ws, 4)?;
         let mt = if m <= 8 { 1 } else { 2 };
         // Both kernel families take the same arguments; only the name and grid differ.
-        let params = gemm_params(a_q, a_scales, Some(a), w, ws, y, m, n, k)?.push(flags);
+        let params = gemm_params(a_q, a_scales, Some(a), w, ws, y, m, n, k)?
+            .push(flags)
+            .push(epi);
         let pipe = if amode == "e4m3"
             && !self.v2()
             && self.pipe()
@@ -785,7 +879,7 @@ impl GpuRuntime {
         if pipe.0 > 0 {
             let (wp, s) = pipe;
             let name = format!("mx_matmul_pipe_m{}_{out}_w{wp}_s{s}", 8 * mt);
-            let params = gemm_params(a_q, a_scales, None, w, ws, y, m, n, k)?;
+            let params = gemm_params(a_q, a_scales, None, w, ws, y, m, n, k)?.push(epi);
             let grid = [
                 dim_u32("grid", n.div_ceil(16 * wp) * s)?,
                 dim_u32("grid", m.div_ceil(8 * mt))?,

@@ -22,7 +22,7 @@ pub mod thresholds;
 
 pub use driver::{Backend, DeviceInfo};
 pub use error::{GpuError, GpuResult};
-pub use launch::{GpuMatB, NormBuffers, StreamHandle, SwiGluBuffers};
+pub use launch::{GpuBias, GpuEpilogue, GpuMatB, NormBuffers, StreamHandle, SwiGluBuffers};
 pub use pack::pack_frag_weights;
 pub use runtime::{DeviceBuffer, GpuRuntime};
 pub use thresholds::{FragGemmTable, InGemmQuantThresholds};

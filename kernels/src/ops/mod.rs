@@ -27,6 +27,7 @@ use crate::attrs::{
     AddRmsNormAttrs, MxDequantAttrs, MxMatMulAttrs, MxQuantAttrs, SwiGluAttrs, SwiGluLayout,
 };
 use crate::element::DType;
+use crate::epilogue::Epilogue;
 use crate::error::{shape_err, KernelError, Result};
 use crate::fast::{self, FastElement};
 use crate::parallel::Parallel;
@@ -247,12 +248,16 @@ pub fn swiglu_mx_quant(
     }
 }
 
-/// `MxMatMul(a_q, a_scale, b, [b_scale]) -> y` with `y` of dtype `attrs.output_dtype`.
+/// `MxMatMul(a_q, a_scale, b, [b_scale], [bias]) -> y` with `y` of dtype `attrs.output_dtype`:
+/// `y = alpha · acc + beta · bias` ([`Epilogue`]); the bias has y's dtype and broadcasts
+/// unidirectionally to `[M, N]` (M the product of A's leading dims).
+#[allow(clippy::too_many_arguments)]
 pub fn mx_matmul(
     a_q: TensorRef<'_>,
     a_scale: TensorRef<'_>,
     b: TensorRef<'_>,
     b_scale: Option<TensorRef<'_>>,
+    bias: Option<TensorRef<'_>>,
     y: TensorMut<'_>,
     attrs: &MxMatMulAttrs,
     par: &dyn Parallel,
@@ -291,12 +296,36 @@ pub fn mx_matmul(
         (DType::BF16, None) => MatB::BF16(b.view::<bf16>()?),
         (d, None) => return Err(unsupported_dtype("b", d)),
     };
+    let ep = mx_matmul_epilogue(bias, attrs, m, n)?;
     let (aq, as_) = (a_q.view::<u8>()?, a_scale.view::<u8>()?);
     let tb = attrs.trans_b;
     match y.dtype {
-        DType::F32 => fast::mx_matmul(aq, as_, m, k, n, mat_b, tb, y.view_mut::<f32>()?, par),
-        DType::F16 => fast::mx_matmul(aq, as_, m, k, n, mat_b, tb, y.view_mut::<f16>()?, par),
-        DType::BF16 => fast::mx_matmul(aq, as_, m, k, n, mat_b, tb, y.view_mut::<bf16>()?, par),
+        DType::F32 => fast::mx_matmul(aq, as_, m, k, n, mat_b, tb, y.view_mut::<f32>()?, &ep, par),
+        DType::F16 => fast::mx_matmul(aq, as_, m, k, n, mat_b, tb, y.view_mut::<f16>()?, &ep, par),
+        DType::BF16 => {
+            fast::mx_matmul(aq, as_, m, k, n, mat_b, tb, y.view_mut::<bf16>()?, &ep, par)
+        }
         d => Err(unsupported_dtype("y", d)),
+    }
+}
+
+/// The [`Epilogue`] of an `m × n` `MxMatMul`: `bias` must have the output dtype (ONNX `Gemm`'s
+/// C is T) and a shape that broadcasts to `[m, n]`.
+fn mx_matmul_epilogue(
+    bias: Option<TensorRef<'_>>,
+    attrs: &MxMatMulAttrs,
+    m: usize,
+    n: usize,
+) -> Result<Epilogue> {
+    let Some(c) = bias else {
+        return Epilogue::new::<f32>(attrs.alpha, attrs.beta, None, m, n);
+    };
+    expect_dtype("bias", c.dtype, attrs.output_dtype)?;
+    let (al, be) = (attrs.alpha, attrs.beta);
+    match c.dtype {
+        DType::F32 => Epilogue::new(al, be, Some((c.view::<f32>()?, c.shape)), m, n),
+        DType::F16 => Epilogue::new(al, be, Some((c.view::<f16>()?, c.shape)), m, n),
+        DType::BF16 => Epilogue::new(al, be, Some((c.view::<bf16>()?, c.shape)), m, n),
+        d => Err(unsupported_dtype("bias", d)),
     }
 }

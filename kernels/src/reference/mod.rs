@@ -12,6 +12,7 @@ pub use mx_dequant::{decode_value, mx_dequantize};
 use crate::attrs::{Activation, AddRmsNormAttrs, InvForm, SwiGluAttrs, SwiGluLayout, SwishForm};
 use crate::codec::{e4m3_to_f32, e8m0_to_f32, quantize_block, QuantConfig, BLOCK};
 use crate::element::Element;
+use crate::epilogue::Epilogue;
 use crate::error::{KernelError, Result};
 use crate::slices::{
     check_matmul_io, check_norm_io, check_quant_io, check_swiglu_io, MatB, NormOutputs, SwiGluInput,
@@ -253,9 +254,10 @@ pub(crate) fn b_value(
     }
 }
 
-/// `MxMatMul`: y[m, n] = round_out(Σ_k deq(a)[m, k]·deq(b)[k, n]). The reference accumulates in
-/// f64 (the exact-as-possible target the f32-accumulating fast path is compared against) and
-/// rounds once to f32, then to the output dtype.
+/// `MxMatMul`: y[m, n] = round_out(ep(Σ_k deq(a)[m, k]·deq(b)[k, n])). The reference accumulates
+/// in f64 (the exact-as-possible target the f32-accumulating fast path is compared against),
+/// rounds once to f32, applies the epilogue (alpha, beta, bias; [`Epilogue`]) in f32, then
+/// rounds to the output dtype.
 #[allow(clippy::too_many_arguments)]
 pub fn mx_matmul<O: Element>(
     a_q: &[u8],
@@ -266,8 +268,10 @@ pub fn mx_matmul<O: Element>(
     b: MatB<'_>,
     trans_b: bool,
     y: &mut [O],
+    ep: &Epilogue,
 ) -> Result<()> {
     check_matmul_io(m, k, n, a_q, a_scales, &b, y.len())?;
+    ep.check_dims(m, n)?;
     let kb = k / BLOCK;
     for mm in 0..m {
         for nn in 0..n {
@@ -276,7 +280,7 @@ pub fn mx_matmul<O: Element>(
                 let a = e4m3_to_f32(a_q[mm * k + kk]) * e8m0_to_f32(a_scales[mm * kb + kk / BLOCK]);
                 acc += f64::from(a) * f64::from(b_value(&b, k, n, kk, nn, trans_b));
             }
-            y[mm * n + nn] = O::from_f32(acc as f32);
+            y[mm * n + nn] = O::from_f32(ep.apply(mm, nn, acc as f32));
         }
     }
     Ok(())

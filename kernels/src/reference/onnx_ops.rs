@@ -15,6 +15,8 @@
 //!   `round_T(s · fl(1/fl(sqrt(mean_of_squares(s) + eps))) · scale_f32)` — the fused op with
 //!   `inv_form = rsqrt`, `gamma_in_f32 = 1`.
 //! * `MatMul` accumulates in f64 and rounds once to f32, then to T (as `reference::mx_matmul`).
+//! * `Gemm` (`transA = 0`) as `MatMul`, then `fl(fl(alpha·acc) + fl(beta·c))` in f32 (no FMA)
+//!   and rounded to T: the `MxMatMul` epilogue of docs/ops.md.
 //! * Binary ops broadcast numpy-style.
 
 use super::math::{lane_mean, mean_of_squares, sigmoid_f32};
@@ -287,6 +289,70 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     Ok(Tensor {
         dtype: a.dtype,
         shape,
+        data,
+    })
+}
+
+/// ONNX `Gemm(a, b, [c])` with `transA = 0`: `a [M, K]`, `b [K, N]` (`[N, K]` when `trans_b`),
+/// `c` broadcasting unidirectionally to `[M, N]` (rank ≤ 2, each dim 1 or full).
+pub fn gemm(
+    a: &Tensor,
+    b: &Tensor,
+    c: Option<&Tensor>,
+    alpha: f32,
+    beta: f32,
+    trans_b: bool,
+) -> Result<Tensor> {
+    let (&[m, k], &[b0, b1]) = (&a.shape[..], &b.shape[..]) else {
+        return Err(shape_err!(
+            "Gemm {:?} x {:?}: both must be 2-D",
+            a.shape,
+            b.shape
+        ));
+    };
+    let (bk, n) = if trans_b { (b1, b0) } else { (b0, b1) };
+    if bk != k || a.dtype != b.dtype {
+        return Err(shape_err!("Gemm {:?} x {:?}", a.shape, b.shape));
+    }
+    // C's (rows, cols) as stored: each 1 (broadcast) or the full dim.
+    let (cr, cc) = match c.map(|c| &c.shape[..]) {
+        None | Some([]) => (1, 1),
+        Some(&[d]) => (1, d),
+        Some(&[r, d]) => (r, d),
+        Some(s) => return Err(shape_err!("Gemm C of shape {s:?}")),
+    };
+    if !(cr == 1 || cr == m) || !(cc == 1 || cc == n) {
+        return Err(shape_err!("Gemm C does not broadcast to [{m}, {n}]"));
+    }
+    let mut data = Vec::with_capacity(m * n);
+    for (r, row) in a.data.chunks_exact(k).enumerate() {
+        for j in 0..n {
+            let acc: f64 = row
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| {
+                    let w = if trans_b {
+                        b.data[j * k + i]
+                    } else {
+                        b.data[i * n + j]
+                    };
+                    f64::from(v) * f64::from(w)
+                })
+                .sum();
+            let t = alpha * acc as f32;
+            let y = match c {
+                None => t,
+                Some(c) => {
+                    let cv = c.data[if cr == 1 { 0 } else { r * cc } + if cc == 1 { 0 } else { j }];
+                    t + beta * cv
+                }
+            };
+            data.push(round_to(a.dtype, y));
+        }
+    }
+    Ok(Tensor {
+        dtype: a.dtype,
+        shape: vec![m, n],
         data,
     })
 }

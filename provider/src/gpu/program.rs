@@ -16,7 +16,9 @@
 use std::sync::{Arc, Mutex};
 
 use graph_rewrites::view::{ConstTensor, GraphView};
-use kernels::gpu::{pack_frag_weights, GpuMatB, GpuRuntime, NormBuffers, SwiGluBuffers};
+use kernels::gpu::{
+    pack_frag_weights, GpuBias, GpuEpilogue, GpuMatB, GpuRuntime, NormBuffers, SwiGluBuffers,
+};
 use kernels::{
     AddRmsNormAttrs, DType, MxDequantAttrs, MxMatMulAttrs, MxQuantAttrs, ScaleMap, SwiGluAttrs,
 };
@@ -540,7 +542,32 @@ impl GpuProgram {
                         }
                     }
                 };
-                rt.mx_matmul(m, k, n, *a_q, *a_s, &b, *y, dtype(ym.dtype)?, STREAM)
+                let ydt = dtype(ym.dtype)?;
+                let bias = match ins.get(4).copied().flatten() {
+                    None => None,
+                    Some((cm, c)) => {
+                        // C has y's type (ONNX Gemm's T) and broadcasts to [M, N].
+                        if dtype(cm.dtype)? != ydt {
+                            return Err(Error::invalid(format!(
+                                "MxMatMul bias of type {} with output {ydt:?}",
+                                cm.dtype
+                            )));
+                        }
+                        let shape: Vec<usize> = cm.dims.iter().map(|&d| d as usize).collect();
+                        let (rows, cols) = kernels::epilogue::broadcast_dims(&shape, m, n)?;
+                        Some(GpuBias {
+                            ptr: *c,
+                            rows,
+                            cols,
+                        })
+                    }
+                };
+                let ep = GpuEpilogue {
+                    alpha: attrs.alpha,
+                    beta: attrs.beta,
+                    bias,
+                };
+                rt.mx_matmul(m, k, n, *a_q, *a_s, &b, *y, ydt, &ep, STREAM)
             }
         }
         .map_err(gpu)

@@ -160,8 +160,10 @@ impl Kernel for MxMatMul {
         let a_scale = required(inputs, 1, "a_scale")?;
         let b = required(inputs, 2, "b")?;
         let b_scale = inputs.get(3).copied().flatten();
+        let bias = inputs.get(4).copied().flatten();
         let (ad, asd, bd) = (dims_of(a), dims_of(a_scale), dims_of(b));
         let bsd = b_scale.as_ref().map(dims_of).unwrap_or_default();
+        let cd = bias.as_ref().map(dims_of).unwrap_or_default();
         let od = out_dims(outputs);
         let mut outs = out_views(outputs, &od)?;
         let y = take(&mut outs, 0, "y")?;
@@ -170,6 +172,7 @@ impl Kernel for MxMatMul {
             ..self.attrs
         };
         let (a, a_scale) = (view(a, &ad)?, view(a_scale, &asd)?);
+        let bias = bias.as_ref().map(|t| view(t, &cd)).transpose()?;
         if let Some(p) = &self.packed {
             let b = k::TensorRef::new(DType::E4M3, &p.q_dims, &p.q)?;
             let bs = k::TensorRef::new(DType::E8M0, &p.scale_dims, &p.scales)?;
@@ -177,7 +180,7 @@ impl Kernel for MxMatMul {
                 trans_b: true,
                 ..attrs
             };
-            return Ok(k::mx_matmul(a, a_scale, b, Some(bs), y, &attrs, par)?);
+            return Ok(k::mx_matmul(a, a_scale, b, Some(bs), bias, y, &attrs, par)?);
         }
         let b_scale = b_scale.as_ref().map(|t| view(t, &bsd)).transpose()?;
         Ok(k::mx_matmul(
@@ -185,6 +188,7 @@ impl Kernel for MxMatMul {
             a_scale,
             view(b, &bd)?,
             b_scale,
+            bias,
             y,
             &attrs,
             par,
@@ -276,6 +280,78 @@ mod tests {
         for (x, y) in p.iter().zip(&q) {
             // Same products, possibly summed in another order: equal to f32 rounding.
             assert!((x - y).abs() <= 1e-5 * x.abs().max(1.0), "{x} vs {y}");
+        }
+    }
+
+    /// The bias input (slot 4) and alpha / beta reach the kernel on both the stored-layout and
+    /// the prepacked path: each output is `fl(alpha · acc) + fl(beta · c)` of that path's own
+    /// plain product, bit for bit; a bias of another type is an error.
+    #[test]
+    fn bias_and_scales_reach_both_paths() {
+        let (m, kk, n) = (2usize, 64usize, 3usize);
+        let a = tensor(
+            DType::E4M3,
+            &[m as i64, kk as i64],
+            (0..m * kk).map(|i| (i * 37 % 0x70) as u8).collect(),
+        );
+        let a_s = tensor(DType::E8M0, &[m as i64, 2], vec![127, 126, 128, 127]);
+        let b = tensor(
+            DType::E4M3,
+            &[kk as i64, n as i64],
+            (0..kk * n).map(|i| (i * 11 % 0x60) as u8).collect(),
+        );
+        let b_s = tensor(
+            DType::E8M0,
+            &[2, n as i64],
+            vec![125, 126, 127, 128, 129, 127],
+        );
+        let cv = [0.5f32, -1.25, 3.0];
+        let c = tensor(
+            DType::F32,
+            &[n as i64],
+            cv.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        );
+        let to_f32 = |d: Vec<u8>| {
+            d.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect::<Vec<_>>()
+        };
+        let run = |kernel: &MxMatMul, bias: Option<&Tensor>| {
+            let inputs = [
+                Some(a.view()),
+                Some(a_s.view()),
+                Some(b.view()),
+                Some(b_s.view()),
+                bias.map(Tensor::view),
+            ];
+            let mut y = Tensor::zeros(Meta::new(1, vec![m as i64, n as i64])).unwrap();
+            kernel
+                .compute(&inputs, &mut [Some(y.view_mut())], &Serial)
+                .map(|_| to_f32(y.data))
+        };
+        let attrs = MxMatMulAttrs {
+            alpha: 0.5,
+            beta: 2.0,
+            ..Default::default()
+        };
+        for prepacked in [false, true] {
+            let (mut plain, mut biased) = (
+                MxMatMul::new(MxMatMulAttrs::default()),
+                MxMatMul::new(attrs),
+            );
+            if prepacked {
+                let consts = [None, None, Some(b.view()), Some(b_s.view())];
+                plain.prepack(&consts).unwrap();
+                biased.prepack(&consts).unwrap();
+            }
+            let acc = run(&plain, None).unwrap();
+            let y = run(&biased, Some(&c)).unwrap();
+            for (i, (y, acc)) in y.iter().zip(&acc).enumerate() {
+                assert_eq!(y.to_bits(), (0.5 * acc + 2.0 * cv[i % n]).to_bits(), "{i}");
+            }
+            let c16 = tensor(DType::F16, &[n as i64], vec![0; 2 * n]);
+            let err = run(&biased, Some(&c16)).unwrap_err();
+            assert!(err.to_string().contains("bias"), "{err}");
         }
     }
 

@@ -119,9 +119,15 @@ pub const MX_MAT_MUL: OpSchema = OpSchema {
         typed(req("a_scale"), onnx_dtype::FLOAT8E8M0),
         req("b"),
         typed(opt("b_scale"), onnx_dtype::FLOAT8E8M0),
+        opt("bias"),
     ],
     outputs: &[req("y")],
-    attrs: &[("trans_b", AttrKind::Int), ("output_dtype", AttrKind::Int)],
+    attrs: &[
+        ("trans_b", AttrKind::Int),
+        ("output_dtype", AttrKind::Int),
+        ("alpha", AttrKind::Float),
+        ("beta", AttrKind::Float),
+    ],
 };
 
 /// ONNX `DequantizeLinear`-24 for a FLOAT8E8M0 scale (x FLOAT8E4M3FN or FLOAT8E5M2).

@@ -421,7 +421,7 @@ fn residual_of_add(m: &Match<'_>, r: &ResidualPat) -> Residual {
 }
 
 /// `[batch, seq, 64]`, `?` for an unknown dim, `unknown` without a shape.
-fn fmt_shape(s: &Option<Vec<Dim>>) -> String {
+pub(crate) fn fmt_shape(s: &Option<Vec<Dim>>) -> String {
     let Some(dims) = s else {
         return "unknown".into();
     };
