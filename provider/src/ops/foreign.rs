@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::tensor::{Meta, TensorMut, TensorRef};
 
 /// Quark's MXFP8 fake quantization of an f32 tensor along `axis`: `MxQuantize` (OCP floor
-/// rule) of each 32-element block along the axis, then decode (`e4m3 · 2^(scale-127)`, exact).
+/// rule, NaN policy "ignore") of each 32-element block along the axis, then decode (`e4m3 · 2^(scale-127)`, exact).
 /// Like Quark's op, a length along `axis` that is not a multiple of 32 is padded with zeros to
 /// the next block (Quark exports put `axis = 1`, the sequence axis, on `[B, S, H]` activations
 /// that feed no MatMul): a zero never raises a block's amax, so the last, partial block is
@@ -29,7 +29,13 @@ impl QuarkFakeQuant {
             )));
         }
         let block = attrs.int("block_size", 32).to_string();
-        let quant = MxQuantAttrs::from_pairs([("block_size", block.as_str())])?;
+        // NaN policy "ignore": Quark's kernel takes the block exponent from the finite elements
+        // and passes a NaN through, so a NaN costs only its own element (under "propagate" it
+        // would make the whole block NaN). It is also what the rules read Quark's op as, so a
+        // fused and an unfused Quark model agree on NaN blocks. (An Inf still differs: Quark
+        // ignores it for the exponent; "ignore" counts it, as vLLM's kernel does.)
+        let quant =
+            MxQuantAttrs::from_pairs([("block_size", block.as_str()), ("nan_policy", "ignore")])?;
         Ok(QuarkFakeQuant {
             quant,
             axis: attrs.int("axis", -1),
@@ -208,6 +214,22 @@ mod tests {
         assert_eq!(fake_quant(&[2, 8, 3], 1, &v[..48]).len(), 48);
         // A scalar passes unchanged (1.702 is not an E4M3 value: quantized it would be 1.75).
         assert_eq!(fake_quant(&[], 0, &[1.702]), vec![1.702]);
+    }
+
+    #[test]
+    fn a_nan_costs_only_its_own_element_as_in_quarks_kernel() {
+        // Quark's kernel: the block exponent from the finite elements, a NaN passed through. So
+        // the block with a NaN equals the same block with a zero there (a zero never raises the
+        // amax), except at the NaN itself.
+        let mut v: Vec<f32> = (0..32).map(|i| (i as f32 - 15.5) * 0.83).collect();
+        v[5] = 0.0;
+        let want = fake_quant(&[1, 32], -1, &v);
+        v[5] = f32::NAN;
+        let got = fake_quant(&[1, 32], -1, &v);
+        assert!(got[5].is_nan());
+        for i in (0..32).filter(|&i| i != 5) {
+            assert_eq!(got[i].to_bits(), want[i].to_bits(), "element {i}");
+        }
     }
 
     #[test]
