@@ -270,6 +270,13 @@ pub fn fixtures_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/fixtures")
 }
 
+/// `models/fixtures/samples`: committed copies of the small real models of `../shared/samples`
+/// (torch dynamo, AMD Quark, the opset-24 MXFP8 quantizer, ORT GenAI with external data), so a
+/// bare checkout tests them too.
+pub fn samples_dir() -> PathBuf {
+    fixtures_dir().join("samples")
+}
+
 /// The `.onnx` files in the `sub_dirs` of [`fixtures_dir`] (`""`: the folder itself), sorted.
 pub fn fixture_files(sub_dirs: &[&str]) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = sub_dirs

@@ -1,8 +1,7 @@
 //! Round-trips of the shared sample models (load → save keeps everything), external data
 //! placement, determinism and idempotence of a full rewrite.
 //!
-//! The samples live in `../shared/samples` beside the checkout; without them the tests print a
-//! note and pass.
+//! The samples are the committed copies in `models/fixtures/samples` (from `../shared/samples`).
 
 use std::path::{Path, PathBuf};
 
@@ -13,16 +12,7 @@ use graph_rewrites::testing::scratch_dir;
 use prost::Message;
 
 fn samples_dir() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/samples");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "note: {} not found; skipping sample round-trips",
-            dir.display()
-        );
-        None
-    }
+    Some(graph_rewrites::testing::samples_dir())
 }
 
 /// Every `.onnx` under the samples directory (one level of subfolders).

@@ -755,14 +755,7 @@ fn fixtures_without_value_info_fuse_exactly_as_with_it() {
 }
 
 fn quark_sample() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/samples/tiny_swiglu_mlp_MXFP8E4M3.onnx");
-    if p.is_file() {
-        Some(p)
-    } else {
-        eprintln!("note: {} not found; skipping", p.display());
-        None
-    }
+    Some(graph_rewrites::testing::samples_dir().join("tiny_swiglu_mlp_MXFP8E4M3.onnx"))
 }
 
 /// AMD Quark's real output: with its `value_info` removed, ONNX shape inference would stop at

@@ -9,18 +9,7 @@ use graph_rewrites::testing::{op_types, value_names, Attr, ModelBuilder};
 use graph_rewrites::view::GraphView;
 
 fn sample(name: &str) -> Option<PathBuf> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/samples")
-        .join(name);
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!(
-            "skipping: {} not found (../shared is not beside the checkout)",
-            p.display()
-        );
-        None
-    }
+    Some(graph_rewrites::testing::samples_dir().join(name))
 }
 
 fn attr_s(g: &dyn GraphView, n: graph_rewrites::view::NodeId, name: &str) -> String {

@@ -1,6 +1,6 @@
 """libmxfuse_ep.so in ONNX Runtime 1.31: plugin EP vs custom-op library vs references.
 
-Models are built here with onnx.helper or taken from tests/python/samples (copies of ../shared/samples; tiny, fast). Outputs of
+Models are built here with onnx.helper or taken from models/fixtures/samples (copies of ../shared/samples; tiny, fast). Outputs of
 FLOAT8E4M3FN / FLOAT8E8M0 type are Cast to float inside the model (exact for both types), since
 numpy cannot hold E8M0.
 """
@@ -18,9 +18,9 @@ from onnx.reference import ReferenceEvaluator
 
 from conftest import EP_NAME
 
-# Copies of two small real samples (../shared/samples: the dynamo export and the opset-24
-# standard MXFP8 quantizer), kept in the repository so a bare checkout runs these tests.
-SAMPLES = Path(__file__).resolve().parent / "samples"
+# Committed copies of the small real samples of ../shared/samples (the dynamo export and the
+# opset-24 standard MXFP8 quantizer among them), so a bare checkout runs these tests.
+SAMPLES = Path(__file__).resolve().parents[2] / "models" / "fixtures" / "samples"
 STD_QUANT = SAMPLES / "mxfp8_dynamic_quant_opset24.onnx"
 FLOAT_BLOCK = SAMPLES / "rmsnorm_swiglu_block_opset23.onnx"
 
