@@ -106,6 +106,32 @@ fn download<T: Pod + Default>(buf: &DeviceBuffer, n: usize) -> Vec<T> {
     v
 }
 
+/// One MX GEMM launch on pre-quantized A (`aq`, `asc` on the device), no epilogue, f32 out:
+/// the accumulator as the kernel rounds it to f32.
+fn matmul_f32(
+    rt: &Arc<GpuRuntime>,
+    (m, k, n): (usize, usize, usize),
+    aq: &DeviceBuffer,
+    asc: &DeviceBuffer,
+    b: &GpuMatB,
+) -> Vec<f32> {
+    let dy = poisoned::<f32>(rt, m * n);
+    rt.mx_matmul(
+        m,
+        k,
+        n,
+        aq.ptr(),
+        asc.ptr(),
+        b,
+        dy.ptr(),
+        kernels::DType::F32,
+        &GpuEpilogue::NONE,
+        0,
+    )
+    .expect("launch");
+    download::<f32>(&dy, m * n)
+}
+
 fn same_bits<T: Element>(a: &[T], b: &[T]) -> usize {
     a.iter()
         .zip(b)
@@ -634,23 +660,7 @@ fn gpu_mx_matmul_fragment_packed_matches_reference_and_unpacked() {
         for m in [1usize, 3, 8, 9, 16, 21] {
             let (_, aq, asc, want) = reference_gemm_case(&mut rng, m, k, n, &w, &ws);
             let (daq, das) = (upload(&rt, &aq), upload(&rt, &asc));
-            let run = |b: &GpuMatB| {
-                let dy = poisoned::<f32>(&rt, m * n);
-                rt.mx_matmul(
-                    m,
-                    k,
-                    n,
-                    daq.ptr(),
-                    das.ptr(),
-                    b,
-                    dy.ptr(),
-                    kernels::DType::F32,
-                    &GpuEpilogue::NONE,
-                    0,
-                )
-                .expect("launch");
-                download::<f32>(&dy, m * n)
-            };
+            let run = |b: &GpuMatB| matmul_f32(&rt, (m, k, n), &daq, &das, b);
             let (got, unpacked) = (run(&frag), run(&plain));
             let err = rel_err_nan_aware(&got, &want);
             assert!(
@@ -790,21 +800,7 @@ fn gpu_mx_matmul_epilogue_is_the_documented_arithmetic() {
         let (a, aq, asc, _) = reference_gemm_case(&mut rng, m, k, n, &w, &ws);
         let (da, daq, das) = (upload(&rt, &a), upload(&rt, &aq), upload(&rt, &asc));
         for (name, b) in &bs {
-            let dy = poisoned::<f32>(&rt, m * n);
-            rt.mx_matmul(
-                m,
-                k,
-                n,
-                daq.ptr(),
-                das.ptr(),
-                b,
-                dy.ptr(),
-                kernels::DType::F32,
-                &GpuEpilogue::NONE,
-                0,
-            )
-            .expect("launch");
-            let acc = download::<f32>(&dy, m * n);
+            let acc = matmul_f32(&rt, (m, k, n), &daq, &das, b);
             let io = (&daq, &das, &da);
             check::<f32>(&rt, &mut rng, (m, k, n), io, (name, b), &acc);
             check::<bf16>(&rt, &mut rng, (m, k, n), io, (name, b), &acc);
