@@ -106,6 +106,27 @@ fn download<T: Pod + Default>(buf: &DeviceBuffer, n: usize) -> Vec<T> {
     v
 }
 
+/// MX weights `w [n, k]` + `ws [n, k/32]` on the device in both layouts the GEMMs take:
+/// (w, ws) as given (`trans_b`) and transposed to `[k, n]` + `[k/32, n]`.
+fn upload_mx_layouts(
+    rt: &Arc<GpuRuntime>,
+    w: &[u8],
+    ws: &[u8],
+    n: usize,
+    k: usize,
+) -> (DeviceBuffer, DeviceBuffer, DeviceBuffer, DeviceBuffer) {
+    let wt: Vec<u8> = (0..k * n).map(|i| w[(i % n) * k + i / n]).collect();
+    let wst: Vec<u8> = (0..k / 32 * n)
+        .map(|i| ws[(i % n) * (k / 32) + i / n])
+        .collect();
+    (
+        upload(rt, w),
+        upload(rt, ws),
+        upload(rt, &wt),
+        upload(rt, &wst),
+    )
+}
+
 /// One MX GEMM launch on pre-quantized A (`aq`, `asc` on the device), no epilogue, f32 out:
 /// the accumulator as the kernel rounds it to f32.
 fn matmul_f32(
@@ -533,16 +554,7 @@ fn gpu_mx_matmul_matches_reference_within_accumulation_bound() {
     let mut rng = Rng(0x6E44_0000_0000_0042);
     for (n, k) in [(256, 768), (100, 256)] {
         let (w, ws) = random_mx_weights(&mut rng, n, k);
-        let wt: Vec<u8> = (0..k * n).map(|i| w[(i % n) * k + i / n]).collect();
-        let wst: Vec<u8> = (0..k / 32 * n)
-            .map(|i| ws[(i % n) * (k / 32) + i / n])
-            .collect();
-        let (dw, dws, dwt, dwst) = (
-            upload(&rt, &w),
-            upload(&rt, &ws),
-            upload(&rt, &wt),
-            upload(&rt, &wst),
-        );
+        let (dw, dws, dwt, dwst) = upload_mx_layouts(&rt, &w, &ws, n, k);
         for m in [1usize, 5, 8, 13, 16, 21] {
             let (a, aq, asc, want) = reference_gemm_case(&mut rng, m, k, n, &w, &ws);
             let (da, daq, das) = (upload(&rt, &a), upload(&rt, &aq), upload(&rt, &asc));
@@ -557,21 +569,7 @@ fn gpu_mx_matmul_matches_reference_within_accumulation_bound() {
                 trans_b: false,
             };
             for b in [b_nk, b_kn] {
-                let dy = poisoned::<f32>(&rt, m * n);
-                rt.mx_matmul(
-                    m,
-                    k,
-                    n,
-                    daq.ptr(),
-                    das.ptr(),
-                    &b,
-                    dy.ptr(),
-                    kernels::DType::F32,
-                    &GpuEpilogue::NONE,
-                    0,
-                )
-                .expect("launch");
-                let err = rel_err(&download::<f32>(&dy, m * n), &want);
+                let err = rel_err(&matmul_f32(&rt, (m, k, n), &daq, &das, &b), &want);
                 assert!(err < 1e-5, "m={m} n={n} k={k} {b:?}: rel err {err}");
             }
             // Quantizing A inside the GEMM computes exactly what quantize + GEMM computes.
@@ -686,16 +684,7 @@ fn gpu_mx_matmul_epilogue_is_the_documented_arithmetic() {
     let mut rng = Rng(0x6E44_0000_0000_B1A5);
     let (n, k) = (100usize, 256usize);
     let (w, ws) = random_mx_weights(&mut rng, n, k);
-    let wt: Vec<u8> = (0..k * n).map(|i| w[(i % n) * k + i / n]).collect();
-    let wst: Vec<u8> = (0..k / 32 * n)
-        .map(|i| ws[(i % n) * (k / 32) + i / n])
-        .collect();
-    let (dw, dws, dwt, dwst) = (
-        upload(&rt, &w),
-        upload(&rt, &ws),
-        upload(&rt, &wt),
-        upload(&rt, &wst),
-    );
+    let (dw, dws, dwt, dwst) = upload_mx_layouts(&rt, &w, &ws, n, k);
     let mut bs: Vec<(&str, GpuMatB)> = vec![
         (
             "nk",
