@@ -48,7 +48,7 @@ pub fn e4m3_to_f32(b: u8) -> f32 {
 }
 
 /// Every E4M3FN byte decoded, built at compile time from integer bit manipulation.
-static E4M3_TABLE: [f32; 256] = build_table();
+pub(crate) static E4M3_TABLE: [f32; 256] = build_table();
 
 const fn decode_bits(b: u8) -> u32 {
     let sign = ((b & 0x80) as u32) << 24;

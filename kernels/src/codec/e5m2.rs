@@ -10,7 +10,7 @@ pub fn e5m2_to_f32(b: u8) -> f32 {
 
 /// Every E5M2 byte decoded at compile time: the byte is the top byte of an f16, whose conversion
 /// to f32 is exact (`half`'s const conversion; NaNs stay NaN with their sign).
-static E5M2_TABLE: [f32; 256] = build_table();
+pub(crate) static E5M2_TABLE: [f32; 256] = build_table();
 
 const fn build_table() -> [f32; 256] {
     let mut t = [0.0f32; 256];

@@ -1,4 +1,4 @@
-//! Fast `MxDequantize`: a 256-entry decode table per FP8 format, scales decoded once, rows of
+//! Fast `MxDequantize`: the codec's 256-entry decode table of the FP8 format, scales decoded once, rows of
 //! the output split across tasks. Memory-bound (1 byte in, 2–4 out per element), so no SIMD:
 //! the compiler's loop over a table lookup and one multiply is within reach of the copy.
 //! Bit-exact with [`crate::reference::mx_dequantize`] (the same f32 product and `round_T`).
@@ -9,7 +9,7 @@ use crate::codec::e8m0_to_f32;
 use crate::element::{DType, Element};
 use crate::error::Result;
 use crate::parallel::{for_row_chunks, Parallel};
-use crate::reference::decode_value;
+use crate::reference::decode_table;
 use crate::scale_map::ScaleMap;
 use crate::slices::check_len;
 
@@ -31,10 +31,7 @@ pub fn mx_dequantize<T: Element>(
     if map.is_empty() {
         return Ok(());
     }
-    let mut table = [0f32; 256];
-    for (b, t) in table.iter_mut().enumerate() {
-        *t = decode_value(dtype, b as u8)?;
-    }
+    let table = decode_table(dtype)?;
     let scales: Vec<f32> = scale.iter().map(|&s| e8m0_to_f32(s)).collect();
     let m = *map;
     let y = SharedMut::new(y);

@@ -7,7 +7,7 @@ pub mod math;
 mod mx_dequant;
 pub mod onnx_ops;
 
-pub use mx_dequant::{decode_value, mx_dequantize};
+pub use mx_dequant::{decode_table, mx_dequantize};
 
 use crate::attrs::{Activation, AddRmsNormAttrs, InvForm, SwiGluAttrs, SwiGluLayout, SwishForm};
 use crate::codec::{e4m3_to_f32, e8m0_to_f32, quantize_block, QuantConfig, BLOCK};

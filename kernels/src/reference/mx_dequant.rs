@@ -4,17 +4,19 @@
 //! two times at most 3 significant bits stays ≥ 2^-143, above f32's smallest subnormal 2^-149)
 //! unless it reaches 2^128, where it is ±Inf; so `round_T` is the only rounding (f16/bf16: RNE).
 
-use crate::codec::{e4m3_to_f32, e5m2_to_f32, e8m0_to_f32};
+use crate::codec::e4m3::E4M3_TABLE;
+use crate::codec::e5m2::E5M2_TABLE;
+use crate::codec::e8m0_to_f32;
 use crate::element::{DType, Element};
 use crate::error::{KernelError, Result};
 use crate::scale_map::ScaleMap;
 use crate::slices::check_len;
 
-/// Decodes one FP8 value of `dtype` (E4M3FN or E5M2).
-pub fn decode_value(dtype: DType, b: u8) -> Result<f32> {
+/// The codec's decode table of FP8 `dtype` (E4M3FN or E5M2): entry b is byte b as f32.
+pub fn decode_table(dtype: DType) -> Result<&'static [f32; 256]> {
     match dtype {
-        DType::E4M3 => Ok(e4m3_to_f32(b)),
-        DType::E5M2 => Ok(e5m2_to_f32(b)),
+        DType::E4M3 => Ok(&E4M3_TABLE),
+        DType::E5M2 => Ok(&E5M2_TABLE),
         d => Err(KernelError::DType(format!(
             "x must be FLOAT8E4M3FN or FLOAT8E5M2, got {d:?}"
         ))),
@@ -32,9 +34,10 @@ pub fn mx_dequantize<T: Element>(
     check_len("x", x.len(), map.len())?;
     check_len("y", y.len(), map.len())?;
     check_len("scale", scale.len(), map.scale_len())?;
+    let table = decode_table(dtype)?;
     for (e, (&b, out)) in x.iter().zip(y.iter_mut()).enumerate() {
         let s = e8m0_to_f32(scale[map.scale_index(e)]);
-        *out = T::from_f32(decode_value(dtype, b)? * s);
+        *out = T::from_f32(table[b as usize] * s);
     }
     Ok(())
 }
