@@ -436,10 +436,10 @@ fn split_readers(
     (uses, kept)
 }
 
-/// Consumers of a standard-spelling quantizer: the MatMuls (or bias-free Gemms) reading each
-/// `DequantizeLinear(q, scale)` (last axis, block 32) are absorbed. A DequantizeLinear with no
-/// other reader goes with them; one that also has other readers (an Add, a Gemm with a bias, a
-/// graph output) stays for those and becomes `MxDequantize` (rule `mx_dequant`, which runs once
+/// Consumers of a standard-spelling quantizer: the MatMuls (and Gemms `matmul_use` accepts)
+/// reading each `DequantizeLinear(q, scale)` (last axis, block 32) are absorbed. A
+/// DequantizeLinear with no other reader goes with them; one that also has other readers (an
+/// Add, a Gemm with transA or a bias that does not broadcast, a graph output) stays for those and becomes `MxDequantize` (rule `mx_dequant`, which runs once
 /// the fusions are done: ONNX Runtime's CPU EP has no E8M0 `DequantizeLinear` kernel). Each
 /// reader left out is a note of the fusion. q/scale stay produced for every reader outside.
 pub fn standard_consumers(
