@@ -16,6 +16,12 @@ impl Meta {
         Meta { dtype, dims }
     }
 
+    /// The dims as `usize`: a tensor ORT hands a kernel has no unknown (negative) dims; one
+    /// would read as 0, never as a huge size.
+    pub fn dims_usize(&self) -> Vec<usize> {
+        self.dims.iter().map(|&d| d.max(0) as usize).collect()
+    }
+
     /// Size in bytes of a tensor with this meta.
     pub fn byte_len(&self) -> Result<usize> {
         let size = elem_size(self.dtype)

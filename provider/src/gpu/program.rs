@@ -456,10 +456,7 @@ impl GpuProgram {
             GpuOp::Dequantize(a) => {
                 let (xm, x) = input(0, "x")?;
                 let (sm, s) = input(1, "scale")?;
-                let dims = |m: &Meta| -> Vec<usize> {
-                    m.dims.iter().map(|&d| d.max(0) as usize).collect()
-                };
-                let map = ScaleMap::new(&dims(xm), &dims(sm), a.axis, a.block_size)?;
+                let map = ScaleMap::new(&xm.dims_usize(), &sm.dims_usize(), a.axis, a.block_size)?;
                 rt.mx_dequantize(
                     dtype(xm.dtype)?,
                     a.output_dtype,
@@ -553,8 +550,8 @@ impl GpuProgram {
                                 cm.dtype
                             )));
                         }
-                        let shape: Vec<usize> = cm.dims.iter().map(|&d| d as usize).collect();
-                        let (rows, cols) = kernels::epilogue::broadcast_dims(&shape, m, n)?;
+                        let (rows, cols) =
+                            kernels::epilogue::broadcast_dims(&cm.dims_usize(), m, n)?;
                         Some(GpuBias {
                             ptr: *c,
                             rows,

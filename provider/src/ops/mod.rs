@@ -127,18 +127,14 @@ fn view<'a>(t: &TensorRef<'a>, dims: &'a [usize]) -> Result<k::TensorRef<'a>> {
 
 /// The tensor's dims as `usize` (a tensor ORT hands a kernel has no unknown dims).
 fn dims_of(t: &TensorRef<'_>) -> Vec<usize> {
-    t.meta.dims.iter().map(|&d| d as usize).collect()
+    t.meta.dims_usize()
 }
 
 /// Output dims, computed up front so the kernel views can borrow them.
 fn out_dims(outputs: &[Option<TensorMut<'_>>]) -> Vec<Vec<usize>> {
     outputs
         .iter()
-        .map(|o| {
-            o.as_ref()
-                .map(|t| t.meta.dims.iter().map(|&d| d as usize).collect())
-                .unwrap_or_default()
-        })
+        .map(|o| o.as_ref().map(|t| t.meta.dims_usize()).unwrap_or_default())
         .collect()
 }
 
