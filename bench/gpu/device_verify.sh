@@ -5,12 +5,15 @@
 # Before it, on the development machine: `python3 bench/gpu/offline_compile.py --pack` (carry
 # .gpucache) and the ep_artifacts build that ep_gpu_check.sh's header describes. Options:
 # SANITIZE=1 compute-sanitizer memcheck / racecheck / synccheck on the Rust GPU tests; BENCH=1
-# bench_frag_pdl.py (GEMM + PDL timings); BASELINE=1 torch_baseline.py (Inductor) in the same call.
+# bench_frag_pdl.py (GEMM + PDL timings); BASELINE=1 torch_baseline.py (Inductor) in the same call;
+# CHECKS="check_norm check_matmul ..." runs only those checks of check.py; NORM=1 bench.py's norm
+# section (PDL); EPILOGUE=1 bench_epilogue.py (the GEMM with and without a bias, PDL; with
+# EPILOGUE=<old cubin> also that cubin's kernels, A/B).
 set -u
 . "$(dirname "$0")/device_common.sh"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/check.log" 2>&1
-step "check.py (all checks)"
-timeout ${T_CHECK:-240} python3 check.py >> "$OUT/check.log" 2>&1; echo "rc=$?" >> "$OUT/check.log"
+step "check.py ${CHECKS:-(all checks)}"
+timeout ${T_CHECK:-240} python3 check.py ${CHECKS:-} >> "$OUT/check.log" 2>&1; echo "rc=$?" >> "$OUT/check.log"
 echo "PASS $(grep -c '^PASS' "$OUT/check.log")"; grep "^FAIL" "$OUT/check.log" | head -20; tail -2 "$OUT/check.log"
 step "rust gpu_kernels"
 run_rust_tests ${T_RUST:-90}
@@ -32,6 +35,17 @@ if [ -n "${BENCH:-}" ]; then
   OUT=/tmp timeout ${T_BENCH:-240} python3 bench_frag_pdl.py > "$OUT/bench_frag_pdl.log" 2>&1; echo "rc=$?" >> "$OUT/bench_frag_pdl.log"
   cp /tmp/bench_frag_pdl.json "$OUT/" 2>/dev/null
   grep -v "^    " "$OUT/bench_frag_pdl.log" | tail -26
+fi
+if [ -n "${NORM:-}" ]; then
+  step "bench.py norm (PDL)"
+  MXFUSE_BENCH_PDL=1 OUT=/tmp timeout ${T_NORM:-60} python3 bench.py norm > "$OUT/bench_norm.log" 2>&1; echo "rc=$?" >> "$OUT/bench_norm.log"
+  grep -v "^norm {" "$OUT/bench_norm.log" | sed -n 3,6p
+fi
+if [ -n "${EPILOGUE:-}" ]; then
+  step "bench_epilogue.py (PDL)"
+  old=$([ "$EPILOGUE" != 1 ] && echo "$EPILOGUE")
+  MXFUSE_BENCH_PDL=1 timeout ${T_EPI:-90} python3 bench_epilogue.py $old > "$OUT/bench_epilogue.log" 2>&1; echo "rc=$?" >> "$OUT/bench_epilogue.log"
+  cat "$OUT/bench_epilogue.log"
 fi
 [ -n "${BASELINE:-}" ] && run_baseline ${T_BASE:-120} 12
 step "done"
