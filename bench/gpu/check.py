@@ -396,35 +396,6 @@ def check_matmul_frag(ops):
             report(f"matmul_frag N={N} K={K} M={M} W={W_} S={S_} out={out}{xo}", ok, detail + " (incl. PDL)")
 
 
-def check_matmul_stage(ops):
-    """The staged GEMM (mx_matmul_stage.hip) on the fragment-packed weights, at every (warps,
-    cluster split) it is compiled for and ring depths from 1 slot (every chunk refilled) to 8
-    (k128_gemm_cases, gemm_verdict): the same launch twice -- and under a programmatic (PDL) launch
-    with the weights copied before the wait, and with pre = 0 -- gives the same bits; every output
-    is written (the buffer starts poisoned)."""
-    from mxgpu import STAGE_WS, STAGE_SS, STAGE_RS, STAGE_SMEM_MAX, stage_choice, stage_smem, pack_frag
-    if not CLUSTERS:
-        return report("matmul_stage skipped (MXFUSE_GPU_CLUSTERS=off)", True)
-    for N, K, w, ws, M, aq, as_, yref, fin in k128_gemm_cases(ops):
-        wf, wsf = pack_frag(torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda())
-        W0, S0, R0 = stage_choice(N, K, M)
-        fits = lambda W_, S_, R_: stage_smem(W_, 1 if M <= 8 else 2, R_, K // 128, S_) <= STAGE_SMEM_MAX
-        shapes = [(W_, S_, R_, "bf16") for W_ in STAGE_WS for S_ in STAGE_SS for R_ in STAGE_RS if fits(W_, S_, R_)]
-        shapes += [(W0, S0, R0, "f32"), (W0, S0, R0, "f16"), (8, 2, 2, "f32"), (4, 1, 1, "f32")]
-        for W_, S_, R_, out in shapes:
-            y1 = torch.empty(M, N, dtype=DT[out], device="cuda"); poison([y1])
-            ops.matmul_stage(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, R=R_, y=y1)
-            y3 = ops.matmul_stage(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, R=R_, pre=0)
-            ops.m.pdl = True
-            try:
-                y4 = ops.matmul_stage(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, R=R_, pre=1)
-            finally:
-                ops.m.pdl = False
-            same = np.array_equal(host(y1), host(y3), equal_nan=True) and np.array_equal(host(y1), host(y4), equal_nan=True)
-            ok, detail = gemm_verdict(y1, same, yref, fin, out)
-            report(f"matmul_stage N={N} K={K} M={M} W={W_} S={S_} R={R_} out={out}", ok, detail + " (incl. PDL, pre=0)")
-
-
 def check_pdl(ops):
     """Every op under a programmatic (PDL) launch, back to back on one stream with the previous
     kernel writing what the next one reads, gives the bits of ordinary launches: the decode chain
@@ -517,7 +488,7 @@ if __name__ == "__main__":
               "mx_matmul_pipe_m8_bf16_w4_s1", "mx_matmul_pipe_m16_bf16_w1_s8"):
         print(f"  {k}: regs/shared/local = {mod.attrs(k)}")
     only = sys.argv[1:]  # e.g. "check_matmul_splitk": run only these checks
-    for fn in (check_rcp, check_sigmoid_cert, check_swiglu_all_bf16, check_matmul_frag, check_matmul_stage, check_pdl, check_matmul_pipe, check_matmul_splitk, check_vectors, check_quantize, check_norm, check_swiglu, check_matmul, check_matmul_epilogue):
+    for fn in (check_rcp, check_sigmoid_cert, check_swiglu_all_bf16, check_matmul_frag, check_pdl, check_matmul_pipe, check_matmul_splitk, check_vectors, check_quantize, check_norm, check_swiglu, check_matmul, check_matmul_epilogue):
         if only and fn.__name__ not in only:
             continue
         try:

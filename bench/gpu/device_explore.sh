@@ -2,8 +2,7 @@
 # One exploratory device call (issue 6): the checks of the ops whose code changed (CHECKS), then
 # bench.py (BENCH_SECTIONS, under PDL), bench_frag_pdl.py (FRAG_SECTIONS, FRAG_MS rows), the
 # Inductor anchor when BASELINE=1, an old-vs-new SwiGLU A/B with AB_SWIGLU=<old cubin>, and with NCU_SWIGLU=1 ncu's executed-instruction count and
-# throughputs of the SwiGLU kernels at M = 8192 (prof_swiglu.py), with STAGE=1 the staged-GEMM sweep
-# (bench_stage.py). Logs under $OUT.
+# throughputs of the SwiGLU kernels at M = 8192 (prof_swiglu.py). Logs under $OUT.
 set -u
 . "$(dirname "$0")/device_common.sh"
 step "check.py ${CHECKS:-}"
@@ -34,10 +33,5 @@ if [ -n "${NCU_SWIGLU:-}" ]; then  # with AB_SWIGLU set, the old cubin's kernels
   ncu -i "$OUT/ncu_swiglu.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_swiglu_sass.csv" 2>&1
   grep -E "mx_swiglu|inst_executed.sum|duration|dram__throughput|issue_active" "$OUT/ncu_swiglu_details.log" | head -40
   tail -3 "$OUT/ncu_swiglu.log"; wc -c "$OUT/ncu_swiglu_sass.csv"
-fi
-if [ -n "${STAGE:-}" ]; then
-  step "bench_stage.py (PDL)"
-  OUT=$OUT timeout ${T_STAGE:-240} python3 bench_stage.py > "$OUT/bench_stage.log" 2>&1; echo "rc=$?" >> "$OUT/bench_stage.log"
-  tail -20 "$OUT/bench_stage.log"
 fi
 step "done"

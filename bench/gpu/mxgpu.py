@@ -99,7 +99,6 @@ class Module:
         self.mod = ctypes.c_void_p()
         _ck(cuda.cuModuleLoadData(ctypes.byref(self.mod), self.cubin), "cuModuleLoadData")
         self.funcs = {}
-        self.dyn_smem = {}
 
     def func(self, name):
         if name not in self.funcs:
@@ -137,10 +136,6 @@ class Module:
             else:
                 vals.append(a)
         ptrs = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in vals])
-        if shmem > 48 * 1024 and self.dyn_smem.get(name, 0) < shmem:
-            # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: opt in above the 48 KiB default.
-            _ck(cuda.cuFuncSetAttribute(self.func(name), 8, ctypes.c_int(shmem)), f"smem {name}")
-            self.dyn_smem[name] = shmem
         g = tuple(grid) + (1,) * (3 - len(grid))
         b = tuple(block) + (1,) * (3 - len(block))
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
@@ -328,23 +323,6 @@ class Ops:
                        ep or epilogue()])
         return y
 
-    def matmul_stage(self, wf, wsf, N, K, M, aq, as_, out_dtype=torch.bfloat16, W=None, S=None, R=None, y=None, pre=1, ep=None):
-        """The staged decode GEMM (mx_matmul_stage.hip) on the fragment-packed weights of
-        matmul_frag: W consumer warps + a producer warp, S cluster blocks split K, R ring slots of
-        W groups in shared memory. None = stage_choice."""
-        assert K % 128 == 0
-        mt = 1 if M <= 8 else 2
-        W0, S0, R0 = stage_choice(N, K, M)
-        W, S, R = W or W0, S or S0, R or R0
-        if y is None:
-            y = torch.empty(M, N, dtype=out_dtype, device=wf.device)
-        name = f"mx_matmul_stage_m{8 * mt}_{SUFFIX[out_dtype]}_w{W}_s{S}"
-        grid = (-(-M // (8 * mt)) * S, -(-N // 16))
-        self.m.launch(name, grid, (32 * (W + 1),),
-                      [aq, as_, wf, wsf, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(pre),
-                       ctypes.c_int(R), ep or epilogue()], shmem=stage_smem(W, mt, R, K // 128, S))
-        return y
-
     def matmul_default(self, w, ws, M, aq, as_, out_dtype=torch.bfloat16, y=None, ep=None):
         """The runtime's pre-quantized decode GEMM on sm_90 (launch.rs matmul_tc): the pipeline
         GEMM at pipe_choice, or the first tensor-core kernel where the table says so."""
@@ -453,35 +431,6 @@ def frag_choice(N, K, M, sms=132):
 
 
 FRAG_RESIDENT_WARPS, FRAG_MIN_GROUPS = 12, 2
-
-
-def stage_smem(W, MT, R, G, S):
-    """Dynamic shared memory of mx_matmul_stage (MxStageSlot): R slots of W groups (2 KiB of
-    weights, 64 bytes of their scales, 8 MT activation rows of 128 bytes padded by 16 per row)
-    plus the activation scale words of the block's groups."""
-    slot = W * 2048 + W * 64 + 8 * MT * (W * 128 + 16)
-    span = -(-G // S)
-    return R * slot + 8 * MT * span * 4
-
-
-STAGE_WS, STAGE_SS, STAGE_RS = (4, 8), (1, 2), (1, 2, 3, 4, 6, 8)
-# Dynamic shared memory a staged GEMM block may ask for: the H200's 227 KiB per block less the
-# kernel's static arrays (partial sums, barriers; <= 10 KiB).
-STAGE_SMEM_MAX = 216 * 1024
-
-
-def stage_choice(N, K, M, sms=132):
-    """(W, S, R) of the staged GEMM: a measured row of STAGE_ROWS, else W = 4 and enough slots
-    that each block keeps ~48 KiB of weights in flight, up to its whole K range."""
-    for n, k, max_m, w, s, r in STAGE_ROWS:
-        if (n, k) == (N, K) and M <= max_m:
-            return w, s, r
-    W, S = 4, 1
-    chunks = -(-(K // 128) // W)
-    return W, S, max(1, min(6, chunks))
-
-
-STAGE_ROWS = []
 # The H200 rows of kernels/src/gpu/thresholds.rs `FragGemmTable`: (n, k, max_m, W, S), measured
 # (bench_frag_pdl.py; BENCHMARKS.md).
 FRAG_ROWS = [(1536, 6144, 16, 8, 1), (6144, 768, 16, 4, 1), (6144, 6144, 16, 4, 1)]

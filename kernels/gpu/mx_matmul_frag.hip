@@ -48,9 +48,8 @@ struct MxFragBlock {
 };
 
 // The end of both kernels: the W warps' accumulators added in warp order, then (S > 1) the
-// cluster's blocks in rank order through distributed shared memory; rank 0 stores. NW: warps of the
-// block (mx_matmul_stage.hip has a producer warp after the W that accumulate); all must call it.
-template <class TO, int W, int MT, int S, int XO, int NW = W>
+// cluster's blocks in rank order through distributed shared memory; rank 0 stores.
+template <class TO, int W, int MT, int S, int XO>
 MX_DEV void mx_frag_reduce_store(const float acc[MT][4], typename TO::storage* __restrict__ y,
                                  int M, int N, const MxEpi& ep) {
   constexpr int E = MT * 4 * 32;  // accumulator elements of a warp
@@ -60,11 +59,10 @@ MX_DEV void mx_frag_reduce_store(const float acc[MT][4], typename TO::storage* _
   const MxFragBlock<MT, S, XO> blk;
   const int n0 = 16 * blk.tile, m0 = blk.m0, split = blk.split;
   // Element e = (mt * 4 + c) * 32 + lane of a warp: D fragment c of lane's tile mt.
-  if (warp < W)
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) part[warp * E + (mt * 4 + c) * 32 + lane] = acc[mt][c];
+    for (int c = 0; c < 4; ++c) part[warp * E + (mt * 4 + c) * 32 + lane] = acc[mt][c];
   __syncthreads();
   auto store = [&](int e, float v) {
     // d0/d1: column n0 + g, rows 2t / 2t + 1 of tile mt; d2/d3: column n0 + g + 8.
@@ -73,7 +71,7 @@ MX_DEV void mx_frag_reduce_store(const float acc[MT][4], typename TO::storage* _
     const int m = m0 + 8 * mt + 2 * (ln & 3) + (c & 1);
     if (n < N && m < M) y[(long long)m * N + n] = TO::from_f32(mx_epilogue<TO>(ep, m, n, v));
   };
-  for (int e = tid; e < E; e += 32 * NW) {
+  for (int e = tid; e < E; e += 32 * W) {
     float v = part[e];
 #pragma unroll
     for (int w = 1; w < W; ++w) v += part[w * E + e];
@@ -87,7 +85,7 @@ MX_DEV void mx_frag_reduce_store(const float acc[MT][4], typename TO::storage* _
     mx_cluster_sync();  // every block's red[] written and visible cluster-wide
     if (split == 0) {
       // The cluster's blocks are S consecutive blockIdx.x of one tile: rank r did split r.
-      for (int e = tid; e < E; e += 32 * NW) {
+      for (int e = tid; e < E; e += 32 * W) {
         float v = red[e];
         for (int r = 1; r < S; ++r) v += mx_dsmem_load(red + e, (mx_u32)r);
         store(e, v);

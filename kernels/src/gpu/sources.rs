@@ -3,7 +3,7 @@
 //! (same files, same order, same markers), so the device harness measures exactly this code.
 
 /// The source files, in program order: portability layer, shared numerics, then one file per op.
-pub const PROGRAM_FILES: [(&str, &str); 11] = [
+pub const PROGRAM_FILES: [(&str, &str); 10] = [
     (
         "mx_portability.h",
         include_str!("../../gpu/mx_portability.h"),
@@ -34,10 +34,6 @@ pub const PROGRAM_FILES: [(&str, &str); 11] = [
     (
         "mx_matmul_frag.hip",
         include_str!("../../gpu/mx_matmul_frag.hip"),
-    ),
-    (
-        "mx_matmul_stage.hip",
-        include_str!("../../gpu/mx_matmul_stage.hip"),
     ),
 ];
 
