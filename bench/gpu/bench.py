@@ -64,22 +64,18 @@ def run_sections(ops, sections, res, anchor, read_bw):
                 torch.empty_like(x), torch.empty_like(x))
         a = anchor.get(M, {})
         if "norm" in sections:
-            # gamma is a constant here, as in every model the rule fuses (the runtime's gamma_constant)
-            t_fused = graph_time(lambda: ops.norm_quant(x, r, w, NF, outs=outs, gamma_const=True))
-            t_fused_q = graph_time(lambda: ops.norm_quant(x, r, w, NF, outs=outs[:2] + (None, None), gamma_const=True))
+            t_fused = graph_time(lambda: ops.norm_quant(x, r, w, NF, outs=outs))
+            t_fused_q = graph_time(lambda: ops.norm_quant(x, r, w, NF, outs=outs[:2] + (None, None)))
             # one block per row with 1-4 chunks per lane (B = H / 8 / nch); rows split over clusters
             by_nch = {c: graph_time(lambda c=c: ops.norm_quant(x, r, w, NF, outs=outs, nch=c, split=1)) for c in (1, 2, 3, 4)}
             by_split = {c: graph_time(lambda c=c: ops.norm_quant(x, r, w, NF, outs=outs, split=c)) for c in (2, 4, 8)} if M < 1024 and CLUSTERS else {}
-            # the same with gamma read before the PDL wait (the `_g` kernels)
-            by_split_g = {c: graph_time(lambda c=c: ops.norm_quant(x, r, w, NF, outs=outs, split=c, gamma_const=True)) for c in (2, 4, 8)} if M < 1024 and CLUSTERS else {}
             # the previous split-row exchange (block sum, DSMEM stores, release / acquire cluster barrier)
             by_split_x = {c: graph_time(lambda c=c: ops.norm_quant(x, r, w, NF, outs=outs, split=c, opt="_x")) for c in (2, 4, 8)} if M <= 64 and CLUSTERS else {}
             # streaming stores (bench-only kernels)
             by_cs = {c: graph_time(lambda c=c: ops.norm_quant(x, r, w, NF, outs=outs, nch=c, split=1, opt="_cs")) for c in (1, 2, 3, 4)} if M >= 1024 and CLUSTERS else {}
             stages = {}
             if M <= 16 and CLUSTERS:  # in-kernel stage times of block 0 (cycles since entry)
-                for name, kw, o in (("c1", dict(nch=1, split=1), "_t"), ("s8", dict(split=8), "_t"), ("s8x", dict(split=8), "_xt"),
-                                    ("s8g", dict(split=8, gamma_const=True), "_t")):
+                for name, kw, o in (("c1", dict(nch=1, split=1), "_t"), ("s8", dict(split=8), "_t"), ("s8x", dict(split=8), "_xt")):
                     t = graph_time(lambda kw=kw, o=o: ops.norm_quant(x, r, w, NF, outs=outs, opt=o, **kw))
                     ops.norm_quant(x, r, w, NF, outs=outs, opt=o, **kw)
                     st = struct.unpack("<8q", ops.m.read_global("mx_norm_stamps", 64))
@@ -87,7 +83,7 @@ def run_sections(ops, sections, res, anchor, read_bw):
             b = M * H * (2 + 2 + 2 + 2 + 1 + 1 / 32) + H * 2
             choice = norm_choice(M, H)
             row = dict(M=M, fused=t_fused, choice=choice, fused_q_only=t_fused_q,
-                       by_nch=by_nch, by_split=by_split, by_split_g=by_split_g, by_split_x=by_split_x, by_cs=by_cs, stages=stages, inductor_fused=a.get("compiled_fused_norm_quant_bf16"),
+                       by_nch=by_nch, by_split=by_split, by_split_x=by_split_x, by_cs=by_cs, stages=stages, inductor_fused=a.get("compiled_fused_norm_quant_bf16"),
                        inductor_unfused=a.get("compiled_norm_then_quant"), bw_frac=b / (t_fused * 1e-6) / read_bw)
             res["norm"].append(row); print("norm", json.dumps(row), flush=True)
         if "swiglu" not in sections:

@@ -106,14 +106,12 @@ def check_norm(ops):
         # streaming-store kernels
         variants = [dict(nch=None, split=None)]
         variants += [dict(nch=c, split=1) for c in (1, 2, 3, 4) if H // 8 <= c * NORM_MAX_BLOCK[c]]
-        variants += [dict(split=c, gamma_const=gc) for c in (2, 4, 8) for gc in (False, True)
-                     if CLUSTERS and (H // 32) % c == 0 and H // 8 // c <= 1024]
+        variants += [dict(split=c) for c in (2, 4, 8) if CLUSTERS and (H // 32) % c == 0 and H // 8 // c <= 1024]
         if dt == "bf16" and not g32 and CLUSTERS:
             variants += [dict(nch=c, split=1, opt="_cs") for c in (1, 2, 3, 4) if H // 8 <= c * NORM_MAX_BLOCK[c]]
             # the previous split-row exchange and the timed kernels (bench-only)
             variants += [dict(split=c, opt="_x") for c in (2, 4, 8) if (H // 32) % c == 0 and H // 8 // c <= 1024]
             variants += [dict(split=8, opt=o) for o in ("_t", "_xt") if (H // 32) % 8 == 0 and H // 8 // 8 <= 1024]
-            variants += [dict(split=8, opt="_t", gamma_const=True)] if (H // 32) % 8 == 0 and H // 8 // 8 <= 1024 else []
         for var in variants:
             outs = (torch.empty(M, H, dtype=torch.uint8, device="cuda"), torch.empty(M, H // 32, dtype=torch.uint8, device="cuda"),
                     torch.empty_like(x), torch.empty_like(x))
@@ -401,8 +399,7 @@ def check_matmul_frag(ops):
 def check_pdl(ops):
     """Every op under a programmatic (PDL) launch, back to back on one stream with the previous
     kernel writing what the next one reads, gives the bits of ordinary launches: the decode chain
-    norm -> norm (reading the first's residual_out / normed; the second reads its constant gamma before
-    the wait where it splits rows) -> fragment GEMM (reading the second's
+    norm -> norm (reading the first's residual_out / normed) -> fragment GEMM (reading the second's
     q / scales) -> quantize -> SwiGLU, at row counts that take the split-row, one-chunk and
     multi-chunk norms."""
     from mxgpu import F_GEMMA, F_OAI, F_FP32_ACT, pack_frag
@@ -417,7 +414,7 @@ def check_pdl(ops):
         gu = to_dev(ref.rnd(rng.standard_normal((M, 2 * I)) * 4, "bf16"), "bf16")
         def chain():
             o1 = ops.norm_quant(x, r, gamma, F_GEMMA)
-            o2 = ops.norm_quant(o1[2], o1[3], gamma, F_GEMMA, gamma_const=True)
+            o2 = ops.norm_quant(o1[2], o1[3], gamma, F_GEMMA)
             y = ops.matmul_frag(wf, wsf, N, H, min(M, 16), o2[0][:16], o2[1][:16])
             q = ops.quantize(o2[3], 0)
             s = ops.swiglu_quant(gu, None, I, "split_halves", F_OAI | F_FP32_ACT)

@@ -189,13 +189,10 @@ class Ops:
     def __init__(self, mod: Module):
         self.m = mod
 
-    def norm_quant(self, x, res, gamma, flags, eps=1e-6, res_out=True, normed=True, outs=None, nch=None, split=None, opt="",
-                   gamma_const=False):
+    def norm_quant(self, x, res, gamma, flags, eps=1e-6, res_out=True, normed=True, outs=None, nch=None, split=None, opt=""):
         """nch: chunks per lane of the one-block-per-row kernels; split: blocks of a cluster per row
         (1 = one block per row); opt: kernel name suffix of a bench-only variant ("_cs", "_t");
-        None = the runtime's choice (launch.rs + thresholds.rs: norm_choice below). gamma_const:
-        gamma is written by no kernel in flight, so the split-row kernels may read it before the
-        PDL wait (the `_g` kernels; the runtime's NormBuffers::gamma_constant)."""
+        None = the runtime's choice (launch.rs + thresholds.rs: norm_choice below)."""
         M, H = x.shape
         chunks = H // 8
         if split is None and nch is None:
@@ -213,7 +210,7 @@ class Ops:
                     torch.empty_like(x) if res_out else None, torch.empty_like(x) if normed else None)
         q, s, ro, no = outs
         name = "mx_add_rmsnorm_quant_" + SUFFIX[x.dtype] + ("_gf32" if gamma.dtype == torch.float32 and x.dtype != torch.float32 else "")
-        name += f"_c{nch}" + (f"_s{split}" + ("_g" if gamma_const else "") if split > 1 else "") + opt
+        name += f"_c{nch}" + (f"_s{split}" if split > 1 else "") + opt
         self.m.launch(name, (M * split,), (B,), [x, res, gamma, q, s, ro, no, ctypes.c_int(H), ctypes.c_float(eps), ctypes.c_uint(flags)])
         return outs
 

@@ -28,8 +28,6 @@
 #define MX_NORM_TIMED 2  // block 0 lane 0 records clock64() stamps in mx_norm_stamps (bench only)
 #define MX_NORM_BARX 4   // split rows: the previous exchange (block sum, DSMEM stores, one release /
                          // acquire cluster barrier); bench only
-#define MX_NORM_GPRE 8   // gamma is a constant: read it before the PDL wait (the kernel does the
-                         // wait itself), so its load overlaps the previous kernel's tail
 
 #if defined(MX_CUDA)
 // Stage timestamps of the MX_NORM_TIMED kernels (bench/gpu/bench.py reads them back).
@@ -172,20 +170,13 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
 
   MxRaw8<T> xa[NCH], ra[NCH];
   MxRaw8<G> ga[NCH];
-  constexpr bool GPRE = (OPT & MX_NORM_GPRE) != 0;
-  if (GPRE) {  // gamma first, then the wait the kernel entry skipped (MX_DEFINE_NORM_S1)
-#pragma unroll
-    for (int k = 0; k < NCH; ++k)
-      if ((int)threadIdx.x + k * B < chunks) ga[k].load(gamma + 8 * ((int)threadIdx.x + k * B));
-    MX_PDL_ENTRY();
-  }
 #pragma unroll
   for (int k = 0; k < NCH; ++k) {
     const int c = threadIdx.x + k * B;
     if (c < chunks) {
       xa[k].load(x + 8 * c);
       if (has_res) ra[k].load(res + 8 * c);
-      if (!GPRE) ga[k].load(gamma + 8 * c);
+      ga[k].load(gamma + 8 * c);
     }
   }
   // s = x + r (rounded to T unless MX_F_NO_ROUND_SUM; then packed back into xa) and the lane's
@@ -387,24 +378,19 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
   MX_DEFINE_NORM1(NAME##_c4, T, G, 4, 1024, 0)
 
 // Split rows (one chunk per lane, a cluster of S blocks per row): NAME_c1_s<S>, S = 2, 4, 8; grid
-// rows * S, B = H / (8 S) rounded up to the warp. NAME_c1_s<S>_g: gamma is a constant the launch
-// vouches for (the runtime's `gamma_constant`): read before the PDL wait. Only the split-row
-// kernels have it: the multi-chunk kernels of large M lost to the reordered loads (BENCHMARKS.md).
+// rows * S, B = H / (8 S) rounded up to the warp.
 #if defined(MX_NV_CLUSTER)
 #define MX_DEFINE_NORM_S1(NAME, T, G, S, OPT)                                                  \
   extern "C" __global__ void __launch_bounds__(1024) __cluster_dims__(S, 1, 1)                 \
       NAME(MX_NORM_PARAMS(T, G)) {                                                              \
-    if (!((OPT) & MX_NORM_GPRE)) MX_PDL_ENTRY();                                                \
+    MX_PDL_ENTRY();                                                                             \
     add_rmsnorm_mxquant_row<T, G, 1, S, OPT>(x, res, gamma, q, scale, res_out, normed, H, eps, \
                                              flags);                                            \
   }
 #define MX_DEFINE_NORM_SPLIT(NAME, T, G)                                                        \
   MX_DEFINE_NORM_S1(NAME##_c1_s2, T, G, 2, 0)                                                   \
   MX_DEFINE_NORM_S1(NAME##_c1_s4, T, G, 4, 0)                                                   \
-  MX_DEFINE_NORM_S1(NAME##_c1_s8, T, G, 8, 0)                                                   \
-  MX_DEFINE_NORM_S1(NAME##_c1_s2_g, T, G, 2, MX_NORM_GPRE)                                      \
-  MX_DEFINE_NORM_S1(NAME##_c1_s4_g, T, G, 4, MX_NORM_GPRE)                                      \
-  MX_DEFINE_NORM_S1(NAME##_c1_s8_g, T, G, 8, MX_NORM_GPRE)
+  MX_DEFINE_NORM_S1(NAME##_c1_s8, T, G, 8, 0)
 #else
 #define MX_DEFINE_NORM_SPLIT(NAME, T, G)
 #endif
@@ -425,7 +411,6 @@ MX_DEFINE_NORM1(mx_add_rmsnorm_quant_bf16_c3_cs, MxBf16, MxBf16, 3, 512, MX_NORM
 MX_DEFINE_NORM1(mx_add_rmsnorm_quant_bf16_c4_cs, MxBf16, MxBf16, 4, 1024, MX_NORM_CS)
 MX_DEFINE_NORM1(mx_add_rmsnorm_quant_bf16_c1_t, MxBf16, MxBf16, 1, 1024, MX_NORM_TIMED)
 MX_DEFINE_NORM_S1(mx_add_rmsnorm_quant_bf16_c1_s8_t, MxBf16, MxBf16, 8, MX_NORM_TIMED)
-MX_DEFINE_NORM_S1(mx_add_rmsnorm_quant_bf16_c1_s8_g_t, MxBf16, MxBf16, 8, MX_NORM_TIMED | MX_NORM_GPRE)
 // The previous split-row exchange (_x; _xt timed), for side-by-side timing.
 MX_DEFINE_NORM_S1(mx_add_rmsnorm_quant_bf16_c1_s2_x, MxBf16, MxBf16, 2, MX_NORM_BARX)
 MX_DEFINE_NORM_S1(mx_add_rmsnorm_quant_bf16_c1_s4_x, MxBf16, MxBf16, 4, MX_NORM_BARX)
