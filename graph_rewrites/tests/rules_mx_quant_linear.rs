@@ -62,6 +62,9 @@ fn static_qdq(
 
 const E4M3: Attr<'static> = Attr::I(FLOAT8E4M3FN as i64);
 
+/// Attributes of a test node.
+type Attrs = Vec<(&'static str, Attr<'static>)>;
+
 #[test]
 fn static_blocked_scale_becomes_mx_quantize_linear() {
     // The reproducer: x [2, 64], a constant [2, 2] E8M0 scale, blocks of 32 along the last axis.
@@ -178,7 +181,7 @@ fn what_mx_quantize_linear_cannot_compute_is_refused_with_the_reason() {
         reason.contains("output_dtype 19 but a zero point of type 17"),
         "{reason}"
     );
-    let cases: [(i32, Vec<(&str, Attr<'static>)>, &str); 5] = [
+    let cases: [(i32, Attrs, &str); 5] = [
         (FLOAT, vec![], "uint8"),
         (
             FLOAT,
