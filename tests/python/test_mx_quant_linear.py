@@ -197,3 +197,49 @@ def test_every_scale_byte_and_value_class_matches_onnx_reference(x_type, out_typ
     bad = np.argwhere(online.view(np.uint8) != want.view(np.uint8))
     assert bad.size == 0, [(int(s), float(x[s, c]), int(online.view(np.uint8)[s, c]),
                             int(want.view(np.uint8)[s, c])) for s, c in bad[:8]]
+
+
+def mx_quantize_linear_model(x_dims, **attrs):
+    """A model already rewritten: com.mxfuse::MxQuantizeLinear(x, constant [2, 2] scale)."""
+    attrs = {"axis": -1, "block_size": 32, "output_dtype": TP.FLOAT8E4M3FN, **attrs}
+    node = helper.make_node("MxQuantizeLinear", ["x", "sc"], ["q"], domain="com.mxfuse", **attrs)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TP.FLOAT, x_dims)],
+                          [helper.make_tensor_value_info("q", TP.FLOAT8E4M3FN, None)],
+                          [e8m0("sc", [2, 2], [127, 128, 126, 127])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 24), helper.make_opsetid("com.mxfuse", 1)],
+                             ir_version=11)
+
+
+@pytest.mark.parametrize("attrs", [{"output_dtype": TP.FLOAT}, {"saturate": 2}, {"block_size": -1}])
+def test_malformed_attribute_is_an_ort_error(attrs, lib, ep_devices):
+    """An ONNX Runtime error at session creation on both paths, never a crash. ORT drops the
+    error of the op's type inference (y's type depends on `output_dtype`, so the attributes are
+    parsed there) and reports that y's declared type does not match instead of our reason."""
+    model = mx_quantize_linear_model([2, 64], **attrs).SerializeToString()
+    x = {"x": np.zeros((2, 64), np.float32)}
+    so = ort.SessionOptions()
+    so.register_custom_ops_library(lib)
+    with pytest.raises(Exception, match="mxfuse|attribute|Type Error"):
+        ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, x)
+    so = ort.SessionOptions()
+    so.add_provider_for_devices(ep_devices, {})
+    with pytest.raises(Exception, match="mxfuse|attribute|Type Error"):
+        ort.InferenceSession(model, so).run(None, x)
+
+
+def test_scale_that_does_not_fit_at_run_time_is_an_ort_error(lib, ep_devices, mxfuse_cli, tmp_path):
+    """x [m, 64] with a constant [2, 2] scale: the rule cannot check m, the kernel does — a
+    clear error from both paths for m = 3, and the same session still runs m = 2."""
+    src = tmp_path / "m.onnx"
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sc"], ["q"], axis=-1, block_size=32,
+                              output_dtype=TP.FLOAT8E4M3FN)]
+    save(src, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, ["m", 64])],
+         [helper.make_tensor_value_info("q", TP.FLOAT8E4M3FN, ["m", 64])],
+         [e8m0("sc", [2, 2], [127, 128, 126, 127])])
+    rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
+    ep = ep_session(src, ep_devices)
+    offline = offline_session(tmp_path / "fused.onnx", lib)
+    for sess in (ep, offline):
+        with pytest.raises(Exception, match="mxfuse.*scale"):
+            sess.run(None, {"x": np.zeros((3, 64), np.float32)})
+        assert sess.run(None, {"x": np.ones((2, 64), np.float32)})[0].shape == (2, 64)
