@@ -13,6 +13,7 @@ PROGRAM_FILES = [
     "swiglu_mxquant.hip",
     "mx_quantize.hip",
     "mx_dequantize.hip",
+    "mx_quantize_linear.hip",
     "mx_matmul.hip",
     "mx_matmul_splitk.hip",
     "mx_matmul_pipe.hip",

@@ -2,7 +2,7 @@
 //!
 //! Order: the registry order (`rules::registry`) is the priority order; at most one rule fires
 //! per root value per iteration, and sites never overlap (a node is removed by one fusion at
-//! most). Fallback rules (`DynRule::fallback`: `mx_dequant`) run only once the others fire no
+//! most). Fallback rules (`DynRule::fallback`: `mx_quant_linear`, `mx_dequant`) run only once the others fire no
 //! more, so they never take a node a fusion could still absorb. Iterations repeat until nothing fires (capped at [`MAX_ITERATIONS`]), so a rule whose
 //! input is another rule's output still gets its chance.
 

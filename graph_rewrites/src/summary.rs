@@ -27,7 +27,7 @@ pub struct LayerSummary {
 
 /// Counts standalone MX activation quantizers: `QuantizeLinear` with an E8M0 scale, Quark
 /// `MXQuantizeDequantize` on anything but a constant (weight quantizers are folded offline in
-/// deployment), and `com.mxfuse::MxQuantize`.
+/// deployment), and `com.mxfuse::MxQuantize` / `MxQuantizeLinear`.
 pub fn count_quantize_ops(g: &dyn GraphView) -> usize {
     g.nodes()
         .iter()
@@ -45,7 +45,7 @@ pub fn count_quantize_ops(g: &dyn GraphView) -> usize {
                 .copied()
                 .flatten()
                 .is_some_and(|x| !g.is_constant(x)),
-            (MXFUSE_DOMAIN, "MxQuantize") => true,
+            (MXFUSE_DOMAIN, "MxQuantize" | "MxQuantizeLinear") => true,
             _ => false,
         })
         .count()

@@ -59,6 +59,7 @@ pub fn tensor_info(name: &str, elem_type: i32, dims: &[i64]) -> ValueInfoProto {
 }
 
 /// An attribute of any simple kind.
+#[derive(Clone, Copy, Debug)]
 pub enum Attr<'a> {
     I(i64),
     F(f32),

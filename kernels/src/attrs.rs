@@ -138,6 +138,31 @@ impl Default for MxDequantAttrs {
     }
 }
 
+/// Attributes of `MxQuantizeLinear` (ONNX `QuantizeLinear`-24 with a FLOAT8E8M0 scale).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MxQuantLinearAttrs {
+    /// The quantized axis (negative counts from the back), for per-axis and blocked scales.
+    pub axis: i64,
+    /// Elements per scale along `axis`; 0 = per-axis or per-tensor (ONNX's default).
+    pub block_size: usize,
+    /// dtype of y: E4M3 (FLOAT8E4M3FN) or E5M2 (FLOAT8E5M2).
+    pub output_dtype: DType,
+    /// ONNX `saturate`: out-of-range values and ±Inf become the largest finite value (true) or
+    /// NaN (E4M3FN) / ±Inf (E5M2) (false).
+    pub saturate: bool,
+}
+
+impl Default for MxQuantLinearAttrs {
+    fn default() -> Self {
+        Self {
+            axis: 1,
+            block_size: 0,
+            output_dtype: DType::E4M3,
+            saturate: true,
+        }
+    }
+}
+
 /// Attributes of `MxMatMul`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MxMatMulAttrs {
@@ -367,6 +392,12 @@ impl MxMatMulAttrs {
     }
 }
 
+/// ONNX Q/DQ's `block_size`: any non-negative int (0 = not blocked).
+fn parse_block_size(key: &str, v: &str) -> Result<usize> {
+    let b = parse_int(key, v)?;
+    usize::try_from(b).map_err(|_| KernelError::Attribute(format!("{key} must be >= 0, got {b}")))
+}
+
 impl MxDequantAttrs {
     /// Builds the attributes from `(name, value)` pairs; absent names keep their defaults.
     pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Self> {
@@ -374,14 +405,33 @@ impl MxDequantAttrs {
         for (k, v) in pairs {
             match k {
                 "axis" => a.axis = parse_int(k, v)?,
-                "block_size" => {
-                    let b = parse_int(k, v)?;
-                    a.block_size = usize::try_from(b).map_err(|_| {
-                        KernelError::Attribute(format!("block_size must be >= 0, got {b}"))
-                    })?;
-                }
+                "block_size" => a.block_size = parse_block_size(k, v)?,
                 "output_dtype" => a.output_dtype = parse_output_dtype(k, v)?,
                 _ => return Err(unknown("MxDequantize", k)),
+            }
+        }
+        Ok(a)
+    }
+}
+
+impl MxQuantLinearAttrs {
+    /// Builds the attributes from `(name, value)` pairs; absent names keep their defaults.
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Self> {
+        let mut a = Self::default();
+        for (k, v) in pairs {
+            match k {
+                "axis" => a.axis = parse_int(k, v)?,
+                "block_size" => a.block_size = parse_block_size(k, v)?,
+                "saturate" => a.saturate = parse_bool(k, v)?,
+                "output_dtype" => {
+                    let code = parse_int(k, v)?;
+                    a.output_dtype = DType::from_onnx_code(code)
+                        .filter(|d| matches!(d, DType::E4M3 | DType::E5M2))
+                        .ok_or_else(|| {
+                            KernelError::Attribute(format!("{k} must be 17 or 19, got {code}"))
+                        })?;
+                }
+                _ => return Err(unknown("MxQuantizeLinear", k)),
             }
         }
         Ok(a)
@@ -413,6 +463,12 @@ mod tests {
         assert!(MxDequantAttrs::from_pairs([("block_size", "-2")]).is_err());
         assert!(MxDequantAttrs::from_pairs([("output_dtype", "24")]).is_err());
         assert!(MxDequantAttrs::from_pairs([("scale_rule", "floor")]).is_err());
+        let q = MxQuantLinearAttrs::from_pairs([("output_dtype", "19"), ("saturate", "0")]);
+        assert!(q.is_ok_and(|q| q.output_dtype == DType::E5M2 && !q.saturate && q.axis == 1));
+        assert!(MxQuantLinearAttrs::from_pairs([("output_dtype", "1")]).is_err());
+        assert!(MxQuantLinearAttrs::from_pairs([("saturate", "2")]).is_err());
+        assert!(MxQuantLinearAttrs::from_pairs([("block_size", "-1")]).is_err());
+        assert!(MxQuantLinearAttrs::from_pairs([("precision", "1")]).is_err());
     }
 
     #[test]

@@ -11,7 +11,8 @@ pub enum DType {
     BF16,
     /// FLOAT8E4M3FN (bias 7, no Inf, NaN = 0x7F/0xFF, max 448).
     E4M3,
-    /// FLOAT8E5M2 (bias 15, ±Inf, NaN; max 57344). Only read, by `MxDequantize`.
+    /// FLOAT8E5M2 (bias 15, ±Inf, NaN; max 57344). Read by `MxDequantize`, written by
+    /// `MxQuantizeLinear`.
     E5M2,
     /// FLOAT8E8M0 (a power of two 2^(byte-127), 0xFF = NaN).
     E8M0,

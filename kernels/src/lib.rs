@@ -22,7 +22,9 @@ pub mod reference;
 pub mod scale_map;
 pub mod slices;
 
-pub use attrs::{AddRmsNormAttrs, MxDequantAttrs, MxMatMulAttrs, MxQuantAttrs, SwiGluAttrs};
+pub use attrs::{
+    AddRmsNormAttrs, MxDequantAttrs, MxMatMulAttrs, MxQuantAttrs, MxQuantLinearAttrs, SwiGluAttrs,
+};
 pub use element::{DType, Element};
 pub use epilogue::Epilogue;
 pub use error::{KernelError, Result};

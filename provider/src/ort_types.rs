@@ -21,6 +21,7 @@ pub mod onnx_dtype {
     pub const FLOAT16: i32 = 10;
     pub const BFLOAT16: i32 = 16;
     pub const FLOAT8E4M3FN: i32 = 17;
+    pub const FLOAT8E5M2: i32 = 19;
     pub const FLOAT8E8M0: i32 = 24;
 }
 
@@ -41,6 +42,7 @@ pub fn ort_from_onnx(t: i32) -> Result<OrtType> {
         onnx_dtype::FLOAT16 => OrtType::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16,
         onnx_dtype::BFLOAT16 => OrtType::ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16,
         onnx_dtype::FLOAT8E4M3FN => OrtType::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FN,
+        onnx_dtype::FLOAT8E5M2 => OrtType::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E5M2,
         onnx_dtype::FLOAT8E8M0 => OrtType::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E8M0,
         other => return Err(Error::Unsupported(format!("element type {other}"))),
     })

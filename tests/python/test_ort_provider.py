@@ -142,9 +142,22 @@ def test_nothing_to_fuse_stays_on_cpu_ep_with_identical_outputs(ep_devices):
 
 def test_disabled_rule_is_not_claimed(ep_devices):
     model = floatify_outputs(onnx.load(STD_QUANT))
-    # Unfused, the E8M0 quantizer has no CPU kernel: session creation must fail cleanly.
+    # Unfused and unclaimed, the E8M0 quantizer has no CPU kernel: session creation must fail
+    # cleanly.
     with pytest.raises(Exception, match="(?i)implementation|NOT_IMPLEMENTED"):
-        ep_session(model, ep_devices, {"disable_rules": "mxquant"})
+        ep_session(model, ep_devices, {"disable_rules": "mxquant,mx_quant_linear"})
+
+
+def test_without_the_fusion_the_fallback_runs_the_quantizer_alone(ep_devices):
+    """With `mxquant` off, the fallback `mx_quant_linear` takes the lone QuantizeLinear (its
+    scale computed by ORT's own Abs/ReduceMax/Mul/Cast), `mx_dequant` the DequantizeLinear: the
+    same bytes as the fused MxQuantize."""
+    model = floatify_outputs(onnx.load(STD_QUANT))
+    x = activations((4, 64), seed=5)
+    fused = ep_session(model, ep_devices).run(None, {"x": x})
+    alone = ep_session(model, ep_devices, {"disable_rules": "mxquant"}).run(None, {"x": x})
+    for a, b in zip(fused, alone):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
 
 
 def test_unknown_provider_option_is_an_error(ep_devices, capfd):

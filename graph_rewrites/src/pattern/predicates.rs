@@ -2,11 +2,13 @@
 
 use half::{bf16, f16};
 
-use crate::view::{AttrValue, ConstTensor};
+use crate::view::{AttrValue, ConstTensor, Dim, GraphView, NodeId, ValueId};
 
 /// ONNX `TensorProto.DataType` numbers used by the rules.
 pub mod dtype {
     pub const FLOAT: i32 = 1;
+    pub const UINT8: i32 = 2;
+    pub const INT8: i32 = 3;
     pub const INT32: i32 = 6;
     pub const INT64: i32 = 7;
     pub const FLOAT16: i32 = 10;
@@ -23,6 +25,8 @@ pub mod dtype {
     pub fn name(t: i32) -> &'static str {
         match t {
             FLOAT => "float",
+            UINT8 => "uint8",
+            INT8 => "int8",
             INT32 => "int32",
             INT64 => "int64",
             FLOAT16 => "float16",
@@ -98,4 +102,30 @@ pub fn attr_string(a: Option<AttrValue>, default: &str) -> Option<String> {
         Some(AttrValue::String(v)) => Some(v),
         _ => None,
     }
+}
+
+/// Known dims as `usize`, if every dim of `v` is known.
+pub fn known_dims(g: &dyn GraphView, v: ValueId) -> Option<Vec<usize>> {
+    g.tensor_info(v)?
+        .shape?
+        .iter()
+        .map(|d| match d {
+            Dim::Known(k) if *k >= 0 => Some(*k as usize),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether input 1 of Q/DQ node `n` (the scale) is FLOAT8E8M0: an MX quantizer.
+pub fn scale_is_e8m0(g: &dyn GraphView, n: NodeId) -> bool {
+    let s = g.inputs(n).get(1).copied().flatten();
+    s.and_then(|s| g.tensor_info(s))
+        .is_some_and(|i| i.elem_type == dtype::FLOAT8E8M0)
+}
+
+/// Whether float8 zero point `zp` is a constant zero everywhere: the only float8 zero point
+/// ONNX allows. Its bytes are +0 (0x00) or −0 (0x80) in every float8 format.
+pub fn is_float8_zero(g: &dyn GraphView, zp: ValueId) -> bool {
+    g.const_value(zp)
+        .is_some_and(|t| t.raw.iter().all(|&b| b & 0x7F == 0))
 }

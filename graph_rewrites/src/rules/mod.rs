@@ -1,8 +1,10 @@
 //! The rule registry. Order is priority: a fused rule must run before `mxquant`, which would
-//! otherwise take its quantizer alone; `mx_dequant` is a fallback (runs when the others are done).
+//! otherwise take its quantizer alone; `mx_quant_linear` and `mx_dequant` are fallbacks (run when
+//! the others are done).
 pub mod add_rmsnorm_mxquant;
 pub mod mx_consumers;
 pub mod mx_dequant;
+pub mod mx_quant_linear;
 pub mod mxquant;
 pub mod spellings;
 pub mod swiglu_mxquant_matmul;
@@ -17,7 +19,9 @@ pub fn registry() -> &'static [&'static dyn DynRule] {
             &*swiglu_mxquant_matmul::RULE,
             // The standalone quantizer comes last: it only takes what no fusion took.
             &*mxquant::RULE,
-            // A fallback: runs once the others are done, on the E8M0 DequantizeLinears left.
+            // Fallbacks: run once the others are done, on the E8M0 QuantizeLinears and
+            // DequantizeLinears left.
+            &*mx_quant_linear::RULE,
             &*mx_dequant::RULE,
         ]
     });

@@ -29,10 +29,10 @@ use std::sync::LazyLock;
 
 use kernels::ScaleMap;
 
-use crate::pattern::predicates::{attr_int, dtype};
+use crate::pattern::predicates::{attr_int, dtype, is_float8_zero, known_dims, scale_is_e8m0};
 use crate::pattern::{Emit, Fuse, Match, OpId, Pat, Pattern, Rule, RuleConfig, Site, N, V};
 use crate::reject;
-use crate::view::{Dim, GraphView, ValueId, ONNX_DOMAIN};
+use crate::view::{ValueId, ONNX_DOMAIN};
 
 pub struct MxDequantRule {
     pat: Pattern,
@@ -54,11 +54,7 @@ pub static RULE: LazyLock<MxDequantRule> = LazyLock::new(|| {
         })
         .args([x, scale])
         .extra_inputs() // zero point: checked to be absent or zero
-        .node_where("scale is FLOAT8E8M0", |g, n| {
-            let s = g.inputs(n).get(1).copied().flatten();
-            s.and_then(|s| g.tensor_info(s))
-                .is_some_and(|i| i.elem_type == dtype::FLOAT8E8M0)
-        })
+        .node_where("scale is FLOAT8E8M0", scale_is_e8m0)
         .node();
     let y = p.out(dq, 0);
     p.produces(y);
@@ -77,18 +73,6 @@ pub struct Params {
     axis: i64,
     block_size: i64,
     output_dtype: i64,
-}
-
-/// Known dims as `usize`, if every dim is known.
-fn known_dims(g: &dyn GraphView, v: ValueId) -> Option<Vec<usize>> {
-    g.tensor_info(v)?
-        .shape?
-        .iter()
-        .map(|d| match d {
-            Dim::Known(k) if *k >= 0 => Some(*k as usize),
-            _ => None,
-        })
-        .collect()
 }
 
 impl Rule for MxDequantRule {
@@ -125,11 +109,7 @@ impl Rule for MxDequantRule {
         }
         if let Some(zp) = g.inputs(n).get(2).copied().flatten() {
             // A float8 zero point must be zero (ONNX); anything else is not this op.
-            // It has x's float8 type: +0 and -0 are bytes 0x00 and 0x80.
-            let zero = g
-                .const_value(zp)
-                .is_some_and(|t| t.raw.iter().all(|&b| b & 0x7F == 0));
-            if !zero {
+            if !is_float8_zero(g, zp) {
                 return Err(reject!(
                     "DequantizeLinear '{name}' has a zero point that is not a constant zero"
                 ));

@@ -1,4 +1,4 @@
-//! Scalar codecs: FP8 E4M3FN (and, decode only, E5M2) values, E8M0 scales and the MXFP8 block quantizer built from them.
+//! Scalar codecs: FP8 E4M3FN and E5M2 values, E8M0 scales and the MXFP8 block quantizer built from them.
 //!
 //! These scalar functions are the definition the reference and the vectorized paths agree with;
 //! `crate::simd` holds the AVX2 versions.
@@ -9,6 +9,6 @@ pub mod e8m0;
 pub mod mx;
 
 pub use e4m3::{e4m3_to_f32, f32_to_e4m3, E4M3_MAX, E4M3_NAN};
-pub use e5m2::e5m2_to_f32;
+pub use e5m2::{e5m2_to_f32, f32_to_e5m2, E5M2_MAX, E5M2_NAN};
 pub use e8m0::{e8m0_to_f32, pow2_inverse, E8M0_NAN};
 pub use mx::{quantize_block, NanPolicy, QuantConfig, ScaleRule, BLOCK};

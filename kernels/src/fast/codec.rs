@@ -9,16 +9,24 @@ use crate::slices::check_len;
 /// `dst[i] = e4m3(src[i])` with RNE; `saturate` as ONNX defines it.
 pub fn cast_to_e4m3<T: FastElement>(src: &[T], dst: &mut [u8], saturate: bool) -> Result<()> {
     check_len("dst", dst.len(), src.len())?;
+    encode_e4m3(src, dst, saturate);
+    Ok(())
+}
+
+/// [`cast_to_e4m3`] of the first `min(src.len(), dst.len())` elements, for callers whose
+/// lengths agree by construction (`MxQuantizeLinear`'s scaled blocks).
+pub(super) fn encode_e4m3<T: FastElement>(src: &[T], dst: &mut [u8], saturate: bool) {
+    let n = src.len().min(dst.len());
+    let (src, dst) = (&src[..n], &mut dst[..n]);
     let done = match Isa::detect() {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: Avx2 implies the CPU features; lengths checked above.
+        // SAFETY: Avx2 implies the CPU features; the lengths are equal.
         Isa::Avx2 => unsafe { avx2_cast::to_e4m3(src, dst, saturate) },
         _ => 0,
     };
     for (d, s) in dst[done..].iter_mut().zip(&src[done..]) {
         *d = f32_to_e4m3(s.to_f32(), saturate);
     }
-    Ok(())
 }
 
 /// `dst[i] = T(e4m3(src[i]))` (exact for f32 and f16; bf16 rounds the 3-bit mantissa exactly too).

@@ -21,6 +21,7 @@ mod matmul;
 #[cfg(target_arch = "x86_64")]
 mod matmul_mx;
 mod norm;
+mod quant_linear;
 mod quantize;
 mod shared;
 mod swiglu;
@@ -30,6 +31,7 @@ pub use dequant::mx_dequantize;
 pub use isa::{avx512_bf16, avx512_norm, with_avx2_only, with_avx512_bf16, with_portable, Isa};
 pub use matmul::{mx_matmul, mx_matmul_quantize_a};
 pub use norm::add_rms_norm_mx_quant;
+pub use quant_linear::mx_quantize_linear;
 pub use quantize::mx_quantize;
 pub use swiglu::swiglu_mx_quant;
 

@@ -164,6 +164,23 @@ fn pdl_kernel(name: &str) -> bool {
     !name.starts_with("mx_matmul_pipe_")
 }
 
+/// `params` followed by a [`ScaleMap`]'s `elements, axis_len, inner, block, so, sb, si` as
+/// `long long`s (the element → scale walk of mx_dequantize.hip and mx_quantize_linear.hip).
+fn scale_map_params(params: Params, map: &ScaleMap) -> GpuResult<Params> {
+    let i64_of = |what: &str, v: usize| {
+        i64::try_from(v)
+            .map_err(|_| KernelError::Shape(format!("{what} = {v} exceeds the kernel's range")))
+    };
+    Ok(params
+        .push(i64_of("elements", map.len())?)
+        .push(i64_of("axis length", map.axis_len)?)
+        .push(i64_of("inner", map.inner)?)
+        .push(i64_of("block", map.block)?)
+        .push(i64_of("outer stride", map.stride_outer)?)
+        .push(i64_of("block stride", map.stride_block)?)
+        .push(i64_of("inner stride", map.stride_inner)?))
+}
+
 /// The leading kernel arguments of the GEMMs: `a_q, a_scales, [a,] b, b_scales, y, M, N, K`.
 /// `a` (the float activation) only for the tensor-core and split-K kernels, which can quantize
 /// it themselves; the pre-quantized GEMMs (generic, pipeline, fragment) take `None`.
@@ -614,24 +631,53 @@ impl GpuRuntime {
         check_aligned("x", x, 1)?;
         check_aligned("scale", scale, 1)?;
         check_aligned("y", y, y_dtype.size() as u64)?;
-        let i64_of = |what: &str, v: usize| {
-            i64::try_from(v)
-                .map_err(|_| KernelError::Shape(format!("{what} = {v} exceeds the kernel's range")))
-        };
-        let params = Params::new()
-            .push(x)
-            .push(scale)
-            .push(y)
-            .push(i64_of("elements", elements)?)
-            .push(i64_of("axis length", map.axis_len)?)
-            .push(i64_of("inner", map.inner)?)
-            .push(i64_of("block", map.block)?)
-            .push(i64_of("outer stride", map.stride_outer)?)
-            .push(i64_of("block stride", map.stride_block)?)
-            .push(i64_of("inner stride", map.stride_inner)?);
+        let params = scale_map_params(Params::new().push(x).push(scale).push(y), map)?;
         // Grid-stride: enough blocks to fill any device, never more than the elements need.
         let blocks = elements.div_ceil(256).min(1 << 16);
         let name = format!("mx_dequantize_{xt}_{t}");
+        self.run(&name, [dim_u32("grid", blocks)?, 1, 1], 256, params, stream)
+    }
+
+    /// `MxQuantizeLinear`: `y = fp8(x / 2^(s − 127))` with x's element → scale index `map`
+    /// (x of `x_dtype`, scale E8M0 bytes, y E4M3 or E5M2 bytes; sizes from `map`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn mx_quantize_linear(
+        &self,
+        x_dtype: DType,
+        y_dtype: DType,
+        saturate: bool,
+        map: &ScaleMap,
+        x: u64,
+        scale: u64,
+        y: u64,
+        stream: StreamHandle,
+    ) -> GpuResult<()> {
+        let yt = match y_dtype {
+            DType::E4M3 => "e4m3",
+            DType::E5M2 => "e5m2",
+            other => {
+                return Err(KernelError::DType(format!(
+                    "MxQuantizeLinear writes E4M3 or E5M2 values, got {other:?}"
+                ))
+                .into())
+            }
+        };
+        let t = dtype_suffix(x_dtype)?;
+        let elements = map.len();
+        if elements == 0 {
+            return Ok(());
+        }
+        if map.block == 0 || map.inner == 0 || map.axis_len == 0 {
+            return Err(KernelError::Shape(format!("MxQuantizeLinear scale map {map:?}")).into());
+        }
+        check_aligned("x", x, x_dtype.size() as u64)?;
+        check_aligned("scale", scale, 1)?;
+        check_aligned("y", y, 1)?;
+        let params = scale_map_params(Params::new().push(x).push(scale).push(y), map)?
+            .push(i32::from(saturate));
+        // Grid-stride: enough blocks to fill any device, never more than the elements need.
+        let blocks = elements.div_ceil(256).min(1 << 16);
+        let name = format!("mx_quantize_linear_{t}_{yt}");
         self.run(&name, [dim_u32("grid", blocks)?, 1, 1], 256, params, stream)
     }
 

@@ -3,7 +3,7 @@
 //! (same files, same order, same markers), so the device harness measures exactly this code.
 
 /// The source files, in program order: portability layer, shared numerics, then one file per op.
-pub const PROGRAM_FILES: [(&str, &str); 10] = [
+pub const PROGRAM_FILES: [(&str, &str); 11] = [
     (
         "mx_portability.h",
         include_str!("../../gpu/mx_portability.h"),
@@ -21,6 +21,10 @@ pub const PROGRAM_FILES: [(&str, &str); 10] = [
     (
         "mx_dequantize.hip",
         include_str!("../../gpu/mx_dequantize.hip"),
+    ),
+    (
+        "mx_quantize_linear.hip",
+        include_str!("../../gpu/mx_quantize_linear.hip"),
     ),
     ("mx_matmul.hip", include_str!("../../gpu/mx_matmul.hip")),
     (

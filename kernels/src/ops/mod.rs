@@ -24,7 +24,8 @@ pub use tensor::{Pod, TensorMut, TensorRef};
 use half::{bf16, f16};
 
 use crate::attrs::{
-    AddRmsNormAttrs, MxDequantAttrs, MxMatMulAttrs, MxQuantAttrs, SwiGluAttrs, SwiGluLayout,
+    AddRmsNormAttrs, MxDequantAttrs, MxMatMulAttrs, MxQuantAttrs, MxQuantLinearAttrs, SwiGluAttrs,
+    SwiGluLayout,
 };
 use crate::element::DType;
 use crate::epilogue::Epilogue;
@@ -112,6 +113,33 @@ pub fn mx_dequantize(
         DType::F16 => fast::mx_dequantize(xb, x.dtype, sb, &map, y.view_mut::<f16>()?, par),
         DType::BF16 => fast::mx_dequantize(xb, x.dtype, sb, &map, y.view_mut::<bf16>()?, par),
         d => Err(unsupported_dtype("y", d)),
+    }
+}
+
+/// `MxQuantizeLinear(x, scale) -> y`: x float, float16 or bfloat16, scale FLOAT8E8M0
+/// (per-tensor, per-axis or blocked, see [`crate::ScaleMap`]), y of `attrs.output_dtype`
+/// (FLOAT8E4M3FN or FLOAT8E5M2) and x's shape.
+pub fn mx_quantize_linear(
+    x: TensorRef<'_>,
+    scale: TensorRef<'_>,
+    y: TensorMut<'_>,
+    attrs: &MxQuantLinearAttrs,
+    par: &dyn Parallel,
+) -> Result<()> {
+    if !x.dtype.is_float() {
+        return Err(unsupported_dtype("x", x.dtype));
+    }
+    expect_dtype("scale", scale.dtype, DType::E8M0)?;
+    expect_dtype("y", y.dtype, attrs.output_dtype)?;
+    expect_shape("y", y.shape, x.shape)?;
+    let map = crate::ScaleMap::new(x.shape, scale.shape, attrs.axis, attrs.block_size)?;
+    let (sb, (dt, sat)) = (scale.view::<u8>()?, (attrs.output_dtype, attrs.saturate));
+    let yb = y.view_mut::<u8>()?;
+    match x.dtype {
+        DType::F32 => fast::mx_quantize_linear(x.view::<f32>()?, sb, &map, dt, sat, yb, par),
+        DType::F16 => fast::mx_quantize_linear(x.view::<f16>()?, sb, &map, dt, sat, yb, par),
+        DType::BF16 => fast::mx_quantize_linear(x.view::<bf16>()?, sb, &map, dt, sat, yb, par),
+        d => Err(unsupported_dtype("x", d)),
     }
 }
 

@@ -5,9 +5,11 @@
 
 pub mod math;
 mod mx_dequant;
+mod mx_quant_linear;
 pub mod onnx_ops;
 
 pub use mx_dequant::{decode_table, mx_dequantize};
+pub use mx_quant_linear::{divide_by_e8m0, fp8_encoder, mx_quantize_linear, Fp8Encoder};
 
 use crate::attrs::{Activation, AddRmsNormAttrs, InvForm, SwiGluAttrs, SwiGluLayout, SwishForm};
 use crate::codec::{e4m3_to_f32, e8m0_to_f32, quantize_block, QuantConfig, BLOCK};

@@ -20,7 +20,8 @@ use kernels::gpu::{
     pack_frag_weights, GpuBias, GpuEpilogue, GpuMatB, GpuRuntime, NormBuffers, SwiGluBuffers,
 };
 use kernels::{
-    AddRmsNormAttrs, DType, MxDequantAttrs, MxMatMulAttrs, MxQuantAttrs, ScaleMap, SwiGluAttrs,
+    AddRmsNormAttrs, DType, MxDequantAttrs, MxMatMulAttrs, MxQuantAttrs, MxQuantLinearAttrs,
+    ScaleMap, SwiGluAttrs,
 };
 use ort_sys::OrtKernelContext;
 
@@ -42,6 +43,7 @@ const STREAM: usize = 0;
 enum GpuOp {
     Quantize(MxQuantAttrs),
     Dequantize(MxDequantAttrs),
+    QuantizeLinear(MxQuantLinearAttrs),
     Norm(AddRmsNormAttrs),
     SwiGlu(SwiGluAttrs),
     MatMul {
@@ -268,6 +270,9 @@ impl GpuProgram {
             let op = match op_type {
                 "MxQuantize" => GpuOp::Quantize(MxQuantAttrs::from_pairs(pairs())?),
                 "MxDequantize" => GpuOp::Dequantize(MxDequantAttrs::from_pairs(pairs())?),
+                "MxQuantizeLinear" => {
+                    GpuOp::QuantizeLinear(MxQuantLinearAttrs::from_pairs(pairs())?)
+                }
                 "AddRmsNormMxQuant" => GpuOp::Norm(AddRmsNormAttrs::from_pairs(pairs())?),
                 "SwiGluMxQuant" => GpuOp::SwiGlu(SwiGluAttrs::from_pairs(pairs())?),
                 "MxMatMul" => {
@@ -460,6 +465,21 @@ impl GpuProgram {
                 rt.mx_dequantize(
                     dtype(xm.dtype)?,
                     a.output_dtype,
+                    &map,
+                    *x,
+                    *s,
+                    output(0, "y")?.1,
+                    STREAM,
+                )
+            }
+            GpuOp::QuantizeLinear(a) => {
+                let (xm, x) = input(0, "x")?;
+                let (sm, s) = input(1, "scale")?;
+                let map = ScaleMap::new(&xm.dims_usize(), &sm.dims_usize(), a.axis, a.block_size)?;
+                rt.mx_quantize_linear(
+                    dtype(xm.dtype)?,
+                    a.output_dtype,
+                    a.saturate,
                     &map,
                     *x,
                     *s,

@@ -12,7 +12,8 @@ pub mod schema;
 
 use kernels::ops::{self as k, NormTensors, SwiGluTensors};
 use kernels::{
-    AddRmsNormAttrs, DType, KernelError, MxDequantAttrs, MxMatMulAttrs, MxQuantAttrs, SwiGluAttrs,
+    AddRmsNormAttrs, DType, KernelError, MxDequantAttrs, MxMatMulAttrs, MxQuantAttrs,
+    MxQuantLinearAttrs, SwiGluAttrs,
 };
 
 use crate::error::{Error, Result};
@@ -69,6 +70,7 @@ pub fn create(attrs: &Attrs) -> Result<Box<dyn Kernel>> {
         "SwiGluMxQuant" => Box::new(SwiGluAttrs::from_pairs(pairs)?),
         "MxMatMul" => Box::new(matmul::MxMatMul::new(MxMatMulAttrs::from_pairs(pairs)?)),
         "MxDequantize" => Box::new(MxDequantAttrs::from_pairs(pairs)?),
+        "MxQuantizeLinear" => Box::new(MxQuantLinearAttrs::from_pairs(pairs)?),
         other => return Err(Error::Unsupported(format!("com.mxfuse op {other:?}"))),
     })
 }
@@ -228,6 +230,39 @@ impl Kernel for MxDequantAttrs {
         let mut outs = out_views(outputs, &od)?;
         let y = take(&mut outs, 0, "y")?;
         Ok(k::mx_dequantize(
+            view(x, &xd)?,
+            view(scale, &sd)?,
+            y,
+            self,
+            par,
+        )?)
+    }
+}
+
+impl Kernel for MxQuantLinearAttrs {
+    fn output_metas(&self, inputs: &[Option<&Meta>]) -> Result<Vec<Meta>> {
+        let x = required(inputs, 0, "x")?;
+        required(inputs, 1, "scale")?;
+        float_input(x, "x")?;
+        Ok(vec![Meta::new(
+            self.output_dtype.onnx_code(),
+            x.dims.clone(),
+        )])
+    }
+
+    fn compute(
+        &self,
+        inputs: &[Option<TensorRef<'_>>],
+        outputs: &mut [Option<TensorMut<'_>>],
+        par: &dyn kernels::Parallel,
+    ) -> Result<()> {
+        let x = required(inputs, 0, "x")?;
+        let scale = required(inputs, 1, "scale")?;
+        let (xd, sd) = (dims_of(x), dims_of(scale));
+        let od = out_dims(outputs);
+        let mut outs = out_views(outputs, &od)?;
+        let y = take(&mut outs, 0, "y")?;
+        Ok(k::mx_quantize_linear(
             view(x, &xd)?,
             view(scale, &sd)?,
             y,

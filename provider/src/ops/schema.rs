@@ -143,6 +143,21 @@ pub const MX_DEQUANTIZE: OpSchema = OpSchema {
     ],
 };
 
+/// ONNX `QuantizeLinear`-24 for a FLOAT8E8M0 scale (y FLOAT8E4M3FN or FLOAT8E5M2, by
+/// `output_dtype`).
+pub const MX_QUANTIZE_LINEAR: OpSchema = OpSchema {
+    domain: DOMAIN,
+    name: "MxQuantizeLinear",
+    inputs: &[req("x"), SCALE],
+    outputs: &[req("y")],
+    attrs: &[
+        ("axis", AttrKind::Int),
+        ("block_size", AttrKind::Int),
+        ("output_dtype", AttrKind::Int),
+        ("saturate", AttrKind::Int),
+    ],
+};
+
 /// AMD Quark's `com.amd.quark::MXQuantizeDequantize` (MXFP8 fake quantization), which ORT does
 /// not know; the rules turn it into `MxQuantize` + `MxMatMul`.
 pub const QUARK_MX_QDQ: OpSchema = OpSchema {
@@ -173,6 +188,7 @@ pub const ALL: &[&OpSchema] = &[
     &SWIGLU_MX_QUANT,
     &MX_MAT_MUL,
     &MX_DEQUANTIZE,
+    &MX_QUANTIZE_LINEAR,
 ];
 
 /// The schema of `op_type`, if it is one of ours (com.mxfuse).
