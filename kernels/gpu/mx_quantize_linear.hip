@@ -3,7 +3,7 @@
 // [outer, axis_len, inner] and element (o, d, i) reads scale[o * so + (d / block) * sb + i * si]
 // (kernels::ScaleMap, as mx_dequantize). Exactly kernels::reference::mx_quantize_linear: the
 // quotient is x times the exact 2^(127 - s) in fp32 (the correctly rounded x / 2^(s-127)), a NaN
-// scale gives +NaN unless x is NaN (x itself, sign kept), then the codecs below, bit for bit with
+// x gives NaN with x's sign and a NaN scale +NaN otherwise, then the codecs below, bit for bit with
 // kernels::codec::f32_to_e4m3 / f32_to_e5m2 (NaN keeps its sign: 0x7F/0xFF, 0x7E/0xFE).
 
 // fp32 -> E4M3FN, RNE; beyond 448 (the 464 tie rounds to 448) and +-Inf: +-448 if saturate, else
@@ -44,8 +44,19 @@ MX_DEV void mx_quantize_linear_body(const typename T::storage* __restrict__ x,
     const long long o = row / axis_len;
     const long long d = row - o * axis_len;
     const mx_u32 s = scale[o * so + (d / block) * sb + i * si];
-    const float v = T::to_f32(x[e]);
-    const float q = s == 255u ? (v != v ? v : __int_as_float(0x7fc00000)) : v * mx_scale_inverse(s);
+    const typename T::storage raw = x[e];
+    const float v = T::to_f32(raw);
+    // A NaN x stays NaN with its own sign, whatever the scale. Spelled out: NVIDIA's cvt.f32.f16
+    // and FMUL return the canonical +NaN, where the reference (x86) keeps the sign.
+    mx_u32 neg;
+    if constexpr (sizeof(typename T::storage) == 2) {
+      neg = ((mx_u32)raw >> 15) & 1u;
+    } else {
+      neg = mx_f32_bits(v) >> 31;
+    }
+    const float q = v != v    ? mx_bits_f32((neg << 31) | 0x7fc00000u)
+                    : s == 255u ? mx_bits_f32(0x7fc00000u)
+                                : v * mx_scale_inverse(s);
     y[e] = (mx_u8)(E5M2 ? mx_f32_to_e5m2_onnx(q, saturate != 0) : mx_f32_to_e4m3_onnx(q, saturate != 0));
   }
 }
