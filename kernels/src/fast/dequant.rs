@@ -2,9 +2,13 @@
 //! the output split across tasks. Memory-bound (1 byte in, 2–4 out per element), so no SIMD:
 //! the compiler's loop over a table lookup and one multiply is within reach of the copy.
 //! Bit-exact with [`crate::reference::mx_dequantize`] (the same f32 product and `round_T`).
+//! FP4 (E2M1) values are first widened to the E4M3 bytes of the same values
+//! ([`crate::codec::e2m1`]), then run through the E4M3 path: an extra byte per element, but
+//! packed nibbles never line up with a row that starts at an odd element.
 
 use super::min_rows_per_task;
 use super::shared::SharedMut;
+use crate::codec::e2m1::{packed_len, widened_e4m3};
 use crate::codec::e8m0_to_f32;
 use crate::element::{DType, Element};
 use crate::error::Result;
@@ -22,6 +26,11 @@ pub fn mx_dequantize<T: Element>(
     y: &mut [T],
     par: &dyn Parallel,
 ) -> Result<()> {
+    if dtype == DType::E2M1 {
+        check_len("x", x.len(), packed_len(map.len()))?;
+        let wide = widened_e4m3(x, map.len());
+        return mx_dequantize(&wide, DType::E4M3, scale, map, y, par);
+    }
     check_len("x", x.len(), map.len())?;
     check_len("y", y.len(), map.len())?;
     check_len("scale", scale.len(), map.scale_len())?;
