@@ -45,7 +45,7 @@ fn fp4_weight_dequant_into_matmul_becomes_mxmatmul_reading_the_fp4_values() {
     assert_eq!(op_types(&g), ["MxQuantize", "MxMatMul"]);
     let mm = first_node(&g, "MxMatMul");
     assert_eq!(
-        value_names(&g, &g.inputs(mm)),
+        value_names(&g, g.inputs(mm)),
         ["x_mxfp8", "x_mxfp8_scale", "wq", "ws"],
         "MxMatMul reads the packed FP4 values and their scales in place"
     );
@@ -68,7 +68,7 @@ fn fp4_dequant_also_read_by_an_add_stays_as_mx_dequantize_for_it() {
     assert_eq!(count(&g, "MxMatMul"), 1);
     assert_eq!(count(&g, "DequantizeLinear"), 0);
     let dq = first_node(&g, "MxDequantize");
-    assert_eq!(value_names(&g, &g.inputs(dq)), ["wq", "ws"]);
+    assert_eq!(value_names(&g, g.inputs(dq)), ["wq", "ws"]);
     assert_eq!(node_attr(&g, dq, "axis"), AttrValue::Int(0));
     assert_eq!(node_attr(&g, dq, "block_size"), AttrValue::Int(32));
     assert_eq!(g.value_name(g.outputs(dq)[0]), "wd");
