@@ -8,7 +8,7 @@
 //!
 //! Every E2M1 value is exactly an E4M3FN value (2 significant bits, exponents −1..2, well inside
 //! E4M3's), so MXFP4 with its E8M0 block scales *is* MXFP8 after [`widen_to_e4m3`]: `MxMatMul`
-//! and the fast dequantizer reuse the E4M3 paths on the widened bytes.
+//! reuses the E4M3 GEMMs on the widened bytes.
 
 /// Bytes of `n` packed E2M1 values.
 #[inline]
