@@ -198,3 +198,32 @@ def test_mxfp4_expert_weights_fuse_into_mxmatmul_and_match_onnx_reference(lib, e
         else:
             # GEMMs: the summation order differs from numpy's.
             np.testing.assert_allclose(a, w, rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def test_malformed_fp4_inputs_are_ort_errors_not_crashes(lib, tmp_path):
+    """com.mxfuse nodes written by hand with bad FP4 operands: a scale that does not fit the
+    values' blocks, and an FP4 MxMatMul weight without its scales. Each is a clear ORT error."""
+    rng = np.random.default_rng(5)
+    mx = [helper.make_opsetid("", 24), helper.make_opsetid("com.mxfuse", 1)]
+
+    def model(nodes, inits, inputs, out, name):
+        g = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info(out, TP.FLOAT, None)], inits)
+        path = tmp_path / name
+        onnx.save(helper.make_model(g, opset_imports=mx, ir_version=11), path)
+        return offline_session(path, lib, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+
+    bad_scale = model(
+        [helper.make_node("MxDequantize", ["xq", "xs"], ["y"], domain="com.mxfuse", axis=0, block_size=32,
+                          output_dtype=TP.FLOAT)],
+        [fp4_tensor("xq", rng.integers(0, 16, (64, 3))), e8m0_tensor("xs", np.full((3, 3), 127))],
+        [], "y", "bad_scale.onnx")
+    with pytest.raises(Exception, match="scale"):
+        bad_scale.run(None, {})
+
+    no_b_scale = model(
+        [helper.make_node("MxMatMul", ["aq", "as", "bq"], ["y"], domain="com.mxfuse", output_dtype=TP.FLOAT)],
+        [helper.make_tensor("aq", TP.FLOAT8E4M3FN, [2, 64], np.full(128, 0x38, np.uint8).tobytes(), raw=True),
+         e8m0_tensor("as", np.full((2, 2), 127)), fp4_tensor("bq", rng.integers(0, 16, (64, 5)))],
+        [], "y", "no_b_scale.onnx")
+    with pytest.raises(Exception, match="b_scale"):
+        no_b_scale.run(None, {})

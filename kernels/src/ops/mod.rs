@@ -323,7 +323,12 @@ pub fn mx_matmul(
             }
         }
         (DType::E4M3, None) => {
-            return Err(KernelError::DType(format!("{:?} b needs b_scale", b.dtype)))
+            let name = if b.dtype == DType::E2M1 {
+                "FLOAT4E2M1"
+            } else {
+                "FLOAT8E4M3FN"
+            };
+            return Err(KernelError::DType(format!("{name} b needs b_scale")));
         }
         (_, Some(_)) => {
             return Err(KernelError::DType(format!(
