@@ -460,6 +460,50 @@ fn dequantize_kept_for_a_non_matmul_reader_matches_bit_for_bit() {
     }
 }
 
+/// MXFP4 weights (FLOAT4E2M1 + E8M0, blocked along K) behind an MXFP8 activation: the rewrite
+/// reads the 4-bit weights in `MxMatMul`; q/scale bit for bit, the products to f32 order, and
+/// the same weight also read by an Add stays `MxDequantize`, bit for bit.
+#[test]
+fn mxfp4_weights_fuse_and_match_the_reference() {
+    for dt in [DType::F32, DType::F16, DType::Bf16] {
+        let k = 64;
+        let mut b = GraphBuilder::new(13, false);
+        let x = b.add_input("x", elem_of(dt), vec![Dim::Fixed(ROWS), Dim::Fixed(k)]);
+        let a = quantize_activation(&mut b, dt, QuantSpelling::StdFloor, &x, "act");
+        let w = matmul_weight(&mut b, dt, models::WeightForm::StdMxfp4, "w", k, 32);
+        let y = matmul(&mut b, &a, &w, 32, "proj");
+        let w2 = matmul_weight(&mut b, dt, models::WeightForm::StdMxfp4, "w2", k, 64);
+        let y2 = matmul(&mut b, &a, &w2, 64, "proj2");
+        let wsum = b.op(
+            "Add",
+            &[&w2.name, &w2.name],
+            "wsum",
+            w2.elem,
+            w2.shape.clone(),
+        );
+        b.add_output(&y);
+        b.add_output(&y2);
+        b.add_output(&wsum);
+        let g = finish(b);
+        let feeds = HashMap::from([(
+            "x".to_string(),
+            feed(dt, k, rows(5, k, 1.0, outlier(dt), true)),
+        )]);
+        let ctx = format!("{dt:?} MXFP4");
+        differential(g.clone(), &feeds, "mxquant", 1, &ctx);
+        let mut r = g;
+        let report = run_pipeline(&mut r, &PipelineOptions::default()).expect("pipeline");
+        assert_eq!(report.counts["mx_dequant"], 1, "{ctx}: {report:#?}");
+        let ops: Vec<&str> = r.nodes().iter().map(|n| r.op_type(*n)).collect();
+        assert_eq!(
+            ops.iter().filter(|o| **o == "MxMatMul").count(),
+            2,
+            "{ctx}: {ops:?}"
+        );
+        assert!(!ops.contains(&"DequantizeLinear"), "{ctx}: {ops:?}");
+    }
+}
+
 /// One `Gemm` consumer: `transB`, bias shape (`None`: no C), alpha, beta, MX weight
 /// (`cfg.spelling.weights`, `[K, N]` only) or float, and whether C holds a NaN.
 #[derive(Clone, Copy, Debug)]

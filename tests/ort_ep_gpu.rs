@@ -161,8 +161,13 @@ fn run(session: &mut Session) -> Vec<Vec<f32>> {
     run_decoder_hidden(session, HIDDEN)
 }
 
-/// Float weights (the generic GPU GEMM) and MX weights (prepacked, tensor-core GEMM on sm_89+).
-const FORMS: [models::WeightForm; 2] = [models::WeightForm::Float, models::WeightForm::StdMx];
+/// Float weights (the generic GPU GEMM), MX weights (prepacked, tensor-core GEMM on sm_89+) and
+/// MXFP4 weights (widened to E4M3 on the host, then prepacked as the MX ones).
+const FORMS: [models::WeightForm; 3] = [
+    models::WeightForm::Float,
+    models::WeightForm::StdMx,
+    models::WeightForm::StdMxfp4,
+];
 
 /// ORT's log lines of one session (verbose: node placement lists every node and its EP).
 type Log = Arc<Mutex<Vec<String>>>;

@@ -3,7 +3,7 @@
 //! MatMul and a Gather); what `MxDequantize` cannot compute is refused with the reason.
 
 use graph_rewrites::pattern::predicates::dtype::{
-    FLOAT, FLOAT16, FLOAT4E2M1, FLOAT8E4M3FN, FLOAT8E5M2, FLOAT8E8M0,
+    FLOAT, FLOAT16, FLOAT4E2M1, FLOAT8E4M3FN, FLOAT8E5M2, FLOAT8E8M0, INT8,
 };
 use graph_rewrites::testing::{node_attr, op_types, Attr, ModelBuilder};
 use graph_rewrites::view::{AttrValue, GraphView};
@@ -48,6 +48,24 @@ fn weight_read_by_gather_and_by_gemm_with_bias_becomes_mx_dequantize() {
 }
 
 #[test]
+fn fp4_values_are_taken() {
+    // MXFP4 (packed two per byte): 64 x 16 values in 512 bytes.
+    let mut b = ModelBuilder::new(24);
+    b.init_raw("wq", FLOAT4E2M1, &[64, 16], vec![0x21; 512]);
+    b.init_raw("ws", FLOAT8E8M0, &[2, 16], vec![126; 32]);
+    let attrs = [
+        ("axis", Attr::I(0)),
+        ("block_size", Attr::I(32)),
+        ("output_dtype", Attr::I(FLOAT16 as i64)),
+    ];
+    b.node_in("", "DequantizeLinear", &["wq", "ws"], &["w"], &attrs);
+    b.output("w", FLOAT16, &[64, 16]);
+    let (report, g) = b.rewrite();
+    assert_eq!(report.counts["mx_dequant"], 1, "{report:#?}");
+    assert_eq!(op_types(&g), ["MxDequantize"]);
+}
+
+#[test]
 fn e5m2_values_and_float16_output_are_taken() {
     let mut b = ModelBuilder::new(24);
     mx_weight(&mut b, FLOAT8E5M2, Some(FLOAT16 as i64));
@@ -87,7 +105,7 @@ fn weight_shared_by_an_absorbed_matmul_and_a_gather_stays_for_the_gather() {
 #[test]
 fn what_mx_dequantize_cannot_compute_is_refused_with_the_reason() {
     let cases: [(i32, Option<i64>, &str); 3] = [
-        (FLOAT4E2M1, Some(FLOAT as i64), "FLOAT4E2M1 (MXFP4)"),
+        (INT8, Some(FLOAT as i64), "reads int8 values"),
         (FLOAT8E4M3FN, None, "output_dtype 0"),
         (FLOAT8E4M3FN, Some(FLOAT8E8M0 as i64), "output_dtype 24"),
     ];

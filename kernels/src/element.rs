@@ -16,15 +16,28 @@ pub enum DType {
     E5M2,
     /// FLOAT8E8M0 (a power of two 2^(byte-127), 0xFF = NaN).
     E8M0,
+    /// FLOAT4E2M1 (MXFP4 values, ±{0, 0.5, …, 6}), two per byte, low nibble first
+    /// ([`crate::codec::e2m1`]). Read by `MxDequantize` and as a constant `MxMatMul` weight.
+    E2M1,
 }
 
 impl DType {
-    /// Size of one element in bytes.
+    /// Size of one storage unit in bytes: one element, except E2M1, whose byte holds two
+    /// (a tensor's length is [`DType::byte_len`]).
     pub fn size(self) -> usize {
         match self {
             DType::F32 => 4,
             DType::F16 | DType::BF16 => 2,
-            DType::E4M3 | DType::E5M2 | DType::E8M0 => 1,
+            DType::E4M3 | DType::E5M2 | DType::E8M0 | DType::E2M1 => 1,
+        }
+    }
+
+    /// Bytes of a tensor of `elements` elements (E2M1: `ceil(elements / 2)`, the last byte's
+    /// high nibble padding when the count is odd); `None` on overflow.
+    pub fn byte_len(self, elements: usize) -> Option<usize> {
+        match self {
+            DType::E2M1 => Some(crate::codec::e2m1::packed_len(elements)),
+            d => elements.checked_mul(d.size()),
         }
     }
 
@@ -37,6 +50,7 @@ impl DType {
             DType::E4M3 => 17,
             DType::E5M2 => 19,
             DType::E8M0 => 24,
+            DType::E2M1 => 23,
         }
     }
 
@@ -49,6 +63,7 @@ impl DType {
             17 => Some(DType::E4M3),
             19 => Some(DType::E5M2),
             24 => Some(DType::E8M0),
+            23 => Some(DType::E2M1),
             _ => None,
         }
     }

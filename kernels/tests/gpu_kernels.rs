@@ -225,18 +225,21 @@ fn dequantize_case<T: Element + Pod>(
     s: &[u8],
     map: &ScaleMap,
 ) -> usize {
-    let mut want = vec![T::default(); x.len()];
+    // x holds `map.len()` values: one per byte, or two per byte for E2M1.
+    let x = &x[..xt.byte_len(map.len()).unwrap()];
+    let mut want = vec![T::default(); map.len()];
     reference::mx_dequantize(x, xt, s, map, &mut want).expect("reference");
-    let (xb, sb, yb) = (upload(rt, x), upload(rt, s), poisoned::<T>(rt, x.len()));
+    let (xb, sb, yb) = (upload(rt, x), upload(rt, s), poisoned::<T>(rt, map.len()));
     rt.mx_dequantize(xt, T::DTYPE, map, xb.ptr(), sb.ptr(), yb.ptr(), 0)
         .expect("launch");
     rt.synchronize().expect("sync");
-    same_bits(&download::<T>(&yb, x.len()), &want)
+    same_bits(&download::<T>(&yb, map.len()), &want)
 }
 
 /// Every (value byte, scale byte) pair of E4M3 and E5M2 into f32 / f16 / bf16 (NaN, ±Inf,
-/// 2^-127 · subnormals, 2^127 · 448 → Inf), then random tensors blocked along a middle axis,
-/// along axis 0 with a short last block, per-axis and per-tensor.
+/// 2^-127 · subnormals, 2^127 · 448 → Inf), every E2M1 code with every scale byte (packed
+/// two per byte), then random tensors blocked along a middle axis, along axis 0 with a short
+/// last block, per-axis (an odd count: E2M1's padding nibble) and per-tensor.
 #[test]
 fn gpu_dequantize_matches_reference_bit_for_bit() {
     let Some(rt) = gpu() else { return };
@@ -250,7 +253,7 @@ fn gpu_dequantize_matches_reference_bit_for_bit() {
         (&[7, 33], &[33], 1, 0),
         (&[5, 64], &[], 1, 0),
     ];
-    for xt in [DType::E4M3, DType::E5M2] {
+    for xt in [DType::E4M3, DType::E5M2, DType::E2M1] {
         let mut bad = dequantize_case::<f32>(&rt, xt, &x, &s, &all)
             + dequantize_case::<f16>(&rt, xt, &x, &s, &all)
             + dequantize_case::<bf16>(&rt, xt, &x, &s, &all);

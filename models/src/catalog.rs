@@ -120,6 +120,12 @@ pub fn fixtures() -> Vec<Fixture> {
             c.shared_expert = true;
             s.weights = WeightForm::StdMx;
         }),
+        fx("moe_mxfp4_experts", "one MoE layer in f32 with MXFP4 weights everywhere (DequantizeLinear of FLOAT4E2M1/E8M0, as gpt-oss and MiniMax-M3 ship experts): 4 experts + shared expert; MxMatMul reads the 4-bit weights", |c, s| {
+            c.n_experts = 4;
+            c.first_dense_layers = 0;
+            c.shared_expert = true;
+            s.weights = WeightForm::StdMxfp4;
+        }),
         fx("baseline_no_quant", "negative: the float model without any MX quantization (nothing to fuse)", |_, s| {
             s.quant = Q::None;
         }),

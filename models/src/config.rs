@@ -144,6 +144,9 @@ pub enum WeightForm {
     StdMx,
     /// `com.amd.quark::MXQuantizeDequantize(axis=0)` of a float initializer.
     Quark,
+    /// MXFP4 (gpt-oss / MiniMax-M3 expert weights): `DequantizeLinear(FLOAT4E2M1 [K,N] packed
+    /// two per byte, E8M0 [K/32,N], axis=0, block_size=32)` of initializers.
+    StdMxfp4,
 }
 
 /// Operand order of the residual `Add`.
@@ -374,6 +377,7 @@ impl DecoderConfig {
             };
         }
         let elem = match (self.spelling.weights, self.dtype) {
+            (WeightForm::StdMxfp4, _) => return params / 2,
             (WeightForm::StdMx, _) => 1,
             (_, DType::F32) => 4,
             _ => 2,

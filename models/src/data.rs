@@ -66,6 +66,35 @@ pub fn e4m3_encode(x: f32) -> u8 {
 /// E8M0 byte of a block's scale by the OCP floor rule: `2^(floor(log2 amax) − 8)`, clamped to the
 /// E8M0 range; an all-zero block gets byte 0 (as ONNX `Cast(round_mode=down, saturate=1)` gives).
 pub fn e8m0_floor_scale(amax: f32) -> u8 {
+    e8m0_floor_scale_for(amax, E4M3_EMAX)
+}
+
+/// OCP MXFP4: the E8M0 exponent of a block is floor(log2 amax) − emax(E2M1) = … − 2.
+const E2M1_EMAX: i32 = 2;
+/// Magnitudes of the E2M1 codes 0..=7 (the sign is bit 3).
+const E2M1_VALUES: [f32; 8] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
+
+/// FLOAT4E2M1 code (low nibble) of `x`: the nearest value, ties to the even code (round to
+/// nearest even: adjacent codes differ in the mantissa bit), saturating at ±6; NaN → +6 (E2M1 has
+/// none; the generated weights never hold one).
+pub fn e2m1_encode(x: f32) -> u8 {
+    let a = if x.is_nan() { 6.0 } else { x.abs().min(6.0) };
+    let mut best = 0u8;
+    for (c, v) in E2M1_VALUES.iter().enumerate() {
+        let (d, db) = ((v - a).abs(), (E2M1_VALUES[best as usize] - a).abs());
+        if d < db || (d == db && c % 2 == 0) {
+            best = c as u8;
+        }
+    }
+    best | if x.is_sign_negative() && !x.is_nan() {
+        8
+    } else {
+        0
+    }
+}
+
+/// [`e8m0_floor_scale`] for an element format of largest exponent `emax`.
+fn e8m0_floor_scale_for(amax: f32, emax: i32) -> u8 {
     if amax == 0.0 || !amax.is_finite() {
         return if amax == 0.0 { 0 } else { 0xFF };
     }
@@ -77,7 +106,7 @@ pub fn e8m0_floor_scale(amax: f32) -> u8 {
     } else {
         floor_log2_normal(amax)
     };
-    (floor_log2 - E4M3_EMAX).clamp(-127, 127).wrapping_add(127) as u8
+    (floor_log2 - emax).clamp(-127, 127).wrapping_add(127) as u8
 }
 
 /// Quantizes a row-major `[k, n]` weight to MX along axis 0 (blocks of `block` rows per column):
@@ -110,6 +139,32 @@ pub fn mx_quantize_axis0(w: &[f32], k: usize, n: usize, block: usize) -> (Vec<u8
         }
     }
     (q, scales)
+}
+
+/// Quantizes a row-major `[k, n]` weight to MXFP4 along axis 0 (blocks of `block` rows per
+/// column, OCP floor scales with emax 2): returns (FLOAT4E2M1 bytes of `[k, n]` packed two per
+/// byte, element `2i` in the low nibble of byte `i`, and E8M0 bytes `[k/block, n]`).
+pub fn mxfp4_quantize_axis0(w: &[f32], k: usize, n: usize, block: usize) -> (Vec<u8>, Vec<u8>) {
+    let mut codes = vec![0u8; k * n];
+    let mut scales = vec![0u8; (k / block) * n];
+    for kb in 0..k / block {
+        for col in 0..n {
+            let at = |r: usize| (kb * block + r) * n + col;
+            let amax = (0..block).fold(0f32, |m, r| m.max(w[at(r)].abs()));
+            let s = e8m0_floor_scale_for(amax, E2M1_EMAX);
+            scales[kb * n + col] = s;
+            // 2^(127 - s) is exact in f32 for s in 1..=254; byte 0 (zero block) quantizes zeros.
+            let inv = ((127 - i32::from(s)) as f32).exp2();
+            for r in 0..block {
+                codes[at(r)] = e2m1_encode(w[at(r)] * inv);
+            }
+        }
+    }
+    let packed = codes
+        .chunks(2)
+        .map(|p| p[0] | (p.get(1).copied().unwrap_or(0) << 4))
+        .collect();
+    (packed, scales)
 }
 
 /// SplitMix64: a tiny, seedable, platform-independent generator (weights must be reproducible
@@ -153,6 +208,32 @@ impl Rng {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mxfp4_weights_round_to_nearest_even_codes_with_floor_scales() {
+        assert_eq!(e2m1_encode(0.25), 0, "tie 0 / 0.5 goes to even code 0");
+        assert_eq!(
+            e2m1_encode(0.75),
+            2,
+            "tie 0.5 / 1 goes to even code 2 (1.0)"
+        );
+        assert_eq!(e2m1_encode(2.5), 4, "tie 2 / 3 goes to 2");
+        assert_eq!(e2m1_encode(5.0), 6, "tie 4 / 6 goes to 4");
+        assert_eq!(e2m1_encode(7.9), 7, "saturates at 6");
+        assert_eq!(e2m1_encode(-1.4), 8 | 3);
+        assert_eq!(e2m1_encode(-0.0), 8);
+        // One column of 64 rows: block 0 amax 12 (floor log2 = 3, scale 2^1), block 1 all zero.
+        let mut w = vec![0f32; 64];
+        w[0] = 12.0;
+        w[1] = -1.0;
+        w[2] = 3.0;
+        let (q, s) = mxfp4_quantize_axis0(&w, 64, 1, 32);
+        assert_eq!(s, vec![128, 0]);
+        assert_eq!(q.len(), 32);
+        // 12 / 2 = 6 (code 7), -1 / 2 = -0.5 (code 9), 3 / 2 = 1.5 (code 3): low nibble first.
+        assert_eq!(q[0], 7 | (9 << 4));
+        assert_eq!(q[1], 3);
+    }
 
     #[test]
     fn e4m3_encode_matches_known_codes() {

@@ -8,12 +8,13 @@ use graph_rewrites::onnx_pb::tensor_proto::DataType;
 
 use crate::builder::{attr_i, attr_s, elem_of, Dim, GraphBuilder, Payload, Tensor};
 use crate::config::{DType, QuantSpelling, WeightForm, MX_BLOCK};
-use crate::data::{mx_quantize_axis0, Rng};
+use crate::data::{mx_quantize_axis0, mxfp4_quantize_axis0, Rng};
 
 /// Domain of AMD Quark's ONNX custom ops.
 pub const QUARK_DOMAIN: &str = "com.amd.quark";
 const E4M3: i32 = DataType::Float8e4m3fn as i32;
 const E8M0: i32 = DataType::Float8e8m0 as i32;
+const E2M1: i32 = DataType::Float4e2m1 as i32;
 
 /// `com.amd.quark::MXQuantizeDequantize` of `x` along `axis` (MXFP8 E4M3, block 32, RNE).
 fn quark_qdq(b: &mut GraphBuilder, x: &Tensor, axis: i64, out: &str) -> Tensor {
@@ -187,9 +188,59 @@ pub fn matmul_weight(
             let (q, s) = if b.fake_weights() {
                 (Payload::Zeros(k * n), Payload::Zeros(k / MX_BLOCK * n))
             } else {
-                lazy_mx_pair(b.weight_rng(name), k, n, std)
+                lazy_mx_pair(b.weight_rng(name), k, n, std, Elements::E4M3)
             };
-            mx_dequantized_weight(b, dtype, name, k, n, q, s)
+            mx_dequantized_weight(b, dtype, name, k, n, (q, Elements::E4M3), s)
+        }
+        WeightForm::StdMxfp4 => {
+            let (q, s) = if b.fake_weights() {
+                (Payload::Zeros(k * n / 2), Payload::Zeros(k / MX_BLOCK * n))
+            } else {
+                lazy_mx_pair(b.weight_rng(name), k, n, std, Elements::E2M1)
+            };
+            mx_dequantized_weight(b, dtype, name, k, n, (q, Elements::E2M1), s)
+        }
+    }
+}
+
+/// The element format of a standard MX weight.
+#[derive(Clone, Copy)]
+enum Elements {
+    /// MXFP8: one FLOAT8E4M3FN byte per value.
+    E4M3,
+    /// MXFP4: FLOAT4E2M1, two values per byte.
+    E2M1,
+}
+
+impl Elements {
+    fn onnx(self) -> i32 {
+        match self {
+            Elements::E4M3 => E4M3,
+            Elements::E2M1 => E2M1,
+        }
+    }
+
+    /// Suffix of the values initializer's name.
+    fn suffix(self) -> &'static str {
+        match self {
+            Elements::E4M3 => "e4m3",
+            Elements::E2M1 => "e2m1",
+        }
+    }
+
+    /// Bytes of `len` values.
+    fn bytes(self, len: usize) -> usize {
+        match self {
+            Elements::E4M3 => len,
+            Elements::E2M1 => len.div_ceil(2),
+        }
+    }
+
+    /// Quantizes a row-major `[k, n]` weight along axis 0: (values, E8M0 scales).
+    fn quantize(self, w: &[f32], k: usize, n: usize) -> (Vec<u8>, Vec<u8>) {
+        match self {
+            Elements::E4M3 => mx_quantize_axis0(w, k, n, MX_BLOCK),
+            Elements::E2M1 => mxfp4_quantize_axis0(w, k, n, MX_BLOCK),
         }
     }
 }
@@ -215,23 +266,29 @@ pub fn mx_weight_from_values(
         name,
         k,
         n,
-        Payload::Bytes(q),
+        (Payload::Bytes(q), Elements::E4M3),
         Payload::Bytes(s),
     ))
 }
 
-/// `DequantizeLinear(name.e4m3 [k,n], name.e8m0 [k/32,n], axis=0, block_size=32, output_dtype=T)`.
+/// `DequantizeLinear(name.e4m3|e2m1 [k,n], name.e8m0 [k/32,n], axis=0, block_size=32,
+/// output_dtype=T)`.
 fn mx_dequantized_weight(
     b: &mut GraphBuilder,
     dtype: DType,
     name: &str,
     k: usize,
     n: usize,
-    q: Payload,
+    (q, elems): (Payload, Elements),
     s: Payload,
 ) -> Tensor {
     b.require_opset("", 24);
-    let q = b.add_initializer(&format!("{name}.e4m3"), E4M3, &[k, n], q);
+    let q = b.add_initializer(
+        &format!("{name}.{}", elems.suffix()),
+        elems.onnx(),
+        &[k, n],
+        q,
+    );
     let s = b.add_initializer(&format!("{name}.e8m0"), E8M0, &[k / MX_BLOCK, n], s);
     b.op_attrs(
         "DequantizeLinear",
@@ -247,12 +304,12 @@ fn mx_dequantized_weight(
     )
 }
 
-/// Lazy payloads of the E4M3 values and E8M0 scales of one random `[k, n]` weight. Quantizing
+/// Lazy payloads of the E4M3 / E2M1 values and E8M0 scales of one random `[k, n]` weight. Quantizing
 /// makes both at once: whichever is written first leaves the other in a one-slot cache (the
 /// writer places the pair back to back), so the weight is generated once and never kept.
-fn lazy_mx_pair(rng: Rng, k: usize, n: usize, std: f32) -> (Payload, Payload) {
+fn lazy_mx_pair(rng: Rng, k: usize, n: usize, std: f32, elems: Elements) -> (Payload, Payload) {
     type Slot = Rc<RefCell<Option<Vec<u8>>>>;
-    let make = move || mx_quantize_axis0(&rng.clone().normals(k * n, 0.0, std), k, n, MX_BLOCK);
+    let make = move || elems.quantize(&rng.clone().normals(k * n, 0.0, std), k, n);
     let make: Rc<dyn Fn() -> (Vec<u8>, Vec<u8>)> = Rc::new(make);
     let (q_slot, s_slot): (Slot, Slot) = Default::default();
     let (mk, qs, ss) = (make.clone(), q_slot.clone(), s_slot.clone());
@@ -272,7 +329,7 @@ fn lazy_mx_pair(rng: Rng, k: usize, n: usize, std: f32) -> (Payload, Payload) {
     };
     (
         Payload::Lazy {
-            len: k * n,
+            len: elems.bytes(k * n),
             make: Rc::new(q),
         },
         Payload::Lazy {

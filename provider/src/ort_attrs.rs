@@ -7,7 +7,7 @@ use ort_sys::{OrtNode, OrtOpAttr, OrtOpAttrType, OrtStatusPtr, OrtValue};
 
 use crate::error::{Error, Result};
 use crate::ffi::api::{api, c_string, check, owned_str};
-use crate::ort_types::{elem_size, element_count, tensor_data, value_type_and_dims};
+use crate::ort_types::{element_count, tensor_bytes, tensor_data, value_type_and_dims};
 use crate::tensor::raw_bytes;
 use graph_rewrites::view::{AttrValue, ConstTensor};
 
@@ -158,18 +158,18 @@ pub unsafe fn read_attr(attr: *const OrtOpAttr) -> Result<AttrValue> {
 }
 
 /// Copies a CPU tensor's bytes, or `None` when it is larger than `max_bytes` or of a type
-/// without a fixed byte size (strings, sub-byte types).
+/// without a fixed byte size (strings, sub-byte types other than FLOAT4E2M1, which is packed
+/// two per byte: an MXFP4 weight the EP reads).
 ///
 /// # Safety
 /// `value` must be a valid tensor `OrtValue*` in CPU memory.
 pub unsafe fn copy_tensor(value: *const OrtValue, max_bytes: usize) -> Result<Option<ConstTensor>> {
     let (elem_type, dims) = value_type_and_dims(value)?;
-    let Some(size) = elem_size(elem_type) else {
-        return Ok(None);
+    let bytes = match tensor_bytes(elem_type, element_count(&dims)?) {
+        Ok(b) => b,
+        Err(Error::Unsupported(_)) => return Ok(None),
+        Err(e) => return Err(e),
     };
-    let bytes = element_count(&dims)?
-        .checked_mul(size)
-        .ok_or_else(|| Error::invalid("constant tensor too large"))?;
     if bytes > max_bytes {
         return Ok(None);
     }

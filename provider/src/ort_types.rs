@@ -23,6 +23,8 @@ pub mod onnx_dtype {
     pub const FLOAT8E4M3FN: i32 = 17;
     pub const FLOAT8E5M2: i32 = 19;
     pub const FLOAT8E8M0: i32 = 24;
+    /// MXFP4 values, two per byte (ORT's and ONNX's number agree).
+    pub const FLOAT4E2M1: i32 = 23;
 }
 
 /// ORT element type → ONNX data type number.
@@ -44,6 +46,7 @@ pub fn ort_from_onnx(t: i32) -> Result<OrtType> {
         onnx_dtype::FLOAT8E4M3FN => OrtType::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FN,
         onnx_dtype::FLOAT8E5M2 => OrtType::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E5M2,
         onnx_dtype::FLOAT8E8M0 => OrtType::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E8M0,
+        onnx_dtype::FLOAT4E2M1 => OrtType::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT4E2M1,
         other => return Err(Error::Unsupported(format!("element type {other}"))),
     })
 }
@@ -59,6 +62,19 @@ pub fn elem_size(t: i32) -> Option<usize> {
         15 => 16,                      // complex128
         _ => return None,
     })
+}
+
+/// Bytes of a tensor of ONNX data type `t` with `count` elements: `count · elem_size(t)`, and
+/// `ceil(count / 2)` for FLOAT4E2M1 (ORT stores it packed, two per byte, as ONNX does).
+/// `Error::Unsupported` for types of no fixed size (strings, the other sub-byte types).
+pub fn tensor_bytes(t: i32, count: usize) -> Result<usize> {
+    if t == onnx_dtype::FLOAT4E2M1 {
+        return Ok(count.div_ceil(2));
+    }
+    let size = elem_size(t).ok_or_else(|| Error::Unsupported(format!("element type {t}")))?;
+    count
+        .checked_mul(size)
+        .ok_or_else(|| Error::invalid("tensor too large"))
 }
 
 /// Reads element type and dims (with symbolic names) from a tensor type-and-shape info.

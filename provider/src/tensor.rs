@@ -1,8 +1,8 @@
 //! Dtype-tagged tensor views the executor and the custom-op kernels pass to the op layer.
 //! Element types use ONNX's numbering (see `ort_types`); data is raw little-endian bytes.
 
-use crate::error::{Error, Result};
-use crate::ort_types::{elem_size, element_count};
+use crate::error::Result;
+use crate::ort_types::{element_count, tensor_bytes};
 
 /// Element type and shape of a tensor.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,11 +24,7 @@ impl Meta {
 
     /// Size in bytes of a tensor with this meta.
     pub fn byte_len(&self) -> Result<usize> {
-        let size = elem_size(self.dtype)
-            .ok_or_else(|| Error::Unsupported(format!("element type {}", self.dtype)))?;
-        element_count(&self.dims)?
-            .checked_mul(size)
-            .ok_or_else(|| Error::invalid("tensor too large"))
+        tensor_bytes(self.dtype, element_count(&self.dims)?)
     }
 }
 

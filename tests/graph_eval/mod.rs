@@ -12,7 +12,8 @@ use graph_rewrites::ir::Graph;
 use graph_rewrites::pattern::predicates::{dtype as onnx_dt, values_f64, values_i64};
 use graph_rewrites::view::{AttrValue, ConstTensor, GraphView, NodeId, ValueId};
 use kernels::codec::{
-    e4m3_to_f32, e8m0_to_f32, f32_to_e4m3, quantize_block, NanPolicy, QuantConfig, ScaleRule,
+    e2m1_to_f32, e4m3_to_f32, e8m0_to_f32, f32_to_e4m3, quantize_block, NanPolicy, QuantConfig,
+    ScaleRule,
 };
 use kernels::ops::{NormTensors, SwiGluTensors, TensorMut, TensorRef};
 use kernels::reference::math::mean_of_squares;
@@ -26,7 +27,7 @@ use kernels::{
 pub enum Val {
     /// A float tensor (values exactly representable in its dtype).
     F(Tensor),
-    /// FLOAT8E4M3FN or FLOAT8E8M0 bytes.
+    /// FLOAT8E4M3FN or FLOAT8E8M0 bytes, or FLOAT4E2M1 packed two per byte.
     Bytes {
         dtype: DType,
         shape: Vec<usize>,
@@ -60,6 +61,12 @@ fn const_val(t: &ConstTensor) -> Res<Val> {
         }),
         onnx_dt::FLOAT8E8M0 => Ok(Val::Bytes {
             dtype: DType::E8M0,
+            shape,
+            data: t.raw.clone(),
+        }),
+        // MXFP4 weights: packed two per byte, as ONNX stores them.
+        onnx_dt::FLOAT4E2M1 => Ok(Val::Bytes {
+            dtype: DType::E2M1,
             shape,
             data: t.raw.clone(),
         }),
@@ -441,10 +448,22 @@ fn eval(g: &Graph, n: NodeId, ins: &[Option<Val>]) -> Res<Vec<Option<Val>>> {
                 .tensor_info(g.outputs(n)[0])
                 .map(|t| t.elem_type)
                 .unwrap_or(onnx_dt::FLOAT);
-            let data = q
-                .iter()
-                .enumerate()
-                .map(|(k, b)| e4m3_to_f32(*b) * e8m0_to_f32(s[scale_index(shape, axis, k)]))
+            let fp4 = matches!(
+                i(0),
+                Some(Val::Bytes {
+                    dtype: DType::E2M1,
+                    ..
+                })
+            );
+            let value = |k: usize| {
+                if fp4 {
+                    e2m1_to_f32(q[k / 2] >> (4 * (k % 2)))
+                } else {
+                    e4m3_to_f32(q[k])
+                }
+            };
+            let data = (0..shape.iter().product::<usize>())
+                .map(|k| value(k) * e8m0_to_f32(s[scale_index(shape, axis, k)]))
                 .collect();
             one(e(Tensor::new(float_dtype(out_t)?, shape, data))?)
         }
@@ -612,7 +631,8 @@ fn mxfuse(g: &Graph, n: NodeId, op: &str, ins: &[Option<Val>]) -> Res<Vec<Option
                 Some(Val::Bytes { dtype, .. }) => *dtype,
                 _ => DType::E4M3,
             };
-            let mut y = vec![0u8; x.len() * attrs.output_dtype.size()];
+            let count: usize = xs.iter().product();
+            let mut y = vec![0u8; count * attrs.output_dtype.size()];
             kernels::ops::mx_dequantize(
                 TensorRef::new(xt, xs, x).map_err(kerr)?,
                 TensorRef::new(DType::E8M0, ss, s).map_err(kerr)?,

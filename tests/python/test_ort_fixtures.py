@@ -24,6 +24,7 @@ RUNNABLE = [
     ("f16_mulrecip_gemma_add1_oaimin_rceil_div", True),
     ("pipeline_stage_residual_input", True),
     ("moe_shared_expert_f16_mxw", True),
+    ("moe_mxfp4_experts", True),
     ("simplified_quickgelu_quark", False),
     ("skip_simplified_quark_gemma_add1", False),
 ]
@@ -108,7 +109,8 @@ def test_quark_model_runs_unfused_with_rules_disabled(ep_devices):
 
 
 @pytest.mark.parametrize(
-    "name", ["dynamo_f32_floor", "llama_powdiv_silu_two_mm_rceil_mul", "pipeline_stage_residual_input"]
+    "name",
+    ["dynamo_f32_floor", "llama_powdiv_silu_two_mm_rceil_mul", "pipeline_stage_residual_input", "moe_mxfp4_experts"],
 )
 def test_ep_matches_onnx_reference_on_the_original_model(name, ep_devices):
     """The original (unfused, standard ONNX) model through `onnx.reference` vs the EP: the

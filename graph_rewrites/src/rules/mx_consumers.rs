@@ -11,8 +11,12 @@
 //!
 //! Weight forms W: a float `[K, N]` tensor (kept as is); standard MX — `DequantizeLinear` of
 //! FLOAT8E4M3FN `[K, N]` + FLOAT8E8M0 `[K/32, N]` constants (axis 0, block 32; read in place,
-//! `trans_b = 0`); a Quark fake-quant of a float constant (pre-quantized at rewrite time into
-//! `[N, K]` + `[N, K/32]` initializers, `trans_b = 1`).
+//! `trans_b = 0`); MXFP4 — the same with FLOAT4E2M1 values (packed two per byte; `MxMatMul`
+//! reads them in place and widens them to E4M3 once, at prepack: every E2M1 value is an E4M3
+//! value and the blocks are MXFP8's, so the product is the same; the file stays 4-bit); a Quark
+//! fake-quant of a float constant (pre-quantized at rewrite time into `[N, K]` + `[N, K/32]`
+//! initializers, `trans_b = 1`). An MX weight that is not a constant is not absorbed: the
+//! MatMul is a reader left out (a note), its DequantizeLinear becomes `MxDequantize`.
 //!
 //! `Gemm` is what exporters emit for a linear layer on a rank-2 activation (torch's
 //! `nn.Linear`: `transB = 1`, weight `[N, K]`, bias `C [N]`). With `transA = 0` it is
@@ -40,7 +44,8 @@ use super::spellings::rms_norm::fmt_shape;
 pub enum Weight {
     /// A float `[K, N]` tensor.
     Float(ValueId),
-    /// Standard MX constants, `[K, N]` + `[K/32, N]`, read by the `DequantizeLinear` `dequant`.
+    /// Standard MX constants, `[K, N]` + `[K/32, N]`, read by the `DequantizeLinear` `dequant`:
+    /// E4M3FN (MXFP8) or E2M1 (MXFP4) values.
     Mx {
         values: ValueId,
         scales: ValueId,
@@ -359,9 +364,20 @@ fn classify_weight(g: &dyn GraphView, b: ValueId, k: i64, trans_b: bool) -> Resu
             let blocked = attr_int(g.attr(n, "axis"), 1).is_some_and(|a| k_axis.contains(&a))
                 && attr_int(g.attr(n, "block_size"), 0) == Some(BLOCK);
             let no_zp = ins.get(2).copied().flatten().is_none();
-            if t(wq) == dtype::FLOAT8E4M3FN && t(ws) == dtype::FLOAT8E8M0 && blocked && no_zp {
+            // MXFP4 values are MXFP8 values after widening (same blocks, same scales).
+            let mx_values = [dtype::FLOAT8E4M3FN, dtype::FLOAT4E2M1].contains(&t(wq));
+            if mx_values && t(ws) == dtype::FLOAT8E8M0 && blocked && no_zp {
                 if !(g.is_constant(wq) && g.is_constant(ws)) {
-                    return Err(reject!("MX weight is not constant"));
+                    // MxMatMul widens an FP4 weight once, when the session loads: a runtime
+                    // one would be widened every call, so it stays a DequantizeLinear.
+                    return Err(reject!(
+                        "{} weight is not constant",
+                        if t(wq) == dtype::FLOAT4E2M1 {
+                            "MXFP4"
+                        } else {
+                            "MX"
+                        }
+                    ));
                 }
                 check_kn(g, wq, k, trans_b)?;
                 return Ok(Weight::Mx {
@@ -371,7 +387,7 @@ fn classify_weight(g: &dyn GraphView, b: ValueId, k: i64, trans_b: bool) -> Resu
                 });
             }
             return Err(reject!(
-                "weight DequantizeLinear is not MXFP8 along K (E4M3 + E8M0, axis {}, block 32)",
+                "weight DequantizeLinear is not MXFP8/MXFP4 along K (E4M3 or E2M1 + E8M0, axis {}, block 32)",
                 if trans_b { 1 } else { 0 }
             ));
         }

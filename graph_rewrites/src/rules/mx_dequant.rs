@@ -14,11 +14,13 @@
 //! * A fallback rule: it runs once every fusion is done, so it only sees DequantizeLinears no
 //!   fusion absorbed — an activation's read by something besides MatMuls (the fusion absorbed
 //!   the MatMuls and noted the rest), a weight's feeding a Gather or a Gemm with a bias, E5M2
-//!   values. ONNX Runtime 1.31's CPU EP has no kernel for any of them.
+//!   values, MXFP4 (FLOAT4E2M1) weights no MXFP8 activation's MxMatMul absorbed (a float
+//!   activation, a weight that is not a constant). ONNX Runtime 1.31's CPU EP has no kernel
+//!   for any of them.
 //! * Same computation, bit for bit: `MxDequantize` is `DequantizeLinear`-24 for an E8M0 scale
 //!   (the f32 product is exact; docs/ops.md), attributes copied as they are.
-//! * Refused, with the reason: FLOAT4E2M1 values (MXFP4 is not implemented), a non-zero zero
-//!   point, `output_dtype` unset (ONNX then makes y FLOAT8E8M0, no float type), scale shapes that
+//! * FLOAT4E2M1 x is packed two per byte (ONNX): `MxDequantize` reads it as it is.
+//! * Refused, with the reason: other value types (int8, FNUZ), a non-zero zero point, `output_dtype` unset (ONNX then makes y FLOAT8E8M0, no float type), scale shapes that
 //!   do not fit the granularity.
 //! * Leftover Quark `MXQuantizeDequantize` activations are taken by rule `mxquant` (which now
 //!   re-creates the fake-quantized float with `MxDequantize` for non-MatMul readers); what does
@@ -96,14 +98,9 @@ impl Rule for MxDequantRule {
             .ok_or_else(|| reject!("internal: no node"))?;
         let name = g.node_name(n);
         let x_type = g.tensor_info(x).map(|i| i.elem_type).unwrap_or(0);
-        if x_type == dtype::FLOAT4E2M1 {
+        if ![dtype::FLOAT8E4M3FN, dtype::FLOAT8E5M2, dtype::FLOAT4E2M1].contains(&x_type) {
             return Err(reject!(
-                "DequantizeLinear '{name}' reads FLOAT4E2M1 (MXFP4) values: MxDequantize reads FLOAT8E4M3FN and FLOAT8E5M2 only"
-            ));
-        }
-        if x_type != dtype::FLOAT8E4M3FN && x_type != dtype::FLOAT8E5M2 {
-            return Err(reject!(
-                "DequantizeLinear '{name}' reads {} values: MxDequantize reads FLOAT8E4M3FN and FLOAT8E5M2",
+                "DequantizeLinear '{name}' reads {} values: MxDequantize reads FLOAT8E4M3FN, FLOAT8E5M2 and FLOAT4E2M1",
                 dtype::name(x_type)
             ));
         }

@@ -598,7 +598,8 @@ impl GpuRuntime {
     }
 
     /// `MxDequantize`: `y = decode(x) · 2^(s − 127)` with x's element → scale index `map`
-    /// (x E4M3 or E5M2 bytes, scale E8M0 bytes, y of `y_dtype`; sizes from `map`).
+    /// (x E4M3 or E5M2 bytes or E2M1 packed two per byte, scale E8M0 bytes, y of `y_dtype`;
+    /// sizes from `map`).
     #[allow(clippy::too_many_arguments)]
     pub fn mx_dequantize(
         &self,
@@ -613,9 +614,10 @@ impl GpuRuntime {
         let xt = match x_dtype {
             DType::E4M3 => "e4m3",
             DType::E5M2 => "e5m2",
+            DType::E2M1 => "e2m1",
             other => {
                 return Err(KernelError::DType(format!(
-                    "MxDequantize reads E4M3 or E5M2 values, got {other:?}"
+                    "MxDequantize reads E4M3, E5M2 or E2M1 values, got {other:?}"
                 ))
                 .into())
             }

@@ -88,8 +88,9 @@ pub fn mx_quantize(
     }
 }
 
-/// `MxDequantize(x, scale) -> y`: x FLOAT8E4M3FN or FLOAT8E5M2, scale FLOAT8E8M0 (per-tensor,
-/// per-axis or blocked, see [`crate::ScaleMap`]), y of `attrs.output_dtype` and x's shape.
+/// `MxDequantize(x, scale) -> y`: x FLOAT8E4M3FN, FLOAT8E5M2 or FLOAT4E2M1 (packed two per byte),
+/// scale FLOAT8E8M0 (per-tensor, per-axis or blocked, see [`crate::ScaleMap`]), y of
+/// `attrs.output_dtype` and x's shape.
 pub fn mx_dequantize(
     x: TensorRef<'_>,
     scale: TensorRef<'_>,
@@ -97,9 +98,9 @@ pub fn mx_dequantize(
     attrs: &MxDequantAttrs,
     par: &dyn Parallel,
 ) -> Result<()> {
-    if !matches!(x.dtype, DType::E4M3 | DType::E5M2) {
+    if !matches!(x.dtype, DType::E4M3 | DType::E5M2 | DType::E2M1) {
         return Err(KernelError::DType(format!(
-            "x must be FLOAT8E4M3FN or FLOAT8E5M2, got {:?}",
+            "x must be FLOAT8E4M3FN, FLOAT8E5M2 or FLOAT4E2M1, got {:?}",
             x.dtype
         )));
     }
@@ -276,7 +277,8 @@ pub fn swiglu_mx_quant(
     }
 }
 
-/// `MxMatMul(a_q, a_scale, b, [b_scale], [bias]) -> y` with `y` of dtype `attrs.output_dtype`:
+/// `MxMatMul(a_q, a_scale, b, [b_scale], [bias]) -> y` with `y` of dtype `attrs.output_dtype`;
+/// b is float (no `b_scale`) or MX — FLOAT8E4M3FN or FLOAT4E2M1 values with E8M0 `b_scale`:
 /// `y = alpha · acc + beta · bias` ([`Epilogue`]); the bias has y's dtype and broadcasts
 /// unidirectionally to `[M, N]` (M the product of A's leading dims).
 #[allow(clippy::too_many_arguments)]
@@ -296,7 +298,17 @@ pub fn mx_matmul(
     let (m, k, n, y_shape) = mx_matmul_dims(a_q.shape, b.shape, attrs.trans_b)?;
     expect_dtype("y", y.dtype, attrs.output_dtype)?;
     expect_shape("y", y.shape, &y_shape)?;
-    let mat_b = match (b.dtype, b_scale) {
+    // An MXFP4 weight is the MXFP8 weight of the same values (every E2M1 value is an E4M3 one,
+    // same blocks and scales): widened here per call. The provider widens a constant one once,
+    // at prepack, so this copy is the fallback for a weight that was not a session constant.
+    let widened;
+    let (b_dtype, b_bytes) = if b.dtype == DType::E2M1 {
+        widened = crate::codec::widened_e4m3(b.view::<u8>()?, k * n);
+        (DType::E4M3, widened.as_slice())
+    } else {
+        (b.dtype, b.bytes())
+    };
+    let mat_b = match (b_dtype, b_scale) {
         (DType::E4M3, Some(bs)) => {
             expect_dtype("b_scale", bs.dtype, DType::E8M0)?;
             let want = if attrs.trans_b {
@@ -306,12 +318,17 @@ pub fn mx_matmul(
             };
             expect_shape("b_scale", bs.shape, &want)?;
             MatB::Mx {
-                q: b.view::<u8>()?,
+                q: b_bytes,
                 scales: bs.view::<u8>()?,
             }
         }
         (DType::E4M3, None) => {
-            return Err(KernelError::DType("FLOAT8E4M3FN b needs b_scale".into()))
+            let name = if b.dtype == DType::E2M1 {
+                "FLOAT4E2M1"
+            } else {
+                "FLOAT8E4M3FN"
+            };
+            return Err(KernelError::DType(format!("{name} b needs b_scale")));
         }
         (_, Some(_)) => {
             return Err(KernelError::DType(format!(

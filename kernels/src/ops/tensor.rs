@@ -27,7 +27,8 @@ impl Pod for bf16 {
 }
 impl Pod for u8 {
     fn accepts(d: DType) -> bool {
-        matches!(d, DType::E4M3 | DType::E5M2 | DType::E8M0)
+        // E2M1: the packed bytes (two values each).
+        matches!(d, DType::E4M3 | DType::E5M2 | DType::E8M0 | DType::E2M1)
     }
 }
 
@@ -39,8 +40,8 @@ fn numel(shape: &[usize]) -> Result<usize> {
 }
 
 fn check_bytes(dtype: DType, shape: &[usize], len: usize) -> Result<()> {
-    let want = numel(shape)?
-        .checked_mul(dtype.size())
+    let want = dtype
+        .byte_len(numel(shape)?)
         .ok_or_else(|| KernelError::Shape(format!("shape {shape:?} overflows usize")))?;
     if len != want {
         return Err(KernelError::Buffer(format!(

@@ -42,6 +42,7 @@ const TYPES: &[T] = &[
     T::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E5M2,
     T::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E5M2FNUZ,
     T::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E8M0,
+    T::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT4E2M1,
 ];
 
 /// What a kernel-creation call needs; leaked once per registry (it lives as long as ORT may

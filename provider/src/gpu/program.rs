@@ -29,7 +29,9 @@ use super::device::{DevicePlacement, Placement};
 use super::memory::{DeviceBox, DeviceMemory};
 use crate::error::{Error, Result};
 use crate::kernel_io::{alloc_output, output_address, read_input_addresses};
-use crate::ops::{self, dtype, transpose_bytes, transpose_mx_weight, Kernel, Parallelism};
+use crate::ops::{
+    self, dtype, transpose_bytes, transpose_mx_weight, widen_fp4_weight, Kernel, Parallelism,
+};
 use crate::ort_types::element_count;
 use crate::program::{prepack, Program};
 use crate::program_slots::{mxfuse_attrs, Slots};
@@ -179,17 +181,27 @@ fn pack_weight(
         Meta::new(b.elem_type, b.dims.clone()),
         Meta::new(bs.elem_type, bs.dims.clone()),
     );
+    // An MXFP4 weight is uploaded as the MXFP8 weight of the same values (the GEMMs decode
+    // E4M3), so it is always packed here: no kernel reads FLOAT4E2M1 values directly.
+    let widened = widen_fp4_weight(&TensorRef {
+        meta: &b_meta,
+        data: &b.raw,
+    });
+    let (b_meta, b_raw) = match &widened {
+        Some(w) => (w.meta.clone(), &w.data),
+        None => (b_meta, &b.raw),
+    };
     let (q_nk, scales_nk, n, k) = if trans_b {
-        // Already [N, K]; packed only for the fragment GEMM.
-        match nk_weight_dims(&b_meta, &bs_meta, b.raw.len(), bs.raw.len()) {
-            Some((n, k)) if frag(k) => (b.raw.clone(), bs.raw.clone(), n, k),
+        // Already [N, K]; packed only for the fragment GEMM (or when widened from FP4).
+        match nk_weight_dims(&b_meta, &bs_meta, b_raw.len(), bs.raw.len()) {
+            Some((n, k)) if frag(k) || widened.is_some() => (b_raw.clone(), bs.raw.clone(), n, k),
             _ => return Ok(None),
         }
     } else {
         let packed = transpose_mx_weight(
             &TensorRef {
                 meta: &b_meta,
-                data: &b.raw,
+                data: b_raw,
             },
             &TensorRef {
                 meta: &bs_meta,
@@ -544,6 +556,12 @@ impl GpuProgram {
                     Some(w) => w.mat_b(),
                     None => {
                         let (bm, b) = input(2, "b")?;
+                        if bm.dtype == DType::E2M1.onnx_code() {
+                            // Constant FP4 weights are widened and packed at build time.
+                            return Err(Error::Unsupported(
+                                "MxMatMul on the GPU reads a FLOAT4E2M1 (MXFP4) weight only as a session constant (initializer)".into(),
+                            ));
+                        }
                         if bm.dtype == DType::E4M3.onnx_code() {
                             GpuMatB::Mx {
                                 q: *b,
@@ -738,6 +756,53 @@ mod tests {
     fn host_bytes(b: &DeviceBox) -> Vec<u8> {
         // SAFETY: HostMemory hands out host allocations of `len()` bytes.
         unsafe { std::slice::from_raw_parts(b.ptr() as *const u8, b.len()) }.to_vec()
+    }
+
+    /// A constant MXFP4 weight is uploaded as the packed MXFP8 weight of the same values, in
+    /// both layouts and whether or not the fragment GEMM takes it (an FP4 weight is never left
+    /// as an ordinary input: no GPU kernel reads FLOAT4E2M1 values).
+    #[test]
+    fn fp4_weights_are_widened_then_packed() {
+        let memory: Arc<dyn DeviceMemory> = Arc::new(HostMemory::default());
+        let (n, k) = (20usize, 128usize);
+        let codes: Vec<u8> = (0..n * k).map(|i| (i * 5 % 16) as u8).collect();
+        let pack4 = |c: &[u8]| -> Vec<u8> { c.chunks(2).map(|p| p[0] | (p[1] << 4)).collect() };
+        let wide =
+            |c: &[u8]| -> Vec<u8> { c.iter().map(|&x| kernels::codec::e2m1_to_e4m3(x)).collect() };
+        let s_nk: Vec<u8> = (0..n * k / 32).map(|i| 110 + (i % 30) as u8).collect();
+        let konst = |ty: DType, dims: [usize; 2], raw: Vec<u8>| ConstTensor {
+            elem_type: ty.onnx_code(),
+            dims: dims.iter().map(|&d| d as i64).collect(),
+            raw,
+        };
+        let t = |v: &[u8], rows: usize, cols: usize| -> Vec<u8> {
+            (0..rows * cols)
+                .map(|i| v[(i % rows) * cols + i / rows])
+                .collect()
+        };
+        let (codes_kn, s_kn) = (t(&codes, n, k), t(&s_nk, n, k / 32));
+        for frag in [true, false] {
+            for trans_b in [false, true] {
+                let (c, s, dims, sdims) = if trans_b {
+                    (&codes, &s_nk, [n, k], [n, k / 32])
+                } else {
+                    (&codes_kn, &s_kn, [k, n], [k / 32, n])
+                };
+                let bs = konst(DType::E8M0, sdims, s.clone());
+                let b4 = konst(DType::E2M1, dims, pack4(c));
+                let b8 = konst(DType::E4M3, dims, wide(c));
+                let w4 = pack_weight(&memory, &b4, &bs, trans_b, &|_| frag)
+                    .unwrap()
+                    .expect("an FP4 weight is always packed");
+                assert_eq!(w4.frag, frag);
+                let w8 = pack_weight(&memory, &b8, &bs, trans_b, &|_| frag).unwrap();
+                let want_q = match &w8 {
+                    Some(w) => host_bytes(&w.q),
+                    None => wide(c), // an unpacked [N, K] FP8 weight is read as it is
+                };
+                assert_eq!(host_bytes(&w4.q), want_q, "frag {frag} trans_b {trans_b}");
+            }
+        }
     }
 
     #[test]

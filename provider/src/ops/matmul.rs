@@ -7,6 +7,12 @@
 //! When both are session constants, [`MxMatMul::prepack`] stores them transposed once and runs
 //! with `trans_b = 1`. The result is exact either way; only the f32 summation order follows the
 //! layout, and both ORT paths (EP and custom-op library) prepack alike, so they agree bit for bit.
+//!
+//! An MXFP4 weight (`b` FLOAT4E2M1, packed two per byte, same E8M0 scales) is widened at prepack
+//! to the E4M3 bytes of the same values ([`widen_fp4_weight`]): every E2M1 value is an E4M3
+//! value and MXFP4 has MXFP8's blocks, so from there it is an MXFP8 weight — bit for bit the
+//! product of the dequantized FP4 weight. The model file keeps the 4-bit weight; memory holds
+//! the 8-bit one (the GEMM decodes E4M3). `trans_b` FP4 weights are stored widened as they are.
 
 use std::mem::MaybeUninit;
 
@@ -16,7 +22,7 @@ use kernels::{DType, MxMatMulAttrs};
 use super::huge::HugeBytes;
 use super::{dims_of, from_dims, out_dims, out_views, required, take, to_dims, view, Kernel};
 use crate::error::Result;
-use crate::tensor::{Meta, TensorMut, TensorRef};
+use crate::tensor::{Meta, Tensor, TensorMut, TensorRef};
 
 /// An MX weight transposed to `[N, K]` with scales `[N, K/32]`; `Q` holds the weight bytes
 /// (the CPU kernels keep them in huge pages, [`HugeBytes`]).
@@ -67,6 +73,23 @@ pub(crate) fn transpose_mx_weight<Q>(
     })
 }
 
+/// A FLOAT4E2M1 weight widened to FLOAT8E4M3FN bytes of the same values and shape; `None` when
+/// `b` is not FLOAT4E2M1 or its byte length does not fit its dims (left to the kernels' checks).
+/// Shared with the GPU executor's weight upload.
+pub(crate) fn widen_fp4_weight(b: &TensorRef<'_>) -> Option<Tensor> {
+    if b.meta.dtype != DType::E2M1.onnx_code() {
+        return None;
+    }
+    let n = crate::ort_types::element_count(&b.meta.dims).ok()?;
+    if b.data.len() != n.div_ceil(2) {
+        return None;
+    }
+    Some(Tensor {
+        meta: Meta::new(DType::E4M3.onnx_code(), b.meta.dims.clone()),
+        data: kernels::codec::widened_e4m3(b.data, n),
+    })
+}
+
 /// `src [rows, cols]` (1-byte elements) transposed to `[cols, rows]`.
 pub(crate) fn transpose_bytes(src: &[u8], rows: usize, cols: usize) -> Vec<u8> {
     let mut dst = Vec::with_capacity(src.len());
@@ -104,6 +127,32 @@ fn transpose_into(src: &[u8], rows: usize, cols: usize, dst: &mut [MaybeUninit<u
     }
 }
 
+/// A widened `trans_b` weight `[N, K]` with scales `[N, K/32]` kept in that layout; `None` when
+/// the dims or byte lengths do not fit (left to the kernels' checks).
+fn nk_weight(w: &Tensor, bs: &TensorRef<'_>) -> Option<PackedB<HugeBytes>> {
+    let (&[n, k], &[sn, kb]) = (&w.meta.dims[..], &bs.meta.dims[..]) else {
+        return None;
+    };
+    let (n, k, sn, kb) = (n as usize, k as usize, sn as usize, kb as usize);
+    if sn != n || w.data.len() != n * k || bs.data.len() != n * kb {
+        return None;
+    }
+    // SAFETY: the closure writes every byte of the `w.data.len()`-byte destination.
+    let q = unsafe {
+        HugeBytes::init_with(w.data.len(), |d| {
+            for (d, &b) in d.iter_mut().zip(&w.data) {
+                d.write(b);
+            }
+        })
+    };
+    Some(PackedB {
+        q,
+        scales: bs.data.to_vec(),
+        q_dims: [n, k],
+        scale_dims: [n, kb],
+    })
+}
+
 /// The element type of `y`: the float weight's type when `b` is float, else `output_dtype`.
 ///
 /// The rules only emit float-weight `MxMatMul`s whose `output_dtype` is the weight's type (a
@@ -139,11 +188,15 @@ impl Kernel for MxMatMul {
         let (Some(Some(b)), Some(Some(bs))) = (constants.get(2), constants.get(3)) else {
             return Ok(());
         };
+        let widened = widen_fp4_weight(b);
+        let b = widened.as_ref().map_or(*b, Tensor::view);
         if self.attrs.trans_b {
-            return Ok(()); // already the fast layout
+            // Already the fast layout: only an FP4 weight is stored (widened) as it is.
+            self.packed = widened.as_ref().and_then(|w| nk_weight(w, bs));
+            return Ok(());
         }
         // The weight is transposed straight into its huge-page buffer.
-        self.packed = transpose_mx_weight(b, bs, |src, rows, cols| {
+        self.packed = transpose_mx_weight(&b, bs, |src, rows, cols| {
             // SAFETY: transpose_into writes every byte of its `src.len()`-byte destination.
             unsafe { HugeBytes::init_with(src.len(), |d| transpose_into(src, rows, cols, d)) }
         });
@@ -218,8 +271,6 @@ mod tests {
             }
         }
     }
-    use crate::tensor::Tensor;
-
     fn tensor(dtype: DType, dims: &[i64], data: Vec<u8>) -> Tensor {
         Tensor {
             meta: Meta::new(dtype.onnx_code(), dims.to_vec()),
@@ -352,6 +403,75 @@ mod tests {
             let c16 = tensor(DType::F16, &[n as i64], vec![0; 2 * n]);
             let err = run(&biased, Some(&c16)).unwrap_err();
             assert!(err.to_string().contains("bias"), "{err}");
+        }
+    }
+
+    /// An MXFP4 weight (packed two per byte) gives the bits of the MXFP8 weight of the same
+    /// values, prepacked (both layouts) or not (the kernels widen it per call).
+    #[test]
+    fn fp4_weight_runs_as_its_widened_fp8_weight() {
+        let (m, kk, n) = (2usize, 64usize, 3usize);
+        let a = tensor(
+            DType::E4M3,
+            &[m as i64, kk as i64],
+            (0..m * kk).map(|i| (i * 29 % 0x70) as u8).collect(),
+        );
+        let a_s = tensor(DType::E8M0, &[m as i64, 2], vec![127, 128, 126, 127]);
+        let codes: Vec<u8> = (0..kk * n).map(|i| (i * 7 % 16) as u8).collect();
+        let packed: Vec<u8> = codes.chunks(2).map(|p| p[0] | (p[1] << 4)).collect();
+        let wide: Vec<u8> = codes
+            .iter()
+            .map(|&c| kernels::codec::e2m1_to_e4m3(c))
+            .collect();
+        let s_vals: Vec<u8> = (0..2 * n).map(|i| 124 + i as u8).collect();
+        for trans_b in [false, true] {
+            let dims = if trans_b {
+                [n as i64, kk as i64]
+            } else {
+                [kk as i64, n as i64]
+            };
+            let sdims = if trans_b {
+                [n as i64, 2]
+            } else {
+                [2, n as i64]
+            };
+            let b4 = tensor(DType::E2M1, &dims, packed.clone());
+            let b8 = tensor(DType::E4M3, &dims, wide.clone());
+            let bs = tensor(DType::E8M0, &sdims, s_vals.clone());
+            let attrs = MxMatMulAttrs {
+                trans_b,
+                ..Default::default()
+            };
+            let run = |kernel: &MxMatMul, b: &Tensor| {
+                let inputs = [
+                    Some(a.view()),
+                    Some(a_s.view()),
+                    Some(b.view()),
+                    Some(bs.view()),
+                ];
+                let mut y = Tensor::zeros(Meta::new(1, vec![m as i64, n as i64])).unwrap();
+                kernel
+                    .compute(&inputs, &mut [Some(y.view_mut())], &Serial)
+                    .unwrap();
+                y.data
+            };
+            let mut fp8 = MxMatMul::new(attrs);
+            fp8.prepack(&[None, None, Some(b8.view()), Some(bs.view())])
+                .unwrap();
+            let mut fp4 = MxMatMul::new(attrs);
+            fp4.prepack(&[None, None, Some(b4.view()), Some(bs.view())])
+                .unwrap();
+            assert!(fp4.packed.is_some(), "trans_b {trans_b}");
+            let want = run(&fp8, &b8);
+            assert_eq!(run(&fp4, &b4), want, "prepacked, trans_b {trans_b}");
+            let plain = MxMatMul::new(attrs);
+            // Not prepacked: same layout as the prepacked FP8 one only for trans_b (the f32
+            // sum order follows the layout), so compare with the unpacked FP8 weight.
+            assert_eq!(
+                run(&plain, &b4),
+                run(&plain, &b8),
+                "plain, trans_b {trans_b}"
+            );
         }
     }
 

@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::tensor::{Meta, TensorMut, TensorRef};
 pub use attrs::Attrs;
 /// Shared with the GPU executor's weight prepack (`gpu::program`).
-pub(crate) use matmul::{transpose_bytes, transpose_mx_weight};
+pub(crate) use matmul::{transpose_bytes, transpose_mx_weight, widen_fp4_weight};
 pub use parallel::{OrtParallel, Parallelism};
 
 /// A com.mxfuse op with its attributes parsed and validated.
@@ -205,9 +205,9 @@ impl Kernel for MxDequantAttrs {
     fn output_metas(&self, inputs: &[Option<&Meta>]) -> Result<Vec<Meta>> {
         let x = required(inputs, 0, "x")?;
         required(inputs, 1, "scale")?;
-        if !matches!(dtype(x.dtype)?, DType::E4M3 | DType::E5M2) {
+        if !matches!(dtype(x.dtype)?, DType::E4M3 | DType::E5M2 | DType::E2M1) {
             return Err(Error::invalid(format!(
-                "x must be float8e4m3fn or float8e5m2, got element type {}",
+                "x must be float8e4m3fn, float8e5m2 or float4e2m1, got element type {}",
                 x.dtype
             )));
         }

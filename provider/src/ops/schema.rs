@@ -117,6 +117,7 @@ pub const MX_MAT_MUL: OpSchema = OpSchema {
     inputs: &[
         typed(req("a_q"), onnx_dtype::FLOAT8E4M3FN),
         typed(req("a_scale"), onnx_dtype::FLOAT8E8M0),
+        // Float, FLOAT8E4M3FN or FLOAT4E2M1 (MXFP4: widened to E4M3 at prepack).
         req("b"),
         typed(opt("b_scale"), onnx_dtype::FLOAT8E8M0),
         opt("bias"),
@@ -130,7 +131,8 @@ pub const MX_MAT_MUL: OpSchema = OpSchema {
     ],
 };
 
-/// ONNX `DequantizeLinear`-24 for a FLOAT8E8M0 scale (x FLOAT8E4M3FN or FLOAT8E5M2).
+/// ONNX `DequantizeLinear`-24 for a FLOAT8E8M0 scale (x FLOAT8E4M3FN, FLOAT8E5M2 or FLOAT4E2M1:
+/// `x` is untyped in the registration, so ORT accepts each; the kernel checks).
 pub const MX_DEQUANTIZE: OpSchema = OpSchema {
     domain: DOMAIN,
     name: "MxDequantize",
