@@ -129,3 +129,25 @@ pub fn is_float8_zero(g: &dyn GraphView, zp: ValueId) -> bool {
     g.const_value(zp)
         .is_some_and(|t| t.raw.iter().all(|&b| b & 0x7F == 0))
 }
+
+/// `(axis, block_size)` of E8M0-scaled Q/DQ node `n` (`op` names it in reasons: "QuantizeLinear
+/// 'q1'"), checked by the kernels' own scale-layout rule (`kernels::ScaleMap`) where the shapes of
+/// `x` and `scale` are known, so a layout the kernel would reject at run time is refused now.
+pub fn mx_scale_layout(
+    g: &dyn GraphView,
+    n: NodeId,
+    x: ValueId,
+    scale: ValueId,
+    op: &str,
+) -> Result<(i64, i64), crate::pattern::Reject> {
+    let axis = attr_int(g.attr(n, "axis"), 1)
+        .ok_or_else(|| crate::reject!("{op}: axis is not an int"))?;
+    let block_size = attr_int(g.attr(n, "block_size"), 0)
+        .filter(|b| *b >= 0)
+        .ok_or_else(|| crate::reject!("{op}: block_size is not a non-negative int"))?;
+    if let (Some(xd), Some(sd)) = (known_dims(g, x), known_dims(g, scale)) {
+        kernels::ScaleMap::new(&xd, &sd, axis, block_size as usize)
+            .map_err(|e| crate::reject!("{op}: {e}"))?;
+    }
+    Ok((axis, block_size))
+}

@@ -27,9 +27,9 @@
 
 use std::sync::LazyLock;
 
-use kernels::ScaleMap;
-
-use crate::pattern::predicates::{attr_int, dtype, is_float8_zero, known_dims, scale_is_e8m0};
+use crate::pattern::predicates::{
+    attr_int, dtype, is_float8_zero, mx_scale_layout, scale_is_e8m0,
+};
 use crate::pattern::{Emit, Fuse, Match, OpId, Pat, Pattern, Rule, RuleConfig, Site, N, V};
 use crate::reject;
 use crate::view::{ValueId, ONNX_DOMAIN};
@@ -142,15 +142,9 @@ impl Rule for MxQuantLinearRule {
         let saturate = attr_int(g.attr(n, "saturate"), 1)
             .filter(|s| *s == 0 || *s == 1)
             .ok_or_else(|| reject!("QuantizeLinear '{name}': saturate is not 0 or 1"))?;
-        let axis = attr_int(g.attr(n, "axis"), 1).ok_or_else(|| reject!("axis is not an int"))?;
-        let block_size = attr_int(g.attr(n, "block_size"), 0)
-            .filter(|b| *b >= 0)
-            .ok_or_else(|| reject!("block_size is not a non-negative int"))?;
         // Where both shapes are known, the kernel's own shape rule decides now, not at run time.
-        if let (Some(xd), Some(sd)) = (known_dims(g, x), known_dims(g, scale)) {
-            ScaleMap::new(&xd, &sd, axis, block_size as usize)
-                .map_err(|e| reject!("QuantizeLinear '{name}': {e}"))?;
-        }
+        let (axis, block_size) =
+            mx_scale_layout(g, n, x, scale, &format!("QuantizeLinear '{name}'"))?;
         Ok(Fuse::new(Params {
             x,
             scale,
