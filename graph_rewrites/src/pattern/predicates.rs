@@ -140,8 +140,8 @@ pub fn mx_scale_layout(
     scale: ValueId,
     op: &str,
 ) -> Result<(i64, i64), crate::pattern::Reject> {
-    let axis = attr_int(g.attr(n, "axis"), 1)
-        .ok_or_else(|| crate::reject!("{op}: axis is not an int"))?;
+    let axis =
+        attr_int(g.attr(n, "axis"), 1).ok_or_else(|| crate::reject!("{op}: axis is not an int"))?;
     let block_size = attr_int(g.attr(n, "block_size"), 0)
         .filter(|b| *b >= 0)
         .ok_or_else(|| crate::reject!("{op}: block_size is not a non-negative int"))?;

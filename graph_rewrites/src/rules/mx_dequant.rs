@@ -29,9 +29,7 @@
 
 use std::sync::LazyLock;
 
-use crate::pattern::predicates::{
-    attr_int, dtype, is_float8_zero, mx_scale_layout, scale_is_e8m0,
-};
+use crate::pattern::predicates::{attr_int, dtype, is_float8_zero, mx_scale_layout, scale_is_e8m0};
 use crate::pattern::{Emit, Fuse, Match, OpId, Pat, Pattern, Rule, RuleConfig, Site, N, V};
 use crate::reject;
 use crate::view::{ValueId, ONNX_DOMAIN};
