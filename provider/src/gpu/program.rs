@@ -298,11 +298,11 @@ impl GpuProgram {
                     };
                     GpuOp::MatMul { attrs, packed }
                 }
-                other => {
-                    return Err(Error::Unsupported(format!(
-                        "node {name}: com.mxfuse::{other} has no GPU kernel; run this model on the CPU device"
-                    )))
-                }
+                // Quark's `MXQuantizeDequantize` (any element type) lands here too.
+                other => return Err(Error::Unsupported(format!(
+                    "node {name}: {}::{other} has no GPU kernel; run this model on the CPU device",
+                    g.domain(n)
+                ))),
             };
             let packed = matches!(
                 op,
