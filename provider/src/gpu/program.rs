@@ -299,10 +299,12 @@ impl GpuProgram {
                     GpuOp::MatMul { attrs, packed }
                 }
                 // Quark's `MXQuantizeDequantize` (any element type) lands here too.
-                other => return Err(Error::Unsupported(format!(
-                    "node {name}: {}::{other} has no GPU kernel; run this model on the CPU device",
-                    g.domain(n)
-                ))),
+                other => {
+                    let domain = g.domain(n);
+                    return Err(Error::Unsupported(format!(
+                        "node {name}: {domain}::{other} has no GPU kernel; run this model on the CPU device"
+                    )));
+                }
             };
             let packed = matches!(
                 op,

@@ -1,6 +1,8 @@
 //! Kernels for the foreign ops the EP publishes schemas for (see `schema::FOREIGN`). They run
 //! only where no fusion absorbed the node.
 
+use std::sync::Mutex;
+
 use half::f16;
 use kernels::codec::{e4m3_to_f32, e8m0_to_f32, BLOCK};
 use kernels::ops as k;
@@ -10,6 +12,9 @@ use kernels::{DType, MxQuantAttrs};
 use super::{dims_of, out_dims, out_views, required, take, Attrs, Kernel};
 use crate::error::{Error, Result};
 use crate::tensor::{Meta, TensorMut, TensorRef};
+
+/// About this many values per task of the parallel element-wise path.
+const TASK_VALUES: usize = 1 << 16;
 
 /// Quark's MX fake quantization (`com.amd.quark::MXQuantizeDequantize`) of an f32 or f16 tensor
 /// along `axis`, blocks of `block_size`, for every `element_dtype` Quark exports (docs/provider.md
@@ -82,14 +87,24 @@ impl QuarkFakeQuant {
         par: &dyn kernels::Parallel,
     ) -> Result<()> {
         let Some(quant) = &self.mxfp8 else {
-            return Ok(quark_mx_fake_quant(
-                rows,
-                out,
-                padded,
-                self.block,
-                self.element,
-                self.rounding,
-            )?);
+            // Chunks of whole rows on the pool; each task locks only its own output chunk.
+            let rows_per_task = (TASK_VALUES / padded).max(1);
+            let chunk = rows_per_task * padded;
+            let outs: Vec<Mutex<&mut [f32]>> = out.chunks_mut(chunk).map(Mutex::new).collect();
+            let failed = Mutex::new(None);
+            par.for_each(outs.len(), &|t| {
+                let mut y = outs[t].lock().unwrap_or_else(|e| e.into_inner());
+                let x = &rows[t * chunk..t * chunk + y.len()];
+                let r =
+                    quark_mx_fake_quant(x, &mut y, padded, self.block, self.element, self.rounding);
+                if let Err(e) = r {
+                    *failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                }
+            });
+            return match failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+                Some(e) => Err(e.into()),
+                None => Ok(()),
+            };
         };
         let row_dims = [rows.len() / padded, padded];
         let scale_dims = k::scale_shape(&row_dims)?;
@@ -106,6 +121,28 @@ impl QuarkFakeQuant {
             *y = e4m3_to_f32(q[r]) * e8m0_to_f32(s[r / BLOCK]);
         }
         Ok(())
+    }
+}
+
+/// Calls `f(s, r)` for every element of a tensor `[outer, len, inner]` (flat index `s`) with its
+/// index `r` in the matrix `[outer·inner, padded]` whose rows are the lines along the middle axis.
+/// Tiles of 16×16 (line position × line) keep both sides in cache where `inner` > 1 (a transpose).
+fn for_each_line_element(
+    (outer, len, inner): (usize, usize, usize),
+    padded: usize,
+    mut f: impl FnMut(usize, usize),
+) {
+    const T: usize = 16;
+    for o in 0..outer {
+        for a0 in (0..len).step_by(T) {
+            for i0 in (0..inner).step_by(T) {
+                for a in a0..(a0 + T).min(len) {
+                    for i in i0..(i0 + T).min(inner) {
+                        f((o * len + a) * inner + i, (o * inner + i) * padded + a);
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -174,24 +211,11 @@ impl Kernel for QuarkFakeQuant {
             // Gather each line along `axis` into a row of an [outer·inner, padded] matrix,
             // zeros in the padding, quantize the rows, scatter them back.
             let padded = len.div_ceil(self.block) * self.block;
-            let at = |o: usize, a: usize, i: usize| (o * len + a) * inner + i;
             let mut rows = vec![0f32; outer * inner * padded];
-            for o in 0..outer {
-                for i in 0..inner {
-                    for a in 0..len {
-                        rows[(o * inner + i) * padded + a] = src[at(o, a, i)];
-                    }
-                }
-            }
+            for_each_line_element((outer, len, inner), padded, |s, r| rows[r] = src[s]);
             let mut quantized = vec![0f32; rows.len()];
             self.quantize_rows(&rows, padded, &mut quantized, par)?;
-            for o in 0..outer {
-                for i in 0..inner {
-                    for a in 0..len {
-                        result[at(o, a, i)] = quantized[(o * inner + i) * padded + a];
-                    }
-                }
-            }
+            for_each_line_element((outer, len, inner), padded, |s, r| result[s] = quantized[r]);
         }
         if is_f16 {
             for (d, v) in y.view_mut::<f16>()?.iter_mut().zip(&result) {
@@ -418,6 +442,32 @@ mod tests {
             assert!(got[5].is_nan());
             for i in (0..32).filter(|&i| i != 5) {
                 assert_eq!(got[i].to_bits(), want[i].to_bits(), "{el} element {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_row_parallel_path_equals_the_serial_one() {
+        // [40, 3000] along the last axis: rows of 3008 (padded), 21 rows a task, the last task
+        // short; and along axis 0 (a transpose) with three threads.
+        let v: Vec<f32> = (0..120_000)
+            .map(|i| ((i * 7919 % 10007) as f32 - 5003.0) * 1e-3)
+            .collect();
+        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        for el in ["fp6_e2m3", "int8"] {
+            for axis in [-1, 0] {
+                let k = kernel(el, &[("axis", axis)]).unwrap();
+                let meta = Meta::new(F32, vec![40, 3000]);
+                let x = Tensor {
+                    meta: meta.clone(),
+                    data: bytes.clone(),
+                };
+                let mut y = Tensor::zeros(meta).unwrap();
+                let threads = kernels::StdThreads::new(3);
+                k.compute(&[Some(x.view())], &mut [Some(y.view_mut())], &threads)
+                    .unwrap();
+                let serial = run(&k, F32, &[40, 3000], bytes.clone()).unwrap();
+                assert_eq!(y.data, serial, "{el} axis {axis}");
             }
         }
     }
