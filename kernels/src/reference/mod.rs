@@ -7,6 +7,7 @@ pub mod math;
 mod mx_dequant;
 mod mx_quant_linear;
 pub mod onnx_ops;
+pub mod quark_mx;
 
 pub use mx_dequant::{decode_table, mx_dequantize};
 pub use mx_quant_linear::{divide_by_e8m0, fp8_encoder, mx_quantize_linear, Fp8Encoder};

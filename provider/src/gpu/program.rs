@@ -298,10 +298,12 @@ impl GpuProgram {
                     };
                     GpuOp::MatMul { attrs, packed }
                 }
+                // Quark's `MXQuantizeDequantize` (any element type) lands here too.
                 other => {
+                    let domain = g.domain(n);
                     return Err(Error::Unsupported(format!(
-                        "node {name}: com.mxfuse::{other} has no GPU kernel; run this model on the CPU device"
-                    )))
+                        "node {name}: {domain}::{other} has no GPU kernel; run this model on the CPU device"
+                    )));
                 }
             };
             let packed = matches!(
