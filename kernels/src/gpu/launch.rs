@@ -623,21 +623,40 @@ impl GpuRuntime {
             }
         };
         let t = dtype_suffix(y_dtype)?;
+        check_aligned("x", x, 1)?;
+        check_aligned("scale", scale, 1)?;
+        check_aligned("y", y, y_dtype.size() as u64)?;
+        let params = scale_map_params(Params::new().push(x).push(scale).push(y), map)?;
+        self.run_over_scale_map(
+            "MxDequantize",
+            &format!("mx_dequantize_{xt}_{t}"),
+            map,
+            params,
+            stream,
+        )
+    }
+
+    /// Launches a grid-stride element-wise kernel (mx_dequantize.hip, mx_quantize_linear.hip)
+    /// over `map`'s elements with its arguments `params`: nothing for no elements, an error for a
+    /// degenerate map (`op` names the op).
+    fn run_over_scale_map(
+        &self,
+        op: &str,
+        name: &str,
+        map: &ScaleMap,
+        params: Params,
+        stream: StreamHandle,
+    ) -> GpuResult<()> {
         let elements = map.len();
         if elements == 0 {
             return Ok(());
         }
         if map.block == 0 || map.inner == 0 || map.axis_len == 0 {
-            return Err(KernelError::Shape(format!("MxDequantize scale map {map:?}")).into());
+            return Err(KernelError::Shape(format!("{op} scale map {map:?}")).into());
         }
-        check_aligned("x", x, 1)?;
-        check_aligned("scale", scale, 1)?;
-        check_aligned("y", y, y_dtype.size() as u64)?;
-        let params = scale_map_params(Params::new().push(x).push(scale).push(y), map)?;
         // Grid-stride: enough blocks to fill any device, never more than the elements need.
         let blocks = elements.div_ceil(256).min(1 << 16);
-        let name = format!("mx_dequantize_{xt}_{t}");
-        self.run(&name, [dim_u32("grid", blocks)?, 1, 1], 256, params, stream)
+        self.run(name, [dim_u32("grid", blocks)?, 1, 1], 256, params, stream)
     }
 
     /// `MxQuantizeLinear`: `y = fp8(x / 2^(s − 127))` with x's element → scale index `map`
@@ -665,22 +684,13 @@ impl GpuRuntime {
             }
         };
         let t = dtype_suffix(x_dtype)?;
-        let elements = map.len();
-        if elements == 0 {
-            return Ok(());
-        }
-        if map.block == 0 || map.inner == 0 || map.axis_len == 0 {
-            return Err(KernelError::Shape(format!("MxQuantizeLinear scale map {map:?}")).into());
-        }
         check_aligned("x", x, x_dtype.size() as u64)?;
         check_aligned("scale", scale, 1)?;
         check_aligned("y", y, 1)?;
         let params = scale_map_params(Params::new().push(x).push(scale).push(y), map)?
             .push(i32::from(saturate));
-        // Grid-stride: enough blocks to fill any device, never more than the elements need.
-        let blocks = elements.div_ceil(256).min(1 << 16);
         let name = format!("mx_quantize_linear_{t}_{yt}");
-        self.run(&name, [dim_u32("grid", blocks)?, 1, 1], 256, params, stream)
+        self.run_over_scale_map("MxQuantizeLinear", &name, map, params, stream)
     }
 
     /// Whether the tensor-core decode GEMM serves this B (NVIDIA sm_89+, E4M3 `[N, K]` weights).

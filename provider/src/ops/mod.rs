@@ -171,6 +171,22 @@ fn take<'a>(
         .ok_or_else(|| Error::invalid(format!("missing output {name}")))
 }
 
+/// Runs an element-wise `(x, scale) -> y` op (MxDequantize, MxQuantizeLinear) on the node's
+/// inputs 0, 1 and output 0.
+fn x_scale_to_y(
+    inputs: &[Option<TensorRef<'_>>],
+    outputs: &mut [Option<TensorMut<'_>>],
+    op: impl FnOnce(k::TensorRef<'_>, k::TensorRef<'_>, k::TensorMut<'_>) -> kernels::Result<()>,
+) -> Result<()> {
+    let x = required(inputs, 0, "x")?;
+    let scale = required(inputs, 1, "scale")?;
+    let (xd, sd) = (dims_of(x), dims_of(scale));
+    let od = out_dims(outputs);
+    let mut outs = out_views(outputs, &od)?;
+    let y = take(&mut outs, 0, "y")?;
+    Ok(op(view(x, &xd)?, view(scale, &sd)?, y)?)
+}
+
 /// Takes the required `(q, scale)` outputs 0 and 1 out of `views`.
 fn take_quant<'a>(
     views: &mut [Option<k::TensorMut<'a>>],
@@ -223,19 +239,9 @@ impl Kernel for MxDequantAttrs {
         outputs: &mut [Option<TensorMut<'_>>],
         par: &dyn kernels::Parallel,
     ) -> Result<()> {
-        let x = required(inputs, 0, "x")?;
-        let scale = required(inputs, 1, "scale")?;
-        let (xd, sd) = (dims_of(x), dims_of(scale));
-        let od = out_dims(outputs);
-        let mut outs = out_views(outputs, &od)?;
-        let y = take(&mut outs, 0, "y")?;
-        Ok(k::mx_dequantize(
-            view(x, &xd)?,
-            view(scale, &sd)?,
-            y,
-            self,
-            par,
-        )?)
+        x_scale_to_y(inputs, outputs, |x, scale, y| {
+            k::mx_dequantize(x, scale, y, self, par)
+        })
     }
 }
 
@@ -256,19 +262,9 @@ impl Kernel for MxQuantLinearAttrs {
         outputs: &mut [Option<TensorMut<'_>>],
         par: &dyn kernels::Parallel,
     ) -> Result<()> {
-        let x = required(inputs, 0, "x")?;
-        let scale = required(inputs, 1, "scale")?;
-        let (xd, sd) = (dims_of(x), dims_of(scale));
-        let od = out_dims(outputs);
-        let mut outs = out_views(outputs, &od)?;
-        let y = take(&mut outs, 0, "y")?;
-        Ok(k::mx_quantize_linear(
-            view(x, &xd)?,
-            view(scale, &sd)?,
-            y,
-            self,
-            par,
-        )?)
+        x_scale_to_y(inputs, outputs, |x, scale, y| {
+            k::mx_quantize_linear(x, scale, y, self, par)
+        })
     }
 }
 
