@@ -65,13 +65,20 @@ const fn tables() -> [[u8; 64]; 4] {
 }
 static TABLES: [[u8; 64]; 4] = tables();
 
+/// [`TABLES`] in registers, for [`decode64`].
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(super) unsafe fn lookup_tables() -> [__m512i; 4] {
+    TABLES.map(|tb| _mm512_loadu_si512(tb.as_ptr() as *const __m512i))
+}
+
 /// 64 E4M3 bytes at `q` (blocks with scales `s0`, `s1`, both ≤ `MAX_FAST_SCALE`) → the 64 deq
 /// values in bf16 as two vectors (lane order: module docs); `nan` takes the byte max of their
 /// high bytes (0xFF where a byte is NaN). No mask compare: those share the ports of
 /// `vdpbf16ps` on Zen 4 (each costs a dot product's cycle), a byte max does not.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16")]
 #[inline]
-unsafe fn decode64(
+pub(super) unsafe fn decode64(
     q: *const u8,
     s0: u8,
     s1: u8,
@@ -105,7 +112,7 @@ unsafe fn decode64(
 /// under the `normal_products` guard). For the 32-wide tail only.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")]
 #[inline]
-unsafe fn decode32(q: *const u8, s: u8) -> __m512bh {
+pub(super) unsafe fn decode32(q: *const u8, s: u8) -> __m512bh {
     let w = _mm512_cvtepi8_epi16(_mm256_loadu_si256(q as *const __m256i));
     let h = _mm512_and_si512(
         _mm512_slli_epi16::<7>(w),
@@ -140,7 +147,7 @@ pub unsafe fn nk_regs_bf16<const R: usize, const C: usize>(
     s: [*const u8; C],
     out: &mut [[f32; R]; C],
 ) -> bool {
-    let t = TABLES.map(|tb| _mm512_loadu_si512(tb.as_ptr() as *const __m512i));
+    let t = lookup_tables();
     let mut v = [[_mm512_setzero_ps(); R]; C];
     let mut nan = _mm512_setzero_si512();
     let mut nan_tail = 0u64;

@@ -26,6 +26,7 @@
 
 use std::arch::x86_64::*;
 
+use super::amx;
 use super::avx2_mx::{self as kern, KN_COLS, KN_ROWS, MAX_FAST_SCALE, NK_COLS, ZERO};
 use super::avx512_mx as wide;
 use super::avx512_regs as regs;
@@ -87,12 +88,22 @@ pub(super) fn nk<O: Element>(
 ) {
     let kb = k / BLOCK;
     let y = SharedMut::new(y);
-    let units = n.div_ceil(NK_COLS);
     let bf16 = bf16_a(a, m);
+    // M ≤ 16 on AMX tiles where wanted and supported (decided on the calling thread, like
+    // bf16_a): A in the tiles' pair layout, once per call; units of 32 columns.
+    let amx = bf16
+        .as_ref()
+        .filter(|_| m <= amx::MAX_M && super::isa::amx_bf16())
+        .map(|b| (b, amx::pack_pairs(&b.a, m, k)));
+    let unit_cols = if amx.is_some() {
+        amx::PASS_COLS
+    } else {
+        NK_COLS
+    };
     for_row_chunks(
         par,
-        units,
-        MIN_TASK_MACS.div_ceil(NK_COLS * m * k),
+        n.div_ceil(unit_cols),
+        MIN_TASK_MACS.div_ceil(unit_cols * m * k),
         &|u0, u1| {
             let mut tile = vec![0f32; NK_COLS * NK_KC.min(k)];
             let mut acc = vec![[ZERO; NK_COLS]; m];
@@ -101,7 +112,8 @@ pub(super) fn nk<O: Element>(
                 tile: vec![0u16; tile.len()],
                 acc: vec![[wide::ZERO; NK_COLS]; m],
             });
-            for u in u0..u1 {
+            // One 4-column unit, every path but AMX.
+            let mut four = |u: usize| {
                 let (n0, cols) = (u * NK_COLS, NK_COLS.min(n - u * NK_COLS));
                 // Missing columns of the last unit repeat its last column; their results are
                 // dropped.
@@ -147,17 +159,103 @@ pub(super) fn nk<O: Element>(
                         _ => nk_tiled(a, m, k, qs, ss, &mut tile, &mut acc, &mut vals),
                     }
                 }
-                ep.apply_block(n0, cols, &mut vals);
-                for (r, v) in vals.iter().enumerate() {
-                    // SAFETY: each task owns its units' columns in every row: disjoint pieces.
-                    let out = unsafe { y.piece(r * n + n0, r * n + n0 + cols) };
-                    for (o, &x) in out.iter_mut().zip(v.iter()) {
-                        *o = O::from_f32(x);
-                    }
+                store_block(&y, n, (n0, cols), &mut vals, ep);
+            };
+            match &amx {
+                None => (u0..u1).for_each(&mut four),
+                Some((b, pairs)) => {
+                    let w = MxWeights { q, scales, k, n };
+                    nk_amx_units(pairs, b, m, w, (u0, u1), (&y, ep), &mut four)
                 }
             }
         },
     );
+}
+
+/// Applies the epilogue to `vals` (rows of y, columns n0..n0+cols; W ≥ cols) and writes them,
+/// rounded to the output type, into y (`n` columns).
+fn store_block<O: Element, const W: usize>(
+    y: &SharedMut<O>,
+    n: usize,
+    (n0, cols): (usize, usize),
+    vals: &mut [[f32; W]],
+    ep: &Epilogue,
+) {
+    ep.apply_block(n0, cols, vals);
+    for (r, v) in vals.iter().enumerate() {
+        // SAFETY: each task owns its units' columns in every row: disjoint pieces.
+        let out = unsafe { y.piece(r * n + n0, r * n + n0 + cols) };
+        for (o, &x) in out.iter_mut().zip(v.iter()) {
+            *o = O::from_f32(x);
+        }
+    }
+}
+
+/// MXFP8 `[N, K]` weights: `q` `[n, k]`, `scales` `[n, k/32]`.
+#[derive(Clone, Copy)]
+struct MxWeights<'a> {
+    q: &'a [u8],
+    scales: &'a [u8],
+    k: usize,
+    n: usize,
+}
+
+/// Units u0..u1 of 32 columns on AMX-BF16 tiles (`amx`; A in bf16 `b` and, in the tiles' pair
+/// layout, `pairs`). A unit off the AMX route — a product that may not be a normal f32, a scale
+/// above `MAX_FAST_SCALE`, a NaN weight — runs its 4-column units through `four` (the other
+/// paths) instead. The tile configuration lives on this thread for these units only: tasks run
+/// on other pools' threads too. Caller: `amx_bf16()` (CPU, OS, AVX-512 BF16), m ≤ 16.
+fn nk_amx_units<O: Element>(
+    pairs: &[u32],
+    b: &Bf16A,
+    m: usize,
+    w: MxWeights,
+    (u0, u1): (usize, usize),
+    (y, ep): (&SharedMut<O>, &Epilogue),
+    four: &mut dyn FnMut(usize),
+) {
+    let (k, n, kb) = (w.k, w.n, w.k / BLOCK);
+    assert!(pairs.len() * 2 == m * k && w.q.len() >= n * k && w.scales.len() >= n * kb);
+    let cfg = amx::TileConfig::new(m);
+    let mut buf = amx::DecodeBuf::new();
+    let mut c = [[[0f32; amx::TILE_COLS]; amx::TILE_COLS]; 2];
+    let mut vals = vec![[0f32; amx::PASS_COLS]; m];
+    // SAFETY: amx_bf16() checked the CPU and OS (caller); released below.
+    unsafe { cfg.load() };
+    for u in u0..u1 {
+        let (n0, cols) = (
+            u * amx::PASS_COLS,
+            amx::PASS_COLS.min(n - u * amx::PASS_COLS),
+        );
+        let (lo, hi) = w.scales[n0 * kb..(n0 + cols) * kb]
+            .iter()
+            .fold((u8::MAX, 0), |(lo, hi), &s| (lo.min(s), hi.max(s)));
+        let on_route = hi <= MAX_FAST_SCALE
+            && wide::normal_products(b.min_exp, lo as i32 - 127 - 9)
+            // SAFETY: tiles configured for m above; rows n0..n0+cols of q / scales and the
+            // m·k/2 pairs are in bounds (asserted); every scale ≤ MAX_FAST_SCALE (checked).
+            && unsafe {
+                amx::nk_pass(
+                    pairs.as_ptr(),
+                    m,
+                    k,
+                    (w.q[n0 * k..].as_ptr(), w.scales[n0 * kb..].as_ptr(), cols),
+                    &mut buf,
+                    &mut c,
+                )
+            };
+        if !on_route {
+            (n0 / NK_COLS..(n0 + cols).div_ceil(NK_COLS)).for_each(&mut *four);
+            continue;
+        }
+        // C tiles hold column-major sums: c[t][i][r] is row r, column n0 + 16t + i.
+        for (r, v) in vals.iter_mut().enumerate() {
+            *v = std::array::from_fn(|j| c[j / amx::TILE_COLS][j % amx::TILE_COLS][r]);
+        }
+        store_block(y, n, (n0, cols), &mut vals, ep);
+    }
+    // SAFETY: as for load.
+    unsafe { amx::release() };
 }
 
 /// Largest M of the in-register AVX-512 BF16 path (`avx512_regs::nk_regs_bf16`, rows in groups

@@ -1,0 +1,292 @@
+//! The Intel AMX-BF16 kernel of the MXFP8 `[N, K]` GEMM for M ≤ 16 (driven by `matmul_mx`).
+//! The in-register AVX-512 path spends about two thirds of its cycles on `vdpbf16ps`; one
+//! `tdpbf16ps` does 16 × 16 × 32 multiply-adds, so here the dot products are nearly free and the
+//! GEMM is bound by the decode and the weight reads.
+//!
+//! Roles are swapped so that no weight transpose is needed: `C[16 columns × M] += W[16 columns ×
+//! 32 k] · A[32 k × M]`. W (the AMX "A" operand, 64 bytes per row) is 16 decoded weight rows in
+//! bf16, exactly as `avx512_regs::decode64` builds them (scale added to the exponent) and stored
+//! to a small per-task buffer; A (the "B" operand) is the activations in bf16 in AMX's pair
+//! layout: tile row p holds, for each of the M rows, the 32-bit pair of k-slots 2p, 2p+1
+//! ([`pack_pairs`]; built once per call, read by every pass). Any k order works as long as both
+//! operands share it: the slots follow `pack_steps` and the decode's lane order.
+//!
+//! Two column tiles (32 columns) per pass: tmm0 / tmm1 accumulate C over all of K in f32,
+//! tmm2 / tmm3 hold the two A tiles of a 64-k step, tmm4..tmm7 the four W tiles.
+//!
+//! Stable Rust has no AMX intrinsics, so the tile instructions are `asm!` with explicit tile
+//! registers. The compiler never touches tile state; the driver loads the tile configuration
+//! ([`TileConfig::load`]) before any kernel call on a thread and releases it after.
+//!
+//! Precision: TDPBF16PS, like `vdpbf16ps`, treats bf16 denormal inputs as zero and may flush
+//! denormal results, so the same guards as the AVX-512 path apply (`normal_products`,
+//! `MAX_FAST_SCALE`; NaN weights leave the path). Sums are f32 in hardware order (docs/ops.md:
+//! GEMM outputs are within f32 accumulation tolerance, never a bit-exact target).
+
+#![allow(unsafe_op_in_unsafe_fn)]
+
+use std::arch::asm;
+use std::arch::x86_64::*;
+use std::sync::OnceLock;
+
+use super::avx2_mx::nan_bytes32;
+use super::avx512_regs::{decode32, decode64, lookup_tables};
+use crate::codec::BLOCK;
+
+/// Columns per C tile (AMX tile rows).
+pub const TILE_COLS: usize = 16;
+/// Columns per pass: two C tiles.
+pub const PASS_COLS: usize = 2 * TILE_COLS;
+/// Largest M: the C and A tiles hold M f32 / pairs per row (64 bytes).
+pub const MAX_M: usize = 16;
+/// bf16 words of the per-task decode buffer: two steps (double-buffered) × 2 column tiles ×
+/// 2 halves × 16 rows × 32 words.
+const BUF_WORDS: usize = 2 * 2 * 2 * TILE_COLS * BLOCK;
+
+/// A task's decode buffer (8 KiB; whole cache lines, so a W tile row is one line).
+#[repr(C, align(64))]
+pub struct DecodeBuf([u16; BUF_WORDS]);
+
+impl DecodeBuf {
+    pub fn new() -> Box<DecodeBuf> {
+        Box::new(DecodeBuf([0; BUF_WORDS]))
+    }
+}
+/// Weight bytes ahead of a step that the kernel prefetches (into L2) in each row it reads.
+const PREFETCH_AHEAD: usize = 1024;
+
+/// Whether this CPU and OS run AMX-BF16 for this process: CPUID.(7,0):EDX bits 22 (AMX-BF16)
+/// and 24 (AMX-TILE), OSXSAVE with XCR0 bits 17/18 (tile config and data) enabled, and — on
+/// Linux, where tile data is off until a process asks — `arch_prctl(ARCH_REQ_XCOMP_PERM,
+/// XFEATURE_XTILEDATA)` granted. Checked once; any failure means no.
+pub fn supported() -> bool {
+    static OK: OnceLock<bool> = OnceLock::new();
+    *OK.get_or_init(|| {
+        // SAFETY: CPUID leaves 0, 1 and 7 exist on every x86-64 CPU (leaf 7 checked against
+        // the max leaf); xgetbv only after OSXSAVE says it may run.
+        unsafe {
+            if __cpuid(0).eax < 7 {
+                return false;
+            }
+            let leaf7 = __cpuid_count(7, 0);
+            let osxsave = __cpuid(1).ecx & (1 << 27) != 0;
+            if leaf7.edx & (1 << 22) == 0 || leaf7.edx & (1 << 24) == 0 || !osxsave {
+                return false;
+            }
+            if xcr0() & (3 << 17) != 3 << 17 {
+                return false;
+            }
+        }
+        request_tile_permission()
+    })
+}
+
+/// XCR0 (`xgetbv` with ECX = 0).
+///
+/// # Safety
+/// CPUID.1:ECX.OSXSAVE is set.
+unsafe fn xcr0() -> u64 {
+    let (lo, hi): (u32, u32);
+    asm!("xgetbv", in("ecx") 0u32, out("eax") lo, out("edx") hi, options(nomem, nostack));
+    (hi as u64) << 32 | lo as u64
+}
+
+/// `arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`: true when granted (Linux ≥ 5.16).
+#[cfg(target_os = "linux")]
+fn request_tile_permission() -> bool {
+    const SYS_ARCH_PRCTL: usize = 158;
+    const ARCH_REQ_XCOMP_PERM: usize = 0x1023;
+    const XFEATURE_XTILEDATA: usize = 18;
+    let ret: isize;
+    // SAFETY: a plain Linux syscall; `syscall` clobbers rcx and r11, the result is in rax.
+    unsafe {
+        asm!(
+            "syscall",
+            inlateout("rax") SYS_ARCH_PRCTL as isize => ret,
+            in("rdi") ARCH_REQ_XCOMP_PERM,
+            in("rsi") XFEATURE_XTILEDATA,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret == 0
+}
+
+/// Other OSes: not probed (Windows enables tile data by default, but it is untested here).
+#[cfg(not(target_os = "linux"))]
+fn request_tile_permission() -> bool {
+    false
+}
+
+/// The 64-byte palette-1 tile configuration for M rows of A (see the module docs for the
+/// roles of tmm0..tmm7).
+#[repr(C, align(64))]
+pub struct TileConfig([u8; 64]);
+
+impl TileConfig {
+    pub fn new(m: usize) -> TileConfig {
+        assert!((1..=MAX_M).contains(&m));
+        let mut c = [0u8; 64];
+        c[0] = 1; // palette 1
+        for t in 0..8 {
+            // C (tmm0, tmm1) and A (tmm2, tmm3): 16 rows of M f32 / pairs; W: 16 rows of 64 B.
+            let colsb = if t < 4 { 4 * m } else { 64 } as u16;
+            c[16 + 2 * t..18 + 2 * t].copy_from_slice(&colsb.to_le_bytes());
+            c[48 + t] = TILE_COLS as u8;
+        }
+        TileConfig(c)
+    }
+
+    /// Loads this configuration on the calling thread; [`release`] undoes it.
+    ///
+    /// # Safety
+    /// [`supported`] returned true.
+    pub unsafe fn load(&self) {
+        asm!("ldtilecfg [{}]", in(reg) self.0.as_ptr(), options(nostack, readonly));
+    }
+}
+
+/// Returns the tile state of the calling thread to its initial state (`tilerelease`).
+///
+/// # Safety
+/// [`supported`] returned true.
+pub unsafe fn release() {
+    asm!("tilerelease", options(nostack, nomem));
+}
+
+/// The `pack_steps` output (`m` rows, `k` values) in the pair layout of the A tiles: for each
+/// 32-k chunk of it (the two halves of every 64-k step, then a 32-wide tail), 16 tile rows of
+/// `m` pairs: `out[(chunk · 16 + p) · m + r]` = words 2p, 2p+1 of row r's chunk.
+pub fn pack_pairs(packed: &[u16], m: usize, k: usize) -> Vec<u32> {
+    assert!(packed.len() == m * k && k.is_multiple_of(BLOCK));
+    let mut out = vec![0u32; m * k / 2];
+    let whole = k - k % (2 * BLOCK);
+    let pair = |i: usize| packed[i] as u32 | (packed[i + 1] as u32) << 16;
+    for chunk in 0..k / BLOCK {
+        // Where row r's 32 words of this chunk start in the packed A.
+        let start = |r: usize| {
+            if chunk * BLOCK < whole {
+                (chunk / 2 * m + r) * 2 * BLOCK + chunk % 2 * BLOCK
+            } else {
+                m * whole + r * BLOCK
+            }
+        };
+        for r in 0..m {
+            let s = start(r);
+            for p in 0..TILE_COLS {
+                out[(chunk * TILE_COLS + p) * m + r] = pair(s + 2 * p);
+            }
+        }
+    }
+    out
+}
+
+/// `out[t][i][r] = Σ_k a[r, k] · deq(W_{16t+i})[k]` for the 32 weight rows of one pass: row i
+/// at `q + min(i, rows - 1)·k` (scales at `s + min(i, rows - 1)·k/32`; rows past `rows`
+/// repeat the last one, their sums are the caller's to drop), A in the pair layout at `pa`
+/// ([`pack_pairs`], `m` rows). `false` when a weight is NaN: the caller recomputes the
+/// columns exactly.
+///
+/// # Safety
+/// The CPU has AVX512F/BW/VL/VBMI/BF16, AVX2/FMA/F16C and AMX-BF16 ([`supported`]); the
+/// calling thread loaded `TileConfig::new(m)`; `rows ≥ 1` rows of `k` bytes at `q` and `k/32`
+/// scales at `s` are in bounds, every scale ≤ `MAX_FAST_SCALE`; `pa` holds `m·k/2` pairs.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn nk_pass(
+    pa: *const u32,
+    m: usize,
+    k: usize,
+    (q, s, rows): (*const u8, *const u8, usize),
+    buf: &mut DecodeBuf,
+    out: &mut [[[f32; TILE_COLS]; TILE_COLS]; 2],
+) -> bool {
+    let kb = k / BLOCK;
+    let t = lookup_tables();
+    let qr: [*const u8; PASS_COLS] = std::array::from_fn(|i| q.add(i.min(rows - 1) * k));
+    let sr: [*const u8; PASS_COLS] = std::array::from_fn(|i| s.add(i.min(rows - 1) * kb));
+    let mut nan = _mm512_setzero_si512();
+    let mut nan_tail = 0u32;
+    // A tile of 32 k: 16 rows of m pairs, m·4 bytes apart.
+    let a_stride = 4 * m;
+    let a_tile = |chunk: usize| pa.add(chunk * TILE_COLS * m);
+    asm!("tilezero tmm0", "tilezero tmm1", options(nostack, nomem));
+    let whole = k - k % (2 * BLOCK);
+    for (step, k0) in (0..whole).step_by(2 * BLOCK).enumerate() {
+        // buf[step % 2]: [column tile][half][row][32 words].
+        let b = buf.0.as_mut_ptr().add(step % 2 * (BUF_WORDS / 2));
+        for i in 0..PASS_COLS {
+            let (qi, si) = (qr[i].add(k0), sr[i].add(k0 / BLOCK));
+            _mm_prefetch::<_MM_HINT_T1>(qi.wrapping_add(PREFETCH_AHEAD) as *const i8);
+            let (v0, v1) = decode64(qi, *si, *si.add(1), &t, &mut nan);
+            let row = b.add((i / TILE_COLS * 2 * TILE_COLS + i % TILE_COLS) * BLOCK);
+            _mm512_storeu_si512(
+                row as *mut __m512i,
+                std::mem::transmute::<__m512bh, __m512i>(v0),
+            );
+            _mm512_storeu_si512(
+                row.add(TILE_COLS * BLOCK) as *mut __m512i,
+                std::mem::transmute::<__m512bh, __m512i>(v1),
+            );
+        }
+        let w = |tile: usize| b.add(tile * TILE_COLS * BLOCK);
+        asm!(
+            "tileloadd tmm2, [{a0} + {ast}*1]",
+            "tileloadd tmm3, [{a1} + {ast}*1]",
+            "tileloadd tmm4, [{w0} + {ws}*1]",
+            "tileloadd tmm5, [{w1} + {ws}*1]",
+            "tileloadd tmm6, [{w2} + {ws}*1]",
+            "tileloadd tmm7, [{w3} + {ws}*1]",
+            "tdpbf16ps tmm0, tmm4, tmm2",
+            "tdpbf16ps tmm0, tmm5, tmm3",
+            "tdpbf16ps tmm1, tmm6, tmm2",
+            "tdpbf16ps tmm1, tmm7, tmm3",
+            a0 = in(reg) a_tile(2 * step),
+            a1 = in(reg) a_tile(2 * step + 1),
+            ast = in(reg) a_stride,
+            w0 = in(reg) w(0),
+            w1 = in(reg) w(1),
+            w2 = in(reg) w(2),
+            w3 = in(reg) w(3),
+            ws = in(reg) 2 * BLOCK,
+            options(nostack, readonly),
+        );
+    }
+    if whole < k {
+        let b = buf.0.as_mut_ptr();
+        for i in 0..PASS_COLS {
+            let (qi, si) = (qr[i].add(whole), *sr[i].add(whole / BLOCK));
+            nan_tail |= _mm256_movemask_epi8(nan_bytes32(qi)) as u32;
+            let v = decode32(qi, si);
+            let row = b.add((i / TILE_COLS * 2 * TILE_COLS + i % TILE_COLS) * BLOCK);
+            _mm512_storeu_si512(
+                row as *mut __m512i,
+                std::mem::transmute::<__m512bh, __m512i>(v),
+            );
+        }
+        asm!(
+            "tileloadd tmm2, [{a0} + {ast}*1]",
+            "tileloadd tmm4, [{w0} + {ws}*1]",
+            "tileloadd tmm6, [{w2} + {ws}*1]",
+            "tdpbf16ps tmm0, tmm4, tmm2",
+            "tdpbf16ps tmm1, tmm6, tmm2",
+            a0 = in(reg) a_tile(whole / BLOCK),
+            ast = in(reg) a_stride,
+            w0 = in(reg) b,
+            w2 = in(reg) b.add(2 * TILE_COLS * BLOCK),
+            ws = in(reg) 2 * BLOCK,
+            options(nostack, readonly),
+        );
+    }
+    // C rows (columns of y) 64 bytes apart; only the first m f32 of each are written.
+    asm!(
+        "tilestored [{c0} + {cs}*1], tmm0",
+        "tilestored [{c1} + {cs}*1], tmm1",
+        c0 = in(reg) out[0].as_mut_ptr(),
+        c1 = in(reg) out[1].as_mut_ptr(),
+        cs = in(reg) 4 * TILE_COLS,
+        options(nostack),
+    );
+    nan_tail == 0 && _mm512_cmpeq_epi8_mask(nan, _mm512_set1_epi8(-1)) == 0
+}
