@@ -5,11 +5,11 @@
 //!
 //! Roles are swapped so that no weight transpose is needed: `C[16 columns × M] += W[16 columns ×
 //! 32 k] · A[32 k × M]`. W (the AMX "A" operand, 64 bytes per row) is 16 decoded weight rows in
-//! bf16, exactly as `avx512_regs::decode64` builds them (scale added to the exponent) and stored
-//! to a small per-task buffer; A (the "B" operand) is the activations in bf16 in AMX's pair
-//! layout: tile row p holds, for each of the M rows, the 32-bit pair of k-slots 2p, 2p+1
-//! ([`pack_pairs`]; built once per call, read by every pass). Any k order works as long as both
-//! operands share it: the slots follow `pack_steps` and the decode's lane order.
+//! bf16, decoded as the AVX-512 path does (`avx512_regs::decode_bytes`: byte look-ups, scale
+//! added to the exponent) after a byte permute that puts each 32-block in k order, and stored to
+//! a small per-task buffer; A (the "B" operand) is the activations in bf16 in AMX's pair layout:
+//! tile row p holds, for each of the M rows, the 32-bit pair of k = 2p, 2p+1 of the block
+//! ([`pack_pairs`]; built once per call, read by every pass).
 //!
 //! Two column tiles (32 columns) per pass: tmm0 / tmm1 accumulate C over all of K in f32,
 //! tmm2 / tmm3 hold the two A tiles of a 64-k step, tmm4..tmm7 the four W tiles.
@@ -30,7 +30,7 @@ use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
 use super::avx2_mx::nan_bytes32;
-use super::avx512_regs::{decode32, decode64, lookup_tables};
+use super::avx512_regs::{decode32, decode_bytes, exp_add, lookup_tables};
 use crate::codec::BLOCK;
 
 /// Columns per C tile (AMX tile rows).
@@ -39,6 +39,10 @@ pub const TILE_COLS: usize = 16;
 pub const PASS_COLS: usize = 2 * TILE_COLS;
 /// Largest M: the C and A tiles hold M f32 / pairs per row (64 bytes).
 pub const MAX_M: usize = 16;
+/// Smallest M that takes the tiles. The tile work does not shrink with M, and at M = 1 the
+/// AVX-512 path is bound by the weight reads already (2 threads from DRAM: 0.53 vs 0.63 ms at
+/// 1536 × 6144, 0.34 vs 0.47 at 6144 × 768); M = 2 was a tie, M = 4 mostly an AMX win.
+pub const MIN_M: usize = 4;
 /// bf16 words of the per-task decode buffer: two steps (double-buffered) × 2 column tiles ×
 /// 2 halves × 16 rows × 32 words.
 const BUF_WORDS: usize = 2 * 2 * 2 * TILE_COLS * BLOCK;
@@ -52,8 +56,57 @@ impl DecodeBuf {
         Box::new(DecodeBuf([0; BUF_WORDS]))
     }
 }
-/// Weight bytes ahead of a step that the kernel prefetches (into L2) in each row it reads.
-const PREFETCH_AHEAD: usize = 1024;
+
+/// At least this many weight bytes of whole passes (32 rows each) between a step and its
+/// prefetch (into L2): the same k of the rows a later pass reads, as `avx512_regs` does (2
+/// threads from DRAM, 6144 × 768: M = 1 0.47 → 0.35 ms, M = 8 0.43 → 0.32 ms against 1 KiB
+/// ahead in the same row).
+const PREFETCH_AHEAD: usize = 4096;
+
+/// `exp_add(s)` twice in a 32-bit word, for a broadcast straight from memory (a load-port uop,
+/// where a 16-bit broadcast from a register costs two on port 5, which the decode is bound by).
+static EXP_ADD_PAIRS: [u32; 256] = {
+    let mut t = [0u32; 256];
+    let mut s = 0;
+    while s < 256 {
+        t[s] = exp_add(s as u8) as u32 * 0x1_0001;
+        s += 1;
+    }
+    t
+};
+
+/// Byte order for [`decode64`]: bytes 0..8 of 128-bit lane L take weights 8L..8L+8 (block 0),
+/// bytes 8..16 weights 32+8L.. (block 1), so the two unpacks give the blocks in k order.
+const BLOCK_ORDER: [u8; 64] = {
+    let mut p = [0u8; 64];
+    let mut i = 0;
+    while i < 64 {
+        let (lane, j) = (i / 16, i % 16);
+        p[i] = (if j < 8 {
+            8 * lane + j
+        } else {
+            32 + 8 * lane + j - 8
+        }) as u8;
+        i += 1;
+    }
+    p
+};
+
+/// 64 E4M3 bytes at `q` (blocks with scales `s0`, `s1` ≤ `MAX_FAST_SCALE`) → block 0 and
+/// block 1 in bf16, each in k order (`avx512_regs::decode_bytes` after a byte permute:
+/// per-block scales then are whole-vector broadcasts). `nan` as `decode_bytes`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16")]
+#[inline]
+unsafe fn decode64(
+    q: *const u8,
+    (s0, s1): (u8, u8),
+    (t, order): (&[__m512i; 4], __m512i),
+    nan: &mut __m512i,
+) -> (__m512bh, __m512bh) {
+    let b = _mm512_permutexvar_epi8(order, _mm512_loadu_si512(q as *const __m512i));
+    let e = |s: u8| _mm512_set1_epi32(*EXP_ADD_PAIRS.get_unchecked(s as usize) as i32);
+    decode_bytes(b, (e(s0), e(s1)), t, nan)
+}
 
 /// Whether this CPU and OS run AMX-BF16 for this process: CPUID.(7,0):EDX bits 22 (AMX-BF16)
 /// and 24 (AMX-TILE), OSXSAVE with XCR0 bits 17/18 (tile config and data) enabled, and — on
@@ -155,27 +208,31 @@ pub unsafe fn release() {
     asm!("tilerelease", options(nostack, nomem));
 }
 
-/// The `pack_steps` output (`m` rows, `k` values) in the pair layout of the A tiles: for each
-/// 32-k chunk of it (the two halves of every 64-k step, then a 32-wide tail), 16 tile rows of
-/// `m` pairs: `out[(chunk · 16 + p) · m + r]` = words 2p, 2p+1 of row r's chunk.
+/// The `pack_steps` output (`m` rows of `k` bf16 values, `avx512_regs`) in the pair layout of
+/// the A tiles, k in order: for each 32-k chunk, 16 tile rows of `m` pairs:
+/// `out[(chunk · 16 + p) · m + r]` = A[r, 32·chunk + 2p] and A[r, 32·chunk + 2p + 1] (low word
+/// first). A scalar transpose: m·k/2 moves, ~1 % of a call at M = 16.
 pub fn pack_pairs(packed: &[u16], m: usize, k: usize) -> Vec<u32> {
     assert!(packed.len() == m * k && k.is_multiple_of(BLOCK));
-    let mut out = vec![0u32; m * k / 2];
     let whole = k - k % (2 * BLOCK);
-    let pair = |i: usize| packed[i] as u32 | (packed[i + 1] as u32) << 16;
+    // Where A[r, kk] is in the packed A: 64-k steps of m rows in the unpack lane order
+    // (k ≡ 0..7 mod 16 first, then 8..15), then a tail of m rows of 32 in k order. An even kk
+    // and kk + 1 are neighbours in both.
+    let at = |r: usize, kk: usize| {
+        if kk < whole {
+            let (t, j) = (kk / (2 * BLOCK), kk % (2 * BLOCK));
+            (t * m + r) * 2 * BLOCK + (j % 16 / 8) * BLOCK + j / 16 * 8 + j % 8
+        } else {
+            m * whole + r * BLOCK + kk - whole
+        }
+    };
+    let mut out = vec![0u32; m * k / 2];
     for chunk in 0..k / BLOCK {
-        // Where row r's 32 words of this chunk start in the packed A.
-        let start = |r: usize| {
-            if chunk * BLOCK < whole {
-                (chunk / 2 * m + r) * 2 * BLOCK + chunk % 2 * BLOCK
-            } else {
-                m * whole + r * BLOCK
-            }
-        };
         for r in 0..m {
-            let s = start(r);
             for p in 0..TILE_COLS {
-                out[(chunk * TILE_COLS + p) * m + r] = pair(s + 2 * p);
+                let i = at(r, chunk * BLOCK + 2 * p);
+                out[(chunk * TILE_COLS + p) * m + r] =
+                    packed[i] as u32 | (packed[i + 1] as u32) << 16;
             }
         }
     }
@@ -204,6 +261,8 @@ pub unsafe fn nk_pass(
 ) -> bool {
     let kb = k / BLOCK;
     let t = lookup_tables();
+    let order = _mm512_loadu_si512(BLOCK_ORDER.as_ptr() as *const __m512i);
+    let ahead = PASS_COLS * k * PREFETCH_AHEAD.div_ceil(PASS_COLS * k);
     let qr: [*const u8; PASS_COLS] = std::array::from_fn(|i| q.add(i.min(rows - 1) * k));
     let sr: [*const u8; PASS_COLS] = std::array::from_fn(|i| s.add(i.min(rows - 1) * kb));
     let mut nan = _mm512_setzero_si512();
@@ -218,8 +277,8 @@ pub unsafe fn nk_pass(
         let b = buf.0.as_mut_ptr().add(step % 2 * (BUF_WORDS / 2));
         for i in 0..PASS_COLS {
             let (qi, si) = (qr[i].add(k0), sr[i].add(k0 / BLOCK));
-            _mm_prefetch::<_MM_HINT_T1>(qi.wrapping_add(PREFETCH_AHEAD) as *const i8);
-            let (v0, v1) = decode64(qi, *si, *si.add(1), &t, &mut nan);
+            _mm_prefetch::<_MM_HINT_T1>(qi.wrapping_add(ahead) as *const i8);
+            let (v0, v1) = decode64(qi, (*si, *si.add(1)), (&t, order), &mut nan);
             let row = b.add((i / TILE_COLS * 2 * TILE_COLS + i % TILE_COLS) * BLOCK);
             _mm512_storeu_si512(
                 row as *mut __m512i,
@@ -289,4 +348,138 @@ pub unsafe fn nk_pass(
         options(nostack),
     );
     nan_tail == 0 && _mm512_cmpeq_epi8_mask(nan, _mm512_set1_epi8(-1)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::{e4m3_to_f32, e8m0_to_f32};
+    use crate::fast::avx512_regs::pack_steps;
+    use crate::fast::isa;
+
+    /// xorshift64: fresh, reproducible operands.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+    }
+
+    /// One pass straight through the kernel (the driver's dispatch aside: every M it can take,
+    /// 1..=16), against f64 sums of the exact deq values.
+    #[test]
+    fn pass_matches_f64_sums_and_leaves_on_nan() {
+        if !isa::with_amx(true, isa::amx_bf16) {
+            eprintln!("skipped: this CPU / OS has no AMX-BF16 (or no AVX-512 BF16)");
+            return;
+        }
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        // k = 32·odd (a tail; 32: only it), rows < 32 (repeated last row), m = 1..16.
+        for (m, k, rows) in [
+            (1, 96, 32),
+            (3, 32, 17),
+            (8, 1056, 32),
+            (9, 192, 5),
+            (16, 160, 32),
+        ] {
+            // A: bf16-exact values of both signs, 2^-8 .. 2^8.
+            let a: Vec<f32> = (0..m * k)
+                .map(|_| {
+                    let r = rng.next();
+                    let e = 119 + (r % 17) as u32;
+                    f32::from_bits(
+                        ((r >> 63) as u32) << 31 | e << 23 | ((r >> 8) as u32 & 0x7F) << 16,
+                    )
+                })
+                .collect();
+            // Weights: any non-NaN byte; scales 100..=150 (on the route for this A).
+            let mut q: Vec<u8> = (0..rows * k).map(|_| (rng.next() >> 20) as u8).collect();
+            for b in q.iter_mut().filter(|b| **b & 0x7F == 0x7F) {
+                *b &= 0xFE;
+            }
+            let s: Vec<u8> = (0..rows * k / BLOCK)
+                .map(|_| 100 + (rng.next() % 51) as u8)
+                .collect();
+            // SAFETY: amx_bf16() checked AVX-512 BF16 and AMX; a holds m·k values, k % 32 == 0.
+            let pairs = pack_pairs(&unsafe { pack_steps(&a, m, k) }, m, k);
+            let run = |q: &[u8], out: &mut [[[f32; TILE_COLS]; TILE_COLS]; 2]| {
+                let (cfg, mut buf) = (TileConfig::new(m), DecodeBuf::new());
+                // SAFETY: as above; tiles configured for m before the pass, released after;
+                // rows·k bytes, rows·k/32 scales ≤ 150, m·k/2 pairs.
+                unsafe {
+                    cfg.load();
+                    let ok = nk_pass(
+                        pairs.as_ptr(),
+                        m,
+                        k,
+                        (q.as_ptr(), s.as_ptr(), rows),
+                        &mut buf,
+                        out,
+                    );
+                    release();
+                    ok
+                }
+            };
+            let mut out = [[[0f32; TILE_COLS]; TILE_COLS]; 2];
+            assert!(run(&q, &mut out), "m {m} k {k}: no NaN, yet off the route");
+            for i in 0..PASS_COLS {
+                let row = i.min(rows - 1);
+                for r in 0..m {
+                    let (mut want, mut abs) = (0f64, 0f64);
+                    for kk in 0..k {
+                        let w = e4m3_to_f32(q[row * k + kk]) as f64
+                            * e8m0_to_f32(s[row * k / BLOCK + kk / BLOCK]) as f64;
+                        want += a[r * k + kk] as f64 * w;
+                        abs += (a[r * k + kk] as f64 * w).abs();
+                    }
+                    let got = out[i / TILE_COLS][i % TILE_COLS][r] as f64;
+                    let bound = abs * k as f64 * 2f64.powi(-23) + 1e-30;
+                    assert!(
+                        (got - want).abs() <= bound,
+                        "m {m} k {k} column {i} row {r}: {got} vs {want} (bound {bound})"
+                    );
+                }
+            }
+            for nan in [0x7F, 0xFF] {
+                for pos in [0, k - 1, (rows - 1) * k + k / 2] {
+                    let mut bad = q.clone();
+                    bad[pos] = nan;
+                    assert!(
+                        !run(&bad, &mut out),
+                        "m {m} k {k}: NaN {nan:#x} at {pos} missed"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn pair_layout_holds_k_in_order() {
+        if !isa::avx512_bf16() {
+            return;
+        }
+        let (m, k) = (3, 160); // two 64-k steps and a 32-wide tail
+        let bits = |i: usize| 0x3F80 + i as u16; // distinct bf16-exact values
+        let a: Vec<f32> = (0..m * k)
+            .map(|i| f32::from_bits((bits(i) as u32) << 16))
+            .collect();
+        // SAFETY: avx512_bf16() checked the CPU features; k is a multiple of 32.
+        let pairs = pack_pairs(&unsafe { pack_steps(&a, m, k) }, m, k);
+        for chunk in 0..k / BLOCK {
+            for p in 0..TILE_COLS {
+                for r in 0..m {
+                    let kk = chunk * BLOCK + 2 * p;
+                    let want = bits(r * k + kk) as u32 | (bits(r * k + kk + 1) as u32) << 16;
+                    assert_eq!(
+                        pairs[(chunk * TILE_COLS + p) * m + r],
+                        want,
+                        "chunk {chunk} p {p} r {r}"
+                    );
+                }
+            }
+        }
+    }
 }

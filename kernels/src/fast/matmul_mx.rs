@@ -89,11 +89,11 @@ pub(super) fn nk<O: Element>(
     let kb = k / BLOCK;
     let y = SharedMut::new(y);
     let bf16 = bf16_a(a, m);
-    // M ≤ 16 on AMX tiles where wanted and supported (decided on the calling thread, like
+    // 4 ≤ M ≤ 16 on AMX tiles where wanted and supported (decided on the calling thread, like
     // bf16_a): A in the tiles' pair layout, once per call; units of 32 columns.
     let amx = bf16
         .as_ref()
-        .filter(|_| m <= amx::MAX_M && super::isa::amx_bf16())
+        .filter(|_| (amx::MIN_M..=amx::MAX_M).contains(&m) && super::isa::amx_bf16())
         .map(|b| (b, amx::pack_pairs(&b.a, m, k)));
     let unit_cols = if amx.is_some() {
         amx::PASS_COLS
