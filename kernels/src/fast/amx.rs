@@ -64,7 +64,8 @@ impl DecodeBuf {
 const PREFETCH_AHEAD: usize = 4096;
 
 /// `exp_add(s)` twice in a 32-bit word, for a broadcast straight from memory (a load-port uop,
-/// where a 16-bit broadcast from a register costs two on port 5, which the decode is bound by).
+/// where a 16-bit broadcast from a register costs two on port 5, which also runs every look-up
+/// and unpack of the decode).
 static EXP_ADD_PAIRS: [u32; 256] = {
     let mut t = [0u32; 256];
     let mut s = 0;

@@ -11,6 +11,10 @@
 //!   (`avx512_regs`), once per group of up to 8 rows of bf16 A (packed step by step), two
 //!   columns per pass — `vdpbf16ps` runs 32 multiply-adds per instruction; larger M converts
 //!   decoded tiles to bf16 and runs 4-row × 4-column `vdpbf16ps` blocks (`avx512_mx`).
+//!   With AMX-BF16 too (`amx`; Linux grants the tile state), 4 ≤ M ≤ 16 runs 32-column units
+//!   on tiles instead: weights decoded the same way into a small buffer, one `tdpbf16ps` per 16
+//!   columns × 32 k; a unit off its route (guards as above, NaN weights) runs its 4-column
+//!   units as above.
 //! * `[K, N]` (trans_b = 0), units of 256 columns (4 cache lines of each weight row): 128-k
 //!   tiles of 16-column stripes decoded into L1, then 6-row × 16-column register blocks with A
 //!   broadcast (no horizontal sums; for up to 3 rows, even and odd k summed apart per tile).
@@ -20,7 +24,8 @@
 //!
 //! f32 accumulation order (docs/ops.md leaves it open; deterministic): `[N, K]`: per output,
 //! 8 lanes (k mod 8) accumulated in k order, summed horizontally at the end (AVX-512 BF16: 16
-//! lanes of pairs of k, in the lane order of its decode, summed at the end); `[K, N]`: per
+//! lanes of pairs of k, in the lane order of its decode, summed at the end; AMX: the tile
+//! unit's order over each 32-k block, blocks in k order); `[K, N]`: per
 //! output, a running sum in k order (M ≤ 3 rows per block: even and odd k apart within a
 //! 128-k tile, added at its end).
 
