@@ -16,7 +16,8 @@
 //!
 //! Stable Rust has no AMX intrinsics, so the tile instructions are `asm!` with explicit tile
 //! registers. The compiler never touches tile state; the driver loads the tile configuration
-//! ([`TileConfig::load`]) before any kernel call on a thread and releases it after.
+//! ([`TileConfig::load`]) on the thread of a task before its kernel calls, and the guard it
+//! returns releases it at the task's end.
 //!
 //! Precision: TDPBF16PS, like `vdpbf16ps`, treats bf16 denormal inputs as zero and may flush
 //! denormal results, so the same guards as the AVX-512 path apply (`normal_products`,
@@ -192,21 +193,27 @@ impl TileConfig {
         TileConfig(c)
     }
 
-    /// Loads this configuration on the calling thread; [`release`] undoes it.
+    /// Loads this configuration on the calling thread until the returned guard drops (then
+    /// `tilerelease`: the thread, maybe another pool's, leaves with no tile state — also when
+    /// a fallback path panics).
     ///
     /// # Safety
     /// [`supported`] returned true.
-    pub unsafe fn load(&self) {
+    pub unsafe fn load(&self) -> TilesLoaded {
         asm!("ldtilecfg [{}]", in(reg) self.0.as_ptr(), options(nostack, readonly));
+        TilesLoaded(std::marker::PhantomData)
     }
 }
 
-/// Returns the tile state of the calling thread to its initial state (`tilerelease`).
-///
-/// # Safety
-/// [`supported`] returned true.
-pub unsafe fn release() {
-    asm!("tilerelease", options(nostack, nomem));
+/// The tile configuration is loaded on this thread; dropping releases it. Not `Send`: the
+/// state belongs to the thread.
+pub struct TilesLoaded(std::marker::PhantomData<*const ()>);
+
+impl Drop for TilesLoaded {
+    fn drop(&mut self) {
+        // SAFETY: only `TileConfig::load` makes one, after `supported` (its safety contract).
+        unsafe { asm!("tilerelease", options(nostack, nomem)) };
+    }
 }
 
 /// The `pack_steps` output (`m` rows of `k` bf16 values, `avx512_regs`) in the pair layout of
@@ -408,20 +415,18 @@ mod tests {
             let pairs = pack_pairs(&unsafe { pack_steps(&a, m, k) }, m, k);
             let run = |q: &[u8], out: &mut [[[f32; TILE_COLS]; TILE_COLS]; 2]| {
                 let (cfg, mut buf) = (TileConfig::new(m), DecodeBuf::new());
-                // SAFETY: as above; tiles configured for m before the pass, released after;
+                // SAFETY: as above; tiles configured for m for the pass (released as `_tiles` drops);
                 // rows·k bytes, rows·k/32 scales ≤ 150, m·k/2 pairs.
                 unsafe {
-                    cfg.load();
-                    let ok = nk_pass(
+                    let _tiles = cfg.load();
+                    nk_pass(
                         pairs.as_ptr(),
                         m,
                         k,
                         (q.as_ptr(), s.as_ptr(), rows),
                         &mut buf,
                         out,
-                    );
-                    release();
-                    ok
+                    )
                 }
             };
             let mut out = [[[0f32; TILE_COLS]; TILE_COLS]; 2];

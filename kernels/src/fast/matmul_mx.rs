@@ -225,8 +225,8 @@ fn nk_amx_units<O: Element>(
     let mut buf = amx::DecodeBuf::new();
     let mut c = [[[0f32; amx::TILE_COLS]; amx::TILE_COLS]; 2];
     let mut vals = vec![[0f32; amx::PASS_COLS]; m];
-    // SAFETY: amx_bf16() checked the CPU and OS (caller); released below.
-    unsafe { cfg.load() };
+    // SAFETY: amx_bf16() checked the CPU and OS (caller); released when `_tiles` drops.
+    let _tiles = unsafe { cfg.load() };
     for u in u0..u1 {
         let (n0, cols) = (
             u * amx::PASS_COLS,
@@ -259,8 +259,6 @@ fn nk_amx_units<O: Element>(
         }
         store_block(y, n, (n0, cols), &mut vals, ep);
     }
-    // SAFETY: as for load.
-    unsafe { amx::release() };
 }
 
 /// Largest M of the in-register AVX-512 BF16 path (`avx512_regs::nk_regs_bf16`, rows in groups
