@@ -232,7 +232,7 @@ fn amx_matches_reference_and_avx512() {
     let mut seed = 100;
     // M < amx::MIN_M (1, 3) runs the AVX-512 path by dispatch; the kernel itself is tested at
     // those M in kernels/src/fast/amx.rs.
-    for m in [1, 3, 4, 8, 9, 16] {
+    for m in [1, 3, 4, 8, 9, 16, 17, 40, 64] {
         // K = 32·odd: the 32-wide tail (k = 32: nothing but it); n = 70 / 33 / 47: a partial
         // 16-column tile and a partial 32-column pass.
         for (k, n) in [(96, 70), (1056, 33), (32, 47), (192, 64)] {

@@ -38,8 +38,11 @@ use crate::codec::BLOCK;
 pub const TILE_COLS: usize = 16;
 /// Columns per pass: two C tiles.
 pub const PASS_COLS: usize = 2 * TILE_COLS;
-/// Largest M: the C and A tiles hold M f32 / pairs per row (64 bytes).
-pub const MAX_M: usize = 16;
+/// Rows of A per tile: the C and A tiles hold that many f32 / pairs per row (64 bytes).
+pub const TILE_M: usize = 16;
+/// Largest M: groups of 16 rows of A, each a pass of its own over the weights (decoded again:
+/// the decode is the cost, yet 4 groups still beat the AVX-512 path's dot products at M = 64).
+pub const MAX_M: usize = 64;
 /// Smallest M that takes the tiles. The tile work does not shrink with M, and at M = 1 the
 /// AVX-512 path is bound by the weight reads already (2 threads from DRAM: 0.53 vs 0.63 ms at
 /// 1536 × 6144, 0.34 vs 0.47 at 6144 × 768); M = 2 was a tie, M = 4 mostly an AMX win.
@@ -181,7 +184,7 @@ pub struct TileConfig([u8; 64]);
 
 impl TileConfig {
     pub fn new(m: usize) -> TileConfig {
-        assert!((1..=MAX_M).contains(&m));
+        assert!((1..=TILE_M).contains(&m));
         let mut c = [0u8; 64];
         c[0] = 1; // palette 1
         for t in 0..8 {
@@ -216,12 +219,13 @@ impl Drop for TilesLoaded {
     }
 }
 
-/// The `pack_steps` output (`m` rows of `k` bf16 values, `avx512_regs`) in the pair layout of
-/// the A tiles, k in order: for each 32-k chunk, 16 tile rows of `m` pairs:
-/// `out[(chunk · 16 + p) · m + r]` = A[r, 32·chunk + 2p] and A[r, 32·chunk + 2p + 1] (low word
-/// first). A scalar transpose: m·k/2 moves, ~1 % of a call at M = 16.
-pub fn pack_pairs(packed: &[u16], m: usize, k: usize) -> Vec<u32> {
-    assert!(packed.len() == m * k && k.is_multiple_of(BLOCK));
+/// Rows r0..r0+tm of the `pack_steps` output (`m` rows of `k` bf16 values, `avx512_regs`) in
+/// the pair layout of the A tiles (rows past `m` are zeros), k in order: for each 32-k chunk,
+/// 16 tile rows of `tm` pairs: `out[(chunk · 16 + p) · tm + j]` = A[r0 + j, 32·chunk + 2p] and
+/// A[r0 + j, 32·chunk + 2p + 1] (low word first). A scalar transpose: tm·k/2 moves, ~1 % of a
+/// call at M = 16.
+pub fn pack_pairs(packed: &[u16], m: usize, k: usize, (r0, tm): (usize, usize)) -> Vec<u32> {
+    assert!(packed.len() == m * k && k.is_multiple_of(BLOCK) && r0 < m && tm <= TILE_M);
     let whole = k - k % (2 * BLOCK);
     // Where A[r, kk] is in the packed A: 64-k steps of m rows in the unpack lane order
     // (k ≡ 0..7 mod 16 first, then 8..15), then a tail of m rows of 32 in k order. An even kk
@@ -234,12 +238,12 @@ pub fn pack_pairs(packed: &[u16], m: usize, k: usize) -> Vec<u32> {
             m * whole + r * BLOCK + kk - whole
         }
     };
-    let mut out = vec![0u32; m * k / 2];
+    let mut out = vec![0u32; tm * k / 2];
     for chunk in 0..k / BLOCK {
-        for r in 0..m {
+        for j in 0..tm.min(m - r0) {
             for p in 0..TILE_COLS {
-                let i = at(r, chunk * BLOCK + 2 * p);
-                out[(chunk * TILE_COLS + p) * m + r] =
+                let i = at(r0 + j, chunk * BLOCK + 2 * p);
+                out[(chunk * TILE_COLS + p) * tm + j] =
                     packed[i] as u32 | (packed[i + 1] as u32) << 16;
             }
         }
@@ -412,7 +416,7 @@ mod tests {
                 .map(|_| 100 + (rng.next() % 51) as u8)
                 .collect();
             // SAFETY: amx_bf16() checked AVX-512 BF16 and AMX; a holds m·k values, k % 32 == 0.
-            let pairs = pack_pairs(&unsafe { pack_steps(&a, m, k) }, m, k);
+            let pairs = pack_pairs(&unsafe { pack_steps(&a, m, k) }, m, k, (0, m));
             let run = |q: &[u8], out: &mut [[[f32; TILE_COLS]; TILE_COLS]; 2]| {
                 let (cfg, mut buf) = (TileConfig::new(m), DecodeBuf::new());
                 // SAFETY: as above; tiles configured for m for the pass (released as `_tiles` drops);
@@ -473,17 +477,25 @@ mod tests {
             .map(|i| f32::from_bits((bits(i) as u32) << 16))
             .collect();
         // SAFETY: avx512_bf16() checked the CPU features; k is a multiple of 32.
-        let pairs = pack_pairs(&unsafe { pack_steps(&a, m, k) }, m, k);
-        for chunk in 0..k / BLOCK {
-            for p in 0..TILE_COLS {
-                for r in 0..m {
-                    let kk = chunk * BLOCK + 2 * p;
-                    let want = bits(r * k + kk) as u32 | (bits(r * k + kk + 1) as u32) << 16;
-                    assert_eq!(
-                        pairs[(chunk * TILE_COLS + p) * m + r],
-                        want,
-                        "chunk {chunk} p {p} r {r}"
-                    );
+        let packed = unsafe { pack_steps(&a, m, k) };
+        // All rows; rows 1.. as a group of 4 tile rows (the last one zeros).
+        for (r0, tm) in [(0, m), (1, 4)] {
+            let pairs = pack_pairs(&packed, m, k, (r0, tm));
+            for chunk in 0..k / BLOCK {
+                for p in 0..TILE_COLS {
+                    for j in 0..tm {
+                        let (r, kk) = (r0 + j, chunk * BLOCK + 2 * p);
+                        let want = if r < m {
+                            bits(r * k + kk) as u32 | (bits(r * k + kk + 1) as u32) << 16
+                        } else {
+                            0
+                        };
+                        assert_eq!(
+                            pairs[(chunk * TILE_COLS + p) * tm + j],
+                            want,
+                            "group {r0}+{tm}: chunk {chunk} p {p} row {r}"
+                        );
+                    }
                 }
             }
         }

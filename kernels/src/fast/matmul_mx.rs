@@ -11,9 +11,9 @@
 //!   (`avx512_regs`), once per group of up to 8 rows of bf16 A (packed step by step), two
 //!   columns per pass — `vdpbf16ps` runs 32 multiply-adds per instruction; larger M converts
 //!   decoded tiles to bf16 and runs 4-row × 4-column `vdpbf16ps` blocks (`avx512_mx`).
-//!   With AMX-BF16 too (`amx`; Linux grants the tile state), 4 ≤ M ≤ 16 runs 32-column units
+//!   With AMX-BF16 too (`amx`; Linux grants the tile state), 4 ≤ M ≤ 64 runs 32-column units
 //!   on tiles instead: weights decoded the same way into a small buffer, one `tdpbf16ps` per 16
-//!   columns × 32 k; a unit off its route (guards as above, NaN weights) runs its 4-column
+//!   columns × 32 k × up to 16 rows (M > 16: groups of 16 rows, each its own pass); a unit off its route (guards as above, NaN weights) runs its 4-column
 //!   units as above.
 //! * `[K, N]` (trans_b = 0), units of 256 columns (4 cache lines of each weight row): 128-k
 //!   tiles of 16-column stripes decoded into L1, then 6-row × 16-column register blocks with A
@@ -94,12 +94,21 @@ pub(super) fn nk<O: Element>(
     let kb = k / BLOCK;
     let y = SharedMut::new(y);
     let bf16 = bf16_a(a, m);
-    // 4 ≤ M ≤ 16 on AMX tiles where wanted and supported (decided on the calling thread, like
+    // 4 ≤ M ≤ 64 on AMX tiles where wanted and supported (decided on the calling thread, like
     // bf16_a): A in the tiles' pair layout, once per call; units of 32 columns.
     let amx = bf16
         .as_ref()
         .filter(|_| (amx::MIN_M..=amx::MAX_M).contains(&m) && super::isa::amx_bf16())
-        .map(|b| (b, amx::pack_pairs(&b.a, m, k)));
+        .map(|b| {
+            // Groups of 16 rows (one group of m rows up to 16; beyond, the last group padded
+            // with zero rows: the tile product costs the same, and one configuration serves).
+            let tm = m.min(amx::TILE_M);
+            let groups: Vec<Vec<u32>> = (0..m)
+                .step_by(tm)
+                .map(|r0| amx::pack_pairs(&b.a, m, k, (r0, tm)))
+                .collect();
+            (b, tm, groups)
+        });
     let unit_cols = if amx.is_some() {
         amx::PASS_COLS
     } else {
@@ -168,9 +177,9 @@ pub(super) fn nk<O: Element>(
             };
             match &amx {
                 None => (u0..u1).for_each(&mut four),
-                Some((b, pairs)) => {
+                Some((b, tm, groups)) => {
                     let w = MxWeights { q, scales, k, n };
-                    nk_amx_units(pairs, b, m, w, (u0, u1), (&y, ep), &mut four)
+                    nk_amx_units((groups, *tm), b, m, w, (u0, u1), (&y, ep), &mut four)
                 }
             }
         },
@@ -206,12 +215,13 @@ struct MxWeights<'a> {
 }
 
 /// Units u0..u1 of 32 columns on AMX-BF16 tiles (`amx`; A in bf16 `b` and, in the tiles' pair
-/// layout, `pairs`). A unit off the AMX route — a product that may not be a normal f32, a scale
-/// above `MAX_FAST_SCALE`, a NaN weight — runs its 4-column units through `four` (the other
-/// paths) instead. The tile configuration lives on this thread for these units only: tasks run
-/// on other pools' threads too. Caller: `amx_bf16()` (CPU, OS, AVX-512 BF16), m ≤ 16.
+/// layout, `groups` of `tm` rows). A unit off the AMX route — a product that may not be a
+/// normal f32, a scale above `MAX_FAST_SCALE`, a NaN weight — runs its 4-column units through
+/// `four` (the other paths) instead. The tile configuration lives on this thread for these
+/// units only: tasks run on other pools' threads too. Caller: `amx_bf16()` (CPU, OS, AVX-512
+/// BF16), m ≤ `amx::MAX_M`.
 fn nk_amx_units<O: Element>(
-    pairs: &[u32],
+    (groups, tm): (&[Vec<u32>], usize),
     b: &Bf16A,
     m: usize,
     w: MxWeights,
@@ -220,8 +230,9 @@ fn nk_amx_units<O: Element>(
     four: &mut dyn FnMut(usize),
 ) {
     let (k, n, kb) = (w.k, w.n, w.k / BLOCK);
-    assert!(pairs.len() * 2 == m * k && w.q.len() >= n * k && w.scales.len() >= n * kb);
-    let cfg = amx::TileConfig::new(m);
+    assert!(groups.len() == m.div_ceil(tm) && groups.iter().all(|g| g.len() * 2 == tm * k));
+    assert!(w.q.len() >= n * k && w.scales.len() >= n * kb);
+    let cfg = amx::TileConfig::new(tm);
     let mut buf = amx::DecodeBuf::new();
     let mut c = [[[0f32; amx::TILE_COLS]; amx::TILE_COLS]; 2];
     let mut vals = vec![[0f32; amx::PASS_COLS]; m];
@@ -235,27 +246,30 @@ fn nk_amx_units<O: Element>(
         let (lo, hi) = w.scales[n0 * kb..(n0 + cols) * kb]
             .iter()
             .fold((u8::MAX, 0), |(lo, hi), &s| (lo.min(s), hi.max(s)));
-        let on_route = hi <= MAX_FAST_SCALE
-            && wide::normal_products(b.min_exp, lo as i32 - 127 - 9)
-            // SAFETY: tiles configured for m above; rows n0..n0+cols of q / scales and the
-            // m·k/2 pairs are in bounds (asserted); every scale ≤ MAX_FAST_SCALE (checked).
-            && unsafe {
-                amx::nk_pass(
-                    pairs.as_ptr(),
-                    m,
-                    k,
-                    (w.q[n0 * k..].as_ptr(), w.scales[n0 * kb..].as_ptr(), cols),
-                    &mut buf,
-                    &mut c,
-                )
-            };
+        let mut on_route =
+            hi <= MAX_FAST_SCALE && wide::normal_products(b.min_exp, lo as i32 - 127 - 9);
+        for (g, pairs) in groups.iter().enumerate() {
+            // SAFETY: tiles configured for tm above; rows n0..n0+cols of q / scales and the
+            // tm·k/2 pairs are in bounds (asserted); every scale ≤ MAX_FAST_SCALE (checked).
+            on_route = on_route
+                && unsafe {
+                    amx::nk_pass(
+                        pairs.as_ptr(),
+                        tm,
+                        k,
+                        (w.q[n0 * k..].as_ptr(), w.scales[n0 * kb..].as_ptr(), cols),
+                        &mut buf,
+                        &mut c,
+                    )
+                };
+            // C tiles hold column-major sums: c[t][i][j] is row g·tm + j, column n0 + 16t + i.
+            for (j, v) in vals.iter_mut().skip(g * tm).take(tm).enumerate() {
+                *v = std::array::from_fn(|col| c[col / amx::TILE_COLS][col % amx::TILE_COLS][j]);
+            }
+        }
         if !on_route {
             (n0 / NK_COLS..(n0 + cols).div_ceil(NK_COLS)).for_each(&mut *four);
             continue;
-        }
-        // C tiles hold column-major sums: c[t][i][r] is row r, column n0 + 16t + i.
-        for (r, v) in vals.iter_mut().enumerate() {
-            *v = std::array::from_fn(|j| c[j / amx::TILE_COLS][j % amx::TILE_COLS][r]);
         }
         store_block(y, n, (n0, cols), &mut vals, ep);
     }
