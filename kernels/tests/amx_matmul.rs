@@ -1,5 +1,6 @@
-//! The AMX-BF16 path of the MXFP8 `[N, K]` GEMM (M ≤ 16) against the f64-accumulated reference
-//! and against the AVX-512 BF16 path, on random MX operands with the edges of its route: scales
+//! The AMX-BF16 path of the MXFP8 `[N, K]` GEMM (4 ≤ M ≤ 64; the kernel alone at M = 1..16:
+//! kernels/src/fast/amx.rs) against the f64-accumulated reference and against the AVX-512 BF16
+//! path, on random MX operands with the edges of its route: scales
 //! at the guard limits, a scale past them and NaN weights (those 32-column units leave the
 //! tiles), N not a multiple of 16, K = 32·odd (a 32-wide tail), f32 / bf16 / f16 outputs, with
 //! and without an epilogue. Skipped (with a message) where the CPU or OS has no AMX.

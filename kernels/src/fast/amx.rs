@@ -1,4 +1,4 @@
-//! The Intel AMX-BF16 kernel of the MXFP8 `[N, K]` GEMM for M ≤ 16 (driven by `matmul_mx`).
+//! The Intel AMX-BF16 kernel of the MXFP8 `[N, K]` GEMM for 4 ≤ M ≤ 64 (driven by `matmul_mx`).
 //! The in-register AVX-512 path spends about two thirds of its cycles on `vdpbf16ps`; one
 //! `tdpbf16ps` does 16 × 16 × 32 multiply-adds, so here the dot products are nearly free and the
 //! GEMM is bound by the decode and the weight reads.

@@ -10,7 +10,7 @@
 //! gives the same bits on two CPUs only if both take the same path: `MXFUSE_CPU_ISA=avx2` pins
 //! every AVX2 CPU to one. Everything else (quantize, norm, SwiGLU) is bit-exact on every path.
 //!
-//! `MXFUSE_CPU_AMX=1` / `0` turns the AMX-BF16 tiles of the MXFP8 GEMM at 4 ≤ M ≤ 16 on / off
+//! `MXFUSE_CPU_AMX=1` / `0` turns the AMX-BF16 tiles of the MXFP8 GEMM at 4 ≤ M ≤ 64 on / off
 //! ([`amx_bf16`]; unset: [`AMX_DEFAULT`], on); they need the AVX-512 BF16 path too (its decode)
 //! and are off under `MXFUSE_CPU_ISA=avx2`. Their sums are in yet another order (f32, within
 //! the same tolerance).
@@ -43,8 +43,8 @@ thread_local! {
 }
 
 /// Whether AMX runs where it can when `MXFUSE_CPU_AMX` is unset: yes, it measured 1.9-4.5×
-/// the AVX-512 BF16 path at M = 8 and 16 on the three MiniMax-M3 TP4 shapes (Xeon, 2 threads,
-/// weights from DRAM), and M < 4 does not take it.
+/// the AVX-512 BF16 path at M = 8 and 16, 3.4-4.9× at M = 64, on the three MiniMax-M3 TP4
+/// shapes (Xeon, 2 threads, weights from DRAM), and M < 4 does not take it.
 pub const AMX_DEFAULT: bool = true;
 
 /// `MXFUSE_CPU_AMX` (read once): `1` / `0`, anything else or unset → [`AMX_DEFAULT`].
@@ -57,7 +57,7 @@ fn amx_wanted() -> bool {
     })
 }
 
-/// Whether the MXFP8 `[N, K]` GEMM at M ≤ 16 may run on AMX-BF16 tiles: wanted
+/// Whether the MXFP8 `[N, K]` GEMM at 4 ≤ M ≤ 64 may run on AMX-BF16 tiles: wanted
 /// (`MXFUSE_CPU_AMX`, or [`with_amx`] on this thread), [`avx512_bf16`] (whose decode it reuses)
 /// and the CPU and OS support AMX-BF16 for this process (checked once).
 pub fn amx_bf16() -> bool {
