@@ -262,7 +262,6 @@ pub fn pack_pairs(packed: &[u16], m: usize, k: usize, (r0, tm): (usize, usize)) 
 /// calling thread loaded `TileConfig::new(m)`; `rows ≥ 1` rows of `k` bytes at `q` and `k/32`
 /// scales at `s` are in bounds, every scale ≤ `MAX_FAST_SCALE`; `pa` holds `m·k/2` pairs.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
 pub unsafe fn nk_pass(
     pa: *const u32,
     m: usize,
