@@ -65,6 +65,13 @@ const fn tables() -> [[u8; 64]; 4] {
 }
 static TABLES: [[u8; 64]; 4] = tables();
 
+/// [`TABLES`] in registers, for [`decode64`].
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(super) unsafe fn lookup_tables() -> [__m512i; 4] {
+    TABLES.map(|tb| _mm512_loadu_si512(tb.as_ptr() as *const __m512i))
+}
+
 /// 64 E4M3 bytes at `q` (blocks with scales `s0`, `s1`, both ≤ `MAX_FAST_SCALE`) → the 64 deq
 /// values in bf16 as two vectors (lane order: module docs); `nan` takes the byte max of their
 /// high bytes (0xFF where a byte is NaN). No mask compare: those share the ports of
@@ -79,23 +86,41 @@ unsafe fn decode64(
     nan: &mut __m512i,
 ) -> (__m512bh, __m512bh) {
     let b = _mm512_loadu_si512(q as *const __m512i);
+    let e = _mm512_inserti64x4::<1>(
+        _mm512_set1_epi16(exp_add(s0) as i16),
+        _mm256_set1_epi16(exp_add(s1) as i16),
+    );
+    decode_bytes(b, (e, e), t, nan)
+}
+
+/// The bf16 exponent add of block scale `s`: `(s - 127) << 7`, as a 16-bit word.
+pub(super) const fn exp_add(s: u8) -> u16 {
+    ((s as i16 - 127) << 7) as u16
+}
+
+/// The core of [`decode64`] for 64 E4M3 bytes `b` in any byte order: the words of
+/// `unpacklo_epi8` (bytes 0..8 of each 128-bit lane) get the exponent adds of `e.0`, those of
+/// `unpackhi_epi8` (bytes 8..16) `e.1`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16")]
+#[inline]
+pub(super) unsafe fn decode_bytes(
+    b: __m512i,
+    e: (__m512i, __m512i),
+    t: &[__m512i; 4],
+    nan: &mut __m512i,
+) -> (__m512bh, __m512bh) {
     let hi = _mm512_permutex2var_epi8(t[0], b, t[1]);
     let lo = _mm512_permutex2var_epi8(t[2], b, t[3]);
     // hi | (b & 0x80): the sign.
     let hi = _mm512_ternarylogic_epi32::<0xF8>(hi, b, _mm512_set1_epi8(i8::MIN));
     *nan = _mm512_max_epu8(*nan, hi);
-    let exp_add = |s: u8| ((s as i16 - 127) << 7) as u16 as i16;
-    let e = _mm512_inserti64x4::<1>(
-        _mm512_set1_epi16(exp_add(s0)),
-        _mm256_set1_epi16(exp_add(s1)),
-    );
-    let scale = |w: __m512i| {
+    let scale = |w: __m512i, e: __m512i| {
         let nonzero = _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x7FFF));
         std::mem::transmute::<__m512i, __m512bh>(_mm512_mask_add_epi16(w, nonzero, w, e))
     };
     (
-        scale(_mm512_unpacklo_epi8(lo, hi)),
-        scale(_mm512_unpackhi_epi8(lo, hi)),
+        scale(_mm512_unpacklo_epi8(lo, hi), e.0),
+        scale(_mm512_unpackhi_epi8(lo, hi), e.1),
     )
 }
 
@@ -105,7 +130,7 @@ unsafe fn decode64(
 /// under the `normal_products` guard). For the 32-wide tail only.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")]
 #[inline]
-unsafe fn decode32(q: *const u8, s: u8) -> __m512bh {
+pub(super) unsafe fn decode32(q: *const u8, s: u8) -> __m512bh {
     let w = _mm512_cvtepi8_epi16(_mm256_loadu_si256(q as *const __m256i));
     let h = _mm512_and_si512(
         _mm512_slli_epi16::<7>(w),
@@ -140,7 +165,7 @@ pub unsafe fn nk_regs_bf16<const R: usize, const C: usize>(
     s: [*const u8; C],
     out: &mut [[f32; R]; C],
 ) -> bool {
-    let t = TABLES.map(|tb| _mm512_loadu_si512(tb.as_ptr() as *const __m512i));
+    let t = lookup_tables();
     let mut v = [[_mm512_setzero_ps(); R]; C];
     let mut nan = _mm512_setzero_si512();
     let mut nan_tail = 0u64;

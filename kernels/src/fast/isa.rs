@@ -9,6 +9,11 @@
 //! outputs are never a bit-exact target, as in every BLAS), but not bit-identical — so a model
 //! gives the same bits on two CPUs only if both take the same path: `MXFUSE_CPU_ISA=avx2` pins
 //! every AVX2 CPU to one. Everything else (quantize, norm, SwiGLU) is bit-exact on every path.
+//!
+//! `MXFUSE_CPU_AMX=1` / `0` turns the AMX-BF16 tiles of the MXFP8 GEMM at 4 ≤ M ≤ 64 on / off
+//! ([`amx_bf16`]; unset: [`AMX_DEFAULT`], on); they need the AVX-512 BF16 path too (its decode)
+//! and are off under `MXFUSE_CPU_ISA=avx2`. Their sums are in yet another order (f32, within
+//! the same tolerance).
 
 use std::cell::Cell;
 use std::sync::OnceLock;
@@ -34,6 +39,45 @@ thread_local! {
     static FORCE_PORTABLE: Cell<bool> = const { Cell::new(false) };
     static FORCE_AVX2_ONLY: Cell<bool> = const { Cell::new(false) };
     static FORCE_AVX512: Cell<bool> = const { Cell::new(false) };
+    static FORCE_AMX: Cell<Option<bool>> = const { Cell::new(None) };
+}
+
+/// Whether AMX runs where it can when `MXFUSE_CPU_AMX` is unset: yes, it measured 1.9-4.5×
+/// the AVX-512 BF16 path at M = 8 and 16, 3.4-4.9× at M = 64, on the three MiniMax-M3 TP4
+/// shapes (Xeon, 2 threads, weights from DRAM), and M < 4 does not take it.
+pub const AMX_DEFAULT: bool = true;
+
+/// `MXFUSE_CPU_AMX` (read once): `1` / `0`, anything else or unset → [`AMX_DEFAULT`].
+fn amx_wanted() -> bool {
+    static WANT: OnceLock<bool> = OnceLock::new();
+    *WANT.get_or_init(|| match std::env::var("MXFUSE_CPU_AMX").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => AMX_DEFAULT,
+    })
+}
+
+/// Whether the MXFP8 `[N, K]` GEMM at 4 ≤ M ≤ 64 may run on AMX-BF16 tiles: wanted
+/// (`MXFUSE_CPU_AMX`, or [`with_amx`] on this thread), [`avx512_bf16`] (whose decode it reuses)
+/// and the CPU and OS support AMX-BF16 for this process (checked once).
+pub fn amx_bf16() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        FORCE_AMX.with(Cell::get).unwrap_or_else(amx_wanted)
+            && avx512_bf16()
+            && super::amx::supported()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// Runs `f` with the AMX GEMM path on or off on this thread whatever `MXFUSE_CPU_AMX` says
+/// (still only where the CPU and OS have it); for tests and A/B runs.
+pub fn with_amx<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    let prev = FORCE_AMX.with(|c| c.replace(Some(on)));
+    let out = f();
+    FORCE_AMX.with(|c| c.set(prev));
+    out
 }
 
 impl Isa {

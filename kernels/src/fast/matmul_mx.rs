@@ -11,6 +11,10 @@
 //!   (`avx512_regs`), once per group of up to 8 rows of bf16 A (packed step by step), two
 //!   columns per pass — `vdpbf16ps` runs 32 multiply-adds per instruction; larger M converts
 //!   decoded tiles to bf16 and runs 4-row × 4-column `vdpbf16ps` blocks (`avx512_mx`).
+//!   With AMX-BF16 too (`amx`; Linux grants the tile state), 4 ≤ M ≤ 64 runs 32-column units
+//!   on tiles instead: weights decoded the same way into a small buffer, one `tdpbf16ps` per 16
+//!   columns × 32 k × up to 16 rows (M > 16: groups of 16 rows, each its own pass); a unit off its route (guards as above, NaN weights) runs its 4-column
+//!   units as above.
 //! * `[K, N]` (trans_b = 0), units of 256 columns (4 cache lines of each weight row): 128-k
 //!   tiles of 16-column stripes decoded into L1, then 6-row × 16-column register blocks with A
 //!   broadcast (no horizontal sums; for up to 3 rows, even and odd k summed apart per tile).
@@ -20,12 +24,14 @@
 //!
 //! f32 accumulation order (docs/ops.md leaves it open; deterministic): `[N, K]`: per output,
 //! 8 lanes (k mod 8) accumulated in k order, summed horizontally at the end (AVX-512 BF16: 16
-//! lanes of pairs of k, in the lane order of its decode, summed at the end); `[K, N]`: per
+//! lanes of pairs of k, in the lane order of its decode, summed at the end; AMX: the tile
+//! unit's order over each 32-k block, blocks in k order); `[K, N]`: per
 //! output, a running sum in k order (M ≤ 3 rows per block: even and odd k apart within a
 //! 128-k tile, added at its end).
 
 use std::arch::x86_64::*;
 
+use super::amx;
 use super::avx2_mx::{self as kern, KN_COLS, KN_ROWS, MAX_FAST_SCALE, NK_COLS, ZERO};
 use super::avx512_mx as wide;
 use super::avx512_regs as regs;
@@ -87,12 +93,31 @@ pub(super) fn nk<O: Element>(
 ) {
     let kb = k / BLOCK;
     let y = SharedMut::new(y);
-    let units = n.div_ceil(NK_COLS);
     let bf16 = bf16_a(a, m);
+    // 4 ≤ M ≤ 64 on AMX tiles where wanted and supported (decided on the calling thread, like
+    // bf16_a): A in the tiles' pair layout, once per call; units of 32 columns.
+    let amx = bf16
+        .as_ref()
+        .filter(|_| (amx::MIN_M..=amx::MAX_M).contains(&m) && super::isa::amx_bf16())
+        .map(|b| {
+            // Groups of 16 rows (one group of m rows up to 16; beyond, the last group padded
+            // with zero rows: the tile product costs the same, and one configuration serves).
+            let tm = m.min(amx::TILE_M);
+            let groups: Vec<Vec<u32>> = (0..m)
+                .step_by(tm)
+                .map(|r0| amx::pack_pairs(&b.a, m, k, (r0, tm)))
+                .collect();
+            (b, tm, groups)
+        });
+    let unit_cols = if amx.is_some() {
+        amx::PASS_COLS
+    } else {
+        NK_COLS
+    };
     for_row_chunks(
         par,
-        units,
-        MIN_TASK_MACS.div_ceil(NK_COLS * m * k),
+        n.div_ceil(unit_cols),
+        MIN_TASK_MACS.div_ceil(unit_cols * m * k),
         &|u0, u1| {
             let mut tile = vec![0f32; NK_COLS * NK_KC.min(k)];
             let mut acc = vec![[ZERO; NK_COLS]; m];
@@ -101,7 +126,8 @@ pub(super) fn nk<O: Element>(
                 tile: vec![0u16; tile.len()],
                 acc: vec![[wide::ZERO; NK_COLS]; m],
             });
-            for u in u0..u1 {
+            // One 4-column unit, every path but AMX.
+            let mut four = |u: usize| {
                 let (n0, cols) = (u * NK_COLS, NK_COLS.min(n - u * NK_COLS));
                 // Missing columns of the last unit repeat its last column; their results are
                 // dropped.
@@ -147,17 +173,106 @@ pub(super) fn nk<O: Element>(
                         _ => nk_tiled(a, m, k, qs, ss, &mut tile, &mut acc, &mut vals),
                     }
                 }
-                ep.apply_block(n0, cols, &mut vals);
-                for (r, v) in vals.iter().enumerate() {
-                    // SAFETY: each task owns its units' columns in every row: disjoint pieces.
-                    let out = unsafe { y.piece(r * n + n0, r * n + n0 + cols) };
-                    for (o, &x) in out.iter_mut().zip(v.iter()) {
-                        *o = O::from_f32(x);
-                    }
+                store_block(&y, n, (n0, cols), &mut vals, ep);
+            };
+            match &amx {
+                None => (u0..u1).for_each(&mut four),
+                Some((b, tm, groups)) => {
+                    let w = MxWeights { q, scales, k, n };
+                    nk_amx_units((groups, *tm), b, m, w, (u0, u1), (&y, ep), &mut four)
                 }
             }
         },
     );
+}
+
+/// Applies the epilogue to `vals` (rows of y, columns n0..n0+cols; W ≥ cols) and writes them,
+/// rounded to the output type, into y (`n` columns).
+fn store_block<O: Element, const W: usize>(
+    y: &SharedMut<O>,
+    n: usize,
+    (n0, cols): (usize, usize),
+    vals: &mut [[f32; W]],
+    ep: &Epilogue,
+) {
+    ep.apply_block(n0, cols, vals);
+    for (r, v) in vals.iter().enumerate() {
+        // SAFETY: each task owns its units' columns in every row: disjoint pieces.
+        let out = unsafe { y.piece(r * n + n0, r * n + n0 + cols) };
+        for (o, &x) in out.iter_mut().zip(v.iter()) {
+            *o = O::from_f32(x);
+        }
+    }
+}
+
+/// MXFP8 `[N, K]` weights: `q` `[n, k]`, `scales` `[n, k/32]`.
+#[derive(Clone, Copy)]
+struct MxWeights<'a> {
+    q: &'a [u8],
+    scales: &'a [u8],
+    k: usize,
+    n: usize,
+}
+
+/// Units u0..u1 of 32 columns on AMX-BF16 tiles (`amx`; A in bf16 `b` and, in the tiles' pair
+/// layout, `groups` of `tm` rows). A unit off the AMX route — a product that may not be a
+/// normal f32, a scale above `MAX_FAST_SCALE`, a NaN weight — runs its 4-column units through
+/// `four` (the other paths) instead. The tile configuration lives on this thread for these
+/// units only: tasks run on other pools' threads too. Caller: `amx_bf16()` (CPU, OS, AVX-512
+/// BF16), m ≤ `amx::MAX_M`.
+fn nk_amx_units<O: Element>(
+    (groups, tm): (&[Vec<u32>], usize),
+    b: &Bf16A,
+    m: usize,
+    w: MxWeights,
+    (u0, u1): (usize, usize),
+    (y, ep): (&SharedMut<O>, &Epilogue),
+    four: &mut dyn FnMut(usize),
+) {
+    let (k, n, kb) = (w.k, w.n, w.k / BLOCK);
+    assert!(groups.len() == m.div_ceil(tm) && groups.iter().all(|g| g.len() * 2 == tm * k));
+    assert!(w.q.len() >= n * k && w.scales.len() >= n * kb);
+    let cfg = amx::TileConfig::new(tm);
+    let mut buf = amx::DecodeBuf::new();
+    let mut c = [[[0f32; amx::TILE_COLS]; amx::TILE_COLS]; 2];
+    let mut vals = vec![[0f32; amx::PASS_COLS]; m];
+    // SAFETY: amx_bf16() checked the CPU and OS (caller); released when `_tiles` drops.
+    let _tiles = unsafe { cfg.load() };
+    for u in u0..u1 {
+        let (n0, cols) = (
+            u * amx::PASS_COLS,
+            amx::PASS_COLS.min(n - u * amx::PASS_COLS),
+        );
+        let (lo, hi) = w.scales[n0 * kb..(n0 + cols) * kb]
+            .iter()
+            .fold((u8::MAX, 0), |(lo, hi), &s| (lo.min(s), hi.max(s)));
+        let mut on_route =
+            hi <= MAX_FAST_SCALE && wide::normal_products(b.min_exp, lo as i32 - 127 - 9);
+        for (g, pairs) in groups.iter().enumerate() {
+            // SAFETY: tiles configured for tm above; rows n0..n0+cols of q / scales and the
+            // tm·k/2 pairs are in bounds (asserted); every scale ≤ MAX_FAST_SCALE (checked).
+            on_route = on_route
+                && unsafe {
+                    amx::nk_pass(
+                        pairs.as_ptr(),
+                        tm,
+                        k,
+                        (w.q[n0 * k..].as_ptr(), w.scales[n0 * kb..].as_ptr(), cols),
+                        &mut buf,
+                        &mut c,
+                    )
+                };
+            // C tiles hold column-major sums: c[t][i][j] is row g·tm + j, column n0 + 16t + i.
+            for (j, v) in vals.iter_mut().skip(g * tm).take(tm).enumerate() {
+                *v = std::array::from_fn(|col| c[col / amx::TILE_COLS][col % amx::TILE_COLS][j]);
+            }
+        }
+        if !on_route {
+            (n0 / NK_COLS..(n0 + cols).div_ceil(NK_COLS)).for_each(&mut *four);
+            continue;
+        }
+        store_block(y, n, (n0, cols), &mut vals, ep);
+    }
 }
 
 /// Largest M of the in-register AVX-512 BF16 path (`avx512_regs::nk_regs_bf16`, rows in groups

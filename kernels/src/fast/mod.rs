@@ -3,6 +3,8 @@
 //! [`crate::reference`] except `MxMatMul`, whose f32 accumulation order is its own.
 
 #[cfg(target_arch = "x86_64")]
+mod amx;
+#[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx2_act;
@@ -28,7 +30,10 @@ mod swiglu;
 
 pub use codec::{cast_from_e4m3, cast_to_e4m3};
 pub use dequant::mx_dequantize;
-pub use isa::{avx512_bf16, avx512_norm, with_avx2_only, with_avx512_bf16, with_portable, Isa};
+pub use isa::{
+    amx_bf16, avx512_bf16, avx512_norm, with_amx, with_avx2_only, with_avx512_bf16, with_portable,
+    Isa,
+};
 pub use matmul::{mx_matmul, mx_matmul_quantize_a};
 pub use norm::add_rms_norm_mx_quant;
 pub use quant_linear::mx_quantize_linear;
