@@ -126,4 +126,16 @@ pub trait GraphView {
     /// Whether `v` is a constant (initializer / Constant output) even if its bytes are not
     /// loaded (e.g. external data). Weights of a MatMul only need this, not the bytes.
     fn is_constant(&self, v: ValueId) -> bool;
+
+    /// How messages name a node: its name, or (exporters may leave names empty) its op type and
+    /// first output.
+    fn node_label(&self, n: NodeId) -> String {
+        match self.node_name(n) {
+            "" => {
+                let out = self.outputs(n).first().map_or("", |&v| self.value_name(v));
+                format!("{} -> {out}", self.op_type(n))
+            }
+            name => name.to_string(),
+        }
+    }
 }

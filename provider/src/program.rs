@@ -117,7 +117,7 @@ impl Program {
         let mut slots = Slots::for_inputs(input_names, Source::Input);
         let mut steps = Vec::new();
         for &n in g.nodes().iter() {
-            let name = g.node_name(n).to_string();
+            let name = g.node_label(n);
             let attrs = mxfuse_attrs(g, n)?;
             let mut kernel =
                 ops::create(&attrs).map_err(|e| Error::invalid(format!("node {name}: {e}")))?;

@@ -20,7 +20,7 @@ pub(crate) fn mxfuse_attrs(g: &dyn GraphView, n: NodeId) -> Result<Attrs> {
     if g.domain(n) != MXFUSE_DOMAIN {
         return Err(Error::Unsupported(format!(
             "node {} ({}::{op_type}) is left after rewriting; the EP runs only com.mxfuse ops",
-            g.node_name(n),
+            g.node_label(n),
             g.domain(n)
         )));
     }
@@ -86,7 +86,7 @@ impl<S> Slots<S> {
             let t = g.const_value(*v).ok_or_else(|| {
                 Error::invalid(format!(
                     "node {}: input {vname} is neither a fused-node input nor a constant",
-                    g.node_name(n)
+                    g.node_label(n)
                 ))
             })?;
             let meta = Meta::new(t.elem_type, t.dims);

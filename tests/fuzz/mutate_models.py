@@ -245,7 +245,9 @@ try:
     s.run(None, feeds)
     print("RAN")
 except Exception as e:
-    print("RUN-ERROR", str(e).splitlines()[0][:200])
+    msg = " ".join(str(e).split())[:400]
+    # The run finished; only the conversion of an FP8 / E8M0 output to numpy failed.
+    print("RAN" if "No corresponding Numpy type" in msg else "RUN-ERROR", msg)
 """
 
 
@@ -257,10 +259,11 @@ def input_shapes(model_path: Path) -> dict:
             for v in m.graph.input if v.type.HasField("tensor_type")}
 
 
-def run_child(cmd: list[str], timeout: float) -> tuple[str, str]:
-    """('ok' | 'crash' | 'hang' | 'panic', detail)."""
+def run_child(cmd: list[str], timeout: float, env: dict | None = None) -> tuple[str, str]:
+    """('ok' | 'crash' | 'hang' | 'panic', detail); `env` adds to the child's environment."""
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                           env={**os.environ, **(env or {})})
     except subprocess.TimeoutExpired:
         return "hang", f"no result after {timeout:.0f} s"
     err = r.stderr or ""
@@ -271,7 +274,7 @@ def run_child(cmd: list[str], timeout: float) -> tuple[str, str]:
         return "panic", line[:300] + " | " + err[err.find("panicked at"):][:300]
     if r.returncode != 0 and cmd[0].endswith("python3") and "Traceback" in err:
         return "crash", f"child exited {r.returncode}: {err[-400:]}"
-    return "ok", (r.stdout.strip().splitlines() or [""])[-1][:120]
+    return "ok", (r.stdout.strip().splitlines() or [""])[-1][:400]
 
 
 def main():

@@ -261,7 +261,7 @@ impl GpuProgram {
         let mut slots = Slots::for_inputs(input_names, Source::Input);
         let mut steps = Vec::new();
         for &n in g.nodes().iter() {
-            let name = g.node_name(n).to_string();
+            let name = g.node_label(n);
             let op_type = g.op_type(n);
             let attrs = mxfuse_attrs(g, n)?;
             let mut shapes =
