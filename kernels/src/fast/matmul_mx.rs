@@ -44,7 +44,7 @@ use crate::parallel::{for_row_chunks, Parallel};
 /// Below this many multiply-adds per task a GEMM does not split further. Small: a decode GEMV
 /// (M = 1) is bound by its weight reads, which two threads share better than one even at
 /// 1.6 MB (6144 × 256: 148 → 77-89 µs with 2^18 instead of 2^21, two threads).
-const MIN_TASK_MACS: usize = 1 << 18;
+pub(super) const MIN_TASK_MACS: usize = 1 << 18;
 /// K per decoded `[N, K]` tile: 4 columns × 256 floats (4 KiB) plus the A slice of ≤ 16 rows
 /// (16 KiB) stay in L1.
 const NK_KC: usize = 256;
@@ -188,7 +188,7 @@ pub(super) fn nk<O: Element>(
 
 /// Applies the epilogue to `vals` (rows of y, columns n0..n0+cols; W ≥ cols) and writes them,
 /// rounded to the output type, into y (`n` columns).
-fn store_block<O: Element, const W: usize>(
+pub(super) fn store_block<O: Element, const W: usize>(
     y: &SharedMut<O>,
     n: usize,
     (n0, cols): (usize, usize),

@@ -354,6 +354,35 @@ pub fn mx_matmul(
     }
 }
 
+/// `MxMatMul` with a constant MXFP8 weight prepacked in the column-group layout
+/// ([`fast::cols_layout::pack`], where [`fast::cols_layout::wanted`]): `y = a · wᵀ` as
+/// [`mx_matmul`] with `trans_b = 1`; `attrs.trans_b` is not read.
+pub fn mx_matmul_cols(
+    a_q: TensorRef<'_>,
+    a_scale: TensorRef<'_>,
+    w: fast::cols_layout::MxColWeights<'_>,
+    bias: Option<TensorRef<'_>>,
+    y: TensorMut<'_>,
+    attrs: &MxMatMulAttrs,
+    par: &dyn Parallel,
+) -> Result<()> {
+    expect_dtype("a_q", a_q.dtype, DType::E4M3)?;
+    expect_dtype("a_scale", a_scale.dtype, DType::E8M0)?;
+    expect_shape("a_scale", a_scale.shape, &scale_shape(a_q.shape)?)?;
+    let (m, _, n, y_shape) = mx_matmul_dims(a_q.shape, &[w.n, w.k], true)?;
+    expect_dtype("y", y.dtype, attrs.output_dtype)?;
+    expect_shape("y", y.shape, &y_shape)?;
+    let ep = mx_matmul_epilogue(bias, attrs, m, n)?;
+    let (aq, as_) = (a_q.view::<u8>()?, a_scale.view::<u8>()?);
+    use fast::cols_layout::mx_matmul_cols as run;
+    match y.dtype {
+        DType::F32 => run(aq, as_, m, w, y.view_mut::<f32>()?, &ep, par),
+        DType::F16 => run(aq, as_, m, w, y.view_mut::<f16>()?, &ep, par),
+        DType::BF16 => run(aq, as_, m, w, y.view_mut::<bf16>()?, &ep, par),
+        d => Err(unsupported_dtype("y", d)),
+    }
+}
+
 /// The [`Epilogue`] of an `m × n` `MxMatMul`: `bias` must have the output dtype (ONNX `Gemm`'s
 /// C is T) and a shape that broadcasts to `[m, n]`.
 fn mx_matmul_epilogue(

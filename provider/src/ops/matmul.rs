@@ -33,9 +33,19 @@ pub(crate) struct PackedB<Q = Vec<u8>> {
     pub scale_dims: [usize; 2],
 }
 
+/// An MX weight in the column-group layout of the column-lane CPU GEMM
+/// (`kernels::fast::cols_layout`), for CPUs where that is the fast path.
+struct ColsB {
+    q: HugeBytes,
+    scales: Vec<u8>,
+    n: usize,
+    k: usize,
+}
+
 pub struct MxMatMul {
     attrs: MxMatMulAttrs,
     packed: Option<PackedB<HugeBytes>>,
+    cols: Option<ColsB>,
 }
 
 impl MxMatMul {
@@ -43,6 +53,7 @@ impl MxMatMul {
         MxMatMul {
             attrs,
             packed: None,
+            cols: None,
         }
     }
 }
@@ -153,6 +164,43 @@ fn nk_weight(w: &Tensor, bs: &TensorRef<'_>) -> Option<PackedB<HugeBytes>> {
     })
 }
 
+/// The E4M3 weight `b` (`[K, N]`, or `[N, K]` when `trans_b`) with its scales in the column-group
+/// layout; `None` when they are not such a pair (left to the kernels' checks).
+fn cols_weight(b: &TensorRef<'_>, bs: &TensorRef<'_>, trans_b: bool) -> Option<ColsB> {
+    let nk = if trans_b {
+        let (&[n, k], &[sn, kb]) = (&b.meta.dims[..], &bs.meta.dims[..]) else {
+            return None;
+        };
+        let (n, k, kb) = (n as usize, k as usize, kb as usize);
+        let ok = b.meta.dtype == DType::E4M3.onnx_code() && sn as usize == n;
+        if !ok || b.data.len() != n * k || bs.data.len() != n * kb {
+            return None;
+        }
+        PackedB {
+            q: b.data.to_vec(),
+            scales: bs.data.to_vec(),
+            q_dims: [n, k],
+            scale_dims: [n, kb],
+        }
+    } else {
+        transpose_mx_weight(b, bs, transpose_bytes)?
+    };
+    let [n, k] = nk.q_dims;
+    if !k.is_multiple_of(32) || nk.scale_dims[1] * 32 != k {
+        return None;
+    }
+    let (q, scales) = kernels::fast::cols_layout::pack(&nk.q, &nk.scales, n, k);
+    // SAFETY: the closure writes every byte of the `q.len()`-byte destination.
+    let q = unsafe {
+        HugeBytes::init_with(q.len(), |d| {
+            for (d, &b) in d.iter_mut().zip(&q) {
+                d.write(b);
+            }
+        })
+    };
+    Some(ColsB { q, scales, n, k })
+}
+
 /// The element type of `y`: the float weight's type when `b` is float, else `output_dtype`.
 ///
 /// The rules only emit float-weight `MxMatMul`s whose `output_dtype` is the weight's type (a
@@ -190,6 +238,12 @@ impl Kernel for MxMatMul {
         };
         let widened = widen_fp4_weight(b);
         let b = widened.as_ref().map_or(*b, Tensor::view);
+        if kernels::fast::cols_layout::wanted() {
+            self.cols = cols_weight(&b, bs, self.attrs.trans_b);
+            if self.cols.is_some() {
+                return Ok(());
+            }
+        }
         if self.attrs.trans_b {
             // Already the fast layout: only an FP4 weight is stored (widened) as it is.
             self.packed = widened.as_ref().and_then(|w| nk_weight(w, bs));
@@ -226,6 +280,15 @@ impl Kernel for MxMatMul {
         };
         let (a, a_scale) = (view(a, &ad)?, view(a_scale, &asd)?);
         let bias = bias.as_ref().map(|t| view(t, &cd)).transpose()?;
+        if let Some(c) = &self.cols {
+            let w = kernels::fast::cols_layout::MxColWeights {
+                q: &c.q,
+                scales: &c.scales,
+                n: c.n,
+                k: c.k,
+            };
+            return Ok(k::mx_matmul_cols(a, a_scale, w, bias, y, &attrs, par)?);
+        }
         if let Some(p) = &self.packed {
             let b = k::TensorRef::new(DType::E4M3, &p.q_dims, &p.q)?;
             let bs = k::TensorRef::new(DType::E8M0, &p.scale_dims, &p.scales)?;
@@ -254,6 +317,13 @@ mod tests {
     use kernels::Serial;
 
     use super::*;
+
+    impl MxMatMul {
+        /// Whether the constant weight was prepacked (either layout).
+        fn prepacked(&self) -> bool {
+            self.packed.is_some() || self.cols.is_some()
+        }
+    }
 
     #[test]
     fn tiled_transpose_equals_the_definition() {
@@ -321,7 +391,7 @@ mod tests {
         packed
             .prepack(&[None, None, Some(b.view()), Some(b_s.view())])
             .unwrap();
-        assert!(packed.packed.is_some());
+        assert!(packed.prepacked());
         let to_f32 = |d: Vec<u8>| {
             d.chunks_exact(4)
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
@@ -461,7 +531,7 @@ mod tests {
             let mut fp4 = MxMatMul::new(attrs);
             fp4.prepack(&[None, None, Some(b4.view()), Some(bs.view())])
                 .unwrap();
-            assert!(fp4.packed.is_some(), "trans_b {trans_b}");
+            assert!(fp4.prepacked(), "trans_b {trans_b}");
             let want = run(&fp8, &b8);
             assert_eq!(run(&fp4, &b4), want, "prepacked, trans_b {trans_b}");
             let plain = MxMatMul::new(attrs);
@@ -480,6 +550,6 @@ mod tests {
         let mut k = MxMatMul::new(MxMatMulAttrs::default());
         let b = tensor(DType::F32, &[32, 2], vec![0; 32 * 2 * 4]);
         k.prepack(&[None, None, Some(b.view()), None]).unwrap();
-        assert!(k.packed.is_none());
+        assert!(!k.prepacked());
     }
 }
