@@ -50,15 +50,15 @@ fn case(seed: u64, m: usize, k: usize, n: usize, edge: Edge) -> Case {
     let (mut w_q, mut w_s) = (vec![0u8; n * k], vec![0u8; n * k / 32]);
     reference::mx_quantize(&wf, k, &mut w_q, &mut w_s, cfg).unwrap();
     let kb = k / 32;
-    let small = |kk: usize| 0x08 | if kk % 2 == 0 { 0x80 } else { 0 };
+    let small = |kk: usize| 0x08 | if kk.is_multiple_of(2) { 0x80 } else { 0 };
     match edge {
         Edge::None => {}
         Edge::Values => {
             for kk in 0..32 {
                 w_q[kk] = 0;
                 if kb > 2 {
-                    w_q[32 + kk] = (kk % 8) as u8 | if kk % 3 == 0 { 0x80 } else { 0 };
-                    w_q[64 + kk] = 0x7E | if kk % 2 == 0 { 0x80 } else { 0 };
+                    w_q[32 + kk] = (kk % 8) as u8 | if kk.is_multiple_of(3) { 0x80 } else { 0 };
+                    w_q[64 + kk] = 0x7E | if kk.is_multiple_of(2) { 0x80 } else { 0 };
                 }
                 w_q[k + kk] = small(kk);
             }

@@ -1,26 +1,27 @@
-//! Column-lane AVX-512 BF16 kernel of the MXFP8 `[N, K]` GEMM for small M: lanes over output
-//! columns instead of over k (`avx512_regs`), so each lane of an accumulator is one output, A is
-//! a broadcast pair of bf16 per `vdpbf16ps`, and no horizontal sums are needed.
+//! Column-lane AVX-512 BF16 kernel of the MXFP8 `[N, K]` GEMM for M ≤ 64 (driven by
+//! `matmul_cols`): lanes over output columns instead of over k (`avx512_regs`), so each lane of
+//! an accumulator is one output, A comes as a broadcast pair of bf16 per `vdpbf16ps`, and no
+//! horizontal sums are left.
 //!
-//! Weight layout (built once, [`pack`]): groups of [`GROUP`] = 16 columns (the last padded with
-//! zero weights), each group K/4 chunks of 64 bytes (4 k × 16 columns), the group's chunks in k
-//! order. In a chunk of k = 4t..4t+4, byte `16·L + 8·p + 2·i + e` holds column `4·L + i`,
-//! k = `4t + 2p + e` (L the 128-bit lane). The decode's `vpunpck{l,h}bw` work within 128-bit
-//! lanes, so the word vector of bytes 0..8 of each lane holds, in dword lane j, column j's
-//! k = 4t, 4t+1 and the one of bytes 8..16 column j's k = 4t+2, 4t+3: each is one operand of
-//! `vdpbf16ps` against the broadcast A pair of those k. Scales: per group, per 32-k block, the
-//! 16 columns' bytes.
+//! Weights: the column-group layout of `cols_layout` (prepacked once). The decode's
+//! `vpunpck{l,h}bw` work within 128-bit lanes, so of a 64-byte chunk (4 k × 16 columns) the
+//! words of bytes 0..8 of each lane hold, in dword lane j, column j's k = 4t, 4t+1, and those of
+//! bytes 8..16 column j's k = 4t+2, 4t+3: each is one `vdpbf16ps` operand against the broadcast
+//! A pair of those k.
 //!
-//! Scale: the bf16 words are the unscaled E4M3 values (two `vpermi2b` look-ups, as in
-//! `avx512_regs`); each 32-k block is summed into its own accumulators and added to the total by
-//! one FMA with the block's 16 per-column factors 2^(s-127) (exact: a power of two, every
-//! product normal under the guards). That replaces the per-word masked exponent add, whose mask
-//! compare takes a `vdpbf16ps` slot on Zen 4 (2 per 16 dot products), by one FMA per 16 dot
-//! products per row.
+//! Scale: the bf16 words are the unscaled E4M3 values (two `vpermi2b` look-ups, shared with
+//! `avx512_regs`); each 32-k block is summed into its own accumulators (8 rows × 16 columns) and
+//! added to the row's total by one FMA with the block's 16 per-column factors 2^(s-127) (exact: a
+//! power of two, every product normal under the driver's guards). A per-lane exponent add would
+//! need a mask compare per 32 words, and those take a `vdpbf16ps` slot on Zen 4 (2 per 16 dot
+//! products here); the FMA costs 1 per 16.
 //!
-//! A is the pair layout of `amx::pack_pairs` (`pa[pair · tm + r]`, a u32 of two bf16): per
-//! column group all of A is read once (m·2 bytes per weight k-pair... 1 byte of A per weight at
-//! m = 8), against 8 bytes per weight for `avx512_regs`, whose every 2-column pass re-reads A.
+//! A: bf16 rows (`pack_a`), each read as 4-byte broadcasts; per 16-column group all of A is
+//! read once (2 bytes of A per weight byte at M = 8, from L1) against 8 for `avx512_regs`, whose
+//! every 2-column pass re-reads A from L2 — that stream was its limit (BENCHMARKS.md
+//! 2026-11-30 (5)). Measured on Zen 4 (one pinned thread, M = 8, 128 × 6144 weights in L2,
+//! per call with A's packing): 65 µs against 84 µs for `avx512_regs`, i.e. ~39 vs ~50 cycles
+//! per 128 weights × 8 rows (ideal 32).
 
 #![allow(unsafe_op_in_unsafe_fn)]
 
@@ -60,63 +61,50 @@ pub unsafe fn pack_a(a: &[f32], m: usize, k: usize) -> Vec<u32> {
     out
 }
 
-/// `out[c][r][j] = Σ_k a[r0 + r, k] · deq(W)[16c + j, k]` for C consecutive column groups of the
-/// packed weights at `q` / `s` ([`pack`]; group c at `q + 16·k·c`, `s + 16·(k/32)·c`), R rows
-/// of bf16 A at `a`, `lda` pairs apart ([`pack_a`]). Per output: per 32-k
-/// block 16 `vdpbf16ps` pair products in k order from zero, then `total = fma(block, 2^(s-127),
-/// total)`, blocks in k order. `false` when a weight is NaN: the caller recomputes exactly.
+/// `out[r][j] = Σ_k a[r, k] · deq(W)[j, k]` for the 16 columns of one column group of packed
+/// weights at `q` / `s` (`cols_layout`: 16·k bytes, 16·k/32 scales) and R ≤ 8 rows of bf16 A
+/// at `a`, `lda` pairs apart ([`pack_a`]); the 2·R accumulators stay in registers over all of
+/// K. Per output: per 32-k block 16 `vdpbf16ps` pair products in k order from zero, then
+/// `total = fma(block, 2^(s-127), total)`, blocks in k order. `false` when a weight is NaN
+/// (off the fast route): the caller recomputes the group exactly.
 ///
 /// # Safety
-/// The CPU has AVX512F/BW/VL/VBMI/BF16 and FMA; the C groups (16·k bytes, 16·k/32 scales each)
-/// and R rows of k/2 pairs at `a` are in bounds; every scale is ≥ 1 and ≤ 254 and
-/// every product a normal f32 (the caller's guards).
+/// The CPU has AVX512F/BW/VL/VBMI/BF16 and FMA; the group and R rows of k/2 pairs at `a` are in
+/// bounds; every scale is in 1..=254 and every product (unscaled and scaled) a normal f32 (the
+/// caller's guards).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,fma")]
-pub unsafe fn nk_cols<const R: usize, const C: usize>(
+pub unsafe fn nk_cols<const R: usize>(
     (a, lda): (*const u32, usize),
     k: usize,
     (q, s): (*const u8, *const u8),
-    out: &mut [[[f32; GROUP]; R]; C],
+    out: &mut [[f32; GROUP]; R],
 ) -> bool {
     let t = lookup_tables();
-    let kb = k / BLOCK;
-    let mut total = [[_mm512_setzero_ps(); R]; C];
+    let mut total = [_mm512_setzero_ps(); R];
     let mut nan = _mm512_setzero_si512();
-    let zero: __m512 = _mm512_setzero_ps();
     let bh = |w: __m512i| std::mem::transmute::<__m512i, __m512bh>(w);
-    for b in 0..kb {
-        let mut blk = [[zero; R]; C];
+    for b in 0..k / BLOCK {
+        let mut blk = [_mm512_setzero_ps(); R];
         for ch in 0..CHUNKS {
-            let off = (b * CHUNKS + ch) * CHUNK;
-            let mut w = [(_mm512_setzero_si512(), _mm512_setzero_si512()); C];
-            for (c, wc) in w.iter_mut().enumerate() {
-                let at = q.add(c * GROUP * k + off);
-                _mm_prefetch::<_MM_HINT_T1>(at.wrapping_add(PREFETCH_AHEAD) as *const i8);
-                let bytes = _mm512_loadu_si512(at as *const __m512i);
-                *wc = unscaled_words(bytes, &t, &mut nan);
-            }
+            let at = q.add((b * CHUNKS + ch) * CHUNK);
+            _mm_prefetch::<_MM_HINT_T1>(at.wrapping_add(PREFETCH_AHEAD) as *const i8);
+            let (w0, w1) = unscaled_words(_mm512_loadu_si512(at as *const __m512i), &t, &mut nan);
             let pair = b * (BLOCK / 2) + ch * 2;
-            for r in 0..R {
-                let a0 = broadcast(a.add(r * lda + pair));
-                let a1 = broadcast(a.add(r * lda + pair + 1));
-                for c in 0..C {
-                    blk[c][r] = _mm512_dpbf16_ps(blk[c][r], bh(w[c].0), bh(a0));
-                    blk[c][r] = _mm512_dpbf16_ps(blk[c][r], bh(w[c].1), bh(a1));
-                }
+            for (r, acc) in blk.iter_mut().enumerate() {
+                let row = a.add(r * lda + pair);
+                *acc = _mm512_dpbf16_ps(*acc, bh(w0), bh(broadcast(row)));
+                *acc = _mm512_dpbf16_ps(*acc, bh(w1), bh(broadcast(row.add(1))));
             }
         }
-        for c in 0..C {
-            let sb = _mm_loadu_si128(s.add((c * kb + b) * GROUP) as *const __m128i);
-            // 2^(s - 127): the scale byte as an f32 exponent field.
-            let f = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_cvtepu8_epi32(sb)));
-            for r in 0..R {
-                total[c][r] = _mm512_fmadd_ps(blk[c][r], f, total[c][r]);
-            }
+        let sb = _mm_loadu_si128(s.add(b * GROUP) as *const __m128i);
+        // 2^(s - 127): the scale byte as an f32 exponent field.
+        let f = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_cvtepu8_epi32(sb)));
+        for (tot, acc) in total.iter_mut().zip(&blk) {
+            *tot = _mm512_fmadd_ps(*acc, f, *tot);
         }
     }
-    for (oc, tc) in out.iter_mut().zip(&total) {
-        for (o, v) in oc.iter_mut().zip(tc) {
-            _mm512_storeu_ps(o.as_mut_ptr(), *v);
-        }
+    for (o, v) in out.iter_mut().zip(&total) {
+        _mm512_storeu_ps(o.as_mut_ptr(), *v);
     }
     _mm512_cmpeq_epi8_mask(nan, _mm512_set1_epi8(-1)) == 0
 }
@@ -187,9 +175,9 @@ mod tests {
         let mut y = vec![0f32; m * n];
         for g in 0..n.div_ceil(GROUP) {
             for r0 in 0..m {
-                let mut o = [[[0f32; GROUP]; 1]; 1];
+                let mut o = [[0f32; GROUP]; 1];
                 let ok = unsafe {
-                    nk_cols::<1, 1>(
+                    nk_cols::<1>(
                         (pa[r0 * lda..].as_ptr(), lda),
                         k,
                         (
@@ -203,7 +191,7 @@ mod tests {
                     return None;
                 }
                 for j in 0..GROUP.min(n - g * GROUP) {
-                    y[r0 * n + g * GROUP + j] = o[0][0][j];
+                    y[r0 * n + g * GROUP + j] = o[0][j];
                 }
             }
         }
@@ -240,128 +228,6 @@ mod tests {
             qn[(n - 1) * k + k - 1] = 0xFF;
             let (pq, ps) = pack(&qn, &s, n, k);
             assert!(run(&a, m, k, n, &pq, &ps).is_none());
-        }
-    }
-
-    /// Timing experiment (ignored): `cargo test -p kernels --release cols_timing -- --ignored
-    /// --nocapture`; env COLS_SHAPES="n,k,m;...", COLS_CACHED=1 for one weight copy.
-    #[test]
-    #[ignore]
-    fn cols_timing() {
-        use crate::epilogue::Epilogue;
-        use crate::parallel::Serial;
-        use std::time::Instant;
-        let shapes =
-            std::env::var("COLS_SHAPES").unwrap_or("1536,6144,8;6144,768,8;6144,6144,8".into());
-        let cached = std::env::var_os("COLS_CACHED").is_some();
-        let rc: Vec<usize> = std::env::var("COLS_RC")
-            .unwrap_or("8,1".into())
-            .split(',')
-            .map(|x| x.parse().unwrap())
-            .collect();
-        let rc = (rc[0], rc[1]);
-        for spec in shapes.split(';') {
-            let v: Vec<usize> = spec.split(',').map(|x| x.parse().unwrap()).collect();
-            let (n, k, m) = (v[0], v[1], v[2]);
-            let (a, q, s) = operands(1, m, k, n);
-            let copies = if cached { 1 } else { (256 << 20) / (n * k) + 2 };
-            let old: Vec<(Vec<u8>, Vec<u8>)> =
-                (0..copies).map(|_| (q.clone(), s.clone())).collect();
-            let new: Vec<(Vec<u8>, Vec<u8>)> = (0..copies).map(|_| pack(&q, &s, n, k)).collect();
-            let ep = Epilogue::default();
-            let mut y = vec![0f32; m * n];
-            let iters = 3 * copies.max(5);
-            let time_old = |y: &mut [f32]| {
-                let t0 = Instant::now();
-                for i in 0..iters {
-                    let (q, s) = &old[i % copies];
-                    super::super::matmul_mx::nk::<f32>(&a, m, k, n, q, s, y, &ep, &Serial);
-                }
-                t0.elapsed().as_secs_f64() / iters as f64 * 1e6
-            };
-            let time_new = |y: &mut [f32]| {
-                let t0 = Instant::now();
-                for i in 0..iters {
-                    let (pq, ps) = &new[i % copies];
-                    let pa = unsafe { pack_a(&a, m, k) };
-                    let lda = a_stride(k);
-                    let groups = n.div_ceil(GROUP);
-                    for g in 0..groups {
-                        let (gq, gs) = (
-                            pq[g * GROUP * k..].as_ptr(),
-                            ps[g * GROUP * k / BLOCK..].as_ptr(),
-                        );
-                        let (rr, cc) = rc;
-                        for r0 in (0..m).step_by(rr) {
-                            if g % cc != 0 {
-                                continue;
-                            }
-                            let mut o = [[[0f32; GROUP]; 8]; 4];
-                            macro_rules! go {
-                                ($r:literal, $c:literal) => {{
-                                    let mut o2 = [[[0f32; GROUP]; $r]; $c];
-                                    unsafe {
-                                        nk_cols::<$r, $c>(
-                                            (pa[r0 * lda..].as_ptr(), lda),
-                                            k,
-                                            (gq, gs),
-                                            &mut o2,
-                                        )
-                                    };
-                                    for c in 0..$c {
-                                        for r in 0..$r {
-                                            o[c][r] = o2[c][r];
-                                        }
-                                    }
-                                }};
-                            }
-                            match ((m - r0).min(rr), cc) {
-                                (1, 1) => go!(1, 1),
-                                (1, 4) => go!(1, 4),
-                                (4, 1) => go!(4, 1),
-                                (4, 2) => go!(4, 2),
-                                (4, 4) => go!(4, 4),
-                                (8, 2) => go!(8, 2),
-                                (2, 4) => go!(2, 4),
-                                _ => go!(8, 1),
-                            }
-                            for c in 0..cc {
-                                for r in 0..(m - r0).min(rr) {
-                                    let g = g + c;
-                                    y[(r0 + r) * n + g * GROUP..][..GROUP.min(n - g * GROUP)]
-                                        .copy_from_slice(&o[c][r][..GROUP.min(n - g * GROUP)]);
-                                }
-                            }
-                        }
-                    }
-                }
-                t0.elapsed().as_secs_f64() / iters as f64 * 1e6
-            };
-            let t0 = Instant::now();
-            for _ in 0..100 {
-                std::hint::black_box(unsafe { pack_a(&a, m, k) });
-            }
-            println!("A pack {:.1} us", t0.elapsed().as_secs_f64() / 100.0 * 1e6);
-            let (mut to, mut tn) = (vec![], vec![]);
-            for _ in 0..7 {
-                to.push(time_old(&mut y));
-                tn.push(time_new(&mut y));
-            }
-            to.sort_by(f64::total_cmp);
-            tn.sort_by(f64::total_cmp);
-            let bytes = (n * k) as f64;
-            println!(
-                "N {n} K {k} M {m}{}: old min/med {:.0}/{:.0} us ({:.1} GB/s), new {:.0}/{:.0} us ({:.1} GB/s), x{:.2} (min) x{:.2} (med)",
-                if cached { " cached" } else { "" },
-                to[0],
-                to[3],
-                bytes / to[0] / 1e3,
-                tn[0],
-                tn[3],
-                bytes / tn[0] / 1e3,
-                to[0] / tn[0],
-                to[3] / tn[3]
-            );
         }
     }
 }

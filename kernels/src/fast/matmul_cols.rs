@@ -104,7 +104,7 @@ pub(super) fn nk<O: Element>(
 /// One kernel call for R rows into `out` (R rows of 16 sums); `false` on a NaN weight.
 ///
 /// # Safety
-/// As [`nk_cols`] with C = 1.
+/// As [`nk_cols`].
 unsafe fn run<const R: usize>(
     a: *const u32,
     lda: usize,
@@ -112,10 +112,8 @@ unsafe fn run<const R: usize>(
     (q, s): (*const u8, *const u8),
     out: &mut [[f32; GROUP]],
 ) -> bool {
-    let mut o = [[[0f32; GROUP]; R]; 1];
-    let ok = nk_cols::<R, 1>((a, lda), k, (q, s), &mut o);
-    out.copy_from_slice(&o[0]);
-    ok
+    let out = out.first_chunk_mut::<R>().expect("R rows");
+    nk_cols::<R>((a, lda), k, (q, s), out)
 }
 
 /// Columns n0..n0+cols by the row path (`matmul_mx::nk`, exact deq of every block) on the
