@@ -88,24 +88,45 @@ pub(super) const CHUNK: usize = 64;
 /// (module docs): (`n.div_ceil(16)·16·k` bytes, `n.div_ceil(16)·16·k/32` scales). Columns past
 /// `n` hold zeros with scale 127.
 pub fn pack(q: &[u8], scales: &[u8], n: usize, k: usize) -> (Vec<u8>, Vec<u8>) {
+    let padded = n.div_ceil(GROUP) * GROUP;
+    let (mut pq, mut ps) = (vec![0u8; padded * k], vec![0u8; padded * k / BLOCK]);
+    pack_into(q, scales, n, k, (&mut pq, &mut ps));
+    (pq, ps)
+}
+
+/// [`pack`] into `pq` / `ps` of exactly those lengths (every byte written), e.g. a buffer in
+/// huge pages.
+pub fn pack_into(q: &[u8], scales: &[u8], n: usize, k: usize, (pq, ps): (&mut [u8], &mut [u8])) {
     let kb = k / BLOCK;
     assert!(k.is_multiple_of(BLOCK) && q.len() >= n * k && scales.len() >= n * kb);
-    let groups = n.div_ceil(GROUP);
-    let mut pq = vec![0u8; groups * GROUP * k];
-    let mut ps = vec![127u8; groups * GROUP * kb];
-    for col in 0..n {
-        let (g, j) = (col / GROUP, col % GROUP);
-        let (l, i) = (j / 4, j % 4);
-        let base = g * GROUP * k;
-        for (kk, &b) in q[col * k..(col + 1) * k].iter().enumerate() {
-            let (t, p, e) = (kk / 4, kk % 4 / 2, kk % 2);
-            pq[base + t * CHUNK + 16 * l + 8 * p + 2 * i + e] = b;
+    let padded = n.div_ceil(GROUP) * GROUP;
+    assert!(pq.len() == padded * k && ps.len() == padded * kb);
+    // Zero weights in the padding columns (everything else is overwritten below).
+    pq[(n / GROUP) * GROUP * k..].fill(0);
+    ps.fill(127);
+    // Chunk by chunk (sequential writes): each column's 4 bytes of a chunk are two k pairs, at
+    // 16·L + 2·i and 8 bytes on.
+    for (g, (gq, gs)) in pq
+        .chunks_exact_mut(GROUP * k)
+        .zip(ps.chunks_exact_mut(GROUP * kb))
+        .enumerate()
+    {
+        let cols = GROUP.min(n - g * GROUP);
+        for (t, chunk) in gq.chunks_exact_mut(CHUNK).enumerate() {
+            for j in 0..cols {
+                let src = &q[(g * GROUP + j) * k + 4 * t..][..4];
+                let at = 16 * (j / 4) + 2 * (j % 4);
+                chunk[at..at + 2].copy_from_slice(&src[..2]);
+                chunk[at + 8..at + 10].copy_from_slice(&src[2..]);
+            }
         }
-        for (blk, &s) in scales[col * kb..(col + 1) * kb].iter().enumerate() {
-            ps[(g * kb + blk) * GROUP + j] = s;
+        for j in 0..cols {
+            let row = &scales[(g * GROUP + j) * kb..][..kb];
+            for (blk, &sc) in row.iter().enumerate() {
+                gs[blk * GROUP + j] = sc;
+            }
         }
     }
-    (pq, ps)
 }
 
 /// Columns n0..n0+cols of the packed weights ([`pack`], group-aligned n0) back in the `[N, K]`

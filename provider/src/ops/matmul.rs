@@ -189,13 +189,16 @@ fn cols_weight(b: &TensorRef<'_>, bs: &TensorRef<'_>, trans_b: bool) -> Option<C
     if !k.is_multiple_of(32) || nk.scale_dims[1] * 32 != k {
         return None;
     }
-    let (q, scales) = kernels::fast::cols_layout::pack(&nk.q, &nk.scales, n, k);
-    // SAFETY: the closure writes every byte of the `q.len()`-byte destination.
+    let padded = n.div_ceil(kernels::fast::cols_layout::GROUP) * kernels::fast::cols_layout::GROUP;
+    let mut scales = vec![0u8; padded * k / 32];
+    // SAFETY: the closure initialises every byte of the `padded·k`-byte destination (zeros,
+    // then pack_into writes them all).
     let q = unsafe {
-        HugeBytes::init_with(q.len(), |d| {
-            for (d, &b) in d.iter_mut().zip(&q) {
-                d.write(b);
-            }
+        HugeBytes::init_with(padded * k, |d| {
+            d.fill(MaybeUninit::new(0));
+            // SAFETY: every byte was just initialised.
+            let d = &mut *(d as *mut [MaybeUninit<u8>] as *mut [u8]);
+            kernels::fast::cols_layout::pack_into(&nk.q, &nk.scales, n, k, (d, &mut scales));
         })
     };
     Some(ColsB { q, scales, n, k })
