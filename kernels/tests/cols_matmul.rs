@@ -8,9 +8,7 @@
 
 mod common;
 
-use common::Rng;
 use half::f16;
-use kernels::codec::{NanPolicy, QuantConfig, ScaleRule};
 use kernels::fast::cols_layout::{mx_matmul_cols, pack, unpack, MxColWeights};
 use kernels::slices::MatB;
 use kernels::{reference, Element, Epilogue, StdThreads};
@@ -38,17 +36,7 @@ struct Case {
 }
 
 fn case(seed: u64, m: usize, k: usize, n: usize, edge: Edge) -> Case {
-    let mut rng = Rng::new(seed);
-    let cfg = QuantConfig {
-        scale_rule: ScaleRule::Rceil,
-        nan_policy: NanPolicy::Ignore,
-    };
-    let x: Vec<f32> = (0..m * k).map(|_| rng.normal(2.0)).collect();
-    let (mut a_q, mut a_s) = (vec![0u8; m * k], vec![0u8; m * k / 32]);
-    reference::mx_quantize(&x, k, &mut a_q, &mut a_s, cfg).unwrap();
-    let wf: Vec<f32> = (0..n * k).map(|_| rng.normal(0.1)).collect();
-    let (mut w_q, mut w_s) = (vec![0u8; n * k], vec![0u8; n * k / 32]);
-    reference::mx_quantize(&wf, k, &mut w_q, &mut w_s, cfg).unwrap();
+    let ([a_q, a_s], [mut w_q, mut w_s]) = common::mx_gemm_operands(seed, m, k, n);
     let kb = k / 32;
     let small = |kk: usize| 0x08 | if kk.is_multiple_of(2) { 0x80 } else { 0 };
     match edge {
@@ -126,27 +114,6 @@ impl Case {
     }
 }
 
-/// `got` within `alpha`·bound of the reference plus O's rounding (or equal to it rounded).
-fn check<O: Element>(c: &Case, got: &[O], want: &[f32], bound: &[f32], alpha: f32, what: &str) {
-    let rel = if std::mem::size_of::<O>() == 4 {
-        2f32.powi(-23)
-    } else {
-        2f32.powi(-10) // f16
-    };
-    for (i, ((g, w), b)) in got.iter().zip(want).zip(bound).enumerate() {
-        let g = g.to_f32();
-        let tol = alpha * b * (1.0 + rel) + w.abs() * rel;
-        let same = g.to_bits() == O::from_f32(*w).to_f32().to_bits();
-        assert!(
-            same || (g - w).abs() <= tol || (g.is_nan() && w.is_nan()),
-            "{what} m {} k {} n {}: y[{i}] = {g}, reference {w}, tolerance {tol}",
-            c.m,
-            c.k,
-            c.n
-        );
-    }
-}
-
 fn run_dtype<O: Element>(c: &Case, what: &str) {
     let bound = c.bound();
     let bias: Vec<f32> = (0..c.n).map(|j| (j as f32 - 20.0) / 8.0).collect();
@@ -154,7 +121,8 @@ fn run_dtype<O: Element>(c: &Case, what: &str) {
     for (alpha, ep) in [(1.0, Epilogue::NONE), (0.5, biased)] {
         let want = c.reference(&c.a_q, &c.w_q, &ep);
         let got: Vec<O> = c.cols(&ep, 2);
-        check(c, &got, &want, &bound, alpha, what);
+        let what = format!("{what} m {} k {} n {}", c.m, c.k, c.n);
+        common::check_gemm(&got, &want, &bound, alpha, &what);
     }
 }
 
