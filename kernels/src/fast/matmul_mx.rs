@@ -11,6 +11,9 @@
 //!   (`avx512_regs`), once per group of up to 8 rows of bf16 A (packed step by step), two
 //!   columns per pass — `vdpbf16ps` runs 32 multiply-adds per instruction; larger M converts
 //!   decoded tiles to bf16 and runs 4-row × 4-column `vdpbf16ps` blocks (`avx512_mx`).
+//!   Weights prepacked in 16-column groups (`cols_layout`: the provider's constant weights on
+//!   AVX-512 BF16 CPUs without AMX) take the column-lane kernel instead for M ≤ 64
+//!   (`matmul_cols`, `avx512_cols`: 1.2-1.4× this path at M = 8, its A stream 8× smaller).
 //!   With AMX-BF16 too (`amx`; Linux grants the tile state), 4 ≤ M ≤ 64 runs 32-column units
 //!   on tiles instead: weights decoded the same way into a small buffer, one `tdpbf16ps` per 16
 //!   columns × 32 k × up to 16 rows (M > 16: groups of 16 rows, each its own pass); a unit off its route (guards as above, NaN weights) runs its 4-column

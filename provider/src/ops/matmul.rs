@@ -7,6 +7,10 @@
 //! When both are session constants, [`MxMatMul::prepack`] stores them transposed once and runs
 //! with `trans_b = 1`. The result is exact either way; only the f32 summation order follows the
 //! layout, and both ORT paths (EP and custom-op library) prepack alike, so they agree bit for bit.
+//! Where the CPU GEMM runs AVX-512 BF16 without AMX (`kernels::fast::cols_layout::wanted`), the
+//! constant weight (either `trans_b`) is instead prepacked in 16-column groups for the
+//! column-lane kernel (`kernels::ops::mx_matmul_cols`; 1.2-1.4× faster at M = 8, BENCHMARKS.md
+//! 2026-12-01 (2)).
 //!
 //! An MXFP4 weight (`b` FLOAT4E2M1, packed two per byte, same E8M0 scales) is widened at prepack
 //! to the E4M3 bytes of the same values ([`widen_fp4_weight`]): every E2M1 value is an E4M3
