@@ -5,6 +5,9 @@
 //! weights from DRAM in a real model, so each call uses the next of several weight copies whose
 //! total (≥ 384 MiB) exceeds the last-level cache (32 MiB on the EPYC VM, 300 MiB on the Xeon),
 //! and the copy is measured on that footprint.
+//! Where the CPU's path wants them (`fast::cols_layout::wanted`: AVX-512 BF16 without AMX) the
+//! `[N, K]` weights are prepacked in the column-group layout as the provider does, and the
+//! `[N, K]` calls run `mx_matmul_cols` (the `[K, N]` ones read the first n·k bytes as before).
 //! `cargo bench -p kernels --bench mx_matmul`.
 
 mod common;
@@ -15,6 +18,7 @@ use std::time::Duration;
 use criterion::{criterion_group, BenchmarkId, Criterion};
 use half::bf16;
 use kernels::codec::QuantConfig;
+use kernels::fast::cols_layout::MxColWeights;
 use kernels::slices::MatB;
 use kernels::{fast, reference};
 use kernels::{Epilogue, ThreadPool};
@@ -29,8 +33,10 @@ struct Case {
     x: Vec<bf16>,
     a_q: Vec<u8>,
     a_s: Vec<u8>,
-    /// Weight copies (values, scales), used round-robin.
+    /// Weight copies (values, scales), used round-robin; in the column-group layout when
+    /// `cols`.
     w: Vec<(Vec<u8>, Vec<u8>)>,
+    cols: bool,
     next: usize,
     y: Vec<bf16>,
     /// A `[N]` bf16 bias with alpha 0.5, beta 2 (the `,bias` loop mode: the epilogue's cost).
@@ -67,6 +73,12 @@ fn case(m: usize, n: usize, k: usize) -> Case {
     } else {
         ROTATION_BYTES.div_ceil(weight_bytes(n, k))
     };
+    let cols = fast::cols_layout::wanted();
+    let (w_q, w_s) = if cols {
+        fast::cols_layout::pack(&w_q, &w_s, n, k)
+    } else {
+        (w_q, w_s)
+    };
     Case {
         m,
         n,
@@ -75,6 +87,7 @@ fn case(m: usize, n: usize, k: usize) -> Case {
         a_q,
         a_s,
         w: vec![(w_q, w_s); copies],
+        cols,
         next: 0,
         y: vec![bf16::ZERO; m * n],
         bias: {
@@ -89,11 +102,20 @@ fn case(m: usize, n: usize, k: usize) -> Case {
 
 fn run_quantize_a(c: &mut Case, par: &ThreadPool) {
     let i = c.advance();
+    let cfg = QuantConfig::default();
+    if c.cols {
+        // What `mx_matmul_quantize_a` does: quantize A, then the GEMM.
+        let (mut a_q, mut a_s) = (vec![0u8; c.m * c.k], vec![0u8; c.m * c.k / 32]);
+        fast::mx_quantize(&c.x, c.k, &mut a_q, &mut a_s, cfg, par).expect("valid shapes");
+        let w = cols_weights(&c.w[i], c.n, c.k);
+        fast::cols_layout::mx_matmul_cols(&a_q, &a_s, c.m, w, &mut c.y, &Epilogue::NONE, par)
+            .expect("valid shapes");
+        return;
+    }
     let b = MatB::Mx {
         q: &c.w[i].0,
         scales: &c.w[i].1,
     };
-    let cfg = QuantConfig::default();
     fast::mx_matmul_quantize_a(
         &c.x,
         c.m,
@@ -109,6 +131,11 @@ fn run_quantize_a(c: &mut Case, par: &ThreadPool) {
     .expect("valid shapes");
 }
 
+/// A weight copy in the column-group layout.
+fn cols_weights((q, scales): &(Vec<u8>, Vec<u8>), n: usize, k: usize) -> MxColWeights<'_> {
+    MxColWeights { q, scales, n, k }
+}
+
 /// The pre-quantized GEMM; `trans_b = false` reads the same bytes as `[K, N]` weights with
 /// `[K/32, N]` scales (same sizes, finite values: the timing is what matters here).
 fn run_prequantized(c: &mut Case, trans_b: bool, par: &ThreadPool) {
@@ -118,23 +145,20 @@ fn run_prequantized(c: &mut Case, trans_b: bool, par: &ThreadPool) {
 /// [`run_prequantized`], with the case's bias epilogue when `bias`.
 fn run_prequantized_ep(c: &mut Case, trans_b: bool, bias: bool, par: &ThreadPool) {
     let i = c.advance();
+    let ep = if bias { &c.bias } else { &Epilogue::NONE };
+    if c.cols && trans_b {
+        let w = cols_weights(&c.w[i], c.n, c.k);
+        fast::cols_layout::mx_matmul_cols(&c.a_q, &c.a_s, c.m, w, &mut c.y, ep, par)
+            .expect("valid shapes");
+        return;
+    }
+    let (nk, nkb) = (c.n * c.k, c.n * c.k / 32);
     let b = MatB::Mx {
-        q: &c.w[i].0,
-        scales: &c.w[i].1,
+        q: &c.w[i].0[..nk],
+        scales: &c.w[i].1[..nkb],
     };
-    fast::mx_matmul(
-        &c.a_q,
-        &c.a_s,
-        c.m,
-        c.k,
-        c.n,
-        b,
-        trans_b,
-        &mut c.y,
-        if bias { &c.bias } else { &Epilogue::NONE },
-        par,
-    )
-    .expect("valid shapes");
+    fast::mx_matmul(&c.a_q, &c.a_s, c.m, c.k, c.n, b, trans_b, &mut c.y, ep, par)
+        .expect("valid shapes");
 }
 
 fn weight_bytes(n: usize, k: usize) -> usize {

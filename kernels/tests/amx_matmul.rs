@@ -7,9 +7,7 @@
 
 mod common;
 
-use common::Rng;
 use half::{bf16, f16};
-use kernels::codec::{NanPolicy, QuantConfig, ScaleRule};
 use kernels::slices::MatB;
 use kernels::{fast, reference, Element, Epilogue, StdThreads};
 
@@ -44,17 +42,7 @@ enum Edge {
 }
 
 fn case(seed: u64, m: usize, k: usize, n: usize, edge: Edge) -> Case {
-    let mut rng = Rng::new(seed);
-    let cfg = QuantConfig {
-        scale_rule: ScaleRule::Rceil,
-        nan_policy: NanPolicy::Ignore,
-    };
-    let x: Vec<f32> = (0..m * k).map(|_| rng.normal(2.0)).collect();
-    let (mut a_q, mut a_s) = (vec![0u8; m * k], vec![0u8; m * k / 32]);
-    reference::mx_quantize(&x, k, &mut a_q, &mut a_s, cfg).unwrap();
-    let wf: Vec<f32> = (0..n * k).map(|_| rng.normal(0.1)).collect();
-    let (mut w_q, mut w_s) = (vec![0u8; n * k], vec![0u8; n * k / 32]);
-    reference::mx_quantize(&wf, k, &mut w_q, &mut w_s, cfg).unwrap();
+    let ([a_q, a_s], [mut w_q, mut w_s]) = common::mx_gemm_operands(seed, m, k, n);
     let kb = k / 32;
     match edge {
         Edge::None => {}
@@ -178,25 +166,8 @@ fn epilogues(m: usize, n: usize) -> Vec<(f32, Epilogue)> {
 
 /// `got` (type O) within `alpha`·bound plus the rounding of O of the reference.
 fn check<O: Element>(c: &Case, got: &[O], want: &[f32], bound: &[f32], alpha: f32, what: &str) {
-    // Half an ulp of O relative, plus its rounding of the bound-sized error.
-    let rel = match std::mem::size_of::<O>() {
-        4 => 2f32.powi(-23),
-        _ if O::from_f32(1.0 + 2f32.powi(-9)).to_f32() != 1.0 => 2f32.powi(-10), // f16
-        _ => 2f32.powi(-7),                                                      // bf16
-    };
-    for (i, ((g, w), b)) in got.iter().zip(want).zip(bound).enumerate() {
-        let g = g.to_f32();
-        let tol = alpha * b * (1.0 + rel) + w.abs() * rel;
-        // Equal to the reference rounded to O: also where that overflows (f16 at 2^16).
-        let same = g.to_bits() == O::from_f32(*w).to_f32().to_bits();
-        assert!(
-            same || (g - w).abs() <= tol || (g.is_nan() && w.is_nan()),
-            "{what} m {} k {} n {}: y[{i}] = {g}, reference {w}, tolerance {tol}",
-            c.m,
-            c.k,
-            c.n
-        );
-    }
+    let what = format!("{what} m {} k {} n {}", c.m, c.k, c.n);
+    common::check_gemm(got, want, bound, alpha, &what);
 }
 
 fn run_dtype<O: Element>(c: &Case, label: &str) {

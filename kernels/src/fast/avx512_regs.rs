@@ -109,19 +109,30 @@ pub(super) unsafe fn decode_bytes(
     t: &[__m512i; 4],
     nan: &mut __m512i,
 ) -> (__m512bh, __m512bh) {
+    let (w0, w1) = unscaled_words(b, t, nan);
+    let scale = |w: __m512i, e: __m512i| {
+        let nonzero = _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x7FFF));
+        std::mem::transmute::<__m512i, __m512bh>(_mm512_mask_add_epi16(w, nonzero, w, e))
+    };
+    (scale(w0, e.0), scale(w1, e.1))
+}
+
+/// The bf16 words of the E4M3 values of bytes `b` (unscaled: exact, 2^-9 ≤ |v| ≤ 448 or 0):
+/// those of bytes 0..8 of each 128-bit lane (`unpacklo_epi8`), then of bytes 8..16; `nan`
+/// takes the byte max of their high bytes (0xFF where a byte is NaN).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16")]
+#[inline]
+pub(super) unsafe fn unscaled_words(
+    b: __m512i,
+    t: &[__m512i; 4],
+    nan: &mut __m512i,
+) -> (__m512i, __m512i) {
     let hi = _mm512_permutex2var_epi8(t[0], b, t[1]);
     let lo = _mm512_permutex2var_epi8(t[2], b, t[3]);
     // hi | (b & 0x80): the sign.
     let hi = _mm512_ternarylogic_epi32::<0xF8>(hi, b, _mm512_set1_epi8(i8::MIN));
     *nan = _mm512_max_epu8(*nan, hi);
-    let scale = |w: __m512i, e: __m512i| {
-        let nonzero = _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x7FFF));
-        std::mem::transmute::<__m512i, __m512bh>(_mm512_mask_add_epi16(w, nonzero, w, e))
-    };
-    (
-        scale(_mm512_unpacklo_epi8(lo, hi), e.0),
-        scale(_mm512_unpackhi_epi8(lo, hi), e.1),
-    )
+    (_mm512_unpacklo_epi8(lo, hi), _mm512_unpackhi_epi8(lo, hi))
 }
 
 /// 32 E4M3 bytes of one block at `q` with scale `s` (≤ `MAX_FAST_SCALE`) → the 32 bf16 deq

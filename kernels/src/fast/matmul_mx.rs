@@ -11,6 +11,9 @@
 //!   (`avx512_regs`), once per group of up to 8 rows of bf16 A (packed step by step), two
 //!   columns per pass — `vdpbf16ps` runs 32 multiply-adds per instruction; larger M converts
 //!   decoded tiles to bf16 and runs 4-row × 4-column `vdpbf16ps` blocks (`avx512_mx`).
+//!   Weights prepacked in 16-column groups (`cols_layout`: the provider's constant weights on
+//!   AVX-512 BF16 CPUs without AMX) take the column-lane kernel instead for M ≤ 64
+//!   (`matmul_cols`, `avx512_cols`: 1.2-1.4× this path at M = 8, its A stream 8× smaller).
 //!   With AMX-BF16 too (`amx`; Linux grants the tile state), 4 ≤ M ≤ 64 runs 32-column units
 //!   on tiles instead: weights decoded the same way into a small buffer, one `tdpbf16ps` per 16
 //!   columns × 32 k × up to 16 rows (M > 16: groups of 16 rows, each its own pass); a unit off its route (guards as above, NaN weights) runs its 4-column
@@ -44,7 +47,7 @@ use crate::parallel::{for_row_chunks, Parallel};
 /// Below this many multiply-adds per task a GEMM does not split further. Small: a decode GEMV
 /// (M = 1) is bound by its weight reads, which two threads share better than one even at
 /// 1.6 MB (6144 × 256: 148 → 77-89 µs with 2^18 instead of 2^21, two threads).
-const MIN_TASK_MACS: usize = 1 << 18;
+pub(super) const MIN_TASK_MACS: usize = 1 << 18;
 /// K per decoded `[N, K]` tile: 4 columns × 256 floats (4 KiB) plus the A slice of ≤ 16 rows
 /// (16 KiB) stay in L1.
 const NK_KC: usize = 256;
@@ -188,7 +191,7 @@ pub(super) fn nk<O: Element>(
 
 /// Applies the epilogue to `vals` (rows of y, columns n0..n0+cols; W ≥ cols) and writes them,
 /// rounded to the output type, into y (`n` columns).
-fn store_block<O: Element, const W: usize>(
+pub(super) fn store_block<O: Element, const W: usize>(
     y: &SharedMut<O>,
     n: usize,
     (n0, cols): (usize, usize),

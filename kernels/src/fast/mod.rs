@@ -11,15 +11,20 @@ mod avx2_act;
 #[cfg(target_arch = "x86_64")]
 mod avx2_mx;
 #[cfg(target_arch = "x86_64")]
+mod avx512_cols;
+#[cfg(target_arch = "x86_64")]
 mod avx512_mx;
 #[cfg(target_arch = "x86_64")]
 mod avx512_norm;
 #[cfg(target_arch = "x86_64")]
 mod avx512_regs;
 mod codec;
+pub mod cols_layout;
 mod dequant;
 mod isa;
 mod matmul;
+#[cfg(target_arch = "x86_64")]
+mod matmul_cols;
 #[cfg(target_arch = "x86_64")]
 mod matmul_mx;
 mod norm;

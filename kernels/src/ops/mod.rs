@@ -292,12 +292,7 @@ pub fn mx_matmul(
     attrs: &MxMatMulAttrs,
     par: &dyn Parallel,
 ) -> Result<()> {
-    expect_dtype("a_q", a_q.dtype, DType::E4M3)?;
-    expect_dtype("a_scale", a_scale.dtype, DType::E8M0)?;
-    expect_shape("a_scale", a_scale.shape, &scale_shape(a_q.shape)?)?;
-    let (m, k, n, y_shape) = mx_matmul_dims(a_q.shape, b.shape, attrs.trans_b)?;
-    expect_dtype("y", y.dtype, attrs.output_dtype)?;
-    expect_shape("y", y.shape, &y_shape)?;
+    let (m, k, n) = check_mx_matmul_io(&a_q, &a_scale, b.shape, attrs.trans_b, &y, attrs)?;
     // An MXFP4 weight is the MXFP8 weight of the same values (every E2M1 value is an E4M3 one,
     // same blocks and scales): widened here per call. The provider widens a constant one once,
     // at prepack, so this copy is the fallback for a weight that was not a session constant.
@@ -352,6 +347,49 @@ pub fn mx_matmul(
         }
         d => Err(unsupported_dtype("y", d)),
     }
+}
+
+/// `MxMatMul` with a constant MXFP8 weight prepacked in the column-group layout
+/// ([`fast::cols_layout::pack`], where [`fast::cols_layout::wanted`]): `y = a · wᵀ` as
+/// [`mx_matmul`] with `trans_b = 1`; `attrs.trans_b` is not read.
+pub fn mx_matmul_cols(
+    a_q: TensorRef<'_>,
+    a_scale: TensorRef<'_>,
+    w: fast::cols_layout::MxColWeights<'_>,
+    bias: Option<TensorRef<'_>>,
+    y: TensorMut<'_>,
+    attrs: &MxMatMulAttrs,
+    par: &dyn Parallel,
+) -> Result<()> {
+    let (m, _, n) = check_mx_matmul_io(&a_q, &a_scale, &[w.n, w.k], true, &y, attrs)?;
+    let ep = mx_matmul_epilogue(bias, attrs, m, n)?;
+    let (aq, as_) = (a_q.view::<u8>()?, a_scale.view::<u8>()?);
+    use fast::cols_layout::mx_matmul_cols as run;
+    match y.dtype {
+        DType::F32 => run(aq, as_, m, w, y.view_mut::<f32>()?, &ep, par),
+        DType::F16 => run(aq, as_, m, w, y.view_mut::<f16>()?, &ep, par),
+        DType::BF16 => run(aq, as_, m, w, y.view_mut::<bf16>()?, &ep, par),
+        d => Err(unsupported_dtype("y", d)),
+    }
+}
+
+/// The checks of `MxMatMul`'s A, its scales and y against a weight of shape `b_shape`: (M, K,
+/// N).
+fn check_mx_matmul_io(
+    a_q: &TensorRef<'_>,
+    a_scale: &TensorRef<'_>,
+    b_shape: &[usize],
+    trans_b: bool,
+    y: &TensorMut<'_>,
+    attrs: &MxMatMulAttrs,
+) -> Result<(usize, usize, usize)> {
+    expect_dtype("a_q", a_q.dtype, DType::E4M3)?;
+    expect_dtype("a_scale", a_scale.dtype, DType::E8M0)?;
+    expect_shape("a_scale", a_scale.shape, &scale_shape(a_q.shape)?)?;
+    let (m, k, n, y_shape) = mx_matmul_dims(a_q.shape, b_shape, trans_b)?;
+    expect_dtype("y", y.dtype, attrs.output_dtype)?;
+    expect_shape("y", y.shape, &y_shape)?;
+    Ok((m, k, n))
 }
 
 /// The [`Epilogue`] of an `m × n` `MxMatMul`: `bias` must have the output dtype (ONNX `Gemm`'s

@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use kernels::Element;
+
 /// Path of a file under kernels/testdata.
 pub fn testdata(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -73,4 +75,44 @@ impl Rng {
         }
         v
     }
+}
+
+/// GEMM outputs `got` (type O) within `alpha`·`bound` (the f32 accumulation bound) of the
+/// f64-accumulated reference `want`, plus O's rounding of it — or equal to the reference
+/// rounded to O (also where that overflows: f16 at 2^16), or both NaN.
+pub fn check_gemm<O: Element>(got: &[O], want: &[f32], bound: &[f32], alpha: f32, what: &str) {
+    // Half an ulp of O relative, plus its rounding of the bound-sized error.
+    let rel = match std::mem::size_of::<O>() {
+        4 => 2f32.powi(-23),
+        _ if O::from_f32(1.0 + 2f32.powi(-9)).to_f32() != 1.0 => 2f32.powi(-10), // f16
+        _ => 2f32.powi(-7),                                                      // bf16
+    };
+    for (i, ((g, w), b)) in got.iter().zip(want).zip(bound).enumerate() {
+        let g = g.to_f32();
+        let tol = alpha * b * (1.0 + rel) + w.abs() * rel;
+        let same = g.to_bits() == O::from_f32(*w).to_f32().to_bits();
+        assert!(
+            same || (g - w).abs() <= tol || (g.is_nan() && w.is_nan()),
+            "{what}: y[{i}] = {g}, reference {w}, tolerance {tol}"
+        );
+    }
+}
+
+/// Random MX GEMM operands: A (`m × k`, normal σ = 2) and `[N, K]` weights (σ = 0.1), each
+/// quantized by the reference (RCEIL scales): ([a_q, a_scales], [w_q, w_scales]).
+pub fn mx_gemm_operands(seed: u64, m: usize, k: usize, n: usize) -> ([Vec<u8>; 2], [Vec<u8>; 2]) {
+    use kernels::codec::{NanPolicy, QuantConfig, ScaleRule};
+    let mut rng = Rng::new(seed);
+    let cfg = QuantConfig {
+        scale_rule: ScaleRule::Rceil,
+        nan_policy: NanPolicy::Ignore,
+    };
+    let mut quantize = |rows: usize, sigma: f32| {
+        let x: Vec<f32> = (0..rows * k).map(|_| rng.normal(sigma)).collect();
+        let (mut q, mut s) = (vec![0u8; rows * k], vec![0u8; rows * k / 32]);
+        kernels::reference::mx_quantize(&x, k, &mut q, &mut s, cfg).unwrap();
+        [q, s]
+    };
+    let a = quantize(m, 2.0);
+    (a, quantize(n, 0.1))
 }

@@ -7,6 +7,10 @@
 //! When both are session constants, [`MxMatMul::prepack`] stores them transposed once and runs
 //! with `trans_b = 1`. The result is exact either way; only the f32 summation order follows the
 //! layout, and both ORT paths (EP and custom-op library) prepack alike, so they agree bit for bit.
+//! Where the CPU GEMM runs AVX-512 BF16 without AMX (`kernels::fast::cols_layout::wanted`), the
+//! constant weight (either `trans_b`) is instead prepacked in 16-column groups for the
+//! column-lane kernel (`kernels::ops::mx_matmul_cols`; 1.2-1.4× faster at M = 8, BENCHMARKS.md
+//! 2026-12-01 (2)).
 //!
 //! An MXFP4 weight (`b` FLOAT4E2M1, packed two per byte, same E8M0 scales) is widened at prepack
 //! to the E4M3 bytes of the same values ([`widen_fp4_weight`]): every E2M1 value is an E4M3
@@ -33,9 +37,19 @@ pub(crate) struct PackedB<Q = Vec<u8>> {
     pub scale_dims: [usize; 2],
 }
 
+/// An MX weight in the column-group layout of the column-lane CPU GEMM
+/// (`kernels::fast::cols_layout`), for CPUs where that is the fast path.
+struct ColsB {
+    q: HugeBytes,
+    scales: Vec<u8>,
+    n: usize,
+    k: usize,
+}
+
 pub struct MxMatMul {
     attrs: MxMatMulAttrs,
     packed: Option<PackedB<HugeBytes>>,
+    cols: Option<ColsB>,
 }
 
 impl MxMatMul {
@@ -43,6 +57,7 @@ impl MxMatMul {
         MxMatMul {
             attrs,
             packed: None,
+            cols: None,
         }
     }
 }
@@ -153,6 +168,46 @@ fn nk_weight(w: &Tensor, bs: &TensorRef<'_>) -> Option<PackedB<HugeBytes>> {
     })
 }
 
+/// The E4M3 weight `b` (`[K, N]`, or `[N, K]` when `trans_b`) with its scales in the column-group
+/// layout; `None` when they are not such a pair (left to the kernels' checks).
+fn cols_weight(b: &TensorRef<'_>, bs: &TensorRef<'_>, trans_b: bool) -> Option<ColsB> {
+    let nk = if trans_b {
+        let (&[n, k], &[sn, kb]) = (&b.meta.dims[..], &bs.meta.dims[..]) else {
+            return None;
+        };
+        let (n, k, kb) = (n as usize, k as usize, kb as usize);
+        let ok = b.meta.dtype == DType::E4M3.onnx_code() && sn as usize == n;
+        if !ok || b.data.len() != n * k || bs.data.len() != n * kb {
+            return None;
+        }
+        PackedB {
+            q: b.data.to_vec(),
+            scales: bs.data.to_vec(),
+            q_dims: [n, k],
+            scale_dims: [n, kb],
+        }
+    } else {
+        transpose_mx_weight(b, bs, transpose_bytes)?
+    };
+    let [n, k] = nk.q_dims;
+    if !k.is_multiple_of(32) || nk.scale_dims[1] * 32 != k {
+        return None;
+    }
+    let padded = n.div_ceil(kernels::fast::cols_layout::GROUP) * kernels::fast::cols_layout::GROUP;
+    let mut scales = vec![0u8; padded * k / 32];
+    // SAFETY: the closure initialises every byte of the `padded·k`-byte destination (zeros,
+    // then pack_into writes them all).
+    let q = unsafe {
+        HugeBytes::init_with(padded * k, |d| {
+            d.fill(MaybeUninit::new(0));
+            // SAFETY: every byte was just initialised.
+            let d = &mut *(d as *mut [MaybeUninit<u8>] as *mut [u8]);
+            kernels::fast::cols_layout::pack_into(&nk.q, &nk.scales, n, k, (d, &mut scales));
+        })
+    };
+    Some(ColsB { q, scales, n, k })
+}
+
 /// The element type of `y`: the float weight's type when `b` is float, else `output_dtype`.
 ///
 /// The rules only emit float-weight `MxMatMul`s whose `output_dtype` is the weight's type (a
@@ -190,6 +245,12 @@ impl Kernel for MxMatMul {
         };
         let widened = widen_fp4_weight(b);
         let b = widened.as_ref().map_or(*b, Tensor::view);
+        if kernels::fast::cols_layout::wanted() {
+            self.cols = cols_weight(&b, bs, self.attrs.trans_b);
+            if self.cols.is_some() {
+                return Ok(());
+            }
+        }
         if self.attrs.trans_b {
             // Already the fast layout: only an FP4 weight is stored (widened) as it is.
             self.packed = widened.as_ref().and_then(|w| nk_weight(w, bs));
@@ -226,6 +287,15 @@ impl Kernel for MxMatMul {
         };
         let (a, a_scale) = (view(a, &ad)?, view(a_scale, &asd)?);
         let bias = bias.as_ref().map(|t| view(t, &cd)).transpose()?;
+        if let Some(c) = &self.cols {
+            let w = kernels::fast::cols_layout::MxColWeights {
+                q: &c.q,
+                scales: &c.scales,
+                n: c.n,
+                k: c.k,
+            };
+            return Ok(k::mx_matmul_cols(a, a_scale, w, bias, y, &attrs, par)?);
+        }
         if let Some(p) = &self.packed {
             let b = k::TensorRef::new(DType::E4M3, &p.q_dims, &p.q)?;
             let bs = k::TensorRef::new(DType::E8M0, &p.scale_dims, &p.scales)?;
@@ -254,6 +324,13 @@ mod tests {
     use kernels::Serial;
 
     use super::*;
+
+    impl MxMatMul {
+        /// Whether the constant weight was prepacked (either layout).
+        fn prepacked(&self) -> bool {
+            self.packed.is_some() || self.cols.is_some()
+        }
+    }
 
     #[test]
     fn tiled_transpose_equals_the_definition() {
@@ -321,7 +398,7 @@ mod tests {
         packed
             .prepack(&[None, None, Some(b.view()), Some(b_s.view())])
             .unwrap();
-        assert!(packed.packed.is_some());
+        assert!(packed.prepacked());
         let to_f32 = |d: Vec<u8>| {
             d.chunks_exact(4)
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
@@ -461,7 +538,7 @@ mod tests {
             let mut fp4 = MxMatMul::new(attrs);
             fp4.prepack(&[None, None, Some(b4.view()), Some(bs.view())])
                 .unwrap();
-            assert!(fp4.packed.is_some(), "trans_b {trans_b}");
+            assert!(fp4.prepacked(), "trans_b {trans_b}");
             let want = run(&fp8, &b8);
             assert_eq!(run(&fp4, &b4), want, "prepacked, trans_b {trans_b}");
             let plain = MxMatMul::new(attrs);
@@ -480,6 +557,6 @@ mod tests {
         let mut k = MxMatMul::new(MxMatMulAttrs::default());
         let b = tensor(DType::F32, &[32, 2], vec![0; 32 * 2 * 4]);
         k.prepack(&[None, None, Some(b.view()), None]).unwrap();
-        assert!(k.packed.is_none());
+        assert!(!k.prepacked());
     }
 }

@@ -1,0 +1,126 @@
+//! Column-lane AVX-512 BF16 kernel of the MXFP8 `[N, K]` GEMM for M ≤ 64 (driven by
+//! `matmul_cols`): lanes over output columns instead of over k (`avx512_regs`), so each lane of
+//! an accumulator is one output, A comes as a broadcast pair of bf16 per `vdpbf16ps`, and no
+//! horizontal sums are left.
+//!
+//! Weights: the column-group layout of `cols_layout` (prepacked once). The decode's
+//! `vpunpck{l,h}bw` work within 128-bit lanes, so of a 64-byte chunk (4 k × 16 columns) the
+//! words of bytes 0..8 of each lane hold, in dword lane j, column j's k = 4t, 4t+1, and those of
+//! bytes 8..16 column j's k = 4t+2, 4t+3: each is one `vdpbf16ps` operand against the broadcast
+//! A pair of those k.
+//!
+//! Scale: the bf16 words are the unscaled E4M3 values (two `vpermi2b` look-ups, shared with
+//! `avx512_regs`); each 32-k block is summed into its own accumulators (8 rows × 16 columns) and
+//! added to the row's total by one FMA with the block's 16 per-column factors 2^(s-127) (exact: a
+//! power of two, every product normal under the driver's guards). A per-lane exponent add would
+//! need a mask compare per 32 words, and those take a `vdpbf16ps` slot on Zen 4 (2 per 16 dot
+//! products here); the FMA costs 1 per 16.
+//!
+//! A: bf16 rows (`pack_a`), each read as 4-byte broadcasts; per 16-column group all of A is
+//! read once (2 bytes of A per weight byte at M = 8, from L1) against 8 for `avx512_regs`, whose
+//! every 2-column pass re-reads A from L2 — that stream was its limit (BENCHMARKS.md
+//! 2026-11-30 (5)). Measured on Zen 4 (one pinned thread, M = 8, 128 × 6144 weights in L2,
+//! per call with A's packing): 65 µs against 84 µs for `avx512_regs`, i.e. ~39 vs ~50 cycles
+//! per 128 weights × 8 rows (ideal 32).
+
+#![allow(unsafe_op_in_unsafe_fn)]
+
+use std::arch::x86_64::*;
+
+use super::avx512_mx::to_bf16;
+use super::avx512_regs::{lookup_tables, unscaled_words};
+use super::cols_layout::{CHUNK, CHUNKS, GROUP};
+use crate::codec::BLOCK;
+
+/// Prefetch distance (bytes) in a group's weight stream, into L2: without it the stream ran at
+/// 5-7 GB/s from DRAM (M = 8, one pinned thread, 1536 × 6144: 1366 µs against 791 µs with 4 KiB;
+/// 1 KiB: 1412 µs; 16 KiB: 800 µs) — the kernel reads one stream slowly enough that the hardware
+/// prefetcher does not run ahead of it.
+const PREFETCH_AHEAD: usize = 4096;
+
+/// Row stride of [`pack_a`]'s output in pairs: k/2 plus one cache line, so that the rows (2k
+/// bytes apart, a multiple of 4 KiB at k = 6144) do not all map to the same L1 sets.
+pub fn a_stride(k: usize) -> usize {
+    k / 2 + 16
+}
+
+/// `a` (`m` rows of `k` f32 values) in bf16 (RNE, `avx512_mx::to_bf16`), row r at
+/// `r · a_stride(k)` pairs (u32: the even k in the low half).
+///
+/// # Safety
+/// The CPU has AVX512F/BW/VL/BF16; `a.len() = m·k`, `k % 32 == 0`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+pub unsafe fn pack_a(a: &[f32], m: usize, k: usize) -> Vec<u32> {
+    assert!(a.len() == m * k && k.is_multiple_of(BLOCK));
+    let lda = a_stride(k);
+    let mut out = vec![0u32; m * lda];
+    for (row, dst) in a.chunks_exact(k).zip(out.chunks_exact_mut(lda)) {
+        let words = std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut u16, k);
+        to_bf16(row, words);
+    }
+    out
+}
+
+/// `out[r][j] = Σ_k a[r, k] · deq(W)[j, k]` for the 16 columns of one column group of packed
+/// weights at `q` / `s` (`cols_layout`: 16·k bytes, 16·k/32 scales) and R ≤ 8 rows of bf16 A
+/// at `a`, `lda` pairs apart ([`pack_a`]); the 2·R accumulators stay in registers over all of
+/// K. Per output: per 32-k block 16 `vdpbf16ps` pair products in k order from zero, then
+/// `total = fma(block, 2^(s-127), total)`, blocks in k order. `false` when a weight is NaN
+/// (off the fast route): the caller recomputes the group exactly.
+///
+/// # Safety
+/// The CPU has AVX512F/BW/VL/VBMI/BF16 and FMA; the group and R rows of k/2 pairs at `a` are in
+/// bounds; every scale is in 1..=254 and every product (unscaled and scaled) a normal f32 (the
+/// caller's guards).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,fma")]
+pub unsafe fn nk_cols<const R: usize>(
+    (a, lda): (*const u32, usize),
+    k: usize,
+    (q, s): (*const u8, *const u8),
+    out: &mut [[f32; GROUP]; R],
+) -> bool {
+    let t = lookup_tables();
+    let mut total = [_mm512_setzero_ps(); R];
+    let mut nan = _mm512_setzero_si512();
+    let bh = |w: __m512i| std::mem::transmute::<__m512i, __m512bh>(w);
+    for b in 0..k / BLOCK {
+        let mut blk = [_mm512_setzero_ps(); R];
+        for ch in 0..CHUNKS {
+            let at = q.add((b * CHUNKS + ch) * CHUNK);
+            _mm_prefetch::<_MM_HINT_T1>(at.wrapping_add(PREFETCH_AHEAD) as *const i8);
+            let (w0, w1) = unscaled_words(_mm512_loadu_si512(at as *const __m512i), &t, &mut nan);
+            let pair = b * (BLOCK / 2) + ch * 2;
+            for (r, acc) in blk.iter_mut().enumerate() {
+                let row = a.add(r * lda + pair);
+                *acc = _mm512_dpbf16_ps(*acc, bh(w0), bh(broadcast(row)));
+                *acc = _mm512_dpbf16_ps(*acc, bh(w1), bh(broadcast(row.add(1))));
+            }
+        }
+        let sb = _mm_loadu_si128(s.add(b * GROUP) as *const __m128i);
+        // 2^(s - 127): the scale byte as an f32 exponent field.
+        let f = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_cvtepu8_epi32(sb)));
+        for (tot, acc) in total.iter_mut().zip(&blk) {
+            *tot = _mm512_fmadd_ps(*acc, f, *tot);
+        }
+    }
+    for (o, v) in out.iter_mut().zip(&total) {
+        _mm512_storeu_ps(o.as_mut_ptr(), *v);
+    }
+    _mm512_cmpeq_epi8_mask(nan, _mm512_set1_epi8(-1)) == 0
+}
+
+/// The pair at `p` in all 16 lanes, by a `vpbroadcastd` load of its own: folded into
+/// `vdpbf16ps` as a `{1to16}` operand (what the compiler does with `_mm512_set1_epi32`) the dot
+/// product measured ~1.3 cycles instead of 1 on Zen 4.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn broadcast(p: *const u32) -> __m512i {
+    let v: __m512i;
+    std::arch::asm!(
+        "vpbroadcastd {v}, dword ptr [{p}]",
+        v = out(zmm_reg) v,
+        p = in(reg) p,
+        options(pure, readonly, nostack, preserves_flags),
+    );
+    v
+}

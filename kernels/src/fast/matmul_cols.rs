@@ -1,0 +1,145 @@
+//! Driver of the column-lane MXFP8 GEMM (`avx512_cols`) over weights in the column-group layout
+//! (`cols_layout`), M ≤ [`MAX_M`]: parallel over groups of 16 columns, each group one pass over
+//! its weights per 8 rows of A (accumulators in registers over all of K). A group off the
+//! kernel's route — a scale out of its range, a product that may not be a normal f32, a NaN
+//! weight — is unpacked to `[N, K]` and computed by the row path (`matmul_mx::nk`) instead.
+//!
+//! f32 accumulation order (deterministic, the same for any thread count): per output, per 32-k
+//! block the 16 `vdpbf16ps` pair products in k order from zero, then `total = fma(block,
+//! 2^(s-127), total)`, blocks in k order.
+
+use super::avx2_mx::MAX_FAST_SCALE;
+use super::avx512_cols::{a_stride, nk_cols, pack_a};
+use super::avx512_mx::{min_exponent, normal_products};
+use super::cols_layout::{unpack, MxColWeights, GROUP};
+use super::matmul_mx::{store_block, MIN_TASK_MACS};
+use super::shared::SharedMut;
+use crate::codec::BLOCK;
+use crate::element::Element;
+use crate::epilogue::Epilogue;
+use crate::parallel::{for_row_chunks, Parallel, Serial};
+
+/// Largest M of this path (as `avx512_regs`: rows in groups of 8, each group a pass over the
+/// column group's weights, which stay in L2 from the first pass: 16·K bytes).
+pub const MAX_M: usize = 64;
+
+/// Rows per kernel call: 8 accumulators per block and 8 totals in registers.
+const ROWS: usize = 8;
+
+/// `y = a · deq(W)ᵀ` (+ epilogue) for f32 `a` (`m` rows of `w.k`), m ≤ [`MAX_M`]. Caller:
+/// `avx512_bf16()` checked.
+pub(super) fn nk<O: Element>(
+    a: &[f32],
+    m: usize,
+    w: MxColWeights<'_>,
+    y: &mut [O],
+    ep: &Epilogue,
+    par: &dyn Parallel,
+) {
+    let (n, k) = (w.n, w.k);
+    let kb = k / BLOCK;
+    assert!(m <= MAX_M && a.len() == m * k && y.len() == m * n);
+    assert!(
+        w.q.len() >= n.div_ceil(GROUP) * GROUP * k
+            && w.scales.len() >= n.div_ceil(GROUP) * GROUP * kb
+    );
+    // SAFETY: avx512_bf16() checked by the caller (also for pack_a); a.len() = m·k.
+    let min_exp = unsafe { min_exponent(a) };
+    let pa = (min_exp >= -126).then(|| unsafe { pack_a(a, m, k) });
+    let lda = a_stride(k);
+    let y = SharedMut::new(y);
+    for_row_chunks(
+        par,
+        n.div_ceil(GROUP),
+        MIN_TASK_MACS.div_ceil(GROUP * m * k),
+        &|g0, g1| {
+            let mut vals = vec![[0f32; GROUP]; m];
+            for g in g0..g1 {
+                let (n0, cols) = (g * GROUP, GROUP.min(n - g * GROUP));
+                let (gq, gs) = (
+                    &w.q[g * GROUP * k..],
+                    &w.scales[g * GROUP * kb..(g + 1) * GROUP * kb],
+                );
+                let (lo, hi) = gs
+                    .iter()
+                    .fold((u8::MAX, 0), |(lo, hi), &s| (lo.min(s), hi.max(s)));
+                // Unscaled products (|w| ≥ 2^-9) and scaled ones normal, 2^(s-127) finite.
+                let on_route = pa.as_ref().filter(|_| {
+                    hi <= MAX_FAST_SCALE
+                        && normal_products(min_exp, -9)
+                        && normal_products(min_exp, lo as i32 - 127 - 9)
+                });
+                let done = on_route.is_some_and(|pa| {
+                    (0..m).step_by(ROWS).all(|r0| {
+                        let rows = (m - r0).min(ROWS);
+                        let ap = pa[r0 * lda..].as_ptr();
+                        let gp = (gq.as_ptr(), gs.as_ptr());
+                        let out = &mut vals[r0..r0 + rows];
+                        // SAFETY: avx512_bf16() checked (caller); the group's 16·k bytes and
+                        // 16·k/32 scales and the rows' k/2 pairs are in bounds (asserted); scales
+                        // in range and products normal (checked above).
+                        unsafe {
+                            match rows {
+                                1 => run::<1>(ap, lda, k, gp, out),
+                                2 => run::<2>(ap, lda, k, gp, out),
+                                3 => run::<3>(ap, lda, k, gp, out),
+                                4 => run::<4>(ap, lda, k, gp, out),
+                                5 => run::<5>(ap, lda, k, gp, out),
+                                6 => run::<6>(ap, lda, k, gp, out),
+                                7 => run::<7>(ap, lda, k, gp, out),
+                                _ => run::<8>(ap, lda, k, gp, out),
+                            }
+                        }
+                    })
+                });
+                if !done {
+                    off_route(a, m, k, w, (n0, cols), &mut vals);
+                }
+                store_block(&y, n, (n0, cols), &mut vals, ep);
+            }
+        },
+    );
+}
+
+/// One kernel call for R rows into `out` (R rows of 16 sums); `false` on a NaN weight.
+///
+/// # Safety
+/// As [`nk_cols`].
+unsafe fn run<const R: usize>(
+    a: *const u32,
+    lda: usize,
+    k: usize,
+    (q, s): (*const u8, *const u8),
+    out: &mut [[f32; GROUP]],
+) -> bool {
+    let out = out.first_chunk_mut::<R>().expect("R rows");
+    nk_cols::<R>((a, lda), k, (q, s), out)
+}
+
+/// Columns n0..n0+cols by the row path (`matmul_mx::nk`, exact deq of every block) on the
+/// group unpacked to `[N, K]`; raw sums (the caller applies the epilogue).
+fn off_route(
+    a: &[f32],
+    m: usize,
+    k: usize,
+    w: MxColWeights<'_>,
+    (n0, cols): (usize, usize),
+    vals: &mut [[f32; GROUP]],
+) {
+    let (q, s) = unpack(w.q, w.scales, k, (n0, cols));
+    let mut sums = vec![0f32; m * cols];
+    super::matmul_mx::nk(
+        a,
+        m,
+        k,
+        cols,
+        &q,
+        &s,
+        &mut sums,
+        &Epilogue::default(),
+        &Serial,
+    );
+    for (v, row) in vals.iter_mut().zip(sums.chunks_exact(cols)) {
+        v[..cols].copy_from_slice(row);
+    }
+}
