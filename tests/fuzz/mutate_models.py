@@ -219,10 +219,13 @@ path, lib, mode, seed_shapes = sys.argv[1:5]
 seed_shapes = json.loads(seed_shapes)
 so = ort.SessionOptions()
 so.log_severity_level = 4
-if mode == "ep":
+if mode.startswith("ep"):
     ort.register_execution_provider_library("MxFuseExecutionProvider", lib)
+    want = ort.OrtHardwareDeviceType.GPU if mode == "ep-gpu" else ort.OrtHardwareDeviceType.CPU
     devs = [d for d in ort.get_ep_devices() if d.ep_name == "MxFuseExecutionProvider"
-            and d.device.type == ort.OrtHardwareDeviceType.CPU]
+            and d.device.type == want]
+    if not devs:
+        print("NO-DEVICE", mode); sys.exit(0)
     so.add_provider_for_devices(devs, {})
 else:
     so.register_custom_ops_library(lib)

@@ -231,11 +231,14 @@ def main():
     ap.add_argument("--keep", type=Path)
     ap.add_argument("--report", type=Path)
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--gpu", action="store_true",
+                    help="run the EP on its GPU device (instead of the CPU device)")
+    ap.add_argument("--lib", help="libmxfuse_ep.so (default: target/release or target/debug)")
     ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                     help="for the children, e.g. MXFUSE_EP_TEST_DEVICE_MEMORY=host (the EP's "
                          "GPU executor on host memory, launches replaced by the CPU kernels)")
     args = ap.parse_args()
-    lib = build("libmxfuse_ep.so", "cargo build --release -p provider")
+    lib = args.lib or build("libmxfuse_ep.so", "cargo build --release -p provider")
     env = dict(kv.split("=", 1) for kv in args.env)
     rng = random.Random(args.seed)
     findings, outcomes = [], {}
@@ -244,7 +247,7 @@ def main():
             op, ins, outs, attrs = rng.choice(CASES)(rng)
             path = Path(tmp) / f"case{case}.onnx"
             kw, shapes = make_model(rng, op, ins, outs, attrs, path)
-            for how in ("custom", "ep"):
+            for how in ("custom", "ep-gpu" if args.gpu else "ep"):
                 cmd = [sys.executable, "-c", CHILD, str(path), lib, how, json.dumps(shapes)]
                 kind, detail = run_child(cmd, args.timeout, env)
                 key = kind if kind != "ok" else f"{op}:{how}:{(detail.split() or ['exit0'])[0]}"
