@@ -277,64 +277,84 @@ unsafe fn sum_row_bf16<const RES: bool, const RO: bool, const ROUND: bool, const
     sw: *mut u16,
     h: usize,
 ) -> f64 {
+    let mut acc = [_mm512_setzero_pd(); 2];
+    for i in (0..h).step_by(BLOCK) {
+        sum_step::<RES, RO, ROUND, F32>(xp, rp, rop, sp, sw, i, &mut acc);
+    }
+    pinned_total(&acc)
+}
+
+/// One 32-element step (elements i..i+32) of [`sum_row_bf16`]: the squares go into `acc`
+/// (`acc[0]`: pinned lanes 0, 2, .., 14; `acc[1]`: 1, 3, .., 15; see [`pinned_total`]).
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vbmi,avx2,fma,f16c")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+unsafe fn sum_step<const RES: bool, const RO: bool, const ROUND: bool, const F32: bool>(
+    xp: *const bf16,
+    rp: *const bf16,
+    rop: *mut bf16,
+    sp: *mut f32,
+    sw: *mut u16,
+    i: usize,
+    acc: &mut [__m512d; 2],
+) {
     debug_assert!(F32 || ROUND || !RES, "s is not in bf16");
     let high = _mm512_set1_epi32(-65536);
-    // acc_a: pinned lanes 0, 2, .., 14; acc_b: 1, 3, .., 15.
-    let (mut acc_a, mut acc_b) = (_mm512_setzero_pd(), _mm512_setzero_pd());
-    let mut i = 0;
-    while i < h {
-        let xv = _mm512_loadu_si512(xp.add(i) as *const _);
-        // Even elements (low halves) by a shift, odd ones (high halves) by a mask.
-        let x_lo = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(xv));
-        let x_hi = _mm512_castsi512_ps(_mm512_and_si512(xv, high));
-        let (s_lo, s_hi) = if RES {
-            let rv = _mm512_loadu_si512(rp.add(i) as *const _);
-            let sum_lo = _mm512_add_ps(x_lo, _mm512_castsi512_ps(_mm512_slli_epi32::<16>(rv)));
-            let sum_hi = _mm512_add_ps(x_hi, _mm512_castsi512_ps(_mm512_and_si512(rv, high)));
-            // The sum of two values widened from bf16 is a NaN only with zero low bits.
-            let (t_lo, t_hi) = (bf16_round_bits(sum_lo), bf16_round_bits(sum_hi));
-            if RO || !F32 {
-                // Element 2k in the low half of lane k, 2k+1 in the high half.
-                let ro =
-                    _mm512_ternarylogic_epi32::<0xF8>(_mm512_srli_epi32::<16>(t_lo), t_hi, high);
-                let dst = if RO { rop as *mut u16 } else { sw };
-                _mm512_storeu_si512(dst.add(i) as *mut _, ro);
-            }
-            if ROUND {
-                (
-                    _mm512_castsi512_ps(_mm512_and_si512(t_lo, high)),
-                    _mm512_castsi512_ps(_mm512_and_si512(t_hi, high)),
-                )
-            } else {
-                (sum_lo, sum_hi)
-            }
-        } else {
-            if RO || !F32 {
-                let dst = if RO { rop as *mut u16 } else { sw };
-                _mm512_storeu_si512(dst.add(i) as *mut _, xv);
-            }
-            (x_lo, x_hi)
-        };
-        if F32 {
-            _mm512_storeu_ps(sp.add(i), s_lo);
-            _mm512_storeu_ps(sp.add(i + 16), s_hi);
+    let xv = _mm512_loadu_si512(xp.add(i) as *const _);
+    // Even elements (low halves) by a shift, odd ones (high halves) by a mask.
+    let x_lo = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(xv));
+    let x_hi = _mm512_castsi512_ps(_mm512_and_si512(xv, high));
+    let (s_lo, s_hi) = if RES {
+        let rv = _mm512_loadu_si512(rp.add(i) as *const _);
+        let sum_lo = _mm512_add_ps(x_lo, _mm512_castsi512_ps(_mm512_slli_epi32::<16>(rv)));
+        let sum_hi = _mm512_add_ps(x_hi, _mm512_castsi512_ps(_mm512_and_si512(rv, high)));
+        // The sum of two values widened from bf16 is a NaN only with zero low bits.
+        let (t_lo, t_hi) = (bf16_round_bits(sum_lo), bf16_round_bits(sum_hi));
+        if RO || !F32 {
+            // Element 2k in the low half of lane k, 2k+1 in the high half.
+            let ro = _mm512_ternarylogic_epi32::<0xF8>(_mm512_srli_epi32::<16>(t_lo), t_hi, high);
+            let dst = if RO { rop as *mut u16 } else { sw };
+            _mm512_storeu_si512(dst.add(i) as *mut _, ro);
         }
-        let (sq_lo, sq_hi) = (_mm512_mul_ps(s_lo, s_lo), _mm512_mul_ps(s_hi, s_hi));
-        // Elements i.. (lower halves) before i+16.. (upper halves), lane by lane.
-        acc_a = _mm512_add_pd(acc_a, _mm512_cvtps_pd(_mm512_castps512_ps256(sq_lo)));
-        acc_b = _mm512_add_pd(acc_b, _mm512_cvtps_pd(_mm512_castps512_ps256(sq_hi)));
-        acc_a = _mm512_add_pd(acc_a, _mm512_cvtps_pd(_mm512_extractf32x8_ps::<1>(sq_lo)));
-        acc_b = _mm512_add_pd(acc_b, _mm512_cvtps_pd(_mm512_extractf32x8_ps::<1>(sq_hi)));
-        i += 32;
+        if ROUND {
+            (
+                _mm512_castsi512_ps(_mm512_and_si512(t_lo, high)),
+                _mm512_castsi512_ps(_mm512_and_si512(t_hi, high)),
+            )
+        } else {
+            (sum_lo, sum_hi)
+        }
+    } else {
+        if RO || !F32 {
+            let dst = if RO { rop as *mut u16 } else { sw };
+            _mm512_storeu_si512(dst.add(i) as *mut _, xv);
+        }
+        (x_lo, x_hi)
+    };
+    if F32 {
+        _mm512_storeu_ps(sp.add(i), s_lo);
+        _mm512_storeu_ps(sp.add(i + 16), s_hi);
     }
+    let (sq_lo, sq_hi) = (_mm512_mul_ps(s_lo, s_lo), _mm512_mul_ps(s_hi, s_hi));
+    // Elements i.. (lower halves) before i+16.. (upper halves), lane by lane.
+    let [a, b] = acc;
+    *a = _mm512_add_pd(*a, _mm512_cvtps_pd(_mm512_castps512_ps256(sq_lo)));
+    *b = _mm512_add_pd(*b, _mm512_cvtps_pd(_mm512_castps512_ps256(sq_hi)));
+    *a = _mm512_add_pd(*a, _mm512_cvtps_pd(_mm512_extractf32x8_ps::<1>(sq_lo)));
+    *b = _mm512_add_pd(*b, _mm512_cvtps_pd(_mm512_extractf32x8_ps::<1>(sq_hi)));
+}
+
+/// The sum of squares from the accumulators of [`sum_step`], lanes combined in the pinned
+/// order (`reference::math::lane_mean`: lane j += lane j+w, w = 8, 4, 2, 1).
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vbmi,avx2,fma,f16c")]
+pub(super) unsafe fn pinned_total(acc: &[__m512d; 2]) -> f64 {
     let (mut a, mut b) = ([0f64; 8], [0f64; 8]);
-    _mm512_storeu_pd(a.as_mut_ptr(), acc_a);
-    _mm512_storeu_pd(b.as_mut_ptr(), acc_b);
+    _mm512_storeu_pd(a.as_mut_ptr(), acc[0]);
+    _mm512_storeu_pd(b.as_mut_ptr(), acc[1]);
     let mut lanes = [0f64; 16];
     for k in 0..8 {
         (lanes[2 * k], lanes[2 * k + 1]) = (a[k], b[k]);
     }
-    // The pinned combination (`reference::math::lane_mean`): lane j += lane j+w, w = 8, 4, 2, 1.
     let mut w = 16;
     while w > 1 {
         w /= 2;
@@ -613,7 +633,7 @@ pub(super) unsafe fn scalar_block<T: Wide>(yb: *const f32, qb: *mut u8, cfg: Qua
 /// keeps a few lines in flight at a time instead of filling the miss buffers at once.
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vbmi,avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn normalize_quantize<T: Wide, const NO_NAN: bool, const PLAIN: bool>(
+pub(super) unsafe fn normalize_quantize<T: Wide, const NO_NAN: bool, const PLAIN: bool>(
     sp: *mut f32,
     gw: *const f32,
     h: usize,
@@ -695,10 +715,15 @@ unsafe fn rows_of<T: Wide, G: Lanes>(
         && plain
         && out.normed.is_none()
         && (attrs.round_sum || residual.is_none());
-    // The packed-word path's s where no residual_out holds it.
-    let own_words = words && out.residual_out.is_none();
-    let mut w_buf = vec![0u16; if own_words { h } else { 0 }];
     let mut s_buf = vec![0f32; h];
+    if words {
+        // T is bf16 (`T::PERMUTED`): the casts are identities.
+        let (x, residual) = (cast_slice(x), residual.map(|r| cast_slice(r)));
+        let out = cast_outputs(out);
+        let sb = &mut s_buf;
+        super::avx512_norm_words::rows(x, residual, gw, gw_finite, h, attrs, out, prefetch, sb);
+        return;
+    }
     for r in 0..rows {
         let base = r * h;
         let xp = x.as_ptr().add(base);
@@ -708,24 +733,7 @@ unsafe fn rows_of<T: Wide, G: Lanes>(
             .as_deref_mut()
             .map_or(std::ptr::null_mut(), |ro| ro.as_mut_ptr().add(base));
         let sp = s_buf.as_mut_ptr();
-        // The packed-word path: s as words, at residual_out or in the scratch.
-        let sw = if rop.is_null() {
-            w_buf.as_mut_ptr()
-        } else {
-            rop as *mut u16
-        };
-        let sum_sq = if words {
-            // T is bf16 (`T::PERMUTED`): the pointer casts are identities.
-            pass1_words(
-                xp as *const bf16,
-                rp as *const bf16,
-                rop as *mut bf16,
-                sw,
-                h,
-            )
-        } else {
-            T::pass1(xp, rp, rop, sp, h, attrs.round_sum)
-        };
+        let sum_sq = T::pass1(xp, rp, rop, sp, h, attrs.round_sum);
         // The next row of this chunk (rows past it belong to another chunk).
         let more = prefetch && r + 1 < rows;
         let ahead = [xp.wrapping_add(h), rp.wrapping_add(h)];
@@ -749,27 +757,6 @@ unsafe fn rows_of<T: Wide, G: Lanes>(
         // Finite Σs² bounds every |s| and makes d finite; with 1/d and g finite too, n and
         // y = n·g are finite or ±Inf, never NaN.
         let no_nan = gw_finite && sum_sq.is_finite() && (1.0 / d).is_finite();
-        if words {
-            if no_nan {
-                // T is bf16 (`T::PERMUTED`): the pointer casts are identities.
-                let next =
-                    std::slice::from_raw_parts(next.as_ptr() as *const *const bf16, next.len());
-                super::avx512_norm_words::normalize_quantize(
-                    sw,
-                    gw,
-                    h,
-                    d,
-                    attrs,
-                    q,
-                    sc,
-                    next,
-                    next_out as *const bf16,
-                );
-                continue;
-            }
-            // A NaN can arise: the NaN-aware pass 2 below, from s in the bf16 layout.
-            super::avx512_norm_words::unpack(sw, sp, h);
-        }
         match (no_nan, plain) {
             (true, true) => {
                 normalize_quantize::<T, true, true>(sp, gw, h, d, attrs, np, q, sc, next, next_out)
@@ -1104,6 +1091,127 @@ mod tests {
                         assert!(run(Some(false)) == want, "f32 pass 2: {ctx}");
                     }
                 }
+            }
+        }
+    }
+
+    /// bf16 rows through the words path's pass 1 (`vcvtne2ps2bf16` sums, pipelined into the
+    /// previous row's pass 2), the f32 path and the reference: the same q, scales and
+    /// residual_out. Rows: subnormal sums (flushed by `vcvtne2ps2bf16`) with zeros, |s| near
+    /// 2^-67 and 2^-70 (subnormal f32 squares) and 2^64 (f32 squares overflow), sums halfway
+    /// between bf16 values, values spanning ±2^40 (the f64 sums round, so their order shows),
+    /// and plain rows between them; with and without residual and residual_out, epsilon 1e-6
+    /// and 0.
+    #[test]
+    fn word_pass1_matches_reference() {
+        if !(super::super::isa::avx512_norm() && super::super::isa::avx512_bf16()) {
+            return;
+        }
+        let h = 512;
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut wide = |span: i32| {
+            let r = next();
+            let mag = 2f32.powi((r % (2 * span as u64 + 1)) as i32 - span);
+            let sign = if r & (1 << 40) != 0 { -1.0 } else { 1.0 };
+            sign * mag * (1.0 + (r >> 44) as f32 / (1u64 << 20) as f32)
+        };
+        let plain: Vec<f32> = (0..2 * h).map(|_| wide(3)).collect();
+        let p = |e: i32| 2f32.powi(e);
+        let sub = f32::from_bits(0x0001_0000); // the smallest bf16 subnormal, 2^-133
+        let mut rows: Vec<(Vec<f32>, Vec<f32>)> = Vec::new();
+        let row_of =
+            |f: &dyn Fn(usize) -> (f32, f32)| -> (Vec<f32>, Vec<f32>) { (0..h).map(f).unzip() };
+        // Subnormal sums and zeros among normal values.
+        rows.push(row_of(&|i| match i % 7 {
+            0 => (sub * 3.0, sub * 2.0),
+            1 => (p(-127), -sub * 4.0),
+            2 => (1.5, -1.5),
+            _ => (plain[i], plain[h + i]),
+        }));
+        rows.push(row_of(&|i| (plain[h + i], plain[i])));
+        // |s| around 2^-67 and 2^-64 (no subnormals), then 2^64.
+        rows.push(row_of(&|i| match i % 5 {
+            0 => (p(-68) * 1.5, 0.0),
+            1 => (-p(-66) * 1.25, p(-70)),
+            2 => (p(-64), 0.0),
+            _ => (plain[i], 0.0),
+        }));
+        // Every |s| near 2^-70 with 8 significant bits: inexact f32 squares that decide Σs²
+        // (with epsilon 0).
+        rows.push(row_of(&|i| {
+            ((1.0 + (i % 128) as f32 / 128.0) * p(-70), 0.0)
+        }));
+        rows.push(row_of(&|i| match i % 9 {
+            0 => (p(64) * 1.5, 0.0),
+            1 => (-p(63), -p(62)),
+            _ => (plain[i], plain[h + i]),
+        }));
+        // Halfway sums: 1 + 2^-8 (to 1), 1 + 3 · 2^-8 (up), their negatives.
+        rows.push(row_of(&|i| match i % 4 {
+            0 => (1.0, p(-8)),
+            1 => (1.0 + p(-7), p(-8)),
+            2 => (-1.0, -p(-8)),
+            _ => (-1.0 - p(-7), -p(-8)),
+        }));
+        rows.push(row_of(&|i| (plain[i] * p(37), plain[h + i] * p(-30))));
+        rows.push(row_of(&|i| (plain[i], -plain[h + i])));
+        let to = |v: Vec<f32>| v.into_iter().map(bf16::from_f32).collect::<Vec<_>>();
+        let x = to(rows.iter().flat_map(|r| r.0.clone()).collect());
+        let res = to(rows.iter().flat_map(|r| r.1.clone()).collect());
+        let m = rows.len();
+        let gamma: Vec<f32> = (0..h).map(|i| 0.5 + (i % 7) as f32 * 0.1).collect();
+        for (residual, ro, epsilon) in [
+            (Some(&res[..]), true, 1e-6),
+            (Some(&res[..]), false, 0.0),
+            (None, true, 0.0),
+            (None, false, 1e-6),
+        ] {
+            let attrs = AddRmsNormAttrs {
+                epsilon,
+                ..Default::default()
+            };
+            {
+                let run = |how: Option<bool>| {
+                    let (mut q, mut s) = (vec![0u8; m * h], vec![0u8; m * h / BLOCK]);
+                    let mut r_out = vec![bf16::ZERO; m * h];
+                    let out = NormOutputs {
+                        q: &mut q,
+                        scales: &mut s,
+                        residual_out: ro.then_some(&mut r_out[..]),
+                        normed: None,
+                    };
+                    match how {
+                        // SAFETY: the features were checked; shapes are valid.
+                        Some(words) => unsafe {
+                            rows_of::<bf16, f32>(&x, residual, &gamma, h, &attrs, out, true, words)
+                        },
+                        None => crate::reference::add_rms_norm_mx_quant(
+                            &x, residual, &gamma, h, &attrs, out,
+                        )
+                        .expect("valid shapes"),
+                    }
+                    let bits: Vec<u16> = r_out.iter().map(|v| v.to_bits()).collect();
+                    (q, s, bits)
+                };
+                let want = run(None);
+                let ctx = format!("residual {} ro {ro} epsilon {epsilon}", residual.is_some());
+                let got = run(Some(true));
+                for r in 0..m {
+                    let (a, b) = (r * h..(r + 1) * h, r * h / BLOCK..(r + 1) * h / BLOCK);
+                    assert!(got.0[a.clone()] == want.0[a.clone()], "q, row {r}: {ctx}");
+                    assert!(got.1[b.clone()] == want.1[b], "scales, row {r}: {ctx}");
+                    assert!(
+                        got.2[a.clone()] == want.2[a],
+                        "residual_out, row {r}: {ctx}"
+                    );
+                }
+                assert!(run(Some(false)) == want, "f32 path: {ctx}");
             }
         }
     }
