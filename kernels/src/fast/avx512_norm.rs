@@ -845,6 +845,16 @@ pub unsafe fn rows<T: Lanes + 'static, G: Lanes>(
 mod tests {
     use super::*;
 
+    /// A xorshift64 generator from `seed` (non-zero).
+    fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+        move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        }
+    }
+
     /// bf16 pass 1 against the AVX2 pass 1 on rows spanning ±2^40 (so the f64 sums round and
     /// their order shows in the bits): the same Σs² bits, s (in the bf16 layout) and
     /// residual_out, for every residual / residual_out / `round_sum` combination.
@@ -854,13 +864,7 @@ mod tests {
             return;
         }
         let h = 1024;
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x9E37_79B9_7F4A_7C15u64);
         let mut val = || {
             let r = next();
             let mag = 2f32.powi((r % 81) as i32 - 40);
@@ -988,6 +992,52 @@ mod tests {
         }
     }
 
+    /// bf16 rows (`normed` not asked for, `residual_out` if `ro`) through `rows_of` with and
+    /// without the words path and through the reference: the same q, scales and residual_out,
+    /// compared row by row (the first row that differs is named).
+    fn words_match_reference(
+        x: &[bf16],
+        residual: Option<&[bf16]>,
+        gamma: &[f32],
+        h: usize,
+        attrs: &AddRmsNormAttrs,
+        ro: bool,
+    ) {
+        let m = x.len() / h;
+        let run = |how: Option<bool>| {
+            let (mut q, mut s) = (vec![0u8; m * h], vec![0u8; m * h / BLOCK]);
+            let mut r_out = vec![bf16::ZERO; m * h];
+            let out = NormOutputs {
+                q: &mut q,
+                scales: &mut s,
+                residual_out: ro.then_some(&mut r_out[..]),
+                normed: None,
+            };
+            match how {
+                // SAFETY: the callers checked the features; shapes are valid.
+                Some(words) => unsafe {
+                    rows_of::<bf16, f32>(x, residual, gamma, h, attrs, out, true, words)
+                },
+                None => crate::reference::add_rms_norm_mx_quant(x, residual, gamma, h, attrs, out)
+                    .expect("valid shapes"),
+            }
+            let bits: Vec<u16> = r_out.iter().map(|v| v.to_bits()).collect();
+            (q, s, bits)
+        };
+        let want = run(None);
+        let ctx = format!("{attrs:?} residual {} ro {ro}", residual.is_some());
+        for words in [true, false] {
+            let got = run(Some(words));
+            for r in 0..m {
+                let (a, b) = (r * h..(r + 1) * h, r * h / BLOCK..(r + 1) * h / BLOCK);
+                let row = |what| format!("{what}, words path {words}, row {r}: {ctx}");
+                assert!(got.0[a.clone()] == want.0[a.clone()], "{}", row("q"));
+                assert!(got.1[b.clone()] == want.1[b], "{}", row("scales"));
+                assert!(got.2[a.clone()] == want.2[a], "{}", row("residual_out"));
+            }
+        }
+    }
+
     /// bf16 rows through the packed-word pass 2 (`avx512_norm_words`), the f32 pass 2 and the
     /// reference: the same q, scales and residual_out. The weights put the normed values on the
     /// word path's edges: subnormal lanes (which `vcvtne2ps2bf16` flushes) inside large blocks,
@@ -1002,13 +1052,7 @@ mod tests {
             return;
         }
         let (m, h) = (4, 1056);
-        let mut state = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x2545_F491_4F6C_DD1Du64);
         let mut val = |scale: f32| (next() % 2001) as f32 / 1000.0 * scale - scale;
         let mut xf: Vec<f32> = (0..m * h).map(|_| val(2.0)).collect();
         let resf: Vec<f32> = (0..m * h).map(|_| val(3.0)).collect();
@@ -1061,34 +1105,7 @@ mod tests {
                 };
                 for residual in [Some(&res[..]), None] {
                     for ro in [true, false] {
-                        let run = |how: Option<bool>| {
-                            let (mut q, mut s) = (vec![0u8; m * h], vec![0u8; m * h / BLOCK]);
-                            let mut r_out = vec![bf16::ZERO; m * h];
-                            let out = NormOutputs {
-                                q: &mut q,
-                                scales: &mut s,
-                                residual_out: ro.then_some(&mut r_out[..]),
-                                normed: None,
-                            };
-                            match how {
-                                // SAFETY: the features were checked; shapes are valid.
-                                Some(words) => unsafe {
-                                    rows_of::<bf16, f32>(
-                                        &x, residual, &gamma, h, &attrs, out, true, words,
-                                    )
-                                },
-                                None => crate::reference::add_rms_norm_mx_quant(
-                                    &x, residual, &gamma, h, &attrs, out,
-                                )
-                                .expect("valid shapes"),
-                            }
-                            let bits: Vec<u16> = r_out.iter().map(|v| v.to_bits()).collect();
-                            (q, s, bits)
-                        };
-                        let want = run(None);
-                        let ctx = format!("{attrs:?} residual {} ro {ro}", residual.is_some());
-                        assert!(run(Some(true)) == want, "word pass 2: {ctx}");
-                        assert!(run(Some(false)) == want, "f32 pass 2: {ctx}");
+                        words_match_reference(&x, residual, &gamma, h, &attrs, ro);
                     }
                 }
             }
@@ -1108,13 +1125,7 @@ mod tests {
             return;
         }
         let h = 512;
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x9E37_79B9_7F4A_7C15u64);
         let mut wide = |span: i32| {
             let r = next();
             let mag = 2f32.powi((r % (2 * span as u64 + 1)) as i32 - span);
@@ -1164,7 +1175,6 @@ mod tests {
         let to = |v: Vec<f32>| v.into_iter().map(bf16::from_f32).collect::<Vec<_>>();
         let x = to(rows.iter().flat_map(|r| r.0.clone()).collect());
         let res = to(rows.iter().flat_map(|r| r.1.clone()).collect());
-        let m = rows.len();
         let gamma: Vec<f32> = (0..h).map(|i| 0.5 + (i % 7) as f32 * 0.1).collect();
         for (residual, ro, epsilon) in [
             (Some(&res[..]), true, 1e-6),
@@ -1176,43 +1186,7 @@ mod tests {
                 epsilon,
                 ..Default::default()
             };
-            {
-                let run = |how: Option<bool>| {
-                    let (mut q, mut s) = (vec![0u8; m * h], vec![0u8; m * h / BLOCK]);
-                    let mut r_out = vec![bf16::ZERO; m * h];
-                    let out = NormOutputs {
-                        q: &mut q,
-                        scales: &mut s,
-                        residual_out: ro.then_some(&mut r_out[..]),
-                        normed: None,
-                    };
-                    match how {
-                        // SAFETY: the features were checked; shapes are valid.
-                        Some(words) => unsafe {
-                            rows_of::<bf16, f32>(&x, residual, &gamma, h, &attrs, out, true, words)
-                        },
-                        None => crate::reference::add_rms_norm_mx_quant(
-                            &x, residual, &gamma, h, &attrs, out,
-                        )
-                        .expect("valid shapes"),
-                    }
-                    let bits: Vec<u16> = r_out.iter().map(|v| v.to_bits()).collect();
-                    (q, s, bits)
-                };
-                let want = run(None);
-                let ctx = format!("residual {} ro {ro} epsilon {epsilon}", residual.is_some());
-                let got = run(Some(true));
-                for r in 0..m {
-                    let (a, b) = (r * h..(r + 1) * h, r * h / BLOCK..(r + 1) * h / BLOCK);
-                    assert!(got.0[a.clone()] == want.0[a.clone()], "q, row {r}: {ctx}");
-                    assert!(got.1[b.clone()] == want.1[b], "scales, row {r}: {ctx}");
-                    assert!(
-                        got.2[a.clone()] == want.2[a],
-                        "residual_out, row {r}: {ctx}"
-                    );
-                }
-                assert!(run(Some(false)) == want, "f32 path: {ctx}");
-            }
+            words_match_reference(&x, residual, &gamma, h, &attrs, ro);
         }
     }
 
