@@ -277,75 +277,60 @@ unsafe fn sum_row_bf16<const RES: bool, const RO: bool, const ROUND: bool, const
     sw: *mut u16,
     h: usize,
 ) -> f64 {
+    debug_assert!(F32 || ROUND || !RES, "s is not in bf16");
+    let high = _mm512_set1_epi32(-65536);
     let mut acc = [_mm512_setzero_pd(); 2];
     for i in (0..h).step_by(BLOCK) {
-        sum_step::<RES, RO, ROUND, F32>(xp, rp, rop, sp, sw, i, &mut acc);
+        let xv = _mm512_loadu_si512(xp.add(i) as *const _);
+        // Even elements (low halves) by a shift, odd ones (high halves) by a mask.
+        let x_lo = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(xv));
+        let x_hi = _mm512_castsi512_ps(_mm512_and_si512(xv, high));
+        let (s_lo, s_hi) = if RES {
+            let rv = _mm512_loadu_si512(rp.add(i) as *const _);
+            let sum_lo = _mm512_add_ps(x_lo, _mm512_castsi512_ps(_mm512_slli_epi32::<16>(rv)));
+            let sum_hi = _mm512_add_ps(x_hi, _mm512_castsi512_ps(_mm512_and_si512(rv, high)));
+            // The sum of two values widened from bf16 is a NaN only with zero low bits.
+            let (t_lo, t_hi) = (bf16_round_bits(sum_lo), bf16_round_bits(sum_hi));
+            if RO || !F32 {
+                // Element 2k in the low half of lane k, 2k+1 in the high half.
+                let ro =
+                    _mm512_ternarylogic_epi32::<0xF8>(_mm512_srli_epi32::<16>(t_lo), t_hi, high);
+                let dst = if RO { rop as *mut u16 } else { sw };
+                _mm512_storeu_si512(dst.add(i) as *mut _, ro);
+            }
+            if ROUND {
+                (
+                    _mm512_castsi512_ps(_mm512_and_si512(t_lo, high)),
+                    _mm512_castsi512_ps(_mm512_and_si512(t_hi, high)),
+                )
+            } else {
+                (sum_lo, sum_hi)
+            }
+        } else {
+            if RO || !F32 {
+                let dst = if RO { rop as *mut u16 } else { sw };
+                _mm512_storeu_si512(dst.add(i) as *mut _, xv);
+            }
+            (x_lo, x_hi)
+        };
+        if F32 {
+            _mm512_storeu_ps(sp.add(i), s_lo);
+            _mm512_storeu_ps(sp.add(i + 16), s_hi);
+        }
+        let (sq_lo, sq_hi) = (_mm512_mul_ps(s_lo, s_lo), _mm512_mul_ps(s_hi, s_hi));
+        // Elements i.. (lower halves) before i+16.. (upper halves), lane by lane.
+        let [a, b] = &mut acc;
+        *a = _mm512_add_pd(*a, _mm512_cvtps_pd(_mm512_castps512_ps256(sq_lo)));
+        *b = _mm512_add_pd(*b, _mm512_cvtps_pd(_mm512_castps512_ps256(sq_hi)));
+        *a = _mm512_add_pd(*a, _mm512_cvtps_pd(_mm512_extractf32x8_ps::<1>(sq_lo)));
+        *b = _mm512_add_pd(*b, _mm512_cvtps_pd(_mm512_extractf32x8_ps::<1>(sq_hi)));
     }
     pinned_total(&acc)
 }
 
-/// One 32-element step (elements i..i+32) of [`sum_row_bf16`]: the squares go into `acc`
-/// (`acc[0]`: pinned lanes 0, 2, .., 14; `acc[1]`: 1, 3, .., 15; see [`pinned_total`]).
-#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vbmi,avx2,fma,f16c")]
-#[inline]
-#[allow(clippy::too_many_arguments)]
-unsafe fn sum_step<const RES: bool, const RO: bool, const ROUND: bool, const F32: bool>(
-    xp: *const bf16,
-    rp: *const bf16,
-    rop: *mut bf16,
-    sp: *mut f32,
-    sw: *mut u16,
-    i: usize,
-    acc: &mut [__m512d; 2],
-) {
-    debug_assert!(F32 || ROUND || !RES, "s is not in bf16");
-    let high = _mm512_set1_epi32(-65536);
-    let xv = _mm512_loadu_si512(xp.add(i) as *const _);
-    // Even elements (low halves) by a shift, odd ones (high halves) by a mask.
-    let x_lo = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(xv));
-    let x_hi = _mm512_castsi512_ps(_mm512_and_si512(xv, high));
-    let (s_lo, s_hi) = if RES {
-        let rv = _mm512_loadu_si512(rp.add(i) as *const _);
-        let sum_lo = _mm512_add_ps(x_lo, _mm512_castsi512_ps(_mm512_slli_epi32::<16>(rv)));
-        let sum_hi = _mm512_add_ps(x_hi, _mm512_castsi512_ps(_mm512_and_si512(rv, high)));
-        // The sum of two values widened from bf16 is a NaN only with zero low bits.
-        let (t_lo, t_hi) = (bf16_round_bits(sum_lo), bf16_round_bits(sum_hi));
-        if RO || !F32 {
-            // Element 2k in the low half of lane k, 2k+1 in the high half.
-            let ro = _mm512_ternarylogic_epi32::<0xF8>(_mm512_srli_epi32::<16>(t_lo), t_hi, high);
-            let dst = if RO { rop as *mut u16 } else { sw };
-            _mm512_storeu_si512(dst.add(i) as *mut _, ro);
-        }
-        if ROUND {
-            (
-                _mm512_castsi512_ps(_mm512_and_si512(t_lo, high)),
-                _mm512_castsi512_ps(_mm512_and_si512(t_hi, high)),
-            )
-        } else {
-            (sum_lo, sum_hi)
-        }
-    } else {
-        if RO || !F32 {
-            let dst = if RO { rop as *mut u16 } else { sw };
-            _mm512_storeu_si512(dst.add(i) as *mut _, xv);
-        }
-        (x_lo, x_hi)
-    };
-    if F32 {
-        _mm512_storeu_ps(sp.add(i), s_lo);
-        _mm512_storeu_ps(sp.add(i + 16), s_hi);
-    }
-    let (sq_lo, sq_hi) = (_mm512_mul_ps(s_lo, s_lo), _mm512_mul_ps(s_hi, s_hi));
-    // Elements i.. (lower halves) before i+16.. (upper halves), lane by lane.
-    let [a, b] = acc;
-    *a = _mm512_add_pd(*a, _mm512_cvtps_pd(_mm512_castps512_ps256(sq_lo)));
-    *b = _mm512_add_pd(*b, _mm512_cvtps_pd(_mm512_castps512_ps256(sq_hi)));
-    *a = _mm512_add_pd(*a, _mm512_cvtps_pd(_mm512_extractf32x8_ps::<1>(sq_lo)));
-    *b = _mm512_add_pd(*b, _mm512_cvtps_pd(_mm512_extractf32x8_ps::<1>(sq_hi)));
-}
-
-/// The sum of squares from the accumulators of [`sum_step`], lanes combined in the pinned
-/// order (`reference::math::lane_mean`: lane j += lane j+w, w = 8, 4, 2, 1).
+/// The sum of squares from the f64 accumulators of a bf16 pass 1 (`acc[0]`: pinned lanes 0,
+/// 2, .., 14; `acc[1]`: 1, 3, .., 15), lanes combined in the pinned order
+/// (`reference::math::lane_mean`: lane j += lane j+w, w = 8, 4, 2, 1).
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vbmi,avx2,fma,f16c")]
 pub(super) unsafe fn pinned_total(acc: &[__m512d; 2]) -> f64 {
     let (mut a, mut b) = ([0f64; 8], [0f64; 8]);

@@ -80,10 +80,10 @@ const TINY_BITS: i16 = 0x6000;
 
 /// One 32-element step of pass 1 on the words path for the row `a` (elements i..i+32): s =
 /// round_bf16(x + residual) (or x) as words in element order at `a.sw` (its residual_out or the
-/// scratch), the squares into `acc` in the pinned lanes and order (as `avx512_norm::sum_step`).
+/// scratch), the squares into `acc` in the pinned lanes and order (as `avx512_norm::sum_row_bf16`).
 /// Returns the lanes where x and the residual are both below 2^-63 (or zero).
 ///
-/// Cheaper than `sum_step` (22 ops per 32 elements instead of 28) by two exactness arguments:
+/// Cheaper than `sum_row_bf16` (22 ops per 32 elements instead of 28) by two exactness arguments:
 /// * `vcvtne2ps2bf16` rounds the sums (one op, and a `vpermw` back to element order, instead
 ///   of six integer ops and two to pack), but flushes subnormal sums to ±0 where RNE keeps
 ///   them;
