@@ -18,6 +18,10 @@
 //!   byte 3 of its lane with the sign (one `vpternlogd`), so one `vpermt2b` packs a block.
 //!   Lanes below 2^-6 (E4M3 subnormals, zeros) take a masked fix-up only when present; blocks
 //!   with a NaN or ±Inf take the scalar [`quantize_block`].
+//! * Where the CPU also has AVX-512 BF16, bf16 rows of the common attributes (s in bf16,
+//!   `n = s · (1/d)` weighted in f32, no `normed` output) skip the f32 row buffer: pass 1
+//!   leaves s as words (in `residual_out`, or a scratch row) and pass 2 + quantizer run on
+//!   packed bf16 words ([`super::avx512_norm_words`]).
 
 #![allow(unsafe_op_in_unsafe_fn)]
 
@@ -33,7 +37,7 @@ use crate::codec::{quantize_block, QuantConfig, ScaleRule, BLOCK};
 use crate::slices::NormOutputs;
 
 /// Blocks per group: one scale lane per block.
-const GROUP: usize = 16;
+pub(super) const GROUP: usize = 16;
 
 /// The element of a 32-element block held at lane position `p` (0..32: the 16 lanes of the
 /// first vector, then the second) in the bf16 block layout: even elements, then odd ones.
@@ -42,7 +46,7 @@ pub const fn bf16_layout(p: usize) -> usize {
 }
 
 /// The lane position of element `e` of a block (inverse of [`bf16_layout`]).
-const fn bf16_position(e: usize) -> usize {
+pub(super) const fn bf16_position(e: usize) -> usize {
     16 * (e % 2) + e / 2
 }
 
@@ -59,7 +63,7 @@ const BF16_GATHER: [[i32; 16]; 2] = {
 
 /// `vpermt2b` indices: byte e = byte 3 of the lane holding element e, for element-order
 /// blocks (`[0]`) and the bf16 layout (`[1]`); the upper 32 bytes are not used.
-const PACK: [[u8; 64]; 2] = {
+pub(super) const PACK: [[u8; 64]; 2] = {
     let mut t = [[0u8; 64]; 2];
     let mut e = 0;
     while e < 32 {
@@ -83,7 +87,7 @@ const UNTRANSPOSE: [i32; 16] = {
 
 /// Per element type: the lane layout of a block in the row buffer, the 16-lane rounding to T,
 /// the store of the normed values and pass 1.
-trait Wide: Lanes + Copy + 'static {
+pub(super) trait Wide: Lanes + Copy + 'static {
     /// Blocks are held in the bf16 layout rather than in element order.
     const PERMUTED: bool;
     /// round_T of 16 lanes (RNE as `Element::from_f32`, NaN as `half` quiets it).
@@ -221,34 +225,62 @@ impl Wide for bf16 {
         h: usize,
         round_sum: bool,
     ) -> f64 {
+        let sw = std::ptr::null_mut();
         match (!rp.is_null(), !rop.is_null(), round_sum) {
-            (true, true, true) => sum_row_bf16::<true, true, true>(xp, rp, rop, sp, h),
-            (true, true, false) => sum_row_bf16::<true, true, false>(xp, rp, rop, sp, h),
-            (true, false, true) => sum_row_bf16::<true, false, true>(xp, rp, rop, sp, h),
-            (true, false, false) => sum_row_bf16::<true, false, false>(xp, rp, rop, sp, h),
+            (true, true, true) => sum_row_bf16::<true, true, true, true>(xp, rp, rop, sp, sw, h),
+            (true, true, false) => sum_row_bf16::<true, true, false, true>(xp, rp, rop, sp, sw, h),
+            (true, false, true) => sum_row_bf16::<true, false, true, true>(xp, rp, rop, sp, sw, h),
+            (true, false, false) => {
+                sum_row_bf16::<true, false, false, true>(xp, rp, rop, sp, sw, h)
+            }
             // Without a residual s = x: `round_sum` does not matter.
-            (false, true, _) => sum_row_bf16::<false, true, false>(xp, rp, rop, sp, h),
-            (false, false, _) => sum_row_bf16::<false, false, false>(xp, rp, rop, sp, h),
+            (false, true, _) => sum_row_bf16::<false, true, false, true>(xp, rp, rop, sp, sw, h),
+            (false, false, _) => sum_row_bf16::<false, false, false, true>(xp, rp, rop, sp, sw, h),
         }
     }
 }
 
-/// Pass 1 of a bf16 row, 32 elements a step: s (rounded per `ROUND`) into `sp` in the bf16
-/// block layout, `residual_out` (`RO`) in element order, the sum of squares in the pinned
-/// order. `RES`: a residual is read (`rp` is not used otherwise).
+/// Pass 1 of a bf16 row whose s is in bf16 (`round_sum`, or no residual) for the packed-word
+/// pass 2 (`avx512_norm_words`): s is not written as f32 — it is `residual_out` where that is
+/// written (`rop` not null), else its words go to `sw` (h words, element order). Returns the
+/// sum of squares in the pinned order.
+///
+/// # Safety
+/// As [`Wide::pass1`]; `sw` holds h words where `rop` is null.
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vbmi,avx2,fma,f16c")]
-unsafe fn sum_row_bf16<const RES: bool, const RO: bool, const ROUND: bool>(
+pub(super) unsafe fn pass1_words(
+    xp: *const bf16,
+    rp: *const bf16,
+    rop: *mut bf16,
+    sw: *mut u16,
+    h: usize,
+) -> f64 {
+    let sp = std::ptr::null_mut();
+    match (!rp.is_null(), !rop.is_null()) {
+        (true, true) => sum_row_bf16::<true, true, true, false>(xp, rp, rop, sp, sw, h),
+        (true, false) => sum_row_bf16::<true, false, true, false>(xp, rp, rop, sp, sw, h),
+        (false, true) => sum_row_bf16::<false, true, false, false>(xp, rp, rop, sp, sw, h),
+        (false, false) => sum_row_bf16::<false, false, false, false>(xp, rp, rop, sp, sw, h),
+    }
+}
+
+/// Pass 1 of a bf16 row, 32 elements a step: s (rounded per `ROUND`) into `sp` in the bf16
+/// block layout (`F32`; else, for s in bf16, its words into `sw` in element order unless `RO`
+/// writes them already), `residual_out` (`RO`) in element order, the sum of squares in the
+/// pinned order. `RES`: a residual is read (`rp` is not used otherwise).
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vbmi,avx2,fma,f16c")]
+unsafe fn sum_row_bf16<const RES: bool, const RO: bool, const ROUND: bool, const F32: bool>(
     xp: *const bf16,
     rp: *const bf16,
     rop: *mut bf16,
     sp: *mut f32,
+    sw: *mut u16,
     h: usize,
 ) -> f64 {
+    debug_assert!(F32 || ROUND || !RES, "s is not in bf16");
     let high = _mm512_set1_epi32(-65536);
-    // acc_a: pinned lanes 0, 2, .., 14; acc_b: 1, 3, .., 15.
-    let (mut acc_a, mut acc_b) = (_mm512_setzero_pd(), _mm512_setzero_pd());
-    let mut i = 0;
-    while i < h {
+    let mut acc = [_mm512_setzero_pd(); 2];
+    for i in (0..h).step_by(BLOCK) {
         let xv = _mm512_loadu_si512(xp.add(i) as *const _);
         // Even elements (low halves) by a shift, odd ones (high halves) by a mask.
         let x_lo = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(xv));
@@ -259,11 +291,12 @@ unsafe fn sum_row_bf16<const RES: bool, const RO: bool, const ROUND: bool>(
             let sum_hi = _mm512_add_ps(x_hi, _mm512_castsi512_ps(_mm512_and_si512(rv, high)));
             // The sum of two values widened from bf16 is a NaN only with zero low bits.
             let (t_lo, t_hi) = (bf16_round_bits(sum_lo), bf16_round_bits(sum_hi));
-            if RO {
+            if RO || !F32 {
                 // Element 2k in the low half of lane k, 2k+1 in the high half.
                 let ro =
                     _mm512_ternarylogic_epi32::<0xF8>(_mm512_srli_epi32::<16>(t_lo), t_hi, high);
-                _mm512_storeu_si512(rop.add(i) as *mut _, ro);
+                let dst = if RO { rop as *mut u16 } else { sw };
+                _mm512_storeu_si512(dst.add(i) as *mut _, ro);
             }
             if ROUND {
                 (
@@ -274,29 +307,39 @@ unsafe fn sum_row_bf16<const RES: bool, const RO: bool, const ROUND: bool>(
                 (sum_lo, sum_hi)
             }
         } else {
-            if RO {
-                _mm512_storeu_si512(rop.add(i) as *mut _, xv);
+            if RO || !F32 {
+                let dst = if RO { rop as *mut u16 } else { sw };
+                _mm512_storeu_si512(dst.add(i) as *mut _, xv);
             }
             (x_lo, x_hi)
         };
-        _mm512_storeu_ps(sp.add(i), s_lo);
-        _mm512_storeu_ps(sp.add(i + 16), s_hi);
+        if F32 {
+            _mm512_storeu_ps(sp.add(i), s_lo);
+            _mm512_storeu_ps(sp.add(i + 16), s_hi);
+        }
         let (sq_lo, sq_hi) = (_mm512_mul_ps(s_lo, s_lo), _mm512_mul_ps(s_hi, s_hi));
         // Elements i.. (lower halves) before i+16.. (upper halves), lane by lane.
-        acc_a = _mm512_add_pd(acc_a, _mm512_cvtps_pd(_mm512_castps512_ps256(sq_lo)));
-        acc_b = _mm512_add_pd(acc_b, _mm512_cvtps_pd(_mm512_castps512_ps256(sq_hi)));
-        acc_a = _mm512_add_pd(acc_a, _mm512_cvtps_pd(_mm512_extractf32x8_ps::<1>(sq_lo)));
-        acc_b = _mm512_add_pd(acc_b, _mm512_cvtps_pd(_mm512_extractf32x8_ps::<1>(sq_hi)));
-        i += 32;
+        let [a, b] = &mut acc;
+        *a = _mm512_add_pd(*a, _mm512_cvtps_pd(_mm512_castps512_ps256(sq_lo)));
+        *b = _mm512_add_pd(*b, _mm512_cvtps_pd(_mm512_castps512_ps256(sq_hi)));
+        *a = _mm512_add_pd(*a, _mm512_cvtps_pd(_mm512_extractf32x8_ps::<1>(sq_lo)));
+        *b = _mm512_add_pd(*b, _mm512_cvtps_pd(_mm512_extractf32x8_ps::<1>(sq_hi)));
     }
+    pinned_total(&acc)
+}
+
+/// The sum of squares from the f64 accumulators of a bf16 pass 1 (`acc[0]`: pinned lanes 0,
+/// 2, .., 14; `acc[1]`: 1, 3, .., 15), lanes combined in the pinned order
+/// (`reference::math::lane_mean`: lane j += lane j+w, w = 8, 4, 2, 1).
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vbmi,avx2,fma,f16c")]
+pub(super) unsafe fn pinned_total(acc: &[__m512d; 2]) -> f64 {
     let (mut a, mut b) = ([0f64; 8], [0f64; 8]);
-    _mm512_storeu_pd(a.as_mut_ptr(), acc_a);
-    _mm512_storeu_pd(b.as_mut_ptr(), acc_b);
+    _mm512_storeu_pd(a.as_mut_ptr(), acc[0]);
+    _mm512_storeu_pd(b.as_mut_ptr(), acc[1]);
     let mut lanes = [0f64; 16];
     for k in 0..8 {
         (lanes[2 * k], lanes[2 * k + 1]) = (a[k], b[k]);
     }
-    // The pinned combination (`reference::math::lane_mean`): lane j += lane j+w, w = 8, 4, 2, 1.
     let mut w = 16;
     while w > 1 {
         w /= 2;
@@ -378,7 +421,7 @@ unsafe fn mul_first_nan(a: __m512, b: __m512) -> __m512 {
 /// unsigned integers: the float order, with NaN above Inf).
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vbmi,avx2,fma,f16c")]
 #[inline]
-unsafe fn transpose_max(m: &[__m512i; GROUP]) -> __m512i {
+pub(super) unsafe fn transpose_max(m: &[__m512i; GROUP]) -> __m512i {
     // z[i]: lanes 0-7 = block 2i (8 partial maxima), 8-15 = block 2i+1.
     let mut z = [_mm512_setzero_si512(); 8];
     for (i, zi) in z.iter_mut().enumerate() {
@@ -414,7 +457,7 @@ unsafe fn transpose_max(m: &[__m512i; GROUP]) -> __m512i {
 /// 16 lanes of `ScaleRule::scale_byte` for finite amax (the same integer rule).
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vbmi,avx2,fma,f16c")]
 #[inline]
-unsafe fn scale_bytes16(amax: __m512, rule: ScaleRule) -> __m512i {
+pub(super) unsafe fn scale_bytes16(amax: __m512, rule: ScaleRule) -> __m512i {
     let max_byte = _mm512_set1_epi32(254);
     match rule {
         ScaleRule::Floor => {
@@ -443,7 +486,7 @@ unsafe fn scale_bytes16(amax: __m512, rule: ScaleRule) -> __m512i {
 /// 16 lanes of `pow2_inverse`: 2^(127 - byte), byte 254 → the subnormal 2^-127.
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vbmi,avx2,fma,f16c")]
 #[inline]
-unsafe fn inverse16(bytes: __m512i) -> __m512 {
+pub(super) unsafe fn inverse16(bytes: __m512i) -> __m512 {
     let normal = _mm512_slli_epi32::<23>(_mm512_sub_epi32(_mm512_set1_epi32(254), bytes));
     let is_254 = _mm512_cmpeq_epi32_mask(bytes, _mm512_set1_epi32(254));
     _mm512_castsi512_ps(_mm512_mask_mov_epi32(
@@ -457,7 +500,7 @@ unsafe fn inverse16(bytes: __m512i) -> __m512 {
 /// bytes are garbage). Same rule as `codec::f32_to_e4m3(x, true)` for finite inputs.
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vbmi,avx2,fma,f16c")]
 #[inline]
-unsafe fn encode16(v: __m512) -> __m512i {
+pub(super) unsafe fn encode16(v: __m512) -> __m512i {
     // min(|v|, 448), sign cleared (VRANGEPS min-abs): saturation before rounding, so the
     // rounded code never passes 0x7E.
     let a = _mm512_range_ps::<0b1010>(v, _mm512_set1_ps(448.0));
@@ -511,21 +554,55 @@ unsafe fn quantize_group<T: Wide>(
         let (yb, qb) = (y.add(b * BLOCK), q.add(b * BLOCK));
         if (non_finite >> b) & 1 != 0 {
             // A NaN or ±Inf in the block: the scalar definition, on the block in element order.
-            let mut x = [0f32; BLOCK];
-            for (p, v) in std::slice::from_raw_parts(yb, BLOCK).iter().enumerate() {
-                x[if T::PERMUTED { bf16_layout(p) } else { p }] = *v;
-            }
-            let mut out = [0u8; BLOCK];
-            *s.add(b) = quantize_block(&x, &mut out, cfg);
-            std::ptr::copy_nonoverlapping(out.as_ptr(), qb, BLOCK);
+            *s.add(b) = scalar_block::<T>(yb, qb, cfg);
             continue;
         }
-        let ib = _mm512_set1_ps(inv_b);
-        let c0 = encode16(_mm512_mul_ps(_mm512_loadu_ps(yb), ib));
-        let c1 = encode16(_mm512_mul_ps(_mm512_loadu_ps(yb.add(16)), ib));
-        let packed = _mm512_permutex2var_epi8(c0, idx, c1);
-        _mm256_storeu_si256(qb as *mut __m256i, _mm512_castsi512_si256(packed));
+        let (y0, y1) = (_mm512_loadu_ps(yb), _mm512_loadu_ps(yb.add(16)));
+        encode_block(y0, y1, _mm512_set1_ps(inv_b), idx, qb);
     }
+}
+
+/// The 32 E4M3 codes of one finite block (rounded values `y0`, `y1`, inverse scale `ib`) at
+/// `qb`, packed into element order by the `vpermt2b` indices `idx` (a row of [`PACK`]).
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vbmi,avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn encode_block(y0: __m512, y1: __m512, ib: __m512, idx: __m512i, qb: *mut u8) {
+    let c0 = encode16(_mm512_mul_ps(y0, ib));
+    let c1 = encode16(_mm512_mul_ps(y1, ib));
+    let packed = _mm512_permutex2var_epi8(c0, idx, c1);
+    _mm256_storeu_si256(qb as *mut __m256i, _mm512_castsi512_si256(packed));
+}
+
+/// Prefetches block `i` (element offset) of the next row: its inputs `next` into L1 and its
+/// `residual_out` (`next_out`, null: none) for writing. See [`normalize_quantize`] for why.
+#[inline(always)]
+pub(super) unsafe fn prefetch_block<T>(next: &[*const T], next_out: *const T, i: usize) {
+    // Cache lines per block of T (1 for bf16 / f16, 2 for f32).
+    let block_lines = (BLOCK * std::mem::size_of::<T>()).div_ceil(64);
+    for &p in next {
+        for l in 0..block_lines {
+            _mm_prefetch::<_MM_HINT_T0>((p.add(i) as *const i8).add(64 * l));
+        }
+    }
+    if !next_out.is_null() {
+        for l in 0..block_lines {
+            // PREFETCHW: the line arrives owned, so the store does not wait for it.
+            _mm_prefetch::<_MM_HINT_ET0>((next_out.add(i) as *const i8).add(64 * l));
+        }
+    }
+}
+
+/// The scalar [`quantize_block`] of one block of rounded values at `yb` (this type's layout,
+/// a NaN or ±Inf among them): the codes at `qb` in element order, returns the scale byte.
+pub(super) unsafe fn scalar_block<T: Wide>(yb: *const f32, qb: *mut u8, cfg: QuantConfig) -> u8 {
+    let mut x = [0f32; BLOCK];
+    for (p, v) in std::slice::from_raw_parts(yb, BLOCK).iter().enumerate() {
+        x[if T::PERMUTED { bf16_layout(p) } else { p }] = *v;
+    }
+    let mut out = [0u8; BLOCK];
+    let byte = quantize_block(&x, &mut out, cfg);
+    std::ptr::copy_nonoverlapping(out.as_ptr(), qb, BLOCK);
+    byte
 }
 
 /// Pass 2 of one row: normalise, weight and round into `sp` in place (and the normed output),
@@ -541,7 +618,7 @@ unsafe fn quantize_group<T: Wide>(
 /// keeps a few lines in flight at a time instead of filling the miss buffers at once.
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vbmi,avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn normalize_quantize<T: Wide, const NO_NAN: bool, const PLAIN: bool>(
+pub(super) unsafe fn normalize_quantize<T: Wide, const NO_NAN: bool, const PLAIN: bool>(
     sp: *mut f32,
     gw: *const f32,
     h: usize,
@@ -554,8 +631,6 @@ unsafe fn normalize_quantize<T: Wide, const NO_NAN: bool, const PLAIN: bool>(
     next_out: *const T,
 ) {
     let (dv, inv) = (_mm512_set1_ps(d), _mm512_set1_ps(1.0 / d));
-    // Cache lines per block of T (1 for bf16 / f16, 2 for f32).
-    let block_lines = (BLOCK * std::mem::size_of::<T>()).div_ceil(64);
     let absmask = _mm512_set1_epi32(0x7FFF_FFFF);
     let nb = h / BLOCK;
     let mut b0 = 0;
@@ -564,17 +639,7 @@ unsafe fn normalize_quantize<T: Wide, const NO_NAN: bool, const PLAIN: bool>(
         let mut m = [_mm512_setzero_si512(); GROUP];
         for (b, mb) in m.iter_mut().enumerate().take(n) {
             let i = (b0 + b) * BLOCK;
-            for &p in next {
-                for l in 0..block_lines {
-                    _mm_prefetch::<_MM_HINT_T0>((p.add(i) as *const i8).add(64 * l));
-                }
-            }
-            if !next_out.is_null() {
-                for l in 0..block_lines {
-                    // PREFETCHW: the line arrives owned, so the store does not wait for it.
-                    _mm_prefetch::<_MM_HINT_ET0>((next_out.add(i) as *const i8).add(64 * l));
-                }
-            }
+            prefetch_block(next, next_out, i);
             let y0 = normed16::<T, NO_NAN, PLAIN>(sp, gw, i, dv, inv, attrs);
             let y1 = normed16::<T, NO_NAN, PLAIN>(sp, gw, i + 16, dv, inv, attrs);
             _mm512_storeu_ps(sp.add(i), y0);
@@ -598,8 +663,10 @@ unsafe fn normalize_quantize<T: Wide, const NO_NAN: bool, const PLAIN: bool>(
     }
 }
 
-/// Rows of the fused norm for one element type.
+/// Rows of the fused norm for one element type. `words`: the CPU has AVX-512 BF16, so bf16 rows
+/// of the common attributes take the packed-word pass 2 (`avx512_norm_words`).
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vbmi,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn rows_of<T: Wide, G: Lanes>(
     x: &[T],
     residual: Option<&[T]>,
@@ -608,6 +675,7 @@ unsafe fn rows_of<T: Wide, G: Lanes>(
     attrs: &AddRmsNormAttrs,
     mut out: NormOutputs<'_, T>,
     prefetch: bool,
+    words: bool,
 ) {
     let nb = h / BLOCK;
     let rows = x.len() / h;
@@ -626,7 +694,21 @@ unsafe fn rows_of<T: Wide, G: Lanes>(
     }
     let gw = g_buf.as_ptr();
     let plain = attrs.inv_form != InvForm::Div && attrs.gamma_in_f32;
+    // bf16 rows of the common attributes, no normed output: pass 2 on packed words.
+    let words = words
+        && T::PERMUTED
+        && plain
+        && out.normed.is_none()
+        && (attrs.round_sum || residual.is_none());
     let mut s_buf = vec![0f32; h];
+    if words {
+        // T is bf16 (`T::PERMUTED`): the casts are identities.
+        let (x, residual) = (cast_slice(x), residual.map(|r| cast_slice(r)));
+        let out = cast_outputs(out);
+        let sb = &mut s_buf;
+        super::avx512_norm_words::rows(x, residual, gw, gw_finite, h, attrs, out, prefetch, sb);
+        return;
+    }
     for r in 0..rows {
         let base = r * h;
         let xp = x.as_ptr().add(base);
@@ -716,6 +798,7 @@ pub unsafe fn rows<T: Lanes + 'static, G: Lanes>(
             attrs,
             cast_outputs(out),
             prefetch,
+            super::isa::avx512_bf16(),
         );
     } else if t == TypeId::of::<f16>() {
         rows_of::<f16, G>(
@@ -726,6 +809,7 @@ pub unsafe fn rows<T: Lanes + 'static, G: Lanes>(
             attrs,
             cast_outputs(out),
             prefetch,
+            false,
         );
     } else {
         debug_assert!(t == TypeId::of::<f32>());
@@ -737,6 +821,7 @@ pub unsafe fn rows<T: Lanes + 'static, G: Lanes>(
             attrs,
             cast_outputs(out),
             prefetch,
+            false,
         );
     }
 }
@@ -744,6 +829,16 @@ pub unsafe fn rows<T: Lanes + 'static, G: Lanes>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A xorshift64 generator from `seed` (non-zero).
+    fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+        move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        }
+    }
 
     /// bf16 pass 1 against the AVX2 pass 1 on rows spanning ±2^40 (so the f64 sums round and
     /// their order shows in the bits): the same Σs² bits, s (in the bf16 layout) and
@@ -754,13 +849,7 @@ mod tests {
             return;
         }
         let h = 1024;
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x9E37_79B9_7F4A_7C15u64);
         let mut val = || {
             let r = next();
             let mag = 2f32.powi((r % 81) as i32 - 40);
@@ -885,6 +974,204 @@ mod tests {
             prefetch_case::<bf16>(&attrs);
             prefetch_case::<f16>(&attrs);
             prefetch_case::<f32>(&attrs);
+        }
+    }
+
+    /// bf16 rows (`normed` not asked for, `residual_out` if `ro`) through `rows_of` with and
+    /// without the words path and through the reference: the same q, scales and residual_out,
+    /// compared row by row (the first row that differs is named).
+    fn words_match_reference(
+        x: &[bf16],
+        residual: Option<&[bf16]>,
+        gamma: &[f32],
+        h: usize,
+        attrs: &AddRmsNormAttrs,
+        ro: bool,
+    ) {
+        let m = x.len() / h;
+        let run = |how: Option<bool>| {
+            let (mut q, mut s) = (vec![0u8; m * h], vec![0u8; m * h / BLOCK]);
+            let mut r_out = vec![bf16::ZERO; m * h];
+            let out = NormOutputs {
+                q: &mut q,
+                scales: &mut s,
+                residual_out: ro.then_some(&mut r_out[..]),
+                normed: None,
+            };
+            match how {
+                // SAFETY: the callers checked the features; shapes are valid.
+                Some(words) => unsafe {
+                    rows_of::<bf16, f32>(x, residual, gamma, h, attrs, out, true, words)
+                },
+                None => crate::reference::add_rms_norm_mx_quant(x, residual, gamma, h, attrs, out)
+                    .expect("valid shapes"),
+            }
+            let bits: Vec<u16> = r_out.iter().map(|v| v.to_bits()).collect();
+            (q, s, bits)
+        };
+        let want = run(None);
+        let ctx = format!("{attrs:?} residual {} ro {ro}", residual.is_some());
+        for words in [true, false] {
+            let got = run(Some(words));
+            for r in 0..m {
+                let (a, b) = (r * h..(r + 1) * h, r * h / BLOCK..(r + 1) * h / BLOCK);
+                let row = |what| format!("{what}, words path {words}, row {r}: {ctx}");
+                assert!(got.0[a.clone()] == want.0[a.clone()], "{}", row("q"));
+                assert!(got.1[b.clone()] == want.1[b], "{}", row("scales"));
+                assert!(got.2[a.clone()] == want.2[a], "{}", row("residual_out"));
+            }
+        }
+    }
+
+    /// bf16 rows through the packed-word pass 2 (`avx512_norm_words`), the f32 pass 2 and the
+    /// reference: the same q, scales and residual_out. The weights put the normed values on the
+    /// word path's edges: subnormal lanes (which `vcvtne2ps2bf16` flushes) inside large blocks,
+    /// blocks whose |max| is just above / at / below the 2^-100 guard, zeros, E4M3 subnormal
+    /// lanes, values around 448 · 2^k, a block that overflows to ±Inf; a NaN row and an
+    /// Inf + -Inf row take the NaN-aware pass 2 from the words. Both scale rules and NaN
+    /// policies, `round_sum` on and off (off: not the word path), with and without residual
+    /// and residual_out, 33 blocks (a partial 16-block group).
+    #[test]
+    fn word_pass2_matches_reference() {
+        if !(super::super::isa::avx512_norm() && super::super::isa::avx512_bf16()) {
+            return;
+        }
+        let (m, h) = (4, 1056);
+        let mut next = xorshift(0x2545_F491_4F6C_DD1Du64);
+        let mut val = |scale: f32| (next() % 2001) as f32 / 1000.0 * scale - scale;
+        let mut xf: Vec<f32> = (0..m * h).map(|_| val(2.0)).collect();
+        let resf: Vec<f32> = (0..m * h).map(|_| val(3.0)).collect();
+        let mut gamma: Vec<f32> = (0..h).map(|_| val(1.0) + 0.05).collect();
+        let p = |e: i32| 2f32.powi(e);
+        for j in 0..32 {
+            let sign = if j % 3 == 0 { -1.0 } else { 1.0 };
+            // Block 1: subnormal products among normal ones; block 2: zeros and E4M3 subnormal
+            // lanes (2^-16 of the block max).
+            gamma[32 + j] = if j % 4 == 0 {
+                sign * 1e-39
+            } else {
+                gamma[32 + j]
+            };
+            gamma[64 + j] = [0.0, sign * p(-16), gamma[64 + j]][j % 3];
+            // Blocks 3-6: |max| of about 2^-99, 2^-100 (exactly, for |s|·(1/d) = 1 lanes
+            // rounded), 2^-101, 2^-127 with subnormal lanes in each.
+            for (b, e) in [(3, -99), (4, -100), (5, -101), (6, -127)] {
+                gamma[32 * b + j] = if j % 2 == 0 {
+                    sign * p(e)
+                } else {
+                    sign * 3e-39
+                };
+            }
+            // Block 7: values around 448 · 2^k, block 8: overflow to ±Inf.
+            gamma[224 + j] = sign * (440.0 + j as f32);
+            gamma[256 + j] = if j == 5 { 3e38 } else { 1.0 };
+        }
+        // A NaN row and an Inf + -Inf row (Σs² not finite: the NaN-aware pass 2).
+        xf[h + 9] = f32::NAN;
+        (xf[2 * h + 3], xf[2 * h + 4]) = (f32::INFINITY, f32::NEG_INFINITY);
+        let to = |v: &[f32]| v.iter().map(|f| bf16::from_f32(*f)).collect::<Vec<_>>();
+        let (x, res) = (to(&xf), to(&resf));
+        let quants = [
+            crate::codec::QuantConfig::default(),
+            crate::codec::QuantConfig {
+                scale_rule: ScaleRule::Rceil,
+                nan_policy: crate::codec::NanPolicy::Ignore,
+            },
+        ];
+        for quant in quants {
+            for (round_sum, inv_form) in [(true, InvForm::Rsqrt), (false, InvForm::RecipMul)] {
+                let attrs = AddRmsNormAttrs {
+                    gemma: false,
+                    gamma_in_f32: true,
+                    inv_form,
+                    round_sum,
+                    quant,
+                    ..Default::default()
+                };
+                for residual in [Some(&res[..]), None] {
+                    for ro in [true, false] {
+                        words_match_reference(&x, residual, &gamma, h, &attrs, ro);
+                    }
+                }
+            }
+        }
+    }
+
+    /// bf16 rows through the words path's pass 1 (`vcvtne2ps2bf16` sums, pipelined into the
+    /// previous row's pass 2), the f32 path and the reference: the same q, scales and
+    /// residual_out. Rows: subnormal sums (flushed by `vcvtne2ps2bf16`) with zeros, |s| near
+    /// 2^-67 and 2^-70 (subnormal f32 squares) and 2^64 (f32 squares overflow), sums halfway
+    /// between bf16 values, values spanning ±2^40 (the f64 sums round, so their order shows),
+    /// and plain rows between them; with and without residual and residual_out, epsilon 1e-6
+    /// and 0.
+    #[test]
+    fn word_pass1_matches_reference() {
+        if !(super::super::isa::avx512_norm() && super::super::isa::avx512_bf16()) {
+            return;
+        }
+        let h = 512;
+        let mut next = xorshift(0x9E37_79B9_7F4A_7C15u64);
+        let mut wide = |span: i32| {
+            let r = next();
+            let mag = 2f32.powi((r % (2 * span as u64 + 1)) as i32 - span);
+            let sign = if r & (1 << 40) != 0 { -1.0 } else { 1.0 };
+            sign * mag * (1.0 + (r >> 44) as f32 / (1u64 << 20) as f32)
+        };
+        let plain: Vec<f32> = (0..2 * h).map(|_| wide(3)).collect();
+        let p = |e: i32| 2f32.powi(e);
+        let sub = f32::from_bits(0x0001_0000); // the smallest bf16 subnormal, 2^-133
+        let mut rows: Vec<(Vec<f32>, Vec<f32>)> = Vec::new();
+        let row_of =
+            |f: &dyn Fn(usize) -> (f32, f32)| -> (Vec<f32>, Vec<f32>) { (0..h).map(f).unzip() };
+        // Subnormal sums and zeros among normal values.
+        rows.push(row_of(&|i| match i % 7 {
+            0 => (sub * 3.0, sub * 2.0),
+            1 => (p(-127), -sub * 4.0),
+            2 => (1.5, -1.5),
+            _ => (plain[i], plain[h + i]),
+        }));
+        rows.push(row_of(&|i| (plain[h + i], plain[i])));
+        // |s| around 2^-67 and 2^-64 (no subnormals), then 2^64.
+        rows.push(row_of(&|i| match i % 5 {
+            0 => (p(-68) * 1.5, 0.0),
+            1 => (-p(-66) * 1.25, p(-70)),
+            2 => (p(-64), 0.0),
+            _ => (plain[i], 0.0),
+        }));
+        // Every |s| near 2^-70 with 8 significant bits: inexact f32 squares that decide Σs²
+        // (with epsilon 0).
+        rows.push(row_of(&|i| {
+            ((1.0 + (i % 128) as f32 / 128.0) * p(-70), 0.0)
+        }));
+        rows.push(row_of(&|i| match i % 9 {
+            0 => (p(64) * 1.5, 0.0),
+            1 => (-p(63), -p(62)),
+            _ => (plain[i], plain[h + i]),
+        }));
+        // Halfway sums: 1 + 2^-8 (to 1), 1 + 3 · 2^-8 (up), their negatives.
+        rows.push(row_of(&|i| match i % 4 {
+            0 => (1.0, p(-8)),
+            1 => (1.0 + p(-7), p(-8)),
+            2 => (-1.0, -p(-8)),
+            _ => (-1.0 - p(-7), -p(-8)),
+        }));
+        rows.push(row_of(&|i| (plain[i] * p(37), plain[h + i] * p(-30))));
+        rows.push(row_of(&|i| (plain[i], -plain[h + i])));
+        let to = |v: Vec<f32>| v.into_iter().map(bf16::from_f32).collect::<Vec<_>>();
+        let x = to(rows.iter().flat_map(|r| r.0.clone()).collect());
+        let res = to(rows.iter().flat_map(|r| r.1.clone()).collect());
+        let gamma: Vec<f32> = (0..h).map(|i| 0.5 + (i % 7) as f32 * 0.1).collect();
+        for (residual, ro, epsilon) in [
+            (Some(&res[..]), true, 1e-6),
+            (Some(&res[..]), false, 0.0),
+            (None, true, 0.0),
+            (None, false, 1e-6),
+        ] {
+            let attrs = AddRmsNormAttrs {
+                epsilon,
+                ..Default::default()
+            };
+            words_match_reference(&x, residual, &gamma, h, &attrs, ro);
         }
     }
 

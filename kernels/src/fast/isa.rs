@@ -116,7 +116,8 @@ fn avx512_allowed() -> bool {
     allowed && !FORCE_AVX2_ONLY.with(Cell::get) && Isa::detect() == Isa::Avx2
 }
 
-/// Whether the AVX2 path may also use AVX-512 BF16 dot products (`vdpbf16ps`) in the MXFP8 GEMM:
+/// Whether the AVX2 path may also use AVX-512 BF16 dot products (`vdpbf16ps`) in the MXFP8 GEMM
+/// (and `vcvtne2ps2bf16` in the fused norm's packed-word pass 2, with [`avx512_norm`]):
 /// `avx512_allowed()` and the CPU has AVX512F/BW/VL/BF16 and VBMI (the byte look-ups of the
 /// in-register decode; every CPU with AVX512-BF16 but Cooper Lake has it).
 pub fn avx512_bf16() -> bool {

@@ -17,6 +17,8 @@ mod avx512_mx;
 #[cfg(target_arch = "x86_64")]
 mod avx512_norm;
 #[cfg(target_arch = "x86_64")]
+mod avx512_norm_words;
+#[cfg(target_arch = "x86_64")]
 mod avx512_regs;
 mod codec;
 pub mod cols_layout;
