@@ -2,7 +2,8 @@
 # First use of the plugin EP's GPU device on a fresh machine, from Python (onnxruntime 1.31.1 wheel
 # in bench/gpu/ep_artifacts, as device_fuzz.sh): times each step of the first process (EP library
 # registration, device listing, session creation = GPU runtime load + NVRTC compile, first run),
-# then a second process (kernel cache warm). If a step hangs, dumps the process's threads.
+# then more processes, each with the kernel cache directory named in CACHES (default "a b a": a
+# second empty cache, then the first one again). If a step hangs, dumps the process's threads.
 set -u
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 art="$root/bench/gpu/ep_artifacts"
@@ -10,7 +11,6 @@ out="${OUT:-/tmp/cold_out}"; mkdir -p "$out"
 python3 -m pip install -q --no-deps --target /tmp/ort131 "$art"/onnxruntime-1.31.1-*.whl 2>&1 | tail -1
 export PYTHONPATH=/tmp/ort131
 export MXFUSE_NVRTC="${MXFUSE_NVRTC:-$(cd "$root/bench/gpu" && python3 -c 'import mxgpu; print(mxgpu.NVRTC_PATH)' 2>/dev/null | tail -1)}"
-export MXFUSE_KERNEL_CACHE=/tmp/cold-cache
 cat > /tmp/cold_child.py <<'PY'
 import sys, time, faulthandler
 faulthandler.dump_traceback_later(150, exit=False)
@@ -39,9 +39,11 @@ except Exception as e:
     stamp(f"run: {str(e)[:80]}")
 stamp("first run done")
 PY
-for i in 1 2; do
-  echo "== process $i"
-  python3 /tmp/cold_child.py "$art/libmxfuse_ep.so" > "$out/cold_$i.log" 2>&1 &
+i=0
+for c in ${CACHES:-a b a}; do
+  i=$((i + 1))
+  echo "== process $i, kernel cache /tmp/cold-cache-$c ($(ls /tmp/cold-cache-$c 2>/dev/null | wc -l) files)"
+  MXFUSE_KERNEL_CACHE=/tmp/cold-cache-$c python3 /tmp/cold_child.py "$art/libmxfuse_ep.so" > "$out/cold_$i.log" 2>&1 &
   pid=$!
   for t in $(seq 1 200); do kill -0 $pid 2>/dev/null || break; sleep 1; done
   if kill -0 $pid 2>/dev/null; then

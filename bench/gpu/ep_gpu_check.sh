@@ -10,7 +10,7 @@
 # Usage (from anywhere): bash bench/gpu/ep_gpu_check.sh   — about 5-35 s, most of it NVRTC
 # compiling the kernels once (MXFUSE_KERNEL_CACHE keeps the code object for the next run).
 # The log goes to stdout and, when $OUT is set, to $OUT/ep_gpu_check.log. Exit status: the
-# test binary's (124: the 38 s guard fired).
+# test binary's (124: the guard fired: 38 s, or T_EP seconds).
 set -u
 here="$(cd "$(dirname "$0")" && pwd)"
 art="$here/ep_artifacts"
@@ -52,7 +52,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | s
 start=$(date +%s.%N)
 # One process for the GPU cases (the kernels compile once per process); children of the
 # emulated-memory and no-GPU tests do not compile kernels.
-timeout 38 "$art/ort_ep_gpu" --test-threads=1 --nocapture 2>&1 | tee "$log"
+timeout "${T_EP:-38}" "$art/ort_ep_gpu" --test-threads=1 --nocapture 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 end=$(date +%s.%N)
 echo "ep_gpu_check: rc=$rc, $(echo "$end - $start" | bc 2>/dev/null || echo '?') s" | tee -a "$log"

@@ -16,7 +16,7 @@ cache names; the latter from `cargo test -p kernels --test gpu_kernels -- --igno
 and .gpucache/gpu_kernels.xz (that test binary), which bench/gpu/device_run.sh unpacks on the device
 (carry .gpucache; add /.gpucache/ to .git/info/exclude).
 """
-import argparse, ctypes, collections, glob, hashlib, io, lzma, os, re, subprocess, sys, sysconfig, tarfile
+import argparse, concurrent.futures, ctypes, collections, glob, hashlib, io, lzma, os, re, subprocess, sys, sysconfig, tarfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from program import program_text
@@ -33,19 +33,23 @@ def find(env, pattern):
     return None
 
 
-def compile_cubin(arch):
+def load_nvrtc():
     lib_path = find("MXFUSE_NVRTC", "libnvrtc.so.*[0-9]")
     if not lib_path:
         sys.exit("no NVRTC: pip install nvidia-cuda-nvrtc==13.0.* or set MXFUSE_NVRTC")
     # libnvrtc loads libnvrtc-builtins from its own directory via the loader path.
     ctypes.CDLL(glob.glob(os.path.join(os.path.dirname(lib_path), "libnvrtc-builtins.so*"))[0], mode=ctypes.RTLD_GLOBAL)
-    nvrtc = ctypes.CDLL(lib_path)
-    src = program_text()
+    return ctypes.CDLL(lib_path)
+
+
+def compile_text(nvrtc, src, arch, verbose=True):
+    """(cubin, log) of one program text with the runtime's options (runtime.rs
+    cuda_compile_options), plus the resource report when `verbose`."""
     prog = ctypes.c_void_p()
     if nvrtc.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"mxfuse.cu", 0, None, None) != 0:
         sys.exit("nvrtcCreateProgram failed")
-    # The runtime's options (runtime.rs compile_options) plus the resource report.
-    opts = [f"--gpu-architecture={arch}".encode(), b"-std=c++17", b"-lineinfo", b"--ptxas-options=-v"]
+    opts = [f"--gpu-architecture={arch}".encode(), b"-std=c++17", b"-lineinfo"]
+    opts += [b"--ptxas-options=-v"] if verbose else []
     rc = nvrtc.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
     n = ctypes.c_size_t()
     nvrtc.nvrtcGetProgramLogSize(prog, ctypes.byref(n))
@@ -57,7 +61,13 @@ def compile_cubin(arch):
     nvrtc.nvrtcGetCUBINSize(prog, ctypes.byref(n))
     cubin = ctypes.create_string_buffer(n.value)
     nvrtc.nvrtcGetCUBIN(prog, cubin)
-    return cubin.raw, log, src
+    return cubin.raw, log
+
+
+def compile_cubin(arch):
+    src = program_text()
+    cubin, log = compile_text(load_nvrtc(), src, arch)
+    return cubin, log, src
 
 
 def resources(log):
@@ -78,28 +88,34 @@ def resources(log):
 
 
 def pack(cubin, src, arch, root):
-    """The device call's kernel cache and Rust test binary, compressed (see the module doc)."""
+    """The device call's kernel cache and Rust test binary, compressed (see the module doc): the
+    whole-program cubin under the Python harness's name, and each module of the Rust runtime
+    (kernels::gpu::sources::MODULES, texts and cache names from the `kernel_cache_name` test)
+    compiled on parallel threads under the runtime's names."""
     py_name = f"mxfuse-{arch}-{hashlib.sha256((src + '|' + arch[3:]).encode()).hexdigest()[:16]}.cubin"
+    dump = os.path.join("/tmp", f"mxfuse_modules_{os.getpid()}")
     run = subprocess.run(["cargo", "test", "-p", "kernels", "--test", "gpu_kernels", "--", "--ignored",
-                          "--nocapture", "kernel_cache_name"], cwd=root, capture_output=True, text=True)
-    names = re.findall(r"^(mxfuse-sm_\d+-[0-9a-f]{16}\.bin)$", run.stdout, re.M)
-    if run.returncode != 0 or not names or arch != "sm_90":
-        sys.exit("cannot get the Rust cache name (cargo test ... kernel_cache_name; sm_90 only):\n" + run.stderr[-2000:])
+                          "--nocapture", "kernel_cache_name"], cwd=root, capture_output=True, text=True,
+                         env={**os.environ, "MXFUSE_MODULE_DUMP": dump})
+    modules = re.findall(r"^(\w+) (mxfuse-sm_\d+-[0-9a-f]{16}\.bin)$", run.stdout, re.M)
+    if run.returncode != 0 or not modules or arch != "sm_90":
+        sys.exit("cannot get the Rust cache names (cargo test ... kernel_cache_name; sm_90 only):\n" + run.stderr[-2000:])
     binary = re.search(r"Running tests/gpu_kernels.rs \((\S+)\)", run.stderr)
+    nvrtc = load_nvrtc()
+    texts = [open(os.path.join(dump, f"{m}.cu")).read() for m, _ in modules]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count()) as ex:
+        images = list(ex.map(lambda t: compile_text(nvrtc, t, arch, verbose=False)[0], texts))
     os.makedirs(os.path.join(root, ".gpucache"), exist_ok=True)
     with tarfile.open(os.path.join(root, ".gpucache", "kernels.tar.xz"), "w:xz") as t:
-        for i, name in enumerate((py_name, names[0])):
+        for name, data in [(py_name, cubin)] + [(n, img) for (_, n), img in zip(modules, images)]:
             info = tarfile.TarInfo(name)
-            if i == 0:
-                info.size = len(cubin)
-                t.addfile(info, io.BytesIO(cubin))
-            else:  # the same bytes once more: a hard link in the archive
-                info.type, info.linkname = tarfile.LNKTYPE, py_name
-                t.addfile(info)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
     if binary:
         with open(os.path.join(root, binary.group(1)), "rb") as f, lzma.open(os.path.join(root, ".gpucache", "gpu_kernels.xz"), "wb") as o:
             o.write(f.read())
-    print(f"packed {py_name}, {names[0]}" + (f", {binary.group(1)}" if binary else " (no test binary found)"))
+    print(f"packed {py_name}, {', '.join(n for _, n in modules)}"
+          + (f", {binary.group(1)}" if binary else " (no test binary found)"))
 
 
 def main():

@@ -988,15 +988,25 @@ fn gpu_launchers_reject_bad_inputs_with_errors() {
     );
 }
 
-/// Prints where the runtime looks for the sm_90 code object under `MXFUSE_KERNEL_CACHE`, so a
-/// cubin compiled without a GPU (bench/gpu/offline_compile.py) can be put there:
+/// Prints where the runtime looks for the sm_90 code objects under `MXFUSE_KERNEL_CACHE`, one
+/// line `<module> <file name>` per module of `kernels::gpu::sources::MODULES`, and writes each
+/// module's program text to `$MXFUSE_MODULE_DUMP/<module>.cu` when that is set, so that code
+/// objects compiled without a GPU (bench/gpu/offline_compile.py --pack) can be put there:
 /// `cargo test -p kernels --test gpu_kernels -- --ignored --nocapture kernel_cache_name`.
 #[test]
-#[ignore = "prints a file name; not a check"]
+#[ignore = "prints file names; not a check"]
 fn kernel_cache_name() {
     use kernels::gpu::runtime::{cache_file_name, cuda_compile_options};
-    let source = kernels::gpu::sources::program_text();
-    let name = cache_file_name(&source, "sm_90", &cuda_compile_options("sm_90"));
-    assert!(name.starts_with("mxfuse-sm_90-"));
-    println!("{name}");
+    use kernels::gpu::sources::{module_text, MODULES};
+    let dump = std::env::var_os("MXFUSE_MODULE_DUMP").map(std::path::PathBuf::from);
+    for m in &MODULES {
+        let source = module_text(m);
+        let name = cache_file_name(&source, "sm_90", &cuda_compile_options("sm_90"));
+        assert!(name.starts_with("mxfuse-sm_90-"));
+        if let Some(dir) = &dump {
+            std::fs::create_dir_all(dir).unwrap();
+            std::fs::write(dir.join(format!("{}.cu", m.name)), &source).unwrap();
+        }
+        println!("{} {name}", m.name);
+    }
 }

@@ -1,9 +1,13 @@
-//! [`GpuRuntime`]: one loaded driver, the kernel module compiled for its device, and device
-//! buffers. Compilation happens once per device architecture per process, and once per machine:
-//! the code object is kept on disk keyed by the program text, the architecture and the compiler
-//! options, in `MXFUSE_KERNEL_CACHE` (default `$XDG_CACHE_HOME/mxfuse` or `~/.cache/mxfuse`;
-//! set it to the empty string to disable). Compiling the whole program takes minutes on a small
-//! host, so the first GPU session on a machine is slow and later ones are not.
+//! [`GpuRuntime`]: one loaded driver, the kernel modules compiled for its device, and device
+//! buffers. The program is compiled as the modules of [`super::sources::MODULES`], the eager
+//! ones on parallel threads when the runtime loads (NVRTC; hipRTC one after another), the others
+//! when a kernel only they hold is first asked for. Compilation happens once per device
+//! architecture per process, and once per machine: each code object is kept on disk keyed by
+//! its program text, the architecture and the compiler options, in `MXFUSE_KERNEL_CACHE`
+//! (default `$XDG_CACHE_HOME/mxfuse` or `~/.cache/mxfuse`; set it to the empty string to
+//! disable). The first GPU session on a machine compiles (a line on stderr says so; ~2 minutes
+//! as one program on the H200's host, the largest module alone ~25 s on a small host), later
+//! ones load from the cache.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -12,21 +16,25 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use super::driver::{Backend, DeviceInfo, Driver};
 use super::error::{GpuError, GpuResult};
-use super::sources::program_text;
+use super::sources::{module_text, MODULES};
 
 /// A device and the compiled kernels, shared by every op that runs on it.
 pub struct GpuRuntime {
     driver: Driver,
-    module: usize,
+    /// Per [`MODULES`] entry: its loaded module, once compiled and loaded.
+    modules: Mutex<Vec<Option<usize>>>,
     functions: Mutex<HashMap<String, usize>>,
     /// Set when the driver refused a programmatic dependent launch: later launches are ordinary.
     pdl_refused: AtomicBool,
 }
 
-/// Code objects compiled in this process, per architecture (a second runtime for the same
-/// device type loads instead of recompiling).
-fn compiled_images() -> &'static Mutex<HashMap<String, Arc<Vec<u8>>>> {
-    static IMAGES: OnceLock<Mutex<HashMap<String, Arc<Vec<u8>>>>> = OnceLock::new();
+/// Code objects by (architecture, module name).
+type Images = HashMap<(String, &'static str), Arc<Vec<u8>>>;
+
+/// Code objects compiled in this process (a second runtime for the same device type loads
+/// instead of recompiling).
+fn compiled_images() -> &'static Mutex<Images> {
+    static IMAGES: OnceLock<Mutex<Images>> = OnceLock::new();
     IMAGES.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
@@ -52,8 +60,12 @@ impl GpuRuntime {
                 return Ok(None);
             }
         };
-        let image = Self::image_for(&driver)?;
-        let module = driver.load_module(&image)?;
+        let eager: Vec<usize> = (0..MODULES.len()).filter(|&i| MODULES[i].eager).collect();
+        let images = Self::images_for(&driver, &eager)?;
+        let mut modules = vec![None; MODULES.len()];
+        for (&i, image) in eager.iter().zip(&images) {
+            modules[i] = Some(driver.load_module(image)?);
+        }
         let info = driver.info();
         eprintln!(
             "mxfuse: GPU kernels ready on {} ({}, {:?})",
@@ -63,7 +75,7 @@ impl GpuRuntime {
         );
         Ok(Some(Arc::new(GpuRuntime {
             driver,
-            module,
+            modules: Mutex::new(modules),
             functions: Mutex::new(HashMap::new()),
             pdl_refused: AtomicBool::new(false),
         })))
@@ -90,32 +102,93 @@ impl GpuRuntime {
         }
     }
 
-    fn image_for(driver: &Driver) -> GpuResult<Arc<Vec<u8>>> {
+    /// The code objects of modules `which` (indices into [`MODULES`]): from this process, the
+    /// disk cache, or compiled — NVRTC programs on parallel threads (hipRTC serially: its
+    /// thread safety is not documented). One line on stderr when anything compiles.
+    fn images_for(driver: &Driver, which: &[usize]) -> GpuResult<Vec<Arc<Vec<u8>>>> {
         let arch = driver.info().arch.clone();
-        let mut images = compiled_images().lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(img) = images.get(&arch) {
-            return Ok(img.clone());
-        }
-        let source = program_text();
         let options = Self::compile_options(driver);
-        let cache_file =
-            kernel_cache_dir().map(|dir| dir.join(cache_file_name(&source, &arch, &options)));
-        let cached = cache_file.as_ref().and_then(|p| std::fs::read(p).ok());
-        let image = match cached {
-            Some(img) if !img.is_empty() => img,
-            _ => {
-                let img = driver.compile(&source, &options)?;
-                if let Some(p) = &cache_file {
-                    // A failed cache write only costs a recompile next time.
-                    let _ = p.parent().map(std::fs::create_dir_all);
-                    let _ = std::fs::write(p, &img);
+        let cache_dir = kernel_cache_dir();
+        let known = |i: usize| -> Option<Arc<Vec<u8>>> {
+            let key = (arch.clone(), MODULES[i].name);
+            let images = compiled_images().lock().unwrap_or_else(|e| e.into_inner());
+            images.get(&key).cloned()
+        };
+        let cached = |source: &str| -> Option<Vec<u8>> {
+            let file = cache_dir
+                .as_ref()?
+                .join(cache_file_name(source, &arch, &options));
+            std::fs::read(file).ok().filter(|img| !img.is_empty())
+        };
+        // Per module: the image already at hand, or its source to compile.
+        let mut found: Vec<Option<Arc<Vec<u8>>>> = Vec::new();
+        let mut to_compile: Vec<(usize, String)> = Vec::new();
+        for &i in which {
+            let image = known(i).or_else(|| {
+                let source = module_text(&MODULES[i]);
+                let img = cached(&source).map(Arc::new);
+                if img.is_none() {
+                    to_compile.push((i, source));
                 }
                 img
+            });
+            found.push(image);
+        }
+        if !to_compile.is_empty() {
+            let names: Vec<&str> = to_compile.iter().map(|(i, _)| MODULES[*i].name).collect();
+            eprintln!(
+                "mxfuse: compiling GPU kernels for {arch} ({}; once per machine, cached in {})",
+                names.join(", "),
+                cache_dir
+                    .as_ref()
+                    .map_or("no cache: MXFUSE_KERNEL_CACHE is empty".into(), |d| d
+                        .display()
+                        .to_string())
+            );
+            let compile = |source: &String| driver.compile(source, &options);
+            let results: Vec<GpuResult<Vec<u8>>> = if driver.backend() == Backend::Cuda {
+                std::thread::scope(|s| {
+                    let handles: Vec<_> = to_compile
+                        .iter()
+                        .map(|(_, src)| s.spawn(move || compile(src)))
+                        .collect();
+                    handles
+                        .into_iter()
+                        .map(|h| {
+                            h.join().unwrap_or_else(|_| {
+                                Err(GpuError::Compile {
+                                    arch: arch.clone(),
+                                    log: "the compiler thread panicked".into(),
+                                })
+                            })
+                        })
+                        .collect()
+                })
+            } else {
+                to_compile.iter().map(|(_, src)| compile(src)).collect()
+            };
+            for ((i, source), result) in to_compile.iter().zip(results) {
+                let image = Arc::new(result?);
+                if let Some(dir) = &cache_dir {
+                    // A failed cache write only costs a recompile next time.
+                    let _ = std::fs::create_dir_all(dir);
+                    let _ =
+                        std::fs::write(dir.join(cache_file_name(source, &arch, &options)), &*image);
+                }
+                let slot = which.iter().position(|w| w == i).expect("module asked for");
+                found[slot] = Some(image);
             }
-        };
-        let image = Arc::new(image);
-        images.insert(arch, image.clone());
-        Ok(image)
+        }
+        let mut images = compiled_images().lock().unwrap_or_else(|e| e.into_inner());
+        Ok(which
+            .iter()
+            .zip(found)
+            .map(|(&i, img)| {
+                let img = img.expect("every module found or compiled");
+                images.insert((arch.clone(), MODULES[i].name), img.clone());
+                img
+            })
+            .collect())
     }
 
     /// The vendor stack in use.
@@ -132,15 +205,43 @@ impl GpuRuntime {
         &self.driver
     }
 
-    /// The kernel `name` of the compiled module (looked up once).
+    /// The kernel `name` (looked up once): from the loaded modules in [`MODULES`] order, else
+    /// from the modules not compiled yet, compiled and loaded now.
     pub(crate) fn function(&self, name: &str) -> GpuResult<usize> {
         let mut table = self.functions.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(&f) = table.get(name) {
             return Ok(f);
         }
-        let f = self.driver.function(self.module, name)?;
-        table.insert(name.to_string(), f);
-        Ok(f)
+        let mut modules = self.modules.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last_err = None;
+        for m in modules.iter().flatten() {
+            match self.driver.function(*m, name) {
+                Ok(f) => {
+                    table.insert(name.to_string(), f);
+                    return Ok(f);
+                }
+                Err(e) => last_err = Some(e),
+            }
+        }
+        for i in 0..MODULES.len() {
+            if modules[i].is_some() {
+                continue;
+            }
+            let image = Self::images_for(&self.driver, &[i])?.remove(0);
+            let m = self.driver.load_module(&image)?;
+            modules[i] = Some(m);
+            match self.driver.function(m, name) {
+                Ok(f) => {
+                    table.insert(name.to_string(), f);
+                    return Ok(f);
+                }
+                Err(e) => last_err = Some(e),
+            }
+        }
+        Err(last_err.unwrap_or_else(|| GpuError::Library {
+            library: "mxfuse kernels".into(),
+            message: format!("no module holds kernel {name}"),
+        }))
     }
 
     /// Whether programmatic dependent launches are still allowed (the driver has not refused one).
