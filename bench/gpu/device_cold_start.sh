@@ -5,12 +5,8 @@
 # then more processes, each with the kernel cache directory named in CACHES (default "a b a": a
 # second empty cache, then the first one again). If a step hangs, dumps the process's threads.
 set -u
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-art="$root/bench/gpu/ep_artifacts"
+. "$(dirname "$0")/ort_wheel_env.sh"
 out="${OUT:-/tmp/cold_out}"; mkdir -p "$out"
-python3 -m pip install -q --no-deps --target /tmp/ort131 "$art"/onnxruntime-1.31.1-*.whl 2>&1 | tail -1
-export PYTHONPATH=/tmp/ort131
-export MXFUSE_NVRTC="${MXFUSE_NVRTC:-$(cd "$root/bench/gpu" && python3 -c 'import mxgpu; print(mxgpu.NVRTC_PATH)' 2>/dev/null | tail -1)}"
 cat > /tmp/cold_child.py <<'PY'
 import sys, time, faulthandler
 faulthandler.dump_traceback_later(150, exit=False)

@@ -8,13 +8,8 @@
 # installed here into /tmp (the image's own onnxruntime is older than the EP's minimum, 1.31).
 # Usage: CASES=200 SEED=1 bash bench/gpu/device_fuzz.sh   (logs and findings under $OUT)
 set -u
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-art="$root/bench/gpu/ep_artifacts"
+. "$(dirname "$0")/ort_wheel_env.sh"
 out="${OUT:-/tmp/fuzz_out}"; mkdir -p "$out"
-python3 -m pip install -q --no-deps --target /tmp/ort131 "$art"/onnxruntime-1.31.1-*.whl 2>&1 | tail -1
-export PYTHONPATH=/tmp/ort131
-python3 -c 'import onnxruntime as o; print("onnxruntime", o.__version__)'
-export MXFUSE_NVRTC="${MXFUSE_NVRTC:-$(cd "$root/bench/gpu" && python3 -c 'import mxgpu; print(mxgpu.NVRTC_PATH)' 2>/dev/null | tail -1)}"
 export MXFUSE_KERNEL_CACHE=/tmp/mxfuse-kernel-cache
 timeout "${T_FUZZ:-400}" python3 "$root/tests/fuzz/random_ops.py" --cases "${CASES:-150}" \
   --seed "${SEED:-1}" --gpu --timeout 120 --lib "$art/libmxfuse_ep.so" --keep "$out/keep" \
