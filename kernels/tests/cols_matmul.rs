@@ -159,6 +159,36 @@ fn cols_is_the_same_for_any_thread_count() {
     }
 }
 
+/// A is prepared in row chunks on the pool (f32, bf16, smallest exponent): an A that leaves
+/// the kernel's route through one row only (a block scale that makes deq(A) subnormal, here in
+/// the last row, another task's than row 0's) still sends every group to the row path, and an
+/// all-zero row and a NaN block scale (255) change nothing else; the same bits for any thread count, within the reference's
+/// bound.
+#[test]
+fn cols_a_prepared_in_row_chunks() {
+    for (m, low_row) in [(8, 7), (9, 4), (2, 1)] {
+        for low in [1u8, 255, 127] {
+            let mut c = case(40 + m as u64, m, 288, 40, Edge::None);
+            let kb = c.k / 32;
+            c.a_s[low_row * kb + 1] = low;
+            c.a_q[..c.k].fill(0);
+            let bound = c.bound();
+            let want = c.reference(&c.a_q, &c.w_q, &Epilogue::NONE);
+            let one: Vec<f32> = c.cols(&Epilogue::NONE, 1);
+            common::check_gemm(&one, &want, &bound, 1.0, &format!("m {m} scale {low}"));
+            for threads in [2, 3] {
+                let got: Vec<f32> = c.cols(&Epilogue::NONE, threads);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&got),
+                    bits(&one),
+                    "m {m} scale {low}, {threads} threads"
+                );
+            }
+        }
+    }
+}
+
 /// NaN weights give NaN in their column, every row, and nowhere else.
 #[test]
 fn cols_nan_weights_poison_only_their_column() {

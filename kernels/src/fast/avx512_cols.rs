@@ -16,7 +16,7 @@
 //! need a mask compare per 32 words, and those take a `vdpbf16ps` slot on Zen 4 (2 per 16 dot
 //! products here); the FMA costs 1 per 16.
 //!
-//! A: bf16 rows (`pack_a`), each read as 4-byte broadcasts; per 16-column group all of A is
+//! A: bf16 rows (`pack_a_row`), each read as 4-byte broadcasts; per 16-column group all of A is
 //! read once (2 bytes of A per weight byte at M = 8, from L1) against 8 for `avx512_regs`, whose
 //! every 2-column pass re-reads A from L2 — that stream was its limit (BENCHMARKS.md
 //! 2026-11-30 (5)). Measured on Zen 4 (one pinned thread, M = 8, 128 × 6144 weights in L2,
@@ -38,32 +38,30 @@ use crate::codec::BLOCK;
 /// prefetcher does not run ahead of it.
 const PREFETCH_AHEAD: usize = 4096;
 
-/// Row stride of [`pack_a`]'s output in pairs: k/2 plus one cache line, so that the rows (2k
-/// bytes apart, a multiple of 4 KiB at k = 6144) do not all map to the same L1 sets.
+/// Row stride of packed A ([`pack_a_row`]) in pairs: k/2 plus one cache line, so that the rows
+/// (2k bytes apart, a multiple of 4 KiB at k = 6144) do not all map to the same L1 sets.
 pub fn a_stride(k: usize) -> usize {
     k / 2 + 16
 }
 
-/// `a` (`m` rows of `k` f32 values) in bf16 (RNE, `avx512_mx::to_bf16`), row r at
-/// `r · a_stride(k)` pairs (u32: the even k in the low half).
+/// One row of A (`k` f32 values) in bf16 (RNE, `avx512_mx::to_bf16`) into the first k/2 pairs
+/// of `dst` (u32: the even k in the low half); row r of packed A starts at `r · a_stride(k)`
+/// pairs (the driver, `matmul_cols`, packs the rows in parallel).
 ///
 /// # Safety
-/// The CPU has AVX512F/BW/VL/BF16; `a.len() = m·k`, `k % 32 == 0`.
+/// The CPU has AVX512F/BW/VL/BF16; `row.len() % 32 == 0`, `dst.len() ≥ row.len() / 2`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-pub unsafe fn pack_a(a: &[f32], m: usize, k: usize) -> Vec<u32> {
-    assert!(a.len() == m * k && k.is_multiple_of(BLOCK));
-    let lda = a_stride(k);
-    let mut out = vec![0u32; m * lda];
-    for (row, dst) in a.chunks_exact(k).zip(out.chunks_exact_mut(lda)) {
-        let words = std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut u16, k);
-        to_bf16(row, words);
-    }
-    out
+pub unsafe fn pack_a_row(row: &[f32], dst: &mut [u32]) {
+    assert!(row.len().is_multiple_of(BLOCK) && dst.len() * 2 >= row.len());
+    to_bf16(
+        row,
+        std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut u16, row.len()),
+    );
 }
 
 /// `out[r][j] = Σ_k a[r, k] · deq(W)[j, k]` for the 16 columns of one column group of packed
 /// weights at `q` / `s` (`cols_layout`: 16·k bytes, 16·k/32 scales) and R ≤ 8 rows of bf16 A
-/// at `a`, `lda` pairs apart ([`pack_a`]); the 2·R accumulators stay in registers over all of
+/// at `a`, `lda` pairs apart ([`pack_a_row`]); the 2·R accumulators stay in registers over all of
 /// K. Per output: per 32-k block 16 `vdpbf16ps` pair products in k order from zero, then
 /// `total = fma(block, 2^(s-127), total)`, blocks in k order. `false` when a weight is NaN
 /// (off the fast route): the caller recomputes the group exactly.
