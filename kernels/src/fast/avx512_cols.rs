@@ -38,6 +38,11 @@ use crate::codec::BLOCK;
 /// prefetcher does not run ahead of it.
 const PREFETCH_AHEAD: usize = 4096;
 
+/// Prefetch distance (bytes) in a group's scales, 16 bytes per 32-k block: 16 blocks ahead. The
+/// kernel's loads of the scales are their first reads (the driver checks their range from the
+/// kernel's result, not by a scan before it).
+const SCALES_AHEAD: usize = 256;
+
 /// Row stride of packed A ([`pack_a_row`]) in pairs: k/2 plus one cache line, so that the rows
 /// (2k bytes apart, a multiple of 4 KiB at k = 6144) do not all map to the same L1 sets.
 pub fn a_stride(k: usize) -> usize {
@@ -63,23 +68,26 @@ pub unsafe fn pack_a_row(row: &[f32], dst: &mut [u32]) {
 /// weights at `q` / `s` (`cols_layout`: 16·k bytes, 16·k/32 scales) and R ≤ 8 rows of bf16 A
 /// at `a`, `lda` pairs apart ([`pack_a_row`]); the 2·R accumulators stay in registers over all of
 /// K. Per output: per 32-k block 16 `vdpbf16ps` pair products in k order from zero, then
-/// `total = fma(block, 2^(s-127), total)`, blocks in k order. `false` when a weight is NaN
-/// (off the fast route): the caller recomputes the group exactly.
+/// `total = fma(block, 2^(s-127), total)`, blocks in k order. Returns the smallest and largest
+/// scale byte of the group, or `None` when a weight is NaN (off the fast route). The sums are
+/// the exact ones only where every scale is in 1..=254 and every product (unscaled and scaled)
+/// is a normal f32: the caller checks that (the returned range) and recomputes the group
+/// otherwise.
 ///
 /// # Safety
 /// The CPU has AVX512F/BW/VL/VBMI/BF16 and FMA; the group and R rows of k/2 pairs at `a` are in
-/// bounds; every scale is in 1..=254 and every product (unscaled and scaled) a normal f32 (the
-/// caller's guards).
+/// bounds.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,fma")]
 pub unsafe fn nk_cols<const R: usize>(
     (a, lda): (*const u32, usize),
     k: usize,
     (q, s): (*const u8, *const u8),
     out: &mut [[f32; GROUP]; R],
-) -> bool {
+) -> Option<[u8; 2]> {
     let t = lookup_tables();
     let mut total = [_mm512_setzero_ps(); R];
     let mut nan = _mm512_setzero_si512();
+    let (mut lo, mut hi) = (_mm_set1_epi8(-1), _mm_setzero_si128());
     let bh = |w: __m512i| std::mem::transmute::<__m512i, __m512bh>(w);
     for b in 0..k / BLOCK {
         let mut blk = [_mm512_setzero_ps(); R];
@@ -94,7 +102,9 @@ pub unsafe fn nk_cols<const R: usize>(
                 *acc = _mm512_dpbf16_ps(*acc, bh(w1), bh(broadcast(row.add(1))));
             }
         }
+        _mm_prefetch::<_MM_HINT_T0>(s.wrapping_add(b * GROUP + SCALES_AHEAD) as *const i8);
         let sb = _mm_loadu_si128(s.add(b * GROUP) as *const __m128i);
+        (lo, hi) = (_mm_min_epu8(lo, sb), _mm_max_epu8(hi, sb));
         // 2^(s - 127): the scale byte as an f32 exponent field.
         let f = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_cvtepu8_epi32(sb)));
         for (tot, acc) in total.iter_mut().zip(&blk) {
@@ -104,7 +114,10 @@ pub unsafe fn nk_cols<const R: usize>(
     for (o, v) in out.iter_mut().zip(&total) {
         _mm512_storeu_ps(o.as_mut_ptr(), *v);
     }
-    _mm512_cmpeq_epi8_mask(nan, _mm512_set1_epi8(-1)) == 0
+    let bytes = |v: __m128i| std::mem::transmute::<__m128i, [u8; 16]>(v);
+    let (lo, hi) = (bytes(lo), bytes(hi));
+    let range = [lo.into_iter().min(), hi.into_iter().max()].map(|v| v.unwrap_or_default());
+    (_mm512_cmpeq_epi8_mask(nan, _mm512_set1_epi8(-1)) == 0).then_some(range)
 }
 
 /// The pair at `p` in all 16 lanes, by a `vpbroadcastd` load of its own: folded into

@@ -62,38 +62,40 @@ pub(super) fn nk<O: Element>(
                     &w.q[g * GROUP * k..],
                     &w.scales[g * GROUP * kb..(g + 1) * GROUP * kb],
                 );
-                let (lo, hi) = gs
-                    .iter()
-                    .fold((u8::MAX, 0), |(lo, hi), &s| (lo.min(s), hi.max(s)));
-                // Unscaled products (|w| ≥ 2^-9) and scaled ones normal, 2^(s-127) finite.
-                let on_route = pa.as_ref().filter(|_| {
-                    hi <= MAX_FAST_SCALE
-                        && normal_products(min_exp, -9)
-                        && normal_products(min_exp, lo as i32 - 127 - 9)
-                });
-                let done = on_route.is_some_and(|pa| {
-                    (0..m).step_by(ROWS).all(|r0| {
-                        let rows = (m - r0).min(ROWS);
-                        let ap = pa[r0 * lda..].as_ptr();
-                        let gp = (gq.as_ptr(), gs.as_ptr());
-                        let out = &mut vals[r0..r0 + rows];
-                        // SAFETY: avx512_bf16() checked (caller); the group's 16·k bytes and
-                        // 16·k/32 scales and the rows' k/2 pairs are in bounds (asserted); scales
-                        // in range and products normal (checked above).
-                        unsafe {
-                            match rows {
-                                1 => run::<1>(ap, lda, k, gp, out),
-                                2 => run::<2>(ap, lda, k, gp, out),
-                                3 => run::<3>(ap, lda, k, gp, out),
-                                4 => run::<4>(ap, lda, k, gp, out),
-                                5 => run::<5>(ap, lda, k, gp, out),
-                                6 => run::<6>(ap, lda, k, gp, out),
-                                7 => run::<7>(ap, lda, k, gp, out),
-                                _ => run::<8>(ap, lda, k, gp, out),
-                            }
-                        }
-                    })
-                });
+                // The kernel runs first and reports the group's scale range: a separate scan
+                // was the first read of the scales, waiting on DRAM (~3 % of a decoder step's
+                // samples at M = 8); a group whose range fails the guards is recomputed.
+                let done = pa
+                    .as_ref()
+                    .filter(|_| normal_products(min_exp, -9))
+                    .is_some_and(|pa| {
+                        let (mut lo, mut hi) = (u8::MAX, 0);
+                        let ran = (0..m).step_by(ROWS).all(|r0| {
+                            let rows = (m - r0).min(ROWS);
+                            let ap = pa[r0 * lda..].as_ptr();
+                            let gp = (gq.as_ptr(), gs.as_ptr());
+                            let out = &mut vals[r0..r0 + rows];
+                            // SAFETY: avx512_bf16() checked (caller); the group's 16·k bytes and
+                            // 16·k/32 scales and the rows' k/2 pairs are in bounds (asserted).
+                            let range = unsafe {
+                                match rows {
+                                    1 => run::<1>(ap, lda, k, gp, out),
+                                    2 => run::<2>(ap, lda, k, gp, out),
+                                    3 => run::<3>(ap, lda, k, gp, out),
+                                    4 => run::<4>(ap, lda, k, gp, out),
+                                    5 => run::<5>(ap, lda, k, gp, out),
+                                    6 => run::<6>(ap, lda, k, gp, out),
+                                    7 => run::<7>(ap, lda, k, gp, out),
+                                    _ => run::<8>(ap, lda, k, gp, out),
+                                }
+                            };
+                            range
+                                .inspect(|&[l, h]| (lo, hi) = (lo.min(l), hi.max(h)))
+                                .is_some()
+                        });
+                        // Scaled products (|w| ≥ 2^-9) normal, 2^(s-127) finite.
+                        ran && hi <= MAX_FAST_SCALE && normal_products(min_exp, lo as i32 - 127 - 9)
+                    });
                 if !done {
                     off_route(a, m, k, w, (n0, cols), &mut vals);
                 }
@@ -104,8 +106,9 @@ pub(super) fn nk<O: Element>(
 }
 
 /// A for the kernel, in row chunks on `par`: deq(A) in f32 (read by groups off the route),
-/// its bf16 rows ([`pack_a_row`], `a_stride(k)` pairs apart) and its smallest exponent ([`min_exponent`]). Each row is
-/// decoded, scanned and converted while it is in L1, and the chunks run on all threads: as
+/// its bf16 rows ([`pack_a_row`], `a_stride(k)` pairs apart) and its smallest exponent
+/// ([`min_exponent`]). Each row is decoded, scanned and converted while it is in L1, and the
+/// chunks run on all threads: as
 /// three serial passes over the whole of A on the calling thread (while the other threads
 /// waited for the GEMM's tasks) this was ~40 µs per call at M = 8, K = 6144, ~5 % of a decoder
 /// step's calling-thread samples. Same values, bit for bit, as the passes it replaces.
@@ -149,7 +152,8 @@ fn prepare_a(
     (a, bf16, min_exp.into_inner())
 }
 
-/// One kernel call for R rows into `out` (R rows of 16 sums); `false` on a NaN weight.
+/// One kernel call for R rows into `out` (R rows of 16 sums): the group's scale range, `None`
+/// on a NaN weight.
 ///
 /// # Safety
 /// As [`nk_cols`].
@@ -159,7 +163,7 @@ unsafe fn run<const R: usize>(
     k: usize,
     (q, s): (*const u8, *const u8),
     out: &mut [[f32; GROUP]],
-) -> bool {
+) -> Option<[u8; 2]> {
     let out = out.first_chunk_mut::<R>().expect("R rows");
     nk_cols::<R>((a, lda), k, (q, s), out)
 }
