@@ -26,8 +26,9 @@
 #![allow(unsafe_op_in_unsafe_fn)]
 
 use std::arch::x86_64::*;
+use std::mem::MaybeUninit;
 
-use super::avx512_mx::to_bf16;
+use super::avx512_mx::to_bf16_at;
 use super::avx512_regs::{lookup_tables, unscaled_words};
 use super::cols_layout::{CHUNK, CHUNKS, GROUP};
 use crate::codec::BLOCK;
@@ -49,19 +50,19 @@ pub fn a_stride(k: usize) -> usize {
     k / 2 + 16
 }
 
-/// One row of A (`k` f32 values) in bf16 (RNE, `avx512_mx::to_bf16`) into the first k/2 pairs
-/// of `dst` (u32: the even k in the low half); row r of packed A starts at `r · a_stride(k)`
+/// One row of A (`k` f32 values) in bf16 (RNE, `avx512_mx::to_bf16`) into `dst`, one row of
+/// packed A (`a_stride(k)` pairs, possibly uninitialised, every one written): k/2 pairs (u32,
+/// the even k in the low half), then zero padding. Row r of packed A starts at `r · a_stride(k)`
 /// pairs (the driver, `matmul_cols`, packs the rows in parallel).
 ///
 /// # Safety
-/// The CPU has AVX512F/BW/VL/BF16; `row.len() % 32 == 0`, `dst.len() ≥ row.len() / 2`.
+/// The CPU has AVX512F/BW/VL/BF16.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-pub unsafe fn pack_a_row(row: &[f32], dst: &mut [u32]) {
-    assert!(row.len().is_multiple_of(BLOCK) && dst.len() * 2 >= row.len());
-    to_bf16(
-        row,
-        std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut u16, row.len()),
-    );
+pub unsafe fn pack_a_row(row: &[f32], dst: &mut [MaybeUninit<u32>]) {
+    let k = row.len();
+    assert!(k.is_multiple_of(BLOCK) && dst.len() == a_stride(k));
+    to_bf16_at(row, dst.as_mut_ptr() as *mut u16);
+    dst[k / 2..].fill(MaybeUninit::new(0));
 }
 
 /// `out[r][j] = Σ_k a[r, k] · deq(W)[j, k]` for the 16 columns of one column group of packed
