@@ -6,8 +6,9 @@
 /// The std call is not cheap on Linux: it reads the process's cgroup files (`/proc/self/cgroup`,
 /// the cgroup's `cpu.max`) on every call. Asked once per parallel call (ORT's pool in the
 /// provider sizes its split with it), it took 3.6 % of the samples of a decoder step at M = 8
-/// (~0.9 ms of a 13 ms step, on the calling thread while the worker waited; BENCHMARKS.md
-/// "2026-12-01 (4)"). A CPU affinity or cgroup limit changed after the first call is not seen.
+/// (~0.9 ms of a 13 ms step, on the calling thread while the worker waited; BENCHMARKS.md,
+/// ONNX Runtime, "2026-12-01, session 15"). A CPU affinity or cgroup limit changed after the
+/// first call is not seen.
 pub fn available_threads() -> usize {
     static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))

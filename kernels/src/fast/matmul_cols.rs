@@ -4,6 +4,12 @@
 //! kernel's route — a scale out of its range, a product that may not be a normal f32, a NaN
 //! weight — is unpacked to `[N, K]` and computed by the row path (`matmul_mx::nk`) instead.
 //!
+//! Per call, before the groups: A is decoded, checked and packed to bf16 row by row on all
+//! threads ([`prepare_a`]); the kernel itself reports each group's scale range and NaN weights,
+//! which are checked after it ran (a group that fails is recomputed), so the scales are read
+//! once, in the kernel's stream. Both replaced serial or extra passes that a profile of the
+//! decoder step at M = 8 showed (BENCHMARKS.md, ONNX Runtime, "2026-12-01, session 15").
+//!
 //! f32 accumulation order (deterministic, the same for any thread count): per output, per 32-k
 //! block the 16 `vdpbf16ps` pair products in k order from zero, then `total = fma(block,
 //! 2^(s-127), total)`, blocks in k order.
