@@ -1,6 +1,19 @@
 //! The thread-pool seam: kernels split their work into `n` independent tasks and hand them to a
 //! [`Parallel`] implementation, so the provider can later pass ORT's intra-op pool instead.
 
+/// CPUs this process may run on (`std::thread::available_parallelism`, at least 1), read once.
+///
+/// The std call is not cheap on Linux: it reads the process's cgroup files (`/proc/self/cgroup`,
+/// the cgroup's `cpu.max`) on every call. Asked once per parallel call (ORT's pool in the
+/// provider sizes its split with it), it took 3.6 % of the samples of a decoder step at M = 8
+/// (~0.9 ms of a 13 ms step, on the calling thread while the worker waited; BENCHMARKS.md,
+/// ONNX Runtime, "2026-12-01, session 15"). A CPU affinity or cgroup limit changed after the
+/// first call is not seen.
+pub fn available_threads() -> usize {
+    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 /// Runs `f(0)`, …, `f(n-1)`, possibly concurrently, and returns when all have finished.
 pub trait Parallel: Sync {
     /// Executes every task index in `0..n` exactly once.
@@ -39,7 +52,7 @@ impl StdThreads {
 
     /// One worker per available CPU.
     pub fn available() -> Self {
-        Self::new(std::thread::available_parallelism().map_or(1, |n| n.get()))
+        Self::new(available_threads())
     }
 }
 

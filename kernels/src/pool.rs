@@ -130,7 +130,7 @@ impl ThreadPool {
 
     /// One thread per available CPU.
     pub fn available() -> Self {
-        Self::new(std::thread::available_parallelism().map_or(1, |n| n.get()))
+        Self::new(crate::parallel::available_threads())
     }
 
     /// A process-wide pool sized to the machine, created on first use.

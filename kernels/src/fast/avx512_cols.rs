@@ -16,7 +16,7 @@
 //! need a mask compare per 32 words, and those take a `vdpbf16ps` slot on Zen 4 (2 per 16 dot
 //! products here); the FMA costs 1 per 16.
 //!
-//! A: bf16 rows (`pack_a`), each read as 4-byte broadcasts; per 16-column group all of A is
+//! A: bf16 rows (`pack_a_row`), each read as 4-byte broadcasts; per 16-column group all of A is
 //! read once (2 bytes of A per weight byte at M = 8, from L1) against 8 for `avx512_regs`, whose
 //! every 2-column pass re-reads A from L2 — that stream was its limit (BENCHMARKS.md
 //! 2026-11-30 (5)). Measured on Zen 4 (one pinned thread, M = 8, 128 × 6144 weights in L2,
@@ -26,8 +26,9 @@
 #![allow(unsafe_op_in_unsafe_fn)]
 
 use std::arch::x86_64::*;
+use std::mem::MaybeUninit;
 
-use super::avx512_mx::to_bf16;
+use super::avx512_mx::to_bf16_at;
 use super::avx512_regs::{lookup_tables, unscaled_words};
 use super::cols_layout::{CHUNK, CHUNKS, GROUP};
 use crate::codec::BLOCK;
@@ -38,50 +39,56 @@ use crate::codec::BLOCK;
 /// prefetcher does not run ahead of it.
 const PREFETCH_AHEAD: usize = 4096;
 
-/// Row stride of [`pack_a`]'s output in pairs: k/2 plus one cache line, so that the rows (2k
-/// bytes apart, a multiple of 4 KiB at k = 6144) do not all map to the same L1 sets.
+/// Prefetch distance (bytes) in a group's scales, 16 bytes per 32-k block: 16 blocks ahead. The
+/// kernel's loads of the scales are their first reads (the driver checks their range from the
+/// kernel's result, not by a scan before it).
+const SCALES_AHEAD: usize = 256;
+
+/// Row stride of packed A ([`pack_a_row`]) in pairs: k/2 plus one cache line, so that the rows
+/// (2k bytes apart, a multiple of 4 KiB at k = 6144) do not all map to the same L1 sets.
 pub fn a_stride(k: usize) -> usize {
     k / 2 + 16
 }
 
-/// `a` (`m` rows of `k` f32 values) in bf16 (RNE, `avx512_mx::to_bf16`), row r at
-/// `r · a_stride(k)` pairs (u32: the even k in the low half).
+/// One row of A (`k` f32 values) in bf16 (RNE, `avx512_mx::to_bf16`) into `dst`, one row of
+/// packed A (`a_stride(k)` pairs, possibly uninitialised, every one written): k/2 pairs (u32,
+/// the even k in the low half), then zero padding. Row r of packed A starts at `r · a_stride(k)`
+/// pairs (the driver, `matmul_cols`, packs the rows in parallel).
 ///
 /// # Safety
-/// The CPU has AVX512F/BW/VL/BF16; `a.len() = m·k`, `k % 32 == 0`.
+/// The CPU has AVX512F/BW/VL/BF16.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-pub unsafe fn pack_a(a: &[f32], m: usize, k: usize) -> Vec<u32> {
-    assert!(a.len() == m * k && k.is_multiple_of(BLOCK));
-    let lda = a_stride(k);
-    let mut out = vec![0u32; m * lda];
-    for (row, dst) in a.chunks_exact(k).zip(out.chunks_exact_mut(lda)) {
-        let words = std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut u16, k);
-        to_bf16(row, words);
-    }
-    out
+pub unsafe fn pack_a_row(row: &[f32], dst: &mut [MaybeUninit<u32>]) {
+    let k = row.len();
+    assert!(k.is_multiple_of(BLOCK) && dst.len() == a_stride(k));
+    to_bf16_at(row, dst.as_mut_ptr() as *mut u16);
+    dst[k / 2..].fill(MaybeUninit::new(0));
 }
 
 /// `out[r][j] = Σ_k a[r, k] · deq(W)[j, k]` for the 16 columns of one column group of packed
 /// weights at `q` / `s` (`cols_layout`: 16·k bytes, 16·k/32 scales) and R ≤ 8 rows of bf16 A
-/// at `a`, `lda` pairs apart ([`pack_a`]); the 2·R accumulators stay in registers over all of
+/// at `a`, `lda` pairs apart ([`pack_a_row`]); the 2·R accumulators stay in registers over all of
 /// K. Per output: per 32-k block 16 `vdpbf16ps` pair products in k order from zero, then
-/// `total = fma(block, 2^(s-127), total)`, blocks in k order. `false` when a weight is NaN
-/// (off the fast route): the caller recomputes the group exactly.
+/// `total = fma(block, 2^(s-127), total)`, blocks in k order. Returns the smallest and largest
+/// scale byte of the group, or `None` when a weight is NaN (off the fast route). The sums are
+/// the exact ones only where every scale is in 1..=254 and every product (unscaled and scaled)
+/// is a normal f32: the caller checks that (the returned range) and recomputes the group
+/// otherwise.
 ///
 /// # Safety
 /// The CPU has AVX512F/BW/VL/VBMI/BF16 and FMA; the group and R rows of k/2 pairs at `a` are in
-/// bounds; every scale is in 1..=254 and every product (unscaled and scaled) a normal f32 (the
-/// caller's guards).
+/// bounds.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,fma")]
 pub unsafe fn nk_cols<const R: usize>(
     (a, lda): (*const u32, usize),
     k: usize,
     (q, s): (*const u8, *const u8),
     out: &mut [[f32; GROUP]; R],
-) -> bool {
+) -> Option<[u8; 2]> {
     let t = lookup_tables();
     let mut total = [_mm512_setzero_ps(); R];
     let mut nan = _mm512_setzero_si512();
+    let (mut lo, mut hi) = (_mm_set1_epi8(-1), _mm_setzero_si128());
     let bh = |w: __m512i| std::mem::transmute::<__m512i, __m512bh>(w);
     for b in 0..k / BLOCK {
         let mut blk = [_mm512_setzero_ps(); R];
@@ -96,7 +103,9 @@ pub unsafe fn nk_cols<const R: usize>(
                 *acc = _mm512_dpbf16_ps(*acc, bh(w1), bh(broadcast(row.add(1))));
             }
         }
+        _mm_prefetch::<_MM_HINT_T0>(s.wrapping_add(b * GROUP + SCALES_AHEAD) as *const i8);
         let sb = _mm_loadu_si128(s.add(b * GROUP) as *const __m128i);
+        (lo, hi) = (_mm_min_epu8(lo, sb), _mm_max_epu8(hi, sb));
         // 2^(s - 127): the scale byte as an f32 exponent field.
         let f = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_cvtepu8_epi32(sb)));
         for (tot, acc) in total.iter_mut().zip(&blk) {
@@ -106,7 +115,10 @@ pub unsafe fn nk_cols<const R: usize>(
     for (o, v) in out.iter_mut().zip(&total) {
         _mm512_storeu_ps(o.as_mut_ptr(), *v);
     }
-    _mm512_cmpeq_epi8_mask(nan, _mm512_set1_epi8(-1)) == 0
+    let bytes = |v: __m128i| std::mem::transmute::<__m128i, [u8; 16]>(v);
+    let (lo, hi) = (bytes(lo), bytes(hi));
+    let range = [lo.into_iter().min(), hi.into_iter().max()].map(|v| v.unwrap_or_default());
+    (_mm512_cmpeq_epi8_mask(nan, _mm512_set1_epi8(-1)) == 0).then_some(range)
 }
 
 /// The pair at `p` in all 16 lanes, by a `vpbroadcastd` load of its own: folded into

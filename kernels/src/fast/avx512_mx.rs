@@ -70,7 +70,17 @@ pub fn normal_products(ea: i32, eb: i32) -> bool {
 /// The CPU has AVX512F/BW/VL/BF16; `dst.len() >= src.len()`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
 pub unsafe fn to_bf16(src: &[f32], dst: &mut [u16]) {
-    assert!(src.len().is_multiple_of(32) && dst.len() >= src.len());
+    assert!(dst.len() >= src.len());
+    to_bf16_at(src, dst.as_mut_ptr());
+}
+
+/// [`to_bf16`] into the `src.len()` u16 at `dst`, which may be uninitialised memory.
+///
+/// # Safety
+/// The CPU has AVX512F/BW/VL/BF16; `dst` is valid for `src.len()` u16 writes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+pub unsafe fn to_bf16_at(src: &[f32], dst: *mut u16) {
+    assert!(src.len().is_multiple_of(32));
     for i in (0..src.len()).step_by(32) {
         let (lo, hi) = (
             _mm512_loadu_ps(src.as_ptr().add(i)),
@@ -78,7 +88,7 @@ pub unsafe fn to_bf16(src: &[f32], dst: &mut [u16]) {
         );
         // The first operand fills the upper 16 elements.
         let v: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
-        _mm512_storeu_si512(dst.as_mut_ptr().add(i) as *mut __m512i, v);
+        _mm512_storeu_si512(dst.add(i) as *mut __m512i, v);
     }
 }
 

@@ -58,8 +58,7 @@ pub fn mx_matmul_cols<O: Element>(
     }
     #[cfg(target_arch = "x86_64")]
     if m <= super::matmul_cols::MAX_M && super::isa::avx512_bf16() {
-        let a = super::matmul_mx::dequantize_a(a_q, a_scales, k);
-        super::matmul_cols::nk(&a, m, w, y, ep, par);
+        super::matmul_cols::nk((a_q, a_scales), m, w, y, ep, par);
         return Ok(());
     }
     let (q, scales) = unpack(w.q, w.scales, k, (0, n));

@@ -141,7 +141,6 @@ pub fn mx_matmul<O: Element>(
     let isa = Isa::detect();
     #[cfg(target_arch = "x86_64")]
     if let (Isa::Avx2, MatB::Mx { q, scales }) = (isa, b) {
-        let a = super::matmul_mx::dequantize_a(a_q, a_scales, k);
         if trans_b && m <= super::matmul_cols::MAX_M && super::cols_layout::wanted() {
             // Where constant weights are prepacked for the column-lane kernel, a weight that was
             // not (a runtime one) is packed per call and takes the same kernel: the same bits
@@ -153,11 +152,14 @@ pub fn mx_matmul<O: Element>(
                 n,
                 k,
             };
-            super::matmul_cols::nk(&a, m, w, y, ep, par);
-        } else if trans_b {
-            super::matmul_mx::nk(&a, m, k, n, q, scales, y, ep, par);
+            super::matmul_cols::nk((a_q, a_scales), m, w, y, ep, par);
         } else {
-            super::matmul_mx::kn(&a, m, k, n, q, scales, y, ep, par);
+            let a = super::matmul_mx::dequantize_a(a_q, a_scales, k);
+            if trans_b {
+                super::matmul_mx::nk(&a, m, k, n, q, scales, y, ep, par);
+            } else {
+                super::matmul_mx::kn(&a, m, k, n, q, scales, y, ep, par);
+            }
         }
         return Ok(());
     }

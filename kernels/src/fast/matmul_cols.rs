@@ -4,12 +4,20 @@
 //! kernel's route — a scale out of its range, a product that may not be a normal f32, a NaN
 //! weight — is unpacked to `[N, K]` and computed by the row path (`matmul_mx::nk`) instead.
 //!
+//! Per call, before the groups: A is decoded, checked and packed to bf16 row by row on all
+//! threads ([`prepare_a`]); the kernel itself reports each group's scale range and NaN weights,
+//! which are checked after it ran (a group that fails is recomputed), so the scales are read
+//! once, in the kernel's stream. Both replaced serial or extra passes that a profile of the
+//! decoder step at M = 8 showed (BENCHMARKS.md, ONNX Runtime, "2026-12-01, session 15").
+//!
 //! f32 accumulation order (deterministic, the same for any thread count): per output, per 32-k
 //! block the 16 `vdpbf16ps` pair products in k order from zero, then `total = fma(block,
 //! 2^(s-127), total)`, blocks in k order.
 
-use super::avx2_mx::MAX_FAST_SCALE;
-use super::avx512_cols::{a_stride, nk_cols, pack_a};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use super::avx2_mx::{decode_mx_row_to, MAX_FAST_SCALE};
+use super::avx512_cols::{a_stride, nk_cols, pack_a_row};
 use super::avx512_mx::{min_exponent, normal_products};
 use super::cols_layout::{unpack, MxColWeights, GROUP};
 use super::matmul_mx::{store_block, MIN_TASK_MACS};
@@ -26,10 +34,10 @@ pub const MAX_M: usize = 64;
 /// Rows per kernel call: 8 accumulators per block and 8 totals in registers.
 const ROWS: usize = 8;
 
-/// `y = a · deq(W)ᵀ` (+ epilogue) for f32 `a` (`m` rows of `w.k`), m ≤ [`MAX_M`]. Caller:
-/// `avx512_bf16()` checked.
+/// `y = deq(A) · deq(W)ᵀ` (+ epilogue) for MX A (`m × w.k` E4M3 values `a_q`, `m × w.k/32`
+/// scales), m ≤ [`MAX_M`]. Caller: `avx512_bf16()` checked.
 pub(super) fn nk<O: Element>(
-    a: &[f32],
+    (a_q, a_scales): (&[u8], &[u8]),
     m: usize,
     w: MxColWeights<'_>,
     y: &mut [O],
@@ -38,14 +46,14 @@ pub(super) fn nk<O: Element>(
 ) {
     let (n, k) = (w.n, w.k);
     let kb = k / BLOCK;
-    assert!(m <= MAX_M && a.len() == m * k && y.len() == m * n);
+    assert!(m <= MAX_M && a_q.len() == m * k && a_scales.len() >= m * kb && y.len() == m * n);
     assert!(
         w.q.len() >= n.div_ceil(GROUP) * GROUP * k
             && w.scales.len() >= n.div_ceil(GROUP) * GROUP * kb
     );
-    // SAFETY: avx512_bf16() checked by the caller (also for pack_a); a.len() = m·k.
-    let min_exp = unsafe { min_exponent(a) };
-    let pa = (min_exp >= -126).then(|| unsafe { pack_a(a, m, k) });
+    let (a, bf16_a, min_exp) = prepare_a((a_q, a_scales), m, k, par);
+    let a = a.as_slice();
+    let pa = (min_exp >= -126).then_some(bf16_a);
     let lda = a_stride(k);
     let y = SharedMut::new(y);
     for_row_chunks(
@@ -60,38 +68,40 @@ pub(super) fn nk<O: Element>(
                     &w.q[g * GROUP * k..],
                     &w.scales[g * GROUP * kb..(g + 1) * GROUP * kb],
                 );
-                let (lo, hi) = gs
-                    .iter()
-                    .fold((u8::MAX, 0), |(lo, hi), &s| (lo.min(s), hi.max(s)));
-                // Unscaled products (|w| ≥ 2^-9) and scaled ones normal, 2^(s-127) finite.
-                let on_route = pa.as_ref().filter(|_| {
-                    hi <= MAX_FAST_SCALE
-                        && normal_products(min_exp, -9)
-                        && normal_products(min_exp, lo as i32 - 127 - 9)
-                });
-                let done = on_route.is_some_and(|pa| {
-                    (0..m).step_by(ROWS).all(|r0| {
-                        let rows = (m - r0).min(ROWS);
-                        let ap = pa[r0 * lda..].as_ptr();
-                        let gp = (gq.as_ptr(), gs.as_ptr());
-                        let out = &mut vals[r0..r0 + rows];
-                        // SAFETY: avx512_bf16() checked (caller); the group's 16·k bytes and
-                        // 16·k/32 scales and the rows' k/2 pairs are in bounds (asserted); scales
-                        // in range and products normal (checked above).
-                        unsafe {
-                            match rows {
-                                1 => run::<1>(ap, lda, k, gp, out),
-                                2 => run::<2>(ap, lda, k, gp, out),
-                                3 => run::<3>(ap, lda, k, gp, out),
-                                4 => run::<4>(ap, lda, k, gp, out),
-                                5 => run::<5>(ap, lda, k, gp, out),
-                                6 => run::<6>(ap, lda, k, gp, out),
-                                7 => run::<7>(ap, lda, k, gp, out),
-                                _ => run::<8>(ap, lda, k, gp, out),
-                            }
-                        }
-                    })
-                });
+                // The kernel runs first and reports the group's scale range: a separate scan
+                // was the first read of the scales, waiting on DRAM (~3 % of a decoder step's
+                // samples at M = 8); a group whose range fails the guards is recomputed.
+                let done = pa
+                    .as_ref()
+                    .filter(|_| normal_products(min_exp, -9))
+                    .is_some_and(|pa| {
+                        let (mut lo, mut hi) = (u8::MAX, 0);
+                        let ran = (0..m).step_by(ROWS).all(|r0| {
+                            let rows = (m - r0).min(ROWS);
+                            let ap = pa[r0 * lda..].as_ptr();
+                            let gp = (gq.as_ptr(), gs.as_ptr());
+                            let out = &mut vals[r0..r0 + rows];
+                            // SAFETY: avx512_bf16() checked (caller); the group's 16·k bytes and
+                            // 16·k/32 scales and the rows' k/2 pairs are in bounds (asserted).
+                            let range = unsafe {
+                                match rows {
+                                    1 => run::<1>(ap, lda, k, gp, out),
+                                    2 => run::<2>(ap, lda, k, gp, out),
+                                    3 => run::<3>(ap, lda, k, gp, out),
+                                    4 => run::<4>(ap, lda, k, gp, out),
+                                    5 => run::<5>(ap, lda, k, gp, out),
+                                    6 => run::<6>(ap, lda, k, gp, out),
+                                    7 => run::<7>(ap, lda, k, gp, out),
+                                    _ => run::<8>(ap, lda, k, gp, out),
+                                }
+                            };
+                            range
+                                .inspect(|&[l, h]| (lo, hi) = (lo.min(l), hi.max(h)))
+                                .is_some()
+                        });
+                        // Scaled products (|w| ≥ 2^-9) normal, 2^(s-127) finite.
+                        ran && hi <= MAX_FAST_SCALE && normal_products(min_exp, lo as i32 - 127 - 9)
+                    });
                 if !done {
                     off_route(a, m, k, w, (n0, cols), &mut vals);
                 }
@@ -101,7 +111,60 @@ pub(super) fn nk<O: Element>(
     );
 }
 
-/// One kernel call for R rows into `out` (R rows of 16 sums); `false` on a NaN weight.
+/// A for the kernel, in row chunks on `par`: deq(A) in f32 (read by groups off the route),
+/// its bf16 rows ([`pack_a_row`], `a_stride(k)` pairs apart) and its smallest exponent
+/// ([`min_exponent`]). Each row is decoded, scanned and converted while it is in L1, and the
+/// chunks run on all threads: as
+/// three serial passes over the whole of A on the calling thread (while the other threads
+/// waited for the GEMM's tasks) this was ~40 µs per call at M = 8, K = 6144, ~5 % of a decoder
+/// step's calling-thread samples. Same values, bit for bit, as the passes it replaces.
+fn prepare_a(
+    (a_q, a_scales): (&[u8], &[u8]),
+    m: usize,
+    k: usize,
+    par: &dyn Parallel,
+) -> (Vec<f32>, Vec<u32>, i32) {
+    let (kb, lda) = (k / BLOCK, a_stride(k));
+    // f32 rows written into reserved memory (as `matmul_mx::dequantize_a`: no zero fill).
+    let mut a = Vec::<f32>::with_capacity(m * k);
+    let mut bf16 = Vec::<u32>::with_capacity(m * lda);
+    let min_exp = AtomicI32::new(i32::MAX);
+    {
+        let a_rows = SharedMut::new(&mut a.spare_capacity_mut()[..m * k]);
+        let bf16_rows = SharedMut::new(&mut bf16.spare_capacity_mut()[..m * lda]);
+        let tasks = m.min(par.concurrency()).max(1);
+        let per = m.div_ceil(tasks);
+        par.for_each(tasks, &|t| {
+            for r in t * per..((t + 1) * per).min(m) {
+                // SAFETY: row r of each buffer belongs to this task only; the callers reach this
+                // module with AVX-512 BF16 (and so AVX2) detected; a row holds k values and
+                // k/32 scales, k % 32 == 0.
+                unsafe {
+                    let dst = a_rows.piece(r * k, (r + 1) * k);
+                    decode_mx_row_to(
+                        &a_q[r * k..(r + 1) * k],
+                        &a_scales[r * kb..(r + 1) * kb],
+                        dst.as_mut_ptr() as *mut f32,
+                    );
+                    let row = std::slice::from_raw_parts(dst.as_ptr() as *const f32, k);
+                    min_exp.fetch_min(min_exponent(row), Ordering::Relaxed);
+                    pack_a_row(row, bf16_rows.piece(r * lda, (r + 1) * lda));
+                }
+            }
+        });
+    }
+    // SAFETY: every row 0..m of the m·k reserved floats and of the m·lda pairs was written
+    // above (no zero fill: on the calling thread before the split it was the `memset` of ~5 % of
+    // that thread's samples in a decoder step at M = 8).
+    unsafe {
+        a.set_len(m * k);
+        bf16.set_len(m * lda);
+    }
+    (a, bf16, min_exp.into_inner())
+}
+
+/// One kernel call for R rows into `out` (R rows of 16 sums): the group's scale range, `None`
+/// on a NaN weight.
 ///
 /// # Safety
 /// As [`nk_cols`].
@@ -111,7 +174,7 @@ unsafe fn run<const R: usize>(
     k: usize,
     (q, s): (*const u8, *const u8),
     out: &mut [[f32; GROUP]],
-) -> bool {
+) -> Option<[u8; 2]> {
     let out = out.first_chunk_mut::<R>().expect("R rows");
     nk_cols::<R>((a, lda), k, (q, s), out)
 }

@@ -99,6 +99,6 @@ impl Parallel for OrtParallel {
     }
 
     fn concurrency(&self) -> usize {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
+        kernels::parallel::available_threads()
     }
 }
