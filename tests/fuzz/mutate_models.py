@@ -76,11 +76,15 @@ def _node(m, rng, pred=lambda n: True):
     return rng.choice(nodes) if nodes else None
 
 
-def mut_attr(m, rng):
+def mut_attr(m, rng, drop=False):
+    """An attribute of a random node set to an odd value (`drop`: removed)."""
     n = _node(m, rng, lambda n: len(n.attribute) > 0)
     if n is None:
         return None
     a = rng.choice(list(n.attribute))
+    if drop:
+        n.attribute.remove(a)
+        return f"{n.op_type}.{a.name} removed"
     if a.type == onnx.AttributeProto.INT:
         a.i = rng.choice(ODD_INTS)
     elif a.type == onnx.AttributeProto.FLOAT:
@@ -97,12 +101,7 @@ def mut_attr(m, rng):
 
 
 def mut_drop_attr(m, rng):
-    n = _node(m, rng, lambda n: len(n.attribute) > 0)
-    if n is None:
-        return None
-    a = rng.choice(list(n.attribute))
-    n.attribute.remove(a)
-    return f"{n.op_type}.{a.name} removed"
+    return mut_attr(m, rng, drop=True)
 
 
 def mut_inputs(m, rng):
