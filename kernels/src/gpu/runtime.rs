@@ -114,28 +114,33 @@ impl GpuRuntime {
             let images = compiled_images().lock().unwrap_or_else(|e| e.into_inner());
             images.get(&key).cloned()
         };
-        let cached = |source: &str| -> Option<Vec<u8>> {
+        // Per module: its image from this process or the disk cache, else (slot, source, cache
+        // file) to compile.
+        let mut found: Vec<Option<Arc<Vec<u8>>>> = Vec::with_capacity(which.len());
+        let mut to_compile = Vec::new();
+        for (slot, &i) in which.iter().enumerate() {
+            if let Some(img) = known(i) {
+                found.push(Some(img));
+                continue;
+            }
+            let source = module_text(&MODULES[i]);
             let file = cache_dir
-                .as_ref()?
-                .join(cache_file_name(source, &arch, &options));
-            std::fs::read(file).ok().filter(|img| !img.is_empty())
-        };
-        // Per module: the image already at hand, or its source to compile.
-        let mut found: Vec<Option<Arc<Vec<u8>>>> = Vec::new();
-        let mut to_compile: Vec<(usize, String)> = Vec::new();
-        for &i in which {
-            let image = known(i).or_else(|| {
-                let source = module_text(&MODULES[i]);
-                let img = cached(&source).map(Arc::new);
-                if img.is_none() {
-                    to_compile.push((i, source));
+                .as_ref()
+                .map(|d| d.join(cache_file_name(&source, &arch, &options)));
+            let cached = file.as_ref().and_then(|f| std::fs::read(f).ok());
+            match cached.filter(|img| !img.is_empty()) {
+                Some(img) => found.push(Some(Arc::new(img))),
+                None => {
+                    found.push(None);
+                    to_compile.push((slot, source, file));
                 }
-                img
-            });
-            found.push(image);
+            }
         }
         if !to_compile.is_empty() {
-            let names: Vec<&str> = to_compile.iter().map(|(i, _)| MODULES[*i].name).collect();
+            let names: Vec<&str> = to_compile
+                .iter()
+                .map(|(slot, _, _)| MODULES[which[*slot]].name)
+                .collect();
             eprintln!(
                 "mxfuse: compiling GPU kernels for {arch} ({}; once per machine, cached in {})",
                 names.join(", "),
@@ -150,7 +155,7 @@ impl GpuRuntime {
                 std::thread::scope(|s| {
                     let handles: Vec<_> = to_compile
                         .iter()
-                        .map(|(_, src)| s.spawn(move || compile(src)))
+                        .map(|(_, src, _)| s.spawn(move || compile(src)))
                         .collect();
                     handles
                         .into_iter()
@@ -165,18 +170,16 @@ impl GpuRuntime {
                         .collect()
                 })
             } else {
-                to_compile.iter().map(|(_, src)| compile(src)).collect()
+                to_compile.iter().map(|(_, src, _)| compile(src)).collect()
             };
-            for ((i, source), result) in to_compile.iter().zip(results) {
-                let image = Arc::new(result?);
-                if let Some(dir) = &cache_dir {
+            for ((slot, _, file), result) in to_compile.iter().zip(results) {
+                let image = result?;
+                if let (Some(dir), Some(file)) = (&cache_dir, file) {
                     // A failed cache write only costs a recompile next time.
                     let _ = std::fs::create_dir_all(dir);
-                    let _ =
-                        std::fs::write(dir.join(cache_file_name(source, &arch, &options)), &*image);
+                    let _ = std::fs::write(file, &image);
                 }
-                let slot = which.iter().position(|w| w == i).expect("module asked for");
-                found[slot] = Some(image);
+                found[*slot] = Some(Arc::new(image));
             }
         }
         let mut images = compiled_images().lock().unwrap_or_else(|e| e.into_inner());
@@ -214,14 +217,18 @@ impl GpuRuntime {
         }
         let mut modules = self.modules.lock().unwrap_or_else(|e| e.into_inner());
         let mut last_err = None;
-        for m in modules.iter().flatten() {
-            match self.driver.function(*m, name) {
-                Ok(f) => {
-                    table.insert(name.to_string(), f);
-                    return Ok(f);
-                }
-                Err(e) => last_err = Some(e),
+        let mut lookup = |m: usize| match self.driver.function(m, name) {
+            Ok(f) => {
+                table.insert(name.to_string(), f);
+                Some(f)
             }
+            Err(e) => {
+                last_err = Some(e);
+                None
+            }
+        };
+        if let Some(f) = modules.iter().flatten().find_map(|&m| lookup(m)) {
+            return Ok(f);
         }
         for i in 0..MODULES.len() {
             if modules[i].is_some() {
@@ -230,12 +237,8 @@ impl GpuRuntime {
             let image = Self::images_for(&self.driver, &[i])?.remove(0);
             let m = self.driver.load_module(&image)?;
             modules[i] = Some(m);
-            match self.driver.function(m, name) {
-                Ok(f) => {
-                    table.insert(name.to_string(), f);
-                    return Ok(f);
-                }
-                Err(e) => last_err = Some(e),
+            if let Some(f) = lookup(m) {
+                return Ok(f);
             }
         }
         Err(last_err.unwrap_or_else(|| GpuError::Library {
