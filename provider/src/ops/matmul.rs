@@ -142,16 +142,20 @@ fn transpose_into(src: &[u8], rows: usize, cols: usize, dst: &mut [MaybeUninit<u
     }
 }
 
-/// A widened `trans_b` weight `[N, K]` with scales `[N, K/32]` kept in that layout; `None` when
+/// (N, K, K/32 as stored) of a `trans_b` weight `[N, K]` with scales `[N, K/32]`; `None` when
 /// the dims or byte lengths do not fit (left to the kernels' checks).
-fn nk_weight(w: &Tensor, bs: &TensorRef<'_>) -> Option<PackedB<HugeBytes>> {
+fn nk_dims(w: &TensorRef<'_>, bs: &TensorRef<'_>) -> Option<(usize, usize, usize)> {
     let (&[n, k], &[sn, kb]) = (&w.meta.dims[..], &bs.meta.dims[..]) else {
         return None;
     };
     let (n, k, sn, kb) = (n as usize, k as usize, sn as usize, kb as usize);
-    if sn != n || w.data.len() != n * k || bs.data.len() != n * kb {
-        return None;
-    }
+    (sn == n && w.data.len() == n * k && bs.data.len() == n * kb).then_some((n, k, kb))
+}
+
+/// A widened `trans_b` weight `[N, K]` with scales `[N, K/32]` kept in that layout; `None` when
+/// the dims or byte lengths do not fit (left to the kernels' checks).
+fn nk_weight(w: &Tensor, bs: &TensorRef<'_>) -> Option<PackedB<HugeBytes>> {
+    let (n, k, kb) = nk_dims(&w.view(), bs)?;
     // SAFETY: the closure writes every byte of the `w.data.len()`-byte destination.
     let q = unsafe {
         HugeBytes::init_with(w.data.len(), |d| {
@@ -171,41 +175,40 @@ fn nk_weight(w: &Tensor, bs: &TensorRef<'_>) -> Option<PackedB<HugeBytes>> {
 /// The E4M3 weight `b` (`[K, N]`, or `[N, K]` when `trans_b`) with its scales in the column-group
 /// layout; `None` when they are not such a pair (left to the kernels' checks).
 fn cols_weight(b: &TensorRef<'_>, bs: &TensorRef<'_>, trans_b: bool) -> Option<ColsB> {
-    let nk = if trans_b {
-        let (&[n, k], &[sn, kb]) = (&b.meta.dims[..], &bs.meta.dims[..]) else {
-            return None;
-        };
-        let (n, k, kb) = (n as usize, k as usize, kb as usize);
-        let ok = b.meta.dtype == DType::E4M3.onnx_code() && sn as usize == n;
-        if !ok || b.data.len() != n * k || bs.data.len() != n * kb {
+    // `[N, K]` bytes: the weight itself when `trans_b`, else its transposition.
+    let transposed;
+    let (q, scales, n, k, kb) = if trans_b {
+        if b.meta.dtype != DType::E4M3.onnx_code() {
             return None;
         }
-        PackedB {
-            q: b.data.to_vec(),
-            scales: bs.data.to_vec(),
-            q_dims: [n, k],
-            scale_dims: [n, kb],
-        }
+        let (n, k, kb) = nk_dims(b, bs)?;
+        (b.data, bs.data, n, k, kb)
     } else {
-        transpose_mx_weight(b, bs, transpose_bytes)?
+        transposed = transpose_mx_weight(b, bs, transpose_bytes)?;
+        let ([n, k], [_, kb]) = (transposed.q_dims, transposed.scale_dims);
+        (&transposed.q[..], &transposed.scales[..], n, k, kb)
     };
-    let [n, k] = nk.q_dims;
-    if !k.is_multiple_of(32) || nk.scale_dims[1] * 32 != k {
+    if !k.is_multiple_of(32) || kb * 32 != k {
         return None;
     }
     let padded = n.div_ceil(kernels::fast::cols_layout::GROUP) * kernels::fast::cols_layout::GROUP;
-    let mut scales = vec![0u8; padded * k / 32];
+    let mut packed_scales = vec![0u8; padded * k / 32];
     // SAFETY: the closure initialises every byte of the `padded·k`-byte destination (zeros,
     // then pack_into writes them all).
-    let q = unsafe {
+    let packed_q = unsafe {
         HugeBytes::init_with(padded * k, |d| {
             d.fill(MaybeUninit::new(0));
             // SAFETY: every byte was just initialised.
             let d = &mut *(d as *mut [MaybeUninit<u8>] as *mut [u8]);
-            kernels::fast::cols_layout::pack_into(&nk.q, &nk.scales, n, k, (d, &mut scales));
+            kernels::fast::cols_layout::pack_into(q, scales, n, k, (d, &mut packed_scales));
         })
     };
-    Some(ColsB { q, scales, n, k })
+    Some(ColsB {
+        q: packed_q,
+        scales: packed_scales,
+        n,
+        k,
+    })
 }
 
 /// The element type of `y`: the float weight's type when `b` is float, else `output_dtype`.
