@@ -7,7 +7,7 @@
 /// the cgroup's `cpu.max`) on every call. Asked once per parallel call (ORT's pool in the
 /// provider sizes its split with it), it took 3.6 % of the samples of a decoder step at M = 8
 /// (~0.9 ms of a 13 ms step, on the calling thread while the worker waited; BENCHMARKS.md,
-/// ONNX Runtime, "2026-12-01, session 15"). A CPU affinity or cgroup limit changed after the
+/// ONNX Runtime, "2026-12-01, session 14 (later)"). A CPU affinity or cgroup limit changed after the
 /// first call is not seen.
 pub fn available_threads() -> usize {
     static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();

@@ -8,7 +8,7 @@
 //! threads ([`prepare_a`]); the kernel itself reports each group's scale range and NaN weights,
 //! which are checked after it ran (a group that fails is recomputed), so the scales are read
 //! once, in the kernel's stream. Both replaced serial or extra passes that a profile of the
-//! decoder step at M = 8 showed (BENCHMARKS.md, ONNX Runtime, "2026-12-01, session 15").
+//! decoder step at M = 8 showed (BENCHMARKS.md, ONNX Runtime, "2026-12-01, session 14 (later)").
 //!
 //! f32 accumulation order (deterministic, the same for any thread count): per output, per 32-k
 //! block the 16 `vdpbf16ps` pair products in k order from zero, then `total = fma(block,
