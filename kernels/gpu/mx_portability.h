@@ -11,7 +11,12 @@
 
 #if defined(__HIP_DEVICE_COMPILE__) || defined(__HIPCC_RTC__) || defined(__HIP__)
 #define MX_HIP 1
-#if defined(__AMDGCN_WAVEFRONT_SIZE)
+// GCN / CDNA (gfx9: MI300 gfx942, MI355X gfx950) always run 64-lane wavefronts. Elsewhere (RDNA:
+// wave32 unless built for wave64) the compiler's macro says; clang 20 marks that macro deprecated
+// (a warning on every use), so the CDNA targets this project is for do not read it.
+#if defined(__GFX9__)
+#define MX_WARP 64
+#elif defined(__AMDGCN_WAVEFRONT_SIZE)
 #define MX_WARP __AMDGCN_WAVEFRONT_SIZE
 #else
 #define MX_WARP 64
