@@ -3,7 +3,7 @@
 Compiles kernels/gpu/* (program.program_text(), the same text the Rust runtime compiles) once, and
 launches its kernels on torch's current stream, so launches can be captured into torch CUDA graphs.
 """
-import ctypes, glob, os, sys
+import ctypes, glob, math, os, struct, sys
 import torch
 
 from program import program_text
@@ -215,9 +215,12 @@ class Ops:
         return outs
 
     def swiglu_quant(self, gate, up, I, layout, flags, alpha=1.702, limit=7.0, beta=1.0, outs=None, e=None, block=None, opt="",
-                     pinned=None):
+                     pinned=None, grid=None):
         """opt: kernel name suffix of a bench-only variant ("_t", "_sh", "_sht"; bf16, e = 1, OAI +
-        fp32 activation only). pinned: F_SIGMA_PINNED on / off; None: the launch table's choice."""
+        fp32 activation only; the lean packed kernels "_pk", "_st", "_floor": bf16, e = 8, block
+        <= 256, rounded unrolled swish, see swiglu_lean_ok). pinned: F_SIGMA_PINNED on / off; None:
+        the launch table's choice. grid: at most this many blocks (the lean kernels loop over the
+        rest; the others must not be capped)."""
         rows = gate.shape[0]
         if outs is None:
             outs = (torch.empty(rows, I, dtype=torch.uint8, device=gate.device),
@@ -229,7 +232,15 @@ class Ops:
             flags |= F_SIGMA_PINNED
         lanes = rows * I // e
         act = (1 if flags & F_OAI else 0) + (2 if flags & F_FP32_ACT else 0)
-        self.m.launch(f"mx_swiglu_quant_{SUFFIX[gate.dtype]}_e{e}_a{act}{opt}", (-(-lanes // block),), (block,),
+        blocks = -(-lanes // block)
+        if opt in LEAN_SWIGLU:
+            # the lean kernels trap where their preconditions fail: never launch them there
+            if not swiglu_lean_ok(opt, gate.dtype, e, block, flags, alpha, limit):
+                raise ValueError(f"swiglu {opt}: preconditions not met (swiglu_lean_ok)")
+            blocks = min(blocks, grid or blocks)
+        elif grid is not None:
+            raise ValueError("grid: the lean kernels only")
+        self.m.launch(f"mx_swiglu_quant_{SUFFIX[gate.dtype]}_e{e}_a{act}{opt}", (blocks,), (block,),
                       [gate, up, q, s, ctypes.c_longlong(rows), ctypes.c_int(I), ctypes.c_int(LAYOUTS[layout]),
                        ctypes.c_float(alpha), ctypes.c_float(limit), ctypes.c_float(beta), ctypes.c_uint(flags)])
         return outs
@@ -476,6 +487,27 @@ SWIGLU_LARGE = (8, 128)
 # ... and below how many outputs the launch asks for the pinned logistic (F_SIGMA_PINNED), for the
 # bf16-rounded and the fp32 activation.
 SWIGLU_PINNED_BELOW = (1 << 20, 1 << 22)
+
+
+# The bench-only lean packed SwiGLU kernels (swiglu_mxquant.hip swiglu_mxquant_blocks): certified
+# sigma, logistic table, access-pattern floor (OAI only).
+LEAN_SWIGLU = ("_pk", "_st", "_floor")
+
+
+def swiglu_lean_ok(opt, dtype, e, block, flags, alpha, limit):
+    """Whether a lean kernel may be launched (it traps otherwise): bf16, 8 per lane, <= 256 lanes a
+    block, rounded activation in the unrolled swish form; OAI with limit > 0 and bf16(limit) > 0;
+    the table with bf16(alpha) finite and nonzero."""
+    def bf(v):  # f32, then bf16 round-to-nearest-even (as the kernel's mx_round<MxBf16>)
+        b = struct.unpack("<I", struct.pack("<f", v))[0]
+        if (b & 0x7FFFFFFF) > 0x7F800000:
+            return math.nan
+        return struct.unpack("<f", struct.pack("<I", ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) << 16 & 0xFFFFFFFF))[0]
+    ok = dtype == torch.bfloat16 and e == 8 and block <= 256 and not flags & (F_FP32_ACT | F_SWISH_SINGLE)
+    ok = ok and (not flags & F_OAI or (limit > 0 and bf(limit) > 0))
+    ok = ok and (opt != "_floor" or flags & F_OAI)
+    a = bf(alpha)
+    return bool(ok and (opt != "_st" or (math.isfinite(a) and a != 0.0)))
 
 
 def swiglu_choice(n):

@@ -10,6 +10,7 @@ PROGRAM_FILES = [
     "mx_portability.h",
     "mx_common.h",
     "add_rmsnorm_mxquant.hip",
+    "swiglu_sigma_table.hip",
     "swiglu_mxquant.hip",
     "mx_quantize.hip",
     "mx_dequantize.hip",

@@ -223,10 +223,41 @@ struct MxSwigluPacked {
   mx_u32 alpha, lim, neg_lim, beta;  // r(alpha), r(limit), -r(limit), r(beta), both halves
 };
 
+// bf16x2 min / max that drop NaN (a NaN operand gives the other one): the table index clamps.
+MX_DEV mx_u32 mx_bf16x2_min(mx_u32 a, mx_u32 b) {
+  mx_u32 d;
+  asm("min.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+MX_DEV mx_u32 mx_bf16x2_max(mx_u32 a, mx_u32 b) {
+  mx_u32 d;
+  asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// r(sigma) of both halves of a bf16x2 word of z from the logistic table (swiglu_sigma_table.hip,
+// generated and checked for every bf16 z by kernels/src/gpu/sigma_table.rs) in shared memory:
+// |z| clamped to [LO, HI] by bf16 min / max (both halves at once; NaN -> HI), minus LO, doubled
+// to a byte offset, the sign bit shifted onto the negative half's offset (bit 12), two 16-bit
+// loads. Exact for every non-NaN z; a NaN z reads some entry, which the caller makes harmless
+// (r(alpha) finite and nonzero: z is NaN only where g is, and r(g * anything) is NaN then).
+MX_DEV mx_u32 mx_sigma_lookup2(mx_u32 zw, const mx_u16* tab) {
+  const mx_u32 lo2 = MX_SIGMA_LO * 0x10001u, hi2 = MX_SIGMA_HI * 0x10001u;
+  const mx_u32 c = mx_bf16x2_max(mx_bf16x2_min(zw & 0x7fff7fffu, hi2), lo2);
+  const mx_u32 off = ((c - lo2) << 1) | ((zw >> 3) & 0x10001000u);
+  const char* base = reinterpret_cast<const char*>(tab);
+  const mx_u32 lo = *reinterpret_cast<const mx_u16*>(base + (off & 0xffffu));
+  const mx_u32 hi = *reinterpret_cast<const mx_u16*>(base + (off >> 16));
+  return __byte_perm(lo, hi, 0x5410);
+}
+
 // gate / up words (two bf16 each, element 2i in the low half of word i) -> the E rounded
-// activations as f32, exactly mx_swiglu_n<MxBf16, E, ACT> of the same elements.
-template <int E, mx_u32 ACT>
-MX_DEV void mx_swiglu_packed(mx_u32 g[E / 2], mx_u32 u[E / 2], const MxSwigluPacked& k, float y[E]) {
+// activations as f32, exactly mx_swiglu_n<MxBf16, E, ACT> of the same elements. TAB: r(sigma) from
+// the logistic table in shared memory at tab (mx_sigma_lookup2; needs r(alpha) finite and
+// nonzero), else the certified fast sigma (tab unused).
+template <int E, mx_u32 ACT, bool TAB = false>
+MX_DEV void mx_swiglu_packed(mx_u32 g[E / 2], mx_u32 u[E / 2], const MxSwigluPacked& k,
+                             const mx_u16* tab, float y[E]) {
   const mx_u32 one = 0x3f803f80u, neg_zero = 0x80008000u;
   if (ACT & MX_F_OAI) {
 #pragma unroll
@@ -235,31 +266,39 @@ MX_DEV void mx_swiglu_packed(mx_u32 g[E / 2], mx_u32 u[E / 2], const MxSwigluPac
       u[i] = mx_bf16x2_fma(mx_bf16x2_max_nan(mx_bf16x2_min_nan(u[i], k.lim), k.neg_lim), one, k.beta);
     }
   }
-  float z[E], s[E];
-  bool cert = true;
+  mx_u32 zw[E / 2], sig[E / 2];
+#pragma unroll
+  for (int i = 0; i < E / 2; ++i) zw[i] = mx_bf16x2_fma(g[i], k.alpha, neg_zero);  // r(g * r(alpha)); = g for alpha 1
+  if (TAB) {
+#pragma unroll
+    for (int i = 0; i < E / 2; ++i) sig[i] = mx_sigma_lookup2(zw[i], tab);  // r(sigma)
+  } else {
+    float z[E], s[E];
+    bool cert = true;
+#pragma unroll
+    for (int i = 0; i < E / 2; ++i) {
+      z[2 * i] = mx_bf16x2_lo(zw[i]);
+      z[2 * i + 1] = mx_bf16x2_hi(zw[i]);
+    }
+#pragma unroll
+    for (int j = 0; j < E; ++j) {
+      s[j] = mx_sigmoid_approx(z[j]);
+      cert = cert & mx_sigmoid_certified(z[j], s[j]);
+    }
+    // Rare (~1 % of warps on N(0, 8^2) data): the lane recomputes all its sigmas exactly (the
+    // certified ones round the same either way; not keeping per-element flags saves registers
+    // and predicate shuffling on the hot path).
+    if (!cert) {
+#pragma unroll
+      for (int j = 0; j < E; ++j) s[j] = mx_sigmoid_pinned(z[j]);
+    }
+#pragma unroll
+    for (int i = 0; i < E / 2; ++i) sig[i] = mx_bf16x2_round(s[2 * i], s[2 * i + 1]);  // r(sigma)
+  }
 #pragma unroll
   for (int i = 0; i < E / 2; ++i) {
-    const mx_u32 zw = mx_bf16x2_fma(g[i], k.alpha, neg_zero);  // r(g * r(alpha)); = g for alpha 1
-    z[2 * i] = mx_bf16x2_lo(zw);
-    z[2 * i + 1] = mx_bf16x2_hi(zw);
-  }
-#pragma unroll
-  for (int j = 0; j < E; ++j) {
-    s[j] = mx_sigmoid_approx(z[j]);
-    cert = cert & mx_sigmoid_certified(z[j], s[j]);
-  }
-  // Rare (~1 % of warps on N(0, 8^2) data): the lane recomputes all its sigmas exactly (the
-  // certified ones round the same either way; not keeping per-element flags saves registers and
-  // predicate shuffling on the hot path).
-  if (!cert) {
-#pragma unroll
-    for (int j = 0; j < E; ++j) s[j] = mx_sigmoid_pinned(z[j]);
-  }
-#pragma unroll
-  for (int i = 0; i < E / 2; ++i) {
-    const mx_u32 sig = mx_bf16x2_round(s[2 * i], s[2 * i + 1]);    // r(sigma)
-    const mx_u32 sw = mx_bf16x2_fma(g[i], sig, neg_zero);          // r(g * r(sigma))
-    const mx_u32 act = mx_bf16x2_fma(sw, u[i], neg_zero);          // r(sw * u)
+    const mx_u32 sw = mx_bf16x2_fma(g[i], sig[i], neg_zero);  // r(g * r(sigma))
+    const mx_u32 act = mx_bf16x2_fma(sw, u[i], neg_zero);     // r(sw * u)
     y[2 * i] = mx_bf16x2_lo(act);
     y[2 * i + 1] = mx_bf16x2_hi(act);
   }
@@ -423,6 +462,89 @@ MX_DEV void mx_swiglu_load_words(const mx_u16* __restrict__ gate, const mx_u16* 
 }
 #endif
 
+#if defined(MX_SWIGLU_PACKED)
+// Bench-only lean kernels of the packed path (bf16, 8 per lane, rounded activation, unrolled swish;
+// no other dispatch compiled in, so their SASS is the path's): MODE
+//  * MX_BLOCKS_CERT: the certified fast sigma, the default kernels' packed path (`_pk`);
+//  * MX_BLOCKS_TABLE: the logistic from the table in shared memory (mx_sigma_lookup2, `_st`):
+//    each block copies the table (MX_SIGMA_ENTRIES * 2 bytes, 487 16-byte pieces): each lane
+//    loads up to two pieces before the PDL wait (the table is constant: under programmatic
+//    launch this overlaps the previous kernel's tail), stores them once its first input loads are
+//    issued (and copies what is left where blocks have < 244 lanes), then one __syncthreads;
+//  * MX_BLOCKS_FLOOR: the same grid, loads and stores (16-byte gate + 16-byte up per lane, an
+//    8-byte q store, one scale byte per 4 lanes) with the words only combined (xor): the access
+//    pattern's floor (`_floor`; its outputs are meaningless).
+// A block loops over chunks of blockDim lanes with a stride of gridDim (uniform per block): a grid
+// of one block per chunk copies the table once per chunk (at 256 lanes a block as many bytes from
+// L2 as the chunk's inputs), a capped grid once per resident block. The caller guarantees the
+// preconditions the default kernels test at their entry (OAI: limit > 0 and r(limit) > 0, the
+// min / max clamps; the table: r(alpha) finite and nonzero); the kernel traps otherwise.
+#define MX_BLOCKS_CERT 0
+#define MX_BLOCKS_TABLE 1
+#define MX_BLOCKS_FLOOR 2
+template <mx_u32 ACT, int MODE>
+MX_DEV void swiglu_mxquant_blocks(const mx_u16* __restrict__ gate, const mx_u16* __restrict__ up,
+                                  mx_u8* __restrict__ q, mx_u8* __restrict__ scale, long long rows,
+                                  int I, int layout, const MxSwigluParams& p, mx_u32 flags) {
+  constexpr mx_u32 A = (ACT & MX_F_OAI) ? ACT | MX_ACT_MINMAX : ACT;
+  static_assert(MxSwigluPackedPath<MxBf16, 8, A>::value, "the packed path's modes only");
+  const bool oai_ok = !(ACT & MX_F_OAI) || (p.limit > 0.0f && p.limit_r > 0.0f);
+  const bool tab_ok = MODE != MX_BLOCKS_TABLE ||
+                      (fabsf(p.alpha_r) < __int_as_float(0x7f800000) && p.alpha_r != 0.0f);
+  if (!(oai_ok && tab_ok) || p.single_op) __trap();
+  constexpr int pieces = MX_SIGMA_ENTRIES / 8;
+  __shared__ uint4 tab16[MODE == MX_BLOCKS_TABLE ? pieces : 1];
+  const uint4* src = reinterpret_cast<const uint4*>(mx_sigma_table);
+  const int t = threadIdx.x, nb = blockDim.x;
+  uint4 ta = make_uint4(0u, 0u, 0u, 0u), tb = ta;
+  if (MODE == MX_BLOCKS_TABLE) {
+    if (t < pieces) ta = __ldg(src + t);
+    if (t + nb < pieces) tb = __ldg(src + t + nb);
+  }
+  MX_PDL_ENTRY();
+  const long long lanes = rows * (I / 8);
+  const MxSwigluPacked k = {mx_bf16x2_splat(p.alpha_r), mx_bf16x2_splat(p.limit_r),
+                            mx_bf16x2_splat(-p.limit_r), mx_bf16x2_splat(p.beta_r)};
+  bool first = true;
+  for (long long blk = blockIdx.x; blk * blockDim.x < lanes; blk += gridDim.x) {
+    const long long lane_id = blk * blockDim.x + threadIdx.x;
+    const bool live = lane_id < lanes;
+    mx_u32 gw[4] = {0u, 0u, 0u, 0u}, uw[4] = {0u, 0u, 0u, 0u};
+    if (live) mx_swiglu_load_words(gate, up, lane_id, lanes, I, layout, gw, uw);
+    mx_u32 w[2], sb;
+    if (MODE == MX_BLOCKS_FLOOR) {
+      w[0] = gw[0] ^ gw[1] ^ uw[0] ^ uw[1];
+      w[1] = gw[2] ^ gw[3] ^ uw[2] ^ uw[3];
+      sb = w[0] ^ w[1];
+    } else {
+      const mx_u16* tab = nullptr;
+      if (MODE == MX_BLOCKS_TABLE) {
+        if (first) {
+          if (t < pieces) tab16[t] = ta;
+          if (t + nb < pieces) tab16[t + nb] = tb;
+          for (int i = t + 2 * nb; i < pieces; i += nb) tab16[i] = __ldg(src + i);
+          __syncthreads();
+          first = false;
+        }
+        tab = reinterpret_cast<const mx_u16*>(tab16);
+      }
+      float y[8];
+      mx_swiglu_packed<8, A, MODE == MX_BLOCKS_TABLE>(gw, uw, k, tab, y);
+      sb = mx_quant_group<8>(y, flags, w);
+    }
+    if (live) mx_store_group<8>(q, scale, lane_id, w, sb);
+  }
+}
+#define MX_DEFINE_SWIGLU_BLOCKS(NAME, ACT, MODE)                                                \
+  extern "C" __global__ void MX_SWIGLU_BF16_E8_BOUNDS NAME(                                   \
+      const mx_u16* gate, const mx_u16* up, mx_u8* q, mx_u8* scale, long long rows, int I,     \
+      int layout, float alpha, float limit, float beta, unsigned flags) {                     \
+    MxSwigluParams p = {alpha, limit, beta, mx_round<MxBf16>(alpha), mx_round<MxBf16>(limit), \
+                        mx_round<MxBf16>(beta), (flags & MX_F_SWISH_SINGLE) != 0};            \
+    swiglu_mxquant_blocks<ACT, MODE>(gate, up, q, scale, rows, I, layout, p, flags);          \
+  }
+#endif
+
 // E elements per lane (8, or 2 / 1 for small tensors: shorter per-lane chains, more lanes).
 template <class T, int E, mx_u32 ACT, int OPT = 0>
 MX_DEV void swiglu_mxquant_lane(const typename T::storage* __restrict__ gate,
@@ -451,7 +573,7 @@ MX_DEV void swiglu_mxquant_lane(const typename T::storage* __restrict__ gate,
       if constexpr (MxSwigluPackedPath<T, E, ACT>::value) {
         const MxSwigluPacked k = {mx_bf16x2_splat(p.alpha_r), mx_bf16x2_splat(p.limit_r),
                                   mx_bf16x2_splat(-p.limit_r), mx_bf16x2_splat(p.beta_r)};
-        mx_swiglu_packed<E, ACT>(gw, uw, k, y);
+        mx_swiglu_packed<E, ACT>(gw, uw, k, nullptr, y);
         mx_swiglu_stamp<OPT>(2, y[0]);
         sb = mx_quant_group<E, !(OPT & MX_SWIGLU_SHFL)>(y, flags, w);
       } else {
@@ -593,6 +715,51 @@ MX_DEFINE_SWIGLU(mx_swiglu_quant_f32, MxF32, )
 MX_DEFINE_SWIGLU1T(mx_swiglu_quant_bf16_e1_a3_t, MxBf16, 1, MX_F_OAI | MX_F_FP32_ACT, MX_SWIGLU_TIMED)
 MX_DEFINE_SWIGLU1T(mx_swiglu_quant_bf16_e1_a3_sh, MxBf16, 1, MX_F_OAI | MX_F_FP32_ACT, MX_SWIGLU_SHFL)
 MX_DEFINE_SWIGLU1T(mx_swiglu_quant_bf16_e1_a3_sht, MxBf16, 1, MX_F_OAI | MX_F_FP32_ACT, MX_SWIGLU_SHFL | MX_SWIGLU_TIMED)
+#endif
+
+// Bench-only (bench/gpu/ab_sigtab.py, check.py): the lean packed kernels (swiglu_mxquant_blocks;
+// any grid): certified sigma (_pk), logistic table (_st), access-pattern floor (_floor).
+#if defined(MX_SWIGLU_PACKED)
+MX_DEFINE_SWIGLU_BLOCKS(mx_swiglu_quant_bf16_e8_a0_pk, 0u, MX_BLOCKS_CERT)
+MX_DEFINE_SWIGLU_BLOCKS(mx_swiglu_quant_bf16_e8_a1_pk, MX_F_OAI, MX_BLOCKS_CERT)
+MX_DEFINE_SWIGLU_BLOCKS(mx_swiglu_quant_bf16_e8_a0_st, 0u, MX_BLOCKS_TABLE)
+MX_DEFINE_SWIGLU_BLOCKS(mx_swiglu_quant_bf16_e8_a1_st, MX_F_OAI, MX_BLOCKS_TABLE)
+MX_DEFINE_SWIGLU_BLOCKS(mx_swiglu_quant_bf16_e8_a1_floor, MX_F_OAI, MX_BLOCKS_FLOOR)
+#endif
+
+// Bench-only (bench/gpu/check.py check_sigma_table, CUDA): for every bf16 z (two per lane, one
+// bf16x2 word as the packed path forms it), out[0] counts the non-NaN z whose table lookup
+// (mx_sigma_lookup2, table in shared memory) differs from bf16(mx_sigmoid_pinned(z)), out[1] the
+// z looked up.
+#if defined(MX_SWIGLU_PACKED)
+extern "C" __global__ void mx_test_sigma_table(unsigned* out) {
+  __shared__ uint4 tab16[MX_SIGMA_ENTRIES / 8];
+  const uint4* src = reinterpret_cast<const uint4*>(mx_sigma_table);
+  for (int i = threadIdx.x; i < MX_SIGMA_ENTRIES / 8; i += blockDim.x) tab16[i] = src[i];
+  __syncthreads();
+  const mx_u32 i = blockIdx.x * blockDim.x + threadIdx.x;  // 32768 lanes: z = 2i, 2i + 1
+  mx_u32 bad = 0u, seen = 0u;
+  if (i < 32768u) {
+    const mx_u32 zw = (2u * i) | ((2u * i + 1u) << 16);
+    const mx_u32 sw = mx_sigma_lookup2(zw, reinterpret_cast<const mx_u16*>(tab16));
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const mx_u32 zb = h ? zw >> 16 : zw & 0xffffu;
+      const float z = mx_bits_f32(zb << 16);
+      const mx_u32 want = MxBf16::from_f32(mx_sigmoid_pinned(z));
+      const mx_u32 got = h ? sw >> 16 : sw & 0xffffu;
+      const bool nan = !(z == z);
+      bad += !nan && got != want;
+      seen += !nan;
+    }
+  }
+  bad = __reduce_add_sync(0xffffffffu, bad);
+  seen = __reduce_add_sync(0xffffffffu, seen);
+  if ((threadIdx.x & 31u) == 0u) {
+    atomicAdd(&out[0], bad);
+    atomicAdd(&out[1], seen);
+  }
+}
 #endif
 
 // Bench-only (bench/gpu/check.py check_rcp, CUDA): counts the d[i] where mx_rcp_fast differs in

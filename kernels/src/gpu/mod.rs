@@ -17,6 +17,7 @@ pub mod launch;
 pub mod pack;
 pub mod runtime;
 pub mod shapes;
+pub mod sigma_table;
 pub mod sources;
 pub mod thresholds;
 
