@@ -47,9 +47,9 @@ const PREFETCH_AHEAD: usize = 4096;
 const L1_AHEAD: usize = 512;
 
 /// Fewest rows per call that take the [`L1_AHEAD`] prefetch: with fewer, a chunk's few dot
-/// products leave the loads little to wait behind, and the extra prefetch cost (one pinned
-/// thread, 1536 × 6144 from DRAM, min of 300 calls, four alternations: M = 1 434-457 µs with it
-/// against 407-424 without; M = 4 the same either way).
+/// products leave the loads little to wait behind, and the extra instruction costs more than it
+/// saves (one pinned thread, 1536 × 6144 from DRAM, min of 300 calls, four alternations: M = 1
+/// 434-457 µs with it against 407-424 without; M = 4 the same either way).
 const L1_AHEAD_ROWS: usize = 4;
 
 /// Prefetch distance (bytes) in a group's scales, 16 bytes per 32-k block: 16 blocks ahead. The
