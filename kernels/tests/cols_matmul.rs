@@ -193,6 +193,27 @@ fn cols_nan_weights_poison_only_their_column() {
     }
 }
 
+/// f16 / bf16 outputs are the f32 result rounded per element (`Element::from_f32`), bit for bit:
+/// full groups (stored 8 lanes at a time) and the tail group alike, with alphas that push sums
+/// past f16's range (±Inf), into f16 and bf16 subnormals and to ±0, and NaN columns.
+#[test]
+fn cols_outputs_round_like_from_f32() {
+    fn check<O: Element>(c: &Case, ep: &Epilogue, what: &str) {
+        let want: Vec<f32> = c.cols(ep, 2);
+        let got: Vec<O> = c.cols(ep, 2);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let (g, w) = (g.to_f32(), O::from_f32(*w).to_f32());
+            assert_eq!(g.to_bits(), w.to_bits(), "{what}: y[{i}]");
+        }
+    }
+    let c = case(77, 9, 288, 40, Edge::OffRoute);
+    for alpha in [1.0, 3e4, 1e-6, 1e-30, 2f32.powi(-133), -1e38] {
+        let ep = Epilogue::new::<f32>(alpha, 1.0, None, c.m, c.n).unwrap();
+        check::<f16>(&c, &ep, &format!("f16 alpha {alpha}"));
+        check::<half::bf16>(&c, &ep, &format!("bf16 alpha {alpha}"));
+    }
+}
+
 #[test]
 fn pack_and_unpack_are_inverse() {
     let (n, k) = (37, 96);

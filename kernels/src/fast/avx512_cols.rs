@@ -39,6 +39,19 @@ use crate::codec::BLOCK;
 /// prefetcher does not run ahead of it.
 const PREFETCH_AHEAD: usize = 4096;
 
+/// Prefetch distance (bytes) in a group's weight stream into L1, on top of [`PREFETCH_AHEAD`]
+/// into L2: one 32-k block (8 chunks) ahead, so the chunk's load does not wait for L2. Measured
+/// on Zen 4 (one pinned thread, M = 8, 6144 × 768, loop mode, min of 800 calls, three
+/// alternations): in cache 385-387 µs against 399-402 µs without it; from DRAM 388-399 against
+/// 406-419 µs (256 and 1024 bytes ahead: the same as 512; BENCHMARKS.md 2026-12-01 (7)).
+const L1_AHEAD: usize = 512;
+
+/// Fewest rows per call that take the [`L1_AHEAD`] prefetch: with fewer, a chunk's few dot
+/// products leave the loads little to wait behind, and the extra instruction costs more than it
+/// saves (one pinned thread, 1536 × 6144 from DRAM, min of 300 calls, four alternations: M = 1
+/// 434-457 µs with it against 407-424 without; M = 4 the same either way).
+const L1_AHEAD_ROWS: usize = 4;
+
 /// Prefetch distance (bytes) in a group's scales, 16 bytes per 32-k block: 16 blocks ahead. The
 /// kernel's loads of the scales are their first reads (the driver checks their range from the
 /// kernel's result, not by a scan before it).
@@ -95,6 +108,9 @@ pub unsafe fn nk_cols<const R: usize>(
         for ch in 0..CHUNKS {
             let at = q.add((b * CHUNKS + ch) * CHUNK);
             _mm_prefetch::<_MM_HINT_T1>(at.wrapping_add(PREFETCH_AHEAD) as *const i8);
+            if R >= L1_AHEAD_ROWS {
+                _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(L1_AHEAD) as *const i8);
+            }
             let (w0, w1) = unscaled_words(_mm512_loadu_si512(at as *const __m512i), &t, &mut nan);
             let pair = b * (BLOCK / 2) + ch * 2;
             for (r, acc) in blk.iter_mut().enumerate() {

@@ -16,6 +16,7 @@
 
 use std::sync::atomic::{AtomicI32, Ordering};
 
+use super::avx2::Lanes;
 use super::avx2_mx::{decode_mx_row_to, MAX_FAST_SCALE};
 use super::avx512_cols::{a_stride, nk_cols, pack_a_row};
 use super::avx512_mx::{min_exponent, normal_products};
@@ -26,6 +27,7 @@ use crate::codec::BLOCK;
 use crate::element::Element;
 use crate::epilogue::Epilogue;
 use crate::parallel::{for_row_chunks, Parallel, Serial};
+use half::{bf16, f16};
 
 /// Largest M of this path (as `avx512_regs`: rows in groups of 8, each group a pass over the
 /// column group's weights, which stay in L2 from the first pass: 16·K bytes).
@@ -105,7 +107,7 @@ pub(super) fn nk<O: Element>(
                 if !done {
                     off_route(a, m, k, w, (n0, cols), &mut vals);
                 }
-                store_block(&y, n, (n0, cols), &mut vals, ep);
+                store_group(&y, n, (n0, cols), &mut vals, ep);
             }
         },
     );
@@ -205,4 +207,46 @@ fn off_route(
     for (v, row) in vals.iter_mut().zip(sums.chunks_exact(cols)) {
         v[..cols].copy_from_slice(row);
     }
+}
+
+/// `store_block` of one group's sums (epilogue, then rows of `y`), whole groups converted 8
+/// lanes at a time ([`Lanes::store8`]: the same RNE, NaN quieting and overflow as
+/// `Element::from_f32`, bit for bit). `store_block`'s per-element conversion, which the compiler
+/// leaves scalar-ish for bf16 and f16, was ~4 % of a call at M = 8, K = 768 (one thread,
+/// weights in cache; 128 outputs per 12 KiB group: BENCHMARKS.md 2026-12-01 (7)); a tail group
+/// keeps it.
+fn store_group<O: Element>(
+    y: &SharedMut<O>,
+    n: usize,
+    (n0, cols): (usize, usize),
+    vals: &mut [[f32; GROUP]],
+    ep: &Epilogue,
+) {
+    use std::any::TypeId;
+    let is = |t: TypeId| TypeId::of::<O>() == t;
+    let store: unsafe fn(*mut O, &[f32; GROUP]) = match () {
+        _ if cols != GROUP => return store_block(y, n, (n0, cols), vals, ep),
+        _ if is(TypeId::of::<bf16>()) => store16::<bf16, O>,
+        _ if is(TypeId::of::<f16>()) => store16::<f16, O>,
+        _ if is(TypeId::of::<f32>()) => store16::<f32, O>,
+        _ => return store_block(y, n, (n0, cols), vals, ep),
+    };
+    ep.apply_block(n0, cols, vals);
+    for (r, v) in vals.iter().enumerate() {
+        // SAFETY: each task owns its groups' columns in every row: disjoint pieces, 16 values;
+        // AVX2 / FMA / F16C: this module runs on AVX-512 BF16 CPUs.
+        unsafe { store(y.piece(r * n + n0, r * n + n0 + GROUP).as_mut_ptr(), v) };
+    }
+}
+
+/// The 16 values `v` as `T` at `p`.
+///
+/// # Safety
+/// AVX2, FMA and F16C; `O` is `T`; `p` is valid for 16 writes.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn store16<T: Lanes, O>(p: *mut O, v: &[f32; GROUP]) {
+    use std::arch::x86_64::_mm256_loadu_ps;
+    let p = p as *mut T;
+    T::store8(p, _mm256_loadu_ps(v.as_ptr()));
+    T::store8(p.add(8), _mm256_loadu_ps(v.as_ptr().add(8)));
 }
