@@ -11,6 +11,8 @@ mod avx2_act;
 #[cfg(target_arch = "x86_64")]
 mod avx2_mx;
 #[cfg(target_arch = "x86_64")]
+mod avx2_norm_words;
+#[cfg(target_arch = "x86_64")]
 mod avx512_cols;
 #[cfg(target_arch = "x86_64")]
 mod avx512_mx;
@@ -30,6 +32,8 @@ mod matmul_cols;
 #[cfg(target_arch = "x86_64")]
 mod matmul_mx;
 mod norm;
+#[cfg(test)]
+mod norm_edge_rows;
 mod quant_linear;
 mod quantize;
 mod shared;
