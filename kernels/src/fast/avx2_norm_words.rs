@@ -39,6 +39,7 @@ use half::bf16;
 use super::avx2::{
     encode_scaled, inverse8, quantize_block_avx2, scale_bytes8, transpose_max, Lanes, GROUP,
 };
+use super::avx512_norm::prefetch_block;
 use super::norm::avx2_norm;
 use crate::attrs::AddRmsNormAttrs;
 use crate::codec::BLOCK;
@@ -191,7 +192,9 @@ unsafe fn products(sw: *const u16, gw: *const f32, i: usize, inv: __m256) -> (__
 
 /// Pass 2 + quantizer of one bf16 row (`sw`: s as words in element order, `gw`: the weights in
 /// the chunk layout) for rows where no lane can be NaN. With `PIPE`, pass 1 of the row `ahead`
-/// runs a block per block of this one and its sum of squares is returned (else 0).
+/// runs a block per block of this one and its sum of squares is returned (else 0). `next` /
+/// `next_out`: the inputs / residual_out of the row after `ahead` to prefetch, a block's lines
+/// per block (as `avx512_norm::normalize_quantize`).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn normalize_quantize<const PIPE: bool>(
@@ -203,6 +206,8 @@ unsafe fn normalize_quantize<const PIPE: bool>(
     q: *mut u8,
     scales: *mut u8,
     ahead: Ahead,
+    next: &[*const bf16],
+    next_out: *const bf16,
 ) -> f64 {
     // The group's rounded values: 512 bytes that stay in L1.
     let mut words = [0u16; GROUP * BLOCK];
@@ -217,6 +222,7 @@ unsafe fn normalize_quantize<const PIPE: bool>(
         let mut m = [_mm256_setzero_ps(); GROUP];
         for (b, mb) in m.iter_mut().enumerate().take(n) {
             let i = (b0 + b) * BLOCK;
+            prefetch_block(next, next_out, i);
             if PIPE {
                 pass1_block(ahead, i, &mut acc);
             }
@@ -371,11 +377,14 @@ pub(super) fn applies(attrs: &AddRmsNormAttrs, residual: bool, normed: bool) -> 
 }
 
 /// Rows of the fused norm on the packed-word path (see the module docs; the caller checked
-/// [`applies`]). `g_buf`: the weights in element order, `gw_finite`: all finite.
+/// [`applies`]). `g_buf`: the weights in element order, `gw_finite`: all finite. With
+/// `prefetch` (inputs past the caches) row r's pass 2 prefetches row r + 2, one row ahead of
+/// the pass 1 that runs inside it.
 ///
 /// # Safety
 /// The CPU has AVX2/FMA/F16C; shapes were checked.
 #[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn rows(
     x: &[bf16],
     residual: Option<&[bf16]>,
@@ -384,6 +393,7 @@ pub(super) unsafe fn rows(
     h: usize,
     attrs: &AddRmsNormAttrs,
     mut out: NormOutputs<'_, bf16>,
+    prefetch: bool,
 ) {
     let (nb, rows) = (h / BLOCK, x.len() / h);
     if rows == 0 {
@@ -422,6 +432,19 @@ pub(super) unsafe fn rows(
         let this = row(r);
         let pipe = r + 1 < rows;
         let ahead = if pipe { row(r + 1) } else { this };
+        // Prefetch the row after the one whose pass 1 runs now.
+        let more = prefetch && r + 2 < rows;
+        let far_in = [this.xp.wrapping_add(2 * h), this.rp.wrapping_add(2 * h)];
+        let next: &[*const bf16] = match (more, this.rp.is_null()) {
+            (false, _) => &[],
+            (true, true) => &far_in[..1],
+            (true, false) => &far_in,
+        };
+        let next_out = if more && !this.rop.is_null() {
+            this.rop.wrapping_add(2 * h) as *const bf16
+        } else {
+            std::ptr::null()
+        };
         let v = (sum_sq / h as f64) as f32;
         let d = (v + attrs.epsilon).sqrt();
         let (q, sc) = (
@@ -445,9 +468,9 @@ pub(super) unsafe fn rows(
         }
         let sw = this.sw as *const u16;
         sum_sq = if pipe {
-            normalize_quantize::<true>(sw, gw, h, d, attrs, q, sc, ahead)
+            normalize_quantize::<true>(sw, gw, h, d, attrs, q, sc, ahead, next, next_out)
         } else {
-            normalize_quantize::<false>(sw, gw, h, d, attrs, q, sc, ahead)
+            normalize_quantize::<false>(sw, gw, h, d, attrs, q, sc, ahead, next, next_out)
         };
     }
 }
@@ -480,7 +503,7 @@ mod tests {
     }
 
     /// bf16 rows (`normed` not asked for, `residual_out` if `ro`) through `avx2_norm::rows` with
-    /// and without the words path and through the reference: the same q, scales and
+    /// the words path (with and without the prefetch), without it and through the reference: the same q, scales and
     /// residual_out, compared row by row (the first row that differs is named).
     fn avx2_words_match_reference<G: FastElement>(
         x: &[bf16],
@@ -491,7 +514,7 @@ mod tests {
         ro: bool,
     ) {
         let m = x.len() / h;
-        let run = |how: Option<bool>| {
+        let run = |how: Option<Option<bool>>| {
             let (mut q, mut s) = (vec![0u8; m * h], vec![0u8; m * h / BLOCK]);
             let mut r_out = vec![bf16::ZERO; m * h];
             let out = NormOutputs {
@@ -511,11 +534,11 @@ mod tests {
         };
         let want = run(None);
         let ctx = format!("{attrs:?} residual {} ro {ro}", residual.is_some());
-        for words in [true, false] {
+        for words in [Some(true), Some(false), None] {
             let got = run(Some(words));
             for r in 0..m {
                 let (a, b) = (r * h..(r + 1) * h, r * h / BLOCK..(r + 1) * h / BLOCK);
-                let row = |what| format!("{what}, words path {words}, row {r}: {ctx}");
+                let row = |what| format!("{what}, words path {words:?}, row {r}: {ctx}");
                 assert!(got.0[a.clone()] == want.0[a.clone()], "{}", row("q"));
                 assert!(got.1[b.clone()] == want.1[b], "{}", row("scales"));
                 assert!(got.2[a.clone()] == want.2[a], "{}", row("residual_out"));

@@ -31,7 +31,7 @@ pub fn add_rms_norm_mx_quant<T: FastElement, G: FastElement>(
     #[cfg(target_arch = "x86_64")]
     let wide = super::isa::avx512_norm();
     let nb = h / BLOCK;
-    // Inputs past the caches: prefetch each next row during pass 2 (AVX-512 path).
+    // Inputs past the caches: prefetch each next row during pass 2 (AVX-512 paths, AVX2 words).
     #[cfg(target_arch = "x86_64")]
     let prefetch =
         std::mem::size_of_val(x) * (1 + residual.is_some() as usize) >= PREFETCH_MIN_BYTES;
@@ -60,7 +60,9 @@ pub fn add_rms_norm_mx_quant<T: FastElement, G: FastElement>(
             },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: Avx2 implies the CPU features; shapes were checked above.
-            Isa::Avx2 => unsafe { avx2_norm::rows(xc, rc, gamma, h, attrs, chunk_out, true) },
+            Isa::Avx2 => unsafe {
+                avx2_norm::rows(xc, rc, gamma, h, attrs, chunk_out, Some(prefetch))
+            },
             _ => {
                 // The reference is the portable path; shapes are valid, so it cannot fail.
                 let r = crate::reference::add_rms_norm_mx_quant(xc, rc, gamma, h, attrs, chunk_out);
@@ -71,8 +73,8 @@ pub fn add_rms_norm_mx_quant<T: FastElement, G: FastElement>(
     Ok(())
 }
 
-/// Input bytes (x and residual) of a call from which the AVX-512 path prefetches each next
-/// row: with the outputs the call then moves about as much as the 32 MiB L3 of the Zen 4
+/// Input bytes (x and residual) of a call from which the AVX-512 paths and the AVX2 words path
+/// prefetch each next row: with the outputs the call then moves about as much as the 32 MiB L3 of the Zen 4
 /// parts we run on, so the rows come from DRAM. Below it the rows are in cache and the
 /// prefetches only cost instructions (M = 192, H = 6144, 4.7 MB of inputs: 4 % slower with
 /// them, one thread).
@@ -421,7 +423,8 @@ pub(super) mod avx2_norm {
     }
 
     /// Computes rows of the fused norm. `words`: bf16 rows of the common attributes take the
-    /// packed-word path ([`super::super::avx2_norm_words`]; off only in tests).
+    /// packed-word path ([`super::super::avx2_norm_words`]), with the next-row prefetch if
+    /// `Some(true)` (`None` only in tests: the f32 path for every row).
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn rows<T: Lanes + 'static, G: Lanes>(
         x: &[T],
@@ -430,17 +433,17 @@ pub(super) mod avx2_norm {
         h: usize,
         attrs: &AddRmsNormAttrs,
         mut out: NormOutputs<'_, T>,
-        words: bool,
+        words: Option<bool>,
     ) {
         let (g_buf, gw_finite) = weights(gamma, h, attrs);
-        if words
-            && TypeId::of::<T>() == TypeId::of::<bf16>()
-            && avx2_norm_words::applies(attrs, residual.is_some(), out.normed.is_some())
-        {
+        if let Some(prefetch) = words.filter(|_| {
+            TypeId::of::<T>() == TypeId::of::<bf16>()
+                && avx2_norm_words::applies(attrs, residual.is_some(), out.normed.is_some())
+        }) {
             // T is bf16: the casts are identities.
             let (x, residual) = (cast_slice(x), residual.map(|r| cast_slice(r)));
             let out = cast_outputs(out);
-            avx2_norm_words::rows(x, residual, &g_buf, gw_finite, h, attrs, out);
+            avx2_norm_words::rows(x, residual, &g_buf, gw_finite, h, attrs, out, prefetch);
             return;
         }
         let mut s_buf = vec![0f32; h];
