@@ -275,45 +275,43 @@ unsafe fn quantize_words(
     _mm256_storeu_si256(b8.as_mut_ptr() as *mut __m256i, bytes);
     let mut inv = [0f32; GROUP];
     _mm256_storeu_ps(inv.as_mut_ptr(), inverse8(bytes));
-    // Scale 2^k, k = 127 - byte: the word offset (k - 120) << 7 = (7 - byte) << 7.
+    // Scale 2^k, k = 127 - byte: the word offset (k - 120) << 7 = (7 - byte) << 7, plus the 8
+    // of the rounding below.
     let offs_v = _mm256_slli_epi32::<7>(_mm256_sub_epi32(_mm256_set1_epi32(7), bytes));
     let mut offs = [0i32; GROUP];
-    _mm256_storeu_si256(offs.as_mut_ptr() as *mut __m256i, offs_v);
+    _mm256_storeu_si256(
+        offs.as_mut_ptr() as *mut __m256i,
+        _mm256_add_epi32(offs_v, _mm256_set1_epi32(8)),
+    );
     // A zero or bf16-subnormal word (exponent field 0) is not E4M3 exponent + mantissa after
     // the offset; with offset ≤ 0 it stays below 0x80 and takes the f32 encoder below, so only
     // blocks with a positive offset (scale below 2^-120: |max| below about 2^-111) need it
-    // whole.
-    let tiny_scale = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(
-        offs_v,
-        _mm256_setzero_si256(),
-    )));
+    // whole, as do blocks with ±Inf.
+    let tiny_scale = _mm256_cmpgt_epi32(offs_v, _mm256_setzero_si256());
+    let exact = non_finite | _mm256_movemask_ps(_mm256_castsi256_ps(tiny_scale));
     let (magnitude, sat, low) = (
         _mm256_set1_epi16(0x7FFF),
-        _mm256_set1_epi16(0x7E0),
-        _mm256_set1_epi16(0x80),
+        _mm256_set1_epi16(0x7E0 + 8),
+        _mm256_set1_epi16(0x80 + 8),
     );
-    let (bit4, eight, sign) = (
-        _mm256_set1_epi16(0x10),
-        _mm256_set1_epi16(8),
-        _mm256_set1_epi16(0x80),
-    );
+    let (low5, tie) = (_mm256_set1_epi16(0x1F), _mm256_set1_epi16(0x10));
     for b in 0..n {
         let (wb, qb) = (w.add(b * BLOCK), q.add(b * BLOCK));
         *s.add(b) = b8[b] as u8;
-        if (non_finite >> b) & 1 != 0 {
-            // ±Inf in the block: the per-block quantizer (scalar for non-finite blocks).
-            let p = wb as *const bf16;
-            let v = [
-                bf16::load8(p),
-                bf16::load8(p.add(8)),
-                bf16::load8(p.add(16)),
-                bf16::load8(p.add(24)),
-            ];
-            *s.add(b) = quantize_block_avx2(v, qb, cfg);
-            continue;
-        }
-        if (tiny_scale >> b) & 1 != 0 {
-            encode_scaled(wb as *const bf16, _mm256_set1_ps(inv[b]), qb);
+        if (exact >> b) & 1 != 0 {
+            if (non_finite >> b) & 1 != 0 {
+                // ±Inf in the block: the per-block quantizer (scalar for non-finite blocks).
+                let p = wb as *const bf16;
+                let v = [
+                    bf16::load8(p),
+                    bf16::load8(p.add(8)),
+                    bf16::load8(p.add(16)),
+                    bf16::load8(p.add(24)),
+                ];
+                *s.add(b) = quantize_block_avx2(v, qb, cfg);
+            } else {
+                encode_scaled(wb as *const bf16, _mm256_set1_ps(inv[b]), qb);
+            }
             continue;
         }
         let off = _mm256_set1_epi16(offs[b] as i16);
@@ -321,7 +319,7 @@ unsafe fn quantize_words(
             _mm256_loadu_si256(wb as *const __m256i),
             _mm256_loadu_si256(wb.add(16) as *const __m256i),
         );
-        // E4M3 exponent and 7 mantissa bits of |y| · 2^k, saturated at 448 (0x7E << 4).
+        // 8 + the E4M3 exponent and 7 mantissa bits of |y| · 2^k, saturated at 448 (0x7E << 4).
         let t = |v| _mm256_min_epi16(_mm256_add_epi16(_mm256_and_si256(v, magnitude), off), sat);
         let (t0, t1) = (t(v0), t(v1));
         // Below 2^-6 (E4M3 subnormals, zeros; negative words): the f32 encoder.
@@ -330,11 +328,15 @@ unsafe fn quantize_words(
             encode_scaled(wb as *const bf16, _mm256_set1_ps(inv[b]), qb);
             continue;
         }
-        // RNE of the low 4 bits: + 8, - 1 where bit 4 is clear; then the code and the sign.
+        // RNE of the low 4 bits: + 8 (in the offset), - 1 on a tie to an even code (low 5 bits
+        // 0b01000 before the + 8); then the code and the sign (bit 15 of the word to bit 7).
         let code = |t, v| {
-            let even = _mm256_cmpeq_epi16(_mm256_and_si256(t, bit4), _mm256_setzero_si256());
-            let r = _mm256_srli_epi16::<4>(_mm256_add_epi16(_mm256_add_epi16(t, eight), even));
-            _mm256_or_si256(r, _mm256_and_si256(_mm256_srli_epi16::<8>(v), sign))
+            let even_tie = _mm256_cmpeq_epi16(_mm256_and_si256(t, low5), tie);
+            let r = _mm256_srli_epi16::<4>(_mm256_add_epi16(t, even_tie));
+            _mm256_or_si256(
+                r,
+                _mm256_and_si256(_mm256_srli_epi16::<8>(v), _mm256_set1_epi16(0x80)),
+            )
         };
         // Bytes 0-7, 16-23 | 8-15, 24-31 → element order.
         let packed = _mm256_packus_epi16(code(t0, v0), code(t1, v1));
