@@ -571,7 +571,7 @@ mod tests {
     }
 
     /// Random Gemma rows with bf16 weights (the bench's case) and f32 weights, 7 rows of 45
-    /// blocks (a partial group): a zero row, a NaN row and an Inf row between plain ones (the
+    /// blocks (a partial group), two weights that overflow the products to ±Inf: a zero row, a NaN row and an Inf row between plain ones (the
     /// pipeline restarts after them), a row scaled to 2^-120 (E4M3 subnormal lanes, subnormal
     /// sums) and one to 2^100; every residual / residual_out / `round_sum` case.
     #[test]
@@ -589,11 +589,17 @@ mod tests {
         };
         let mut xf: Vec<f32> = (0..m * h).map(|_| val()).collect();
         let mut rf: Vec<f32> = (0..m * h).map(|_| val()).collect();
-        let gf: Vec<f32> = (0..h).map(|_| val() * 0.1).collect();
+        let mut gf: Vec<f32> = (0..h).map(|_| val() * 0.1).collect();
+        // Finite weights whose products overflow to ±Inf in some rows (blocks with ±Inf in the
+        // NaN-free pass 2).
+        (gf[700], gf[701]) = (3e38, -3e38);
         for i in 0..h {
             (xf[h + i], rf[h + i]) = (0.0, 0.0);
             (xf[4 * h + i], rf[4 * h + i]) = (xf[4 * h + i] * 2f32.powi(-120), 0.0);
             (xf[5 * h + i], rf[5 * h + i]) = (xf[5 * h + i] * 2f32.powi(100), 0.0);
+        }
+        for r in [0, 6] {
+            (xf[r * h + 700], xf[r * h + 701]) = (1000.0, -900.0);
         }
         xf[2 * h + 17] = f32::NAN;
         xf[3 * h + 600] = f32::INFINITY;
