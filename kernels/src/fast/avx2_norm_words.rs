@@ -41,6 +41,7 @@ use super::avx2::{
 };
 use super::avx512_norm::prefetch_block;
 use super::norm::avx2_norm;
+use super::word_rows::{Ahead, RowPrefetch};
 use crate::attrs::AddRmsNormAttrs;
 use crate::codec::BLOCK;
 use crate::slices::NormOutputs;
@@ -78,17 +79,6 @@ unsafe fn widen(v: __m256i) -> (__m256, __m256) {
         _mm256_castsi256_ps(_mm256_slli_epi32::<16>(v)),
         _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(-65536))),
     )
-}
-
-/// The row whose pass 1 runs (inside the previous row's pass 2): its x, residual (null: none),
-/// residual_out (null: none) and where its s words are (`sw`: x itself without a residual, else
-/// its residual_out or a scratch row).
-#[derive(Clone, Copy)]
-struct Ahead {
-    xp: *const bf16,
-    rp: *const bf16,
-    rop: *mut bf16,
-    sw: *mut u16,
 }
 
 /// Pass 1 of elements i..i+16 of row `a`: s as words at `a.sw` (or `residual_out`), the
@@ -435,18 +425,8 @@ pub(super) unsafe fn rows(
         let pipe = r + 1 < rows;
         let ahead = if pipe { row(r + 1) } else { this };
         // Prefetch the row after the one whose pass 1 runs now.
-        let more = prefetch && r + 2 < rows;
-        let far_in = [this.xp.wrapping_add(2 * h), this.rp.wrapping_add(2 * h)];
-        let next: &[*const bf16] = match (more, this.rp.is_null()) {
-            (false, _) => &[],
-            (true, true) => &far_in[..1],
-            (true, false) => &far_in,
-        };
-        let next_out = if more && !this.rop.is_null() {
-            this.rop.wrapping_add(2 * h) as *const bf16
-        } else {
-            std::ptr::null()
-        };
+        let pf = RowPrefetch::new(this, r, rows, h, prefetch);
+        let (next, next_out) = (pf.inputs(), pf.out);
         let v = (sum_sq / h as f64) as f32;
         let d = (v + attrs.epsilon).sqrt();
         let (q, sc) = (
@@ -482,10 +462,11 @@ mod tests {
     use half::bf16;
 
     use super::super::norm::avx2_norm;
-    use super::super::norm_edge_rows::{pass1_edges, pass2_edges, xorshift};
+    use super::super::norm_edge_rows::{
+        pass1_edges, pass2_edges, runs_match_reference, xorshift, Run,
+    };
     use super::super::FastElement;
     use crate::attrs::AddRmsNormAttrs;
-    use crate::codec::BLOCK;
     use crate::slices::NormOutputs;
 
     #[test]
@@ -505,8 +486,8 @@ mod tests {
     }
 
     /// bf16 rows (`normed` not asked for, `residual_out` if `ro`) through `avx2_norm::rows` with
-    /// the words path (with and without the prefetch), without it and through the reference: the same q, scales and
-    /// residual_out, compared row by row (the first row that differs is named).
+    /// the words path (with and without the prefetch), without it and through the reference:
+    /// the same q, scales and residual_out.
     fn avx2_words_match_reference<G: FastElement>(
         x: &[bf16],
         residual: Option<&[bf16]>,
@@ -515,37 +496,19 @@ mod tests {
         attrs: &AddRmsNormAttrs,
         ro: bool,
     ) {
-        let m = x.len() / h;
-        let run = |how: Option<Option<bool>>| {
-            let (mut q, mut s) = (vec![0u8; m * h], vec![0u8; m * h / BLOCK]);
-            let mut r_out = vec![bf16::ZERO; m * h];
-            let out = NormOutputs {
-                q: &mut q,
-                scales: &mut s,
-                residual_out: ro.then_some(&mut r_out[..]),
-                normed: None,
-            };
-            match how {
-                // SAFETY: AVX2 was checked by the callers; shapes are valid.
-                Some(words) => unsafe { avx2_norm::rows(x, residual, gamma, h, attrs, out, words) },
-                None => crate::reference::add_rms_norm_mx_quant(x, residual, gamma, h, attrs, out)
-                    .expect("valid shapes"),
+        // SAFETY: AVX2 was checked by the callers; shapes are valid.
+        let with = |words: Option<bool>| {
+            move |out: NormOutputs<'_, bf16>| unsafe {
+                avx2_norm::rows(x, residual, gamma, h, attrs, out, words)
             }
-            let bits: Vec<u16> = r_out.iter().map(|v| v.to_bits()).collect();
-            (q, s, bits)
         };
-        let want = run(None);
-        let ctx = format!("{attrs:?} residual {} ro {ro}", residual.is_some());
-        for words in [Some(true), Some(false), None] {
-            let got = run(Some(words));
-            for r in 0..m {
-                let (a, b) = (r * h..(r + 1) * h, r * h / BLOCK..(r + 1) * h / BLOCK);
-                let row = |what| format!("{what}, words path {words:?}, row {r}: {ctx}");
-                assert!(got.0[a.clone()] == want.0[a.clone()], "{}", row("q"));
-                assert!(got.1[b.clone()] == want.1[b], "{}", row("scales"));
-                assert!(got.2[a.clone()] == want.2[a], "{}", row("residual_out"));
-            }
-        }
+        let (pf, plain, f32_path) = (with(Some(true)), with(Some(false)), with(None));
+        let runs: [Run<'_>; 3] = [
+            ("words path, prefetch", &pf),
+            ("words path", &plain),
+            ("f32 path", &f32_path),
+        ];
+        runs_match_reference(x, residual, gamma, h, attrs, ro, &runs);
     }
 
     fn avx2() -> bool {

@@ -813,7 +813,9 @@ pub unsafe fn rows<T: Lanes + 'static, G: Lanes>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::norm_edge_rows::{pass1_edges, pass2_edges, xorshift};
+    use super::super::norm_edge_rows::{
+        pass1_edges, pass2_edges, runs_match_reference, xorshift, Run,
+    };
     use super::*;
 
     /// bf16 pass 1 against the AVX2 pass 1 on rows spanning ±2^40 (so the f64 sums round and
@@ -954,8 +956,7 @@ mod tests {
     }
 
     /// bf16 rows (`normed` not asked for, `residual_out` if `ro`) through `rows_of` with and
-    /// without the words path and through the reference: the same q, scales and residual_out,
-    /// compared row by row (the first row that differs is named).
+    /// without the words path and through the reference: the same q, scales and residual_out.
     fn words_match_reference(
         x: &[bf16],
         residual: Option<&[bf16]>,
@@ -964,39 +965,15 @@ mod tests {
         attrs: &AddRmsNormAttrs,
         ro: bool,
     ) {
-        let m = x.len() / h;
-        let run = |how: Option<bool>| {
-            let (mut q, mut s) = (vec![0u8; m * h], vec![0u8; m * h / BLOCK]);
-            let mut r_out = vec![bf16::ZERO; m * h];
-            let out = NormOutputs {
-                q: &mut q,
-                scales: &mut s,
-                residual_out: ro.then_some(&mut r_out[..]),
-                normed: None,
-            };
-            match how {
-                // SAFETY: the callers checked the features; shapes are valid.
-                Some(words) => unsafe {
-                    rows_of::<bf16, f32>(x, residual, gamma, h, attrs, out, true, words)
-                },
-                None => crate::reference::add_rms_norm_mx_quant(x, residual, gamma, h, attrs, out)
-                    .expect("valid shapes"),
+        // SAFETY: the callers checked the features; shapes are valid.
+        let with = |words: bool| {
+            move |out: NormOutputs<'_, bf16>| unsafe {
+                rows_of::<bf16, f32>(x, residual, gamma, h, attrs, out, true, words)
             }
-            let bits: Vec<u16> = r_out.iter().map(|v| v.to_bits()).collect();
-            (q, s, bits)
         };
-        let want = run(None);
-        let ctx = format!("{attrs:?} residual {} ro {ro}", residual.is_some());
-        for words in [true, false] {
-            let got = run(Some(words));
-            for r in 0..m {
-                let (a, b) = (r * h..(r + 1) * h, r * h / BLOCK..(r + 1) * h / BLOCK);
-                let row = |what| format!("{what}, words path {words}, row {r}: {ctx}");
-                assert!(got.0[a.clone()] == want.0[a.clone()], "{}", row("q"));
-                assert!(got.1[b.clone()] == want.1[b], "{}", row("scales"));
-                assert!(got.2[a.clone()] == want.2[a], "{}", row("residual_out"));
-            }
-        }
+        let (on, off) = (with(true), with(false));
+        let runs: [Run<'_>; 2] = [("words path", &on), ("f32 path", &off)];
+        runs_match_reference(x, residual, gamma, h, attrs, ro, &runs);
     }
 
     /// bf16 rows through the packed-word pass 2 (`avx512_norm_words`), the f32 pass 2 and the

@@ -38,6 +38,8 @@ mod quant_linear;
 mod quantize;
 mod shared;
 mod swiglu;
+#[cfg(target_arch = "x86_64")]
+mod word_rows;
 
 pub use codec::{cast_from_e4m3, cast_to_e4m3};
 pub use dequant::mx_dequantize;

@@ -5,7 +5,59 @@
 use half::bf16;
 
 use crate::attrs::{AddRmsNormAttrs, InvForm};
-use crate::codec::ScaleRule;
+use crate::codec::{ScaleRule, BLOCK};
+use crate::slices::NormOutputs;
+use crate::Element;
+
+/// A way to compute bf16 rows of the fused norm into the outputs it is given.
+pub type Call<'a> = &'a dyn Fn(NormOutputs<'_, bf16>);
+
+/// A [`Call`] and its name.
+pub type Run<'a> = (&'a str, Call<'a>);
+
+/// bf16 rows (`normed` not asked for, `residual_out` if `ro`) through each of `runs` and
+/// through the reference: the same q, scales and residual_out, compared row by row (the run
+/// and the first row that differ are named).
+pub fn runs_match_reference<G: Element>(
+    x: &[bf16],
+    residual: Option<&[bf16]>,
+    gamma: &[G],
+    h: usize,
+    attrs: &AddRmsNormAttrs,
+    ro: bool,
+    runs: &[Run<'_>],
+) {
+    let m = x.len() / h;
+    let run = |how: Option<Call<'_>>| {
+        let (mut q, mut s) = (vec![0u8; m * h], vec![0u8; m * h / BLOCK]);
+        let mut r_out = vec![bf16::ZERO; m * h];
+        let out = NormOutputs {
+            q: &mut q,
+            scales: &mut s,
+            residual_out: ro.then_some(&mut r_out[..]),
+            normed: None,
+        };
+        match how {
+            Some(f) => f(out),
+            None => crate::reference::add_rms_norm_mx_quant(x, residual, gamma, h, attrs, out)
+                .expect("valid shapes"),
+        }
+        let bits: Vec<u16> = r_out.iter().map(|v| v.to_bits()).collect();
+        (q, s, bits)
+    };
+    let want = run(None);
+    let ctx = format!("{attrs:?} residual {} ro {ro}", residual.is_some());
+    for (name, f) in runs {
+        let got = run(Some(*f));
+        for r in 0..m {
+            let (a, b) = (r * h..(r + 1) * h, r * h / BLOCK..(r + 1) * h / BLOCK);
+            let row = |what| format!("{what}, {name}, row {r}: {ctx}");
+            assert!(got.0[a.clone()] == want.0[a.clone()], "{}", row("q"));
+            assert!(got.1[b.clone()] == want.1[b], "{}", row("scales"));
+            assert!(got.2[a.clone()] == want.2[a], "{}", row("residual_out"));
+        }
+    }
+}
 
 /// A xorshift64 generator from `seed` (non-zero).
 pub fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
