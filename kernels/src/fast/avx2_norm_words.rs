@@ -543,9 +543,10 @@ mod tests {
     }
 
     /// Random Gemma rows with bf16 weights (the bench's case) and f32 weights, 7 rows of 45
-    /// blocks (a partial group), two weights that overflow the products to ±Inf: a zero row, a NaN row and an Inf row between plain ones (the
-    /// pipeline restarts after them), a row scaled to 2^-120 (E4M3 subnormal lanes, subnormal
-    /// sums) and one to 2^100; every residual / residual_out / `round_sum` case.
+    /// blocks (a partial group), two weights that overflow the products to ±Inf: a zero row, a
+    /// NaN row and an Inf row between plain ones (the pipeline restarts after them), a row
+    /// scaled to 2^-120 (E4M3 subnormal lanes, subnormal sums) and one to 2^100; every
+    /// residual / residual_out / `round_sum` case.
     #[test]
     fn random_rows_match_reference() {
         if !avx2() {

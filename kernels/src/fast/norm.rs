@@ -4,7 +4,9 @@
 //! sum of squares, 1/d and every g_i are finite no lane of the second pass can be NaN, so bf16
 //! rounds without the NaN quieting there. The first pass is compiled per combination of the
 //! optional residual / residual_out / `round_sum` (no branches in the row loop); bf16 with a
-//! residual widens by 16-bit unpacks (see `sum_row_bf16`).
+//! residual widens by 16-bit unpacks (see `sum_row_bf16`). bf16 rows of the common attributes
+//! (s in bf16, `n = s · (1/d)` weighted in f32, no `normed` output) take the packed-word path
+//! of [`super::avx2_norm_words`] instead.
 
 use super::shared::SharedMut;
 use super::{min_rows_per_task, FastElement, Isa};
@@ -74,8 +76,8 @@ pub fn add_rms_norm_mx_quant<T: FastElement, G: FastElement>(
 }
 
 /// Input bytes (x and residual) of a call from which the AVX-512 paths and the AVX2 words path
-/// prefetch each next row: with the outputs the call then moves about as much as the 32 MiB L3 of the Zen 4
-/// parts we run on, so the rows come from DRAM. Below it the rows are in cache and the
+/// prefetch each next row: with the outputs the call then moves about as much as the 32 MiB L3
+/// of the Zen 4 parts we run on, so the rows come from DRAM. Below it the rows are in cache and the
 /// prefetches only cost instructions (M = 192, H = 6144, 4.7 MB of inputs: 4 % slower with
 /// them, one thread).
 #[cfg(target_arch = "x86_64")]

@@ -169,11 +169,11 @@ pub fn pass2_edges() -> EdgeRows {
     }
 }
 
-/// Rows for the packed-word pass 1 (pipelined into the previous row's pass 2): subnormal sums (flushed by `vcvtne2ps2bf16`) with zeros, |s| near
-/// 2^-67 and 2^-70 (subnormal f32 squares) and 2^64 (f32 squares overflow), sums halfway
-/// between bf16 values, values spanning ±2^40 (the f64 sums round, so their order shows),
-/// and plain rows between them; with and without residual and residual_out, epsilon 1e-6
-/// and 0.
+/// Rows for the packed-word pass 1 (pipelined into the previous row's pass 2): subnormal sums
+/// (flushed by `vcvtne2ps2bf16`) with zeros, |s| near 2^-67 and 2^-70 (subnormal f32 squares)
+/// and 2^64 (f32 squares overflow), sums halfway between bf16 values, values spanning ±2^40
+/// (the f64 sums round, so their order shows), and plain rows between them; with and without
+/// residual and residual_out, epsilon 1e-6 and 0.
 pub fn pass1_edges() -> EdgeRows {
     let h = 512;
     let mut next = xorshift(0x9E37_79B9_7F4A_7C15u64);
