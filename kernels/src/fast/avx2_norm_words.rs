@@ -8,8 +8,10 @@
 //!   rounds x + residual to bf16 by the integer RNE of `avx2_norm::sum_row_bf16` (exact for
 //!   subnormal sums, so no guard is needed) and writes s only as words in element order (one
 //!   `vpblendw` of the two halves): in `residual_out`, a scratch row, or — without a residual
-//!   and `residual_out` — x itself. The squares stay f32 products widened to f64 (the pinned
-//!   reference order): on AVX2 an f64 FMA saves no op once the guard it needs is paid.
+//!   and `residual_out` — x itself. The squares go to the pinned f64 lanes by f64 FMAs of s
+//!   (no f32 square: two ops fewer per 16), which equals the reference's f32 squares added in
+//!   f64 unless a square overflows or a lane starts with a tiny value ([`checked_total`]: one
+//!   test of the row's first 16 words, else the exact pass again).
 //! * Pass 2 ([`products`]) widens a block of words the same way (the weights are permuted to
 //!   that layout once per call), rounds the products to bf16 by the integer RNE and packs them
 //!   back to element-order words (one shift and one `vpblendw` per 16) in a 512-byte group
@@ -122,12 +124,14 @@ unsafe fn pass1_half<const RES: bool, const COPY: bool>(
         }
         widen(xv)
     };
-    let (sq0, sq1) = (_mm256_mul_ps(s_even, s_even), _mm256_mul_ps(s_odd, s_odd));
-    let wide = |v: __m128| _mm256_cvtps_pd(v);
-    acc[0] = _mm256_add_pd(acc[0], wide(_mm256_castps256_ps128(sq0)));
-    acc[1] = _mm256_add_pd(acc[1], wide(_mm256_extractf128_ps::<1>(sq0)));
-    acc[2] = _mm256_add_pd(acc[2], wide(_mm256_castps256_ps128(sq1)));
-    acc[3] = _mm256_add_pd(acc[3], wide(_mm256_extractf128_ps::<1>(sq1)));
+    let sq = |v: __m128, acc: __m256d| {
+        let d = _mm256_cvtps_pd(v);
+        _mm256_fmadd_pd(d, d, acc)
+    };
+    acc[0] = sq(_mm256_castps256_ps128(s_even), acc[0]);
+    acc[1] = sq(_mm256_extractf128_ps::<1>(s_even), acc[1]);
+    acc[2] = sq(_mm256_castps256_ps128(s_odd), acc[2]);
+    acc[3] = sq(_mm256_extractf128_ps::<1>(s_odd), acc[3]);
 }
 
 /// Pass 1 of block `i` (32 elements) of row `a`.
@@ -167,7 +171,38 @@ unsafe fn pass1_total(acc: &[__m256d; 4]) -> f64 {
     avx2_norm::reduce_lanes([l0, l4, l8, l12])
 }
 
-/// Pass 1 of row `a` alone (the first row of a chunk, the row after a NaN-aware one).
+/// |s| = 2^-40 as bf16 bits: see [`checked_total`].
+const FIRST_MIN_BITS: i16 = (127 - 40) << 7;
+
+/// The pinned sum of squares of row `a` (pass 1 done: s as words at `a.sw`) from the FMA total
+/// `fast` of its [`pass1_half`]s: `fast` where it provably equals the reference's, else the
+/// exact pass 1 of `avx2_norm` on the words again (`s_buf`: its f32 scratch).
+///
+/// The reference adds each f32 square fl32(s²) to its lane in f64; [`pass1_half`] adds s² by an
+/// f64 FMA. For bf16 s (8 significant bits) with 2^-67 ≤ |s| < 2^64 the f32 square is exact, so
+/// both add the same value. A tiny s (|s| < 2^-67) has fl32(s²) and s² both ≤ 2^-134; once its
+/// lane holds at least 2^-80 (half an ulp ≥ 2^-133) both adds leave the lane unchanged. Lane l
+/// starts with element l, so when the first 16 |s| are ≥ 2^-40 every lane is ≥ 2^-80 from its
+/// first add on and the two sums agree bit for bit. Otherwise (a zero or tiny value among the
+/// first 16: rare), or when the total is not below 2^128 (an f32 square overflowed, or NaN),
+/// the exact pass.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn checked_total(a: Ahead, h: usize, fast: f64, s_buf: &mut Vec<f32>) -> f64 {
+    let first = _mm256_and_si256(
+        _mm256_loadu_si256(a.sw as *const __m256i),
+        _mm256_set1_epi16(0x7FFF),
+    );
+    let tiny = _mm256_cmpgt_epi16(_mm256_set1_epi16(FIRST_MIN_BITS), first);
+    if fast < 2f64.powi(128) && _mm256_testz_si256(tiny, tiny) != 0 {
+        return fast;
+    }
+    s_buf.resize(h, 0f32);
+    let (none, sp) = (std::ptr::null_mut(), s_buf.as_mut_ptr());
+    avx2_norm::pass1(a.sw as *const bf16, none, none, sp, h, false)
+}
+
+/// Pass 1 of row `a` alone (the first row of a chunk, the row after a NaN-aware one): the FMA
+/// total (see [`checked_total`]).
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn pass1_row(a: Ahead, h: usize) -> f64 {
     let mut acc = [_mm256_setzero_pd(); 4];
@@ -191,7 +226,8 @@ unsafe fn products(sw: *const u16, gw: *const f32, i: usize, inv: __m256) -> (__
 
 /// Pass 2 + quantizer of one bf16 row (`sw`: s as words in element order, `gw`: the weights in
 /// the chunk layout) for rows where no lane can be NaN. With `PIPE`, pass 1 of the row `ahead`
-/// runs a block per block of this one and its sum of squares is returned (else 0). `next` /
+/// runs a block per block of this one and its FMA total is returned (see [`checked_total`];
+/// else 0). `next` /
 /// `next_out`: the inputs / residual_out of the row after `ahead` to prefetch, a block's lines
 /// per block (as `avx512_norm::normalize_quantize`).
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -428,7 +464,7 @@ pub(super) unsafe fn rows(
         }
     };
     let mut s_buf = Vec::new();
-    let mut sum_sq = pass1_row(row(0), h);
+    let mut sum_sq = checked_total(row(0), h, pass1_row(row(0), h), &mut s_buf);
     for r in 0..rows {
         let this = row(r);
         let pipe = r + 1 < rows;
@@ -453,16 +489,18 @@ pub(super) unsafe fn rows(
             let g = g_buf.as_ptr();
             avx2_norm::normalize_quantize::<bf16, false>(sp, g, h, d, attrs, None, q, sc);
             if pipe {
-                sum_sq = pass1_row(ahead, h);
+                sum_sq = checked_total(ahead, h, pass1_row(ahead, h), &mut s_buf);
             }
             continue;
         }
         let sw = this.sw as *const u16;
-        sum_sq = if pipe {
-            normalize_quantize::<true>(sw, gw, h, d, attrs, q, sc, ahead, next, next_out)
+        if pipe {
+            let fast =
+                normalize_quantize::<true>(sw, gw, h, d, attrs, q, sc, ahead, next, next_out);
+            sum_sq = checked_total(ahead, h, fast, &mut s_buf);
         } else {
-            normalize_quantize::<false>(sw, gw, h, d, attrs, q, sc, ahead, next, next_out)
-        };
+            normalize_quantize::<false>(sw, gw, h, d, attrs, q, sc, ahead, next, next_out);
+        }
     }
 }
 
@@ -530,6 +568,51 @@ mod tests {
     fn word_pass2_edges_match_reference() {
         if avx2() {
             pass2_edges().each(avx2_words_match_reference);
+        }
+    }
+
+    /// The FMA sum of squares behind its guard ([`super::checked_total`]) against the pinned
+    /// f32-square sum of `avx2_norm::pass1`, bit for bit, on the pass-1 edge rows (with and
+    /// without a residual): Σs² is below the outputs' resolution for most of these rows, so
+    /// this is where a wrong guard shows.
+    #[test]
+    fn fma_sum_of_squares_matches_pinned_sum() {
+        if !avx2() {
+            return;
+        }
+        let rows = pass1_edges();
+        let h = rows.h;
+        let mut s_buf = Vec::new();
+        let (mut words, mut sp) = (vec![0u16; h], vec![0f32; h]);
+        for with_res in [true, false] {
+            for (r, x) in rows.x.chunks_exact(h).enumerate() {
+                let rp = if with_res {
+                    rows.res[r * h..].as_ptr()
+                } else {
+                    std::ptr::null()
+                };
+                let a = super::Ahead {
+                    xp: x.as_ptr(),
+                    rp,
+                    rop: std::ptr::null_mut(),
+                    sw: if with_res {
+                        words.as_mut_ptr()
+                    } else {
+                        x.as_ptr() as *mut u16
+                    },
+                };
+                // SAFETY: AVX2 was checked; the rows and buffers hold h elements.
+                let (got, want) = unsafe {
+                    let fast = super::pass1_row(a, h);
+                    let null = std::ptr::null_mut();
+                    (
+                        super::checked_total(a, h, fast, &mut s_buf),
+                        avx2_norm::pass1(x.as_ptr(), rp, null, sp.as_mut_ptr(), h, true),
+                    )
+                };
+                let what = format!("row {r}, residual {with_res}: {got:e} vs {want:e}");
+                assert!(got.to_bits() == want.to_bits(), "{what}");
+            }
         }
     }
 

@@ -172,8 +172,9 @@ pub fn pass2_edges() -> EdgeRows {
 /// Rows for the packed-word pass 1 (pipelined into the previous row's pass 2): subnormal sums
 /// (flushed by `vcvtne2ps2bf16`) with zeros, |s| near 2^-67 and 2^-70 (subnormal f32 squares)
 /// and 2^64 (f32 squares overflow), sums halfway between bf16 values, values spanning ±2^40
-/// (the f64 sums round, so their order shows), and plain rows between them; with and without
-/// residual and residual_out, epsilon 1e-6 and 0.
+/// (the f64 sums round, so their order shows), rows whose first 16 |s| are at / just below
+/// 2^-40 followed by |s| just below 2^-67 (the AVX2 FMA sum's guard), and plain rows between
+/// them; with and without residual and residual_out, epsilon 1e-6 and 0.
 pub fn pass1_edges() -> EdgeRows {
     let h = 512;
     let mut next = xorshift(0x9E37_79B9_7F4A_7C15u64);
@@ -208,6 +209,19 @@ pub fn pass1_edges() -> EdgeRows {
     // (with epsilon 0).
     rows.push(row_of(&|i| {
         ((1.0 + (i % 128) as f32 / 128.0) * p(-70), 0.0)
+    }));
+    // The first 16 |s| at 2^-40 (each lane starts at 2^-80), then |s| just below 2^-67
+    // (squares just below 2^-134, inexact in f32): the AVX2 FMA sum without its fallback.
+    // Then the first |s| just below 2^-40: the fallback.
+    let tiny_tail = move |i: usize| (1.0 + (i % 128) as f32 / 128.0) * p(-68);
+    rows.push(row_of(&|i| match i {
+        0..16 => (if i % 2 == 0 { p(-40) } else { -p(-40) }, 0.0),
+        _ => (tiny_tail(i), 0.0),
+    }));
+    rows.push(row_of(&|i| match i {
+        0 => (p(-40) * (1.0 - p(-8)), 0.0),
+        1..16 => (p(-40), 0.0),
+        _ => (tiny_tail(i), 0.0),
     }));
     rows.push(row_of(&|i| match i % 9 {
         0 => (p(64) * 1.5, 0.0),
