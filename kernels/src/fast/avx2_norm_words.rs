@@ -32,14 +32,15 @@
 //! Rows where a NaN can arise (Σs², 1/d or a weight not finite) take `avx2_norm`'s NaN-aware
 //! pass 2 from s widened back to f32.
 //!
-//! Why (Zen 4, `MXFUSE_CPU_ISA=avx2`, one thread, bench rows of H = 6144): 0.19 ms per 64 rows
-//! against 0.23-0.24 ms for the f32 path (about 140 vector ops per 32 elements instead of about
-//! 180); at M = 2048 7.0 ms against 9.6 ms, of which ~0.8 ms is memory time not hidden (6.2 ms
-//! of arithmetic). perf: pass 1 + pass 2 two thirds of the samples (the pinned f64 sum of
-//! squares alone a third: 12 ops per 16 elements), the quantizer the rest. Tried and dropped:
-//! rounding on 16-bit lanes after packing (one op fewer per 16, but the `vpblendw`s cost more:
-//! 2 % slower; with `vpavgw` LLVM widened the lanes back to 32 bits: 35 % slower). Figures:
-//! BENCHMARKS.md, "2026-12-01 (6): AVX2 packed-word norm".
+//! Why (Zen 4, `MXFUSE_CPU_ISA=avx2`, one thread, bench rows of H = 6144): 0.18-0.19 ms per 64
+//! rows against 0.23-0.24 ms for the f32 path (about 135 vector ops per 32 elements instead of
+//! about 180); at M = 2048 about 7 ms against 9.2-9.6 ms, of which ~1 ms is memory time not
+//! hidden. perf: pass 1 + pass 2 two thirds of the samples (the pinned f64 sum of squares
+//! alone a quarter to a third), the quantizer the rest. The FMA sum of squares measured 1-5 %
+//! (M = 8, 64) over f32 squares added in f64. Tried and dropped: rounding on 16-bit lanes after
+//! packing (one op fewer per 16, but the `vpblendw`s cost more: 2 % slower; with `vpavgw` LLVM
+//! widened the lanes back to 32 bits: 35 % slower). Figures: BENCHMARKS.md, "2026-12-01 (6):
+//! AVX2 packed-word norm".
 
 #![allow(unsafe_op_in_unsafe_fn)]
 
