@@ -93,8 +93,9 @@ unsafe fn widen(v: __m256i) -> (__m256, __m256) {
     )
 }
 
-/// Pass 1 of elements i..i+16 of row `a`: s as words at `a.sw` (or `residual_out`), the
-/// squares added to `acc` — pinned lanes (0, 2, 4, 6), (8, .., 14), (1, .., 7), (9, .., 15).
+/// Pass 1 of elements i..i+16 of row `a`: s as words at `a.sw` (or `residual_out`), s² added
+/// to `acc` by f64 FMAs (exact where [`checked_total`] says so) — pinned lanes (0, 2, 4, 6),
+/// (8, .., 14), (1, .., 7), (9, .., 15).
 /// `RES`: a residual is read; `COPY`: no residual, x is copied to `residual_out`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -228,9 +229,8 @@ unsafe fn products(sw: *const u16, gw: *const f32, i: usize, inv: __m256) -> (__
 /// Pass 2 + quantizer of one bf16 row (`sw`: s as words in element order, `gw`: the weights in
 /// the chunk layout) for rows where no lane can be NaN. With `PIPE`, pass 1 of the row `ahead`
 /// runs a block per block of this one and its FMA total is returned (see [`checked_total`];
-/// else 0). `next` /
-/// `next_out`: the inputs / residual_out of the row after `ahead` to prefetch, a block's lines
-/// per block (as `avx512_norm::normalize_quantize`).
+/// else 0). `next` / `next_out`: the inputs / residual_out of the row after `ahead` to
+/// prefetch, a block's lines per block (as `avx512_norm::normalize_quantize`).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn normalize_quantize<const PIPE: bool>(
