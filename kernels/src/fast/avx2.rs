@@ -288,7 +288,7 @@ pub const GROUP: usize = 8;
 /// Lane b of the result = max of the eight lanes of `m[b]` (8 non-negative, non-NaN vectors).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn transpose_max(m: &[__m256; GROUP]) -> __m256 {
+pub(super) unsafe fn transpose_max(m: &[__m256; GROUP]) -> __m256 {
     // unpack + max: per 128-bit half, lanes [max(a0,a2), max(b0,b2), max(a1,a3), max(b1,b3)].
     let p01 = _mm256_max_ps(
         _mm256_unpacklo_ps(m[0], m[1]),
@@ -324,7 +324,7 @@ unsafe fn transpose_max(m: &[__m256; GROUP]) -> __m256 {
 /// Eight lanes of `ScaleRule::scale_byte` for finite amax (the same integer rule).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn scale_bytes8(amax: __m256, rule: ScaleRule) -> __m256i {
+pub(super) unsafe fn scale_bytes8(amax: __m256, rule: ScaleRule) -> __m256i {
     let max_byte = _mm256_set1_epi32(254);
     match rule {
         ScaleRule::Floor => {
@@ -347,7 +347,7 @@ unsafe fn scale_bytes8(amax: __m256, rule: ScaleRule) -> __m256i {
 /// Eight lanes of `pow2_inverse`: 2^(127 - byte), byte 254 → the subnormal 2^-127.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn inverse8(bytes: __m256i) -> __m256 {
+pub(super) unsafe fn inverse8(bytes: __m256i) -> __m256 {
     let normal = _mm256_slli_epi32::<23>(_mm256_sub_epi32(_mm256_set1_epi32(254), bytes));
     let is_254 = _mm256_cmpeq_epi32(bytes, _mm256_set1_epi32(254));
     _mm256_castsi256_ps(_mm256_blendv_epi8(
@@ -398,18 +398,21 @@ pub unsafe fn quantize_group8<T: Lanes>(p: *const T, q: *mut u8, s: *mut u8, cfg
     let inv = inverse8(bytes);
     for b in 0..GROUP {
         let ib = _mm256_permutevar8x32_ps(inv, _mm256_set1_epi32(b as i32));
-        let pb = p.add(b * BLOCK);
-        let e = [
-            encode_e4m3_finite(_mm256_mul_ps(T::load8(pb), ib)),
-            encode_e4m3_finite(_mm256_mul_ps(T::load8(pb.add(8)), ib)),
-            encode_e4m3_finite(_mm256_mul_ps(T::load8(pb.add(16)), ib)),
-            encode_e4m3_finite(_mm256_mul_ps(T::load8(pb.add(24)), ib)),
-        ];
-        _mm256_storeu_si256(
-            q.add(b * BLOCK) as *mut __m256i,
-            pack_bytes(e[0], e[1], e[2], e[3]),
-        );
+        encode_scaled(p.add(b * BLOCK), ib, q.add(b * BLOCK));
     }
+}
+
+/// Encodes the finite block of T at `p` times `inv` (its inverse scale) into 32 codes at `q`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn encode_scaled<T: Lanes>(p: *const T, inv: __m256, q: *mut u8) {
+    let e = [
+        encode_e4m3_finite(_mm256_mul_ps(T::load8(p), inv)),
+        encode_e4m3_finite(_mm256_mul_ps(T::load8(p.add(8)), inv)),
+        encode_e4m3_finite(_mm256_mul_ps(T::load8(p.add(16)), inv)),
+        encode_e4m3_finite(_mm256_mul_ps(T::load8(p.add(24)), inv)),
+    ];
+    _mm256_storeu_si256(q as *mut __m256i, pack_bytes(e[0], e[1], e[2], e[3]));
 }
 
 /// Quantizes a row of T (length a multiple of 32): groups of 8 blocks, then single blocks.

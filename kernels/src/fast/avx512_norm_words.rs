@@ -43,6 +43,7 @@ use super::avx512_norm::{
     bf16_position, encode_block, inverse16, normalize_quantize as nan_aware_pass2, pass1_words,
     pinned_total, prefetch_block, scalar_block, scale_bytes16, transpose_max, Wide, GROUP, PACK,
 };
+use super::word_rows::{Ahead, RowPrefetch};
 use crate::attrs::AddRmsNormAttrs;
 use crate::codec::BLOCK;
 use crate::slices::NormOutputs;
@@ -205,17 +206,6 @@ unsafe fn products(sw: *const u16, gw: *const f32, i: usize, inv: __m512) -> (__
     )
 }
 
-/// The row whose pass 1 runs inside this row's pass 2 (block by block): its x, residual (if
-/// `RES`), residual_out (if `RO`) and where its s words go (`sw`: its residual_out, or the
-/// other half of the scratch).
-#[derive(Clone, Copy)]
-struct Ahead {
-    xp: *const bf16,
-    rp: *const bf16,
-    rop: *mut bf16,
-    sw: *mut u16,
-}
-
 /// Pass 2 + quantizer of one bf16 row (`sw`: s as words in element order, `gw`: the weights
 /// in the bf16 block layout) for `n = s · (1/d)`, `gamma_in_f32`, rows whose Σs², 1/d and
 /// weights are finite (no lane can be NaN), no `normed` output. `next` / `next_out`: as in
@@ -331,19 +321,8 @@ pub(super) unsafe fn rows(
         let pipe = r + 1 < rows;
         let ahead = if pipe { row(r + 1) } else { this };
         // Prefetch the row after the one whose pass 1 runs now.
-        let more = prefetch && r + 2 < rows;
-        let (far, far_res) = (this.xp.wrapping_add(2 * h), this.rp.wrapping_add(2 * h));
-        let far_in = [far, far_res];
-        let next: &[*const bf16] = match (more, this.rp.is_null()) {
-            (false, _) => &[],
-            (true, true) => &far_in[..1],
-            (true, false) => &far_in,
-        };
-        let next_out = if more && !this.rop.is_null() {
-            this.rop.wrapping_add(2 * h) as *const bf16
-        } else {
-            std::ptr::null()
-        };
+        let pf = RowPrefetch::new(this, r, rows, h, prefetch);
+        let (next, next_out) = (pf.inputs(), pf.out);
         let v = (sum_sq / h as f64) as f32;
         let d = (v + attrs.epsilon).sqrt();
         let (q, sc) = (

@@ -11,6 +11,8 @@ mod avx2_act;
 #[cfg(target_arch = "x86_64")]
 mod avx2_mx;
 #[cfg(target_arch = "x86_64")]
+mod avx2_norm_words;
+#[cfg(target_arch = "x86_64")]
 mod avx512_cols;
 #[cfg(target_arch = "x86_64")]
 mod avx512_mx;
@@ -30,10 +32,14 @@ mod matmul_cols;
 #[cfg(target_arch = "x86_64")]
 mod matmul_mx;
 mod norm;
+#[cfg(test)]
+mod norm_edge_rows;
 mod quant_linear;
 mod quantize;
 mod shared;
 mod swiglu;
+#[cfg(target_arch = "x86_64")]
+mod word_rows;
 
 pub use codec::{cast_from_e4m3, cast_to_e4m3};
 pub use dequant::mx_dequantize;

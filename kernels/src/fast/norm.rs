@@ -4,7 +4,9 @@
 //! sum of squares, 1/d and every g_i are finite no lane of the second pass can be NaN, so bf16
 //! rounds without the NaN quieting there. The first pass is compiled per combination of the
 //! optional residual / residual_out / `round_sum` (no branches in the row loop); bf16 with a
-//! residual widens by 16-bit unpacks (see `sum_row_bf16`).
+//! residual widens by 16-bit unpacks (see `sum_row_bf16`). bf16 rows of the common attributes
+//! (s in bf16, `n = s · (1/d)` weighted in f32, no `normed` output) take the packed-word path
+//! of [`super::avx2_norm_words`] instead.
 
 use super::shared::SharedMut;
 use super::{min_rows_per_task, FastElement, Isa};
@@ -31,7 +33,7 @@ pub fn add_rms_norm_mx_quant<T: FastElement, G: FastElement>(
     #[cfg(target_arch = "x86_64")]
     let wide = super::isa::avx512_norm();
     let nb = h / BLOCK;
-    // Inputs past the caches: prefetch each next row during pass 2 (AVX-512 path).
+    // Inputs past the caches: prefetch each next row during pass 2 (AVX-512 paths, AVX2 words).
     #[cfg(target_arch = "x86_64")]
     let prefetch =
         std::mem::size_of_val(x) * (1 + residual.is_some() as usize) >= PREFETCH_MIN_BYTES;
@@ -60,7 +62,9 @@ pub fn add_rms_norm_mx_quant<T: FastElement, G: FastElement>(
             },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: Avx2 implies the CPU features; shapes were checked above.
-            Isa::Avx2 => unsafe { avx2_norm::rows(xc, rc, gamma, h, attrs, chunk_out) },
+            Isa::Avx2 => unsafe {
+                avx2_norm::rows(xc, rc, gamma, h, attrs, chunk_out, Some(prefetch))
+            },
             _ => {
                 // The reference is the portable path; shapes are valid, so it cannot fail.
                 let r = crate::reference::add_rms_norm_mx_quant(xc, rc, gamma, h, attrs, chunk_out);
@@ -71,9 +75,9 @@ pub fn add_rms_norm_mx_quant<T: FastElement, G: FastElement>(
     Ok(())
 }
 
-/// Input bytes (x and residual) of a call from which the AVX-512 path prefetches each next
-/// row: with the outputs the call then moves about as much as the 32 MiB L3 of the Zen 4
-/// parts we run on, so the rows come from DRAM. Below it the rows are in cache and the
+/// Input bytes (x and residual) of a call from which the AVX-512 paths and the AVX2 words path
+/// prefetch each next row: with the outputs the call then moves about as much as the 32 MiB L3
+/// of the Zen 4 parts we run on, so the rows come from DRAM. Below it the rows are in cache and the
 /// prefetches only cost instructions (M = 192, H = 6144, 4.7 MB of inputs: 4 % slower with
 /// them, one thread).
 #[cfg(target_arch = "x86_64")]
@@ -88,6 +92,8 @@ pub(super) mod avx2_norm {
     use half::bf16;
 
     use super::super::avx2::{quantize_block_avx2, quantize_group8, Lanes, GROUP};
+    use super::super::avx2_norm_words;
+    use super::super::shared::{cast_outputs, cast_slice};
     use crate::attrs::{AddRmsNormAttrs, InvForm};
     use crate::codec::BLOCK;
     use crate::slices::NormOutputs;
@@ -239,7 +245,7 @@ pub(super) mod avx2_norm {
     /// Combines the 16 lanes in the pinned order (see `reference::math::mean_of_squares`).
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
-    unsafe fn reduce_lanes(acc: [__m256d; 4]) -> f64 {
+    pub(in crate::fast) unsafe fn reduce_lanes(acc: [__m256d; 4]) -> f64 {
         let a = _mm256_add_pd(acc[0], acc[2]); // lanes 0-3 (+8-11)
         let b = _mm256_add_pd(acc[1], acc[3]); // lanes 4-7 (+12-15)
         let c = _mm256_add_pd(a, b); // lane j += lane j+4
@@ -332,7 +338,7 @@ pub(super) mod avx2_norm {
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn normalize_quantize<T: Lanes, const NO_NAN: bool>(
+    pub(in crate::fast) unsafe fn normalize_quantize<T: Lanes, const NO_NAN: bool>(
         sp: *mut f32,
         gw: *const f32,
         h: usize,
@@ -418,7 +424,9 @@ pub(super) mod avx2_norm {
         }
     }
 
-    /// Computes rows of the fused norm.
+    /// Computes rows of the fused norm. `words`: bf16 rows of the common attributes take the
+    /// packed-word path ([`super::super::avx2_norm_words`]), with the next-row prefetch if
+    /// `Some(true)` (`None` only in tests: the f32 path for every row).
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn rows<T: Lanes + 'static, G: Lanes>(
         x: &[T],
@@ -427,10 +435,21 @@ pub(super) mod avx2_norm {
         h: usize,
         attrs: &AddRmsNormAttrs,
         mut out: NormOutputs<'_, T>,
+        words: Option<bool>,
     ) {
+        let (g_buf, gw_finite) = weights(gamma, h, attrs);
+        if let Some(prefetch) = words.filter(|_| {
+            TypeId::of::<T>() == TypeId::of::<bf16>()
+                && avx2_norm_words::applies(attrs, residual.is_some(), out.normed.is_some())
+        }) {
+            // T is bf16: the casts are identities.
+            let (x, residual) = (cast_slice(x), residual.map(|r| cast_slice(r)));
+            let out = cast_outputs(out);
+            avx2_norm_words::rows(x, residual, &g_buf, gw_finite, h, attrs, out, prefetch);
+            return;
+        }
         let mut s_buf = vec![0f32; h];
         let nb = h / BLOCK;
-        let (g_buf, gw_finite) = weights(gamma, h, attrs);
         let gw = g_buf.as_ptr();
         for r in 0..x.len() / h {
             let base = r * h;
