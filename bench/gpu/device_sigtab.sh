@@ -1,7 +1,7 @@
 #!/bin/bash
 # One device call for the SwiGLU logistic table (BENCHMARKS.md, issue 6 follow-up 7): the checks
 # that cover it (check.py check_sigma_table: the kernels' lookup == bf16(pinned sigma) for every
-# bf16 z; check_swiglu_all_bf16 and check_swiglu: the default, lean certified (_pk) and table (_st)
+# bf16 z; check_swiglu_all_bf16 and check_swiglu: the default, lean certified (_pk) and table (_table)
 # kernels bit-exact against the reference), then ab_sigtab.py (certified vs table vs the access
 # pattern's floor at M = 8 ... 8192, OAI and SiLU, rounded activation, PDL) and with NCU=1 ncu's
 # executed instructions of prof_sigtab.py's launches at M = 8192. Before it, on the development
@@ -12,7 +12,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/check.l
 step "check.py ${CHECKS:=check_sigma_table check_swiglu_all_bf16 check_swiglu}"
 timeout ${T_CHECK:-150} python3 check.py $CHECKS >> "$OUT/check.log" 2>&1; echo "rc=$?" >> "$OUT/check.log"
 echo "PASS $(grep -c '^PASS' "$OUT/check.log")"; grep "^FAIL" "$OUT/check.log" | head -20
-grep -E "sigma table|every gate value e=8_st|N\(0, 64\).*_st" "$OUT/check.log" | head -12; tail -2 "$OUT/check.log"
+grep -E "sigma table|every gate value e=8_table|N\(0, 64\).*_table" "$OUT/check.log" | head -12; tail -2 "$OUT/check.log"
 step "ab_sigtab.py (PDL)"
 MXFUSE_BENCH_PDL=1 timeout ${T_AB:-200} python3 ab_sigtab.py ${AB_MS:-} > "$OUT/ab_sigtab.log" 2>&1; echo "rc=$?" >> "$OUT/ab_sigtab.log"
 cat "$OUT/ab_sigtab.log" | tail -26
