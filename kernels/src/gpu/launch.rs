@@ -571,7 +571,8 @@ impl GpuRuntime {
     /// Whether `SwiGluMxQuant` of `rows` × `i` outputs takes the table kernel
     /// ([`swiglu_table_kernel`]): CUDA sm_80+ (where the kernels exist), from the device's
     /// measured `table_from` outputs on, and only where the kernel's preconditions hold (so its
-    /// trap is unreachable from the runtime).
+    /// trap is unreachable from the runtime); `MXFUSE_GPU_SWIGLU_TABLE=0` (or `off`) keeps the
+    /// default kernels for comparisons.
     pub fn swiglu_takes_table_kernel(
         &self,
         dtype: DType,
@@ -579,7 +580,10 @@ impl GpuRuntime {
         i: usize,
         attrs: &SwiGluAttrs,
     ) -> bool {
-        self.backend() == Backend::Cuda
+        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *ON.get_or_init(|| {
+            !std::env::var("MXFUSE_GPU_SWIGLU_TABLE").is_ok_and(|v| v == "0" || v == "off")
+        }) && self.backend() == Backend::Cuda
             && self.device().compute_capability >= 80
             && SwiGluLaunchTable::for_arch(&self.device().arch).table(rows * i)
             && swiglu_table_kernel::refusal(dtype, attrs).is_none()
