@@ -1,13 +1,17 @@
 """The SwiGLU logistic table against the certified fast sigma, in one process (BENCHMARKS.md, issue 6
-follow-up 7): at I = 768, split halves, gate_up ~ N(0, 8^2) (the bench's data), rounded
-activation, OAI and SiLU, per M the default kernel at the host's choice ("host": outputs per lane,
-block, pinned logistic below SWIGLU_PINNED_BELOW) and at 8 per lane with the certified sigma
-("e8c"), the lean packed kernels with the certified sigma ("pk") and with the table ("st"), each
-with 128- and 256-lane blocks, both with the grid capped at 6 blocks of 256 per SM ("cap": each
-block loops over chunks, the table copied once per resident block), and the access-pattern floor
-("floor", OAI only: the same grids, loads and stores, no arithmetic). Variants alternate within each of 3 rounds (CUDA graphs of
-200 launches, median of 15 replays each; the median round is printed); PDL as MXFUSE_BENCH_PDL
-says. Prints µs per launch and host / best, then one compact table."""
+follow-ups 7 and 8): at I = 768, split halves, gate_up ~ N(0, 8^2) (the bench's data), rounded
+activation, OAI and SiLU, per M the launch table's choice ("host": from SWIGLU_TABLE_FROM outputs
+the table kernel, 256 lanes, grid capped at SMs x the occupancy query's resident blocks), the
+choice before the table kernel ("prev": outputs per lane, block, pinned logistic below
+SWIGLU_PINNED_BELOW), the default kernel at 8 per lane with the certified sigma ("e8c"), the lean
+packed kernels with the certified sigma ("pk") and with the table ("st"), each with 128- and
+256-lane blocks, both with the grid capped at 6 blocks of 256 per SM ("cap"), and the
+access-pattern floor ("floor", OAI only: the same grids, loads and stores, no arithmetic).
+SIGWIRE=1 keeps host, prev, st256 (full grid) and st256cap (the quick A/B of the default).
+Variants alternate within each of 3 rounds (CUDA graphs of 200 launches, median of 15 replays
+each; the median round is printed); PDL as MXFUSE_BENCH_PDL says. Prints µs per launch and
+host / best, then one compact table."""
+import os
 import sys
 import torch
 from bench import graph_time
@@ -18,10 +22,13 @@ I = 768
 
 def variants(sms):
     cap = sms * 6  # the e8 kernels' occupancy: 6 blocks of <= 256 lanes per SM
-    return [("host", dict()), ("e8c", dict(e=8, block=128, pinned=False)),
+    if os.environ.get("SIGWIRE") == "1":
+        return [("host", dict()), ("prev", dict(table=False)), ("st256", dict(e=8, block=256, opt="_table")),
+                ("st256cap", dict(e=8, block=256, opt="_table", grid=cap))]
+    return [("host", dict()), ("prev", dict(table=False)), ("e8c", dict(e=8, block=128, pinned=False)),
             ("pk128", dict(e=8, block=128, opt="_pk")), ("pk256", dict(e=8, block=256, opt="_pk")),
-            ("st128", dict(e=8, block=128, opt="_st")), ("st256", dict(e=8, block=256, opt="_st")),
-            ("pk256cap", dict(e=8, block=256, opt="_pk", grid=cap)), ("st256cap", dict(e=8, block=256, opt="_st", grid=cap)),
+            ("st128", dict(e=8, block=128, opt="_table")), ("st256", dict(e=8, block=256, opt="_table")),
+            ("pk256cap", dict(e=8, block=256, opt="_pk", grid=cap)), ("st256cap", dict(e=8, block=256, opt="_table", grid=cap)),
             ("floor128", dict(e=8, block=128, opt="_floor")), ("floor256", dict(e=8, block=256, opt="_floor")),
             ("floorcap", dict(e=8, block=256, opt="_floor", grid=cap))]
 
@@ -30,6 +37,10 @@ def main():
     ops = Ops(Module())
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     ms = [int(a) for a in sys.argv[1:]] or [8, 192, 2048, 4096, 8192]
+    for flags, mode in ((F_OAI, "a1"), (0, "a0")):
+        name = f"mx_swiglu_quant_bf16_e8_{mode}_table"
+        print(f"{name}: regs/shared/local {ops.m.attrs(name)}, resident blocks of 256 per SM "
+              f"{ops.m.resident_blocks(name, 256)} ({sms} SMs)", flush=True)
     names = [n for n, _ in variants(sms)]
     print(f"{'mode':6s} {'M':>5s} " + " ".join(f"{n:>8s}" for n in names) + "  host/best(pk,st)", flush=True)
     rows = []
@@ -48,12 +59,14 @@ def main():
             print(f"{mode:6s} {M:5d} " + " ".join(f"{med[n]:8.2f}" if n in med else f"{'-':>8s}" for n in names)
                   + f"  {med['host'] / best:6.2f}", flush=True)
     # The compact table: host choice, best certified lean, best table, floor, and table vs certified.
-    print("\nmode       M    host  best_pk  best_st  st/pk  floor  st/floor")
+    print("\nmode       M    host    prev  host/prev  best_pk  best_st  st/pk  floor  st/floor")
+    nan = float("nan")
     for mode, M, med, _ in rows:
-        pk = min(v for n, v in med.items() if n.startswith("pk"))
+        pk = min([v for n, v in med.items() if n.startswith("pk")] or [nan])
         st = min(v for n, v in med.items() if n.startswith("st"))
-        fl = min([v for n, v in med.items() if n.startswith("floor")] or [float("nan")])
-        print(f"{mode:6s} {M:5d} {med['host']:7.2f} {pk:8.2f} {st:8.2f} {st / pk:6.3f} {fl:6.2f} {st / fl:8.2f}")
+        fl = min([v for n, v in med.items() if n.startswith("floor")] or [nan])
+        print(f"{mode:6s} {M:5d} {med['host']:7.2f} {med['prev']:7.2f} {med['host'] / med['prev']:10.3f} "
+              f"{pk:8.2f} {st:8.2f} {st / pk:6.3f} {fl:6.2f} {st / fl:8.2f}")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ where thresholds.rs says so) and the pipeline kernel over all its (warps, cluste
 quantize + default, the first kernel's in-GEMM quantization and cuBLAS bf16)."""
 import ast, json, os, struct, sys
 import torch
-from mxgpu import CLUSTERS, PIPE_SS, PIPE_WS, pipe_choice, Module, Ops, F_RCEIL, F_GEMMA, F_GAMMA_F32, F_OAI, F_FP32_ACT, norm_choice, sk_choice, swiglu_choice
+from mxgpu import CLUSTERS, PIPE_SS, PIPE_WS, pipe_choice, Module, Ops, F_RCEIL, F_GEMMA, F_GAMMA_F32, F_OAI, F_FP32_ACT, norm_choice, sk_choice, swiglu_choice, swiglu_uses_table
 
 OUT = os.environ.get("OUT", ".")
 dev = "cuda"
@@ -107,7 +107,8 @@ def run_sections(ops, sections, res, anchor, read_bw):
                 ops.swiglu_quant(gu, None, I, "split_halves", F, outs=sq, e=1, block=256, opt=o)
                 st = struct.unpack("<8q", ops.m.read_global("mx_swiglu_stamps", 64))
                 sw_stages[o] = dict(us=t, cycles=[v - st[0] for v in st[1:5]])
-        row = dict(M=M, fused=t_sw, choice=swiglu_choice(M * I), fused_bf16_intermediates=t_sw_exact, sweep=sweep,
+        row = dict(M=M, fused=t_sw, choice=swiglu_choice(M * I), fused_bf16_intermediates=t_sw_exact,
+                   bf16_intermediates_table_kernel=swiglu_uses_table(M * I, torch.bfloat16, F_OAI), sweep=sweep,
                    e1_variants=sw_var, stages=sw_stages,
                    inductor_fused=a.get("compiled_fused_swiglu_quant"), inductor_unfused=a.get("compiled_swiglu_then_quant"),
                    bw_frac=M * (2 * I * 2 + I * (1 + 1 / 32)) / (t_sw * 1e-6) / read_bw)

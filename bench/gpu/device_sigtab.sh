@@ -1,21 +1,35 @@
 #!/bin/bash
-# One device call for the SwiGLU logistic table (BENCHMARKS.md, issue 6 follow-up 7): the checks
-# that cover it (check.py check_sigma_table: the kernels' lookup == bf16(pinned sigma) for every
-# bf16 z; check_swiglu_all_bf16 and check_swiglu: the default, lean certified (_pk) and table (_st)
-# kernels bit-exact against the reference), then ab_sigtab.py (certified vs table vs the access
-# pattern's floor at M = 8 ... 8192, OAI and SiLU, rounded activation, PDL) and with NCU=1 ncu's
-# executed instructions of prof_sigtab.py's launches at M = 8192. Before it, on the development
-# machine: `python3 bench/gpu/offline_compile.py --pack` (carry .gpucache). Logs under $OUT.
+# One device call for the SwiGLU logistic table (BENCHMARKS.md, issue 6 follow-ups 7 and 8): the
+# checks that cover it (check.py check_sigma_table: the kernels' lookup == bf16(pinned sigma) for
+# every bf16 z; check_swiglu_all_bf16 and check_swiglu: the default ("host": the launch table's
+# choice, the table kernel with the occupancy-capped grid from 2^17 outputs), lean certified (_pk)
+# and table (_table) kernels bit-exact against the reference), then ab_sigtab.py (certified vs
+# table vs the access pattern's floor at M = 8 ... 8192, OAI and SiLU, rounded activation, PDL)
+# and with NCU=1 ncu's executed instructions of prof_sigtab.py's launches at M = 8192.
+# SIGWIRE=1 (follow-up 8, the table kernel as the default): also the Rust gpu_kernels tests
+# (gpu_swiglu_table_kernel_is_the_default_and_bit_exact: the runtime's own table launches), and
+# ab_sigtab.py's quick A/B (host = new default, prev = the default before it, the table kernel
+# on the full grid and capped at 6 blocks per SM) at M = 8, 16, 64, 128, 192, 384, 1024, 2048,
+# 4096, 8192. Before it, on the development machine: `python3 bench/gpu/offline_compile.py
+# --pack` (carry .gpucache). Logs under $OUT.
 set -u
 . "$(dirname "$0")/device_common.sh"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/check.log" 2>&1
 step "check.py ${CHECKS:=check_sigma_table check_swiglu_all_bf16 check_swiglu}"
 timeout ${T_CHECK:-150} python3 check.py $CHECKS >> "$OUT/check.log" 2>&1; echo "rc=$?" >> "$OUT/check.log"
 echo "PASS $(grep -c '^PASS' "$OUT/check.log")"; grep "^FAIL" "$OUT/check.log" | head -20
-grep -E "sigma table|every gate value e=8_st|N\(0, 64\).*_st" "$OUT/check.log" | head -12; tail -2 "$OUT/check.log"
-step "ab_sigtab.py (PDL)"
-MXFUSE_BENCH_PDL=1 timeout ${T_AB:-200} python3 ab_sigtab.py ${AB_MS:-} > "$OUT/ab_sigtab.log" 2>&1; echo "rc=$?" >> "$OUT/ab_sigtab.log"
-cat "$OUT/ab_sigtab.log" | tail -26
+grep -E "_table: regs|sigma table|every gate value (e=8_table|host)|N\(0, 64\).*(_table|host)" "$OUT/check.log" | head -30
+tail -2 "$OUT/check.log"
+if [ -n "${SIGWIRE:-}" ]; then
+  step "rust gpu_kernels"
+  run_rust_tests ${T_RUST:-90}
+  grep -E "^test .*(swiglu|FAILED)|panicked" "$OUT/rust.log" | head -12
+  AB_MS=${AB_MS:-8 16 64 128 192 384 1024 2048 4096 8192}
+fi
+step "ab_sigtab.py (PDL${SIGWIRE:+, SIGWIRE})"
+SIGWIRE=${SIGWIRE:-} MXFUSE_BENCH_PDL=1 timeout ${T_AB:-200} python3 ab_sigtab.py ${AB_MS:-} > "$OUT/ab_sigtab.log" 2>&1
+echo "rc=$?" >> "$OUT/ab_sigtab.log"
+cat "$OUT/ab_sigtab.log" | tail -60
 if [ -n "${NCU:-}" ]; then
   step "ncu (M = 8192)"
   timeout ${T_NCU:-120} ncu --clock-control none -k regex:mx_swiglu --metrics \

@@ -99,6 +99,7 @@ class Module:
         self.mod = ctypes.c_void_p()
         _ck(cuda.cuModuleLoadData(ctypes.byref(self.mod), self.cubin), "cuModuleLoadData")
         self.funcs = {}
+        self.resident = {}
 
     def func(self, name):
         if name not in self.funcs:
@@ -115,6 +116,17 @@ class Module:
             _ck(cuda.cuFuncGetAttribute(ctypes.byref(v), a, self.func(name)), "attr")
             out.append(v.value)
         return tuple(out)
+
+    def resident_blocks(self, name, block):
+        """Blocks of `block` lanes of kernel `name` one SM holds at once (the driver's occupancy
+        query, as kernels/src/gpu/driver.rs `resident_blocks`; no dynamic shared memory)."""
+        key = (name, block)
+        if key not in self.resident:
+            n = ctypes.c_int()
+            _ck(cuda.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(n), self.func(name), ctypes.c_int(block),
+                                                                 ctypes.c_size_t(0)), f"occupancy {name}")
+            self.resident[key] = n.value
+        return self.resident[key]
 
     def read_global(self, name, nbytes):
         """The bytes of a __device__ variable of the module (e.g. the timed kernels' stamps)."""
@@ -215,17 +227,26 @@ class Ops:
         return outs
 
     def swiglu_quant(self, gate, up, I, layout, flags, alpha=1.702, limit=7.0, beta=1.0, outs=None, e=None, block=None, opt="",
-                     pinned=None, grid=None):
+                     pinned=None, grid=None, table=None):
         """opt: kernel name suffix of a bench-only variant ("_t", "_sh", "_sht"; bf16, e = 1, OAI +
-        fp32 activation only; the lean packed kernels "_pk", "_st", "_floor": bf16, e = 8, block
+        fp32 activation only; the lean packed kernels "_pk", "_table", "_floor": bf16, e = 8, block
         <= 256, rounded unrolled swish, see swiglu_lean_ok). pinned: F_SIGMA_PINNED on / off; None:
         the launch table's choice. grid: at most this many blocks (the lean kernels loop over the
-        rest; the others must not be capped)."""
+        rest; the others must not be capped). table: None = the launch table's choice where no
+        e / block / opt / grid is given (the table kernel, 256 lanes, grid capped at the resident
+        blocks, where swiglu_uses_table says so: launch.rs `swiglu_mxquant`); False = the choice
+        without the table kernel (the default before it)."""
         rows = gate.shape[0]
         if outs is None:
             outs = (torch.empty(rows, I, dtype=torch.uint8, device=gate.device),
                     torch.empty(rows, I // 32, dtype=torch.uint8, device=gate.device))
         q, s = outs
+        host = e is None and block is None and not opt and grid is None
+        if table is None:
+            table = host and swiglu_uses_table(rows * I, gate.dtype, flags, alpha, limit)
+        if table:
+            assert host, "table=True takes the table kernel's own shape"
+            opt, e, block, pinned = "_table", 8, SWIGLU_TABLE_BLOCK, False
         e0, block0 = swiglu_choice(rows * I)
         e, block = e or e0, block or block0
         if pinned if pinned is not None else rows * I < SWIGLU_PINNED_BELOW[1 if flags & F_FP32_ACT else 0]:
@@ -233,14 +254,17 @@ class Ops:
         lanes = rows * I // e
         act = (1 if flags & F_OAI else 0) + (2 if flags & F_FP32_ACT else 0)
         blocks = -(-lanes // block)
+        name = f"mx_swiglu_quant_{SUFFIX[gate.dtype]}_e{e}_a{act}{opt}"
         if opt in LEAN_SWIGLU:
             # the lean kernels trap where their preconditions fail: never launch them there
             if not swiglu_lean_ok(opt, gate.dtype, e, block, flags, alpha, limit):
                 raise ValueError(f"swiglu {opt}: preconditions not met (swiglu_lean_ok)")
+            if table:
+                grid = torch.cuda.get_device_properties(0).multi_processor_count * self.m.resident_blocks(name, block)
             blocks = min(blocks, grid or blocks)
         elif grid is not None:
             raise ValueError("grid: the lean kernels only")
-        self.m.launch(f"mx_swiglu_quant_{SUFFIX[gate.dtype]}_e{e}_a{act}{opt}", (blocks,), (block,),
+        self.m.launch(name, (blocks,), (block,),
                       [gate, up, q, s, ctypes.c_longlong(rows), ctypes.c_int(I), ctypes.c_int(LAYOUTS[layout]),
                        ctypes.c_float(alpha), ctypes.c_float(limit), ctypes.c_float(beta), ctypes.c_uint(flags)])
         return outs
@@ -489,9 +513,13 @@ SWIGLU_LARGE = (8, 128)
 SWIGLU_PINNED_BELOW = (1 << 20, 1 << 22)
 
 
-# The bench-only lean packed SwiGLU kernels (swiglu_mxquant.hip swiglu_mxquant_blocks): certified
-# sigma, logistic table, access-pattern floor (OAI only).
-LEAN_SWIGLU = ("_pk", "_st", "_floor")
+# The lean packed SwiGLU kernels (swiglu_mxquant.hip swiglu_mxquant_blocks): certified sigma and
+# access-pattern floor (OAI only), bench-only; the logistic table, the launch table's choice from
+# SWIGLU_TABLE_FROM outputs (the H200 row's `table_from`, thresholds.rs SwiGluLaunchTable) in
+# 256-lane blocks (kernels/src/gpu/swiglu_table_kernel.rs).
+LEAN_SWIGLU = ("_pk", "_table", "_floor")
+SWIGLU_TABLE_FROM = 1 << 17
+SWIGLU_TABLE_BLOCK = 256
 
 
 def swiglu_lean_ok(opt, dtype, e, block, flags, alpha, limit):
@@ -507,7 +535,12 @@ def swiglu_lean_ok(opt, dtype, e, block, flags, alpha, limit):
     ok = ok and (not flags & F_OAI or (limit > 0 and bf(limit) > 0))
     ok = ok and (opt != "_floor" or flags & F_OAI)
     a = bf(alpha)
-    return bool(ok and (opt != "_st" or (math.isfinite(a) and a != 0.0)))
+    return bool(ok and (opt != "_table" or (math.isfinite(a) and a != 0.0)))
+
+
+def swiglu_uses_table(n, dtype, flags, alpha=1.702, limit=7.0):
+    """Whether the launch table takes the table kernel for n outputs (launch.rs `swiglu_mxquant`)."""
+    return n >= SWIGLU_TABLE_FROM and swiglu_lean_ok("_table", dtype, 8, SWIGLU_TABLE_BLOCK, flags, alpha, limit)
 
 
 def swiglu_choice(n):

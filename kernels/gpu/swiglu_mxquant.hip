@@ -463,22 +463,25 @@ MX_DEV void mx_swiglu_load_words(const mx_u16* __restrict__ gate, const mx_u16* 
 #endif
 
 #if defined(MX_SWIGLU_PACKED)
-// Bench-only lean kernels of the packed path (bf16, 8 per lane, rounded activation, unrolled swish;
-// no other dispatch compiled in, so their SASS is the path's): MODE
-//  * MX_BLOCKS_CERT: the certified fast sigma, the default kernels' packed path (`_pk`);
-//  * MX_BLOCKS_TABLE: the logistic from the table in shared memory (mx_sigma_lookup2, `_st`):
+// Lean kernels of the packed path (bf16, 8 per lane, rounded activation, unrolled swish; no other
+// dispatch compiled in, so their SASS is the path's): MODE
+//  * MX_BLOCKS_CERT: the certified fast sigma, the default kernels' packed path (`_pk`, bench-only);
+//  * MX_BLOCKS_TABLE: the logistic from the table in shared memory (mx_sigma_lookup2, `_table`;
+//    the runtime's kernel from the device's `table_from` outputs on, kernels/src/gpu/
+//    swiglu_table_kernel.rs, grid capped at the resident blocks by the occupancy query):
 //    each block copies the table (MX_SIGMA_ENTRIES * 2 bytes, 487 16-byte pieces): each lane
 //    loads up to two pieces before the PDL wait (the table is constant: under programmatic
 //    launch this overlaps the previous kernel's tail), stores them once its first input loads are
 //    issued (and copies what is left where blocks have < 244 lanes), then one __syncthreads;
 //  * MX_BLOCKS_FLOOR: the same grid, loads and stores (16-byte gate + 16-byte up per lane, an
 //    8-byte q store, one scale byte per 4 lanes) with the words only combined (xor): the access
-//    pattern's floor (`_floor`; its outputs are meaningless).
+//    pattern's floor (`_floor`, bench-only; its outputs are meaningless).
 // A block loops over chunks of blockDim lanes with a stride of gridDim (uniform per block): a grid
 // of one block per chunk copies the table once per chunk (at 256 lanes a block as many bytes from
 // L2 as the chunk's inputs), a capped grid once per resident block. The caller guarantees the
 // preconditions the default kernels test at their entry (OAI: limit > 0 and r(limit) > 0, the
-// min / max clamps; the table: r(alpha) finite and nonzero); the kernel traps otherwise.
+// min / max clamps; the table: r(alpha) finite and nonzero); the kernel traps otherwise (the
+// runtime's test: swiglu_table_kernel.rs `refusal`; bench/gpu/mxgpu.py `swiglu_lean_ok`).
 #define MX_BLOCKS_CERT 0
 #define MX_BLOCKS_TABLE 1
 #define MX_BLOCKS_FLOOR 2
@@ -717,13 +720,18 @@ MX_DEFINE_SWIGLU1T(mx_swiglu_quant_bf16_e1_a3_sh, MxBf16, 1, MX_F_OAI | MX_F_FP3
 MX_DEFINE_SWIGLU1T(mx_swiglu_quant_bf16_e1_a3_sht, MxBf16, 1, MX_F_OAI | MX_F_FP32_ACT, MX_SWIGLU_SHFL | MX_SWIGLU_TIMED)
 #endif
 
-// Bench-only (bench/gpu/ab_sigtab.py, check.py): the lean packed kernels (swiglu_mxquant_blocks;
-// any grid): certified sigma (_pk), logistic table (_st), access-pattern floor (_floor).
+// The table kernels (swiglu_mxquant_blocks, any grid): the runtime's SwiGLU kernel for bf16,
+// rounded activation, unrolled swish from the device's `table_from` outputs on (CUDA sm_80+).
+#if defined(MX_SWIGLU_PACKED)
+MX_DEFINE_SWIGLU_BLOCKS(mx_swiglu_quant_bf16_e8_a0_table, 0u, MX_BLOCKS_TABLE)
+MX_DEFINE_SWIGLU_BLOCKS(mx_swiglu_quant_bf16_e8_a1_table, MX_F_OAI, MX_BLOCKS_TABLE)
+#endif
+
+// Bench-only (bench/gpu/ab_sigtab.py, check.py): the lean packed kernels with the certified sigma
+// (_pk) and the access-pattern floor (_floor).
 #if defined(MX_SWIGLU_PACKED)
 MX_DEFINE_SWIGLU_BLOCKS(mx_swiglu_quant_bf16_e8_a0_pk, 0u, MX_BLOCKS_CERT)
 MX_DEFINE_SWIGLU_BLOCKS(mx_swiglu_quant_bf16_e8_a1_pk, MX_F_OAI, MX_BLOCKS_CERT)
-MX_DEFINE_SWIGLU_BLOCKS(mx_swiglu_quant_bf16_e8_a0_st, 0u, MX_BLOCKS_TABLE)
-MX_DEFINE_SWIGLU_BLOCKS(mx_swiglu_quant_bf16_e8_a1_st, MX_F_OAI, MX_BLOCKS_TABLE)
 MX_DEFINE_SWIGLU_BLOCKS(mx_swiglu_quant_bf16_e8_a1_floor, MX_F_OAI, MX_BLOCKS_FLOOR)
 #endif
 

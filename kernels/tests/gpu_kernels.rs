@@ -475,6 +475,19 @@ fn swiglu_case<T: Element + Pod>(
     attrs: &SwiGluAttrs,
 ) {
     let g = edge_rows::<T>(rng, rows, i, true);
+    swiglu_case_with(rt, rng, rows, i, attrs, g);
+}
+
+/// One `SwiGluMxQuant` launch on gate values `g` (`rows` × `i`) and random up values, against
+/// the reference bit for bit.
+fn swiglu_case_with<T: Element + Pod>(
+    rt: &Arc<GpuRuntime>,
+    rng: &mut Rng,
+    rows: usize,
+    i: usize,
+    attrs: &SwiGluAttrs,
+    g: Vec<T>,
+) {
     let u: Vec<T> = (0..rows * i)
         .map(|_| T::from_f32(rng.normal() * 4.0))
         .collect();
@@ -567,7 +580,8 @@ fn gpu_swiglu_mxquant_matches_reference_bit_for_bit() {
     }
     // The 8-elements-per-lane kernel (H200 table: from 2^18 outputs): with the pinned logistic
     // (512 rows), and the certified fast one for the bf16-rounded (from 2^20 outputs) and the
-    // fp32 activation (from 2^22).
+    // fp32 activation (from 2^22). On sm_90 the two rounded cases take the table kernel instead
+    // (from 2^17 outputs; MXFUSE_GPU_SWIGLU_TABLE=0 keeps this kernel); check.py covers both.
     for (rows, fp32_activation) in [(512, false), (2731, false), (5462, true)] {
         swiglu_case::<bf16>(
             &rt,
@@ -580,6 +594,162 @@ fn gpu_swiglu_mxquant_matches_reference_bit_for_bit() {
                 ..oai
             },
         );
+    }
+}
+
+/// The table kernel (`mx_swiglu_quant_bf16_e8_a{0,1}_table`), the runtime's default for bf16,
+/// rounded activation, unrolled swish from the device's `table_from` outputs on (2^17 on the
+/// H200), bit for bit: SiLU and OAI, every layout, a partial last chunk (171 × 768, 1366 × 96),
+/// a grid smaller than the chunks (2048 rows: blocks loop), gate columns at and past the table's
+/// ends (|z| >= 88.5, ±Inf, huge values, 2^-8) and NaN gates (in a block of their own, so the
+/// NaN-propagating scale rule does not hide the others).
+#[test]
+fn gpu_swiglu_table_kernel_is_the_default_and_bit_exact() {
+    let Some(rt) = gpu() else { return };
+    let mut rng = Rng(0x5EED_0000_0000_7AB1);
+    let silu = SwiGluAttrs {
+        layout: SwiGluLayout::SplitHalves,
+        ..Default::default()
+    };
+    let oai = SwiGluAttrs {
+        activation: Activation::Oai,
+        alpha: 1.702,
+        ..silu
+    };
+    // z = r(g · r(alpha)) at and past the table's ends: 88.5 = HI, ±Inf, the largest bf16 below
+    // and above, the smallest entry 2^-8 and below it; OAI clamps positive gates at the limit.
+    let big = [
+        88.5,
+        -88.5,
+        88.0,
+        -88.0,
+        89.0,
+        -89.0,
+        100.0,
+        -100.0,
+        52.0,
+        -52.0,
+        1.0e4,
+        -1.0e4,
+        3.0e38,
+        -3.0e38,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        0.003_906_25,
+        -0.003_906_25,
+        0.003,
+        -0.0,
+    ];
+    let nan = [f32::NAN, -f32::NAN, 1.0, -1.0];
+    let plant = |rng: &mut Rng, rows: usize, i: usize| -> Vec<bf16> {
+        let mut g = edge_rows::<bf16>(rng, rows, i, true);
+        for r in 0..rows {
+            // Block 0 column 3, the last column of the row, and block 1 column 40 (NaNs).
+            g[r * i + 3] = bf16::from_f32(big[r % big.len()]);
+            g[r * i + i - 1] = bf16::from_f32(big[(r + 7) % big.len()]);
+            if i > 64 {
+                g[r * i + 40] = bf16::from_f32(nan[r % nan.len()]);
+            }
+        }
+        g
+    };
+    let layouts = [
+        SwiGluLayout::Separate,
+        SwiGluLayout::SplitHalves,
+        SwiGluLayout::Interleaved,
+    ];
+    let wide_oai = SwiGluAttrs {
+        limit: 1000.0,
+        quant: CONFIGS[2],
+        ..oai
+    };
+    let mut cases = Vec::new();
+    for layout in layouts {
+        for base in [silu, oai, wide_oai] {
+            cases.push((192, 768, SwiGluAttrs { layout, ..base }));
+        }
+    }
+    for base in [silu, oai] {
+        cases.push((
+            171,
+            768,
+            SwiGluAttrs {
+                quant: CONFIGS[1],
+                ..base
+            },
+        ));
+        cases.push((
+            1366,
+            96,
+            SwiGluAttrs {
+                quant: CONFIGS[3],
+                ..base
+            },
+        ));
+        cases.push((2048, 768, base));
+    }
+    cases.push((
+        2048,
+        768,
+        SwiGluAttrs {
+            alpha: -1.0,
+            ..silu
+        },
+    ));
+    cases.push((
+        192,
+        768,
+        SwiGluAttrs {
+            alpha: 3.0e38,
+            ..silu
+        },
+    ));
+    let table_on = rt.device().arch == "sm_90"
+        && !std::env::var("MXFUSE_GPU_SWIGLU_TABLE").is_ok_and(|v| v == "0" || v == "off");
+    for (rows, i, attrs) in cases {
+        if table_on {
+            assert!(
+                rt.swiglu_takes_table_kernel(DType::BF16, rows, i, &attrs),
+                "{rows}x{i} {attrs:?}"
+            );
+        }
+        let g = plant(&mut rng, rows, i);
+        swiglu_case_with::<bf16>(&rt, &mut rng, rows, i, &attrs, g);
+    }
+    // Below the threshold and where the preconditions fail the default kernels serve (no trap).
+    let refused = [
+        (128, 768, oai),
+        (192, 768, SwiGluAttrs { limit: 0.0, ..oai }),
+        (192, 768, SwiGluAttrs { alpha: 0.0, ..silu }),
+        (
+            192,
+            768,
+            SwiGluAttrs {
+                alpha: f32::INFINITY,
+                ..silu
+            },
+        ),
+        (
+            192,
+            768,
+            SwiGluAttrs {
+                swish_form: SwishForm::SingleOp,
+                ..silu
+            },
+        ),
+        (
+            192,
+            768,
+            SwiGluAttrs {
+                fp32_activation: true,
+                ..oai
+            },
+        ),
+    ];
+    for (rows, i, attrs) in refused {
+        assert!(!rt.swiglu_takes_table_kernel(DType::BF16, rows, i, &attrs));
+        let g = plant(&mut rng, rows, i);
+        swiglu_case_with::<bf16>(&rt, &mut rng, rows, i, &attrs, g);
     }
 }
 

@@ -79,7 +79,13 @@ struct DriverFns {
     synchronize: unsafe extern "C" fn() -> c_int,
     /// CUDA only: the primary context, made current on every calling thread.
     ctx_set_current: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
+    /// `cuOccupancyMaxActiveBlocksPerMultiprocessor` /
+    /// `hipModuleOccupancyMaxActiveBlocksPerMultiprocessor` (blocks, function, block size,
+    /// dynamic shared bytes); `None` where the library lacks it.
+    occupancy: Option<OccupancyFn>,
 }
+
+type OccupancyFn = unsafe extern "C" fn(*mut c_int, *mut c_void, c_int, usize) -> c_int;
 
 /// Entry points of the run-time compiler (NVRTC and hipRTC share the shape).
 struct RtcFns {
@@ -350,6 +356,7 @@ impl Driver {
             memcpy_dtoh: sym(&drv, dn, "cuMemcpyDtoH_v2")?,
             synchronize: sym(&drv, dn, "cuCtxSynchronize")?,
             ctx_set_current: Some(sym(&drv, dn, "cuCtxSetCurrent")?),
+            occupancy: sym(&drv, dn, "cuOccupancyMaxActiveBlocksPerMultiprocessor").ok(),
         };
         let rtc_fns = Self::load_rtc(&rtc, rn, "nvrtc", "CUBIN")?;
         let mut driver = Self::unprobed(Backend::Cuda, fns, rtc_fns, error_string, 32, drv, rtc);
@@ -400,6 +407,12 @@ impl Driver {
             memcpy_dtoh: sym(&drv, dn, "hipMemcpyDtoH")?,
             synchronize: sym(&drv, dn, "hipDeviceSynchronize")?,
             ctx_set_current: None,
+            occupancy: sym(
+                &drv,
+                dn,
+                "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor",
+            )
+            .ok(),
         };
         let rtc_fns = Self::load_rtc(&rtc, rn, "hiprtc", "Code")?;
         if init(0) != 0 || set_device(0) != 0 {
@@ -558,6 +571,22 @@ impl Driver {
     /// was found).
     pub fn has_launch_ex(&self) -> bool {
         self.fns.launch_ex.is_some()
+    }
+
+    /// How many blocks of `block` lanes of `function` (no dynamic shared memory) fit on one
+    /// multiprocessor at once, by the driver's occupancy calculator (registers, static shared
+    /// memory, `__launch_bounds__`); `Ok(None)` where the driver has no such query.
+    pub fn resident_blocks(&self, function: usize, block: u32) -> GpuResult<Option<usize>> {
+        let Some(query) = self.fns.occupancy else {
+            return Ok(None);
+        };
+        self.make_current()?;
+        let mut blocks: c_int = 0;
+        // SAFETY: `function` is a live function handle from `function`; out-pointer to a local.
+        self.check("occupancy query", unsafe {
+            query(&mut blocks, function as *mut c_void, block as c_int, 0)
+        })?;
+        Ok(Some(blocks.max(0) as usize))
     }
 
     /// Launches `function` on `stream` (0 = the default stream); `pdl`: as a programmatic

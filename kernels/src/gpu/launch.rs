@@ -10,6 +10,7 @@ use super::driver::Backend;
 use super::error::GpuResult;
 use super::runtime::GpuRuntime;
 use super::shapes::{frag_shape, norm_split, pipe_shape, splitk_shape};
+use super::swiglu_table_kernel;
 use super::thresholds::{
     FragGemmTable, InGemmQuantThresholds, NormLaunchTable, PipeGemmTable, SwiGluLaunchTable,
 };
@@ -504,7 +505,13 @@ impl GpuRuntime {
             _ => return Err(crate::reference::layout_mismatch(attrs.layout).into()),
         };
         let table = SwiGluLaunchTable::for_arch(&self.device().arch);
-        let (e, block) = table.shape(rows * i);
+        let outputs = rows * i;
+        let use_table = self.swiglu_takes_table_kernel(dtype, rows, i, attrs);
+        let (e, block) = if use_table {
+            (8, swiglu_table_kernel::BLOCK)
+        } else {
+            table.shape(outputs)
+        };
         let align = (e * dtype.size()).min(16) as u64;
         check_aligned("gate", gate, align)?;
         if layout == 0 {
@@ -512,7 +519,7 @@ impl GpuRuntime {
         }
         check_aligned("q", q, e as u64)?;
         check_aligned("scales", scales, 1)?;
-        let lanes = rows * i / e;
+        let lanes = outputs / e;
         if lanes == 0 {
             return Ok(());
         }
@@ -526,7 +533,7 @@ impl GpuRuntime {
             } else {
                 0
             })
-            | (if table.pinned(rows * i, attrs.fp32_activation) {
+            | (if !use_table && table.pinned(outputs, attrs.fp32_activation) {
                 F_SIGMA_PINNED
             } else {
                 0
@@ -543,14 +550,43 @@ impl GpuRuntime {
             .push(attrs.limit)
             .push(attrs.beta)
             .push(flags);
-        let name = format!("mx_swiglu_quant_{t}_e{e}_a{act}");
+        let blocks = lanes.div_ceil(block);
+        let (name, grid) = if use_table {
+            let name = format!("mx_swiglu_quant_{t}_e8_a{act}_table");
+            let resident = self.resident_blocks(&name, dim_u32("block", block)?)?;
+            let grid = swiglu_table_kernel::grid(blocks, self.multiprocessors(), resident);
+            (name, grid)
+        } else {
+            (format!("mx_swiglu_quant_{t}_e{e}_a{act}"), blocks)
+        };
         self.run(
             &name,
-            [dim_u32("grid", lanes.div_ceil(block))?, 1, 1],
+            [dim_u32("grid", grid)?, 1, 1],
             dim_u32("block", block)?,
             params,
             stream,
         )
+    }
+
+    /// Whether `SwiGluMxQuant` of `rows` × `i` outputs takes the table kernel
+    /// ([`swiglu_table_kernel`]): CUDA sm_80+ (where the kernels exist), from the device's
+    /// measured `table_from` outputs on, and only where the kernel's preconditions hold (so its
+    /// trap is unreachable from the runtime); `MXFUSE_GPU_SWIGLU_TABLE=0` (or `off`) keeps the
+    /// default kernels for comparisons.
+    pub fn swiglu_takes_table_kernel(
+        &self,
+        dtype: DType,
+        rows: usize,
+        i: usize,
+        attrs: &SwiGluAttrs,
+    ) -> bool {
+        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *ON.get_or_init(|| {
+            !std::env::var("MXFUSE_GPU_SWIGLU_TABLE").is_ok_and(|v| v == "0" || v == "off")
+        }) && self.backend() == Backend::Cuda
+            && self.device().compute_capability >= 80
+            && SwiGluLaunchTable::for_arch(&self.device().arch).table(rows * i)
+            && swiglu_table_kernel::refusal(dtype, attrs).is_none()
     }
 
     /// `MxQuantize` of `elements` values in rows of `k`.
@@ -984,6 +1020,7 @@ mod tests {
             "mx_add_rmsnorm_quant_f16_gf32_c1_s4",
             "mx_add_rmsnorm_quant_bf16_gf32_c3",
             "mx_swiglu_quant_bf16_e1_a1",
+            "mx_swiglu_quant_bf16_e8_a1_table",
             "mx_quantize_bf16_e2",
             "mx_matmul_frag_m8_bf16_w8_s2",
             "mx_matmul_tc_e4m3_m8_bf16_pf",

@@ -6,7 +6,8 @@
 //!   build time).
 //! * [`runtime`]: [`GpuRuntime`] (compile once per architecture, cache, device buffers).
 //! * [`launch`]: one launcher per `com.mxfuse` op (programmatic dependent launches on sm_90+);
-//!   [`thresholds`]: the measured per-device launch tables; [`shapes`]: cluster sizes of the
+//!   [`thresholds`]: the measured per-device launch tables; [`swiglu_table_kernel`]: when the
+//!   SwiGLU table kernels run and their grid; [`shapes`]: cluster sizes of the
 //!   split-row norm and the GEMMs; [`pack`]: constant weights packed for the fragment GEMM.
 //!
 //! Without a GPU library, [`GpuRuntime::load`] returns `Ok(None)` and logs that the CPU kernels
@@ -19,6 +20,7 @@ pub mod runtime;
 pub mod shapes;
 pub mod sigma_table;
 pub mod sources;
+pub mod swiglu_table_kernel;
 pub mod thresholds;
 
 pub use driver::{Backend, DeviceInfo};

@@ -24,6 +24,8 @@ pub struct GpuRuntime {
     /// Per [`MODULES`] entry: its loaded module, once compiled and loaded.
     modules: Mutex<Vec<Option<usize>>>,
     functions: Mutex<HashMap<String, usize>>,
+    /// [`GpuRuntime::resident_blocks`] by (kernel, block size), asked once.
+    resident: Mutex<HashMap<(String, u32), Option<usize>>>,
     /// Set when the driver refused a programmatic dependent launch: later launches are ordinary.
     pdl_refused: AtomicBool,
 }
@@ -77,6 +79,7 @@ impl GpuRuntime {
             driver,
             modules: Mutex::new(modules),
             functions: Mutex::new(HashMap::new()),
+            resident: Mutex::new(HashMap::new()),
             pdl_refused: AtomicBool::new(false),
         })))
     }
@@ -245,6 +248,27 @@ impl GpuRuntime {
             library: "mxfuse kernels".into(),
             message: format!("no module holds kernel {name}"),
         }))
+    }
+
+    /// How many blocks of `block` lanes of kernel `name` one multiprocessor holds at once (the
+    /// driver's occupancy query, asked once per kernel and block size); `None` where the driver
+    /// has no such query.
+    pub(crate) fn resident_blocks(&self, name: &str, block: u32) -> GpuResult<Option<usize>> {
+        let key = (name.to_string(), block);
+        if let Some(&r) = self
+            .resident
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            return Ok(r);
+        }
+        let r = self.driver.resident_blocks(self.function(name)?, block)?;
+        self.resident
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, r);
+        Ok(r)
     }
 
     /// Whether programmatic dependent launches are still allowed (the driver has not refused one).

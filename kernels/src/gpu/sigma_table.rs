@@ -1,5 +1,5 @@
 //! The bf16 logistic table of the packed SwiGLU kernels (`kernels/gpu/swiglu_mxquant.hip`,
-//! the bench-only `_st` kernels): in the rounded, unrolled swish form z = r(g · r(alpha)) is a
+//! the `_table` kernels, launched as [`super::swiglu_table_kernel`] says): in the rounded, unrolled swish form z = r(g · r(alpha)) is a
 //! bf16 value and the graph uses r(sigmoid_f32(z)), so the whole logistic is a function of 16
 //! bits. The GPU looks it up in shared memory instead of computing the fast sigma plus its
 //! certificate (~12 instructions and 2 MUFU per element).

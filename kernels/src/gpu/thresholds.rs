@@ -261,15 +261,20 @@ pub struct SwiGluLaunchTable {
     /// activation: in a grid of about one wave the kernel lasts as long as its slowest warp, and
     /// a warp's rare exact redo is that warp.
     pub pinned_below: (usize, usize),
+    /// From how many outputs the table kernels (`_table`, [`super::swiglu_table_kernel`]) serve
+    /// the attributes they take; `usize::MAX` = never.
+    pub table_from: usize,
 }
 
 impl SwiGluLaunchTable {
     /// Devices not measured: 2 elements per lane below 2^21 outputs (short per-lane chains when the
-    /// grid cannot fill the device), else 8; 256-lane blocks; the H200's pinned-logistic bounds.
+    /// grid cannot fill the device), else 8; 256-lane blocks; the H200's pinned-logistic bounds;
+    /// no table kernels (measured on the H200 only).
     pub const DEFAULT: Self = Self {
         tiers: &[(1 << 21, 2, 256)],
         large: (8, 256),
         pinned_below: (1 << 20, 1 << 22),
+        table_from: usize::MAX,
     };
 
     const MEASURED: [(&'static str, Self); 1] = [
@@ -287,6 +292,10 @@ impl SwiGluLaunchTable {
         // 2.41, M = 1024 3.45 vs 3.59, M = 1536 3.47 vs 3.64, M = 8192 10.84 vs 13.58; fp32
         // activation M = 1536 3.40 vs 3.31, M = 2048 4.01 vs 4.20, M = 4096 6.55 vs 6.72 (SiLU
         // 6.37 vs 6.10), M = 8192 11.91 vs 12.45 (SiLU 11.36 vs 11.26).
+        // 2026-12-01 (issue 6 follow-up 7, bench/gpu/ab_sigtab.py, PDL): the table kernel (256
+        // lanes) vs the choice above, OAI / SiLU: M = 8 1.34 vs 1.25 / 1.33 vs 1.24 (slower),
+        // M = 192 1.47 vs 1.66 / 1.46 vs 1.58, M = 2048 3.10 vs 3.65 / 3.42 vs 3.46, M = 4096
+        // 5.12-5.46 vs 5.84 / 4.91 vs 5.34: from 2^17 outputs (M = 171 at I = 768).
         (
             "sm_90",
             Self {
@@ -298,6 +307,7 @@ impl SwiGluLaunchTable {
                 ],
                 large: (8, 128),
                 pinned_below: (1 << 20, 1 << 22),
+                table_from: 1 << 17,
             },
         ),
     ];
@@ -311,6 +321,12 @@ impl SwiGluLaunchTable {
     pub fn pinned(&self, outputs: usize, fp32_activation: bool) -> bool {
         let (rounded, fp32) = self.pinned_below;
         outputs < if fp32_activation { fp32 } else { rounded }
+    }
+
+    /// Whether a launch of `outputs` outputs takes the table kernel (where its preconditions
+    /// hold: [`super::swiglu_table_kernel::refusal`]).
+    pub fn table(&self, outputs: usize) -> bool {
+        outputs >= self.table_from
     }
 
     /// (elements per lane, block size) for `outputs` outputs.
@@ -388,6 +404,19 @@ mod tests {
         assert_eq!(h200.shape(8192 * 768), (8, 128));
         assert!(h200.pinned(768 * 768, false) && !h200.pinned(1536 * 768, false));
         assert!(h200.pinned(4096 * 768, true) && !h200.pinned(8192 * 768, true));
+    }
+
+    #[test]
+    fn swiglu_table_kernel_from_2_17_outputs_on_the_h200_only() {
+        let h200 = SwiGluLaunchTable::for_arch("sm_90");
+        assert!(!h200.table(8 * 768) && !h200.table(128 * 768));
+        assert!(h200.table(1 << 17) && h200.table(192 * 768) && h200.table(8192 * 768));
+        for arch in ["sm_80", "sm_100", "gfx942"] {
+            assert!(
+                !SwiGluLaunchTable::for_arch(arch).table(usize::MAX - 1),
+                "{arch}"
+            );
+        }
     }
 
     #[test]
