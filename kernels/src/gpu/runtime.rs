@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use super::driver::{Backend, DeviceInfo, Driver};
 use super::error::{GpuError, GpuResult};
-use super::sources::{module_text, MODULES};
+use super::sources::{module_text, owner_of, MODULES};
 
 /// A device and the compiled kernels, shared by every op that runs on it.
 pub struct GpuRuntime {
@@ -211,14 +211,29 @@ impl GpuRuntime {
         &self.driver
     }
 
-    /// The kernel `name` (looked up once): from the loaded modules in [`MODULES`] order, else
-    /// from the modules not compiled yet, compiled and loaded now.
+    /// The kernel `name` (looked up once): from the module whose name prefixes claim it
+    /// ([`owner_of`]; compiled and loaded now if it is not yet), else from the loaded modules in
+    /// [`MODULES`] order, then from the modules not compiled yet.
     pub(crate) fn function(&self, name: &str) -> GpuResult<usize> {
         let mut table = self.functions.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(&f) = table.get(name) {
             return Ok(f);
         }
         let mut modules = self.modules.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = owner_of(name) {
+            let m = match modules[i] {
+                Some(m) => m,
+                None => {
+                    let image = Self::images_for(&self.driver, &[i])?.remove(0);
+                    let m = self.driver.load_module(&image)?;
+                    modules[i] = Some(m);
+                    m
+                }
+            };
+            let f = self.driver.function(m, name)?;
+            table.insert(name.to_string(), f);
+            return Ok(f);
+        }
         let mut last_err = None;
         let mut lookup = |m: usize| match self.driver.function(m, name) {
             Ok(f) => {
