@@ -411,6 +411,17 @@ MX_DEV void mx_swiglu_stamp(int i, float dep) {
 }
 
 #if defined(MX_SWIGLU_PACKED)
+// l / d for l < 2^24, 4 <= d < 2^24 (both exact in f32) by a float reciprocal: the product is
+// within 2^-22 of l / d < 2^22, so off by at most one, fixed by the remainder; ~12 instructions
+// instead of the ~20 of an unsigned division.
+MX_DEV mx_u32 mx_div_small(mx_u32 l, mx_u32 d) {
+  float rcp;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rcp) : "f"((float)d));
+  const int q = (int)((float)l * rcp);
+  const int r = (int)l - q * (int)d;
+  return (mx_u32)(r < 0 ? q - 1 : (r >= (int)d ? q + 1 : q));
+}
+
 // A lane's 8 gate / up elements as bf16x2 words (element 2i in the low half of word i), the
 // elements mx_load reads for the same lane: straight from the 16-byte loads, interleaved inputs
 // (g0 u0 g1 u1 ...) regrouped by byte permutes. Only split halves needs the lane's row.
@@ -422,17 +433,12 @@ MX_DEV void mx_swiglu_load_words(const mx_u16* __restrict__ gate, const mx_u16* 
   if (layout == MX_LAYOUT_SPLIT_HALVES) {
     const int per_row = I / 8;
     if (lanes <= (1 << 24) && lanes * 16 <= 0x7fffffffLL) {
-      // Most tensors: the row by a float reciprocal (lane and the quotient exact in f32; the
-      // product within 2^-22 of lane / per_row < 2^22, so off by at most one, fixed by the
-      // remainder) instead of the ~25-instruction integer division, and 32-bit element offsets
-      // (the tensor's 2 * 8 * lanes elements fit): ~12 instructions instead of ~45.
+      // Most tensors: the row by a float reciprocal (mx_div_small) instead of the ~25-instruction
+      // integer division, and 32-bit element offsets (the tensor's 2 * 8 * lanes elements fit):
+      // ~12 instructions instead of ~45.
       const unsigned l = (unsigned)lane;
-      float rcp;
-      asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rcp) : "f"((float)per_row));
-      int row = (int)((float)l * rcp);
-      int col = (int)l - row * per_row;
-      row = col < 0 ? row - 1 : (col >= per_row ? row + 1 : row);
-      g = gate + (unsigned)(8 * l + (unsigned)row * (unsigned)I);  // row * 2I + 8 * col
+      const unsigned row = mx_div_small(l, (unsigned)per_row);
+      g = gate + (unsigned)(8 * l + row * (unsigned)I);  // row * 2I + 8 * col
     } else {  // 32-bit division when it fits (a 64-bit one is ~70 instructions)
       const long long row = lanes < 0x7fffffffLL ? (long long)((unsigned)lane / (unsigned)per_row)
                                                  : lane / per_row;
@@ -488,14 +494,15 @@ MX_DEV void mx_swiglu_load_words(const mx_u16* __restrict__ gate, const mx_u16* 
 
 // Loops of the table kernels (bench-only variants, BENCHMARKS.md issue 6 follow-up 9): GENERIC
 // is the one below (any layout, 64-bit lane ids, the row by a float reciprocal every chunk); the
-// others take split halves with 32-bit offsets (lanes and the grid's lanes <= 2^26, so every
-// offset of a chunk two strides past the end still fits) and the quantizer's floor rule and
+// others take split halves with 32-bit offsets (lanes <= 2^23 and the grid's lanes <= 2^22, so
+// every lane id a chunk two strides past the end has stays below 2^24, mx_div_small's range,
+// and every offset fits) and the quantizer's floor rule and
 // "propagate" (the runtime's flags) in swiglu_table_split_loop:
 //  * MX_LOOP_SPLIT: the row / column of the next chunk from the previous one (the stride of
 //    gridDim * blockDim lanes is constant: its rows and columns are computed once), no layout
 //    test in the loop, the first chunk's loads peeled before the table copy;
 //  * MX_LOOP_PIPE: SPLIT with the next chunk's two 16-byte loads issued before this chunk's
-//    arithmetic (8 registers more);
+//    arithmetic (two buffers: 40 registers, the launch bounds' cap, against 34 / 32);
 //  * MX_LOOP_TWO: SPLIT with two chunks (a stride apart) per iteration, the four loads first.
 #define MX_LOOP_GENERIC 0
 #define MX_LOOP_SPLIT 1
@@ -556,14 +563,14 @@ MX_DEV void swiglu_table_split_loop(const mx_u16* __restrict__ gate, mx_u8* __re
   constexpr mx_u32 CH = LOOP == MX_LOOP_TWO ? 2u : 1u;  // chunks per step of the cursors
   const mx_u32 per_row = I / 8u, t = threadIdx.x, nb = blockDim.x;
   const mx_u32 stride = gridDim.x * nb;  // lanes from one chunk of the block to its next
-  const mx_u32 dc = (CH * stride) % per_row;
-  const mx_u32 dstep = (CH * stride) / per_row * 2u * I + 8u * dc;
+  const mx_u32 dr = mx_div_small(CH * stride, per_row), dc = CH * stride - dr * per_row;
+  const mx_u32 dstep = dr * 2u * I + 8u * dc;
   mx_u32 lane = blockIdx.x * nb + t;
   MxSplitCursor cur[CH];
   mx_u32 gw[2][4], uw[2][4];  // PIPE: the current and the next chunk; TWO: the two chunks
 #pragma unroll
   for (mx_u32 c = 0; c < CH; ++c) {
-    const mx_u32 l = lane + c * stride, row = l / per_row;
+    const mx_u32 l = lane + c * stride, row = mx_div_small(l, per_row);
     cur[c].col = l - row * per_row;
     cur[c].off = row * 2u * I + 8u * cur[c].col;
     mx_split_load(gate, l < lanes ? cur[c].off : 0u, I, gw[c], uw[c]);
@@ -628,8 +635,8 @@ MX_DEV void swiglu_mxquant_blocks(const mx_u16* __restrict__ gate, const mx_u16*
   const MxSwigluPacked k = {mx_bf16x2_splat(p.alpha_r), mx_bf16x2_splat(p.limit_r),
                             mx_bf16x2_splat(-p.limit_r), mx_bf16x2_splat(p.beta_r)};
   if constexpr (LOOP != MX_LOOP_GENERIC) {
-    if (layout == MX_LAYOUT_SPLIT_HALVES && lanes <= (1 << 26) &&
-        (long long)gridDim.x * blockDim.x <= (1 << 26) && !(flags & (MX_F_RCEIL | MX_F_NAN_IGNORE))) {
+    if (layout == MX_LAYOUT_SPLIT_HALVES && lanes <= (1 << 23) &&
+        (long long)gridDim.x * blockDim.x <= (1 << 22) && !(flags & (MX_F_RCEIL | MX_F_NAN_IGNORE))) {
       swiglu_table_split_loop<A, LOOP, 0u>(gate, q, scale, (mx_u32)lanes, (mx_u32)I, k, tab16, ta,
                                            tb);
       return;
