@@ -20,16 +20,17 @@ from mxgpu import Module, Ops, F_OAI
 I = 768
 
 
+SWLANE_OPTS = ("table8", "tsr", "tsr8", "tpipe", "ttwo")
+
+
 def variants(sms, ops=None, act="a1"):
     cap = sms * 6  # the e8 kernels' occupancy: 6 blocks of <= 256 lanes per SM
     if os.environ.get("SWLANE") == "1":
         # follow-up 9: host (the table kernel, occupancy-capped) against its split-halves loops,
         # each capped at the SMs x its own resident blocks (the runtime's rule), tsr also uncapped
-        occ = {o: sms * ops.m.resident_blocks(f"mx_swiglu_quant_bf16_e8_{act}{o}", 256) for o in ("_tsr", "_tpipe", "_ttwo")}
-        return [("host", dict()), ("tsr", dict(e=8, block=256, opt="_tsr", grid=occ["_tsr"])),
-                ("tpipe", dict(e=8, block=256, opt="_tpipe", grid=occ["_tpipe"])),
-                ("ttwo", dict(e=8, block=256, opt="_ttwo", grid=occ["_ttwo"])),
-                ("tsrfull", dict(e=8, block=256, opt="_tsr"))]
+        occ = {o: sms * ops.m.resident_blocks(f"mx_swiglu_quant_bf16_e8_{act}_{o}", 256) for o in SWLANE_OPTS}
+        return [("host", dict())] + [(o, dict(e=8, block=256, opt="_" + o, grid=occ[o])) for o in SWLANE_OPTS] + [
+            ("tsrfull", dict(e=8, block=256, opt="_tsr"))]
     if os.environ.get("SIGWIRE") == "1":
         return [("host", dict()), ("prev", dict(table=False)), ("st256", dict(e=8, block=256, opt="_table")),
                 ("st256cap", dict(e=8, block=256, opt="_table", grid=cap))]
@@ -46,7 +47,7 @@ def main():
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     ms = [int(a) for a in sys.argv[1:]] or [8, 192, 2048, 4096, 8192]
     for flags, mode in ((F_OAI, "a1"), (0, "a0")):
-        for opt in ("_table",) + (("_tsr", "_tpipe", "_ttwo") if os.environ.get("SWLANE") == "1" else ()):
+        for opt in ("_table",) + (tuple("_" + o for o in SWLANE_OPTS) if os.environ.get("SWLANE") == "1" else ()):
             name = f"mx_swiglu_quant_bf16_e8_{mode}{opt}"
             print(f"{name}: regs/shared/local {ops.m.attrs(name)}, resident blocks of 256 per SM "
                   f"{ops.m.resident_blocks(name, 256)} ({sms} SMs)", flush=True)
@@ -69,10 +70,11 @@ def main():
             print(f"{mode:6s} {M:5d} " + " ".join(f"{med[n]:8.2f}" if n in med else f"{'-':>8s}" for n in names)
                   + f"  {med['host'] / best:6.2f}", flush=True)
     if os.environ.get("SWLANE") == "1":  # the compact table: each loop / host
-        print("\nmode       M    host     tsr   tpipe    ttwo tsrfull  tsr/host tpipe/host ttwo/host")
+        cols = ("host",) + SWLANE_OPTS + ("tsrfull",)
+        print("\nmode       M " + " ".join(f"{n:>7s}" for n in cols) + "  " + " ".join(f"{n + '/h':>9s}" for n in cols[1:]))
         for mode, M, med, _ in rows:
-            print(f"{mode:6s} {M:5d} " + " ".join(f"{med[n]:7.2f}" for n in ("host", "tsr", "tpipe", "ttwo", "tsrfull"))
-                  + "  " + " ".join(f"{med[n] / med['host']:8.3f}" for n in ("tsr", "tpipe", "ttwo")))
+            print(f"{mode:6s} {M:5d} " + " ".join(f"{med[n]:7.2f}" for n in cols)
+                  + "  " + " ".join(f"{med[n] / med['host']:9.3f}" for n in cols[1:]))
         return
     # The compact table: host choice, best certified lean, best table, floor, and table vs certified.
     print("\nmode       M    host    prev  host/prev  best_pk  best_st  st/pk  floor  st/floor")

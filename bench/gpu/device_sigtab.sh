@@ -23,7 +23,7 @@ step "check.py ${CHECKS:=check_sigma_table check_swiglu_all_bf16 check_swiglu}"
 timeout ${T_CHECK:-150} python3 check.py $CHECKS >> "$OUT/check.log" 2>&1; echo "rc=$?" >> "$OUT/check.log"
 echo "PASS $(grep -c '^PASS' "$OUT/check.log")"; grep "^FAIL" "$OUT/check.log" | head -20
 grep -E "_table: regs|sigma table|every gate value (e=8_table|host)|N\(0, 64\).*(_table|host)" "$OUT/check.log" | head -30
-[ -n "${SWLANE:-}" ] && { echo "split loops: PASS $(grep -cE '^PASS.*_t(sr|pipe|two)' "$OUT/check.log") FAIL $(grep -cE '^FAIL.*_t(sr|pipe|two)' "$OUT/check.log")"; AB_MS=${AB_MS:-192 1024 2048 4096 8192}; }
+[ -n "${SWLANE:-}" ] && { echo "split loops: PASS $(grep -cE '^PASS.*_(t(sr|pipe|two)|table8)' "$OUT/check.log") FAIL $(grep -cE '^FAIL.*_(t(sr|pipe|two)|table8)' "$OUT/check.log")"; AB_MS=${AB_MS:-192 1024 2048 4096 8192}; }
 tail -2 "$OUT/check.log"
 if [ -n "${SIGWIRE:-}" ]; then
   step "rust gpu_kernels"

@@ -673,8 +673,10 @@ MX_DEV void swiglu_mxquant_blocks(const mx_u16* __restrict__ gate, const mx_u16*
   }
 }
 #define MX_DEFINE_SWIGLU_BLOCKS(NAME, ACT, MODE) MX_DEFINE_SWIGLU_BLOCKS_L(NAME, ACT, MODE, MX_LOOP_GENERIC)
-#define MX_DEFINE_SWIGLU_BLOCKS_L(NAME, ACT, MODE, LOOP)                                        \
-  extern "C" __global__ void MX_SWIGLU_BF16_E8_BOUNDS NAME(                                   \
+#define MX_DEFINE_SWIGLU_BLOCKS_L(NAME, ACT, MODE, LOOP) \
+  MX_DEFINE_SWIGLU_BLOCKS_LB(NAME, ACT, MODE, LOOP, MX_SWIGLU_BF16_E8_BOUNDS)
+#define MX_DEFINE_SWIGLU_BLOCKS_LB(NAME, ACT, MODE, LOOP, LB)                                   \
+  extern "C" __global__ void LB NAME(                                                         \
       const mx_u16* gate, const mx_u16* up, mx_u8* q, mx_u8* scale, long long rows, int I,     \
       int layout, float alpha, float limit, float beta, unsigned flags) {                     \
     MxSwigluParams p = {alpha, limit, beta, mx_round<MxBf16>(alpha), mx_round<MxBf16>(limit), \
@@ -863,7 +865,8 @@ MX_DEFINE_SWIGLU_BLOCKS(mx_swiglu_quant_bf16_e8_a1_table, MX_F_OAI, MX_BLOCKS_TA
 #endif
 
 // Bench-only (bench/gpu/ab_sigtab.py SWLANE=1, check.py): the table kernels with the split-halves
-// loops (MX_LOOP_SPLIT `_tsr`, MX_LOOP_PIPE `_tpipe`, MX_LOOP_TWO `_ttwo`).
+// loops (MX_LOOP_SPLIT `_tsr`, MX_LOOP_PIPE `_tpipe`, MX_LOOP_TWO `_ttwo`) and, with `8`, at 8
+// resident blocks (`_table8`, `_tsr8`; `_tpipe` would spill 40 bytes there).
 #if defined(MX_SWIGLU_PACKED)
 MX_DEFINE_SWIGLU_BLOCKS_L(mx_swiglu_quant_bf16_e8_a0_tsr, 0u, MX_BLOCKS_TABLE, MX_LOOP_SPLIT)
 MX_DEFINE_SWIGLU_BLOCKS_L(mx_swiglu_quant_bf16_e8_a1_tsr, MX_F_OAI, MX_BLOCKS_TABLE, MX_LOOP_SPLIT)
@@ -871,6 +874,13 @@ MX_DEFINE_SWIGLU_BLOCKS_L(mx_swiglu_quant_bf16_e8_a0_tpipe, 0u, MX_BLOCKS_TABLE,
 MX_DEFINE_SWIGLU_BLOCKS_L(mx_swiglu_quant_bf16_e8_a1_tpipe, MX_F_OAI, MX_BLOCKS_TABLE, MX_LOOP_PIPE)
 MX_DEFINE_SWIGLU_BLOCKS_L(mx_swiglu_quant_bf16_e8_a0_ttwo, 0u, MX_BLOCKS_TABLE, MX_LOOP_TWO)
 MX_DEFINE_SWIGLU_BLOCKS_L(mx_swiglu_quant_bf16_e8_a1_ttwo, MX_F_OAI, MX_BLOCKS_TABLE, MX_LOOP_TWO)
+// `8`: launch bounds for 8 resident blocks of 256 lanes (32 registers, no spills: OAI at 8
+// blocks a SM instead of 6; SiLU's kernels are at 32 already).
+#define MX_SWIGLU_OCC8 __launch_bounds__(256, 8)
+MX_DEFINE_SWIGLU_BLOCKS_LB(mx_swiglu_quant_bf16_e8_a0_table8, 0u, MX_BLOCKS_TABLE, MX_LOOP_GENERIC, MX_SWIGLU_OCC8)
+MX_DEFINE_SWIGLU_BLOCKS_LB(mx_swiglu_quant_bf16_e8_a1_table8, MX_F_OAI, MX_BLOCKS_TABLE, MX_LOOP_GENERIC, MX_SWIGLU_OCC8)
+MX_DEFINE_SWIGLU_BLOCKS_LB(mx_swiglu_quant_bf16_e8_a0_tsr8, 0u, MX_BLOCKS_TABLE, MX_LOOP_SPLIT, MX_SWIGLU_OCC8)
+MX_DEFINE_SWIGLU_BLOCKS_LB(mx_swiglu_quant_bf16_e8_a1_tsr8, MX_F_OAI, MX_BLOCKS_TABLE, MX_LOOP_SPLIT, MX_SWIGLU_OCC8)
 #endif
 
 // Bench-only (bench/gpu/ab_sigtab.py, check.py): the lean packed kernels with the certified sigma
