@@ -20,8 +20,17 @@ from mxgpu import Module, Ops, F_OAI
 I = 768
 
 
-def variants(sms):
+SWLANE_OPTS = ("table8", "tsr", "tsr8", "tpipe", "ttwo")
+
+
+def variants(sms, ops=None, act="a1"):
     cap = sms * 6  # the e8 kernels' occupancy: 6 blocks of <= 256 lanes per SM
+    if os.environ.get("SWLANE") == "1":
+        # follow-up 9: host (the table kernel, occupancy-capped) against its split-halves loops,
+        # each capped at the SMs x its own resident blocks (the runtime's rule), tsr also uncapped
+        occ = {o: sms * ops.m.resident_blocks(f"mx_swiglu_quant_bf16_e8_{act}_{o}", 256) for o in SWLANE_OPTS}
+        return [("host", dict())] + [(o, dict(e=8, block=256, opt="_" + o, grid=occ[o])) for o in SWLANE_OPTS] + [
+            ("tsrfull", dict(e=8, block=256, opt="_tsr"))]
     if os.environ.get("SIGWIRE") == "1":
         return [("host", dict()), ("prev", dict(table=False)), ("st256", dict(e=8, block=256, opt="_table")),
                 ("st256cap", dict(e=8, block=256, opt="_table", grid=cap))]
@@ -38,17 +47,19 @@ def main():
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     ms = [int(a) for a in sys.argv[1:]] or [8, 192, 2048, 4096, 8192]
     for flags, mode in ((F_OAI, "a1"), (0, "a0")):
-        name = f"mx_swiglu_quant_bf16_e8_{mode}_table"
-        print(f"{name}: regs/shared/local {ops.m.attrs(name)}, resident blocks of 256 per SM "
-              f"{ops.m.resident_blocks(name, 256)} ({sms} SMs)", flush=True)
-    names = [n for n, _ in variants(sms)]
+        for opt in ("_table",) + (tuple("_" + o for o in SWLANE_OPTS) if os.environ.get("SWLANE") == "1" else ()):
+            name = f"mx_swiglu_quant_bf16_e8_{mode}{opt}"
+            print(f"{name}: regs/shared/local {ops.m.attrs(name)}, resident blocks of 256 per SM "
+                  f"{ops.m.resident_blocks(name, 256)} ({sms} SMs)", flush=True)
+    names = [n for n, _ in variants(sms, ops)]
     print(f"{'mode':6s} {'M':>5s} " + " ".join(f"{n:>8s}" for n in names) + "  host/best(pk,st)", flush=True)
     rows = []
     for M in ms:
         gu = (torch.randn(M, 2 * I, device="cuda") * 8).bfloat16()
         outs = (torch.empty(M, I, dtype=torch.uint8, device="cuda"), torch.empty(M, I // 32, dtype=torch.uint8, device="cuda"))
         for mode, flags in (("oai", F_OAI), ("silu", 0)):
-            run = [(n, kw) for n, kw in variants(sms) if not (n.startswith("floor") and not flags & F_OAI)]
+            run = [(n, kw) for n, kw in variants(sms, ops, "a1" if flags & F_OAI else "a0")
+                   if not (n.startswith("floor") and not flags & F_OAI)]
             t = {n: [] for n, _ in run}
             for _ in range(3):
                 for n, kw in run:
@@ -58,6 +69,13 @@ def main():
             rows.append((mode, M, med, best))
             print(f"{mode:6s} {M:5d} " + " ".join(f"{med[n]:8.2f}" if n in med else f"{'-':>8s}" for n in names)
                   + f"  {med['host'] / best:6.2f}", flush=True)
+    if os.environ.get("SWLANE") == "1":  # the compact table: each loop / host
+        cols = ("host",) + SWLANE_OPTS + ("tsrfull",)
+        print("\nmode       M " + " ".join(f"{n:>7s}" for n in cols) + "  " + " ".join(f"{n + '/h':>9s}" for n in cols[1:]))
+        for mode, M, med, _ in rows:
+            print(f"{mode:6s} {M:5d} " + " ".join(f"{med[n]:7.2f}" for n in cols)
+                  + "  " + " ".join(f"{med[n] / med['host']:9.3f}" for n in cols[1:]))
+        return
     # The compact table: host choice, best certified lean, best table, floor, and table vs certified.
     print("\nmode       M    host    prev  host/prev  best_pk  best_st  st/pk  floor  st/floor")
     nan = float("nan")

@@ -229,7 +229,8 @@ class Ops:
     def swiglu_quant(self, gate, up, I, layout, flags, alpha=1.702, limit=7.0, beta=1.0, outs=None, e=None, block=None, opt="",
                      pinned=None, grid=None, table=None):
         """opt: kernel name suffix of a bench-only variant ("_t", "_sh", "_sht"; bf16, e = 1, OAI +
-        fp32 activation only; the lean packed kernels "_pk", "_table", "_floor": bf16, e = 8, block
+        fp32 activation only; the lean packed kernels "_pk", "_table", "_floor" (and the table
+        kernel's bench-only variants "_tsr", "_tpipe", "_ttwo", "_table8", "_tsr8"): bf16, e = 8, block
         <= 256, rounded unrolled swish, see swiglu_lean_ok). pinned: F_SIGMA_PINNED on / off; None:
         the launch table's choice. grid: at most this many blocks (the lean kernels loop over the
         rest; the others must not be capped). table: None = the launch table's choice where no
@@ -517,7 +518,11 @@ SWIGLU_PINNED_BELOW = (1 << 20, 1 << 22)
 # access-pattern floor (OAI only), bench-only; the logistic table, the launch table's choice from
 # SWIGLU_TABLE_FROM outputs (the H200 row's `table_from`, thresholds.rs SwiGluLaunchTable) in
 # 256-lane blocks (kernels/src/gpu/swiglu_table_kernel.rs).
-LEAN_SWIGLU = ("_pk", "_table", "_floor")
+LEAN_SWIGLU = ("_pk", "_table", "_floor", "_tsr", "_tpipe", "_ttwo", "_table8", "_tsr8")
+# The table kernels: `_table` and its bench-only split-halves loops (BENCHMARKS.md issue 6
+# follow-up 9; swiglu_mxquant.hip MX_LOOP_*; `8`: launch bounds for 8 blocks a SM), all with the
+# table's precondition.
+TABLE_SWIGLU = ("_table", "_tsr", "_tpipe", "_ttwo", "_table8", "_tsr8")
 SWIGLU_TABLE_FROM = 1 << 17
 SWIGLU_TABLE_BLOCK = 256
 
@@ -535,7 +540,7 @@ def swiglu_lean_ok(opt, dtype, e, block, flags, alpha, limit):
     ok = ok and (not flags & F_OAI or (limit > 0 and bf(limit) > 0))
     ok = ok and (opt != "_floor" or flags & F_OAI)
     a = bf(alpha)
-    return bool(ok and (opt != "_table" or (math.isfinite(a) and a != 0.0)))
+    return bool(ok and (opt not in TABLE_SWIGLU or (math.isfinite(a) and a != 0.0)))
 
 
 def swiglu_uses_table(n, dtype, flags, alpha=1.702, limit=7.0):

@@ -411,6 +411,17 @@ MX_DEV void mx_swiglu_stamp(int i, float dep) {
 }
 
 #if defined(MX_SWIGLU_PACKED)
+// l / d for l < 2^24, 4 <= d < 2^24 (both exact in f32) by a float reciprocal: the product is
+// within 2^-22 of l / d < 2^22, so off by at most one, fixed by the remainder; ~12 instructions
+// instead of the ~20 of an unsigned division.
+MX_DEV mx_u32 mx_div_small(mx_u32 l, mx_u32 d) {
+  float rcp;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rcp) : "f"((float)d));
+  const int q = (int)((float)l * rcp);
+  const int r = (int)l - q * (int)d;
+  return (mx_u32)(r < 0 ? q - 1 : (r >= (int)d ? q + 1 : q));
+}
+
 // A lane's 8 gate / up elements as bf16x2 words (element 2i in the low half of word i), the
 // elements mx_load reads for the same lane: straight from the 16-byte loads, interleaved inputs
 // (g0 u0 g1 u1 ...) regrouped by byte permutes. Only split halves needs the lane's row.
@@ -422,17 +433,12 @@ MX_DEV void mx_swiglu_load_words(const mx_u16* __restrict__ gate, const mx_u16* 
   if (layout == MX_LAYOUT_SPLIT_HALVES) {
     const int per_row = I / 8;
     if (lanes <= (1 << 24) && lanes * 16 <= 0x7fffffffLL) {
-      // Most tensors: the row by a float reciprocal (lane and the quotient exact in f32; the
-      // product within 2^-22 of lane / per_row < 2^22, so off by at most one, fixed by the
-      // remainder) instead of the ~25-instruction integer division, and 32-bit element offsets
-      // (the tensor's 2 * 8 * lanes elements fit): ~12 instructions instead of ~45.
+      // Most tensors: the row by a float reciprocal (mx_div_small) instead of the ~25-instruction
+      // integer division, and 32-bit element offsets (the tensor's 2 * 8 * lanes elements fit):
+      // ~12 instructions instead of ~45.
       const unsigned l = (unsigned)lane;
-      float rcp;
-      asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rcp) : "f"((float)per_row));
-      int row = (int)((float)l * rcp);
-      int col = (int)l - row * per_row;
-      row = col < 0 ? row - 1 : (col >= per_row ? row + 1 : row);
-      g = gate + (unsigned)(8 * l + (unsigned)row * (unsigned)I);  // row * 2I + 8 * col
+      const unsigned row = mx_div_small(l, (unsigned)per_row);
+      g = gate + (unsigned)(8 * l + row * (unsigned)I);  // row * 2I + 8 * col
     } else {  // 32-bit division when it fits (a 64-bit one is ~70 instructions)
       const long long row = lanes < 0x7fffffffLL ? (long long)((unsigned)lane / (unsigned)per_row)
                                                  : lane / per_row;
@@ -485,12 +491,132 @@ MX_DEV void mx_swiglu_load_words(const mx_u16* __restrict__ gate, const mx_u16* 
 #define MX_BLOCKS_CERT 0
 #define MX_BLOCKS_TABLE 1
 #define MX_BLOCKS_FLOOR 2
-template <mx_u32 ACT, int MODE>
+
+// Loops of the table kernels (bench-only variants, BENCHMARKS.md issue 6 follow-up 9): GENERIC
+// is the one below (any layout, 64-bit lane ids, the row by a float reciprocal every chunk); the
+// others take split halves with 32-bit offsets (lanes <= 2^23 and the grid's lanes <= 2^22, so
+// every lane id a chunk two strides past the end has stays below 2^24, mx_div_small's range,
+// and every offset fits) and the quantizer's floor rule and
+// "propagate" (the runtime's flags) in swiglu_table_split_loop:
+//  * MX_LOOP_SPLIT: the row / column of the next chunk from the previous one (the stride of
+//    gridDim * blockDim lanes is constant: its rows and columns are computed once), no layout
+//    test in the loop, the first chunk's loads peeled before the table copy;
+//  * MX_LOOP_PIPE: SPLIT with the next chunk's two 16-byte loads issued before this chunk's
+//    arithmetic (two buffers: 40 registers, the launch bounds' cap, against 34 / 32);
+//  * MX_LOOP_TWO: SPLIT with two chunks (a stride apart) per iteration, the four loads first.
+#define MX_LOOP_GENERIC 0
+#define MX_LOOP_SPLIT 1
+#define MX_LOOP_PIPE 2
+#define MX_LOOP_TWO 3
+
+// Where a lane's chunks lie in split halves (gate row r = elements [r * 2I, r * 2I + I), up the
+// next I): the element offset of the lane's 8 gate elements and its column of 8 in the row.
+// advance() moves both by the constant stride (dc columns and dstep elements, the row carry
+// adding I: one row on is 2I elements, a row's columns are I elements).
+struct MxSplitCursor {
+  mx_u32 off, col;
+  MX_DEV void advance(mx_u32 dc, mx_u32 dstep, mx_u32 per_row, mx_u32 I) {
+    col += dc;
+    const bool carry = col >= per_row;
+    col = carry ? col - per_row : col;
+    off += carry ? dstep + I : dstep;
+  }
+};
+
+// One chunk's words (gate and up, 16 bytes each) at the cursor.
+MX_DEV void mx_split_load(const mx_u16* __restrict__ gate, mx_u32 off, mx_u32 I, mx_u32 gw[4],
+                          mx_u32 uw[4]) {
+  const uint4 a = *reinterpret_cast<const uint4*>(gate + off);
+  const uint4 b = *reinterpret_cast<const uint4*>(gate + (off + I));
+  gw[0] = a.x; gw[1] = a.y; gw[2] = a.z; gw[3] = a.w;
+  uw[0] = b.x; uw[1] = b.y; uw[2] = b.z; uw[3] = b.w;
+}
+
+// The table path's arithmetic and stores of one chunk (8 outputs a lane).
+template <mx_u32 A>
+MX_DEV void mx_table_chunk(mx_u32 gw[4], mx_u32 uw[4], const MxSwigluPacked& k, const mx_u16* tab,
+                           mx_u32 flags, mx_u8* __restrict__ q, mx_u8* __restrict__ scale,
+                           mx_u32 lane, bool live) {
+  float y[8];
+  mx_u32 w[2];
+  mx_swiglu_packed<8, A, true>(gw, uw, k, tab, y);
+  const mx_u32 sb = mx_quant_group<8>(y, flags, w);
+  if (live) {
+    reinterpret_cast<uint2*>(q)[lane] = make_uint2(w[0], w[1]);
+    if ((lane & 3u) == 0) scale[lane >> 2] = (mx_u8)sb;
+  }
+}
+
+// The split-halves loops (LOOP above) of the table kernels. QF: the quantizer's flags
+// (MX_F_RCEIL | MX_F_NAN_IGNORE) as a constant, so that its rule and NaN tests leave the loop
+// (~10 instructions a chunk; only 0 is instantiated: floor and "propagate", the runtime's; other
+// flags take the generic loop). tab16 / ta / tb: the block's shared table and this lane's pieces
+// of it loaded before the PDL wait (stored here after the first chunk's loads are issued). Block-uniform trip count (chunk start < lanes); lanes past the end load the tensor's
+// first chunk instead of a branch around their loads (whole groups of 4 lanes: per_row is a
+// multiple of 4), compute on it and store nothing. MX_LOOP_PIPE alternates two buffers (the
+// loop body is two chunks) so that no registers are copied.
+template <mx_u32 A, int LOOP, mx_u32 QF>
+MX_DEV void swiglu_table_split_loop(const mx_u16* __restrict__ gate, mx_u8* __restrict__ q,
+                                    mx_u8* __restrict__ scale, mx_u32 lanes, mx_u32 I,
+                                    const MxSwigluPacked& k, uint4* tab16, uint4 ta, uint4 tb) {
+  constexpr int pieces = MX_SIGMA_ENTRIES / 8;
+  constexpr mx_u32 CH = LOOP == MX_LOOP_TWO ? 2u : 1u;  // chunks per step of the cursors
+  const mx_u32 per_row = I / 8u, t = threadIdx.x, nb = blockDim.x;
+  const mx_u32 stride = gridDim.x * nb;  // lanes from one chunk of the block to its next
+  const mx_u32 dr = mx_div_small(CH * stride, per_row), dc = CH * stride - dr * per_row;
+  const mx_u32 dstep = dr * 2u * I + 8u * dc;
+  mx_u32 lane = blockIdx.x * nb + t;
+  MxSplitCursor cur[CH];
+  mx_u32 gw[2][4], uw[2][4];  // PIPE: the current and the next chunk; TWO: the two chunks
+#pragma unroll
+  for (mx_u32 c = 0; c < CH; ++c) {
+    const mx_u32 l = lane + c * stride, row = mx_div_small(l, per_row);
+    cur[c].col = l - row * per_row;
+    cur[c].off = row * 2u * I + 8u * cur[c].col;
+    mx_split_load(gate, l < lanes ? cur[c].off : 0u, I, gw[c], uw[c]);
+  }
+  if (t < pieces) tab16[t] = ta;
+  if (t + nb < pieces) tab16[t + nb] = tb;
+  const uint4* src = reinterpret_cast<const uint4*>(mx_sigma_table);
+  for (int i = t + 2 * nb; i < pieces; i += nb) tab16[i] = __ldg(src + i);
+  __syncthreads();
+  const mx_u16* tab = reinterpret_cast<const mx_u16*>(tab16);
+  if (LOOP == MX_LOOP_PIPE) {
+    while (true) {
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {  // buffer b holds chunk `lane`; the next goes to 1 - b
+        cur[0].advance(dc, dstep, per_row, I);
+        const mx_u32 next = lane + stride;
+        mx_split_load(gate, next < lanes ? cur[0].off : 0u, I, gw[1 - b], uw[1 - b]);
+        mx_table_chunk<A>(gw[b], uw[b], k, tab, QF, q, scale, lane, lane < lanes);
+        lane = next;
+        if (lane - t >= lanes) return;  // block-uniform: the block's next chunk is past the end
+      }
+    }
+  }
+  while (true) {
+#pragma unroll
+    for (mx_u32 c = 0; c < CH; ++c) {
+      const mx_u32 l = lane + c * stride;
+      mx_table_chunk<A>(gw[c], uw[c], k, tab, QF, q, scale, l, l < lanes);
+    }
+    lane += CH * stride;
+    if (lane - t >= lanes) return;  // block-uniform
+#pragma unroll
+    for (mx_u32 c = 0; c < CH; ++c) {
+      cur[c].advance(dc, dstep, per_row, I);
+      mx_split_load(gate, lane + c * stride < lanes ? cur[c].off : 0u, I, gw[c], uw[c]);
+    }
+  }
+}
+
+template <mx_u32 ACT, int MODE, int LOOP = MX_LOOP_GENERIC>
 MX_DEV void swiglu_mxquant_blocks(const mx_u16* __restrict__ gate, const mx_u16* __restrict__ up,
                                   mx_u8* __restrict__ q, mx_u8* __restrict__ scale, long long rows,
                                   int I, int layout, const MxSwigluParams& p, mx_u32 flags) {
   constexpr mx_u32 A = (ACT & MX_F_OAI) ? ACT | MX_ACT_MINMAX : ACT;
   static_assert(MxSwigluPackedPath<MxBf16, 8, A>::value, "the packed path's modes only");
+  static_assert(LOOP == MX_LOOP_GENERIC || MODE == MX_BLOCKS_TABLE, "the split loops: table only");
   const bool oai_ok = !(ACT & MX_F_OAI) || (p.limit > 0.0f && p.limit_r > 0.0f);
   const bool tab_ok = MODE != MX_BLOCKS_TABLE ||
                       (fabsf(p.alpha_r) < __int_as_float(0x7f800000) && p.alpha_r != 0.0f);
@@ -508,6 +634,14 @@ MX_DEV void swiglu_mxquant_blocks(const mx_u16* __restrict__ gate, const mx_u16*
   const long long lanes = rows * (I / 8);
   const MxSwigluPacked k = {mx_bf16x2_splat(p.alpha_r), mx_bf16x2_splat(p.limit_r),
                             mx_bf16x2_splat(-p.limit_r), mx_bf16x2_splat(p.beta_r)};
+  if constexpr (LOOP != MX_LOOP_GENERIC) {
+    if (layout == MX_LAYOUT_SPLIT_HALVES && lanes <= (1 << 23) &&
+        (long long)gridDim.x * blockDim.x <= (1 << 22) && !(flags & (MX_F_RCEIL | MX_F_NAN_IGNORE))) {
+      swiglu_table_split_loop<A, LOOP, 0u>(gate, q, scale, (mx_u32)lanes, (mx_u32)I, k, tab16, ta,
+                                           tb);
+      return;
+    }
+  }
   bool first = true;
   for (long long blk = blockIdx.x; blk * blockDim.x < lanes; blk += gridDim.x) {
     const long long lane_id = blk * blockDim.x + threadIdx.x;
@@ -538,13 +672,16 @@ MX_DEV void swiglu_mxquant_blocks(const mx_u16* __restrict__ gate, const mx_u16*
     if (live) mx_store_group<8>(q, scale, lane_id, w, sb);
   }
 }
-#define MX_DEFINE_SWIGLU_BLOCKS(NAME, ACT, MODE)                                                \
-  extern "C" __global__ void MX_SWIGLU_BF16_E8_BOUNDS NAME(                                   \
+#define MX_DEFINE_SWIGLU_BLOCKS(NAME, ACT, MODE) MX_DEFINE_SWIGLU_BLOCKS_L(NAME, ACT, MODE, MX_LOOP_GENERIC)
+#define MX_DEFINE_SWIGLU_BLOCKS_L(NAME, ACT, MODE, LOOP) \
+  MX_DEFINE_SWIGLU_BLOCKS_LB(NAME, ACT, MODE, LOOP, MX_SWIGLU_BF16_E8_BOUNDS)
+#define MX_DEFINE_SWIGLU_BLOCKS_LB(NAME, ACT, MODE, LOOP, LB)                                   \
+  extern "C" __global__ void LB NAME(                                                         \
       const mx_u16* gate, const mx_u16* up, mx_u8* q, mx_u8* scale, long long rows, int I,     \
       int layout, float alpha, float limit, float beta, unsigned flags) {                     \
     MxSwigluParams p = {alpha, limit, beta, mx_round<MxBf16>(alpha), mx_round<MxBf16>(limit), \
                         mx_round<MxBf16>(beta), (flags & MX_F_SWISH_SINGLE) != 0};            \
-    swiglu_mxquant_blocks<ACT, MODE>(gate, up, q, scale, rows, I, layout, p, flags);          \
+    swiglu_mxquant_blocks<ACT, MODE, LOOP>(gate, up, q, scale, rows, I, layout, p, flags);    \
   }
 #endif
 
@@ -725,6 +862,25 @@ MX_DEFINE_SWIGLU1T(mx_swiglu_quant_bf16_e1_a3_sht, MxBf16, 1, MX_F_OAI | MX_F_FP
 #if defined(MX_SWIGLU_PACKED)
 MX_DEFINE_SWIGLU_BLOCKS(mx_swiglu_quant_bf16_e8_a0_table, 0u, MX_BLOCKS_TABLE)
 MX_DEFINE_SWIGLU_BLOCKS(mx_swiglu_quant_bf16_e8_a1_table, MX_F_OAI, MX_BLOCKS_TABLE)
+#endif
+
+// Bench-only (bench/gpu/ab_sigtab.py SWLANE=1, check.py): the table kernels with the split-halves
+// loops (MX_LOOP_SPLIT `_tsr`, MX_LOOP_PIPE `_tpipe`, MX_LOOP_TWO `_ttwo`) and, with `8`, at 8
+// resident blocks (`_table8`, `_tsr8`; `_tpipe` would spill 40 bytes there).
+#if defined(MX_SWIGLU_PACKED)
+MX_DEFINE_SWIGLU_BLOCKS_L(mx_swiglu_quant_bf16_e8_a0_tsr, 0u, MX_BLOCKS_TABLE, MX_LOOP_SPLIT)
+MX_DEFINE_SWIGLU_BLOCKS_L(mx_swiglu_quant_bf16_e8_a1_tsr, MX_F_OAI, MX_BLOCKS_TABLE, MX_LOOP_SPLIT)
+MX_DEFINE_SWIGLU_BLOCKS_L(mx_swiglu_quant_bf16_e8_a0_tpipe, 0u, MX_BLOCKS_TABLE, MX_LOOP_PIPE)
+MX_DEFINE_SWIGLU_BLOCKS_L(mx_swiglu_quant_bf16_e8_a1_tpipe, MX_F_OAI, MX_BLOCKS_TABLE, MX_LOOP_PIPE)
+MX_DEFINE_SWIGLU_BLOCKS_L(mx_swiglu_quant_bf16_e8_a0_ttwo, 0u, MX_BLOCKS_TABLE, MX_LOOP_TWO)
+MX_DEFINE_SWIGLU_BLOCKS_L(mx_swiglu_quant_bf16_e8_a1_ttwo, MX_F_OAI, MX_BLOCKS_TABLE, MX_LOOP_TWO)
+// `8`: launch bounds for 8 resident blocks of 256 lanes (32 registers, no spills: OAI at 8
+// blocks a SM instead of 6; SiLU's kernels are at 32 already).
+#define MX_SWIGLU_OCC8 __launch_bounds__(256, 8)
+MX_DEFINE_SWIGLU_BLOCKS_LB(mx_swiglu_quant_bf16_e8_a0_table8, 0u, MX_BLOCKS_TABLE, MX_LOOP_GENERIC, MX_SWIGLU_OCC8)
+MX_DEFINE_SWIGLU_BLOCKS_LB(mx_swiglu_quant_bf16_e8_a1_table8, MX_F_OAI, MX_BLOCKS_TABLE, MX_LOOP_GENERIC, MX_SWIGLU_OCC8)
+MX_DEFINE_SWIGLU_BLOCKS_LB(mx_swiglu_quant_bf16_e8_a0_tsr8, 0u, MX_BLOCKS_TABLE, MX_LOOP_SPLIT, MX_SWIGLU_OCC8)
+MX_DEFINE_SWIGLU_BLOCKS_LB(mx_swiglu_quant_bf16_e8_a1_tsr8, MX_F_OAI, MX_BLOCKS_TABLE, MX_LOOP_SPLIT, MX_SWIGLU_OCC8)
 #endif
 
 // Bench-only (bench/gpu/ab_sigtab.py, check.py): the lean packed kernels with the certified sigma
