@@ -523,7 +523,7 @@ LEAN_SWIGLU = ("_pk", "_table", "_floor", "_tsr", "_tpipe", "_ttwo", "_table8", 
 # follow-up 9; swiglu_mxquant.hip MX_LOOP_*; `8`: launch bounds for 8 blocks a SM), all with the
 # table's precondition.
 TABLE_SWIGLU = ("_table", "_tsr", "_tpipe", "_ttwo", "_table8", "_tsr8")
-SWIGLU_TABLE_FROM = 1 << 17
+SWIGLU_TABLE_FROM = 1 << 12
 SWIGLU_TABLE_BLOCK = 256
 
 

@@ -581,7 +581,7 @@ fn gpu_swiglu_mxquant_matches_reference_bit_for_bit() {
     // The 8-elements-per-lane kernel (H200 table: from 2^18 outputs): with the pinned logistic
     // (512 rows), and the certified fast one for the bf16-rounded (from 2^20 outputs) and the
     // fp32 activation (from 2^22). On sm_90 the two rounded cases take the table kernel instead
-    // (from 2^17 outputs; MXFUSE_GPU_SWIGLU_TABLE=0 keeps this kernel); check.py covers both.
+    // (from 2^12 outputs; MXFUSE_GPU_SWIGLU_TABLE=0 keeps this kernel); check.py covers both.
     for (rows, fp32_activation) in [(512, false), (2731, false), (5462, true)] {
         swiglu_case::<bf16>(
             &rt,
@@ -598,7 +598,7 @@ fn gpu_swiglu_mxquant_matches_reference_bit_for_bit() {
 }
 
 /// The table kernel (`mx_swiglu_quant_bf16_e8_a{0,1}_table`), the runtime's default for bf16,
-/// rounded activation, unrolled swish from the device's `table_from` outputs on (2^17 on the
+/// rounded activation, unrolled swish from the device's `table_from` outputs on (2^12 on the
 /// H200), bit for bit: SiLU and OAI, every layout, a partial last chunk (171 × 768, 1366 × 96),
 /// a grid smaller than the chunks (2048 rows: blocks loop), gate columns at and past the table's
 /// ends (|z| >= 88.5, ±Inf, huge values, 2^-8) and NaN gates (in a block of their own, so the
