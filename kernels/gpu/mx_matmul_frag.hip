@@ -246,4 +246,113 @@ MX_DEFINE_FRAG_OUTS(mx_matmul_frag_m16, 2, 1)
   }
 MX_DEFINE_FRAG_XO(mx_matmul_frag_m16_bf16_w4_s1_xo, 4)
 MX_DEFINE_FRAG_XO(mx_matmul_frag_m16_bf16_w8_s1_xo, 8)
+
+// Bench-only (issue 6 follow-up 11), mx_matmul_frag_m16_bf16_w<W>_s<S>_fs: the m16 loop after a
+// SASS walk (BENCHMARKS.md). Per group of 4 k-blocks a lane of the loop above spends 356
+// instructions on the fast path (sm_90, w4 s1): 64 converts, 16 mmas, 32 FMUL + 32 FFMA of the
+// rescale, 18 loads, and 186 integer ones, of which about 55 are address math (64-bit address
+// per load from the group index), 25 IMAD.MOV (the `cur = nxt` register copy of the double
+// buffer) and the guards `i + u < ge`, and 32 SHF that shift a word's upper two e4m3 down for
+// their convert. Here the same arithmetic (mx_mma_group4, so the outputs are bit-identical to the
+// kernel above; its converts read the high halves directly, HW = true) runs on two register buffers in a loop unrolled by two
+// (no copy), every load takes its address from six pointers bumped once per group plus
+// immediate offsets, and no load is guarded inside a batch. Two buffers take 184 registers
+// (w4), so it comes in two register budgets (the kernel names below).
+template <int W, int S>
+MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
+                                  const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
+                                  MxBf16::storage* __restrict__ y, int M, int N, int K, int pre,
+                                  const MxEpi& ep) {
+  constexpr int MT = 2;
+  const MxFragWarp<W, MT, S, 0> f(aq, as, wf, wsf, M, K);
+  const int g = f.g, gb = f.gb, ge = f.ge;
+  // Pointers to group gb, each bumped by one group after its batch is loaded.
+  const uint4* wp = f.wp + 128 * gb;
+  const mx_u32* swp = f.swp + 16 * gb + g;
+  const mx_u8* ap[MT];
+  const mx_u32 *sp0[MT], *sp1[MT];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    ap[mt] = f.ap[mt] + 128 * gb;
+    sp0[mt] = f.sp0[mt] + gb;
+    sp1[mt] = f.sp1[mt] + gb;
+  }
+  typedef MxFragBatch<MT, 1> Batch;
+  auto load_w = [&](Batch& bt) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) bt.w[0][j] = mx_ldg_once16(wp + 32 * j);
+    bt.sA[0] = swp[0];
+    bt.sB[0] = swp[8];
+    wp += 128;
+    swp += 16;
+  };
+  auto load_a = [&](Batch& bt) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) bt.a[0][mt][j] = *reinterpret_cast<const uint2*>(ap[mt] + 32 * j);
+      bt.s0[0][mt] = *sp0[mt];
+      bt.s1[0][mt] = *sp1[mt];
+      ap[mt] += 128;
+      sp0[mt] += 1;
+      sp1[mt] += 1;
+    }
+  };
+  float acc[MT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[mt][c] = 0.0f;
+  auto mma = [&](const Batch& bt) {
+    uint2 wa[4], wb[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      wa[j] = make_uint2(bt.w[0][j].x, bt.w[0][j].y);
+      wb[j] = make_uint2(bt.w[0][j].z, bt.w[0][j].w);
+    }
+    mx_mma_group4<MT, true>(acc, wa, wb, bt.a[0], bt.sA[0], bt.sB[0], bt.s0[0], bt.s1[0]);
+  };
+  Batch b0, b1;
+  if (!pre) MX_PDL_WAIT();
+  if (gb < ge) load_w(b0);
+  if (pre) MX_PDL_WAIT();
+  MX_PDL_LAUNCH();
+  if (gb < ge) load_a(b0);
+  // b0 holds group i, b1 group i + 1: each is refilled two groups ahead right after its mmas'
+  // operands are consumed (the loads of one buffer overlap the mmas of the other).
+  for (int i = gb; i < ge; i += 2) {
+    if (i + 1 < ge) {
+      load_w(b1);
+      load_a(b1);
+    }
+    mma(b0);
+    if (i + 1 == ge) break;
+    if (i + 2 < ge) {
+      load_w(b0);
+      load_a(b0);
+    }
+    mma(b1);
+  }
+  mx_frag_reduce_store<MxBf16, W, MT, S, 0>(acc, y, M, N, ep);
+}
+// _fs: at most 168 registers at W = 2, 4 (12 warps per SM, like the current kernels; ptxas spills
+// 48 bytes); _fsr: no cap (184 registers, 8 warps per SM at W = 4).
+#define MX_DEFINE_FRAG_FS1(W, S, MINB, SFX, ATTR)                                                \
+  extern "C" __global__ void __launch_bounds__(32 * W, MINB)                                     \
+      ATTR mx_matmul_frag_m16_bf16_w##W##_s##S##SFX(                                             \
+          const mx_u8* aq, const mx_u8* as, const uint4* wf, const mx_u32* wsf,                  \
+          MxBf16::storage* y, int M, int N, int K, int pre, MxEpi ep) {                          \
+    mx_matmul_frag_m16_fs<W, S>(aq, as, wf, wsf, y, M, N, K, pre, ep);                           \
+  }
+#define MX_DEFINE_FRAG_FS2(W, S, ATTR)                                                           \
+  MX_DEFINE_FRAG_FS1(W, S, (W < 8 ? 12 / W : 1), _fs, ATTR)                                      \
+  MX_DEFINE_FRAG_FS1(W, S, 1, _fsr, ATTR)
+#define MX_DEFINE_FRAG_FS(W)                                                                     \
+  MX_DEFINE_FRAG_FS2(W, 1, )                                                                     \
+  MX_DEFINE_FRAG_FS2(W, 2, __cluster_dims__(2, 1, 1))                                            \
+  MX_DEFINE_FRAG_FS2(W, 4, __cluster_dims__(4, 1, 1))                                            \
+  MX_DEFINE_FRAG_FS2(W, 8, __cluster_dims__(8, 1, 1))
+MX_DEFINE_FRAG_FS(2)
+MX_DEFINE_FRAG_FS(4)
+MX_DEFINE_FRAG_FS(8)
 #endif  // MX_NV_FP8_MMA && MX_NV_CLUSTER

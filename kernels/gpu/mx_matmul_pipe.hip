@@ -55,6 +55,17 @@ MX_DEV mx_u32 mx_e4m3x2_to_f16x2(mx_u32 v16) {
   return r;
 }
 
+// The upper two e4m3 of v (byte 2 -> low half) to two f16, exact. HW: the cvt reads the
+// register's high half (PTX mov.b32 {lo, hi}) instead of a shifted copy, which the bench-only
+// _fs kernels (mx_matmul_frag.hip) use to drop a SHF per convert.
+template <bool HW>
+MX_DEV mx_u32 mx_e4m3x2_hi_to_f16x2(mx_u32 v) {
+  if (!HW) return mx_e4m3x2_to_f16x2(v >> 16);
+  mx_u32 r;
+  asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}" : "=r"(r) : "r"(v));
+  return r;
+}
+
 // D (16x8 fp32) = A (16x16 f16, row) * B (16x8 f16, col) + C.
 MX_DEV void mx_mma_f16(float d[4], mx_u32 a0, mx_u32 a1, mx_u32 a2, mx_u32 a3, mx_u32 b0,
                        mx_u32 b1, const float c[4]) {
@@ -93,7 +104,7 @@ MX_DEV int mx_pipe_frag_off(int r, int u, int t) {
 // bytes feed k-slots 2t, 2t+1, 2t+8, 2t+9 of the two k16 mmas), which leaves the dot product
 // unchanged. Each k-block's fresh fp32 result is scaled by 2^sw * 2^sa and added to acc.
 // bh[mt][u]: the activation fragments already as f16 (.x .y: mma 0's b0 b1; .z .w: mma 1's).
-template <int MT>
+template <int MT, bool HW = false>
 MX_DEV void mx_mma_group4_h(float acc[MT][4], const uint2 wa[4], const uint2 wb[4],
                             const uint4 bh[MT][4], mx_u32 swA, mx_u32 swB, const mx_u32 s0[MT],
                             const mx_u32 s1[MT]) {
@@ -122,10 +133,10 @@ MX_DEV void mx_mma_group4_h(float acc[MT][4], const uint2 wa[4], const uint2 wb[
 #pragma unroll
   for (int u = 0; u < 4; ++u) {
     // k-slots of lane t: bytes 0-1 / 2-3 of .x (mma 0), of .y (mma 1); the same for b.
-    const mx_u32 a00 = mx_e4m3x2_to_f16x2(wa[u].x), a02 = mx_e4m3x2_to_f16x2(wa[u].x >> 16);
-    const mx_u32 a01 = mx_e4m3x2_to_f16x2(wb[u].x), a03 = mx_e4m3x2_to_f16x2(wb[u].x >> 16);
-    const mx_u32 a10 = mx_e4m3x2_to_f16x2(wa[u].y), a12 = mx_e4m3x2_to_f16x2(wa[u].y >> 16);
-    const mx_u32 a11 = mx_e4m3x2_to_f16x2(wb[u].y), a13 = mx_e4m3x2_to_f16x2(wb[u].y >> 16);
+    const mx_u32 a00 = mx_e4m3x2_to_f16x2(wa[u].x), a02 = mx_e4m3x2_hi_to_f16x2<HW>(wa[u].x);
+    const mx_u32 a01 = mx_e4m3x2_to_f16x2(wb[u].x), a03 = mx_e4m3x2_hi_to_f16x2<HW>(wb[u].x);
+    const mx_u32 a10 = mx_e4m3x2_to_f16x2(wa[u].y), a12 = mx_e4m3x2_hi_to_f16x2<HW>(wa[u].y);
+    const mx_u32 a11 = mx_e4m3x2_to_f16x2(wb[u].y), a13 = mx_e4m3x2_hi_to_f16x2<HW>(wb[u].y);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -141,13 +152,14 @@ MX_DEV void mx_mma_group4_h(float acc[MT][4], const uint2 wa[4], const uint2 wb[
 }
 
 // Eight e4m3 (lane t's 8 bytes of a k-block) as the f16 fragments of mx_mma_group4_h.
+template <bool HW = false>
 MX_DEV uint4 mx_e4m3x8_to_frag(uint2 b) {
-  return make_uint4(mx_e4m3x2_to_f16x2(b.x), mx_e4m3x2_to_f16x2(b.x >> 16), mx_e4m3x2_to_f16x2(b.y),
-                    mx_e4m3x2_to_f16x2(b.y >> 16));
+  return make_uint4(mx_e4m3x2_to_f16x2(b.x), mx_e4m3x2_hi_to_f16x2<HW>(b.x), mx_e4m3x2_to_f16x2(b.y),
+                    mx_e4m3x2_hi_to_f16x2<HW>(b.y));
 }
 
 // mx_mma_group4_h with e4m3 activation fragments (b[mt][u] = lane t's 8 bytes of k-block u).
-template <int MT>
+template <int MT, bool HW = false>
 MX_DEV void mx_mma_group4(float acc[MT][4], const uint2 wa[4], const uint2 wb[4],
                           const uint2 b[MT][4], mx_u32 swA, mx_u32 swB, const mx_u32 s0[MT],
                           const mx_u32 s1[MT]) {
@@ -155,8 +167,8 @@ MX_DEV void mx_mma_group4(float acc[MT][4], const uint2 wa[4], const uint2 wb[4]
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int u = 0; u < 4; ++u) bh[mt][u] = mx_e4m3x8_to_frag(b[mt][u]);
-  mx_mma_group4_h<MT>(acc, wa, wb, bh, swA, swB, s0, s1);
+    for (int u = 0; u < 4; ++u) bh[mt][u] = mx_e4m3x8_to_frag<HW>(b[mt][u]);
+  mx_mma_group4_h<MT, HW>(acc, wa, wb, bh, swA, swB, s0, s1);
 }
 
 template <int W, int MT>
