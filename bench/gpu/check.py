@@ -451,6 +451,61 @@ def check_matmul_frag(ops):
             report(f"matmul_frag N={N} K={K} M={M} W={W_} S={S_} out={out}{xo}", ok, detail + " (incl. PDL)")
 
 
+def check_matmul_frag_fs(ops):
+    """The bench-only m16 kernels of issue 6 follow-up 11 (mx_matmul_frag_m16_bf16_w<W>_s<S>_fs and
+    _fsr, the two register budgets):
+    the same per-group arithmetic as the m16 kernels, so at every (W, S) and M > 8 of
+    k128_gemm_cases they must give the current kernel's bits (plain and under PDL) and pass
+    gemm_verdict; then edge blocks bit-identical to the current kernel: weight scales 0 / 1 / 254 /
+    255 and 100 / 150 (2^-27, 2^23), activation scales 0 / 1 / 254 / 255, e4m3 NaN weights (0x7f,
+    0xff), 448 and subnormal weights, K = 128 (one group) and K = 128 * odd group counts (one
+    buffer left at the end of the two-group loop)."""
+    from mxgpu import FRAG_WS, FRAG_SS, pack_frag
+    if not CLUSTERS:
+        return report("matmul_frag_fs skipped (MXFUSE_GPU_CLUSTERS=off)", True)
+
+    def same_as_current(wf, wsf, N, K, M, aq, as_, W_, S_):
+        """(output of _fs, every _fs / _fsr launch == the current kernel's bits)."""
+        y0 = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W_, S=S_))
+        same, first = True, None
+        for sfx in ("_fs", "_fsr"):
+            y1 = torch.empty(M, N, dtype=torch.bfloat16, device="cuda"); poison([y1])
+            ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W_, S=S_, y=y1, sfx=sfx)
+            ops.m.pdl = True
+            try:
+                y2 = ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W_, S=S_, pre=1, sfx=sfx)
+            finally:
+                ops.m.pdl = False
+            first = y1 if first is None else first
+            same = same and np.array_equal(y0, host(y1), equal_nan=True) and np.array_equal(y0, host(y2), equal_nan=True)
+        return first, same
+
+    for N, K, w, ws, M, aq, as_, yref, fin in k128_gemm_cases(ops):
+        if M <= 8 or M > 16:
+            continue
+        wf, wsf = pack_frag(torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda())
+        for W_ in FRAG_WS:
+            for S_ in FRAG_SS:
+                y1, same = same_as_current(wf, wsf, N, K, M, aq, as_, W_, S_)
+                ok, detail = gemm_verdict(y1, same, yref, fin, "bf16")
+                report(f"matmul_frag_fs N={N} K={K} M={M} W={W_} S={S_}", ok, detail + " (== current kernel, incl. PDL)")
+    for N, K in ((48, 128), (40, 384), (64, 1152), (100, 2688)):
+        w = rand_e4m3((N, K))
+        w[0, :32] = 0x7F; w[1, 5] = 0xFF; w[2, :] = 0x7E; w[3, :] = 0x01; w[4, 64:96] = 0xFE
+        ws = rng.integers(100, 151, (N, K // 32), dtype=np.uint8)
+        ws[5, :] = 0; ws[6, :] = 255; ws[7, :] = 1; ws[8, :] = 254; ws[9, 0] = 100; ws[10, -1] = 150
+        ws[11, ::2] = 0; ws[12, 1::3] = 255
+        wf, wsf = pack_frag(torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda())
+        for M in (12, 16):
+            a32 = ref.rnd(rng.standard_normal((M, K)) * 2, "bf16")
+            aq, as_ = ops.quantize(to_dev(a32, "bf16"), 0)
+            as_[1, 0] = 0; as_[2, :] = 255; as_[3, -1] = 1; as_[4, :] = 254; as_[5, ::2] = 0
+            for W_ in FRAG_WS:
+                for S_ in FRAG_SS:
+                    _, same = same_as_current(wf, wsf, N, K, M, aq, as_, W_, S_)
+                    report(f"matmul_frag_fs edge N={N} K={K} M={M} W={W_} S={S_}", same, "== current kernel, incl. PDL")
+
+
 def check_pdl(ops):
     """Every op under a programmatic (PDL) launch, back to back on one stream with the previous
     kernel writing what the next one reads, gives the bits of ordinary launches: the decode chain
@@ -543,7 +598,7 @@ if __name__ == "__main__":
               "mx_matmul_pipe_m8_bf16_w4_s1", "mx_matmul_pipe_m16_bf16_w1_s8"):
         print(f"  {k}: regs/shared/local = {mod.attrs(k)}")
     only = sys.argv[1:]  # e.g. "check_matmul_splitk": run only these checks
-    for fn in (check_rcp, check_sigmoid_cert, check_sigma_table, check_swiglu_all_bf16, check_matmul_frag, check_pdl, check_matmul_pipe, check_matmul_splitk, check_vectors, check_quantize, check_norm, check_swiglu, check_matmul, check_matmul_epilogue):
+    for fn in (check_rcp, check_sigmoid_cert, check_sigma_table, check_swiglu_all_bf16, check_matmul_frag, check_matmul_frag_fs, check_pdl, check_matmul_pipe, check_matmul_splitk, check_vectors, check_quantize, check_norm, check_swiglu, check_matmul, check_matmul_epilogue):
         if only and fn.__name__ not in only:
             continue
         try:

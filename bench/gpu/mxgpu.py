@@ -341,18 +341,19 @@ class Ops:
                       [aq, as_, w, ws, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ep or epilogue()])
         return y
 
-    def matmul_frag(self, wf, wsf, N, K, M, aq, as_, out_dtype=torch.bfloat16, W=None, S=None, y=None, pre=1, xo="", ep=None):
+    def matmul_frag(self, wf, wsf, N, K, M, aq, as_, out_dtype=torch.bfloat16, W=None, S=None, y=None, pre=1, xo="", ep=None, sfx=""):
         """The fragment-packed GEMM (mx_matmul_frag.hip): (wf, wsf) = pack_frag(w [N, K], ws); a
         pre-quantized. W warps and S cluster blocks split K of each 16-column tile. None = frag_choice.
         pre: load the first weights before the PDL wait. xo="_xo": the bench-only kernels with the
-        previous block order (tiles along x; m16 bf16 w4 / w8 s1)."""
+        previous block order (tiles along x; m16 bf16 w4 / w8 s1). sfx="_fs": the bench-only m16 bf16
+        kernels of issue 6 follow-up 11 (every W, S; the default block order; 16 rows a block at any M)."""
         assert K % 128 == 0
-        mt = 1 if M <= 8 else 2
+        mt = 1 if M <= 8 and not sfx else 2
         W0, S0 = frag_choice(N, K, M)
         W, S = W or W0, S or S0
         if y is None:
             y = torch.empty(M, N, dtype=out_dtype, device=wf.device)
-        name = f"mx_matmul_frag_m{8 * mt}_{SUFFIX[out_dtype]}_w{W}_s{S}{xo}"
+        name = f"mx_matmul_frag_m{8 * mt}_{SUFFIX[out_dtype]}_w{W}_s{S}{xo}{sfx}"
         grid = (-(-N // 16) * S, -(-M // (8 * mt))) if xo else (-(-M // (8 * mt)) * S, -(-N // 16))
         self.m.launch(name, grid, (32 * W,),
                       [aq, as_, wf, wsf, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(pre),
