@@ -9,7 +9,8 @@ Usage: python3 ab_fragsass.py [REPS] (default 3)"""
 import json, os, statistics, sys
 import torch
 from bench import graph_time
-from mxgpu import Module, Ops, frag_choice, pack_frag
+from bench_frag_pdl import weight_copies
+from mxgpu import Module, Ops, frag_choice
 
 OUT = os.environ.get("OUT", ".")
 dev = "cuda"
@@ -21,14 +22,7 @@ def main():
     mod.pdl = True
     rows = []
     for N, K in ((1536, 6144), (6144, 768), (6144, 6144)):
-        copies = max(2, int(400e6 // (N * K)))
-        Wt = [torch.randint(0, 256, (N, K), dtype=torch.uint8, device=dev) for _ in range(copies)]
-        for t in Wt:
-            t[(t & 0x7F) == 0x7F] = 0x38  # no NaN codes
-        St = [torch.randint(118, 128, (N, K // 32), dtype=torch.uint8, device=dev) for _ in range(copies)]
-        P = [pack_frag(w, s) for w, s in zip(Wt, St)]
-        del Wt, St
-        Wb = [torch.randn(N, K, device=dev, dtype=torch.bfloat16) for _ in range(max(2, int(400e6 // (N * K * 2))))]
+        copies, _, _, P, Wb = weight_copies(N, K)
         ctr = [0]
 
         def nxt(n):

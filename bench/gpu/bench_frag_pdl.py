@@ -33,15 +33,23 @@ def both(mod, fn, **kw):
         mod.pdl = False
 
 
+def weight_copies(N, K):
+    """Enough copies of random e4m3 weights [N, K] (no NaN codes) with scales, their frag packing,
+    and of bf16 weights, that rotating over them (>= 400 MB) leaves none in the L2:
+    (copies, Wt, St, P, Wb)."""
+    copies = max(2, int(400e6 // (N * K)))
+    Wt = [torch.randint(0, 256, (N, K), dtype=torch.uint8, device=dev) for _ in range(copies)]
+    for t in Wt:
+        t[(t & 0x7F) == 0x7F] = 0x38  # no NaN codes
+    St = [torch.randint(118, 128, (N, K // 32), dtype=torch.uint8, device=dev) for _ in range(copies)]
+    P = [pack_frag(w, s) for w, s in zip(Wt, St)]
+    Wb = [torch.randn(N, K, device=dev, dtype=torch.bfloat16) for _ in range(max(2, int(400e6 // (N * K * 2))))]
+    return copies, Wt, St, P, Wb
+
+
 def bench_gemm(mod, ops, read_bw, rows):
     for N, K in ((1536, 6144), (6144, 768), (6144, 6144)):
-        copies = max(2, int(400e6 // (N * K)))
-        Wt = [torch.randint(0, 256, (N, K), dtype=torch.uint8, device=dev) for _ in range(copies)]
-        for t in Wt:
-            t[(t & 0x7F) == 0x7F] = 0x38  # no NaN codes
-        St = [torch.randint(118, 128, (N, K // 32), dtype=torch.uint8, device=dev) for _ in range(copies)]
-        P = [pack_frag(w, s) for w, s in zip(Wt, St)]
-        Wb = [torch.randn(N, K, device=dev, dtype=torch.bfloat16) for _ in range(max(2, int(400e6 // (N * K * 2))))]
+        copies, Wt, St, P, Wb = weight_copies(N, K)
         ctr = [0]
 
         def nxt(n):
