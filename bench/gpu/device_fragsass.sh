@@ -12,11 +12,11 @@ set -u
 . "$(dirname "$0")/device_common.sh"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/check.log" 2>&1
 step "check.py ${CHECKS:=check_matmul_frag_fs}"
-timeout ${T_CHECK:-45} python3 check.py $CHECKS >> "$OUT/check.log" 2>&1; echo "rc=$?" >> "$OUT/check.log"
+timeout ${T_CHECK:-50} python3 check.py $CHECKS >> "$OUT/check.log" 2>&1; echo "rc=$?" >> "$OUT/check.log"
 echo "PASS $(grep -c '^PASS' "$OUT/check.log") FAIL $(grep -c '^FAIL' "$OUT/check.log") (fs: PASS $(grep -c '^PASS.*frag_fs' "$OUT/check.log"))"
 grep "^FAIL" "$OUT/check.log" | head -12
 tail -2 "$OUT/check.log"
 step "ab_fragsass.py (PDL)"
-timeout ${T_AB:-40} python3 ab_fragsass.py ${REPS:-5} > "$OUT/ab_fragsass.log" 2>&1; echo "rc=$?" >> "$OUT/ab_fragsass.log"
+timeout ${T_AB:-35} python3 ab_fragsass.py ${REPS:-5} > "$OUT/ab_fragsass.log" 2>&1; echo "rc=$?" >> "$OUT/ab_fragsass.log"
 tail -12 "$OUT/ab_fragsass.log"
 step "done"
