@@ -120,6 +120,42 @@ def check_norm(ops):
             norm_compare(dt, flags, H, M, has_res, g32, var, q, s, ro, no, y_ref, s_ref, rq, rs)
 
 
+def check_norm_lean(ops):
+    """The bench-only lean split-8 kernel (_c1_s8_lean, _lean_t; issue 6 follow-up 10): the runtime's
+    M = 8 case (bf16, bf16 gamma, Gemma + gamma_in_f32, residual, residual_out and normed) at M = 1,
+    8, 16 with edge rows (zero, subnormal, a block of 448s, NaN / Inf / 1e30 inputs; at M = 16 NaN
+    and Inf weights), every output byte equal to the generic split-8 kernel's and the reference
+    comparison of check_norm."""
+    if not CLUSTERS:
+        return
+    H, flags = 6144, F_GEMMA | F_GAMMA_F32
+    for M in (1, 8, 16):
+        x32 = rng.standard_normal((M, H)).astype(np.float32) * 3
+        r32 = rng.standard_normal((M, H)).astype(np.float32)
+        g32v = rng.standard_normal(H) * 0.1
+        if M > 1:
+            x32[1] = 0.0; r32[1] = 0.0  # zero row
+            x32[2] *= 1e-39; r32[2] *= 1e-39  # subnormal row
+            x32[3, :32] = 448.0; x32[3, 32:64] = -448.0; r32[3, :64] = 0.0  # saturating blocks
+            x32[4, 7] = np.nan; x32[5, 100] = np.inf; x32[6, 3000] = 1e30; x32[7, 5000] = -np.inf
+        if M > 8:
+            g32v[64] = np.nan; g32v[200] = np.inf; g32v[6143] = -np.inf
+        x32, r32, g32v = ref.rnd(x32, "bf16"), ref.rnd(r32, "bf16"), ref.rnd(g32v, "bf16")
+        x, r, g = to_dev(x32, "bf16"), to_dev(r32, "bf16"), to_dev(g32v, "bf16")
+        y_ref, s_ref = ref.add_rmsnorm(x32, r32, g32v, "bf16", flags, gdt="bf16")
+        rq, rs = ref.quantize(y_ref, flags)
+        mk = lambda: (torch.empty(M, H, dtype=torch.uint8, device="cuda"), torch.empty(M, H // 32, dtype=torch.uint8, device="cuda"),
+                      torch.empty_like(x), torch.empty_like(x))
+        base = mk(); poison(base)
+        ops.norm_quant(x, r, g, flags, outs=base, split=8)
+        for opt in ("_lean", "_lean_t"):
+            outs = mk(); poison(outs)
+            q, s, ro, no = ops.norm_quant(x, r, g, flags, outs=outs, split=8, opt=opt)
+            diff = sum(int((a.view(torch.uint8) != b.view(torch.uint8)).sum()) for a, b in zip(base, outs))
+            report(f"norm lean bf16 flags={flags} H={H} M={M} split=8 opt={opt} vs generic _c1_s8", diff == 0, f"bytes_diff={diff}")
+            norm_compare("bf16", flags, H, M, True, False, dict(split=8, opt=opt), q, s, ro, no, y_ref, s_ref, rq, rs)
+
+
 def norm_compare(dt, flags, H, M, has_res, g32, var, q, s, ro, no, y_ref, s_ref, rq, rs):
     """Reports one norm launch: residual_out and q (against the GPU's own normed row) bit for bit,
     normed and q against the reference up to rare 1-ulp rsqrt/division differences."""
@@ -598,7 +634,7 @@ if __name__ == "__main__":
               "mx_matmul_pipe_m8_bf16_w4_s1", "mx_matmul_pipe_m16_bf16_w1_s8"):
         print(f"  {k}: regs/shared/local = {mod.attrs(k)}")
     only = sys.argv[1:]  # e.g. "check_matmul_splitk": run only these checks
-    for fn in (check_rcp, check_sigmoid_cert, check_sigma_table, check_swiglu_all_bf16, check_matmul_frag, check_matmul_frag_fs, check_pdl, check_matmul_pipe, check_matmul_splitk, check_vectors, check_quantize, check_norm, check_swiglu, check_matmul, check_matmul_epilogue):
+    for fn in (check_rcp, check_sigmoid_cert, check_sigma_table, check_swiglu_all_bf16, check_matmul_frag, check_matmul_frag_fs, check_pdl, check_matmul_pipe, check_matmul_splitk, check_vectors, check_quantize, check_norm, check_norm_lean, check_swiglu, check_matmul, check_matmul_epilogue):
         if only and fn.__name__ not in only:
             continue
         try:

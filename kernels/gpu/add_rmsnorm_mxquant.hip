@@ -28,6 +28,12 @@
 #define MX_NORM_TIMED 2  // block 0 lane 0 records clock64() stamps in mx_norm_stamps (bench only)
 #define MX_NORM_BARX 4   // split rows: the previous exchange (block sum, DSMEM stores, one release /
                          // acquire cluster barrier); bench only
+// The lean split-row kernel (`_s8_lean`, bench only, issue 6 follow-up 10): the runtime's M = 8 case
+// as compile-time constants -- H = LH (template), these flags, residual / residual_out / normed all
+// present, B = LH / (8 S) lanes (a whole number of warps, every lane live), 32-bit offsets (M * H <
+// 2^31) -- so the flag tests, the live predicates, the 64-bit index math and the generic partial-sum
+// loop leave the SASS. Same arithmetic in the same order: bit-identical to the generic kernel.
+#define MX_NORM_LEAN_FLAGS (MX_F_GEMMA | MX_F_GAMMA_F32)
 
 #if defined(MX_CUDA)
 // Stage timestamps of the MX_NORM_TIMED kernels (bench/gpu/bench.py reads them back).
@@ -126,15 +132,20 @@ MX_DEV double mx_norm_block_sum(double ss, double* warp_sums) {
   return total;
 }
 
-template <class T, class G, int NCH, int S, int OPT>
+template <class T, class G, int NCH, int S, int OPT, int LH = 0>
 MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
                                     const typename T::storage* __restrict__ res,
                                     const typename G::storage* __restrict__ gamma,
                                     mx_u8* __restrict__ q, mx_u8* __restrict__ scale,
                                     typename T::storage* __restrict__ res_out,
-                                    typename T::storage* __restrict__ normed, int H, float eps,
-                                    mx_u32 flags) {
+                                    typename T::storage* __restrict__ normed, int H_arg, float eps,
+                                    mx_u32 flags_arg) {
   constexpr int CS = OPT & MX_NORM_CS;
+  // LH > 0: the lean kernel (see MX_NORM_LEAN_FLAGS); the shape, flags and outputs are constants.
+  constexpr bool LEAN = LH > 0;
+  static_assert(!LEAN || (NCH == 1 && LH % (8 * S * MX_WARP) == 0), "lean: whole warps, one chunk");
+  const int H = LEAN ? LH : H_arg;
+  const mx_u32 flags = LEAN ? (mx_u32)MX_NORM_LEAN_FLAGS : flags_arg;
   // The push exchange (split rows, not the bench-only previous one).
   constexpr bool PUSH = S > 1 && !(OPT & MX_NORM_BARX);
   mx_norm_stamp<OPT>(0, 0.0);
@@ -144,7 +155,7 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
   __shared__ mx_u64 push_bar;
   if (S > 1) {
     if (PUSH && threadIdx.x == 0) {
-      mx_mbar_init_expect(&push_bar, S * (blockDim.x / MX_WARP) * 8);
+      mx_mbar_init_expect(&push_bar, S * (LEAN ? LH / (8 * S * MX_WARP) : blockDim.x / MX_WARP) * 8);
       mx_fence_mbar_init();
     }
     // Arrival at entry, waited for before the first remote store: every block of the cluster has
@@ -157,15 +168,27 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
   // quantizer groups stay in one block.
   const int chunks = (H >> 3) / S;
   const int c0 = (int)(blockIdx.x % S) * chunks;
-  const int B = blockDim.x;
-  x += row * H + 8 * c0;
+  const int B = LEAN ? LH / (8 * S) : (int)blockDim.x;
+  if (LEAN) {  // 32-bit offsets
+    const int off = (int)row * LH + 8 * c0;
+    x += off;
+    res += off;
+    res_out += off;
+    normed += off;
+    q += off;
+    scale += off >> 5;
+  } else {
+    x += row * H + 8 * c0;
+    if (res) res += row * H + 8 * c0;
+    if (res_out) res_out += row * H + 8 * c0;
+    if (normed) normed += row * H + 8 * c0;
+    q += row * H + 8 * c0;
+    scale += row * (H >> 5) + c0 / 4;
+  }
   gamma += 8 * c0;
-  if (res) res += row * H + 8 * c0;
-  if (res_out) res_out += row * H + 8 * c0;
-  if (normed) normed += row * H + 8 * c0;
-  q += row * H + 8 * c0;
-  scale += row * (H >> 5) + c0 / 4;
-  const bool has_res = res != nullptr;
+  const bool has_res = LEAN || res != nullptr;
+  const bool has_res_out = LEAN || res_out != nullptr;
+  const bool has_normed = LEAN || normed != nullptr;
   const bool round_sum = !(flags & MX_F_NO_ROUND_SUM);
 
   MxRaw8<T> xa[NCH], ra[NCH];
@@ -173,7 +196,7 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
 #pragma unroll
   for (int k = 0; k < NCH; ++k) {
     const int c = threadIdx.x + k * B;
-    if (c < chunks) {
+    if (LEAN || c < chunks) {
       xa[k].load(x + 8 * c);
       if (has_res) ra[k].load(res + 8 * c);
       ga[k].load(gamma + 8 * c);
@@ -185,7 +208,7 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
   double ss = 0.0;
 #pragma unroll
   for (int k = 0; k < NCH; ++k) {
-    if ((int)threadIdx.x + k * B < chunks) {
+    if (LEAN || (int)threadIdx.x + k * B < chunks) {
       float s[8];
       xa[k].unpack(s);
       if (has_res) {
@@ -198,7 +221,7 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
           xa[k].unpack(s);
         }
       }
-      if (NCH == 1 && res_out) {
+      if (NCH == 1 && has_res_out) {
         if (has_res && round_sum) {
           xa[k].template store<CS>(res_out + 8 * ((int)threadIdx.x + k * B));
         } else {
@@ -279,7 +302,7 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
     // Whole quantizer groups are either in range or not (chunks % 4 == 0 and B % 4 == 0), but
     // every lane of the warp must reach the shuffles in mx_quant_group8.
     if (k * B >= chunks) break;  // uniform across the block
-    const bool live = c < chunks;
+    const bool live = LEAN || c < chunks;
     float y[8];
     if (live) {
       if (NCH > 1) {
@@ -295,7 +318,7 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
 #pragma unroll
         for (int i = 0; i < 8; ++i) s[i] = s[i] + r[i];
       }
-      if (NCH > 1 && res_out) {
+      if (NCH > 1 && has_res_out) {
         if (has_res && round_sum) {
           xa[k].template store<CS>(res_out + 8 * c);
         } else {
@@ -333,7 +356,7 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
         y[i] = mx_round<T>(nn * w);
       }
       }
-      if (normed) {
+      if (has_normed) {
         MxRaw8<T> o;
         o.pack(y);
         o.template store<CS>(normed + 8 * c);
@@ -403,7 +426,8 @@ MX_DEFINE_NORM_ALL(mx_add_rmsnorm_quant_f16_gf32, MxF16, MxF32)
 MX_DEFINE_NORM_ALL(mx_add_rmsnorm_quant_f32, MxF32, MxF32)
 
 // Bench-only variants (bench/gpu/bench.py; bf16, CUDA): streaming stores (_cs), stage timing
-// (_t, clock64 stamps of block 0) and the previous split-row exchange (_x, _xt).
+// (_t, clock64 stamps of block 0), the previous split-row exchange (_x, _xt) and the lean split-8
+// kernel (_c1_s8_lean, _lean_t: MX_NORM_LEAN_FLAGS).
 #if defined(MX_NV_CLUSTER)
 MX_DEFINE_NORM1(mx_add_rmsnorm_quant_bf16_c1_cs, MxBf16, MxBf16, 1, 1024, MX_NORM_CS)
 MX_DEFINE_NORM1(mx_add_rmsnorm_quant_bf16_c2_cs, MxBf16, MxBf16, 2, 1024, MX_NORM_CS)
@@ -416,4 +440,15 @@ MX_DEFINE_NORM_S1(mx_add_rmsnorm_quant_bf16_c1_s2_x, MxBf16, MxBf16, 2, MX_NORM_
 MX_DEFINE_NORM_S1(mx_add_rmsnorm_quant_bf16_c1_s4_x, MxBf16, MxBf16, 4, MX_NORM_BARX)
 MX_DEFINE_NORM_S1(mx_add_rmsnorm_quant_bf16_c1_s8_x, MxBf16, MxBf16, 8, MX_NORM_BARX)
 MX_DEFINE_NORM_S1(mx_add_rmsnorm_quant_bf16_c1_s8_xt, MxBf16, MxBf16, 8, MX_NORM_BARX | MX_NORM_TIMED)
+// The lean split-8 kernel (MX_NORM_LEAN_FLAGS): H = 6144, B = 96, Gemma + gamma_in_f32, floor,
+// propagate, residual / residual_out / normed present (bench.py's norm case); _lean_t timed.
+#define MX_DEFINE_NORM_LEAN(NAME, T, G, S, LH, OPT)                                            \
+  extern "C" __global__ void __launch_bounds__(LH / (8 * S)) __cluster_dims__(S, 1, 1)         \
+      NAME(MX_NORM_PARAMS(T, G)) {                                                              \
+    MX_PDL_ENTRY();                                                                             \
+    add_rmsnorm_mxquant_row<T, G, 1, S, OPT, LH>(x, res, gamma, q, scale, res_out, normed, H,  \
+                                                 eps, flags);                                   \
+  }
+MX_DEFINE_NORM_LEAN(mx_add_rmsnorm_quant_bf16_c1_s8_lean, MxBf16, MxBf16, 8, 6144, 0)
+MX_DEFINE_NORM_LEAN(mx_add_rmsnorm_quant_bf16_c1_s8_lean_t, MxBf16, MxBf16, 8, 6144, MX_NORM_TIMED)
 #endif
