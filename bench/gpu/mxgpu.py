@@ -207,7 +207,8 @@ class Ops:
         None = the runtime's choice (launch.rs + thresholds.rs: norm_choice below)."""
         M, H = x.shape
         chunks = H // 8
-        if split is None and nch is None:
+        runtime_choice = split is None and nch is None
+        if runtime_choice:
             split, nch = norm_choice(M, H)
         split = split or 1
         if split > 1:
@@ -223,6 +224,12 @@ class Ops:
         q, s, ro, no = outs
         name = "mx_add_rmsnorm_quant_" + SUFFIX[x.dtype] + ("_gf32" if gamma.dtype == torch.float32 and x.dtype != torch.float32 else "")
         name += f"_c{nch}" + (f"_s{split}" if split > 1 else "") + opt
+        # The runtime's lean split-8 kernel (launch.rs: H = 6144, bf16 x and gamma, Gemma +
+        # gamma_in_f32, floor, propagate, residual / residual_out / normed present).
+        if (runtime_choice and not opt and split == 8 and B == 96 and H == 6144 and x.dtype == torch.bfloat16
+                and gamma.dtype == torch.bfloat16 and flags == F_GEMMA | F_GAMMA_F32 and res is not None
+                and ro is not None and no is not None and M * H < 1 << 31):
+            name += "_lean"
         self.m.launch(name, (M * split,), (B,), [x, res, gamma, q, s, ro, no, ctypes.c_int(H), ctypes.c_float(eps), ctypes.c_uint(flags)])
         return outs
 

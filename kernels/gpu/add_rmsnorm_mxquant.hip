@@ -28,7 +28,7 @@
 #define MX_NORM_TIMED 2  // block 0 lane 0 records clock64() stamps in mx_norm_stamps (bench only)
 #define MX_NORM_BARX 4   // split rows: the previous exchange (block sum, DSMEM stores, one release /
                          // acquire cluster barrier); bench only
-// The lean split-row kernel (`_s8_lean`, bench only, issue 6 follow-up 10): the runtime's M = 8 case
+// The lean split-row kernel (`_s8_lean`, issue 6 follow-up 10; launch.rs takes it for exactly this case): the M = 8 case
 // as compile-time constants -- H = LH (template), these flags, residual / residual_out / normed all
 // present, B = LH / (8 S) lanes (a whole number of warps, every lane live), 32-bit offsets (M * H <
 // 2^31) -- so the flag tests, the live predicates, the 64-bit index math and the generic partial-sum
@@ -441,7 +441,8 @@ MX_DEFINE_NORM_S1(mx_add_rmsnorm_quant_bf16_c1_s4_x, MxBf16, MxBf16, 4, MX_NORM_
 MX_DEFINE_NORM_S1(mx_add_rmsnorm_quant_bf16_c1_s8_x, MxBf16, MxBf16, 8, MX_NORM_BARX)
 MX_DEFINE_NORM_S1(mx_add_rmsnorm_quant_bf16_c1_s8_xt, MxBf16, MxBf16, 8, MX_NORM_BARX | MX_NORM_TIMED)
 // The lean split-8 kernel (MX_NORM_LEAN_FLAGS): H = 6144, B = 96, Gemma + gamma_in_f32, floor,
-// propagate, residual / residual_out / normed present (bench.py's norm case); _lean_t timed.
+// propagate, residual / residual_out / normed present (bench.py's norm case): the runtime's kernel
+// for exactly that case (launch.rs; MXFUSE_GPU_NORM_LEAN=0 keeps the generic one); _lean_t timed.
 #define MX_DEFINE_NORM_LEAN(NAME, T, G, S, LH, OPT)                                            \
   extern "C" __global__ void __launch_bounds__(LH / (8 * S)) __cluster_dims__(S, 1, 1)         \
       NAME(MX_NORM_PARAMS(T, G)) {                                                              \

@@ -469,7 +469,23 @@ impl GpuRuntime {
             .push(dim_i32("hidden size", h)?)
             .push(attrs.epsilon)
             .push(flags);
-        let name = if split > 1 {
+        // The lean split-8 kernel (add_rmsnorm_mxquant.hip MX_NORM_LEAN_FLAGS; BENCHMARKS.md issue
+        // 6 follow-up 10: M = 8 1.44 vs 2.09 us on the H200, bit-identical): its shape, flags and
+        // outputs are compile-time constants, so it serves exactly that case.
+        let lean = split == 8
+            && t == "bf16"
+            && gf32.is_empty()
+            && h == 6144
+            && block == 96
+            && flags == F_GEMMA | F_GAMMA_F32
+            && bufs.residual.is_some()
+            && bufs.residual_out.is_some()
+            && bufs.normed.is_some()
+            && rows * h < 1 << 31
+            && std::env::var("MXFUSE_GPU_NORM_LEAN").map_or(true, |v| v != "0");
+        let name = if lean {
+            format!("mx_add_rmsnorm_quant_{t}_c1_s8_lean")
+        } else if split > 1 {
             format!("mx_add_rmsnorm_quant_{t}{gf32}_c1_s{split}")
         } else {
             format!("mx_add_rmsnorm_quant_{t}{gf32}_c{nch}")
