@@ -211,58 +211,31 @@ impl GpuRuntime {
         &self.driver
     }
 
-    /// The kernel `name` (looked up once): from the module whose name prefixes claim it
-    /// ([`owner_of`]; compiled and loaded now if it is not yet), else from the loaded modules in
-    /// [`MODULES`] order, then from the modules not compiled yet.
+    /// The kernel `name` (looked up once) from the module whose name prefixes claim it
+    /// ([`owner_of`]), compiled and loaded now if it is not yet. Only that module is asked: asking
+    /// the others fails with "named symbol not found", which compute-sanitizer reports as errors.
     pub(crate) fn function(&self, name: &str) -> GpuResult<usize> {
         let mut table = self.functions.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(&f) = table.get(name) {
             return Ok(f);
         }
-        let mut modules = self.modules.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(i) = owner_of(name) {
-            let m = match modules[i] {
-                Some(m) => m,
-                None => {
-                    let image = Self::images_for(&self.driver, &[i])?.remove(0);
-                    let m = self.driver.load_module(&image)?;
-                    modules[i] = Some(m);
-                    m
-                }
-            };
-            let f = self.driver.function(m, name)?;
-            table.insert(name.to_string(), f);
-            return Ok(f);
-        }
-        let mut last_err = None;
-        let mut lookup = |m: usize| match self.driver.function(m, name) {
-            Ok(f) => {
-                table.insert(name.to_string(), f);
-                Some(f)
-            }
-            Err(e) => {
-                last_err = Some(e);
-                None
-            }
-        };
-        if let Some(f) = modules.iter().flatten().find_map(|&m| lookup(m)) {
-            return Ok(f);
-        }
-        for i in 0..MODULES.len() {
-            if modules[i].is_some() {
-                continue;
-            }
-            let image = Self::images_for(&self.driver, &[i])?.remove(0);
-            let m = self.driver.load_module(&image)?;
-            modules[i] = Some(m);
-            if let Some(f) = lookup(m) {
-                return Ok(f);
-            }
-        }
-        Err(last_err.unwrap_or_else(|| GpuError::Library {
+        let i = owner_of(name).ok_or_else(|| GpuError::Library {
             library: "mxfuse kernels".into(),
             message: format!("no module holds kernel {name}"),
-        }))
+        })?;
+        let mut modules = self.modules.lock().unwrap_or_else(|e| e.into_inner());
+        let m = match modules[i] {
+            Some(m) => m,
+            None => {
+                let image = Self::images_for(&self.driver, &[i])?.remove(0);
+                let m = self.driver.load_module(&image)?;
+                modules[i] = Some(m);
+                m
+            }
+        };
+        let f = self.driver.function(m, name)?;
+        table.insert(name.to_string(), f);
+        Ok(f)
     }
 
     /// How many blocks of `block` lanes of kernel `name` one multiprocessor holds at once (the
