@@ -17,10 +17,10 @@
 // of one 16-column tile; partial sums are added in warp order, then in cluster-rank order through
 // distributed shared memory (deterministic, no workspace, one launch).
 //
-// PDL (mx_portability.h): with pre = 1 the first batch of weights (constants) is loaded before
+// PDL (mx_portability.h): with pre & 1 the first batch of weights (constants) is loaded before
 // MX_PDL_WAIT, so under a programmatic launch the weight stream starts while the previous kernel
-// still runs; activations are read only after it. pre = 0 waits first (weights written by an
-// earlier kernel of the stream).
+// still runs; activations are read only after it. pre & 1 = 0 waits first (weights written by an
+// earlier kernel of the stream). pre & 2: the L2 prefetch of the warp's weights (below).
 // Grid: (ceil(M / (8 MT)) * S, ceil(N / 16)), block 32 W threads (MxFragBlock).
 
 #if defined(MX_NV_FP8_MMA) && defined(MX_NV_CLUSTER)
@@ -32,6 +32,26 @@ MX_DEV uint4 mx_ldg_once16(const uint4* p) {
       : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
       : "l"(p));
   return r;
+}
+
+// pre & 2: the warp asks L2 for its whole share of the weight tile (2 KB of fragments + 64
+// bytes of scale words a group), one bulk prefetch a group spread over the lanes
+// (cp.async.bulk.prefetch.L2, sm_90: no registers, nothing to wait on), before the PDL wait when
+// pre & 1. Why: the register double buffer keeps only two groups of a warp in flight, so a warp's
+// stream is a chain of DRAM round trips; where the tiles leave SMs idle (1536 x 6144: 96 blocks)
+// the prefetch starts the whole stream at once, overlapping the previous kernel. Where every SM
+// is busy it costs (L2 churn; measured, BENCHMARKS.md follow-up 12), so the host asks for it only
+// there. A prefetch inside the loop (a distance of D groups) was slower: its predicate and
+// address cost registers the capped loop does not have. No "memory" clobber: it would pin the
+// loads around it. Results cannot change.
+MX_DEV void mx_frag_prefetch_l2(const uint4* wf, const mx_u32* wsf, int tile, int K, int gb, int ge) {
+  const int lane = threadIdx.x & 31;
+  const mx_u8* w = reinterpret_cast<const mx_u8*>(wf + (long long)tile * (K >> 5) * 32);
+  const mx_u8* s = reinterpret_cast<const mx_u8*>(wsf + (long long)tile * (K >> 7) * 16);
+  for (int i = gb + lane; i < ge; i += 32) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], 2048;" ::"l"(w + 2048LL * i));
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], 64;" ::"l"(s + 64LL * i));
+  }
 }
 
 // Block -> (16-column tile, K split, first activation row). XO = 0: blockIdx.x = m-tile * S +
@@ -176,9 +196,10 @@ MX_DEV void mx_matmul_frag(const mx_u8* __restrict__ aq, const mx_u8* __restrict
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[mt][c] = 0.0f;
   Batch cur;
-  if (!pre) MX_PDL_WAIT();
+  if (!(pre & 1)) MX_PDL_WAIT();
+  if (pre & 2) mx_frag_prefetch_l2(wf, wsf, MxFragBlock<MT, S, XO>().tile, K, gb, ge);
   if (gb < ge) load_w(cur, gb);
-  if (pre) MX_PDL_WAIT();
+  if (pre & 1) MX_PDL_WAIT();
   MX_PDL_LAUNCH();
   if (gb < ge) load_a(cur, gb);
   for (int i = gb; i < ge; i += U) {
@@ -258,7 +279,7 @@ MX_DEFINE_FRAG_XO(mx_matmul_frag_m16_bf16_w8_s1_xo, 8)
 // (no copy), every load takes its address from six pointers bumped once per group plus
 // immediate offsets, and no load is guarded inside a batch. Two buffers take 184 registers
 // (w4), so it comes in two register budgets (the kernel names below).
-template <int W, int S>
+template <int W, int S, int V>
 MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                                   const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
                                   MxBf16::storage* __restrict__ y, int M, int N, int K, int pre,
@@ -313,15 +334,20 @@ MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __r
     mx_mma_group4<MT, true>(acc, wa, wb, bt.a[0], bt.sA[0], bt.sB[0], bt.s0[0], bt.s1[0]);
   };
   Batch b0, b1;
-  if (!pre) MX_PDL_WAIT();
+  if (!(pre & 1)) MX_PDL_WAIT();
+  if (pre & 2) mx_frag_prefetch_l2(wf, wsf, MxFragBlock<MT, S, 0>().tile, K, gb, ge);
   if (gb < ge) load_w(b0);
-  if (pre) MX_PDL_WAIT();
+  // V = 1: both buffers' weights before the PDL wait (at short K ranges, 6144 x 768 with one or
+  // two groups a warp, the second group's DRAM round trip otherwise starts after the wait).
+  if (V && gb + 1 < ge) load_w(b1);
+  if (pre & 1) MX_PDL_WAIT();
   MX_PDL_LAUNCH();
   if (gb < ge) load_a(b0);
+  if (V && gb + 1 < ge) load_a(b1);
   // b0 holds group i, b1 group i + 1: each is refilled two groups ahead right after its mmas'
   // operands are consumed (the loads of one buffer overlap the mmas of the other).
   for (int i = gb; i < ge; i += 2) {
-    if (i + 1 < ge) {
+    if (!V && i + 1 < ge) {
       load_w(b1);
       load_a(b1);
     }
@@ -332,21 +358,25 @@ MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __r
       load_a(b0);
     }
     mma(b1);
+    if (V && i + 3 < ge) {
+      load_w(b1);
+      load_a(b1);
+    }
   }
   mx_frag_reduce_store<MxBf16, W, MT, S, 0>(acc, y, M, N, ep);
 }
 // _fs: at most 168 registers at W = 2, 4 (12 warps per SM, like the current kernels; ptxas spills
 // 48 bytes); _fsr: no cap (184 registers, 8 warps per SM at W = 4).
-#define MX_DEFINE_FRAG_FS1(W, S, MINB, SFX, ATTR)                                                \
+#define MX_DEFINE_FRAG_FS1(W, S, MINB, SFX, ATTR, V)                                                \
   extern "C" __global__ void __launch_bounds__(32 * W, MINB)                                     \
       ATTR mx_matmul_frag_m16_bf16_w##W##_s##S##SFX(                                             \
           const mx_u8* aq, const mx_u8* as, const uint4* wf, const mx_u32* wsf,                  \
           MxBf16::storage* y, int M, int N, int K, int pre, MxEpi ep) {                          \
-    mx_matmul_frag_m16_fs<W, S>(aq, as, wf, wsf, y, M, N, K, pre, ep);                           \
+    mx_matmul_frag_m16_fs<W, S, V>(aq, as, wf, wsf, y, M, N, K, pre, ep);                           \
   }
 #define MX_DEFINE_FRAG_FS2(W, S, ATTR)                                                           \
-  MX_DEFINE_FRAG_FS1(W, S, (W < 8 ? 12 / W : 1), _fs, ATTR)                                      \
-  MX_DEFINE_FRAG_FS1(W, S, 1, _fsr, ATTR)
+  MX_DEFINE_FRAG_FS1(W, S, (W < 8 ? 12 / W : 1), _fs, ATTR, 0)                                   \
+  MX_DEFINE_FRAG_FS1(W, S, 1, _fsr, ATTR, 0)
 #define MX_DEFINE_FRAG_FS(W)                                                                     \
   MX_DEFINE_FRAG_FS2(W, 1, )                                                                     \
   MX_DEFINE_FRAG_FS2(W, 2, __cluster_dims__(2, 1, 1))                                            \
@@ -355,4 +385,8 @@ MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __r
 MX_DEFINE_FRAG_FS(2)
 MX_DEFINE_FRAG_FS(4)
 MX_DEFINE_FRAG_FS(8)
+// Bench-only (issue 6 follow-up 12): V = 1, both buffers' weights before the PDL wait,
+// mx_matmul_frag_m16_bf16_w<4|8>_s1_fs2.
+MX_DEFINE_FRAG_FS1(4, 1, 3, _fs2, , 1)
+MX_DEFINE_FRAG_FS1(8, 1, 1, _fs2, , 1)
 #endif  // MX_NV_FP8_MMA && MX_NV_CLUSTER

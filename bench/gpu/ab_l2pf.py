@@ -1,0 +1,88 @@
+"""Issue 6 follow-up 12: the decode GEMM with the whole-range L2 prefetch (mx_matmul_frag.hip,
+pre & 2, "+pf") and with both register buffers' weights loaded before the PDL wait (`_fs2`),
+under CUDA-graph replay with PDL (bench.py's graph_time: 200 back-to-back launches, median of the
+replays, us per call), weights rotating over >= 400 MB of copies (bench_frag_pdl.py's set-up).
+Kernels at each M: the m8 kernel (M <= 8, the runtime's there), `_fs` (the runtime's at 9-16 rows;
+at M <= 8 on half a tile) and `_fs2`, each at pre = 1 and 3, and cuBLAS bf16 (torch). Every output
+is compared bit for bit with the first kernel's ("not bit-identical" lists the others). % HBM =
+weight bytes (values + scales) / time / read-only bandwidth measured in the same call (x.sum()
+over 2 GiB). Writes $OUT/ab_l2pf.json. Usage: python3 ab_l2pf.py [REPS] (default 3)"""
+import json, os, statistics, sys
+import torch
+from bench import graph_time
+from bench_frag_pdl import weight_copies
+from mxgpu import FRAG_SS, FRAG_WS, Module, Ops, frag_choice
+
+OUT = os.environ.get("OUT", ".")
+dev = "cuda"
+MS = [int(m) for m in os.environ.get("AB_MS", "1,4,8,12,16").split(",")]
+
+
+def main():
+    reps = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    mod = Module(); ops = Ops(mod)
+    x = torch.empty(1024**3, dtype=torch.bfloat16, device=dev).normal_()
+    read_bw = x.numel() * 2 / (graph_time(lambda: x.sum(), iters=5) * 1e-6)
+    del x
+    print(f"read-only HBM {read_bw / 1e12:.2f} TB/s", flush=True)
+    mod.pdl = True
+    rows = []
+    for N, K in ((1536, 6144), (6144, 768), (6144, 6144)):
+        copies, _, _, P, Wb = weight_copies(N, K)
+        wbytes = N * K * (1 + 1 / 32)
+        ctr = [0]
+
+        def nxt(n):
+            ctr[0] += 1
+            return ctr[0] % n
+        for M in MS:
+            A = torch.randn(M, K, device=dev).bfloat16()
+            aq, as_ = ops.quantize(A, 0)
+            y = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
+            sfx = "_fs" if M > 8 else ""
+            W0, S0 = frag_choice(N, K, M)
+
+            def frag(pre, W=W0, S=S0, sfx=sfx, y=y, j=None):
+                P_ = P[nxt(copies) if j is None else j]
+                return ops.matmul_frag(*P_, N, K, M, aq, as_, W=W, S=S, y=y, pre=pre, sfx=sfx)
+            W16, S16 = frag_choice(N, K, 16)
+            # name -> (sfx, W, S, pre); the first = the runtime's kernel now (reference of `same`)
+            var = {}
+            for pre, tag in ((1, ""), (3, "+pf")):
+                if M <= 8:
+                    var["m8" + tag] = ("", W0, S0, pre)
+                var["fs" + tag] = ("_fs", W16, S16, pre)
+                var["fs2" + tag] = ("_fs2", W16, S16, pre)
+            var = dict(sorted(var.items(), key=lambda kv: kv[1][3]))
+            fns = {k: (lambda v=v: frag(v[3], v[1], v[2], v[0])) for k, v in var.items()}
+            fns["cublas"] = lambda: A @ Wb[nxt(len(Wb))].t()
+            first = next(iter(var.values()))
+            ref = frag(first[3], first[1], first[2], first[0], y=torch.empty_like(y), j=0)
+            same = {}
+            for k, (sf, w, s_, pre) in var.items():
+                got = frag(pre, w, s_, sf, y=torch.empty_like(y), j=0)
+                same[k] = bool(torch.equal(ref, got))
+            torch.cuda.synchronize()
+            t = {k: [] for k in fns}
+            for _ in range(reps):
+                for k, fn in fns.items():
+                    try:
+                        t[k].append(graph_time(fn))
+                    except Exception as e:  # a (W, S) the device refuses: note and go on
+                        t[k].append(float("nan")); print(f"  {k}: {e}", flush=True)
+            med = {k: statistics.median(v) for k, v in t.items()}
+            hbm = {k: wbytes / (v * 1e-6) / read_bw for k, v in med.items() if k != "cublas"}
+            best = min((k for k in med if k != "cublas"), key=lambda k: med[k])
+            rt = "m8" if M <= 8 else "fs"
+            rows.append(dict(N=N, K=K, M=M, W=W0, S=S0, same=same, med=med, hbm=hbm, all=t))
+            print(f"{N}x{K} M={M:2d} w{W0}s{S0}{sfx}: rt {med[rt]:6.2f} cublas {med['cublas']:6.2f} "
+                  f"({med['cublas'] / med[rt]:4.2f}x, {100 * hbm[rt]:4.1f} %) | best {best} {med[best]:6.2f} "
+                  f"({med['cublas'] / med[best]:4.2f}x, {100 * hbm[best]:4.1f} %) | not bit-identical: "
+                  f"{[k for k, v in same.items() if not v]}", flush=True)
+            print("   " + " ".join(f"{k} {v:.2f}" for k, v in sorted(med.items(), key=lambda kv: kv[1])), flush=True)
+        del P, Wb
+    json.dump(dict(read_bw=read_bw, rows=rows), open(os.path.join(OUT, "ab_l2pf.json"), "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
