@@ -36,7 +36,7 @@ def main():
             if M <= 8:  # the variant's W, S: the m16 choice of this shape
                 W, S = frag_choice(N, K, 16)
             fns = {
-                "current": lambda: ops.matmul_frag(*P[nxt(copies)], N, K, M, aq, as_, y=y),
+                "current": lambda: ops.matmul_frag(*P[nxt(copies)], N, K, M, aq, as_, y=y, pre=1),
                 "fs": lambda: ops.matmul_frag(*P[nxt(copies)], N, K, M, aq, as_, W=W, S=S, y=y, sfx="_fs"),
                 "fsr": lambda: ops.matmul_frag(*P[nxt(copies)], N, K, M, aq, as_, W=W, S=S, y=y, sfx="_fsr"),
                 "cublas": lambda: A @ Wb[nxt(len(Wb))].t(),

@@ -1,9 +1,8 @@
 """Issue 6 follow-up 12: the decode GEMM with the whole-range L2 prefetch (mx_matmul_frag.hip,
-pre & 2, "+pf") and with both register buffers' weights loaded before the PDL wait (`_fs2`),
-under CUDA-graph replay with PDL (bench.py's graph_time: 200 back-to-back launches, median of the
+pre & 2, "+pf"), under CUDA-graph replay with PDL (bench.py's graph_time: 200 back-to-back launches, median of the
 replays, us per call), weights rotating over >= 400 MB of copies (bench_frag_pdl.py's set-up).
 Kernels at each M: the m8 kernel (M <= 8, the runtime's there), `_fs` (the runtime's at 9-16 rows;
-at M <= 8 on half a tile) and `_fs2`, each at pre = 1 and 3, and cuBLAS bf16 (torch). Every output
+at M <= 8 on half a tile), each at pre = 1 and 3, the runtime's choice now ("rt", mxgpu.frag_kernel), and cuBLAS bf16 (torch). Every output
 is compared bit for bit with the first kernel's ("not bit-identical" lists the others). % HBM =
 weight bytes (values + scales) / time / read-only bandwidth measured in the same call (x.sum()
 over 2 GiB). Writes $OUT/ab_l2pf.json. Usage: python3 ab_l2pf.py [REPS] (default 3)"""
@@ -52,9 +51,9 @@ def main():
                 if M <= 8:
                     var["m8" + tag] = ("", W0, S0, pre)
                 var["fs" + tag] = ("_fs", W16, S16, pre)
-                var["fs2" + tag] = ("_fs2", W16, S16, pre)
             var = dict(sorted(var.items(), key=lambda kv: kv[1][3]))
             fns = {k: (lambda v=v: frag(v[3], v[1], v[2], v[0])) for k, v in var.items()}
+            fns["rt"] = lambda: ops.matmul_frag(*P[nxt(copies)], N, K, M, aq, as_, y=y)
             fns["cublas"] = lambda: A @ Wb[nxt(len(Wb))].t()
             first = next(iter(var.values()))
             ref = frag(first[3], first[1], first[2], first[0], y=torch.empty_like(y), j=0)
@@ -73,7 +72,7 @@ def main():
             med = {k: statistics.median(v) for k, v in t.items()}
             hbm = {k: wbytes / (v * 1e-6) / read_bw for k, v in med.items() if k != "cublas"}
             best = min((k for k in med if k != "cublas"), key=lambda k: med[k])
-            rt = "m8" if M <= 8 else "fs"
+            rt = "rt"
             rows.append(dict(N=N, K=K, M=M, W=W0, S=S0, same=same, med=med, hbm=hbm, all=t))
             print(f"{N}x{K} M={M:2d} w{W0}s{S0}{sfx}: rt {med[rt]:6.2f} cublas {med['cublas']:6.2f} "
                   f"({med['cublas'] / med[rt]:4.2f}x, {100 * hbm[rt]:4.1f} %) | best {best} {med[best]:6.2f} "

@@ -464,7 +464,7 @@ def check_matmul_frag(ops):
     for, weights packed by mxgpu.pack_frag (k128_gemm_cases, gemm_verdict): the same launch twice
     -- and under a programmatic (PDL) launch with the weights read before the wait -- gives the
     same bits; every output is written (the buffer starts poisoned)."""
-    from mxgpu import FRAG_WS, FRAG_SS, frag_choice, pack_frag
+    from mxgpu import FRAG_WS, FRAG_SS, frag_choice, frag_kernel, pack_frag
     if not CLUSTERS:
         return report("matmul_frag skipped (MXFUSE_GPU_CLUSTERS=off)", True)
     for N, K, w, ws, M, aq, as_, yref, fin in k128_gemm_cases(ops):
@@ -480,18 +480,37 @@ def check_matmul_frag(ops):
             ops.m.pdl = True
             try:
                 y4 = ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, pre=1, xo=xo)
+                y5 = ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, pre=3, xo=xo)
             finally:
                 ops.m.pdl = False
-            same = np.array_equal(host(y1), host(y3), equal_nan=True) and np.array_equal(host(y1), host(y4), equal_nan=True)
+            same = all(np.array_equal(host(y1), host(o), equal_nan=True) for o in (y3, y4, y5))
             ok, detail = gemm_verdict(y1, same, yref, fin, out)
-            report(f"matmul_frag N={N} K={K} M={M} W={W_} S={S_} out={out}{xo}", ok, detail + " (incl. PDL)")
+            report(f"matmul_frag N={N} K={K} M={M} W={W_} S={S_} out={out}{xo}", ok, detail + " (incl. PDL, L2 prefetch)")
+    # The runtime's choice (mxgpu.frag_kernel: `_fs` at M <= 8 where SMs idle, the L2 prefetch)
+    # on the decode shapes, against the m8 / m16 kernel at the same (W, S).
+    for N, K in ((1536, 6144), (6144, 768)):
+        w = torch.from_numpy(rand_e4m3((N, K))).cuda()
+        ws = torch.from_numpy(rng.integers(118, 130, (N, K // 32), dtype=np.uint8)).cuda()
+        wf, wsf = pack_frag(w, ws)
+        for M in (1, 5, 8, 12, 16):
+            aq, as_ = ops.quantize(to_dev(ref.rnd(rng.standard_normal((M, K)) * 2, "bf16"), "bf16"), 0)
+            rows, W_, S_, fs, pf = frag_kernel(N, K, M)
+            ops.m.pdl = True
+            try:
+                y_rt = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_))
+            finally:
+                ops.m.pdl = False
+            y_plain = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W_, S=S_))
+            report(f"matmul_frag runtime choice N={N} K={K} M={M} rows={rows} W={W_} S={S_} fs={fs} l2pf={pf}",
+                   np.array_equal(y_rt, y_plain, equal_nan=True), "== the m8 / m16 kernel, PDL")
 
 
 def check_matmul_frag_fs(ops):
-    """The bench-only m16 kernels of issue 6 follow-up 11 (mx_matmul_frag_m16_bf16_w<W>_s<S>_fs and
-    _fsr, the two register budgets):
-    the same per-group arithmetic as the m16 kernels, so at every (W, S) and M > 8 of
-    k128_gemm_cases they must give the current kernel's bits (plain and under PDL) and pass
+    """The m16 kernels of issue 6 follow-up 11 (mx_matmul_frag_m16_bf16_w<W>_s<S>_fs and the
+    bench-only _fsr, the two register budgets):
+    the same per-group arithmetic as the m16 kernels (and, on half a tile, the m8 ones), so at
+    every (W, S) and M <= 16 of k128_gemm_cases they must give the current kernel's bits (plain,
+    under PDL, and with the L2 prefetch) and pass
     gemm_verdict; then edge blocks bit-identical to the current kernel: weight scales 0 / 1 / 254 /
     255 and 100 / 150 (2^-27, 2^23), activation scales 0 / 1 / 254 / 255, e4m3 NaN weights (0x7f,
     0xff), 448 and subnormal weights, K = 128 (one group) and K = 128 * odd group counts (one
@@ -510,14 +529,15 @@ def check_matmul_frag_fs(ops):
             ops.m.pdl = True
             try:
                 y2 = ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W_, S=S_, pre=1, sfx=sfx)
+                y3 = ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W_, S=S_, pre=3, sfx=sfx)
             finally:
                 ops.m.pdl = False
             first = y1 if first is None else first
-            same = same and np.array_equal(y0, host(y1), equal_nan=True) and np.array_equal(y0, host(y2), equal_nan=True)
+            same = same and all(np.array_equal(y0, host(o), equal_nan=True) for o in (y1, y2, y3))
         return first, same
 
     for N, K, w, ws, M, aq, as_, yref, fin in k128_gemm_cases(ops):
-        if M <= 8 or M > 16:
+        if M > 16:
             continue
         wf, wsf = pack_frag(torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda())
         for W_ in FRAG_WS:
@@ -532,7 +552,7 @@ def check_matmul_frag_fs(ops):
         ws[5, :] = 0; ws[6, :] = 255; ws[7, :] = 1; ws[8, :] = 254; ws[9, 0] = 100; ws[10, -1] = 150
         ws[11, ::2] = 0; ws[12, 1::3] = 255
         wf, wsf = pack_frag(torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda())
-        for M in (12, 16):
+        for M in (5, 12, 16):
             a32 = ref.rnd(rng.standard_normal((M, K)) * 2, "bf16")
             aq, as_ = ops.quantize(to_dev(a32, "bf16"), 0)
             as_[1, 0] = 0; as_[2, :] = 255; as_[3, -1] = 1; as_[4, :] = 254; as_[5, ::2] = 0

@@ -348,16 +348,24 @@ class Ops:
                       [aq, as_, w, ws, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ep or epilogue()])
         return y
 
-    def matmul_frag(self, wf, wsf, N, K, M, aq, as_, out_dtype=torch.bfloat16, W=None, S=None, y=None, pre=1, xo="", ep=None, sfx=""):
+    def matmul_frag(self, wf, wsf, N, K, M, aq, as_, out_dtype=torch.bfloat16, W=None, S=None, y=None, pre=None, xo="", ep=None, sfx=None):
         """The fragment-packed GEMM (mx_matmul_frag.hip): (wf, wsf) = pack_frag(w [N, K], ws); a
-        pre-quantized. W warps and S cluster blocks split K of each 16-column tile. None = frag_choice.
-        pre: load the first weights before the PDL wait. xo="_xo": the bench-only kernels with the
-        previous block order (tiles along x; m16 bf16 w4 / w8 s1). sfx="_fs": the bench-only m16 bf16
-        kernels of issue 6 follow-up 11 (every W, S; the default block order; 16 rows a block at any M)."""
+        pre-quantized. W warps and S cluster blocks split K of each 16-column tile. With W, S, pre,
+        sfx and xo all left out: the runtime's kernel (frag_kernel, as launch.rs). Otherwise None =
+        frag_choice, pre = 1, sfx = "". pre & 1: load the first weights before the PDL wait; pre & 2:
+        the L2 prefetch of each warp's weights. xo="_xo": the bench-only kernels with the previous
+        block order (tiles along x; m16 bf16 w4 / w8 s1). sfx="_fs" / "_fsr": the m16 bf16 kernels
+        of issue 6 follow-up 11 (every W, S; the default block order; 16 rows a block at any M)."""
         assert K % 128 == 0
-        mt = 1 if M <= 8 and not sfx else 2
-        W0, S0 = frag_choice(N, K, M)
-        W, S = W or W0, S or S0
+        if W is None and S is None and pre is None and sfx is None and not xo:
+            rows, W, S, fs, pf = frag_kernel(N, K, M, out_dtype)
+            sfx, pre, mt = ("_fs" if fs else ""), (3 if pf else 1), rows // 8
+        else:
+            sfx = sfx or ""
+            pre = 1 if pre is None else pre
+            mt = 1 if M <= 8 and not sfx else 2
+            W0, S0 = frag_choice(N, K, M)
+            W, S = W or W0, S or S0
         if y is None:
             y = torch.empty(M, N, dtype=out_dtype, device=wf.device)
         name = f"mx_matmul_frag_m{8 * mt}_{SUFFIX[out_dtype]}_w{W}_s{S}{xo}{sfx}"
@@ -472,6 +480,17 @@ def frag_choice(N, K, M, sms=132):
             if tiles * cand <= sms and enough(W * cand):
                 S = cand
     return W, S
+
+
+def frag_kernel(N, K, M, out_dtype=torch.bfloat16, sms=132):
+    """(rows, W, S, fs, l2_prefetch) of the fragment GEMM kernel the runtime launches (mirrors
+    kernels/src/gpu/shapes.rs `frag_kernel` with its switches on): `_fs` at 9-16 rows with bf16
+    output, and at M <= 8 too where the grid leaves SMs idle; the L2 prefetch where it does."""
+    tiles = -(-N // 16)
+    W16, S16 = frag_choice(N, K, max(M, 9), sms)
+    fs = out_dtype == torch.bfloat16 and M <= 16 and (M > 8 or tiles * S16 < sms)
+    rows, (W, S) = (16, (W16, S16)) if fs or M > 8 else (8, frag_choice(N, K, M, sms))
+    return rows, W, S, fs, tiles * -(-M // rows) * S < sms
 
 
 FRAG_RESIDENT_WARPS, FRAG_MIN_GROUPS = 12, 2

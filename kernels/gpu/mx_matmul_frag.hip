@@ -268,8 +268,9 @@ MX_DEFINE_FRAG_OUTS(mx_matmul_frag_m16, 2, 1)
 MX_DEFINE_FRAG_XO(mx_matmul_frag_m16_bf16_w4_s1_xo, 4)
 MX_DEFINE_FRAG_XO(mx_matmul_frag_m16_bf16_w8_s1_xo, 8)
 
-// Bench-only (issue 6 follow-up 11), mx_matmul_frag_m16_bf16_w<W>_s<S>_fs: the m16 loop after a
-// SASS walk (BENCHMARKS.md). Per group of 4 k-blocks a lane of the loop above spends 356
+// mx_matmul_frag_m16_bf16_w<W>_s<S>_fs (issue 6 follow-up 11; the runtime's kernel for 9-16 rows
+// with bf16 output, and for M <= 8 where the grid leaves SMs idle: kernels/src/gpu/shapes.rs
+// frag_kernel; `_fsr` bench-only): the m16 loop after a SASS walk (BENCHMARKS.md). Per group of 4 k-blocks a lane of the loop above spends 356
 // instructions on the fast path (sm_90, w4 s1): 64 converts, 16 mmas, 32 FMUL + 32 FFMA of the
 // rescale, 18 loads, and 186 integer ones, of which about 55 are address math (64-bit address
 // per load from the group index), 25 IMAD.MOV (the `cur = nxt` register copy of the double
@@ -279,7 +280,7 @@ MX_DEFINE_FRAG_XO(mx_matmul_frag_m16_bf16_w8_s1_xo, 8)
 // (no copy), every load takes its address from six pointers bumped once per group plus
 // immediate offsets, and no load is guarded inside a batch. Two buffers take 184 registers
 // (w4), so it comes in two register budgets (the kernel names below).
-template <int W, int S, int V>
+template <int W, int S>
 MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                                   const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
                                   MxBf16::storage* __restrict__ y, int M, int N, int K, int pre,
@@ -337,17 +338,15 @@ MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __r
   if (!(pre & 1)) MX_PDL_WAIT();
   if (pre & 2) mx_frag_prefetch_l2(wf, wsf, MxFragBlock<MT, S, 0>().tile, K, gb, ge);
   if (gb < ge) load_w(b0);
-  // V = 1: both buffers' weights before the PDL wait (at short K ranges, 6144 x 768 with one or
-  // two groups a warp, the second group's DRAM round trip otherwise starts after the wait).
-  if (V && gb + 1 < ge) load_w(b1);
   if (pre & 1) MX_PDL_WAIT();
   MX_PDL_LAUNCH();
   if (gb < ge) load_a(b0);
-  if (V && gb + 1 < ge) load_a(b1);
   // b0 holds group i, b1 group i + 1: each is refilled two groups ahead right after its mmas'
-  // operands are consumed (the loads of one buffer overlap the mmas of the other).
+  // operands are consumed (the loads of one buffer overlap the mmas of the other). Loading b1's
+  // weights before the PDL wait too was slower at every measured shape (BENCHMARKS.md
+  // follow-up 12).
   for (int i = gb; i < ge; i += 2) {
-    if (!V && i + 1 < ge) {
+    if (i + 1 < ge) {
       load_w(b1);
       load_a(b1);
     }
@@ -358,25 +357,21 @@ MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __r
       load_a(b0);
     }
     mma(b1);
-    if (V && i + 3 < ge) {
-      load_w(b1);
-      load_a(b1);
-    }
   }
   mx_frag_reduce_store<MxBf16, W, MT, S, 0>(acc, y, M, N, ep);
 }
 // _fs: at most 168 registers at W = 2, 4 (12 warps per SM, like the current kernels; ptxas spills
 // 48 bytes); _fsr: no cap (184 registers, 8 warps per SM at W = 4).
-#define MX_DEFINE_FRAG_FS1(W, S, MINB, SFX, ATTR, V)                                                \
+#define MX_DEFINE_FRAG_FS1(W, S, MINB, SFX, ATTR)                                                \
   extern "C" __global__ void __launch_bounds__(32 * W, MINB)                                     \
       ATTR mx_matmul_frag_m16_bf16_w##W##_s##S##SFX(                                             \
           const mx_u8* aq, const mx_u8* as, const uint4* wf, const mx_u32* wsf,                  \
           MxBf16::storage* y, int M, int N, int K, int pre, MxEpi ep) {                          \
-    mx_matmul_frag_m16_fs<W, S, V>(aq, as, wf, wsf, y, M, N, K, pre, ep);                           \
+    mx_matmul_frag_m16_fs<W, S>(aq, as, wf, wsf, y, M, N, K, pre, ep);                           \
   }
 #define MX_DEFINE_FRAG_FS2(W, S, ATTR)                                                           \
-  MX_DEFINE_FRAG_FS1(W, S, (W < 8 ? 12 / W : 1), _fs, ATTR, 0)                                   \
-  MX_DEFINE_FRAG_FS1(W, S, 1, _fsr, ATTR, 0)
+  MX_DEFINE_FRAG_FS1(W, S, (W < 8 ? 12 / W : 1), _fs, ATTR)                                      \
+  MX_DEFINE_FRAG_FS1(W, S, 1, _fsr, ATTR)
 #define MX_DEFINE_FRAG_FS(W)                                                                     \
   MX_DEFINE_FRAG_FS2(W, 1, )                                                                     \
   MX_DEFINE_FRAG_FS2(W, 2, __cluster_dims__(2, 1, 1))                                            \
@@ -385,8 +380,4 @@ MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __r
 MX_DEFINE_FRAG_FS(2)
 MX_DEFINE_FRAG_FS(4)
 MX_DEFINE_FRAG_FS(8)
-// Bench-only (issue 6 follow-up 12): V = 1, both buffers' weights before the PDL wait,
-// mx_matmul_frag_m16_bf16_w<4|8>_s1_fs2.
-MX_DEFINE_FRAG_FS1(4, 1, 3, _fs2, , 1)
-MX_DEFINE_FRAG_FS1(8, 1, 1, _fs2, , 1)
 #endif  // MX_NV_FP8_MMA && MX_NV_CLUSTER

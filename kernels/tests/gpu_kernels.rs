@@ -929,6 +929,31 @@ fn gpu_mx_matmul_fragment_packed_matches_reference_and_unpacked() {
                 err.is_some_and(|e| e < 1e-5),
                 "frag vs unpacked m={m} n={n} k={k}: {err:?}"
             );
+            // bf16 out takes the `_fs` loop (9-16 rows; and here at M <= 8 too, as these grids
+            // leave SMs idle) with the L2 prefetch: the same sums as the f32 kernel, rounded once.
+            if m <= 16 {
+                let dy = poisoned::<bf16>(&rt, m * n);
+                rt.mx_matmul(
+                    m,
+                    k,
+                    n,
+                    daq.ptr(),
+                    das.ptr(),
+                    &frag,
+                    dy.ptr(),
+                    kernels::DType::BF16,
+                    &GpuEpilogue::NONE,
+                    0,
+                )
+                .expect("launch");
+                let got16 = download::<bf16>(&dy, m * n);
+                let want16: Vec<bf16> = got.iter().map(|&v| bf16::from_f32(v)).collect();
+                assert_eq!(
+                    same_bits(&got16, &want16),
+                    0,
+                    "frag bf16 (`_fs`) vs f32 rounded m={m} n={n} k={k}"
+                );
+            }
         }
     }
 }

@@ -9,7 +9,7 @@ use std::ffi::c_void;
 use super::driver::Backend;
 use super::error::GpuResult;
 use super::runtime::GpuRuntime;
-use super::shapes::{frag_shape, norm_split, pipe_shape, splitk_shape};
+use super::shapes::{frag_kernel, norm_split, pipe_shape, splitk_shape};
 use super::swiglu_table_kernel;
 use super::thresholds::{
     FragGemmTable, InGemmQuantThresholds, NormLaunchTable, PipeGemmTable, SwiGluLaunchTable,
@@ -907,25 +907,31 @@ impl GpuRuntime {
         // One 16-byte load per lane of weights, one 4-byte word per scale group.
         check_aligned("b (fragment-packed)", wf, 16)?;
         check_aligned("b_scales (fragment-packed)", wsf, 4)?;
-        let mt = if m <= 8 { 1 } else { 2 };
         let table = FragGemmTable::for_arch(&self.device().arch);
-        let (w, s) = frag_shape(n, k, m, self.multiprocessors(), &table);
-        // pre = 1: the weights are constants, so the kernel loads its first batch of them before
-        // waiting for the previous kernel (PDL overlap).
+        // MXFUSE_GPU_FRAG_FS=0 keeps the m8 / m16 kernels (no `_fs` loop); MXFUSE_GPU_FRAG_L2PF=0
+        // turns the L2 prefetch off (shapes::frag_kernel says where each is taken).
+        let on = |var: &str| std::env::var(var).map_or(true, |v| v != "0");
+        let fk = frag_kernel(
+            n,
+            k,
+            m,
+            self.multiprocessors(),
+            &table,
+            out == "bf16",
+            on("MXFUSE_GPU_FRAG_FS"),
+            on("MXFUSE_GPU_FRAG_L2PF"),
+        );
+        let (mt, w, s) = (fk.rows / 8, fk.w, fk.s);
+        // pre & 1: the weights are constants, so the kernel loads its first batch of them before
+        // waiting for the previous kernel (PDL overlap); pre & 2: the L2 prefetch.
+        let pre = 1i32 | if fk.l2_prefetch { 2 } else { 0 };
         let params = gemm_params(a_q, a_scales, None, wf, wsf, y, m, n, k)?
-            .push(1i32)
+            .push(pre)
             .push(epi);
-        // 9-16 rows, bf16 out: the m16 loop of issue 6 follow-up 11 (`_fs`: two register buffers,
-        // pointers bumped once per group; bit-identical to the m16 kernel, 7-18 % faster on the
-        // H200 at M = 12-16); MXFUSE_GPU_FRAG_FS=0 keeps the m16 kernel.
-        let fs = mt == 2
-            && m <= 16
-            && out == "bf16"
-            && std::env::var("MXFUSE_GPU_FRAG_FS").map_or(true, |v| v != "0");
         let name = format!(
             "mx_matmul_frag_m{}_{out}_w{w}_s{s}{}",
-            8 * mt,
-            if fs { "_fs" } else { "" }
+            fk.rows,
+            if fk.fs { "_fs" } else { "" }
         );
         // x: activation-row tiles x splits, y: 16-column tiles (mx_matmul_frag.hip MxFragBlock:
         // the row tiles of one weight tile run together and share it through L2).

@@ -145,6 +145,57 @@ pub fn frag_shape(
     (w, s)
 }
 
+/// The fragment GEMM kernel the runtime launches ([`frag_kernel`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FragKernel {
+    /// Activation rows a block covers: 8 (`mx_matmul_frag_m8_*`) or 16 (`_m16_*`).
+    pub rows: usize,
+    /// Warps per block and cluster splits ([`frag_shape`]).
+    pub w: usize,
+    pub s: usize,
+    /// The `_fs` loop (bf16 output only; bit-identical to the m16 and m8 kernels at the same `w`).
+    pub fs: bool,
+    /// The whole-range L2 prefetch of each warp's weights (`pre & 2`).
+    pub l2_prefetch: bool,
+}
+
+/// Which fragment GEMM kernel runs `m` rows of `n x k` on `sms` multiprocessors (`bf16_out`: the
+/// output is bf16; `fs`, `l2_prefetch`: the runtime's switches, on unless turned off). H200,
+/// BENCHMARKS.md follow-ups 11-12: the `_fs` loop takes 9-16 rows; where the grid leaves SMs idle
+/// (fewer blocks than SMs, e.g. 1536 x 6144: 96 tiles) a warp's few groups are a chain of DRAM
+/// round trips, so there it also takes M <= 8 (on half a tile: 5.71 against 6.45 us at M = 8) and
+/// asks L2 for each warp's whole range up front (4.95 against 5.31 us at M = 1). Where every SM
+/// has a block the prefetch only churns L2 (6144 x 6144: 14.5 against 12.1 us) and the m8 kernel
+/// is as fast. Mirrored by bench/gpu/mxgpu.py `frag_kernel`.
+#[allow(clippy::too_many_arguments)]
+pub fn frag_kernel(
+    n: usize,
+    k: usize,
+    m: usize,
+    sms: usize,
+    table: &super::thresholds::FragGemmTable,
+    bf16_out: bool,
+    fs: bool,
+    l2_prefetch: bool,
+) -> FragKernel {
+    let tiles = n.div_ceil(16);
+    let blocks = |rows: usize, s: usize| tiles * m.div_ceil(rows) * s;
+    let (w16, s16) = frag_shape(n, k, m.max(9), sms, table);
+    let fs = fs && bf16_out && m <= 16 && (m > 8 || blocks(16, s16) < sms);
+    let (rows, (w, s)) = if fs || m > 8 {
+        (16, (w16, s16))
+    } else {
+        (8, frag_shape(n, k, m, sms, table))
+    };
+    FragKernel {
+        rows,
+        w,
+        s,
+        fs,
+        l2_prefetch: l2_prefetch && blocks(rows, s) < sms,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,5 +280,45 @@ mod tests {
         // Tiny K: never more splits than groups of 4 k-blocks.
         assert_eq!(splitk_shape(16, 64, 1, 132), (1, 1));
         assert_eq!(splitk_shape(16, 256, 1, 132), (2, 1));
+    }
+
+    #[test]
+    fn frag_kernel_takes_fs_and_the_prefetch_only_where_sms_idle() {
+        use super::super::thresholds::FragGemmTable;
+        let h200 = FragGemmTable::for_arch("sm_90");
+        let k = |n, kk, m, bf16| frag_kernel(n, kk, m, 132, &h200, bf16, true, true);
+        // 1536 x 6144: 96 tiles on 132 SMs: `_fs` with the prefetch at every M <= 16.
+        for m in [1, 8, 12, 16] {
+            let f = k(1536, 6144, m, true);
+            assert_eq!(
+                (f.rows, f.w, f.s, f.fs, f.l2_prefetch),
+                (16, 8, 1, true, true),
+                "m = {m}"
+            );
+        }
+        // 6144 x 768 and 6144 x 6144: 384 tiles: the m8 kernel at M <= 8, `_fs` above, no prefetch.
+        for (n, kk) in [(6144, 768), (6144, 6144)] {
+            let f = k(n, kk, 8, true);
+            assert_eq!(
+                (f.rows, f.w, f.s, f.fs, f.l2_prefetch),
+                (8, 4, 1, false, false)
+            );
+            let f = k(n, kk, 12, true);
+            assert_eq!(
+                (f.rows, f.w, f.s, f.fs, f.l2_prefetch),
+                (16, 4, 1, true, false)
+            );
+        }
+        // f16 / f32 out: no `_fs` kernel; the prefetch still follows the grid.
+        let f = k(1536, 6144, 4, false);
+        assert_eq!((f.rows, f.fs, f.l2_prefetch), (8, false, true));
+        let f = k(1536, 6144, 16, false);
+        assert_eq!((f.rows, f.fs, f.l2_prefetch), (16, false, true));
+        // Past 16 rows: the m16 kernel over several row tiles, never `_fs`.
+        let f = k(1536, 6144, 40, true);
+        assert_eq!((f.rows, f.fs), (16, false));
+        // The switches.
+        let f = frag_kernel(1536, 6144, 4, 132, &h200, true, false, false);
+        assert_eq!((f.rows, f.fs, f.l2_prefetch), (8, false, false));
     }
 }
