@@ -2,8 +2,7 @@
 pre & 2, "+pf"), under CUDA-graph replay with PDL (bench.py's graph_time: 200 back-to-back launches, median of the
 replays, us per call), weights rotating over >= 400 MB of copies (bench_frag_pdl.py's set-up).
 Kernels at each M: the m8 kernel (M <= 8, the runtime's there), `_fs` (the runtime's at 9-16 rows;
-at M <= 8 on half a tile), each at pre = 1 and 3 and with the in-loop line prefetch at distance
-d in AB_DS (`m8d<d>`, `fsd<d>`: pre = 1 | d << 2), the runtime's choice now ("rt", mxgpu.frag_kernel), and cuBLAS bf16 (torch). Every output
+at M <= 8 on half a tile), each at pre = 1 and 3, the runtime's choice now ("rt", mxgpu.frag_kernel), and cuBLAS bf16 (torch). Every output
 is compared bit for bit with the first kernel's ("not bit-identical" lists the others). % HBM =
 weight bytes (values + scales) / time / read-only bandwidth measured in the same call (x.sum()
 over 2 GiB). Writes $OUT/ab_l2pf.json. Usage: python3 ab_l2pf.py [REPS] (default 3)"""
@@ -16,7 +15,6 @@ from mxgpu import FRAG_SS, FRAG_WS, Module, Ops, frag_choice
 OUT = os.environ.get("OUT", ".")
 dev = "cuda"
 MS = [int(m) for m in os.environ.get("AB_MS", "1,4,8,12,16").split(",")]
-DS = [int(d) for d in os.environ.get("AB_DS", "1,2,4").split(",")]
 
 
 def main():
@@ -43,9 +41,9 @@ def main():
             sfx = "_fs" if M > 8 else ""
             W0, S0 = frag_choice(N, K, M)
 
-            def frag(pre, W=W0, S=S0, sfx=sfx, y=y, j=None, rows=None):
+            def frag(pre, W=W0, S=S0, sfx=sfx, y=y, j=None):
                 P_ = P[nxt(copies) if j is None else j]
-                return ops.matmul_frag(*P_, N, K, M, aq, as_, W=W, S=S, y=y, pre=pre, sfx=sfx, rows=rows)
+                return ops.matmul_frag(*P_, N, K, M, aq, as_, W=W, S=S, y=y, pre=pre, sfx=sfx)
             W16, S16 = frag_choice(N, K, 16)
             # name -> (sfx, W, S, pre); the first = the runtime's kernel now (reference of `same`)
             var = {}
@@ -54,18 +52,14 @@ def main():
                     var["m8" + tag] = ("", W0, S0, pre)
                 var["fs" + tag] = ("_fs", W16, S16, pre)
             var = dict(sorted(var.items(), key=lambda kv: kv[1][3]))
-            for d in DS:  # the in-loop line prefetch at distance d (pre >> 2)
-                if M <= 8:
-                    var[f"m8d{d}"] = ("", W0, S0, 1 | d << 2)
-                var[f"fsd{d}"] = ("_fs", W16, S16, 1 | d << 2)
-            fns = {k: (lambda v=v: frag(v[3], v[1], v[2], v[0], rows=v[4] if len(v) > 4 else None)) for k, v in var.items()}
+            fns = {k: (lambda v=v: frag(v[3], v[1], v[2], v[0])) for k, v in var.items()}
             fns["rt"] = lambda: ops.matmul_frag(*P[nxt(copies)], N, K, M, aq, as_, y=y)
             fns["cublas"] = lambda: A @ Wb[nxt(len(Wb))].t()
             first = next(iter(var.values()))
             ref = frag(first[3], first[1], first[2], first[0], y=torch.empty_like(y), j=0)
             same = {}
-            for k, v in var.items():
-                got = frag(v[3], v[1], v[2], v[0], y=torch.empty_like(y), j=0, rows=v[4] if len(v) > 4 else None)
+            for k, (sf, w, s_, pre) in var.items():
+                got = frag(pre, w, s_, sf, y=torch.empty_like(y), j=0)
                 same[k] = bool(torch.equal(ref, got))
             torch.cuda.synchronize()
             t = {k: [] for k in fns}

@@ -348,23 +348,22 @@ class Ops:
                       [aq, as_, w, ws, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ep or epilogue()])
         return y
 
-    def matmul_frag(self, wf, wsf, N, K, M, aq, as_, out_dtype=torch.bfloat16, W=None, S=None, y=None, pre=None, xo="", ep=None, sfx=None, rows=None):
+    def matmul_frag(self, wf, wsf, N, K, M, aq, as_, out_dtype=torch.bfloat16, W=None, S=None, y=None, pre=None, xo="", ep=None, sfx=None):
         """The fragment-packed GEMM (mx_matmul_frag.hip): (wf, wsf) = pack_frag(w [N, K], ws); a
         pre-quantized. W warps and S cluster blocks split K of each 16-column tile. With W, S, pre,
         sfx and xo all left out: the runtime's kernel (frag_kernel, as launch.rs). Otherwise None =
         frag_choice, pre = 1, sfx = "". pre & 1: load the first weights before the PDL wait; pre & 2:
         the L2 prefetch of each warp's weights. xo="_xo": the bench-only kernels with the previous
         block order (tiles along x; m16 bf16 w4 / w8 s1). sfx="_fs" / "_fsr": the m16 bf16 kernels
-        of issue 6 follow-up 11 (every W, S; the default block order; 16 rows a block at any M).
-        rows=8 (bench only): the m8 kernel over ceil(M / 8) row tiles at any M."""
+        of issue 6 follow-up 11 (every W, S; the default block order; 16 rows a block at any M)."""
         assert K % 128 == 0
-        if W is None and S is None and pre is None and sfx is None and not xo and not rows:
+        if W is None and S is None and pre is None and sfx is None and not xo:
             rows, W, S, fs, pf = frag_kernel(N, K, M, out_dtype)
             sfx, pre, mt = ("_fs" if fs else ""), (3 if pf else 1), rows // 8
         else:
             sfx = sfx or ""
             pre = 1 if pre is None else pre
-            mt = rows // 8 if rows else 1 if M <= 8 and not sfx else 2
+            mt = 1 if M <= 8 and not sfx else 2
             W0, S0 = frag_choice(N, K, M)
             W, S = W or W0, S or S0
         if y is None:

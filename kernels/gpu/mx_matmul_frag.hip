@@ -54,13 +54,6 @@ MX_DEV void mx_frag_prefetch_l2(const uint4* wf, const mx_u32* wsf, int tile, in
   }
 }
 
-// pre >> 2 = D > 0 (bench only, issue 6 follow-up 12): when a warp loads group i of its weights,
-// its lanes also ask L2 for group i + D with `prefetch.global.L2` at their own 16-byte offsets
-// (immediate offsets from the load addresses, so no registers beyond a bound; the 32 lanes cover
-// the group's 4 lines of each k-block), keeping D more groups on their way than the register
-// double buffer holds.
-MX_DEV void mx_prefetch_line_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
-
 // Block -> (16-column tile, K split, first activation row). XO = 0: blockIdx.x = m-tile * S +
 // split (the S blocks of a cluster are consecutive in x), blockIdx.y = tile, so the m-tiles of
 // one weight tile run together and share its weights through L2 (at prefill sizes every m-tile
@@ -172,15 +165,10 @@ MX_DEV void mx_matmul_frag(const mx_u8* __restrict__ aq, const mx_u8* __restrict
   const uint4* wp = f.wp;
   const mx_u32* swp = f.swp;
   typedef MxFragBatch<MT, U> Batch;
-  const int pfd = pre >> 2;
   auto load_w = [&](Batch& bt, int i) {
 #pragma unroll
     for (int u = 0; u < U; ++u)
       if (i + u < ge) {
-        if (pfd > 0 && i + u + pfd < ge) {
-#pragma unroll
-          for (int j = 0; j < 4; ++j) mx_prefetch_line_l2(wp + (4 * (i + u + pfd) + j) * 32);
-        }
 #pragma unroll
         for (int j = 0; j < 4; ++j) bt.w[u][j] = mx_ldg_once16(wp + (4 * (i + u) + j) * 32);
         bt.sA[u] = swp[16 * (i + u) + g];
@@ -312,13 +300,7 @@ MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __r
     sp1[mt] = f.sp1[mt] + gb;
   }
   typedef MxFragBatch<MT, 1> Batch;
-  const int pfd = pre >> 2;
-  const uint4* pf_end = f.wp + 128 * (ge - pfd);  // prefetch while wp is below it
   auto load_w = [&](Batch& bt) {
-    if (pfd > 0 && wp < pf_end) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) mx_prefetch_line_l2(wp + 128 * pfd + 32 * j);
-    }
 #pragma unroll
     for (int j = 0; j < 4; ++j) bt.w[0][j] = mx_ldg_once16(wp + 32 * j);
     bt.sA[0] = swp[0];
