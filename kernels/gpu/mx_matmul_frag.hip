@@ -380,4 +380,151 @@ MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __r
 MX_DEFINE_FRAG_FS(2)
 MX_DEFINE_FRAG_FS(4)
 MX_DEFINE_FRAG_FS(8)
+
+// Bench-only (issue 6 follow-up 13), mx_matmul_frag_m16_bf16_w<W>_s<S>_fsa: `_fs` with the
+// activations staged through shared memory. Why: at 12-16 rows the register loads of `_fs` take
+// 8-byte pieces of 8 rows per instruction (8 L1 wavefronts each, ~80 a group of a warp against 18
+// for its weights), and 1536 x 6144 gets 23 % slower from M = 12 to 16 where only rows 12-15 stop
+// being a broadcast of row 11. Here each warp copies its group's 16 activation rows x 128 bytes
+// with four 16-byte cp.async a lane (4 rows a request: 16 wavefronts a group) plus the rows' scale
+// words into a two-stage buffer, k-block j of row r at slot j ^ (r & 3) (the fragment reads, 8
+// bytes at row g, k-block j, byte 8 t, are then free of bank conflicts in each half-warp; padding
+// the rows instead would not fit 8 warps in 48 KB), and the mma operands come from
+// LDS; the weights stay in the register double buffer, and the activation registers of `_fs`
+// (2 x 20) are freed. Same per-group arithmetic (mx_mma_group4): the bits of `_fs`.
+template <int W>
+struct MxFsaStage {
+  static constexpr int ROW = 128;              // bytes between activation rows
+  static constexpr int SC = 16 * ROW;          // the 16 rows' scale words
+  static constexpr int BYTES = SC + 16 * 4;    // one stage of one warp
+};
+MX_DEV void mx_cp_async16_nc(mx_u32 smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem), "l"(gmem));
+}
+MX_DEV void mx_cp_async4_nc(mx_u32 smem, const void* gmem) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem), "l"(gmem));
+}
+
+template <int W, int S>
+MX_DEV void mx_matmul_frag_m16_fsa(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
+                                   const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
+                                   MxBf16::storage* __restrict__ y, int M, int N, int K, int pre,
+                                   const MxEpi& ep) {
+  constexpr int MT = 2;
+  typedef MxFsaStage<W> L;
+  __shared__ __align__(16) mx_u8 abuf[W][2][L::BYTES];
+  const MxFragWarp<W, MT, S, 0> f(aq, as, wf, wsf, M, K);
+  const int g = f.g, gb = f.gb, ge = f.ge;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
+  const int m0 = MxFragBlock<MT, S, 0>().m0, KB = K >> 5;
+  const uint4* wp = f.wp + 128 * gb;
+  const mx_u32* swp = f.swp + 16 * gb + g;
+  // This lane's copies: 16-byte chunk (lane & 7) of rows (lane >> 3) + 4 c, c = 0..3, and (lanes
+  // 0-15) the scale word of row lane. Rows past M read row M - 1 (their outputs are not stored).
+  const mx_u8* ac[4];
+#pragma unroll
+  for (int c = 0; c < 4; ++c)
+    ac[c] = aq + (long long)min(m0 + (lane >> 3) + 4 * c, M - 1) * K + 128 * gb + 16 * (lane & 7);
+  const mx_u8* sc = as + (long long)min(m0 + (lane & 15), M - 1) * KB + 4 * gb;
+  const mx_u32 st0 = (mx_u32)__cvta_generic_to_shared(&abuf[warp][0][0]);
+  // chunk q of row r at q ^ 2 (r & 3) (k-block slot j ^ (r & 3)); r & 3 = lane >> 3 for all 4 c
+  const mx_u32 cdst = (lane >> 3) * L::ROW + 16 * ((lane & 7) ^ (2 * (lane >> 3)));
+  auto stage_a = [&](int st) {
+    const mx_u32 base = st0 + st * L::BYTES;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      mx_cp_async16_nc(base + cdst + 4 * c * L::ROW, ac[c]);
+      ac[c] += 128;
+    }
+    if (lane < 16) mx_cp_async4_nc(base + L::SC + 4 * lane, sc);
+    sc += 4;
+  };
+  struct Wt {
+    uint4 w[4];
+    mx_u32 sA, sB;
+  };
+  auto load_w = [&](Wt& bt) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) bt.w[j] = mx_ldg_once16(wp + 32 * j);
+    bt.sA = swp[0];
+    bt.sB = swp[8];
+    wp += 128;
+    swp += 16;
+  };
+  float acc[MT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[mt][c] = 0.0f;
+  auto mma = [&](const Wt& bt, int st) {
+    const mx_u8* sb = &abuf[warp][st][0];
+    uint2 a[MT][4];
+    mx_u32 s0[MT], s1[MT];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        a[mt][j] = *reinterpret_cast<const uint2*>(sb + (8 * mt + g) * L::ROW + 32 * (j ^ (g & 3)) + 8 * t);
+      s0[mt] = *reinterpret_cast<const mx_u32*>(sb + L::SC + 4 * (8 * mt + 2 * t));
+      s1[mt] = *reinterpret_cast<const mx_u32*>(sb + L::SC + 4 * (8 * mt + 2 * t + 1));
+    }
+    uint2 wa[4], wb[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      wa[j] = make_uint2(bt.w[j].x, bt.w[j].y);
+      wb[j] = make_uint2(bt.w[j].z, bt.w[j].w);
+    }
+    mx_mma_group4<MT, true>(acc, wa, wb, a, bt.sA, bt.sB, s0, s1);
+  };
+  Wt b0, b1;
+  if (!(pre & 1)) MX_PDL_WAIT();
+  if (pre & 2) mx_frag_prefetch_l2(wf, wsf, MxFragBlock<MT, S, 0>().tile, K, gb, ge);
+  if (gb < ge) load_w(b0);
+  if (pre & 1) MX_PDL_WAIT();
+  MX_PDL_LAUNCH();
+  if (gb < ge) stage_a(0);
+  mx_cp_async_commit();
+  // Stage 0 holds group i's activations, stage 1 group i + 1's; one commit group per stage fill
+  // (empty ones included), so wait_group 1 leaves only the newest in flight. __syncwarp: the
+  // copies of every lane visible to all (after the wait), and a stage's reads done before it is
+  // refilled.
+  for (int i = gb; i < ge; i += 2) {
+    __syncwarp();
+    if (i + 1 < ge) {
+      load_w(b1);
+      stage_a(1);
+    }
+    mx_cp_async_commit();
+    mx_cp_async_wait<1>();
+    __syncwarp();
+    mma(b0, 0);
+    if (i + 1 == ge) break;
+    __syncwarp();
+    if (i + 2 < ge) {
+      load_w(b0);
+      stage_a(0);
+    }
+    mx_cp_async_commit();
+    mx_cp_async_wait<1>();
+    __syncwarp();
+    mma(b1, 1);
+  }
+  mx_cp_async_wait<0>();
+  mx_frag_reduce_store<MxBf16, W, MT, S, 0>(acc, y, M, N, ep);
+}
+#define MX_DEFINE_FRAG_FSA1(W, S, ATTR)                                                          \
+  extern "C" __global__ void __launch_bounds__(32 * W, (W < 8 ? 12 / W : 1))                    \
+      ATTR mx_matmul_frag_m16_bf16_w##W##_s##S##_fsa(                                            \
+          const mx_u8* aq, const mx_u8* as, const uint4* wf, const mx_u32* wsf,                  \
+          MxBf16::storage* y, int M, int N, int K, int pre, MxEpi ep) {                          \
+    mx_matmul_frag_m16_fsa<W, S>(aq, as, wf, wsf, y, M, N, K, pre, ep);                          \
+  }
+#define MX_DEFINE_FRAG_FSA(W)                                                                    \
+  MX_DEFINE_FRAG_FSA1(W, 1, )                                                                    \
+  MX_DEFINE_FRAG_FSA1(W, 2, __cluster_dims__(2, 1, 1))                                           \
+  MX_DEFINE_FRAG_FSA1(W, 4, __cluster_dims__(4, 1, 1))                                           \
+  MX_DEFINE_FRAG_FSA1(W, 8, __cluster_dims__(8, 1, 1))
+MX_DEFINE_FRAG_FSA(2)
+MX_DEFINE_FRAG_FSA(4)
+MX_DEFINE_FRAG_FSA(8)
 #endif  // MX_NV_FP8_MMA && MX_NV_CLUSTER
