@@ -429,14 +429,28 @@ MX_DEV void mx_matmul_frag_m16_fsa(const mx_u8* __restrict__ aq, const mx_u8* __
   const mx_u32 st0 = (mx_u32)__cvta_generic_to_shared(&abuf[warp][0][0]);
   // chunk q of row r at q ^ 2 (r & 3) (k-block slot j ^ (r & 3)); r & 3 = lane >> 3 for all 4 c
   const mx_u32 cdst = (lane >> 3) * L::ROW + 16 * ((lane & 7) ^ (2 * (lane >> 3)));
+  // Rows past M are never copied: both stages hold zeros and scale 2^0 there from the start (they
+  // reach only outputs that are not stored). Copying row M - 1 into them instead had every warp
+  // of the grid read the same lines (M = 1: 8.0 against 5.0 us at 1536 x 6144).
+  const int rows = M - m0;
+  const bool sc_ok = (lane & 15) < rows;
+#pragma unroll
+  for (int st = 0; st < 2; ++st) {
+    mx_u8* sb = &abuf[warp][st][0];
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+      if ((lane >> 3) + 4 * c >= rows)
+        *reinterpret_cast<uint4*>(sb + cdst + 4 * c * L::ROW) = make_uint4(0u, 0u, 0u, 0u);
+    if (lane < 16 && !sc_ok) *reinterpret_cast<mx_u32*>(sb + L::SC + 4 * lane) = 0x7f7f7f7fu;
+  }
   auto stage_a = [&](int st) {
     const mx_u32 base = st0 + st * L::BYTES;
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      mx_cp_async16_nc(base + cdst + 4 * c * L::ROW, ac[c]);
+      if ((lane >> 3) + 4 * c < rows) mx_cp_async16_nc(base + cdst + 4 * c * L::ROW, ac[c]);
       ac[c] += 128;
     }
-    if (lane < 16) mx_cp_async4_nc(base + L::SC + 4 * lane, sc);
+    if (lane < 16 && sc_ok) mx_cp_async4_nc(base + L::SC + 4 * lane, sc);
     sc += 4;
   };
   struct Wt {
