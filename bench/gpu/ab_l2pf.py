@@ -15,7 +15,7 @@ from mxgpu import FRAG_SS, FRAG_WS, Module, Ops, frag_choice
 
 OUT = os.environ.get("OUT", ".")
 dev = "cuda"
-MS = [int(m) for m in os.environ.get("AB_MS", "1,4,8,12,16").split(",")]
+MS = [int(m) for m in os.environ.get("AB_MS", "1,4,8,12,14,16").split(",")]
 
 
 def main():

@@ -492,16 +492,16 @@ def check_matmul_frag(ops):
         w = torch.from_numpy(rand_e4m3((N, K))).cuda()
         ws = torch.from_numpy(rng.integers(118, 130, (N, K // 32), dtype=np.uint8)).cuda()
         wf, wsf = pack_frag(w, ws)
-        for M in (1, 5, 8, 12, 16):
+        for M in (1, 5, 8, 12, 13, 16):
             aq, as_ = ops.quantize(to_dev(ref.rnd(rng.standard_normal((M, K)) * 2, "bf16"), "bf16"), 0)
-            rows, W_, S_, fs, pf = frag_kernel(N, K, M)
+            rows, W_, S_, sfx, pf = frag_kernel(N, K, M)
             ops.m.pdl = True
             try:
                 y_rt = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_))
             finally:
                 ops.m.pdl = False
             y_plain = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W_, S=S_))
-            report(f"matmul_frag runtime choice N={N} K={K} M={M} rows={rows} W={W_} S={S_} fs={fs} l2pf={pf}",
+            report(f"matmul_frag runtime choice N={N} K={K} M={M} rows={rows} W={W_} S={S_} kernel={sfx or '-'} l2pf={pf}",
                    np.array_equal(y_rt, y_plain, equal_nan=True), "== the m8 / m16 kernel, PDL")
 
 

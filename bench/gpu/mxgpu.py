@@ -354,12 +354,13 @@ class Ops:
         sfx and xo all left out: the runtime's kernel (frag_kernel, as launch.rs). Otherwise None =
         frag_choice, pre = 1, sfx = "". pre & 1: load the first weights before the PDL wait; pre & 2:
         the L2 prefetch of each warp's weights. xo="_xo": the bench-only kernels with the previous
-        block order (tiles along x; m16 bf16 w4 / w8 s1). sfx="_fs" / "_fsr": the m16 bf16 kernels
-        of issue 6 follow-up 11 (every W, S; the default block order; 16 rows a block at any M)."""
+        block order (tiles along x; m16 bf16 w4 / w8 s1). sfx="_fs" / "_fsr" / "_fsa": the m16 bf16
+        kernels of issue 6 follow-ups 11 and 13 (every W, S; the default block order; 16 rows a
+        block at any M)."""
         assert K % 128 == 0
         if W is None and S is None and pre is None and sfx is None and not xo:
-            rows, W, S, fs, pf = frag_kernel(N, K, M, out_dtype)
-            sfx, pre, mt = ("_fs" if fs else ""), (3 if pf else 1), rows // 8
+            rows, W, S, sfx, pf = frag_kernel(N, K, M, out_dtype)
+            pre, mt = (3 if pf else 1), rows // 8
         else:
             sfx = sfx or ""
             pre = 1 if pre is None else pre
@@ -483,17 +484,20 @@ def frag_choice(N, K, M, sms=132):
 
 
 def frag_kernel(N, K, M, out_dtype=torch.bfloat16, sms=132):
-    """(rows, W, S, fs, l2_prefetch) of the fragment GEMM kernel the runtime launches (mirrors
+    """(rows, W, S, sfx, l2_prefetch) of the fragment GEMM kernel the runtime launches (mirrors
     kernels/src/gpu/shapes.rs `frag_kernel` with its switches on): `_fs` at 9-16 rows with bf16
-    output, and at M <= 8 too where the grid leaves SMs idle; the L2 prefetch where it does."""
+    output, and at M <= 8 too where the grid leaves SMs idle; there the L2 prefetch, and `_fsa`
+    from FRAG_STAGED_A_FROM rows."""
     tiles = -(-N // 16)
     W16, S16 = frag_choice(N, K, max(M, 9), sms)
     fs = out_dtype == torch.bfloat16 and M <= 16 and (M > 8 or tiles * S16 < sms)
     rows, (W, S) = (16, (W16, S16)) if fs or M > 8 else (8, frag_choice(N, K, M, sms))
-    return rows, W, S, fs, tiles * -(-M // rows) * S < sms
+    idle = tiles * -(-M // rows) * S < sms
+    sfx = ("_fsa" if idle and M >= FRAG_STAGED_A_FROM else "_fs") if fs else ""
+    return rows, W, S, sfx, idle
 
 
-FRAG_RESIDENT_WARPS, FRAG_MIN_GROUPS = 12, 2
+FRAG_RESIDENT_WARPS, FRAG_MIN_GROUPS, FRAG_STAGED_A_FROM = 12, 2, 13
 # The H200 rows of kernels/src/gpu/thresholds.rs `FragGemmTable`: (n, k, max_m, W, S), measured
 # (bench_frag_pdl.py; BENCHMARKS.md).
 FRAG_ROWS = [(1536, 6144, 16, 8, 1), (6144, 768, 16, 4, 1), (6144, 6144, 16, 4, 1)]

@@ -907,9 +907,13 @@ impl GpuRuntime {
         // One 16-byte load per lane of weights, one 4-byte word per scale group.
         check_aligned("b (fragment-packed)", wf, 16)?;
         check_aligned("b_scales (fragment-packed)", wsf, 4)?;
+        // Activations: 8-byte fragment loads (16-byte copies in `_fsa`), 4-byte scale words.
+        check_aligned("a (fragment GEMM)", a_q, 8)?;
+        check_aligned("a_scales (fragment GEMM)", a_scales, 4)?;
         let table = FragGemmTable::for_arch(&self.device().arch);
         // MXFUSE_GPU_FRAG_FS=0 keeps the m8 / m16 kernels (no `_fs` loop); MXFUSE_GPU_FRAG_L2PF=0
-        // turns the L2 prefetch off (shapes::frag_kernel says where each is taken).
+        // turns the L2 prefetch off, MXFUSE_GPU_FRAG_FSA=0 the staged `_fsa` form of `_fs`
+        // (shapes::frag_kernel says where each is taken).
         let on = |var: &str| std::env::var(var).map_or(true, |v| v != "0");
         let fk = frag_kernel(
             n,
@@ -920,6 +924,7 @@ impl GpuRuntime {
             out == "bf16",
             on("MXFUSE_GPU_FRAG_FS"),
             on("MXFUSE_GPU_FRAG_L2PF"),
+            on("MXFUSE_GPU_FRAG_FSA") && a_q.is_multiple_of(16),
         );
         let (mt, w, s) = (fk.rows / 8, fk.w, fk.s);
         // pre & 1: the weights are constants, so the kernel loads its first batch of them before
@@ -931,7 +936,11 @@ impl GpuRuntime {
         let name = format!(
             "mx_matmul_frag_m{}_{out}_w{w}_s{s}{}",
             fk.rows,
-            if fk.fs { "_fs" } else { "" }
+            match (fk.fs, fk.staged_a) {
+                (true, true) => "_fsa",
+                (true, false) => "_fs",
+                _ => "",
+            }
         );
         // x: activation-row tiles x splits, y: 16-column tiles (mx_matmul_frag.hip MxFragBlock:
         // the row tiles of one weight tile run together and share it through L2).

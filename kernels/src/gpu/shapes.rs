@@ -155,6 +155,8 @@ pub struct FragKernel {
     pub s: usize,
     /// The `_fs` loop (bf16 output only; bit-identical to the m16 and m8 kernels at the same `w`).
     pub fs: bool,
+    /// Its `_fsa` form (activations staged through shared memory; the same bits).
+    pub staged_a: bool,
     /// The whole-range L2 prefetch of each warp's weights (`pre & 2`).
     pub l2_prefetch: bool,
 }
@@ -166,7 +168,11 @@ pub struct FragKernel {
 /// round trips, so there it also takes M <= 8 (on half a tile: 5.71 against 6.45 us at M = 8) and
 /// asks L2 for each warp's whole range up front (4.95 against 5.31 us at M = 1). Where every SM
 /// has a block the prefetch only churns L2 (6144 x 6144: 14.5 against 12.1 us) and the m8 kernel
-/// is as fast. Mirrored by bench/gpu/mxgpu.py `frag_kernel`.
+/// is as fast. On those SM-starved grids, from `table.staged_a_from_rows` rows the activation
+/// loads (8 rows of 8 bytes a load instruction) bound the busy SMs, so `_fsa` copies them into
+/// shared memory with 16-byte cp.async (1536 x 6144 M = 16: 5.78 against 6.63 us; follow-up 13);
+/// on full grids it is slower. `staged_a` = false turns it off. Mirrored by bench/gpu/mxgpu.py
+/// `frag_kernel`.
 #[allow(clippy::too_many_arguments)]
 pub fn frag_kernel(
     n: usize,
@@ -177,6 +183,7 @@ pub fn frag_kernel(
     bf16_out: bool,
     fs: bool,
     l2_prefetch: bool,
+    staged_a: bool,
 ) -> FragKernel {
     let tiles = n.div_ceil(16);
     let blocks = |rows: usize, s: usize| tiles * m.div_ceil(rows) * s;
@@ -187,12 +194,14 @@ pub fn frag_kernel(
     } else {
         (8, frag_shape(n, k, m, sms, table))
     };
+    let idle = blocks(rows, s) < sms;
     FragKernel {
         rows,
         w,
         s,
         fs,
-        l2_prefetch: l2_prefetch && blocks(rows, s) < sms,
+        staged_a: staged_a && fs && idle && m >= table.staged_a_from_rows,
+        l2_prefetch: l2_prefetch && idle,
     }
 }
 
@@ -286,7 +295,7 @@ mod tests {
     fn frag_kernel_takes_fs_and_the_prefetch_only_where_sms_idle() {
         use super::super::thresholds::FragGemmTable;
         let h200 = FragGemmTable::for_arch("sm_90");
-        let k = |n, kk, m, bf16| frag_kernel(n, kk, m, 132, &h200, bf16, true, true);
+        let k = |n, kk, m, bf16| frag_kernel(n, kk, m, 132, &h200, bf16, true, true, true);
         // 1536 x 6144: 96 tiles on 132 SMs: `_fs` with the prefetch at every M <= 16.
         for m in [1, 8, 12, 16] {
             let f = k(1536, 6144, m, true);
@@ -295,6 +304,8 @@ mod tests {
                 (16, 8, 1, true, true),
                 "m = {m}"
             );
+            // `_fsa` from 13 rows there.
+            assert_eq!(f.staged_a, m >= 13, "m = {m}");
         }
         // 6144 x 768 and 6144 x 6144: 384 tiles: the m8 kernel at M <= 8, `_fs` above, no prefetch.
         for (n, kk) in [(6144, 768), (6144, 6144)] {
@@ -303,10 +314,10 @@ mod tests {
                 (f.rows, f.w, f.s, f.fs, f.l2_prefetch),
                 (8, 4, 1, false, false)
             );
-            let f = k(n, kk, 12, true);
+            let f = k(n, kk, 16, true);
             assert_eq!(
-                (f.rows, f.w, f.s, f.fs, f.l2_prefetch),
-                (16, 4, 1, true, false)
+                (f.rows, f.w, f.s, f.fs, f.l2_prefetch, f.staged_a),
+                (16, 4, 1, true, false, false)
             );
         }
         // f16 / f32 out: no `_fs` kernel; the prefetch still follows the grid.
@@ -318,7 +329,11 @@ mod tests {
         let f = k(1536, 6144, 40, true);
         assert_eq!((f.rows, f.fs), (16, false));
         // The switches.
-        let f = frag_kernel(1536, 6144, 4, 132, &h200, true, false, false);
+        let f = frag_kernel(1536, 6144, 4, 132, &h200, true, false, false, true);
         assert_eq!((f.rows, f.fs, f.l2_prefetch), (8, false, false));
+        let f = frag_kernel(1536, 6144, 16, 132, &h200, true, true, true, false);
+        assert_eq!((f.fs, f.staged_a, f.l2_prefetch), (true, false, true));
+        let f = frag_kernel(1536, 6144, 16, 132, &h200, true, false, true, true);
+        assert_eq!((f.fs, f.staged_a), (false, false));
     }
 }

@@ -143,6 +143,9 @@ pub struct FragGemmTable {
     /// and the fewest groups of 4 k-blocks a warp should keep (each warp double-buffers its
     /// groups; one group leaves nothing to overlap).
     pub min_groups: usize,
+    /// From this many activation rows (up to 16) a grid that leaves SMs idle takes the `_fsa`
+    /// loop (activations staged through shared memory; `shapes::frag_kernel`).
+    pub staged_a_from_rows: usize,
 }
 
 impl FragGemmTable {
@@ -151,6 +154,9 @@ impl FragGemmTable {
         rows: &[],
         resident_warps_per_sm: 12,
         min_groups: 2,
+        // H200, BENCHMARKS.md follow-up 13: 1536 x 6144 M = 16 5.78 against 6.63 us, M = 12
+        // 5.62 against 5.42 (rows 12-15 are then broadcasts of row 11, cheap for `_fs`).
+        staged_a_from_rows: 13,
     };
 
     const MEASURED: [(&'static str, Self); 1] = [(
