@@ -381,9 +381,10 @@ MX_DEFINE_FRAG_FS(2)
 MX_DEFINE_FRAG_FS(4)
 MX_DEFINE_FRAG_FS(8)
 
-// Bench-only (issue 6 follow-up 13), mx_matmul_frag_m16_bf16_w<W>_s<S>_fsa: `_fs` with the
-// activations staged through shared memory. Why: at 12-16 rows the register loads of `_fs` take
-// 8-byte pieces of 8 rows per instruction (8 L1 wavefronts each, ~80 a group of a warp against 18
+// mx_matmul_frag_m16_bf16_w<W>_s<S>_fsa (issue 6 follow-up 13; the runtime's kernel from 13 rows
+// with bf16 output where the grid leaves SMs idle: kernels/src/gpu/shapes.rs frag_kernel): `_fs`
+// with the activations staged through shared memory. Why: at 12-16 rows the register loads of
+// `_fs` take 8-byte pieces of 8 rows per instruction (8 L1 wavefronts each, ~80 a group of a warp against 18
 // for its weights), and 1536 x 6144 gets 23 % slower from M = 12 to 16 where only rows 12-15 stop
 // being a broadcast of row 11. Here each warp copies its group's 16 activation rows x 128 bytes
 // with four 16-byte cp.async a lane (4 rows a request: 16 wavefronts a group) plus the rows' scale
@@ -392,7 +393,6 @@ MX_DEFINE_FRAG_FS(8)
 // the rows instead would not fit 8 warps in 48 KB), and the mma operands come from
 // LDS; the weights stay in the register double buffer, and the activation registers of `_fs`
 // (2 x 20) are freed. Same per-group arithmetic (mx_mma_group4): the bits of `_fs`.
-template <int W>
 struct MxFsaStage {
   static constexpr int ROW = 128;              // bytes between activation rows
   static constexpr int SC = 16 * ROW;          // the 16 rows' scale words
@@ -411,7 +411,7 @@ MX_DEV void mx_matmul_frag_m16_fsa(const mx_u8* __restrict__ aq, const mx_u8* __
                                    MxBf16::storage* __restrict__ y, int M, int N, int K, int pre,
                                    const MxEpi& ep) {
   constexpr int MT = 2;
-  typedef MxFsaStage<W> L;
+  typedef MxFsaStage L;
   __shared__ __align__(16) mx_u8 abuf[W][2][L::BYTES];
   const MxFragWarp<W, MT, S, 0> f(aq, as, wf, wsf, M, K);
   const int g = f.g, gb = f.gb, ge = f.ge;
