@@ -541,4 +541,70 @@ MX_DEV void mx_matmul_frag_m16_fsa(const mx_u8* __restrict__ aq, const mx_u8* __
 MX_DEFINE_FRAG_FSA(2)
 MX_DEFINE_FRAG_FSA(4)
 MX_DEFINE_FRAG_FSA(8)
+
+// Bench-only (issue 6 follow-up 14), mx_matmul_frag_m16_bf16_w<4|6|8>_s1_fs1: one group of 4
+// k-blocks a warp, no double buffer. Why: at 6144 x 768 (6 groups a tile) the `_fs` warps hold two
+// groups each, and the second group's DRAM round trip starts only after the PDL wait; with as many
+// warps as groups every weight byte is requested before the wait, and without the second buffer
+// the registers fit more warps per SM (the runtime would take it only where each warp gets one
+// group; more groups are run one after another, correct but unpipelined). Same per-group
+// arithmetic (mx_mma_group4): the bits of the m16 kernel at the same W.
+template <int W, int S>
+MX_DEV void mx_matmul_frag_m16_fs1(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
+                                   const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
+                                   MxBf16::storage* __restrict__ y, int M, int N, int K, int pre,
+                                   const MxEpi& ep) {
+  constexpr int MT = 2;
+  const MxFragWarp<W, MT, S, 0> f(aq, as, wf, wsf, M, K);
+  const int g = f.g, gb = f.gb, ge = f.ge;
+  typedef MxFragBatch<MT, 1> Batch;
+  auto load_w = [&](Batch& bt, int i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) bt.w[0][j] = mx_ldg_once16(f.wp + 128 * i + 32 * j);
+    bt.sA[0] = f.swp[16 * i + g];
+    bt.sB[0] = f.swp[16 * i + g + 8];
+  };
+  auto load_a = [&](Batch& bt, int i) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        bt.a[0][mt][j] = *reinterpret_cast<const uint2*>(f.ap[mt] + 128 * i + 32 * j);
+      bt.s0[0][mt] = f.sp0[mt][i];
+      bt.s1[0][mt] = f.sp1[mt][i];
+    }
+  };
+  float acc[MT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[mt][c] = 0.0f;
+  Batch b;
+  if (!(pre & 1)) MX_PDL_WAIT();
+  if (pre & 2) mx_frag_prefetch_l2(wf, wsf, MxFragBlock<MT, S, 0>().tile, K, gb, ge);
+  if (gb < ge) load_w(b, gb);
+  if (pre & 1) MX_PDL_WAIT();
+  MX_PDL_LAUNCH();
+  for (int i = gb; i < ge; ++i) {
+    if (i > gb) load_w(b, i);
+    load_a(b, i);
+    uint2 wa[4], wb[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      wa[j] = make_uint2(b.w[0][j].x, b.w[0][j].y);
+      wb[j] = make_uint2(b.w[0][j].z, b.w[0][j].w);
+    }
+    mx_mma_group4<MT, true>(acc, wa, wb, b.a[0], b.sA[0], b.sB[0], b.s0[0], b.s1[0]);
+  }
+  mx_frag_reduce_store<MxBf16, W, MT, S, 0>(acc, y, M, N, ep);
+}
+#define MX_DEFINE_FRAG_FS1W(W, MINB)                                                             \
+  extern "C" __global__ void __launch_bounds__(32 * W, MINB) mx_matmul_frag_m16_bf16_w##W##_s1_fs1( \
+      const mx_u8* aq, const mx_u8* as, const uint4* wf, const mx_u32* wsf, MxBf16::storage* y,  \
+      int M, int N, int K, int pre, MxEpi ep) {                                                  \
+    mx_matmul_frag_m16_fs1<W, 1>(aq, as, wf, wsf, y, M, N, K, pre, ep);                          \
+  }
+MX_DEFINE_FRAG_FS1W(4, 4)
+MX_DEFINE_FRAG_FS1W(6, 3)
+MX_DEFINE_FRAG_FS1W(8, 2)
 #endif  // MX_NV_FP8_MMA && MX_NV_CLUSTER
