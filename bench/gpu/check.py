@@ -523,7 +523,7 @@ def check_matmul_frag_fs(ops):
         """(output of _fs, every _fs / _fsr launch == the current kernel's bits)."""
         y0 = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W_, S=S_))
         same, first = True, None
-        for sfx in ("_fs", "_fsr", "_fsa") + (("_fs1",) if S_ == 1 and W_ in (4, 8) else ()):
+        for sfx in ("_fs", "_fsr", "_fsa"):
             y1 = torch.empty(M, N, dtype=torch.bfloat16, device="cuda"); poison([y1])
             ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W_, S=S_, y=y1, sfx=sfx)
             ops.m.pdl = True
