@@ -3,7 +3,7 @@ pre & 2, "+pf"), under CUDA-graph replay with PDL (bench.py's graph_time: 200 ba
 replays, us per call), weights rotating over >= 400 MB of copies (bench_frag_pdl.py's set-up).
 Kernels at each M: the m8 kernel (M <= 8, the runtime's there), `_fs` (the runtime's at 9-16 rows;
 at M <= 8 on half a tile), `_fsa` (follow-up 13: activations through shared memory), each at
-pre = 1 and 3 (with AB_PS: `+pf<p>`, the prefetch of each warp's first p groups only), the runtime's choice now ("rt", mxgpu.frag_kernel), and cuBLAS bf16 (torch). Every output
+pre = 1 and 3, the runtime's choice now ("rt", mxgpu.frag_kernel), and cuBLAS bf16 (torch). Every output
 is compared bit for bit with the first kernel's ("not bit-identical" lists the others). % HBM =
 weight bytes (values + scales) / time / read-only bandwidth measured in the same call (x.sum()
 over 2 GiB). Writes $OUT/ab_l2pf.json. Usage: python3 ab_l2pf.py [REPS] (default 3)"""
@@ -16,7 +16,6 @@ from mxgpu import FRAG_SS, FRAG_WS, Module, Ops, frag_choice
 OUT = os.environ.get("OUT", ".")
 dev = "cuda"
 MS = [int(m) for m in os.environ.get("AB_MS", "1,4,8,12,14,16").split(",")]
-PS = [int(p) for p in os.environ.get("AB_PS", "").split(",") if p]
 
 
 def main():
@@ -55,10 +54,6 @@ def main():
                 var["fs" + tag] = ("_fs", W16, S16, pre)
                 var["fsa" + tag] = ("_fsa", W16, S16, pre)
             var = dict(sorted(var.items(), key=lambda kv: kv[1][3]))
-            for p_ in PS:  # follow-up 15: the prefetch of each warp's first p groups only
-                if M <= 8:
-                    var[f"m8+pf{p_}"] = ("", W0, S0, 3 | p_ << 2)
-                var[f"fs+pf{p_}"] = ("_fs", W16, S16, 3 | p_ << 2)
             fns = {k: (lambda v=v: frag(v[3], v[1], v[2], v[0])) for k, v in var.items()}
             fns["rt"] = lambda: ops.matmul_frag(*P[nxt(copies)], N, K, M, aq, as_, y=y)
             fns["cublas"] = lambda: A @ Wb[nxt(len(Wb))].t()

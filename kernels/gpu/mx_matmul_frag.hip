@@ -44,11 +44,8 @@ MX_DEV uint4 mx_ldg_once16(const uint4* p) {
 // there. A prefetch inside the loop (a distance of D groups) was slower: its predicate and
 // address cost registers the capped loop does not have. No "memory" clobber: it would pin the
 // loads around it. Results cannot change.
-// pre >> 2 = P > 0 (bench only, follow-up 15): only the warp's first P groups, the ramp.
-MX_DEV void mx_frag_prefetch_l2(const uint4* wf, const mx_u32* wsf, int tile, int K, int gb, int ge,
-                                int pre) {
+MX_DEV void mx_frag_prefetch_l2(const uint4* wf, const mx_u32* wsf, int tile, int K, int gb, int ge) {
   const int lane = threadIdx.x & 31;
-  if (pre >> 2) ge = min(ge, gb + (pre >> 2));
   const mx_u8* w = reinterpret_cast<const mx_u8*>(wf + (long long)tile * (K >> 5) * 32);
   const mx_u8* s = reinterpret_cast<const mx_u8*>(wsf + (long long)tile * (K >> 7) * 16);
   for (int i = gb + lane; i < ge; i += 32) {
@@ -200,7 +197,7 @@ MX_DEV void mx_matmul_frag(const mx_u8* __restrict__ aq, const mx_u8* __restrict
     for (int c = 0; c < 4; ++c) acc[mt][c] = 0.0f;
   Batch cur;
   if (!(pre & 1)) MX_PDL_WAIT();
-  if (pre & 2) mx_frag_prefetch_l2(wf, wsf, MxFragBlock<MT, S, XO>().tile, K, gb, ge, pre);
+  if (pre & 2) mx_frag_prefetch_l2(wf, wsf, MxFragBlock<MT, S, XO>().tile, K, gb, ge);
   if (gb < ge) load_w(cur, gb);
   if (pre & 1) MX_PDL_WAIT();
   MX_PDL_LAUNCH();
@@ -339,7 +336,7 @@ MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __r
   };
   Batch b0, b1;
   if (!(pre & 1)) MX_PDL_WAIT();
-  if (pre & 2) mx_frag_prefetch_l2(wf, wsf, MxFragBlock<MT, S, 0>().tile, K, gb, ge, pre);
+  if (pre & 2) mx_frag_prefetch_l2(wf, wsf, MxFragBlock<MT, S, 0>().tile, K, gb, ge);
   if (gb < ge) load_w(b0);
   if (pre & 1) MX_PDL_WAIT();
   MX_PDL_LAUNCH();
@@ -495,7 +492,7 @@ MX_DEV void mx_matmul_frag_m16_fsa(const mx_u8* __restrict__ aq, const mx_u8* __
   };
   Wt b0, b1;
   if (!(pre & 1)) MX_PDL_WAIT();
-  if (pre & 2) mx_frag_prefetch_l2(wf, wsf, MxFragBlock<MT, S, 0>().tile, K, gb, ge, pre);
+  if (pre & 2) mx_frag_prefetch_l2(wf, wsf, MxFragBlock<MT, S, 0>().tile, K, gb, ge);
   if (gb < ge) load_w(b0);
   if (pre & 1) MX_PDL_WAIT();
   MX_PDL_LAUNCH();
