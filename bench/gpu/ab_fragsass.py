@@ -9,7 +9,7 @@ Usage: python3 ab_fragsass.py [REPS] (default 3)"""
 import json, os, statistics, sys
 import torch
 from bench import graph_time
-from bench_frag_pdl import weight_copies
+from bench_frag_pdl import rotation, weight_copies
 from mxgpu import Module, Ops, frag_choice
 
 OUT = os.environ.get("OUT", ".")
@@ -23,11 +23,7 @@ def main():
     rows = []
     for N, K in ((1536, 6144), (6144, 768), (6144, 6144)):
         copies, _, _, P, Wb = weight_copies(N, K)
-        ctr = [0]
-
-        def nxt(n):
-            ctr[0] += 1
-            return ctr[0] % n
+        nxt = rotation()
         for M in (12, 16, 8):
             A = torch.randn(M, K, device=dev).bfloat16()
             aq, as_ = ops.quantize(A, 0)

@@ -10,7 +10,7 @@ over 2 GiB). Writes $OUT/ab_l2pf.json. Usage: python3 ab_l2pf.py [REPS] (default
 import json, os, statistics, sys
 import torch
 from bench import graph_time
-from bench_frag_pdl import weight_copies
+from bench_frag_pdl import rotation, weight_copies
 from mxgpu import FRAG_SS, FRAG_WS, Module, Ops, frag_choice
 
 OUT = os.environ.get("OUT", ".")
@@ -30,11 +30,7 @@ def main():
     for N, K in ((1536, 6144), (6144, 768), (6144, 6144)):
         copies, _, _, P, Wb = weight_copies(N, K)
         wbytes = N * K * (1 + 1 / 32)
-        ctr = [0]
-
-        def nxt(n):
-            ctr[0] += 1
-            return ctr[0] % n
+        nxt = rotation()
         for M in MS:
             A = torch.randn(M, K, device=dev).bfloat16()
             aq, as_ = ops.quantize(A, 0)

@@ -12,7 +12,7 @@ packed GEMM, the first weight loads overlap the previous kernel. Writes $OUT/ben
   prefill: the frag GEMM at M = 64 / 256 / 2048 in both block orders, and cuBLAS bf16.
 FRAG_MS (env, e.g. "12,16"): the gemm section's activation rows (default 1,2,4,8,12,16).
 Usage: python3 bench_frag_pdl.py [gemm] [ops] [prefill] (default: gemm ops)"""
-import json, os, sys
+import itertools, json, os, sys
 import torch
 from bench import graph_time
 from mxgpu import (FRAG_SS, FRAG_WS, F_FP32_ACT, F_GAMMA_F32, F_GEMMA, F_OAI, Module, Ops, frag_choice,
@@ -47,14 +47,17 @@ def weight_copies(N, K):
     return copies, Wt, St, P, Wb
 
 
+def rotation():
+    """nxt(n): 1, 2, ..., n - 1, 0, 1, ... on successive calls, the index of the next copy, so
+    back-to-back launches each read another copy of the weights (weight_copies)."""
+    calls = itertools.count(1)
+    return lambda n: next(calls) % n
+
+
 def bench_gemm(mod, ops, read_bw, rows):
     for N, K in ((1536, 6144), (6144, 768), (6144, 6144)):
         copies, Wt, St, P, Wb = weight_copies(N, K)
-        ctr = [0]
-
-        def nxt(n):
-            ctr[0] += 1
-            return ctr[0] % n
+        nxt = rotation()
         for M in [int(m) for m in os.environ.get("FRAG_MS", "1,2,4,8,12,16").split(",")]:
             A = torch.randn(M, K, device=dev).bfloat16()
             aq, as_ = ops.quantize(A, 0)
