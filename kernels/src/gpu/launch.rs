@@ -936,11 +936,7 @@ impl GpuRuntime {
         let name = format!(
             "mx_matmul_frag_m{}_{out}_w{w}_s{s}{}",
             fk.rows,
-            match (fk.fs, fk.staged_a) {
-                (true, true) => "_fsa",
-                (true, false) => "_fs",
-                _ => "",
-            }
+            fk.lp.suffix()
         );
         // x: activation-row tiles x splits, y: 16-column tiles (mx_matmul_frag.hip MxFragBlock:
         // the row tiles of one weight tile run together and share it through L2).

@@ -153,16 +153,36 @@ pub struct FragKernel {
     /// Warps per block and cluster splits ([`frag_shape`]).
     pub w: usize,
     pub s: usize,
-    /// The `_fs` loop (bf16 output only; bit-identical to the m16 and m8 kernels at the same `w`).
-    pub fs: bool,
-    /// Its `_fsa` form (activations staged through shared memory; the same bits).
-    pub staged_a: bool,
+    /// Which loop of that kernel family runs.
+    pub lp: FragLoop,
     /// The whole-range L2 prefetch of each warp's weights (`pre & 2`).
     pub l2_prefetch: bool,
 }
 
+/// The loop of a fragment GEMM kernel (all give the same bits at the same `w`, `s`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FragLoop {
+    /// The m8 / m16 kernels (every output type).
+    Plain,
+    /// `_fs`: 16 rows, bf16 output, two register buffers.
+    Fs,
+    /// `_fsa`: `_fs` with the activations staged through shared memory.
+    Fsa,
+}
+
+impl FragLoop {
+    /// The kernel name's suffix.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            FragLoop::Plain => "",
+            FragLoop::Fs => "_fs",
+            FragLoop::Fsa => "_fsa",
+        }
+    }
+}
+
 /// Which fragment GEMM kernel runs `m` rows of `n x k` on `sms` multiprocessors (`bf16_out`: the
-/// output is bf16; `fs`, `l2_prefetch`: the runtime's switches, on unless turned off). H200,
+/// output is bf16; `fs`, `l2_prefetch`, `staged_a`: the runtime's switches, on unless turned off). H200,
 /// BENCHMARKS.md follow-ups 11-12: the `_fs` loop takes 9-16 rows; where the grid leaves SMs idle
 /// (fewer blocks than SMs, e.g. 1536 x 6144: 96 tiles) a warp's few groups are a chain of DRAM
 /// round trips, so there it also takes M <= 8 (on half a tile: 5.71 against 6.45 us at M = 8) and
@@ -195,12 +215,16 @@ pub fn frag_kernel(
         (8, frag_shape(n, k, m, sms, table))
     };
     let idle = blocks(rows, s) < sms;
+    let lp = match fs {
+        false => FragLoop::Plain,
+        true if staged_a && idle && m >= table.staged_a_from_rows => FragLoop::Fsa,
+        true => FragLoop::Fs,
+    };
     FragKernel {
         rows,
         w,
         s,
-        fs,
-        staged_a: staged_a && fs && idle && m >= table.staged_a_from_rows,
+        lp,
         l2_prefetch: l2_prefetch && idle,
     }
 }
@@ -294,46 +318,47 @@ mod tests {
     #[test]
     fn frag_kernel_takes_fs_and_the_prefetch_only_where_sms_idle() {
         use super::super::thresholds::FragGemmTable;
+        use FragLoop::{Fs, Fsa, Plain};
         let h200 = FragGemmTable::for_arch("sm_90");
         let k = |n, kk, m, bf16| frag_kernel(n, kk, m, 132, &h200, bf16, true, true, true);
         // 1536 x 6144: 96 tiles on 132 SMs: `_fs` with the prefetch at every M <= 16.
         for m in [1, 8, 12, 16] {
             let f = k(1536, 6144, m, true);
+            // `_fsa` from 13 rows there.
+            let lp = if m >= 13 { Fsa } else { Fs };
             assert_eq!(
-                (f.rows, f.w, f.s, f.fs, f.l2_prefetch),
-                (16, 8, 1, true, true),
+                (f.rows, f.w, f.s, f.lp, f.l2_prefetch),
+                (16, 8, 1, lp, true),
                 "m = {m}"
             );
-            // `_fsa` from 13 rows there.
-            assert_eq!(f.staged_a, m >= 13, "m = {m}");
         }
         // 6144 x 768 and 6144 x 6144: 384 tiles: the m8 kernel at M <= 8, `_fs` above, no prefetch.
         for (n, kk) in [(6144, 768), (6144, 6144)] {
             let f = k(n, kk, 8, true);
             assert_eq!(
-                (f.rows, f.w, f.s, f.fs, f.l2_prefetch),
-                (8, 4, 1, false, false)
+                (f.rows, f.w, f.s, f.lp, f.l2_prefetch),
+                (8, 4, 1, Plain, false)
             );
             let f = k(n, kk, 16, true);
             assert_eq!(
-                (f.rows, f.w, f.s, f.fs, f.l2_prefetch, f.staged_a),
-                (16, 4, 1, true, false, false)
+                (f.rows, f.w, f.s, f.lp, f.l2_prefetch),
+                (16, 4, 1, Fs, false)
             );
         }
         // f16 / f32 out: no `_fs` kernel; the prefetch still follows the grid.
         let f = k(1536, 6144, 4, false);
-        assert_eq!((f.rows, f.fs, f.l2_prefetch), (8, false, true));
+        assert_eq!((f.rows, f.lp, f.l2_prefetch), (8, Plain, true));
         let f = k(1536, 6144, 16, false);
-        assert_eq!((f.rows, f.fs, f.l2_prefetch), (16, false, true));
+        assert_eq!((f.rows, f.lp, f.l2_prefetch), (16, Plain, true));
         // Past 16 rows: the m16 kernel over several row tiles, never `_fs`.
         let f = k(1536, 6144, 40, true);
-        assert_eq!((f.rows, f.fs), (16, false));
+        assert_eq!((f.rows, f.lp), (16, Plain));
         // The switches.
         let f = frag_kernel(1536, 6144, 4, 132, &h200, true, false, false, true);
-        assert_eq!((f.rows, f.fs, f.l2_prefetch), (8, false, false));
+        assert_eq!((f.rows, f.lp, f.l2_prefetch), (8, Plain, false));
         let f = frag_kernel(1536, 6144, 16, 132, &h200, true, true, true, false);
-        assert_eq!((f.fs, f.staged_a, f.l2_prefetch), (true, false, true));
+        assert_eq!((f.lp, f.l2_prefetch), (Fs, true));
         let f = frag_kernel(1536, 6144, 16, 132, &h200, true, false, true, true);
-        assert_eq!((f.fs, f.staged_a), (false, false));
+        assert_eq!(f.lp, Plain);
     }
 }
