@@ -155,6 +155,20 @@ struct MxFragBatch {
   mx_u32 s0[U][MT], s1[U][MT];  // activation scale words of rows 8 mt + 2t, 2t + 1
 };
 
+// mx_mma_group4 on a lane's packed weights of one group: w[j] = its 16 bytes of k-block j, rows g
+// (.x .y) and g + 8 (.z .w).
+template <int MT, bool HW = false>
+MX_DEV void mx_frag_mma(float acc[MT][4], const uint4 w[4], const uint2 b[MT][4], mx_u32 swA,
+                        mx_u32 swB, const mx_u32 s0[MT], const mx_u32 s1[MT]) {
+  uint2 wa[4], wb[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    wa[j] = make_uint2(w[j].x, w[j].y);
+    wb[j] = make_uint2(w[j].z, w[j].w);
+  }
+  mx_mma_group4<MT, HW>(acc, wa, wb, b, swA, swB, s0, s1);
+}
+
 template <class TO, int W, int MT, int S, int U, int XO = 0>
 MX_DEV void mx_matmul_frag(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                            const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
@@ -210,15 +224,8 @@ MX_DEV void mx_matmul_frag(const mx_u8* __restrict__ aq, const mx_u8* __restrict
     }
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (i + u < ge) {
-        uint2 wa[4], wb[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          wa[j] = make_uint2(cur.w[u][j].x, cur.w[u][j].y);
-          wb[j] = make_uint2(cur.w[u][j].z, cur.w[u][j].w);
-        }
-        mx_mma_group4<MT>(acc, wa, wb, cur.a[u], cur.sA[u], cur.sB[u], cur.s0[u], cur.s1[u]);
-      }
+      if (i + u < ge)
+        mx_frag_mma<MT>(acc, cur.w[u], cur.a[u], cur.sA[u], cur.sB[u], cur.s0[u], cur.s1[u]);
     cur = nxt;
   }
 
@@ -326,13 +333,7 @@ MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __r
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[mt][c] = 0.0f;
   auto mma = [&](const Batch& bt) {
-    uint2 wa[4], wb[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      wa[j] = make_uint2(bt.w[0][j].x, bt.w[0][j].y);
-      wb[j] = make_uint2(bt.w[0][j].z, bt.w[0][j].w);
-    }
-    mx_mma_group4<MT, true>(acc, wa, wb, bt.a[0], bt.sA[0], bt.sB[0], bt.s0[0], bt.s1[0]);
+    mx_frag_mma<MT, true>(acc, bt.w[0], bt.a[0], bt.sA[0], bt.sB[0], bt.s0[0], bt.s1[0]);
   };
   Batch b0, b1;
   if (!(pre & 1)) MX_PDL_WAIT();
@@ -420,7 +421,8 @@ MX_DEV void mx_matmul_frag_m16_fsa(const mx_u8* __restrict__ aq, const mx_u8* __
   const uint4* wp = f.wp + 128 * gb;
   const mx_u32* swp = f.swp + 16 * gb + g;
   // This lane's copies: 16-byte chunk (lane & 7) of rows (lane >> 3) + 4 c, c = 0..3, and (lanes
-  // 0-15) the scale word of row lane. Rows past M read row M - 1 (their outputs are not stored).
+  // 0-15) the scale word of row lane. Rows past M are not copied (below); the clamp only keeps
+  // their never-used source pointers inside the activations.
   const mx_u8* ac[4];
 #pragma unroll
   for (int c = 0; c < 4; ++c)
@@ -482,13 +484,7 @@ MX_DEV void mx_matmul_frag_m16_fsa(const mx_u8* __restrict__ aq, const mx_u8* __
       s0[mt] = *reinterpret_cast<const mx_u32*>(sb + L::SC + 4 * (8 * mt + 2 * t));
       s1[mt] = *reinterpret_cast<const mx_u32*>(sb + L::SC + 4 * (8 * mt + 2 * t + 1));
     }
-    uint2 wa[4], wb[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      wa[j] = make_uint2(bt.w[j].x, bt.w[j].y);
-      wb[j] = make_uint2(bt.w[j].z, bt.w[j].w);
-    }
-    mx_mma_group4<MT, true>(acc, wa, wb, a, bt.sA, bt.sB, s0, s1);
+    mx_frag_mma<MT, true>(acc, bt.w, a, bt.sA, bt.sB, s0, s1);
   };
   Wt b0, b1;
   if (!(pre & 1)) MX_PDL_WAIT();
