@@ -537,4 +537,151 @@ MX_DEV void mx_matmul_frag_m16_fsa(const mx_u8* __restrict__ aq, const mx_u8* __
 MX_DEFINE_FRAG_FSA(2)
 MX_DEFINE_FRAG_FSA(4)
 MX_DEFINE_FRAG_FSA(8)
+
+// mx_matmul_frag_m16_bf16_w<W>_s1_fsm<C> (issue 6 follow-up 16, K <= 1024; bench-only until
+// measured): `_fs` with the block's activation rows (all of K: one 16-column tile a block, S = 1)
+// staged once in shared memory by bulk copies that a cluster of C neighbouring tiles shares. Why:
+// at 6144 x 768 all 384 blocks read the same 16 x 768 activation bytes (as many bytes through L2
+// as the weights), and `_fs` takes them in 8-byte pieces of 8 rows an instruction (~64 L1
+// wavefronts a group of a warp against 18 for its weights); `_fs` at M = 16 is 0.37 us slower than
+// at M = 1 (rows broadcast) with the same arithmetic. Here block rank r of the cluster (blockIdx.y
+// = its tile) copies rows r, r + C, ... with one cp.async.bulk each, multicast to the C blocks'
+// shared memory (C = 1: a plain bulk copy), completing bytes on every block's mbarrier; the
+// fragment reads are LDS.64 on rows K + 32 bytes apart (conflict-free halves: 32 g + 8 t covers a
+// bank row). Activation scales stay 4-byte loads as in `_fs`; the weights the register double
+// buffer. Same per-group arithmetic (mx_mma_group4): the bits of `_fs`.
+constexpr int MX_FSM_KMAX = 1024;
+MX_DEV mx_u32 mx_cluster_ctarank() {
+  mx_u32 r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+// `bytes` from global `src` to shared `dst` of this block (mask 0) or, multicast, of every block
+// of the cluster in `mask` (same offsets), each completing them on its barrier at `bar`'s offset.
+MX_DEV void mx_bulk_g2s(mx_u32 dst, const void* src, mx_u32 bytes, mx_u32 bar, mx_u16 mask) {
+  if (mask == 0)
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+  else
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], "
+        "%4;" ::"r"(dst),
+        "l"(src), "r"(bytes), "r"(bar), "h"(mask)
+        : "memory");
+}
+
+template <int W, int C>
+MX_DEV void mx_matmul_frag_m16_fsm(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
+                                   const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
+                                   MxBf16::storage* __restrict__ y, int M, int N, int K, int pre,
+                                   const MxEpi& ep) {
+  constexpr int MT = 2;
+  __shared__ __align__(128) mx_u8 abuf[16 * (MX_FSM_KMAX + 32)];
+  __shared__ mx_u64 bar;
+  const MxFragWarp<W, MT, 1, 0> f(aq, as, wf, wsf, M, K);
+  const int g = f.g, gb = f.gb, ge = f.ge;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
+  const int m0 = MxFragBlock<MT, 1, 0>().m0, stride = K + 32;
+  const int rows = min(16, M - m0);
+  const uint4* wp = f.wp + 128 * gb;
+  const mx_u32* swp = f.swp + 16 * gb + g;
+  const mx_u32 *sp0[MT], *sp1[MT];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    sp0[mt] = f.sp0[mt] + gb;
+    sp1[mt] = f.sp1[mt] + gb;
+  }
+  struct Bt {
+    uint4 w[4];
+    mx_u32 sA, sB, s0[MT], s1[MT];
+  };
+  auto load_w = [&](Bt& bt) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) bt.w[j] = mx_ldg_once16(wp + 32 * j);
+    bt.sA = swp[0];
+    bt.sB = swp[8];
+    wp += 128;
+    swp += 16;
+  };
+  auto load_s = [&](Bt& bt) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      bt.s0[mt] = *sp0[mt]++;
+      bt.s1[mt] = *sp1[mt]++;
+    }
+  };
+  float acc[MT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[mt][c] = 0.0f;
+  // This lane's fragment bytes of group gb: row 8 mt + g, byte 8 t of k-block j at + 32 j.
+  const mx_u8* ar = abuf + g * stride + 128 * gb + 8 * t;
+  auto mma = [&](const Bt& bt) {
+    uint2 a[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) a[mt][j] = *reinterpret_cast<const uint2*>(ar + 8 * mt * stride + 32 * j);
+    ar += 128;
+    mx_frag_mma<MT, true>(acc, bt.w, a, bt.sA, bt.sB, bt.s0, bt.s1);
+  };
+  Bt b0, b1;
+  if (!(pre & 1)) MX_PDL_WAIT();
+  if (pre & 2) mx_frag_prefetch_l2(wf, wsf, MxFragBlock<MT, 1, 0>().tile, K, gb, ge);
+  if (gb < ge) load_w(b0);
+  // Rows past M are never copied: zeros there (they reach only outputs that are not stored).
+  for (int i = threadIdx.x; i < (16 - rows) * stride / 16; i += 32 * W)
+    reinterpret_cast<uint4*>(abuf + rows * stride)[i] = make_uint4(0u, 0u, 0u, 0u);
+  const mx_u32 bar_s = (mx_u32)__cvta_generic_to_shared(&bar);
+  if (threadIdx.x == 0) {
+    mx_mbar_init_expect(&bar, (mx_u32)(rows * K));
+    mx_fence_mbar_init();
+  }
+  // Every block's barrier initialised before any block's copies complete bytes on it; the zero
+  // rows written before any warp reads them.
+  mx_cluster_sync();
+  if (pre & 1) MX_PDL_WAIT();
+  MX_PDL_LAUNCH();
+  if (warp == 0) {
+    const int rank = C > 1 ? (int)mx_cluster_ctarank() : 0;
+    const mx_u32 base = (mx_u32)__cvta_generic_to_shared(abuf);
+    for (int r = rank + C * lane; r < rows; r += 32 * C)
+      mx_bulk_g2s(base + r * stride, aq + (long long)(m0 + r) * K, (mx_u32)K, bar_s,
+                  (mx_u16)(C > 1 ? (1u << C) - 1u : 0u));
+  }
+  if (gb < ge) load_s(b0);
+  mx_mbar_wait(&bar, 0);
+  // No block leaves while copies it issued may still be writing into the others (the wait at
+  // the end): each arrives once its own rows have all landed.
+  if (C > 1) mx_cluster_arrive_relaxed();
+  for (int i = gb; i < ge; i += 2) {
+    if (i + 1 < ge) {
+      load_w(b1);
+      load_s(b1);
+    }
+    mma(b0);
+    if (i + 1 == ge) break;
+    if (i + 2 < ge) {
+      load_w(b0);
+      load_s(b0);
+    }
+    mma(b1);
+  }
+  mx_frag_reduce_store<MxBf16, W, MT, 1, 0>(acc, y, M, N, ep);
+  if (C > 1) mx_cluster_wait();
+}
+#define MX_DEFINE_FRAG_FSM1(W, C)                                                                \
+  extern "C" __global__ void __launch_bounds__(32 * W, (W < 8 ? 12 / W : 1))                    \
+      __cluster_dims__(1, C, 1) mx_matmul_frag_m16_bf16_w##W##_s1_fsm##C(                        \
+          const mx_u8* aq, const mx_u8* as, const uint4* wf, const mx_u32* wsf,                  \
+          MxBf16::storage* y, int M, int N, int K, int pre, MxEpi ep) {                          \
+    mx_matmul_frag_m16_fsm<W, C>(aq, as, wf, wsf, y, M, N, K, pre, ep);                          \
+  }
+#define MX_DEFINE_FRAG_FSM(W)                                                                    \
+  MX_DEFINE_FRAG_FSM1(W, 1) MX_DEFINE_FRAG_FSM1(W, 2) MX_DEFINE_FRAG_FSM1(W, 4)                  \
+      MX_DEFINE_FRAG_FSM1(W, 8)
+MX_DEFINE_FRAG_FSM(2)
+MX_DEFINE_FRAG_FSM(4)
 #endif  // MX_NV_FP8_MMA && MX_NV_CLUSTER
