@@ -562,53 +562,6 @@ def check_matmul_frag_fs(ops):
                     report(f"matmul_frag_fs edge N={N} K={K} M={M} W={W_} S={S_}", same, "== current kernel, incl. PDL")
 
 
-def check_matmul_frag_fsm(ops):
-    """The cluster-staged m16 kernels of issue 6 follow-up 16 (mx_matmul_frag_m16_bf16_w<W>_s1_fsm<C>:
-    the block's activation rows staged once by bulk copies, multicast to a cluster of C tiles;
-    K <= 1024, N / 16 a multiple of C): the per-group arithmetic of `_fs`, so at every W, C and
-    M = 1 ... 40 (several row tiles past 16) they must give `_fs`'s bits (plain, under PDL, with
-    the L2 prefetch) into a poisoned output and pass gemm_verdict; edge blocks as
-    check_matmul_frag_fs (weight scales 0 / 1 / 254 / 255 / 100 / 150, activation scales 0 / 1 /
-    254 / 255, NaN / 448 / subnormal weights, a NaN activation), K = 128 (one group) and odd
-    group counts."""
-    from mxgpu import pack_frag
-    if not CLUSTERS:
-        return report("matmul_frag_fsm skipped (MXFUSE_GPU_CLUSTERS=off)", True)
-    for N, K in ((128, 128), (256, 384), (6144, 768), (384, 1024), (128, 640)):
-        w = rand_e4m3((N, K)); ws = rng.integers(110, 135, (N, K // 32), dtype=np.uint8)
-        if N != 6144:
-            w[0, :32] = 0x7F; w[1, 5] = 0xFF; w[2, :] = 0x7E; w[3, :] = 0x01; w[4, 64 % K:64 % K + 32] = 0xFE
-            ws[5, :] = 0; ws[6, :] = 255; ws[7, :] = 1; ws[8, :] = 254; ws[9, 0] = 100; ws[10, -1] = 150
-            ws[11, ::2] = 0; ws[12, 1::3] = 255
-        wf, wsf = pack_frag(torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda())
-        for M in (1, 2, 5, 8, 9, 12, 13, 16, 17, 40):
-            a32 = ref.rnd(rng.standard_normal((M, K)) * 2, "bf16")
-            if M == 9:
-                a32[4, 33] = np.nan
-            aq, as_ = ops.quantize(to_dev(a32, "bf16"), 0)
-            if N != 6144 and M >= 8:
-                as_[1, 0] = 0; as_[2, :] = 255; as_[3, -1] = 1; as_[5, ::2] = 0; as_[6, :] = 254
-            yref = ref.matmul(host(aq), host(as_), w, ws)
-            fin = np.isfinite(yref)
-            for W_ in (2, 4):
-                y0 = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W_, S=1, sfx="_fs"))
-                for C in (1, 2, 4, 8):
-                    if (N // 16) % C:
-                        continue
-                    sfx = f"_fsm{C}"
-                    y1 = torch.empty(M, N, dtype=torch.bfloat16, device="cuda"); poison([y1])
-                    ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W_, S=1, y=y1, sfx=sfx)
-                    ops.m.pdl = True
-                    try:
-                        y2 = ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W_, S=1, pre=1, sfx=sfx)
-                        y3 = ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W_, S=1, pre=3, sfx=sfx)
-                    finally:
-                        ops.m.pdl = False
-                    same = all(np.array_equal(y0, host(o), equal_nan=True) for o in (y1, y2, y3))
-                    ok, detail = gemm_verdict(y1, same, yref, fin, "bf16")
-                    report(f"matmul_frag_fsm N={N} K={K} M={M} W={W_} C={C}", ok, detail + " (== _fs, incl. PDL)")
-
-
 def check_pdl(ops):
     """Every op under a programmatic (PDL) launch, back to back on one stream with the previous
     kernel writing what the next one reads, gives the bits of ordinary launches: the decode chain
@@ -701,7 +654,7 @@ if __name__ == "__main__":
               "mx_matmul_pipe_m8_bf16_w4_s1", "mx_matmul_pipe_m16_bf16_w1_s8"):
         print(f"  {k}: regs/shared/local = {mod.attrs(k)}")
     only = sys.argv[1:]  # e.g. "check_matmul_splitk": run only these checks
-    for fn in (check_rcp, check_sigmoid_cert, check_sigma_table, check_swiglu_all_bf16, check_matmul_frag, check_matmul_frag_fs, check_matmul_frag_fsm, check_pdl, check_matmul_pipe, check_matmul_splitk, check_vectors, check_quantize, check_norm, check_norm_lean, check_swiglu, check_matmul, check_matmul_epilogue):
+    for fn in (check_rcp, check_sigmoid_cert, check_sigma_table, check_swiglu_all_bf16, check_matmul_frag, check_matmul_frag_fs, check_pdl, check_matmul_pipe, check_matmul_splitk, check_vectors, check_quantize, check_norm, check_norm_lean, check_swiglu, check_matmul, check_matmul_epilogue):
         if only and fn.__name__ not in only:
             continue
         try:
