@@ -49,6 +49,12 @@ def main():
                     var["m8" + tag] = ("", W0, S0, pre)
                 var["fs" + tag] = ("_fs", W16, S16, pre)
                 var["fsa" + tag] = ("_fsa", W16, S16, pre)
+            if os.environ.get("AB_W3") == "1" and S16 == 1:  # follow-up 17: 3 warps, none idle at K = 768
+                var["fs w3"] = ("_fs", 3, 1, 1)
+                var["fs2 w3"] = ("_fs2", 3, 1, 1)
+                var["fs2 w4"] = ("_fs2", 4, 1, 1)
+                if M <= 8:
+                    var["m8 w3"] = ("", 3, 1, 1)
             var = dict(sorted(var.items(), key=lambda kv: kv[1][3]))
             fns = {k: (lambda v=v: frag(v[3], v[1], v[2], v[0])) for k, v in var.items()}
             fns["rt"] = lambda: ops.matmul_frag(*P[nxt(copies)], N, K, M, aq, as_, y=y)
@@ -59,6 +65,9 @@ def main():
             for k, (sf, w, s_, pre) in var.items():
                 got = frag(pre, w, s_, sf, y=torch.empty_like(y), j=0)
                 same[k] = bool(torch.equal(ref, got))
+                if not same[k]:  # another K split (W): summation order only
+                    rel = ((got.float() - ref.float()).norm() / ref.float().norm()).item()
+                    print(f"  {k}: rel diff to {next(iter(var))} {rel:.2e}, NaN {int(got.isnan().sum())}", flush=True)
             torch.cuda.synchronize()
             t = {k: [] for k in fns}
             for _ in range(reps):
