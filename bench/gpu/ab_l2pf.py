@@ -6,7 +6,9 @@ at M <= 8 on half a tile), `_fsa` (follow-up 13: activations through shared memo
 pre = 1 and 3, the runtime's choice now ("rt", mxgpu.frag_kernel), and cuBLAS bf16 (torch). Every output
 is compared bit for bit with the first kernel's ("not bit-identical" lists the others). % HBM =
 weight bytes (values + scales) / time / read-only bandwidth measured in the same call (x.sum()
-over 2 GiB). Writes $OUT/ab_l2pf.json. Usage: python3 ab_l2pf.py [REPS] (default 3)"""
+over 2 GiB). Follow-up 17: at M <= 8 also the m8 kernel on 3 warps ("m8 w3"; the runtime's choice where it
+drops an idle warp, mxgpu.trim_idle_warp). AB_SHAPES="NxK,..." (default the three decode shapes),
+AB_MS="1,4,..." pick the cases. Writes $OUT/ab_l2pf.json. Usage: python3 ab_l2pf.py [REPS] (default 3)"""
 import json, os, statistics, sys
 import torch
 from bench import graph_time
@@ -27,7 +29,8 @@ def main():
     print(f"read-only HBM {read_bw / 1e12:.2f} TB/s", flush=True)
     mod.pdl = True
     rows = []
-    for N, K in ((1536, 6144), (6144, 768), (6144, 6144)):
+    shapes = os.environ.get("AB_SHAPES", "1536x6144,6144x768,6144x6144")
+    for N, K in (tuple(int(v) for v in sh.split("x")) for sh in shapes.split(",")):
         copies, _, _, P, Wb = weight_copies(N, K)
         wbytes = N * K * (1 + 1 / 32)
         nxt = rotation()
@@ -49,12 +52,8 @@ def main():
                     var["m8" + tag] = ("", W0, S0, pre)
                 var["fs" + tag] = ("_fs", W16, S16, pre)
                 var["fsa" + tag] = ("_fsa", W16, S16, pre)
-            if os.environ.get("AB_W3") == "1" and S16 == 1:  # follow-up 17: 3 warps, none idle at K = 768
-                var["fs w3"] = ("_fs", 3, 1, 1)
-                var["fs2 w3"] = ("_fs2", 3, 1, 1)
-                var["fs2 w4"] = ("_fs2", 4, 1, 1)
-                if M <= 8:
-                    var["m8 w3"] = ("", 3, 1, 1)
+            if M <= 8 and S0 == 1 and W0 != 3:  # follow-up 17: the m8 kernel on 3 warps
+                var["m8 w3"] = ("", 3, 1, 1)
             var = dict(sorted(var.items(), key=lambda kv: kv[1][3]))
             fns = {k: (lambda v=v: frag(v[3], v[1], v[2], v[0])) for k, v in var.items()}
             fns["rt"] = lambda: ops.matmul_frag(*P[nxt(copies)], N, K, M, aq, as_, y=y)

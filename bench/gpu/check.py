@@ -473,6 +473,7 @@ def check_matmul_frag(ops):
         shapes = [(W_, S_, "bf16", "") for W_ in FRAG_WS for S_ in FRAG_SS]
         shapes += [(W0, S0, "f32", ""), (W0, S0, "f16", ""), (2, 2, "f32", ""), (8, 8, "f32", "")]
         shapes += [(4, 1, "bf16", "_xo"), (8, 1, "bf16", "_xo")] if M > 8 else []  # bench-only order
+        shapes += [(3, 1, o, "") for o in ("bf16", "f16", "f32")] if M <= 8 else []  # m8 only
         for W_, S_, out, xo in shapes:
             y1 = torch.empty(M, N, dtype=DT[out], device="cuda"); poison([y1])
             ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, y=y1, xo=xo)

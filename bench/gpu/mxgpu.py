@@ -483,6 +483,13 @@ def frag_choice(N, K, M, sms=132):
     return W, S
 
 
+def trim_idle_warp(K, W, S):
+    """The m8 kernel's (W, S) without an idle warp (mirrors shapes.rs `trim_idle_warp`): 3 warps
+    where they give each warp as many groups as 4 do (K = 640, 768, 1152), at S = 1."""
+    G = K // 128
+    return (3, 1) if W == 4 and S == 1 and -(-G // 3) == -(-G // 4) else (W, S)
+
+
 def frag_kernel(N, K, M, out_dtype=torch.bfloat16, sms=132):
     """(rows, W, S, sfx, l2_prefetch) of the fragment GEMM kernel the runtime launches (mirrors
     kernels/src/gpu/shapes.rs `frag_kernel` with its switches on): `_fs` at 9-16 rows with bf16
@@ -491,7 +498,7 @@ def frag_kernel(N, K, M, out_dtype=torch.bfloat16, sms=132):
     tiles = -(-N // 16)
     W16, S16 = frag_choice(N, K, max(M, 9), sms)
     fs = out_dtype == torch.bfloat16 and M <= 16 and (M > 8 or tiles * S16 < sms)
-    rows, (W, S) = (16, (W16, S16)) if fs or M > 8 else (8, frag_choice(N, K, M, sms))
+    rows, (W, S) = (16, (W16, S16)) if fs or M > 8 else (8, trim_idle_warp(K, *frag_choice(N, K, M, sms)))
     idle = tiles * -(-M // rows) * S < sms
     sfx = ("_fsa" if idle and M >= FRAG_STAGED_A_FROM else "_fs") if fs else ""
     return rows, W, S, sfx, idle

@@ -264,6 +264,15 @@ MX_DEV void mx_matmul_frag(const mx_u8* __restrict__ aq, const mx_u8* __restrict
 
 MX_DEFINE_FRAG_OUTS(mx_matmul_frag_m8, 1, 2)
 MX_DEFINE_FRAG_OUTS(mx_matmul_frag_m16, 2, 1)
+// m8 at W = 3, S = 1 (issue 6 follow-up 17; kernels/src/gpu/shapes.rs frag_kernel): where
+// ceil(G / 3) groups a warp equals ceil(G / 4) (K = 768: 6 groups, 2 a warp either way) the
+// fourth warp of a block has nothing to do yet holds its registers; 3 warps leave a quarter of
+// the SM's register file to the next launch's blocks, which start their weight loads (both groups,
+// U = 2) before the PDL wait. 6144 x 768 M = 1 / 4 / 8: 2.73 / 2.87 / 3.01 against 2.93 / 2.99 /
+// 3.16 us. The 16-row loops lose with 3 warps (`_fs`: 3.37-3.43 against 3.26-3.29 at M = 12-16).
+MX_DEFINE_FRAG1(mx_matmul_frag_m8_bf16_w3_s1, MxBf16, 3, 1, 1, 2, )
+MX_DEFINE_FRAG1(mx_matmul_frag_m8_f16_w3_s1, MxF16, 3, 1, 1, 2, )
+MX_DEFINE_FRAG1(mx_matmul_frag_m8_f32_w3_s1, MxF32, 3, 1, 1, 2, )
 
 // Bench-only: the previous block order (tiles along x), mx_matmul_frag_m16_bf16_w<4|8>_s1_xo.
 #define MX_DEFINE_FRAG_XO(NAME, W)                                                               \
@@ -287,7 +296,7 @@ MX_DEFINE_FRAG_XO(mx_matmul_frag_m16_bf16_w8_s1_xo, 8)
 // (no copy), every load takes its address from six pointers bumped once per group plus
 // immediate offsets, and no load is guarded inside a batch. Two buffers take 184 registers
 // (w4), so it comes in two register budgets (the kernel names below).
-template <int W, int S, bool PRE2 = false>
+template <int W, int S>
 MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                                   const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
                                   MxBf16::storage* __restrict__ y, int M, int N, int K, int pre,
@@ -339,29 +348,9 @@ MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __r
   if (!(pre & 1)) MX_PDL_WAIT();
   if (pre & 2) mx_frag_prefetch_l2(wf, wsf, MxFragBlock<MT, S, 0>().tile, K, gb, ge);
   if (gb < ge) load_w(b0);
-  if (PRE2 && gb + 1 < ge) load_w(b1);
   if (pre & 1) MX_PDL_WAIT();
   MX_PDL_LAUNCH();
   if (gb < ge) load_a(b0);
-  if (PRE2) {
-    // Experiment (follow-up 17): both buffers filled before the loop, each refilled after its mmas.
-    if (gb + 1 < ge) load_a(b1);
-    for (int i = gb; i < ge; i += 2) {
-      mma(b0);
-      if (i + 1 == ge) break;
-      if (i + 2 < ge) {
-        load_w(b0);
-        load_a(b0);
-      }
-      mma(b1);
-      if (i + 3 < ge) {
-        load_w(b1);
-        load_a(b1);
-      }
-    }
-    mx_frag_reduce_store<MxBf16, W, MT, S, 0>(acc, y, M, N, ep);
-    return;
-  }
   // b0 holds group i, b1 group i + 1: each is refilled two groups ahead right after its mmas'
   // operands are consumed (the loads of one buffer overlap the mmas of the other). Loading b1's
   // weights before the PDL wait too was slower at every measured shape (BENCHMARKS.md
@@ -401,18 +390,6 @@ MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __r
 MX_DEFINE_FRAG_FS(2)
 MX_DEFINE_FRAG_FS(4)
 MX_DEFINE_FRAG_FS(8)
-// Experiment (issue 6 follow-up 17): W = 3 (6 groups of K = 768 over 3 warps, none idle).
-MX_DEFINE_FRAG_FS1(3, 1, 4, _fs, )
-#define MX_DEFINE_FRAG_FS2X(W, MINB)                                                             \
-  extern "C" __global__ void __launch_bounds__(32 * W, MINB) mx_matmul_frag_m16_bf16_w##W##_s1_fs2( \
-      const mx_u8* aq, const mx_u8* as, const uint4* wf, const mx_u32* wsf, MxBf16::storage* y,  \
-      int M, int N, int K, int pre, MxEpi ep) {                                                  \
-    mx_matmul_frag_m16_fs<W, 1, true>(aq, as, wf, wsf, y, M, N, K, pre, ep);                     \
-  }
-MX_DEFINE_FRAG_FS2X(3, 4)
-MX_DEFINE_FRAG_FS2X(4, 3)
-MX_DEFINE_FRAG1(mx_matmul_frag_m8_bf16_w3_s1, MxBf16, 3, 1, 1, 2, )
-MX_DEFINE_FRAG1(mx_matmul_frag_m16_bf16_w3_s1, MxBf16, 3, 2, 1, 1, )
 
 // mx_matmul_frag_m16_bf16_w<W>_s<S>_fsa (issue 6 follow-up 13; the runtime's kernel from 13 rows
 // with bf16 output where the grid leaves SMs idle: kernels/src/gpu/shapes.rs frag_kernel): `_fs`

@@ -145,6 +145,21 @@ pub fn frag_shape(
     (w, s)
 }
 
+/// The m8 kernel's `(w, s)` with an idle warp dropped: at `w` = 4, `s` = 1, where 3 warps give each
+/// warp as many groups of 4 k-blocks as 4 do (K = 640, 768, 1152: 5, 6, 9 groups), the fourth warp
+/// of every block holds registers and does nothing. 3 warps (`mx_matmul_frag_m8_*_w3_s1`) leave a
+/// quarter of the register file to the next launch's blocks, which start their weight loads
+/// before the PDL wait. H200, BENCHMARKS.md follow-up 17: 6144 x 768 M = 1 / 4 / 8 2.73 / 2.87 /
+/// 3.01 against 2.93 / 2.99 / 3.16 us. The 16-row loops lost with 3 warps, so only the m8 kernel.
+fn trim_idle_warp(k: usize, (w, s): (usize, usize)) -> (usize, usize) {
+    let groups = k / 128;
+    if w == 4 && s == 1 && groups.div_ceil(3) == groups.div_ceil(4) {
+        (3, 1)
+    } else {
+        (w, s)
+    }
+}
+
 /// The fragment GEMM kernel the runtime launches ([`frag_kernel`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FragKernel {
@@ -212,7 +227,7 @@ pub fn frag_kernel(
     let (rows, (w, s)) = if fs || m > 8 {
         (16, (w16, s16))
     } else {
-        (8, frag_shape(n, k, m, sms, table))
+        (8, trim_idle_warp(k, frag_shape(n, k, m, sms, table)))
     };
     let idle = blocks(rows, s) < sms;
     let lp = match fs {
@@ -332,12 +347,13 @@ mod tests {
                 "m = {m}"
             );
         }
-        // 6144 x 768 and 6144 x 6144: 384 tiles: the m8 kernel at M <= 8, `_fs` above, no prefetch.
-        for (n, kk) in [(6144, 768), (6144, 6144)] {
+        // 6144 x 768 and 6144 x 6144: 384 tiles: the m8 kernel at M <= 8 (at K = 768 its 6
+        // groups on 3 warps, none idle), `_fs` above, no prefetch.
+        for (n, kk, w8) in [(6144, 768, 3), (6144, 6144, 4)] {
             let f = k(n, kk, 8, true);
             assert_eq!(
                 (f.rows, f.w, f.s, f.lp, f.l2_prefetch),
-                (8, 4, 1, Plain, false)
+                (8, w8, 1, Plain, false)
             );
             let f = k(n, kk, 16, true);
             assert_eq!(
