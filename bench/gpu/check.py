@@ -470,23 +470,22 @@ def check_matmul_frag(ops):
     for N, K, w, ws, M, aq, as_, yref, fin in k128_gemm_cases(ops):
         wf, wsf = pack_frag(torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda())
         W0, S0 = frag_choice(N, K, M)
-        shapes = [(W_, S_, "bf16", "") for W_ in FRAG_WS for S_ in FRAG_SS]
-        shapes += [(W0, S0, "f32", ""), (W0, S0, "f16", ""), (2, 2, "f32", ""), (8, 8, "f32", "")]
-        shapes += [(4, 1, "bf16", "_xo"), (8, 1, "bf16", "_xo")] if M > 8 else []  # bench-only order
-        shapes += [(3, 1, o, "") for o in ("bf16", "f16", "f32")] if M <= 8 else []  # m8 only
-        for W_, S_, out, xo in shapes:
+        shapes = [(W_, S_, "bf16") for W_ in FRAG_WS for S_ in FRAG_SS]
+        shapes += [(W0, S0, "f32"), (W0, S0, "f16"), (2, 2, "f32"), (8, 8, "f32")]
+        shapes += [(3, 1, o) for o in ("bf16", "f16", "f32")] if M <= 8 else []  # m8 only
+        for W_, S_, out in shapes:
             y1 = torch.empty(M, N, dtype=DT[out], device="cuda"); poison([y1])
-            ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, y=y1, xo=xo)
-            y3 = ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, xo=xo)
+            ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, y=y1)
+            y3 = ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_)
             ops.m.pdl = True
             try:
-                y4 = ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, pre=1, xo=xo)
-                y5 = ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, pre=3, xo=xo)
+                y4 = ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, pre=1)
+                y5 = ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, pre=3)
             finally:
                 ops.m.pdl = False
             same = all(np.array_equal(host(y1), host(o), equal_nan=True) for o in (y3, y4, y5))
             ok, detail = gemm_verdict(y1, same, yref, fin, out)
-            report(f"matmul_frag N={N} K={K} M={M} W={W_} S={S_} out={out}{xo}", ok, detail + " (incl. PDL, L2 prefetch)")
+            report(f"matmul_frag N={N} K={K} M={M} W={W_} S={S_} out={out}", ok, detail + " (incl. PDL, L2 prefetch)")
     # The runtime's choice (mxgpu.frag_kernel: `_fs` at M <= 8 where SMs idle, the L2 prefetch)
     # on the decode shapes, against the m8 / m16 kernel at the same (W, S).
     for N, K in ((1536, 6144), (6144, 768)):
@@ -507,8 +506,8 @@ def check_matmul_frag(ops):
 
 
 def check_matmul_frag_fs(ops):
-    """The m16 kernels of issue 6 follow-up 11 (mx_matmul_frag_m16_bf16_w<W>_s<S>_fs and the
-    bench-only _fsr, the two register budgets):
+    """The m16 loops of issue 6 follow-ups 11 and 13 (mx_matmul_frag_m16_bf16_w<W>_s<S>_fs and
+    `_fsa`):
     the same per-group arithmetic as the m16 kernels (and, on half a tile, the m8 ones), so at
     every (W, S) and M <= 16 of k128_gemm_cases they must give the current kernel's bits (plain,
     under PDL, and with the L2 prefetch) and pass
@@ -521,10 +520,10 @@ def check_matmul_frag_fs(ops):
         return report("matmul_frag_fs skipped (MXFUSE_GPU_CLUSTERS=off)", True)
 
     def same_as_current(wf, wsf, N, K, M, aq, as_, W_, S_):
-        """(output of _fs, every _fs / _fsr launch == the current kernel's bits)."""
+        """(output of _fs, every _fs / _fsa launch == the current kernel's bits)."""
         y0 = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W_, S=S_))
         same, first = True, None
-        for sfx in ("_fs", "_fsr", "_fsa"):
+        for sfx in ("_fs", "_fsa"):
             y1 = torch.empty(M, N, dtype=torch.bfloat16, device="cuda"); poison([y1])
             ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W_, S=S_, y=y1, sfx=sfx)
             ops.m.pdl = True

@@ -348,17 +348,16 @@ class Ops:
                       [aq, as_, w, ws, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ep or epilogue()])
         return y
 
-    def matmul_frag(self, wf, wsf, N, K, M, aq, as_, out_dtype=torch.bfloat16, W=None, S=None, y=None, pre=None, xo="", ep=None, sfx=None):
+    def matmul_frag(self, wf, wsf, N, K, M, aq, as_, out_dtype=torch.bfloat16, W=None, S=None, y=None, pre=None, ep=None, sfx=None):
         """The fragment-packed GEMM (mx_matmul_frag.hip): (wf, wsf) = pack_frag(w [N, K], ws); a
-        pre-quantized. W warps and S cluster blocks split K of each 16-column tile. With W, S, pre,
-        sfx and xo all left out: the runtime's kernel (frag_kernel, as launch.rs). Otherwise None =
+        pre-quantized. W warps and S cluster blocks split K of each 16-column tile. With W, S, pre
+        and sfx all left out: the runtime's kernel (frag_kernel, as launch.rs). Otherwise None =
         frag_choice, pre = 1, sfx = "". pre & 1: load the first weights before the PDL wait; pre & 2:
-        the L2 prefetch of each warp's weights. xo="_xo": the bench-only kernels with the previous
-        block order (tiles along x; m16 bf16 w4 / w8 s1). sfx="_fs" / "_fsr" / "_fsa": the m16 bf16
-        kernels of issue 6 follow-ups 11 and 13 (every W, S; the default block order; 16 rows a
-        block at any M)."""
+        the L2 prefetch of each warp's weights. sfx="_fs" / "_fsa": the m16 bf16 kernels of issue 6
+        follow-ups 11 and 13 (every W, S; 16 rows a block at any M). W = 3: the m8 kernel only
+        (S = 1)."""
         assert K % 128 == 0
-        if W is None and S is None and pre is None and sfx is None and not xo:
+        if W is None and S is None and pre is None and sfx is None:
             rows, W, S, sfx, pf = frag_kernel(N, K, M, out_dtype)
             pre, mt = (3 if pf else 1), rows // 8
         else:
@@ -369,8 +368,8 @@ class Ops:
             W, S = W or W0, S or S0
         if y is None:
             y = torch.empty(M, N, dtype=out_dtype, device=wf.device)
-        name = f"mx_matmul_frag_m{8 * mt}_{SUFFIX[out_dtype]}_w{W}_s{S}{xo}{sfx}"
-        grid = (-(-N // 16) * S, -(-M // (8 * mt))) if xo else (-(-M // (8 * mt)) * S, -(-N // 16))
+        name = f"mx_matmul_frag_m{8 * mt}_{SUFFIX[out_dtype]}_w{W}_s{S}{sfx}"
+        grid = (-(-M // (8 * mt)) * S, -(-N // 16))
         self.m.launch(name, grid, (32 * W,),
                       [aq, as_, wf, wsf, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(pre),
                        ep or epilogue()])

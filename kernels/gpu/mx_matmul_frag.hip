@@ -54,29 +54,26 @@ MX_DEV void mx_frag_prefetch_l2(const uint4* wf, const mx_u32* wsf, int tile, in
   }
 }
 
-// Block -> (16-column tile, K split, first activation row). XO = 0: blockIdx.x = m-tile * S +
+// Block -> (16-column tile, K split, first activation row): blockIdx.x = m-tile * S +
 // split (the S blocks of a cluster are consecutive in x), blockIdx.y = tile, so the m-tiles of
 // one weight tile run together and share its weights through L2 (at prefill sizes every m-tile
-// re-reads the tile); XO = 1 (bench only): x = tile * S + split, y = m-tile.
-template <int MT, int S, int XO>
+// re-reads the tile; the other order, tiles along x, was slower there: BENCHMARKS.md).
+template <int MT, int S>
 struct MxFragBlock {
   int tile, split, m0;
-  MX_DEV MxFragBlock()
-      : tile(XO ? blockIdx.x / S : blockIdx.y),
-        split(blockIdx.x % S),
-        m0(8 * MT * (XO ? blockIdx.y : blockIdx.x / S)) {}
+  MX_DEV MxFragBlock() : tile(blockIdx.y), split(blockIdx.x % S), m0(8 * MT * (blockIdx.x / S)) {}
 };
 
 // The end of both kernels: the W warps' accumulators added in warp order, then (S > 1) the
 // cluster's blocks in rank order through distributed shared memory; rank 0 stores.
-template <class TO, int W, int MT, int S, int XO>
+template <class TO, int W, int MT, int S>
 MX_DEV void mx_frag_reduce_store(const float acc[MT][4], typename TO::storage* __restrict__ y,
                                  int M, int N, const MxEpi& ep) {
   constexpr int E = MT * 4 * 32;  // accumulator elements of a warp
   __shared__ float part[W * E];
   __shared__ float red[S > 1 ? E : 1];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const MxFragBlock<MT, S, XO> blk;
+  const MxFragBlock<MT, S> blk;
   const int n0 = 16 * blk.tile, m0 = blk.m0, split = blk.split;
   // Element e = (mt * 4 + c) * 32 + lane of a warp: D fragment c of lane's tile mt.
 #pragma unroll
@@ -117,7 +114,7 @@ MX_DEV void mx_frag_reduce_store(const float acc[MT][4], typename TO::storage* _
 
 // A warp's share of the work: groups gb .. ge - 1 (part split * W + warp of S * W contiguous
 // ranges of the K / 128 groups) of the block's 16-column tile, and its load addresses.
-template <int W, int MT, int S, int XO>
+template <int W, int MT, int S>
 struct MxFragWarp {
   int g, gb, ge;
   const uint4* wp;     // + (4 i + j) * 32: k-block j of group i, this lane's 16 bytes
@@ -127,7 +124,7 @@ struct MxFragWarp {
   MX_DEV MxFragWarp(const mx_u8* aq, const mx_u8* as, const uint4* wf, const mx_u32* wsf, int M,
                     int K) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t = lane & 3;
-    const MxFragBlock<MT, S, XO> blk;
+    const MxFragBlock<MT, S> blk;
     const int tile = blk.tile, split = blk.split, m0 = blk.m0;
     const int KB = K >> 5, G = K >> 7;
     const int per = (G + S * W - 1) / (S * W);
@@ -169,12 +166,12 @@ MX_DEV void mx_frag_mma(float acc[MT][4], const uint4 w[4], const uint2 b[MT][4]
   mx_mma_group4<MT, HW>(acc, wa, wb, b, swA, swB, s0, s1);
 }
 
-template <class TO, int W, int MT, int S, int U, int XO = 0>
+template <class TO, int W, int MT, int S, int U>
 MX_DEV void mx_matmul_frag(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                            const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
                            typename TO::storage* __restrict__ y, int M, int N, int K, int pre,
                            const MxEpi& ep) {
-  const MxFragWarp<W, MT, S, XO> f(aq, as, wf, wsf, M, K);
+  const MxFragWarp<W, MT, S> f(aq, as, wf, wsf, M, K);
   const int g = f.g, gb = f.gb, ge = f.ge;
   const uint4* wp = f.wp;
   const mx_u32* swp = f.swp;
@@ -211,7 +208,7 @@ MX_DEV void mx_matmul_frag(const mx_u8* __restrict__ aq, const mx_u8* __restrict
     for (int c = 0; c < 4; ++c) acc[mt][c] = 0.0f;
   Batch cur;
   if (!(pre & 1)) MX_PDL_WAIT();
-  if (pre & 2) mx_frag_prefetch_l2(wf, wsf, MxFragBlock<MT, S, XO>().tile, K, gb, ge);
+  if (pre & 2) mx_frag_prefetch_l2(wf, wsf, MxFragBlock<MT, S>().tile, K, gb, ge);
   if (gb < ge) load_w(cur, gb);
   if (pre & 1) MX_PDL_WAIT();
   MX_PDL_LAUNCH();
@@ -229,7 +226,7 @@ MX_DEV void mx_matmul_frag(const mx_u8* __restrict__ aq, const mx_u8* __restrict
     cur = nxt;
   }
 
-  mx_frag_reduce_store<TO, W, MT, S, XO>(acc, y, M, N, ep);
+  mx_frag_reduce_store<TO, W, MT, S>(acc, y, M, N, ep);
 }
 
 // Kernel names: mx_matmul_frag_m<8|16>_<out>_w<W>_s<S>, U = 2 groups per batch at 8 rows, 1 at 16
@@ -274,19 +271,9 @@ MX_DEFINE_FRAG1(mx_matmul_frag_m8_bf16_w3_s1, MxBf16, 3, 1, 1, 2, )
 MX_DEFINE_FRAG1(mx_matmul_frag_m8_f16_w3_s1, MxF16, 3, 1, 1, 2, )
 MX_DEFINE_FRAG1(mx_matmul_frag_m8_f32_w3_s1, MxF32, 3, 1, 1, 2, )
 
-// Bench-only: the previous block order (tiles along x), mx_matmul_frag_m16_bf16_w<4|8>_s1_xo.
-#define MX_DEFINE_FRAG_XO(NAME, W)                                                               \
-  extern "C" __global__ void __launch_bounds__(32 * W)                                           \
-      NAME(const mx_u8* aq, const mx_u8* as, const uint4* wf, const mx_u32* wsf,                 \
-           MxBf16::storage* y, int M, int N, int K, int pre, MxEpi ep) {                         \
-    mx_matmul_frag<MxBf16, W, 2, 1, 1, 1>(aq, as, wf, wsf, y, M, N, K, pre, ep);                 \
-  }
-MX_DEFINE_FRAG_XO(mx_matmul_frag_m16_bf16_w4_s1_xo, 4)
-MX_DEFINE_FRAG_XO(mx_matmul_frag_m16_bf16_w8_s1_xo, 8)
-
 // mx_matmul_frag_m16_bf16_w<W>_s<S>_fs (issue 6 follow-up 11; the runtime's kernel for 9-16 rows
 // with bf16 output, and for M <= 8 where the grid leaves SMs idle: kernels/src/gpu/shapes.rs
-// frag_kernel; `_fsr` bench-only): the m16 loop after a SASS walk (BENCHMARKS.md). Per group of 4 k-blocks a lane of the loop above spends 356
+// frag_kernel): the m16 loop after a SASS walk (BENCHMARKS.md). Per group of 4 k-blocks a lane of the loop above spends 356
 // instructions on the fast path (sm_90, w4 s1): 64 converts, 16 mmas, 32 FMUL + 32 FFMA of the
 // rescale, 18 loads, and 186 integer ones, of which about 55 are address math (64-bit address
 // per load from the group index), 25 IMAD.MOV (the `cur = nxt` register copy of the double
@@ -295,14 +282,14 @@ MX_DEFINE_FRAG_XO(mx_matmul_frag_m16_bf16_w8_s1_xo, 8)
 // kernel above; its converts read the high halves directly, HW = true) runs on two register buffers in a loop unrolled by two
 // (no copy), every load takes its address from six pointers bumped once per group plus
 // immediate offsets, and no load is guarded inside a batch. Two buffers take 184 registers
-// (w4), so it comes in two register budgets (the kernel names below).
+// (w4) uncapped; capped at 168 (below) they are faster (follow-up 11's `_fsr`).
 template <int W, int S>
 MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                                   const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
                                   MxBf16::storage* __restrict__ y, int M, int N, int K, int pre,
                                   const MxEpi& ep) {
   constexpr int MT = 2;
-  const MxFragWarp<W, MT, S, 0> f(aq, as, wf, wsf, M, K);
+  const MxFragWarp<W, MT, S> f(aq, as, wf, wsf, M, K);
   const int g = f.g, gb = f.gb, ge = f.ge;
   // Pointers to group gb, each bumped by one group after its batch is loaded.
   const uint4* wp = f.wp + 128 * gb;
@@ -346,7 +333,7 @@ MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __r
   };
   Batch b0, b1;
   if (!(pre & 1)) MX_PDL_WAIT();
-  if (pre & 2) mx_frag_prefetch_l2(wf, wsf, MxFragBlock<MT, S, 0>().tile, K, gb, ge);
+  if (pre & 2) mx_frag_prefetch_l2(wf, wsf, MxFragBlock<MT, S>().tile, K, gb, ge);
   if (gb < ge) load_w(b0);
   if (pre & 1) MX_PDL_WAIT();
   MX_PDL_LAUNCH();
@@ -368,25 +355,22 @@ MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __r
     }
     mma(b1);
   }
-  mx_frag_reduce_store<MxBf16, W, MT, S, 0>(acc, y, M, N, ep);
+  mx_frag_reduce_store<MxBf16, W, MT, S>(acc, y, M, N, ep);
 }
-// _fs: at most 168 registers at W = 2, 4 (12 warps per SM, like the current kernels; ptxas spills
-// 48 bytes); _fsr: no cap (184 registers, 8 warps per SM at W = 4).
-#define MX_DEFINE_FRAG_FS1(W, S, MINB, SFX, ATTR)                                                \
-  extern "C" __global__ void __launch_bounds__(32 * W, MINB)                                     \
-      ATTR mx_matmul_frag_m16_bf16_w##W##_s##S##SFX(                                             \
+// At most 168 registers at W = 2, 4 (12 warps per SM, like the m8 / m16 kernels; ptxas spills 48
+// bytes).
+#define MX_DEFINE_FRAG_FS1(W, S, ATTR)                                                           \
+  extern "C" __global__ void __launch_bounds__(32 * W, (W < 8 ? 12 / W : 1))                    \
+      ATTR mx_matmul_frag_m16_bf16_w##W##_s##S##_fs(                                             \
           const mx_u8* aq, const mx_u8* as, const uint4* wf, const mx_u32* wsf,                  \
           MxBf16::storage* y, int M, int N, int K, int pre, MxEpi ep) {                          \
     mx_matmul_frag_m16_fs<W, S>(aq, as, wf, wsf, y, M, N, K, pre, ep);                           \
   }
-#define MX_DEFINE_FRAG_FS2(W, S, ATTR)                                                           \
-  MX_DEFINE_FRAG_FS1(W, S, (W < 8 ? 12 / W : 1), _fs, ATTR)                                      \
-  MX_DEFINE_FRAG_FS1(W, S, 1, _fsr, ATTR)
 #define MX_DEFINE_FRAG_FS(W)                                                                     \
-  MX_DEFINE_FRAG_FS2(W, 1, )                                                                     \
-  MX_DEFINE_FRAG_FS2(W, 2, __cluster_dims__(2, 1, 1))                                            \
-  MX_DEFINE_FRAG_FS2(W, 4, __cluster_dims__(4, 1, 1))                                            \
-  MX_DEFINE_FRAG_FS2(W, 8, __cluster_dims__(8, 1, 1))
+  MX_DEFINE_FRAG_FS1(W, 1, )                                                                     \
+  MX_DEFINE_FRAG_FS1(W, 2, __cluster_dims__(2, 1, 1))                                            \
+  MX_DEFINE_FRAG_FS1(W, 4, __cluster_dims__(4, 1, 1))                                            \
+  MX_DEFINE_FRAG_FS1(W, 8, __cluster_dims__(8, 1, 1))
 MX_DEFINE_FRAG_FS(2)
 MX_DEFINE_FRAG_FS(4)
 MX_DEFINE_FRAG_FS(8)
@@ -423,10 +407,10 @@ MX_DEV void mx_matmul_frag_m16_fsa(const mx_u8* __restrict__ aq, const mx_u8* __
   constexpr int MT = 2;
   typedef MxFsaStage L;
   __shared__ __align__(16) mx_u8 abuf[W][2][L::BYTES];
-  const MxFragWarp<W, MT, S, 0> f(aq, as, wf, wsf, M, K);
+  const MxFragWarp<W, MT, S> f(aq, as, wf, wsf, M, K);
   const int g = f.g, gb = f.gb, ge = f.ge;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
-  const int m0 = MxFragBlock<MT, S, 0>().m0, KB = K >> 5;
+  const int m0 = MxFragBlock<MT, S>().m0, KB = K >> 5;
   const uint4* wp = f.wp + 128 * gb;
   const mx_u32* swp = f.swp + 16 * gb + g;
   // This lane's copies: 16-byte chunk (lane & 7) of rows (lane >> 3) + 4 c, c = 0..3, and (lanes
@@ -497,7 +481,7 @@ MX_DEV void mx_matmul_frag_m16_fsa(const mx_u8* __restrict__ aq, const mx_u8* __
   };
   Wt b0, b1;
   if (!(pre & 1)) MX_PDL_WAIT();
-  if (pre & 2) mx_frag_prefetch_l2(wf, wsf, MxFragBlock<MT, S, 0>().tile, K, gb, ge);
+  if (pre & 2) mx_frag_prefetch_l2(wf, wsf, MxFragBlock<MT, S>().tile, K, gb, ge);
   if (gb < ge) load_w(b0);
   if (pre & 1) MX_PDL_WAIT();
   MX_PDL_LAUNCH();
@@ -529,7 +513,7 @@ MX_DEV void mx_matmul_frag_m16_fsa(const mx_u8* __restrict__ aq, const mx_u8* __
     mma(b1, 1);
   }
   mx_cp_async_wait<0>();
-  mx_frag_reduce_store<MxBf16, W, MT, S, 0>(acc, y, M, N, ep);
+  mx_frag_reduce_store<MxBf16, W, MT, S>(acc, y, M, N, ep);
 }
 #define MX_DEFINE_FRAG_FSA1(W, S, ATTR)                                                          \
   extern "C" __global__ void __launch_bounds__(32 * W, (W < 8 ? 12 / W : 1))                    \
