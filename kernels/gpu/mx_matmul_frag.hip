@@ -64,6 +64,19 @@ struct MxFragBlock {
   MX_DEV MxFragBlock() : tile(blockIdx.y), split(blockIdx.x % S), m0(8 * MT * (blockIdx.x / S)) {}
 };
 
+// The start of every fragment loop: the first weights (`load_first`: constants) before the PDL
+// wait when pre & 1, else after it, with the L2 prefetch (pre & 2) ahead of them; then the next
+// kernel may launch. Activations are read only after this.
+template <int MT, int S, class F>
+MX_DEV void mx_frag_prologue(int pre, const uint4* wf, const mx_u32* wsf, int K, int gb, int ge,
+                             F load_first) {
+  if (!(pre & 1)) MX_PDL_WAIT();
+  if (pre & 2) mx_frag_prefetch_l2(wf, wsf, MxFragBlock<MT, S>().tile, K, gb, ge);
+  if (gb < ge) load_first();
+  if (pre & 1) MX_PDL_WAIT();
+  MX_PDL_LAUNCH();
+}
+
 // The end of both kernels: the W warps' accumulators added in warp order, then (S > 1) the
 // cluster's blocks in rank order through distributed shared memory; rank 0 stores.
 template <class TO, int W, int MT, int S>
@@ -207,11 +220,7 @@ MX_DEV void mx_matmul_frag(const mx_u8* __restrict__ aq, const mx_u8* __restrict
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[mt][c] = 0.0f;
   Batch cur;
-  if (!(pre & 1)) MX_PDL_WAIT();
-  if (pre & 2) mx_frag_prefetch_l2(wf, wsf, MxFragBlock<MT, S>().tile, K, gb, ge);
-  if (gb < ge) load_w(cur, gb);
-  if (pre & 1) MX_PDL_WAIT();
-  MX_PDL_LAUNCH();
+  mx_frag_prologue<MT, S>(pre, wf, wsf, K, gb, ge, [&] { load_w(cur, gb); });
   if (gb < ge) load_a(cur, gb);
   for (int i = gb; i < ge; i += U) {
     Batch nxt;
@@ -332,11 +341,7 @@ MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __r
     mx_frag_mma<MT, true>(acc, bt.w[0], bt.a[0], bt.sA[0], bt.sB[0], bt.s0[0], bt.s1[0]);
   };
   Batch b0, b1;
-  if (!(pre & 1)) MX_PDL_WAIT();
-  if (pre & 2) mx_frag_prefetch_l2(wf, wsf, MxFragBlock<MT, S>().tile, K, gb, ge);
-  if (gb < ge) load_w(b0);
-  if (pre & 1) MX_PDL_WAIT();
-  MX_PDL_LAUNCH();
+  mx_frag_prologue<MT, S>(pre, wf, wsf, K, gb, ge, [&] { load_w(b0); });
   if (gb < ge) load_a(b0);
   // b0 holds group i, b1 group i + 1: each is refilled two groups ahead right after its mmas'
   // operands are consumed (the loads of one buffer overlap the mmas of the other). Loading b1's
@@ -480,11 +485,7 @@ MX_DEV void mx_matmul_frag_m16_fsa(const mx_u8* __restrict__ aq, const mx_u8* __
     mx_frag_mma<MT, true>(acc, bt.w, a, bt.sA, bt.sB, s0, s1);
   };
   Wt b0, b1;
-  if (!(pre & 1)) MX_PDL_WAIT();
-  if (pre & 2) mx_frag_prefetch_l2(wf, wsf, MxFragBlock<MT, S>().tile, K, gb, ge);
-  if (gb < ge) load_w(b0);
-  if (pre & 1) MX_PDL_WAIT();
-  MX_PDL_LAUNCH();
+  mx_frag_prologue<MT, S>(pre, wf, wsf, K, gb, ge, [&] { load_w(b0); });
   if (gb < ge) stage_a(0);
   mx_cp_async_commit();
   // Stage 0 holds group i's activations, stage 1 group i + 1's; one commit group per stage fill
