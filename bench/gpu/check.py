@@ -102,16 +102,10 @@ def check_norm(ops):
         y_ref, s_ref = ref.add_rmsnorm(x32, r32, g32v, dt, flags, gdt=gdt)
         rq, rs = ref.quantize(y_ref, flags)
         # the runtime's choice, the one-block-per-row kernels with 1-4 chunks per lane (where a block
-        # holds the row), rows split over clusters of 2, 4, 8 blocks; bf16 also the bench-only
-        # streaming-store kernels
+        # holds the row), rows split over clusters of 2, 4, 8 blocks
         variants = [dict(nch=None, split=None)]
         variants += [dict(nch=c, split=1) for c in (1, 2, 3, 4) if H // 8 <= c * NORM_MAX_BLOCK[c]]
         variants += [dict(split=c) for c in (2, 4, 8) if CLUSTERS and (H // 32) % c == 0 and H // 8 // c <= 1024]
-        if dt == "bf16" and not g32 and CLUSTERS:
-            variants += [dict(nch=c, split=1, opt="_cs") for c in (1, 2, 3, 4) if H // 8 <= c * NORM_MAX_BLOCK[c]]
-            # the previous split-row exchange and the timed kernels (bench-only)
-            variants += [dict(split=c, opt="_x") for c in (2, 4, 8) if (H // 32) % c == 0 and H // 8 // c <= 1024]
-            variants += [dict(split=8, opt=o) for o in ("_t", "_xt") if (H // 32) % 8 == 0 and H // 8 // 8 <= 1024]
         for var in variants:
             outs = (torch.empty(M, H, dtype=torch.uint8, device="cuda"), torch.empty(M, H // 32, dtype=torch.uint8, device="cuda"),
                     torch.empty_like(x), torch.empty_like(x))
@@ -121,7 +115,7 @@ def check_norm(ops):
 
 
 def check_norm_lean(ops):
-    """The bench-only lean split-8 kernel (_c1_s8_lean, _lean_t; issue 6 follow-up 10): the runtime's
+    """The lean split-8 kernel (_c1_s8_lean; issue 6 follow-up 10): the runtime's
     M = 8 case (bf16, bf16 gamma, Gemma + gamma_in_f32, residual, residual_out and normed) at M = 1,
     8, 16 with edge rows (zero, subnormal, a block of 448s, NaN / Inf / 1e30 inputs; at M = 16 NaN
     and Inf weights), every output byte equal to the generic split-8 kernel's and the reference
@@ -148,12 +142,11 @@ def check_norm_lean(ops):
                       torch.empty_like(x), torch.empty_like(x))
         base = mk(); poison(base)
         ops.norm_quant(x, r, g, flags, outs=base, split=8)
-        for opt in ("_lean", "_lean_t"):
-            outs = mk(); poison(outs)
-            q, s, ro, no = ops.norm_quant(x, r, g, flags, outs=outs, split=8, opt=opt)
-            diff = sum(int((a.view(torch.uint8) != b.view(torch.uint8)).sum()) for a, b in zip(base, outs))
-            report(f"norm lean bf16 flags={flags} H={H} M={M} split=8 opt={opt} vs generic _c1_s8", diff == 0, f"bytes_diff={diff}")
-            norm_compare("bf16", flags, H, M, True, False, dict(split=8, opt=opt), q, s, ro, no, y_ref, s_ref, rq, rs)
+        outs = mk(); poison(outs)
+        q, s, ro, no = ops.norm_quant(x, r, g, flags, outs=outs, split=8, opt="_lean")
+        diff = sum(int((a.view(torch.uint8) != b.view(torch.uint8)).sum()) for a, b in zip(base, outs))
+        report(f"norm lean bf16 flags={flags} H={H} M={M} split=8 opt=_lean vs generic _c1_s8", diff == 0, f"bytes_diff={diff}")
+        norm_compare("bf16", flags, H, M, True, False, dict(split=8, opt="_lean"), q, s, ro, no, y_ref, s_ref, rq, rs)
 
 
 def norm_compare(dt, flags, H, M, has_res, g32, var, q, s, ro, no, y_ref, s_ref, rq, rs):

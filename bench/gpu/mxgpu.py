@@ -203,8 +203,9 @@ class Ops:
 
     def norm_quant(self, x, res, gamma, flags, eps=1e-6, res_out=True, normed=True, outs=None, nch=None, split=None, opt=""):
         """nch: chunks per lane of the one-block-per-row kernels; split: blocks of a cluster per row
-        (1 = one block per row); opt: kernel name suffix of a bench-only variant ("_cs", "_t");
-        None = the runtime's choice (launch.rs + thresholds.rs: norm_choice below)."""
+        (1 = one block per row); None = the runtime's choice (launch.rs + thresholds.rs: norm_choice
+        below). opt: "_lean" launches the lean split-8 kernel (split=8; launch.rs takes it for
+        exactly its case, which the runtime choice here mirrors)."""
         M, H = x.shape
         chunks = H // 8
         runtime_choice = split is None and nch is None
