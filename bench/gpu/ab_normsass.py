@@ -3,9 +3,8 @@ one cubin: mx_add_rmsnorm_quant_bf16_c1_s8 (the runtime's M = 8 kernel, flags at
 _c1_s8_lean (H = 6144, Gemma + gamma_in_f32, residual / residual_out / normed as compile-time
 constants), bench.py's norm data and outputs (bf16, H = 6144), CUDA-graph replay of 200 launches
 under PDL (MXFUSE_BENCH_PDL=1), alternating base / lean per measurement, median of ROUNDS
-measurements (each itself a median of 15 replays). argv: the M values (default 1 8 16 32).
-With STAGES=1 also the stage stamps (cycles of block 0) of _c1_s8_t and _c1_s8_lean_t."""
-import os, statistics, struct, sys
+measurements (each itself a median of 15 replays). argv: the M values (default 1 8 16 32)."""
+import os, statistics, sys
 import torch
 from bench import graph_time
 from mxgpu import Module, Ops, F_GEMMA, F_GAMMA_F32
@@ -31,12 +30,6 @@ def main():
             tl.append(graph_time(lambda: ops.norm_quant(x, r, w, NF, outs=outs, split=8, opt="_lean")))
         b, l = statistics.median(tb), statistics.median(tl)
         print(f"{M:4d} {b:12.3f} {l:8.3f} {b / l:9.3f}   {' '.join(f'{t:.3f}' for t in tb)} | {' '.join(f'{t:.3f}' for t in tl)}", flush=True)
-        if os.environ.get("STAGES") and M == 8:
-            for o in ("_t", "_lean_t"):
-                ops.norm_quant(x, r, w, NF, outs=outs, split=8, opt=o); torch.cuda.synchronize()
-                st = struct.unpack("<8q", ops.m.read_global("mx_norm_stamps", 64))
-                print(f"     stages {o:8s} (cycles: loads+sum, warp sum, exchange, 1/rms, output):",
-                      [st[i + 1] - st[i] for i in range(5)])
 
 
 if __name__ == "__main__":

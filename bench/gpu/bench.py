@@ -6,7 +6,7 @@ side by side in the same process (norm: one block per row vs rows split over clu
 first tensor-core kernel vs the runtime's default (the cp.async pipeline kernel, or the first kernel
 where thresholds.rs says so) and the pipeline kernel over all its (warps, cluster split) shapes, plus
 quantize + default, the first kernel's in-GEMM quantization and cuBLAS bf16)."""
-import ast, json, os, struct, sys
+import ast, json, os, sys
 import torch
 from mxgpu import CLUSTERS, PIPE_SS, PIPE_WS, pipe_choice, Module, Ops, F_RCEIL, F_GEMMA, F_GAMMA_F32, F_OAI, F_FP32_ACT, norm_choice, sk_choice, swiglu_choice, swiglu_uses_table
 
@@ -69,21 +69,10 @@ def run_sections(ops, sections, res, anchor, read_bw):
             # one block per row with 1-4 chunks per lane (B = H / 8 / nch); rows split over clusters
             by_nch = {c: graph_time(lambda c=c: ops.norm_quant(x, r, w, NF, outs=outs, nch=c, split=1)) for c in (1, 2, 3, 4)}
             by_split = {c: graph_time(lambda c=c: ops.norm_quant(x, r, w, NF, outs=outs, split=c)) for c in (2, 4, 8)} if M < 1024 and CLUSTERS else {}
-            # the previous split-row exchange (block sum, DSMEM stores, release / acquire cluster barrier)
-            by_split_x = {c: graph_time(lambda c=c: ops.norm_quant(x, r, w, NF, outs=outs, split=c, opt="_x")) for c in (2, 4, 8)} if M <= 64 and CLUSTERS else {}
-            # streaming stores (bench-only kernels)
-            by_cs = {c: graph_time(lambda c=c: ops.norm_quant(x, r, w, NF, outs=outs, nch=c, split=1, opt="_cs")) for c in (1, 2, 3, 4)} if M >= 1024 and CLUSTERS else {}
-            stages = {}
-            if M <= 16 and CLUSTERS:  # in-kernel stage times of block 0 (cycles since entry)
-                for name, kw, o in (("c1", dict(nch=1, split=1), "_t"), ("s8", dict(split=8), "_t"), ("s8x", dict(split=8), "_xt")):
-                    t = graph_time(lambda kw=kw, o=o: ops.norm_quant(x, r, w, NF, outs=outs, opt=o, **kw))
-                    ops.norm_quant(x, r, w, NF, outs=outs, opt=o, **kw)
-                    st = struct.unpack("<8q", ops.m.read_global("mx_norm_stamps", 64))
-                    stages[name] = dict(us=t, cycles=[v - st[0] for v in st[1:6]])
             b = M * H * (2 + 2 + 2 + 2 + 1 + 1 / 32) + H * 2
             choice = norm_choice(M, H)
             row = dict(M=M, fused=t_fused, choice=choice, fused_q_only=t_fused_q,
-                       by_nch=by_nch, by_split=by_split, by_split_x=by_split_x, by_cs=by_cs, stages=stages, inductor_fused=a.get("compiled_fused_norm_quant_bf16"),
+                       by_nch=by_nch, by_split=by_split, inductor_fused=a.get("compiled_fused_norm_quant_bf16"),
                        inductor_unfused=a.get("compiled_norm_then_quant"), bw_frac=b / (t_fused * 1e-6) / read_bw)
             res["norm"].append(row); print("norm", json.dumps(row), flush=True)
         if "swiglu" not in sections:
@@ -97,19 +86,8 @@ def run_sections(ops, sections, res, anchor, read_bw):
         sweep = {f"e{e}b{bl}": graph_time(lambda e=e, bl=bl: ops.swiglu_quant(gu, None, I, "split_halves", F_OAI | F_FP32_ACT, outs=sq, e=e, block=bl))
                  for e in (1, 2, 8) for bl in (32, 64, 128, 256, 512)
                  if e != 8 or bl <= 256} if M in (8, 64, 192, 8192) else {}  # bf16 e8: launch bounds 256
-        # M <= 16: the shuffle-tree group max (the kernel before redux.sync) and stage stamps of both
-        sw_var, sw_stages = {}, {}
-        if M <= 16:
-            F = F_OAI | F_FP32_ACT
-            sw_var = {o: graph_time(lambda o=o: ops.swiglu_quant(gu, None, I, "split_halves", F, outs=sq, e=1, block=256, opt=o)) for o in ("", "_sh")}
-            for o in ("_t", "_sht"):
-                t = graph_time(lambda o=o: ops.swiglu_quant(gu, None, I, "split_halves", F, outs=sq, e=1, block=256, opt=o))
-                ops.swiglu_quant(gu, None, I, "split_halves", F, outs=sq, e=1, block=256, opt=o)
-                st = struct.unpack("<8q", ops.m.read_global("mx_swiglu_stamps", 64))
-                sw_stages[o] = dict(us=t, cycles=[v - st[0] for v in st[1:5]])
         row = dict(M=M, fused=t_sw, choice=swiglu_choice(M * I), fused_bf16_intermediates=t_sw_exact,
                    bf16_intermediates_table_kernel=swiglu_uses_table(M * I, torch.bfloat16, F_OAI), sweep=sweep,
-                   e1_variants=sw_var, stages=sw_stages,
                    inductor_fused=a.get("compiled_fused_swiglu_quant"), inductor_unfused=a.get("compiled_swiglu_then_quant"),
                    bw_frac=M * (2 * I * 2 + I * (1 + 1 / 32)) / (t_sw * 1e-6) / read_bw)
         res["swiglu"].append(row); print("swiglu", json.dumps(row), flush=True)
@@ -185,25 +163,17 @@ def run_sections(ops, sections, res, anchor, read_bw):
 
 
 def print_tables(res):
-    print("\nnorm (us): M fused (split,nch) inductor_fused fused_q_only %bw | one block per row, 1/2/3/4 chunks | split 2/4/8 | streaming stores 1/2/3/4 | previous exchange split 2/4/8")
+    print("\nnorm (us): M fused (split,nch) inductor_fused fused_q_only %bw | one block per row, 1/2/3/4 chunks | split 2/4/8")
     for r in res["norm"]:
         old = " ".join(f"{v:6.2f}" for v in r["by_nch"].values())
         new = " ".join(f"{v:6.2f}" for v in r["by_split"].values())
-        cs = " ".join(f"{v:6.2f}" for v in r["by_cs"].values())
-        bx = " ".join(f"{v:6.2f}" for v in r.get("by_split_x", {}).values())
-        print(f"  {r['M']:5d} {r['fused']:7.2f} {str(tuple(r['choice'])):7s} {r['inductor_fused'] or float('nan'):7.2f} {r['fused_q_only']:7.2f} {100*r['bw_frac']:5.1f} | {old} | {new} | {cs} | {bx}")
-        for k, v in r["stages"].items():
-            print(f"        stages {k}: {v['us']:.2f} us; cycles after sum / block (s8: warp) sum / cluster / inv / end: {v['cycles']}")
+        print(f"  {r['M']:5d} {r['fused']:7.2f} {str(tuple(r['choice'])):7s} {r['inductor_fused'] or float('nan'):7.2f} {r['fused_q_only']:7.2f} {100*r['bw_frac']:5.1f} | {old} | {new}")
     print("swiglu-oai (us): M fused (e,block) inductor_fused fused_bf16_intermediates %bw | sweep best")
     for r in res["swiglu"]:
         best = min(r["sweep"], key=r["sweep"].get) if r["sweep"] else ""
         print(f"  {r['M']:5d} {r['fused']:7.2f} {str(tuple(r['choice'])):8s} {r['inductor_fused'] or float('nan'):7.2f} {r['fused_bf16_intermediates']:7.2f} {100*r['bw_frac']:5.1f} | {best} {r['sweep'].get(best, float('nan')):.2f}")
         if r["sweep"]:
             print("        " + " ".join(f"{k}={v:.2f}" for k, v in r["sweep"].items()))
-        if r.get("e1_variants"):
-            print("        e1/256 redux vs shuffles: " + " ".join(f"{k or 'redux'}={v:.2f}" for k, v in r["e1_variants"].items()))
-        for k, v in r.get("stages", {}).items():
-            print(f"        stages {k}: {v['us']:.2f} us; cycles after loads / activation / quantize / end: {v['cycles']}")
     print("gemm (us): N K M (W,S) old default pipe_best(shape) separate(quant+default) old_in_gemm cublas_bf16 x_cublas x_old %bw %bw_best")
     for r in res["gemm"]:
         oi = r["old_in_gemm_quant"]

@@ -4,7 +4,7 @@ outputs are poisoned before every launch. Prints one line per case and a summary
 import ctypes, json, os, sys
 import numpy as np, torch
 import reference as ref
-from mxgpu import CLUSTERS, NORM_MAX_BLOCK, TABLE_SWIGLU, Module, Ops, swiglu_lean_ok, swiglu_uses_table, F_RCEIL, F_NAN_IGNORE, F_GEMMA, F_GAMMA_F32, F_INV_DIV, F_OAI, F_FP32_ACT, F_NO_ROUND_SUM, F_SWISH_SINGLE
+from mxgpu import CLUSTERS, NORM_MAX_BLOCK, Module, Ops, swiglu_table_ok, swiglu_uses_table, F_RCEIL, F_NAN_IGNORE, F_GEMMA, F_GAMMA_F32, F_INV_DIV, F_OAI, F_FP32_ACT, F_NO_ROUND_SUM, F_SWISH_SINGLE
 
 torch.manual_seed(1)
 rng = np.random.default_rng(1)
@@ -102,16 +102,10 @@ def check_norm(ops):
         y_ref, s_ref = ref.add_rmsnorm(x32, r32, g32v, dt, flags, gdt=gdt)
         rq, rs = ref.quantize(y_ref, flags)
         # the runtime's choice, the one-block-per-row kernels with 1-4 chunks per lane (where a block
-        # holds the row), rows split over clusters of 2, 4, 8 blocks; bf16 also the bench-only
-        # streaming-store kernels
+        # holds the row), rows split over clusters of 2, 4, 8 blocks
         variants = [dict(nch=None, split=None)]
         variants += [dict(nch=c, split=1) for c in (1, 2, 3, 4) if H // 8 <= c * NORM_MAX_BLOCK[c]]
         variants += [dict(split=c) for c in (2, 4, 8) if CLUSTERS and (H // 32) % c == 0 and H // 8 // c <= 1024]
-        if dt == "bf16" and not g32 and CLUSTERS:
-            variants += [dict(nch=c, split=1, opt="_cs") for c in (1, 2, 3, 4) if H // 8 <= c * NORM_MAX_BLOCK[c]]
-            # the previous split-row exchange and the timed kernels (bench-only)
-            variants += [dict(split=c, opt="_x") for c in (2, 4, 8) if (H // 32) % c == 0 and H // 8 // c <= 1024]
-            variants += [dict(split=8, opt=o) for o in ("_t", "_xt") if (H // 32) % 8 == 0 and H // 8 // 8 <= 1024]
         for var in variants:
             outs = (torch.empty(M, H, dtype=torch.uint8, device="cuda"), torch.empty(M, H // 32, dtype=torch.uint8, device="cuda"),
                     torch.empty_like(x), torch.empty_like(x))
@@ -121,7 +115,7 @@ def check_norm(ops):
 
 
 def check_norm_lean(ops):
-    """The bench-only lean split-8 kernel (_c1_s8_lean, _lean_t; issue 6 follow-up 10): the runtime's
+    """The lean split-8 kernel (_c1_s8_lean; issue 6 follow-up 10): the runtime's
     M = 8 case (bf16, bf16 gamma, Gemma + gamma_in_f32, residual, residual_out and normed) at M = 1,
     8, 16 with edge rows (zero, subnormal, a block of 448s, NaN / Inf / 1e30 inputs; at M = 16 NaN
     and Inf weights), every output byte equal to the generic split-8 kernel's and the reference
@@ -148,12 +142,11 @@ def check_norm_lean(ops):
                       torch.empty_like(x), torch.empty_like(x))
         base = mk(); poison(base)
         ops.norm_quant(x, r, g, flags, outs=base, split=8)
-        for opt in ("_lean", "_lean_t"):
-            outs = mk(); poison(outs)
-            q, s, ro, no = ops.norm_quant(x, r, g, flags, outs=outs, split=8, opt=opt)
-            diff = sum(int((a.view(torch.uint8) != b.view(torch.uint8)).sum()) for a, b in zip(base, outs))
-            report(f"norm lean bf16 flags={flags} H={H} M={M} split=8 opt={opt} vs generic _c1_s8", diff == 0, f"bytes_diff={diff}")
-            norm_compare("bf16", flags, H, M, True, False, dict(split=8, opt=opt), q, s, ro, no, y_ref, s_ref, rq, rs)
+        outs = mk(); poison(outs)
+        q, s, ro, no = ops.norm_quant(x, r, g, flags, outs=outs, split=8, opt="_lean")
+        diff = sum(int((a.view(torch.uint8) != b.view(torch.uint8)).sum()) for a, b in zip(base, outs))
+        report(f"norm lean bf16 flags={flags} H={H} M={M} split=8 opt=_lean vs generic _c1_s8", diff == 0, f"bytes_diff={diff}")
+        norm_compare("bf16", flags, H, M, True, False, dict(split=8, opt="_lean"), q, s, ro, no, y_ref, s_ref, rq, rs)
 
 
 def norm_compare(dt, flags, H, M, has_res, g32, var, q, s, ro, no, y_ref, s_ref, rq, rs):
@@ -196,17 +189,14 @@ def check_swiglu(ops):
                 outs = (torch.empty(M, I, dtype=torch.uint8, device="cuda"), torch.empty(M, I // 32, dtype=torch.uint8, device="cuda"))
                 act = ref.swiglu(g32, u32, dt, flags, **kw)
                 rq, rs = ref.quantize(act, flags)
-                # bf16 OAI + fp32 activation, 1 per lane: also the bench-only kernels (shuffle-tree max, timed)
-                opts = ("", "_sh", "_t", "_sht") if (dt, flags, e) == ("bf16", F_OAI | F_FP32_ACT, 1) else ("",)
                 # The certified fast logistic and the pinned one (the launch table's choice by size).
-                runs = [(o, None, None) for o in opts] + ([("", True, None), ("", False, None)] if (dt, e) == ("bf16", 8) else [])
-                # The lean packed kernels where their preconditions hold (the default kernels' packed
-                # path): certified sigma and the logistic table, one block per chunk and a grid of 3
+                runs = [("", None, None)] + ([("", True, None), ("", False, None)] if (dt, e) == ("bf16", 8) else [])
+                # The table kernel where its preconditions hold, one block per chunk and a grid of 3
                 # blocks (each loops over several chunks).
                 if dt == "bf16" and e == 8:
                     a = dict(alpha=1.702, limit=7.0) | kw
-                    runs += [(o, None, g) for o in ("_pk",) + TABLE_SWIGLU for g in (None, 3)
-                             if swiglu_lean_ok(o, DT[dt], e, block, flags, a["alpha"], a["limit"])]
+                    runs += [("_table", None, g) for g in (None, 3)
+                             if swiglu_table_ok(DT[dt], e, block, flags, a["alpha"], a["limit"])]
                 for opt, pinned, grid in runs:
                     poison(outs)
                     q, s = ops.swiglu_quant(gate, up, I, layout, flags, outs=outs, e=e, block=block, opt=opt, pinned=pinned, grid=grid, **kw)
@@ -277,7 +267,7 @@ def check_swiglu_all_bf16(ops):
             act = ref.swiglu(g32, u32, "bf16", flags, **kw)
             rq, rs = ref.quantize(act, flags)
         a = dict(alpha=1.702, limit=7.0) | kw
-        for opt in ("host", "") + tuple(o for o in ("_pk", "_table") if swiglu_lean_ok(o, torch.bfloat16, 8, 256, flags, a["alpha"], a["limit"])):
+        for opt in ("host", "") + (("_table",) if swiglu_table_ok(torch.bfloat16, 8, 256, flags, a["alpha"], a["limit"]) else ()):
             poison(outs)
             if opt == "host":
                 q, s = ops.swiglu_quant(gate, up, I, "separate", flags, outs=outs, **kw)
@@ -287,16 +277,15 @@ def check_swiglu_all_bf16(ops):
                 what = f"e=8{opt}"
             d_q, d_s = int((host(q) != rq).sum()), int((host(s) != rs).sum())
             report(f"swiglu bf16 every gate value {what} flags={flags} {kw}", d_q == 0 and d_s == 0, f"q_diff={d_q} scale_diff={d_s}")
-        # The table kernel's split-halves loops (follow-up 9; other flags take their generic loop):
+        # The table kernel's split-halves loop (follow-up 9; other flags take its generic loop):
         # split halves, one block per chunk and grids of 5 / 7 blocks (each loops over ~10 chunks,
         # the stride's column carry taken).
         gu_all = to_dev(np.concatenate([g32, u32], 1), "bf16")
-        for opt in (o for o in TABLE_SWIGLU[1:] if swiglu_lean_ok(o, torch.bfloat16, 8, 256, flags, a["alpha"], a["limit"])):
-            for grid in (None, 5, 7):
-                poison(outs)
-                q, s = ops.swiglu_quant(gu_all, None, I, "split_halves", flags, outs=outs, e=8, block=256, pinned=False, opt=opt, grid=grid, **kw)
-                d_q, d_s = int((host(q) != rq).sum()), int((host(s) != rs).sum())
-                report(f"swiglu bf16 every gate value split e=8{opt} grid={grid} flags={flags} {kw}", d_q == 0 and d_s == 0, f"q_diff={d_q} scale_diff={d_s}")
+        for grid in (None, 5, 7) if swiglu_table_ok(torch.bfloat16, 8, 256, flags, a["alpha"], a["limit"]) else ():
+            poison(outs)
+            q, s = ops.swiglu_quant(gu_all, None, I, "split_halves", flags, outs=outs, e=8, block=256, pinned=False, opt="_table", grid=grid, **kw)
+            d_q, d_s = int((host(q) != rq).sum()), int((host(s) != rs).sum())
+            report(f"swiglu bf16 every gate value split e=8_table grid={grid} flags={flags} {kw}", d_q == 0 and d_s == 0, f"q_diff={d_q} scale_diff={d_s}")
     # The bench's data (gate_up ~ N(0, 8^2)) at a size where the fallbacks happen by the hundred.
     M = 2048
     gu32 = ref.rnd(rng.standard_normal((M, 2 * I)) * 8, "bf16")
@@ -304,9 +293,9 @@ def check_swiglu_all_bf16(ops):
     for flags in (F_OAI, F_OAI | F_FP32_ACT, 0, F_FP32_ACT | F_RCEIL):
         outs = (torch.empty(M, I, dtype=torch.uint8, device="cuda"), torch.empty(M, I // 32, dtype=torch.uint8, device="cuda"))
         rq, rs = ref.quantize(ref.swiglu(gu32[:, :I], gu32[:, I:], "bf16", flags), flags)
-        lean = [(o, g, b) for o in ("_pk",) + TABLE_SWIGLU for g, b in ((None, 256), (None, 128), (97, 256))
-                if swiglu_lean_ok(o, torch.bfloat16, 8, b, flags, 1.702, 7.0)]
-        for opt, grid, block in [("host", None, None), ("", None, 256)] + lean:
+        table = [("_table", g, b) for g, b in ((None, 256), (None, 128), (97, 256))
+                 if swiglu_table_ok(torch.bfloat16, 8, b, flags, 1.702, 7.0)]
+        for opt, grid, block in [("host", None, None), ("", None, 256)] + table:
             poison(outs)
             if opt == "host":  # the launch table's choice (the table kernel, occupancy-capped grid, where it applies)
                 q, s = ops.swiglu_quant(gu, None, I, "split_halves", flags, outs=outs)
@@ -316,19 +305,18 @@ def check_swiglu_all_bf16(ops):
                 what = f"e=8{opt} block={block}" + (f" grid={grid}" if grid else "")
             d_q, d_s = int((host(q) != rq).sum()), int((host(s) != rs).sum())
             report(f"swiglu bf16 N(0, 64) M={M} {what} flags={flags}", d_q == 0 and d_s == 0, f"q_diff={d_q} scale_diff={d_s}")
-    # A partial last chunk (2045 rows: 196320 lanes, 766.9 chunks of 256) for the split loops,
+    # A partial last chunk (2045 rows: 196320 lanes, 766.9 chunks of 256) for the split loop,
     # one block per chunk and grids of 97 / 300 blocks (the partial chunk reached by a looping block).
     M = 2045
     gu = to_dev(gu32[:M], "bf16")
     for flags in (F_OAI, 0):
         outs = (torch.empty(M, I, dtype=torch.uint8, device="cuda"), torch.empty(M, I // 32, dtype=torch.uint8, device="cuda"))
         rq, rs = ref.quantize(ref.swiglu(gu32[:M, :I], gu32[:M, I:], "bf16", flags), flags)
-        for opt in TABLE_SWIGLU:
-            for grid in (None, 97, 300):
-                poison(outs)
-                q, s = ops.swiglu_quant(gu, None, I, "split_halves", flags, outs=outs, e=8, block=256, pinned=False, opt=opt, grid=grid)
-                d_q, d_s = int((host(q) != rq).sum()), int((host(s) != rs).sum())
-                report(f"swiglu bf16 N(0, 64) M={M} e=8{opt} grid={grid} flags={flags}", d_q == 0 and d_s == 0, f"q_diff={d_q} scale_diff={d_s}")
+        for grid in (None, 97, 300):
+            poison(outs)
+            q, s = ops.swiglu_quant(gu, None, I, "split_halves", flags, outs=outs, e=8, block=256, pinned=False, opt="_table", grid=grid)
+            d_q, d_s = int((host(q) != rq).sum()), int((host(s) != rs).sum())
+            report(f"swiglu bf16 N(0, 64) M={M} e=8_table grid={grid} flags={flags}", d_q == 0 and d_s == 0, f"q_diff={d_q} scale_diff={d_s}")
 
 
 def rand_e4m3(shape):

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Norm latency at M = 8 (issue 6): the SASS of the split-row kernel, ncu's per-instruction stall
-# samples of it, and bench.py's norm section (stage stamps). Logs under $OUT.
+# samples of it, and with BENCH=1 bench.py's norm section. Logs under $OUT.
 set -u
 . "$(dirname "$0")/device_common.sh"
 step "cubin + sass"

@@ -203,8 +203,9 @@ class Ops:
 
     def norm_quant(self, x, res, gamma, flags, eps=1e-6, res_out=True, normed=True, outs=None, nch=None, split=None, opt=""):
         """nch: chunks per lane of the one-block-per-row kernels; split: blocks of a cluster per row
-        (1 = one block per row); opt: kernel name suffix of a bench-only variant ("_cs", "_t");
-        None = the runtime's choice (launch.rs + thresholds.rs: norm_choice below)."""
+        (1 = one block per row); None = the runtime's choice (launch.rs + thresholds.rs: norm_choice
+        below). opt: "_lean" launches the lean split-8 kernel (split=8; launch.rs takes it for
+        exactly its case, which the runtime choice here mirrors)."""
         M, H = x.shape
         chunks = H // 8
         runtime_choice = split is None and nch is None
@@ -235,12 +236,10 @@ class Ops:
 
     def swiglu_quant(self, gate, up, I, layout, flags, alpha=1.702, limit=7.0, beta=1.0, outs=None, e=None, block=None, opt="",
                      pinned=None, grid=None, table=None):
-        """opt: kernel name suffix of a bench-only variant ("_t", "_sh", "_sht"; bf16, e = 1, OAI +
-        fp32 activation only; the lean packed kernels "_pk", "_table", "_floor" (and the table
-        kernel's bench-only variants "_tsr", "_tpipe", "_ttwo", "_table8", "_tsr8"): bf16, e = 8, block
-        <= 256, rounded unrolled swish, see swiglu_lean_ok). pinned: F_SIGMA_PINNED on / off; None:
-        the launch table's choice. grid: at most this many blocks (the lean kernels loop over the
-        rest; the others must not be capped). table: None = the launch table's choice where no
+        """opt: "_table" launches the table kernel (bf16, e = 8, block <= 256, rounded unrolled
+        swish, see swiglu_table_ok). pinned: F_SIGMA_PINNED on / off; None: the launch table's
+        choice. grid: at most this many blocks (the table kernel loops over the rest; the others
+        must not be capped). table: None = the launch table's choice where no
         e / block / opt / grid is given (the table kernel, 256 lanes, grid capped at the resident
         blocks, where swiglu_uses_table says so: launch.rs `swiglu_mxquant`); False = the choice
         without the table kernel (the default before it)."""
@@ -263,15 +262,15 @@ class Ops:
         act = (1 if flags & F_OAI else 0) + (2 if flags & F_FP32_ACT else 0)
         blocks = -(-lanes // block)
         name = f"mx_swiglu_quant_{SUFFIX[gate.dtype]}_e{e}_a{act}{opt}"
-        if opt in LEAN_SWIGLU:
-            # the lean kernels trap where their preconditions fail: never launch them there
-            if not swiglu_lean_ok(opt, gate.dtype, e, block, flags, alpha, limit):
-                raise ValueError(f"swiglu {opt}: preconditions not met (swiglu_lean_ok)")
+        if opt == "_table":
+            # the table kernel traps where its preconditions fail: never launch it there
+            if not swiglu_table_ok(gate.dtype, e, block, flags, alpha, limit):
+                raise ValueError("swiglu _table: preconditions not met (swiglu_table_ok)")
             if table:
                 grid = torch.cuda.get_device_properties(0).multi_processor_count * self.m.resident_blocks(name, block)
             blocks = min(blocks, grid or blocks)
         elif grid is not None:
-            raise ValueError("grid: the lean kernels only")
+            raise ValueError("grid: the table kernel only")
         self.m.launch(name, (blocks,), (block,),
                       [gate, up, q, s, ctypes.c_longlong(rows), ctypes.c_int(I), ctypes.c_int(LAYOUTS[layout]),
                        ctypes.c_float(alpha), ctypes.c_float(limit), ctypes.c_float(beta), ctypes.c_uint(flags)])
@@ -551,23 +550,17 @@ SWIGLU_LARGE = (8, 128)
 SWIGLU_PINNED_BELOW = (1 << 20, 1 << 22)
 
 
-# The lean packed SwiGLU kernels (swiglu_mxquant.hip swiglu_mxquant_blocks): certified sigma and
-# access-pattern floor (OAI only), bench-only; the logistic table, the launch table's choice from
-# SWIGLU_TABLE_FROM outputs (the H200 row's `table_from`, thresholds.rs SwiGluLaunchTable) in
-# 256-lane blocks (kernels/src/gpu/swiglu_table_kernel.rs).
-LEAN_SWIGLU = ("_pk", "_table", "_floor", "_tsr", "_tpipe", "_ttwo", "_table8", "_tsr8")
-# The table kernels: `_table` and its bench-only split-halves loops (BENCHMARKS.md issue 6
-# follow-up 9; swiglu_mxquant.hip MX_LOOP_*; `8`: launch bounds for 8 blocks a SM), all with the
-# table's precondition.
-TABLE_SWIGLU = ("_table", "_tsr", "_tpipe", "_ttwo", "_table8", "_tsr8")
+# The SwiGLU table kernel (swiglu_mxquant.hip swiglu_mxquant_blocks, `_table`), the launch table's
+# choice from SWIGLU_TABLE_FROM outputs (the H200 row's `table_from`, thresholds.rs
+# SwiGluLaunchTable) in 256-lane blocks (kernels/src/gpu/swiglu_table_kernel.rs).
 SWIGLU_TABLE_FROM = 1 << 12
 SWIGLU_TABLE_BLOCK = 256
 
 
-def swiglu_lean_ok(opt, dtype, e, block, flags, alpha, limit):
-    """Whether a lean kernel may be launched (it traps otherwise): bf16, 8 per lane, <= 256 lanes a
-    block, rounded activation in the unrolled swish form; OAI with limit > 0 and bf16(limit) > 0;
-    the table with bf16(alpha) finite and nonzero."""
+def swiglu_table_ok(dtype, e, block, flags, alpha, limit):
+    """Whether the table kernel may be launched (it traps otherwise): bf16, 8 per lane, <= 256 lanes
+    a block, rounded activation in the unrolled swish form; OAI with limit > 0 and bf16(limit) > 0;
+    bf16(alpha) finite and nonzero."""
     def bf(v):  # f32, then bf16 round-to-nearest-even (as the kernel's mx_round<MxBf16>)
         b = struct.unpack("<I", struct.pack("<f", v))[0]
         if (b & 0x7FFFFFFF) > 0x7F800000:
@@ -575,14 +568,13 @@ def swiglu_lean_ok(opt, dtype, e, block, flags, alpha, limit):
         return struct.unpack("<f", struct.pack("<I", ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) << 16 & 0xFFFFFFFF))[0]
     ok = dtype == torch.bfloat16 and e == 8 and block <= 256 and not flags & (F_FP32_ACT | F_SWISH_SINGLE)
     ok = ok and (not flags & F_OAI or (limit > 0 and bf(limit) > 0))
-    ok = ok and (opt != "_floor" or flags & F_OAI)
     a = bf(alpha)
-    return bool(ok and (opt not in TABLE_SWIGLU or (math.isfinite(a) and a != 0.0)))
+    return bool(ok and math.isfinite(a) and a != 0.0)
 
 
 def swiglu_uses_table(n, dtype, flags, alpha=1.702, limit=7.0):
     """Whether the launch table takes the table kernel for n outputs (launch.rs `swiglu_mxquant`)."""
-    return n >= SWIGLU_TABLE_FROM and swiglu_lean_ok("_table", dtype, 8, SWIGLU_TABLE_BLOCK, flags, alpha, limit)
+    return n >= SWIGLU_TABLE_FROM and swiglu_table_ok(dtype, 8, SWIGLU_TABLE_BLOCK, flags, alpha, limit)
 
 
 def swiglu_choice(n):

@@ -22,10 +22,14 @@ PROGRAM_FILES = [
 ]
 
 
-def program_text() -> str:
+def program_text(kernel_dir=KERNEL_DIR, files=None) -> str:
+    """The program from kernel_dir; `files`: only the headers and these files (one runtime module,
+    kernels/src/gpu/sources.rs `module_text`), in PROGRAM_FILES order."""
     parts = []
     for name in PROGRAM_FILES:
-        with open(os.path.join(KERNEL_DIR, name)) as f:
+        if files is not None and not (name.endswith(".h") or name in files):
+            continue
+        with open(os.path.join(kernel_dir, name)) as f:
             body = f.read()
         body = "\n".join(l for l in body.split("\n") if l.strip() != "#pragma once")
         parts.append(f'#line 1 "{name}"\n{body}\n')

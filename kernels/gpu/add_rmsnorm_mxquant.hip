@@ -23,33 +23,17 @@
 // Semantics (docs/ops.md): s = round_T(x + r) (or the f32 sum); v = f32(sum_f64(s^2) / H); n = s * (1 / sqrt(v + eps))
 // (or s / sqrt(v + eps)); y = round_T(n * g) (or round_T(round_T(n) * g)); q/scale quantize y as T.
 
-// Option bits of the row kernel (template constant OPT).
-#define MX_NORM_CS 1     // streaming (evict-first) stores of residual_out / normed / q
-#define MX_NORM_TIMED 2  // block 0 lane 0 records clock64() stamps in mx_norm_stamps (bench only)
-#define MX_NORM_BARX 4   // split rows: the previous exchange (block sum, DSMEM stores, one release /
-                         // acquire cluster barrier); bench only
+// Tried and dropped (bench-only kernels removed in session 17): streaming (evict-first) stores, no
+// gain at M = 8192 (`_cs`, BENCHMARKS.md issue 6 follow-up, 2026-11-30); the previous split-row
+// exchange (block sum, DSMEM stores, release / acquire cluster barrier), 2.76 vs 2.64 us at M = 8
+// (`_x`, follow-up 2).
+
 // The lean split-row kernel (`_s8_lean`, issue 6 follow-up 10; launch.rs takes it for exactly this case): the M = 8 case
 // as compile-time constants -- H = LH (template), these flags, residual / residual_out / normed all
 // present, B = LH / (8 S) lanes (a whole number of warps, every lane live), 32-bit offsets (M * H <
 // 2^31) -- so the flag tests, the live predicates, the 64-bit index math and the generic partial-sum
 // loop leave the SASS. Same arithmetic in the same order: bit-identical to the generic kernel.
 #define MX_NORM_LEAN_FLAGS (MX_F_GEMMA | MX_F_GAMMA_F32)
-
-#if defined(MX_CUDA)
-// Stage timestamps of the MX_NORM_TIMED kernels (bench/gpu/bench.py reads them back).
-__device__ long long mx_norm_stamps[8];
-#endif
-
-// Records stage i's cycle count (block 0, lane 0) once `dep` is computed.
-template <int OPT>
-MX_DEV void mx_norm_stamp(int i, double dep) {
-#if defined(MX_CUDA)
-  if (OPT & MX_NORM_TIMED) {
-    asm volatile("" ::"d"(dep));
-    if (blockIdx.x == 0 && threadIdx.x == 0) mx_norm_stamps[i] = clock64();
-  }
-#endif
-}
 
 // Eight consecutive elements in their storage type, as 32-bit words (4 for bf16/f16, 8 for f32).
 template <class T>
@@ -64,14 +48,10 @@ struct MxRaw8 {
       w[4 * j] = u.x; w[4 * j + 1] = u.y; w[4 * j + 2] = u.z; w[4 * j + 3] = u.w;
     }
   }
-  template <int CS>
   MX_DEV void store(typename T::storage* p) const {
     uint4* v = reinterpret_cast<uint4*>(p);
 #pragma unroll
-    for (int j = 0; j < W / 4; ++j) {
-      const uint4 u = make_uint4(w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]);
-      if (CS) mx_store_cs(v + j, u); else v[j] = u;
-    }
+    for (int j = 0; j < W / 4; ++j) v[j] = make_uint4(w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]);
   }
   // Exact widening to f32.
   MX_DEV void unpack(float out[8]) const {
@@ -132,7 +112,7 @@ MX_DEV double mx_norm_block_sum(double ss, double* warp_sums) {
   return total;
 }
 
-template <class T, class G, int NCH, int S, int OPT, int LH = 0>
+template <class T, class G, int NCH, int S, int LH = 0>
 MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
                                     const typename T::storage* __restrict__ res,
                                     const typename G::storage* __restrict__ gamma,
@@ -140,21 +120,17 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
                                     typename T::storage* __restrict__ res_out,
                                     typename T::storage* __restrict__ normed, int H_arg, float eps,
                                     mx_u32 flags_arg) {
-  constexpr int CS = OPT & MX_NORM_CS;
   // LH > 0: the lean kernel (see MX_NORM_LEAN_FLAGS); the shape, flags and outputs are constants.
   constexpr bool LEAN = LH > 0;
   static_assert(!LEAN || (NCH == 1 && LH % (8 * S * MX_WARP) == 0), "lean: whole warps, one chunk");
   const int H = LEAN ? LH : H_arg;
   const mx_u32 flags = LEAN ? (mx_u32)MX_NORM_LEAN_FLAGS : flags_arg;
-  // The push exchange (split rows, not the bench-only previous one).
-  constexpr bool PUSH = S > 1 && !(OPT & MX_NORM_BARX);
-  mx_norm_stamp<OPT>(0, 0.0);
 #if defined(MX_NV_CLUSTER)
-  // Partials of the push exchange: slot rank * warps + warp (<= 32 warps a block).
-  __shared__ __align__(16) double push_parts[PUSH ? S * 32 : 2];
+  // Partials of the push exchange (split rows): slot rank * warps + warp (<= 32 warps a block).
+  __shared__ __align__(16) double push_parts[S > 1 ? S * 32 : 2];
   __shared__ mx_u64 push_bar;
   if (S > 1) {
-    if (PUSH && threadIdx.x == 0) {
+    if (threadIdx.x == 0) {
       mx_mbar_init_expect(&push_bar, S * (LEAN ? LH / (8 * S * MX_WARP) : blockDim.x / MX_WARP) * 8);
       mx_fence_mbar_init();
     }
@@ -223,11 +199,11 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
       }
       if (NCH == 1 && has_res_out) {
         if (has_res && round_sum) {
-          xa[k].template store<CS>(res_out + 8 * ((int)threadIdx.x + k * B));
+          xa[k].store(res_out + 8 * ((int)threadIdx.x + k * B));
         } else {
           MxRaw8<T> o;
           o.pack(s);
-          o.template store<CS>(res_out + 8 * ((int)threadIdx.x + k * B));
+          o.store(res_out + 8 * ((int)threadIdx.x + k * B));
         }
       }
       if (NCH == 1) {  // a pairwise tree: a shorter dependent chain (latency-bound small M)
@@ -241,14 +217,12 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
       }
     }
   }
-  mx_norm_stamp<OPT>(1, ss);
   double total;
 #if defined(MX_NV_CLUSTER)
-  if (PUSH) {
+  if (S > 1) {
     // Warp sum (every lane gets it), then lane r < S of every warp stores it into block r.
 #pragma unroll
     for (int o = MX_WARP / 2; o > 0; o >>= 1) ss += MX_SHFL_XOR(ss, o);
-    mx_norm_stamp<OPT>(2, ss);
     const int warps = B / MX_WARP, lane = threadIdx.x % MX_WARP;
     const int slot = (int)(blockIdx.x % S) * warps + (int)threadIdx.x / MX_WARP;
     mx_cluster_wait();  // the entry arrival: every block has started and set up its barrier
@@ -272,27 +246,12 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
   {
   __shared__ double warp_sums[1024 / 32];
   total = mx_norm_block_sum(ss, warp_sums);
-  mx_norm_stamp<OPT>(2, total);
-#if defined(MX_NV_CLUSTER)
-  __shared__ double cluster_parts[S];
-  if (S > 1) {
-    const mx_u32 rank = blockIdx.x % S;
-    mx_cluster_wait();  // the entry arrival: every block has started
-    if (threadIdx.x < S) mx_dsmem_store(&cluster_parts[rank], threadIdx.x, total);
-    mx_cluster_sync();  // release / acquire: every block's partial is in every block
-    total = 0.0;
-#pragma unroll
-    for (int r = 0; r < S; ++r) total += cluster_parts[r];
   }
-#endif
-  }
-  mx_norm_stamp<OPT>(3, total);
 
   // The output pass: residual_out, normed, q and scales of the lane's chunks.
   const float v = (float)(total / (double)H);
   const float root = sqrtf(v + eps);
   const float inv = 1.0f / root;
-  mx_norm_stamp<OPT>(4, (double)inv);
   const bool use_div = (flags & MX_F_INV_DIV) != 0;
   const bool gemma = (flags & MX_F_GEMMA) != 0;
   const bool gamma_f32 = (flags & MX_F_GAMMA_F32) != 0;
@@ -320,11 +279,11 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
       }
       if (NCH > 1 && has_res_out) {
         if (has_res && round_sum) {
-          xa[k].template store<CS>(res_out + 8 * c);
+          xa[k].store(res_out + 8 * c);
         } else {
           MxRaw8<T> o;
           o.pack(s);
-          o.template store<CS>(res_out + 8 * c);
+          o.store(res_out + 8 * c);
         }
       }
       ga[k].unpack(g);
@@ -359,7 +318,7 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
       if (has_normed) {
         MxRaw8<T> o;
         o.pack(y);
-        o.template store<CS>(normed + 8 * c);
+        o.store(normed + 8 * c);
       }
     } else {
 #pragma unroll
@@ -367,16 +326,8 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
     }
     mx_u32 lo, hi, sb;
     mx_quant_group8(y, flags, lo, hi, sb);
-    if (live) {
-      if (CS) {
-        mx_store_cs(reinterpret_cast<uint2*>(q + 8 * c), make_uint2(lo, hi));
-        if ((c & 3) == 0) scale[c >> 2] = (mx_u8)sb;
-      } else {
-        mx_store_group8(q, scale, c, lo, hi, sb);
-      }
-    }
+    if (live) mx_store_group8(q, scale, c, lo, hi, sb);
   }
-  mx_norm_stamp<OPT>(5, 0.0);
 }
 
 // Kernel names: mx_add_rmsnorm_quant_<T>[_gf32]_c<NCH>, NCH = 1, 2, 4 (B <= 1024: H <= 8192,
@@ -388,32 +339,32 @@ MX_DEV void add_rmsnorm_mxquant_row(const typename T::storage* __restrict__ x,
   const T::storage *x, const T::storage *res, const G::storage *gamma, mx_u8 *q, mx_u8 *scale, \
       T::storage *res_out, T::storage *normed, int H, float eps, unsigned flags
 #define MX_NORM_MINB(T, G, NCH) (NCH == 1 && sizeof(T::storage) == 2 && sizeof(G::storage) == 2 ? 2 : 1)
-#define MX_DEFINE_NORM1(NAME, T, G, NCH, MAXB, OPT)                                            \
+#define MX_DEFINE_NORM1(NAME, T, G, NCH, MAXB)                                                 \
   extern "C" __global__ void __launch_bounds__(MAXB, MX_NORM_MINB(T, G, NCH)) NAME(MX_NORM_PARAMS(T, G)) { \
     MX_PDL_ENTRY();                                                                                        \
-    add_rmsnorm_mxquant_row<T, G, NCH, 1, OPT>(x, res, gamma, q, scale, res_out, normed, H,   \
-                                               eps, flags);                                    \
+    add_rmsnorm_mxquant_row<T, G, NCH, 1>(x, res, gamma, q, scale, res_out, normed, H, eps,   \
+                                          flags);                                              \
   }
 #define MX_DEFINE_NORM(NAME, T, G)                                                              \
-  MX_DEFINE_NORM1(NAME##_c1, T, G, 1, 1024, 0)                                                  \
-  MX_DEFINE_NORM1(NAME##_c2, T, G, 2, 1024, 0)                                                  \
-  MX_DEFINE_NORM1(NAME##_c3, T, G, 3, 512, 0)                                                   \
-  MX_DEFINE_NORM1(NAME##_c4, T, G, 4, 1024, 0)
+  MX_DEFINE_NORM1(NAME##_c1, T, G, 1, 1024)                                                     \
+  MX_DEFINE_NORM1(NAME##_c2, T, G, 2, 1024)                                                     \
+  MX_DEFINE_NORM1(NAME##_c3, T, G, 3, 512)                                                      \
+  MX_DEFINE_NORM1(NAME##_c4, T, G, 4, 1024)
 
 // Split rows (one chunk per lane, a cluster of S blocks per row): NAME_c1_s<S>, S = 2, 4, 8; grid
 // rows * S, B = H / (8 S) rounded up to the warp.
 #if defined(MX_NV_CLUSTER)
-#define MX_DEFINE_NORM_S1(NAME, T, G, S, OPT)                                                  \
+#define MX_DEFINE_NORM_S1(NAME, T, G, S)                                                        \
   extern "C" __global__ void __launch_bounds__(1024) __cluster_dims__(S, 1, 1)                 \
       NAME(MX_NORM_PARAMS(T, G)) {                                                              \
     MX_PDL_ENTRY();                                                                             \
-    add_rmsnorm_mxquant_row<T, G, 1, S, OPT>(x, res, gamma, q, scale, res_out, normed, H, eps, \
-                                             flags);                                            \
+    add_rmsnorm_mxquant_row<T, G, 1, S>(x, res, gamma, q, scale, res_out, normed, H, eps,      \
+                                        flags);                                                 \
   }
 #define MX_DEFINE_NORM_SPLIT(NAME, T, G)                                                        \
-  MX_DEFINE_NORM_S1(NAME##_c1_s2, T, G, 2, 0)                                                   \
-  MX_DEFINE_NORM_S1(NAME##_c1_s4, T, G, 4, 0)                                                   \
-  MX_DEFINE_NORM_S1(NAME##_c1_s8, T, G, 8, 0)
+  MX_DEFINE_NORM_S1(NAME##_c1_s2, T, G, 2)                                                      \
+  MX_DEFINE_NORM_S1(NAME##_c1_s4, T, G, 4)                                                      \
+  MX_DEFINE_NORM_S1(NAME##_c1_s8, T, G, 8)
 #else
 #define MX_DEFINE_NORM_SPLIT(NAME, T, G)
 #endif
@@ -425,31 +376,16 @@ MX_DEFINE_NORM_ALL(mx_add_rmsnorm_quant_f16, MxF16, MxF16)
 MX_DEFINE_NORM_ALL(mx_add_rmsnorm_quant_f16_gf32, MxF16, MxF32)
 MX_DEFINE_NORM_ALL(mx_add_rmsnorm_quant_f32, MxF32, MxF32)
 
-// Bench-only variants (bench/gpu/bench.py; bf16, CUDA): streaming stores (_cs), stage timing
-// (_t, clock64 stamps of block 0), the previous split-row exchange (_x, _xt) and the lean split-8
-// kernel (_c1_s8_lean, _lean_t: MX_NORM_LEAN_FLAGS).
-#if defined(MX_NV_CLUSTER)
-MX_DEFINE_NORM1(mx_add_rmsnorm_quant_bf16_c1_cs, MxBf16, MxBf16, 1, 1024, MX_NORM_CS)
-MX_DEFINE_NORM1(mx_add_rmsnorm_quant_bf16_c2_cs, MxBf16, MxBf16, 2, 1024, MX_NORM_CS)
-MX_DEFINE_NORM1(mx_add_rmsnorm_quant_bf16_c3_cs, MxBf16, MxBf16, 3, 512, MX_NORM_CS)
-MX_DEFINE_NORM1(mx_add_rmsnorm_quant_bf16_c4_cs, MxBf16, MxBf16, 4, 1024, MX_NORM_CS)
-MX_DEFINE_NORM1(mx_add_rmsnorm_quant_bf16_c1_t, MxBf16, MxBf16, 1, 1024, MX_NORM_TIMED)
-MX_DEFINE_NORM_S1(mx_add_rmsnorm_quant_bf16_c1_s8_t, MxBf16, MxBf16, 8, MX_NORM_TIMED)
-// The previous split-row exchange (_x; _xt timed), for side-by-side timing.
-MX_DEFINE_NORM_S1(mx_add_rmsnorm_quant_bf16_c1_s2_x, MxBf16, MxBf16, 2, MX_NORM_BARX)
-MX_DEFINE_NORM_S1(mx_add_rmsnorm_quant_bf16_c1_s4_x, MxBf16, MxBf16, 4, MX_NORM_BARX)
-MX_DEFINE_NORM_S1(mx_add_rmsnorm_quant_bf16_c1_s8_x, MxBf16, MxBf16, 8, MX_NORM_BARX)
-MX_DEFINE_NORM_S1(mx_add_rmsnorm_quant_bf16_c1_s8_xt, MxBf16, MxBf16, 8, MX_NORM_BARX | MX_NORM_TIMED)
 // The lean split-8 kernel (MX_NORM_LEAN_FLAGS): H = 6144, B = 96, Gemma + gamma_in_f32, floor,
 // propagate, residual / residual_out / normed present (bench.py's norm case): the runtime's kernel
-// for exactly that case (launch.rs; MXFUSE_GPU_NORM_LEAN=0 keeps the generic one); _lean_t timed.
-#define MX_DEFINE_NORM_LEAN(NAME, T, G, S, LH, OPT)                                            \
+// for exactly that case (launch.rs; MXFUSE_GPU_NORM_LEAN=0 keeps the generic one).
+#if defined(MX_NV_CLUSTER)
+#define MX_DEFINE_NORM_LEAN(NAME, T, G, S, LH)                                                  \
   extern "C" __global__ void __launch_bounds__(LH / (8 * S)) __cluster_dims__(S, 1, 1)         \
       NAME(MX_NORM_PARAMS(T, G)) {                                                              \
     MX_PDL_ENTRY();                                                                             \
-    add_rmsnorm_mxquant_row<T, G, 1, S, OPT, LH>(x, res, gamma, q, scale, res_out, normed, H,  \
-                                                 eps, flags);                                   \
+    add_rmsnorm_mxquant_row<T, G, 1, S, LH>(x, res, gamma, q, scale, res_out, normed, H, eps,  \
+                                            flags);                                             \
   }
-MX_DEFINE_NORM_LEAN(mx_add_rmsnorm_quant_bf16_c1_s8_lean, MxBf16, MxBf16, 8, 6144, 0)
-MX_DEFINE_NORM_LEAN(mx_add_rmsnorm_quant_bf16_c1_s8_lean_t, MxBf16, MxBf16, 8, 6144, MX_NORM_TIMED)
+MX_DEFINE_NORM_LEAN(mx_add_rmsnorm_quant_bf16_c1_s8_lean, MxBf16, MxBf16, 8, 6144)
 #endif

@@ -297,8 +297,9 @@ MX_DEV float mx_scale_inverse(mx_u32 s) {
 
 // The block's abs-max key (mx_quant_group's first step): the bits of max |v| over the group of
 // 32 / E lanes, in every lane of it. Every lane of the warp must call it (it shuffles).
-// REDUX = false: the shuffle tree also where the group is a whole warp (bench comparison only).
-template <int E, bool REDUX = true>
+// The redux.sync form measured 1.58 vs 1.65 us for the shuffle tree at M = 8 (SwiGLU, 1 output
+// a lane; BENCHMARKS.md issue 6 follow-up 2).
+template <int E>
 MX_DEV mx_u32 mx_group_key(const float v[E], mx_u32 flags) {
   // The block's abs-max as the integer max of the |v| bit patterns (the same order as the floats
   // for non-negative values), one shuffle per level: under "ignore" NaN counts as 0 (fmaxf's amax,
@@ -312,7 +313,7 @@ MX_DEV mx_u32 mx_group_key(const float v[E], mx_u32 flags) {
     key = a > key ? a : key;
   }
 #if defined(MX_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 800)
-  if (REDUX && 32 / E == MX_WARP) {  // the group is the whole warp: one warp reduction (sm_80+)
+  if (32 / E == MX_WARP) {  // the group is the whole warp: one warp reduction (sm_80+)
     asm("redux.sync.max.u32 %0, %0, 0xffffffff;" : "+r"(key));
   } else
 #endif
@@ -331,10 +332,10 @@ MX_DEV mx_u32 mx_group_key(const float v[E], mx_u32 flags) {
 // Every lane of the warp must call it (it shuffles); lanes without data pass zeros and ignore the
 // result. Writes the lane's E E4M3 bytes packed little-endian into q[] and returns the block's
 // scale byte.
-template <int E, bool REDUX = true>
+template <int E>
 MX_DEV mx_u32 mx_quant_group(const float v[E], mx_u32 flags, mx_u32 q[(E + 3) / 4]) {
   const bool ignore = (flags & MX_F_NAN_IGNORE) != 0;
-  const mx_u32 key = mx_group_key<E, REDUX>(v, flags);
+  const mx_u32 key = mx_group_key<E>(v, flags);
   // "propagate": a NaN or +-Inf in the block gives the NaN scale and every value NaN.
   if (!ignore && key >= 0x7f800000u) {
 #pragma unroll
@@ -392,25 +393,6 @@ MX_DEV void mx_store_group8(mx_u8* q, mx_u8* scale, long long chunk, mx_u32 lo, 
   mx_store_group<8>(q, scale, chunk, w, s);
 }
 
-// Streaming (evict-first) stores for outputs nothing in the kernel reads again; plain stores on
-// HIP.
-MX_DEV void mx_store_cs(uint4* p, uint4 v) {
-#if defined(MX_CUDA)
-  asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
-               "r"(v.w)
-               : "memory");
-#else
-  *p = v;
-#endif
-}
-MX_DEV void mx_store_cs(uint2* p, uint2 v) {
-#if defined(MX_CUDA)
-  asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(v.x), "r"(v.y) : "memory");
-#else
-  *p = v;
-#endif
-}
-
 // E consecutive elements -> fp32 (16-byte vector loads for E = 8).
 template <class T, int E>
 MX_DEV void mx_load(const typename T::storage* p, float out[E]) {
@@ -453,10 +435,6 @@ MX_DEV float mx_dsmem_load(const float* local, mx_u32 rank) {
   float v;
   asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(mx_dsmem_addr(local, rank)) : "memory");
   return v;
-}
-// Stores v at `local`'s address in block `rank`'s shared memory.
-MX_DEV void mx_dsmem_store(double* local, mx_u32 rank, double v) {
-  asm volatile("st.shared::cluster.f64 [%0], %1;" ::"r"(mx_dsmem_addr(local, rank)), "d"(v) : "memory");
 }
 MX_DEV double mx_dsmem_load(const double* local, mx_u32 rank) {
   double v;

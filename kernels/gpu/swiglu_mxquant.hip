@@ -393,23 +393,6 @@ struct MxSwigluFp32Path<MxBf16, E, ACT> {
 };
 #endif
 
-// Bench-only options (template constant OPT): stage timestamps (block 0 lane 0, clock64) and the
-// shuffle-tree group max where the group is a whole warp (the kernel before redux.sync).
-#define MX_SWIGLU_TIMED 1
-#define MX_SWIGLU_SHFL 2
-#if defined(MX_CUDA)
-__device__ long long mx_swiglu_stamps[8];
-#endif
-template <int OPT>
-MX_DEV void mx_swiglu_stamp(int i, float dep) {
-#if defined(MX_CUDA)
-  if (OPT & MX_SWIGLU_TIMED) {
-    asm volatile("" ::"f"(dep));
-    if (blockIdx.x == 0 && threadIdx.x == 0) mx_swiglu_stamps[i] = clock64();
-  }
-#endif
-}
-
 #if defined(MX_SWIGLU_PACKED)
 // l / d for l < 2^24, 4 <= d < 2^24 (both exact in f32) by a float reciprocal: the product is
 // within 2^-22 of l / d < 2^22, so off by at most one, fixed by the remainder; ~12 instructions
@@ -469,45 +452,35 @@ MX_DEV void mx_swiglu_load_words(const mx_u16* __restrict__ gate, const mx_u16* 
 #endif
 
 #if defined(MX_SWIGLU_PACKED)
-// Lean kernels of the packed path (bf16, 8 per lane, rounded activation, unrolled swish; no other
-// dispatch compiled in, so their SASS is the path's): MODE
-//  * MX_BLOCKS_CERT: the certified fast sigma, the default kernels' packed path (`_pk`, bench-only);
-//  * MX_BLOCKS_TABLE: the logistic from the table in shared memory (mx_sigma_lookup2, `_table`;
-//    the runtime's kernel from the device's `table_from` outputs on, kernels/src/gpu/
-//    swiglu_table_kernel.rs, grid capped at the resident blocks by the occupancy query):
-//    each block copies the table (MX_SIGMA_ENTRIES * 2 bytes, 487 16-byte pieces): each lane
-//    loads up to two pieces before the PDL wait (the table is constant: under programmatic
-//    launch this overlaps the previous kernel's tail), stores them once its first input loads are
-//    issued (and copies what is left where blocks have < 244 lanes), then one __syncthreads;
-//  * MX_BLOCKS_FLOOR: the same grid, loads and stores (16-byte gate + 16-byte up per lane, an
-//    8-byte q store, one scale byte per 4 lanes) with the words only combined (xor): the access
-//    pattern's floor (`_floor`, bench-only; its outputs are meaningless).
-// A block loops over chunks of blockDim lanes with a stride of gridDim (uniform per block): a grid
-// of one block per chunk copies the table once per chunk (at 256 lanes a block as many bytes from
-// L2 as the chunk's inputs), a capped grid once per resident block. The caller guarantees the
-// preconditions the default kernels test at their entry (OAI: limit > 0 and r(limit) > 0, the
-// min / max clamps; the table: r(alpha) finite and nonzero); the kernel traps otherwise (the
-// runtime's test: swiglu_table_kernel.rs `refusal`; bench/gpu/mxgpu.py `swiglu_lean_ok`).
-#define MX_BLOCKS_CERT 0
-#define MX_BLOCKS_TABLE 1
-#define MX_BLOCKS_FLOOR 2
+// The table kernels (bf16, 8 per lane, rounded activation, unrolled swish; no other dispatch
+// compiled in): the logistic from the table in shared memory (mx_sigma_lookup2). The runtime's
+// kernel from the device's `table_from` outputs on (kernels/src/gpu/swiglu_table_kernel.rs), grid
+// capped at the resident blocks by the occupancy query: each block copies the table
+// (MX_SIGMA_ENTRIES * 2 bytes, 487 16-byte pieces): each lane loads up to two pieces before the
+// PDL wait (the table is constant: under programmatic launch this overlaps the previous kernel's
+// tail), stores them once its first input loads are issued (and copies what is left where blocks
+// have < 244 lanes), then one __syncthreads. A block loops over chunks of blockDim lanes with a
+// stride of gridDim (uniform per block): a grid of one block per chunk copies the table once per
+// chunk (at 256 lanes a block as many bytes from L2 as the chunk's inputs), a capped grid once per
+// resident block. The caller guarantees the preconditions the default kernels test at their entry
+// (OAI: limit > 0 and r(limit) > 0, the min / max clamps; r(alpha) finite and nonzero); the kernel
+// traps otherwise (the runtime's test: swiglu_table_kernel.rs `refusal`; bench/gpu/mxgpu.py
+// `swiglu_table_ok`).
+// Tried and dropped (bench-only kernels removed in session 17; BENCHMARKS.md issue 6 follow-ups 7
+// and 9): this loop with the certified fast sigma instead of the table (`_pk`, slower than the
+// table from M = 192); its loads and stores alone (`_floor`, the access pattern's floor: 4.7 us at
+// M = 8192); the split loop with the next chunk's loads issued first or two chunks an iteration
+// (`_tpipe`, `_ttwo`: 40 registers, 4 % faster at M = 8192 only) and at 8 resident blocks a SM
+// (`_table8`, `_tsr8`: no faster).
 
-// Loops of the table kernels (bench-only variants, BENCHMARKS.md issue 6 follow-up 9): GENERIC
-// is the one below (any layout, 64-bit lane ids, the row by a float reciprocal every chunk); the
-// others take split halves with 32-bit offsets (lanes <= 2^23 and the grid's lanes <= 2^22, so
-// every lane id a chunk two strides past the end has stays below 2^24, mx_div_small's range,
-// and every offset fits) and the quantizer's floor rule and
-// "propagate" (the runtime's flags) in swiglu_table_split_loop:
-//  * MX_LOOP_SPLIT: the row / column of the next chunk from the previous one (the stride of
-//    gridDim * blockDim lanes is constant: its rows and columns are computed once), no layout
-//    test in the loop, the first chunk's loads peeled before the table copy;
-//  * MX_LOOP_PIPE: SPLIT with the next chunk's two 16-byte loads issued before this chunk's
-//    arithmetic (two buffers: 40 registers, the launch bounds' cap, against 34 / 32);
-//  * MX_LOOP_TWO: SPLIT with two chunks (a stride apart) per iteration, the four loads first.
-#define MX_LOOP_GENERIC 0
-#define MX_LOOP_SPLIT 1
-#define MX_LOOP_PIPE 2
-#define MX_LOOP_TWO 3
+// The split-halves loop (swiglu_table_split_loop, BENCHMARKS.md issue 6 follow-up 9): split halves
+// with 32-bit offsets (lanes <= 2^23 and the grid's lanes <= 2^22, so every lane id a chunk two
+// strides past the end has stays below 2^24, mx_div_small's range, and every offset fits) and the
+// quantizer's floor rule and "propagate" (the runtime's flags): the row / column of the next chunk
+// from the previous one (the stride of gridDim * blockDim lanes is constant: its rows and columns
+// are computed once), no layout test in the loop, the first chunk's loads peeled before the table
+// copy. Other layouts and flags take the generic loop of swiglu_mxquant_blocks (any layout, 64-bit
+// lane ids, the row by a float reciprocal every chunk).
 
 // Where a lane's chunks lie in split halves (gate row r = elements [r * 2I, r * 2I + I), up the
 // next I): the element offset of the lane's 8 gate elements and its column of 8 in the row.
@@ -547,33 +520,31 @@ MX_DEV void mx_table_chunk(mx_u32 gw[4], mx_u32 uw[4], const MxSwigluPacked& k, 
   }
 }
 
-// The split-halves loops (LOOP above) of the table kernels. QF: the quantizer's flags
-// (MX_F_RCEIL | MX_F_NAN_IGNORE) as a constant, so that its rule and NaN tests leave the loop
-// (~10 instructions a chunk; only 0 is instantiated: floor and "propagate", the runtime's; other
-// flags take the generic loop). tab16 / ta / tb: the block's shared table and this lane's pieces
-// of it loaded before the PDL wait (stored here after the first chunk's loads are issued). Block-uniform trip count (chunk start < lanes); lanes past the end load the tensor's
-// first chunk instead of a branch around their loads (whole groups of 4 lanes: per_row is a
-// multiple of 4), compute on it and store nothing. MX_LOOP_PIPE alternates two buffers (the
-// loop body is two chunks) so that no registers are copied.
-template <mx_u32 A, int LOOP, mx_u32 QF>
+// The split-halves loop of the table kernels. QF: the quantizer's flags (MX_F_RCEIL |
+// MX_F_NAN_IGNORE) as a constant, so that its rule and NaN tests leave the loop (~10 instructions
+// a chunk; only 0 is instantiated: floor and "propagate", the runtime's; other flags take the
+// generic loop). tab16 / ta / tb: the block's shared table and this lane's pieces of it loaded
+// before the PDL wait (stored here after the first chunk's loads are issued). Block-uniform trip
+// count (chunk start < lanes); lanes past the end load the tensor's first chunk instead of a
+// branch around their loads (whole groups of 4 lanes: per_row is a multiple of 4), compute on it
+// and store nothing.
+template <mx_u32 A, mx_u32 QF>
 MX_DEV void swiglu_table_split_loop(const mx_u16* __restrict__ gate, mx_u8* __restrict__ q,
                                     mx_u8* __restrict__ scale, mx_u32 lanes, mx_u32 I,
                                     const MxSwigluPacked& k, uint4* tab16, uint4 ta, uint4 tb) {
   constexpr int pieces = MX_SIGMA_ENTRIES / 8;
-  constexpr mx_u32 CH = LOOP == MX_LOOP_TWO ? 2u : 1u;  // chunks per step of the cursors
   const mx_u32 per_row = I / 8u, t = threadIdx.x, nb = blockDim.x;
   const mx_u32 stride = gridDim.x * nb;  // lanes from one chunk of the block to its next
-  const mx_u32 dr = mx_div_small(CH * stride, per_row), dc = CH * stride - dr * per_row;
+  const mx_u32 dr = mx_div_small(stride, per_row), dc = stride - dr * per_row;
   const mx_u32 dstep = dr * 2u * I + 8u * dc;
   mx_u32 lane = blockIdx.x * nb + t;
-  MxSplitCursor cur[CH];
-  mx_u32 gw[2][4], uw[2][4];  // PIPE: the current and the next chunk; TWO: the two chunks
-#pragma unroll
-  for (mx_u32 c = 0; c < CH; ++c) {
-    const mx_u32 l = lane + c * stride, row = mx_div_small(l, per_row);
-    cur[c].col = l - row * per_row;
-    cur[c].off = row * 2u * I + 8u * cur[c].col;
-    mx_split_load(gate, l < lanes ? cur[c].off : 0u, I, gw[c], uw[c]);
+  MxSplitCursor cur;
+  mx_u32 gw[4], uw[4];
+  {
+    const mx_u32 row = mx_div_small(lane, per_row);
+    cur.col = lane - row * per_row;
+    cur.off = row * 2u * I + 8u * cur.col;
+    mx_split_load(gate, lane < lanes ? cur.off : 0u, I, gw, uw);
   }
   if (t < pieces) tab16[t] = ta;
   if (t + nb < pieces) tab16[t + nb] = tb;
@@ -581,66 +552,39 @@ MX_DEV void swiglu_table_split_loop(const mx_u16* __restrict__ gate, mx_u8* __re
   for (int i = t + 2 * nb; i < pieces; i += nb) tab16[i] = __ldg(src + i);
   __syncthreads();
   const mx_u16* tab = reinterpret_cast<const mx_u16*>(tab16);
-  if (LOOP == MX_LOOP_PIPE) {
-    while (true) {
-#pragma unroll
-      for (int b = 0; b < 2; ++b) {  // buffer b holds chunk `lane`; the next goes to 1 - b
-        cur[0].advance(dc, dstep, per_row, I);
-        const mx_u32 next = lane + stride;
-        mx_split_load(gate, next < lanes ? cur[0].off : 0u, I, gw[1 - b], uw[1 - b]);
-        mx_table_chunk<A>(gw[b], uw[b], k, tab, QF, q, scale, lane, lane < lanes);
-        lane = next;
-        if (lane - t >= lanes) return;  // block-uniform: the block's next chunk is past the end
-      }
-    }
-  }
   while (true) {
-#pragma unroll
-    for (mx_u32 c = 0; c < CH; ++c) {
-      const mx_u32 l = lane + c * stride;
-      mx_table_chunk<A>(gw[c], uw[c], k, tab, QF, q, scale, l, l < lanes);
-    }
-    lane += CH * stride;
+    mx_table_chunk<A>(gw, uw, k, tab, QF, q, scale, lane, lane < lanes);
+    lane += stride;
     if (lane - t >= lanes) return;  // block-uniform
-#pragma unroll
-    for (mx_u32 c = 0; c < CH; ++c) {
-      cur[c].advance(dc, dstep, per_row, I);
-      mx_split_load(gate, lane + c * stride < lanes ? cur[c].off : 0u, I, gw[c], uw[c]);
-    }
+    cur.advance(dc, dstep, per_row, I);
+    mx_split_load(gate, lane < lanes ? cur.off : 0u, I, gw, uw);
   }
 }
 
-template <mx_u32 ACT, int MODE, int LOOP = MX_LOOP_GENERIC>
+template <mx_u32 ACT>
 MX_DEV void swiglu_mxquant_blocks(const mx_u16* __restrict__ gate, const mx_u16* __restrict__ up,
                                   mx_u8* __restrict__ q, mx_u8* __restrict__ scale, long long rows,
                                   int I, int layout, const MxSwigluParams& p, mx_u32 flags) {
   constexpr mx_u32 A = (ACT & MX_F_OAI) ? ACT | MX_ACT_MINMAX : ACT;
   static_assert(MxSwigluPackedPath<MxBf16, 8, A>::value, "the packed path's modes only");
-  static_assert(LOOP == MX_LOOP_GENERIC || MODE == MX_BLOCKS_TABLE, "the split loops: table only");
   const bool oai_ok = !(ACT & MX_F_OAI) || (p.limit > 0.0f && p.limit_r > 0.0f);
-  const bool tab_ok = MODE != MX_BLOCKS_TABLE ||
-                      (fabsf(p.alpha_r) < __int_as_float(0x7f800000) && p.alpha_r != 0.0f);
+  const bool tab_ok = fabsf(p.alpha_r) < __int_as_float(0x7f800000) && p.alpha_r != 0.0f;
   if (!(oai_ok && tab_ok) || p.single_op) __trap();
   constexpr int pieces = MX_SIGMA_ENTRIES / 8;
-  __shared__ uint4 tab16[MODE == MX_BLOCKS_TABLE ? pieces : 1];
+  __shared__ uint4 tab16[pieces];
   const uint4* src = reinterpret_cast<const uint4*>(mx_sigma_table);
   const int t = threadIdx.x, nb = blockDim.x;
   uint4 ta = make_uint4(0u, 0u, 0u, 0u), tb = ta;
-  if (MODE == MX_BLOCKS_TABLE) {
-    if (t < pieces) ta = __ldg(src + t);
-    if (t + nb < pieces) tb = __ldg(src + t + nb);
-  }
+  if (t < pieces) ta = __ldg(src + t);
+  if (t + nb < pieces) tb = __ldg(src + t + nb);
   MX_PDL_ENTRY();
   const long long lanes = rows * (I / 8);
   const MxSwigluPacked k = {mx_bf16x2_splat(p.alpha_r), mx_bf16x2_splat(p.limit_r),
                             mx_bf16x2_splat(-p.limit_r), mx_bf16x2_splat(p.beta_r)};
-  if constexpr (LOOP != MX_LOOP_GENERIC) {
-    if (layout == MX_LAYOUT_SPLIT_HALVES && lanes <= (1 << 23) &&
-        (long long)gridDim.x * blockDim.x <= (1 << 22) && !(flags & (MX_F_RCEIL | MX_F_NAN_IGNORE))) {
-      swiglu_table_split_loop<A, LOOP, 0u>(gate, q, scale, (mx_u32)lanes, (mx_u32)I, k, tab16, ta,
-                                           tb);
-      return;
-    }
+  if (layout == MX_LAYOUT_SPLIT_HALVES && lanes <= (1 << 23) &&
+      (long long)gridDim.x * blockDim.x <= (1 << 22) && !(flags & (MX_F_RCEIL | MX_F_NAN_IGNORE))) {
+    swiglu_table_split_loop<A, 0u>(gate, q, scale, (mx_u32)lanes, (mx_u32)I, k, tab16, ta, tb);
+    return;
   }
   bool first = true;
   for (long long blk = blockIdx.x; blk * blockDim.x < lanes; blk += gridDim.x) {
@@ -648,50 +592,36 @@ MX_DEV void swiglu_mxquant_blocks(const mx_u16* __restrict__ gate, const mx_u16*
     const bool live = lane_id < lanes;
     mx_u32 gw[4] = {0u, 0u, 0u, 0u}, uw[4] = {0u, 0u, 0u, 0u};
     if (live) mx_swiglu_load_words(gate, up, lane_id, lanes, I, layout, gw, uw);
-    mx_u32 w[2], sb;
-    if (MODE == MX_BLOCKS_FLOOR) {
-      w[0] = gw[0] ^ gw[1] ^ uw[0] ^ uw[1];
-      w[1] = gw[2] ^ gw[3] ^ uw[2] ^ uw[3];
-      sb = w[0] ^ w[1];
-    } else {
-      const mx_u16* tab = nullptr;
-      if (MODE == MX_BLOCKS_TABLE) {
-        if (first) {
-          if (t < pieces) tab16[t] = ta;
-          if (t + nb < pieces) tab16[t + nb] = tb;
-          for (int i = t + 2 * nb; i < pieces; i += nb) tab16[i] = __ldg(src + i);
-          __syncthreads();
-          first = false;
-        }
-        tab = reinterpret_cast<const mx_u16*>(tab16);
-      }
-      float y[8];
-      mx_swiglu_packed<8, A, MODE == MX_BLOCKS_TABLE>(gw, uw, k, tab, y);
-      sb = mx_quant_group<8>(y, flags, w);
+    if (first) {
+      if (t < pieces) tab16[t] = ta;
+      if (t + nb < pieces) tab16[t + nb] = tb;
+      for (int i = t + 2 * nb; i < pieces; i += nb) tab16[i] = __ldg(src + i);
+      __syncthreads();
+      first = false;
     }
+    mx_u32 w[2];
+    float y[8];
+    mx_swiglu_packed<8, A, true>(gw, uw, k, reinterpret_cast<const mx_u16*>(tab16), y);
+    const mx_u32 sb = mx_quant_group<8>(y, flags, w);
     if (live) mx_store_group<8>(q, scale, lane_id, w, sb);
   }
 }
-#define MX_DEFINE_SWIGLU_BLOCKS(NAME, ACT, MODE) MX_DEFINE_SWIGLU_BLOCKS_L(NAME, ACT, MODE, MX_LOOP_GENERIC)
-#define MX_DEFINE_SWIGLU_BLOCKS_L(NAME, ACT, MODE, LOOP) \
-  MX_DEFINE_SWIGLU_BLOCKS_LB(NAME, ACT, MODE, LOOP, MX_SWIGLU_BF16_E8_BOUNDS)
-#define MX_DEFINE_SWIGLU_BLOCKS_LB(NAME, ACT, MODE, LOOP, LB)                                   \
-  extern "C" __global__ void LB NAME(                                                         \
+#define MX_DEFINE_SWIGLU_TABLE(NAME, ACT)                                                       \
+  extern "C" __global__ void MX_SWIGLU_BF16_E8_BOUNDS NAME(                                   \
       const mx_u16* gate, const mx_u16* up, mx_u8* q, mx_u8* scale, long long rows, int I,     \
       int layout, float alpha, float limit, float beta, unsigned flags) {                     \
     MxSwigluParams p = {alpha, limit, beta, mx_round<MxBf16>(alpha), mx_round<MxBf16>(limit), \
                         mx_round<MxBf16>(beta), (flags & MX_F_SWISH_SINGLE) != 0};            \
-    swiglu_mxquant_blocks<ACT, MODE, LOOP>(gate, up, q, scale, rows, I, layout, p, flags);    \
+    swiglu_mxquant_blocks<ACT>(gate, up, q, scale, rows, I, layout, p, flags);                \
   }
 #endif
 
 // E elements per lane (8, or 2 / 1 for small tensors: shorter per-lane chains, more lanes).
-template <class T, int E, mx_u32 ACT, int OPT = 0>
+template <class T, int E, mx_u32 ACT>
 MX_DEV void swiglu_mxquant_lane(const typename T::storage* __restrict__ gate,
                                 const typename T::storage* __restrict__ up, mx_u8* __restrict__ q,
                                 mx_u8* __restrict__ scale, long long rows, int I, int layout,
                                 MxSwigluParams p, mx_u32 flags) {
-  mx_swiglu_stamp<OPT>(0, 0.0f);
   const long long lane_id = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   const int per_row = I / E;
   const long long lanes = rows * per_row;
@@ -709,18 +639,15 @@ MX_DEV void swiglu_mxquant_lane(const typename T::storage* __restrict__ gate,
       // Lanes past the end compute on zeros (sigma(0) = 1/2 on every path: certified).
       mx_u32 gw[4] = {0u, 0u, 0u, 0u}, uw[4] = {0u, 0u, 0u, 0u};
       if (live) mx_swiglu_load_words(gate, up, lane_id, lanes, I, layout, gw, uw);
-      mx_swiglu_stamp<OPT>(1, __uint_as_float(gw[0] ^ uw[0]));
       if constexpr (MxSwigluPackedPath<T, E, ACT>::value) {
         const MxSwigluPacked k = {mx_bf16x2_splat(p.alpha_r), mx_bf16x2_splat(p.limit_r),
                                   mx_bf16x2_splat(-p.limit_r), mx_bf16x2_splat(p.beta_r)};
         mx_swiglu_packed<E, ACT>(gw, uw, k, nullptr, y);
-        mx_swiglu_stamp<OPT>(2, y[0]);
-        sb = mx_quant_group<E, !(OPT & MX_SWIGLU_SHFL)>(y, flags, w);
+        sb = mx_quant_group<E>(y, flags, w);
       } else {
         bool exact = true;
         if (fabsf(p.alpha) <= 64.0f) {  // uniform: see mx_swiglu_fp32_approx
           bool ok = mx_swiglu_fp32_approx<E, ACT>(gw, uw, p, y) | !live;  // dead lanes: zeros
-          mx_swiglu_stamp<OPT>(2, y[0]);
           sb = mx_quant_group_certified<E>(y, flags, w, ok);
           exact = __any_sync(0xffffffffu, !ok);  // rare: the whole warp (it shuffles) redoes it
         }
@@ -732,7 +659,7 @@ MX_DEV void swiglu_mxquant_lane(const typename T::storage* __restrict__ gate,
             u[2 * i] = mx_bf16x2_lo(uw[i]); u[2 * i + 1] = mx_bf16x2_hi(uw[i]);
           }
           mx_swiglu_n<T, E, ACT>(g, u, p, y);
-          sb = mx_quant_group<E, !(OPT & MX_SWIGLU_SHFL)>(y, flags, w);
+          sb = mx_quant_group<E>(y, flags, w);
         }
       }
     }
@@ -764,38 +691,34 @@ MX_DEV void swiglu_mxquant_lane(const typename T::storage* __restrict__ gate,
           g[E / 2 + i] = b[2 * i]; u[E / 2 + i] = b[2 * i + 1];
         }
       }
-      mx_swiglu_stamp<OPT>(1, g[0] + u[0]);
       mx_swiglu_n<T, E, ACT>(g, u, p, y);
-      mx_swiglu_stamp<OPT>(2, y[0]);
     } else {
 #pragma unroll
       for (int i = 0; i < E; ++i) y[i] = 0.0f;
     }
-    sb = mx_quant_group<E, !(OPT & MX_SWIGLU_SHFL)>(y, flags, w);
+    sb = mx_quant_group<E>(y, flags, w);
   }
-  mx_swiglu_stamp<OPT>(3, __uint_as_float(sb ^ w[0]));
   if (live) mx_store_group<E>(q, scale, lane_id, w, sb);
-  mx_swiglu_stamp<OPT>(4, 0.0f);
 }
 
 // Kernel entry: resolves the uniform choices that would otherwise be tested per element: the OAI
 // kernels take the min/max clamps where both bounds are > 0 (always, in practice: 7.0), the
 // rounded-activation kernels the swish form.
-template <class T, int E, mx_u32 ACT, int OPT>
+template <class T, int E, mx_u32 ACT>
 MX_DEV void swiglu_mxquant_dispatch2(const typename T::storage* __restrict__ gate,
                                      const typename T::storage* __restrict__ up,
                                      mx_u8* __restrict__ q, mx_u8* __restrict__ scale,
                                      long long rows, int I, int layout, MxSwigluParams p,
                                      mx_u32 flags) {
   if (!(ACT & MX_F_FP32_ACT) && p.single_op) {
-    swiglu_mxquant_lane<T, E, ACT | MX_ACT_SINGLE, OPT>(gate, up, q, scale, rows, I, layout, p,
+    swiglu_mxquant_lane<T, E, ACT | MX_ACT_SINGLE>(gate, up, q, scale, rows, I, layout, p,
                                                          flags);
     return;
   }
-  swiglu_mxquant_lane<T, E, ACT, OPT>(gate, up, q, scale, rows, I, layout, p, flags);
+  swiglu_mxquant_lane<T, E, ACT>(gate, up, q, scale, rows, I, layout, p, flags);
 }
 
-template <class T, int E, mx_u32 ACT, int OPT>
+template <class T, int E, mx_u32 ACT>
 MX_DEV void swiglu_mxquant_dispatch(const typename T::storage* __restrict__ gate,
                                     const typename T::storage* __restrict__ up,
                                     mx_u8* __restrict__ q, mx_u8* __restrict__ scale,
@@ -803,33 +726,32 @@ MX_DEV void swiglu_mxquant_dispatch(const typename T::storage* __restrict__ gate
                                     mx_u32 flags) {
 #if defined(MX_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 800)
   if ((ACT & MX_F_OAI) && p.limit > 0.0f && p.limit_r > 0.0f) {
-    swiglu_mxquant_dispatch2<T, E, ACT | MX_ACT_MINMAX, OPT>(gate, up, q, scale, rows, I, layout,
+    swiglu_mxquant_dispatch2<T, E, ACT | MX_ACT_MINMAX>(gate, up, q, scale, rows, I, layout,
                                                               p, flags);
     return;
   }
 #endif
-  swiglu_mxquant_dispatch2<T, E, ACT, OPT>(gate, up, q, scale, rows, I, layout, p, flags);
+  swiglu_mxquant_dispatch2<T, E, ACT>(gate, up, q, scale, rows, I, layout, p, flags);
 }
 
 // Kernel names: mx_swiglu_quant_<T>_e<E>_a<A>, E = 8, 2, 1, A = (oai ? 1 : 0) + (fp32_activation ? 2 : 0).
-#define MX_DEFINE_SWIGLU1(NAME, T, E, ACT) MX_DEFINE_SWIGLU1T(NAME, T, E, ACT, 0)
-#define MX_DEFINE_SWIGLU1T(NAME, T, E, ACT, OPT) MX_DEFINE_SWIGLU1LB(NAME, T, E, ACT, OPT, )
-#define MX_DEFINE_SWIGLU1LB(NAME, T, E, ACT, OPT, LB)                                          \
+#define MX_DEFINE_SWIGLU1(NAME, T, E, ACT) MX_DEFINE_SWIGLU1LB(NAME, T, E, ACT, )
+#define MX_DEFINE_SWIGLU1LB(NAME, T, E, ACT, LB)                                               \
   extern "C" __global__ void LB NAME(const T::storage* gate, const T::storage* up, mx_u8* q,   \
                                   mx_u8* scale, long long rows, int I, int layout, float alpha, \
                                   float limit, float beta, unsigned flags) {                    \
     MX_PDL_ENTRY();                                                                             \
     MxSwigluParams p = {alpha, limit, beta, mx_round<T>(alpha), mx_round<T>(limit),            \
                         mx_round<T>(beta), (flags & MX_F_SWISH_SINGLE) != 0};                   \
-    swiglu_mxquant_dispatch<T, E, ACT, OPT>(gate, up, q, scale, rows, I, layout, p, flags);     \
+    swiglu_mxquant_dispatch<T, E, ACT>(gate, up, q, scale, rows, I, layout, p, flags);          \
   }
 // LB: launch bounds of every activation but SiLU + fp32 activation (a2), which spilled 108 bytes
 // under the bf16 cap and ran 1.3x slower (14.9 vs 11.2 us at M = 8192).
 #define MX_DEFINE_SWIGLU_E(NAME, T, E, LB)                                                     \
-  MX_DEFINE_SWIGLU1LB(NAME##_a0, T, E, 0u, 0, LB)                                              \
-  MX_DEFINE_SWIGLU1LB(NAME##_a1, T, E, MX_F_OAI, 0, LB)                                        \
+  MX_DEFINE_SWIGLU1LB(NAME##_a0, T, E, 0u, LB)                                                 \
+  MX_DEFINE_SWIGLU1LB(NAME##_a1, T, E, MX_F_OAI, LB)                                           \
   MX_DEFINE_SWIGLU1(NAME##_a2, T, E, MX_F_FP32_ACT)                                            \
-  MX_DEFINE_SWIGLU1LB(NAME##_a3, T, E, MX_F_OAI | MX_F_FP32_ACT, 0, LB)
+  MX_DEFINE_SWIGLU1LB(NAME##_a3, T, E, MX_F_OAI | MX_F_FP32_ACT, LB)
 #define MX_DEFINE_SWIGLU(NAME, T, LB8)                                                         \
   MX_DEFINE_SWIGLU_E(NAME##_e8, T, 8, LB8) MX_DEFINE_SWIGLU_E(NAME##_e2, T, 2, )               \
   MX_DEFINE_SWIGLU_E(NAME##_e1, T, 1, )
@@ -848,51 +770,13 @@ MX_DEFINE_SWIGLU(mx_swiglu_quant_bf16, MxBf16, MX_SWIGLU_BF16_E8_BOUNDS)
 MX_DEFINE_SWIGLU(mx_swiglu_quant_f16, MxF16, )
 MX_DEFINE_SWIGLU(mx_swiglu_quant_f32, MxF32, )
 
-// Bench-only (bench/gpu/bench.py, CUDA), OAI + fp32 activation, 1 output per lane: stage timing
-// (_t: entry, inputs loaded, activation, quantized, stores issued) and the shuffle-tree group max
-// (_sh, _sht timed).
-#if defined(MX_CUDA)
-MX_DEFINE_SWIGLU1T(mx_swiglu_quant_bf16_e1_a3_t, MxBf16, 1, MX_F_OAI | MX_F_FP32_ACT, MX_SWIGLU_TIMED)
-MX_DEFINE_SWIGLU1T(mx_swiglu_quant_bf16_e1_a3_sh, MxBf16, 1, MX_F_OAI | MX_F_FP32_ACT, MX_SWIGLU_SHFL)
-MX_DEFINE_SWIGLU1T(mx_swiglu_quant_bf16_e1_a3_sht, MxBf16, 1, MX_F_OAI | MX_F_FP32_ACT, MX_SWIGLU_SHFL | MX_SWIGLU_TIMED)
-#endif
-
 // The table kernels (swiglu_mxquant_blocks, any grid): the runtime's SwiGLU kernel for bf16,
 // rounded activation, unrolled swish from the device's `table_from` outputs on (CUDA sm_80+).
-// The split-halves loop (MX_LOOP_SPLIT; other layouts and quantizer flags take the generic loop
-// inside the same kernel): on the H200 at M = 8192 OAI 9.34 -> 7.43 us, SiLU 8.38 -> 6.86 us
-// against the generic loop (BENCHMARKS.md issue 6 follow-up 9), so `_tsr` below is now the same
-// kernel, kept under its bench name for the A/B scripts.
+// The split-halves loop: on the H200 at M = 8192 OAI 9.34 -> 7.43 us, SiLU 8.38 -> 6.86 us against
+// the generic loop (BENCHMARKS.md issue 6 follow-up 9).
 #if defined(MX_SWIGLU_PACKED)
-MX_DEFINE_SWIGLU_BLOCKS_L(mx_swiglu_quant_bf16_e8_a0_table, 0u, MX_BLOCKS_TABLE, MX_LOOP_SPLIT)
-MX_DEFINE_SWIGLU_BLOCKS_L(mx_swiglu_quant_bf16_e8_a1_table, MX_F_OAI, MX_BLOCKS_TABLE, MX_LOOP_SPLIT)
-#endif
-
-// Bench-only (bench/gpu/ab_sigtab.py SWLANE=1, check.py): the table kernels with the split-halves
-// loops (MX_LOOP_SPLIT `_tsr`, MX_LOOP_PIPE `_tpipe`, MX_LOOP_TWO `_ttwo`) and, with `8`, at 8
-// resident blocks (`_table8`, `_tsr8`; `_tpipe` would spill 40 bytes there).
-#if defined(MX_SWIGLU_PACKED)
-MX_DEFINE_SWIGLU_BLOCKS_L(mx_swiglu_quant_bf16_e8_a0_tsr, 0u, MX_BLOCKS_TABLE, MX_LOOP_SPLIT)
-MX_DEFINE_SWIGLU_BLOCKS_L(mx_swiglu_quant_bf16_e8_a1_tsr, MX_F_OAI, MX_BLOCKS_TABLE, MX_LOOP_SPLIT)
-MX_DEFINE_SWIGLU_BLOCKS_L(mx_swiglu_quant_bf16_e8_a0_tpipe, 0u, MX_BLOCKS_TABLE, MX_LOOP_PIPE)
-MX_DEFINE_SWIGLU_BLOCKS_L(mx_swiglu_quant_bf16_e8_a1_tpipe, MX_F_OAI, MX_BLOCKS_TABLE, MX_LOOP_PIPE)
-MX_DEFINE_SWIGLU_BLOCKS_L(mx_swiglu_quant_bf16_e8_a0_ttwo, 0u, MX_BLOCKS_TABLE, MX_LOOP_TWO)
-MX_DEFINE_SWIGLU_BLOCKS_L(mx_swiglu_quant_bf16_e8_a1_ttwo, MX_F_OAI, MX_BLOCKS_TABLE, MX_LOOP_TWO)
-// `8`: launch bounds for 8 resident blocks of 256 lanes (32 registers, no spills: OAI at 8
-// blocks a SM instead of 6; SiLU's kernels are at 32 already).
-#define MX_SWIGLU_OCC8 __launch_bounds__(256, 8)
-MX_DEFINE_SWIGLU_BLOCKS_LB(mx_swiglu_quant_bf16_e8_a0_table8, 0u, MX_BLOCKS_TABLE, MX_LOOP_GENERIC, MX_SWIGLU_OCC8)
-MX_DEFINE_SWIGLU_BLOCKS_LB(mx_swiglu_quant_bf16_e8_a1_table8, MX_F_OAI, MX_BLOCKS_TABLE, MX_LOOP_GENERIC, MX_SWIGLU_OCC8)
-MX_DEFINE_SWIGLU_BLOCKS_LB(mx_swiglu_quant_bf16_e8_a0_tsr8, 0u, MX_BLOCKS_TABLE, MX_LOOP_SPLIT, MX_SWIGLU_OCC8)
-MX_DEFINE_SWIGLU_BLOCKS_LB(mx_swiglu_quant_bf16_e8_a1_tsr8, MX_F_OAI, MX_BLOCKS_TABLE, MX_LOOP_SPLIT, MX_SWIGLU_OCC8)
-#endif
-
-// Bench-only (bench/gpu/ab_sigtab.py, check.py): the lean packed kernels with the certified sigma
-// (_pk) and the access-pattern floor (_floor).
-#if defined(MX_SWIGLU_PACKED)
-MX_DEFINE_SWIGLU_BLOCKS(mx_swiglu_quant_bf16_e8_a0_pk, 0u, MX_BLOCKS_CERT)
-MX_DEFINE_SWIGLU_BLOCKS(mx_swiglu_quant_bf16_e8_a1_pk, MX_F_OAI, MX_BLOCKS_CERT)
-MX_DEFINE_SWIGLU_BLOCKS(mx_swiglu_quant_bf16_e8_a1_floor, MX_F_OAI, MX_BLOCKS_FLOOR)
+MX_DEFINE_SWIGLU_TABLE(mx_swiglu_quant_bf16_e8_a0_table, 0u)
+MX_DEFINE_SWIGLU_TABLE(mx_swiglu_quant_bf16_e8_a1_table, MX_F_OAI)
 #endif
 
 // Bench-only (bench/gpu/check.py check_sigma_table, CUDA): for every bf16 z (two per lane, one

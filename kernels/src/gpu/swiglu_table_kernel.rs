@@ -8,7 +8,7 @@
 //!
 //! The kernel compiles only the one path and does no dispatch of its own: where its
 //! preconditions fail it executes `__trap()`. [`refusal`] is those preconditions (the same test
-//! as bench/gpu/mxgpu.py `swiglu_lean_ok`); the launcher asks it first and takes the default
+//! as bench/gpu/mxgpu.py `swiglu_table_ok`); the launcher asks it first and takes the default
 //! kernels wherever it refuses, so the trap is unreachable from the runtime. The kernels exist on
 //! CUDA sm_80+ only (`MX_SWIGLU_PACKED`, like the packed path of the default kernels); HIP and
 //! older devices never take them.
