@@ -147,10 +147,12 @@ pub fn frag_shape(
 
 /// The m8 kernel's `(w, s)` with an idle warp dropped: at `w` = 4, `s` = 1, where 3 warps give each
 /// warp as many groups of 4 k-blocks as 4 do (K = 640, 768, 1152: 5, 6, 9 groups), the fourth warp
-/// of every block holds registers and does nothing. 3 warps (`mx_matmul_frag_m8_*_w3_s1`) leave a
-/// quarter of the register file to the next launch's blocks, which start their weight loads
-/// before the PDL wait. H200, BENCHMARKS.md follow-up 17: 6144 x 768 M = 1 / 4 / 8 2.73 / 2.87 /
-/// 3.01 against 2.93 / 2.99 / 3.16 us. The 16-row loops lost with 3 warps, so only the m8 kernel.
+/// of every block holds registers and does nothing; the blocks on 3 warps
+/// (`mx_matmul_frag_m8_*_w3_s1`) do the same work per warp. H200, BENCHMARKS.md follow-up 17, M =
+/// 1-8: 6144 x 768 2.73-3.01 against 2.91-3.16 us, 4096 x 640 2.14-2.39 against 2.33-2.75, 4096 x
+/// 1152 3.08-3.16 against 3.49-3.93, 3072 x 768 equal. (Why is not pinned down: the gain is
+/// largest at 4096 x 1152, whose 256 blocks leave SMs room at 4 warps too.) The 16-row loops
+/// lost with 3 warps, so only the m8 kernel.
 fn trim_idle_warp(k: usize, (w, s): (usize, usize)) -> (usize, usize) {
     let groups = k / 128;
     if w == 4 && s == 1 && groups.div_ceil(3) == groups.div_ceil(4) {
