@@ -128,15 +128,6 @@ class Module:
             self.resident[key] = n.value
         return self.resident[key]
 
-    def read_global(self, name, nbytes):
-        """The bytes of a __device__ variable of the module (e.g. the timed kernels' stamps)."""
-        ptr, size = ctypes.c_uint64(), ctypes.c_size_t()
-        _ck(cuda.cuModuleGetGlobal_v2(ctypes.byref(ptr), ctypes.byref(size), self.mod, name.encode()), f"global {name}")
-        buf = ctypes.create_string_buffer(nbytes)
-        torch.cuda.synchronize()
-        _ck(cuda.cuMemcpyDtoH_v2(buf, ptr, ctypes.c_size_t(nbytes)), "cuMemcpyDtoH")
-        return buf.raw
-
     def launch(self, name, grid, block, args, shmem=0):
         """args: list of torch tensors (passed as device pointers), None (null) or ctypes scalars."""
         vals = []
