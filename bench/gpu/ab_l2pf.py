@@ -45,7 +45,8 @@ def main():
                 P_ = P[nxt(copies) if j is None else j]
                 return ops.matmul_frag(*P_, N, K, M, aq, as_, W=W, S=S, y=y, pre=pre, sfx=sfx)
             W16, S16 = frag_choice(N, K, 16)
-            # name -> (sfx, W, S, pre); the first = the runtime's kernel now (reference of `same`)
+            # name -> (sfx, W, S, pre); the first (reference of `same`) = frag_choice's untrimmed
+            # (W, S): the runtime's kernel except where it takes the m8 kernel on 3 warps ("rt")
             var = {}
             for pre, tag in ((1, ""), (3, "+pf")):
                 if M <= 8:

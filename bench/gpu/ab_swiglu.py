@@ -36,8 +36,8 @@ def main():
     old, new = Ops(module_from_cubin(sys.argv[1])), Ops(Module())
     I = 768
     # The old cubin at its host choice against the new kernels at the host choice and at fixed
-    # shapes (outputs per lane, lanes per block, pinned logistic or certified fast one, and a
-    # bench-only kernel name suffix, OAI only).
+    # shapes (outputs per lane, lanes per block, pinned logistic or certified fast one; the last
+    # field, a kernel name suffix, is empty now that the bench-only kernels are gone).
     shapes = [("new", None, None, None, ""), ("e2", 2, 256, None, ""), ("e8pin", 8, 128, True, ""),
               ("e8cert", 8, 128, False, ""), ("e8b256", 8, 256, False, "")]
     print(f"{'mode':14s} {'M':>5s} {'old us':>8s} " + " ".join(f"{n:>8s}" for n, *_ in shapes) + "  old/best")

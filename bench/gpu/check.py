@@ -491,6 +491,18 @@ def check_matmul_frag(ops):
             y_plain = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W_, S=S_))
             report(f"matmul_frag runtime choice N={N} K={K} M={M} rows={rows} W={W_} S={S_} kernel={sfx or '-'} l2pf={pf}",
                    np.array_equal(y_rt, y_plain, equal_nan=True), "== the m8 / m16 kernel, PDL")
+    # The m8 kernel on 3 warps (mxgpu.trim_idle_warp) splits K exactly as 4 warps do where the
+    # runtime takes it (the fourth warp's range was empty), so it gives the same bits.
+    for N, K in ((256, 640), (384, 768), (128, 1152)):
+        w = torch.from_numpy(rand_e4m3((N, K))).cuda()
+        ws = torch.from_numpy(rng.integers(118, 130, (N, K // 32), dtype=np.uint8)).cuda()
+        wf, wsf = pack_frag(w, ws)
+        for M in (1, 5, 8):
+            aq, as_ = ops.quantize(to_dev(ref.rnd(rng.standard_normal((M, K)) * 2, "bf16"), "bf16"), 0)
+            for out in ("bf16", "f32"):
+                y3 = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=3, S=1))
+                y4 = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=4, S=1))
+                report(f"matmul_frag m8 w3 == w4 N={N} K={K} M={M} out={out}", np.array_equal(y3, y4, equal_nan=True))
 
 
 def check_matmul_frag_fs(ops):

@@ -1,7 +1,7 @@
 """What a plain read of the decode GEMM's weight bytes reaches back to back (issue 6's >= 80 % of
 HBM goal, BENCHMARKS.md follow-up 19): torch's sum over a tensor of the packed weights' size
 (values + scales) and a Triton kernel that reads every word once (int32 xor-sum per program, block of
-1-8 K words), rotating over >= 400 MB of copies like the GEMM bench (no L2 hits), under
+1-8 K words), rotating over about 400 MB of copies like the GEMM bench (no L2 hits), under
 CUDA-graph replay (bench.py's graph_time: 200 back-to-back calls, median), against the read-only
 bandwidth of a 2 GiB sum.
 Prints µs and % of that bandwidth per size. Usage: python3 read_floor.py"""

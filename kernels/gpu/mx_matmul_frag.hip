@@ -273,8 +273,8 @@ MX_DEFINE_FRAG_OUTS(mx_matmul_frag_m16, 2, 1)
 // m8 at W = 3, S = 1 (issue 6 follow-up 17; kernels/src/gpu/shapes.rs trim_idle_warp): where
 // ceil(G / 3) groups a warp equals ceil(G / 4) (K = 768: 6 groups, 2 a warp either way) the
 // fourth warp of a block has nothing to do yet holds its registers. On 3 warps: 6144 x 768 M = 1 /
-// 4 / 8 2.73 / 2.87 / 3.01 against 2.93 / 2.99 / 3.16 us, up to 20 % at K = 1152. The 16-row loops
-// lose with 3 warps (`_fs`: 3.37-3.43 against 3.26-3.29 at M = 12-16).
+// 4 / 8 2.73 / 2.87 / 3.01 against 2.93 / 2.99 / 3.16 us, up to 20 % at K = 1152. `_fs` loses with
+// 3 warps (3.37-3.43 against 3.26-3.29 us at M = 12-16).
 MX_DEFINE_FRAG1(mx_matmul_frag_m8_bf16_w3_s1, MxBf16, 3, 1, 1, 2, )
 MX_DEFINE_FRAG1(mx_matmul_frag_m8_f16_w3_s1, MxF16, 3, 1, 1, 2, )
 MX_DEFINE_FRAG1(mx_matmul_frag_m8_f32_w3_s1, MxF32, 3, 1, 1, 2, )

@@ -56,8 +56,8 @@ MX_DEV mx_u32 mx_e4m3x2_to_f16x2(mx_u32 v16) {
 }
 
 // The upper two e4m3 of v (byte 2 -> low half) to two f16, exact. HW: the cvt reads the
-// register's high half (PTX mov.b32 {lo, hi}) instead of a shifted copy, which the bench-only
-// _fs kernels (mx_matmul_frag.hip) use to drop a SHF per convert.
+// register's high half (PTX mov.b32 {lo, hi}) instead of a shifted copy, which the `_fs` / `_fsa`
+// loops (mx_matmul_frag.hip) use to drop a SHF per convert.
 template <bool HW>
 MX_DEV mx_u32 mx_e4m3x2_hi_to_f16x2(mx_u32 v) {
   if (!HW) return mx_e4m3x2_to_f16x2(v >> 16);

@@ -470,7 +470,8 @@ MX_DEV void mx_swiglu_load_words(const mx_u16* __restrict__ gate, const mx_u16* 
 // and 9): this loop with the certified fast sigma instead of the table (`_pk`, slower than the
 // table from M = 192); its loads and stores alone (`_floor`, the access pattern's floor: 4.7 us at
 // M = 8192); the split loop with the next chunk's loads issued first or two chunks an iteration
-// (`_tpipe`, `_ttwo`: 40 registers, 4 % faster at M = 8192 only) and at 8 resident blocks a SM
+// (`_tpipe`, `_ttwo`: 40 registers; 4 % faster at OAI M = 8192, mixed at SiLU M = 2048-4096,
+// slower at small M) and at 8 resident blocks a SM
 // (`_table8`, `_tsr8`: no faster).
 
 // The split-halves loop (swiglu_table_split_loop, BENCHMARKS.md issue 6 follow-up 9): split halves

@@ -9,7 +9,7 @@ use std::ffi::c_void;
 use super::driver::Backend;
 use super::error::GpuResult;
 use super::runtime::GpuRuntime;
-use super::shapes::{frag_kernel, norm_split, pipe_shape, splitk_shape};
+use super::shapes::{frag_kernel, norm_split, pipe_shape, splitk_shape, FragSwitches};
 use super::swiglu_table_kernel;
 use super::thresholds::{
     FragGemmTable, InGemmQuantThresholds, NormLaunchTable, PipeGemmTable, SwiGluLaunchTable,
@@ -912,9 +912,16 @@ impl GpuRuntime {
         check_aligned("a_scales (fragment GEMM)", a_scales, 4)?;
         let table = FragGemmTable::for_arch(&self.device().arch);
         // MXFUSE_GPU_FRAG_FS=0 keeps the m8 / m16 kernels (no `_fs` loop); MXFUSE_GPU_FRAG_L2PF=0
-        // turns the L2 prefetch off, MXFUSE_GPU_FRAG_FSA=0 the staged `_fsa` form of `_fs`
-        // (shapes::frag_kernel says where each is taken).
+        // turns the L2 prefetch off, MXFUSE_GPU_FRAG_FSA=0 the staged `_fsa` form of `_fs`,
+        // MXFUSE_GPU_FRAG_W3=0 the m8 kernel on 3 warps (shapes::frag_kernel says where each is
+        // taken).
         let on = |var: &str| std::env::var(var).map_or(true, |v| v != "0");
+        let switches = FragSwitches {
+            fs: on("MXFUSE_GPU_FRAG_FS"),
+            l2_prefetch: on("MXFUSE_GPU_FRAG_L2PF"),
+            staged_a: on("MXFUSE_GPU_FRAG_FSA") && a_q.is_multiple_of(16),
+            trim_idle_warp: on("MXFUSE_GPU_FRAG_W3"),
+        };
         let fk = frag_kernel(
             n,
             k,
@@ -922,9 +929,7 @@ impl GpuRuntime {
             self.multiprocessors(),
             &table,
             out == "bf16",
-            on("MXFUSE_GPU_FRAG_FS"),
-            on("MXFUSE_GPU_FRAG_L2PF"),
-            on("MXFUSE_GPU_FRAG_FSA") && a_q.is_multiple_of(16),
+            switches,
         );
         let (mt, w, s) = (fk.rows / 8, fk.w, fk.s);
         // pre & 1: the weights are constants, so the kernel loads its first batch of them before

@@ -100,7 +100,8 @@ pub fn pipe_shape(
     (w, s)
 }
 
-/// Warps per block and cluster splits the fragment-packed GEMM is compiled for.
+/// Warps per block and cluster splits the fragment-packed GEMM is compiled for (and the m8 kernel
+/// also at 3 warps, 1 split: [`trim_idle_warp`]).
 const FRAG_WARPS: [usize; 3] = [2, 4, 8];
 const FRAG_SPLITS: [usize; 4] = [1, 2, 4, 8];
 
@@ -149,10 +150,10 @@ pub fn frag_shape(
 /// warp as many groups of 4 k-blocks as 4 do (K = 640, 768, 1152: 5, 6, 9 groups), the fourth warp
 /// of every block holds registers and does nothing; the blocks on 3 warps
 /// (`mx_matmul_frag_m8_*_w3_s1`) do the same work per warp. H200, BENCHMARKS.md follow-up 17, M =
-/// 1-8: 6144 x 768 2.73-3.01 against 2.91-3.16 us, 4096 x 640 2.14-2.39 against 2.33-2.75, 4096 x
+/// 1-8: 6144 x 768 2.73-3.01 against 2.93-3.16 us, 4096 x 640 2.14-2.39 against 2.33-2.75, 4096 x
 /// 1152 3.08-3.16 against 3.49-3.93, 3072 x 768 equal. (Why is not pinned down: the gain is
-/// largest at 4096 x 1152, whose 256 blocks leave SMs room at 4 warps too.) The 16-row loops
-/// lost with 3 warps, so only the m8 kernel.
+/// largest at 4096 x 1152, whose 256 blocks leave SMs room at 4 warps too.) `_fs` lost with 3
+/// warps (the other 16-row loops were not measured there), so only the m8 kernel.
 fn trim_idle_warp(k: usize, (w, s): (usize, usize)) -> (usize, usize) {
     let groups = k / 128;
     if w == 4 && s == 1 && groups.div_ceil(3) == groups.div_ceil(4) {
@@ -167,7 +168,7 @@ fn trim_idle_warp(k: usize, (w, s): (usize, usize)) -> (usize, usize) {
 pub struct FragKernel {
     /// Activation rows a block covers: 8 (`mx_matmul_frag_m8_*`) or 16 (`_m16_*`).
     pub rows: usize,
-    /// Warps per block and cluster splits ([`frag_shape`]).
+    /// Warps per block and cluster splits ([`frag_shape`], then [`trim_idle_warp`] for 8 rows).
     pub w: usize,
     pub s: usize,
     /// Which loop of that kernel family runs.
@@ -198,8 +199,33 @@ impl FragLoop {
     }
 }
 
+/// The runtime's switches of [`frag_kernel`] (each on unless an `MXFUSE_GPU_FRAG_*` variable turns
+/// it off; kernels/src/gpu/launch.rs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FragSwitches {
+    /// The `_fs` loop (`MXFUSE_GPU_FRAG_FS`).
+    pub fs: bool,
+    /// The L2 prefetch where SMs idle (`MXFUSE_GPU_FRAG_L2PF`).
+    pub l2_prefetch: bool,
+    /// `_fsa` on those grids (`MXFUSE_GPU_FRAG_FSA`, and a 16-byte aligned `a`).
+    pub staged_a: bool,
+    /// The m8 kernel on 3 warps where the fourth is idle ([`trim_idle_warp`];
+    /// `MXFUSE_GPU_FRAG_W3`).
+    pub trim_idle_warp: bool,
+}
+
+impl FragSwitches {
+    /// Everything on: the runtime's default.
+    pub const ON: Self = Self {
+        fs: true,
+        l2_prefetch: true,
+        staged_a: true,
+        trim_idle_warp: true,
+    };
+}
+
 /// Which fragment GEMM kernel runs `m` rows of `n x k` on `sms` multiprocessors (`bf16_out`: the
-/// output is bf16; `fs`, `l2_prefetch`, `staged_a`: the runtime's switches, on unless turned off). H200,
+/// output is bf16; `sw`: the runtime's switches). H200,
 /// BENCHMARKS.md follow-ups 11-12: the `_fs` loop takes 9-16 rows; where the grid leaves SMs idle
 /// (fewer blocks than SMs, e.g. 1536 x 6144: 96 tiles) a warp's few groups are a chain of DRAM
 /// round trips, so there it also takes M <= 8 (on half a tile: 5.71 against 6.45 us at M = 8) and
@@ -208,9 +234,8 @@ impl FragLoop {
 /// is as fast. On those SM-starved grids, from `table.staged_a_from_rows` rows the activation
 /// loads (8 rows of 8 bytes a load instruction) bound the busy SMs, so `_fsa` copies them into
 /// shared memory with 16-byte cp.async (1536 x 6144 M = 16: 5.78 against 6.63 us; follow-up 13);
-/// on full grids it is slower. `staged_a` = false turns it off. Mirrored by bench/gpu/mxgpu.py
-/// `frag_kernel`.
-#[allow(clippy::too_many_arguments)]
+/// on full grids it is slower. At M <= 8 the m8 kernel drops an idle warp ([`trim_idle_warp`],
+/// follow-up 17). Mirrored by bench/gpu/mxgpu.py `frag_kernel`.
 pub fn frag_kernel(
     n: usize,
     k: usize,
@@ -218,23 +243,29 @@ pub fn frag_kernel(
     sms: usize,
     table: &super::thresholds::FragGemmTable,
     bf16_out: bool,
-    fs: bool,
-    l2_prefetch: bool,
-    staged_a: bool,
+    sw: FragSwitches,
 ) -> FragKernel {
     let tiles = n.div_ceil(16);
     let blocks = |rows: usize, s: usize| tiles * m.div_ceil(rows) * s;
     let (w16, s16) = frag_shape(n, k, m.max(9), sms, table);
-    let fs = fs && bf16_out && m <= 16 && (m > 8 || blocks(16, s16) < sms);
+    let fs = sw.fs && bf16_out && m <= 16 && (m > 8 || blocks(16, s16) < sms);
     let (rows, (w, s)) = if fs || m > 8 {
         (16, (w16, s16))
     } else {
-        (8, trim_idle_warp(k, frag_shape(n, k, m, sms, table)))
+        let ws = frag_shape(n, k, m, sms, table);
+        (
+            8,
+            if sw.trim_idle_warp {
+                trim_idle_warp(k, ws)
+            } else {
+                ws
+            },
+        )
     };
     let idle = blocks(rows, s) < sms;
     let lp = match fs {
         false => FragLoop::Plain,
-        true if staged_a && idle && m >= table.staged_a_from_rows => FragLoop::Fsa,
+        true if sw.staged_a && idle && m >= table.staged_a_from_rows => FragLoop::Fsa,
         true => FragLoop::Fs,
     };
     FragKernel {
@@ -242,7 +273,7 @@ pub fn frag_kernel(
         w,
         s,
         lp,
-        l2_prefetch: l2_prefetch && idle,
+        l2_prefetch: sw.l2_prefetch && idle,
     }
 }
 
@@ -337,7 +368,8 @@ mod tests {
         use super::super::thresholds::FragGemmTable;
         use FragLoop::{Fs, Fsa, Plain};
         let h200 = FragGemmTable::for_arch("sm_90");
-        let k = |n, kk, m, bf16| frag_kernel(n, kk, m, 132, &h200, bf16, true, true, true);
+        let on = FragSwitches::ON;
+        let k = |n, kk, m, bf16| frag_kernel(n, kk, m, 132, &h200, bf16, on);
         // 1536 x 6144: 96 tiles on 132 SMs: `_fs` with the prefetch at every M <= 16.
         for m in [1, 8, 12, 16] {
             let f = k(1536, 6144, m, true);
@@ -372,11 +404,50 @@ mod tests {
         let f = k(1536, 6144, 40, true);
         assert_eq!((f.rows, f.lp), (16, Plain));
         // The switches.
-        let f = frag_kernel(1536, 6144, 4, 132, &h200, true, false, false, true);
+        let sw = |fs, l2_prefetch, staged_a| FragSwitches {
+            fs,
+            l2_prefetch,
+            staged_a,
+            ..on
+        };
+        let f = frag_kernel(1536, 6144, 4, 132, &h200, true, sw(false, false, true));
         assert_eq!((f.rows, f.lp, f.l2_prefetch), (8, Plain, false));
-        let f = frag_kernel(1536, 6144, 16, 132, &h200, true, true, true, false);
+        let f = frag_kernel(1536, 6144, 16, 132, &h200, true, sw(true, true, false));
         assert_eq!((f.lp, f.l2_prefetch), (Fs, true));
-        let f = frag_kernel(1536, 6144, 16, 132, &h200, true, false, true, true);
+        let f = frag_kernel(1536, 6144, 16, 132, &h200, true, sw(false, true, true));
         assert_eq!(f.lp, Plain);
+    }
+
+    #[test]
+    fn m8_kernel_drops_only_an_idle_fourth_warp() {
+        use super::super::thresholds::FragGemmTable;
+        // 3 warps where they give each warp as many groups as 4: K = 640, 768, 1152 (5, 6, 9).
+        for k in [640, 768, 1152] {
+            assert_eq!(trim_idle_warp(k, (4, 1)), (3, 1), "k = {k}");
+        }
+        // Every warp of 4 busy (K = 1024: 8 groups, 2 each; K = 6144: 12 each): unchanged.
+        for k in [512, 1024, 1280, 6144] {
+            assert_eq!(trim_idle_warp(k, (4, 1)), (4, 1), "k = {k}");
+        }
+        // Cluster splits and other warp counts: unchanged (no m8 w3 kernel at s > 1).
+        assert_eq!(trim_idle_warp(768, (4, 2)), (4, 2));
+        assert_eq!(trim_idle_warp(768, (2, 1)), (2, 1));
+        assert_eq!(trim_idle_warp(768, (8, 1)), (8, 1));
+        // Through the rule: 4096 x 1152 at M = 8 takes w3; 12288 x 768 (768 tiles) takes w2 and
+        // stays; the 16-row kernels never trim; the switch off keeps w4.
+        let h200 = FragGemmTable::for_arch("sm_90");
+        let on = FragSwitches::ON;
+        let f = frag_kernel(4096, 1152, 8, 132, &h200, true, on);
+        assert_eq!((f.rows, f.w, f.s), (8, 3, 1));
+        let f = frag_kernel(12288, 768, 8, 132, &h200, true, on);
+        assert_eq!((f.rows, f.w, f.s), (8, 2, 1));
+        let f = frag_kernel(6144, 768, 16, 132, &h200, true, on);
+        assert_eq!((f.rows, f.w), (16, 4));
+        let off = FragSwitches {
+            trim_idle_warp: false,
+            ..on
+        };
+        let f = frag_kernel(6144, 768, 8, 132, &h200, false, off);
+        assert_eq!((f.rows, f.w, f.s), (8, 4, 1));
     }
 }

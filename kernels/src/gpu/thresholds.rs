@@ -131,7 +131,8 @@ impl PipeGemmTable {
 
 /// Launch shape of the fragment-packed decode GEMM (kernels/gpu/mx_matmul_frag.hip): `w` warps
 /// per block (2, 4 or 8) and `s` blocks of a cluster (1, 2, 4 or 8), all splitting K of one
-/// 16-column tile.
+/// 16-column tile (`shapes::frag_kernel` then gives the m8 kernel 3 warps where the fourth would
+/// be idle: `shapes::trim_idle_warp`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FragGemmTable {
     /// Measured shapes `(n, k, max_m, w, s)`: the first row with this `n`, `k` and `m <= max_m`
@@ -164,7 +165,7 @@ impl FragGemmTable {
         // NVIDIA H200, bench/gpu/bench_frag_pdl.py, 2026-11-30 17:20 (BENCHMARKS.md; all 12
         // (w, s) per shape, with and without PDL): best 1536 x 6144 w8 s1 at M = 1-16 (w4 s2 /
         // w2 s4 within 1-3 % at M = 4 / 8); 6144 x 768 w4 s1 (w2 s1 within 1 % at M = 4 / 8
-        // without PDL); 6144 x 6144 w4 s1 at every M <= 16 (w8 s1 at 145 registers holds one
+        // without PDL; the m8 kernel then runs on 3 warps, session 17); 6144 x 6144 w4 s1 at every M <= 16 (w8 s1 at 145 registers holds one
         // block per SM: 21.7 us at M = 16 against 16.2).
         Self {
             rows: &[
