@@ -156,6 +156,25 @@ struct MxFragWarp {
   }
 };
 
+// The weight stream of the `_fs` / `_fsa` loops: from group gb of a warp's share, one group a
+// call (this lane's 16 bytes of each of its 4 k-blocks and the scale words of rows g, g + 8),
+// every load at an immediate offset from two pointers bumped once a group.
+struct MxFragWeights {
+  const uint4* wp;
+  const mx_u32* swp;
+  template <class FragWarp>  // MxFragWarp<W, MT, S>
+  MX_DEV explicit MxFragWeights(const FragWarp& f)
+      : wp(f.wp + 128 * f.gb), swp(f.swp + 16 * f.gb + f.g) {}
+  MX_DEV void next(uint4 w[4], mx_u32& sA, mx_u32& sB) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) w[j] = mx_ldg_once16(wp + 32 * j);
+    sA = swp[0];
+    sB = swp[8];
+    wp += 128;
+    swp += 16;
+  }
+};
+
 // One warp's registers for U groups of 4 k-blocks.
 template <int MT, int U>
 struct MxFragBatch {
@@ -299,9 +318,9 @@ MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __r
   constexpr int MT = 2;
   const MxFragWarp<W, MT, S> f(aq, as, wf, wsf, M, K);
   const int g = f.g, gb = f.gb, ge = f.ge;
-  // Pointers to group gb, each bumped by one group after its batch is loaded.
-  const uint4* wp = f.wp + 128 * gb;
-  const mx_u32* swp = f.swp + 16 * gb + g;
+  // The weights and activations from group gb, each pointer bumped by one group after its batch
+  // is loaded.
+  MxFragWeights wts(f);
   const mx_u8* ap[MT];
   const mx_u32 *sp0[MT], *sp1[MT];
 #pragma unroll
@@ -311,14 +330,7 @@ MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __r
     sp1[mt] = f.sp1[mt] + gb;
   }
   typedef MxFragBatch<MT, 1> Batch;
-  auto load_w = [&](Batch& bt) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) bt.w[0][j] = mx_ldg_once16(wp + 32 * j);
-    bt.sA[0] = swp[0];
-    bt.sB[0] = swp[8];
-    wp += 128;
-    swp += 16;
-  };
+  auto load_w = [&](Batch& bt) { wts.next(bt.w[0], bt.sA[0], bt.sB[0]); };
   auto load_a = [&](Batch& bt) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
@@ -415,8 +427,7 @@ MX_DEV void mx_matmul_frag_m16_fsa(const mx_u8* __restrict__ aq, const mx_u8* __
   const int g = f.g, gb = f.gb, ge = f.ge;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
   const int m0 = MxFragBlock<MT, S>().m0, KB = K >> 5;
-  const uint4* wp = f.wp + 128 * gb;
-  const mx_u32* swp = f.swp + 16 * gb + g;
+  MxFragWeights wts(f);
   // This lane's copies: 16-byte chunk (lane & 7) of rows (lane >> 3) + 4 c, c = 0..3, and (lanes
   // 0-15) the scale word of row lane. Rows past M are not copied (below); the clamp only keeps
   // their never-used source pointers inside the activations.
@@ -456,14 +467,7 @@ MX_DEV void mx_matmul_frag_m16_fsa(const mx_u8* __restrict__ aq, const mx_u8* __
     uint4 w[4];
     mx_u32 sA, sB;
   };
-  auto load_w = [&](Wt& bt) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) bt.w[j] = mx_ldg_once16(wp + 32 * j);
-    bt.sA = swp[0];
-    bt.sB = swp[8];
-    wp += 128;
-    swp += 16;
-  };
+  auto load_w = [&](Wt& bt) { wts.next(bt.w, bt.sA, bt.sB); };
   float acc[MT][4];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
