@@ -325,6 +325,15 @@ def rand_e4m3(shape):
     return b
 
 
+def rand_frag_weights(N, K):
+    """Random e4m3 weights [N, K] (no NaN codes) with E8M0 scales near 2^0, fragment-packed on the
+    device (mxgpu.pack_frag)."""
+    from mxgpu import pack_frag
+    w = torch.from_numpy(rand_e4m3((N, K))).cuda()
+    ws = torch.from_numpy(rng.integers(118, 130, (N, K // 32), dtype=np.uint8)).cuda()
+    return pack_frag(w, ws)
+
+
 def check_matmul(ops):
     for N, K in ((1536, 6144), (6144, 768), (100, 256)):
         w = rand_e4m3((N, K)); ws = rng.integers(110, 135, (N, K // 32), dtype=np.uint8)
@@ -477,9 +486,7 @@ def check_matmul_frag(ops):
     # The runtime's choice (mxgpu.frag_kernel: `_fs` at M <= 8 where SMs idle, the L2 prefetch)
     # on the decode shapes, against the m8 / m16 kernel at the same (W, S).
     for N, K in ((1536, 6144), (6144, 768)):
-        w = torch.from_numpy(rand_e4m3((N, K))).cuda()
-        ws = torch.from_numpy(rng.integers(118, 130, (N, K // 32), dtype=np.uint8)).cuda()
-        wf, wsf = pack_frag(w, ws)
+        wf, wsf = rand_frag_weights(N, K)
         for M in (1, 5, 8, 12, 13, 16):
             aq, as_ = ops.quantize(to_dev(ref.rnd(rng.standard_normal((M, K)) * 2, "bf16"), "bf16"), 0)
             rows, W_, S_, sfx, pf = frag_kernel(N, K, M)
@@ -494,9 +501,7 @@ def check_matmul_frag(ops):
     # The m8 kernel on 3 warps (mxgpu.trim_idle_warp) splits K exactly as 4 warps do where the
     # runtime takes it (the fourth warp's range was empty), so it gives the same bits.
     for N, K in ((256, 640), (384, 768), (128, 1152)):
-        w = torch.from_numpy(rand_e4m3((N, K))).cuda()
-        ws = torch.from_numpy(rng.integers(118, 130, (N, K // 32), dtype=np.uint8)).cuda()
-        wf, wsf = pack_frag(w, ws)
+        wf, wsf = rand_frag_weights(N, K)
         for M in (1, 5, 8):
             aq, as_ = ops.quantize(to_dev(ref.rnd(rng.standard_normal((M, K)) * 2, "bf16"), "bf16"), 0)
             for out in ("bf16", "f32"):
@@ -568,11 +573,9 @@ def check_pdl(ops):
     norm -> norm (reading the first's residual_out / normed) -> fragment GEMM (reading the second's
     q / scales) -> quantize -> SwiGLU, at row counts that take the split-row, one-chunk and
     multi-chunk norms."""
-    from mxgpu import F_GEMMA, F_OAI, F_FP32_ACT, pack_frag
+    from mxgpu import F_GEMMA, F_OAI, F_FP32_ACT
     H, I, N = 6144, 768, 1536
-    w = torch.from_numpy(rand_e4m3((N, H))).cuda()
-    ws = torch.from_numpy(rng.integers(118, 130, (N, H // 32), dtype=np.uint8)).cuda()
-    wf, wsf = pack_frag(w, ws)
+    wf, wsf = rand_frag_weights(N, H)
     gamma = to_dev(ref.rnd(rng.standard_normal(H) * 0.1, "bf16"), "bf16")
     for M in (8, 64, 300):
         x = to_dev(ref.rnd(rng.standard_normal((M, H)) * 3, "bf16"), "bf16")
