@@ -165,8 +165,9 @@ impl FragGemmTable {
         // NVIDIA H200, bench/gpu/bench_frag_pdl.py, 2026-11-30 17:20 (BENCHMARKS.md; all 12
         // (w, s) per shape, with and without PDL): best 1536 x 6144 w8 s1 at M = 1-16 (w4 s2 /
         // w2 s4 within 1-3 % at M = 4 / 8); 6144 x 768 w4 s1 (w2 s1 within 1 % at M = 4 / 8
-        // without PDL; the m8 kernel then runs on 3 warps, session 17); 6144 x 6144 w4 s1 at every M <= 16 (w8 s1 at 145 registers holds one
-        // block per SM: 21.7 us at M = 16 against 16.2).
+        // without PDL; the m8 kernel then runs on 3 warps, session 17); 6144 x 6144 w4 s1 at
+        // every M <= 16 (w8 s1 at 145 registers holds one block per SM: 21.7 us at M = 16
+        // against 16.2).
         Self {
             rows: &[
                 (1536, 6144, 16, 8, 1),
