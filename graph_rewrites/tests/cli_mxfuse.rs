@@ -68,6 +68,7 @@ fn rewrite_without_candidates_round_trips_and_reports() {
     let text = stdout(&o);
     assert!(text.starts_with("rule"), "{text}");
     assert!(text.lines().any(|l| l.starts_with("stats: load")), "{text}");
+    assert!(!text.contains("note:"), "{text}");
 
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
@@ -82,6 +83,26 @@ fn rewrite_without_candidates_round_trips_and_reports() {
     assert!(counts.values().all(|n| n == 0));
     assert_eq!(json["fusions"], serde_json::json!([]));
     assert!(json["rejections"].is_array());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// AMD Quark's sample MLP quantizes some SwiGLU intermediates along axis 1 (the sequence
+/// axis): those nodes stay, and the rewrite says what can run the result (the custom-op library
+/// does not register Quark's domain).
+#[test]
+fn rewrite_names_the_quark_nodes_it_leaves() {
+    let dir = scratch("quark-left");
+    let input = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../models/fixtures/samples/tiny_swiglu_mlp_MXFP8E4M3.onnx");
+    let output = dir.join("out.onnx");
+    let o = mxfuse(&["rewrite", s(&input), "-o", s(&output)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("note: 4 com.amd.quark node(s) stay unfused")
+            && text.contains("mxfuse plugin EP"),
+        "{text}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 
