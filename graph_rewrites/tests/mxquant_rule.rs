@@ -82,21 +82,46 @@ fn std_mx_matmul(c: f32, div: bool, round: &str) -> ModelBuilder {
 
 /// `x [4, 64]` → standard MXFP8 quantize → `DequantizeLinear` = `xd`; `w [64, 16]` of 0.5.
 fn std_mx_dequant(c: f32, div: bool, round: &str) -> ModelBuilder {
+    std_mx_dequant_amax(c, div, round, Amax::Standard)
+}
+
+/// How the block amax is spelled (all the same `[4, 2]` values).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Amax {
+    /// `Reshape → Abs → ReduceMax(keepdims=0)`.
+    Standard,
+    /// `Abs → Reshape → ReduceMax(keepdims=0)`.
+    AbsFirst,
+    /// `Reshape → Abs → ReduceMax(keepdims=1) → Squeeze(axes)`.
+    Squeezed(&'static [i64]),
+}
+
+fn std_mx_dequant_amax(c: f32, div: bool, round: &str, amax: Amax) -> ModelBuilder {
     let mut b = ModelBuilder::new(24);
     b.input("x", FLOAT, &[4, 64]);
     b.init_i64("shape", &[3], &[0, 2, 32])
         .init_i64("axes", &[1], &[-1])
         .init_f32("c", &[], &[c]);
     b.init_f32("w", &[64, 16], &vec![0.5; 64 * 16]);
-    b.node("Reshape", &["x", "shape"], &["xb"])
-        .node("Abs", &["xb"], &["ab"]);
+    if amax == Amax::AbsFirst {
+        b.node("Abs", &["x"], &["ax"])
+            .node("Reshape", &["ax", "shape"], &["ab"]);
+    } else {
+        b.node("Reshape", &["x", "shape"], &["xb"])
+            .node("Abs", &["xb"], &["ab"]);
+    }
+    let keep = matches!(amax, Amax::Squeezed(_));
     b.node_in(
         "",
         "ReduceMax",
         &["ab", "axes"],
-        &["amax"],
-        &[("keepdims", Attr::I(0))],
+        &[if keep { "amax_k" } else { "amax" }],
+        &[("keepdims", Attr::I(keep as i64))],
     );
+    if let Amax::Squeezed(axes) = amax {
+        b.init_i64("sq_axes", &[axes.len() as i64], axes);
+        b.node("Squeeze", &["amax_k", "sq_axes"], &["amax"]);
+    }
     b.node(if div { "Div" } else { "Mul" }, &["amax", "c"], &["s32"]);
     b.node_in(
         "",
@@ -121,6 +146,35 @@ fn std_mx_dequant(c: f32, div: bool, round: &str) -> ModelBuilder {
     ];
     b.node_in("", "DequantizeLinear", &["q", "scale"], &["xd"], &dattrs);
     b
+}
+
+/// The same amax spelled `Abs` before the block `Reshape` (elementwise: they commute) or as
+/// torch's `amax(-1, keepdim=True).squeeze(-1)` fuses like the standard spelling; a Squeeze of
+/// another axis, or of every size-1 axis, is no block amax and is left alone.
+#[test]
+fn amax_spelled_abs_first_or_kept_and_squeezed_fuses() {
+    for (amax, fuses) in [
+        (Amax::AbsFirst, true),
+        (Amax::Squeezed(&[-1]), true),
+        (Amax::Squeezed(&[2]), true),
+        (Amax::Squeezed(&[1]), false),
+        (Amax::Squeezed(&[]), false),
+    ] {
+        let mut g = {
+            let mut b = std_mx_dequant_amax(2f32.powi(-8), false, "down", amax);
+            b.node("MatMul", &["xd", "w"], &["y"])
+                .output("y", FLOAT, &[4, 16]);
+            b.graph().unwrap()
+        };
+        let report = run_pipeline(&mut g, &PipelineOptions::default()).unwrap();
+        assert_eq!(
+            report.counts["mxquant"], fuses as usize,
+            "{amax:?}: {report:#?}"
+        );
+        if fuses {
+            assert_eq!(op_types(&g), ["MxQuantize", "MxMatMul"], "{amax:?}");
+        }
+    }
 }
 
 /// torch's `nn.Linear` on a rank-2 activation exports `Gemm(x, W [N, K], transB = 1)`: a
@@ -355,6 +409,8 @@ fn standard_quant_dequant_matmul_becomes_mxquantize_mxmatmul() {
         (2f32.powi(-8), false, "down", "floor"),
         (1.0 / 448.0, false, "up", "rceil"),
         (448.0, true, "up", "rceil"),
+        // amax / 256 is amax · 2^-8 exactly.
+        (256.0, true, "down", "floor"),
     ] {
         let mut g = std_mx_matmul(c, div, round).graph().unwrap();
         let report = run_pipeline(&mut g, &PipelineOptions::default()).unwrap();
@@ -363,6 +419,45 @@ fn standard_quant_dequant_matmul_becomes_mxquantize_mxmatmul() {
         assert_eq!(attr_s(&g, g.nodes()[0], "scale_rule"), rule);
         let y = g.value_by_name("y").unwrap();
         assert_eq!(g.op_type(g.producer(y).unwrap().0), "MxMatMul");
+    }
+}
+
+/// A DequantizeLinear with an explicit constant zero zero point (+0 or -0 E4M3FN) is the same
+/// dequantization: absorbed like one without. A DequantizeLinear the fusion cannot absorb is
+/// named in a note with the reason.
+#[test]
+fn zero_zero_point_dequantize_is_absorbed_and_others_are_noted() {
+    for (zp, absorbed) in [(0x00u8, true), (0x80, true), (0x38, false)] {
+        let mut b = std_mx_dequant(2f32.powi(-8), false, "down");
+        b.init_raw("zp", FLOAT8E4M3FN, &[], vec![zp]);
+        let dattrs = [("axis", Attr::I(-1)), ("block_size", Attr::I(32))];
+        b.node_in(
+            "",
+            "DequantizeLinear",
+            &["q", "scale", "zp"],
+            &["xz"],
+            &dattrs,
+        );
+        b.node("MatMul", &["xz", "w"], &["y"])
+            .output("y", FLOAT, &[4, 16]);
+        let mut g = b.graph().unwrap();
+        let report = run_pipeline(&mut g, &PipelineOptions::default()).unwrap();
+        assert_eq!(report.counts["mxquant"], 1, "{zp:#x}: {report:#?}");
+        let ops = op_types(&g);
+        let y = g.value_by_name("y").unwrap();
+        let y_op = g.op_type(g.producer(y).unwrap().0).to_string();
+        if absorbed {
+            assert_eq!(y_op, "MxMatMul", "{zp:#x}: {ops:?}");
+        } else {
+            assert_eq!(y_op, "MatMul", "{zp:#x}: {ops:?}");
+            let notes: Vec<&String> = report.fusions.iter().flat_map(|f| &f.notes).collect();
+            assert!(
+                notes
+                    .iter()
+                    .any(|n| n.contains("zero point is not a constant zero")),
+                "{notes:?}"
+            );
+        }
     }
 }
 

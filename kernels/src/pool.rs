@@ -98,7 +98,14 @@ pub struct ThreadPool {
 
 impl ThreadPool {
     /// A pool that runs tasks on `threads` threads in total (the caller + `threads - 1` workers).
+    /// Panics if a worker cannot be started; [`ThreadPool::try_new`] reports it instead.
     pub fn new(threads: usize) -> Self {
+        Self::try_new(threads).expect("spawning a kernel worker thread")
+    }
+
+    /// As [`ThreadPool::new`], or the error of the first worker the OS would not start (the
+    /// workers already started are stopped and joined before it returns: none is left behind).
+    pub fn try_new(threads: usize) -> std::io::Result<Self> {
         let inner = Arc::new(Inner {
             slot: Mutex::new(Slot {
                 job: None,
@@ -112,20 +119,19 @@ impl ThreadPool {
             next: AtomicUsize::new(0),
             running: AtomicUsize::new(0),
         });
-        let workers = (1..threads.max(1))
-            .map(|i| {
-                let inner = Arc::clone(&inner);
-                std::thread::Builder::new()
-                    .name(format!("mxfuse-kernels-{i}"))
-                    .spawn(move || worker(inner))
-                    .expect("spawning a kernel worker thread")
-            })
-            .collect();
-        Self {
+        let mut pool = Self {
             inner,
-            workers,
+            workers: Vec::with_capacity(threads.saturating_sub(1)),
             call: Mutex::new(()),
+        };
+        for i in 1..threads.max(1) {
+            let inner = Arc::clone(&pool.inner);
+            let worker = std::thread::Builder::new()
+                .name(format!("mxfuse-kernels-{i}"))
+                .spawn(move || worker(inner))?; // `pool` drops here: its Drop joins the others
+            pool.workers.push(worker);
         }
+        Ok(pool)
     }
 
     /// One thread per available CPU.
@@ -209,6 +215,17 @@ impl Drop for ThreadPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn try_new_builds_the_same_pool() {
+        let pool = ThreadPool::try_new(3).unwrap();
+        assert_eq!(pool.concurrency(), 3);
+        let hits = AtomicUsize::new(0);
+        pool.for_each(10, &|_| {
+            hits.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(hits.load(Ordering::Relaxed), 10);
+    }
 
     #[test]
     fn runs_every_task_once_across_many_calls() {

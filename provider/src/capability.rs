@@ -49,10 +49,11 @@ pub fn claim_groups(
 /// Why each candidate was or was not claimed, one line per site.
 fn describe(view: &dyn GraphView, sites: &[SiteInfo], log: &dyn Fn(&str)) {
     for s in sites {
-        let at = view.node_name(s.anchor);
+        // node_label: exporters may leave names empty; the label is then op type -> output.
+        let at = format!("'{}'", view.node_label(s.anchor));
         match &s.verdict {
             Ok(()) => {
-                let names: Vec<&str> = s.nodes.iter().map(|&n| view.node_name(n)).collect();
+                let names: Vec<String> = s.nodes.iter().map(|&n| view.node_label(n)).collect();
                 log(&format!(
                     "mxfuse: {} claims {} nodes at {at}: {names:?}",
                     s.rule,

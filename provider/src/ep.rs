@@ -44,8 +44,8 @@ pub struct MxEp {
 }
 
 impl MxEp {
-    pub fn new(options: EpOptions, logger: *const OrtLogger) -> Box<Self> {
-        Box::new(MxEp {
+    pub fn new(options: EpOptions, logger: *const OrtLogger) -> Result<Box<Self>> {
+        Ok(Box::new(MxEp {
             base: OrtEp {
                 ort_version_supported: ORT_API_VERSION,
                 GetName: Some(get_name),
@@ -75,11 +75,11 @@ impl MxEp {
                 GetWeightlessSupport: None,
                 _padding: [None; 8],
             },
-            parallelism: Parallelism::from_threads(options.threads),
+            parallelism: Parallelism::from_threads(options.threads)?,
             logger: Logger::new(logger),
             placement: Placement::Cpu,
             options,
-        })
+        }))
     }
 
     /// Sets where the fused nodes run. Sessions whose tensors live in device memory also get
@@ -142,9 +142,10 @@ unsafe extern "system" fn get_capability(
         ep.logger.log(
             OrtLoggingLevel::ORT_LOGGING_LEVEL_INFO,
             &format!(
-                "mxfuse: claiming {} fused subgraph(s) of {} nodes",
-                groups.len(),
-                view.nodes().len()
+                "mxfuse: claiming {} node(s) of the graph's {} in {} fused subgraph(s)",
+                groups.iter().map(Vec::len).sum::<usize>(),
+                view.nodes().len(),
+                groups.len()
             ),
         );
         for group in groups {

@@ -177,7 +177,7 @@ unsafe extern "system" fn create_ep(
         }
         let options = read_options(session_options)?;
         let placement = crate::gpu::Placement::for_session(devices, num_devices, &options)?;
-        *ep = MxEp::new(options, logger)
+        *ep = MxEp::new(options, logger)?
             .with_placement(placement)?
             .into_raw();
         Ok(())

@@ -58,6 +58,10 @@ pub const KEYS: &[&str] = &[
     "world_size",
 ];
 
+/// Most kernel threads the `threads` option may ask for: a pool of tens of thousands of threads
+/// helps no kernel, and asking the OS for them can exhaust the process's thread limit.
+pub const MAX_THREADS: usize = 1024;
+
 fn parse_bool(key: &str, value: &str) -> Result<bool> {
     match value.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "on" | "yes" => Ok(true),
@@ -108,6 +112,13 @@ impl EpOptions {
             match key.as_str() {
                 "enable_rules" => {
                     let rules = rule_list(value);
+                    // An empty list would mean "only these: none" to a reader and "all" to the
+                    // pipeline (an empty `only`); neither is what was meant.
+                    if rules.is_empty() {
+                        return Err(Error::invalid(format!(
+                            "provider option enable_rules: names no rule ({value:?}); leave it out to run every rule, or use disable_rules"
+                        )));
+                    }
                     rules.iter().try_for_each(|r| check_rule(r))?;
                     opts.pipeline.only = rules;
                 }
@@ -120,11 +131,16 @@ impl EpOptions {
                     settings.insert(k.to_string(), value.trim().to_string());
                 }
                 "threads" => {
-                    opts.threads = value.trim().parse().map_err(|_| {
-                        Error::invalid(format!(
-                            "provider option threads: expected a count, got {value:?}"
-                        ))
-                    })?;
+                    opts.threads = value
+                        .trim()
+                        .parse()
+                        .ok()
+                        .filter(|n| *n <= MAX_THREADS)
+                        .ok_or_else(|| {
+                            Error::invalid(format!(
+                                "provider option threads: expected a count from 0 to {MAX_THREADS}, got {value:?}"
+                            ))
+                        })?;
                 }
                 "device" => {
                     opts.device = match value.trim().to_ascii_lowercase().as_str() {
@@ -243,6 +259,16 @@ mod tests {
                 "scale_rule",
             ),
             ("ep.mxfuseexecutionprovider.threads", "-1", "threads"),
+            (
+                "ep.mxfuseexecutionprovider.threads",
+                "99999",
+                "from 0 to 1024",
+            ),
+            (
+                "ep.mxfuseexecutionprovider.enable_rules",
+                ",,",
+                "names no rule",
+            ),
             (
                 "ep.mxfuseexecutionprovider.bogus",
                 "1",

@@ -34,6 +34,8 @@ const ONNX_HISTORY: &[(&str, &[i64])] = &[
     ("Slice", &[1, 10, 11, 13]),
     ("Split", &[1, 2, 11, 13, 18]),
     ("Sqrt", &[1, 6, 13]),
+    // 1, 11: axes an attribute (11: negative axes); 13: an input; later versions add types.
+    ("Squeeze", &[1, 11, 13, 21, 23, 24, 25]),
     ("Swish", &[24]),
     ("SwiGLU", &[28]),
 ];

@@ -31,7 +31,7 @@
 //! reads it, dead-code elimination does.
 
 use crate::onnx_pb::{tensor_proto::DataLocation, TensorProto};
-use crate::pattern::predicates::{attr_float, attr_int, attr_string, dtype};
+use crate::pattern::predicates::{attr_float, attr_int, attr_string, dtype, is_float8_zero};
 use crate::pattern::{Emit, Reject};
 use crate::reject;
 use crate::view::{Dim, GraphView, NodeId, ValueId, ONNX_DOMAIN, QUARK_DOMAIN};
@@ -471,8 +471,14 @@ pub fn standard_consumers(
             continue;
         }
         let ins = g.inputs(dq);
-        let same_scale =
-            ins.get(1).copied().flatten() == Some(scale) && ins.get(2).copied().flatten().is_none();
+        let dq_name = g.node_label(dq);
+        // A zero point must be a constant float8 zero (the only one ONNX allows for float8):
+        // (q - 0) · scale is what the fused GEMM reads.
+        let zero_point_ok = ins
+            .get(2)
+            .copied()
+            .flatten()
+            .is_none_or(|z| is_float8_zero(g, z));
         let rank = g
             .tensor_info(q)
             .and_then(|i| i.shape)
@@ -480,11 +486,27 @@ pub fn standard_consumers(
             .unwrap_or(0);
         let axis = attr_int(g.attr(dq, "axis"), 1).unwrap_or(i64::MIN);
         let last = axis == -1 || axis == rank - 1;
-        if !same_scale || !last || attr_int(g.attr(dq, "block_size"), 0) != Some(BLOCK) {
-            continue; // left alone; q/scale stay produced for it
+        let block = attr_int(g.attr(dq, "block_size"), 0);
+        let why_not = if ins.get(1).copied().flatten() != Some(scale) {
+            Some("it reads another scale".to_string())
+        } else if !zero_point_ok {
+            Some("its zero point is not a constant zero".to_string())
+        } else if !last || block != Some(BLOCK) {
+            Some(format!(
+                "it dequantizes axis {axis} in blocks of {}, not the last axis in blocks of {BLOCK}",
+                block.unwrap_or(-1)
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = why_not {
+            // Left alone; q/scale stay produced for it (and `mx_dequant` runs it).
+            c.notes.push(format!(
+                "DequantizeLinear '{dq_name}' of the quantized value is not absorbed: {why}"
+            ));
+            continue;
         }
         let (uses, kept) = split_readers(g, g.outputs(dq)[0], k, act_dtype);
-        let dq_name = g.node_name(dq);
         for why in &kept {
             c.notes.push(format!(
                 "DequantizeLinear '{dq_name}' stays (as MxDequantize) for a reader not absorbed: {why}"

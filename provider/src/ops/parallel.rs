@@ -9,6 +9,7 @@ use std::sync::Arc;
 use kernels::{Parallel, Serial, ThreadPool};
 use ort_sys::{OrtApi, OrtKernelContext};
 
+use crate::error::{Error, Result};
 use crate::ffi::api::{api, check};
 
 /// How kernels run in parallel, chosen once per session from the `threads` option.
@@ -24,13 +25,18 @@ pub enum Parallelism {
 }
 
 impl Parallelism {
-    /// From the `threads` option: 0 = ORT's pool, 1 = serial, N = a pool of N threads.
-    pub fn from_threads(threads: usize) -> Self {
-        match threads {
+    /// From the `threads` option: 0 = ORT's pool, 1 = serial, N = a pool of N threads; an
+    /// error (and no thread left running) when the OS will not start them.
+    pub fn from_threads(threads: usize) -> Result<Self> {
+        Ok(match threads {
             0 => Parallelism::OrtPool,
             1 => Parallelism::Serial,
-            n => Parallelism::Pool(Arc::new(ThreadPool::new(n))),
-        }
+            n => Parallelism::Pool(Arc::new(ThreadPool::try_new(n).map_err(|e| {
+                Error::Ort(format!(
+                    "provider option threads = {n}: could not start the kernel threads: {e}"
+                ))
+            })?)),
+        })
     }
 
     /// Runs `f` with the `Parallel` this choice stands for in kernel context `ctx`.

@@ -10,9 +10,14 @@
 //! x, scale ─ QuantizeLinear(axis=-1, block_size=32, E4M3FN) = q
 //! ```
 //!
+//! with the same amax also spelled `x ─ Abs ─ Reshape[..,K/32,32] ─ ReduceMax` (Abs is
+//! elementwise: it commutes with the Reshape) and `ReduceMax(-1, keepdims=1) ─ Squeeze(-1)`
+//! (torch's `amax(-1, keepdim=True)` then `squeeze(-1)`): both compute the same `[.., K/32]`
+//! amax bit for bit.
+//!
 //! Key points:
-//! * The scale rule is identified by the constant *and* the Cast rounding: `Mul(2^-8)` +
-//!   `round_mode=down` is OCP floor; `Mul(fl(1/448))` or `Div(448)` + `round_mode=up` is RCEIL.
+//! * The scale rule is identified by the constant *and* the Cast rounding: `Mul(2^-8)` or
+//!   `Div(256)` + `round_mode=down` is OCP floor; `Mul(fl(1/448))` or `Div(448)` + `round_mode=up` is RCEIL.
 //!   Any other combination is refused: it would compute something neither kernel computes.
 //! * `x` is read twice inside the match (scale path and QuantizeLinear): the pattern binds one
 //!   value to both.
@@ -36,7 +41,11 @@ pub struct MxQuantPat {
     /// The root: `q` (standard) or the fake-quantized output (Quark).
     pub root: V,
     pub reshape: N,
+    /// The block Reshape of the `Abs(x)` spelling.
+    pub reshape_abs: N,
     pub reduce_max: N,
+    /// `Squeeze(-1)` after a `keepdims=1` ReduceMax.
+    pub squeeze: N,
     pub mul: N,
     pub div: N,
     pub scale_const: V,
@@ -55,14 +64,30 @@ pub fn mx_quant(p: &mut Pat, x: V) -> MxQuantPat {
         .args([x, shape])
         .node();
     let blk = p.out(reshape, 0);
-    let abs = p.op(OpId::new(ONNX_DOMAIN, "Abs")).args([blk]).out();
+    let abs_blk = p.op(OpId::new(ONNX_DOMAIN, "Abs")).args([blk]).out();
+    let abs_x = p.op(OpId::new(ONNX_DOMAIN, "Abs")).args([x]).out();
+    let shape_abs = p.konst("block_shape_abs");
+    let reshape_abs = p
+        .op(OpId::new(ONNX_DOMAIN, "Reshape"))
+        .args([abs_x, shape_abs])
+        .node();
+    let blk_abs = p.out(reshape_abs, 0);
+    let abs = p.any_of("abs_blocks", [abs_blk, blk_abs]);
     // ReduceMax-18 takes axes as an input, ReduceMax-13 as an attribute: the check reads both.
     let reduce_max = p
         .op(OpId::new(ONNX_DOMAIN, "ReduceMax"))
         .args([abs])
         .extra_inputs()
         .node();
-    let amax_t = p.out(reduce_max, 0);
+    let amax_r = p.out(reduce_max, 0);
+    // Squeeze-13 takes axes as an input, Squeeze-11 as an attribute: the check reads both.
+    let squeeze = p
+        .op(OpId::new(ONNX_DOMAIN, "Squeeze"))
+        .args([amax_r])
+        .extra_inputs()
+        .node();
+    let amax_sq = p.out(squeeze, 0);
+    let amax_t = p.any_of("block_amax_squeezed", [amax_r, amax_sq]);
     // f16/bf16 graphs cast the block amax to float first (exact), so the scale arithmetic is
     // fp32; the check reads the dtype the Mul/Div computes in from the constant.
     let amax_cast = p
@@ -126,7 +151,9 @@ pub fn mx_quant(p: &mut Pat, x: V) -> MxQuantPat {
         x,
         root,
         reshape,
+        reshape_abs,
         reduce_max,
+        squeeze,
         mul,
         div,
         scale_const,
@@ -275,7 +302,7 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
         });
     }
     let (Some(reshape), Some(rmax), Some(cast), Some(ql)) = (
-        m.node(h.reshape),
+        m.node(h.reshape).or(m.node(h.reshape_abs)),
         m.node(h.reduce_max),
         m.node(h.cast),
         m.node(h.quantize),
@@ -283,7 +310,11 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
         return Err(reject!("internal: incomplete standard MX quantize match"));
     };
     check_block_reshape(g, reshape, rank, k)?;
-    check_reduce_last(g, rmax, rank + 1)?;
+    let squeeze = m.node(h.squeeze);
+    check_reduce_last(g, rmax, rank + 1, squeeze.is_some())?;
+    if let Some(sq) = squeeze {
+        check_squeeze_last(g, sq, rank + 1)?;
+    }
     // Which rule: the constant and the rounding of the Cast must agree on one.
     let c = g.const_value(m[h.scale_const]).and_then(|t| scalar_f64(&t));
     let c = c.ok_or_else(|| reject!("scale constant is not a readable scalar"))?;
@@ -300,9 +331,12 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
         (true, "down") if c == 2f64.powi(-8) => ScaleRule::Floor,
         (true, "up") if rel(c, 1.0 / 448.0) => ScaleRule::Rceil,
         (false, "up") if c == 448.0 => ScaleRule::Rceil,
+        // amax / 256 and amax · 2^-8 are the same correctly rounded number (a power-of-two
+        // scaling), subnormal results included: the floor rule bit for bit.
+        (false, "down") if c == 256.0 => ScaleRule::Floor,
         _ => {
             let op = if by_mul { "Mul" } else { "Div" };
-            return Err(reject!("{op}({c}) with Cast round_mode={round} is not a known MX scale rule (floor: Mul(2^-8)+down; rceil: Mul(1/448)|Div(448)+up)"));
+            return Err(reject!("{op}({c}) with Cast round_mode={round} is not a known MX scale rule (floor: Mul(2^-8)|Div(256)+down; rceil: Mul(1/448)|Div(448)+up)"));
         }
     };
     // The graph scales amax in its own dtype before the Cast. Exact in f32 and bf16 for
@@ -359,22 +393,55 @@ fn check_block_reshape(
     }
 }
 
-fn check_reduce_last(g: &dyn GraphView, n: crate::view::NodeId, rank: usize) -> Result<(), Reject> {
-    if attr_int(g.attr(n, "keepdims"), 1) != Some(0) {
+/// `squeezed`: the amax goes through `Squeeze(-1)`, so the ReduceMax keeps its axis.
+fn check_reduce_last(
+    g: &dyn GraphView,
+    n: crate::view::NodeId,
+    rank: usize,
+    squeezed: bool,
+) -> Result<(), Reject> {
+    let keepdims = attr_int(g.attr(n, "keepdims"), 1);
+    if keepdims != Some(squeezed as i64) {
         return Err(reject!(
-            "ReduceMax must have keepdims=0 (scales are [..., K/32])"
+            "ReduceMax has keepdims={} but {} (scales are [..., K/32])",
+            keepdims.unwrap_or(-1),
+            if squeezed {
+                "a Squeeze follows"
+            } else {
+                "nothing removes the axis"
+            }
         ));
     }
-    let axes = match g.inputs(n).get(1).copied().flatten() {
+    match axes_of(g, n).as_deref() {
+        Some([a]) if is_last_axis(*a, rank) => Ok(()),
+        other => Err(reject!("ReduceMax axes {other:?} are not the block axis")),
+    }
+}
+
+/// The Squeeze after a `keepdims=1` ReduceMax (input of rank `rank`) must remove exactly the
+/// block axis: without axes it would also drop any other size-1 dim (a batch of 1).
+fn check_squeeze_last(
+    g: &dyn GraphView,
+    n: crate::view::NodeId,
+    rank: usize,
+) -> Result<(), Reject> {
+    match axes_of(g, n).as_deref() {
+        Some([a]) if is_last_axis(*a, rank) => Ok(()),
+        other => Err(reject!(
+            "Squeeze axes {other:?} are not the block axis alone"
+        )),
+    }
+}
+
+/// A reduce / squeeze node's constant axes: input 1 (opset 13+ Squeeze, 18+ ReduceMax) or the
+/// `axes` attribute (older opsets); `None` when absent or not constant.
+fn axes_of(g: &dyn GraphView, n: crate::view::NodeId) -> Option<Vec<i64>> {
+    match g.inputs(n).get(1).copied().flatten() {
         Some(v) => g.const_value(v).and_then(|t| values_i64(&t)),
         None => match g.attr(n, "axes") {
             Some(crate::view::AttrValue::Ints(a)) => Some(a),
             _ => None,
         },
-    };
-    match axes.as_deref() {
-        Some([a]) if is_last_axis(*a, rank) => Ok(()),
-        other => Err(reject!("ReduceMax axes {other:?} are not the block axis")),
     }
 }
 
