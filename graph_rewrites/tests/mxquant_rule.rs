@@ -461,6 +461,56 @@ fn zero_zero_point_dequantize_is_absorbed_and_others_are_noted() {
     }
 }
 
+/// A run-time E8M0 scale computed by a subgraph the pattern does not know (here blocks as flat
+/// `[-1, 32]` rows and the scale reshaped back) is not silent: mxquant records a refusal naming
+/// where the match stopped, and the quantize runs unfused as `MxQuantizeLinear`.
+#[test]
+fn unrecognised_runtime_scale_spelling_is_reported() {
+    let mut b = ModelBuilder::new(24);
+    b.input("x", FLOAT, &[4, 64]);
+    b.init_i64("flat", &[2], &[-1, 32])
+        .init_i64("back", &[2], &[4, 2])
+        .init_i64("axes", &[1], &[-1])
+        .init_f32("c", &[], &[2f32.powi(-8)]);
+    b.node("Reshape", &["x", "flat"], &["xb"])
+        .node("Abs", &["xb"], &["ab"]);
+    b.node_in(
+        "",
+        "ReduceMax",
+        &["ab", "axes"],
+        &["amax"],
+        &[("keepdims", Attr::I(0))],
+    );
+    b.node("Mul", &["amax", "c"], &["s32"]);
+    let cast = [
+        ("to", Attr::I(FLOAT8E8M0 as i64)),
+        ("round_mode", Attr::S("down")),
+    ];
+    b.node_in("", "Cast", &["s32"], &["sflat"], &cast);
+    b.node("Reshape", &["sflat", "back"], &["scale"]);
+    let qattrs = [
+        ("axis", Attr::I(-1)),
+        ("block_size", Attr::I(32)),
+        ("output_dtype", Attr::I(FLOAT8E4M3FN as i64)),
+    ];
+    b.node_in("", "QuantizeLinear", &["x", "scale"], &["q"], &qattrs);
+    b.output("q", FLOAT8E4M3FN, &[4, 64]);
+    let mut g = b.graph().unwrap();
+    let report = run_pipeline(&mut g, &PipelineOptions::default()).unwrap();
+    assert_eq!(report.counts["mxquant"], 0);
+    assert_eq!(report.counts["mx_quant_linear"], 1, "{report:#?}");
+    let why: Vec<&str> = report
+        .rejections
+        .iter()
+        .filter(|r| r.rule == "mxquant")
+        .map(|r| r.reason.as_str())
+        .collect();
+    assert!(
+        why.len() == 1 && why[0].starts_with("run-time E8M0 scale of a spelling not recognised"),
+        "{why:?}"
+    );
+}
+
 #[test]
 fn unknown_scale_rule_is_refused() {
     for (c, round) in [

@@ -63,13 +63,11 @@ pub const KEYS: &[&str] = &[
 pub const MAX_THREADS: usize = 1024;
 
 fn parse_bool(key: &str, value: &str) -> Result<bool> {
-    match value.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "on" | "yes" => Ok(true),
-        "0" | "false" | "off" | "no" => Ok(false),
-        _ => Err(Error::invalid(format!(
+    graph_rewrites::pattern::parse_flag(value).ok_or_else(|| {
+        Error::invalid(format!(
             "provider option {key}: expected 0 or 1, got {value:?}"
-        ))),
-    }
+        ))
+    })
 }
 
 fn rule_list(value: &str) -> Vec<String> {

@@ -8,7 +8,7 @@ use super::builder::{Pattern, VKind};
 use super::emit::Emit;
 use super::matched::{safety_check, Fuse, Match, Reject, Site};
 use super::matcher::Matcher;
-use crate::view::{GraphView, ValueId};
+use crate::view::{GraphView, NodeId, ValueId};
 
 /// Session / CLI settings the rules read. Every rank of a tensor-parallel job must see the
 /// same settings, so fusion decisions never depend on rank-local state.
@@ -33,11 +33,8 @@ impl RuleConfig {
             c.scale_rule_override = Some(r.clone());
         }
         if let Some(v) = s.get("swiglu_fp32_activation") {
-            c.swiglu_fp32_activation = match v.as_str() {
-                "1" | "true" => true,
-                "0" | "false" => false,
-                _ => return Err(format!("swiglu_fp32_activation must be 0 or 1, got '{v}'")),
-            };
+            c.swiglu_fp32_activation = parse_flag(v)
+                .ok_or_else(|| format!("swiglu_fp32_activation must be 0 or 1, got '{v}'"))?;
         }
         if let Some(p) = s.get("nan_policy") {
             if p != "propagate" && p != "ignore" {
@@ -48,6 +45,16 @@ impl RuleConfig {
             c.nan_policy = Some(p.clone());
         }
         Ok(c)
+    }
+}
+
+/// An on/off setting as the CLI and the provider options spell it: `1` / `true` / `on` / `yes`
+/// or `0` / `false` / `off` / `no` (any case, surrounding blanks ignored).
+pub fn parse_flag(v: &str) -> Option<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "on" | "yes" => Some(true),
+        "0" | "false" | "off" | "no" => Some(false),
+        _ => None,
     }
 }
 
@@ -66,6 +73,13 @@ pub trait Rule: Sync + Send + 'static {
     /// Emits the replacement. The site's nodes are already removed; the replacement must
     /// produce every value in `site.produces`.
     fn rewrite(&self, site: &Site, params: Self::Params, e: &mut Emit<'_>) -> Result<(), String>;
+    /// Whether a structural non-match rooted at `anchor` is worth a refusal in the report (with
+    /// the most complete failed attempt as the reason), not silence: for roots that are plainly
+    /// this rule's business, such as a run-time MXFP8 quantize spelled in a way the pattern
+    /// does not know. Default: no.
+    fn report_no_match(&self, _g: &dyn GraphView, _anchor: NodeId) -> Option<&'static str> {
+        None
+    }
 }
 
 /// Outcome of trying a rule at one root value.
@@ -124,7 +138,15 @@ impl<R: Rule> DynRule for R {
         };
         let bindings = match Matcher::new(g, pat).run(root) {
             Ok(b) => b,
-            Err(why) => return Attempt::NoMatch(why),
+            Err(why) => {
+                return match self.report_no_match(g, anchor) {
+                    Some(what) => Attempt::Refused {
+                        anchor,
+                        reason: format!("{what}: {why}"),
+                    },
+                    None => Attempt::NoMatch(why),
+                }
+            }
         };
         let m = Match::new(g, pat, bindings, root);
         let fuse = match self.check(&m, cfg) {

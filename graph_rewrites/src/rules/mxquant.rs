@@ -21,8 +21,9 @@ use super::mx_consumers::{
     consumers_for, emit_kept_float, emit_matmuls, quant_outputs, Consumers, QuantAttrs,
 };
 use super::spellings::mx_quant::{check_mx_quant, mx_quant, MxQuantPat, QuantInfo};
+use crate::pattern::predicates::dtype;
 use crate::pattern::{Emit, Fuse, Match, Pat, Pattern, Rule, RuleConfig, Site};
-use crate::view::ValueId;
+use crate::view::{GraphView, NodeId, ValueId, ONNX_DOMAIN};
 
 pub struct MxQuantRule {
     pat: Pattern,
@@ -73,6 +74,20 @@ impl Rule for MxQuantRule {
         let mut fuse = Fuse::new(params);
         fuse = fuse.params.consumers.clone().absorb_into(fuse);
         Ok(fuse)
+    }
+
+    /// A `QuantizeLinear` whose E8M0 scale is computed at run time is an MXFP8 (or other MX)
+    /// quantize: when its scale subgraph is a spelling the pattern does not know, the report
+    /// says where the match stopped instead of staying silent (the quantize then runs unfused,
+    /// as `MxQuantizeLinear`).
+    fn report_no_match(&self, g: &dyn GraphView, anchor: NodeId) -> Option<&'static str> {
+        let scale = g.inputs(anchor).get(1).copied().flatten()?;
+        let e8m0 = g
+            .tensor_info(scale)
+            .is_some_and(|i| i.elem_type == dtype::FLOAT8E8M0);
+        (g.op_type(anchor) == "QuantizeLinear" && g.domain(anchor) == ONNX_DOMAIN && e8m0
+            && !g.is_constant(scale))
+        .then_some("run-time E8M0 scale of a spelling not recognised (runs unfused, as MxQuantizeLinear; the README lists the spellings)")
     }
 
     fn rewrite(&self, site: &Site, p: Params, e: &mut Emit<'_>) -> Result<(), String> {
