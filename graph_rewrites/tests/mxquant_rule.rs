@@ -295,6 +295,48 @@ fn gemm_with_bias_on_an_mx_weight_keeps_both_scales() {
     );
 }
 
+/// An MX weight stored `[N, K]` (torch's Linear layout, blocked along axis 1) reaching a MatMul
+/// through `Transpose` is that weight read with `trans_b = 1`: the Transpose and the
+/// DequantizeLinear go with the fusion. When something else also reads the Transpose, both stay
+/// for it and the MatMul still reads the MX constants.
+#[test]
+fn transposed_nk_mx_weight_is_read_with_trans_b() {
+    for (perm, other_reader) in [
+        (Some(&[1i64, 0][..]), false),
+        (None, false),
+        (Some(&[1, 0][..]), true),
+    ] {
+        let mut b = std_mx_dequant(2f32.powi(-8), false, "down");
+        b.init_raw("wq", FLOAT8E4M3FN, &[16, 64], vec![0x38; 64 * 16])
+            .init_raw("ws", FLOAT8E8M0, &[16, 2], vec![127; 32]);
+        let dq = [("axis", Attr::I(1)), ("block_size", Attr::I(32))];
+        b.node_in("", "DequantizeLinear", &["wq", "ws"], &["wd"], &dq);
+        match &perm {
+            Some(p) => b.node_in("", "Transpose", &["wd"], &["wt"], &[("perm", Attr::Is(p))]),
+            None => b.node("Transpose", &["wd"], &["wt"]),
+        };
+        b.node("MatMul", &["xd", "wt"], &["y"])
+            .output("y", FLOAT, &[4, 16]);
+        if other_reader {
+            b.node("Relu", &["wt"], &["r"])
+                .output("r", FLOAT, &[64, 16]);
+        }
+        let (report, g) = b.rewrite();
+        assert_eq!(report.counts["mxquant"], 1, "{report:#?}");
+        assert_eq!(
+            mxmatmul_snapshot(&g),
+            "MxMatMul(x_mxfp8, x_mxfp8_scale, wq, ws) output_dtype=Int(1) trans_b=Int(1)",
+            "{perm:?} {other_reader}"
+        );
+        let ops = op_types(&g);
+        assert_eq!(
+            ops.contains(&"Transpose".to_string()),
+            other_reader,
+            "{ops:?}"
+        );
+    }
+}
+
 /// A standard MX `DequantizeLinear` that cannot be absorbed (its reader is a Gemm whose bias
 /// does not broadcast to [M, N] or has another type, a Gemm with transA, a non-MatMul, or it
 /// is a graph output) no longer refuses the site: the quantizer still becomes `MxQuantize`,

@@ -50,6 +50,9 @@ pub enum Weight {
         values: ValueId,
         scales: ValueId,
         dequant: NodeId,
+        /// `MatMul(a, Transpose(DequantizeLinear(W [N, K], axis 1)))`: the Transpose, which
+        /// goes with the fusion like the DequantizeLinear (the MatMul reads W with `trans_b`).
+        transpose: Option<NodeId>,
     },
     /// The Quark fake-quant node `fake_quant` of the float constant `weight` `[K, N]`.
     QuarkFloat { weight: ValueId, fake_quant: NodeId },
@@ -60,7 +63,8 @@ pub enum Weight {
 pub struct MatMulUse {
     pub node: NodeId,
     pub weight: Weight,
-    /// The weight is `[N, K]` (a `Gemm` with `transB = 1`).
+    /// The weight is `[N, K]` (a `Gemm` with `transB = 1`, or a MatMul reading an MX weight
+    /// through a Transpose).
     pub trans_b: bool,
     /// A `Gemm`'s `alpha`, `beta` and bias C (1, 1, none for a MatMul).
     pub gemm: GemmTerms,
@@ -92,7 +96,8 @@ impl Default for GemmTerms {
 pub struct Consumers {
     pub matmuls: Vec<MatMulUse>,
     /// Activation DequantizeLinear nodes (standard spelling) absorbed with their MatMuls, and
-    /// the weight DequantizeLinears / Quark weight fake-quants that only absorbed MatMuls read:
+    /// the weight DequantizeLinears / Quark weight fake-quants (and a weight Transpose between
+    /// them and a MatMul) that only absorbed MatMuls read:
     /// `MxMatMul` reads the weight's E4M3 values and E8M0 scales (Quark's: quantized at rewrite
     /// time), so those nodes go with the fusion (in ONNX Runtime, the CPU EP has no kernel for
     /// the former, and the latter would otherwise run every step).
@@ -290,8 +295,30 @@ fn matmul_use(
         .map(|i| i.elem_type)
         .filter(|t| *t != 0)
         .unwrap_or(act_dtype);
-    let weight = classify_weight(g, b, k, trans_b)
-        .map_err(|r| reject!("{} '{name}': {}", g.op_type(mm), r.0))?;
+    // An MX `[N, K]` weight transposed for a MatMul (the layout torch's Linear stores) is that
+    // weight read with trans_b; any other Transpose output is a float weight like any tensor.
+    let transposed = plain_transpose(g, b)
+        .filter(|_| is_op(g, mm, ONNX_DOMAIN, "MatMul"))
+        .and_then(|(t, src)| match classify_weight(g, src, k, true) {
+            Ok(Weight::Mx {
+                values,
+                scales,
+                dequant,
+                ..
+            }) => Some(Weight::Mx {
+                values,
+                scales,
+                dequant,
+                transpose: Some(t),
+            }),
+            _ => None,
+        });
+    let trans_b = trans_b || transposed.is_some();
+    let weight = match transposed {
+        Some(w) => w,
+        None => classify_weight(g, b, k, trans_b)
+            .map_err(|r| reject!("{} '{name}': {}", g.op_type(mm), r.0))?,
+    };
     let weight_dtype = match &weight {
         Weight::Float(w) | Weight::QuarkFloat { weight: w, .. } => {
             g.tensor_info(*w).map(|i| i.elem_type).unwrap_or(out_dtype)
@@ -327,6 +354,26 @@ fn matmul_use(
         out,
         out_dtype,
     })
+}
+
+/// The Transpose producing `b` and its input, when it swaps the two axes of a rank-2 tensor
+/// (`perm = [1, 0]`, or no perm: reversed axes).
+fn plain_transpose(g: &dyn GraphView, b: ValueId) -> Option<(NodeId, ValueId)> {
+    let (t, _) = g.producer(b)?;
+    if !is_op(g, t, ONNX_DOMAIN, "Transpose") {
+        return None;
+    }
+    let src = g.inputs(t).first().copied().flatten()?;
+    let rank2 = g
+        .tensor_info(src)
+        .and_then(|i| i.shape)
+        .is_some_and(|s| s.len() == 2);
+    let swaps = match g.attr(t, "perm") {
+        None => true,
+        Some(crate::view::AttrValue::Ints(p)) => p == [1, 0],
+        Some(_) => false,
+    };
+    (rank2 && swaps).then_some((t, src))
 }
 
 /// `[K, N]` (`[N, K]` when `trans_b`) with K known and equal to the activation's K.
@@ -384,6 +431,7 @@ fn classify_weight(g: &dyn GraphView, b: ValueId, k: i64, trans_b: bool) -> Resu
                     values: wq,
                     scales: ws,
                     dequant: n,
+                    transpose: None,
                 });
             }
             return Err(reject!(
@@ -722,15 +770,31 @@ pub fn consumers_for(
         // The weight's DequantizeLinear or Quark fake-quant goes with the fusion when only the
         // absorbed MatMuls read it: the rewrite reads the constant behind it, so a claim without
         // it (the EP's) would see only a runtime float input at Compile and take another path.
-        let dequant = match u.weight {
-            Weight::Mx { dequant, .. } => dequant,
-            Weight::QuarkFloat { fake_quant, .. } => fake_quant,
+        let (dequant, transpose) = match u.weight {
+            Weight::Mx {
+                dequant, transpose, ..
+            } => (dequant, transpose),
+            Weight::QuarkFloat { fake_quant, .. } => (fake_quant, None),
             Weight::Float(_) => continue,
         };
-        let only_absorbed_read = g.outputs(dequant).iter().all(|&o| {
-            !g.is_graph_output(o) && g.consumers(o).iter().all(|(r, _)| absorbed.contains(r))
-        });
-        if only_absorbed_read && !c.dequant.contains(&dequant) {
+        let only_read_by = |n: NodeId, readers: &[NodeId]| {
+            g.outputs(n).iter().all(|&o| {
+                !g.is_graph_output(o) && g.consumers(o).iter().all(|(r, _)| readers.contains(r))
+            })
+        };
+        // A Transpose between them goes first; the DequantizeLinear then when only it, or only
+        // absorbed MatMuls, read it.
+        let mut readers = absorbed.clone();
+        if let Some(t) = transpose {
+            if !only_read_by(t, &absorbed) {
+                continue;
+            }
+            if !c.dequant.contains(&t) {
+                c.dequant.push(t);
+            }
+            readers.push(t);
+        }
+        if only_read_by(dequant, &readers) && !c.dequant.contains(&dequant) {
             c.dequant.push(dequant);
         }
     }
