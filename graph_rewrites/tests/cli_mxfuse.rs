@@ -106,6 +106,80 @@ fn rewrite_names_the_quark_nodes_it_leaves() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// The output or the report named like a file the rewrite reads (the input's external data,
+/// the input itself) is refused before anything is written: both stay as they were.
+#[test]
+fn outputs_that_would_clobber_inputs_are_refused() {
+    let dir = scratch("clobber");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../models/fixtures/samples/ortgenai_llama_tiny_fp32");
+    for f in ["model.onnx", "model.onnx.data"] {
+        std::fs::copy(src.join(f), dir.join(f)).unwrap();
+    }
+    let (input, data) = (dir.join("model.onnx"), dir.join("model.onnx.data"));
+    let before = (
+        std::fs::read(&input).unwrap(),
+        std::fs::read(&data).unwrap(),
+    );
+    for (out, report, why) in [
+        (data.clone(), None, "is the external data file"),
+        (
+            dir.join("o.onnx"),
+            Some(input.clone()),
+            "is the input model",
+        ),
+        (
+            dir.join("o.onnx"),
+            Some(data.clone()),
+            "is the external data file",
+        ),
+    ] {
+        let mut args = vec!["rewrite", s(&input), "-o", s(&out)];
+        if let Some(r) = &report {
+            args.extend(["--report", s(r)]);
+        }
+        let o = mxfuse(&args);
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert!(stderr(&o).contains(why), "{}", stderr(&o));
+    }
+    let after = (
+        std::fs::read(&input).unwrap(),
+        std::fs::read(&data).unwrap(),
+    );
+    assert!(before == after, "an input file changed");
+    assert!(!dir.join("o.onnx").exists());
+    // A report in a directory that does not exist yet is written there.
+    let o = mxfuse(&[
+        "rewrite",
+        s(&input),
+        "-o",
+        s(&dir.join("o.onnx")),
+        "--report",
+        s(&dir.join("new/r.json")),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(dir.join("new/r.json").is_file());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// An unknown `--set` key (a typo) is a usage error, like a bad value, not a silent default.
+#[test]
+fn unknown_or_bad_settings_exit_2() {
+    let dir = scratch("settings");
+    let (input, output) = (dir.join("in.onnx"), dir.join("out.onnx"));
+    write_plain_model(&input);
+    for set in [
+        "scale_rul=rceil",
+        "scale_rule=ceil",
+        "swiglu_fp32_activation=maybe",
+    ] {
+        let o = mxfuse(&["rewrite", s(&input), "-o", s(&output), "--set", set]);
+        assert_eq!(o.status.code(), Some(2), "{set}: {}", stderr(&o));
+        assert!(!output.exists(), "{set}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn bad_inputs_exit_1_with_one_error_line() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/bad");

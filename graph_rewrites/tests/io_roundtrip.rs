@@ -131,6 +131,56 @@ fn external_data_is_copied_never_hard_linked() {
     let _ = std::fs::remove_dir_all(scratch);
 }
 
+/// A sparse data file (placeholder weights: a file of zeros with few blocks allocated) placed
+/// next to a model saved elsewhere stays sparse, with the same bytes; no temporary file is left.
+#[cfg(unix)]
+#[test]
+fn sparse_external_data_is_copied_with_its_holes() {
+    use std::os::unix::fs::MetadataExt;
+    let Some(dir) = samples_dir() else { return };
+    let scratch = scratch_dir("external_sparse");
+    let (src_dir, out_dir) = (scratch.join("src"), scratch.join("out"));
+    std::fs::create_dir_all(&src_dir).unwrap();
+    std::fs::copy(
+        dir.join("ortgenai_llama_tiny_fp32/model.onnx"),
+        src_dir.join("model.onnx"),
+    )
+    .unwrap();
+    // The real bytes, then 64 MiB of hole: the model reads only the first part.
+    let data = std::fs::read(dir.join("ortgenai_llama_tiny_fp32/model.onnx.data")).unwrap();
+    let src_data = src_dir.join("model.onnx.data");
+    std::fs::write(&src_data, &data).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&src_data)
+        .unwrap();
+    f.set_len(data.len() as u64 + (64 << 20)).unwrap();
+    drop(f);
+    let g = load_graph(&src_dir.join("model.onnx")).unwrap();
+    save_graph(g, &out_dir.join("out.onnx")).unwrap();
+    let out_data = out_dir.join("model.onnx.data");
+    let (src_meta, out_meta) = (
+        std::fs::metadata(&src_data).unwrap(),
+        std::fs::metadata(&out_data).unwrap(),
+    );
+    assert_eq!(out_meta.len(), src_meta.len());
+    assert!(
+        out_meta.blocks() * 512 < (16 << 20),
+        "{} bytes allocated",
+        out_meta.blocks() * 512
+    );
+    assert_eq!(
+        std::fs::read(&src_data).unwrap(),
+        std::fs::read(&out_data).unwrap()
+    );
+    let names: Vec<String> = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!names.iter().any(|n| n.contains("mxfuse-tmp")), "{names:?}");
+    let _ = std::fs::remove_dir_all(scratch);
+}
+
 /// Runs the default pipeline on `input`, saves to `output`, returns the report's fusion count.
 fn rewrite(input: &Path, output: &Path) -> usize {
     let mut g = load_graph(input).unwrap();

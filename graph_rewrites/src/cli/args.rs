@@ -56,7 +56,9 @@ pub struct RewriteArgs {
     /// Print every refused site with its reason.
     #[arg(long)]
     pub explain: bool,
-    /// A rule setting, e.g. `scale_rule=rceil` (repeatable).
+    /// A rule setting (repeatable): scale_rule=floor|rceil (override every fused quantizer's
+    /// E8M0 rule), nan_policy=propagate|ignore, swiglu_fp32_activation=0|1 (vLLM's
+    /// unrounded SwiGLU activation); an unknown key is an error.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub settings: Vec<String>,
     /// Print wall time per phase (load, rewrite, save) and peak resident memory.

@@ -7,6 +7,8 @@
 pub mod args;
 pub mod dot;
 pub mod inspect;
+pub mod notes;
+pub mod paths;
 pub mod report;
 pub mod rewrite;
 pub mod sites;

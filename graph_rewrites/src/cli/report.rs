@@ -48,5 +48,5 @@ pub fn write_report(
     let mut text = serde_json::to_string_pretty(&json)
         .map_err(|e| Error::Invalid(format!("cannot serialise the report: {e}")))?;
     text.push('\n');
-    std::fs::write(path, text).map_err(|e| Error::io(path, e))
+    crate::io::write_atomically(path, text.as_bytes())
 }

@@ -180,9 +180,64 @@ pub fn place_external_files<'a>(
                 )));
             }
         }
-        fs::copy(&src, &dst).map_err(|e| Error::io(&dst, e))?;
+        copy_file(&src, &dst)?;
     }
     Ok(())
+}
+
+/// Copies `src` to `dst` through a temporary file renamed into place (a copy that fails part-way
+/// — a full disk — leaves no truncated `dst` that a retry would then refuse as different data).
+/// A sparse source (fewer blocks allocated than its length: placeholder weights) is copied with
+/// its zero runs left as holes, so a multi-GB file of zeros does not become one on disk.
+fn copy_file(src: &Path, dst: &Path) -> Result<(), Error> {
+    let meta = fs::metadata(src).map_err(|e| Error::io(src, e))?;
+    let tmp = super::temp_sibling(dst);
+    let copied = if is_sparse(&meta) {
+        copy_keeping_holes(src, &tmp)
+    } else {
+        fs::copy(src, &tmp).map(|_| ())
+    };
+    copied.and_then(|()| fs::rename(&tmp, dst)).map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        Error::io(dst, e)
+    })
+}
+
+/// Whether fewer bytes are allocated to the file than its length (always false off Unix).
+fn is_sparse(meta: &fs::Metadata) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        meta.blocks().saturating_mul(512) < meta.len()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        false
+    }
+}
+
+/// A streamed copy that seeks over all-zero chunks instead of writing them, then sets the
+/// length: the same bytes, with holes where the source had zeros.
+fn copy_keeping_holes(src: &Path, dst: &Path) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut from = fs::File::open(src)?;
+    let mut to = fs::File::create(dst)?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut len = 0u64;
+    loop {
+        let n = from.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        if buf[..n].iter().all(|&b| b == 0) {
+            to.seek(SeekFrom::Current(n as i64))?;
+        } else {
+            to.write_all(&buf[..n])?;
+        }
+        len += n as u64;
+    }
+    to.set_len(len)
 }
 
 /// Whether `a` and `b` are the same inode (always false off Unix).

@@ -1,11 +1,14 @@
 //! Loading and saving ONNX models.
 //!
+//! * Every file is written to a temporary name next to it and renamed into place, so a failed
+//!   write (a full disk) leaves no truncated model, report or data file behind.
 //! * Loading decodes the protobuf and never reads external data: tensors stored with
 //!   `data_location = EXTERNAL` stay metadata-only until a rule asks for their bytes
 //!   ([`crate::ir::Graph::read_initializer`]), so memory does not grow with weight size.
 //! * Saving writes the protobuf and, when the output lies in another directory than the input,
 //!   makes each external data file available next to the output under its unchanged relative
-//!   `location` (hard link, else streamed copy; see [`external`]). The written model therefore
+//!   `location` (a copy — a reflink where the file system can, holes kept — never a hard link;
+//!   see [`external`]). The written model therefore
 //!   resolves its external files wherever it is written, and stays loadable by ONNX Runtime,
 //!   which refuses absolute or `..` locations.
 //! * Initializers that rules created and that are at least [`spill::SPILL_MIN_BYTES`] are
@@ -77,7 +80,29 @@ fn prepare_output_dir(
 }
 
 fn write_model(model: &ModelProto, path: &Path) -> Result<(), Error> {
-    fs::write(path, model.encode_to_vec()).map_err(|e| Error::io(path, e))
+    write_atomically(path, &model.encode_to_vec())
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same directory renamed over it, so
+/// that a failure part-way (a full disk) leaves `path` as it was — the input itself when a model
+/// is rewritten in place. Missing parent directories are created.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    let dir = model_dir(path);
+    fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let tmp = temp_sibling(path);
+    let written = fs::write(&tmp, bytes).and_then(|()| fs::rename(&tmp, path));
+    written.map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        Error::io(path, e)
+    })
+}
+
+/// A file name next to `path` for a write that is renamed into place when complete.
+pub(crate) fn temp_sibling(path: &Path) -> PathBuf {
+    let mut name = std::ffi::OsString::from(".");
+    name.push(path.file_name().unwrap_or_default());
+    name.push(format!(".mxfuse-tmp-{}", std::process::id()));
+    path.with_file_name(name)
 }
 
 /// The directory a model file's relative paths resolve against ("." for a bare file name).

@@ -25,7 +25,7 @@ pub use builder::{OpBuilder, Pat, Pattern, N, V};
 pub use emit::{Emit, NodeSpec, RULE_METADATA_KEY};
 pub use matched::{Fuse, Match, Reject, Site};
 pub use opsets::OpId;
-pub use rule::{parse_flag, Attempt, DynRule, Rule, RuleConfig};
+pub use rule::{parse_flag, Attempt, DynRule, Rule, RuleConfig, SETTINGS};
 
 #[cfg(test)]
 mod tests;

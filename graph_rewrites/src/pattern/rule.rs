@@ -23,8 +23,15 @@ pub struct RuleConfig {
 }
 
 impl RuleConfig {
-    /// Reads `scale_rule`, `swiglu_fp32_activation`, `nan_policy` from key/value settings.
+    /// Reads [`SETTINGS`] from key/value settings; any other key is an error (a mistyped key
+    /// would otherwise leave its default in force without a word).
     pub fn from_settings(s: &BTreeMap<String, String>) -> Result<Self, String> {
+        if let Some(k) = s.keys().find(|k| !SETTINGS.contains(&k.as_str())) {
+            return Err(format!(
+                "unknown setting '{k}' (known: {})",
+                SETTINGS.join(", ")
+            ));
+        }
         let mut c = RuleConfig::default();
         if let Some(r) = s.get("scale_rule") {
             if r != "floor" && r != "rceil" {
@@ -33,8 +40,9 @@ impl RuleConfig {
             c.scale_rule_override = Some(r.clone());
         }
         if let Some(v) = s.get("swiglu_fp32_activation") {
-            c.swiglu_fp32_activation = parse_flag(v)
-                .ok_or_else(|| format!("swiglu_fp32_activation must be 0 or 1, got '{v}'"))?;
+            c.swiglu_fp32_activation = parse_flag(v).ok_or_else(|| {
+                format!("swiglu_fp32_activation must be 0 or 1 (or true / false), got '{v}'")
+            })?;
         }
         if let Some(p) = s.get("nan_policy") {
             if p != "propagate" && p != "ignore" {
@@ -47,6 +55,9 @@ impl RuleConfig {
         Ok(c)
     }
 }
+
+/// The rule settings (`mxfuse rewrite --set KEY=VALUE`, provider options of the same names).
+pub const SETTINGS: &[&str] = &["scale_rule", "swiglu_fp32_activation", "nan_policy"];
 
 /// An on/off setting as the CLI and the provider options spell it: `1` / `true` / `on` / `yes`
 /// or `0` / `false` / `off` / `no` (any case, surrounding blanks ignored).

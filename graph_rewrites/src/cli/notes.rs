@@ -1,0 +1,159 @@
+//! Lines `mxfuse rewrite` prints after its table about what the rewritten model still needs
+//! or what the rewrite did not look at.
+
+use crate::onnx_pb::{GraphProto, ModelProto, NodeProto};
+use crate::view::{GraphView, QUARK_DOMAIN};
+
+/// A line when the rewritten graph keeps AMD Quark nodes (those the rules refused): the custom-op
+/// library does not register Quark's domain (ORT fails a session that registers a domain twice,
+/// and Quark's own library registers it), so the offline model needs the plugin EP, or Quark's
+/// library beside ours, to run. Empty otherwise.
+pub fn foreign_note(g: &impl GraphView) -> String {
+    let n = g
+        .nodes()
+        .iter()
+        .filter(|&&n| g.domain(n) == QUARK_DOMAIN)
+        .count();
+    if n == 0 {
+        return String::new();
+    }
+    format!(
+        "note: {n} {QUARK_DOMAIN} node(s) stay unfused (refusals above): ONNX Runtime runs the \
+         rewritten model with the mxfuse plugin EP, or with AMD Quark's custom-op library \
+         registered beside libmxfuse_ep.so, not with the mxfuse custom-op library alone\n"
+    )
+}
+
+/// A line when MX quantization nodes sit inside control-flow bodies (`If` / `Loop` / `Scan`) or
+/// model-local functions: the rules rewrite the main graph only, so those stay as they are
+/// (and ONNX Runtime's CPU EP has no E8M0 Q/DQ kernel for them). Counted: `Cast` to
+/// FLOAT8E8M0, blocked `QuantizeLinear` / `DequantizeLinear`, AMD Quark's fake-quant op.
+/// Empty when there are none.
+pub fn nested_mx_note(model: &ModelProto) -> String {
+    let mut n = 0usize;
+    if let Some(g) = &model.graph {
+        for node in &g.node {
+            n += nested_in_attrs(node);
+        }
+    }
+    for f in &model.functions {
+        n += f
+            .node
+            .iter()
+            .map(|x| is_mx_node(x) as usize + nested_in_attrs(x))
+            .sum::<usize>();
+    }
+    if n == 0 {
+        return String::new();
+    }
+    format!(
+        "note: {n} MX quantization node(s) inside If / Loop / Scan bodies or model functions are \
+         not rewritten (mxfuse rewrites the main graph); ONNX Runtime's CPU EP cannot run E8M0 \
+         quantization there\n"
+    )
+}
+
+/// MX nodes in the subgraphs of `node`'s attributes (at any depth).
+fn nested_in_attrs(node: &NodeProto) -> usize {
+    node.attribute
+        .iter()
+        .flat_map(|a| a.g.iter().chain(&a.graphs))
+        .map(count_in_graph)
+        .sum()
+}
+
+fn count_in_graph(g: &GraphProto) -> usize {
+    g.node
+        .iter()
+        .map(|n| is_mx_node(n) as usize + nested_in_attrs(n))
+        .sum()
+}
+
+/// FLOAT8E8M0 in ONNX's numbering.
+const FLOAT8E8M0: i64 = 24;
+
+fn is_mx_node(n: &NodeProto) -> bool {
+    let op = n.op_type.as_deref().unwrap_or("");
+    let domain = n.domain.as_deref().unwrap_or("");
+    let int_attr = |name: &str| {
+        n.attribute
+            .iter()
+            .find(|a| a.name.as_deref() == Some(name))
+            .and_then(|a| a.i)
+    };
+    match (domain, op) {
+        (QUARK_DOMAIN, "MXQuantizeDequantize") => true,
+        ("" | "ai.onnx", "Cast") => int_attr("to") == Some(FLOAT8E8M0),
+        ("" | "ai.onnx", "QuantizeLinear" | "DequantizeLinear") => {
+            int_attr("block_size").is_some_and(|b| b > 0)
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::onnx_pb::{AttributeProto, FunctionProto};
+    use crate::testing::{node_proto, Attr};
+
+    /// An If whose then-branch holds a Cast to E8M0 and a blocked QuantizeLinear, whose
+    /// else-branch holds a Loop with a Quark fake-quant, and a function with a blocked
+    /// DequantizeLinear: 4 nested MX nodes; the main graph's own Cast does not count.
+    #[test]
+    fn counts_mx_nodes_in_bodies_and_functions_only() {
+        let branch = |nodes: Vec<NodeProto>| GraphProto {
+            node: nodes,
+            ..Default::default()
+        };
+        let graph_attr = |name: &str, g: GraphProto| AttributeProto {
+            name: Some(name.into()),
+            g: Some(g),
+            ..Default::default()
+        };
+        let cast = node_proto("", "Cast", "c", &["a"], &["s"], &[("to", Attr::I(24))]);
+        let q = node_proto(
+            "",
+            "QuantizeLinear",
+            "q",
+            &["a", "s"],
+            &["y"],
+            &[("block_size", Attr::I(32))],
+        );
+        let fq = node_proto(
+            QUARK_DOMAIN,
+            "MXQuantizeDequantize",
+            "f",
+            &["a"],
+            &["b"],
+            &[],
+        );
+        let per_tensor_q = node_proto("", "QuantizeLinear", "p", &["a", "s"], &["z"], &[]);
+        let mut lp = node_proto("", "Loop", "l", &[], &[], &[]);
+        lp.attribute
+            .push(graph_attr("body", branch(vec![fq, per_tensor_q])));
+        let mut iff = node_proto("", "If", "i", &["c"], &["o"], &[]);
+        iff.attribute
+            .push(graph_attr("then_branch", branch(vec![cast.clone(), q])));
+        iff.attribute
+            .push(graph_attr("else_branch", branch(vec![lp])));
+        let dq = node_proto(
+            "",
+            "DequantizeLinear",
+            "d",
+            &["y", "s"],
+            &["x"],
+            &[("block_size", Attr::I(32))],
+        );
+        let model = ModelProto {
+            graph: Some(branch(vec![cast, iff])),
+            functions: vec![FunctionProto {
+                node: vec![dq],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        assert!(nested_mx_note(&model).starts_with("note: 4 MX quantization node(s)"));
+        assert_eq!(nested_mx_note(&ModelProto::default()), "");
+    }
+}
