@@ -84,6 +84,15 @@ def foreign_nodes(path):
     return sum(1 for n in m.graph.node if n.domain == "com.amd.quark")
 
 
+def load_session(path, so, providers=None):
+    """The session, or exit with ONNX Runtime's reason in one line (an IR-14 / opset-28 model, a
+    bf16 model ORT's CPU EP has no kernels for) instead of a traceback."""
+    try:
+        return ort.InferenceSession(path, sess_options=so, providers=providers)
+    except Exception as e:  # ORT raises its own exception types
+        sys.exit(f"ONNX Runtime cannot load {path}: {str(e).splitlines()[0]}")
+
+
 def ep_session_options(lib):
     """Session options with the mxfuse plugin EP on the CPU device."""
     devices = [d for d in ort.get_ep_devices()
@@ -95,6 +104,8 @@ def ep_session_options(lib):
 
 
 def main():
+    if len(sys.argv) not in (3, 4) or sys.argv[1] in ("-h", "--help"):
+        sys.exit(__doc__.strip())
     original, rewritten = sys.argv[1], sys.argv[2]
     lib = sys.argv[3] if len(sys.argv) > 3 else os.path.join("target", "release", "libmxfuse_ep.so")
     lib = os.path.abspath(lib)
@@ -113,7 +124,7 @@ def main():
     ort.register_execution_provider_library(EP_NAME, lib)
     so = ep_session_options(lib)
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
-    session = ort.InferenceSession(original, sess_options=so)
+    session = load_session(original, so)
     placed = {}
     for sg in session.get_provider_graph_assignment_info():
         n, k = placed.get(sg.ep_name, (0, 0))
@@ -134,8 +145,7 @@ def main():
         so2 = ort.SessionOptions()
         so2.log_severity_level = 3
         so2.register_custom_ops_library(lib)
-    offline = ort.InferenceSession(rewritten, sess_options=so2, providers=None if quark else ["CPUExecutionProvider"])
-    offline = offline.run(fetch, feeds)
+    offline = load_session(rewritten, so2, None if quark else ["CPUExecutionProvider"]).run(fetch, feeds)
 
     ok = True
     for name, a, b in zip(fetch, online, offline):

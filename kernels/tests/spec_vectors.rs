@@ -1,4 +1,4 @@
-//! The 12 test vectors of shared/spec/mxfp8-numerics.md §6.3 and onnx.reference golden rows,
+//! The 12 test vectors of docs/spec/mxfp8-numerics.md §6.3 and onnx.reference golden rows,
 //! checked against the reference quantizer and the fast one.
 
 mod common;

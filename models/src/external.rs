@@ -63,6 +63,9 @@ pub fn into_inline(built: BuiltModel) -> ModelProto {
 /// Writes `built` to `path`: inline (`external = false`), or with every initializer of at least
 /// [`EXTERNAL_THRESHOLD`] bytes in `<file name>.data` beside it.
 pub fn write_model(built: BuiltModel, path: &Path, external: bool) -> Result<WriteStats> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+    }
     let (model, data_file, external_tensors) = if external {
         let (m, data, n) = externalize(built, path)?;
         (m, Some(data), n)

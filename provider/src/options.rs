@@ -43,7 +43,7 @@ pub enum DeviceChoice {
 }
 
 /// Options passed through to the rules engine as pipeline settings (`RuleConfig`).
-pub const RULE_SETTINGS: &[&str] = &["scale_rule", "swiglu_fp32_activation", "nan_policy"];
+pub const RULE_SETTINGS: &[&str] = graph_rewrites::pattern::SETTINGS;
 
 /// The documented option keys (without prefix), for error messages and docs/provider.md.
 pub const KEYS: &[&str] = &[

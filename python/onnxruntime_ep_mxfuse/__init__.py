@@ -55,11 +55,19 @@ def get_ep_devices(ort_module=None, device: str = "auto") -> list:
 
     On a machine with a usable GPU the EP offers a CPU and a GPU device, and ONNX Runtime
     refuses a session given devices with different memory, so pick one type: ``"cpu"``,
-    ``"gpu"``, or ``"auto"`` (the GPU if the EP offers one, else the CPU).
+    ``"gpu"``, or ``"auto"`` (the GPU if the EP offers one, else the CPU). The EP library must
+    be registered first (``register(ort)``, or ``ort.register_execution_provider_library(
+    get_ep_name(), get_library_path())``); otherwise this raises ``RuntimeError``. A ``"gpu"``
+    request on a machine where the EP offers no GPU device returns an empty list.
     """
     if ort_module is None:
         import onnxruntime as ort_module
     mine = [d for d in ort_module.get_ep_devices() if d.ep_name == _EP_NAME]
+    if not mine:
+        raise RuntimeError(
+            f"{_EP_NAME} offers no device: register the library first, e.g. "
+            "onnxruntime_ep_mxfuse.register(onnxruntime)"
+        )
     kinds = {"cpu": ort_module.OrtHardwareDeviceType.CPU, "gpu": ort_module.OrtHardwareDeviceType.GPU}
     if device == "auto":
         device = "gpu" if any(d.device.type == kinds["gpu"] for d in mine) else "cpu"

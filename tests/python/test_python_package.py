@@ -57,3 +57,13 @@ def test_wheel_bundles_the_library_with_a_platform_tag(tmp_path, lib):
     names = zipfile.ZipFile(whl).namelist()
     assert "onnxruntime_ep_mxfuse/libmxfuse_ep.so" in names
     assert "onnxruntime_ep_mxfuse/__init__.py" in names
+
+
+def test_get_ep_devices_says_when_the_library_is_not_registered(tmp_path, lib):
+    """Before registration ORT lists none of our devices: a clear error, not an empty list that
+    ORT later rejects with "Must provide one or more OrtEpDevice instances"."""
+    import types
+    mx = load_package(tmp_path, lib)
+    unregistered = types.SimpleNamespace(get_ep_devices=lambda: [], OrtHardwareDeviceType=ort.OrtHardwareDeviceType)
+    with pytest.raises(RuntimeError, match="register the library first"):
+        mx.get_ep_devices(unregistered, "cpu")

@@ -6,7 +6,12 @@ use clap::{Args, Parser, Subcommand};
 
 /// Offline MXFP8 fusion of ONNX decoder models.
 #[derive(Debug, Parser)]
-#[command(name = "mxfuse", version, about)]
+#[command(
+    name = "mxfuse",
+    version,
+    about = "Fuse MXFP8 activation quantization into the kernels around it in ONNX decoder models \
+             (the offline rewriter of the mxfuse ONNX Runtime execution provider)"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -69,6 +69,22 @@ fn count_in_graph(g: &GraphProto) -> usize {
         .sum()
 }
 
+/// The newest ONNX IR version ONNX Runtime 1.31 loads.
+const ORT_MAX_IR: i64 = 13;
+
+/// A line when the model's IR version is newer than ONNX Runtime 1.31 loads (SwiGLU-28 models:
+/// IR 14, opset 28): the rewrite keeps the model's IR version and opset imports, so neither
+/// model runs there yet. Empty otherwise.
+pub fn ir_note(model: &ModelProto) -> String {
+    match model.ir_version {
+        Some(v) if v > ORT_MAX_IR => format!(
+            "note: the model is ONNX IR version {v}: ONNX Runtime 1.31 loads up to IR {ORT_MAX_IR}, so \
+             neither it nor the rewrite runs there (the rewrite keeps the IR version and opsets)\n"
+        ),
+        _ => String::new(),
+    }
+}
+
 /// FLOAT8E8M0 in ONNX's numbering.
 const FLOAT8E8M0: i64 = 24;
 
@@ -155,5 +171,11 @@ mod tests {
         };
         assert!(nested_mx_note(&model).starts_with("note: 4 MX quantization node(s)"));
         assert_eq!(nested_mx_note(&ModelProto::default()), "");
+        let ir = |v| ModelProto {
+            ir_version: Some(v),
+            ..Default::default()
+        };
+        assert!(ir_note(&ir(14)).contains("IR version 14"));
+        assert_eq!(ir_note(&ir(13)), "");
     }
 }

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use super::args::RewriteArgs;
-use super::notes::{foreign_note, nested_mx_note};
+use super::notes::{foreign_note, ir_note, nested_mx_note};
 use super::paths::check_output_paths;
 use super::stats::PhaseTimer;
 use super::{parse_settings, report, table, CliError};
@@ -39,7 +39,7 @@ pub fn run_rewrite(args: &RewriteArgs) -> Result<String, CliError> {
         args.report.as_deref(),
         &external_locations(&model)?,
     )?;
-    let nested = nested_mx_note(&model);
+    let nested = nested_mx_note(&model) + &ir_note(&model);
     let mut g = Graph::from_model(model, Some(model_dir(&args.input)))?;
     timer.lap("load");
     let report = run_pipeline(&mut g, &opts)?;

@@ -9,8 +9,8 @@ use crate::pipeline::{Rejection, RewriteReport};
 /// How many distinct reasons the table shows per rule.
 const TOP_REASONS: usize = 2;
 
-/// The table as text, one line per rule in `counts` order (rules that only refused are listed
-/// too).
+/// The table as text, one line per rule in pipeline order (`mxfuse rules`; rules that only
+/// refused are listed too).
 pub fn summary_table(report: &RewriteReport) -> String {
     let mut rules: Vec<&str> = report.counts.keys().map(String::as_str).collect();
     for r in &report.rejections {
@@ -18,6 +18,8 @@ pub fn summary_table(report: &RewriteReport) -> String {
             rules.push(&r.rule);
         }
     }
+    let order = crate::pipeline::rule_names();
+    rules.sort_by_key(|r| order.iter().position(|o| o == r).unwrap_or(usize::MAX));
     let width = rules.iter().map(|r| r.len()).max().unwrap_or(0).max(4);
     let mut out = String::new();
     let _ = writeln!(

@@ -42,22 +42,29 @@ struct Args {
     /// Activation / weight float type.
     #[arg(long, value_enum)]
     dtype: Option<DType>,
+    /// How the RMSNorm is spelled (default: the preset's).
     #[arg(long, value_enum)]
     norm: Option<NormSpelling>,
+    /// How the norm weight is applied: plain `n·w` or Gemma `n·(1+w)` (default: the preset's).
     #[arg(long, value_enum)]
     gamma: Option<GammaForm>,
     /// Decomposed norms in f16/bf16: no Casts to float around the norm math.
     #[arg(long)]
     no_norm_casts: bool,
+    /// How the SwiGLU activation is spelled (default: the preset's).
     #[arg(long, value_enum)]
     swiglu: Option<SwigluSpelling>,
+    /// How gate and up come from the MLP input (default: the preset's).
     #[arg(long, value_enum)]
     gate_up: Option<GateUpForm>,
+    /// How the MXFP8 activation quantization in front of each MatMul is spelled (default: the
+    /// preset's).
     #[arg(long, value_enum)]
     quant: Option<QuantSpelling>,
     /// Consumer MatMul weight form.
     #[arg(long, value_enum)]
     weights: Option<WeightForm>,
+    /// Operand order of the residual Adds (default: the preset's).
     #[arg(long, value_enum)]
     add_order: Option<AddOrder>,
     /// Give the first layer a residual input too (a pipeline stage, not a first layer).
@@ -81,12 +88,13 @@ struct Args {
     /// Fixed sequence length (default: symbolic `seq`).
     #[arg(long)]
     seq: Option<usize>,
+    /// Seed of the random weights (default: the preset's; the same seed gives the same model).
     #[arg(long)]
     seed: Option<u64>,
     /// Print the expected fusion counts as JSON on stdout.
     #[arg(long)]
     print_expected: bool,
-    /// Output .onnx path.
+    /// Output .onnx path (missing directories are created).
     #[arg(short = 'o', long, required_unless_present = "fixtures")]
     output: Option<PathBuf>,
     /// Instead of one model: write the whole fixture set and its manifest.json into DIR.

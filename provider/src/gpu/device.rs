@@ -320,8 +320,13 @@ impl Placement {
                 true,
             ),
             (false, DeviceChoice::Gpu, false) => {
-                let gpu = gpu_runtime()
-                    .map_err(|e| Error::Unsupported(format!("provider option device=gpu: {e}")))?;
+                let gpu = gpu_runtime().map_err(|e| match e {
+                    // Its message without the variant's own "not supported: " prefix.
+                    Error::Unsupported(why) => {
+                        Error::Unsupported(format!("provider option device=gpu: {why}"))
+                    }
+                    other => other,
+                })?;
                 device(gpu, true, false)
             }
             (false, _, false) => Ok(Placement::Cpu),
