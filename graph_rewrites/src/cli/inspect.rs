@@ -25,7 +25,14 @@ pub fn run_inspect(args: &InspectArgs) -> Result<String, CliError> {
     out.push_str(&sites_text(&sites));
     if let Some(dir) = &args.dot {
         write_dot_files(dir, &g, &rewritten, &sites)?;
-        let _ = writeln!(out, "wrote {} site views to {}", sites.len(), dir.display());
+        let fused = sites.iter().filter(|s| s.verdict.is_ok()).count();
+        let _ = writeln!(
+            out,
+            "wrote {} site views to {} (a before view per site, an after view per fused one: {} files)",
+            sites.len(),
+            dir.display(),
+            sites.len() + fused
+        );
     }
     Ok(out)
 }

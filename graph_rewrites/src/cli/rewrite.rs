@@ -7,8 +7,7 @@ use super::notes::{foreign_note, ir_note, nested_mx_note};
 use super::paths::check_output_paths;
 use super::stats::PhaseTimer;
 use super::{parse_settings, report, table, CliError};
-use crate::io::{external_locations, load_model, model_dir, save_graph};
-use crate::ir::Graph;
+use crate::io::{external_locations, graph_from_model, load_model, save_graph};
 use crate::pattern::RuleConfig;
 use crate::pipeline::{rule_names, run_pipeline, PipelineOptions};
 
@@ -40,7 +39,7 @@ pub fn run_rewrite(args: &RewriteArgs) -> Result<String, CliError> {
         &external_locations(&model)?,
     )?;
     let nested = nested_mx_note(&model) + &ir_note(&model);
-    let mut g = Graph::from_model(model, Some(model_dir(&args.input)))?;
+    let mut g = graph_from_model(model, &args.input)?;
     timer.lap("load");
     let report = run_pipeline(&mut g, &opts)?;
     timer.lap("rewrite");

@@ -40,8 +40,16 @@ pub fn load_model(path: &Path) -> Result<ModelProto, Error> {
 /// Loads and validates a model into the arena IR; external data resolves against the model's
 /// directory.
 pub fn load_graph(path: &Path) -> Result<Graph, Error> {
-    let model = load_model(path)?;
-    Graph::from_model(model, Some(model_dir(path)))
+    graph_from_model(load_model(path)?, path)
+}
+
+/// The arena IR of `model`, read from `path` (external data resolves against its directory); a
+/// model the IR refuses names the file in the error.
+pub fn graph_from_model(model: ModelProto, path: &Path) -> Result<Graph, Error> {
+    Graph::from_model(model, Some(model_dir(path))).map_err(|e| match e {
+        Error::Invalid(why) => Error::Invalid(format!("{}: {why}", path.display())),
+        other => other,
+    })
 }
 
 /// Writes `model` to `path`. `src_dir` is the directory its external `location`s are relative
