@@ -52,6 +52,13 @@ pub fn check_block_multiple(what: &str, k: usize) -> Result<()> {
     Ok(())
 }
 
+/// `a · b` elements, or an error when the product overflows `usize` (a shape that large has no
+/// buffer; unchecked, it would wrap to a small count a short buffer then passes).
+pub fn elems(what: &str, a: usize, b: usize) -> Result<usize> {
+    a.checked_mul(b)
+        .ok_or_else(|| shape_err!("{what}: {a} × {b} elements overflow the address space"))
+}
+
 /// Checks a buffer length against its expected element count.
 pub fn check_len(what: &str, got: usize, want: usize) -> Result<()> {
     if got != want {
@@ -110,7 +117,7 @@ pub fn check_swiglu_io<T: Element>(
 ) -> Result<usize> {
     check_block_multiple("I", i)?;
     let rows = match input {
-        SwiGluInput::Fused(gu) => rows_of("gate_up", gu.len(), 2 * i)?,
+        SwiGluInput::Fused(gu) => rows_of("gate_up", gu.len(), elems("gate_up row", 2, i)?)?,
         SwiGluInput::Separate { gate, up } => {
             check_len("up", up.len(), gate.len())?;
             rows_of("gate", gate.len(), i)?
@@ -132,17 +139,18 @@ pub fn check_matmul_io(
     y_len: usize,
 ) -> Result<()> {
     check_block_multiple("K", k)?;
-    check_len("a_q", a_q.len(), m * k)?;
-    check_len("a_scale", a_scales.len(), m * (k / BLOCK))?;
+    let (mk, kn, mn) = (elems("A", m, k)?, elems("B", k, n)?, elems("y", m, n)?);
+    check_len("a_q", a_q.len(), mk)?;
+    check_len("a_scale", a_scales.len(), mk / BLOCK)?;
     let b_len = match b {
         MatB::F32(b) => b.len(),
         MatB::F16(b) => b.len(),
         MatB::BF16(b) => b.len(),
         MatB::Mx { q, scales } => {
-            check_len("b_scale", scales.len(), (k / BLOCK) * n)?;
+            check_len("b_scale", scales.len(), kn / BLOCK)?;
             q.len()
         }
     };
-    check_len("b", b_len, k * n)?;
-    check_len("y", y_len, m * n)
+    check_len("b", b_len, kn)?;
+    check_len("y", y_len, mn)
 }

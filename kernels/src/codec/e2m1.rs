@@ -48,9 +48,18 @@ pub fn e2m1_to_e4m3(code: u8) -> u8 {
 }
 
 /// Widens `n` packed E2M1 values into `n` E4M3FN bytes of the same values (a padding nibble past
-/// `n` is not read). `packed` must hold at least `packed_len(n)` bytes.
+/// `n` is not read).
+///
+/// # Panics
+/// If `packed` holds fewer than `packed_len(n)` bytes or `out` fewer than `n` (the missing
+/// values would otherwise come out as zeros).
 pub fn widen_to_e4m3(packed: &[u8], n: usize, out: &mut [u8]) {
-    debug_assert!(packed.len() >= packed_len(n) && out.len() >= n);
+    assert!(
+        packed.len() >= packed_len(n) && out.len() >= n,
+        "widen_to_e4m3: {} packed bytes and {} outputs for {n} values",
+        packed.len(),
+        out.len()
+    );
     for (pair, &b) in out[..n].chunks_mut(2).zip(packed) {
         pair[0] = E2M1_TO_E4M3[(b & 0x0F) as usize];
         if let Some(hi) = pair.get_mut(1) {
@@ -59,7 +68,7 @@ pub fn widen_to_e4m3(packed: &[u8], n: usize, out: &mut [u8]) {
     }
 }
 
-/// [`widen_to_e4m3`] into a new vector.
+/// [`widen_to_e4m3`] into a new vector (panics as it does).
 pub fn widened_e4m3(packed: &[u8], n: usize) -> Vec<u8> {
     let mut out = vec![0u8; n];
     widen_to_e4m3(packed, n, &mut out);

@@ -46,12 +46,14 @@ pub fn mx_matmul_cols<O: Element>(
 ) -> Result<()> {
     let (n, k) = (w.n, w.k);
     crate::slices::check_block_multiple("K", k)?;
-    let padded = n.div_ceil(GROUP) * GROUP;
-    crate::slices::check_len("packed b", w.q.len(), padded * k)?;
-    crate::slices::check_len("packed b_scale", w.scales.len(), padded * k / BLOCK)?;
-    crate::slices::check_len("a_q", a_q.len(), m * k)?;
-    crate::slices::check_len("a_scale", a_scales.len(), m * k / BLOCK)?;
-    crate::slices::check_len("y", y.len(), m * n)?;
+    use crate::slices::{check_len, elems};
+    let packed = elems("packed B", n.div_ceil(GROUP) * GROUP, k)?;
+    let (mk, mn) = (elems("A", m, k)?, elems("y", m, n)?);
+    check_len("packed b", w.q.len(), packed)?;
+    check_len("packed b_scale", w.scales.len(), packed / BLOCK)?;
+    check_len("a_q", a_q.len(), mk)?;
+    check_len("a_scale", a_scales.len(), mk / BLOCK)?;
+    check_len("y", y.len(), mn)?;
     ep.check_dims(m, n)?;
     if m == 0 || n == 0 {
         return Ok(());
@@ -86,6 +88,10 @@ pub(super) const CHUNK: usize = 64;
 /// `[N, K]` MXFP8 weights `q` (`n·k` bytes) with scales `[N, K/32]` in the column-group layout
 /// (module docs): (`n.div_ceil(16)·16·k` bytes, `n.div_ceil(16)·16·k/32` scales). Columns past
 /// `n` hold zeros with scale 127.
+///
+/// # Panics
+/// If `k` is not a positive multiple of 32 or `q` / `scales` are shorter than `n·k` / `n·k/32`
+/// (a prepack of constant weights: the caller has checked the shapes).
 pub fn pack(q: &[u8], scales: &[u8], n: usize, k: usize) -> (Vec<u8>, Vec<u8>) {
     let padded = n.div_ceil(GROUP) * GROUP;
     let (mut pq, mut ps) = (vec![0u8; padded * k], vec![0u8; padded * k / BLOCK]);
@@ -94,10 +100,19 @@ pub fn pack(q: &[u8], scales: &[u8], n: usize, k: usize) -> (Vec<u8>, Vec<u8>) {
 }
 
 /// [`pack`] into `pq` / `ps` of exactly those lengths (every byte written), e.g. a buffer in
-/// huge pages.
+/// huge pages. Panics as [`pack`] does, and on output buffers of other lengths.
 pub fn pack_into(q: &[u8], scales: &[u8], n: usize, k: usize, (pq, ps): (&mut [u8], &mut [u8])) {
     let kb = k / BLOCK;
-    assert!(k.is_multiple_of(BLOCK) && q.len() >= n * k && scales.len() >= n * kb);
+    assert!(
+        k > 0 && k.is_multiple_of(BLOCK) && n.checked_mul(k).is_some_and(|nk| q.len() >= nk),
+        "cols_layout::pack: k = {k} (a positive multiple of {BLOCK}) and {} weight bytes for n = {n}",
+        q.len()
+    );
+    assert!(
+        scales.len() >= n * kb,
+        "cols_layout::pack: {} scales for n = {n}, k = {k}",
+        scales.len()
+    );
     let padded = n.div_ceil(GROUP) * GROUP;
     assert!(pq.len() == padded * k && ps.len() == padded * kb);
     // Zero weights in the padding columns (everything else is overwritten below).
@@ -130,6 +145,9 @@ pub fn pack_into(q: &[u8], scales: &[u8], n: usize, k: usize, (pq, ps): (&mut [u
 
 /// Columns n0..n0+cols of the packed weights ([`pack`], group-aligned n0) back in the `[N, K]`
 /// layout: (`cols·k` bytes, `cols·k/32` scales). For what runs off this kernel's route.
+///
+/// # Panics
+/// If `n0` is not a multiple of 16 or the packed buffers do not hold those columns.
 pub fn unpack(pq: &[u8], ps: &[u8], k: usize, (n0, cols): (usize, usize)) -> (Vec<u8>, Vec<u8>) {
     let kb = k / BLOCK;
     assert!(n0.is_multiple_of(GROUP) && pq.len() >= (n0 + cols).div_ceil(GROUP) * GROUP * k);

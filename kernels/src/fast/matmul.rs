@@ -259,7 +259,7 @@ pub fn mx_matmul_quantize_a<T: FastElement, O: Element>(
     ep: &Epilogue,
     par: &dyn Parallel,
 ) -> Result<()> {
-    crate::slices::check_len("x", x.len(), m * k)?;
+    crate::slices::check_len("x", x.len(), crate::slices::elems("A", m, k)?)?;
     crate::slices::check_block_multiple("K", k)?;
     let mut a_q = vec![0u8; m * k];
     let mut a_s = vec![0u8; m * k / BLOCK];

@@ -49,7 +49,9 @@ impl Tensor {
                 "onnx_ops tensors are float, got {dtype:?}"
             )));
         }
-        if shape.iter().product::<usize>() != data.len() {
+        // A wrapping product would let an enormous shape pass with few values.
+        let numel = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+        if numel != Some(data.len()) {
             return Err(shape_err!(
                 "shape {shape:?} does not hold {} values",
                 data.len()
