@@ -69,8 +69,16 @@ pub struct RewriteReport {
     pub near_misses: Vec<Rejection>,
     /// Separate activation-quantize ops before and after the rewrite.
     pub quantize_ops: QuantizeOps,
+    /// Duplicate quantize-chain nodes merged before the rules ran
+    /// ([`crate::ir::merge_quant_chains`]).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub merged_duplicates: usize,
     /// Fusions and refusals per decoder layer.
     pub layers: Vec<LayerSummary>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// A candidate site as `inspect` and the provider see it.
@@ -243,6 +251,10 @@ pub fn run_rules(
     let mut rejections = BTreeSet::new();
     let mut near = BTreeSet::new();
     report.quantize_ops.before = count_quantize_ops(&*g);
+    report.merged_duplicates = crate::ir::merge_quant_chains::merge_duplicate_quant_chains(g);
+    if report.merged_duplicates > 0 {
+        g.topo_sort()?;
+    }
     let (main, fallback) = (tier(rules, false), tier(rules, true));
     for _ in 0..MAX_ITERATIONS {
         let mut found = scan(&*g, &main, &cfg, opts.explain);

@@ -53,6 +53,14 @@ pub fn summary_table(report: &RewriteReport) -> String {
         q.after,
         q.before.saturating_sub(q.after)
     );
+    if report.merged_duplicates > 0 {
+        let _ = writeln!(
+            out,
+            "merged {} duplicate quantize-chain node(s) first (one activation quantized the same way \
+             for several readers; ONNX Runtime's common-subexpression pass does the same online)",
+            report.merged_duplicates
+        );
+    }
     out.push_str(&layer_lines(report));
     out
 }

@@ -18,6 +18,7 @@ mod edit;
 mod infer;
 mod info;
 mod load;
+pub mod merge_quant_chains;
 mod names;
 mod save;
 mod subgraph;

@@ -1,0 +1,153 @@
+//! Merging duplicate MX quantize chains before the rules run.
+//!
+//! Search pattern => two nodes of the quantize chain's op types with the same op, inputs and
+//! attributes (e.g. q, k and v projections each quantizing the one normed activation with its
+//! own `Reshape → Abs → ReduceMax → Mul → Cast → QuantizeLinear → DequantizeLinear`, or its own
+//! Quark fake-quant) ⇒ one node, its readers moved to the survivor.
+//!
+//! ONNX Runtime's common-subexpression pass does this before the plugin EP sees a graph, so online
+//! the three chains are one and fuse into one quantizer; offline, without this, one chain fused
+//! into the norm and the two others stayed separate `MxQuantize` launches. Only the chain's op
+//! types are merged (all deterministic, no subgraphs), and only nodes none of whose outputs is a
+//! graph output (a graph output keeps its own producer and name) or is read inside a subgraph. Same op, same input values and
+//! the same attributes compute the same outputs, so merging never changes what the model
+//! computes.
+
+use std::collections::HashMap;
+
+use super::{Graph, SUBGRAPH_USE_SLOT};
+use crate::view::{GraphView, NodeId, ValueId, ONNX_DOMAIN, QUARK_DOMAIN};
+
+/// The op types of an MX quantize chain (both spellings), which are merged when duplicated.
+const CHAIN_OPS: &[(&str, &str)] = &[
+    (ONNX_DOMAIN, "Reshape"),
+    (ONNX_DOMAIN, "Abs"),
+    (ONNX_DOMAIN, "ReduceMax"),
+    (ONNX_DOMAIN, "Squeeze"),
+    (ONNX_DOMAIN, "Mul"),
+    (ONNX_DOMAIN, "Div"),
+    (ONNX_DOMAIN, "Cast"),
+    (ONNX_DOMAIN, "QuantizeLinear"),
+    (ONNX_DOMAIN, "DequantizeLinear"),
+    (QUARK_DOMAIN, "MXQuantizeDequantize"),
+];
+
+/// Merges duplicate quantize-chain nodes (module docs); returns how many were removed.
+pub fn merge_duplicate_quant_chains(g: &mut Graph) -> usize {
+    let mut seen: HashMap<String, NodeId> = HashMap::new();
+    let mut merged = 0;
+    // Topological order: once a chain's first nodes are merged, the next ones read the same
+    // values and are duplicates in turn.
+    let order: Vec<NodeId> = g.nodes().into_owned();
+    for n in order {
+        // A graph output keeps its producer; a value read by name inside a subgraph cannot be
+        // rewired (those uses stay bound to the name).
+        let pinned = g.outputs(n).iter().any(|&v| {
+            g.is_graph_output(v)
+                || g.consumers(v)
+                    .iter()
+                    .any(|&(_, slot)| slot == SUBGRAPH_USE_SLOT)
+        });
+        if pinned || !CHAIN_OPS.contains(&(g.domain(n), g.op_type(n))) {
+            continue;
+        }
+        let key = node_key(g, n);
+        match seen.get(&key) {
+            Some(&first) => {
+                let pairs: Vec<(ValueId, ValueId)> = g
+                    .outputs(n)
+                    .iter()
+                    .copied()
+                    .zip(g.outputs(first).iter().copied())
+                    .collect();
+                for (dup, keep) in pairs {
+                    g.replace_all_uses(dup, keep);
+                }
+                g.remove_node(n);
+                merged += 1;
+            }
+            None => {
+                seen.insert(key, n);
+            }
+        }
+    }
+    if merged > 0 {
+        g.dce();
+    }
+    merged
+}
+
+/// Small constants compare by content: exporters give each chain its own copy of the block
+/// shape, the axes and the scale constant.
+const SMALL_CONST_BYTES: usize = 64;
+
+/// Op, domain, input values (by id, small constants by type, shape and bytes; omitted ones as
+/// `-`), output count and attributes (sorted by name, with their values) of node `n`.
+fn node_key(g: &Graph, n: NodeId) -> String {
+    let input_key = |v: ValueId| match g.const_value(v) {
+        Some(t) if t.raw.len() <= SMALL_CONST_BYTES => {
+            format!("const{}{:?}{:?}", t.elem_type, t.dims, t.raw)
+        }
+        _ => format!("{v:?}"),
+    };
+    let inputs: Vec<String> = g
+        .inputs(n)
+        .iter()
+        .map(|i| i.map_or("-".to_string(), input_key))
+        .collect();
+    let mut attrs: Vec<String> = g
+        .attr_names(n)
+        .into_iter()
+        .map(|a| format!("{a}={:?}", g.attr(n, &a)))
+        .collect();
+    attrs.sort();
+    format!(
+        "{}::{}({})->{} [{}]",
+        g.domain(n),
+        g.op_type(n),
+        inputs.join(","),
+        g.outputs(n).len(),
+        attrs.join(";")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::{run_pipeline, PipelineOptions};
+    use crate::testing::{op_types, ModelBuilder};
+
+    /// q / k / v each fake-quantize the one activation with their own Quark node (and each
+    /// node identical): one quantizer is left, and it fuses into one MxQuantize.
+    /// A duplicate whose output is a graph output is kept.
+    #[test]
+    fn duplicate_quark_quantizers_of_one_activation_merge() {
+        let mut b = ModelBuilder::new(21);
+        b.opset(QUARK_DOMAIN, 1).input("x", 1, &[4, 64]);
+        for p in ["q", "k", "v"] {
+            b.init_f32(&format!("w{p}"), &[64, 16], &vec![0.5; 64 * 16]);
+            b.quark_fake_quant("x", &format!("xq_{p}"), 32, -1);
+            b.node(
+                "MatMul",
+                &[&format!("xq_{p}"), &format!("w{p}")],
+                &[&format!("y{p}")],
+            );
+            b.output(&format!("y{p}"), 1, &[4, 16]);
+        }
+        let mut g = b.graph().unwrap();
+        assert_eq!(merge_duplicate_quant_chains(&mut g), 2);
+        let quark = op_types(&g)
+            .iter()
+            .filter(|o| *o == "MXQuantizeDequantize")
+            .count();
+        assert_eq!(quark, 1);
+        let report = run_pipeline(&mut b.graph().unwrap(), &PipelineOptions::default()).unwrap();
+        assert_eq!(report.merged_duplicates, 2);
+        assert_eq!(report.counts["mxquant"], 1, "{report:#?}");
+
+        // The same with one fake-quantized value also a graph output: that node stays.
+        b.output("xq_k", 1, &[4, 64]);
+        let mut g = b.graph().unwrap();
+        assert_eq!(merge_duplicate_quant_chains(&mut g), 1);
+    }
+}
