@@ -33,6 +33,8 @@ struct Case {
     residual_allreduce: bool,
     /// Epsilon as a graph input instead of an initializer.
     eps_input: bool,
+    /// No `Add(eps)` at all (eps = 0; what ORT's optimizer leaves of an `Add(ms, 0)`).
+    no_eps: bool,
     pow_exponent: f32,
     /// `Sqrt → Div` instead of `Sqrt → Reciprocal → Mul`.
     div: bool,
@@ -62,6 +64,7 @@ impl Default for Case {
             recip_numerator: None,
             add_self: false,
             eps_input: false,
+            no_eps: false,
             pow_exponent: 2.0,
             div: false,
             gemma_add: false,
@@ -138,9 +141,11 @@ fn build(c: &Case) -> ModelBuilder {
         .value_info("sq", t, &[4, h]);
     b.node("ReduceMean", &["sq", "axes"], &["ms"])
         .value_info("ms", t, &[4, 1]);
-    b.node("Add", &["ms", "eps"], &["ve"])
-        .value_info("ve", t, &[4, 1]);
-    b.node("Sqrt", &["ve"], &["sd"])
+    if !c.no_eps {
+        b.node("Add", &["ms", "eps"], &["ve"])
+            .value_info("ve", t, &[4, 1]);
+    }
+    b.node("Sqrt", &[if c.no_eps { "ms" } else { "ve" }], &["sd"])
         .value_info("sd", t, &[4, 1]);
     if c.div {
         b.node("Div", &[s, "sd"], &["n"]);
@@ -377,6 +382,20 @@ fn refuses_unsupported_dtype() {
         ..Case::default()
     });
     assert!(why.contains("only float, float16 and bfloat16"), "{why}");
+}
+
+/// A norm without `Add(eps)` (epsilon 0: ONNX Runtime's optimizer removes an `Add` of 0 before
+/// the EP sees the graph) fuses with `epsilon = 0`.
+#[test]
+fn norm_without_an_eps_add_fuses_with_epsilon_zero() {
+    let (report, g) = build(&Case {
+        no_eps: true,
+        ..Case::default()
+    })
+    .rewrite();
+    assert_eq!(report.counts["add_rmsnorm_mxquant"], 1, "{report:#?}");
+    let n = first_node(&g, "AddRmsNormMxQuant");
+    assert_eq!(node_attr(&g, n, "epsilon"), AttrValue::Float(0.0));
 }
 
 #[test]

@@ -30,8 +30,12 @@ QUARK = "com.amd.quark"
 
 def ocp_e8m0_floor(amax):
     """E8M0 byte per block by the OCP floor rule; all-zero blocks get byte 0 (as ONNX Cast(down, saturate))."""
-    with np.errstate(divide="ignore"):
-        e = np.floor(np.log2(np.where(amax == 0, 1.0, amax))) - 8
+    a = np.where(amax == 0, 1.0, amax)
+    # The exact biased exponent (frexp: a = m·2^e, m in [0.5, 1)): an f32 log2 rounds amax just
+    # below a power of two up to it and gave a byte one too high.
+    _, e2 = np.frexp(a)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e = np.where(np.isfinite(a), e2 - 1.0, np.floor(np.log2(a))) - 8
     return np.where(amax == 0, 0, np.clip(e, -127, 127) + 127).astype(np.uint8)
 
 

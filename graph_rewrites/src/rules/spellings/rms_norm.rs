@@ -5,7 +5,7 @@
 //! ```text
 //! residual stage (s = the norm input)         norm stage (y = the normalized tensor)
 //! s = Add(AllReduce(x), residual)             decomposed: [Cast f32] ─ Pow(·,2) | Mul(·,·) ─ ReduceMean(-1)
-//! s = Add(x, residual)     (either order)         ─ Add(eps) ─ Sqrt ─ Reciprocal|Div(1,·)+Mul | Div = n,
+//! s = Add(x, residual)     (either order)         ─ [Add(eps)] ─ Sqrt ─ Reciprocal|Div(1,·)+Mul | Div = n,
 //! s = x                    (first layer)          Mul(n, γ) | Cast(Mul(n, γ)) | Mul(Cast(n), γ);
 //!                                                 γ = w or Add(w, 1) (Gemma)
 //!                                             RMSNormalization(s, w)                     (opset ≥ 23)
@@ -186,7 +186,10 @@ pub fn rms_norm(p: &mut Pat, r: &ResidualPat) -> RmsNormPat {
     let eps = p.input("epsilon");
     let add_eps = p.op(onnx("Add")).args([mean, eps]).commutative().node();
     let var_eps = p.out(add_eps, 0);
-    let sqrt = p.op(onnx("Sqrt")).args([var_eps]).out();
+    // No `Add(eps)`: epsilon 0 (ONNX Runtime's optimizer drops an `Add` of 0 before the EP sees
+    // the graph, so online this is how an eps = 0 norm arrives).
+    let var = p.any_of("mean_plus_eps", [var_eps, mean]);
+    let sqrt = p.op(onnx("Sqrt")).args([var]).out();
     let recip = p.op(onnx("Reciprocal")).args([sqrt]).node();
     let one_numerator = p.konst("one_numerator");
     let div_one = p.op(onnx("Div")).args([one_numerator, sqrt]).node();
@@ -604,11 +607,16 @@ fn decomposed_norm(m: &Match<'_>, n: &RmsNormPat, t: i32, rank: usize) -> Result
         }
     }
     check_reduce_mean(g, reduce, rank)?;
-    let eps = const_scalar(g, m[n.eps], "epsilon")?;
-    let eps_t = g.tensor_info(m[n.eps]).map(|i| i.elem_type).unwrap_or(0);
-    if eps_t != dtype::FLOAT {
-        return Err(reject!("epsilon is {}, not float", dtype::name(eps_t)));
-    }
+    let eps = match m.node(n.add_eps) {
+        Some(_) => {
+            let eps_t = g.tensor_info(m[n.eps]).map(|i| i.elem_type).unwrap_or(0);
+            if eps_t != dtype::FLOAT {
+                return Err(reject!("epsilon is {}, not float", dtype::name(eps_t)));
+            }
+            const_scalar(g, m[n.eps], "epsilon")?
+        }
+        None => 0.0,
+    };
     if m.node(n.div_one).is_some() {
         let c = const_scalar(g, m[n.one_numerator], "reciprocal numerator")?;
         if c != 1.0 {
