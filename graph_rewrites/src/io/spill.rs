@@ -47,6 +47,9 @@ pub fn spill_initializers(
     };
     let location = side_file_name(output, &taken);
     let path = model_dir(output).join(&location);
+    // Written under a temporary name and renamed when complete (as every file the rewrite
+    // writes), so a failed write leaves no half side file behind.
+    let tmp = super::temp_sibling(&path);
     let mut writer: Option<BufWriter<fs::File>> = None;
     let (mut offset, mut moved) = (0u64, 0usize);
     for t in &mut graph.initializer {
@@ -57,24 +60,19 @@ pub fn spill_initializers(
         let w = match writer.as_mut() {
             Some(w) => w,
             None => {
-                // Unlink first: a stale side file may be a hard link to data something else
-                // still uses, which truncating in place would destroy.
-                match fs::remove_file(&path) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                        return Err(Error::io(&path, e))
-                    }
-                    _ => {}
-                }
-                let f = fs::File::create(&path).map_err(|e| Error::io(&path, e))?;
+                // A new file renamed over the old one: a stale side file may be a hard link to
+                // data something else still uses, which truncating in place would destroy.
+                let f = fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
                 writer.insert(BufWriter::new(f))
             }
         };
         let raw = t.raw_data.take().unwrap_or_default();
         let start = offset.next_multiple_of(ALIGN);
         let pad = vec![0u8; (start - offset) as usize];
-        w.write_all(&pad)
-            .and_then(|_| w.write_all(&raw))
-            .map_err(|e| Error::io(&path, e))?;
+        if let Err(e) = w.write_all(&pad).and_then(|_| w.write_all(&raw)) {
+            let _ = fs::remove_file(&tmp);
+            return Err(Error::io(&path, e));
+        }
         offset = start + raw.len() as u64;
         let entry = |k: &str, v: String| StringStringEntryProto {
             key: Some(k.into()),
@@ -89,7 +87,10 @@ pub fn spill_initializers(
         moved += 1;
     }
     if let Some(mut w) = writer {
-        w.flush().map_err(|e| Error::io(&path, e))?;
+        if let Err(e) = w.flush().and_then(|()| fs::rename(&tmp, &path)) {
+            let _ = fs::remove_file(&tmp);
+            return Err(Error::io(&path, e));
+        }
     }
     Ok(moved)
 }
