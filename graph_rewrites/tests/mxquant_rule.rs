@@ -351,6 +351,35 @@ fn transposed_nk_mx_weight_is_read_with_trans_b() {
     }
 }
 
+/// Stacked expert weights `[E, K, N]` dequantized whole and picked by a Gather: the MatMul is
+/// absorbed with a float weight, and a note says the MX weight behind it is dequantized at run
+/// time (a silent slow path before).
+#[test]
+fn mx_weight_reached_through_a_gather_is_noted() {
+    let mut b = std_mx_dequant(2f32.powi(-8), false, "down");
+    b.init_raw("wq", FLOAT8E4M3FN, &[2, 64, 16], vec![0x38; 2 * 64 * 16])
+        .init_raw("ws", FLOAT8E8M0, &[2, 2, 16], vec![127; 64])
+        .init_i64("e", &[], &[1]);
+    let dq = [
+        ("axis", Attr::I(1)),
+        ("block_size", Attr::I(32)),
+        ("output_dtype", Attr::I(FLOAT as i64)),
+    ];
+    b.node_in("", "DequantizeLinear", &["wq", "ws"], &["wd"], &dq)
+        .node("Gather", &["wd", "e"], &["we"])
+        .node("MatMul", &["xd", "we"], &["y"])
+        .output("y", FLOAT, &[4, 16]);
+    let (report, _) = b.rewrite();
+    assert_eq!(report.counts["mxquant"], 1, "{report:#?}");
+    let notes: Vec<&String> = report.fusions.iter().flat_map(|f| &f.notes).collect();
+    assert!(
+        notes.iter().any(|n| n
+            .contains("reads weight 'we' as floats computed from MX DequantizeLinear")
+            && n.contains("through Gather")),
+        "{notes:?}"
+    );
+}
+
 /// A standard MX `DequantizeLinear` that cannot be absorbed (its reader is a Gemm whose bias
 /// does not broadcast to [M, N] or has another type, a Gemm with transA, a non-MatMul, or it
 /// is a graph output) no longer refuses the site: the quantizer still becomes `MxQuantize`,

@@ -168,7 +168,7 @@ fn is_op(g: &dyn GraphView, n: NodeId, domain: &str, op: &str) -> bool {
 
 /// `Gemm(a, W [, C])` attributes MxMatMul computes: `Ok((trans_b, alpha, beta))`, or why not.
 fn gemm_attrs(g: &dyn GraphView, mm: NodeId) -> Result<(bool, f32, f32), Reject> {
-    let name = g.node_name(mm);
+    let name = g.node_label(mm);
     if attr_int(g.attr(mm, "transA"), 0) != Some(0) {
         return Err(reject!(
             "Gemm '{name}' has transA = 1: the activation must be [M, K]"
@@ -266,7 +266,7 @@ fn matmul_use(
     k: i64,
     act_dtype: i32,
 ) -> Result<MatMulUse, Reject> {
-    let name = g.node_name(mm);
+    let name = g.node_label(mm);
     let (trans_b, alpha, beta) = if is_op(g, mm, ONNX_DOMAIN, "MatMul") {
         (false, 1.0, 1.0)
     } else if is_op(g, mm, ONNX_DOMAIN, "Gemm") {
@@ -354,6 +354,53 @@ fn matmul_use(
         out,
         out_dtype,
     })
+}
+
+/// Where a float weight `b` is an MX weight dequantized at run time a few layout ops upstream
+/// (`DequantizeLinear` with E8M0 scales, or Quark's fake-quant, reached through Gather /
+/// Reshape / Transpose / Squeeze / Unsqueeze / Slice / Cast / Identity): "computed from ... through
+/// ...", for a note. `None` for any other float weight.
+fn mx_weight_behind(g: &dyn GraphView, b: ValueId) -> Option<String> {
+    const LAYOUT_OPS: &[&str] = &[
+        "Gather",
+        "Reshape",
+        "Transpose",
+        "Squeeze",
+        "Unsqueeze",
+        "Slice",
+        "Cast",
+        "Identity",
+    ];
+    let mut v = b;
+    let mut path: Vec<&str> = Vec::new();
+    for _ in 0..4 {
+        let (n, _) = g.producer(v)?;
+        let e8m0 = |x: Option<ValueId>| {
+            x.and_then(|x| g.tensor_info(x))
+                .is_some_and(|i| i.elem_type == dtype::FLOAT8E8M0)
+        };
+        let mx = (is_op(g, n, ONNX_DOMAIN, "DequantizeLinear")
+            && e8m0(g.inputs(n).get(1).copied().flatten()))
+            || is_op(g, n, QUARK_DOMAIN, "MXQuantizeDequantize");
+        if mx {
+            let through = if path.is_empty() {
+                String::new()
+            } else {
+                format!(" through {}", path.join(" ← "))
+            };
+            return Some(format!(
+                "computed from MX {} '{}'{through}",
+                g.op_type(n),
+                g.node_label(n)
+            ));
+        }
+        if g.domain(n) != ONNX_DOMAIN || !LAYOUT_OPS.contains(&g.op_type(n)) {
+            return None;
+        }
+        path.push(g.op_type(n));
+        v = g.inputs(n).first().copied().flatten()?;
+    }
+    None
 }
 
 /// The Transpose producing `b` and its input, when it swaps the two axes of a rank-2 tensor
@@ -766,6 +813,20 @@ pub fn consumers_for(
         _ => return Err(reject!("internal: quantize spelling without outputs")),
     };
     let absorbed: Vec<NodeId> = c.matmuls.iter().map(|u| u.node).collect();
+    for u in &c.matmuls {
+        if let Weight::Float(b) = u.weight {
+            if let Some(why) = mx_weight_behind(g, b) {
+                c.notes.push(format!(
+                    "{} '{}' reads weight '{}' as floats {why}: that dequantization runs every step \
+                     (an MX weight is read as MX only from a DequantizeLinear feeding the MatMul \
+                     directly or through a Transpose)",
+                    g.op_type(u.node),
+                    g.node_label(u.node),
+                    g.value_name(b)
+                ));
+            }
+        }
+    }
     for u in &c.matmuls {
         // The weight's DequantizeLinear or Quark fake-quant goes with the fusion when only the
         // absorbed MatMuls read it: the rewrite reads the constant behind it, so a claim without
