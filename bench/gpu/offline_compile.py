@@ -120,8 +120,8 @@ def pack(cubin, src, arch, root):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--arch", default="sm_90")
-    ap.add_argument("--out", default="/tmp/mxfuse_offline")
+    ap.add_argument("--arch", default="sm_90", help="NVRTC target (default sm_90, the H200's)")
+    ap.add_argument("--out", default="/tmp/mxfuse_offline", help="where the cubin and ptxas log go")
     ap.add_argument("--sass", nargs="*", default=[], help="kernels whose SASS histogram to print")
     ap.add_argument("--pack", action="store_true", help="write .gpucache/ for bench/gpu/device_run.sh")
     a = ap.parse_args()
@@ -137,6 +137,9 @@ def main():
         print(f"  {k:48s} {regs:4d} regs {smem:6d} B smem{flag}")
     tool = find("CUOBJDUMP", "cuobjdump")
     for k in a.sass:
+        if k not in res:
+            print(f"{k}: no such kernel (names as listed above)")
+            continue
         if not tool:
             print("no cuobjdump: pip install nvidia-cuda-cuobjdump or set CUOBJDUMP")
             break

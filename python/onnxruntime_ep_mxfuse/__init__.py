@@ -57,8 +57,8 @@ def get_ep_devices(ort_module=None, device: str = "auto") -> list:
     refuses a session given devices with different memory, so pick one type: ``"cpu"``,
     ``"gpu"``, or ``"auto"`` (the GPU if the EP offers one, else the CPU). The EP library must
     be registered first (``register(ort)``, or ``ort.register_execution_provider_library(
-    get_ep_name(), get_library_path())``); otherwise this raises ``RuntimeError``. A ``"gpu"``
-    request on a machine where the EP offers no GPU device returns an empty list.
+    get_ep_name(), get_library_path())``); otherwise this raises ``RuntimeError``, as does a
+    ``"gpu"`` request on a machine where the EP offers no GPU device.
     """
     if ort_module is None:
         import onnxruntime as ort_module
@@ -73,4 +73,10 @@ def get_ep_devices(ort_module=None, device: str = "auto") -> list:
         device = "gpu" if any(d.device.type == kinds["gpu"] for d in mine) else "cpu"
     if device not in kinds:
         raise ValueError(f"device must be 'cpu', 'gpu' or 'auto', got {device!r}")
-    return [d for d in mine if d.device.type == kinds[device]]
+    picked = [d for d in mine if d.device.type == kinds[device]]
+    if not picked:
+        raise RuntimeError(
+            f"{_EP_NAME} offers no {device.upper()} device here (no GPU runtime found: see its "
+            "log line); ask for 'cpu' or 'auto'"
+        )
+    return picked

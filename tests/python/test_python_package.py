@@ -67,3 +67,13 @@ def test_get_ep_devices_says_when_the_library_is_not_registered(tmp_path, lib):
     unregistered = types.SimpleNamespace(get_ep_devices=lambda: [], OrtHardwareDeviceType=ort.OrtHardwareDeviceType)
     with pytest.raises(RuntimeError, match="register the library first"):
         mx.get_ep_devices(unregistered, "cpu")
+
+
+def test_get_ep_devices_says_when_there_is_no_gpu_device(tmp_path, lib, ep_devices):
+    mx = load_package(tmp_path, lib)
+    if any(d.device.type == ort.OrtHardwareDeviceType.GPU
+           for d in ort.get_ep_devices() if d.ep_name == EP_NAME):
+        pytest.skip("this machine offers a GPU device")
+    with pytest.raises(RuntimeError, match="offers no GPU device"):
+        mx.get_ep_devices(ort, "gpu")
+    assert mx.get_ep_devices(ort, "auto") == mx.get_ep_devices(ort, "cpu") != []

@@ -36,8 +36,10 @@ External data: tensors stored outside the .onnx file are never read unless a rul
 values, and their `location`s are written unchanged. When OUT is in another directory than IN, \
 each external data file is copied next to OUT under the same relative path (a reflink where the \
 file system shares extents; never a hard link, which ONNX Runtime refuses to load from), so OUT \
-resolves its weights wherever it is written (ONNX Runtime rejects absolute and `..` locations). An existing different file at that path is an error, never \
-overwritten. Initializers created by rules (e.g. pre-quantized weights) are stored inline in \
+resolves its weights wherever it is written (ONNX Runtime rejects absolute and `..` locations); \
+a sparse file is copied with its holes. An existing different file at that path is an error, never \
+overwritten. OUT may be IN (rewriting in place); it may not be one of IN's external data files, \
+and --report may not name IN, OUT or a data file: such a command fails before writing anything. Initializers created by rules (e.g. pre-quantized weights) are stored inline in \
 OUT when small and in `OUT.mxfuse.data` (next to OUT, 4 KiB-aligned) from 1 MiB up.
 
 Exit status: 0 on success, 1 on bad input (one `error:` line on stderr), 2 on usage errors.";

@@ -25,6 +25,13 @@ pub struct ReportJson<'a> {
     pub quantize_ops: &'a QuantizeOps,
     /// Fused and refused per decoder layer.
     pub layers: &'a [LayerSummary],
+    /// Duplicate quantize-chain nodes merged before the rules ran.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub merged_duplicates: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// Writes the report as pretty-printed JSON (deterministic: counts are sorted by rule name,
@@ -44,6 +51,7 @@ pub fn write_report(
         near_misses: &report.near_misses,
         quantize_ops: &report.quantize_ops,
         layers: &report.layers,
+        merged_duplicates: report.merged_duplicates,
     };
     let mut text = serde_json::to_string_pretty(&json)
         .map_err(|e| Error::Invalid(format!("cannot serialise the report: {e}")))?;

@@ -48,10 +48,15 @@ pub fn summary_table(report: &RewriteReport) -> String {
     let q = &report.quantize_ops;
     let _ = writeln!(
         out,
-        "separate MXFP8 quantize ops: {} before, {} after ({} launches saved)",
+        "separate MXFP8 quantize ops: {} before, {} after ({} launch{} saved)",
         q.before,
         q.after,
-        q.before.saturating_sub(q.after)
+        q.before.saturating_sub(q.after),
+        if q.before.saturating_sub(q.after) == 1 {
+            ""
+        } else {
+            "es"
+        }
     );
     if report.merged_duplicates > 0 {
         let _ = writeln!(
