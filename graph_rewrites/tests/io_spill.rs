@@ -104,3 +104,30 @@ fn rewriting_a_spilled_model_in_place_never_overwrites_its_data() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Files are replaced through a temporary name, but a symlinked output is written through the
+/// link (the link stays) and a replaced file keeps its permissions.
+#[cfg(unix)]
+#[test]
+fn atomic_writes_follow_symlinks_and_keep_permissions() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = graph_rewrites::testing::scratch_dir("atomic-writes");
+    let (target, link) = (dir.join("target.onnx"), dir.join("link.onnx"));
+    std::fs::write(&target, b"old").unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    graph_rewrites::io::write_atomically(&link, b"new").unwrap();
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(std::fs::read(&target).unwrap(), b"new");
+    let mode = std::fs::metadata(&target).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -95,10 +95,23 @@ fn write_model(model: &ModelProto, path: &Path) -> Result<(), Error> {
 /// that a failure part-way (a full disk) leaves `path` as it was — the input itself when a model
 /// is rewritten in place. Missing parent directories are created.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    // Through a symlink to the file it names (as fs::write would), not over the link itself.
+    let resolved = fs::symlink_metadata(path)
+        .ok()
+        .filter(|m| m.file_type().is_symlink())
+        .and_then(|_| fs::canonicalize(path).ok());
+    let path = resolved.as_deref().unwrap_or(path);
     let dir = model_dir(path);
     fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let tmp = temp_sibling(path);
-    let written = fs::write(&tmp, bytes).and_then(|()| fs::rename(&tmp, path));
+    // A file replaced in place keeps its permissions (fs::write on it would have).
+    let keep_mode = fs::metadata(path).ok().map(|m| m.permissions());
+    let written = fs::write(&tmp, bytes)
+        .and_then(|()| match keep_mode {
+            Some(mode) => fs::set_permissions(&tmp, mode),
+            None => Ok(()),
+        })
+        .and_then(|()| fs::rename(&tmp, path));
     written.map_err(|e| {
         let _ = fs::remove_file(&tmp);
         Error::io(path, e)
