@@ -121,7 +121,7 @@ impl ThreadPool {
         });
         let mut pool = Self {
             inner,
-            workers: Vec::with_capacity(threads.saturating_sub(1)),
+            workers: Vec::new(),
             call: Mutex::new(()),
         };
         for i in 1..threads.max(1) {

@@ -11,13 +11,33 @@ use std::path::{Path, PathBuf};
 use crate::io::model_dir;
 use crate::Error;
 
-/// `p` made absolute with its directory resolved (symlinks, `..`), so two spellings of one file
-/// compare equal; a path whose directory does not exist yet is only made absolute.
+/// The file `p` names, so that two spellings of one file compare equal: an existing path fully
+/// resolved (symlinks included — the rewrite writes through a symlinked output); otherwise its
+/// longest existing ancestor resolved and the rest, which cannot hold symlinks, normalised by
+/// text (`newdir/../m.onnx` is `m.onnx` once `newdir` is created).
 fn resolved(p: &Path) -> PathBuf {
-    match (fs::canonicalize(model_dir(p)), p.file_name()) {
-        (Ok(dir), Some(name)) => dir.join(name),
-        _ => std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()),
+    use std::path::Component;
+    if let Ok(full) = fs::canonicalize(p) {
+        return full;
     }
+    let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let parts: Vec<Component> = abs.components().collect();
+    let mut known = parts.len();
+    while known > 0 && !parts[..known].iter().collect::<PathBuf>().exists() {
+        known -= 1;
+    }
+    let prefix: PathBuf = parts[..known].iter().collect();
+    let mut out = fs::canonicalize(&prefix).unwrap_or(prefix);
+    for c in &parts[known..] {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// Checks that the model output `output`, the optional report and the external data files
@@ -48,7 +68,12 @@ pub fn check_output_paths(
     }
     if let Some(r) = report {
         let rep = resolved(r);
-        let clash = if rep == resolved(input) {
+        // The side file large rule-made initializers go to (`io::spill`).
+        let mut spill = output.as_os_str().to_os_string();
+        spill.push(".mxfuse.data");
+        let clash = if rep == resolved(Path::new(&spill)) {
+            Some("the output's side file".to_string())
+        } else if rep == resolved(input) {
             Some("the input model".to_string())
         } else if rep == out {
             Some("the output model".to_string())
@@ -99,6 +124,17 @@ mod tests {
                 r.display()
             );
         }
+        // Spelled through a directory that does not exist yet, or through a symlink.
+        let r = dir.join("newdir/../m.onnx");
+        assert!(check(&sub.join("o.onnx"), Some(&r)).is_err());
+        assert!(check(&dir.join("newdir/../m.onnx.data"), None).is_err());
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink(dir.join("m.onnx.data"), dir.join("link.onnx")).unwrap();
+            fs::write(dir.join("m.onnx.data"), b"w").unwrap();
+            assert!(check(&dir.join("link.onnx"), None).is_err());
+        }
+        assert!(check(&sub.join("o.onnx"), Some(&sub.join("o.onnx.mxfuse.data"))).is_err());
         // In place, elsewhere, and a report of its own are fine.
         assert!(check(&input, Some(&dir.join("r.json"))).is_ok());
         assert!(check(&sub.join("o.onnx"), Some(&sub.join("r.json"))).is_ok());

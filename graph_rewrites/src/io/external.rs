@@ -192,11 +192,15 @@ pub fn place_external_files<'a>(
 fn copy_file(src: &Path, dst: &Path) -> Result<(), Error> {
     let meta = fs::metadata(src).map_err(|e| Error::io(src, e))?;
     let tmp = super::temp_sibling(dst);
-    let copied = if is_sparse(&meta) {
-        copy_keeping_holes(src, &tmp)
-    } else {
-        fs::copy(src, &tmp).map(|_| ())
-    };
+    // The temporary file is created new (not through a link left at its name), then filled.
+    let copied = super::create_new(&tmp).and_then(|_| {
+        if is_sparse(&meta) {
+            copy_keeping_holes(src, &tmp)?;
+            fs::set_permissions(&tmp, meta.permissions())
+        } else {
+            fs::copy(src, &tmp).map(|_| ())
+        }
+    });
     copied.and_then(|()| fs::rename(&tmp, dst)).map_err(|e| {
         let _ = fs::remove_file(&tmp);
         Error::io(dst, e)
@@ -222,7 +226,10 @@ fn is_sparse(meta: &fs::Metadata) -> bool {
 fn copy_keeping_holes(src: &Path, dst: &Path) -> std::io::Result<()> {
     use std::io::Write;
     let mut from = fs::File::open(src)?;
-    let mut to = fs::File::create(dst)?;
+    let mut to = fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(dst)?;
     let mut buf = vec![0u8; 1 << 20];
     let mut len = 0u64;
     loop {

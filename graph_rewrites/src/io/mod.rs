@@ -106,7 +106,8 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     let tmp = temp_sibling(path);
     // A file replaced in place keeps its permissions (fs::write on it would have).
     let keep_mode = fs::metadata(path).ok().map(|m| m.permissions());
-    let written = fs::write(&tmp, bytes)
+    let written = create_new(&tmp)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, bytes))
         .and_then(|()| match keep_mode {
             Some(mode) => fs::set_permissions(&tmp, mode),
             None => Ok(()),
@@ -116,6 +117,19 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), Error> {
         let _ = fs::remove_file(&tmp);
         Error::io(path, e)
     })
+}
+
+/// A new file at `path` (an existing file or symlink there is replaced, never written through:
+/// a temporary name in a shared directory must not follow a link someone planted).
+pub(crate) fn create_new(path: &Path) -> std::io::Result<fs::File> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
 }
 
 /// A file name next to `path` for a write that is renamed into place when complete.

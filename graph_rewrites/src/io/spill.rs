@@ -62,7 +62,7 @@ pub fn spill_initializers(
             None => {
                 // A new file renamed over the old one: a stale side file may be a hard link to
                 // data something else still uses, which truncating in place would destroy.
-                let f = fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+                let f = super::create_new(&tmp).map_err(|e| Error::io(&tmp, e))?;
                 writer.insert(BufWriter::new(f))
             }
         };

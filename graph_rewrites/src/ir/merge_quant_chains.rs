@@ -9,7 +9,8 @@
 //! the three chains are one and fuse into one quantizer; offline, without this, one chain fused
 //! into the norm and the two others stayed separate `MxQuantize` launches. Only the chain's op
 //! types are merged (all deterministic, no subgraphs), and only nodes none of whose outputs is a
-//! graph output (a graph output keeps its own producer and name) or is read inside a subgraph. Same op, same input values and
+//! graph output (a graph output keeps its own producer and name) or is read inside a subgraph,
+//! and only in a model that quantizes to MX at all (any other model is left exactly as it is). Same op, same input values and
 //! the same attributes compute the same outputs, so merging never changes what the model
 //! computes.
 
@@ -34,6 +35,10 @@ const CHAIN_OPS: &[(&str, &str)] = &[
 
 /// Merges duplicate quantize-chain nodes (module docs); returns how many were removed.
 pub fn merge_duplicate_quant_chains(g: &mut Graph) -> usize {
+    // A model without MX quantization is left exactly as it is.
+    if !g.nodes().iter().any(|&n| quantizes_mx(g, n)) {
+        return 0;
+    }
     let mut seen: HashMap<String, NodeId> = HashMap::new();
     let mut merged = 0;
     // Topological order: once a chain's first nodes are merged, the next ones read the same
@@ -77,18 +82,47 @@ pub fn merge_duplicate_quant_chains(g: &mut Graph) -> usize {
     merged
 }
 
-/// Small constants compare by content: exporters give each chain its own copy of the block
-/// shape, the axes and the scale constant.
-const SMALL_CONST_BYTES: usize = 64;
+/// An MX quantize: a `Cast` to FLOAT8E8M0, a `QuantizeLinear` with an E8M0 scale, or Quark's
+/// fake-quant.
+fn quantizes_mx(g: &Graph, n: NodeId) -> bool {
+    use crate::pattern::predicates::dtype::FLOAT8E8M0;
+    let e8m0 = |v: Option<ValueId>| {
+        v.and_then(|v| g.tensor_info(v))
+            .is_some_and(|i| i.elem_type == FLOAT8E8M0)
+    };
+    match (g.domain(n), g.op_type(n)) {
+        (ONNX_DOMAIN, "Cast") => {
+            matches!(g.attr(n, "to"), Some(crate::view::AttrValue::Int(t)) if t == FLOAT8E8M0 as i64)
+        }
+        (ONNX_DOMAIN, "QuantizeLinear") => e8m0(g.inputs(n).get(1).copied().flatten()),
+        (QUARK_DOMAIN, "MXQuantizeDequantize") => true,
+        _ => false,
+    }
+}
+
+/// Small constants (at most this many elements) compare by content: exporters give each chain
+/// its own copy of the block shape, the axes and the scale constant.
+const SMALL_CONST_ELEMS: usize = 16;
 
 /// Op, domain, input values (by id, small constants by type, shape and bytes; omitted ones as
 /// `-`), output count and attributes (sorted by name, with their values) of node `n`.
 fn node_key(g: &Graph, n: NodeId) -> String {
-    let input_key = |v: ValueId| match g.const_value(v) {
-        Some(t) if t.raw.len() <= SMALL_CONST_BYTES => {
-            format!("const{}{:?}{:?}", t.elem_type, t.dims, t.raw)
-        }
-        _ => format!("{v:?}"),
+    // The size from the declared shape first: a weight (possibly external, megabytes) must not
+    // be read just to learn it is not small.
+    let small = |v: ValueId| {
+        g.is_constant(v)
+            && g.tensor_info(v).and_then(|i| i.shape).is_some_and(|dims| {
+                dims.iter()
+                    .try_fold(1usize, |n, d| match d {
+                        crate::view::Dim::Known(d) => n.checked_mul(usize::try_from(*d).ok()?),
+                        _ => None,
+                    })
+                    .is_some_and(|n| n <= SMALL_CONST_ELEMS)
+            })
+    };
+    let input_key = |v: ValueId| match small(v).then(|| g.const_value(v)).flatten() {
+        Some(t) => format!("const{}{:?}{:?}", t.elem_type, t.dims, t.raw),
+        None => format!("{v:?}"),
     };
     let inputs: Vec<String> = g
         .inputs(n)
@@ -144,6 +178,18 @@ mod tests {
         let report = run_pipeline(&mut b.graph().unwrap(), &PipelineOptions::default()).unwrap();
         assert_eq!(report.merged_duplicates, 2);
         assert_eq!(report.counts["mxquant"], 1, "{report:#?}");
+
+        // Without MX quantization nothing is merged, duplicates or not.
+        let mut plain = ModelBuilder::new(21);
+        plain.input("x", 1, &[4, 64]);
+        plain.init_f32("two", &[], &[2.0]);
+        for y in ["a", "b"] {
+            plain
+                .node("Mul", &["x", "two"], &[y])
+                .node("Relu", &[y], &[&format!("r{y}")]);
+            plain.output(&format!("r{y}"), 1, &[4, 64]);
+        }
+        assert_eq!(merge_duplicate_quant_chains(&mut plain.graph().unwrap()), 0);
 
         // The same with one fake-quantized value also a graph output: that node stays.
         b.output("xq_k", 1, &[4, 64]);

@@ -47,7 +47,7 @@ pub fn mx_matmul_cols<O: Element>(
     let (n, k) = (w.n, w.k);
     crate::slices::check_block_multiple("K", k)?;
     use crate::slices::{check_len, elems};
-    let packed = elems("packed B", n.div_ceil(GROUP) * GROUP, k)?;
+    let packed = elems("packed B", elems("packed B", n.div_ceil(GROUP), GROUP)?, k)?;
     let (mk, mn) = (elems("A", m, k)?, elems("y", m, n)?);
     check_len("packed b", w.q.len(), packed)?;
     check_len("packed b_scale", w.scales.len(), packed / BLOCK)?;
