@@ -85,16 +85,12 @@ pub fn merge_duplicate_quant_chains(g: &mut Graph) -> usize {
 /// An MX quantize: a `Cast` to FLOAT8E8M0, a `QuantizeLinear` with an E8M0 scale, or Quark's
 /// fake-quant.
 fn quantizes_mx(g: &Graph, n: NodeId) -> bool {
-    use crate::pattern::predicates::dtype::FLOAT8E8M0;
-    let e8m0 = |v: Option<ValueId>| {
-        v.and_then(|v| g.tensor_info(v))
-            .is_some_and(|i| i.elem_type == FLOAT8E8M0)
-    };
+    use crate::pattern::predicates::{dtype::FLOAT8E8M0, scale_is_e8m0};
     match (g.domain(n), g.op_type(n)) {
         (ONNX_DOMAIN, "Cast") => {
             matches!(g.attr(n, "to"), Some(crate::view::AttrValue::Int(t)) if t == FLOAT8E8M0 as i64)
         }
-        (ONNX_DOMAIN, "QuantizeLinear") => e8m0(g.inputs(n).get(1).copied().flatten()),
+        (ONNX_DOMAIN, "QuantizeLinear") => scale_is_e8m0(g, n),
         (QUARK_DOMAIN, "MXQuantizeDequantize") => true,
         _ => false,
     }

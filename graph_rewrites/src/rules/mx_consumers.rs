@@ -31,7 +31,9 @@
 //! reads it, dead-code elimination does.
 
 use crate::onnx_pb::{tensor_proto::DataLocation, TensorProto};
-use crate::pattern::predicates::{attr_float, attr_int, attr_string, dtype, is_float8_zero};
+use crate::pattern::predicates::{
+    attr_float, attr_int, attr_string, dtype, is_float8_zero, scale_is_e8m0,
+};
 use crate::pattern::{Emit, Reject};
 use crate::reject;
 use crate::view::{Dim, GraphView, NodeId, ValueId, ONNX_DOMAIN, QUARK_DOMAIN};
@@ -375,12 +377,7 @@ fn mx_weight_behind(g: &dyn GraphView, b: ValueId) -> Option<String> {
     let mut path: Vec<&str> = Vec::new();
     for _ in 0..4 {
         let (n, _) = g.producer(v)?;
-        let e8m0 = |x: Option<ValueId>| {
-            x.and_then(|x| g.tensor_info(x))
-                .is_some_and(|i| i.elem_type == dtype::FLOAT8E8M0)
-        };
-        let mx = (is_op(g, n, ONNX_DOMAIN, "DequantizeLinear")
-            && e8m0(g.inputs(n).get(1).copied().flatten()))
+        let mx = (is_op(g, n, ONNX_DOMAIN, "DequantizeLinear") && scale_is_e8m0(g, n))
             || is_op(g, n, QUARK_DOMAIN, "MXQuantizeDequantize");
         if mx {
             let through = if path.is_empty() {
