@@ -504,6 +504,80 @@ fn mxfp4_weights_fuse_and_match_the_reference() {
     }
 }
 
+/// An MX weight stored `[N, K]` (torch's Linear layout: blocks along axis 1) read by a MatMul
+/// through `Transpose`: absorbed with `trans_b = 1`, and the GEMM agrees with the unfused graph
+/// on random weights with a scale per block and row (a uniform weight would hide a layout error).
+#[test]
+fn transposed_nk_mx_weight_matches_the_reference() {
+    use kernels::codec::{mx::quantize_block, QuantConfig};
+    let (k, n) = (96, 40);
+    for dt in [DType::F32, DType::F16] {
+        let mut b = GraphBuilder::new(17, false);
+        let x = b.add_input("x", elem_of(dt), vec![Dim::Fixed(ROWS), Dim::Fixed(k)]);
+        let a = quantize_activation(&mut b, dt, QuantSpelling::StdFloor, &x, "act");
+        // [N, K] values with a different magnitude per row, quantized along K.
+        let w = models::data::Rng::new(9).normals(n * k, 0.0, 1.0);
+        let (mut q, mut sc) = (vec![0u8; n * k], Vec::new());
+        for (r, (src, dst)) in w.chunks_exact(32).zip(q.chunks_exact_mut(32)).enumerate() {
+            let row_scale = 2f32.powi((r / (k / 32)) as i32 % 7 - 3);
+            let block: [f32; 32] = std::array::from_fn(|j| src[j] * row_scale);
+            sc.push(quantize_block(
+                &block,
+                dst.try_into().unwrap(),
+                QuantConfig::default(),
+            ));
+        }
+        b.require_opset("", 24);
+        let wq = b.add_initializer("w.e4m3", 17, &[n, k], models::builder::Payload::Bytes(q));
+        let ws = b.add_initializer(
+            "w.e8m0",
+            24,
+            &[n, k / 32],
+            models::builder::Payload::Bytes(sc),
+        );
+        let dq = b.op_attrs(
+            "DequantizeLinear",
+            &[&wq.name, &ws.name],
+            "w.dq",
+            elem_of(dt),
+            vec![n.into(), k.into()],
+            vec![
+                models::builder::attr_i("axis", 1),
+                models::builder::attr_i("block_size", 32),
+                models::builder::attr_i("output_dtype", i64::from(elem_of(dt))),
+            ],
+        );
+        let wt = b.op(
+            "Transpose",
+            &[&dq.name],
+            "w.t",
+            dq.elem,
+            vec![k.into(), n.into()],
+        );
+        let y = matmul(&mut b, &a, &wt, n, "proj");
+        b.add_output(&y);
+        let g = finish(b);
+        let mut r = g.clone();
+        run_pipeline(&mut r, &PipelineOptions::default()).expect("pipeline");
+        let ops: Vec<&str> = r.nodes().iter().map(|&m| r.op_type(m)).collect();
+        assert!(
+            !ops.contains(&"Transpose") && !ops.contains(&"MxDequantize"),
+            "{ops:?}"
+        );
+        let feeds = HashMap::from([(
+            "x".to_string(),
+            feed(dt, k, rows(3, k, 1.0, outlier(dt), true)),
+        )]);
+        differential(
+            g,
+            &feeds,
+            "mxquant",
+            1,
+            &format!("{dt:?} [N, K] through Transpose"),
+        );
+    }
+}
+
 /// One `Gemm` consumer: `transB`, bias shape (`None`: no C), alpha, beta, MX weight
 /// (`cfg.spelling.weights`, `[K, N]` only) or float, and whether C holds a NaN.
 #[derive(Clone, Copy, Debug)]

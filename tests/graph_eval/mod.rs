@@ -368,6 +368,23 @@ fn eval(g: &Graph, n: NodeId, ins: &[Option<Val>]) -> Res<Vec<Option<Val>>> {
             }
             one(e(Tensor::new(x.dtype, &shape, x.data.clone()))?)
         }
+        ("", "Transpose") => {
+            // Rank 2 only (an [N, K] weight read as [K, N]): perm [1, 0] or none.
+            let x = f(i(0))?;
+            let perm_ok = match g.attr(n, "perm") {
+                None => true,
+                Some(AttrValue::Ints(p)) => p == [1, 0],
+                Some(_) => false,
+            };
+            let [r, c] = x.shape[..] else {
+                return Err("Transpose of a tensor that is not rank 2".into());
+            };
+            if !perm_ok {
+                return Err("Transpose perm other than [1, 0]".into());
+            }
+            let data = (0..r * c).map(|t| x.data[(t % r) * c + t / r]).collect();
+            one(e(Tensor::new(x.dtype, &[c, r], data))?)
+        }
         ("", "Split") => {
             let x = f(i(0))?;
             let parts = g.outputs(n).len();
