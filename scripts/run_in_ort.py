@@ -104,8 +104,12 @@ def ep_session_options(lib):
 
 
 def main():
-    if len(sys.argv) not in (3, 4) or sys.argv[1] in ("-h", "--help"):
-        sys.exit(__doc__.strip())
+    if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help"):
+        print(__doc__.strip())
+        sys.exit(0)
+    if len(sys.argv) not in (3, 4):
+        print(__doc__.strip(), file=sys.stderr)
+        sys.exit(2)
     original, rewritten = sys.argv[1], sys.argv[2]
     lib = sys.argv[3] if len(sys.argv) > 3 else os.path.join("target", "release", "libmxfuse_ep.so")
     lib = os.path.abspath(lib)

@@ -99,7 +99,7 @@ fn rewrite_names_the_quark_nodes_it_leaves() {
     assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);
     assert!(
-        text.contains("note: 4 com.amd.quark node(s) stay unfused")
+        text.contains("note: 4 com.amd.quark::MXQuantizeDequantize node(s) stay unfused")
             && text.contains("mxfuse plugin EP"),
         "{text}"
     );

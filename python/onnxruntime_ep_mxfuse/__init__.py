@@ -62,6 +62,8 @@ def get_ep_devices(ort_module=None, device: str = "auto") -> list:
     """
     if ort_module is None:
         import onnxruntime as ort_module
+    if device not in ("cpu", "gpu", "auto"):
+        raise ValueError(f"device must be 'cpu', 'gpu' or 'auto', got {device!r}")
     mine = [d for d in ort_module.get_ep_devices() if d.ep_name == _EP_NAME]
     if not mine:
         raise RuntimeError(

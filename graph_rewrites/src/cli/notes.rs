@@ -4,24 +4,37 @@
 use crate::onnx_pb::{GraphProto, ModelProto, NodeProto};
 use crate::view::{GraphView, QUARK_DOMAIN};
 
-/// A line when the rewritten graph keeps AMD Quark nodes (those the rules refused): the custom-op
-/// library does not register Quark's domain (ORT fails a session that registers a domain twice,
-/// and Quark's own library registers it), so the offline model needs the plugin EP, or Quark's
-/// library beside ours, to run. Empty otherwise.
+/// Lines when the rewritten graph keeps AMD Quark nodes. `MXQuantizeDequantize` (the ones the
+/// rules refused): the custom-op library does not register Quark's domain (ORT fails a session
+/// that registers a domain twice, and Quark's own library registers it), so the offline model
+/// needs the plugin EP, which publishes that op, or Quark's library beside ours. Any other Quark
+/// op: only Quark's library. Empty otherwise.
 pub fn foreign_note(g: &impl GraphView) -> String {
-    let n = g
+    let quark: Vec<&str> = g
         .nodes()
         .iter()
         .filter(|&&n| g.domain(n) == QUARK_DOMAIN)
+        .map(|&n| g.op_type(n))
+        .collect();
+    let mx = quark
+        .iter()
+        .filter(|&&op| op == "MXQuantizeDequantize")
         .count();
-    if n == 0 {
-        return String::new();
+    let mut out = String::new();
+    if mx > 0 {
+        out.push_str(&format!(
+            "note: {mx} {QUARK_DOMAIN}::MXQuantizeDequantize node(s) stay unfused: ONNX Runtime \
+             runs the rewritten model with the mxfuse plugin EP, or with AMD Quark's custom-op \
+             library registered beside libmxfuse_ep.so, not with the mxfuse custom-op library alone\n"
+        ));
     }
-    format!(
-        "note: {n} {QUARK_DOMAIN} node(s) stay unfused (refusals above): ONNX Runtime runs the \
-         rewritten model with the mxfuse plugin EP, or with AMD Quark's custom-op library \
-         registered beside libmxfuse_ep.so, not with the mxfuse custom-op library alone\n"
-    )
+    if quark.len() > mx {
+        out.push_str(&format!(
+            "note: {} other {QUARK_DOMAIN} node(s): only AMD Quark's custom-op library runs those\n",
+            quark.len() - mx
+        ));
+    }
+    out
 }
 
 /// A line when MX quantization nodes sit inside control-flow bodies (`If` / `Loop` / `Scan`) or
@@ -47,9 +60,9 @@ pub fn nested_mx_note(model: &ModelProto) -> String {
         return String::new();
     }
     format!(
-        "note: {n} MX quantization node(s) inside If / Loop / Scan bodies or model functions are \
-         not rewritten (mxfuse rewrites the main graph); ONNX Runtime's CPU EP cannot run E8M0 \
-         quantization there\n"
+        "note: {n} MX / blocked quantization node(s) inside If / Loop / Scan bodies or model \
+         functions are not rewritten (mxfuse rewrites the main graph); ONNX Runtime's CPU EP has \
+         no kernel for the E8M0-scaled ones there\n"
     )
 }
 
@@ -169,7 +182,7 @@ mod tests {
             }],
             ..Default::default()
         };
-        assert!(nested_mx_note(&model).starts_with("note: 4 MX quantization node(s)"));
+        assert!(nested_mx_note(&model).starts_with("note: 4 MX / blocked quantization node(s)"));
         assert_eq!(nested_mx_note(&ModelProto::default()), "");
         let ir = |v| ModelProto {
             ir_version: Some(v),

@@ -46,8 +46,11 @@ pub fn load_graph(path: &Path) -> Result<Graph, Error> {
 /// The arena IR of `model`, read from `path` (external data resolves against its directory); a
 /// model the IR refuses names the file in the error.
 pub fn graph_from_model(model: ModelProto, path: &Path) -> Result<Graph, Error> {
+    let at = |why: String| format!("{}: {why}", path.display());
     Graph::from_model(model, Some(model_dir(path))).map_err(|e| match e {
-        Error::Invalid(why) => Error::Invalid(format!("{}: {why}", path.display())),
+        Error::Invalid(why) => Error::Invalid(at(why)),
+        Error::Unsupported(why) => Error::Unsupported(at(why)),
+        Error::Cycle(why) => Error::Invalid(at(format!("graph has a cycle through {why}"))),
         other => other,
     })
 }

@@ -813,10 +813,19 @@ pub fn consumers_for(
     for u in &c.matmuls {
         if let Weight::Float(b) = u.weight {
             if let Some(why) = mx_weight_behind(g, b) {
+                // Through a Transpose the MX weight was tried (MatMul) and refused: say why.
+                let refused = plain_transpose(g, b)
+                    .filter(|_| is_op(g, u.node, ONNX_DOMAIN, "MatMul"))
+                    .and_then(|(_, src)| classify_weight(g, src, info.k, true).err());
+                let because = match refused {
+                    Some(r) => format!("it was not read as MX: {}", r.0),
+                    None => "an MX weight is read as MX only from a DequantizeLinear feeding \
+                             the MatMul directly or, for a MatMul, through a Transpose"
+                        .to_string(),
+                };
                 c.notes.push(format!(
-                    "{} '{}' reads weight '{}' as floats {why}: that dequantization runs every step \
-                     (an MX weight is read as MX only from a DequantizeLinear feeding the MatMul \
-                     directly or through a Transpose)",
+                    "{} '{}' reads weight '{}' as floats {why}: that dequantization runs every \
+                     step ({because})",
                     g.op_type(u.node),
                     g.node_label(u.node),
                     g.value_name(b)

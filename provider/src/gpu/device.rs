@@ -320,12 +320,13 @@ impl Placement {
                 true,
             ),
             (false, DeviceChoice::Gpu, false) => {
-                let gpu = gpu_runtime().map_err(|e| match e {
-                    // Its message without the variant's own "not supported: " prefix.
-                    Error::Unsupported(why) => {
-                        Error::Unsupported(format!("provider option device=gpu: {why}"))
-                    }
-                    other => other,
+                let gpu = gpu_runtime().map_err(|e| {
+                    // The message without the variant's own "not supported: " prefix.
+                    let why = match e {
+                        Error::Unsupported(why) | Error::Ort(why) => why,
+                        other => other.to_string(),
+                    };
+                    Error::Unsupported(format!("provider option device=gpu: {why}"))
                 })?;
                 device(gpu, true, false)
             }
