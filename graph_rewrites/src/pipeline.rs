@@ -77,7 +77,8 @@ pub struct RewriteReport {
     pub layers: Vec<LayerSummary>,
 }
 
-fn is_zero(n: &usize) -> bool {
+/// For `#[serde(skip_serializing_if)]`: a count left out of the JSON when zero.
+pub(crate) fn is_zero(n: &usize) -> bool {
     *n == 0
 }
 

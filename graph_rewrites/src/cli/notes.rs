@@ -1,7 +1,8 @@
 //! Lines `mxfuse rewrite` prints after its table about what the rewritten model still needs
 //! or what the rewrite did not look at.
 
-use crate::onnx_pb::{GraphProto, ModelProto, NodeProto};
+use crate::onnx_pb::{ModelProto, NodeProto};
+use crate::pattern::predicates::dtype::FLOAT8E8M0;
 use crate::view::{GraphView, QUARK_DOMAIN};
 
 /// Lines when the rewritten graph keeps AMD Quark nodes. `MXQuantizeDequantize` (the ones the
@@ -43,19 +44,19 @@ pub fn foreign_note(g: &impl GraphView) -> String {
 /// FLOAT8E8M0, blocked `QuantizeLinear` / `DequantizeLinear`, AMD Quark's fake-quant op.
 /// Empty when there are none.
 pub fn nested_mx_note(model: &ModelProto) -> String {
-    let mut n = 0usize;
-    if let Some(g) = &model.graph {
-        for node in &g.node {
-            n += nested_in_attrs(node);
-        }
-    }
-    for f in &model.functions {
-        n += f
-            .node
+    // The main graph's own nodes are what the rules rewrite: only their bodies count.
+    let main: usize = model
+        .graph
+        .iter()
+        .flat_map(|g| &g.node)
+        .map(nested_in_attrs)
+        .sum();
+    let n = main
+        + model
+            .functions
             .iter()
-            .map(|x| is_mx_node(x) as usize + nested_in_attrs(x))
+            .map(|f| count_in(&f.node))
             .sum::<usize>();
-    }
     if n == 0 {
         return String::new();
     }
@@ -71,12 +72,13 @@ fn nested_in_attrs(node: &NodeProto) -> usize {
     node.attribute
         .iter()
         .flat_map(|a| a.g.iter().chain(&a.graphs))
-        .map(count_in_graph)
+        .map(|g| count_in(&g.node))
         .sum()
 }
 
-fn count_in_graph(g: &GraphProto) -> usize {
-    g.node
+/// MX nodes among `nodes` and in their subgraphs.
+fn count_in(nodes: &[NodeProto]) -> usize {
+    nodes
         .iter()
         .map(|n| is_mx_node(n) as usize + nested_in_attrs(n))
         .sum()
@@ -98,9 +100,6 @@ pub fn ir_note(model: &ModelProto) -> String {
     }
 }
 
-/// FLOAT8E8M0 in ONNX's numbering.
-const FLOAT8E8M0: i64 = 24;
-
 fn is_mx_node(n: &NodeProto) -> bool {
     let op = n.op_type.as_deref().unwrap_or("");
     let domain = n.domain.as_deref().unwrap_or("");
@@ -112,7 +111,7 @@ fn is_mx_node(n: &NodeProto) -> bool {
     };
     match (domain, op) {
         (QUARK_DOMAIN, "MXQuantizeDequantize") => true,
-        ("" | "ai.onnx", "Cast") => int_attr("to") == Some(FLOAT8E8M0),
+        ("" | "ai.onnx", "Cast") => int_attr("to") == Some(i64::from(FLOAT8E8M0)),
         ("" | "ai.onnx", "QuantizeLinear" | "DequantizeLinear") => {
             int_attr("block_size").is_some_and(|b| b > 0)
         }
@@ -123,7 +122,7 @@ fn is_mx_node(n: &NodeProto) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::onnx_pb::{AttributeProto, FunctionProto};
+    use crate::onnx_pb::{AttributeProto, FunctionProto, GraphProto};
     use crate::testing::{node_proto, Attr};
 
     /// An If whose then-branch holds a Cast to E8M0 and a blocked QuantizeLinear, whose

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::io::model_dir;
+use crate::io::{model_dir, spill::side_file_name};
 use crate::Error;
 
 /// The file `p` names, so that two spellings of one file compare equal: an existing path fully
@@ -69,9 +69,8 @@ pub fn check_output_paths(
     if let Some(r) = report {
         let rep = resolved(r);
         // The side file large rule-made initializers go to (`io::spill`).
-        let mut spill = output.as_os_str().to_os_string();
-        spill.push(".mxfuse.data");
-        let clash = if rep == resolved(Path::new(&spill)) {
+        let spill = dst_dir.join(side_file_name(output, locations));
+        let clash = if rep == resolved(&spill) {
             Some("the output's side file".to_string())
         } else if rep == resolved(input) {
             Some("the input model".to_string())

@@ -26,12 +26,8 @@ pub struct ReportJson<'a> {
     /// Fused and refused per decoder layer.
     pub layers: &'a [LayerSummary],
     /// Duplicate quantize-chain nodes merged before the rules ran.
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(skip_serializing_if = "crate::pipeline::is_zero")]
     pub merged_duplicates: usize,
-}
-
-fn is_zero(n: &usize) -> bool {
-    *n == 0
 }
 
 /// Writes the report as pretty-printed JSON (deterministic: counts are sorted by rule name,

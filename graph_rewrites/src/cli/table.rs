@@ -46,17 +46,13 @@ pub fn summary_table(report: &RewriteReport) -> String {
         );
     }
     let q = &report.quantize_ops;
+    let saved = q.before.saturating_sub(q.after);
     let _ = writeln!(
         out,
-        "separate MXFP8 quantize ops: {} before, {} after ({} launch{} saved)",
+        "separate MXFP8 quantize ops: {} before, {} after ({saved} launch{} saved)",
         q.before,
         q.after,
-        q.before.saturating_sub(q.after),
-        if q.before.saturating_sub(q.after) == 1 {
-            ""
-        } else {
-            "es"
-        }
+        if saved == 1 { "" } else { "es" }
     );
     if report.merged_duplicates > 0 {
         let _ = writeln!(

@@ -201,10 +201,7 @@ fn copy_file(src: &Path, dst: &Path) -> Result<(), Error> {
             fs::copy(src, &tmp).map(|_| ())
         }
     });
-    copied.and_then(|()| fs::rename(&tmp, dst)).map_err(|e| {
-        let _ = fs::remove_file(&tmp);
-        Error::io(dst, e)
-    })
+    super::commit_temp(&tmp, dst, copied)
 }
 
 /// Whether fewer bytes are allocated to the file than its length (always false off Unix).

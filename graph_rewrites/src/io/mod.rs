@@ -114,10 +114,19 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), Error> {
         .and_then(|()| match keep_mode {
             Some(mode) => fs::set_permissions(&tmp, mode),
             None => Ok(()),
-        })
-        .and_then(|()| fs::rename(&tmp, path));
-    written.map_err(|e| {
-        let _ = fs::remove_file(&tmp);
+        });
+    commit_temp(&tmp, path, written)
+}
+
+/// Renames the temporary file `tmp` over `path` once `written` (its filling) succeeded; on any
+/// failure removes `tmp`, so nothing half-written is left, and reports the error for `path`.
+pub(crate) fn commit_temp(
+    tmp: &Path,
+    path: &Path,
+    written: std::io::Result<()>,
+) -> Result<(), Error> {
+    written.and_then(|()| fs::rename(tmp, path)).map_err(|e| {
+        let _ = fs::remove_file(tmp);
         Error::io(path, e)
     })
 }

@@ -70,8 +70,8 @@ pub fn spill_initializers(
         let start = offset.next_multiple_of(ALIGN);
         let pad = vec![0u8; (start - offset) as usize];
         if let Err(e) = w.write_all(&pad).and_then(|_| w.write_all(&raw)) {
-            let _ = fs::remove_file(&tmp);
-            return Err(Error::io(&path, e));
+            // Removes the half-written file and returns the error (never Ok with an Err given).
+            return super::commit_temp(&tmp, &path, Err(e)).map(|()| moved);
         }
         offset = start + raw.len() as u64;
         let entry = |k: &str, v: String| StringStringEntryProto {
@@ -87,10 +87,7 @@ pub fn spill_initializers(
         moved += 1;
     }
     if let Some(mut w) = writer {
-        if let Err(e) = w.flush().and_then(|()| fs::rename(&tmp, &path)) {
-            let _ = fs::remove_file(&tmp);
-            return Err(Error::io(&path, e));
-        }
+        super::commit_temp(&tmp, &path, w.flush())?;
     }
     Ok(moved)
 }

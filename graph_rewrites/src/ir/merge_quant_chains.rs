@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 
 use super::{Graph, SUBGRAPH_USE_SLOT};
+use crate::pattern::predicates::known_dims;
 use crate::view::{GraphView, NodeId, ValueId, ONNX_DOMAIN, QUARK_DOMAIN};
 
 /// The op types of an MX quantize chain (both spellings), which are merged when duplicated.
@@ -107,14 +108,9 @@ fn node_key(g: &Graph, n: NodeId) -> String {
     // be read just to learn it is not small.
     let small = |v: ValueId| {
         g.is_constant(v)
-            && g.tensor_info(v).and_then(|i| i.shape).is_some_and(|dims| {
-                dims.iter()
-                    .try_fold(1usize, |n, d| match d {
-                        crate::view::Dim::Known(d) => n.checked_mul(usize::try_from(*d).ok()?),
-                        _ => None,
-                    })
-                    .is_some_and(|n| n <= SMALL_CONST_ELEMS)
-            })
+            && known_dims(g, v)
+                .and_then(|d| d.iter().try_fold(1usize, |n, &d| n.checked_mul(d)))
+                .is_some_and(|n| n <= SMALL_CONST_ELEMS)
     };
     let input_key = |v: ValueId| match small(v).then(|| g.const_value(v)).flatten() {
         Some(t) => format!("const{}{:?}{:?}", t.elem_type, t.dims, t.raw),

@@ -21,7 +21,7 @@ use super::mx_consumers::{
     consumers_for, emit_kept_float, emit_matmuls, quant_outputs, Consumers, QuantAttrs,
 };
 use super::spellings::mx_quant::{check_mx_quant, mx_quant, MxQuantPat, QuantInfo};
-use crate::pattern::predicates::dtype;
+use crate::pattern::predicates::scale_is_e8m0;
 use crate::pattern::{Emit, Fuse, Match, Pat, Pattern, Rule, RuleConfig, Site};
 use crate::view::{GraphView, NodeId, ValueId, ONNX_DOMAIN};
 
@@ -82,10 +82,9 @@ impl Rule for MxQuantRule {
     /// as `MxQuantizeLinear`).
     fn report_no_match(&self, g: &dyn GraphView, anchor: NodeId) -> Option<&'static str> {
         let scale = g.inputs(anchor).get(1).copied().flatten()?;
-        let e8m0 = g
-            .tensor_info(scale)
-            .is_some_and(|i| i.elem_type == dtype::FLOAT8E8M0);
-        (g.op_type(anchor) == "QuantizeLinear" && g.domain(anchor) == ONNX_DOMAIN && e8m0
+        (g.op_type(anchor) == "QuantizeLinear"
+            && g.domain(anchor) == ONNX_DOMAIN
+            && scale_is_e8m0(g, anchor)
             && !g.is_constant(scale))
         .then_some("run-time E8M0 scale of a spelling not recognised (runs unfused, as MxQuantizeLinear; the README lists the spellings)")
     }
