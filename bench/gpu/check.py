@@ -483,7 +483,7 @@ def check_matmul_frag(ops):
             same = all(np.array_equal(host(y1), host(o), equal_nan=True) for o in (y3, y4, y5))
             ok, detail = gemm_verdict(y1, same, yref, fin, out)
             report(f"matmul_frag N={N} K={K} M={M} W={W_} S={S_} out={out}", ok, detail + " (incl. PDL, L2 prefetch)")
-    # The runtime's choice (mxgpu.frag_kernel: `_fs` at M <= 8 where SMs idle, the L2 prefetch)
+    # The runtime's choice (mxgpu.frag_kernel: `_t2` at M <= 8, `_fs` above, the L2 prefetch)
     # on the decode shapes, against the m8 / m16 kernel at the same (W, S).
     for N, K in ((1536, 6144), (6144, 768)):
         wf, wsf = rand_frag_weights(N, K)
@@ -512,7 +512,7 @@ def check_matmul_frag(ops):
 
 def check_matmul_frag_fs(ops):
     """The m16 loops of issue 6 follow-ups 11 and 13 (mx_matmul_frag_m16_bf16_w<W>_s<S>_fs and
-    `_fsa`):
+    `_fsa`) and, at M <= 8, the two-tile m8 loop of follow-up 20 (`_t2`, odd tile counts included):
     the same per-group arithmetic as the m16 kernels (and, on half a tile, the m8 ones), so at
     every (W, S) and M <= 16 of k128_gemm_cases they must give the current kernel's bits (plain,
     under PDL, and with the L2 prefetch) and pass
@@ -528,7 +528,7 @@ def check_matmul_frag_fs(ops):
         """(output of _fs, every _fs / _fsa launch == the current kernel's bits)."""
         y0 = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W_, S=S_))
         same, first = True, None
-        for sfx in ("_fs", "_fsa"):
+        for sfx in ("_fs", "_fsa") + (("_t2",) if M <= 8 else ()):
             y1 = torch.empty(M, N, dtype=torch.bfloat16, device="cuda"); poison([y1])
             ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W_, S=S_, y=y1, sfx=sfx)
             ops.m.pdl = True

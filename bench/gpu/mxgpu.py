@@ -344,8 +344,9 @@ class Ops:
         and sfx all left out: the runtime's kernel (frag_kernel, as launch.rs). Otherwise None =
         frag_choice, pre = 1, sfx = "". pre & 1: load the first weights before the PDL wait; pre & 2:
         the L2 prefetch of each warp's weights. sfx="_fs" / "_fsa": the m16 bf16 kernels of issue 6
-        follow-ups 11 and 13 (every W, S; 16 rows a block at any M). W = 3: the m8 kernel only
-        (S = 1)."""
+        follow-ups 11 and 13 (every W, S; 16 rows a block at any M); "_t2": the m8 bf16 loop on
+        two 16-column tiles a block (follow-up 20; M <= 8, pre & 2 ignored). W = 3: the m8 kernel
+        only (S = 1)."""
         assert K % 128 == 0
         if W is None and S is None and pre is None and sfx is None:
             rows, W, S, sfx, pf = frag_kernel(N, K, M, out_dtype)
@@ -353,13 +354,13 @@ class Ops:
         else:
             sfx = sfx or ""
             pre = 1 if pre is None else pre
-            mt = 1 if M <= 8 and not sfx else 2
+            mt = 1 if M <= 8 and sfx in ("", "_t2") else 2
             W0, S0 = frag_choice(N, K, M)
             W, S = W or W0, S or S0
         if y is None:
             y = torch.empty(M, N, dtype=out_dtype, device=wf.device)
         name = f"mx_matmul_frag_m{8 * mt}_{SUFFIX[out_dtype]}_w{W}_s{S}{sfx}"
-        grid = (-(-M // (8 * mt)) * S, -(-N // 16))
+        grid = (-(-M // (8 * mt)) * S, -(-(-(-N // 16)) // (2 if sfx == "_t2" else 1)))
         self.m.launch(name, grid, (32 * W,),
                       [aq, as_, wf, wsf, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(pre),
                        ep or epilogue()])
@@ -450,20 +451,20 @@ FRAG_WS = (2, 4, 8)
 FRAG_SS = (1, 2, 4, 8)
 
 
-def frag_choice(N, K, M, sms=132):
+def frag_choice(N, K, M, sms=132, measured=True, resident=None):
     """(W, S) of the fragment-packed GEMM (mirrors kernels/src/gpu/shapes.rs `frag_shape`): a
     measured row of FRAG_ROWS, else one block per 16-column tile with the most warps W (8, 4, 2)
     for which all blocks are resident in one wave (FRAG_RESIDENT_WARPS // W blocks per SM) and
     each warp keeps FRAG_MIN_GROUPS groups of 4 k-blocks; cluster splits S only where the tiles
     leave most SMs idle."""
-    for n, k, max_m, w, s in FRAG_ROWS:
+    for n, k, max_m, w, s in FRAG_ROWS if measured else ():
         if (n, k) == (N, K) and M <= max_m:
             return w, s
     tiles = -(-N // 16) * -(-M // (8 if M <= 8 else 16))
     groups = K // 128
     enough = lambda parts: -(-groups // parts) >= FRAG_MIN_GROUPS
     W = next((w for w in sorted(FRAG_WS, reverse=True)
-              if enough(w) and tiles <= sms * max(1, FRAG_RESIDENT_WARPS // w)), FRAG_WS[0])
+              if enough(w) and tiles <= sms * max(1, (resident or FRAG_RESIDENT_WARPS) // w)), FRAG_WS[0])
     S = 1
     if 2 * tiles < sms:
         for cand in FRAG_SS:
@@ -479,12 +480,15 @@ def trim_idle_warp(K, W, S):
     return (3, 1) if W == 4 and S == 1 and -(-G // 3) == -(-G // 4) else (W, S)
 
 
-def frag_kernel(N, K, M, out_dtype=torch.bfloat16, sms=132):
+def frag_kernel(N, K, M, out_dtype=torch.bfloat16, sms=132, t2=True):
     """(rows, W, S, sfx, l2_prefetch) of the fragment GEMM kernel the runtime launches (mirrors
-    kernels/src/gpu/shapes.rs `frag_kernel` with its switches on): `_fs` at 9-16 rows with bf16
-    output, and at M <= 8 too where the grid leaves SMs idle; there the L2 prefetch, and `_fsa`
-    from FRAG_STAGED_A_FROM rows."""
+    kernels/src/gpu/shapes.rs `frag_kernel` with its switches on; t2=False: MXFUSE_GPU_FRAG_T2=0):
+    with bf16 output `_t2` at M <= 8 (the rule's W, S for half the tiles, no prefetch), `_fs` at
+    9-16 rows (and at M <= 8 without `_t2` where the grid leaves SMs idle); there the L2
+    prefetch, and `_fsa` from FRAG_STAGED_A_FROM rows."""
     tiles = -(-N // 16)
+    if t2 and out_dtype == torch.bfloat16 and M <= 8:
+        return (8, *frag_choice(16 * -(-tiles // 2), K, M, sms, measured=False, resident=T2_RESIDENT_WARPS), "_t2", False)
     W16, S16 = frag_choice(N, K, max(M, 9), sms)
     fs = out_dtype == torch.bfloat16 and M <= 16 and (M > 8 or tiles * S16 < sms)
     rows, (W, S) = (16, (W16, S16)) if fs or M > 8 else (8, trim_idle_warp(K, *frag_choice(N, K, M, sms)))
@@ -493,7 +497,7 @@ def frag_kernel(N, K, M, out_dtype=torch.bfloat16, sms=132):
     return rows, W, S, sfx, idle
 
 
-FRAG_RESIDENT_WARPS, FRAG_MIN_GROUPS, FRAG_STAGED_A_FROM = 12, 2, 13
+FRAG_RESIDENT_WARPS, FRAG_MIN_GROUPS, FRAG_STAGED_A_FROM, T2_RESIDENT_WARPS = 12, 2, 13, 10
 # The H200 rows of kernels/src/gpu/thresholds.rs `FragGemmTable`: (n, k, max_m, W, S), measured
 # (bench_frag_pdl.py; BENCHMARKS.md).
 FRAG_ROWS = [(1536, 6144, 16, 8, 1), (6144, 768, 16, 4, 1), (6144, 6144, 16, 4, 1)]

@@ -58,20 +58,24 @@ MX_DEV void mx_frag_prefetch_l2(const uint4* wf, const mx_u32* wsf, int tile, in
 // split (the S blocks of a cluster are consecutive in x), blockIdx.y = tile, so the m-tiles of
 // one weight tile run together and share its weights through L2 (at prefill sizes every m-tile
 // re-reads the tile; the other order, tiles along x, was slower there: BENCHMARKS.md).
-template <int MT, int S>
+// NT > 1 (`_t2`): blockIdx.y = a run of NT neighbouring tiles; `tile` is its first.
+template <int MT, int S, int NT = 1>
 struct MxFragBlock {
   int tile, split, m0;
-  MX_DEV MxFragBlock() : tile(blockIdx.y), split(blockIdx.x % S), m0(8 * MT * (blockIdx.x / S)) {}
+  MX_DEV MxFragBlock()
+      : tile(NT * blockIdx.y), split(blockIdx.x % S), m0(8 * MT * (blockIdx.x / S)) {}
 };
 
 // The start of every fragment loop: the first weights (`load_first`: constants) before the PDL
 // wait when pre & 1, else after it, with the L2 prefetch (pre & 2) ahead of them; then the next
 // kernel may launch. Activations are read only after this.
-template <int MT, int S, class F>
+template <int MT, int S, int NT = 1, class F>
 MX_DEV void mx_frag_prologue(int pre, const uint4* wf, const mx_u32* wsf, int K, int gb, int ge,
                              F load_first) {
   if (!(pre & 1)) MX_PDL_WAIT();
-  if (pre & 2) mx_frag_prefetch_l2(wf, wsf, MxFragBlock<MT, S>().tile, K, gb, ge);
+  // The two-tile kernel takes no prefetch: its second tile may lie past the weights, and it was
+  // measured without one.
+  if (NT == 1 && (pre & 2)) mx_frag_prefetch_l2(wf, wsf, MxFragBlock<MT, S, NT>().tile, K, gb, ge);
   if (gb < ge) load_first();
   if (pre & 1) MX_PDL_WAIT();
   MX_PDL_LAUNCH();
@@ -79,25 +83,28 @@ MX_DEV void mx_frag_prologue(int pre, const uint4* wf, const mx_u32* wsf, int K,
 
 // The end of both kernels: the W warps' accumulators added in warp order, then (S > 1) the
 // cluster's blocks in rank order through distributed shared memory; rank 0 stores.
-template <class TO, int W, int MT, int S>
-MX_DEV void mx_frag_reduce_store(const float acc[MT][4], typename TO::storage* __restrict__ y,
+template <class TO, int W, int MT, int S, int NT = 1>
+MX_DEV void mx_frag_reduce_store(const float (*acc)[MT][4], typename TO::storage* __restrict__ y,
                                  int M, int N, const MxEpi& ep) {
-  constexpr int E = MT * 4 * 32;  // accumulator elements of a warp
+  constexpr int E = NT * MT * 4 * 32;  // accumulator elements of a warp
   __shared__ float part[W * E];
   __shared__ float red[S > 1 ? E : 1];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const MxFragBlock<MT, S> blk;
+  const MxFragBlock<MT, S, NT> blk;
   const int n0 = 16 * blk.tile, m0 = blk.m0, split = blk.split;
-  // Element e = (mt * 4 + c) * 32 + lane of a warp: D fragment c of lane's tile mt.
+  // Element e = ((nt * MT + mt) * 4 + c) * 32 + lane of a warp: D fragment c of lane's row
+  // tile mt of column tile nt.
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
+  for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-    for (int c = 0; c < 4; ++c) part[warp * E + (mt * 4 + c) * 32 + lane] = acc[mt][c];
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) part[warp * E + ((nt * MT + mt) * 4 + c) * 32 + lane] = acc[nt][mt][c];
   __syncthreads();
   auto store = [&](int e, float v) {
     // d0/d1: column n0 + g, rows 2t / 2t + 1 of tile mt; d2/d3: column n0 + g + 8.
-    const int mt = e >> 7, c = (e >> 5) & 3, ln = e & 31;
-    const int n = n0 + (ln >> 2) + (c >= 2 ? 8 : 0);
+    const int mt = (e >> 7) % MT, c = (e >> 5) & 3, ln = e & 31;
+    const int n = n0 + 16 * (e / (128 * MT)) + (ln >> 2) + (c >= 2 ? 8 : 0);
     const int m = m0 + 8 * mt + 2 * (ln & 3) + (c & 1);
     if (n < N && m < M) y[(long long)m * N + n] = TO::from_f32(mx_epilogue<TO>(ep, m, n, v));
   };
@@ -127,7 +134,7 @@ MX_DEV void mx_frag_reduce_store(const float acc[MT][4], typename TO::storage* _
 
 // A warp's share of the work: groups gb .. ge - 1 (part split * W + warp of S * W contiguous
 // ranges of the K / 128 groups) of the block's 16-column tile, and its load addresses.
-template <int W, int MT, int S>
+template <int W, int MT, int S, int NT = 1>
 struct MxFragWarp {
   int g, gb, ge;
   const uint4* wp;     // + (4 i + j) * 32: k-block j of group i, this lane's 16 bytes
@@ -137,7 +144,7 @@ struct MxFragWarp {
   MX_DEV MxFragWarp(const mx_u8* aq, const mx_u8* as, const uint4* wf, const mx_u32* wsf, int M,
                     int K) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t = lane & 3;
-    const MxFragBlock<MT, S> blk;
+    const MxFragBlock<MT, S, NT> blk;
     const int tile = blk.tile, split = blk.split, m0 = blk.m0;
     const int KB = K >> 5, G = K >> 7;
     const int per = (G + S * W - 1) / (S * W);
@@ -254,7 +261,7 @@ MX_DEV void mx_matmul_frag(const mx_u8* __restrict__ aq, const mx_u8* __restrict
     cur = nxt;
   }
 
-  mx_frag_reduce_store<TO, W, MT, S>(acc, y, M, N, ep);
+  mx_frag_reduce_store<TO, W, MT, S>(&acc, y, M, N, ep);
 }
 
 // Kernel names: mx_matmul_frag_m<8|16>_<out>_w<W>_s<S>, U = 2 groups per batch at 8 rows, 1 at 16
@@ -371,7 +378,7 @@ MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __r
     }
     mma(b1);
   }
-  mx_frag_reduce_store<MxBf16, W, MT, S>(acc, y, M, N, ep);
+  mx_frag_reduce_store<MxBf16, W, MT, S>(&acc, y, M, N, ep);
 }
 // At most 168 registers at W = 2, 4 (12 warps per SM, like the m8 / m16 kernels; ptxas spills 48
 // bytes).
@@ -390,6 +397,105 @@ MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __r
 MX_DEFINE_FRAG_FS(2)
 MX_DEFINE_FRAG_FS(4)
 MX_DEFINE_FRAG_FS(8)
+
+// mx_matmul_frag_m8_bf16_w<W>_s<S>_t2 (issue 6 follow-up 20; the runtime's kernel for M <= 8 with
+// bf16 output: kernels/src/gpu/shapes.rs frag_kernel): the `_fs` loop on 8 rows with each warp on
+// two neighbouring 16-column tiles over its K range, so one load (and one convert) of the
+// activations feeds both tiles' mmas and a block holds twice the weight loads in flight. Per tile
+// the arithmetic of the m8 kernel at the same (W, S): the outputs are bit-identical to it. H200,
+// M = 1 / 8: 6144 x 768 2.65 / 2.93 against 2.74 / 3.07 us, 1536 x 6144 4.75 / 5.03 against
+// 5.00 / 5.25 (BENCHMARKS.md). At 12-16 rows (m8 on two row tiles, or m16 at 254 registers) it
+// lost to `_fs`.
+template <int W, int MT, int S>
+MX_DEV void mx_matmul_frag_t2(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
+                              const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
+                              MxBf16::storage* __restrict__ y, int M, int N, int K, int pre,
+                              const MxEpi& ep) {
+  constexpr int NT = 2;
+  const MxFragWarp<W, MT, S, NT> f(aq, as, wf, wsf, M, K);
+  const int gb = f.gb, ge = f.ge;
+  MxFragWeights wts0(f), wts1(f);
+  // The second tile (past the last tile: the first's weights again; its outputs are not stored).
+  if (MxFragBlock<MT, S, NT>().tile + 1 < (N + 15) / 16) {
+    wts1.wp += (long long)(K >> 5) * 32;
+    wts1.swp += (long long)(K >> 7) * 16;
+  }
+  const mx_u8* ap[MT];
+  const mx_u32 *sp0[MT], *sp1[MT];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    ap[mt] = f.ap[mt] + 128 * gb;
+    sp0[mt] = f.sp0[mt] + gb;
+    sp1[mt] = f.sp1[mt] + gb;
+  }
+  struct Batch {
+    uint4 w[NT][4];
+    mx_u32 sA[NT], sB[NT];
+    uint2 a[MT][4];
+    mx_u32 s0[MT], s1[MT];
+  };
+  auto load_w = [&](Batch& bt) {
+    wts0.next(bt.w[0], bt.sA[0], bt.sB[0]);
+    wts1.next(bt.w[1], bt.sA[1], bt.sB[1]);
+  };
+  auto load_a = [&](Batch& bt) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) bt.a[mt][j] = *reinterpret_cast<const uint2*>(ap[mt] + 32 * j);
+      bt.s0[mt] = *sp0[mt];
+      bt.s1[mt] = *sp1[mt];
+      ap[mt] += 128;
+      sp0[mt] += 1;
+      sp1[mt] += 1;
+    }
+  };
+  float acc[NT][MT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[nt][mt][c] = 0.0f;
+  auto mma = [&](const Batch& bt) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+      mx_frag_mma<MT, true>(acc[nt], bt.w[nt], bt.a, bt.sA[nt], bt.sB[nt], bt.s0, bt.s1);
+  };
+  Batch b0, b1;
+  mx_frag_prologue<MT, S, NT>(pre, wf, wsf, K, gb, ge, [&] { load_w(b0); });
+  if (gb < ge) load_a(b0);
+  for (int i = gb; i < ge; i += 2) {
+    if (i + 1 < ge) {
+      load_w(b1);
+      load_a(b1);
+    }
+    mma(b0);
+    if (i + 1 == ge) break;
+    if (i + 2 < ge) {
+      load_w(b0);
+      load_a(b0);
+    }
+    mma(b1);
+  }
+  mx_frag_reduce_store<MxBf16, W, MT, S, NT>(acc, y, M, N, ep);
+}
+#define MX_DEFINE_FRAG_T2_1(W, S, ATTR)                                                          \
+  extern "C" __global__ void __launch_bounds__(32 * W, 1)                                        \
+      ATTR mx_matmul_frag_m8_bf16_w##W##_s##S##_t2(const mx_u8* aq, const mx_u8* as,             \
+                                                    const uint4* wf, const mx_u32* wsf,          \
+                                                    MxBf16::storage* y, int M, int N, int K,     \
+                                                    int pre, MxEpi ep) {                         \
+    mx_matmul_frag_t2<W, 1, S>(aq, as, wf, wsf, y, M, N, K, pre, ep);                            \
+  }
+#define MX_DEFINE_FRAG_T2(W)                                                                     \
+  MX_DEFINE_FRAG_T2_1(W, 1, )                                                                    \
+  MX_DEFINE_FRAG_T2_1(W, 2, __cluster_dims__(2, 1, 1))                                           \
+  MX_DEFINE_FRAG_T2_1(W, 4, __cluster_dims__(4, 1, 1))                                           \
+  MX_DEFINE_FRAG_T2_1(W, 8, __cluster_dims__(8, 1, 1))
+MX_DEFINE_FRAG_T2(2)
+MX_DEFINE_FRAG_T2(4)
+MX_DEFINE_FRAG_T2(8)
 
 // mx_matmul_frag_m16_bf16_w<W>_s<S>_fsa (issue 6 follow-up 13; the runtime's kernel from 13 rows
 // with bf16 output where the grid leaves SMs idle: kernels/src/gpu/shapes.rs frag_kernel): `_fs`
@@ -517,7 +623,7 @@ MX_DEV void mx_matmul_frag_m16_fsa(const mx_u8* __restrict__ aq, const mx_u8* __
     mma(b1, 1);
   }
   mx_cp_async_wait<0>();
-  mx_frag_reduce_store<MxBf16, W, MT, S>(acc, y, M, N, ep);
+  mx_frag_reduce_store<MxBf16, W, MT, S>(&acc, y, M, N, ep);
 }
 #define MX_DEFINE_FRAG_FSA1(W, S, ATTR)                                                          \
   extern "C" __global__ void __launch_bounds__(32 * W, (W < 8 ? 12 / W : 1))                    \

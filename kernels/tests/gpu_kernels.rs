@@ -929,8 +929,9 @@ fn gpu_mx_matmul_fragment_packed_matches_reference_and_unpacked() {
                 err.is_some_and(|e| e < 1e-5),
                 "frag vs unpacked m={m} n={n} k={k}: {err:?}"
             );
-            // bf16 out takes the `_fs` loop (9-16 rows; and here at M <= 8 too, as these grids
-            // leave SMs idle) with the L2 prefetch: the same sums as the f32 kernel, rounded once.
+            // bf16 out takes the two-tile `_t2` loop at M <= 8 (N = 100: 7 tiles, one pair half
+            // empty) and `_fs` at 9-16 rows (with the L2 prefetch, as these grids leave SMs idle):
+            // the same sums as the f32 kernel, rounded once.
             if m <= 16 {
                 let dy = poisoned::<bf16>(&rt, m * n);
                 rt.mx_matmul(
@@ -951,7 +952,7 @@ fn gpu_mx_matmul_fragment_packed_matches_reference_and_unpacked() {
                 assert_eq!(
                     same_bits(&got16, &want16),
                     0,
-                    "frag bf16 (`_fs`) vs f32 rounded m={m} n={n} k={k}"
+                    "frag bf16 (`_t2` / `_fs`) vs f32 rounded m={m} n={n} k={k}"
                 );
             }
         }

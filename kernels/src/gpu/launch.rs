@@ -913,14 +913,15 @@ impl GpuRuntime {
         let table = FragGemmTable::for_arch(&self.device().arch);
         // MXFUSE_GPU_FRAG_FS=0 keeps the m8 / m16 kernels (no `_fs` loop); MXFUSE_GPU_FRAG_L2PF=0
         // turns the L2 prefetch off, MXFUSE_GPU_FRAG_FSA=0 the staged `_fsa` form of `_fs`,
-        // MXFUSE_GPU_FRAG_W3=0 the m8 kernel on 3 warps (shapes::frag_kernel says where each is
-        // taken).
+        // MXFUSE_GPU_FRAG_W3=0 the m8 kernel on 3 warps, MXFUSE_GPU_FRAG_T2=0 the two-tile loop
+        // (shapes::frag_kernel says where each is taken).
         let on = |var: &str| std::env::var(var).map_or(true, |v| v != "0");
         let switches = FragSwitches {
             fs: on("MXFUSE_GPU_FRAG_FS"),
             l2_prefetch: on("MXFUSE_GPU_FRAG_L2PF"),
             staged_a: on("MXFUSE_GPU_FRAG_FSA") && a_q.is_multiple_of(16),
             trim_idle_warp: on("MXFUSE_GPU_FRAG_W3"),
+            two_tiles: on("MXFUSE_GPU_FRAG_T2"),
         };
         let fk = frag_kernel(
             n,
@@ -943,8 +944,9 @@ impl GpuRuntime {
             fk.rows,
             fk.lp.suffix()
         );
-        // x: activation-row tiles x splits, y: 16-column tiles (mx_matmul_frag.hip MxFragBlock:
-        // the row tiles of one weight tile run together and share it through L2).
+        // x: activation-row tiles x splits, y: 16-column tiles, or pairs of them for `_t2`
+        // (mx_matmul_frag.hip MxFragBlock: the row tiles of one weight tile run together and
+        // share it through L2).
         if n.div_ceil(16) > 65535 {
             return Err(KernelError::Shape(format!(
                 "MxMatMul N = {n}: the fragment GEMM takes at most 65535 16-column tiles"
@@ -953,7 +955,7 @@ impl GpuRuntime {
         }
         let grid = [
             dim_u32("grid", m.div_ceil(8 * mt) * s)?,
-            dim_u32("grid", n.div_ceil(16))?,
+            dim_u32("grid", n.div_ceil(16).div_ceil(fk.lp.tiles_per_block()))?,
             1,
         ];
         self.run(&name, grid, 32 * w as u32, params, stream)

@@ -186,6 +186,9 @@ pub enum FragLoop {
     Fs,
     /// `_fsa`: `_fs` with the activations staged through shared memory.
     Fsa,
+    /// `_t2`: 8 rows, bf16 output, each block on two neighbouring 16-column tiles (the grid's y
+    /// is half the tiles, rounded up).
+    T2,
 }
 
 impl FragLoop {
@@ -195,6 +198,16 @@ impl FragLoop {
             FragLoop::Plain => "",
             FragLoop::Fs => "_fs",
             FragLoop::Fsa => "_fsa",
+            FragLoop::T2 => "_t2",
+        }
+    }
+
+    /// 16-column tiles one block covers.
+    pub fn tiles_per_block(self) -> usize {
+        if self == FragLoop::T2 {
+            2
+        } else {
+            1
         }
     }
 }
@@ -212,6 +225,8 @@ pub struct FragSwitches {
     /// The m8 kernel on 3 warps where the fourth is idle ([`trim_idle_warp`];
     /// `MXFUSE_GPU_FRAG_W3`).
     pub trim_idle_warp: bool,
+    /// The two-tile `_t2` loop at M <= 8 with bf16 output (`MXFUSE_GPU_FRAG_T2`).
+    pub two_tiles: bool,
 }
 
 impl FragSwitches {
@@ -221,8 +236,12 @@ impl FragSwitches {
         l2_prefetch: true,
         staged_a: true,
         trim_idle_warp: true,
+        two_tiles: true,
     };
 }
+
+/// Warps of the two-tile kernel resident per SM (200 registers a lane: 65536 / (200 * 32)).
+const T2_RESIDENT_WARPS_PER_SM: usize = 10;
 
 /// Which fragment GEMM kernel runs `m` rows of `n x k` on `sms` multiprocessors (`bf16_out`: the
 /// output is bf16; `sw`: the runtime's switches). H200,
@@ -235,7 +254,11 @@ impl FragSwitches {
 /// loads (8 rows of 8 bytes a load instruction) bound the busy SMs, so `_fsa` copies them into
 /// shared memory with 16-byte cp.async (1536 x 6144 M = 16: 5.78 against 6.63 us; follow-up 13);
 /// on full grids it is slower. At M <= 8 the m8 kernel drops an idle warp ([`trim_idle_warp`],
-/// follow-up 17). Mirrored by bench/gpu/mxgpu.py `frag_kernel`.
+/// follow-up 17). With bf16 output at M <= 8 the two-tile `_t2` loop runs instead of all of these
+/// (follow-up 20: one activation load feeds two tiles and a block has twice the weight loads in
+/// flight; 3-5 % faster than the m8 / `_fs` choice at 6144 x 768 and 1536 x 6144, even at
+/// 6144 x 6144), with the rule's (w, s) for half the tiles and no prefetch. Mirrored by
+/// bench/gpu/mxgpu.py `frag_kernel`.
 pub fn frag_kernel(
     n: usize,
     k: usize,
@@ -246,6 +269,23 @@ pub fn frag_kernel(
     sw: FragSwitches,
 ) -> FragKernel {
     let tiles = n.div_ceil(16);
+    if sw.two_tiles && bf16_out && m <= 8 {
+        // The measured rows name one-tile shapes; the rule sizes the grid of tile pairs, with
+        // this kernel's residency: 200 registers a lane (ptxas, sm_90) leave 10 warps per SM.
+        let rule = super::thresholds::FragGemmTable {
+            rows: &[],
+            resident_warps_per_sm: T2_RESIDENT_WARPS_PER_SM,
+            ..*table
+        };
+        let (w, s) = frag_shape(16 * tiles.div_ceil(2), k, m, sms, &rule);
+        return FragKernel {
+            rows: 8,
+            w,
+            s,
+            lp: FragLoop::T2,
+            l2_prefetch: false,
+        };
+    }
     let blocks = |rows: usize, s: usize| tiles * m.div_ceil(rows) * s;
     let (w16, s16) = frag_shape(n, k, m.max(9), sms, table);
     let fs = sw.fs && bf16_out && m <= 16 && (m > 8 || blocks(16, s16) < sms);
@@ -368,7 +408,11 @@ mod tests {
         use super::super::thresholds::FragGemmTable;
         use FragLoop::{Fs, Fsa, Plain};
         let h200 = FragGemmTable::for_arch("sm_90");
-        let on = FragSwitches::ON;
+        // The two-tile loop apart (its own test below).
+        let on = FragSwitches {
+            two_tiles: false,
+            ..FragSwitches::ON
+        };
         let k = |n, kk, m, bf16| frag_kernel(n, kk, m, 132, &h200, bf16, on);
         // 1536 x 6144: 96 tiles on 132 SMs: `_fs` with the prefetch at every M <= 16.
         for m in [1, 8, 12, 16] {
@@ -436,7 +480,10 @@ mod tests {
         // Through the rule: 4096 x 1152 at M = 8 takes w3; 12288 x 768 (768 tiles) takes w2 and
         // stays; the 16-row kernels never trim; the switch off keeps w4.
         let h200 = FragGemmTable::for_arch("sm_90");
-        let on = FragSwitches::ON;
+        let on = FragSwitches {
+            two_tiles: false,
+            ..FragSwitches::ON
+        };
         let f = frag_kernel(4096, 1152, 8, 132, &h200, true, on);
         assert_eq!((f.rows, f.w, f.s), (8, 3, 1));
         let f = frag_kernel(12288, 768, 8, 132, &h200, true, on);
@@ -449,5 +496,39 @@ mod tests {
         };
         let f = frag_kernel(6144, 768, 8, 132, &h200, false, off);
         assert_eq!((f.rows, f.w, f.s), (8, 4, 1));
+    }
+
+    #[test]
+    fn two_tile_loop_takes_bf16_decode_rows_with_the_rule_for_half_the_tiles() {
+        use super::super::thresholds::FragGemmTable;
+        let h200 = FragGemmTable::for_arch("sm_90");
+        let on = FragSwitches::ON;
+        let k = |n, kk, m, bf16| {
+            let f = frag_kernel(n, kk, m, 132, &h200, bf16, on);
+            (f.rows, f.w, f.s, f.lp, f.l2_prefetch)
+        };
+        // The measured winners (BENCHMARKS.md follow-up 20): 6144 x 768 and 6144 x 6144 (192
+        // pairs) w4 s1; 1536 x 6144 (48 pairs) w8 s2; no prefetch.
+        for m in [1, 4, 8] {
+            assert_eq!(k(6144, 768, m, true), (8, 4, 1, FragLoop::T2, false));
+            assert_eq!(k(6144, 6144, m, true), (8, 4, 1, FragLoop::T2, false));
+            assert_eq!(k(1536, 6144, m, true), (8, 8, 2, FragLoop::T2, false));
+        }
+        // Not above 8 rows, not for f16 / f32 output, not with the switch off.
+        assert_eq!(k(6144, 768, 9, true).3, FragLoop::Fs);
+        assert_eq!(k(6144, 768, 8, false).3, FragLoop::Plain);
+        let off = FragSwitches {
+            two_tiles: false,
+            ..on
+        };
+        let f = frag_kernel(6144, 768, 8, 132, &h200, true, off);
+        assert_eq!((f.w, f.lp), (3, FragLoop::Plain));
+        // An odd tile count: one pair is half empty (the kernel skips its stores), the grid rounds up.
+        assert_eq!(FragLoop::T2.tiles_per_block(), 2);
+        assert_eq!(FragLoop::Fs.tiles_per_block(), 1);
+        assert_eq!(k(16, 128, 1, true), (8, 2, 1, FragLoop::T2, false));
+        // 12288 x 768 (384 pairs): w4 would need 3 blocks per SM, the kernel's registers hold 2:
+        // w2 (5 per SM), one wave.
+        assert_eq!(k(12288, 768, 8, true), (8, 2, 1, FragLoop::T2, false));
     }
 }
