@@ -483,9 +483,10 @@ def check_matmul_frag(ops):
             same = all(np.array_equal(host(y1), host(o), equal_nan=True) for o in (y3, y4, y5))
             ok, detail = gemm_verdict(y1, same, yref, fin, out)
             report(f"matmul_frag N={N} K={K} M={M} W={W_} S={S_} out={out}", ok, detail + " (incl. PDL, L2 prefetch)")
-    # The runtime's choice (mxgpu.frag_kernel: `_t2` at M <= 8, `_fs` above, the L2 prefetch)
-    # on the decode shapes, against the m8 / m16 kernel at the same (W, S).
-    for N, K in ((1536, 6144), (6144, 768)):
+    # The runtime's choice (mxgpu.frag_kernel: `_t2` at M <= 8, `_fs` above on the measured
+    # shapes, `_t2` on two row tiles at 9-16 rows on 4096 x 1152; the L2 prefetch) against the m8
+    # / m16 kernel at the same (W, S) and row tiles.
+    for N, K in ((1536, 6144), (6144, 768), (4096, 1152)):
         wf, wsf = rand_frag_weights(N, K)
         for M in (1, 5, 8, 12, 13, 16):
             aq, as_ = ops.quantize(to_dev(ref.rnd(rng.standard_normal((M, K)) * 2, "bf16"), "bf16"), 0)
@@ -495,7 +496,7 @@ def check_matmul_frag(ops):
                 y_rt = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_))
             finally:
                 ops.m.pdl = False
-            y_plain = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W_, S=S_))
+            y_plain = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W_, S=S_, rows=rows))
             report(f"matmul_frag runtime choice N={N} K={K} M={M} rows={rows} W={W_} S={S_} kernel={sfx or '-'} l2pf={pf}",
                    np.array_equal(y_rt, y_plain, equal_nan=True), "== the m8 / m16 kernel, PDL")
     # The m8 kernel on 3 warps (mxgpu.trim_idle_warp) splits K exactly as 4 warps do where the

@@ -338,15 +338,15 @@ class Ops:
                       [aq, as_, w, ws, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ep or epilogue()])
         return y
 
-    def matmul_frag(self, wf, wsf, N, K, M, aq, as_, out_dtype=torch.bfloat16, W=None, S=None, y=None, pre=None, ep=None, sfx=None):
+    def matmul_frag(self, wf, wsf, N, K, M, aq, as_, out_dtype=torch.bfloat16, W=None, S=None, y=None, pre=None, ep=None, sfx=None, rows=None):
         """The fragment-packed GEMM (mx_matmul_frag.hip): (wf, wsf) = pack_frag(w [N, K], ws); a
         pre-quantized. W warps and S cluster blocks split K of each 16-column tile. With W, S, pre
         and sfx all left out: the runtime's kernel (frag_kernel, as launch.rs). Otherwise None =
         frag_choice, pre = 1, sfx = "". pre & 1: load the first weights before the PDL wait; pre & 2:
         the L2 prefetch of each warp's weights. sfx="_fs" / "_fsa": the m16 bf16 kernels of issue 6
         follow-ups 11 and 13 (every W, S; 16 rows a block at any M); "_t2": the m8 bf16 loop on
-        two 16-column tiles a block (follow-up 20; M <= 8, pre & 2 ignored). W = 3: the m8 kernel
-        only (S = 1)."""
+        two 16-column tiles a block (follow-ups 20-21; 8-row tiles at any M, pre & 2 ignored).
+        rows=8: the m8 kernel at any M (8-row tiles). W = 3: the m8 kernel only (S = 1)."""
         assert K % 128 == 0
         if W is None and S is None and pre is None and sfx is None:
             rows, W, S, sfx, pf = frag_kernel(N, K, M, out_dtype)
@@ -354,7 +354,7 @@ class Ops:
         else:
             sfx = sfx or ""
             pre = 1 if pre is None else pre
-            mt = 1 if M <= 8 and sfx in ("", "_t2") else 2
+            mt = 1 if (M <= 8 and sfx == "") or sfx == "_t2" or rows == 8 else 2
             W0, S0 = frag_choice(N, K, M)
             W, S = W or W0, S or S0
         if y is None:
@@ -451,7 +451,7 @@ FRAG_WS = (2, 4, 8)
 FRAG_SS = (1, 2, 4, 8)
 
 
-def frag_choice(N, K, M, sms=132, measured=True, resident=None):
+def frag_choice(N, K, M, sms=132, measured=True, resident=None, tiles=None):
     """(W, S) of the fragment-packed GEMM (mirrors kernels/src/gpu/shapes.rs `frag_shape`): a
     measured row of FRAG_ROWS, else one block per 16-column tile with the most warps W (8, 4, 2)
     for which all blocks are resident in one wave (FRAG_RESIDENT_WARPS // W blocks per SM) and
@@ -460,7 +460,7 @@ def frag_choice(N, K, M, sms=132, measured=True, resident=None):
     for n, k, max_m, w, s in FRAG_ROWS if measured else ():
         if (n, k) == (N, K) and M <= max_m:
             return w, s
-    tiles = -(-N // 16) * -(-M // (8 if M <= 8 else 16))
+    tiles = tiles or -(-N // 16) * -(-M // (8 if M <= 8 else 16))
     groups = K // 128
     enough = lambda parts: -(-groups // parts) >= FRAG_MIN_GROUPS
     W = next((w for w in sorted(FRAG_WS, reverse=True)
@@ -487,9 +487,14 @@ def frag_kernel(N, K, M, out_dtype=torch.bfloat16, sms=132, t2=True):
     9-16 rows (and at M <= 8 without `_t2` where the grid leaves SMs idle); there the L2
     prefetch, and `_fsa` from FRAG_STAGED_A_FROM rows."""
     tiles = -(-N // 16)
-    if t2 and out_dtype == torch.bfloat16 and M <= 8:
-        return (8, *frag_choice(16 * -(-tiles // 2), K, M, sms, measured=False, resident=T2_RESIDENT_WARPS), "_t2", False)
     W16, S16 = frag_choice(N, K, max(M, 9), sms)
+    if t2 and out_dtype == torch.bfloat16 and M <= 16:
+        pairs = -(-tiles // 2) * -(-M // 8)
+        W, S = frag_choice(N, K, M, sms, measured=False, resident=T2_RESIDENT_WARPS, tiles=pairs)
+        one_wave = pairs <= sms * max(1, T2_RESIDENT_WARPS // W)
+        named = any((n, k) == (N, K) and M <= max_m for n, k, max_m, _, _ in FRAG_ROWS)
+        if M <= 8 or (not named and W >= W16 and one_wave):
+            return 8, W, S, "_t2", False
     fs = out_dtype == torch.bfloat16 and M <= 16 and (M > 8 or tiles * S16 < sms)
     rows, (W, S) = (16, (W16, S16)) if fs or M > 8 else (8, trim_idle_warp(K, *frag_choice(N, K, M, sms)))
     idle = tiles * -(-M // rows) * S < sms

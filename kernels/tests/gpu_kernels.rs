@@ -929,9 +929,9 @@ fn gpu_mx_matmul_fragment_packed_matches_reference_and_unpacked() {
                 err.is_some_and(|e| e < 1e-5),
                 "frag vs unpacked m={m} n={n} k={k}: {err:?}"
             );
-            // bf16 out takes the two-tile `_t2` loop at M <= 8 (N = 100: 7 tiles, one pair half
-            // empty) and `_fs` at 9-16 rows (with the L2 prefetch, as these grids leave SMs idle):
-            // the same sums as the f32 kernel, rounded once.
+            // bf16 out takes the two-tile `_t2` loop (N = 100: 7 tiles, one pair half empty), at
+            // 9-16 rows on two 8-row tiles (these shapes have no measured row and their pairs keep
+            // `_fs`'s warps a block): the same K split and sums as the f32 kernel, rounded once.
             if m <= 16 {
                 let dy = poisoned::<bf16>(&rt, m * n);
                 rt.mx_matmul(

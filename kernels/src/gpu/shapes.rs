@@ -125,8 +125,19 @@ pub fn frag_shape(
     if let Some(ws) = table.measured(n, k, m) {
         return ws;
     }
-    let sms = sms.max(1);
     let tiles = n.div_ceil(16) * m.div_ceil(if m <= 8 { 8 } else { 16 });
+    frag_rule(tiles, k, sms, table)
+}
+
+/// [`frag_shape`]'s rule for a grid of `tiles` blocks before cluster splits (column tiles, or
+/// pairs of them, times row tiles).
+fn frag_rule(
+    tiles: usize,
+    k: usize,
+    sms: usize,
+    table: &super::thresholds::FragGemmTable,
+) -> (usize, usize) {
+    let sms = sms.max(1);
     let groups = k / 128;
     let enough = |parts: usize| groups.div_ceil(parts) >= table.min_groups;
     let w = FRAG_WARPS
@@ -254,11 +265,14 @@ const T2_RESIDENT_WARPS_PER_SM: usize = 10;
 /// loads (8 rows of 8 bytes a load instruction) bound the busy SMs, so `_fsa` copies them into
 /// shared memory with 16-byte cp.async (1536 x 6144 M = 16: 5.78 against 6.63 us; follow-up 13);
 /// on full grids it is slower. At M <= 8 the m8 kernel drops an idle warp ([`trim_idle_warp`],
-/// follow-up 17). With bf16 output at M <= 8 the two-tile `_t2` loop runs instead of all of these
-/// (follow-up 20: one activation load feeds two tiles and a block has twice the weight loads in
-/// flight; 3-5 % faster than the m8 / `_fs` choice at 6144 x 768 and 1536 x 6144, even at
-/// 6144 x 6144), with the rule's (w, s) for half the tiles and no prefetch. Mirrored by
-/// bench/gpu/mxgpu.py `frag_kernel`.
+/// follow-up 17). With bf16 output the two-tile `_t2` loop (8-row tiles) runs instead of all of
+/// these at M <= 8 (follow-up 20: one activation load feeds two tiles and a block has twice the
+/// weight loads in flight; median 0.94x the time of the choice without it over 12 shapes), and
+/// at 9-16 rows on two row tiles where no measured row names the shape and its pairs keep the
+/// warps a block of `_fs`'s grid within one wave (follow-up 21: 0.83-0.91x at 4096 x 4096,
+/// 8192 x 2048, 2048 x 6144, 4096 x 1152; where the pairs' grid would need fewer warps a block,
+/// as at 6144 x 768 and 6144 x 6144, it lost 10-32 %), with the rule's (w, s) for the pairs at
+/// the kernel's residency and no prefetch. Mirrored by bench/gpu/mxgpu.py `frag_kernel`.
 pub fn frag_kernel(
     n: usize,
     k: usize,
@@ -269,25 +283,28 @@ pub fn frag_kernel(
     sw: FragSwitches,
 ) -> FragKernel {
     let tiles = n.div_ceil(16);
-    if sw.two_tiles && bf16_out && m <= 8 {
+    let (w16, s16) = frag_shape(n, k, m.max(9), sms, table);
+    if sw.two_tiles && bf16_out && m <= 16 {
         // The measured rows name one-tile shapes; the rule sizes the grid of tile pairs, with
         // this kernel's residency: 200 registers a lane (ptxas, sm_90) leave 10 warps per SM.
-        let rule = super::thresholds::FragGemmTable {
-            rows: &[],
+        let t2 = super::thresholds::FragGemmTable {
             resident_warps_per_sm: T2_RESIDENT_WARPS_PER_SM,
             ..*table
         };
-        let (w, s) = frag_shape(16 * tiles.div_ceil(2), k, m, sms, &rule);
-        return FragKernel {
-            rows: 8,
-            w,
-            s,
-            lp: FragLoop::T2,
-            l2_prefetch: false,
-        };
+        let pairs = tiles.div_ceil(2) * m.div_ceil(8);
+        let (w, s) = frag_rule(pairs, k, sms, &t2);
+        let one_wave = pairs <= sms.max(1) * (T2_RESIDENT_WARPS_PER_SM / w).max(1);
+        if m <= 8 || (table.measured(n, k, m).is_none() && w >= w16 && one_wave) {
+            return FragKernel {
+                rows: 8,
+                w,
+                s,
+                lp: FragLoop::T2,
+                l2_prefetch: false,
+            };
+        }
     }
     let blocks = |rows: usize, s: usize| tiles * m.div_ceil(rows) * s;
-    let (w16, s16) = frag_shape(n, k, m.max(9), sms, table);
     let fs = sw.fs && bf16_out && m <= 16 && (m > 8 || blocks(16, s16) < sms);
     let (rows, (w, s)) = if fs || m > 8 {
         (16, (w16, s16))
@@ -514,8 +531,25 @@ mod tests {
             assert_eq!(k(6144, 6144, m, true), (8, 4, 1, FragLoop::T2, false));
             assert_eq!(k(1536, 6144, m, true), (8, 8, 2, FragLoop::T2, false));
         }
-        // Not above 8 rows, not for f16 / f32 output, not with the switch off.
+        // 9-16 rows: on two row tiles where no measured row names the shape and the pairs keep
+        // `_fs`'s warps a block in one wave (follow-up 21) ...
+        for m in [9, 12, 16] {
+            assert_eq!(k(4096, 4096, m, true), (8, 4, 1, FragLoop::T2, false));
+            assert_eq!(k(8192, 2048, m, true), (8, 2, 1, FragLoop::T2, false));
+            assert_eq!(k(2048, 6144, m, true), (8, 8, 1, FragLoop::T2, false));
+            assert_eq!(k(4096, 1152, m, true), (8, 4, 1, FragLoop::T2, false));
+        }
+        // ... not on the measured MiniMax shapes, where the pairs would need fewer warps a block
+        // (6144 x 768 / 6144 x 6144: w2 against `_fs`'s w4) or the table names `_fs` ...
         assert_eq!(k(6144, 768, 9, true).3, FragLoop::Fs);
+        assert_eq!(k(6144, 6144, 16, true).3, FragLoop::Fs);
+        assert_eq!(k(1536, 6144, 12, true).3, FragLoop::Fs);
+        let rule = FragGemmTable::DEFAULT;
+        let f = frag_kernel(6144, 768, 12, 132, &rule, true, on);
+        assert_eq!((f.w, f.lp), (4, FragLoop::Fs));
+        // ... nor where the pairs need two waves (12288 x 768: 768 pairs on w2).
+        assert_eq!(k(12288, 768, 16, true).3, FragLoop::Fs);
+        // Not for f16 / f32 output, not with the switch off.
         assert_eq!(k(6144, 768, 8, false).3, FragLoop::Plain);
         let off = FragSwitches {
             two_tiles: false,
