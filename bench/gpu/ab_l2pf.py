@@ -11,7 +11,7 @@ drops an idle warp, mxgpu.trim_idle_warp). AB_SHAPES="NxK,..." (default the thre
 AB_MS="1,4,..." pick the cases. Writes $OUT/ab_l2pf.json. Usage: python3 ab_l2pf.py [REPS] (default 3)"""
 import json, os, statistics, sys
 import torch
-from bench import graph_time
+from bench import graph_time, read_bandwidth
 from bench_frag_pdl import rotation, weight_copies
 from mxgpu import FRAG_SS, FRAG_WS, Module, Ops, frag_choice
 
@@ -23,10 +23,7 @@ MS = [int(m) for m in os.environ.get("AB_MS", "1,4,8,12,14,16").split(",")]
 def main():
     reps = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     mod = Module(); ops = Ops(mod)
-    x = torch.empty(1024**3, dtype=torch.bfloat16, device=dev).normal_()
-    read_bw = x.numel() * 2 / (graph_time(lambda: x.sum(), iters=5) * 1e-6)
-    del x
-    print(f"read-only HBM {read_bw / 1e12:.2f} TB/s", flush=True)
+    read_bw = read_bandwidth(dev)
     mod.pdl = True
     rows = []
     shapes = os.environ.get("AB_SHAPES", "1536x6144,6144x768,6144x6144")

@@ -7,7 +7,7 @@ at its own (W, S). AB_SHAPES ("NxK,...") / AB_MS ("1,2,..") override the lists.
 Usage: python3 ab_t2.py [REPS]"""
 import json, os, statistics, sys
 import torch
-from bench import graph_time
+from bench import graph_time, read_bandwidth
 from bench_frag_pdl import rotation, weight_copies
 from mxgpu import Module, Ops, frag_kernel
 
@@ -21,10 +21,7 @@ SHAPES = os.environ.get("AB_SHAPES", "6144x768,6144x6144,1536x6144,4096x1152,409
 def main():
     reps = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     mod = Module(); ops = Ops(mod)
-    x = torch.empty(1024**3, dtype=torch.bfloat16, device=dev).normal_()
-    read_bw = x.numel() * 2 / (graph_time(lambda: x.sum(), iters=5) * 1e-6)
-    del x
-    print(f"read-only HBM {read_bw / 1e12:.2f} TB/s", flush=True)
+    read_bw = read_bandwidth(dev)
     mod.pdl = True
     rows = []
     for N, K in (tuple(int(v) for v in sh.split("x")) for sh in SHAPES.split(",")):

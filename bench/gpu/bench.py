@@ -31,6 +31,16 @@ def _baseline_graph_time():
 graph_time = _baseline_graph_time()
 
 
+def read_bandwidth(dev="cuda"):
+    """Read-only HBM bandwidth in bytes/s: torch's sum over 2 GiB of bf16 (CUDA-graph replay);
+    the ceiling the GEMM A/B scripts print their weight-byte rates against."""
+    x = torch.empty(1024**3, dtype=torch.bfloat16, device=dev).normal_()
+    bw = x.numel() * 2 / (graph_time(lambda: x.sum(), iters=5) * 1e-6)
+    del x
+    print(f"read-only HBM {bw / 1e12:.2f} TB/s", flush=True)
+    return bw
+
+
 def main():
     sections = sys.argv[1:] or ["norm", "swiglu", "gemm", "thr"]
     mod = Module(); ops = Ops(mod)
