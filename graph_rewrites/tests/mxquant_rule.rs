@@ -100,6 +100,17 @@ enum Amax {
 }
 
 fn std_mx_dequant_amax(c: f32, div: bool, round: &str, amax: Amax) -> ModelBuilder {
+    std_mx_dequant_with(c, div, round, amax, &[])
+}
+
+/// [`std_mx_dequant_amax`] with `q_extra` added to the QuantizeLinear's attributes.
+fn std_mx_dequant_with(
+    c: f32,
+    div: bool,
+    round: &str,
+    amax: Amax,
+    q_extra: &[(&str, Attr)],
+) -> ModelBuilder {
     let mut b = ModelBuilder::new(24);
     b.input("x", FLOAT, &[4, 64]);
     if amax == Amax::FlatRows {
@@ -147,11 +158,12 @@ fn std_mx_dequant_amax(c: f32, div: bool, round: &str, amax: Amax) -> ModelBuild
     if amax == Amax::FlatRows {
         b.node("Reshape", &["sflat", "back"], &["scale"]);
     }
-    let qattrs = [
+    let mut qattrs = vec![
         ("axis", Attr::I(-1)),
         ("block_size", Attr::I(32)),
         ("output_dtype", Attr::I(FLOAT8E4M3FN as i64)),
     ];
+    qattrs.extend(q_extra.iter().cloned());
     b.node_in("", "QuantizeLinear", &["x", "scale"], &["q"], &qattrs);
     let dattrs = [
         ("axis", Attr::I(-1)),
@@ -568,6 +580,120 @@ fn unrecognised_runtime_scale_spelling_is_reported() {
         why.len() == 1 && why[0].starts_with("run-time E8M0 scale of a spelling not recognised"),
         "{why:?}"
     );
+}
+
+/// The block Reshape must keep x's leading dims: `[4, 2, 2, 32]` of an `x [2, 4, 64]` has the
+/// right element count and blocks, but its amax `[4, 2, 2]` is not the `[2, 4, 2]` scale the
+/// QuantizeLinear needs, so the unfused model fails at run time (onnx.reference: "Invalid shapes
+/// for Blocked Quantization"); fusing it would make it run. 0, the known dim and one -1 keep them.
+#[test]
+fn block_reshape_must_keep_the_leading_dims() {
+    for (shape, fuses) in [
+        (&[0i64, 0, 2, 32][..], true),
+        (&[2, 4, 2, 32][..], true),
+        (&[-1, 4, 2, 32][..], true),
+        (&[2, -1, 2, 32][..], true),
+        (&[4, 2, 2, 32][..], false),
+        (&[1, 8, 2, 32][..], false),
+        (&[-1, 2, 2, 32][..], false),
+    ] {
+        let mut b = ModelBuilder::new(24);
+        b.input("x", FLOAT, &[2, 4, 64])
+            .init_i64("shape", &[4], shape)
+            .init_i64("axes", &[1], &[-1])
+            .init_f32("c", &[], &[2f32.powi(-8)])
+            .node("Reshape", &["x", "shape"], &["xb"])
+            .node("Abs", &["xb"], &["ab"])
+            .node_in(
+                "",
+                "ReduceMax",
+                &["ab", "axes"],
+                &["amax"],
+                &[("keepdims", Attr::I(0))],
+            )
+            .node("Mul", &["amax", "c"], &["s32"])
+            .node_in(
+                "",
+                "Cast",
+                &["s32"],
+                &["scale"],
+                &[
+                    ("to", Attr::I(FLOAT8E8M0 as i64)),
+                    ("round_mode", Attr::S("down")),
+                ],
+            );
+        let attrs = [
+            ("axis", Attr::I(-1)),
+            ("block_size", Attr::I(32)),
+            ("output_dtype", Attr::I(FLOAT8E4M3FN as i64)),
+        ];
+        b.node_in("", "QuantizeLinear", &["x", "scale"], &["q"], &attrs)
+            .output("q", FLOAT8E4M3FN, &[2, 4, 64]);
+        let mut g = b.graph().unwrap();
+        let report = run_pipeline(&mut g, &PipelineOptions::default()).unwrap();
+        assert_eq!(
+            report.counts["mxquant"], fuses as usize,
+            "{shape:?}: {report:#?}"
+        );
+        if !fuses {
+            assert!(
+                report.rejections.iter().any(|r| r.rule == "mxquant"
+                    && r.reason
+                        .contains("does not keep the leading dims [2, 4] of 'x'")),
+                "{shape:?}: {:#?}",
+                report.rejections
+            );
+        }
+    }
+}
+
+/// QuantizeLinear-23+ `precision` is the dtype x and the scale are cast to before the division:
+/// float16 / bfloat16 round an f32 x first, which the fused quantizers do not (onnx.reference
+/// differs by up to a few percent). Only unset and float (1) fuse; the others are refused by
+/// `mxquant` and by the `mx_quant_linear` fallback alike, with the reason.
+#[test]
+fn quantize_linear_dividing_in_another_precision_is_refused() {
+    for (precision, fuses) in [
+        (None, true),
+        (Some(1), true),
+        (Some(10), false),
+        (Some(16), false),
+    ] {
+        let extra: Vec<(&str, Attr)> = precision
+            .map(|p| ("precision", Attr::I(p)))
+            .into_iter()
+            .collect();
+        let mut b = std_mx_dequant_with(2f32.powi(-8), false, "down", Amax::Standard, &extra);
+        b.node("MatMul", &["xd", "w"], &["y"])
+            .output("y", FLOAT, &[4, 16]);
+        let mut g = b.graph().unwrap();
+        let report = run_pipeline(&mut g, &PipelineOptions::default()).unwrap();
+        assert_eq!(
+            report.counts["mxquant"], fuses as usize,
+            "{precision:?}: {report:#?}"
+        );
+        if fuses {
+            continue;
+        }
+        assert_eq!(report.counts["mx_quant_linear"], 0, "{precision:?}");
+        let why: Vec<(&str, &str)> = report
+            .rejections
+            .iter()
+            .map(|r| (r.rule.as_str(), r.reason.as_str()))
+            .collect();
+        for rule in ["mxquant", "mx_quant_linear"] {
+            assert!(
+                why.iter().any(|(r, w)| *r == rule
+                    && w.contains(&format!("divides in precision {}", precision.unwrap()))),
+                "{rule}: {why:?}"
+            );
+        }
+        assert!(
+            op_types(&g).contains(&"QuantizeLinear".to_string()),
+            "{:?}",
+            op_types(&g)
+        );
+    }
 }
 
 #[test]

@@ -22,10 +22,16 @@
 //! * `x` is read twice inside the match (scale path and QuantizeLinear): the pattern binds one
 //!   value to both.
 //! * Quark's op is floor, and its kernel ignores NaN/Inf when picking the block exponent
-//!   (`nan_policy = ignore`). Not handled: Quark's fp32-subnormal corner (its scale can go below
+//!   (`nan_policy = ignore`).
+//! * The QuantizeLinear must divide in float (`precision` unset or 1, opset ≥ 23): another
+//!   precision rounds x before the division, which the fused quantizers do not do (refused).
+//!
+//! Not handled: Quark's fp32-subnormal corner (its scale can go below
 //!   2^-127, E8M0's minimum; ours clamps) — documented in docs/ops.md.
 
-use crate::pattern::predicates::{attr_int, attr_string, dtype, scalar_f64, values_i64};
+use crate::pattern::predicates::{
+    attr_int, attr_string, dtype, quantize_divides_in_float, scalar_f64, values_i64,
+};
 use crate::pattern::{Match, OpId, Pat, Reject, N, V};
 use crate::reject;
 use crate::view::{Dim, GraphView, ValueId, ONNX_DOMAIN, QUARK_DOMAIN};
@@ -309,7 +315,7 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
     ) else {
         return Err(reject!("internal: incomplete standard MX quantize match"));
     };
-    check_block_reshape(g, reshape, rank, k)?;
+    check_block_reshape(g, reshape, x, rank, k)?;
     let squeeze = m.node(h.squeeze);
     check_reduce_last(g, rmax, rank + 1, squeeze.is_some())?;
     if let Some(sq) = squeeze {
@@ -365,9 +371,15 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
     })
 }
 
+/// The block Reshape must give `[..x's leading dims.., K/32, 32]`: with other leading dims the
+/// block amax is not shaped like the scale `QuantizeLinear` needs, and the unfused model fails at
+/// run time (onnx.reference: "Invalid shapes for Blocked Quantization") where the fused op,
+/// which never reads that shape, would run. Each leading entry is 0 (copy), x's dim there when it
+/// is known, or the single -1 (it then resolves to x's dim: the other entries match).
 fn check_block_reshape(
     g: &dyn GraphView,
     n: crate::view::NodeId,
+    x: ValueId,
     rank: usize,
     k: i64,
 ) -> Result<(), Reject> {
@@ -383,12 +395,27 @@ fn check_block_reshape(
         && shape[rank] == BLOCK
         && (shape[rank - 1] == k / BLOCK || shape[rank - 1] == -1)
         && attr_int(g.attr(n, "allowzero"), 0) == Some(0);
-    if ok {
+    if !ok {
+        return Err(reject!(
+            "Reshape {shape:?} does not split the last axis ({k}) into [{}, {BLOCK}]",
+            k / BLOCK
+        ));
+    }
+    let dims = g.tensor_info(x).and_then(|i| i.shape).unwrap_or_default();
+    let lead = &shape[..rank - 1];
+    let keeps = |(i, e): (usize, &i64)| match (*e, dims.get(i)) {
+        (0, _) => true,
+        (-1, _) => lead.iter().filter(|e| **e == -1).count() == 1 && shape[rank - 1] != -1,
+        (e, Some(Dim::Known(d))) => e == *d,
+        _ => false,
+    };
+    if lead.iter().enumerate().all(keeps) {
         Ok(())
     } else {
         Err(reject!(
-            "Reshape {shape:?} does not split the last axis ({k}) into [{}, {BLOCK}]",
-            k / BLOCK
+            "block Reshape {shape:?} does not keep the leading dims {} of '{}': the block amax would not have the scale's shape",
+            super::rms_norm::fmt_shape(&Some(dims[..rank - 1].to_vec())),
+            g.value_name(x)
         ))
     }
 }
@@ -464,6 +491,7 @@ fn check_quantize_linear(
             "QuantizeLinear saturate=0 is not supported (the kernels saturate)"
         ));
     }
+    quantize_divides_in_float(g, n, &format!("QuantizeLinear '{}'", g.node_name(n)))?;
     let zp = g.inputs(n).get(2).copied().flatten();
     let out_t = match zp {
         Some(z) => {
