@@ -647,6 +647,162 @@ fn block_reshape_must_keep_the_leading_dims() {
     }
 }
 
+/// How a test builds the block Reshape's shape of `x [batch, 8, 64]` at run time.
+#[derive(Clone, Copy, Debug)]
+enum RunTimeShape {
+    /// `Concat(Shape(x, end=-1), [2, 32])` (Shape-15 attributes).
+    ShapeEnd,
+    /// `Concat(Slice(Shape(x), [0], [-1]), [2, 32])`.
+    Slice,
+    /// `Concat(Unsqueeze(Gather(Shape(x), i)) for i in dims, [2, 32])` (TorchScript's spelling).
+    Gather(&'static [i64]),
+}
+
+/// `x [batch, 8, 64] → [RMSNormalization] → MXFP8 quantize (block shape computed from
+/// Shape(y)) → DequantizeLinear → MatMul`; `shape_reader`: a Relu also reads the Shape.
+fn run_time_shape_model(form: RunTimeShape, norm: bool, shape_reader: bool) -> ModelBuilder {
+    let mut b = ModelBuilder::new(24);
+    b.input("x", FLOAT, &[-2, 8, 64]);
+    let y = if norm {
+        b.init_f32("gamma", &[64], &[1.5; 64]);
+        b.node("RMSNormalization", &["x", "gamma"], &["y"]);
+        "y"
+    } else {
+        "x"
+    };
+    b.init_i64("tail", &[2], &[2, 32])
+        .init_i64("zero", &[1], &[0])
+        .init_i64("minus_one", &[1], &[-1]);
+    match form {
+        RunTimeShape::ShapeEnd => {
+            b.node_in("", "Shape", &[y], &["lead"], &[("end", Attr::I(-1))]);
+        }
+        RunTimeShape::Slice => {
+            b.node("Shape", &[y], &["full"]).node(
+                "Slice",
+                &["full", "zero", "minus_one"],
+                &["lead"],
+            );
+        }
+        RunTimeShape::Gather(dims) => {
+            b.node("Shape", &[y], &["full"]);
+            let mut parts = Vec::new();
+            for (j, d) in dims.iter().enumerate() {
+                let (idx, g, u) = (format!("i{j}"), format!("g{j}"), format!("u{j}"));
+                b.init_i64(&idx, &[], &[*d])
+                    .node_in(
+                        "",
+                        "Gather",
+                        &["full", &idx],
+                        &[&g],
+                        &[("axis", Attr::I(0))],
+                    )
+                    .node("Unsqueeze", &[&g, "zero"], &[&u]);
+                parts.push(u);
+            }
+            let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+            b.node_in("", "Concat", &parts, &["lead"], &[("axis", Attr::I(0))]);
+        }
+    }
+    b.node_in(
+        "",
+        "Concat",
+        &["lead", "tail"],
+        &["block_shape"],
+        &[("axis", Attr::I(0))],
+    );
+    let full = if matches!(form, RunTimeShape::ShapeEnd) {
+        "lead"
+    } else {
+        "full"
+    };
+    if shape_reader {
+        b.node("Identity", &[full], &["shape_f"]);
+        b.output(
+            "shape_f",
+            graph_rewrites::pattern::predicates::dtype::INT64,
+            &[-1],
+        );
+    }
+    b.init_i64("axes", &[1], &[-1])
+        .init_f32("c", &[], &[2f32.powi(-8)])
+        .init_f32("w", &[64, 16], &vec![0.5; 64 * 16])
+        .node("Reshape", &[y, "block_shape"], &["blocks"])
+        .node("Abs", &["blocks"], &["ab"])
+        .node_in(
+            "",
+            "ReduceMax",
+            &["ab", "axes"],
+            &["amax"],
+            &[("keepdims", Attr::I(0))],
+        )
+        .node("Mul", &["amax", "c"], &["s32"])
+        .node_in(
+            "",
+            "Cast",
+            &["s32"],
+            &["scale"],
+            &[
+                ("to", Attr::I(FLOAT8E8M0 as i64)),
+                ("round_mode", Attr::S("down")),
+            ],
+        );
+    let q = [
+        ("axis", Attr::I(-1)),
+        ("block_size", Attr::I(32)),
+        ("output_dtype", Attr::I(FLOAT8E4M3FN as i64)),
+    ];
+    let d = [
+        ("axis", Attr::I(-1)),
+        ("block_size", Attr::I(32)),
+        ("output_dtype", Attr::I(FLOAT as i64)),
+    ];
+    b.node_in("", "QuantizeLinear", &[y, "scale"], &["q"], &q)
+        .node_in("", "DequantizeLinear", &["q", "scale"], &["yd"], &d)
+        .node("MatMul", &["yd", "w"], &["out"])
+        .output("out", FLOAT, &[-2, 8, 16]);
+    b
+}
+
+/// Exporters spell a block Reshape of symbolic batch / sequence dims with a shape computed from
+/// `Shape(x)`: it fuses like a constant one, and the shape computation goes with the fusion
+/// (left outside, it would read the fused norm's output and feed the fused node: ONNX Runtime
+/// refuses such a claim). Dims in another order are not x's leading dims; a shape computation
+/// something else reads cannot go with a norm fusion (refused), and stays for a standalone one.
+#[test]
+fn block_shape_computed_from_shape_of_x_fuses() {
+    use RunTimeShape::*;
+    for form in [ShapeEnd, Slice, Gather(&[0, 1])] {
+        let (report, g) = run_time_shape_model(form, true, false).rewrite();
+        assert_eq!(
+            report.counts["add_rmsnorm_mxquant"], 1,
+            "{form:?}: {report:#?}"
+        );
+        assert_eq!(op_types(&g), ["AddRmsNormMxQuant", "MxMatMul"], "{form:?}");
+    }
+    // [8, batch]: batch at position 1 is not provably x's dim 1.
+    let why = run_time_shape_model(Gather(&[1, 0]), true, false).refusal("add_rmsnorm_mxquant");
+    assert!(
+        why.contains("nor computed from Shape(x) as x's own leading dims"),
+        "{why}"
+    );
+    let why = run_time_shape_model(Gather(&[1, 1]), true, false).refusal("add_rmsnorm_mxquant");
+    assert!(
+        why.contains("does not keep the leading dims [batch, 8]"),
+        "{why}"
+    );
+    let why = run_time_shape_model(Slice, true, true).refusal("add_rmsnorm_mxquant");
+    assert!(why.contains("is read outside the fusion as well"), "{why}");
+    // Standalone: x comes from outside, the shared Shape stays and the quantizer fuses.
+    let (report, g) = run_time_shape_model(Slice, false, true).rewrite();
+    assert_eq!(report.counts["mxquant"], 1, "{report:#?}");
+    let ops = op_types(&g);
+    assert!(
+        ops.contains(&"Shape".to_string()) && ops.contains(&"MxMatMul".to_string()),
+        "{ops:?}"
+    );
+}
+
 /// QuantizeLinear-23+ `precision` is the dtype x and the scale are cast to before the division:
 /// float16 / bfloat16 round an f32 x first, which the fused quantizers do not (onnx.reference
 /// differs by up to a few percent). Only unset and float (1) fuse; the others are refused by

@@ -15,6 +15,10 @@
 //! (torch's `amax(-1, keepdim=True)` then `squeeze(-1)`): both compute the same `[.., K/32]`
 //! amax bit for bit.
 //!
+//! The block shape is a constant or computed from `Shape(x)` — `Concat(Shape(x, end=-1) |
+//! Slice(Shape(x), 0, -1) | Unsqueeze(Gather(Shape(x), i))…, [K/32, 32])`, exporters' spelling
+//! for symbolic batch / sequence dims; such a shape computation goes with the fusion.
+//!
 //! Key points:
 //! * The scale rule is identified by the constant *and* the Cast rounding: `Mul(2^-8)` or
 //!   `Div(256)` + `round_mode=down` is OCP floor; `Mul(fl(1/448))` or `Div(448)` + `round_mode=up` is RCEIL.
@@ -34,7 +38,7 @@ use crate::pattern::predicates::{
 };
 use crate::pattern::{Match, OpId, Pat, Reject, N, V};
 use crate::reject;
-use crate::view::{Dim, GraphView, ValueId, ONNX_DOMAIN, QUARK_DOMAIN};
+use crate::view::{Dim, GraphView, NodeId, ValueId, ONNX_DOMAIN, QUARK_DOMAIN};
 
 /// MX block size: the only one the kernels implement.
 pub const BLOCK: i64 = 32;
@@ -64,7 +68,9 @@ pub struct MxQuantPat {
 
 /// Declares both spellings of `MXFP8(x)`; the root is an alternative between them.
 pub fn mx_quant(p: &mut Pat, x: V) -> MxQuantPat {
-    let shape = p.konst("block_shape");
+    // The block shape is a constant, or computed from `Shape(x)` (symbolic dims): the check reads
+    // the constant or the Reshape's inferred output shape.
+    let shape = p.input("block_shape");
     let reshape = p
         .op(OpId::new(ONNX_DOMAIN, "Reshape"))
         .args([x, shape])
@@ -72,7 +78,7 @@ pub fn mx_quant(p: &mut Pat, x: V) -> MxQuantPat {
     let blk = p.out(reshape, 0);
     let abs_blk = p.op(OpId::new(ONNX_DOMAIN, "Abs")).args([blk]).out();
     let abs_x = p.op(OpId::new(ONNX_DOMAIN, "Abs")).args([x]).out();
-    let shape_abs = p.konst("block_shape_abs");
+    let shape_abs = p.input("block_shape_abs");
     let reshape_abs = p
         .op(OpId::new(ONNX_DOMAIN, "Reshape"))
         .args([abs_x, shape_abs])
@@ -200,6 +206,9 @@ pub struct QuantInfo {
     /// Standard spelling: q and scale.
     pub q: Option<ValueId>,
     pub scale: Option<ValueId>,
+    /// The nodes computing a run-time block shape from `Shape(x)` that only the block Reshape
+    /// reads: they go with the fusion.
+    pub shape_nodes: Vec<NodeId>,
 }
 
 /// Names the node where shape information first goes missing upstream of `x` (its inputs have
@@ -305,6 +314,7 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
             quark_out: Some(m.root()),
             q: None,
             scale: None,
+            shape_nodes: Vec::new(),
         });
     }
     let (Some(reshape), Some(rmax), Some(cast), Some(ql)) = (
@@ -316,6 +326,7 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
         return Err(reject!("internal: incomplete standard MX quantize match"));
     };
     check_block_reshape(g, reshape, x, rank, k)?;
+    let shape_nodes = block_shape_nodes(m, reshape, x)?;
     let squeeze = m.node(h.squeeze);
     check_reduce_last(g, rmax, rank + 1, squeeze.is_some())?;
     if let Some(sq) = squeeze {
@@ -368,6 +379,7 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
         quark_out: None,
         q: Some(m.root()),
         scale: Some(m[h.scale]),
+        shape_nodes,
     })
 }
 
@@ -383,14 +395,11 @@ fn check_block_reshape(
     rank: usize,
     k: i64,
 ) -> Result<(), Reject> {
-    let shape = g
-        .inputs(n)
-        .get(1)
-        .copied()
-        .flatten()
-        .and_then(|v| g.const_value(v))
-        .and_then(|t| values_i64(&t));
-    let shape = shape.ok_or_else(|| reject!("block Reshape shape is not a constant"))?;
+    let shape_v = g.inputs(n).get(1).copied().flatten();
+    let shape = shape_v.and_then(|v| shape_entries(g, v, x, 0));
+    let shape = shape.ok_or_else(|| {
+        reject!("block Reshape shape is not a constant, nor computed from Shape(x) as x's own leading dims then constants (Concat of Shape(x, end=-1) / Slice / Gather+Unsqueeze and a constant)")
+    })?;
     let ok = shape.len() == rank + 1
         && shape[rank] == BLOCK
         && (shape[rank - 1] == k / BLOCK || shape[rank - 1] == -1)
@@ -417,6 +426,140 @@ fn check_block_reshape(
             super::rms_norm::fmt_shape(&Some(dims[..rank - 1].to_vec())),
             g.value_name(x)
         ))
+    }
+}
+
+/// The entries of Reshape shape `v` as a constant shape: a constant, or computed from `Shape(x)`
+/// the way exporters spell symbolic batch / sequence dims — `Concat(Shape(x, end=-1) |
+/// Slice(Shape(x), 0, -1) | Unsqueeze(Gather(Shape(x), i))…, [K/32, 32])`. x's own dim `i` at
+/// position `i` reads as 0 (copy: the same value, `allowzero = 0` is checked), at another
+/// position as its value when known; anything else gives `None`. Read structurally on the view
+/// because ONNX Runtime hands the EP no values (nor an output shape) for such a Reshape, so the
+/// EP and the CLI decide alike. `at` is the position of `v`'s first entry in the whole shape.
+fn shape_entries(g: &dyn GraphView, v: ValueId, x: ValueId, at: usize) -> Option<Vec<i64>> {
+    if g.is_constant(v) {
+        return g.const_value(v).and_then(|t| values_i64(&t));
+    }
+    let (p, _) = g.producer(v)?;
+    let x_dims = g.tensor_info(x)?.shape?;
+    let r = x_dims.len() as i64;
+    let input = |slot: usize| g.inputs(p).get(slot).copied().flatten();
+    let konst = |slot: usize| {
+        input(slot)
+            .and_then(|c| g.const_value(c))
+            .and_then(|t| values_i64(&t))
+    };
+    let is_shape_of_x = |u: ValueId| {
+        g.producer(u).is_some_and(|(s, _)| {
+            g.op_type(s) == "Shape"
+                && g.inputs(s).first().copied().flatten() == Some(x)
+                && attr_int(g.attr(s, "start"), 0) == Some(0)
+                && attr_int(g.attr(s, "end"), i64::MAX).is_some_and(|e| e >= r)
+        })
+    };
+    let clamp = |i: i64| (if i < 0 { i + r } else { i }).clamp(0, r);
+    // Indices of x's dims the value lists, in order.
+    let dims: Vec<i64> = match (g.domain(p), g.op_type(p)) {
+        ("", "Shape") if input(0) == Some(x) => {
+            let start = clamp(attr_int(g.attr(p, "start"), 0)?);
+            let end = clamp(attr_int(g.attr(p, "end"), r)?);
+            (start..end.max(start)).collect()
+        }
+        ("", "Slice") if input(0).is_some_and(is_shape_of_x) => {
+            let one = |slot: usize, d: i64| match input(slot) {
+                None => Some(d),
+                Some(_) => match konst(slot)?.as_slice() {
+                    [v] => Some(*v),
+                    _ => None,
+                },
+            };
+            if one(3, 0)? != 0 || one(4, 1)? != 1 {
+                return None;
+            }
+            let (start, end) = (clamp(one(1, 0)?), clamp(one(2, r)?));
+            (start..end.max(start)).collect()
+        }
+        ("", "Gather") if input(0).is_some_and(is_shape_of_x) => {
+            if attr_int(g.attr(p, "axis"), 0)? != 0 {
+                return None;
+            }
+            let index = |i: i64| {
+                let i = if i < 0 { i + r } else { i };
+                (0..r).contains(&i).then_some(i)
+            };
+            konst(1)?.into_iter().map(index).collect::<Option<_>>()?
+        }
+        ("", "Unsqueeze") => {
+            let axes = konst(1).or_else(|| match g.attr(p, "axes") {
+                Some(crate::view::AttrValue::Ints(a)) => Some(a),
+                _ => None,
+            });
+            if axes.as_deref() != Some(&[0]) {
+                return None;
+            }
+            return shape_entries(g, input(0)?, x, at);
+        }
+        ("", "Concat") => {
+            if attr_int(g.attr(p, "axis"), 0)? != 0 {
+                return None;
+            }
+            let mut all = Vec::new();
+            for u in g.inputs(p).iter() {
+                all.extend(shape_entries(g, (*u)?, x, at + all.len())?);
+            }
+            return Some(all);
+        }
+        _ => return None,
+    };
+    let entry = |(j, d): (usize, i64)| match &x_dims[d as usize] {
+        _ if d as usize == at + j => Some(0),
+        Dim::Known(k) => Some(*k),
+        _ => None,
+    };
+    dims.into_iter().enumerate().map(entry).collect()
+}
+
+/// The nodes computing the block Reshape's shape at run time (see [`shape_entries`]), to absorb.
+/// They read `x`: when x is computed inside the fusion (the norm or SwiGLU output) they must go
+/// with it, or ONNX Runtime would get a fused node feeding its own input. A shape computation
+/// something else reads too is refused there (left in place when x comes from outside).
+fn block_shape_nodes(m: &Match<'_>, reshape: NodeId, x: ValueId) -> Result<Vec<NodeId>, Reject> {
+    let g = m.graph();
+    let mut nodes: Vec<NodeId> = Vec::new();
+    let mut todo: Vec<ValueId> = g
+        .inputs(reshape)
+        .get(1)
+        .copied()
+        .flatten()
+        .into_iter()
+        .collect();
+    while let Some(v) = todo.pop() {
+        if v == x || g.is_constant(v) {
+            continue;
+        }
+        let Some((p, _)) = g.producer(v) else {
+            continue;
+        };
+        if !nodes.contains(&p) {
+            nodes.push(p);
+            todo.extend(g.inputs(p).iter().flatten());
+        }
+    }
+    let private = nodes.iter().all(|n| {
+        g.outputs(*n).iter().all(|v| {
+            !g.is_graph_output(*v)
+                && g.consumers(*v)
+                    .iter()
+                    .all(|(c, _)| *c == reshape || nodes.contains(c))
+        })
+    });
+    match (private, m.produces_inside(x)) {
+        (true, _) => Ok(nodes),
+        (false, false) => Ok(Vec::new()),
+        (false, true) => Err(reject!(
+            "the block shape computed from Shape('{}') is read outside the fusion as well: it cannot go with the fusion, and left outside it would read the fused op's own output",
+            g.value_name(x)
+        )),
     }
 }
 
