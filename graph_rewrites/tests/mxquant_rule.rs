@@ -654,7 +654,8 @@ enum RunTimeShape {
     ShapeEnd,
     /// `Concat(Slice(Shape(x), [0], [-1]), [2, 32])`.
     Slice,
-    /// `Concat(Unsqueeze(Gather(Shape(x), i)) for i in dims, [2, 32])` (TorchScript's spelling).
+    /// `Concat(Unsqueeze(Gather(Shape(x), i)) for i in dims, [2, 32])` (TorchScript's spelling;
+    /// here with axes -1, the only axis of these 1-D vectors, as 0 is).
     Gather(&'static [i64]),
 }
 
@@ -697,11 +698,11 @@ fn run_time_shape_model(form: RunTimeShape, norm: bool, shape_reader: bool) -> M
                         &[&g],
                         &[("axis", Attr::I(0))],
                     )
-                    .node("Unsqueeze", &[&g, "zero"], &[&u]);
+                    .node("Unsqueeze", &[&g, "minus_one"], &[&u]);
                 parts.push(u);
             }
             let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
-            b.node_in("", "Concat", &parts, &["lead"], &[("axis", Attr::I(0))]);
+            b.node_in("", "Concat", &parts, &["lead"], &[("axis", Attr::I(-1))]);
         }
     }
     b.node_in(

@@ -480,7 +480,8 @@ fn shape_entries(g: &dyn GraphView, v: ValueId, x: ValueId, at: usize) -> Option
             (start..end.max(start)).collect()
         }
         ("", "Gather") if input(0).is_some_and(is_shape_of_x) => {
-            if attr_int(g.attr(p, "axis"), 0)? != 0 {
+            // The only axis of a 1-D shape vector.
+            if !matches!(attr_int(g.attr(p, "axis"), 0)?, 0 | -1) {
                 return None;
             }
             let index = |i: i64| {
@@ -494,13 +495,14 @@ fn shape_entries(g: &dyn GraphView, v: ValueId, x: ValueId, at: usize) -> Option
                 Some(crate::view::AttrValue::Ints(a)) => Some(a),
                 _ => None,
             });
-            if axes.as_deref() != Some(&[0]) {
+            if !matches!(axes.as_deref(), Some([0 | -1])) {
                 return None;
             }
             return shape_entries(g, input(0)?, x, at);
         }
         ("", "Concat") => {
-            if attr_int(g.attr(p, "axis"), 0)? != 0 {
+            // The only axis of a 1-D shape vector.
+            if !matches!(attr_int(g.attr(p, "axis"), 0)?, 0 | -1) {
                 return None;
             }
             let mut all = Vec::new();
