@@ -639,7 +639,7 @@ fn block_reshape_must_keep_the_leading_dims() {
             assert!(
                 report.rejections.iter().any(|r| r.rule == "mxquant"
                     && r.reason
-                        .contains("does not keep the leading dims [2, 4] of 'x'")),
+                        .contains("is not shown to keep the leading dims [2, 4] of 'x'")),
                 "{shape:?}: {:#?}",
                 report.rejections
             );
@@ -789,7 +789,7 @@ fn block_shape_computed_from_shape_of_x_fuses() {
     );
     let why = run_time_shape_model(Gather(&[1, 1]), true, false).refusal("add_rmsnorm_mxquant");
     assert!(
-        why.contains("does not keep the leading dims [batch, 8]"),
+        why.contains("is not shown to keep the leading dims [batch, 8]"),
         "{why}"
     );
     let why = run_time_shape_model(Slice, true, true).refusal("add_rmsnorm_mxquant");

@@ -422,7 +422,7 @@ fn check_block_reshape(
         Ok(())
     } else {
         Err(reject!(
-            "block Reshape {shape:?} does not keep the leading dims {} of '{}': the block amax would not have the scale's shape",
+            "block Reshape {shape:?} is not shown to keep the leading dims {} of '{}' (each entry 0, x's dim where it is known, or the one -1): with other dims the block amax is not shaped like the scale and the unfused QuantizeLinear fails",
             super::rms_norm::fmt_shape(&Some(dims[..rank - 1].to_vec())),
             g.value_name(x)
         ))
