@@ -26,8 +26,8 @@
 //!   (`div`) and normalizes the unrounded fp32 sum (`round_sum = 0`).
 //! * A single-op norm may read `s` cast to f32 and be cast back to T after it (fp16
 //!   conversions that keep the norm in fp32, onnxconverter-common's `op_block_list`): the
-//!   upcast is exact and the op then computes in fp32 as the kernel does; its output must be
-//!   f32 (or already T) so that y is rounded to T once.
+//!   upcast is exact and the op then computes in fp32 as the kernel does; it must write f32
+//!   (y is rounded to T once, by the Cast), and a Cast on one side only is refused.
 //! * Gemma's `Add(w, 1)` is absorbed only in the decomposed spelling, where its dtype matches
 //!   where γ multiplies; the single-op norms take their scale input as is (`gemma = 0`).
 //! * The AllReduce alternatives come first: an AllReduce feeding the residual Add is absorbed
@@ -380,7 +380,7 @@ pub fn check_add_rms_norm(
     let (inputs, numerics) = match (m.node(n.rms_normalization), m.node(n.simplified), skip) {
         (Some(node), _, _) | (_, Some(node), _) => (
             residual_of_add(m, r),
-            single_op_norm(g, node, m.node(n.cast_back_single), t, rank)?,
+            single_op_norm(g, node, m.node(n.cast_up), m.node(n.cast_back_single), rank)?,
         ),
         (_, _, Some(node)) => skip_norm(m, r, n, node, t)?,
         _ => (residual_of_add(m, r), decomposed_norm(m, n, t, rank)?),
@@ -533,27 +533,35 @@ fn norm_attrs(g: &dyn GraphView, node: NodeId, rank: usize) -> Result<f32, Rejec
 }
 
 /// `RMSNormalization` or `SimplifiedLayerNormalization`: fp32 throughout, reciprocal then
-/// multiply (see the module docs). With a `Cast` back to T after it (`cast_back`), the op's own
-/// output must be f32 (or T already): a float16 output cast to bfloat16 rounds twice.
+/// multiply (see the module docs). Between Casts (`cast_up` of s to f32, `cast_back` of y to T)
+/// the op must be all f32 — a float16 output cast to bfloat16 rounds twice, and a mixed-type op
+/// (f32 X, f16 scale) is not one the kernels were measured against —, and the Casts come in pairs.
 fn single_op_norm(
     g: &dyn GraphView,
     node: NodeId,
+    cast_up: Option<NodeId>,
     cast_back: Option<NodeId>,
-    t: i32,
     rank: usize,
 ) -> Result<Numerics, Reject> {
-    if let Some(c) = cast_back {
-        let out = g.outputs(node).first().map_or(0, |v| elem(g, *v));
-        if out != dtype::FLOAT && out != t {
-            return Err(reject!(
-                "{} '{}' writes {} before Cast '{}' to {}: y would be rounded twice",
-                g.op_type(node),
-                g.node_name(node),
-                dtype::name(out),
-                g.node_name(c),
-                dtype::name(t)
-            ));
+    let (op, name) = (g.op_type(node), g.node_name(node));
+    match (cast_up, cast_back) {
+        (Some(_), Some(c)) => {
+            let out = g.outputs(node).first().map_or(0, |v| elem(g, *v));
+            if out != dtype::FLOAT {
+                return Err(reject!(
+                    "{op} '{name}' between Casts writes {}, not float: y would be rounded before Cast '{}'",
+                    dtype::name(out),
+                    g.node_name(c)
+                ));
+            }
         }
+        (Some(c), None) | (None, Some(c)) => {
+            return Err(reject!(
+                "{op} '{name}' has Cast '{}' on one side only: a mixed-type single-op norm is not fused",
+                g.node_name(c)
+            ))
+        }
+        (None, None) => {}
     }
     Ok(Numerics {
         epsilon: norm_attrs(g, node, rank)?,
