@@ -804,6 +804,85 @@ fn block_shape_computed_from_shape_of_x_fuses() {
     );
 }
 
+/// q, k and v each quantize the normed tensor with their own chain and their own run-time block
+/// shape (`Shape → Slice → Concat`): the duplicate chains merge, shape computation included (as
+/// ONNX Runtime's CSE does online), and the one quantizer fuses into the norm.
+#[test]
+fn duplicate_chains_with_run_time_block_shapes_merge_and_fuse_once() {
+    let mut b = ModelBuilder::new(24);
+    b.input("x", FLOAT, &[-2, 8, 64])
+        .init_f32("gamma", &[64], &[1.5; 64])
+        .node("RMSNormalization", &["x", "gamma"], &["y"]);
+    for p in ["q", "k", "v"] {
+        let v = |s: &str| format!("{s}_{p}");
+        b.init_i64(&v("tail"), &[2], &[2, 32])
+            .init_i64(&v("zero"), &[1], &[0])
+            .init_i64(&v("minus_one"), &[1], &[-1])
+            .init_i64(&v("axes"), &[1], &[-1])
+            .init_f32(&v("c"), &[], &[2f32.powi(-8)])
+            .init_f32(&v("w"), &[64, 16], &vec![0.5; 64 * 16])
+            .node("Shape", &["y"], &[&v("full")])
+            .node(
+                "Slice",
+                &[&v("full"), &v("zero"), &v("minus_one")],
+                &[&v("lead")],
+            )
+            .node_in(
+                "",
+                "Concat",
+                &[&v("lead"), &v("tail")],
+                &[&v("shape")],
+                &[("axis", Attr::I(0))],
+            )
+            .node("Reshape", &["y", &v("shape")], &[&v("blocks")])
+            .node("Abs", &[&v("blocks")], &[&v("ab")])
+            .node_in(
+                "",
+                "ReduceMax",
+                &[&v("ab"), &v("axes")],
+                &[&v("amax")],
+                &[("keepdims", Attr::I(0))],
+            )
+            .node("Mul", &[&v("amax"), &v("c")], &[&v("s32")])
+            .node_in(
+                "",
+                "Cast",
+                &[&v("s32")],
+                &[&v("scale")],
+                &[
+                    ("to", Attr::I(FLOAT8E8M0 as i64)),
+                    ("round_mode", Attr::S("down")),
+                ],
+            );
+        let q = [
+            ("axis", Attr::I(-1)),
+            ("block_size", Attr::I(32)),
+            ("output_dtype", Attr::I(FLOAT8E4M3FN as i64)),
+        ];
+        let d = [
+            ("axis", Attr::I(-1)),
+            ("block_size", Attr::I(32)),
+            ("output_dtype", Attr::I(FLOAT as i64)),
+        ];
+        b.node_in("", "QuantizeLinear", &["y", &v("scale")], &[&v("q")], &q)
+            .node_in(
+                "",
+                "DequantizeLinear",
+                &[&v("q"), &v("scale")],
+                &[&v("yd")],
+                &d,
+            )
+            .node("MatMul", &[&v("yd"), &v("w")], &[&v("out")])
+            .output(&v("out"), FLOAT, &[-2, 8, 16]);
+    }
+    let (report, g) = b.rewrite();
+    assert_eq!(report.counts["add_rmsnorm_mxquant"], 1, "{report:#?}");
+    assert_eq!(report.counts["mxquant"], 0, "{report:#?}");
+    let mm = op_types(&g).iter().filter(|o| *o == "MxMatMul").count();
+    assert_eq!(op_types(&g).len(), 4, "{:?}", op_types(&g));
+    assert_eq!(mm, 3);
+}
+
 /// QuantizeLinear-23+ `precision` is the dtype x and the scale are cast to before the division:
 /// float16 / bfloat16 round an f32 x first, which the fused quantizers do not (onnx.reference
 /// differs by up to a few percent). Only unset and float (1) fuse; the others are refused by
