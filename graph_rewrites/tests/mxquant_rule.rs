@@ -937,6 +937,10 @@ fn unknown_scale_rule_is_refused() {
     for (c, round) in [
         (2f32.powi(-8), "up"),
         (1.0 / 448.0, "down"),
+        // fl32(1/448) + 1 ulp and − 4 ulps: within 1e-6 of 1/448, but they give amax = 448·2^j
+        // (3.5, 448) another scale than the kernels' fl32(1/448) does.
+        (f32::from_bits((1.0f32 / 448.0).to_bits() + 1), "up"),
+        (f32::from_bits((1.0f32 / 448.0).to_bits() - 4), "up"),
         (2f32.powi(-7), "down"),
     ] {
         let mut g = std_mx_matmul(c, false, round).graph().unwrap();

@@ -21,7 +21,8 @@
 //!
 //! Key points:
 //! * The scale rule is identified by the constant *and* the Cast rounding: `Mul(2^-8)` or
-//!   `Div(256)` + `round_mode=down` is OCP floor; `Mul(fl(1/448))` or `Div(448)` + `round_mode=up` is RCEIL.
+//!   `Div(256)` + `round_mode=down` is OCP floor; `Mul(fl(1/448))` (that f32 exactly) or `Div(448)` +
+//!   `round_mode=up` is RCEIL.
 //!   Any other combination is refused: it would compute something neither kernel computes.
 //! * `x` is read twice inside the match (scale path and QuantizeLinear): the pattern binds one
 //!   value to both.
@@ -343,17 +344,20 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
         ));
     }
     let by_mul = m.node(h.mul).is_some();
-    let rel = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs();
+    // The RCEIL constant must be fl32(1/448) itself, the one the kernels multiply by: a constant
+    // a few ulps off (accepted up to 1e-6 relative before) rounds some products across a power
+    // of two — amax = 448·2^j, e.g. 3.5, gets the next scale with fl32(1/448) + 1 ulp.
+    let rceil_constant = c == f64::from((1.0f64 / 448.0) as f32);
     let rule = match (by_mul, round.as_str()) {
         (true, "down") if c == 2f64.powi(-8) => ScaleRule::Floor,
-        (true, "up") if rel(c, 1.0 / 448.0) => ScaleRule::Rceil,
+        (true, "up") if rceil_constant => ScaleRule::Rceil,
         (false, "up") if c == 448.0 => ScaleRule::Rceil,
         // amax / 256 and amax · 2^-8 are the same correctly rounded number (a power-of-two
         // scaling), subnormal results included: the floor rule bit for bit.
         (false, "down") if c == 256.0 => ScaleRule::Floor,
         _ => {
             let op = if by_mul { "Mul" } else { "Div" };
-            return Err(reject!("{op}({c}) with Cast round_mode={round} is not a known MX scale rule (floor: Mul(2^-8)|Div(256)+down; rceil: Mul(1/448)|Div(448)+up)"));
+            return Err(reject!("{op}({c}) with Cast round_mode={round} is not a known MX scale rule (floor: Mul(2^-8)|Div(256)+down; rceil: Mul(fl32(1/448), exactly that f32)|Div(448)+up)"));
         }
     };
     // The graph scales amax in its own dtype before the Cast. Exact in f32 and bf16 for
