@@ -100,16 +100,18 @@ enum Amax {
 }
 
 fn std_mx_dequant_amax(c: f32, div: bool, round: &str, amax: Amax) -> ModelBuilder {
-    std_mx_dequant_with(c, div, round, amax, &[])
+    std_mx_dequant_with(c, div, round, amax, &[], None)
 }
 
-/// [`std_mx_dequant_amax`] with `q_extra` added to the QuantizeLinear's attributes.
+/// [`std_mx_dequant_amax`] with `q_extra` added to the QuantizeLinear's attributes and, with
+/// `q_zp`, a float8e4m3fn zero point of that byte (output_dtype then left to it).
 fn std_mx_dequant_with(
     c: f32,
     div: bool,
     round: &str,
     amax: Amax,
     q_extra: &[(&str, Attr)],
+    q_zp: Option<u8>,
 ) -> ModelBuilder {
     let mut b = ModelBuilder::new(24);
     b.input("x", FLOAT, &[4, 64]);
@@ -164,7 +166,19 @@ fn std_mx_dequant_with(
         ("output_dtype", Attr::I(FLOAT8E4M3FN as i64)),
     ];
     qattrs.extend(q_extra.iter().cloned());
-    b.node_in("", "QuantizeLinear", &["x", "scale"], &["q"], &qattrs);
+    if let Some(zp) = q_zp {
+        b.init_raw("q_zp", FLOAT8E4M3FN, &[], vec![zp]);
+        qattrs.retain(|(name, _)| *name != "output_dtype");
+        b.node_in(
+            "",
+            "QuantizeLinear",
+            &["x", "scale", "q_zp"],
+            &["q"],
+            &qattrs,
+        );
+    } else {
+        b.node_in("", "QuantizeLinear", &["x", "scale"], &["q"], &qattrs);
+    }
     let dattrs = [
         ("axis", Attr::I(-1)),
         ("block_size", Attr::I(32)),
@@ -558,6 +572,24 @@ fn zero_zero_point_dequantize_is_absorbed_and_others_are_noted() {
     }
 }
 
+/// A QuantizeLinear zero point of +0 or -0 (0x80; both zero, as for the DequantizeLinear above)
+/// fuses; any other byte is refused and the quantize runs unfused.
+#[test]
+fn signed_zero_quantize_zero_point_fuses() {
+    for (zp, fuses) in [(0x00u8, true), (0x80, true), (0x38, false)] {
+        let mut b =
+            std_mx_dequant_with(2f32.powi(-8), false, "down", Amax::Standard, &[], Some(zp));
+        b.node("MatMul", &["xd", "w"], &["y"])
+            .output("y", FLOAT, &[4, 16]);
+        let mut g = b.graph().unwrap();
+        let report = run_pipeline(&mut g, &PipelineOptions::default()).unwrap();
+        assert_eq!(
+            report.counts["mxquant"], fuses as usize,
+            "{zp:#x}: {report:#?}"
+        );
+    }
+}
+
 /// A run-time E8M0 scale computed by a subgraph the pattern does not know (here blocks as flat
 /// `[-1, 32]` rows and the scale reshaped back) is not silent: mxquant records a refusal naming
 /// where the match stopped, and the quantize runs unfused as `MxQuantizeLinear`.
@@ -899,7 +931,7 @@ fn quantize_linear_dividing_in_another_precision_is_refused() {
             .map(|p| ("precision", Attr::I(p)))
             .into_iter()
             .collect();
-        let mut b = std_mx_dequant_with(2f32.powi(-8), false, "down", Amax::Standard, &extra);
+        let mut b = std_mx_dequant_with(2f32.powi(-8), false, "down", Amax::Standard, &extra, None);
         b.node("MatMul", &["xd", "w"], &["y"])
             .output("y", FLOAT, &[4, 16]);
         let mut g = b.graph().unwrap();

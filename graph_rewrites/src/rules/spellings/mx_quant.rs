@@ -35,7 +35,7 @@
 //!   2^-127, E8M0's minimum; ours clamps) — documented in docs/ops.md.
 
 use crate::pattern::predicates::{
-    attr_int, attr_string, dtype, quantize_divides_in_float, scalar_f64, values_i64,
+    attr_int, attr_string, dtype, is_float8_zero, quantize_divides_in_float, scalar_f64, values_i64,
 };
 use crate::pattern::{Match, OpId, Pat, Reject, N, V};
 use crate::reject;
@@ -647,7 +647,8 @@ fn check_quantize_linear(
             let t = g
                 .const_value(z)
                 .ok_or_else(|| reject!("zero point is not a constant"))?;
-            if t.raw.iter().any(|b| *b != 0) {
+            // +0 and -0 (0x80) are both zero: x/scale + (-0) is x/scale.
+            if !is_float8_zero(g, z) {
                 return Err(reject!("zero point is not zero"));
             }
             t.elem_type
