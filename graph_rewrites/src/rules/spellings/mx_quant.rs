@@ -70,7 +70,7 @@ pub struct MxQuantPat {
 /// Declares both spellings of `MXFP8(x)`; the root is an alternative between them.
 pub fn mx_quant(p: &mut Pat, x: V) -> MxQuantPat {
     // The block shape is a constant, or computed from `Shape(x)` (symbolic dims): the check reads
-    // the constant or the Reshape's inferred output shape.
+    // it structurally (`shape_entries`).
     let shape = p.input("block_shape");
     let reshape = p
         .op(OpId::new(ONNX_DOMAIN, "Reshape"))
@@ -455,7 +455,7 @@ fn shape_entries(g: &dyn GraphView, v: ValueId, x: ValueId, at: usize) -> Option
     };
     let is_shape_of_x = |u: ValueId| {
         g.producer(u).is_some_and(|(s, _)| {
-            g.op_type(s) == "Shape"
+            (g.domain(s), g.op_type(s)) == (ONNX_DOMAIN, "Shape")
                 && g.inputs(s).first().copied().flatten() == Some(x)
                 && attr_int(g.attr(s, "start"), 0) == Some(0)
                 && attr_int(g.attr(s, "end"), i64::MAX).is_some_and(|e| e >= r)
@@ -464,12 +464,12 @@ fn shape_entries(g: &dyn GraphView, v: ValueId, x: ValueId, at: usize) -> Option
     let clamp = |i: i64| (if i < 0 { i + r } else { i }).clamp(0, r);
     // Indices of x's dims the value lists, in order.
     let dims: Vec<i64> = match (g.domain(p), g.op_type(p)) {
-        ("", "Shape") if input(0) == Some(x) => {
+        (ONNX_DOMAIN, "Shape") if input(0) == Some(x) => {
             let start = clamp(attr_int(g.attr(p, "start"), 0)?);
             let end = clamp(attr_int(g.attr(p, "end"), r)?);
             (start..end.max(start)).collect()
         }
-        ("", "Slice") if input(0).is_some_and(is_shape_of_x) => {
+        (ONNX_DOMAIN, "Slice") if input(0).is_some_and(is_shape_of_x) => {
             let one = |slot: usize, d: i64| match input(slot) {
                 None => Some(d),
                 Some(_) => match konst(slot)?.as_slice() {
@@ -477,13 +477,13 @@ fn shape_entries(g: &dyn GraphView, v: ValueId, x: ValueId, at: usize) -> Option
                     _ => None,
                 },
             };
-            if one(3, 0)? != 0 || one(4, 1)? != 1 {
+            if !matches!(one(3, 0)?, 0 | -1) || one(4, 1)? != 1 {
                 return None;
             }
             let (start, end) = (clamp(one(1, 0)?), clamp(one(2, r)?));
             (start..end.max(start)).collect()
         }
-        ("", "Gather") if input(0).is_some_and(is_shape_of_x) => {
+        (ONNX_DOMAIN, "Gather") if input(0).is_some_and(is_shape_of_x) => {
             // The only axis of a 1-D shape vector.
             if !matches!(attr_int(g.attr(p, "axis"), 0)?, 0 | -1) {
                 return None;
@@ -494,7 +494,7 @@ fn shape_entries(g: &dyn GraphView, v: ValueId, x: ValueId, at: usize) -> Option
             };
             konst(1)?.into_iter().map(index).collect::<Option<_>>()?
         }
-        ("", "Unsqueeze") => {
+        (ONNX_DOMAIN, "Unsqueeze") => {
             let axes = konst(1).or_else(|| match g.attr(p, "axes") {
                 Some(crate::view::AttrValue::Ints(a)) => Some(a),
                 _ => None,
@@ -504,7 +504,7 @@ fn shape_entries(g: &dyn GraphView, v: ValueId, x: ValueId, at: usize) -> Option
             }
             return shape_entries(g, input(0)?, x, at);
         }
-        ("", "Concat") => {
+        (ONNX_DOMAIN, "Concat") => {
             // The only axis of a 1-D shape vector.
             if !matches!(attr_int(g.attr(p, "axis"), 0)?, 0 | -1) {
                 return None;

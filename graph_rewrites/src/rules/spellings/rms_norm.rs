@@ -218,7 +218,7 @@ pub fn rms_norm(p: &mut Pat, r: &ResidualPat) -> RmsNormPat {
     let cast_n = p.op(onnx("Cast")).args([n]).node();
     let cast_n_out = p.out(cast_n, 0);
     let mul_gamma_t = p.op(onnx("Mul")).args([cast_n_out, g]).commutative().node();
-    // Single-op norms, on s or on s cast to f32 (then usually cast back to T after the op).
+    // Single-op norms, on s or on s cast to f32 (then cast back to T after the op: checked).
     let rms_normalization = p.op(onnx("RMSNormalization")).args([xf, w]).node();
     let simplified = p
         .op(onnx("SimplifiedLayerNormalization"))
