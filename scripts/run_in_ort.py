@@ -7,11 +7,16 @@
 2. the original model in ONNX Runtime with the mxfuse plugin EP (fuses online),
 3. the offline-rewritten model in ONNX Runtime with the mxfuse custom-op library.
 
+bfloat16 graph inputs and outputs are passed as OrtValues / fetched through an exact Cast (ORT's
+Python API has no numpy type for them).
+
 Usage: python scripts/run_in_ort.py ORIGINAL.onnx REWRITTEN.onnx [LIB.so]
 """
+import atexit
 import os
 import sys
 
+import ml_dtypes
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -84,6 +89,42 @@ def foreign_nodes(path):
     return sum(1 for n in m.graph.node if n.domain == "com.amd.quark")
 
 
+BF16 = onnx.TensorProto.BFLOAT16
+# Suffix of the double copies of bfloat16 graph outputs (see with_f32_outputs).
+AS_F32 = "__run_in_ort_f64"
+
+
+def with_f32_outputs(path):
+    """ORT's Python API has no numpy type for bfloat16: it neither takes nor returns such arrays
+    ("Numpy_type 256 can't be converted to MLDataType"). A model with bfloat16 graph outputs is
+    run as a copy (next to it, so external data resolves) with an exact Cast of each of them as an
+    extra output; returns (path to run, {output: name to fetch}). The Cast is to double: ORT's
+    common-subexpression pass would merge a Cast to float with the model's own `Cast(x, float)`
+    (a norm's upcast of the residual sum), changing what the EP sees."""
+    m = onnx.load(path, load_external_data=False)
+    bf16 = [o.name for o in m.graph.output if o.type.tensor_type.elem_type == BF16]
+    if not bf16:
+        return path, {}
+    for name in bf16:
+        m.graph.node.append(onnx.helper.make_node("Cast", [name], [name + AS_F32], to=onnx.TensorProto.DOUBLE))
+        m.graph.output.append(onnx.helper.make_tensor_value_info(name + AS_F32, onnx.TensorProto.DOUBLE, None))
+    root, ext = os.path.splitext(path)
+    copy = f"{root}.run_in_ort_f64{ext}"
+    onnx.save(m, copy)
+    atexit.register(os.remove, copy)
+    return copy, {name: name + AS_F32 for name in bf16}
+
+
+def run(session, fetch, feeds):
+    """session.run, passing bfloat16 inputs as OrtValues (ORT cannot convert ml_dtypes arrays)."""
+    if not any(a.dtype == ml_dtypes.bfloat16 for a in feeds.values()):
+        return session.run(fetch, feeds)
+    ovs = {k: ort.OrtValue.ortvalue_from_numpy_with_onnx_type(a.view(np.uint16), BF16)
+           if a.dtype == ml_dtypes.bfloat16 else ort.OrtValue.ortvalue_from_numpy(a)
+           for k, a in feeds.items()}
+    return [v.numpy() for v in session.run_with_ort_values(fetch, ovs)]
+
+
 def load_session(path, so, providers=None):
     """The session, or exit with ONNX Runtime's reason in one line (an IR-14 / opset-28 model, a
     bf16 model ORT's CPU EP has no kernels for) instead of a traceback."""
@@ -128,14 +169,17 @@ def main():
     ort.register_execution_provider_library(EP_NAME, lib)
     so = ep_session_options(lib)
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
-    session = load_session(original, so)
+    original_run, renamed = with_f32_outputs(original)
+    rewritten_run, _ = with_f32_outputs(rewritten)
+    fetch_run = [renamed.get(n, n) for n in fetch]
+    session = load_session(original_run, so)
     placed = {}
     for sg in session.get_provider_graph_assignment_info():
         n, k = placed.get(sg.ep_name, (0, 0))
         placed[sg.ep_name] = (n + 1, k + len(sg.get_nodes()))
     for ep, (n, k) in sorted(placed.items()):
         print(f"{ep}: {n} subgraphs, {k} nodes of the original model")
-    online = session.run(fetch, feeds)
+    online = run(session, fetch_run, feeds)
 
     quark = foreign_nodes(rewritten)
     if quark:
@@ -149,7 +193,7 @@ def main():
         so2 = ort.SessionOptions()
         so2.log_severity_level = 3
         so2.register_custom_ops_library(lib)
-    offline = load_session(rewritten, so2, None if quark else ["CPUExecutionProvider"]).run(fetch, feeds)
+    offline = run(load_session(rewritten_run, so2, None if quark else ["CPUExecutionProvider"]), fetch_run, feeds)
 
     ok = True
     for name, a, b in zip(fetch, online, offline):

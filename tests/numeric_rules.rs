@@ -785,3 +785,77 @@ fn gemm_with_bias_after_swiglu_matches_the_reference() {
         }
     }
 }
+
+/// `x + residual` (f16/bf16) → `Cast(f32)` → `RMSNormalization` | `SimplifiedLayerNormalization`
+/// (γ f32) → `Cast` back → quantize → MatMuls: an fp16 conversion that keeps the norm in fp32
+/// (onnxconverter-common's `op_block_list`). The fused op computes in fp32 with γ in f32 and
+/// rounds y to T once, as the graph does: q, scales and the sum bit for bit.
+#[test]
+fn single_op_norm_between_casts_matches_the_reference() {
+    for dt in [DType::F16, DType::Bf16] {
+        for (op, quant) in [
+            ("RMSNormalization", QuantSpelling::StdFloor),
+            ("SimplifiedLayerNormalization", QuantSpelling::Quark),
+        ] {
+            let h = 64;
+            let mut b = GraphBuilder::new(5, false);
+            b.require_opset("", 24);
+            let shape = vec![Dim::Fixed(ROWS), Dim::Fixed(h)];
+            let (t, f) = (elem_of(dt), elem_of(DType::F32));
+            let x = b.add_input("x", t, shape.clone());
+            let r = b.add_input("residual", t, shape.clone());
+            let sum = b.op("Add", &[&x.name, &r.name], "sum", t, shape.clone());
+            let up = b.op_attrs(
+                "Cast",
+                &[&sum.name],
+                "sum_f32",
+                f,
+                shape.clone(),
+                vec![models::builder::attr_i("to", f as i64)],
+            );
+            let w = b.random_weight("norm.weight", DType::F32, &[h], 1.0, 0.2);
+            let y32 = b.op_attrs(
+                op,
+                &[&up.name, &w.name],
+                "normed_f32",
+                f,
+                shape.clone(),
+                vec![models::builder::attr_f("epsilon", 1e-6)],
+            );
+            let y = b.op_attrs(
+                "Cast",
+                &[&y32.name],
+                "normed",
+                t,
+                shape.clone(),
+                vec![models::builder::attr_i("to", t as i64)],
+            );
+            let a = quantize_activation(&mut b, dt, quant, &y, "qk_in");
+            for (name, width) in [("q_proj", 64), ("k_proj", 32)] {
+                let w = matmul_weight(
+                    &mut b,
+                    dt,
+                    models::WeightForm::StdMx,
+                    &format!("{name}.weight"),
+                    h,
+                    width,
+                );
+                let out = matmul(&mut b, &a, &w, width, name);
+                b.add_output(&out);
+            }
+            b.add_output(&sum);
+            let feeds = HashMap::from([
+                (
+                    "x".to_string(),
+                    feed(dt, h, rows(1, h, 1.0, outlier(dt), false)),
+                ),
+                (
+                    "residual".to_string(),
+                    feed(dt, h, rows(2, h, 1.0, outlier(dt), false)),
+                ),
+            ]);
+            let ctx = format!("{dt:?} Cast → {op} → Cast, {quant:?}");
+            differential(finish(b), &feeds, "add_rmsnorm_mxquant", 1, &ctx);
+        }
+    }
+}

@@ -100,6 +100,19 @@ enum Amax {
 }
 
 fn std_mx_dequant_amax(c: f32, div: bool, round: &str, amax: Amax) -> ModelBuilder {
+    std_mx_dequant_with(c, div, round, amax, &[], None)
+}
+
+/// [`std_mx_dequant_amax`] with `q_extra` added to the QuantizeLinear's attributes and, with
+/// `q_zp`, a float8e4m3fn zero point of that byte (output_dtype then left to it).
+fn std_mx_dequant_with(
+    c: f32,
+    div: bool,
+    round: &str,
+    amax: Amax,
+    q_extra: &[(&str, Attr)],
+    q_zp: Option<u8>,
+) -> ModelBuilder {
     let mut b = ModelBuilder::new(24);
     b.input("x", FLOAT, &[4, 64]);
     if amax == Amax::FlatRows {
@@ -147,12 +160,25 @@ fn std_mx_dequant_amax(c: f32, div: bool, round: &str, amax: Amax) -> ModelBuild
     if amax == Amax::FlatRows {
         b.node("Reshape", &["sflat", "back"], &["scale"]);
     }
-    let qattrs = [
+    let mut qattrs = vec![
         ("axis", Attr::I(-1)),
         ("block_size", Attr::I(32)),
         ("output_dtype", Attr::I(FLOAT8E4M3FN as i64)),
     ];
-    b.node_in("", "QuantizeLinear", &["x", "scale"], &["q"], &qattrs);
+    qattrs.extend(q_extra.iter().cloned());
+    if let Some(zp) = q_zp {
+        b.init_raw("q_zp", FLOAT8E4M3FN, &[], vec![zp]);
+        qattrs.retain(|(name, _)| *name != "output_dtype");
+        b.node_in(
+            "",
+            "QuantizeLinear",
+            &["x", "scale", "q_zp"],
+            &["q"],
+            &qattrs,
+        );
+    } else {
+        b.node_in("", "QuantizeLinear", &["x", "scale"], &["q"], &qattrs);
+    }
     let dattrs = [
         ("axis", Attr::I(-1)),
         ("block_size", Attr::I(32)),
@@ -546,6 +572,24 @@ fn zero_zero_point_dequantize_is_absorbed_and_others_are_noted() {
     }
 }
 
+/// A QuantizeLinear zero point of +0 or -0 (0x80; both zero, as for the DequantizeLinear above)
+/// fuses; any other byte is refused and the quantize runs unfused.
+#[test]
+fn signed_zero_quantize_zero_point_fuses() {
+    for (zp, fuses) in [(0x00u8, true), (0x80, true), (0x38, false)] {
+        let mut b =
+            std_mx_dequant_with(2f32.powi(-8), false, "down", Amax::Standard, &[], Some(zp));
+        b.node("MatMul", &["xd", "w"], &["y"])
+            .output("y", FLOAT, &[4, 16]);
+        let mut g = b.graph().unwrap();
+        let report = run_pipeline(&mut g, &PipelineOptions::default()).unwrap();
+        assert_eq!(
+            report.counts["mxquant"], fuses as usize,
+            "{zp:#x}: {report:#?}"
+        );
+    }
+}
+
 /// A run-time E8M0 scale computed by a subgraph the pattern does not know (here blocks as flat
 /// `[-1, 32]` rows and the scale reshaped back) is not silent: mxquant records a refusal naming
 /// where the match stopped, and the quantize runs unfused as `MxQuantizeLinear`.
@@ -570,11 +614,365 @@ fn unrecognised_runtime_scale_spelling_is_reported() {
     );
 }
 
+/// The block Reshape must keep x's leading dims: `[4, 2, 2, 32]` of an `x [2, 4, 64]` has the
+/// right element count and blocks, but its amax `[4, 2, 2]` is not the `[2, 4, 2]` scale the
+/// QuantizeLinear needs, so the unfused model fails at run time (onnx.reference: "Invalid shapes
+/// for Blocked Quantization"); fusing it would make it run. 0, the known dim and one -1 keep them.
+#[test]
+fn block_reshape_must_keep_the_leading_dims() {
+    for (shape, fuses) in [
+        (&[0i64, 0, 2, 32][..], true),
+        (&[2, 4, 2, 32][..], true),
+        (&[-1, 4, 2, 32][..], true),
+        (&[2, -1, 2, 32][..], true),
+        (&[4, 2, 2, 32][..], false),
+        (&[1, 8, 2, 32][..], false),
+        (&[-1, 2, 2, 32][..], false),
+    ] {
+        let mut b = ModelBuilder::new(24);
+        b.input("x", FLOAT, &[2, 4, 64])
+            .init_i64("shape", &[4], shape)
+            .init_i64("axes", &[1], &[-1])
+            .init_f32("c", &[], &[2f32.powi(-8)])
+            .node("Reshape", &["x", "shape"], &["xb"])
+            .node("Abs", &["xb"], &["ab"])
+            .node_in(
+                "",
+                "ReduceMax",
+                &["ab", "axes"],
+                &["amax"],
+                &[("keepdims", Attr::I(0))],
+            )
+            .node("Mul", &["amax", "c"], &["s32"])
+            .node_in(
+                "",
+                "Cast",
+                &["s32"],
+                &["scale"],
+                &[
+                    ("to", Attr::I(FLOAT8E8M0 as i64)),
+                    ("round_mode", Attr::S("down")),
+                ],
+            );
+        let attrs = [
+            ("axis", Attr::I(-1)),
+            ("block_size", Attr::I(32)),
+            ("output_dtype", Attr::I(FLOAT8E4M3FN as i64)),
+        ];
+        b.node_in("", "QuantizeLinear", &["x", "scale"], &["q"], &attrs)
+            .output("q", FLOAT8E4M3FN, &[2, 4, 64]);
+        let mut g = b.graph().unwrap();
+        let report = run_pipeline(&mut g, &PipelineOptions::default()).unwrap();
+        assert_eq!(
+            report.counts["mxquant"], fuses as usize,
+            "{shape:?}: {report:#?}"
+        );
+        if !fuses {
+            assert!(
+                report.rejections.iter().any(|r| r.rule == "mxquant"
+                    && r.reason
+                        .contains("is not shown to keep the leading dims [2, 4] of 'x'")),
+                "{shape:?}: {:#?}",
+                report.rejections
+            );
+        }
+    }
+}
+
+/// How a test builds the block Reshape's shape of `x [batch, 8, 64]` at run time.
+#[derive(Clone, Copy, Debug)]
+enum RunTimeShape {
+    /// `Concat(Shape(x, end=-1), [2, 32])` (Shape-15 attributes).
+    ShapeEnd,
+    /// `Concat(Slice(Shape(x), [0], [-1]), [2, 32])`.
+    Slice,
+    /// `Concat(Unsqueeze(Gather(Shape(x), i)) for i in dims, [2, 32])` (TorchScript's spelling;
+    /// here with axes -1, the only axis of these 1-D vectors, as 0 is).
+    Gather(&'static [i64]),
+}
+
+/// `x [batch, 8, 64] → [RMSNormalization] → MXFP8 quantize (block shape computed from
+/// Shape(y)) → DequantizeLinear → MatMul`; `shape_reader`: a Relu also reads the Shape.
+fn run_time_shape_model(form: RunTimeShape, norm: bool, shape_reader: bool) -> ModelBuilder {
+    let mut b = ModelBuilder::new(24);
+    b.input("x", FLOAT, &[-2, 8, 64]);
+    let y = if norm {
+        b.init_f32("gamma", &[64], &[1.5; 64]);
+        b.node("RMSNormalization", &["x", "gamma"], &["y"]);
+        "y"
+    } else {
+        "x"
+    };
+    b.init_i64("tail", &[2], &[2, 32])
+        .init_i64("zero", &[1], &[0])
+        .init_i64("minus_one", &[1], &[-1]);
+    match form {
+        RunTimeShape::ShapeEnd => {
+            b.node_in("", "Shape", &[y], &["lead"], &[("end", Attr::I(-1))]);
+        }
+        RunTimeShape::Slice => {
+            b.node("Shape", &[y], &["full"]).node(
+                "Slice",
+                &["full", "zero", "minus_one"],
+                &["lead"],
+            );
+        }
+        RunTimeShape::Gather(dims) => {
+            b.node("Shape", &[y], &["full"]);
+            let mut parts = Vec::new();
+            for (j, d) in dims.iter().enumerate() {
+                let (idx, g, u) = (format!("i{j}"), format!("g{j}"), format!("u{j}"));
+                b.init_i64(&idx, &[], &[*d])
+                    .node_in(
+                        "",
+                        "Gather",
+                        &["full", &idx],
+                        &[&g],
+                        &[("axis", Attr::I(0))],
+                    )
+                    .node("Unsqueeze", &[&g, "minus_one"], &[&u]);
+                parts.push(u);
+            }
+            let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+            b.node_in("", "Concat", &parts, &["lead"], &[("axis", Attr::I(-1))]);
+        }
+    }
+    b.node_in(
+        "",
+        "Concat",
+        &["lead", "tail"],
+        &["block_shape"],
+        &[("axis", Attr::I(0))],
+    );
+    let full = if matches!(form, RunTimeShape::ShapeEnd) {
+        "lead"
+    } else {
+        "full"
+    };
+    if shape_reader {
+        b.node("Identity", &[full], &["shape_f"]);
+        b.output(
+            "shape_f",
+            graph_rewrites::pattern::predicates::dtype::INT64,
+            &[-1],
+        );
+    }
+    b.init_i64("axes", &[1], &[-1])
+        .init_f32("c", &[], &[2f32.powi(-8)])
+        .init_f32("w", &[64, 16], &vec![0.5; 64 * 16])
+        .node("Reshape", &[y, "block_shape"], &["blocks"])
+        .node("Abs", &["blocks"], &["ab"])
+        .node_in(
+            "",
+            "ReduceMax",
+            &["ab", "axes"],
+            &["amax"],
+            &[("keepdims", Attr::I(0))],
+        )
+        .node("Mul", &["amax", "c"], &["s32"])
+        .node_in(
+            "",
+            "Cast",
+            &["s32"],
+            &["scale"],
+            &[
+                ("to", Attr::I(FLOAT8E8M0 as i64)),
+                ("round_mode", Attr::S("down")),
+            ],
+        );
+    let q = [
+        ("axis", Attr::I(-1)),
+        ("block_size", Attr::I(32)),
+        ("output_dtype", Attr::I(FLOAT8E4M3FN as i64)),
+    ];
+    let d = [
+        ("axis", Attr::I(-1)),
+        ("block_size", Attr::I(32)),
+        ("output_dtype", Attr::I(FLOAT as i64)),
+    ];
+    b.node_in("", "QuantizeLinear", &[y, "scale"], &["q"], &q)
+        .node_in("", "DequantizeLinear", &["q", "scale"], &["yd"], &d)
+        .node("MatMul", &["yd", "w"], &["out"])
+        .output("out", FLOAT, &[-2, 8, 16]);
+    b
+}
+
+/// Exporters spell a block Reshape of symbolic batch / sequence dims with a shape computed from
+/// `Shape(x)`: it fuses like a constant one, and the shape computation goes with the fusion
+/// (left outside, it would read the fused norm's output and feed the fused node: ONNX Runtime
+/// refuses such a claim). Dims in another order are not x's leading dims; a shape computation
+/// something else reads cannot go with a norm fusion (refused), and stays for a standalone one.
+#[test]
+fn block_shape_computed_from_shape_of_x_fuses() {
+    use RunTimeShape::*;
+    for form in [ShapeEnd, Slice, Gather(&[0, 1])] {
+        let (report, g) = run_time_shape_model(form, true, false).rewrite();
+        assert_eq!(
+            report.counts["add_rmsnorm_mxquant"], 1,
+            "{form:?}: {report:#?}"
+        );
+        assert_eq!(op_types(&g), ["AddRmsNormMxQuant", "MxMatMul"], "{form:?}");
+    }
+    // [8, batch]: batch at position 1 is not provably x's dim 1.
+    let why = run_time_shape_model(Gather(&[1, 0]), true, false).refusal("add_rmsnorm_mxquant");
+    assert!(
+        why.contains("nor computed from Shape(x) as x's own leading dims"),
+        "{why}"
+    );
+    let why = run_time_shape_model(Gather(&[1, 1]), true, false).refusal("add_rmsnorm_mxquant");
+    assert!(
+        why.contains("is not shown to keep the leading dims [batch, 8]"),
+        "{why}"
+    );
+    let why = run_time_shape_model(Slice, true, true).refusal("add_rmsnorm_mxquant");
+    assert!(why.contains("is read outside the fusion as well"), "{why}");
+    // Standalone: x comes from outside, the shared Shape stays and the quantizer fuses.
+    let (report, g) = run_time_shape_model(Slice, false, true).rewrite();
+    assert_eq!(report.counts["mxquant"], 1, "{report:#?}");
+    let ops = op_types(&g);
+    assert!(
+        ops.contains(&"Shape".to_string()) && ops.contains(&"MxMatMul".to_string()),
+        "{ops:?}"
+    );
+}
+
+/// q, k and v each quantize the normed tensor with their own chain and their own run-time block
+/// shape (`Shape → Slice → Concat`): the duplicate chains merge, shape computation included (as
+/// ONNX Runtime's CSE does online), and the one quantizer fuses into the norm.
+#[test]
+fn duplicate_chains_with_run_time_block_shapes_merge_and_fuse_once() {
+    let mut b = ModelBuilder::new(24);
+    b.input("x", FLOAT, &[-2, 8, 64])
+        .init_f32("gamma", &[64], &[1.5; 64])
+        .node("RMSNormalization", &["x", "gamma"], &["y"]);
+    for p in ["q", "k", "v"] {
+        let v = |s: &str| format!("{s}_{p}");
+        b.init_i64(&v("tail"), &[2], &[2, 32])
+            .init_i64(&v("zero"), &[1], &[0])
+            .init_i64(&v("minus_one"), &[1], &[-1])
+            .init_i64(&v("axes"), &[1], &[-1])
+            .init_f32(&v("c"), &[], &[2f32.powi(-8)])
+            .init_f32(&v("w"), &[64, 16], &vec![0.5; 64 * 16])
+            .node("Shape", &["y"], &[&v("full")])
+            .node(
+                "Slice",
+                &[&v("full"), &v("zero"), &v("minus_one")],
+                &[&v("lead")],
+            )
+            .node_in(
+                "",
+                "Concat",
+                &[&v("lead"), &v("tail")],
+                &[&v("shape")],
+                &[("axis", Attr::I(0))],
+            )
+            .node("Reshape", &["y", &v("shape")], &[&v("blocks")])
+            .node("Abs", &[&v("blocks")], &[&v("ab")])
+            .node_in(
+                "",
+                "ReduceMax",
+                &[&v("ab"), &v("axes")],
+                &[&v("amax")],
+                &[("keepdims", Attr::I(0))],
+            )
+            .node("Mul", &[&v("amax"), &v("c")], &[&v("s32")])
+            .node_in(
+                "",
+                "Cast",
+                &[&v("s32")],
+                &[&v("scale")],
+                &[
+                    ("to", Attr::I(FLOAT8E8M0 as i64)),
+                    ("round_mode", Attr::S("down")),
+                ],
+            );
+        let q = [
+            ("axis", Attr::I(-1)),
+            ("block_size", Attr::I(32)),
+            ("output_dtype", Attr::I(FLOAT8E4M3FN as i64)),
+        ];
+        let d = [
+            ("axis", Attr::I(-1)),
+            ("block_size", Attr::I(32)),
+            ("output_dtype", Attr::I(FLOAT as i64)),
+        ];
+        b.node_in("", "QuantizeLinear", &["y", &v("scale")], &[&v("q")], &q)
+            .node_in(
+                "",
+                "DequantizeLinear",
+                &[&v("q"), &v("scale")],
+                &[&v("yd")],
+                &d,
+            )
+            .node("MatMul", &[&v("yd"), &v("w")], &[&v("out")])
+            .output(&v("out"), FLOAT, &[-2, 8, 16]);
+    }
+    let (report, g) = b.rewrite();
+    assert_eq!(report.counts["add_rmsnorm_mxquant"], 1, "{report:#?}");
+    assert_eq!(report.counts["mxquant"], 0, "{report:#?}");
+    let mm = op_types(&g).iter().filter(|o| *o == "MxMatMul").count();
+    assert_eq!(op_types(&g).len(), 4, "{:?}", op_types(&g));
+    assert_eq!(mm, 3);
+}
+
+/// QuantizeLinear-23+ `precision` is the dtype x and the scale are cast to before the division:
+/// float16 / bfloat16 round an f32 x first, which the fused quantizers do not (onnx.reference
+/// differs by up to a few percent). Only unset and float (1) fuse; the others are refused by
+/// `mxquant` and by the `mx_quant_linear` fallback alike, with the reason.
+#[test]
+fn quantize_linear_dividing_in_another_precision_is_refused() {
+    for (precision, fuses) in [
+        (None, true),
+        (Some(1), true),
+        (Some(10), false),
+        (Some(16), false),
+    ] {
+        let extra: Vec<(&str, Attr)> = precision
+            .map(|p| ("precision", Attr::I(p)))
+            .into_iter()
+            .collect();
+        let mut b = std_mx_dequant_with(2f32.powi(-8), false, "down", Amax::Standard, &extra, None);
+        b.node("MatMul", &["xd", "w"], &["y"])
+            .output("y", FLOAT, &[4, 16]);
+        let mut g = b.graph().unwrap();
+        let report = run_pipeline(&mut g, &PipelineOptions::default()).unwrap();
+        assert_eq!(
+            report.counts["mxquant"], fuses as usize,
+            "{precision:?}: {report:#?}"
+        );
+        if fuses {
+            continue;
+        }
+        assert_eq!(report.counts["mx_quant_linear"], 0, "{precision:?}");
+        let why: Vec<(&str, &str)> = report
+            .rejections
+            .iter()
+            .map(|r| (r.rule.as_str(), r.reason.as_str()))
+            .collect();
+        for rule in ["mxquant", "mx_quant_linear"] {
+            assert!(
+                why.iter().any(|(r, w)| *r == rule
+                    && w.contains(&format!("divides in precision {}", precision.unwrap()))),
+                "{rule}: {why:?}"
+            );
+        }
+        assert!(
+            op_types(&g).contains(&"QuantizeLinear".to_string()),
+            "{:?}",
+            op_types(&g)
+        );
+    }
+}
+
 #[test]
 fn unknown_scale_rule_is_refused() {
     for (c, round) in [
         (2f32.powi(-8), "up"),
         (1.0 / 448.0, "down"),
+        // fl32(1/448) + 1 ulp and − 4 ulps: within 1e-6 of 1/448, but they give amax = 448·2^j
+        // (3.5, 448) another scale than the kernels' fl32(1/448) does.
+        (f32::from_bits((1.0f32 / 448.0).to_bits() + 1), "up"),
+        (f32::from_bits((1.0f32 / 448.0).to_bits() - 4), "up"),
         (2f32.powi(-7), "down"),
     ] {
         let mut g = std_mx_matmul(c, false, round).graph().unwrap();

@@ -563,3 +563,66 @@ fn opset13_reduce_mean_axes_attribute_and_cast_gemma_weight_fuse() {
     let why = opset13_gemma_norm(&[0]).refusal(NORM);
     assert!(why.contains("are not the last axis"), "{why}");
 }
+
+// ---- single-op norm kept in fp32 between Casts ----
+
+/// `x + residual` (T) → `Cast(f32)` → `op(·, γ)` (γ of `gamma_type`) → `Cast(T)` → Quark MX →
+/// MatMul: the form fp16 conversions give a norm they keep in fp32.
+fn cast_norm_model(op: &str, t: i32, gamma_type: i32, norm_out: i32) -> ModelBuilder {
+    let mut b = ModelBuilder::new(23);
+    b.opset("com.amd.quark", 1);
+    b.input("x", t, &[4, H]).input("residual", t, &[4, H]);
+    b.init_raw("gamma", gamma_type, &[H], vec![0; (H * 4) as usize]);
+    b.node("Add", &["x", "residual"], &["sum"])
+        .output("sum", t, &[4, H]);
+    b.node_in(
+        "",
+        "Cast",
+        &["sum"],
+        &["sum_f32"],
+        &[("to", Attr::I(FLOAT as i64))],
+    );
+    let attrs = [("epsilon", Attr::F(1e-6))];
+    b.node_in("", op, &["sum_f32", "gamma"], &["y_f32"], &attrs)
+        .value_info("y_f32", norm_out, &[4, H]);
+    b.node_in("", "Cast", &["y_f32"], &["y"], &[("to", Attr::I(t as i64))])
+        .value_info("y", t, &[4, H]);
+    b.quark_fake_quant("y", "yq", 32, -1);
+    b.init_raw("w", t, &[H, 16], vec![0; (H * 16 * 2) as usize]);
+    b.node("MatMul", &["yq", "w"], &["out"])
+        .output("out", t, &[4, 16]);
+    b
+}
+
+/// The Casts are absorbed (the fused op computes in fp32 and rounds y once); a norm writing
+/// float16 between them is refused.
+#[test]
+fn single_op_norm_between_casts_fuses() {
+    use graph_rewrites::pattern::predicates::dtype::{BFLOAT16, FLOAT16};
+    for op in ["RMSNormalization", "SimplifiedLayerNormalization"] {
+        for t in [FLOAT16, BFLOAT16] {
+            let (report, g) = cast_norm_model(op, t, FLOAT, FLOAT).rewrite();
+            assert_eq!(report.counts[NORM], 1, "{op} {t}: {report:#?}");
+            assert!(
+                !op_types(&g).iter().any(|o| o == "Cast" || o == op),
+                "{:?}",
+                op_types(&g)
+            );
+            let n = only(&g, "AddRmsNormMxQuant");
+            assert_eq!(g.attr(n, "gamma_in_f32"), Some(AttrValue::Int(1)));
+            assert_eq!(
+                g.attr(n, "inv_form"),
+                Some(AttrValue::String("rsqrt".into()))
+            );
+        }
+        // RMSNormalization-23 writes its scale's type: a float16 γ gives a float16 y, rounded
+        // before the Cast (to bfloat16: twice; to float16: a mixed-type op).
+        for t in [BFLOAT16, FLOAT16] {
+            let why = cast_norm_model(op, t, FLOAT16, FLOAT16).refusal(NORM);
+            assert!(
+                why.contains("between Casts writes float16, not float"),
+                "{why}"
+            );
+        }
+    }
+}

@@ -45,3 +45,49 @@ def test_run_in_ort_reference_ignores_omitted_outputs(tmp_path, lib, mxfuse_cli)
     line = next(l for l in run.stdout.splitlines() if l.startswith("output "))
     err = float(line.split("onnx.reference| = ")[1].split()[0])
     assert err < 1e-4, line  # float order only (it was 1.79 with the '' mix-up)
+
+
+def bf16_model(path):
+    """bfloat16 graph inputs and outputs (ORT's Python API has no numpy type for them): x + residual
+    → Cast(f32) → decomposed norm → Cast(bf16) → MXFP8 → MatMul, the sum an output too."""
+    import ml_dtypes
+    import numpy as np
+    import onnx
+    from onnx import TensorProto as TP
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    c = lambda a, n: numpy_helper.from_array(np.asarray(a), n)  # noqa: E731
+    inits = [c(np.float32(2.0), "two"), c(np.array([-1], np.int64), "ax"), c(np.float32(1e-6), "eps"),
+             c((1 + 0.1 * rng.standard_normal(64)).astype(np.float32), "gamma"),
+             c(np.array([0, 0, 2, 32], np.int64), "blk"), c(np.float32(2.0**-8), "k"),
+             c((0.1 * rng.standard_normal((64, 16))).astype(ml_dtypes.bfloat16), "w")]
+    n = helper.make_node
+    nodes = [n("Add", ["x", "residual"], ["sum"]), n("Cast", ["sum"], ["sf"], to=TP.FLOAT),
+             n("Pow", ["sf", "two"], ["sq"]), n("ReduceMean", ["sq", "ax"], ["var"], keepdims=1),
+             n("Add", ["var", "eps"], ["ve"]), n("Sqrt", ["ve"], ["rms"]), n("Reciprocal", ["rms"], ["inv"]),
+             n("Mul", ["sf", "inv"], ["nf"]), n("Mul", ["nf", "gamma"], ["yf"]), n("Cast", ["yf"], ["y"], to=TP.BFLOAT16),
+             n("Reshape", ["y", "blk"], ["yb"]), n("Abs", ["yb"], ["ab"]),
+             n("ReduceMax", ["ab", "ax"], ["amax"], keepdims=0), n("Cast", ["amax"], ["a32"], to=TP.FLOAT),
+             n("Mul", ["a32", "k"], ["s32"]),
+             n("Cast", ["s32"], ["scale"], to=TP.FLOAT8E8M0, round_mode="down", saturate=1),
+             n("QuantizeLinear", ["y", "scale"], ["q"], axis=-1, block_size=32, output_dtype=TP.FLOAT8E4M3FN),
+             n("DequantizeLinear", ["q", "scale"], ["yd"], axis=-1, block_size=32, output_dtype=TP.BFLOAT16),
+             n("MatMul", ["yd", "w"], ["out"])]
+    ins = [helper.make_tensor_value_info(v, TP.BFLOAT16, [1, 8, 64]) for v in ("x", "residual")]
+    outs = [helper.make_tensor_value_info(v, TP.BFLOAT16, None) for v in ("out", "sum")]
+    g = helper.make_graph(nodes, "g", ins, outs, inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)], ir_version=11), path)
+
+
+def test_run_in_ort_feeds_and_fetches_bfloat16(tmp_path, lib, mxfuse_cli):
+    """It used to stop with ORT's "Numpy_type 256 can't be converted to MLDataType"."""
+    src, fused = tmp_path / "bf16.onnx", tmp_path / "bf16.fused.onnx"
+    bf16_model(src)
+    subprocess.run([mxfuse_cli, "rewrite", str(src), "-o", str(fused)], check=True, capture_output=True)
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "run_in_ort.py"), str(src), str(fused), lib],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = [l for l in run.stdout.splitlines() if l.startswith("output ")]
+    assert len(lines) == 2 and all("bit-identical: True" in l and "onnx.reference| = 0 " in l for l in lines), run.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bf16.fused.onnx", "bf16.onnx"]  # its copies are gone

@@ -3,7 +3,8 @@
 //! Search pattern => two nodes of the quantize chain's op types with the same op, inputs and
 //! attributes (e.g. q, k and v projections each quantizing the one normed activation with its
 //! own `Reshape → Abs → ReduceMax → Mul → Cast → QuantizeLinear → DequantizeLinear`, or its own
-//! Quark fake-quant) ⇒ one node, its readers moved to the survivor.
+//! Quark fake-quant; with symbolic dims also its own `Shape → Slice | Gather → Unsqueeze →
+//! Concat` block shape) ⇒ one node, its readers moved to the survivor.
 //!
 //! ONNX Runtime's common-subexpression pass does this before the plugin EP sees a graph, so online
 //! the three chains are one and fuse into one quantizer; offline, without this, one chain fused
@@ -32,6 +33,12 @@ const CHAIN_OPS: &[(&str, &str)] = &[
     (ONNX_DOMAIN, "QuantizeLinear"),
     (ONNX_DOMAIN, "DequantizeLinear"),
     (QUARK_DOMAIN, "MXQuantizeDequantize"),
+    // A block shape computed from `Shape(x)` (symbolic dims): each chain computes its own.
+    (ONNX_DOMAIN, "Shape"),
+    (ONNX_DOMAIN, "Slice"),
+    (ONNX_DOMAIN, "Gather"),
+    (ONNX_DOMAIN, "Unsqueeze"),
+    (ONNX_DOMAIN, "Concat"),
 ];
 
 /// Merges duplicate quantize-chain nodes (module docs); returns how many were removed.

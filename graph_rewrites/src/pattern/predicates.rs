@@ -130,6 +130,26 @@ pub fn is_float8_zero(g: &dyn GraphView, zp: ValueId) -> bool {
         .is_some_and(|t| t.raw.iter().all(|&b| b & 0x7F == 0))
 }
 
+/// Checks that `QuantizeLinear` node `n` (opset ≥ 23) divides x by its scale in float: its
+/// `precision` attribute unset (0) or FLOAT (1). Another precision rounds x and the scale to that
+/// type before the division (f32 x with `precision = FLOAT16` quantizes the f16-rounded x), which
+/// no mxfuse kernel reproduces. `op` names the node in the reason.
+pub fn quantize_divides_in_float(
+    g: &dyn GraphView,
+    n: NodeId,
+    op: &str,
+) -> Result<(), crate::pattern::Reject> {
+    let precision = attr_int(g.attr(n, "precision"), 0)
+        .ok_or_else(|| crate::reject!("{op}: precision is not an int"))?;
+    if precision != 0 && precision != dtype::FLOAT as i64 {
+        return Err(crate::reject!(
+            "{op} divides in precision {precision} ({}): the MX kernels divide in float (precision unset or 1)",
+            dtype::name(precision as i32)
+        ));
+    }
+    Ok(())
+}
+
 /// `(axis, block_size)` of E8M0-scaled Q/DQ node `n` (`op` names it in reasons: "QuantizeLinear
 /// 'q1'"), checked by the kernels' own scale-layout rule (`kernels::ScaleMap`) where the shapes of
 /// `x` and `scale` are known, so a layout the kernel would reject at run time is refused now.

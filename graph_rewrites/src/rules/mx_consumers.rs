@@ -109,6 +109,8 @@ pub struct Consumers {
     pub kept_float: Option<(ValueId, i32)>,
     /// Readers left out of the fusion, and why (reported with the fusion).
     pub notes: Vec<String>,
+    /// The run-time block-shape computation of the quantizer (`QuantInfo::shape_nodes`).
+    pub shape: Vec<NodeId>,
 }
 
 impl Consumers {
@@ -118,7 +120,7 @@ impl Consumers {
         for u in &self.matmuls {
             fuse = fuse.also(u.node, [u.out]);
         }
-        for d in &self.dequant {
+        for d in self.dequant.iter().chain(&self.shape) {
             fuse = fuse.also(*d, []);
         }
         if let Some((v, _)) = self.kept_float {
@@ -642,6 +644,7 @@ pub fn quark_consumers(
         dequant: Vec::new(),
         kept_float: (!kept.is_empty()).then_some((fake, act_dtype)),
         notes,
+        shape: Vec::new(),
     })
 }
 
@@ -809,6 +812,7 @@ pub fn consumers_for(
         (None, Some(q), Some(s)) => standard_consumers(g, q, s, info.k, info.dtype)?,
         _ => return Err(reject!("internal: quantize spelling without outputs")),
     };
+    c.shape = info.shape_nodes.clone();
     let absorbed: Vec<NodeId> = c.matmuls.iter().map(|u| u.node).collect();
     for u in &c.matmuls {
         if let Weight::Float(b) = u.weight {

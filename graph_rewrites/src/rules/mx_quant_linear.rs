@@ -27,7 +27,9 @@
 
 use std::sync::LazyLock;
 
-use crate::pattern::predicates::{attr_int, dtype, is_float8_zero, mx_scale_layout, scale_is_e8m0};
+use crate::pattern::predicates::{
+    attr_int, dtype, is_float8_zero, mx_scale_layout, quantize_divides_in_float, scale_is_e8m0,
+};
 use crate::pattern::{Emit, Fuse, Match, OpId, Pat, Pattern, Rule, RuleConfig, Site, N, V};
 use crate::reject;
 use crate::view::{ValueId, ONNX_DOMAIN};
@@ -73,9 +75,6 @@ pub struct Params {
     output_dtype: i64,
     saturate: i64,
 }
-
-/// ONNX `TensorProto.DataType` of FLOAT (`precision = 1`, the one division precision taken).
-const PRECISION_FLOAT: i64 = dtype::FLOAT as i64;
 
 impl Rule for MxQuantLinearRule {
     const NAME: &'static str = "mx_quant_linear";
@@ -130,13 +129,7 @@ impl Rule for MxQuantLinearRule {
                 dtype::name(output_dtype as i32)
             ));
         }
-        let precision = attr_int(g.attr(n, "precision"), 0)
-            .ok_or_else(|| reject!("precision is not an int"))?;
-        if precision != 0 && precision != PRECISION_FLOAT {
-            return Err(reject!(
-                "QuantizeLinear '{name}' divides in precision {precision}: MxQuantizeLinear divides in float (precision unset or 1)"
-            ));
-        }
+        quantize_divides_in_float(g, n, &format!("QuantizeLinear '{name}'"))?;
         let saturate = attr_int(g.attr(n, "saturate"), 1)
             .filter(|s| *s == 0 || *s == 1)
             .ok_or_else(|| reject!("QuantizeLinear '{name}': saturate is not 0 or 1"))?;

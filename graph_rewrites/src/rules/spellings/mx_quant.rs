@@ -15,20 +15,31 @@
 //! (torch's `amax(-1, keepdim=True)` then `squeeze(-1)`): both compute the same `[.., K/32]`
 //! amax bit for bit.
 //!
+//! The block shape is a constant or computed from `Shape(x)` — `Concat(Shape(x, end=-1) |
+//! Slice(Shape(x), 0, -1) | Unsqueeze(Gather(Shape(x), i))…, [K/32, 32])`, exporters' spelling
+//! for symbolic batch / sequence dims; such a shape computation goes with the fusion.
+//!
 //! Key points:
 //! * The scale rule is identified by the constant *and* the Cast rounding: `Mul(2^-8)` or
-//!   `Div(256)` + `round_mode=down` is OCP floor; `Mul(fl(1/448))` or `Div(448)` + `round_mode=up` is RCEIL.
+//!   `Div(256)` + `round_mode=down` is OCP floor; `Mul(fl(1/448))` (that f32 exactly) or `Div(448)` +
+//!   `round_mode=up` is RCEIL.
 //!   Any other combination is refused: it would compute something neither kernel computes.
 //! * `x` is read twice inside the match (scale path and QuantizeLinear): the pattern binds one
 //!   value to both.
 //! * Quark's op is floor, and its kernel ignores NaN/Inf when picking the block exponent
-//!   (`nan_policy = ignore`). Not handled: Quark's fp32-subnormal corner (its scale can go below
+//!   (`nan_policy = ignore`).
+//! * The QuantizeLinear must divide in float (`precision` unset or 1, opset ≥ 23): another
+//!   precision rounds x before the division, which the fused quantizers do not do (refused).
+//!
+//! Not handled: Quark's fp32-subnormal corner (its scale can go below
 //!   2^-127, E8M0's minimum; ours clamps) — documented in docs/ops.md.
 
-use crate::pattern::predicates::{attr_int, attr_string, dtype, scalar_f64, values_i64};
+use crate::pattern::predicates::{
+    attr_int, attr_string, dtype, is_float8_zero, quantize_divides_in_float, scalar_f64, values_i64,
+};
 use crate::pattern::{Match, OpId, Pat, Reject, N, V};
 use crate::reject;
-use crate::view::{Dim, GraphView, ValueId, ONNX_DOMAIN, QUARK_DOMAIN};
+use crate::view::{Dim, GraphView, NodeId, ValueId, ONNX_DOMAIN, QUARK_DOMAIN};
 
 /// MX block size: the only one the kernels implement.
 pub const BLOCK: i64 = 32;
@@ -58,7 +69,9 @@ pub struct MxQuantPat {
 
 /// Declares both spellings of `MXFP8(x)`; the root is an alternative between them.
 pub fn mx_quant(p: &mut Pat, x: V) -> MxQuantPat {
-    let shape = p.konst("block_shape");
+    // The block shape is a constant, or computed from `Shape(x)` (symbolic dims): the check reads
+    // it structurally (`shape_entries`).
+    let shape = p.input("block_shape");
     let reshape = p
         .op(OpId::new(ONNX_DOMAIN, "Reshape"))
         .args([x, shape])
@@ -66,7 +79,7 @@ pub fn mx_quant(p: &mut Pat, x: V) -> MxQuantPat {
     let blk = p.out(reshape, 0);
     let abs_blk = p.op(OpId::new(ONNX_DOMAIN, "Abs")).args([blk]).out();
     let abs_x = p.op(OpId::new(ONNX_DOMAIN, "Abs")).args([x]).out();
-    let shape_abs = p.konst("block_shape_abs");
+    let shape_abs = p.input("block_shape_abs");
     let reshape_abs = p
         .op(OpId::new(ONNX_DOMAIN, "Reshape"))
         .args([abs_x, shape_abs])
@@ -194,6 +207,9 @@ pub struct QuantInfo {
     /// Standard spelling: q and scale.
     pub q: Option<ValueId>,
     pub scale: Option<ValueId>,
+    /// The nodes computing a run-time block shape from `Shape(x)` that only the block Reshape
+    /// reads: they go with the fusion.
+    pub shape_nodes: Vec<NodeId>,
 }
 
 /// Names the node where shape information first goes missing upstream of `x` (its inputs have
@@ -299,6 +315,7 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
             quark_out: Some(m.root()),
             q: None,
             scale: None,
+            shape_nodes: Vec::new(),
         });
     }
     let (Some(reshape), Some(rmax), Some(cast), Some(ql)) = (
@@ -309,7 +326,8 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
     ) else {
         return Err(reject!("internal: incomplete standard MX quantize match"));
     };
-    check_block_reshape(g, reshape, rank, k)?;
+    check_block_reshape(g, reshape, x, rank, k)?;
+    let shape_nodes = block_shape_nodes(m, reshape, x)?;
     let squeeze = m.node(h.squeeze);
     check_reduce_last(g, rmax, rank + 1, squeeze.is_some())?;
     if let Some(sq) = squeeze {
@@ -326,17 +344,20 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
         ));
     }
     let by_mul = m.node(h.mul).is_some();
-    let rel = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs();
+    // The RCEIL constant must be fl32(1/448) itself, the one the kernels multiply by: a constant
+    // a few ulps off (accepted up to 1e-6 relative before) rounds some products across a power
+    // of two — amax = 448·2^j, e.g. 3.5, gets the next scale with fl32(1/448) + 1 ulp.
+    let rceil_constant = c == f64::from((1.0f64 / 448.0) as f32);
     let rule = match (by_mul, round.as_str()) {
         (true, "down") if c == 2f64.powi(-8) => ScaleRule::Floor,
-        (true, "up") if rel(c, 1.0 / 448.0) => ScaleRule::Rceil,
+        (true, "up") if rceil_constant => ScaleRule::Rceil,
         (false, "up") if c == 448.0 => ScaleRule::Rceil,
         // amax / 256 and amax · 2^-8 are the same correctly rounded number (a power-of-two
         // scaling), subnormal results included: the floor rule bit for bit.
         (false, "down") if c == 256.0 => ScaleRule::Floor,
         _ => {
             let op = if by_mul { "Mul" } else { "Div" };
-            return Err(reject!("{op}({c}) with Cast round_mode={round} is not a known MX scale rule (floor: Mul(2^-8)|Div(256)+down; rceil: Mul(1/448)|Div(448)+up)"));
+            return Err(reject!("{op}({c}) with Cast round_mode={round} is not a known MX scale rule (floor: Mul(2^-8)|Div(256)+down; rceil: Mul(fl32(1/448), exactly that f32)|Div(448)+up)"));
         }
     };
     // The graph scales amax in its own dtype before the Cast. Exact in f32 and bf16 for
@@ -362,34 +383,189 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
         quark_out: None,
         q: Some(m.root()),
         scale: Some(m[h.scale]),
+        shape_nodes,
     })
 }
 
+/// The block Reshape must give `[..x's leading dims.., K/32, 32]`: with other leading dims the
+/// block amax is not shaped like the scale `QuantizeLinear` needs, and the unfused model fails at
+/// run time (onnx.reference: "Invalid shapes for Blocked Quantization") where the fused op,
+/// which never reads that shape, would run. Each leading entry is 0 (copy), x's dim there when it
+/// is known, or the single -1 (it then resolves to x's dim: the other entries match).
 fn check_block_reshape(
     g: &dyn GraphView,
     n: crate::view::NodeId,
+    x: ValueId,
     rank: usize,
     k: i64,
 ) -> Result<(), Reject> {
-    let shape = g
-        .inputs(n)
-        .get(1)
-        .copied()
-        .flatten()
-        .and_then(|v| g.const_value(v))
-        .and_then(|t| values_i64(&t));
-    let shape = shape.ok_or_else(|| reject!("block Reshape shape is not a constant"))?;
+    let shape_v = g.inputs(n).get(1).copied().flatten();
+    let shape = shape_v.and_then(|v| shape_entries(g, v, x, 0));
+    let shape = shape.ok_or_else(|| {
+        reject!("block Reshape shape is not a constant, nor computed from Shape(x) as x's own leading dims then constants (Concat of Shape(x, end=-1) / Slice / Gather+Unsqueeze and a constant)")
+    })?;
     let ok = shape.len() == rank + 1
         && shape[rank] == BLOCK
         && (shape[rank - 1] == k / BLOCK || shape[rank - 1] == -1)
         && attr_int(g.attr(n, "allowzero"), 0) == Some(0);
-    if ok {
+    if !ok {
+        return Err(reject!(
+            "Reshape {shape:?} does not split the last axis ({k}) into [{}, {BLOCK}]",
+            k / BLOCK
+        ));
+    }
+    let dims = g.tensor_info(x).and_then(|i| i.shape).unwrap_or_default();
+    let lead = &shape[..rank - 1];
+    let keeps = |(i, e): (usize, &i64)| match (*e, dims.get(i)) {
+        (0, _) => true,
+        (-1, _) => lead.iter().filter(|e| **e == -1).count() == 1 && shape[rank - 1] != -1,
+        (e, Some(Dim::Known(d))) => e == *d,
+        _ => false,
+    };
+    if lead.iter().enumerate().all(keeps) {
         Ok(())
     } else {
         Err(reject!(
-            "Reshape {shape:?} does not split the last axis ({k}) into [{}, {BLOCK}]",
-            k / BLOCK
+            "block Reshape {shape:?} is not shown to keep the leading dims {} of '{}' (each entry 0, x's dim where it is known, or the one -1): with other dims the block amax is not shaped like the scale and the unfused QuantizeLinear fails",
+            super::rms_norm::fmt_shape(&Some(dims[..rank - 1].to_vec())),
+            g.value_name(x)
         ))
+    }
+}
+
+/// The entries of Reshape shape `v` as a constant shape: a constant, or computed from `Shape(x)`
+/// the way exporters spell symbolic batch / sequence dims — `Concat(Shape(x, end=-1) |
+/// Slice(Shape(x), 0, -1) | Unsqueeze(Gather(Shape(x), i))…, [K/32, 32])`. x's own dim `i` at
+/// position `i` reads as 0 (copy: the same value, `allowzero = 0` is checked), at another
+/// position as its value when known; anything else gives `None`. Read structurally on the view
+/// because ONNX Runtime hands the EP no values (nor an output shape) for such a Reshape, so the
+/// EP and the CLI decide alike. `at` is the position of `v`'s first entry in the whole shape.
+fn shape_entries(g: &dyn GraphView, v: ValueId, x: ValueId, at: usize) -> Option<Vec<i64>> {
+    if g.is_constant(v) {
+        return g.const_value(v).and_then(|t| values_i64(&t));
+    }
+    let (p, _) = g.producer(v)?;
+    let x_dims = g.tensor_info(x)?.shape?;
+    let r = x_dims.len() as i64;
+    let input = |slot: usize| g.inputs(p).get(slot).copied().flatten();
+    let konst = |slot: usize| {
+        input(slot)
+            .and_then(|c| g.const_value(c))
+            .and_then(|t| values_i64(&t))
+    };
+    let is_shape_of_x = |u: ValueId| {
+        g.producer(u).is_some_and(|(s, _)| {
+            (g.domain(s), g.op_type(s)) == (ONNX_DOMAIN, "Shape")
+                && g.inputs(s).first().copied().flatten() == Some(x)
+                && attr_int(g.attr(s, "start"), 0) == Some(0)
+                && attr_int(g.attr(s, "end"), i64::MAX).is_some_and(|e| e >= r)
+        })
+    };
+    let clamp = |i: i64| (if i < 0 { i + r } else { i }).clamp(0, r);
+    // Indices of x's dims the value lists, in order.
+    let dims: Vec<i64> = match (g.domain(p), g.op_type(p)) {
+        (ONNX_DOMAIN, "Shape") if input(0) == Some(x) => {
+            let start = clamp(attr_int(g.attr(p, "start"), 0)?);
+            let end = clamp(attr_int(g.attr(p, "end"), r)?);
+            (start..end.max(start)).collect()
+        }
+        (ONNX_DOMAIN, "Slice") if input(0).is_some_and(is_shape_of_x) => {
+            let one = |slot: usize, d: i64| match input(slot) {
+                None => Some(d),
+                Some(_) => match konst(slot)?.as_slice() {
+                    [v] => Some(*v),
+                    _ => None,
+                },
+            };
+            if !matches!(one(3, 0)?, 0 | -1) || one(4, 1)? != 1 {
+                return None;
+            }
+            let (start, end) = (clamp(one(1, 0)?), clamp(one(2, r)?));
+            (start..end.max(start)).collect()
+        }
+        (ONNX_DOMAIN, "Gather") if input(0).is_some_and(is_shape_of_x) => {
+            // The only axis of a 1-D shape vector.
+            if !matches!(attr_int(g.attr(p, "axis"), 0)?, 0 | -1) {
+                return None;
+            }
+            let index = |i: i64| {
+                let i = if i < 0 { i + r } else { i };
+                (0..r).contains(&i).then_some(i)
+            };
+            konst(1)?.into_iter().map(index).collect::<Option<_>>()?
+        }
+        (ONNX_DOMAIN, "Unsqueeze") => {
+            let axes = konst(1).or_else(|| match g.attr(p, "axes") {
+                Some(crate::view::AttrValue::Ints(a)) => Some(a),
+                _ => None,
+            });
+            if !matches!(axes.as_deref(), Some([0 | -1])) {
+                return None;
+            }
+            return shape_entries(g, input(0)?, x, at);
+        }
+        (ONNX_DOMAIN, "Concat") => {
+            // The only axis of a 1-D shape vector.
+            if !matches!(attr_int(g.attr(p, "axis"), 0)?, 0 | -1) {
+                return None;
+            }
+            let mut all = Vec::new();
+            for u in g.inputs(p).iter() {
+                all.extend(shape_entries(g, (*u)?, x, at + all.len())?);
+            }
+            return Some(all);
+        }
+        _ => return None,
+    };
+    let entry = |(j, d): (usize, i64)| match &x_dims[d as usize] {
+        _ if d as usize == at + j => Some(0),
+        Dim::Known(k) => Some(*k),
+        _ => None,
+    };
+    dims.into_iter().enumerate().map(entry).collect()
+}
+
+/// The nodes computing the block Reshape's shape at run time (see [`shape_entries`]), to absorb.
+/// They read `x`: when x is computed inside the fusion (the norm or SwiGLU output) they must go
+/// with it, or ONNX Runtime would get a fused node feeding its own input. A shape computation
+/// something else reads too is refused there (left in place when x comes from outside).
+fn block_shape_nodes(m: &Match<'_>, reshape: NodeId, x: ValueId) -> Result<Vec<NodeId>, Reject> {
+    let g = m.graph();
+    let mut nodes: Vec<NodeId> = Vec::new();
+    let mut todo: Vec<ValueId> = g
+        .inputs(reshape)
+        .get(1)
+        .copied()
+        .flatten()
+        .into_iter()
+        .collect();
+    while let Some(v) = todo.pop() {
+        if v == x || g.is_constant(v) {
+            continue;
+        }
+        let Some((p, _)) = g.producer(v) else {
+            continue;
+        };
+        if !nodes.contains(&p) {
+            nodes.push(p);
+            todo.extend(g.inputs(p).iter().flatten());
+        }
+    }
+    let private = nodes.iter().all(|n| {
+        g.outputs(*n).iter().all(|v| {
+            !g.is_graph_output(*v)
+                && g.consumers(*v)
+                    .iter()
+                    .all(|(c, _)| *c == reshape || nodes.contains(c))
+        })
+    });
+    match (private, m.produces_inside(x)) {
+        (true, _) => Ok(nodes),
+        (false, false) => Ok(Vec::new()),
+        (false, true) => Err(reject!(
+            "the block shape computed from Shape('{}') is read outside the fusion as well: it cannot go with the fusion, and left outside it would read the fused op's own output",
+            g.value_name(x)
+        )),
     }
 }
 
@@ -464,13 +640,15 @@ fn check_quantize_linear(
             "QuantizeLinear saturate=0 is not supported (the kernels saturate)"
         ));
     }
+    quantize_divides_in_float(g, n, &format!("QuantizeLinear '{}'", g.node_name(n)))?;
     let zp = g.inputs(n).get(2).copied().flatten();
     let out_t = match zp {
         Some(z) => {
             let t = g
                 .const_value(z)
                 .ok_or_else(|| reject!("zero point is not a constant"))?;
-            if t.raw.iter().any(|b| *b != 0) {
+            // +0 and -0 (0x80) are both zero: x/scale + (-0) is x/scale.
+            if !is_float8_zero(g, z) {
                 return Err(reject!("zero point is not zero"));
             }
             t.elem_type

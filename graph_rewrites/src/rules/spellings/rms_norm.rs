@@ -10,6 +10,7 @@
 //!                                                 γ = w or Add(w, 1) (Gemma)
 //!                                             RMSNormalization(s, w)                     (opset ≥ 23)
 //!                                             SimplifiedLayerNormalization(s, w)         (ONNX domain)
+//!                                             either single op as Cast(op(Cast(s, f32), w), T)
 //! com.microsoft::SkipSimplifiedLayerNormalization([AllReduce](x), residual, w) → y, sum = output 3
 //! ```
 //!
@@ -23,6 +24,10 @@
 //!   `s · fl(1/sqrt(v + eps)) · γ` in fp32 (`inv_form = rsqrt`, `gamma_in_f32 = 1`, also what
 //!   `onnx.reference` and the kernels' evaluator do); `SkipSimplifiedLayerNormalization` divides
 //!   (`div`) and normalizes the unrounded fp32 sum (`round_sum = 0`).
+//! * A single-op norm may read `s` cast to f32 and be cast back to T after it (fp16
+//!   conversions that keep the norm in fp32, onnxconverter-common's `op_block_list`): the
+//!   upcast is exact and the op then computes in fp32 as the kernel does; it must write f32
+//!   (y is rounded to T once, by the Cast), and a Cast on one side only is refused.
 //! * Gemma's `Add(w, 1)` is absorbed only in the decomposed spelling, where its dtype matches
 //!   where γ multiplies; the single-op norms take their scale input as is (`gemma = 0`).
 //! * The AllReduce alternatives come first: an AllReduce feeding the residual Add is absorbed
@@ -151,6 +156,8 @@ pub struct RmsNormPat {
     pub mul_gamma_t: N,
     pub rms_normalization: N,
     pub simplified: N,
+    /// `Cast(single-op norm)` back to T (the single-op norm then reads `Cast(s, f32)` or `s`).
+    pub cast_back_single: N,
     /// Skip variants: a single-use AllReduce output as input 0, as input 1; an AllReduce read
     /// elsewhere as input 0, as input 1 (matched so the engine refuses it, as on the Add path);
     /// no AllReduce.
@@ -211,12 +218,15 @@ pub fn rms_norm(p: &mut Pat, r: &ResidualPat) -> RmsNormPat {
     let cast_n = p.op(onnx("Cast")).args([n]).node();
     let cast_n_out = p.out(cast_n, 0);
     let mul_gamma_t = p.op(onnx("Mul")).args([cast_n_out, g]).commutative().node();
-    // Single-op norms.
-    let rms_normalization = p.op(onnx("RMSNormalization")).args([s, w]).node();
+    // Single-op norms, on s or on s cast to f32 (then cast back to T after the op: checked).
+    let rms_normalization = p.op(onnx("RMSNormalization")).args([xf, w]).node();
     let simplified = p
         .op(onnx("SimplifiedLayerNormalization"))
-        .args([s, w])
+        .args([xf, w])
         .node();
+    let (rms_out, simplified_out) = (p.out(rms_normalization, 0), p.out(simplified, 0));
+    let single = p.any_of("single_op_norm", [rms_out, simplified_out]);
+    let cast_back_single = p.op(onnx("Cast")).args([single]).node();
     // The Skip norm's sum is `input + skip`: an AllReduce on either operand is the branch. As on
     // the Add path, a single-use AllReduce is preferred (a first layer's other operand is the
     // embedding's AllReduce, read by the input norm too); one read elsewhere still matches so
@@ -237,8 +247,9 @@ pub fn rms_norm(p: &mut Pat, r: &ResidualPat) -> RmsNormPat {
         p.out(cast_back, 0),
         p.out(mul_gamma_t, 0),
         mul_gamma_out,
-        p.out(rms_normalization, 0),
-        p.out(simplified, 0),
+        rms_out,
+        simplified_out,
+        p.out(cast_back_single, 0),
         p.out(skip_ar0, 0),
         p.out(skip_ar1, 0),
         p.out(skip_shared_ar0, 0),
@@ -267,6 +278,7 @@ pub fn rms_norm(p: &mut Pat, r: &ResidualPat) -> RmsNormPat {
         mul_gamma_t,
         rms_normalization,
         simplified,
+        cast_back_single,
         skip_ar0,
         skip_ar1,
         skip_shared_ar0,
@@ -366,9 +378,10 @@ pub fn check_add_rms_norm(
     }
     let rank = shape(g, m[n.y]).map(|d| d.len()).unwrap_or(0);
     let (inputs, numerics) = match (m.node(n.rms_normalization), m.node(n.simplified), skip) {
-        (Some(node), _, _) | (_, Some(node), _) => {
-            (residual_of_add(m, r), single_op_norm(g, node, rank)?)
-        }
+        (Some(node), _, _) | (_, Some(node), _) => (
+            residual_of_add(m, r),
+            single_op_norm(g, node, m.node(n.cast_up), m.node(n.cast_back_single), rank)?,
+        ),
         (_, _, Some(node)) => skip_norm(m, r, n, node, t)?,
         _ => (residual_of_add(m, r), decomposed_norm(m, n, t, rank)?),
     };
@@ -520,8 +533,36 @@ fn norm_attrs(g: &dyn GraphView, node: NodeId, rank: usize) -> Result<f32, Rejec
 }
 
 /// `RMSNormalization` or `SimplifiedLayerNormalization`: fp32 throughout, reciprocal then
-/// multiply (see the module docs).
-fn single_op_norm(g: &dyn GraphView, node: NodeId, rank: usize) -> Result<Numerics, Reject> {
+/// multiply (see the module docs). Between Casts (`cast_up` of s to f32, `cast_back` of y to T)
+/// the op must be all f32 — a float16 output cast to bfloat16 rounds twice, and a mixed-type op
+/// (f32 X, f16 scale) is not one the kernels were measured against —, and the Casts come in pairs.
+fn single_op_norm(
+    g: &dyn GraphView,
+    node: NodeId,
+    cast_up: Option<NodeId>,
+    cast_back: Option<NodeId>,
+    rank: usize,
+) -> Result<Numerics, Reject> {
+    let (op, name) = (g.op_type(node), g.node_name(node));
+    match (cast_up, cast_back) {
+        (Some(_), Some(c)) => {
+            let out = g.outputs(node).first().map_or(0, |v| elem(g, *v));
+            if out != dtype::FLOAT {
+                return Err(reject!(
+                    "{op} '{name}' between Casts writes {}, not float: y would be rounded before Cast '{}'",
+                    dtype::name(out),
+                    g.node_name(c)
+                ));
+            }
+        }
+        (Some(c), None) | (None, Some(c)) => {
+            return Err(reject!(
+                "{op} '{name}' has Cast '{}' on one side only: a mixed-type single-op norm is not fused",
+                g.node_name(c)
+            ))
+        }
+        (None, None) => {}
+    }
     Ok(Numerics {
         epsilon: norm_attrs(g, node, rank)?,
         gemma: false,

@@ -1,0 +1,88 @@
+"""A block Reshape whose shape is computed from `Shape(x)` (what exporters emit for symbolic
+batch / sequence dims) in front of a fused norm: it fuses online and offline alike, and the shape
+computation goes with the fusion. Left outside, it reads the fused norm's output and feeds the
+fused node, and ONNX Runtime rejects the claim ("set nodes that cannot be fused together").
+"""
+
+import numpy as np
+import onnx
+from onnx import TensorProto as TP
+from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from test_mx_dequant import claimed_ops, ep_session, offline_session, rewrite, same_bits
+
+H, N = 64, 32
+
+
+def model(path, lead):
+    """x, residual [batch, seq, H] → Add → RMSNormalization → MXFP8 (block shape from Shape(y),
+    spelled by `lead`) → DequantizeLinear → MatMul."""
+    rng = np.random.default_rng(0)
+    c = lambda a, n: numpy_helper.from_array(np.asarray(a), n)  # noqa: E731
+    inits = [
+        c((1 + 0.1 * rng.standard_normal(H)).astype(np.float32), "gamma"),
+        c((0.1 * rng.standard_normal((H, N))).astype(np.float32), "w"),
+        c(np.array([H // 32, 32], np.int64), "tail"),
+        c(np.array([0], np.int64), "zero"),
+        c(np.array([-1], np.int64), "minus_one"),
+        c(np.array([-1], np.int64), "ax"),
+        c(np.array(2.0**-8, np.float32), "k"),
+        c(np.array(0, np.int64), "i0"),
+        c(np.array(1, np.int64), "i1"),
+    ]
+    nodes = [
+        helper.make_node("Add", ["x", "residual"], ["sum"]),
+        helper.make_node("RMSNormalization", ["sum", "gamma"], ["y"], epsilon=1e-6),
+    ]
+    if lead == "shape_end":
+        nodes.append(helper.make_node("Shape", ["y"], ["lead"], end=-1))
+    elif lead == "slice":
+        nodes += [helper.make_node("Shape", ["y"], ["full"]),
+                  helper.make_node("Slice", ["full", "zero", "minus_one"], ["lead"])]
+    else:  # TorchScript: Gather each dim, Unsqueeze, Concat
+        nodes.append(helper.make_node("Shape", ["y"], ["full"]))
+        for i in range(2):
+            nodes += [helper.make_node("Gather", ["full", f"i{i}"], [f"g{i}"], axis=0),
+                      helper.make_node("Unsqueeze", [f"g{i}", "zero"], [f"u{i}"])]
+        nodes.append(helper.make_node("Concat", ["u0", "u1"], ["lead"], axis=0))
+    nodes += [
+        helper.make_node("Concat", ["lead", "tail"], ["blk"], axis=0),
+        helper.make_node("Reshape", ["y", "blk"], ["yb"]),
+        helper.make_node("Abs", ["yb"], ["ab"]),
+        helper.make_node("ReduceMax", ["ab", "ax"], ["amax"], keepdims=0),
+        helper.make_node("Mul", ["amax", "k"], ["s32"]),
+        helper.make_node("Cast", ["s32"], ["scale"], to=TP.FLOAT8E8M0, round_mode="down", saturate=1),
+        helper.make_node("QuantizeLinear", ["y", "scale"], ["q"], axis=-1, block_size=32,
+                         output_dtype=TP.FLOAT8E4M3FN),
+        helper.make_node("DequantizeLinear", ["q", "scale"], ["yd"], axis=-1, block_size=32,
+                         output_dtype=TP.FLOAT),
+        helper.make_node("MatMul", ["yd", "w"], ["out"]),
+    ]
+    ins = [helper.make_tensor_value_info(n, TP.FLOAT, ["batch", "seq", H]) for n in ("x", "residual")]
+    outs = [helper.make_tensor_value_info("out", TP.FLOAT, None),
+            helper.make_tensor_value_info("sum", TP.FLOAT, None)]
+    g = helper.make_graph(nodes, "g", ins, outs, inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)], ir_version=11), path)
+    return path
+
+
+def test_run_time_block_shape_fuses_online_and_offline(lib, ep_devices, mxfuse_cli, tmp_path):
+    rng = np.random.default_rng(1)
+    feed = {n: rng.standard_normal((2, 3, H)).astype(np.float32) for n in ("x", "residual")}
+    for lead in ("shape_end", "slice", "gather"):
+        src = model(tmp_path / f"{lead}.onnx", lead)
+        report = rewrite(mxfuse_cli, src, tmp_path / f"{lead}.fused.onnx")
+        assert report["counts"]["add_rmsnorm_mxquant"] == 1, (lead, report)
+        fused_ops = [n.op_type for n in onnx.load(tmp_path / f"{lead}.fused.onnx").graph.node]
+        assert fused_ops == ["AddRmsNormMxQuant", "MxMatMul"], (lead, fused_ops)
+
+        ep = ep_session(src, ep_devices)
+        claimed = claimed_ops(ep)
+        assert {"RMSNormalization", "Shape", "Concat", "Reshape", "MatMul"} <= set(claimed), (lead, claimed)
+        online = ep.run(None, feed)
+        offline = offline_session(tmp_path / f"{lead}.fused.onnx", lib).run(None, feed)
+        want = ReferenceEvaluator(onnx.load(src)).run(None, feed)
+        for name, a, b, w in zip(("out", "sum"), online, offline, want):
+            assert same_bits(a, b), (lead, name)
+            np.testing.assert_allclose(a, w, rtol=1e-5, atol=1e-5 * np.abs(w).max(), err_msg=f"{lead} {name}")
