@@ -17,7 +17,7 @@ use crate::epilogue::Epilogue;
 use crate::error::Result;
 use crate::parallel::{for_row_chunks, Parallel};
 use crate::reference;
-use crate::slices::{check_matmul_io, MatB};
+use crate::slices::{check_matmul_a_io, MatA, MatB};
 
 /// Below this many multiply-adds the GEMM stays on the calling thread.
 const MIN_PARALLEL_MACS: usize = 1 << 21;
@@ -31,15 +31,6 @@ fn tiling(trans_b: bool, k: usize) -> (usize, usize) {
     } else {
         (32, k.min(256))
     }
-}
-
-/// Dequantizes A (`m × k` E4M3 values with `m × k/32` scales) to f32.
-fn dequantize_a(a_q: &[u8], a_scales: &[u8], k: usize) -> Vec<f32> {
-    let kb = k / BLOCK;
-    a_q.iter()
-        .enumerate()
-        .map(|(i, &b)| e4m3_to_f32(b) * e8m0_to_f32(a_scales[(i / k) * kb + (i % k) / BLOCK]))
-        .collect()
 }
 
 /// Decodes deq(B)[k0..k0+kc, n0..n0+cols] into `tile`, column-major (`tile[c * kc + kk]`).
@@ -133,7 +124,30 @@ pub fn mx_matmul<O: Element>(
     ep: &Epilogue,
     par: &dyn Parallel,
 ) -> Result<()> {
-    check_matmul_io(m, k, n, a_q, a_scales, &b, y.len())?;
+    let a = MatA::Mx {
+        q: a_q,
+        scales: a_scales,
+    };
+    mx_matmul_a(a, m, k, n, b, trans_b, y, ep, par)
+}
+
+/// [`mx_matmul`] for either form of A: MXFP8 values + scales, or float rows (`y = ep(Σ_k
+/// a[m, k] · deq(b)[k, n])`, the float values widened exactly to f32). Float A takes the same
+/// kernels as deq(A); the AVX-512 BF16 routes only when every value of A is exactly a bf16
+/// (`matmul_mx::bf16_a`, `matmul_cols`), so the products stay exact f32 products.
+#[allow(clippy::too_many_arguments)]
+pub fn mx_matmul_a<O: Element>(
+    a_in: MatA<'_>,
+    m: usize,
+    k: usize,
+    n: usize,
+    b: MatB<'_>,
+    trans_b: bool,
+    y: &mut [O],
+    ep: &Epilogue,
+    par: &dyn Parallel,
+) -> Result<()> {
+    check_matmul_a_io(m, k, n, &a_in, &b, y.len())?;
     ep.check_dims(m, n)?;
     if m == 0 || n == 0 {
         return Ok(());
@@ -152,9 +166,12 @@ pub fn mx_matmul<O: Element>(
                 n,
                 k,
             };
-            super::matmul_cols::nk((a_q, a_scales), m, w, y, ep, par);
+            super::matmul_cols::nk(a_in, m, w, y, ep, par);
         } else {
-            let a = super::matmul_mx::dequantize_a(a_q, a_scales, k);
+            let a = match a_in {
+                MatA::Mx { q, scales } => super::matmul_mx::dequantize_a(q, scales, k),
+                other => other.to_f32(m, k),
+            };
             if trans_b {
                 super::matmul_mx::nk(&a, m, k, n, q, scales, y, ep, par);
             } else {
@@ -163,7 +180,7 @@ pub fn mx_matmul<O: Element>(
         }
         return Ok(());
     }
-    let a = dequantize_a(a_q, a_scales, k);
+    let a = a_in.to_f32(m, k);
     let (n_unit, kc) = tiling(trans_b, k);
     let units = n.div_ceil(n_unit);
     let y = SharedMut::new(y);

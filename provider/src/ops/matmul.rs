@@ -211,18 +211,20 @@ fn cols_weight(b: &TensorRef<'_>, bs: &TensorRef<'_>, trans_b: bool) -> Option<C
     })
 }
 
-/// The element type of `y`: the float weight's type when `b` is float, else `output_dtype`.
+/// The element type of `y`: a float `a`'s type (no `a_scale`: a weight-only MX GEMM), else the
+/// float weight's type when `b` is float, else `output_dtype`.
 ///
-/// The rules only emit float-weight `MxMatMul`s whose `output_dtype` is the weight's type (a
-/// MatMul's output has its inputs' type), so this is `output_dtype` for every rewritten model.
-/// It differs only when ORT's CPU `InsertCastTransformer` moves an "isolated fp16 node" to fp32
-/// (f16 weight cast to f32, Cast back to f16 after `y`): `y` must then follow `b` or the graph no
-/// longer type-checks. The bits are the same: the f32 accumulator rounded once to f16 either way.
-fn y_dtype(attrs: &MxMatMulAttrs, b_dtype: i32) -> DType {
-    match DType::from_onnx_code(b_dtype as i64) {
-        Some(t) if t.is_float() => t,
-        _ => attrs.output_dtype,
-    }
+/// The rules only emit `MxMatMul`s whose `output_dtype` is the float operand's type (a MatMul's
+/// output has its inputs' type), so this is `output_dtype` for every rewritten model. It
+/// differs only when ORT's CPU `InsertCastTransformer` moves an "isolated fp16 node" to fp32
+/// (f16 inputs cast to f32, Cast back to f16 after `y`): `y` must then follow the float operand
+/// or the graph no longer type-checks. The bits are the same: the f32 accumulator rounded once
+/// to f16 either way.
+fn y_dtype(attrs: &MxMatMulAttrs, a_dtype: i32, b_dtype: i32) -> DType {
+    let float = |t: i32| DType::from_onnx_code(t as i64).filter(|t| t.is_float());
+    float(a_dtype)
+        .or_else(|| float(b_dtype))
+        .unwrap_or(attrs.output_dtype)
 }
 
 impl Kernel for MxMatMul {
@@ -233,7 +235,7 @@ impl Kernel for MxMatMul {
         let (bd, b_unknown) = to_dims(&b.dims);
         let (_, _, _, y) = k::mx_matmul_dims(&ad, &bd, self.attrs.trans_b)?;
         Ok(vec![Meta::new(
-            y_dtype(&self.attrs, b.dtype).onnx_code(),
+            y_dtype(&self.attrs, a.dtype, b.dtype).onnx_code(),
             from_dims(&y, a_unknown || b_unknown),
         )])
     }
@@ -274,21 +276,24 @@ impl Kernel for MxMatMul {
         par: &dyn kernels::Parallel,
     ) -> Result<()> {
         let a = required(inputs, 0, "a_q")?;
-        let a_scale = required(inputs, 1, "a_scale")?;
+        // No a_scale: a float activation against the MX weight (a weight-only MX GEMM).
+        let a_scale = inputs.get(1).copied().flatten();
         let b = required(inputs, 2, "b")?;
         let b_scale = inputs.get(3).copied().flatten();
         let bias = inputs.get(4).copied().flatten();
-        let (ad, asd, bd) = (dims_of(a), dims_of(a_scale), dims_of(b));
+        let (ad, bd) = (dims_of(a), dims_of(b));
+        let asd = a_scale.as_ref().map(dims_of).unwrap_or_default();
         let bsd = b_scale.as_ref().map(dims_of).unwrap_or_default();
         let cd = bias.as_ref().map(dims_of).unwrap_or_default();
         let od = out_dims(outputs);
         let mut outs = out_views(outputs, &od)?;
         let y = take(&mut outs, 0, "y")?;
         let attrs = MxMatMulAttrs {
-            output_dtype: y_dtype(&self.attrs, b.meta.dtype),
+            output_dtype: y_dtype(&self.attrs, a.meta.dtype, b.meta.dtype),
             ..self.attrs
         };
-        let (a, a_scale) = (view(a, &ad)?, view(a_scale, &asd)?);
+        let a = view(a, &ad)?;
+        let a_scale = a_scale.as_ref().map(|t| view(t, &asd)).transpose()?;
         let bias = bias.as_ref().map(|t| view(t, &cd)).transpose()?;
         if let Some(c) = &self.cols {
             let w = kernels::fast::cols_layout::MxColWeights {
@@ -297,28 +302,30 @@ impl Kernel for MxMatMul {
                 n: c.n,
                 k: c.k,
             };
-            return Ok(k::mx_matmul_cols(a, a_scale, w, bias, y, &attrs, par)?);
+            return Ok(match a_scale {
+                Some(s) => k::mx_matmul_cols(a, s, w, bias, y, &attrs, par),
+                None => k::mx_matmul_cols_float_a(a, w, bias, y, &attrs, par),
+            }?);
         }
-        if let Some(p) = &self.packed {
-            let b = k::TensorRef::new(DType::E4M3, &p.q_dims, &p.q)?;
-            let bs = k::TensorRef::new(DType::E8M0, &p.scale_dims, &p.scales)?;
-            let attrs = MxMatMulAttrs {
-                trans_b: true,
-                ..attrs
-            };
-            return Ok(k::mx_matmul(a, a_scale, b, Some(bs), bias, y, &attrs, par)?);
-        }
-        let b_scale = b_scale.as_ref().map(|t| view(t, &bsd)).transpose()?;
-        Ok(k::mx_matmul(
-            a,
-            a_scale,
-            view(b, &bd)?,
-            b_scale,
-            bias,
-            y,
-            &attrs,
-            par,
-        )?)
+        let (b, b_scale, attrs) = match &self.packed {
+            Some(p) => (
+                k::TensorRef::new(DType::E4M3, &p.q_dims, &p.q)?,
+                Some(k::TensorRef::new(DType::E8M0, &p.scale_dims, &p.scales)?),
+                MxMatMulAttrs {
+                    trans_b: true,
+                    ..attrs
+                },
+            ),
+            None => (
+                view(b, &bd)?,
+                b_scale.as_ref().map(|t| view(t, &bsd)).transpose()?,
+                attrs,
+            ),
+        };
+        Ok(match a_scale {
+            Some(s) => k::mx_matmul(a, s, b, b_scale, bias, y, &attrs, par),
+            None => k::mx_matmul_float_a(a, b, b_scale, bias, y, &attrs, par),
+        }?)
     }
 }
 
