@@ -73,6 +73,13 @@ pub fn mx_matmul_cols_a<O: Element>(
     if m == 0 || n == 0 {
         return Ok(());
     }
+    // A float A that is not bf16-exact runs as its bf16 parts (`float_a`).
+    let parts = |pa: MatA<'_>, rows: usize, sums: &mut [f32]| {
+        mx_matmul_cols_a(pa, rows, w, sums, &Epilogue::default(), par)
+    };
+    if let Some(done) = super::float_a::run_split(a, m, k, n, y, ep, parts) {
+        return done;
+    }
     #[cfg(target_arch = "x86_64")]
     if m <= super::matmul_cols::MAX_M && super::isa::avx512_bf16() {
         super::matmul_cols::nk(a, m, w, y, ep, par);

@@ -155,6 +155,16 @@ pub fn mx_matmul_a<O: Element>(
     let isa = Isa::detect();
     #[cfg(target_arch = "x86_64")]
     if let (Isa::Avx2, MatB::Mx { q, scales }) = (isa, b) {
+        // A float A that is not bf16-exact runs as its bf16 parts (`float_a`) where the `[N, K]`
+        // kernels would take a bf16 route (`[K, N]` runs f32 FMAs either way).
+        let parts = |pa: MatA<'_>, rows: usize, sums: &mut [f32]| {
+            mx_matmul_a(pa, rows, k, n, b, trans_b, sums, &Epilogue::default(), par)
+        };
+        if trans_b {
+            if let Some(done) = super::float_a::run_split(a_in, m, k, n, y, ep, parts) {
+                return done;
+            }
+        }
         if trans_b && m <= super::matmul_cols::MAX_M && super::cols_layout::wanted() {
             // Where constant weights are prepacked for the column-lane kernel, a weight that was
             // not (a runtime one) is packed per call and takes the same kernel: the same bits

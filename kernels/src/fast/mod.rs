@@ -25,6 +25,7 @@ mod avx512_regs;
 mod codec;
 pub mod cols_layout;
 mod dequant;
+pub mod float_a;
 mod isa;
 mod matmul;
 #[cfg(target_arch = "x86_64")]
