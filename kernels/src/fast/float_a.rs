@@ -17,8 +17,7 @@
 //!
 //! Not split (the caller's plain path, exact f32 products on the AVX2 route): A holding a
 //! NaN or ±Inf (`h` would be the infinity and `a − h` NaN), CPUs without AVX-512 BF16 (or with
-//! `MXFUSE_CPU_ISA=avx2`), and `parts · M` above [`MAX_ROWS`] (large M is compute-bound: three
-//! times the multiply-adds would not pay).
+//! `MXFUSE_CPU_ISA=avx2`), and `parts · M` above [`MAX_ROWS`].
 
 use super::isa;
 use crate::element::Element;
@@ -26,9 +25,11 @@ use crate::epilogue::Epilogue;
 use crate::error::Result;
 use crate::slices::MatA;
 
-/// Largest `parts · M` split: the small-M bf16 kernels' row limit (`matmul_cols::MAX_M`,
-/// `matmul_mx`'s in-register and AMX paths).
-pub const MAX_ROWS: usize = 64;
+/// Largest `parts · M` split: one row group of the in-register bf16 kernels (8 rows decode
+/// each weight once). More rows decode the weights again per group, and the exact f32 route
+/// was faster there (BENCHMARKS.md, weight-only MX: a float32 A at M = 8, 24 split rows, took
+/// 1.5× the unsplit AVX2 route's step).
+pub const MAX_ROWS: usize = 8;
 
 /// `a` with its low 16 bits cleared (the leading 8 significant bits: a bf16 value).
 fn high(a: f32) -> f32 {

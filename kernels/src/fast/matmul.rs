@@ -165,10 +165,11 @@ pub fn mx_matmul_a<O: Element>(
                 return done;
             }
         }
-        if trans_b && m <= super::matmul_cols::MAX_M && super::cols_layout::wanted() {
+        let mx_a = matches!(a_in, MatA::Mx { .. });
+        if mx_a && trans_b && m <= super::matmul_cols::MAX_M && super::cols_layout::wanted() {
             // Where constant weights are prepacked for the column-lane kernel, a weight that was
             // not (a runtime one) is packed per call and takes the same kernel: the same bits
-            // whichever way the weight came.
+            // whichever way the weight came. (The provider keeps a float A's weight `[N, K]`.)
             let (q, scales) = super::cols_layout::pack(q, scales, n, k);
             let w = super::cols_layout::MxColWeights {
                 q: &q,

@@ -50,6 +50,8 @@ pub struct MxMatMul {
     attrs: MxMatMulAttrs,
     packed: Option<PackedB<HugeBytes>>,
     cols: Option<ColsB>,
+    /// The node has no `a_scale`: a float activation (a weight-only MX GEMM).
+    float_a: bool,
 }
 
 impl MxMatMul {
@@ -58,6 +60,7 @@ impl MxMatMul {
             attrs,
             packed: None,
             cols: None,
+            float_a: false,
         }
     }
 }
@@ -240,6 +243,10 @@ impl Kernel for MxMatMul {
         )])
     }
 
+    fn inputs_present(&mut self, present: &[bool]) {
+        self.float_a = !present.get(1).copied().unwrap_or(false);
+    }
+
     fn prepack_inputs(&self) -> &'static [usize] {
         &[2, 3]
     }
@@ -250,7 +257,9 @@ impl Kernel for MxMatMul {
         };
         let widened = widen_fp4_weight(b);
         let b = widened.as_ref().map_or(*b, Tensor::view);
-        if kernels::fast::cols_layout::wanted() {
+        // A float `a` runs the `[N, K]` kernels (`kernels::fast::float_a`): the column-group
+        // kernel multiplies bf16 A only.
+        if kernels::fast::cols_layout::wanted() && !self.float_a {
             self.cols = cols_weight(&b, bs, self.attrs.trans_b);
             if self.cols.is_some() {
                 return Ok(());
