@@ -571,6 +571,83 @@ mod tests {
         }
     }
 
+    /// A float `a` without `a_scale` (a weight-only MX GEMM): prepacked `[N, K]` (never column
+    /// groups) or not, the output follows `a`'s type and the values are `Σ a · deq(b)`; an E4M3
+    /// `a` without its scale is an error, not a panic.
+    #[test]
+    fn float_a_without_a_scale_runs_the_weight_only_gemm() {
+        let (m, kk, n) = (2usize, 64usize, 20usize);
+        let av: Vec<f32> = (0..m * kk).map(|i| (i as f32 * 0.37).sin()).collect();
+        let a = tensor(
+            DType::F32,
+            &[m as i64, kk as i64],
+            av.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        );
+        let bq: Vec<u8> = (0..kk * n).map(|i| (i * 53 % 0x7e) as u8).collect();
+        let b = tensor(DType::E4M3, &[kk as i64, n as i64], bq.clone());
+        let bsv: Vec<u8> = (0..2 * n).map(|i| 120 + (i % 5) as u8).collect();
+        let bs = tensor(DType::E8M0, &[2, n as i64], bsv.clone());
+        let want: Vec<f32> = (0..m * n)
+            .map(|i| {
+                let (r, c) = (i / n, i % n);
+                (0..kk)
+                    .map(|k| {
+                        f64::from(av[r * kk + k])
+                            * f64::from(
+                                kernels::codec::e4m3_to_f32(bq[k * n + c])
+                                    * kernels::codec::e8m0_to_f32(bsv[(k / 32) * n + c]),
+                            )
+                    })
+                    .sum::<f64>() as f32
+            })
+            .collect();
+        let inputs = [Some(a.view()), None, Some(b.view()), Some(bs.view())];
+        for prepacked in [false, true] {
+            let mut kernel = MxMatMul::new(MxMatMulAttrs::default());
+            kernel.inputs_present(&[true, false, true, true]);
+            if prepacked {
+                kernel
+                    .prepack(&[None, None, Some(b.view()), Some(bs.view())])
+                    .unwrap();
+                assert!(kernel.packed.is_some() && kernel.cols.is_none());
+            }
+            let metas = kernel
+                .output_metas(&[Some(&a.meta), None, Some(&b.meta), Some(&bs.meta)])
+                .unwrap();
+            assert_eq!(metas[0].dtype, DType::F32.onnx_code());
+            let mut y = Tensor::zeros(Meta::new(1, vec![m as i64, n as i64])).unwrap();
+            kernel
+                .compute(&inputs, &mut [Some(y.view_mut())], &Serial)
+                .unwrap();
+            let got: Vec<f32> = y
+                .data
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            for (g, w) in got.iter().zip(&want) {
+                assert!((g - w).abs() <= 1e-5 * w.abs().max(1.0), "{g} vs {w}");
+            }
+        }
+        // f16 a: y is float16 whatever output_dtype says (ORT's cast insertion moves the node).
+        let a16 = tensor(DType::F16, &[m as i64, kk as i64], vec![0; m * kk * 2]);
+        let kernel = MxMatMul::new(MxMatMulAttrs::default());
+        let metas = kernel
+            .output_metas(&[Some(&a16.meta), None, Some(&b.meta), Some(&bs.meta)])
+            .unwrap();
+        assert_eq!(metas[0].dtype, DType::F16.onnx_code());
+        // An E4M3 a needs its scale.
+        let a8 = tensor(DType::E4M3, &[m as i64, kk as i64], vec![0x38; m * kk]);
+        let mut y = Tensor::zeros(Meta::new(1, vec![m as i64, n as i64])).unwrap();
+        let err = kernel
+            .compute(
+                &[Some(a8.view()), None, Some(b.view()), Some(bs.view())],
+                &mut [Some(y.view_mut())],
+                &Serial,
+            )
+            .unwrap_err();
+        assert!(err.to_string().contains("a_scale"), "{err}");
+    }
+
     #[test]
     fn float_weights_and_runtime_weights_are_not_prepacked() {
         let mut k = MxMatMul::new(MxMatMulAttrs::default());
