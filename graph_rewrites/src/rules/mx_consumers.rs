@@ -664,17 +664,35 @@ pub fn emit_kept_float(
     scale: ValueId,
 ) -> Result<(), String> {
     if let Some((v, dt)) = c.kept_float {
-        let spec = e
-            .op("MxDequantize")
-            .input(q)
-            .input(scale)
-            .attr_int("axis", -1)
-            .attr_int("block_size", BLOCK)
-            .attr_int("output_dtype", dt as i64)
-            .output(v);
-        e.add(spec)?;
+        emit_mx_dequantize(e, (q, scale), -1, dt as i64, v)?;
     }
     Ok(())
+}
+
+/// Emits `out = MxDequantize(x, scale)` blocked 32 along `axis`, writing `output_dtype`.
+pub fn emit_mx_dequantize(
+    e: &mut Emit<'_>,
+    (x, scale): (ValueId, ValueId),
+    axis: i64,
+    output_dtype: i64,
+    out: ValueId,
+) -> Result<(), String> {
+    let spec = e
+        .op("MxDequantize")
+        .input(x)
+        .input(scale)
+        .attr_int("axis", axis)
+        .attr_int("block_size", BLOCK)
+        .attr_int("output_dtype", output_dtype)
+        .output(out);
+    e.add(spec).map(|_| ())
+}
+
+/// Whether every output of node `n` is read only by `readers` (and is not a graph output).
+pub(crate) fn only_read_by(g: &dyn GraphView, n: NodeId, readers: &[NodeId]) -> bool {
+    g.outputs(n)
+        .iter()
+        .all(|&o| !g.is_graph_output(o) && g.consumers(o).iter().all(|(r, _)| readers.contains(r)))
 }
 
 /// Emits one `MxMatMul` per absorbed MatMul, reading `q` and `scale` — or, with no `scale`
@@ -856,11 +874,7 @@ pub fn consumers_for(
             Weight::QuarkFloat { fake_quant, .. } => (fake_quant, None),
             Weight::Float(_) => continue,
         };
-        let only_read_by = |n: NodeId, readers: &[NodeId]| {
-            g.outputs(n).iter().all(|&o| {
-                !g.is_graph_output(o) && g.consumers(o).iter().all(|(r, _)| readers.contains(r))
-            })
-        };
+        let only_read_by = |n: NodeId, readers: &[NodeId]| only_read_by(g, n, readers);
         // A Transpose between them goes first; the DequantizeLinear then when only it, or only
         // absorbed MatMuls, read it.
         let mut readers = absorbed.clone();
