@@ -874,12 +874,11 @@ pub fn consumers_for(
             Weight::QuarkFloat { fake_quant, .. } => (fake_quant, None),
             Weight::Float(_) => continue,
         };
-        let only_read_by = |n: NodeId, readers: &[NodeId]| only_read_by(g, n, readers);
         // A Transpose between them goes first; the DequantizeLinear then when only it, or only
         // absorbed MatMuls, read it.
         let mut readers = absorbed.clone();
         if let Some(t) = transpose {
-            if !only_read_by(t, &absorbed) {
+            if !only_read_by(g, t, &absorbed) {
                 continue;
             }
             if !c.dequant.contains(&t) {
@@ -887,7 +886,7 @@ pub fn consumers_for(
             }
             readers.push(t);
         }
-        if only_read_by(dequant, &readers) && !c.dequant.contains(&dequant) {
+        if only_read_by(g, dequant, &readers) && !c.dequant.contains(&dequant) {
             c.dequant.push(dequant);
         }
     }

@@ -39,7 +39,8 @@
 use std::sync::LazyLock;
 
 use super::mx_consumers::{
-    classify_weight, emit_matmuls, is_op, matmul_use, plain_transpose, Consumers, Weight,
+    classify_weight, emit_matmuls, emit_mx_dequantize, is_op, matmul_use, only_read_by,
+    plain_transpose, Consumers, Weight,
 };
 use super::spellings::mx_quant::BLOCK;
 use crate::pattern::predicates::{attr_int, dtype, scale_is_e8m0};
@@ -299,14 +300,9 @@ impl Rule for MxWeightMatMulRule {
             .map_err(|r| reject!("{op} '{name}': {}", r.0))?;
         // What goes with the fusion: the Transpose (only if nothing else reads it) and the
         // DequantizeLinear, whose output is re-created when anything else reads it.
-        let only_read_by = |n: NodeId, reader: NodeId| {
-            g.outputs(n)
-                .iter()
-                .all(|&o| !g.is_graph_output(o) && g.consumers(o).iter().all(|(r, _)| *r == reader))
-        };
         let mut dq_reader = mm;
         if let Some(t) = transpose {
-            if !only_read_by(t, mm) {
+            if !only_read_by(g, t, &[mm]) {
                 return Err(reject!(
                     "{op} '{name}': the weight's Transpose '{}' has other readers",
                     g.node_label(t)
@@ -315,7 +311,7 @@ impl Rule for MxWeightMatMulRule {
             dq_reader = t;
         }
         let wd = g.outputs(dequant)[0];
-        let kept = (!only_read_by(dequant, dq_reader)).then(|| {
+        let kept = (!only_read_by(g, dequant, &[dq_reader])).then(|| {
             let axis = attr_int(g.attr(dequant, "axis"), 1).unwrap_or(1);
             (values, scales, axis, dq_dtype, wd)
         });
@@ -338,15 +334,7 @@ impl Rule for MxWeightMatMulRule {
 
     fn rewrite(&self, _site: &Site, p: Params, e: &mut Emit<'_>) -> Result<(), String> {
         if let Some((values, scales, axis, dt, wd)) = p.kept {
-            let spec = e
-                .op("MxDequantize")
-                .input(values)
-                .input(scales)
-                .attr_int("axis", axis)
-                .attr_int("block_size", BLOCK)
-                .attr_int("output_dtype", dt)
-                .output(wd);
-            e.add(spec)?;
+            emit_mx_dequantize(e, (values, scales), axis, dt, wd)?;
         }
         emit_matmuls(e, &p.consumers, p.a, None)
     }
