@@ -205,3 +205,34 @@ def test_runtime_weight_is_not_fused(lib, ep_devices, mxfuse_cli, tmp_path):
     assert report["counts"]["mx_weight_matmul"] == 0 and report["counts"]["mx_dequant"] == 1, report
     reasons = [r["reason"] for r in report["rejections"] if r["rule"] == "mx_weight_matmul"]
     assert reasons and "not constant" in reasons[0], report
+
+
+def test_weight_also_read_by_a_gather_stays_for_it(lib, ep_devices, mxfuse_cli, tmp_path):
+    """A tied embedding: the MX weight [N, K] feeds a Gather (embedding rows) and, through a
+    Transpose, the float-activation MatMul (lm head). The MatMul reads the MX constants; the
+    DequantizeLinear is re-created as MxDequantize for the Gather (bit for bit onnx.reference)."""
+    rng = np.random.default_rng()
+    vals, sc, deq = weight(rng, TP.FLOAT8E4M3FN, True)
+    nodes = [helper.make_node("DequantizeLinear", ["wq", "ws"], ["wd"], axis=1, block_size=32,
+                              output_dtype=TP.FLOAT),
+             helper.make_node("Gather", ["wd", "ids"], ["emb"], axis=0),
+             helper.make_node("Transpose", ["wd"], ["wt"], perm=[1, 0]),
+             helper.make_node("MatMul", ["x", "wt"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TP.FLOAT, [3, K]),
+                                       helper.make_tensor_value_info("ids", TP.INT64, [4])],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, [3, N]),
+                           helper.make_tensor_value_info("emb", TP.FLOAT, [4, K])], [vals, sc])
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)], ir_version=11), src)
+    feeds = {"x": rng.standard_normal((3, K)).astype(np.float32),
+             "ids": rng.integers(0, N, 4).astype(np.int64)}
+    report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
+    assert report["counts"]["mx_weight_matmul"] == 1, report
+    fused = onnx.load(tmp_path / "fused.onnx")
+    assert sorted(n.op_type for n in fused.graph.node) == ["Gather", "MxDequantize", "MxMatMul"]
+    ref = ReferenceEvaluator(onnx.load(src)).run(None, feeds)
+    want, bound = oracle(feeds["x"], deq, None)
+    for sess in [ep_session(src, ep_devices), offline_session(tmp_path / "fused.onnx", lib)]:
+        y, emb = sess.run(None, feeds)
+        assert same_bits(emb, ref[1])
+        check_close(y, want, bound, TP.FLOAT, "tied")
