@@ -41,9 +41,13 @@ def decode(codes, values_type):
 
 def weight(rng, values_type, nk, scales=None):
     """(values initializer, scales initializer, deq(W) as f32 [K, N]): `[N, K]` (axis 1) when
-    `nk`, else `[K, N]` (axis 0); scales random in 118..124 unless given (`[K/32, N]`)."""
+    `nk`, else `[K, N]` (axis 0); scales random in 118..124 unless given (`[K/32, N]`). With
+    given scales, E4M3 subnormal codes become normal ones (bfloat16 holds every normal E4M3
+    value at every scale byte, not the subnormals at the smallest)."""
     codes = rng.integers(0, 16, (K, N)).astype(np.uint8) if values_type == TP.FLOAT4E2M1 \
         else e4m3_codes(rng, (K, N))
+    if scales is not None and values_type != TP.FLOAT4E2M1:
+        codes = np.where((codes & 0x78) == 0, codes | 0x08, codes).astype(np.uint8)
     s = rng.integers(118, 125, (K // 32, N)).astype(np.uint8) if scales is None else scales
     with np.errstate(over="ignore", invalid="ignore"):
         deq = decode(codes, values_type) * np.repeat(
@@ -155,22 +159,31 @@ def test_weight_only_matches_the_oracle_on_both_paths(form, values_type, act_typ
         assert np.allclose(y_ep, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max()), what
 
 
-def test_edge_scales_0_254_255_float32(lib, ep_devices, mxfuse_cli, tmp_path):
+@pytest.mark.parametrize("act_type", [TP.FLOAT, TP.BFLOAT16])
+def test_edge_scales_0_254_255(act_type, lib, ep_devices, mxfuse_cli, tmp_path):
     """Scale bytes 0 (2^-127: tiny products, off the fast route), 254 (|w| ≥ 2 dequantizes to
-    ±Inf) and 255 (NaN) in some blocks: IEEE results as onnx.reference's."""
+    ±Inf) and 255 (NaN) in some blocks, float32 and bfloat16 activations: IEEE results as the
+    oracle's and, for float32, onnx.reference's. For bfloat16 the smallest byte is 3 instead of
+    0: below it E4M3 values fall under bfloat16's subnormal spacing and the rule refuses
+    (graph_rewrites/tests/rules_mx_weight_matmul.rs, "bf16 underflow"; ORT's CPU EP then has no
+    bfloat16 MatMul to run the model at all)."""
     rng = np.random.default_rng()
     s = rng.integers(118, 125, (K // 32, N)).astype(np.uint8)
-    s[0, 0], s[1, 1], s[2, 2], s[3, 3:6] = 0, 254, 255, 0
+    low = 0 if act_type == TP.FLOAT else 3
+    s[0, 0], s[1, 1], s[2, 2], s[3, 3:6] = low, 254, 255, low
     for form in ["matmul", "gemm"]:
-        src, deq, bias = model(tmp_path / f"{form}.onnx", form, TP.FLOAT, TP.FLOAT8E4M3FN, 3, rng, s)
+        src, deq, bias = model(tmp_path / f"{form}.onnx", form, act_type, TP.FLOAT8E4M3FN, 3, rng, s)
         x = rng.standard_normal((3, K)).astype(np.float32)
         report, ep, y_ep, y_off = run_both(src, tmp_path, lib, ep_devices, mxfuse_cli, x)
         assert report["counts"]["mx_weight_matmul"] == 1, report
         assert same_bits(y_ep, y_off)
-        want, bound = oracle(x, deq, bias)
-        check_close(y_ep, want, bound, TP.FLOAT, form)
-        ref = ReferenceEvaluator(onnx.load(src)).run(None, {"x": x})[0]
-        assert np.array_equal(np.isnan(y_ep), np.isnan(ref)) and np.array_equal(np.isinf(y_ep), np.isinf(ref))
+        xa = x if act_type == TP.FLOAT else x.astype(ml_dtypes.bfloat16).astype(np.float32)
+        want, bound = oracle(xa, deq, bias)
+        check_close(y_ep, want, bound, act_type, form)
+        if act_type == TP.FLOAT:
+            ref = ReferenceEvaluator(onnx.load(src)).run(None, {"x": x})[0]
+            assert np.array_equal(np.isnan(y_ep), np.isnan(ref))
+            assert np.array_equal(np.isinf(y_ep), np.isinf(ref))
 
 
 def test_float16_weight_the_unfused_graph_would_round_is_refused_and_still_runs(lib, ep_devices, mxfuse_cli,
