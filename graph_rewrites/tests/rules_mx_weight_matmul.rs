@@ -342,3 +342,26 @@ fn the_rule_runs_after_the_activation_fusions_and_before_the_fallbacks() {
     assert!(at("mx_weight_matmul") < at("mx_quant_linear"));
     assert!(at("mx_weight_matmul") < at("mx_dequant"));
 }
+
+/// An opset-23 model (FLOAT4E2M1 exists from opset 23) is taken the same way.
+#[test]
+fn opset_23_models_are_taken() {
+    let mut b = ModelBuilder::new(23);
+    b.input("x", FLOAT, &[4, 64]);
+    b.init_raw("wq", FLOAT4E2M1, &[64, 16], vec![0x3a; 512]);
+    b.init_raw("ws", FLOAT8E8M0, &[2, 16], vec![120; 32]);
+    let dq = [
+        ("axis", Attr::I(0)),
+        ("block_size", Attr::I(32)),
+        ("output_dtype", Attr::I(FLOAT as i64)),
+    ];
+    b.node_in("", "DequantizeLinear", &["wq", "ws"], &["wd"], &dq)
+        .node("MatMul", &["x", "wd"], &["y"])
+        .output("y", FLOAT, &[4, 16]);
+    let (report, g) = b.rewrite();
+    assert_eq!(report.counts["mx_weight_matmul"], 1, "{report:#?}");
+    assert_eq!(
+        snapshot(&g),
+        "MxMatMul(x, , wq, ws) output_dtype=Int(1) trans_b=Int(0)"
+    );
+}
