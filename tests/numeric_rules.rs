@@ -578,6 +578,88 @@ fn transposed_nk_mx_weight_matches_the_reference() {
     }
 }
 
+/// Weight-only MX (rule `mx_weight_matmul`): a float activation (f32, f16, bf16) times a
+/// constant MX weight, `[K, N]` read directly and `[N, K]` through a Transpose, random values
+/// with a scale per block and row: the fused `MxMatMul` (float `a`, no `a_scale`) agrees with
+/// the unfused DequantizeLinear → MatMul within float order, NaN and outlier rows included.
+#[test]
+fn weight_only_mx_matmul_matches_the_unfused_graph() {
+    use kernels::codec::{mx::quantize_block, QuantConfig};
+    let (k, n) = (96, 40);
+    for dt in [DType::F32, DType::F16, DType::Bf16] {
+        for nk in [false, true] {
+            let mut b = GraphBuilder::new(17, false);
+            let x = b.add_input("x", elem_of(dt), vec![Dim::Fixed(ROWS), Dim::Fixed(k)]);
+            // [N, K] rows with a different magnitude each, quantized along K.
+            let w = models::data::Rng::new(11).normals(n * k, 0.0, 1.0);
+            let (mut q, mut sc) = (vec![0u8; n * k], Vec::new());
+            for (r, (src, dst)) in w.chunks_exact(32).zip(q.chunks_exact_mut(32)).enumerate() {
+                let row_scale = 2f32.powi((r / (k / 32)) as i32 % 7 - 3);
+                let block: [f32; 32] = std::array::from_fn(|j| src[j] * row_scale);
+                sc.push(quantize_block(
+                    &block,
+                    dst.try_into().unwrap(),
+                    QuantConfig::default(),
+                ));
+            }
+            let (dims, sdims, axis) = if nk {
+                ([n, k], [n, k / 32], 1)
+            } else {
+                let t = |v: &[u8], rows: usize, cols: usize| {
+                    let mut o = vec![0u8; v.len()];
+                    for r in 0..rows {
+                        for c in 0..cols {
+                            o[c * rows + r] = v[r * cols + c];
+                        }
+                    }
+                    o
+                };
+                (q, sc) = (t(&q, n, k), t(&sc, n, k / 32));
+                ([k, n], [k / 32, n], 0)
+            };
+            b.require_opset("", 24);
+            let wq = b.add_initializer("w.e4m3", 17, &dims, models::builder::Payload::Bytes(q));
+            let ws = b.add_initializer("w.e8m0", 24, &sdims, models::builder::Payload::Bytes(sc));
+            let dq = b.op_attrs(
+                "DequantizeLinear",
+                &[&wq.name, &ws.name],
+                "w.dq",
+                elem_of(dt),
+                vec![dims[0].into(), dims[1].into()],
+                vec![
+                    models::builder::attr_i("axis", axis),
+                    models::builder::attr_i("block_size", 32),
+                    models::builder::attr_i("output_dtype", i64::from(elem_of(dt))),
+                ],
+            );
+            let wt = if nk {
+                b.op(
+                    "Transpose",
+                    &[&dq.name],
+                    "w.t",
+                    dq.elem,
+                    vec![k.into(), n.into()],
+                )
+            } else {
+                dq
+            };
+            let y = matmul(&mut b, &x, &wt, n, "proj");
+            b.add_output(&y);
+            let g = finish(b);
+            let mut r = g.clone();
+            run_pipeline(&mut r, &PipelineOptions::default()).expect("pipeline");
+            let ops: Vec<&str> = r.nodes().iter().map(|&m| r.op_type(m)).collect();
+            assert_eq!(ops, ["MxMatMul"], "{dt:?} nk {nk}");
+            let feeds = HashMap::from([(
+                "x".to_string(),
+                feed(dt, k, rows(5, k, 1.0, outlier(dt), true)),
+            )]);
+            let ctx = format!("{dt:?} weight-only, [N, K] through Transpose: {nk}");
+            differential(g, &feeds, "mx_weight_matmul", 1, &ctx);
+        }
+    }
+}
+
 /// One `Gemm` consumer: `transB`, bias shape (`None`: no C), alpha, beta, MX weight
 /// (`cfg.spelling.weights`, `[K, N]` only) or float, and whether C holds a NaN.
 #[derive(Clone, Copy, Debug)]

@@ -322,6 +322,101 @@ fn emulated_device_memory_gives_the_cpu_device_bits() {
     }
 }
 
+/// The test decoder with float activations and MX weights in `form` (weight-only MX: rule
+/// `mx_weight_matmul`), and the same model rewritten offline (weight-only `MxMatMul`s).
+fn weight_only_models(form: models::WeightForm) -> (Vec<u8>, Vec<u8>) {
+    let mut cfg = models::catalog::fixtures()
+        .into_iter()
+        .find(|f| f.name == "dynamo_f32_floor")
+        .expect("fixture config")
+        .cfg;
+    cfg.spelling.weights = form;
+    cfg.spelling.quant = models::QuantSpelling::None;
+    cfg.hidden = HIDDEN;
+    cfg.intermediate = 128;
+    cfg.moe_intermediate = 128;
+    let proto = models::model_proto(&cfg).expect("model builds");
+    let mut g = graph_rewrites::ir::Graph::from_model(proto.clone(), None).expect("loads");
+    let report =
+        graph_rewrites::pipeline::run_pipeline(&mut g, &Default::default()).expect("rewrite");
+    assert!(report.counts["mx_weight_matmul"] > 0, "{report:#?}");
+    (proto.encode_to_vec(), g.to_model().encode_to_vec())
+}
+
+/// A device placement (here the emulated device memory) has no kernel for a weight-only
+/// `MxMatMul`: the EP runs without rule `mx_weight_matmul` there (the MatMuls stay with ORT's CPU
+/// EP, the weight DequantizeLinears are claimed as `MxDequantize`), and an offline-rewritten
+/// weight-only `MxMatMul` is left to ORT's CPU EP (our published kernel): both sessions load
+/// and run, close to the CPU device's fused result (the first: ORT's f32 MatMul, another
+/// order) and bit for bit equal to it (the second: the same kernel).
+#[test]
+fn weight_only_mx_stays_on_the_cpu_under_a_device_placement() {
+    let name = "weight_only_mx_stays_on_the_cpu_under_a_device_placement";
+    if !is_child() {
+        let mut reference = Vec::new();
+        for form in [models::WeightForm::StdMx, models::WeightForm::StdMxfp4] {
+            let (original, _) = weight_only_models(form);
+            let log: Log = Arc::default();
+            let mut s = session(DeviceType::CPU, &original, &[], Some(log.clone())).expect("CPU");
+            assert!(
+                log_mentions(&log, "mx_weight_matmul claims"),
+                "CPU device fuses"
+            );
+            reference.extend(run(&mut s));
+        }
+        let out = std::env::temp_dir().join(format!("mxfuse_ep_wo_{}.bin", std::process::id()));
+        let out_s = out.to_string_lossy().into_owned();
+        run_child(name, &[(TEST_MEMORY, "host"), (CHILD_OUT, &out_s)]);
+        let got = std::fs::read(&out).expect("child output");
+        let _ = std::fs::remove_file(&out);
+        // The child wrote (unfused, rewritten) per form; the rewritten runs are the reference's
+        // bits, the unfused ones close to them.
+        let n = reference.len() / 2;
+        let mut at = 0usize;
+        let mut read = || {
+            let len = u64::from_le_bytes(got[at..at + 8].try_into().unwrap()) as usize;
+            let v: Vec<f32> = got[at + 8..at + 8 + 4 * len]
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                .collect();
+            at += 8 + 4 * len;
+            v
+        };
+        for form in 0..2 {
+            let want = &reference[form * n..(form + 1) * n];
+            let unfused: Vec<Vec<f32>> = (0..n).map(|_| read()).collect();
+            let rewritten: Vec<Vec<f32>> = (0..n).map(|_| read()).collect();
+            assert_eq!(
+                to_bytes(&rewritten),
+                to_bytes(want),
+                "rewritten, form {form}"
+            );
+            assert_close(&unfused, want);
+        }
+        return;
+    }
+    if std::env::var(TEST_MEMORY).ok().as_deref() != Some("host") {
+        return; // run as a child of another test
+    }
+    let mut outputs = Vec::new();
+    for form in [models::WeightForm::StdMx, models::WeightForm::StdMxfp4] {
+        let (original, rewritten) = weight_only_models(form);
+        for model in [&original, &rewritten] {
+            let log: Log = Arc::default();
+            let mut s = session(DeviceType::CPU, model, &[], Some(log.clone()))
+                .expect("session with device memory");
+            assert!(
+                !log_mentions(&log, "mx_weight_matmul claims"),
+                "a device placement must not fuse weight-only MatMuls"
+            );
+            outputs.extend(run(&mut s));
+        }
+    }
+    if let Ok(path) = std::env::var(CHILD_OUT) {
+        std::fs::write(path, to_bytes(&outputs)).expect("write outputs");
+    }
+}
+
 /// `a` (GPU) against `b` (CPU): GEMM sums run in another order on the GPU, and a quantizer
 /// downstream may then round an element to the neighbouring E4M3 value; errors are measured
 /// against each output's largest magnitude.

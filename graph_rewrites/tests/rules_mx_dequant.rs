@@ -25,7 +25,9 @@ fn count(g: &dyn GraphView, op: &str) -> usize {
 
 #[test]
 fn weight_read_by_gather_and_by_gemm_with_bias_becomes_mx_dequantize() {
-    // Gather (an embedding table) and Gemm with a bias: nothing fuses them.
+    // Gather (an embedding table) and a float-activation Gemm with a bias: the Gemm becomes a
+    // weight-only MxMatMul (rule mx_weight_matmul), which re-creates the weight as
+    // MxDequantize for the Gather.
     let mut b = ModelBuilder::new(24);
     b.input("ids", 7, &[3]).input("a", FLOAT, &[4, 64]);
     mx_weight(&mut b, FLOAT8E4M3FN, Some(FLOAT as i64));
@@ -35,8 +37,10 @@ fn weight_read_by_gather_and_by_gemm_with_bias_becomes_mx_dequantize() {
     b.output("emb", FLOAT, &[3, 16])
         .output("y", FLOAT, &[4, 16]);
     let (report, g) = b.rewrite();
-    assert_eq!(report.counts["mx_dequant"], 1, "{report:#?}");
+    assert_eq!(report.counts["mx_weight_matmul"], 1, "{report:#?}");
     assert_eq!(count(&g, "DequantizeLinear"), 0);
+    assert_eq!(count(&g, "MxMatMul"), 1);
+    assert_eq!(count(&g, "Gather"), 1);
     let dq = graph_rewrites::testing::first_node(&g, "MxDequantize");
     assert_eq!(node_attr(&g, dq, "axis"), AttrValue::Int(0));
     assert_eq!(node_attr(&g, dq, "block_size"), AttrValue::Int(32));

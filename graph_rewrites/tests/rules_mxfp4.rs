@@ -95,9 +95,9 @@ fn runtime_fp4_weight_is_not_absorbed_and_the_note_says_why() {
 }
 
 #[test]
-fn fp4_weight_of_a_float_activation_runs_as_mx_dequantize() {
-    // No MXFP8 activation: nothing to fuse with, the DequantizeLinear becomes MxDequantize
-    // (ONNX Runtime's CPU EP has no E8M0 DequantizeLinear kernel) and the MatMul stays float.
+fn fp4_weight_of_a_float_activation_becomes_a_weight_only_mxmatmul() {
+    // No MXFP8 activation: the float activation reads the 4-bit weight in place (rule
+    // mx_weight_matmul: MxMatMul with an empty a_scale); nothing is dequantized per step.
     let mut b = ModelBuilder::new(24);
     b.input("x", FLOAT, &[4, 64]);
     b.init_raw("wq", FLOAT4E2M1, &[64, 16], vec![0x92; 512]);
@@ -111,6 +111,9 @@ fn fp4_weight_of_a_float_activation_runs_as_mx_dequantize() {
         .node("MatMul", &["x", "wd"], &["y"])
         .output("y", FLOAT, &[4, 16]);
     let (report, g) = b.rewrite();
-    assert_eq!(report.counts["mx_dequant"], 1, "{report:#?}");
-    assert_eq!(op_types(&g), ["MxDequantize", "MatMul"]);
+    assert_eq!(report.counts["mx_weight_matmul"], 1, "{report:#?}");
+    assert_eq!(report.counts["mx_dequant"], 0, "{report:#?}");
+    assert_eq!(op_types(&g), ["MxMatMul"]);
+    let mm = first_node(&g, "MxMatMul");
+    assert_eq!(value_names(&g, g.inputs(mm)), ["x", "", "wq", "ws"]);
 }

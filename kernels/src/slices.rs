@@ -42,6 +42,51 @@ pub enum MatB<'a> {
     },
 }
 
+/// The A operand of `MxMatMul`: MXFP8 values with row-major E8M0 scales (`m × k/32`), or float
+/// rows (a float activation against an MX weight: docs/ops.md, MxMatMul, "float `a`").
+#[derive(Clone, Copy)]
+pub enum MatA<'a> {
+    Mx { q: &'a [u8], scales: &'a [u8] },
+    F32(&'a [f32]),
+    F16(&'a [f16]),
+    BF16(&'a [bf16]),
+}
+
+impl MatA<'_> {
+    /// Row `r` (`k` values) as f32: deq(A) for MX values (exact), the float values widened
+    /// (exact). Scalar; the fast kernels decode MX rows with their own (bit-identical) code.
+    pub fn row_f32(&self, r: usize, k: usize, dst: &mut [f32]) {
+        let rows = r * k..(r + 1) * k;
+        match self {
+            MatA::Mx { q, scales } => {
+                let kb = k / BLOCK;
+                for (i, (d, &b)) in dst.iter_mut().zip(&q[rows]).enumerate() {
+                    *d = crate::codec::e4m3_to_f32(b)
+                        * crate::codec::e8m0_to_f32(scales[r * kb + i / BLOCK]);
+                }
+            }
+            MatA::F32(a) => dst.copy_from_slice(&a[rows]),
+            MatA::F16(a) => dst
+                .iter_mut()
+                .zip(&a[rows])
+                .for_each(|(d, x)| *d = x.to_f32()),
+            MatA::BF16(a) => dst
+                .iter_mut()
+                .zip(&a[rows])
+                .for_each(|(d, x)| *d = x.to_f32()),
+        }
+    }
+
+    /// A as `m × k` f32 values (see [`MatA::row_f32`]).
+    pub fn to_f32(&self, m: usize, k: usize) -> Vec<f32> {
+        let mut a = vec![0f32; m * k];
+        for (r, row) in a.chunks_exact_mut(k.max(1)).enumerate().take(m) {
+            self.row_f32(r, k, row);
+        }
+        a
+    }
+}
+
 /// Checks that a last-axis length is a positive multiple of the MX block.
 pub fn check_block_multiple(what: &str, k: usize) -> Result<()> {
     if k == 0 || !k.is_multiple_of(BLOCK) {
@@ -138,10 +183,39 @@ pub fn check_matmul_io(
     b: &MatB<'_>,
     y_len: usize,
 ) -> Result<()> {
+    let a = MatA::Mx {
+        q: a_q,
+        scales: a_scales,
+    };
+    check_matmul_a_io(m, k, n, &a, b, y_len)
+}
+
+/// Checks A's buffers for `m × k` A (`k` a multiple of 32, checked by the caller).
+pub fn check_matmul_a(a: &MatA<'_>, m: usize, k: usize) -> Result<()> {
+    let mk = elems("A", m, k)?;
+    match a {
+        MatA::Mx { q, scales } => {
+            check_len("a_q", q.len(), mk)?;
+            check_len("a_scale", scales.len(), mk / BLOCK)
+        }
+        MatA::F32(v) => check_len("a", v.len(), mk),
+        MatA::F16(v) => check_len("a", v.len(), mk),
+        MatA::BF16(v) => check_len("a", v.len(), mk),
+    }
+}
+
+/// [`check_matmul_io`] for either form of A.
+pub fn check_matmul_a_io(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: &MatA<'_>,
+    b: &MatB<'_>,
+    y_len: usize,
+) -> Result<()> {
     check_block_multiple("K", k)?;
-    let (mk, kn, mn) = (elems("A", m, k)?, elems("B", k, n)?, elems("y", m, n)?);
-    check_len("a_q", a_q.len(), mk)?;
-    check_len("a_scale", a_scales.len(), mk / BLOCK)?;
+    let (kn, mn) = (elems("B", k, n)?, elems("y", m, n)?);
+    check_matmul_a(a, m, k)?;
     let b_len = match b {
         MatB::F32(b) => b.len(),
         MatB::F16(b) => b.len(),

@@ -6,7 +6,8 @@ step (batch 1, seq `--seq`) of each through the mxfuse plugin EP, interleaved in
 
 * `mxfp8`: MXFP8 activations and random MX weights: the fused path (the baseline of the ratios);
 * `weight_only`: the same MX weights with float activations (no activation quantization): each
-  weight's E8M0 DequantizeLinear runs as `MxDequantize` on every step;
+  MatMul runs as `MxMatMul` with a float `a` (rule `mx_weight_matmul`, BENCHMARKS.md session 19;
+  before it, each weight's E8M0 DequantizeLinear ran as `MxDequantize` on every step);
 * `placeholder`: as `mxfp8` but with `--sparse-weights` (all-zero weights, scale byte 0): the
   MX GEMM's fast route refuses scales that small and takes the exact row path.
 

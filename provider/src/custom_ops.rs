@@ -208,13 +208,28 @@ unsafe extern "system" fn create_kernel_v2(
 
 /// Hands the node's constant inputs (initializers) that the kernel asks for to its `prepack`.
 unsafe fn prepack_constants(kernel: &mut dyn Kernel, info: *const OrtKernelInfo) -> Result<()> {
+    let ort = api()?.ort;
+    let mut n = 0usize;
+    check((ort.KernelInfo_GetInputCount)(info, &mut n))?;
+    // An omitted optional input has an empty name.
+    let present: Vec<bool> = (0..n)
+        .map(|i| {
+            let mut size = 0usize;
+            check((ort.KernelInfo_GetInputName)(
+                info,
+                i,
+                ptr::null_mut(),
+                &mut size,
+            ))
+            .is_ok()
+                && size > 1
+        })
+        .collect();
+    kernel.inputs_present(&present);
     let wanted = kernel.prepack_inputs();
     if wanted.is_empty() {
         return Ok(());
     }
-    let ort = api()?.ort;
-    let mut n = 0usize;
-    check((ort.KernelInfo_GetInputCount)(info, &mut n))?;
     let mut metas: Vec<Option<(Meta, *const u8)>> = (0..n).map(|_| None).collect();
     for &i in wanted.iter().filter(|&&i| i < n) {
         let mut is_constant = 0;

@@ -81,11 +81,13 @@ pub(crate) fn prepack(
     n: NodeId,
     constant: &dyn Fn(&str) -> Result<Option<ConstTensor>>,
 ) -> Result<()> {
+    let inputs = g.inputs(n);
+    let present: Vec<bool> = inputs.iter().map(Option::is_some).collect();
+    kernel.inputs_present(&present);
     let wanted = kernel.prepack_inputs();
     if wanted.is_empty() {
         return Ok(());
     }
-    let inputs = g.inputs(n);
     let mut owned: Vec<Option<Tensor>> = (0..inputs.len()).map(|_| None).collect();
     for &i in wanted.iter().filter(|&&i| i < inputs.len()) {
         let Some(v) = inputs[i] else { continue };

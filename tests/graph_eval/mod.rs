@@ -662,8 +662,15 @@ fn mxfuse(g: &Graph, n: NodeId, op: &str, ins: &[Option<Val>]) -> Res<Vec<Option
         }
         "MxMatMul" => {
             let attrs = MxMatMulAttrs::from_pairs(pairs).map_err(kerr)?;
-            let (qs, q) = bytes(i(0))?;
-            let (ss, s) = bytes(i(1))?;
+            // No a_scale: a float a (rule mx_weight_matmul).
+            let (a_dt, a_shape, a_bytes, a_scale) = match (i(0), i(1)) {
+                (Some(Val::F(a)), None) => (a.dtype, a.shape.clone(), to_bytes(a), None),
+                (a, s) => {
+                    let ((qs, q), (ss, s)) = (bytes(a)?, bytes(s)?);
+                    (DType::E4M3, qs.to_vec(), q.to_vec(), Some((ss, s)))
+                }
+            };
+            let qs = &a_shape;
             let bias = match i(4) {
                 None => None,
                 Some(Val::F(c)) => Some(fb(c)),
@@ -687,23 +694,34 @@ fn mxfuse(g: &Graph, n: NodeId, op: &str, ins: &[Option<Val>]) -> Res<Vec<Option
             let (_, _, _, yshape) =
                 kernels::ops::mx_matmul_dims(qs, &b.1, attrs.trans_b).map_err(kerr)?;
             let mut y = vec![0u8; yshape.iter().product::<usize>() * attrs.output_dtype.size()];
-            kernels::ops::mx_matmul(
-                TensorRef::new(DType::E4M3, qs, q).map_err(kerr)?,
-                TensorRef::new(DType::E8M0, ss, s).map_err(kerr)?,
-                TensorRef::new(b.0, &b.1, &b.2).map_err(kerr)?,
-                bscale
-                    .as_ref()
-                    .map(|(sh, d)| TensorRef::new(DType::E8M0, sh, d))
-                    .transpose()
-                    .map_err(kerr)?,
-                bias.as_ref()
-                    .map(|(dt, sh, d)| TensorRef::new(*dt, sh, d))
-                    .transpose()
-                    .map_err(kerr)?,
-                TensorMut::new(attrs.output_dtype, &yshape, &mut y).map_err(kerr)?,
-                &attrs,
-                &Serial,
-            )
+            let a = TensorRef::new(a_dt, qs, &a_bytes).map_err(kerr)?;
+            let b_ref = TensorRef::new(b.0, &b.1, &b.2).map_err(kerr)?;
+            let b_scale = bscale
+                .as_ref()
+                .map(|(sh, d)| TensorRef::new(DType::E8M0, sh, d))
+                .transpose()
+                .map_err(kerr)?;
+            let bias = bias
+                .as_ref()
+                .map(|(dt, sh, d)| TensorRef::new(*dt, sh, d))
+                .transpose()
+                .map_err(kerr)?;
+            let y_ref = TensorMut::new(attrs.output_dtype, &yshape, &mut y).map_err(kerr)?;
+            match a_scale {
+                Some((ss, s)) => kernels::ops::mx_matmul(
+                    a,
+                    TensorRef::new(DType::E8M0, ss, s).map_err(kerr)?,
+                    b_ref,
+                    b_scale,
+                    bias,
+                    y_ref,
+                    &attrs,
+                    &Serial,
+                ),
+                None => {
+                    kernels::ops::mx_matmul_float_a(a, b_ref, b_scale, bias, y_ref, &attrs, &Serial)
+                }
+            }
             .map_err(kerr)?;
             Ok(vec![Some(Val::F(from_bytes(
                 attrs.output_dtype,

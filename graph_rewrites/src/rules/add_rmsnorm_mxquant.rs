@@ -135,6 +135,6 @@ impl Rule for AddRmsNormMxQuantRule {
         }
         e.add(p.quant.apply(spec))?;
         emit_kept_float(e, &p.consumers, q, scale)?;
-        emit_matmuls(e, &p.consumers, q, scale)
+        emit_matmuls(e, &p.consumers, q, Some(scale))
     }
 }

@@ -5,6 +5,7 @@ pub mod add_rmsnorm_mxquant;
 pub mod mx_consumers;
 pub mod mx_dequant;
 pub mod mx_quant_linear;
+pub mod mx_weight_matmul;
 pub mod mxquant;
 pub mod spellings;
 pub mod swiglu_mxquant_matmul;
@@ -19,6 +20,9 @@ pub fn registry() -> &'static [&'static dyn DynRule] {
             &*swiglu_mxquant_matmul::RULE,
             // The standalone quantizer comes last: it only takes what no fusion took.
             &*mxquant::RULE,
+            // A float activation times a constant MX weight: its pattern excludes MX-dequantized
+            // activations (the fusions above own those MatMuls).
+            &*mx_weight_matmul::RULE,
             // Fallbacks: run once the others are done, on the E8M0 QuantizeLinears and
             // DequantizeLinears left.
             &*mx_quant_linear::RULE,

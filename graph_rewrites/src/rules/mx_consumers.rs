@@ -166,7 +166,7 @@ impl QuantAttrs {
     }
 }
 
-fn is_op(g: &dyn GraphView, n: NodeId, domain: &str, op: &str) -> bool {
+pub(crate) fn is_op(g: &dyn GraphView, n: NodeId, domain: &str, op: &str) -> bool {
     g.domain(n) == domain && g.op_type(n) == op
 }
 
@@ -261,9 +261,10 @@ fn weight_n(g: &dyn GraphView, w: &Weight, trans_b: bool) -> Option<Dim> {
 
 /// A MatMul (or `Gemm` with `transA = 0`) reading `a` as its first input, with a supported
 /// weight and, for a Gemm, a bias MxMatMul can read.
-/// `act_dtype` is the dtype of the quantized activation: MatMul's A, B and Y share one type,
-/// so it stands in for an output without value_info.
-fn matmul_use(
+/// `act_dtype` is the dtype of the activation (quantized, or float for rule
+/// `mx_weight_matmul`): MatMul's A, B and Y share one type, so it stands in for an output
+/// without value_info.
+pub(crate) fn matmul_use(
     g: &dyn GraphView,
     mm: NodeId,
     a: ValueId,
@@ -404,7 +405,7 @@ fn mx_weight_behind(g: &dyn GraphView, b: ValueId) -> Option<String> {
 
 /// The Transpose producing `b` and its input, when it swaps the two axes of a rank-2 tensor
 /// (`perm = [1, 0]`, or no perm: reversed axes).
-fn plain_transpose(g: &dyn GraphView, b: ValueId) -> Option<(NodeId, ValueId)> {
+pub(crate) fn plain_transpose(g: &dyn GraphView, b: ValueId) -> Option<(NodeId, ValueId)> {
     let (t, _) = g.producer(b)?;
     if !is_op(g, t, ONNX_DOMAIN, "Transpose") {
         return None;
@@ -441,7 +442,12 @@ fn check_kn(g: &dyn GraphView, w: ValueId, k: i64, trans_b: bool) -> Result<(), 
     }
 }
 
-fn classify_weight(g: &dyn GraphView, b: ValueId, k: i64, trans_b: bool) -> Result<Weight, Reject> {
+pub(crate) fn classify_weight(
+    g: &dyn GraphView,
+    b: ValueId,
+    k: i64,
+    trans_b: bool,
+) -> Result<Weight, Reject> {
     if let Some((n, 0)) = g.producer(b) {
         if is_op(g, n, ONNX_DOMAIN, "DequantizeLinear") {
             let ins = g.inputs(n);
@@ -456,7 +462,12 @@ fn classify_weight(g: &dyn GraphView, b: ValueId, k: i64, trans_b: bool) -> Resu
             let k_axis = if trans_b { [1, -1] } else { [0, -2] };
             let blocked = attr_int(g.attr(n, "axis"), 1).is_some_and(|a| k_axis.contains(&a))
                 && attr_int(g.attr(n, "block_size"), 0) == Some(BLOCK);
-            let no_zp = ins.get(2).copied().flatten().is_none();
+            // A zero point must be a constant zero (the only one ONNX allows for these types).
+            let no_zp = ins
+                .get(2)
+                .copied()
+                .flatten()
+                .is_none_or(|z| is_float8_zero(g, z));
             // MXFP4 values are MXFP8 values after widening (same blocks, same scales).
             let mx_values = [dtype::FLOAT8E4M3FN, dtype::FLOAT4E2M1].contains(&t(wq));
             if mx_values && t(ws) == dtype::FLOAT8E8M0 && blocked && no_zp {
@@ -656,25 +667,44 @@ pub fn emit_kept_float(
     scale: ValueId,
 ) -> Result<(), String> {
     if let Some((v, dt)) = c.kept_float {
-        let spec = e
-            .op("MxDequantize")
-            .input(q)
-            .input(scale)
-            .attr_int("axis", -1)
-            .attr_int("block_size", BLOCK)
-            .attr_int("output_dtype", dt as i64)
-            .output(v);
-        e.add(spec)?;
+        emit_mx_dequantize(e, (q, scale), -1, dt as i64, v)?;
     }
     Ok(())
 }
 
-/// Emits one `MxMatMul` per absorbed MatMul, reading `q` and `scale`.
+/// Emits `out = MxDequantize(x, scale)` blocked 32 along `axis`, writing `output_dtype`.
+pub fn emit_mx_dequantize(
+    e: &mut Emit<'_>,
+    (x, scale): (ValueId, ValueId),
+    axis: i64,
+    output_dtype: i64,
+    out: ValueId,
+) -> Result<(), String> {
+    let spec = e
+        .op("MxDequantize")
+        .input(x)
+        .input(scale)
+        .attr_int("axis", axis)
+        .attr_int("block_size", BLOCK)
+        .attr_int("output_dtype", output_dtype)
+        .output(out);
+    e.add(spec).map(|_| ())
+}
+
+/// Whether every output of node `n` is read only by `readers` (and is not a graph output).
+pub(crate) fn only_read_by(g: &dyn GraphView, n: NodeId, readers: &[NodeId]) -> bool {
+    g.outputs(n)
+        .iter()
+        .all(|&o| !g.is_graph_output(o) && g.consumers(o).iter().all(|(r, _)| readers.contains(r)))
+}
+
+/// Emits one `MxMatMul` per absorbed MatMul, reading `q` and `scale` — or, with no `scale`
+/// (rule `mx_weight_matmul`), the float activation `q` with an empty `a_scale`.
 pub fn emit_matmuls(
     e: &mut Emit<'_>,
     c: &Consumers,
     q: ValueId,
-    scale: ValueId,
+    scale: Option<ValueId>,
 ) -> Result<(), String> {
     for u in &c.matmuls {
         let (b, b_scale, trans_b) = match &u.weight {
@@ -685,7 +715,7 @@ pub fn emit_matmuls(
                 (vals, Some(scales), true)
             }
         };
-        let mut spec = e.op("MxMatMul").input(q).input(scale).input(b);
+        let mut spec = e.op("MxMatMul").input(q).input_opt(scale).input(b);
         // Optional inputs and attributes only where they differ from a plain product (an empty
         // `b_scale` name in front of a float weight's bias, as ONNX skips optional inputs).
         if b_scale.is_some() || u.gemm.bias.is_some() {
@@ -848,16 +878,11 @@ pub fn consumers_for(
             Weight::QuarkFloat { fake_quant, .. } => (fake_quant, None),
             Weight::Float(_) => continue,
         };
-        let only_read_by = |n: NodeId, readers: &[NodeId]| {
-            g.outputs(n).iter().all(|&o| {
-                !g.is_graph_output(o) && g.consumers(o).iter().all(|(r, _)| readers.contains(r))
-            })
-        };
         // A Transpose between them goes first; the DequantizeLinear then when only it, or only
         // absorbed MatMuls, read it.
         let mut readers = absorbed.clone();
         if let Some(t) = transpose {
-            if !only_read_by(t, &absorbed) {
+            if !only_read_by(g, t, &absorbed) {
                 continue;
             }
             if !c.dequant.contains(&t) {
@@ -865,7 +890,7 @@ pub fn consumers_for(
             }
             readers.push(t);
         }
-        if only_read_by(dequant, &readers) && !c.dequant.contains(&dequant) {
+        if only_read_by(g, dequant, &readers) && !c.dequant.contains(&dequant) {
             c.dequant.push(dequant);
         }
     }

@@ -14,9 +14,9 @@
 //! * A fallback rule: it runs once every fusion is done, so it only sees DequantizeLinears no
 //!   fusion absorbed — an activation's read by something besides MatMuls (the fusion absorbed
 //!   the MatMuls and noted the rest), a weight's feeding a Gather or a Gemm with a bias, E5M2
-//!   values, MXFP4 (FLOAT4E2M1) weights no MXFP8 activation's MxMatMul absorbed (a float
-//!   activation, a weight that is not a constant). ONNX Runtime 1.31's CPU EP has no kernel
-//!   for any of them.
+//!   values, MXFP4 (FLOAT4E2M1) weights no MxMatMul absorbed (a weight that is not a
+//!   constant; a float activation's MatMul is rule `mx_weight_matmul`'s unless it refused).
+//!   ONNX Runtime 1.31's CPU EP has no kernel for any of them.
 //! * Same computation, bit for bit: `MxDequantize` is `DequantizeLinear`-24 for an E8M0 scale
 //!   (the f32 product is exact; docs/ops.md), attributes copied as they are.
 //! * FLOAT4E2M1 x is packed two per byte (ONNX): `MxDequantize` reads it as it is.

@@ -94,6 +94,6 @@ impl Rule for MxQuantRule {
         let spec = e.op("MxQuantize").input(p.x).output(q).output(scale);
         e.add(p.quant.apply(spec))?;
         emit_kept_float(e, &p.consumers, q, scale)?;
-        emit_matmuls(e, &p.consumers, q, scale)
+        emit_matmuls(e, &p.consumers, q, Some(scale))
     }
 }

@@ -121,6 +121,6 @@ impl Rule for SwigluMxQuantMatMulRule {
             .output(scale);
         e.add(p.quant.apply(spec))?;
         emit_kept_float(e, &p.consumers, q, scale)?;
-        emit_matmuls(e, &p.consumers, q, scale)
+        emit_matmuls(e, &p.consumers, q, Some(scale))
     }
 }

@@ -11,7 +11,7 @@ use crate::element::Element;
 use crate::epilogue::Epilogue;
 use crate::error::Result;
 use crate::parallel::Parallel;
-use crate::slices::MatB;
+use crate::slices::{MatA, MatB};
 
 /// MXFP8 `[N, K]` weights in the column-group layout ([`pack`]): `q` `n.div_ceil(16)·16·k`
 /// bytes, `scales` `n.div_ceil(16)·16·k/32`.
@@ -44,41 +44,53 @@ pub fn mx_matmul_cols<O: Element>(
     ep: &Epilogue,
     par: &dyn Parallel,
 ) -> Result<()> {
+    let a = MatA::Mx {
+        q: a_q,
+        scales: a_scales,
+    };
+    mx_matmul_cols_a(a, m, w, y, ep, par)
+}
+
+/// [`mx_matmul_cols`] for either form of A (MX values + scales, or float rows; see
+/// [`super::mx_matmul_a`]).
+pub fn mx_matmul_cols_a<O: Element>(
+    a: MatA<'_>,
+    m: usize,
+    w: MxColWeights<'_>,
+    y: &mut [O],
+    ep: &Epilogue,
+    par: &dyn Parallel,
+) -> Result<()> {
     let (n, k) = (w.n, w.k);
     crate::slices::check_block_multiple("K", k)?;
     use crate::slices::{check_len, elems};
     let packed = elems("packed B", elems("packed B", n.div_ceil(GROUP), GROUP)?, k)?;
-    let (mk, mn) = (elems("A", m, k)?, elems("y", m, n)?);
     check_len("packed b", w.q.len(), packed)?;
     check_len("packed b_scale", w.scales.len(), packed / BLOCK)?;
-    check_len("a_q", a_q.len(), mk)?;
-    check_len("a_scale", a_scales.len(), mk / BLOCK)?;
-    check_len("y", y.len(), mn)?;
+    crate::slices::check_matmul_a(&a, m, k)?;
+    check_len("y", y.len(), elems("y", m, n)?)?;
     ep.check_dims(m, n)?;
     if m == 0 || n == 0 {
         return Ok(());
     }
+    // A float A that is not bf16-exact runs as its bf16 parts (`float_a`).
+    let parts = |pa: MatA<'_>, rows: usize, sums: &mut [f32]| {
+        mx_matmul_cols_a(pa, rows, w, sums, &Epilogue::default(), par)
+    };
+    if let Some(done) = super::float_a::run_split(a, m, k, n, y, ep, parts) {
+        return done;
+    }
     #[cfg(target_arch = "x86_64")]
     if m <= super::matmul_cols::MAX_M && super::isa::avx512_bf16() {
-        super::matmul_cols::nk((a_q, a_scales), m, w, y, ep, par);
+        super::matmul_cols::nk(a, m, w, y, ep, par);
         return Ok(());
     }
     let (q, scales) = unpack(w.q, w.scales, k, (0, n));
-    super::mx_matmul(
-        a_q,
-        a_scales,
-        m,
-        k,
-        n,
-        MatB::Mx {
-            q: &q,
-            scales: &scales,
-        },
-        true,
-        y,
-        ep,
-        par,
-    )
+    let b = MatB::Mx {
+        q: &q,
+        scales: &scales,
+    };
+    super::mx_matmul_a(a, m, k, n, b, true, y, ep, par)
 }
 
 /// Output columns per group: the 16 f32 lanes of an accumulator.

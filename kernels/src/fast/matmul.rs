@@ -17,7 +17,7 @@ use crate::epilogue::Epilogue;
 use crate::error::Result;
 use crate::parallel::{for_row_chunks, Parallel};
 use crate::reference;
-use crate::slices::{check_matmul_io, MatB};
+use crate::slices::{check_matmul_a_io, MatA, MatB};
 
 /// Below this many multiply-adds the GEMM stays on the calling thread.
 const MIN_PARALLEL_MACS: usize = 1 << 21;
@@ -31,15 +31,6 @@ fn tiling(trans_b: bool, k: usize) -> (usize, usize) {
     } else {
         (32, k.min(256))
     }
-}
-
-/// Dequantizes A (`m × k` E4M3 values with `m × k/32` scales) to f32.
-fn dequantize_a(a_q: &[u8], a_scales: &[u8], k: usize) -> Vec<f32> {
-    let kb = k / BLOCK;
-    a_q.iter()
-        .enumerate()
-        .map(|(i, &b)| e4m3_to_f32(b) * e8m0_to_f32(a_scales[(i / k) * kb + (i % k) / BLOCK]))
-        .collect()
 }
 
 /// Decodes deq(B)[k0..k0+kc, n0..n0+cols] into `tile`, column-major (`tile[c * kc + kk]`).
@@ -133,7 +124,30 @@ pub fn mx_matmul<O: Element>(
     ep: &Epilogue,
     par: &dyn Parallel,
 ) -> Result<()> {
-    check_matmul_io(m, k, n, a_q, a_scales, &b, y.len())?;
+    let a = MatA::Mx {
+        q: a_q,
+        scales: a_scales,
+    };
+    mx_matmul_a(a, m, k, n, b, trans_b, y, ep, par)
+}
+
+/// [`mx_matmul`] for either form of A: MXFP8 values + scales, or float rows (`y = ep(Σ_k
+/// a[m, k] · deq(b)[k, n])`, the float values widened exactly to f32). Float A takes the same
+/// kernels as deq(A); the AVX-512 BF16 routes only when every value of A is exactly a bf16
+/// (`matmul_mx::bf16_a`, `matmul_cols`), so the products stay exact f32 products.
+#[allow(clippy::too_many_arguments)]
+pub fn mx_matmul_a<O: Element>(
+    a_in: MatA<'_>,
+    m: usize,
+    k: usize,
+    n: usize,
+    b: MatB<'_>,
+    trans_b: bool,
+    y: &mut [O],
+    ep: &Epilogue,
+    par: &dyn Parallel,
+) -> Result<()> {
+    check_matmul_a_io(m, k, n, &a_in, &b, y.len())?;
     ep.check_dims(m, n)?;
     if m == 0 || n == 0 {
         return Ok(());
@@ -141,10 +155,21 @@ pub fn mx_matmul<O: Element>(
     let isa = Isa::detect();
     #[cfg(target_arch = "x86_64")]
     if let (Isa::Avx2, MatB::Mx { q, scales }) = (isa, b) {
-        if trans_b && m <= super::matmul_cols::MAX_M && super::cols_layout::wanted() {
+        // A float A that is not bf16-exact runs as its bf16 parts (`float_a`) where the `[N, K]`
+        // kernels would take a bf16 route (`[K, N]` runs f32 FMAs either way).
+        let parts = |pa: MatA<'_>, rows: usize, sums: &mut [f32]| {
+            mx_matmul_a(pa, rows, k, n, b, trans_b, sums, &Epilogue::default(), par)
+        };
+        if trans_b {
+            if let Some(done) = super::float_a::run_split(a_in, m, k, n, y, ep, parts) {
+                return done;
+            }
+        }
+        let mx_a = matches!(a_in, MatA::Mx { .. });
+        if mx_a && trans_b && m <= super::matmul_cols::MAX_M && super::cols_layout::wanted() {
             // Where constant weights are prepacked for the column-lane kernel, a weight that was
             // not (a runtime one) is packed per call and takes the same kernel: the same bits
-            // whichever way the weight came.
+            // whichever way the weight came. (The provider keeps a float A's weight `[N, K]`.)
             let (q, scales) = super::cols_layout::pack(q, scales, n, k);
             let w = super::cols_layout::MxColWeights {
                 q: &q,
@@ -152,9 +177,12 @@ pub fn mx_matmul<O: Element>(
                 n,
                 k,
             };
-            super::matmul_cols::nk((a_q, a_scales), m, w, y, ep, par);
+            super::matmul_cols::nk(a_in, m, w, y, ep, par);
         } else {
-            let a = super::matmul_mx::dequantize_a(a_q, a_scales, k);
+            let a = match a_in {
+                MatA::Mx { q, scales } => super::matmul_mx::dequantize_a(q, scales, k),
+                other => other.to_f32(m, k),
+            };
             if trans_b {
                 super::matmul_mx::nk(&a, m, k, n, q, scales, y, ep, par);
             } else {
@@ -163,7 +191,7 @@ pub fn mx_matmul<O: Element>(
         }
         return Ok(());
     }
-    let a = dequantize_a(a_q, a_scales, k);
+    let a = a_in.to_f32(m, k);
     let (n_unit, kc) = tiling(trans_b, k);
     let units = n.div_ceil(n_unit);
     let y = SharedMut::new(y);

@@ -14,19 +14,20 @@
 //! block the 16 `vdpbf16ps` pair products in k order from zero, then `total = fma(block,
 //! 2^(s-127), total)`, blocks in k order.
 
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 use super::avx2::Lanes;
 use super::avx2_mx::{decode_mx_row_to, MAX_FAST_SCALE};
 use super::avx512_cols::{a_stride, nk_cols, pack_a_row};
 use super::avx512_mx::{min_exponent, normal_products};
 use super::cols_layout::{unpack, MxColWeights, GROUP};
-use super::matmul_mx::{store_block, MIN_TASK_MACS};
+use super::matmul_mx::{bf16_exact, store_block, MIN_TASK_MACS};
 use super::shared::SharedMut;
 use crate::codec::BLOCK;
 use crate::element::Element;
 use crate::epilogue::Epilogue;
 use crate::parallel::{for_row_chunks, Parallel, Serial};
+use crate::slices::MatA;
 use half::{bf16, f16};
 
 /// Largest M of this path (as `avx512_regs`: rows in groups of 8, each group a pass over the
@@ -36,10 +37,11 @@ pub const MAX_M: usize = 64;
 /// Rows per kernel call: 8 accumulators per block and 8 totals in registers.
 const ROWS: usize = 8;
 
-/// `y = deq(A) · deq(W)ᵀ` (+ epilogue) for MX A (`m × w.k` E4M3 values `a_q`, `m × w.k/32`
-/// scales), m ≤ [`MAX_M`]. Caller: `avx512_bf16()` checked.
+/// `y = deq(A) · deq(W)ᵀ` (+ epilogue) for A (`m × w.k`: MX E4M3 values with `m × w.k/32`
+/// scales, or float rows), m ≤ [`MAX_M`]. Float A that is not exactly bf16 runs every group on
+/// the row path (exact f32 products). Caller: `avx512_bf16()` checked, A's length checked.
 pub(super) fn nk<O: Element>(
-    (a_q, a_scales): (&[u8], &[u8]),
+    a_in: MatA<'_>,
     m: usize,
     w: MxColWeights<'_>,
     y: &mut [O],
@@ -48,14 +50,14 @@ pub(super) fn nk<O: Element>(
 ) {
     let (n, k) = (w.n, w.k);
     let kb = k / BLOCK;
-    assert!(m <= MAX_M && a_q.len() == m * k && a_scales.len() >= m * kb && y.len() == m * n);
+    assert!(m <= MAX_M && y.len() == m * n);
     assert!(
         w.q.len() >= n.div_ceil(GROUP) * GROUP * k
             && w.scales.len() >= n.div_ceil(GROUP) * GROUP * kb
     );
-    let (a, bf16_a, min_exp) = prepare_a((a_q, a_scales), m, k, par);
+    let (a, bf16_a, min_exp, exact) = prepare_a(a_in, m, k, par);
     let a = a.as_slice();
-    let pa = (min_exp >= -126).then_some(bf16_a);
+    let pa = (min_exp >= -126 && exact).then_some(bf16_a);
     let lda = a_stride(k);
     let y = SharedMut::new(y);
     for_row_chunks(
@@ -113,24 +115,26 @@ pub(super) fn nk<O: Element>(
     );
 }
 
-/// A for the kernel, in row chunks on `par`: deq(A) in f32 (read by groups off the route),
-/// its bf16 rows ([`pack_a_row`], `a_stride(k)` pairs apart) and its smallest exponent
-/// ([`min_exponent`]). Each row is decoded, scanned and converted while it is in L1, and the
-/// chunks run on all threads: as
+/// A for the kernel, in row chunks on `par`: A in f32 (deq(A) of MX values; float values
+/// widened), read by groups off the route, its bf16 rows ([`pack_a_row`], `a_stride(k)` pairs
+/// apart), its smallest exponent ([`min_exponent`]) and whether every value is exactly a bf16
+/// (always for MX A; the bf16 rows are only read when it holds). Each row is decoded, scanned
+/// and converted while it is in L1, and the chunks run on all threads: as
 /// three serial passes over the whole of A on the calling thread (while the other threads
 /// waited for the GEMM's tasks) this was ~40 µs per call at M = 8, K = 6144, ~5 % of a decoder
 /// step's calling-thread samples. Same values, bit for bit, as the passes it replaces.
 fn prepare_a(
-    (a_q, a_scales): (&[u8], &[u8]),
+    a_in: MatA<'_>,
     m: usize,
     k: usize,
     par: &dyn Parallel,
-) -> (Vec<f32>, Vec<u32>, i32) {
+) -> (Vec<f32>, Vec<u32>, i32, bool) {
     let (kb, lda) = (k / BLOCK, a_stride(k));
     // f32 rows written into reserved memory (as `matmul_mx::dequantize_a`: no zero fill).
     let mut a = Vec::<f32>::with_capacity(m * k);
     let mut bf16 = Vec::<u32>::with_capacity(m * lda);
     let min_exp = AtomicI32::new(i32::MAX);
+    let inexact = AtomicBool::new(false);
     {
         let a_rows = SharedMut::new(&mut a.spare_capacity_mut()[..m * k]);
         let bf16_rows = SharedMut::new(&mut bf16.spare_capacity_mut()[..m * lda]);
@@ -143,11 +147,23 @@ fn prepare_a(
                 // k/32 scales, k % 32 == 0.
                 unsafe {
                     let dst = a_rows.piece(r * k, (r + 1) * k);
-                    decode_mx_row_to(
-                        &a_q[r * k..(r + 1) * k],
-                        &a_scales[r * kb..(r + 1) * kb],
-                        dst.as_mut_ptr() as *mut f32,
-                    );
+                    match a_in {
+                        MatA::Mx { q, scales } => decode_mx_row_to(
+                            &q[r * k..(r + 1) * k],
+                            &scales[r * kb..(r + 1) * kb],
+                            dst.as_mut_ptr() as *mut f32,
+                        ),
+                        other => {
+                            let mut row = vec![0f32; k];
+                            other.row_f32(r, k, &mut row);
+                            if !bf16_exact(&row) {
+                                inexact.store(true, Ordering::Relaxed);
+                            }
+                            for (d, v) in dst.iter_mut().zip(row) {
+                                d.write(v);
+                            }
+                        }
+                    }
                     let row = std::slice::from_raw_parts(dst.as_ptr() as *const f32, k);
                     min_exp.fetch_min(min_exponent(row), Ordering::Relaxed);
                     pack_a_row(row, bf16_rows.piece(r * lda, (r + 1) * lda));
@@ -162,7 +178,7 @@ fn prepare_a(
         a.set_len(m * k);
         bf16.set_len(m * lda);
     }
-    (a, bf16, min_exp.into_inner())
+    (a, bf16, min_exp.into_inner(), !inexact.into_inner())
 }
 
 /// One kernel call for R rows into `out` (R rows of 16 sums): the group's scale range, `None`

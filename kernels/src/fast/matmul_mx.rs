@@ -455,8 +455,11 @@ struct Bf16A {
 /// f32; also at M = 1, where the cheaper decode measured 1.6× faster single-threaded with the
 /// weights in L2 and 1.08× with two threads from DRAM). Called on the calling thread:
 /// `with_avx2_only` is thread-local.
+///
+/// A that is not exactly bf16 (a float activation, `MatA::F32` / `F16`) gets `None`: its bf16
+/// rounding would change the products. deq(A) of MXFP8 values is always exact (3 mantissa bits).
 fn bf16_a(a: &[f32], m: usize) -> Option<Bf16A> {
-    if m == 0 || !super::isa::avx512_bf16() {
+    if m == 0 || !super::isa::avx512_bf16() || !bf16_exact(a) {
         return None;
     }
     // SAFETY (all three): avx512_bf16() checked the CPU features; a.len() = m·k, k a multiple
@@ -473,6 +476,11 @@ fn bf16_a(a: &[f32], m: usize) -> Option<Bf16A> {
         bf
     };
     Some(Bf16A { a: bf, min_exp })
+}
+
+/// Whether every value of `a` is exactly a bf16 (its low 16 bits zero).
+pub(super) fn bf16_exact(a: &[f32]) -> bool {
+    a.iter().fold(0u32, |acc, v| acc | v.to_bits()) & 0xFFFF == 0
 }
 
 /// The smallest and largest block scale of the unit (the smallest exponent of a nonzero deq(B)

@@ -25,6 +25,7 @@ mod avx512_regs;
 mod codec;
 pub mod cols_layout;
 mod dequant;
+pub mod float_a;
 mod isa;
 mod matmul;
 #[cfg(target_arch = "x86_64")]
@@ -47,7 +48,7 @@ pub use isa::{
     amx_bf16, avx512_bf16, avx512_norm, with_amx, with_avx2_only, with_avx512_bf16, with_portable,
     Isa,
 };
-pub use matmul::{mx_matmul, mx_matmul_quantize_a};
+pub use matmul::{mx_matmul, mx_matmul_a, mx_matmul_quantize_a};
 pub use norm::add_rms_norm_mx_quant;
 pub use quant_linear::mx_quantize_linear;
 pub use quantize::mx_quantize;

@@ -32,7 +32,7 @@ use crate::epilogue::Epilogue;
 use crate::error::{shape_err, KernelError, Result};
 use crate::fast::{self, FastElement};
 use crate::parallel::Parallel;
-use crate::slices::{MatB, NormOutputs, SwiGluInput};
+use crate::slices::{MatA, MatB, NormOutputs, SwiGluInput};
 
 fn expect_dtype(what: &str, t: DType, want: DType) -> Result<()> {
     if t != want {
@@ -292,7 +292,54 @@ pub fn mx_matmul(
     attrs: &MxMatMulAttrs,
     par: &dyn Parallel,
 ) -> Result<()> {
-    let (m, k, n) = check_mx_matmul_io(&a_q, &a_scale, b.shape, attrs.trans_b, &y, attrs)?;
+    check_mx_a(&a_q, &a_scale)?;
+    let a = MatA::Mx {
+        q: a_q.view::<u8>()?,
+        scales: a_scale.view::<u8>()?,
+    };
+    mx_matmul_with(a, a_q.shape, b, b_scale, bias, y, attrs, par)
+}
+
+/// `MxMatMul(a, "", b, b_scale, [bias]) -> y` with a float `a` (float, float16 or bfloat16,
+/// `[..., K]`) and no `a_scale`: `y = alpha · Σ_k a · deq(b) + beta · bias`, the values of `a`
+/// widened exactly to f32, f32 accumulation (docs/ops.md, MxMatMul). `b` as [`mx_matmul`]; `y`
+/// of dtype `attrs.output_dtype`.
+#[allow(clippy::too_many_arguments)]
+pub fn mx_matmul_float_a(
+    a: TensorRef<'_>,
+    b: TensorRef<'_>,
+    b_scale: Option<TensorRef<'_>>,
+    bias: Option<TensorRef<'_>>,
+    y: TensorMut<'_>,
+    attrs: &MxMatMulAttrs,
+    par: &dyn Parallel,
+) -> Result<()> {
+    mx_matmul_with(float_a(&a)?, a.shape, b, b_scale, bias, y, attrs, par)
+}
+
+/// A float `a` as the kernels' [`MatA`].
+fn float_a<'a>(a: &TensorRef<'a>) -> Result<MatA<'a>> {
+    Ok(match a.dtype {
+        DType::F32 => MatA::F32(a.view::<f32>()?),
+        DType::F16 => MatA::F16(a.view::<f16>()?),
+        DType::BF16 => MatA::BF16(a.view::<bf16>()?),
+        d => return Err(unsupported_dtype("a (without a_scale)", d)),
+    })
+}
+
+/// [`mx_matmul`] / [`mx_matmul_float_a`] once A is checked.
+#[allow(clippy::too_many_arguments)]
+fn mx_matmul_with(
+    a: MatA<'_>,
+    a_shape: &[usize],
+    b: TensorRef<'_>,
+    b_scale: Option<TensorRef<'_>>,
+    bias: Option<TensorRef<'_>>,
+    y: TensorMut<'_>,
+    attrs: &MxMatMulAttrs,
+    par: &dyn Parallel,
+) -> Result<()> {
+    let (m, k, n) = check_mx_matmul_out(a_shape, b.shape, attrs.trans_b, &y, attrs)?;
     // An MXFP4 weight is the MXFP8 weight of the same values (every E2M1 value is an E4M3 one,
     // same blocks and scales): widened here per call. The provider widens a constant one once,
     // at prepack, so this copy is the fallback for a weight that was not a session constant.
@@ -337,14 +384,11 @@ pub fn mx_matmul(
         (d, None) => return Err(unsupported_dtype("b", d)),
     };
     let ep = mx_matmul_epilogue(bias, attrs, m, n)?;
-    let (aq, as_) = (a_q.view::<u8>()?, a_scale.view::<u8>()?);
     let tb = attrs.trans_b;
     match y.dtype {
-        DType::F32 => fast::mx_matmul(aq, as_, m, k, n, mat_b, tb, y.view_mut::<f32>()?, &ep, par),
-        DType::F16 => fast::mx_matmul(aq, as_, m, k, n, mat_b, tb, y.view_mut::<f16>()?, &ep, par),
-        DType::BF16 => {
-            fast::mx_matmul(aq, as_, m, k, n, mat_b, tb, y.view_mut::<bf16>()?, &ep, par)
-        }
+        DType::F32 => fast::mx_matmul_a(a, m, k, n, mat_b, tb, y.view_mut::<f32>()?, &ep, par),
+        DType::F16 => fast::mx_matmul_a(a, m, k, n, mat_b, tb, y.view_mut::<f16>()?, &ep, par),
+        DType::BF16 => fast::mx_matmul_a(a, m, k, n, mat_b, tb, y.view_mut::<bf16>()?, &ep, par),
         d => Err(unsupported_dtype("y", d)),
     }
 }
@@ -361,32 +405,62 @@ pub fn mx_matmul_cols(
     attrs: &MxMatMulAttrs,
     par: &dyn Parallel,
 ) -> Result<()> {
-    let (m, _, n) = check_mx_matmul_io(&a_q, &a_scale, &[w.n, w.k], true, &y, attrs)?;
+    check_mx_a(&a_q, &a_scale)?;
+    let a = MatA::Mx {
+        q: a_q.view::<u8>()?,
+        scales: a_scale.view::<u8>()?,
+    };
+    mx_matmul_cols_with(a, a_q.shape, w, bias, y, attrs, par)
+}
+
+/// [`mx_matmul_cols`] with a float `a` and no `a_scale` (as [`mx_matmul_float_a`]).
+pub fn mx_matmul_cols_float_a(
+    a: TensorRef<'_>,
+    w: fast::cols_layout::MxColWeights<'_>,
+    bias: Option<TensorRef<'_>>,
+    y: TensorMut<'_>,
+    attrs: &MxMatMulAttrs,
+    par: &dyn Parallel,
+) -> Result<()> {
+    mx_matmul_cols_with(float_a(&a)?, a.shape, w, bias, y, attrs, par)
+}
+
+fn mx_matmul_cols_with(
+    a: MatA<'_>,
+    a_shape: &[usize],
+    w: fast::cols_layout::MxColWeights<'_>,
+    bias: Option<TensorRef<'_>>,
+    y: TensorMut<'_>,
+    attrs: &MxMatMulAttrs,
+    par: &dyn Parallel,
+) -> Result<()> {
+    let (m, _, n) = check_mx_matmul_out(a_shape, &[w.n, w.k], true, &y, attrs)?;
     let ep = mx_matmul_epilogue(bias, attrs, m, n)?;
-    let (aq, as_) = (a_q.view::<u8>()?, a_scale.view::<u8>()?);
-    use fast::cols_layout::mx_matmul_cols as run;
+    use fast::cols_layout::mx_matmul_cols_a as run;
     match y.dtype {
-        DType::F32 => run(aq, as_, m, w, y.view_mut::<f32>()?, &ep, par),
-        DType::F16 => run(aq, as_, m, w, y.view_mut::<f16>()?, &ep, par),
-        DType::BF16 => run(aq, as_, m, w, y.view_mut::<bf16>()?, &ep, par),
+        DType::F32 => run(a, m, w, y.view_mut::<f32>()?, &ep, par),
+        DType::F16 => run(a, m, w, y.view_mut::<f16>()?, &ep, par),
+        DType::BF16 => run(a, m, w, y.view_mut::<bf16>()?, &ep, par),
         d => Err(unsupported_dtype("y", d)),
     }
 }
 
-/// The checks of `MxMatMul`'s A, its scales and y against a weight of shape `b_shape`: (M, K,
-/// N).
-fn check_mx_matmul_io(
-    a_q: &TensorRef<'_>,
-    a_scale: &TensorRef<'_>,
+/// `MxMatMul`'s MXFP8 A: E4M3 values and E8M0 scales `[..., K/32]`.
+fn check_mx_a(a_q: &TensorRef<'_>, a_scale: &TensorRef<'_>) -> Result<()> {
+    expect_dtype("a_q", a_q.dtype, DType::E4M3)?;
+    expect_dtype("a_scale", a_scale.dtype, DType::E8M0)?;
+    expect_shape("a_scale", a_scale.shape, &scale_shape(a_q.shape)?)
+}
+
+/// The checks of y against A of shape `a_shape` and a weight of shape `b_shape`: (M, K, N).
+fn check_mx_matmul_out(
+    a_shape: &[usize],
     b_shape: &[usize],
     trans_b: bool,
     y: &TensorMut<'_>,
     attrs: &MxMatMulAttrs,
 ) -> Result<(usize, usize, usize)> {
-    expect_dtype("a_q", a_q.dtype, DType::E4M3)?;
-    expect_dtype("a_scale", a_scale.dtype, DType::E8M0)?;
-    expect_shape("a_scale", a_scale.shape, &scale_shape(a_q.shape)?)?;
-    let (m, k, n, y_shape) = mx_matmul_dims(a_q.shape, b_shape, trans_b)?;
+    let (m, k, n, y_shape) = mx_matmul_dims(a_shape, b_shape, trans_b)?;
     expect_dtype("y", y.dtype, attrs.output_dtype)?;
     expect_shape("y", y.shape, &y_shape)?;
     Ok((m, k, n))

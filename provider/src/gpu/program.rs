@@ -288,6 +288,12 @@ impl GpuProgram {
                 "AddRmsNormMxQuant" => GpuOp::Norm(AddRmsNormAttrs::from_pairs(pairs())?),
                 "SwiGluMxQuant" => GpuOp::SwiGlu(SwiGluAttrs::from_pairs(pairs())?),
                 "MxMatMul" => {
+                    if !crate::capability::device_can_run(g, n) {
+                        // Not claimed on a device placement (capability.rs); a defence here.
+                        return Err(Error::Unsupported(format!(
+                            "node {name}: a weight-only MxMatMul (float a, no a_scale) has no GPU kernel; run this model on the CPU device"
+                        )));
+                    }
                     let attrs = MxMatMulAttrs::from_pairs(pairs())?;
                     let packed = match (&backend, const_input(2)?, const_input(3)?) {
                         (Backend::Gpu(rt), Some(b), Some(bs)) => {

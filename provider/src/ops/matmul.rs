@@ -50,6 +50,8 @@ pub struct MxMatMul {
     attrs: MxMatMulAttrs,
     packed: Option<PackedB<HugeBytes>>,
     cols: Option<ColsB>,
+    /// The node has no `a_scale`: a float activation (a weight-only MX GEMM).
+    float_a: bool,
 }
 
 impl MxMatMul {
@@ -58,6 +60,7 @@ impl MxMatMul {
             attrs,
             packed: None,
             cols: None,
+            float_a: false,
         }
     }
 }
@@ -211,18 +214,20 @@ fn cols_weight(b: &TensorRef<'_>, bs: &TensorRef<'_>, trans_b: bool) -> Option<C
     })
 }
 
-/// The element type of `y`: the float weight's type when `b` is float, else `output_dtype`.
+/// The element type of `y`: a float `a`'s type (no `a_scale`: a weight-only MX GEMM), else the
+/// float weight's type when `b` is float, else `output_dtype`.
 ///
-/// The rules only emit float-weight `MxMatMul`s whose `output_dtype` is the weight's type (a
-/// MatMul's output has its inputs' type), so this is `output_dtype` for every rewritten model.
-/// It differs only when ORT's CPU `InsertCastTransformer` moves an "isolated fp16 node" to fp32
-/// (f16 weight cast to f32, Cast back to f16 after `y`): `y` must then follow `b` or the graph no
-/// longer type-checks. The bits are the same: the f32 accumulator rounded once to f16 either way.
-fn y_dtype(attrs: &MxMatMulAttrs, b_dtype: i32) -> DType {
-    match DType::from_onnx_code(b_dtype as i64) {
-        Some(t) if t.is_float() => t,
-        _ => attrs.output_dtype,
-    }
+/// The rules only emit `MxMatMul`s whose `output_dtype` is the float operand's type (a MatMul's
+/// output has its inputs' type), so this is `output_dtype` for every rewritten model. It
+/// differs only when ORT's CPU `InsertCastTransformer` moves an "isolated fp16 node" to fp32
+/// (f16 inputs cast to f32, Cast back to f16 after `y`): `y` must then follow the float operand
+/// or the graph no longer type-checks. The bits are the same: the f32 accumulator rounded once
+/// to f16 either way.
+fn y_dtype(attrs: &MxMatMulAttrs, a_dtype: i32, b_dtype: i32) -> DType {
+    let float = |t: i32| DType::from_onnx_code(t as i64).filter(|t| t.is_float());
+    float(a_dtype)
+        .or_else(|| float(b_dtype))
+        .unwrap_or(attrs.output_dtype)
 }
 
 impl Kernel for MxMatMul {
@@ -233,9 +238,13 @@ impl Kernel for MxMatMul {
         let (bd, b_unknown) = to_dims(&b.dims);
         let (_, _, _, y) = k::mx_matmul_dims(&ad, &bd, self.attrs.trans_b)?;
         Ok(vec![Meta::new(
-            y_dtype(&self.attrs, b.dtype).onnx_code(),
+            y_dtype(&self.attrs, a.dtype, b.dtype).onnx_code(),
             from_dims(&y, a_unknown || b_unknown),
         )])
+    }
+
+    fn inputs_present(&mut self, present: &[bool]) {
+        self.float_a = !present.get(1).copied().unwrap_or(false);
     }
 
     fn prepack_inputs(&self) -> &'static [usize] {
@@ -248,7 +257,9 @@ impl Kernel for MxMatMul {
         };
         let widened = widen_fp4_weight(b);
         let b = widened.as_ref().map_or(*b, Tensor::view);
-        if kernels::fast::cols_layout::wanted() {
+        // A float `a` runs the `[N, K]` kernels (`kernels::fast::float_a`): the column-group
+        // kernel multiplies bf16 A only.
+        if kernels::fast::cols_layout::wanted() && !self.float_a {
             self.cols = cols_weight(&b, bs, self.attrs.trans_b);
             if self.cols.is_some() {
                 return Ok(());
@@ -274,21 +285,24 @@ impl Kernel for MxMatMul {
         par: &dyn kernels::Parallel,
     ) -> Result<()> {
         let a = required(inputs, 0, "a_q")?;
-        let a_scale = required(inputs, 1, "a_scale")?;
+        // No a_scale: a float activation against the MX weight (a weight-only MX GEMM).
+        let a_scale = inputs.get(1).copied().flatten();
         let b = required(inputs, 2, "b")?;
         let b_scale = inputs.get(3).copied().flatten();
         let bias = inputs.get(4).copied().flatten();
-        let (ad, asd, bd) = (dims_of(a), dims_of(a_scale), dims_of(b));
+        let (ad, bd) = (dims_of(a), dims_of(b));
+        let asd = a_scale.as_ref().map(dims_of).unwrap_or_default();
         let bsd = b_scale.as_ref().map(dims_of).unwrap_or_default();
         let cd = bias.as_ref().map(dims_of).unwrap_or_default();
         let od = out_dims(outputs);
         let mut outs = out_views(outputs, &od)?;
         let y = take(&mut outs, 0, "y")?;
         let attrs = MxMatMulAttrs {
-            output_dtype: y_dtype(&self.attrs, b.meta.dtype),
+            output_dtype: y_dtype(&self.attrs, a.meta.dtype, b.meta.dtype),
             ..self.attrs
         };
-        let (a, a_scale) = (view(a, &ad)?, view(a_scale, &asd)?);
+        let a = view(a, &ad)?;
+        let a_scale = a_scale.as_ref().map(|t| view(t, &asd)).transpose()?;
         let bias = bias.as_ref().map(|t| view(t, &cd)).transpose()?;
         if let Some(c) = &self.cols {
             let w = kernels::fast::cols_layout::MxColWeights {
@@ -297,28 +311,30 @@ impl Kernel for MxMatMul {
                 n: c.n,
                 k: c.k,
             };
-            return Ok(k::mx_matmul_cols(a, a_scale, w, bias, y, &attrs, par)?);
+            return Ok(match a_scale {
+                Some(s) => k::mx_matmul_cols(a, s, w, bias, y, &attrs, par),
+                None => k::mx_matmul_cols_float_a(a, w, bias, y, &attrs, par),
+            }?);
         }
-        if let Some(p) = &self.packed {
-            let b = k::TensorRef::new(DType::E4M3, &p.q_dims, &p.q)?;
-            let bs = k::TensorRef::new(DType::E8M0, &p.scale_dims, &p.scales)?;
-            let attrs = MxMatMulAttrs {
-                trans_b: true,
-                ..attrs
-            };
-            return Ok(k::mx_matmul(a, a_scale, b, Some(bs), bias, y, &attrs, par)?);
-        }
-        let b_scale = b_scale.as_ref().map(|t| view(t, &bsd)).transpose()?;
-        Ok(k::mx_matmul(
-            a,
-            a_scale,
-            view(b, &bd)?,
-            b_scale,
-            bias,
-            y,
-            &attrs,
-            par,
-        )?)
+        let (b, b_scale, attrs) = match &self.packed {
+            Some(p) => (
+                k::TensorRef::new(DType::E4M3, &p.q_dims, &p.q)?,
+                Some(k::TensorRef::new(DType::E8M0, &p.scale_dims, &p.scales)?),
+                MxMatMulAttrs {
+                    trans_b: true,
+                    ..attrs
+                },
+            ),
+            None => (
+                view(b, &bd)?,
+                b_scale.as_ref().map(|t| view(t, &bsd)).transpose()?,
+                attrs,
+            ),
+        };
+        Ok(match a_scale {
+            Some(s) => k::mx_matmul(a, s, b, b_scale, bias, y, &attrs, par),
+            None => k::mx_matmul_float_a(a, b, b_scale, bias, y, &attrs, par),
+        }?)
     }
 }
 
@@ -553,6 +569,83 @@ mod tests {
                 "plain, trans_b {trans_b}"
             );
         }
+    }
+
+    /// A float `a` without `a_scale` (a weight-only MX GEMM): prepacked `[N, K]` (never column
+    /// groups) or not, the output follows `a`'s type and the values are `Σ a · deq(b)`; an E4M3
+    /// `a` without its scale is an error, not a panic.
+    #[test]
+    fn float_a_without_a_scale_runs_the_weight_only_gemm() {
+        let (m, kk, n) = (2usize, 64usize, 20usize);
+        let av: Vec<f32> = (0..m * kk).map(|i| (i as f32 * 0.37).sin()).collect();
+        let a = tensor(
+            DType::F32,
+            &[m as i64, kk as i64],
+            av.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        );
+        let bq: Vec<u8> = (0..kk * n).map(|i| (i * 53 % 0x7e) as u8).collect();
+        let b = tensor(DType::E4M3, &[kk as i64, n as i64], bq.clone());
+        let bsv: Vec<u8> = (0..2 * n).map(|i| 120 + (i % 5) as u8).collect();
+        let bs = tensor(DType::E8M0, &[2, n as i64], bsv.clone());
+        let want: Vec<f32> = (0..m * n)
+            .map(|i| {
+                let (r, c) = (i / n, i % n);
+                (0..kk)
+                    .map(|k| {
+                        f64::from(av[r * kk + k])
+                            * f64::from(
+                                kernels::codec::e4m3_to_f32(bq[k * n + c])
+                                    * kernels::codec::e8m0_to_f32(bsv[(k / 32) * n + c]),
+                            )
+                    })
+                    .sum::<f64>() as f32
+            })
+            .collect();
+        let inputs = [Some(a.view()), None, Some(b.view()), Some(bs.view())];
+        for prepacked in [false, true] {
+            let mut kernel = MxMatMul::new(MxMatMulAttrs::default());
+            kernel.inputs_present(&[true, false, true, true]);
+            if prepacked {
+                kernel
+                    .prepack(&[None, None, Some(b.view()), Some(bs.view())])
+                    .unwrap();
+                assert!(kernel.packed.is_some() && kernel.cols.is_none());
+            }
+            let metas = kernel
+                .output_metas(&[Some(&a.meta), None, Some(&b.meta), Some(&bs.meta)])
+                .unwrap();
+            assert_eq!(metas[0].dtype, DType::F32.onnx_code());
+            let mut y = Tensor::zeros(Meta::new(1, vec![m as i64, n as i64])).unwrap();
+            kernel
+                .compute(&inputs, &mut [Some(y.view_mut())], &Serial)
+                .unwrap();
+            let got: Vec<f32> = y
+                .data
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            for (g, w) in got.iter().zip(&want) {
+                assert!((g - w).abs() <= 1e-5 * w.abs().max(1.0), "{g} vs {w}");
+            }
+        }
+        // f16 a: y is float16 whatever output_dtype says (ORT's cast insertion moves the node).
+        let a16 = tensor(DType::F16, &[m as i64, kk as i64], vec![0; m * kk * 2]);
+        let kernel = MxMatMul::new(MxMatMulAttrs::default());
+        let metas = kernel
+            .output_metas(&[Some(&a16.meta), None, Some(&b.meta), Some(&bs.meta)])
+            .unwrap();
+        assert_eq!(metas[0].dtype, DType::F16.onnx_code());
+        // An E4M3 a needs its scale.
+        let a8 = tensor(DType::E4M3, &[m as i64, kk as i64], vec![0x38; m * kk]);
+        let mut y = Tensor::zeros(Meta::new(1, vec![m as i64, n as i64])).unwrap();
+        let err = kernel
+            .compute(
+                &[Some(a8.view()), None, Some(b.view()), Some(bs.view())],
+                &mut [Some(y.view_mut())],
+                &Serial,
+            )
+            .unwrap_err();
+        assert!(err.to_string().contains("a_scale"), "{err}");
     }
 
     #[test]

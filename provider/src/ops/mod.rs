@@ -36,6 +36,10 @@ pub trait Kernel: Send + Sync {
         Ok(())
     }
 
+    /// Which inputs the node has (`present[i]` false for an omitted optional input), told before
+    /// [`Kernel::prepack`] by both the custom-op library and the EP.
+    fn inputs_present(&mut self, _present: &[bool]) {}
+
     /// The input indices [`Kernel::prepack`] looks at (callers fetch only these constants).
     fn prepack_inputs(&self) -> &'static [usize] {
         &[]

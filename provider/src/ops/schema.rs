@@ -115,8 +115,10 @@ pub const MX_MAT_MUL: OpSchema = OpSchema {
     domain: DOMAIN,
     name: "MxMatMul",
     inputs: &[
-        typed(req("a_q"), onnx_dtype::FLOAT8E4M3FN),
-        typed(req("a_scale"), onnx_dtype::FLOAT8E8M0),
+        // FLOAT8E4M3FN values with `a_scale`, or (no `a_scale`: a weight-only MX GEMM) float,
+        // float16 or bfloat16 activations: untyped here, checked by the kernel.
+        req("a_q"),
+        typed(opt("a_scale"), onnx_dtype::FLOAT8E8M0),
         // Float, FLOAT8E4M3FN or FLOAT4E2M1 (MXFP4: widened to E4M3 at prepack).
         req("b"),
         typed(opt("b_scale"), onnx_dtype::FLOAT8E8M0),

@@ -1,0 +1,251 @@
+"""Weight-only MX models (rule `mx_weight_matmul`): float activations (float32 / float16 /
+bfloat16) against constant MXFP8 (FLOAT8E4M3FN) or MXFP4 (FLOAT4E2M1) weights with FLOAT8E8M0
+block scales (32 along K), dequantized by an opset-24 `DequantizeLinear` feeding `MatMul`, a
+`Gemm` with a bias (`transB = 1`) or a `MatMul` through a `Transpose`.
+
+ONNX Runtime 1.31's CPU EP cannot load these (no E8M0 DequantizeLinear kernel). With mxfuse the
+weight's DequantizeLinear and its MatMul become one `MxMatMul` with a float `a` and no `a_scale`:
+the weight is never dequantized per step. Both ways of running mxfuse (plugin EP on the original
+model, custom-op library on the rewritten one) give the same bits, and match `Σ x · deq(W)`
+(f64) within the f32 accumulation bound — and `onnx.reference` on the unfused float32 graph
+within float order. Fresh random inputs each run (the seed is printed on failure).
+"""
+
+import ml_dtypes
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from test_mx_dequant import EP, claimed_ops, ep_session, offline_session, rewrite, same_bits
+from test_mxfp4 import E2M1, e8m0_tensor, fp4_tensor
+
+K, N = 128, 48
+NP = {TP.FLOAT: np.float32, TP.FLOAT16: np.float16}
+
+
+def e4m3_codes(rng, shape):
+    """Random E4M3FN bytes without the NaN codes (0x7F / 0xFF)."""
+    c = rng.integers(0, 256, shape, dtype=np.uint8)
+    return np.where((c & 0x7F) == 0x7F, c ^ 1, c).astype(np.uint8)
+
+
+def decode(codes, values_type):
+    if values_type == TP.FLOAT4E2M1:
+        return E2M1[codes]
+    return codes.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+
+
+def weight(rng, values_type, nk, scales=None):
+    """(values initializer, scales initializer, deq(W) as f32 [K, N]): `[N, K]` (axis 1) when
+    `nk`, else `[K, N]` (axis 0); scales random in 118..124 unless given (`[K/32, N]`). With
+    given scales, E4M3 subnormal codes become normal ones (bfloat16 holds every normal E4M3
+    value at every scale byte, not the subnormals at the smallest)."""
+    codes = rng.integers(0, 16, (K, N)).astype(np.uint8) if values_type == TP.FLOAT4E2M1 \
+        else e4m3_codes(rng, (K, N))
+    if scales is not None and values_type != TP.FLOAT4E2M1:
+        codes = np.where((codes & 0x78) == 0, codes | 0x08, codes).astype(np.uint8)
+    s = rng.integers(118, 125, (K // 32, N)).astype(np.uint8) if scales is None else scales
+    with np.errstate(over="ignore", invalid="ignore"):
+        deq = decode(codes, values_type) * np.repeat(
+            np.where(s == 255, np.float32(np.nan), np.ldexp(np.float32(1), s.astype(np.int32) - 127)
+                     .astype(np.float32)), 32, axis=0)
+    if nk:
+        codes, s = codes.T.copy(), s.T.copy()
+    if values_type == TP.FLOAT4E2M1:
+        vals = fp4_tensor("wq", codes)
+    else:
+        vals = helper.make_tensor("wq", TP.FLOAT8E4M3FN, list(codes.shape), codes.tobytes(), raw=True)
+    return vals, e8m0_tensor("ws", s), deq.astype(np.float32)
+
+
+def model(path, form, act_type, values_type, m, rng, scales=None):
+    """x [m, K] (float32 input, Cast to bfloat16 inside for a bf16 activation) times the MX
+    weight in `form`: "matmul" ([K, N]), "gemm" (transB = 1, bias [N]), "transpose" (MatMul of
+    Transpose([N, K])). Returns the path, deq(W) [K, N] and the bias (or None)."""
+    nk = form != "matmul"
+    vals, sc, deq = weight(rng, values_type, nk, scales)
+    io_type = TP.FLOAT if act_type == TP.BFLOAT16 else act_type
+    nodes, inits = [], [vals, sc]
+    x = "x"
+    if act_type == TP.BFLOAT16:
+        nodes.append(helper.make_node("Cast", ["x"], ["xb"], to=TP.BFLOAT16))
+        x = "xb"
+    nodes.append(helper.make_node("DequantizeLinear", ["wq", "ws"], ["wd"], axis=1 if nk else 0,
+                                  block_size=32, output_dtype=act_type, name="w_dq"))
+    bias = None
+    y = "y" if act_type != TP.BFLOAT16 else "yb"
+    if form == "matmul":
+        nodes.append(helper.make_node("MatMul", [x, "wd"], [y]))
+    elif form == "transpose":
+        nodes += [helper.make_node("Transpose", ["wd"], ["wt"], perm=[1, 0]),
+                  helper.make_node("MatMul", [x, "wt"], [y])]
+    else:
+        bias = rng.standard_normal(N).astype(np.float32)
+        b = bias.astype(ml_dtypes.bfloat16) if act_type == TP.BFLOAT16 else bias.astype(NP[act_type])
+        bias = b.astype(np.float32)
+        inits.append(helper.make_tensor("c", act_type, [N], b.tobytes(), raw=True))
+        nodes.append(helper.make_node("Gemm", [x, "wd", "c"], [y], transB=1))
+    if act_type == TP.BFLOAT16:
+        nodes.append(helper.make_node("Cast", ["yb"], ["y"], to=TP.FLOAT))
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", io_type, [m, K])],
+                          [helper.make_tensor_value_info("y", io_type, [m, N])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)], ir_version=11), path)
+    return path, deq, bias
+
+
+def oracle(x, deq, bias):
+    """Σ x · deq(W) (+ bias) in f64 and the f32 accumulation bound K·2^-22·Σ|x·w|."""
+    x64, w64 = x.astype(np.float64), deq.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = x64 @ w64
+        bound = K * 2.0**-22 * (np.abs(x64) @ np.abs(w64))
+    if bias is not None:
+        want = want + bias
+    return want, bound
+
+
+def check_close(got, want, bound, act_type, what):
+    got = np.asarray(got, np.float64)
+    rel = {TP.FLOAT: 2.0**-23, TP.FLOAT16: 2.0**-10, TP.BFLOAT16: 2.0**-7}[act_type]
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan), what
+    inf = np.isinf(want)
+    assert np.array_equal(got[inf], want[inf]), what
+    ok = ~nan & ~inf
+    # Beyond the output type's range: the f32 sum rounds to ±Inf there (float16).
+    big = ok & np.isinf(got)
+    assert np.all(np.abs(want[big]) > 65000), what
+    ok &= ~big
+    tol = bound[ok] * (1 + rel) + np.abs(want[ok]) * rel + 1e-30
+    err = np.abs(got[ok] - want[ok])
+    assert np.all(err <= tol), f"{what}: worst {np.max(err - tol)}"
+
+
+def run_both(src, tmp_path, lib, ep_devices, mxfuse_cli, x):
+    report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
+    ep = ep_session(src, ep_devices)
+    off = offline_session(tmp_path / "fused.onnx", lib)
+    return report, ep, ep.run(None, {"x": x})[0], off.run(None, {"x": x})[0]
+
+
+@pytest.mark.parametrize("form", ["matmul", "gemm", "transpose"])
+@pytest.mark.parametrize("values_type", [TP.FLOAT8E4M3FN, TP.FLOAT4E2M1])
+@pytest.mark.parametrize("act_type", [TP.FLOAT, TP.FLOAT16, TP.BFLOAT16])
+@pytest.mark.parametrize("m", [1, 5, 40])
+def test_weight_only_matches_the_oracle_on_both_paths(form, values_type, act_type, m, lib, ep_devices,
+                                                       mxfuse_cli, tmp_path):
+    seed = int(np.random.SeedSequence().entropy % 2**32)
+    rng = np.random.default_rng(seed)
+    src, deq, bias = model(tmp_path / "m.onnx", form, act_type, values_type, m, rng)
+    io = np.float16 if act_type == TP.FLOAT16 else np.float32
+    x = rng.standard_normal((m, K)).astype(io)
+    report, ep, y_ep, y_off = run_both(src, tmp_path, lib, ep_devices, mxfuse_cli, x)
+    what = f"seed {seed}"
+    assert report["counts"]["mx_weight_matmul"] == 1 and report["counts"]["mx_dequant"] == 0, report
+    assert "DequantizeLinear" in claimed_ops(ep), (what, claimed_ops(ep))
+    assert same_bits(y_ep, y_off), what
+    xa = x.astype(np.float32)
+    if act_type == TP.BFLOAT16:
+        xa = xa.astype(ml_dtypes.bfloat16).astype(np.float32)
+    want, bound = oracle(xa, deq, bias)
+    check_close(y_ep, want, bound, act_type, what)
+    if act_type == TP.FLOAT:
+        # The unfused graph as onnx.reference runs it: float order only.
+        ref = ReferenceEvaluator(onnx.load(src)).run(None, {"x": x})[0]
+        assert np.allclose(y_ep, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max()), what
+
+
+@pytest.mark.parametrize("act_type", [TP.FLOAT, TP.BFLOAT16])
+def test_edge_scales_0_254_255(act_type, lib, ep_devices, mxfuse_cli, tmp_path):
+    """Scale bytes 0 (2^-127: tiny products, off the fast route), 254 (|w| ≥ 2 dequantizes to
+    ±Inf) and 255 (NaN) in some blocks, float32 and bfloat16 activations: IEEE results as the
+    oracle's and, for float32, onnx.reference's. For bfloat16 the smallest byte is 3 instead of
+    0: below it E4M3 values fall under bfloat16's subnormal spacing and the rule refuses
+    (graph_rewrites/tests/rules_mx_weight_matmul.rs, "bf16 underflow"; ORT's CPU EP then has no
+    bfloat16 MatMul to run the model at all)."""
+    rng = np.random.default_rng()
+    s = rng.integers(118, 125, (K // 32, N)).astype(np.uint8)
+    low = 0 if act_type == TP.FLOAT else 3
+    s[0, 0], s[1, 1], s[2, 2], s[3, 3:6] = low, 254, 255, low
+    for form in ["matmul", "gemm"]:
+        src, deq, bias = model(tmp_path / f"{form}.onnx", form, act_type, TP.FLOAT8E4M3FN, 3, rng, s)
+        x = rng.standard_normal((3, K)).astype(np.float32)
+        report, ep, y_ep, y_off = run_both(src, tmp_path, lib, ep_devices, mxfuse_cli, x)
+        assert report["counts"]["mx_weight_matmul"] == 1, report
+        assert same_bits(y_ep, y_off)
+        xa = x if act_type == TP.FLOAT else x.astype(ml_dtypes.bfloat16).astype(np.float32)
+        want, bound = oracle(xa, deq, bias)
+        check_close(y_ep, want, bound, act_type, form)
+        if act_type == TP.FLOAT:
+            ref = ReferenceEvaluator(onnx.load(src)).run(None, {"x": x})[0]
+            assert np.array_equal(np.isnan(y_ep), np.isnan(ref))
+            assert np.array_equal(np.isinf(y_ep), np.isinf(ref))
+
+
+def test_float16_weight_the_unfused_graph_would_round_is_refused_and_still_runs(lib, ep_devices, mxfuse_cli,
+                                                                               tmp_path):
+    """Scale 254 in float16: the unfused DequantizeLinear writes ±Inf for those weights, which
+    MxMatMul would not: refused with the reason; the model runs as MxDequantize + ORT's MatMul."""
+    rng = np.random.default_rng()
+    s = rng.integers(118, 125, (K // 32, N)).astype(np.uint8)
+    s[1, 1] = 254
+    src, _, _ = model(tmp_path / "m.onnx", "matmul", TP.FLOAT16, TP.FLOAT8E4M3FN, 2, rng, s)
+    x = rng.standard_normal((2, K)).astype(np.float16)
+    report, ep, y_ep, y_off = run_both(src, tmp_path, lib, ep_devices, mxfuse_cli, x)
+    assert report["counts"]["mx_weight_matmul"] == 0 and report["counts"]["mx_dequant"] == 1, report
+    reasons = [r["reason"] for r in report["rejections"] if r["rule"] == "mx_weight_matmul"]
+    assert reasons and "not a float16 value" in reasons[0], report
+    assert claimed_ops(ep) == ["DequantizeLinear"], claimed_ops(ep)
+    assert same_bits(y_ep, y_off)
+
+
+def test_runtime_weight_is_not_fused(lib, ep_devices, mxfuse_cli, tmp_path):
+    """A weight given at run time (a graph input) stays DequantizeLinear → MxDequantize."""
+    nodes = [helper.make_node("DequantizeLinear", ["wq", "ws"], ["wd"], axis=0, block_size=32,
+                              output_dtype=TP.FLOAT),
+             helper.make_node("MatMul", ["x", "wd"], ["y"])]
+    s = np.full((K // 32, N), 120, np.uint8)
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TP.FLOAT, [2, K]),
+                                       helper.make_tensor_value_info("wq", TP.FLOAT8E4M3FN, [K, N])],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, [2, N])], [e8m0_tensor("ws", s)])
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)], ir_version=11), src)
+    report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
+    assert report["counts"]["mx_weight_matmul"] == 0 and report["counts"]["mx_dequant"] == 1, report
+    reasons = [r["reason"] for r in report["rejections"] if r["rule"] == "mx_weight_matmul"]
+    assert reasons and "not constant" in reasons[0], report
+
+
+def test_weight_also_read_by_a_gather_stays_for_it(lib, ep_devices, mxfuse_cli, tmp_path):
+    """A tied embedding: the MX weight [N, K] feeds a Gather (embedding rows) and, through a
+    Transpose, the float-activation MatMul (lm head). The MatMul reads the MX constants; the
+    DequantizeLinear is re-created as MxDequantize for the Gather (bit for bit onnx.reference)."""
+    rng = np.random.default_rng()
+    vals, sc, deq = weight(rng, TP.FLOAT8E4M3FN, True)
+    nodes = [helper.make_node("DequantizeLinear", ["wq", "ws"], ["wd"], axis=1, block_size=32,
+                              output_dtype=TP.FLOAT),
+             helper.make_node("Gather", ["wd", "ids"], ["emb"], axis=0),
+             helper.make_node("Transpose", ["wd"], ["wt"], perm=[1, 0]),
+             helper.make_node("MatMul", ["x", "wt"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TP.FLOAT, [3, K]),
+                                       helper.make_tensor_value_info("ids", TP.INT64, [4])],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, [3, N]),
+                           helper.make_tensor_value_info("emb", TP.FLOAT, [4, K])], [vals, sc])
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)], ir_version=11), src)
+    feeds = {"x": rng.standard_normal((3, K)).astype(np.float32),
+             "ids": rng.integers(0, N, 4).astype(np.int64)}
+    report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
+    assert report["counts"]["mx_weight_matmul"] == 1, report
+    fused = onnx.load(tmp_path / "fused.onnx")
+    assert sorted(n.op_type for n in fused.graph.node) == ["Gather", "MxDequantize", "MxMatMul"]
+    ref = ReferenceEvaluator(onnx.load(src)).run(None, feeds)
+    want, bound = oracle(feeds["x"], deq, None)
+    for sess in [ep_session(src, ep_devices), offline_session(tmp_path / "fused.onnx", lib)]:
+        y, emb = sess.run(None, feeds)
+        assert same_bits(emb, ref[1])
+        check_close(y, want, bound, TP.FLOAT, "tied")
