@@ -4,6 +4,8 @@
 
 use std::ffi::{c_char, c_void, CStr};
 use std::ptr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use ort_sys::{
     OrtCustomOpDomain, OrtHardwareDevice, OrtHardwareDeviceType, OrtKeyValuePairs, OrtLogger,
@@ -61,12 +63,30 @@ impl Factory {
         Box::into_raw(self) as *mut OrtEpFactory
     }
 
+    /// Frees a factory ORT is done with, or, while an EP it created is still alive, keeps it
+    /// until the last such EP is released: ORT's `UnregisterExecutionProviderLibrary` releases
+    /// the factory even when a session still holds one of its EPs (the C API asks callers not to
+    /// do that; Python's garbage collector makes it easy), and that session's end calls
+    /// `factory->ReleaseEp`, which must not read freed memory. The library itself stays mapped
+    /// (`exports::pin_library`).
+    ///
     /// # Safety
-    /// `f` must come from [`Factory::into_raw`] and not be used afterwards.
+    /// `f` must come from [`Factory::into_raw`] and not be used afterwards, except by ORT to
+    /// release the EPs it created.
     pub unsafe fn release(f: *mut OrtEpFactory) {
-        drop(Box::from_raw(f as *mut Factory));
+        let mut orphans = ORPHANS.lock().unwrap_or_else(|e| e.into_inner());
+        if LIVE_EPS.load(Ordering::SeqCst) > 0 {
+            orphans.push(f as usize);
+        } else {
+            drop(Box::from_raw(f as *mut Factory));
+        }
     }
 }
+
+/// EPs created by any factory of this library and not yet released.
+static LIVE_EPS: AtomicUsize = AtomicUsize::new(0);
+/// Factories released by ORT while EPs were alive (addresses): freed with the last EP.
+static ORPHANS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
 unsafe extern "system" fn get_name(_f: *const OrtEpFactory) -> *const c_char {
     NAME.as_ptr()
@@ -180,14 +200,24 @@ unsafe extern "system" fn create_ep(
         *ep = MxEp::new(options, logger)?
             .with_placement(placement)?
             .into_raw();
+        LIVE_EPS.fetch_add(1, Ordering::SeqCst);
         Ok(())
     })
 }
 
 unsafe extern "system" fn release_ep(_f: *mut OrtEpFactory, ep: *mut OrtEp) {
     guard_value((), || {
-        if !ep.is_null() {
-            MxEp::release(ep)
+        if ep.is_null() {
+            return;
+        }
+        MxEp::release(ep);
+        let mut orphans = ORPHANS.lock().unwrap_or_else(|e| e.into_inner());
+        // The last live EP: free the factories ORT already released (`_f` may be one of them;
+        // ORT does not touch it after this call returns).
+        if LIVE_EPS.fetch_sub(1, Ordering::SeqCst) == 1 {
+            for f in orphans.drain(..) {
+                drop(Box::from_raw(f as *mut Factory));
+            }
         }
     })
 }
