@@ -34,7 +34,7 @@ pub unsafe extern "C" fn RegisterCustomOps(
 /// Called by ORT with valid pointers; `factories` has room for `max_factories` entries.
 #[no_mangle]
 pub unsafe extern "C" fn CreateEpFactories(
-    _registration_name: *const c_char,
+    registration_name: *const c_char,
     base: *const OrtApiBase,
     _logger: *const OrtLogger,
     factories: *mut *mut OrtEpFactory,
@@ -49,7 +49,14 @@ pub unsafe extern "C" fn CreateEpFactories(
         if factories.is_null() || num_factories.is_null() || max_factories < 1 {
             return Err(Error::invalid("CreateEpFactories: no room for a factory"));
         }
-        *factories = Factory::new().into_raw();
+        let name = if registration_name.is_null() {
+            String::new()
+        } else {
+            std::ffi::CStr::from_ptr(registration_name)
+                .to_string_lossy()
+                .into_owned()
+        };
+        *factories = Factory::new_registered(name)?.into_raw();
         *num_factories = 1;
         Ok(())
     })

@@ -59,6 +59,22 @@ impl Factory {
         })
     }
 
+    /// The factory of a library registration (`CreateEpFactories`). One registration at a
+    /// time: under a second name ORT would list our devices twice (one per factory), and a
+    /// session given both fails with ORT's "All OrtEpDevice values in ep_devices must have the
+    /// same execution provider", while `providers=["MxFuseExecutionProvider"]` picks one of
+    /// them; the second registration is refused instead, naming the first.
+    pub fn new_registered(name: String) -> Result<Box<Self>> {
+        let mut registered = REGISTERED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(first) = registered.as_ref() {
+            return Err(Error::invalid(format!(
+                "this library is already registered with ONNX Runtime as {first:?} (registering it again as {name:?} would offer every device twice); unregister {first:?} first, or use it"
+            )));
+        }
+        *registered = Some(name);
+        Ok(Self::new())
+    }
+
     pub fn into_raw(self: Box<Self>) -> *mut OrtEpFactory {
         Box::into_raw(self) as *mut OrtEpFactory
     }
@@ -74,6 +90,7 @@ impl Factory {
     /// `f` must come from [`Factory::into_raw`] and not be used afterwards, except by ORT to
     /// release the EPs it created.
     pub unsafe fn release(f: *mut OrtEpFactory) {
+        *REGISTERED.lock().unwrap_or_else(|e| e.into_inner()) = None;
         let mut orphans = ORPHANS.lock().unwrap_or_else(|e| e.into_inner());
         if LIVE_EPS.load(Ordering::SeqCst) > 0 {
             orphans.push(f as usize);
@@ -83,6 +100,9 @@ impl Factory {
     }
 }
 
+/// The registration name of the factory ORT holds (made by `CreateEpFactories`, not yet
+/// released).
+static REGISTERED: Mutex<Option<String>> = Mutex::new(None);
 /// EPs created by any factory of this library and not yet released.
 static LIVE_EPS: AtomicUsize = AtomicUsize::new(0);
 /// Factories released by ORT while EPs were alive (addresses): freed with the last EP.

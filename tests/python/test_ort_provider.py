@@ -223,3 +223,36 @@ def test_unregistering_the_library_under_a_live_session_does_not_crash(lib, tmp_
     child = subprocess.run([sys.executable, "-c", UNREGISTER_WITH_A_LIVE_SESSION, lib, str(model), name],
                            capture_output=True, text=True, timeout=300)
     assert child.returncode == 0 and "survived" in child.stdout, (child.returncode, child.stderr[-2000:])
+
+
+REGISTER_UNDER_TWO_NAMES = """
+import sys, numpy as np, onnxruntime as ort
+lib, model = sys.argv[1:]
+def session():
+    so = ort.SessionOptions()
+    so.add_provider_for_devices([d for d in ort.get_ep_devices() if d.ep_name == "MxFuseExecutionProvider"], {})
+    return ort.InferenceSession(model, so)
+ort.register_execution_provider_library("first", lib)
+try:
+    ort.register_execution_provider_library("second", lib)
+    sys.exit("registered twice")
+except Exception as e:
+    assert 'already registered with ONNX Runtime as "first"' in str(e), e
+x = np.ones((4, 64), np.float32)
+session().run(None, {"x": x})
+ort.unregister_execution_provider_library("first")
+ort.register_execution_provider_library("second", lib)
+session().run(None, {"x": x})
+print("one registration at a time")
+"""
+
+
+def test_a_second_registration_under_another_name_is_refused(lib, tmp_path):
+    """Was: ORT accepted it and listed our CPU device twice (one per factory), so the package's
+    get_ep_devices() handed both to add_provider_for_devices, which ORT refuses ("All OrtEpDevice
+    values in ep_devices must have the same execution provider")."""
+    model = tmp_path / "m.onnx"
+    onnx.save(floatify_outputs(onnx.load(STD_QUANT)), model)
+    child = subprocess.run([sys.executable, "-c", REGISTER_UNDER_TWO_NAMES, lib, str(model)],
+                           capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0 and "one registration at a time" in child.stdout, child.stderr[-2000:]
