@@ -62,6 +62,14 @@ pub const KEYS: &[&str] = &[
 /// helps no kernel, and asking the OS for them can exhaust the process's thread limit.
 pub const MAX_THREADS: usize = 1024;
 
+/// Whether `key` (bare, or with our `ep.mxfuseexecutionprovider.` prefix; any case) names one of
+/// our provider options.
+pub fn is_option_key(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    let key = key.strip_prefix(&config_prefix()).unwrap_or(&key);
+    key.starts_with("rule.") || KEYS.contains(&key) || RULE_SETTINGS.contains(&key)
+}
+
 fn parse_bool(key: &str, value: &str) -> Result<bool> {
     graph_rewrites::pattern::parse_flag(value).ok_or_else(|| {
         Error::invalid(format!(
@@ -239,6 +247,27 @@ mod tests {
             let key = format!("ep.mxfuseexecutionprovider.{k}");
             let err = parse(&[(key.as_str(), v)]).unwrap_err().to_string();
             assert!(err.contains(k), "{k}={v}: {err}");
+        }
+    }
+
+    #[test]
+    fn option_keys_are_recognised_bare_and_prefixed() {
+        for k in [
+            "threads",
+            "scale_rule",
+            "rule.mxquant",
+            "Enable_Rules",
+            "ep.MxFuseExecutionProvider.device",
+        ] {
+            assert!(is_option_key(k), "{k}");
+        }
+        for k in [
+            "ep.dynamic.workload_type",
+            "rule",
+            "thread",
+            "ep.otherexecutionprovider.threads",
+        ] {
+            assert!(!is_option_key(k), "{k}");
         }
     }
 

@@ -169,6 +169,18 @@ def test_unknown_provider_option_is_an_error(ep_devices, capfd):
     assert 'unknown provider option "no_such_option"' in capfd.readouterr().out
 
 
+def test_changing_a_provider_option_on_a_live_session_is_an_error(ep_devices):
+    """Was silently accepted (the EP had no SetDynamicOptions): threads, rules and the rules'
+    settings are fixed at session creation. Keys that are not ours pass (ORT hands every EP the
+    same keys)."""
+    sess = ep_session(floatify_outputs(mxquantize_model()), ep_devices)
+    for key in ("threads", "rule.mxquant", "scale_rule"):
+        with pytest.raises(Exception, match=f'provider option "{key}" cannot be changed on a live session'):
+            sess.set_ep_dynamic_options({key: "1"})
+    sess.set_ep_dynamic_options({"ep.dynamic.workload_type": "Efficient"})
+    assert sess.run(None, {"x": activations((2, 64))})[0].shape == (2, 64)
+
+
 def test_eight_threads_two_hundred_runs_identical(ep_devices):
     model = floatify_outputs(onnx.load(STD_QUANT))
     sess = ep_session(model, ep_devices, record=False)
