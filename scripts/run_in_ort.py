@@ -5,7 +5,9 @@
    Quark ops it lacks (models/tests/python/check_models.py); a model with another op it cannot
    evaluate skips this comparison and says so,
 2. the original model in ONNX Runtime with the mxfuse plugin EP (fuses online),
-3. the offline-rewritten model in ONNX Runtime with the mxfuse custom-op library.
+3. the offline-rewritten model in ONNX Runtime with the mxfuse custom-op library (and, for a
+   float16 output where 2 and 3 differ, also with the plugin EP: on the custom-op path ORT's CPU
+   EP runs some unfused f16 ops in f32, see docs/provider.md "f16 on the custom-op path").
 
 bfloat16 graph inputs and outputs are passed as OrtValues / fetched through an exact Cast (ORT's
 Python API has no numpy type for them).
@@ -195,10 +197,25 @@ def main():
         so2.register_custom_ops_library(lib)
     offline = run(load_session(rewritten_run, so2, None if quark else ["CPUExecutionProvider"]), fetch_run, feeds)
 
+    # An f16 output that differs on the custom-op path: ORT's CPU EP moves "isolated" f16 nodes
+    # of the unfused remainder (attention) to f32 there (InsertCastTransformer), which rounds
+    # differently, and one E4M3 rounding downstream may flip (docs/provider.md, "f16 on the
+    # custom-op path"). The fused ops themselves are checked by running the rewritten model on
+    # the plugin EP, where the unfused ops run as in the online session.
+    f16_differs = [n for n, a, b in zip(fetch, online, offline)
+                   if a.dtype == np.float16 and not np.array_equal(a, b, equal_nan=True)]
+    offline_ep = None
+    if f16_differs and not quark:
+        offline_ep = dict(zip(fetch, run(load_session(rewritten_run, ep_session_options(lib)), fetch_run, feeds)))
+
     ok = True
     for name, a, b in zip(fetch, online, offline):
         same = np.array_equal(a, b, equal_nan=True)
         line = f"output {name}: plugin EP vs {how} bit-identical: {same}"
+        if not same and offline_ep is not None and name in f16_differs:
+            same = np.array_equal(a, offline_ep[name], equal_nan=True)
+            line += (f" (f16: ORT's CPU EP runs unfused f16 ops in f32 on that path, see docs/provider.md); "
+                     f"vs the rewritten model on the plugin EP bit-identical: {same}")
         if ref is not None:
             r, v = ref[name], values(a, types[name]).astype(np.float64)
             err = float(np.max(np.abs(v - r.astype(np.float64)))) if r.size else 0.0

@@ -54,7 +54,7 @@ impl MxEp {
                 ReleaseNodeComputeInfos: Some(release_node_compute_infos),
                 GetPreferredDataLayout: None,
                 ShouldConvertDataLayoutForOp: None,
-                SetDynamicOptions: None,
+                SetDynamicOptions: Some(set_dynamic_options),
                 OnRunStart: None,
                 OnRunEnd: None,
                 CreateAllocator: None,
@@ -119,6 +119,29 @@ impl MxEp {
 
 unsafe extern "system" fn get_name(_ep: *const OrtEp) -> *const c_char {
     NAME.as_ptr()
+}
+
+/// `session.set_ep_dynamic_options(...)`: ORT hands every EP of the session the same keys. Ours
+/// are fixed at session creation (they decide what `GetCapability` claims and how `Compile`
+/// builds the kernels), so a provider option key here is an error instead of being silently
+/// ignored; other keys (`ep.dynamic.workload_type`, other EPs' options) are not ours and pass.
+unsafe extern "system" fn set_dynamic_options(
+    _this: *mut OrtEp,
+    keys: *const *const c_char,
+    _values: *const *const c_char,
+    count: usize,
+) -> OrtStatusPtr {
+    guard_status("SetDynamicOptions", || {
+        for i in 0..count {
+            let key = owned_str(*keys.add(i));
+            if crate::options::is_option_key(&key) {
+                return Err(Error::invalid(format!(
+                    "provider option {key:?} cannot be changed on a live session (mxfuse has no dynamic options): pass it with the EP when creating the session"
+                )));
+            }
+        }
+        Ok(())
+    })
 }
 
 unsafe extern "system" fn get_capability(

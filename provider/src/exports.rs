@@ -34,7 +34,7 @@ pub unsafe extern "C" fn RegisterCustomOps(
 /// Called by ORT with valid pointers; `factories` has room for `max_factories` entries.
 #[no_mangle]
 pub unsafe extern "C" fn CreateEpFactories(
-    _registration_name: *const c_char,
+    registration_name: *const c_char,
     base: *const OrtApiBase,
     _logger: *const OrtLogger,
     factories: *mut *mut OrtEpFactory,
@@ -45,10 +45,18 @@ pub unsafe extern "C" fn CreateEpFactories(
         return status;
     }
     guard_status("CreateEpFactories", || {
+        pin_library();
         if factories.is_null() || num_factories.is_null() || max_factories < 1 {
             return Err(Error::invalid("CreateEpFactories: no room for a factory"));
         }
-        *factories = Factory::new().into_raw();
+        let name = if registration_name.is_null() {
+            String::new()
+        } else {
+            std::ffi::CStr::from_ptr(registration_name)
+                .to_string_lossy()
+                .into_owned()
+        };
+        *factories = Factory::new_registered(name)?.into_raw();
         *num_factories = 1;
         Ok(())
     })
@@ -66,4 +74,24 @@ pub unsafe extern "C" fn ReleaseEpFactory(factory: *mut OrtEpFactory) -> OrtStat
         }
         Ok(())
     })
+}
+
+/// Keeps this library mapped until the process exits (`RTLD_NODELETE`). ORT's
+/// `UnregisterExecutionProviderLibrary` unloads it even when a live session still runs our
+/// fused nodes (the C API asks callers not to; in Python a session kept alive by a reference
+/// cycle or a test fixture is enough), and that session's next run or release then jumped into
+/// unmapped code (a segfault). A re-registration loads the same copy again.
+fn pin_library() {
+    static PINNED: std::sync::Once = std::sync::Once::new();
+    PINNED.call_once(|| unsafe {
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        let here = CreateEpFactories as *const std::ffi::c_void;
+        if libc::dladdr(here, &mut info) != 0 && !info.dli_fname.is_null() {
+            // NOLOAD: only mark the copy already loaded (the handle is never closed).
+            libc::dlopen(
+                info.dli_fname,
+                libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_NODELETE,
+            );
+        }
+    });
 }

@@ -4,6 +4,8 @@
 
 use std::ffi::{c_char, c_void, CStr};
 use std::ptr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use ort_sys::{
     OrtCustomOpDomain, OrtHardwareDevice, OrtHardwareDeviceType, OrtKeyValuePairs, OrtLogger,
@@ -57,16 +59,54 @@ impl Factory {
         })
     }
 
+    /// The factory of a library registration (`CreateEpFactories`). One registration at a
+    /// time: under a second name ORT would list our devices twice (one per factory), and a
+    /// session given both fails with ORT's "All OrtEpDevice values in ep_devices must have the
+    /// same execution provider", while `providers=["MxFuseExecutionProvider"]` picks one of
+    /// them; the second registration is refused instead, naming the first.
+    pub fn new_registered(name: String) -> Result<Box<Self>> {
+        let mut registered = REGISTERED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(first) = registered.as_ref() {
+            return Err(Error::invalid(format!(
+                "this library is already registered with ONNX Runtime as {first:?} (registering it again as {name:?} would offer every device twice); unregister {first:?} first, or use it"
+            )));
+        }
+        *registered = Some(name);
+        Ok(Self::new())
+    }
+
     pub fn into_raw(self: Box<Self>) -> *mut OrtEpFactory {
         Box::into_raw(self) as *mut OrtEpFactory
     }
 
+    /// Frees a factory ORT is done with, or, while an EP it created is still alive, keeps it
+    /// until the last such EP is released: ORT's `UnregisterExecutionProviderLibrary` releases
+    /// the factory even when a session still holds one of its EPs (the C API asks callers not to
+    /// do that; Python's garbage collector makes it easy), and that session's end calls
+    /// `factory->ReleaseEp`, which must not read freed memory. The library itself stays mapped
+    /// (`exports::pin_library`).
+    ///
     /// # Safety
-    /// `f` must come from [`Factory::into_raw`] and not be used afterwards.
+    /// `f` must come from [`Factory::into_raw`] and not be used afterwards, except by ORT to
+    /// release the EPs it created.
     pub unsafe fn release(f: *mut OrtEpFactory) {
-        drop(Box::from_raw(f as *mut Factory));
+        *REGISTERED.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        let mut orphans = ORPHANS.lock().unwrap_or_else(|e| e.into_inner());
+        if LIVE_EPS.load(Ordering::SeqCst) > 0 {
+            orphans.push(f as usize);
+        } else {
+            drop(Box::from_raw(f as *mut Factory));
+        }
     }
 }
+
+/// The registration name of the factory ORT holds (made by `CreateEpFactories`, not yet
+/// released).
+static REGISTERED: Mutex<Option<String>> = Mutex::new(None);
+/// EPs created by any factory of this library and not yet released.
+static LIVE_EPS: AtomicUsize = AtomicUsize::new(0);
+/// Factories released by ORT while EPs were alive (addresses): freed with the last EP.
+static ORPHANS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
 unsafe extern "system" fn get_name(_f: *const OrtEpFactory) -> *const c_char {
     NAME.as_ptr()
@@ -180,14 +220,24 @@ unsafe extern "system" fn create_ep(
         *ep = MxEp::new(options, logger)?
             .with_placement(placement)?
             .into_raw();
+        LIVE_EPS.fetch_add(1, Ordering::SeqCst);
         Ok(())
     })
 }
 
 unsafe extern "system" fn release_ep(_f: *mut OrtEpFactory, ep: *mut OrtEp) {
     guard_value((), || {
-        if !ep.is_null() {
-            MxEp::release(ep)
+        if ep.is_null() {
+            return;
+        }
+        MxEp::release(ep);
+        let mut orphans = ORPHANS.lock().unwrap_or_else(|e| e.into_inner());
+        // The last live EP: free the factories ORT already released (`_f` may be one of them;
+        // ORT does not touch it after this call returns).
+        if LIVE_EPS.fetch_sub(1, Ordering::SeqCst) == 1 {
+            for f in orphans.drain(..) {
+                drop(Box::from_raw(f as *mut Factory));
+            }
         }
     })
 }

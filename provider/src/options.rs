@@ -62,10 +62,18 @@ pub const KEYS: &[&str] = &[
 /// helps no kernel, and asking the OS for them can exhaust the process's thread limit.
 pub const MAX_THREADS: usize = 1024;
 
+/// Whether `key` (bare, or with our `ep.mxfuseexecutionprovider.` prefix; any case) names one of
+/// our provider options.
+pub fn is_option_key(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    let key = key.strip_prefix(&config_prefix()).unwrap_or(&key);
+    key.starts_with("rule.") || KEYS.contains(&key) || RULE_SETTINGS.contains(&key)
+}
+
 fn parse_bool(key: &str, value: &str) -> Result<bool> {
     graph_rewrites::pattern::parse_flag(value).ok_or_else(|| {
         Error::invalid(format!(
-            "provider option {key}: expected 0 or 1, got {value:?}"
+            "provider option {key}: expected 0 or 1 (or true / false, on / off, yes / no), got {value:?}"
         ))
     })
 }
@@ -183,6 +191,21 @@ impl EpOptions {
                 }
             }
         }
+        // `enable_rules` naming only rules that `disable_rules` / `rule.<name>=0` turn off again
+        // would claim nothing, and the session would fail later with ORT's "Could not find an
+        // implementation for QuantizeLinear(24)" instead of naming the contradiction.
+        if !opts.pipeline.only.is_empty()
+            && opts
+                .pipeline
+                .only
+                .iter()
+                .all(|r| opts.pipeline.disable.contains(r))
+        {
+            return Err(Error::invalid(format!(
+                "provider options enable_rules ({}) and disable_rules / rule.<name>=0 turn off every rule enabled: no rule would run",
+                opts.pipeline.only.join(", ")
+            )));
+        }
         // The rules engine validates its own settings (one definition of the allowed values).
         RuleConfig::from_settings(&settings)
             .map_err(|e| Error::invalid(format!("provider option {e}")))?;
@@ -243,6 +266,27 @@ mod tests {
     }
 
     #[test]
+    fn option_keys_are_recognised_bare_and_prefixed() {
+        for k in [
+            "threads",
+            "scale_rule",
+            "rule.mxquant",
+            "Enable_Rules",
+            "ep.MxFuseExecutionProvider.device",
+        ] {
+            assert!(is_option_key(k), "{k}");
+        }
+        for k in [
+            "ep.dynamic.workload_type",
+            "rule",
+            "thread",
+            "ep.otherexecutionprovider.threads",
+        ] {
+            assert!(!is_option_key(k), "{k}");
+        }
+    }
+
+    #[test]
     fn prefix_is_case_insensitive_and_only_sets_only() {
         let o = parse(&[("EP.MxFuseExecutionProvider.enable_rules", "swiglu_mxquant")]).unwrap();
         assert_eq!(o.pipeline.only, vec!["swiglu_mxquant"]);
@@ -292,9 +336,41 @@ mod tests {
                 "0",
                 "unknown rule",
             ),
+            (
+                "ep.mxfuseexecutionprovider.rule.swiglu_mxquant",
+                "2",
+                "or true / false",
+            ),
         ] {
             let err = parse(&[(k, v)]).unwrap_err().to_string();
             assert!(err.contains(needle), "{k}={v}: {err}");
         }
+    }
+
+    #[test]
+    fn enabling_only_rules_that_are_disabled_again_is_an_error() {
+        let p = "ep.mxfuseexecutionprovider.";
+        let (only, off, rule_off) = (
+            format!("{p}enable_rules"),
+            format!("{p}disable_rules"),
+            format!("{p}rule.swiglu_mxquant"),
+        );
+        for pairs in [
+            vec![
+                (only.as_str(), "swiglu_mxquant"),
+                (off.as_str(), "swiglu_mxquant"),
+            ],
+            vec![(rule_off.as_str(), "0"), (only.as_str(), "swiglu_mxquant")],
+        ] {
+            let err = parse(&pairs).unwrap_err().to_string();
+            assert!(err.contains("no rule would run"), "{pairs:?}: {err}");
+        }
+        // One of the enabled rules left on is fine.
+        let o = parse(&[
+            (only.as_str(), "swiglu_mxquant,add_rmsnorm_mxquant"),
+            (off.as_str(), "swiglu_mxquant"),
+        ])
+        .unwrap();
+        assert_eq!(o.pipeline.disable, vec!["swiglu_mxquant"]);
     }
 }

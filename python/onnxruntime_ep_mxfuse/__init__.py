@@ -28,8 +28,25 @@ _EP_NAME = "MxFuseExecutionProvider"
 
 
 def get_library_path() -> str:
-    """Absolute path of the bundled ``libmxfuse_ep.so``."""
-    return str(Path(__file__).resolve().parent / "libmxfuse_ep.so")
+    """Absolute path of the bundled ``libmxfuse_ep.so``.
+
+    An editable install (``pip install -e ./python``) bundles nothing: the library is then the
+    checkout's ``target/release/libmxfuse_ep.so``, and without one this raises
+    ``FileNotFoundError`` saying how to build it (ONNX Runtime would only say that it cannot open
+    the file).
+    """
+    here = Path(__file__).resolve().parent
+    bundled = here / "libmxfuse_ep.so"
+    if bundled.is_file():
+        return str(bundled)
+    checkout = here.parent.parent / "target" / "release" / "libmxfuse_ep.so"
+    if checkout.is_file():
+        return str(checkout)
+    raise FileNotFoundError(
+        f"libmxfuse_ep.so is not in the package ({bundled}) nor in the checkout ({checkout}): "
+        "an editable install does not copy it; run `cargo build --release -p provider` in the "
+        "mxfuse checkout, or install the wheel with `pip install ./python`"
+    )
 
 
 def get_ep_name() -> str:

@@ -5,6 +5,8 @@ FLOAT8E4M3FN / FLOAT8E8M0 type are Cast to float inside the model (exact for bot
 numpy cannot hold E8M0.
 """
 
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -167,6 +169,18 @@ def test_unknown_provider_option_is_an_error(ep_devices, capfd):
     assert 'unknown provider option "no_such_option"' in capfd.readouterr().out
 
 
+def test_changing_a_provider_option_on_a_live_session_is_an_error(ep_devices):
+    """Was silently accepted (the EP had no SetDynamicOptions): threads, rules and the rules'
+    settings are fixed at session creation. Keys that are not ours pass (ORT hands every EP the
+    same keys)."""
+    sess = ep_session(floatify_outputs(mxquantize_model()), ep_devices)
+    for key in ("threads", "rule.mxquant", "scale_rule"):
+        with pytest.raises(Exception, match=f'provider option "{key}" cannot be changed on a live session'):
+            sess.set_ep_dynamic_options({key: "1"})
+    sess.set_ep_dynamic_options({"ep.dynamic.workload_type": "Efficient"})
+    assert sess.run(None, {"x": activations((2, 64))})[0].shape == (2, 64)
+
+
 def test_eight_threads_two_hundred_runs_identical(ep_devices):
     model = floatify_outputs(onnx.load(STD_QUANT))
     sess = ep_session(model, ep_devices, record=False)
@@ -186,3 +200,71 @@ def test_eight_threads_two_hundred_runs_identical(ep_devices):
     for t in threads:
         t.join()
     assert not failures
+
+
+# Runs in a child process: it unregisters the EP library, which the other tests of this process
+# keep registered.
+UNREGISTER_WITH_A_LIVE_SESSION = """
+import sys, numpy as np, onnxruntime as ort
+lib, model, name = sys.argv[1:]
+x = np.arange(4 * 64, dtype=np.float32).reshape(4, 64) / 7 - 18
+def session():
+    ort.register_execution_provider_library(name, lib)
+    so = ort.SessionOptions()
+    so.add_provider_for_devices([d for d in ort.get_ep_devices() if d.ep_name == "MxFuseExecutionProvider"], {})
+    return ort.InferenceSession(model, so)
+live = session()
+want = live.run(None, {"x": x})
+ort.unregister_execution_provider_library(name)
+after = live.run(None, {"x": x})
+del live
+again = session().run(None, {"x": x})
+assert all(np.array_equal(a, b) and np.array_equal(a, c) for a, b, c in zip(want, after, again))
+print("survived")
+"""
+
+
+@pytest.mark.parametrize("name", [EP_NAME, "another_name"])
+def test_unregistering_the_library_under_a_live_session_does_not_crash(lib, tmp_path, name):
+    """Was a segfault: ORT's UnregisterExecutionProviderLibrary unloads the library and releases
+    its factory although a session still holds one of its EPs (the C API asks callers not to,
+    but in Python a session a reference cycle keeps alive is enough); that session's next run
+    jumped into unmapped code. The library now stays mapped and the factory outlives its EPs."""
+    model = tmp_path / "m.onnx"
+    onnx.save(floatify_outputs(onnx.load(STD_QUANT)), model)
+    child = subprocess.run([sys.executable, "-c", UNREGISTER_WITH_A_LIVE_SESSION, lib, str(model), name],
+                           capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0 and "survived" in child.stdout, (child.returncode, child.stderr[-2000:])
+
+
+REGISTER_UNDER_TWO_NAMES = """
+import sys, numpy as np, onnxruntime as ort
+lib, model = sys.argv[1:]
+def session():
+    so = ort.SessionOptions()
+    so.add_provider_for_devices([d for d in ort.get_ep_devices() if d.ep_name == "MxFuseExecutionProvider"], {})
+    return ort.InferenceSession(model, so)
+ort.register_execution_provider_library("first", lib)
+try:
+    ort.register_execution_provider_library("second", lib)
+    sys.exit("registered twice")
+except Exception as e:
+    assert 'already registered with ONNX Runtime as "first"' in str(e), e
+x = np.ones((4, 64), np.float32)
+session().run(None, {"x": x})
+ort.unregister_execution_provider_library("first")
+ort.register_execution_provider_library("second", lib)
+session().run(None, {"x": x})
+print("one registration at a time")
+"""
+
+
+def test_a_second_registration_under_another_name_is_refused(lib, tmp_path):
+    """Was: ORT accepted it and listed our CPU device twice (one per factory), so the package's
+    get_ep_devices() handed both to add_provider_for_devices, which ORT refuses ("All OrtEpDevice
+    values in ep_devices must have the same execution provider")."""
+    model = tmp_path / "m.onnx"
+    onnx.save(floatify_outputs(onnx.load(STD_QUANT)), model)
+    child = subprocess.run([sys.executable, "-c", REGISTER_UNDER_TWO_NAMES, lib, str(model)],
+                           capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0 and "one registration at a time" in child.stdout, child.stderr[-2000:]

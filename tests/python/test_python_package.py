@@ -36,6 +36,27 @@ def test_helpers_follow_the_onnxruntime_ep_convention(tmp_path, lib, ep_devices)
     assert EP_NAME in ort.get_available_providers()
 
 
+def test_editable_install_finds_the_checkouts_library_or_says_how_to_build_it(tmp_path, lib):
+    """`pip install -e ./python` bundles no library: get_library_path() returned a path that did
+    not exist, and ORT's register failed with "cannot open shared object file"."""
+    pkg = tmp_path / "python" / "onnxruntime_ep_mxfuse"
+    pkg.mkdir(parents=True)
+    shutil.copy(PACKAGE / "__init__.py", pkg / "__init__.py")
+
+    def load():
+        spec = importlib.util.spec_from_file_location("onnxruntime_ep_mxfuse", pkg / "__init__.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    with pytest.raises(FileNotFoundError, match="cargo build --release -p provider"):
+        load().get_library_path()
+    built = tmp_path / "target" / "release" / "libmxfuse_ep.so"
+    built.parent.mkdir(parents=True)
+    shutil.copy(lib, built)
+    assert built.samefile(load().get_library_path())
+
+
 def wheel_tooling_available():
     try:
         import setuptools.command.bdist_wheel  # noqa: F401  (setuptools >= 70.1)

@@ -123,7 +123,14 @@ pub struct OrtEp {
     >,
     pub GetPreferredDataLayout: Unused,
     pub ShouldConvertDataLayoutForOp: Unused,
-    pub SetDynamicOptions: Unused,
+    pub SetDynamicOptions: Option<
+        unsafe extern "system" fn(
+            this: *mut OrtEp,
+            keys: *const *const c_char,
+            values: *const *const c_char,
+            count: usize,
+        ) -> OrtStatusPtr,
+    >,
     pub OnRunStart: Unused,
     pub OnRunEnd: Unused,
     pub CreateAllocator: Unused,
