@@ -57,6 +57,28 @@ pub unsafe fn min_exponent(v: &[f32]) -> i32 {
     }
 }
 
+/// The largest binary exponent of a value in `v` (-127 when all are zero or subnormal; NaN and
+/// ±Inf count as 128).
+///
+/// # Safety
+/// The CPU has AVX512F.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn max_exponent(v: &[f32]) -> i32 {
+    let field = |bits: __m512i| _mm512_srli_epi32::<24>(_mm512_slli_epi32::<1>(bits));
+    let mut hi = _mm512_setzero_si512();
+    let mut chunks = v.chunks_exact(16);
+    for c in &mut chunks {
+        hi = _mm512_max_epu32(hi, field(_mm512_loadu_si512(c.as_ptr() as *const __m512i)));
+    }
+    let mut tail = [0f32; 16];
+    tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
+    hi = _mm512_max_epu32(
+        hi,
+        field(_mm512_loadu_si512(tail.as_ptr() as *const __m512i)),
+    );
+    _mm512_reduce_max_epu32(hi) as i32 - 127
+}
+
 /// Whether products of values with smallest exponents `ea` and `eb` (see [`min_exponent`])
 /// and the values themselves are all normal f32 — the precondition of this path.
 pub fn normal_products(ea: i32, eb: i32) -> bool {
