@@ -176,6 +176,14 @@ mod tests {
             v[36] = 2f32.powi(-100);
             assert_eq!(min(&v), -100);
             assert_eq!(min(&v[..36]), 1);
+            let max = |v: &[f32]| unsafe { max_exponent(v) };
+            assert_eq!(max(&[0.0, 1.0, 0.25, -8.0]), 3);
+            assert_eq!(max(&[0.0, -0.0, f32::from_bits(1)]), -127); // zeros and a denormal
+            assert_eq!(max(&[1.0, f32::NAN]), 128);
+            assert_eq!(max(&[-f32::MAX, 1.0]), 127);
+            v[36] = -2f32.powi(100);
+            assert_eq!(max(&v), 100);
+            assert_eq!(max(&v[..36]), 1);
         }
         assert!(normal_products(-126, 0) && normal_products(-60, -66));
         assert!(normal_products(i32::MAX, i32::MAX)); // all zeros
