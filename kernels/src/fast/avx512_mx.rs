@@ -57,6 +57,28 @@ pub unsafe fn min_exponent(v: &[f32]) -> i32 {
     }
 }
 
+/// The largest binary exponent of a value in `v` (-127 when all are zero or subnormal; NaN and
+/// ±Inf count as 128).
+///
+/// # Safety
+/// The CPU has AVX512F.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn max_exponent(v: &[f32]) -> i32 {
+    let field = |bits: __m512i| _mm512_srli_epi32::<24>(_mm512_slli_epi32::<1>(bits));
+    let mut hi = _mm512_setzero_si512();
+    let mut chunks = v.chunks_exact(16);
+    for c in &mut chunks {
+        hi = _mm512_max_epu32(hi, field(_mm512_loadu_si512(c.as_ptr() as *const __m512i)));
+    }
+    let mut tail = [0f32; 16];
+    tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
+    hi = _mm512_max_epu32(
+        hi,
+        field(_mm512_loadu_si512(tail.as_ptr() as *const __m512i)),
+    );
+    _mm512_reduce_max_epu32(hi) as i32 - 127
+}
+
 /// Whether products of values with smallest exponents `ea` and `eb` (see [`min_exponent`])
 /// and the values themselves are all normal f32 — the precondition of this path.
 pub fn normal_products(ea: i32, eb: i32) -> bool {
@@ -154,6 +176,14 @@ mod tests {
             v[36] = 2f32.powi(-100);
             assert_eq!(min(&v), -100);
             assert_eq!(min(&v[..36]), 1);
+            let max = |v: &[f32]| unsafe { max_exponent(v) };
+            assert_eq!(max(&[0.0, 1.0, 0.25, -8.0]), 3);
+            assert_eq!(max(&[0.0, -0.0, f32::from_bits(1)]), -127); // zeros and a denormal
+            assert_eq!(max(&[1.0, f32::NAN]), 128);
+            assert_eq!(max(&[-f32::MAX, 1.0]), 127);
+            v[36] = -2f32.powi(100);
+            assert_eq!(max(&v), 100);
+            assert_eq!(max(&v[..36]), 1);
         }
         assert!(normal_products(-126, 0) && normal_products(-60, -66));
         assert!(normal_products(i32::MAX, i32::MAX)); // all zeros

@@ -17,7 +17,13 @@
 //!
 //! Not split (the caller's plain path, exact f32 products on the AVX2 route): A holding a
 //! NaN or ±Inf (`h` would be the infinity and `a − h` NaN), CPUs without AVX-512 BF16 (or with
-//! `MXFUSE_CPU_ISA=avx2`), and `parts · M` above [`MAX_ROWS`].
+//! `MXFUSE_CPU_ISA=avx2`), and `parts · M` above [`MAX_ROWS`]. Recomputed there: a GEMM with a
+//! NaN among the combined sums — an infinite weight times a zero part of a nonzero `a` gives
+//! `0 · ∞ = NaN` where `a · ∞` is ±∞.
+//!
+//! A part below 2^-126 (the rest of an `a` near or below f32's normal minimum) is an f32
+//! subnormal and may hold more than 8 significant bits (not a bf16 value); the routes' guard
+//! (every value a normal f32) sends such parts to exact f32 products, so the sum stays exact.
 
 use super::isa;
 use crate::element::Element;
@@ -79,8 +85,8 @@ pub fn split(a: MatA<'_>, m: usize, k: usize) -> Option<(Vec<f32>, usize)> {
 
 /// Runs a float A through the bf16 routes by [`split`] where that applies: `run(parts_a, rows,
 /// sums)` computes the raw f32 sums (`rows × n`, no epilogue) of the stacked parts; the parts'
-/// sums are combined, the epilogue applied and y written. `None` (nothing done) where A is
-/// not split: the caller runs its own path.
+/// sums are combined, the epilogue applied and y written. `None` (y not written) where A is
+/// not split or a combined sum is NaN (see below): the caller runs its own path.
 #[allow(clippy::too_many_arguments)]
 pub fn run_split<O: Element>(
     a: MatA<'_>,
@@ -102,11 +108,11 @@ pub fn run_split<O: Element>(
     if let Err(e) = run(MatA::F32(&parts_a), parts * m, &mut sums) {
         return Some(Err(e));
     }
-    let mut acc = vec![0f32; n];
-    for r in 0..m {
+    let mut acc = vec![0f32; m * n];
+    for (r, row) in acc.chunks_exact_mut(n).enumerate() {
         let part = |p: usize| &sums[(p * m + r) * n..(p * m + r + 1) * n];
         let (sh, sm) = (part(0), part(1));
-        for (c, x) in acc.iter_mut().enumerate() {
+        for (c, x) in row.iter_mut().enumerate() {
             let low = if parts == 3 {
                 sm[c] + part(2)[c]
             } else {
@@ -114,8 +120,17 @@ pub fn run_split<O: Element>(
             };
             *x = sh[c] + low;
         }
-        ep.apply_row(r, 0, &mut acc);
-        for (o, &v) in y[r * n..(r + 1) * n].iter_mut().zip(&acc) {
+    }
+    // An infinite weight (E4M3 ≥ 2 at scale 254, ...) times a zero part of a nonzero a — the low
+    // parts of a bf16 value, the high part of a subnormal — adds 0 · ∞ = NaN where a · ∞ is ±∞:
+    // a NaN sum is recomputed on the caller's path, which multiplies a itself (IEEE there; a NaN
+    // that is the right answer costs the GEMM twice).
+    if acc.iter().any(|v| v.is_nan()) {
+        return None;
+    }
+    for (r, row) in acc.chunks_exact_mut(n).enumerate() {
+        ep.apply_row(r, 0, row);
+        for (o, &v) in y[r * n..(r + 1) * n].iter_mut().zip(row.iter()) {
             *o = O::from_f32(v);
         }
     }

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use super::avx2::Lanes;
 use super::avx2_mx::{decode_mx_row_to, MAX_FAST_SCALE};
 use super::avx512_cols::{a_stride, nk_cols, pack_a_row};
-use super::avx512_mx::{min_exponent, normal_products};
+use super::avx512_mx::{max_exponent, min_exponent, normal_products};
 use super::cols_layout::{unpack, MxColWeights, GROUP};
 use super::matmul_mx::{bf16_exact, store_block, MIN_TASK_MACS};
 use super::shared::SharedMut;
@@ -36,6 +36,14 @@ pub const MAX_M: usize = 64;
 
 /// Rows per kernel call: 8 accumulators per block and 8 totals in registers.
 const ROWS: usize = 8;
+
+/// Largest binary exponent of A on the kernel's route. The kernel sums each 32-k block of
+/// *unscaled* products `a · e4m3(w)` (|e4m3| ≤ 448 < 2^9) before the block's factor 2^(s-127):
+/// with |a| < 2^113 every partial block sum is below 32 · 2^122 = 2^127, so it cannot overflow
+/// where `Σ a · deq(w)` does not (an A of ~2^127 against scales far below 127 gave ±Inf / NaN
+/// for a finite product). Larger A (a float A, or deq(MXFP8 A) at scales ≥ 232) runs the row
+/// path, whose weights are scaled before the products.
+const MAX_A_EXP: i32 = 112;
 
 /// `y = deq(A) · deq(W)ᵀ` (+ epilogue) for A (`m × w.k`: MX E4M3 values with `m × w.k/32`
 /// scales, or float rows), m ≤ [`MAX_M`]. Float A that is not exactly bf16 runs every group on
@@ -55,9 +63,9 @@ pub(super) fn nk<O: Element>(
         w.q.len() >= n.div_ceil(GROUP) * GROUP * k
             && w.scales.len() >= n.div_ceil(GROUP) * GROUP * kb
     );
-    let (a, bf16_a, min_exp, exact) = prepare_a(a_in, m, k, par);
+    let (a, bf16_a, (min_exp, max_exp), exact) = prepare_a(a_in, m, k, par);
     let a = a.as_slice();
-    let pa = (min_exp >= -126 && exact).then_some(bf16_a);
+    let pa = (min_exp >= -126 && max_exp <= MAX_A_EXP && exact).then_some(bf16_a);
     let lda = a_stride(k);
     let y = SharedMut::new(y);
     for_row_chunks(
@@ -117,8 +125,9 @@ pub(super) fn nk<O: Element>(
 
 /// A for the kernel, in row chunks on `par`: A in f32 (deq(A) of MX values; float values
 /// widened), read by groups off the route, its bf16 rows ([`pack_a_row`], `a_stride(k)` pairs
-/// apart), its smallest exponent ([`min_exponent`]) and whether every value is exactly a bf16
-/// (always for MX A; the bf16 rows are only read when it holds). Each row is decoded, scanned
+/// apart), its smallest and largest exponents ([`min_exponent`], [`max_exponent`]) and whether
+/// every value is exactly a bf16 (always for MX A; the bf16 rows are only read when it
+/// holds). Each row is decoded, scanned
 /// and converted while it is in L1, and the chunks run on all threads: as
 /// three serial passes over the whole of A on the calling thread (while the other threads
 /// waited for the GEMM's tasks) this was ~40 µs per call at M = 8, K = 6144, ~5 % of a decoder
@@ -128,12 +137,13 @@ fn prepare_a(
     m: usize,
     k: usize,
     par: &dyn Parallel,
-) -> (Vec<f32>, Vec<u32>, i32, bool) {
+) -> (Vec<f32>, Vec<u32>, (i32, i32), bool) {
     let (kb, lda) = (k / BLOCK, a_stride(k));
     // f32 rows written into reserved memory (as `matmul_mx::dequantize_a`: no zero fill).
     let mut a = Vec::<f32>::with_capacity(m * k);
     let mut bf16 = Vec::<u32>::with_capacity(m * lda);
     let min_exp = AtomicI32::new(i32::MAX);
+    let max_exp = AtomicI32::new(i32::MIN);
     let inexact = AtomicBool::new(false);
     {
         let a_rows = SharedMut::new(&mut a.spare_capacity_mut()[..m * k]);
@@ -166,6 +176,7 @@ fn prepare_a(
                     }
                     let row = std::slice::from_raw_parts(dst.as_ptr() as *const f32, k);
                     min_exp.fetch_min(min_exponent(row), Ordering::Relaxed);
+                    max_exp.fetch_max(max_exponent(row), Ordering::Relaxed);
                     pack_a_row(row, bf16_rows.piece(r * lda, (r + 1) * lda));
                 }
             }
@@ -178,7 +189,8 @@ fn prepare_a(
         a.set_len(m * k);
         bf16.set_len(m * lda);
     }
-    (a, bf16, min_exp.into_inner(), !inexact.into_inner())
+    let exps = (min_exp.into_inner(), max_exp.into_inner());
+    (a, bf16, exps, !inexact.into_inner())
 }
 
 /// One kernel call for R rows into `out` (R rows of 16 sums): the group's scale range, `None`
