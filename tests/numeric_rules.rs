@@ -975,16 +975,34 @@ fn flat_linear_case(dt: DType, quant: QuantSpelling, (bsz, seq): (usize, usize),
     let a = quantize_activation(&mut b, dt, quant, &n.normed, "proj_in");
     let flat = b.const_i64("proj_in.flat", &[-1, h as i64]);
     let rows2 = vec![Dim::Fixed(bsz * seq), Dim::Fixed(h)];
-    let af = b.op("Reshape", &[&a.name, &flat.name], "proj_in.flat_out", a.elem, rows2);
+    let af = b.op(
+        "Reshape",
+        &[&a.name, &flat.name],
+        "proj_in.flat_out",
+        a.elem,
+        rows2,
+    );
     let y = if gemm {
         gemm_consumer(&mut b, &cfg, LINEAR, &af, (h, n_out))
     } else {
         let w = b.random_weight("proj.weight", dt, &[h, n_out], 0.0, 1.0 / (h as f32).sqrt());
-        b.op("MatMul", &[&af.name, &w.name], "proj", af.elem, af.with_last(n_out))
+        b.op(
+            "MatMul",
+            &[&af.name, &w.name],
+            "proj",
+            af.elem,
+            af.with_last(n_out),
+        )
     };
     let unflat = b.const_i64("proj.unflat", &[bsz as i64, seq as i64, n_out as i64]);
     let out_shape = vec![Dim::Fixed(bsz), Dim::Fixed(seq), Dim::Fixed(n_out)];
-    let out = b.op("Reshape", &[&y.name, &unflat.name], "out", y.elem, out_shape);
+    let out = b.op(
+        "Reshape",
+        &[&y.name, &unflat.name],
+        "out",
+        y.elem,
+        out_shape,
+    );
     b.add_output(&out);
     b.add_output(&n.residual);
     let nan = quant != QuantSpelling::Quark;
@@ -1018,7 +1036,13 @@ fn flat_linear_case(dt: DType, quant: QuantSpelling, (bsz, seq): (usize, usize),
 
 #[test]
 fn flattened_linear_on_a_3d_activation_matches_the_reference() {
-    for (bs, gemm) in [((1, 5), true), ((5, 1), false), ((1, 1), true), ((2, 4), true), ((1, 1), false)] {
+    for (bs, gemm) in [
+        ((1, 5), true),
+        ((5, 1), false),
+        ((1, 1), true),
+        ((2, 4), true),
+        ((1, 1), false),
+    ] {
         for (dt, quant) in [
             (DType::F32, QuantSpelling::StdFloor),
             (DType::Bf16, QuantSpelling::StdRceilMul),

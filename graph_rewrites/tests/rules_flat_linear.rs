@@ -112,8 +112,11 @@ fn snapshot(g: &Graph) -> Vec<String> {
                 "{}({}) -> {}",
                 g.op_type(n),
                 value_names(g, g.inputs(n)).join(", "),
-                value_names(g, &g.outputs(n).iter().map(|&o| Some(o)).collect::<Vec<_>>())
-                    .join(", ")
+                value_names(
+                    g,
+                    &g.outputs(n).iter().map(|&o| Some(o)).collect::<Vec<_>>()
+                )
+                .join(", ")
             )
         })
         .collect()
@@ -196,7 +199,14 @@ fn shared_flattening_reshape_and_other_readers() {
     ops.sort();
     assert_eq!(
         ops,
-        ["MxMatMul", "MxMatMul", "MxQuantize", "Reshape", "Reshape", "Reshape"]
+        [
+            "MxMatMul",
+            "MxMatMul",
+            "MxQuantize",
+            "Reshape",
+            "Reshape",
+            "Reshape"
+        ]
     );
 
     let mut b = flat_linear(false, Linear::Gemm, &[-1, K]);
@@ -249,11 +259,15 @@ fn reshapes_that_may_change_k_are_refused_with_a_note() {
 
     // A shape given at run time (a graph input): it could be anything to the rule.
     let mut b = quantized(false);
-    b.input("flat_rt", graph_rewrites::pattern::predicates::dtype::INT64, &[2])
-        .init_f32("w", &[K, N], &weights(K * N))
-        .node("Reshape", &["xd", "flat_rt"], &["xf"])
-        .node("MatMul", &["xf", "w"], &["y"])
-        .output("y", FLOAT, &[6, N]);
+    b.input(
+        "flat_rt",
+        graph_rewrites::pattern::predicates::dtype::INT64,
+        &[2],
+    )
+    .init_f32("w", &[K, N], &weights(K * N))
+    .node("Reshape", &["xd", "flat_rt"], &["xf"])
+    .node("MatMul", &["xf", "w"], &["y"])
+    .output("y", FLOAT, &[6, N]);
     let (report, g) = b.rewrite();
     assert!(
         notes(&report)

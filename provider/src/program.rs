@@ -107,9 +107,9 @@ pub(crate) fn prepack(
 }
 
 impl Program {
-    /// Builds the program from `g` (every node must be a `com.mxfuse` op or an ONNX `Reshape` of a
-    /// constant shape), binding values by
-    /// name to the fused node's `input_names` / `output_names`.
+    /// Builds the program from `g` (every node must be a `com.mxfuse` op or an ONNX `Reshape` of
+    /// a constant shape), binding values by name to the fused node's `input_names` /
+    /// `output_names`.
     pub fn build(
         g: &dyn GraphView,
         input_names: &[String],
@@ -126,8 +126,7 @@ impl Program {
                 Some(r) => Box::new(r),
                 None => {
                     let attrs = mxfuse_attrs(g, n)?;
-                    ops::create(&attrs)
-                        .map_err(|e| Error::invalid(format!("node {name}: {e}")))?
+                    ops::create(&attrs).map_err(|e| Error::invalid(format!("node {name}: {e}")))?
                 }
             };
             prepack(kernel.as_mut(), g, n, constant)?;

@@ -29,6 +29,20 @@
 //! says why.
 //! A weight DequantizeLinear / fake-quant node is not removed by the fusion: if nothing else
 //! reads it, dead-code elimination does.
+//!
+//! Through a flattening `Reshape` (torch.export's `nn.Linear` on `[B, S, K]`:
+//! `view(-1, K) → addmm | mm → view(B, S, N)`):
+//!
+//! ```text
+//! deq(x) [B, S, K] ─ Reshape([-1, K]) ─ Gemm(·, W, C, transB = 1) | MatMul(·, W) = y [B·S, N]
+//!   ⇒  MxMatMul(q, scale, W [, C]) = y_mx [B, S, N] ─ Reshape([-1, N]) = y
+//! ```
+//!
+//! read when the Reshape provably keeps K ([`flat_reshape`]): MxMatMul flattens a's leading dims
+//! into M, so the rows, their order and each dot product are the same. The reshape is on the
+//! float output, not on q / scale: ONNX Runtime 1.31's CPU EP has no FLOAT8E8M0 `Reshape`, so an
+//! offline rewrite with one would not load. The plugin EP's programs run that Reshape
+//! (`provider::ops::reshape`).
 
 use crate::onnx_pb::{tensor_proto::DataLocation, TensorProto};
 use crate::pattern::predicates::{
@@ -570,7 +584,8 @@ fn split_readers(
         if uses.iter().any(|u| u.node == r) || reshapes.contains(&r) {
             continue; // listed once per input it reads
         }
-        if is_op(g, r, ONNX_DOMAIN, "Reshape") && g.inputs(r).first().copied().flatten() == Some(deq)
+        if is_op(g, r, ONNX_DOMAIN, "Reshape")
+            && g.inputs(r).first().copied().flatten() == Some(deq)
         {
             let label = g.node_label(r);
             let shape = match flat_reshape(g, r, k) {
@@ -621,7 +636,9 @@ fn split_readers(
                 reshapes.push(r);
             } else {
                 for why in inner_kept {
-                    kept.push(format!("Reshape '{label}' stays for a reader not absorbed: {why}"));
+                    kept.push(format!(
+                        "Reshape '{label}' stays for a reader not absorbed: {why}"
+                    ));
                 }
             }
             uses.extend(inner);
@@ -872,7 +889,11 @@ pub fn emit_matmuls(
             }),
         );
         e.add(spec.output(unflat))?;
-        let raw: Vec<u8> = flat.out_shape.iter().flat_map(|d| d.to_le_bytes()).collect();
+        let raw: Vec<u8> = flat
+            .out_shape
+            .iter()
+            .flat_map(|d| d.to_le_bytes())
+            .collect();
         let t = TensorProto {
             name: Some(format!("{base}_shape")),
             data_type: Some(dtype::INT64),

@@ -254,7 +254,8 @@ fn nk_weight_dims(b: &Meta, bs: &Meta, b_len: usize, bs_len: usize) -> Option<(u
 }
 
 impl GpuProgram {
-    /// Builds the program from `g` (every node a `com.mxfuse` op), binding values by name to the
+    /// Builds the program from `g` (every node a `com.mxfuse` op or an ONNX `Reshape` of a
+    /// constant shape), binding values by name to the
     /// fused node's inputs and outputs, as [`Program::build`] does.
     pub fn build(
         g: &dyn GraphView,

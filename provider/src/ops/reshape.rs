@@ -48,7 +48,9 @@ impl Kernel for Reshape {
         for (i, &d) in self.shape.iter().enumerate() {
             dims.push(match d {
                 0 => *x.dims.get(i).ok_or_else(|| {
-                    Error::invalid(format!("Reshape: shape entry {i} is 0 past the input's rank"))
+                    Error::invalid(format!(
+                        "Reshape: shape entry {i} is 0 past the input's rank"
+                    ))
                 })?,
                 -1 if infer.is_none() => {
                     infer = Some(i);
@@ -73,7 +75,9 @@ impl Kernel for Reshape {
             }
         }
         let known = |d: &[i64]| d.iter().all(|&v| v >= 0);
-        if known(&x.dims) && known(&dims) && x.dims.iter().product::<i64>() != dims.iter().product::<i64>()
+        if known(&x.dims)
+            && known(&dims)
+            && x.dims.iter().product::<i64>() != dims.iter().product::<i64>()
         {
             return Err(Error::invalid(format!(
                 "Reshape: {:?} cannot become {:?}",
