@@ -1053,3 +1053,58 @@ fn flattened_linear_on_a_3d_activation_matches_the_reference() {
         }
     }
 }
+
+/// The SwiGLU fusion's down projection read through `Reshape([ROWS, I])` (a constant M', not -1)
+/// into `Gemm(transB = 1, bias)`: fused, and the same numbers as the unfused graph.
+#[test]
+fn swiglu_down_projection_through_a_reshape_matches_the_reference() {
+    for (dt, quant) in [
+        (DType::F32, QuantSpelling::StdFloor),
+        (DType::Bf16, QuantSpelling::StdRceilDiv),
+        (DType::F32, QuantSpelling::Quark),
+    ] {
+        let mut cfg = DecoderConfig::tiny();
+        (
+            cfg.dtype,
+            cfg.spelling.swiglu,
+            cfg.spelling.gate_up,
+            cfg.spelling.quant,
+            cfg.seed,
+        ) = (
+            dt,
+            SwigluSpelling::SiluMul,
+            GateUpForm::TwoMatmuls,
+            quant,
+            13,
+        );
+        let i = cfg.intermediate;
+        let nan = quant != QuantSpelling::Quark;
+        let feeds = HashMap::from([
+            (
+                "gate".into(),
+                feed(dt, i, rows(3, i, 3.0, outlier(dt), nan)),
+            ),
+            ("up".into(), feed(dt, i, rows(4, i, 3.0, 3.0, false))),
+        ]);
+        let g = swiglu_graph_with(&cfg, &|b, a, k, n| {
+            let flat = b.const_i64("down_in.flat", &[ROWS as i64, k as i64]);
+            let af = b.op(
+                "Reshape",
+                &[&a.name, &flat.name],
+                "down_in.flat_out",
+                a.elem,
+                a.shape.clone(),
+            );
+            gemm_consumer(b, &cfg, LINEAR, &af, (k, n))
+        });
+        let ctx = format!("swiglu flat {dt:?} {quant:?}");
+        let mut r = g.clone();
+        let report = run_pipeline(&mut r, &PipelineOptions::default()).expect("pipeline");
+        assert_eq!(report.counts["swiglu_mxquant_matmul"], 1, "{ctx}");
+        let (re, _) = r.producer(r.value_by_name("proj").expect("y")).expect("y");
+        assert_eq!(r.op_type(re), "Reshape", "{ctx}");
+        let (mm, _) = r.producer(r.inputs(re)[0].expect("in")).expect("mm");
+        assert_eq!(r.op_type(mm), "MxMatMul", "{ctx}");
+        differential(g, &feeds, "swiglu_mxquant_matmul", 1, &ctx);
+    }
+}
