@@ -634,6 +634,10 @@ fn split_readers(
             inner_kept.dedup();
             if inner_kept.is_empty() && !inner.is_empty() {
                 reshapes.push(r);
+            } else if inner_kept.is_empty() {
+                // Read by nothing: it stays, reading the dequantized value (the engine would
+                // refuse a fusion that removed what it reads).
+                kept.push(format!("Reshape '{label}' has no reader to absorb"));
             } else {
                 for why in inner_kept {
                     kept.push(format!(
