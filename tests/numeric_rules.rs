@@ -166,14 +166,25 @@ fn differential(g: Graph, feeds: &HashMap<String, Val>, rule: &str, sites: usize
         if r.op_type(n) != "MxMatMul" {
             continue;
         }
-        let y = r.value_name(r.outputs(n)[0]);
+        let mut y = r.value_name(r.outputs(n)[0]);
+        if g.value_by_name(y).is_none() {
+            // Read through the activation's `Reshape([.., K])`: the MxMatMul's output is
+            // reshaped back to the MatMul's, which keeps its name.
+            let (re, _) = r.consumers(r.outputs(n)[0])[0];
+            assert_eq!(r.op_type(re), "Reshape", "{ctx}");
+            y = r.value_name(r.outputs(re)[0]);
+        }
         // The original MatMul (same output name) reads DequantizeLinear(q, scale) in the
-        // standard spelling: its q and scale must equal the fused op's bytes.
+        // standard spelling (maybe through a Reshape): its q and scale must equal the fused
+        // op's bytes.
         let mm = g
             .producer(g.value_by_name(y).expect("output kept"))
             .expect("produced")
             .0;
-        let a = g.inputs(mm)[0].expect("MatMul input");
+        let mut a = g.inputs(mm)[0].expect("MatMul input");
+        if let Some((re, _)) = g.producer(a).filter(|(p, _)| g.op_type(*p) == "Reshape") {
+            a = g.inputs(re)[0].expect("Reshape input");
+        }
         if let Some((dq, _)) = g
             .producer(a)
             .filter(|(p, _)| g.op_type(*p) == "DequantizeLinear")
@@ -204,8 +215,13 @@ fn differential(g: Graph, feeds: &HashMap<String, Val>, rule: &str, sites: usize
         let (Val::F(old), Val::F(new)) = (&before[name], &after[name]) else {
             panic!("{ctx}: {name} not float")
         };
+        // An MxMatMul's output, maybe through Reshapes (a linear read through `view(-1, K)`).
+        let mut v = r.value_by_name(name).expect("kept");
+        while let Some((p, _)) = r.producer(v).filter(|(p, _)| r.op_type(*p) == "Reshape") {
+            v = r.inputs(p)[0].expect("Reshape input");
+        }
         let fused_gemm = r
-            .producer(r.value_by_name(name).expect("kept"))
+            .producer(v)
             .is_some_and(|(p, _)| r.op_type(p) == "MxMatMul");
         if !fused_gemm {
             // Residual sum, router over the normed tensor: bit-exact.
@@ -939,5 +955,156 @@ fn single_op_norm_between_casts_matches_the_reference() {
             let ctx = format!("{dt:?} Cast → {op} → Cast, {quant:?}");
             differential(finish(b), &feeds, "add_rmsnorm_mxquant", 1, &ctx);
         }
+    }
+}
+
+/// torch.export's `nn.Linear` on a `[B, S, K]` activation: norm → quantize → `Reshape([-1, K])`
+/// → `Gemm(transB = 1, bias)` (addmm) or `MatMul` (mm) → `Reshape([B, S, N])`. The rule reads
+/// the linear through the first Reshape (`MxMatMul` on the `[B, S, K]` MXFP8 values, a Reshape
+/// of its output to `[B·S, N]`) and the rewrite computes what the unfused graph does.
+fn flat_linear_case(dt: DType, quant: QuantSpelling, (bsz, seq): (usize, usize), gemm: bool) {
+    let mut cfg = DecoderConfig::tiny();
+    (cfg.dtype, cfg.spelling.quant, cfg.seed) = (dt, quant, 7);
+    cfg.spelling.norm_f32_casts = true;
+    let (h, n_out) = (cfg.hidden, 48);
+    let mut b = GraphBuilder::new(cfg.seed, false);
+    let shape = vec![Dim::Fixed(bsz), Dim::Fixed(seq), Dim::Fixed(h)];
+    let x = b.add_input("x", elem_of(dt), shape.clone());
+    let res = b.add_input("residual", elem_of(dt), shape);
+    let n = models::norm::add_rms_norm(&mut b, &cfg, "norm", &x, Some(&res));
+    let a = quantize_activation(&mut b, dt, quant, &n.normed, "proj_in");
+    let flat = b.const_i64("proj_in.flat", &[-1, h as i64]);
+    let rows2 = vec![Dim::Fixed(bsz * seq), Dim::Fixed(h)];
+    let af = b.op(
+        "Reshape",
+        &[&a.name, &flat.name],
+        "proj_in.flat_out",
+        a.elem,
+        rows2,
+    );
+    let y = if gemm {
+        gemm_consumer(&mut b, &cfg, LINEAR, &af, (h, n_out))
+    } else {
+        let w = b.random_weight("proj.weight", dt, &[h, n_out], 0.0, 1.0 / (h as f32).sqrt());
+        b.op(
+            "MatMul",
+            &[&af.name, &w.name],
+            "proj",
+            af.elem,
+            af.with_last(n_out),
+        )
+    };
+    let unflat = b.const_i64("proj.unflat", &[bsz as i64, seq as i64, n_out as i64]);
+    let out_shape = vec![Dim::Fixed(bsz), Dim::Fixed(seq), Dim::Fixed(n_out)];
+    let out = b.op(
+        "Reshape",
+        &[&y.name, &unflat.name],
+        "out",
+        y.elem,
+        out_shape,
+    );
+    b.add_output(&out);
+    b.add_output(&n.residual);
+    let nan = quant != QuantSpelling::Quark;
+    let m = bsz * seq;
+    let feed3 = |seed: u64, nan: bool| {
+        let mut v = rows(seed, h, 1.0, outlier(dt), nan);
+        v.truncate(m * h);
+        Val::F(Tensor::new(kdtype(dt), &[bsz, seq, h], v).expect("feed"))
+    };
+    let feeds = HashMap::from([
+        ("x".to_string(), feed3(1, nan)),
+        ("residual".to_string(), feed3(2, false)),
+    ]);
+    let ctx = format!("flat linear {dt:?} {quant:?} [{bsz}, {seq}] gemm={gemm}");
+    let g = finish(b);
+    let mut r = g.clone();
+    let report = run_pipeline(&mut r, &PipelineOptions::default()).expect("pipeline");
+    let notes: Vec<&String> = report.fusions.iter().flat_map(|f| &f.notes).collect();
+    assert!(notes.is_empty(), "{ctx}: {notes:?}");
+    let ops: Vec<&str> = r.nodes().iter().map(|&n| r.op_type(n)).collect();
+    assert!(
+        !ops.contains(&"MxDequantize") && !ops.contains(&"DequantizeLinear"),
+        "{ctx}: {ops:?}"
+    );
+    let (re, _) = r.producer(r.value_by_name("proj").expect("y")).expect("y");
+    assert_eq!(r.op_type(re), "Reshape", "{ctx}");
+    let (mm, _) = r.producer(r.inputs(re)[0].expect("in")).expect("mm");
+    assert_eq!(r.op_type(mm), "MxMatMul", "{ctx}");
+    differential(g, &feeds, "add_rmsnorm_mxquant", 1, &ctx);
+}
+
+#[test]
+fn flattened_linear_on_a_3d_activation_matches_the_reference() {
+    for (bs, gemm) in [
+        ((1, 5), true),
+        ((5, 1), false),
+        ((1, 1), true),
+        ((2, 4), true),
+        ((1, 1), false),
+    ] {
+        for (dt, quant) in [
+            (DType::F32, QuantSpelling::StdFloor),
+            (DType::Bf16, QuantSpelling::StdRceilMul),
+            (DType::F16, QuantSpelling::StdFloor),
+            (DType::F32, QuantSpelling::Quark),
+        ] {
+            flat_linear_case(dt, quant, bs, gemm);
+        }
+    }
+}
+
+/// The SwiGLU fusion's down projection read through `Reshape([ROWS, I])` (a constant M', not -1)
+/// into `Gemm(transB = 1, bias)`: fused, and the same numbers as the unfused graph.
+#[test]
+fn swiglu_down_projection_through_a_reshape_matches_the_reference() {
+    for (dt, quant) in [
+        (DType::F32, QuantSpelling::StdFloor),
+        (DType::Bf16, QuantSpelling::StdRceilDiv),
+        (DType::F32, QuantSpelling::Quark),
+    ] {
+        let mut cfg = DecoderConfig::tiny();
+        (
+            cfg.dtype,
+            cfg.spelling.swiglu,
+            cfg.spelling.gate_up,
+            cfg.spelling.quant,
+            cfg.seed,
+        ) = (
+            dt,
+            SwigluSpelling::SiluMul,
+            GateUpForm::TwoMatmuls,
+            quant,
+            13,
+        );
+        let i = cfg.intermediate;
+        let nan = quant != QuantSpelling::Quark;
+        let feeds = HashMap::from([
+            (
+                "gate".into(),
+                feed(dt, i, rows(3, i, 3.0, outlier(dt), nan)),
+            ),
+            ("up".into(), feed(dt, i, rows(4, i, 3.0, 3.0, false))),
+        ]);
+        let g = swiglu_graph_with(&cfg, &|b, a, k, n| {
+            let flat = b.const_i64("down_in.flat", &[ROWS as i64, k as i64]);
+            let af = b.op(
+                "Reshape",
+                &[&a.name, &flat.name],
+                "down_in.flat_out",
+                a.elem,
+                a.shape.clone(),
+            );
+            gemm_consumer(b, &cfg, LINEAR, &af, (k, n))
+        });
+        let ctx = format!("swiglu flat {dt:?} {quant:?}");
+        let mut r = g.clone();
+        let report = run_pipeline(&mut r, &PipelineOptions::default()).expect("pipeline");
+        assert_eq!(report.counts["swiglu_mxquant_matmul"], 1, "{ctx}");
+        let (re, _) = r.producer(r.value_by_name("proj").expect("y")).expect("y");
+        assert_eq!(r.op_type(re), "Reshape", "{ctx}");
+        let (mm, _) = r.producer(r.inputs(re)[0].expect("in")).expect("mm");
+        assert_eq!(r.op_type(mm), "MxMatMul", "{ctx}");
+        differential(g, &feeds, "swiglu_mxquant_matmul", 1, &ctx);
     }
 }

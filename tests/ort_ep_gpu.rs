@@ -131,6 +131,75 @@ fn gemm_bias_model() -> Vec<u8> {
         .encode_to_vec()
 }
 
+/// torch.export's `nn.Linear` on a `[2, 3, HIDDEN]` activation after MXFP8: `Reshape([-1, K])`
+/// → `Gemm(transB = 1, bias)` and `MatMul` (MX weight) → `Reshape([2, 3, 48])`. The rule reads
+/// both through the Reshape; the program runs the `Reshape` of each `MxMatMul`'s output (on the
+/// device: the GEMM writes straight into the fused output).
+fn flat_linear_model() -> Vec<u8> {
+    use models::builder::{attr_i, elem_of, Dim, GraphBuilder};
+    let dt = models::DType::F32;
+    let mut b = GraphBuilder::new(9, false);
+    let shape = vec![Dim::Fixed(2), Dim::Fixed(3), Dim::Fixed(HIDDEN)];
+    let x = b.add_input("x", elem_of(dt), shape.clone());
+    let x = b.op("Neg", &[&x.name], "xn", x.elem, shape);
+    let a =
+        models::mx_quant::quantize_activation(&mut b, dt, models::QuantSpelling::StdFloor, &x, "x");
+    let flat = b.const_i64("flat", &[-1, HIDDEN as i64]);
+    let af = b.op(
+        "Reshape",
+        &[&a.name, &flat.name],
+        "xf",
+        a.elem,
+        vec![Dim::Fixed(6), Dim::Fixed(HIDDEN)],
+    );
+    let w = b.random_weight("w", dt, &[48, HIDDEN], 0.0, 0.06);
+    let c = b.random_weight("c", dt, &[48], 0.5, 1.0);
+    let yf = b.op_attrs(
+        "Gemm",
+        &[&af.name, &w.name, &c.name],
+        "yf",
+        af.elem,
+        af.with_last(48),
+        vec![attr_i("transB", 1)],
+    );
+    let wmx =
+        models::mx_quant::matmul_weight(&mut b, dt, models::WeightForm::StdMx, "wmx", HIDDEN, 48);
+    let y2f = b.op(
+        "MatMul",
+        &[&af.name, &wmx.name],
+        "y2f",
+        af.elem,
+        af.with_last(48),
+    );
+    let unflat = b.const_i64("unflat", &[2, 3, 48]);
+    let out_shape = vec![Dim::Fixed(2), Dim::Fixed(3), Dim::Fixed(48)];
+    for (y, name) in [(&yf, "y"), (&y2f, "y2")] {
+        let o = b.op(
+            "Reshape",
+            &[&y.name, &unflat.name],
+            name,
+            y.elem,
+            out_shape.clone(),
+        );
+        b.add_output(&o);
+    }
+    models::external::into_inline(b.finish("flat_linear", "view(-1, K) -> addmm / mm after MXFP8"))
+        .encode_to_vec()
+}
+
+/// Runs [`flat_linear_model`]; both outputs as f32.
+fn run_flat(session: &mut Session) -> Vec<Vec<f32>> {
+    let data: Vec<f32> = (0..6 * HIDDEN)
+        .map(|i| ((i * 7919 % 257) as f32 - 128.0) / 37.0)
+        .collect();
+    let input = ort::value::Tensor::from_array(([2usize, 3, HIDDEN], data)).expect("tensor");
+    let outputs = session.run(ort::inputs!["x" => input]).expect("run");
+    outputs
+        .iter()
+        .map(|(_, v)| v.try_extract_tensor::<f32>().expect("f32").1.to_vec())
+        .collect()
+}
+
 /// Runs [`gemm_bias_model`]; both outputs as f32.
 fn run_gemm(session: &mut Session) -> Vec<Vec<f32>> {
     let data: Vec<f32> = (0..6 * HIDDEN)
@@ -147,12 +216,13 @@ fn run_gemm(session: &mut Session) -> Vec<Vec<f32>> {
 /// Runs a test model; every output as f32.
 type Runner = fn(&mut Session) -> Vec<Vec<f32>>;
 
-/// The test models and their runners: the decoder in each weight form, and the Gemm-with-bias
-/// model.
+/// The test models and their runners: the decoder in each weight form, the Gemm-with-bias
+/// model and the flattened-linear model.
 fn models_and_runners() -> Vec<(Vec<u8>, Runner)> {
     let mut v: Vec<(Vec<u8>, Runner)> =
         FORMS.iter().map(|&f| (decoder(f), run as Runner)).collect();
     v.push((gemm_bias_model(), run_gemm));
+    v.push((flat_linear_model(), run_flat));
     v
 }
 
@@ -452,7 +522,9 @@ fn gpu_device_matches_the_cpu_device() {
     }
     let on_gpu_device = !ep_devices(DeviceType::GPU).is_empty();
     for (i, (model, run)) in models_and_runners().into_iter().enumerate() {
-        eprintln!("model {i} (decoder in {FORMS:?}, then Gemm with bias)");
+        eprintln!(
+            "model {i} (decoder in {FORMS:?}, then Gemm with bias, then view(-1, K) linears)"
+        );
         let cpu = run(&mut session(DeviceType::CPU, &model, &[], None).expect("CPU session"));
         let log: Log = Arc::default();
         let mut s = if on_gpu_device {

@@ -107,8 +107,9 @@ pub(crate) fn prepack(
 }
 
 impl Program {
-    /// Builds the program from `g` (every node must be a `com.mxfuse` op), binding values by
-    /// name to the fused node's `input_names` / `output_names`.
+    /// Builds the program from `g` (every node must be a `com.mxfuse` op or an ONNX `Reshape` of
+    /// a constant shape), binding values by name to the fused node's `input_names` /
+    /// `output_names`.
     pub fn build(
         g: &dyn GraphView,
         input_names: &[String],
@@ -120,9 +121,14 @@ impl Program {
         let mut steps = Vec::new();
         for &n in g.nodes().iter() {
             let name = g.node_label(n);
-            let attrs = mxfuse_attrs(g, n)?;
-            let mut kernel =
-                ops::create(&attrs).map_err(|e| Error::invalid(format!("node {name}: {e}")))?;
+            let mut kernel: Box<dyn Kernel> = match ops::reshape::Reshape::of_node(g, n)? {
+                // The output Reshape of an MxMatMul read through torch's `view(-1, K)`.
+                Some(r) => Box::new(r),
+                None => {
+                    let attrs = mxfuse_attrs(g, n)?;
+                    ops::create(&attrs).map_err(|e| Error::invalid(format!("node {name}: {e}")))?
+                }
+            };
             prepack(kernel.as_mut(), g, n, constant)?;
             let inputs = slots.bind_inputs(g, n, |_, meta, data| {
                 Ok(Source::Const(Tensor { meta, data }))

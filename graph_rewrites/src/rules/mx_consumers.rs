@@ -29,6 +29,20 @@
 //! says why.
 //! A weight DequantizeLinear / fake-quant node is not removed by the fusion: if nothing else
 //! reads it, dead-code elimination does.
+//!
+//! Through a flattening `Reshape` (torch.export's `nn.Linear` on `[B, S, K]`:
+//! `view(-1, K) → addmm | mm → view(B, S, N)`):
+//!
+//! ```text
+//! deq(x) [B, S, K] ─ Reshape([-1, K]) ─ Gemm(·, W, C, transB = 1) | MatMul(·, W) = y [B·S, N]
+//!   ⇒  MxMatMul(q, scale, W [, C]) = y_mx [B, S, N] ─ Reshape([-1, N]) = y
+//! ```
+//!
+//! read when the Reshape provably keeps K ([`flat_reshape`]): MxMatMul flattens a's leading dims
+//! into M, so the rows, their order and each dot product are the same. The reshape is on the
+//! float output, not on q / scale: ONNX Runtime 1.31's CPU EP has no FLOAT8E8M0 `Reshape`, so an
+//! offline rewrite with one would not load. The plugin EP's programs run that Reshape
+//! (`provider::ops::reshape`).
 
 use crate::onnx_pb::{tensor_proto::DataLocation, TensorProto};
 use crate::pattern::predicates::{
@@ -72,6 +86,23 @@ pub struct MatMulUse {
     pub gemm: GemmTerms,
     pub out: ValueId,
     pub out_dtype: i32,
+    /// The MatMul reads the activation through `Reshape(deq(a), [.., K])` (torch's
+    /// `view(-1, K)` before `addmm`): the `MxMatMul` reads the un-reshaped MXFP8 values and
+    /// scales, and its output is reshaped to the MatMul's (see [`Flat`]).
+    pub flat: Option<Flat>,
+}
+
+/// `Reshape(deq(a), shape)` that keeps the last axis K, read by an absorbed MatMul: MxMatMul
+/// flattens a's leading dims into M whatever they are, so `MatMul(Reshape(deq(a), [.., K]), W)`
+/// is `Reshape(MxMatMul(a_q, a_scale, W), [.., N])` — the same rows in the same order (row-major,
+/// K kept), each the same dot products; a Gemm's bias broadcasts over the same M rows.
+#[derive(Clone, Debug)]
+pub struct Flat {
+    /// The activation's Reshape (removed with the fusion when only absorbed MatMuls read it).
+    pub reshape: NodeId,
+    /// The Reshape's constant shape with its last entry (K) replaced by the weight's N: the
+    /// shape of the MatMul's output.
+    pub out_shape: Vec<i64>,
 }
 
 /// The parts of `y = alpha · A·B + beta · C` beyond the product.
@@ -358,6 +389,7 @@ pub(crate) fn matmul_use(
         gemm: GemmTerms { alpha, beta, bias },
         out,
         out_dtype,
+        flat: None,
     })
 }
 
@@ -532,21 +564,89 @@ pub(crate) fn classify_weight(
 }
 
 /// Splits the readers of the dequantized activation `deq` into MatMuls it can absorb and the
-/// reasons the others cannot be (a graph output is one such reason).
+/// reasons the others cannot be (a graph output is one such reason). A `Reshape` that keeps the
+/// last axis K ([`flat_reshape`]) is looked through: its MatMul readers are absorbed; it goes
+/// with the fusion when nothing else reads it (returned in the third list), and otherwise stays
+/// for its other readers — then it is itself a reader of `deq` left out.
 fn split_readers(
     g: &dyn GraphView,
     deq: ValueId,
     k: i64,
     act_dtype: i32,
-) -> (Vec<MatMulUse>, Vec<String>) {
+) -> (Vec<MatMulUse>, Vec<String>, Vec<NodeId>) {
     let mut uses: Vec<MatMulUse> = Vec::new();
     let mut kept = Vec::new();
+    let mut reshapes = Vec::new();
     if g.is_graph_output(deq) {
         kept.push(format!("'{}' is a graph output", g.value_name(deq)));
     }
     for &(r, _) in g.consumers(deq).iter() {
-        if uses.iter().any(|u| u.node == r) {
+        if uses.iter().any(|u| u.node == r) || reshapes.contains(&r) {
             continue; // listed once per input it reads
+        }
+        if is_op(g, r, ONNX_DOMAIN, "Reshape")
+            && g.inputs(r).first().copied().flatten() == Some(deq)
+        {
+            let label = g.node_label(r);
+            let shape = match flat_reshape(g, r, k) {
+                Ok(s) => s,
+                Err(why) => {
+                    kept.push(format!("Reshape '{label}' is not read through: {}", why.0));
+                    continue;
+                }
+            };
+            let flat_out = g.outputs(r)[0];
+            let mut inner_kept = Vec::new();
+            if g.is_graph_output(flat_out) {
+                inner_kept.push(format!("'{}' is a graph output", g.value_name(flat_out)));
+            }
+            let mut inner: Vec<MatMulUse> = Vec::new();
+            for &(rr, _) in g.consumers(flat_out).iter() {
+                if inner.iter().any(|u| u.node == rr) {
+                    continue;
+                }
+                let u = matmul_use(g, rr, flat_out, k, act_dtype).and_then(|mut u| {
+                    let n = match weight_n(g, &u.weight, u.trans_b) {
+                        Some(Dim::Known(n)) => n,
+                        other => {
+                            return Err(reject!(
+                                "{} '{}' has weight N {other:?}, not a known dim (the output Reshape needs it)",
+                                g.op_type(rr),
+                                g.node_label(rr)
+                            ))
+                        }
+                    };
+                    let mut out_shape = shape.clone();
+                    if let Some(last) = out_shape.last_mut() {
+                        *last = n;
+                    }
+                    u.flat = Some(Flat {
+                        reshape: r,
+                        out_shape,
+                    });
+                    Ok(u)
+                });
+                match u {
+                    Ok(u) => inner.push(u),
+                    Err(why) => inner_kept.push(why.0),
+                }
+            }
+            inner_kept.dedup();
+            if inner_kept.is_empty() && !inner.is_empty() {
+                reshapes.push(r);
+            } else if inner_kept.is_empty() {
+                // Read by nothing: it stays, reading the dequantized value (the engine would
+                // refuse a fusion that removed what it reads).
+                kept.push(format!("Reshape '{label}' has no reader to absorb"));
+            } else {
+                for why in inner_kept {
+                    kept.push(format!(
+                        "Reshape '{label}' stays for a reader not absorbed: {why}"
+                    ));
+                }
+            }
+            uses.extend(inner);
+            continue;
         }
         match matmul_use(g, r, deq, k, act_dtype) {
             Ok(u) => uses.push(u),
@@ -554,7 +654,43 @@ fn split_readers(
         }
     }
     kept.dedup();
-    (uses, kept)
+    (uses, kept, reshapes)
+}
+
+/// The constant shape of `Reshape(deq(a), shape)` (node `r`) when it provably keeps the last
+/// axis K: `allowzero = 0`, a constant int64 shape whose last entry is K, every other entry
+/// positive or a single -1 (no 0, which copies an input dim). Row-major values then keep their
+/// rows and the blocks of 32 along K stay whole. The model's default opset must also let ONNX
+/// Reshape read and write its type (every opset for float, float16; 13 for bfloat16, as for a
+/// bfloat16 MatMul): the fusion's output Reshape is of the MatMul's output type.
+fn flat_reshape(g: &dyn GraphView, r: NodeId, k: i64) -> Result<Vec<i64>, Reject> {
+    if attr_int(g.attr(r, "allowzero"), 0) != Some(0) {
+        return Err(reject!("allowzero = 1"));
+    }
+    let Some(s) = g.inputs(r).get(1).copied().flatten() else {
+        return Err(reject!("no shape input"));
+    };
+    let t = g.const_value(s).filter(|t| t.elem_type == dtype::INT64);
+    let Some(shape) = t.as_ref().and_then(crate::pattern::predicates::values_i64) else {
+        return Err(reject!(
+            "its shape '{}' is computed at run time (only a constant [.., {k}] keeps K provably)",
+            g.value_name(s)
+        ));
+    };
+    let Some((&last, lead)) = shape.split_last() else {
+        return Err(reject!("its shape is empty"));
+    };
+    if last != k {
+        return Err(reject!(
+            "its shape {shape:?} does not end in K = {k} (the last axis would change)"
+        ));
+    }
+    if lead.iter().any(|&d| d == 0 || d < -1) || lead.iter().filter(|&&d| d == -1).count() > 1 {
+        return Err(reject!(
+            "its shape {shape:?} has a 0 or a second -1 before K (only positive dims and one -1 are read through)"
+        ));
+    }
+    Ok(shape)
 }
 
 /// Consumers of a standard-spelling quantizer: the MatMuls (and Gemms `matmul_use` accepts)
@@ -611,7 +747,8 @@ pub fn standard_consumers(
             ));
             continue;
         }
-        let (uses, kept) = split_readers(g, g.outputs(dq)[0], k, act_dtype);
+        let (uses, kept, reshapes) = split_readers(g, g.outputs(dq)[0], k, act_dtype);
+        c.dequant.extend(reshapes);
         for why in &kept {
             c.notes.push(format!(
                 "DequantizeLinear '{dq_name}' stays (as MxDequantize) for a reader not absorbed: {why}"
@@ -640,7 +777,7 @@ pub fn quark_consumers(
             g.value_name(fake)
         ));
     }
-    let (matmuls, kept) = split_readers(g, fake, k, act_dtype);
+    let (matmuls, kept, reshapes) = split_readers(g, fake, k, act_dtype);
     let notes = kept
         .iter()
         .map(|why| {
@@ -652,7 +789,7 @@ pub fn quark_consumers(
         .collect();
     Ok(Consumers {
         matmuls,
-        dequant: Vec::new(),
+        dequant: reshapes,
         kept_float: (!kept.is_empty()).then_some((fake, act_dtype)),
         notes,
         shape: Vec::new(),
@@ -733,7 +870,49 @@ pub fn emit_matmuls(
         let spec = spec
             .attr_int("trans_b", trans_b as i64)
             .attr_int("output_dtype", u.out_dtype as i64);
-        e.add(spec.output(u.out))?;
+        let Some(flat) = &u.flat else {
+            e.add(spec.output(u.out))?;
+            continue;
+        };
+        // Through the activation's Reshape: MxMatMul reads a as it is ([.., K]) and writes
+        // [.., N]; an ONNX Reshape to the MatMul's output shape gives `out` its name back.
+        let g = e.graph();
+        let a_shape = g.tensor_info(q).and_then(|i| i.shape);
+        let base = g.value_name(u.out).to_string();
+        let shape = a_shape.map(|mut s| {
+            if let (Some(last), Some(&n)) = (s.last_mut(), flat.out_shape.last()) {
+                *last = Dim::Known(n);
+            }
+            s
+        });
+        let unflat = e.value(
+            &format!("{base}_mx"),
+            Some(crate::view::TensorInfo {
+                elem_type: u.out_dtype,
+                shape,
+            }),
+        );
+        e.add(spec.output(unflat))?;
+        let raw: Vec<u8> = flat
+            .out_shape
+            .iter()
+            .flat_map(|d| d.to_le_bytes())
+            .collect();
+        let t = TensorProto {
+            name: Some(format!("{base}_shape")),
+            data_type: Some(dtype::INT64),
+            dims: vec![flat.out_shape.len() as i64],
+            raw_data: Some(raw),
+            data_location: Some(DataLocation::Default as i32),
+            ..Default::default()
+        };
+        let shape = e.initializer(&format!("{base}_shape"), t);
+        let reshape = crate::pattern::NodeSpec {
+            domain: ONNX_DOMAIN.into(),
+            op_type: "Reshape".into(),
+            ..Default::default()
+        };
+        e.add(reshape.input(unflat).input(shape).output(u.out))?;
     }
     Ok(())
 }

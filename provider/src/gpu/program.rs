@@ -53,6 +53,9 @@ enum GpuOp {
         /// The constant MX weight on the device, packed at compile time.
         packed: Option<PackedWeight>,
     },
+    /// ONNX `Reshape` of a constant shape (an `MxMatMul` read through torch's `view(-1, K)`):
+    /// no launch, its output is its input's bytes under new dims.
+    Reshape,
 }
 
 /// A constant MX weight uploaded once in the layout of the GEMM that reads it.
@@ -149,6 +152,9 @@ pub struct GpuProgram {
     steps: Vec<Step>,
     sources: Vec<Source>,
     outputs: Vec<usize>,
+    /// Per slot: the Reshape step that reads it, when a step produces it — that step writes
+    /// straight into the Reshape's fused output, so the Reshape costs nothing.
+    forward: Vec<Option<usize>>,
 }
 
 fn gpu(e: kernels::gpu::GpuError) -> Error {
@@ -248,7 +254,8 @@ fn nk_weight_dims(b: &Meta, bs: &Meta, b_len: usize, bs_len: usize) -> Option<(u
 }
 
 impl GpuProgram {
-    /// Builds the program from `g` (every node a `com.mxfuse` op), binding values by name to the
+    /// Builds the program from `g` (every node a `com.mxfuse` op or an ONNX `Reshape` of a
+    /// constant shape), binding values by name to the
     /// fused node's inputs and outputs, as [`Program::build`] does.
     pub fn build(
         g: &dyn GraphView,
@@ -263,6 +270,20 @@ impl GpuProgram {
         for &n in g.nodes().iter() {
             let name = g.node_label(n);
             let op_type = g.op_type(n);
+            if let Some(r) = ops::reshape::Reshape::of_node(g, n)? {
+                let inputs = slots.bind_inputs(g, n, |_, meta, raw| {
+                    Ok(Source::Const(meta, DeviceBox::upload(&memory, &raw)?))
+                })?;
+                let outputs = slots.bind_outputs(g, n, || Source::Step);
+                steps.push(Step {
+                    name,
+                    shapes: Box::new(r),
+                    op: GpuOp::Reshape,
+                    inputs,
+                    outputs,
+                });
+                continue;
+            }
             let attrs = mxfuse_attrs(g, n)?;
             let mut shapes =
                 ops::create(&attrs).map_err(|e| Error::invalid(format!("node {name}: {e}")))?;
@@ -337,6 +358,14 @@ impl GpuProgram {
             });
         }
         let (outputs, sources) = slots.finish(output_names)?;
+        let mut forward = vec![None; sources.len()];
+        for (i, step) in steps.iter().enumerate() {
+            if let (GpuOp::Reshape, Some(Some(s))) = (&step.op, step.inputs.first()) {
+                if matches!(sources[*s], Source::Step) && forward[*s].is_none() {
+                    forward[*s] = Some(i);
+                }
+            }
+        }
         Ok(GpuProgram {
             backend,
             memory,
@@ -344,6 +373,7 @@ impl GpuProgram {
             steps,
             sources,
             outputs,
+            forward,
         })
     }
 
@@ -378,6 +408,19 @@ impl GpuProgram {
                 .shapes
                 .output_metas(&in_metas)
                 .map_err(|e| Error::invalid(format!("{}: {e}", step.name)))?;
+            if matches!(step.op, GpuOp::Reshape) {
+                // Same bytes, new dims: the output aliases the input (written into the fused
+                // output already when the producing step was forwarded, else copied at the end).
+                let (_, addr) = ins
+                    .first()
+                    .copied()
+                    .flatten()
+                    .ok_or_else(|| Error::invalid(format!("{}: missing input", step.name)))?;
+                if let (Some(Some(slot)), Some(meta)) = (step.outputs.first(), metas.first()) {
+                    values[*slot] = Some((meta.clone(), *addr));
+                }
+                continue;
+            }
             let mut outs: Vec<Option<(Meta, u64)>> = Vec::with_capacity(step.outputs.len());
             for (slot, meta) in step.outputs.iter().zip(metas) {
                 let Some(slot) = *slot else {
@@ -390,7 +433,7 @@ impl GpuProgram {
                     .iter()
                     .position(|&o| o == slot)
                     .filter(|&j| !written[j]);
-                let addr = match direct {
+                let mut addr = match direct {
                     Some(j) => match output(j, &meta)? {
                         Some(p) => {
                             written[j] = true;
@@ -400,6 +443,27 @@ impl GpuProgram {
                     },
                     None => 0,
                 };
+                // Read by a Reshape whose output is a fused output: write it there directly.
+                if let (0, Some(r)) = (addr, self.forward[slot]) {
+                    let reshape = &self.steps[r];
+                    let target = reshape.outputs.first().copied().flatten();
+                    let j = target.and_then(|t| {
+                        self.outputs
+                            .iter()
+                            .position(|&o| o == t)
+                            .filter(|&j| !written[j])
+                    });
+                    if let Some(j) = j {
+                        let rmeta = reshape
+                            .shapes
+                            .output_metas(&[Some(&meta)])
+                            .map_err(|e| Error::invalid(format!("{}: {e}", reshape.name)))?;
+                        if let Some(p) = output(j, &rmeta[0])? {
+                            written[j] = true;
+                            addr = p;
+                        }
+                    }
+                }
                 let addr = if addr != 0 {
                     addr
                 } else {
@@ -463,6 +527,8 @@ impl GpuProgram {
             Backend::Host => return unsafe { host_launch(step, ins, outs) },
         };
         match &step.op {
+            // Handled in `run_device` (no launch).
+            GpuOp::Reshape => Ok(()),
             GpuOp::Quantize(a) => {
                 let (xm, x) = input(0, "x")?;
                 let k = last_dim(xm, "x")?;

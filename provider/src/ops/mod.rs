@@ -8,6 +8,7 @@ mod foreign;
 mod huge;
 mod matmul;
 mod parallel;
+pub(crate) mod reshape;
 pub mod schema;
 
 use kernels::ops::{self as k, NormTensors, SwiGluTensors};
