@@ -133,7 +133,25 @@ def load_session(path, so, providers=None):
     try:
         return ort.InferenceSession(path, sess_options=so, providers=providers)
     except Exception as e:  # ORT raises its own exception types
-        sys.exit(f"ONNX Runtime cannot load {path}: {str(e).splitlines()[0]}")
+        why = str(e).splitlines()[0]
+        # The commonest case: a bf16 graph whose unfused ops (an attention Add) have no bf16
+        # kernel on ORT's CPU EP — with or without mxfuse (docs/provider.md, "bf16 models").
+        hint = ("\n(ONNX Runtime's CPU EP has no bfloat16 kernel for that op, so this model does not run on "
+                "CPU with or without mxfuse: docs/provider.md, 'bf16 models'; the rewrite itself is "
+                "checked by `mxfuse rewrite` and the Rust/Python tests)") if "NOT_IMPLEMENTED" in why and "bfloat16" in open_types(path) else ""
+        sys.exit(f"ONNX Runtime cannot load {path}: {why}{hint}")
+
+
+def open_types(path):
+    """The element type names of a model's graph inputs, outputs and initializers ('' if it
+    cannot be read)."""
+    try:
+        g = onnx.load(path, load_external_data=False).graph
+    except Exception:
+        return ""
+    elems = [v.type.tensor_type.elem_type for v in list(g.input) + list(g.output) + list(g.value_info)]
+    elems += [t.data_type for t in g.initializer]
+    return " ".join(onnx.TensorProto.DataType.Name(e).lower() for e in set(elems) if e)
 
 
 def ep_session_options(lib):

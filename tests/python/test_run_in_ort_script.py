@@ -107,3 +107,18 @@ def test_run_in_ort_feeds_and_fetches_bfloat16(tmp_path, lib, mxfuse_cli):
     lines = [l for l in run.stdout.splitlines() if l.startswith("output ")]
     assert len(lines) == 2 and all("bit-identical: True" in l and "onnx.reference| = 0 " in l for l in lines), run.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bf16.fused.onnx", "bf16.onnx"]  # its copies are gone
+
+
+def test_run_in_ort_bf16_decoder_says_why_ort_cannot_run_it(tmp_path, lib, mxfuse_cli):
+    """A bf16 decoder from the generator cannot run on ORT's CPU EP at all (no bf16 Add kernel for
+    the attention's unfused ops, with or without mxfuse): the script exits with ORT's one-line
+    reason and says so instead of leaving the user to guess whether the rewrite is at fault."""
+    gen = newest_build("mxfuse-gen-model", "MXFUSE_GEN_MODEL", "cargo build --release -p models")
+    src, fused = tmp_path / "bf16.onnx", tmp_path / "bf16.fused.onnx"
+    subprocess.run([gen, "--preset", "tiny", "--dtype", "bf16", "-o", str(src)], check=True, capture_output=True)
+    subprocess.run([mxfuse_cli, "rewrite", str(src), "-o", str(fused)], check=True, capture_output=True)
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "run_in_ort.py"), str(src), str(fused), lib],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0
+    assert "NOT_IMPLEMENTED" in run.stderr and "no bfloat16 kernel" in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr, run.stderr
