@@ -676,6 +676,80 @@ fn weight_only_mx_matmul_matches_the_unfused_graph() {
     }
 }
 
+/// Quark weight-only (rule `mx_weight_matmul`): a float activation (f32, f16, bf16) times
+/// `MXQuantizeDequantize(W)` of a constant float weight (fp8_e4m3, block 32 along K), read by a
+/// MatMul or a Gemm with a bias: the fused `MxMatMul` reads the weight quantized at rewrite time
+/// and agrees with the unfused graph — evaluated with the project's Quark reference kernel
+/// (`kernels::reference::quark_mx`) — within float order. The weight's columns have magnitudes
+/// from 2^-3 to 2^3 and one all-zero block; the activation has NaN and outlier rows.
+#[test]
+fn quark_weight_only_mx_matmul_matches_the_unfused_graph() {
+    use models::builder::{attr_f, attr_i, attr_s, Payload};
+    use models::mx_quant::QUARK_DOMAIN;
+    let (k, n) = (96, 40);
+    for dt in [DType::F32, DType::F16, DType::Bf16] {
+        for gemm in [false, true] {
+            let mut b = GraphBuilder::new(17, false);
+            let x = b.add_input("x", elem_of(dt), vec![Dim::Fixed(ROWS), Dim::Fixed(k)]);
+            let mut w = models::data::Rng::new(13).normals(k * n, 0.0, 0.2);
+            for (i, v) in w.iter_mut().enumerate() {
+                *v *= 2f32.powi((i % n) as i32 % 7 - 3); // column magnitude
+            }
+            for kk in 32..64 {
+                w[kk * n + 7] = 0.0; // block 1 of column 7
+            }
+            let payload = Payload::Bytes(models::data::encode_floats(dt, &w));
+            let wt = b.add_initializer("w", elem_of(dt), &[k, n], payload);
+            b.require_opset(QUARK_DOMAIN, 1);
+            let wq = b
+                .node(
+                    "MXQuantizeDequantize",
+                    QUARK_DOMAIN,
+                    &[&wt.name],
+                    &[("w.qdq", wt.elem, wt.shape.clone())],
+                    vec![
+                        attr_i("axis", 0),
+                        attr_i("block_size", 32),
+                        attr_s("element_dtype", "fp8_e4m3"),
+                        attr_i("rounding_mode", 2),
+                    ],
+                )
+                .remove(0);
+            let y = if gemm {
+                let c = models::data::Rng::new(5).normals(n, 0.0, 1.0);
+                let c = b.add_initializer(
+                    "c",
+                    elem_of(dt),
+                    &[n],
+                    Payload::Bytes(models::data::encode_floats(dt, &c)),
+                );
+                b.op_attrs(
+                    "Gemm",
+                    &[&x.name, &wq.name, &c.name],
+                    "proj",
+                    x.elem,
+                    x.with_last(n),
+                    vec![attr_f("alpha", 0.5), attr_f("beta", 2.0)],
+                )
+            } else {
+                matmul(&mut b, &x, &wq, n, "proj")
+            };
+            b.add_output(&y);
+            let g = finish(b);
+            let mut r = g.clone();
+            run_pipeline(&mut r, &PipelineOptions::default()).expect("pipeline");
+            let ops: Vec<&str> = r.nodes().iter().map(|&m| r.op_type(m)).collect();
+            assert_eq!(ops, ["MxMatMul"], "{dt:?} gemm {gemm}");
+            let feeds = HashMap::from([(
+                "x".to_string(),
+                feed(dt, k, rows(5, k, 1.0, outlier(dt), true)),
+            )]);
+            let ctx = format!("{dt:?} Quark weight-only, Gemm: {gemm}");
+            differential(g, &feeds, "mx_weight_matmul", 1, &ctx);
+        }
+    }
+}
+
 /// One `Gemm` consumer: `transB`, bias shape (`None`: no C), alpha, beta, MX weight
 /// (`cfg.spelling.weights`, `[K, N]` only) or float, and whether C holds a NaN.
 #[derive(Clone, Copy, Debug)]

@@ -365,3 +365,271 @@ fn opset_23_models_are_taken() {
         "MxMatMul(x, , wq, ws) output_dtype=Int(1) trans_b=Int(0)"
     );
 }
+
+/// `x [4, 64]` of `t`; `wf = MXQuantizeDequantize(w [64, 16] of t, fp8_e4m3, block 32, axis 0)`
+/// (Quark's weight-only export), `w` holding `vals` (row-major, widened).
+fn quark_model(t: i32, vals: &[f32]) -> ModelBuilder {
+    let mut b = ModelBuilder::new(24);
+    b.opset("com.amd.quark", 1);
+    b.input("x", t, &[4, 64]);
+    let raw: Vec<u8> = match t {
+        FLOAT16 => vals
+            .iter()
+            .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
+            .collect(),
+        BFLOAT16 => vals
+            .iter()
+            .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
+            .collect(),
+        _ => vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
+    };
+    b.init_raw("w", t, &[64, 16], raw);
+    b.quark_fake_quant("w", "wf", 32, 0);
+    b
+}
+
+/// Ordinary weight values: a spread of magnitudes, some on E4M3 ties.
+fn quark_weight_values() -> Vec<f32> {
+    (0..64 * 16)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.013 * (1.0 + (i % 7) as f32))
+        .collect()
+}
+
+/// The stored E4M3 values / E8M0 scales of the fused weight, dequantized in `[K, N]` order.
+fn stored_weight(g: &graph_rewrites::ir::Graph) -> Vec<f32> {
+    let mm = graph_rewrites::testing::first_node(g, "MxMatMul");
+    let ins = g.inputs(mm);
+    let v = g.const_value(ins[2].unwrap()).unwrap();
+    let s = g.const_value(ins[3].unwrap()).unwrap();
+    assert_eq!(v.dims, [16, 64]);
+    assert_eq!(s.dims, [16, 2]);
+    let mut out = vec![0f32; 64 * 16];
+    for n in 0..16 {
+        for k in 0..64 {
+            out[k * 16 + n] = kernels::codec::e4m3_to_f32(v.raw[n * 64 + k])
+                * kernels::codec::e8m0::e8m0_to_f32(s.raw[n * 2 + k / 32]);
+        }
+    }
+    out
+}
+
+/// Quark's fake-quant of `vals` (`[64, 16]`, blocks along axis 0), rounded to `t`.
+fn quark_reference(vals: &[f32], t: i32) -> Vec<f32> {
+    use kernels::reference::quark_mx::{quark_mx_fake_quant, IntRounding, QuarkElement};
+    let widen = |v: f32| match t {
+        FLOAT16 => half::f16::from_f32(v).to_f32(),
+        BFLOAT16 => half::bf16::from_f32(v).to_f32(),
+        _ => v,
+    };
+    let mut rows = vec![0f32; vals.len()];
+    for k in 0..64 {
+        for n in 0..16 {
+            rows[n * 64 + k] = widen(vals[k * 16 + n]);
+        }
+    }
+    let mut y = vec![0f32; rows.len()];
+    quark_mx_fake_quant(
+        &rows,
+        &mut y,
+        64,
+        32,
+        QuarkElement::Fp8E4M3,
+        IntRounding::HalfEven,
+    )
+    .unwrap();
+    let mut out = vec![0f32; vals.len()];
+    for k in 0..64 {
+        for n in 0..16 {
+            out[k * 16 + n] = widen(y[n * 64 + k]);
+        }
+    }
+    out
+}
+
+/// Quark weight-only: `MatMul(x, MXQuantizeDequantize(W))` / `Gemm(x, .., C)` read the weight
+/// quantized at rewrite time — values that dequantize to exactly the fake-quant's output — and
+/// the fake-quant goes.
+#[test]
+fn quark_fake_quantized_weight_becomes_a_weight_only_mxmatmul() {
+    let vals = quark_weight_values();
+    for t in [FLOAT, FLOAT16, BFLOAT16] {
+        for gemm in [false, true] {
+            let mut b = quark_model(t, &vals);
+            if gemm {
+                let bias: Vec<u8> = match t {
+                    FLOAT => [0.25f32; 16].iter().flat_map(|v| v.to_le_bytes()).collect(),
+                    FLOAT16 => vec![0; 32],
+                    _ => vec![0; 32],
+                };
+                b.init_raw("bias", t, &[16], bias);
+                b.node_in(
+                    "",
+                    "Gemm",
+                    &["x", "wf", "bias"],
+                    &["y"],
+                    &[("alpha", Attr::F(0.5))],
+                );
+            } else {
+                b.node("MatMul", &["x", "wf"], &["y"]);
+            }
+            b.output("y", t, &[4, 16]);
+            let (report, g) = b.rewrite();
+            assert_eq!(
+                report.counts["mx_weight_matmul"], 1,
+                "{t} {gemm}: {report:#?}"
+            );
+            assert_eq!(op_types(&g), ["MxMatMul"], "{t} {gemm}");
+            let want = if gemm {
+                format!(
+                    "MxMatMul(x, , w_mxfp8, w_mxfp8_scale, bias) alpha=Float(0.5) output_dtype=Int({t}) trans_b=Int(1)"
+                )
+            } else {
+                format!(
+                    "MxMatMul(x, , w_mxfp8, w_mxfp8_scale) output_dtype=Int({t}) trans_b=Int(1)"
+                )
+            };
+            assert_eq!(snapshot(&g), want);
+            assert_eq!(stored_weight(&g), quark_reference(&vals, t), "{t} {gemm}");
+        }
+    }
+}
+
+/// A fake-quant something else also reads stays for it — re-created as `MxDequantize` of the
+/// weight quantized at rewrite time (`[K, N]`, the same values, checked exact), which the
+/// MxMatMul reads too (`trans_b = 0`), so a claim of the replacement carries the constants.
+#[test]
+fn a_quark_weight_fake_quant_with_other_readers_stays() {
+    let mut b = quark_model(FLOAT, &quark_weight_values());
+    b.init_f32("one", &[], &[1.0]);
+    b.node("MatMul", &["x", "wf"], &["y"])
+        .node("Add", &["wf", "one"], &["w1"])
+        .output("y", FLOAT, &[4, 16])
+        .output("w1", FLOAT, &[64, 16]);
+    let (report, g) = b.rewrite();
+    assert_eq!(report.counts["mx_weight_matmul"], 1, "{report:#?}");
+    let mut ops = op_types(&g);
+    ops.sort();
+    assert_eq!(ops, ["Add", "MxDequantize", "MxMatMul"]);
+    assert_eq!(
+        snapshot(&g),
+        "MxMatMul(x, , w_mxfp8_kn, w_mxfp8_kn_scale) output_dtype=Int(1) trans_b=Int(0)"
+    );
+    let dq = graph_rewrites::testing::first_node(&g, "MxDequantize");
+    assert_eq!(
+        value_names(&g, g.inputs(dq)),
+        ["w_mxfp8_kn", "w_mxfp8_kn_scale"]
+    );
+    assert_eq!(g.value_name(g.outputs(dq)[0]), "wf");
+    assert_eq!(
+        g.attr(dq, "axis").map(|v| format!("{v:?}")),
+        Some("Int(0)".into())
+    );
+    // The [K, N] bytes dequantize to Quark's output.
+    let v = g.const_value(g.inputs(dq)[0].unwrap()).unwrap();
+    let sc = g.const_value(g.inputs(dq)[1].unwrap()).unwrap();
+    assert_eq!(
+        (v.dims.clone(), sc.dims.clone()),
+        (vec![64, 16], vec![2, 16])
+    );
+    let deq: Vec<f32> = (0..64 * 16)
+        .map(|i| {
+            kernels::codec::e4m3_to_f32(v.raw[i])
+                * kernels::codec::e8m0::e8m0_to_f32(sc.raw[(i / 16 / 32) * 16 + i % 16])
+        })
+        .collect();
+    assert_eq!(deq, quark_reference(&quark_weight_values(), FLOAT));
+    assert!(
+        report.fusions[0]
+            .notes
+            .iter()
+            .any(|n| n.contains("stays for its other readers (as MxDequantize")),
+        "{report:#?}"
+    );
+}
+
+/// Zero blocks and blocks of ordinary magnitude next to them are exact and taken.
+#[test]
+fn a_quark_weight_with_zero_blocks_is_taken() {
+    let mut vals = quark_weight_values();
+    for v in vals.iter_mut().take(32 * 16) {
+        *v = 0.0; // rows 0..32 of [64, 16]: block 0 of every column
+    }
+    let mut b = quark_model(FLOAT, &vals);
+    b.node("MatMul", &["x", "wf"], &["y"])
+        .output("y", FLOAT, &[4, 16]);
+    let (report, g) = b.rewrite();
+    assert_eq!(report.counts["mx_weight_matmul"], 1, "{report:#?}");
+    assert_eq!(stored_weight(&g), quark_reference(&vals, FLOAT));
+}
+
+/// Each weight whose MXFP8 form would not dequantize to exactly the fake-quant's output — or
+/// that is not an MXFP8 weight along K — is refused with the reason, and the fake-quant stays.
+#[test]
+fn quark_weights_that_are_not_exactly_mxfp8_are_refused() {
+    let base = quark_weight_values();
+    let with = |i: usize, v: f32| {
+        let mut w = base.clone();
+        w[i] = v;
+        w
+    };
+    // Every element tiny (largest exponent below 2^-119), with bits below 2^-127 · 2^-9.
+    let tiny: Vec<f32> = base.iter().map(|v| v * 1e-37).collect();
+    let cases: Vec<(&str, i32, Vec<f32>, &str)> = vec![
+        ("NaN", FLOAT, with(5, f32::NAN), "NaN or Inf"),
+        ("Inf", FLOAT, with(5, f32::INFINITY), "NaN or Inf"),
+        ("tiny", FLOAT, tiny.clone(), "below 2^-119"),
+        ("f16 NaN", FLOAT16, with(5, f32::NAN), "NaN or Inf"),
+        (
+            "bf16 Inf",
+            BFLOAT16,
+            with(5, f32::NEG_INFINITY),
+            "NaN or Inf",
+        ),
+        ("bf16 tiny", BFLOAT16, tiny.clone(), "below 2^-119"),
+    ];
+    for (what, t, vals, want) in cases {
+        let mut b = quark_model(t, &vals);
+        b.node("MatMul", &["x", "wf"], &["y"])
+            .output("y", t, &[4, 16]);
+        let why = b.refusal("mx_weight_matmul");
+        assert!(why.contains(want), "{what}: {why}");
+        let (report, g) = b.rewrite();
+        assert_eq!(report.counts["mx_weight_matmul"], 0, "{what}: {report:#?}");
+        let mut ops = op_types(&g);
+        ops.sort();
+        assert_eq!(ops, ["MXQuantizeDequantize", "MatMul"], "{what}");
+    }
+    // Structural refusals: a Gemm reading it with transB = 1, another axis, a runtime weight.
+    let mut b = quark_model(FLOAT, &base);
+    b.node_in("", "Gemm", &["x", "wf"], &["y"], &[("transB", Attr::I(1))])
+        .output("y", FLOAT, &[4, 64]);
+    assert!(b.refusal("mx_weight_matmul").contains("transB = 1"));
+    let mut b = ModelBuilder::new(24);
+    b.opset("com.amd.quark", 1);
+    b.input("x", FLOAT, &[4, 64]).input("w", FLOAT, &[64, 16]);
+    b.quark_fake_quant("w", "wf", 32, 0)
+        .node("MatMul", &["x", "wf"], &["y"])
+        .output("y", FLOAT, &[4, 16]);
+    assert!(b.refusal("mx_weight_matmul").contains("not a constant"));
+    let mut b = ModelBuilder::new(24);
+    b.opset("com.amd.quark", 1);
+    b.input("x", FLOAT, &[4, 64]);
+    b.init_f32("w", &[64, 16], &base);
+    b.quark_fake_quant("w", "wf", 32, 1)
+        .node("MatMul", &["x", "wf"], &["y"])
+        .output("y", FLOAT, &[4, 16]);
+    assert!(b.refusal("mx_weight_matmul").contains("not MXFP8 along K"));
+}
+
+/// A Quark-quantized activation's MatMul of a Quark weight stays the MXFP8 fusions'.
+#[test]
+fn quark_activation_and_weight_stay_with_the_activation_fusion() {
+    let mut b = quark_model(FLOAT, &quark_weight_values());
+    b.quark_fake_quant("x", "xq", 32, -1)
+        .node("MatMul", &["xq", "wf"], &["y"])
+        .output("y", FLOAT, &[4, 16]);
+    let (report, g) = b.rewrite();
+    assert_eq!(report.counts["mxquant"], 1, "{report:#?}");
+    assert_eq!(report.counts["mx_weight_matmul"], 0, "{report:#?}");
+    assert_eq!(op_types(&g), ["MxQuantize", "MxMatMul"]);
+}

@@ -11,10 +11,7 @@ use std::collections::HashMap;
 use graph_rewrites::ir::Graph;
 use graph_rewrites::pattern::predicates::{dtype as onnx_dt, values_f64, values_i64};
 use graph_rewrites::view::{AttrValue, ConstTensor, GraphView, NodeId, ValueId};
-use kernels::codec::{
-    e2m1_to_f32, e4m3_to_f32, e8m0_to_f32, f32_to_e4m3, quantize_block, NanPolicy, QuantConfig,
-    ScaleRule,
-};
+use kernels::codec::{e2m1_to_f32, e4m3_to_f32, e8m0_to_f32, f32_to_e4m3};
 use kernels::ops::{NormTensors, SwiGluTensors, TensorMut, TensorRef};
 use kernels::reference::math::mean_of_squares;
 use kernels::reference::onnx_ops::{self as onnx, round_to, Tensor};
@@ -518,20 +515,45 @@ fn skip_norm(a: &Tensor, b: &Tensor, gamma: &Tensor, eps: f32) -> Res<Vec<Option
     Ok(vec![t(y)?, None, None, t(sum)?])
 }
 
-/// Quark's MXQuantizeDequantize (OCP floor, NaN ignored for the scale) along the last axis.
+/// Quark's MXQuantizeDequantize (fp8_e4m3, block 32) along `axis`, by the project's Quark
+/// reference kernel (`kernels::reference::quark_mx`: the largest exponent sets the scale, NaN and
+/// Inf ignored for it and passed through, the scale not clamped to E8M0's range), in f32 on the
+/// widened input, the output rounded to the input's type.
 fn quark_fake_quant(x: &Tensor, axis: i64) -> Res<Tensor> {
-    if norm_axis(axis, x.shape.len()) != x.shape.len() - 1 {
-        return Err("only the last axis".into());
+    use kernels::reference::quark_mx::{quark_mx_fake_quant, IntRounding, QuarkElement};
+    let rank = x.shape.len();
+    let ax = norm_axis(axis, rank);
+    if ax >= rank {
+        return Err(format!("axis {axis} of a rank-{rank} tensor"));
     }
-    let cfg = QuantConfig {
-        scale_rule: ScaleRule::Floor,
-        nan_policy: NanPolicy::Ignore,
-    };
-    let mut out = Vec::with_capacity(x.data.len());
-    for blk in x.data.chunks_exact(32) {
-        let (src, mut q) = (<[f32; 32]>::try_from(blk).map_err(|_| "block")?, [0u8; 32]);
-        let s = e8m0_to_f32(quantize_block(&src, &mut q, cfg));
-        out.extend(q.iter().map(|b| e4m3_to_f32(*b) * s));
+    let (outer, len) = (x.shape[..ax].iter().product::<usize>(), x.shape[ax]);
+    let inner = x.shape[ax + 1..].iter().product::<usize>();
+    // Rows along `axis`: [outer, inner, len].
+    let mut rows = vec![0f32; x.data.len()];
+    for o in 0..outer {
+        for l in 0..len {
+            for i in 0..inner {
+                rows[(o * inner + i) * len + l] = x.data[(o * len + l) * inner + i];
+            }
+        }
+    }
+    let mut y = vec![0f32; rows.len()];
+    quark_mx_fake_quant(
+        &rows,
+        &mut y,
+        len,
+        32,
+        QuarkElement::Fp8E4M3,
+        IntRounding::HalfEven,
+    )
+    .map_err(|e| e.to_string())?;
+    let mut out = vec![0f32; y.len()];
+    for o in 0..outer {
+        for l in 0..len {
+            for i in 0..inner {
+                out[(o * len + l) * inner + i] = y[(o * inner + i) * len + l];
+            }
+        }
     }
     Tensor::new(x.dtype, &x.shape, out).map_err(|e| e.to_string())
 }

@@ -9,6 +9,12 @@ the weight is never dequantized per step. Both ways of running mxfuse (plugin EP
 model, custom-op library on the rewritten one) give the same bits, and match `Σ x · deq(W)`
 (f64) within the f32 accumulation bound — and `onnx.reference` on the unfused float32 graph
 within float order. Fresh random inputs each run (the seed is printed on failure).
+
+Quark weight-only exports spell the weight `com.amd.quark::MXQuantizeDequantize(W)` of a float
+constant (fp8_e4m3, block 32 along K): the rule quantizes W at rewrite time (exactly the
+fake-quant's values, else it refuses) and the MatMul / Gemm becomes the same `MxMatMul`; checked
+against onnx.reference on the unfused graph with the project's numpy Quark kernel
+(`models/tests/python/check_models.py` CUSTOM).
 """
 
 import ml_dtypes
@@ -20,6 +26,7 @@ from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from conftest import ROOT
 from test_mx_dequant import EP, claimed_ops, ep_session, offline_session, rewrite, same_bits
 from test_mxfp4 import E2M1, e8m0_tensor, fp4_tensor
 
@@ -249,3 +256,109 @@ def test_weight_also_read_by_a_gather_stays_for_it(lib, ep_devices, mxfuse_cli, 
         y, emb = sess.run(None, feeds)
         assert same_bits(emb, ref[1])
         check_close(y, want, bound, TP.FLOAT, "tied")
+
+
+def quark_oracle_ops():
+    """The numpy Quark kernel for onnx.reference and its oracle function."""
+    import sys
+    sys.path.insert(0, str(ROOT / "models" / "tests" / "python"))
+    from check_models import CUSTOM
+    from mx_quantize_onnx import quark_qdq_numpy
+    return CUSTOM, quark_qdq_numpy
+
+
+def quark_model(path, w, act_type, m, gemm, extra_reader=False):
+    """x [m, K] of `act_type` (float32 / float16) times `MXQuantizeDequantize(w)` (w [K, N] of
+    that type, fp8_e4m3, block 32, axis 0): a MatMul, or a Gemm with alpha 0.5 and a bias [N].
+    With `extra_reader` the fake-quantized weight is also a graph output."""
+    np_t = NP[act_type]
+    inits = [numpy_helper.from_array(w.astype(np_t), "w")]
+    nodes = [helper.make_node("MXQuantizeDequantize", ["w"], ["wf"], domain="com.amd.quark",
+                              axis=0, block_size=32, element_dtype="fp8_e4m3", rounding_mode=2)]
+    bias = None
+    if gemm:
+        bias = np.linspace(-1, 1, N).astype(np_t)
+        inits.append(numpy_helper.from_array(bias, "c"))
+        nodes.append(helper.make_node("Gemm", ["x", "wf", "c"], ["y"], alpha=0.5))
+    else:
+        nodes.append(helper.make_node("MatMul", ["x", "wf"], ["y"]))
+    outs = [helper.make_tensor_value_info("y", act_type, [m, N])]
+    if extra_reader:
+        outs.append(helper.make_tensor_value_info("wf", act_type, [K, N]))
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", act_type, [m, K])], outs, inits)
+    opsets = [helper.make_opsetid("", 24), helper.make_opsetid("com.amd.quark", 1)]
+    onnx.save(helper.make_model(g, opset_imports=opsets, ir_version=11), path)
+    return path, None if bias is None else bias.astype(np.float32)
+
+
+@pytest.mark.parametrize("gemm", [False, True])
+@pytest.mark.parametrize("act_type", [TP.FLOAT, TP.FLOAT16])
+@pytest.mark.parametrize("m", [1, 7])
+def test_quark_weight_only_matches_the_unfused_graph_on_both_paths(gemm, act_type, m, lib, ep_devices,
+                                                                    mxfuse_cli, tmp_path):
+    """MatMul / Gemm of a Quark fake-quantized constant weight (columns of different magnitudes,
+    a zero block): one MxMatMul on both paths (same bits), the fake-quant gone; equal to
+    Σ x · quark(W) within the accumulation bound and, for float32, to onnx.reference on the
+    unfused graph with the numpy Quark kernel within float order."""
+    custom, quark_qdq_numpy = quark_oracle_ops()
+    seed = int(np.random.SeedSequence().entropy % 2**32)
+    rng = np.random.default_rng(seed)
+    np_t = NP[act_type]
+    w = (rng.standard_normal((K, N)) * np.exp2(np.arange(N) % 7 - 3)).astype(np_t)
+    w[32:64, 3] = 0
+    src, bias = quark_model(tmp_path / "m.onnx", w, act_type, m, gemm)
+    x = rng.standard_normal((m, K)).astype(np_t)
+    report, ep, y_ep, y_off = run_both(src, tmp_path, lib, ep_devices, mxfuse_cli, x)
+    what = f"seed {seed}"
+    assert report["counts"]["mx_weight_matmul"] == 1, report
+    fused = onnx.load(tmp_path / "fused.onnx")
+    assert [n.op_type for n in fused.graph.node] == ["MxMatMul"], what
+    assert "MXQuantizeDequantize" in claimed_ops(ep), (what, claimed_ops(ep))
+    assert same_bits(y_ep, y_off), what
+    deq = quark_qdq_numpy(w.astype(np.float32), 0).astype(np_t).astype(np.float32)
+    want, bound = oracle(x.astype(np.float32), deq, None)
+    if gemm:
+        want, bound = 0.5 * want + bias, 0.5 * bound
+    check_close(y_ep, want, bound, act_type, what)
+    if act_type == TP.FLOAT:
+        ref = ReferenceEvaluator(onnx.load(src), new_ops=custom).run(None, {"x": x})[0]
+        assert np.allclose(y_ep, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max()), what
+
+
+def test_quark_weight_fake_quant_with_another_reader_stays(lib, ep_devices, mxfuse_cli, tmp_path):
+    """The fake-quantized weight is also a graph output: it stays for it, re-created as
+    MxDequantize of the weight quantized at rewrite time (same bits as onnx.reference's numpy
+    Quark kernel), which the MxMatMul reads too."""
+    custom, _ = quark_oracle_ops()
+    rng = np.random.default_rng()
+    w = rng.standard_normal((K, N)).astype(np.float32)
+    src, _ = quark_model(tmp_path / "m.onnx", w, TP.FLOAT, 3, False, extra_reader=True)
+    x = rng.standard_normal((3, K)).astype(np.float32)
+    report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
+    assert report["counts"]["mx_weight_matmul"] == 1, report
+    fused = onnx.load(tmp_path / "fused.onnx")
+    assert sorted(n.op_type for n in fused.graph.node) == ["MxDequantize", "MxMatMul"]
+    ref = ReferenceEvaluator(onnx.load(src), new_ops=custom).run(None, {"x": x})
+    outs = [s.run(None, {"x": x}) for s in [ep_session(src, ep_devices),
+                                             offline_session(tmp_path / "fused.onnx", lib)]]
+    # As for the shared DequantizeLinear above, the two paths may sum in another order here
+    # (each is checked against the oracle, not against the other bit for bit).
+    want, bound = oracle(x, ref[1], None)
+    for y, wf in outs:
+        assert same_bits(wf, ref[1])
+        check_close(y, want, bound, TP.FLOAT, "shared fake-quant")
+        assert np.allclose(y, ref[0], rtol=1e-5, atol=1e-5 * np.abs(ref[0]).max())
+
+
+def test_quark_weight_with_inf_is_refused(mxfuse_cli, tmp_path):
+    """An Inf in the weight: Quark passes it through and scales its block from the finite
+    elements, an MX block with one is all NaN — refused with the reason, the fake-quant stays."""
+    w = np.random.default_rng().standard_normal((K, N)).astype(np.float32)
+    w[5, 2] = np.inf
+    src, _ = quark_model(tmp_path / "m.onnx", w, TP.FLOAT, 2, False)
+    report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
+    assert report["counts"]["mx_weight_matmul"] == 0, report
+    reasons = [r["reason"] for r in report["rejections"] if r["rule"] == "mx_weight_matmul"]
+    assert reasons and "NaN or Inf" in reasons[0], report
+    fused = onnx.load(tmp_path / "fused.onnx")
+    assert sorted(n.op_type for n in fused.graph.node) == ["MXQuantizeDequantize", "MatMul"]

@@ -355,6 +355,10 @@ pub(crate) fn matmul_use(
         None => classify_weight(g, b, k, trans_b)
             .map_err(|r| reject!("{} '{name}': {}", g.op_type(mm), r.0))?,
     };
+    if let Weight::QuarkFloat { weight: w, .. } = &weight {
+        check_quark_weight_exact(g, *w)
+            .map_err(|r| reject!("{} '{name}': {}", g.op_type(mm), r.0))?;
+    }
     let weight_dtype = match &weight {
         Weight::Float(w) | Weight::QuarkFloat { weight: w, .. } => {
             g.tensor_info(*w).map(|i| i.elem_type).unwrap_or(out_dtype)
@@ -917,11 +921,9 @@ pub fn emit_matmuls(
     Ok(())
 }
 
-/// Quantizes a float `[K, N]` constant along K (OCP floor, as Quark's op does) into `[N, K]`
-/// E4M3 values and `[N, K/32]` E8M0 scales, stored as new initializers.
-fn prequantize_weight(e: &mut Emit<'_>, w: ValueId) -> Result<(ValueId, ValueId), String> {
-    let g = e.graph();
-    let name = g.value_name(w).to_string();
+/// The float `[K, N]` constant `w` transposed to `[N, K]` rows (f16 / bf16 widened exactly).
+fn weight_rows(g: &dyn GraphView, w: ValueId) -> Result<(Vec<f32>, usize, usize), String> {
+    let name = g.value_name(w);
     let t = g
         .const_value(w)
         .ok_or_else(|| format!("weight '{name}' could not be read"))?;
@@ -930,6 +932,7 @@ fn prequantize_weight(e: &mut Emit<'_>, w: ValueId) -> Result<(ValueId, ValueId)
         d => return Err(format!("weight '{name}' has dims {d:?}")),
     };
     let floats = crate::pattern::predicates::values_f64(&t)
+        .filter(|f| f.len() == k * n)
         .ok_or_else(|| format!("weight '{name}' is not float"))?;
     // Transpose to [N, K] so each row is one output channel's K-vector.
     let mut rows = vec![0f32; n * k];
@@ -938,7 +941,127 @@ fn prequantize_weight(e: &mut Emit<'_>, w: ValueId) -> Result<(ValueId, ValueId)
             rows[nn * k + kk] = floats[kk * n + nn] as f32;
         }
     }
+    Ok((rows, k, n))
+}
+
+/// Refuses a Quark fake-quantized constant weight `w` (`MXQuantizeDequantize(fp8_e4m3, block 32,
+/// axis 0)` of a `[K, N]` float constant) unless the E4M3 values and E8M0 scales the rewrite
+/// stores for it ([`prequantize_weight`]) dequantize to exactly what the unfused fake-quant node
+/// writes: Quark's kernel (`kernels::reference::quark_mx`) in f32, rounded to the weight's type
+/// (float16 / bfloat16). Checked element by element (NaN matches NaN, ±0 match), so it holds
+/// whatever the weight holds. Blocks it refuses: a NaN or ±Inf in a block (Quark leaves the
+/// other elements finite with a scale from the finite ones and passes NaN / Inf through; an MX
+/// block with a non-finite element is all NaN), blocks whose largest exponent is below 2^-119
+/// (Quark's scale 2^(e − 135) is then below E8M0's smallest, 2^-127, and keeps bits E8M0 cannot;
+/// zero blocks are exact), and float16 / bfloat16 weights whose fake-quantized values that type
+/// rounds (the unfused output is rounded to it, MxMatMul reads the E4M3 · scale product exactly).
+pub(crate) fn check_quark_weight_exact(g: &dyn GraphView, w: ValueId) -> Result<(), Reject> {
+    use kernels::codec::{e4m3_to_f32, e8m0::e8m0_to_f32};
+    use kernels::reference::quark_mx::{quark_mx_fake_quant, IntRounding, QuarkElement};
+    let name = g.value_name(w);
+    let t = g.tensor_info(w).map(|i| i.elem_type).unwrap_or(0);
+    let (rows, k, _) = weight_rows(g, w).map_err(|e| reject!("{e}"))?;
+    if k == 0 || !k.is_multiple_of(BLOCK as usize) {
+        return Err(reject!(
+            "weight '{name}' has K = {k}, not a multiple of {BLOCK}"
+        ));
+    }
     let (vals, scales) = quantize_rows_floor(&rows, k);
+    let mut want = vec![0f32; rows.len()];
+    quark_mx_fake_quant(
+        &rows,
+        &mut want,
+        k,
+        BLOCK as usize,
+        QuarkElement::Fp8E4M3,
+        IntRounding::HalfEven,
+    )
+    .map_err(|e| reject!("weight '{name}': {e}"))?;
+    let round = |f: f32| match t {
+        dtype::FLOAT16 => half::f16::from_f32(f).to_f32(),
+        dtype::BFLOAT16 => half::bf16::from_f32(f).to_f32(),
+        _ => f,
+    };
+    let bad = (0..rows.len()).find(|&i| {
+        let got = e4m3_to_f32(vals[i]) * e8m0_to_f32(scales[i / BLOCK as usize]);
+        let want = round(want[i]);
+        !(got == want || (got.is_nan() && want.is_nan()))
+    });
+    let Some(i) = bad else {
+        return Ok(());
+    };
+    let (nn, kk) = (i / k, i % k);
+    let b0 = i - i % BLOCK as usize;
+    let block = &rows[b0..b0 + BLOCK as usize];
+    let why = if block.iter().any(|v| !v.is_finite()) {
+        "its block holds a NaN or Inf, which Quark ignores for the scale and passes through \
+         (an MX block with one is all NaN)"
+            .to_string()
+    } else if block.iter().all(|v| v.abs() < f32::from_bits(8 << 23)) {
+        "its block's largest magnitude is below 2^-119: Quark's scale is then below E8M0's \
+         2^-127"
+            .to_string()
+    } else if t == dtype::FLOAT16 || t == dtype::BFLOAT16 {
+        format!(
+            "the fake-quant's {} output rounds it, MxMatMul would read it unrounded",
+            dtype::name(t)
+        )
+    } else {
+        "the rewrite-time quantizer and Quark's kernel differ there".to_string()
+    };
+    let got = e4m3_to_f32(vals[i]) * e8m0_to_f32(scales[i / BLOCK as usize]);
+    Err(reject!(
+        "Quark-quantized weight '{name}' is not exactly an MXFP8 weight: element [{kk}, {nn}] \
+         ({:e}) fake-quantizes to {:e}, E4M3 value × E8M0 scale gives {got:e} ({why}); it stays \
+         fake-quantized at run time",
+        rows[i],
+        round(want[i]),
+    ))
+}
+
+/// Quantizes a float `[K, N]` constant along K (OCP floor, as Quark's op does) into `[N, K]`
+/// E4M3 values and `[N, K/32]` E8M0 scales, stored as new initializers.
+fn prequantize_weight(e: &mut Emit<'_>, w: ValueId) -> Result<(ValueId, ValueId), String> {
+    prequantize(e, w, false)
+}
+
+/// [`prequantize_weight`] in the `[K, N]` layout: values `[K, N]`, scales `[K/32, N]` (ONNX
+/// `DequantizeLinear(axis = 0, block_size = 32)`'s, read by `MxMatMul` with `trans_b = 0` and by
+/// an `MxDequantize(axis = 0)` that re-creates the fake-quantized weight for other readers).
+pub fn prequantize_weight_kn(e: &mut Emit<'_>, w: ValueId) -> Result<(ValueId, ValueId), String> {
+    prequantize(e, w, true)
+}
+
+fn prequantize(e: &mut Emit<'_>, w: ValueId, kn: bool) -> Result<(ValueId, ValueId), String> {
+    let g = e.graph();
+    let name = g.value_name(w).to_string();
+    let (rows, k, n) = weight_rows(g, w)?;
+    let (mut vals, mut scales) = quantize_rows_floor(&rows, k);
+    if kn {
+        let t = |v: &[u8], rows: usize, cols: usize| {
+            let mut o = vec![0u8; v.len()];
+            for r in 0..rows {
+                for c in 0..cols {
+                    o[c * rows + r] = v[r * cols + c];
+                }
+            }
+            o
+        };
+        (vals, scales) = (t(&vals, n, k), t(&scales, n, k / 32));
+    }
+    let (vdims, sdims, suffix) = if kn {
+        (
+            vec![k as i64, n as i64],
+            vec![(k / 32) as i64, n as i64],
+            "_kn",
+        )
+    } else {
+        (
+            vec![n as i64, k as i64],
+            vec![n as i64, (k / 32) as i64],
+            "",
+        )
+    };
     let proto = |name: String, dt: i32, dims: Vec<i64>, raw: Vec<u8>| TensorProto {
         name: Some(name),
         data_type: Some(dt),
@@ -947,20 +1070,10 @@ fn prequantize_weight(e: &mut Emit<'_>, w: ValueId) -> Result<(ValueId, ValueId)
         data_location: Some(DataLocation::Default as i32),
         ..Default::default()
     };
-    let vname = format!("{name}_mxfp8");
-    let sname = format!("{name}_mxfp8_scale");
-    let tv = proto(
-        vname.clone(),
-        dtype::FLOAT8E4M3FN,
-        vec![n as i64, k as i64],
-        vals,
-    );
-    let ts = proto(
-        sname.clone(),
-        dtype::FLOAT8E8M0,
-        vec![n as i64, (k / 32) as i64],
-        scales,
-    );
+    let vname = format!("{name}_mxfp8{suffix}");
+    let sname = format!("{name}_mxfp8{suffix}_scale");
+    let tv = proto(vname.clone(), dtype::FLOAT8E4M3FN, vdims, vals);
+    let ts = proto(sname.clone(), dtype::FLOAT8E8M0, sdims, scales);
     Ok((e.initializer(&vname, tv), e.initializer(&sname, ts)))
 }
 

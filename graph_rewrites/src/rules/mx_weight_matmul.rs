@@ -3,6 +3,7 @@
 //! weight's E4M3 / E2M1 values and E8M0 scales in place instead of dequantizing it every step.
 //!
 //! Search pattern => y = MatMul(x: float, DequantizeLinear(W, s: FLOAT8E8M0) [→ Transpose]) | Gemm(x, DequantizeLinear(W, s) [, C])
+//!                  | MatMul(x, MXQuantizeDequantize(W_float)) | Gemm(x, MXQuantizeDequantize(W_float) [, C])
 //!
 //! ```text
 //! before                                              after
@@ -35,12 +36,20 @@
 //!   replacement re-creates its output as `MxDequantize` (so the provider's claim carries the
 //!   constants, as the other MX fusions' claims do). A Transpose read by anything else is
 //!   refused (the MatMul keeps reading the float weight).
+//! * Quark weight-only: `MXQuantizeDequantize(W)` of a constant float `[K, N]` W (fp8_e4m3,
+//!   block 32, axis 0 — `Weight::QuarkFloat`, as the MXFP8 fusions read it) is quantized at
+//!   rewrite time (`emit_matmuls`) and read as `MxMatMul(x, "", W_mxfp8, W_mxfp8_scale, trans_b
+//!   = 1)`, only when those bytes dequantize to exactly the fake-quant's output
+//!   (`check_quark_weight_exact`, run by `matmul_use`: Quark's reference kernel, rounded to W's
+//!   type, element by element; blocks with NaN / Inf or below 2^-119 are refused). A fake-quant
+//!   others also read is re-created as `MxDequantize` of the `[K, N]`-layout bytes, which the
+//!   MxMatMul reads with `trans_b = 0`.
 
 use std::sync::LazyLock;
 
 use super::mx_consumers::{
     classify_weight, emit_matmuls, emit_mx_dequantize, is_op, matmul_use, only_read_by,
-    plain_transpose, Consumers, Weight,
+    plain_transpose, prequantize_weight_kn, Consumers, Weight,
 };
 use super::spellings::mx_quant::BLOCK;
 use crate::pattern::predicates::{attr_int, dtype, scale_is_e8m0};
@@ -61,11 +70,16 @@ fn mx_dequant_of(g: &dyn GraphView, v: ValueId) -> Option<NodeId> {
 }
 
 /// The node's weight (input 1) is an E8M0 `DequantizeLinear`'s output, directly or through a
-/// rank-2 Transpose.
+/// rank-2 Transpose, or a Quark fake-quant's output (directly).
 fn weight_is_mx_dequantized(g: &dyn GraphView, n: NodeId) -> bool {
     let Some(b) = g.inputs(n).get(1).copied().flatten() else {
         return false;
     };
+    if g.producer(b)
+        .is_some_and(|(p, _)| is_op(g, p, QUARK_DOMAIN, "MXQuantizeDequantize"))
+    {
+        return true;
+    }
     let src = plain_transpose(g, b).map_or(b, |(_, src)| src);
     mx_dequant_of(g, src).is_some()
 }
@@ -96,7 +110,7 @@ pub static RULE: LazyLock<MxWeightMatMulRule> = LazyLock::new(|| {
         })
         .args([x, w])
         .node_where(
-            "weight is an E8M0 DequantizeLinear",
+            "weight is an E8M0 DequantizeLinear or a Quark fake-quant",
             weight_is_mx_dequantized,
         )
         .node_where("activation is not MX-dequantized", activation_is_not_mx)
@@ -110,7 +124,7 @@ pub static RULE: LazyLock<MxWeightMatMulRule> = LazyLock::new(|| {
         .args([x, w])
         .extra_inputs() // C: checked by matmul_use
         .node_where(
-            "weight is an E8M0 DequantizeLinear",
+            "weight is an E8M0 DequantizeLinear or a Quark fake-quant",
             weight_is_mx_dequantized,
         )
         .node_where("activation is not MX-dequantized", activation_is_not_mx)
@@ -123,6 +137,10 @@ pub static RULE: LazyLock<MxWeightMatMulRule> = LazyLock::new(|| {
 pub struct Params {
     a: ValueId,
     consumers: Consumers,
+    /// A Quark weight fake-quant others read too: its constant float weight and output, which
+    /// the replacement re-creates as `MxDequantize` of the weight quantized at rewrite time
+    /// (`[K, N]`, read by the MxMatMul too), so that the claim carries the constant.
+    quark_kept: Option<(ValueId, ValueId, i32)>,
     /// The weight DequantizeLinear's output re-created for other readers: (values, scales,
     /// axis, output_dtype, output).
     kept: Option<(ValueId, ValueId, i64, i64, ValueId)>,
@@ -231,6 +249,50 @@ fn check_weight_exact_in(
     }
 }
 
+/// A Quark fake-quantized constant weight (`matmul_use` has checked it: fp8_e4m3, block 32 along
+/// K, a constant `[K, N]` float of the output's type, and — `check_quark_weight_exact` — that
+/// the E4M3 values and E8M0 scales stored at rewrite time dequantize to exactly what the
+/// fake-quant writes). The fake-quant goes with the fusion when only this MatMul reads it, and
+/// stays for its other readers otherwise.
+fn quark_weight(
+    g: &dyn GraphView,
+    mm: NodeId,
+    a: ValueId,
+    a_dtype: i32,
+    u: super::mx_consumers::MatMulUse,
+    (weight, fake_quant): (ValueId, NodeId),
+) -> Result<Fuse<Params>, Reject> {
+    let (op, name) = (g.op_type(mm), g.node_label(mm));
+    if u.out_dtype != a_dtype {
+        return Err(reject!(
+            "{op} '{name}' writes {} from a {} activation",
+            dtype::name(u.out_dtype),
+            dtype::name(a_dtype)
+        ));
+    }
+    let wf = g.outputs(fake_quant)[0];
+    let quark_kept = (!only_read_by(g, fake_quant, &[mm])).then_some((weight, wf, u.out_dtype));
+    let consumers = Consumers {
+        matmuls: vec![u],
+        ..Default::default()
+    };
+    let fuse = Fuse::new(Params {
+        a,
+        consumers,
+        kept: None,
+        quark_kept,
+    })
+    .also(fake_quant, quark_kept.map(|k| k.1));
+    Ok(if quark_kept.is_some() {
+        fuse.note(format!(
+            "weight fake-quant '{}' stays for its other readers (as MxDequantize of the weight quantized at rewrite time: the same values)",
+            g.node_label(fake_quant)
+        ))
+    } else {
+        fuse
+    })
+}
+
 impl Rule for MxWeightMatMulRule {
     const NAME: &'static str = "mx_weight_matmul";
     type Params = Params;
@@ -262,6 +324,9 @@ impl Rule for MxWeightMatMulRule {
         }
         let k = activation_k(g, a).map_err(|r| reject!("{op} '{name}': {}", r.0))?;
         let u = matmul_use(g, mm, a, k, a_dtype)?;
+        if let Weight::QuarkFloat { weight, fake_quant } = u.weight {
+            return quark_weight(g, mm, a, a_dtype, u, (weight, fake_quant));
+        }
         let Weight::Mx {
             values,
             scales,
@@ -319,7 +384,13 @@ impl Rule for MxWeightMatMulRule {
             matmuls: vec![u],
             ..Default::default()
         };
-        let mut fuse = Fuse::new(Params { a, consumers, kept }).also(dequant, kept.map(|k| k.4));
+        let mut fuse = Fuse::new(Params {
+            a,
+            consumers,
+            kept,
+            quark_kept: None,
+        })
+        .also(dequant, kept.map(|k| k.4));
         if let Some(t) = transpose {
             fuse = fuse.also(t, []);
         }
@@ -332,9 +403,26 @@ impl Rule for MxWeightMatMulRule {
         Ok(fuse)
     }
 
-    fn rewrite(&self, _site: &Site, p: Params, e: &mut Emit<'_>) -> Result<(), String> {
+    fn rewrite(&self, _site: &Site, mut p: Params, e: &mut Emit<'_>) -> Result<(), String> {
         if let Some((values, scales, axis, dt, wd)) = p.kept {
             emit_mx_dequantize(e, (values, scales), axis, dt, wd)?;
+        }
+        if let Some((w, wf, dt)) = p.quark_kept {
+            // check_quark_weight_exact: these values dequantize to exactly the fake-quant's
+            // output (rounding to `dt` changes none of them).
+            let (values, scales) = prequantize_weight_kn(e, w)?;
+            emit_mx_dequantize(e, (values, scales), 0, dt as i64, wf)?;
+            for u in &mut p.consumers.matmuls {
+                if let Weight::QuarkFloat { fake_quant, .. } = u.weight {
+                    u.weight = Weight::Mx {
+                        values,
+                        scales,
+                        dequant: fake_quant,
+                        transpose: None,
+                    };
+                    u.trans_b = false;
+                }
+            }
         }
         emit_matmuls(e, &p.consumers, p.a, None)
     }
