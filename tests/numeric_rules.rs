@@ -681,7 +681,7 @@ fn weight_only_mx_matmul_matches_the_unfused_graph() {
 /// MatMul or a Gemm with a bias: the fused `MxMatMul` reads the weight quantized at rewrite time
 /// and agrees with the unfused graph — evaluated with the project's Quark reference kernel
 /// (`kernels::reference::quark_mx`) — within float order. The weight's columns have magnitudes
-/// from 2^-3 to 2^3 and one all-zero block; the activation has NaN and outlier rows.
+/// from 2^-3 to 2^3, one all-zero block and a NaN; the activation has NaN and outlier rows.
 #[test]
 fn quark_weight_only_mx_matmul_matches_the_unfused_graph() {
     use models::builder::{attr_f, attr_i, attr_s, Payload};
@@ -698,6 +698,7 @@ fn quark_weight_only_mx_matmul_matches_the_unfused_graph() {
             for kk in 32..64 {
                 w[kk * n + 7] = 0.0; // block 1 of column 7
             }
+            w[70 * n + 11] = f32::NAN; // passed through by Quark, a NaN element here
             let payload = Payload::Bytes(models::data::encode_floats(dt, &w));
             let wt = b.add_initializer("w", elem_of(dt), &[k, n], payload);
             b.require_opset(QUARK_DOMAIN, 1);

@@ -949,9 +949,9 @@ fn weight_rows(g: &dyn GraphView, w: ValueId) -> Result<(Vec<f32>, usize, usize)
 /// stores for it ([`prequantize_weight`]) dequantize to exactly what the unfused fake-quant node
 /// writes: Quark's kernel (`kernels::reference::quark_mx`) in f32, rounded to the weight's type
 /// (float16 / bfloat16). Checked element by element (NaN matches NaN, ±0 match), so it holds
-/// whatever the weight holds. Blocks it refuses: a NaN or ±Inf in a block (Quark leaves the
-/// other elements finite with a scale from the finite ones and passes NaN / Inf through; an MX
-/// block with a non-finite element is all NaN), blocks whose largest exponent is below 2^-119
+/// whatever the weight holds. Blocks it refuses: a ±Inf in a block (Quark passes it through
+/// and scales the block from the finite elements; E4M3 has no Inf, the element becomes NaN —
+/// a NaN element is NaN on both sides), blocks whose largest exponent is below 2^-119
 /// (Quark's scale 2^(e − 135) is then below E8M0's smallest, 2^-127, and keeps bits E8M0 cannot;
 /// zero blocks are exact), and float16 / bfloat16 weights whose fake-quantized values that type
 /// rounds (the unfused output is rounded to it, MxMatMul reads the E4M3 · scale product exactly).
@@ -993,9 +993,9 @@ pub(crate) fn check_quark_weight_exact(g: &dyn GraphView, w: ValueId) -> Result<
     let (nn, kk) = (i / k, i % k);
     let b0 = i - i % BLOCK as usize;
     let block = &rows[b0..b0 + BLOCK as usize];
-    let why = if block.iter().any(|v| !v.is_finite()) {
-        "its block holds a NaN or Inf, which Quark ignores for the scale and passes through \
-         (an MX block with one is all NaN)"
+    let why = if block.iter().any(|v| v.is_infinite()) {
+        "its block holds an Inf, which Quark ignores for the scale and passes through (an E4M3 \
+         element has no Inf)"
             .to_string()
     } else if block.iter().all(|v| v.abs() < f32::from_bits(8 << 23)) {
         "its block's largest magnitude is below 2^-119: Quark's scale is then below E8M0's \
@@ -1107,10 +1107,15 @@ pub fn quant_outputs(
     (qv, sv)
 }
 
-/// Row-wise MXFP8 quantization with the OCP floor rule (Quark's weight quantizer).
+/// Row-wise MXFP8 quantization with the OCP floor rule (Quark's weight quantizer), NaN ignored
+/// for the scale and kept as a NaN element, as Quark's kernel does (a block with an Inf still
+/// differs from Quark's: `check_quark_weight_exact` refuses it).
 fn quantize_rows_floor(rows: &[f32], k: usize) -> (Vec<u8>, Vec<u8>) {
-    use kernels::codec::mx::{quantize_block, QuantConfig, BLOCK as KB};
-    let cfg = QuantConfig::default();
+    use kernels::codec::mx::{quantize_block, NanPolicy, QuantConfig, ScaleRule, BLOCK as KB};
+    let cfg = QuantConfig {
+        scale_rule: ScaleRule::Floor,
+        nan_policy: NanPolicy::Ignore,
+    };
     let mut vals = vec![0u8; rows.len()];
     let mut scales = Vec::with_capacity(rows.len() / KB);
     for (src, dst) in rows.chunks_exact(KB).zip(vals.chunks_exact_mut(KB)) {

@@ -41,7 +41,7 @@
 //!   rewrite time (`emit_matmuls`) and read as `MxMatMul(x, "", W_mxfp8, W_mxfp8_scale, trans_b
 //!   = 1)`, only when those bytes dequantize to exactly the fake-quant's output
 //!   (`check_quark_weight_exact`, run by `matmul_use`: Quark's reference kernel, rounded to W's
-//!   type, element by element; blocks with NaN / Inf or below 2^-119 are refused). A fake-quant
+//!   type, element by element; blocks with an Inf or below 2^-119 are refused). A fake-quant
 //!   others also read is re-created as `MxDequantize` of the `[K, N]`-layout bytes, which the
 //!   MxMatMul reads with `trans_b = 0`.
 
