@@ -660,9 +660,10 @@ fn split_readers(
 /// The constant shape of `Reshape(deq(a), shape)` (node `r`) when it provably keeps the last
 /// axis K: `allowzero = 0`, a constant int64 shape whose last entry is K, every other entry
 /// positive or a single -1 (no 0, which copies an input dim). Row-major values then keep their
-/// rows and the blocks of 32 along K stay whole. The model's default opset must also let ONNX
-/// Reshape read and write its type (every opset for float, float16; 13 for bfloat16, as for a
-/// bfloat16 MatMul): the fusion's output Reshape is of the MatMul's output type.
+/// rows and the blocks of 32 along K stay whole. Not checked here because it holds already: the
+/// fusion's output Reshape is of the MatMul's output type, which is the activation's (a MatMul's
+/// A and Y share one type; `matmul_use`), so the model's opset already lets this Reshape of the
+/// activation read and write that type (bfloat16 needs opset 13, as its MatMul does).
 fn flat_reshape(g: &dyn GraphView, r: NodeId, k: i64) -> Result<Vec<i64>, Reject> {
     if attr_int(g.attr(r, "allowzero"), 0) != Some(0) {
         return Err(reject!("allowzero = 1"));
