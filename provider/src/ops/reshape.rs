@@ -45,7 +45,11 @@ impl Reshape {
 fn elements(dims: &[i64]) -> Result<i64> {
     dims.iter()
         .try_fold(1i64, |n, &d| n.checked_mul(d))
-        .ok_or_else(|| Error::invalid(format!("Reshape: {dims:?} has more elements than an i64 holds")))
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "Reshape: {dims:?} has more elements than an i64 holds"
+            ))
+        })
 }
 
 impl Kernel for Reshape {
@@ -165,7 +169,10 @@ mod tests {
             (&[2, 3][..], &[big, big][..]),
         ] {
             let err = out(shape, x).unwrap_err().to_string();
-            assert!(err.contains("more elements than an i64"), "{shape:?} of {x:?}: {err}");
+            assert!(
+                err.contains("more elements than an i64"),
+                "{shape:?} of {x:?}: {err}"
+            );
         }
     }
 }
