@@ -1,6 +1,6 @@
 //! ONNX `Reshape` with a constant shape: the one default-domain op a rewrite emits into a fused
 //! subgraph (rule readers through torch's `view(-1, K)`: `MxMatMul` writes `[.., N]`, a Reshape
-//! gives the linear's output its shape back; `graph_rewrites::rules::mx_consumers`). The bytes
+//! gives the linear's output its shape back; `graph_rewrites::rules::flat_linear`). The bytes
 //! are copied as they are (row-major; only the dims change).
 
 use graph_rewrites::pattern::predicates::{attr_int, values_i64};
