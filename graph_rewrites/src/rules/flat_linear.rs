@@ -76,11 +76,13 @@ pub(crate) fn read_through(g: &dyn GraphView, r: NodeId, k: i64, act_dtype: i32)
         let u = matmul_use(g, rr, flat_out, k, act_dtype).and_then(|mut u| {
             let n = match weight_n(g, &u.weight, u.trans_b) {
                 Some(Dim::Known(n)) => n,
-                other => return Err(reject!(
+                other => {
+                    return Err(reject!(
                     "{} '{}' has weight N {other:?}, not a known dim (the output Reshape needs it)",
                     g.op_type(rr),
                     g.node_label(rr)
-                )),
+                ))
+                }
             };
             let mut out_shape = shape.clone();
             if let Some(last) = out_shape.last_mut() {
