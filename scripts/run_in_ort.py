@@ -92,11 +92,11 @@ def foreign_nodes(path):
 
 
 BF16 = onnx.TensorProto.BFLOAT16
-# Suffix of the double copies of bfloat16 graph outputs (see with_f32_outputs).
-AS_F32 = "__run_in_ort_f64"
+# Suffix of the double copies of bfloat16 graph outputs (see with_f64_outputs).
+AS_F64 = "__run_in_ort_f64"
 
 
-def with_f32_outputs(path):
+def with_f64_outputs(path):
     """ORT's Python API has no numpy type for bfloat16: it neither takes nor returns such arrays
     ("Numpy_type 256 can't be converted to MLDataType"). A model with bfloat16 graph outputs is
     run as a copy (next to it, so external data resolves) with an exact Cast of each of them as an
@@ -108,13 +108,13 @@ def with_f32_outputs(path):
     if not bf16:
         return path, {}
     for name in bf16:
-        m.graph.node.append(onnx.helper.make_node("Cast", [name], [name + AS_F32], to=onnx.TensorProto.DOUBLE))
-        m.graph.output.append(onnx.helper.make_tensor_value_info(name + AS_F32, onnx.TensorProto.DOUBLE, None))
+        m.graph.node.append(onnx.helper.make_node("Cast", [name], [name + AS_F64], to=onnx.TensorProto.DOUBLE))
+        m.graph.output.append(onnx.helper.make_tensor_value_info(name + AS_F64, onnx.TensorProto.DOUBLE, None))
     root, ext = os.path.splitext(path)
     copy = f"{root}.run_in_ort_f64{ext}"
     onnx.save(m, copy)
     atexit.register(os.remove, copy)
-    return copy, {name: name + AS_F32 for name in bf16}
+    return copy, {name: name + AS_F64 for name in bf16}
 
 
 def run(session, fetch, feeds):
@@ -189,8 +189,8 @@ def main():
     ort.register_execution_provider_library(EP_NAME, lib)
     so = ep_session_options(lib)
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
-    original_run, renamed = with_f32_outputs(original)
-    rewritten_run, _ = with_f32_outputs(rewritten)
+    original_run, renamed = with_f64_outputs(original)
+    rewritten_run, _ = with_f64_outputs(rewritten)
     fetch_run = [renamed.get(n, n) for n in fetch]
     session = load_session(original_run, so)
     placed = {}

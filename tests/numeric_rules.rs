@@ -361,9 +361,19 @@ fn swiglu_grid(
 
 /// Runs one SwiGLU differential on `cfg`'s spelling, gate/up form, dtype and quantizer.
 fn swiglu_case(cfg: &DecoderConfig) {
+    let (dt, quant) = (cfg.dtype, cfg.spelling.quant);
+    let feeds = swiglu_feeds(cfg);
+    let s = &cfg.spelling;
+    let ctx = format!("{dt:?} {:?} {:?} {quant:?}", s.swiglu, s.gate_up);
+    differential(swiglu_graph(cfg), &feeds, "swiglu_mxquant_matmul", 1, &ctx);
+}
+
+/// The SwiGLU inputs of `cfg` (gate and up, or the one gate_up tensor): an outlier in the gate
+/// rows, and NaNs there too except for Quark (its `nan_policy = ignore` differs from the graph).
+fn swiglu_feeds(cfg: &DecoderConfig) -> HashMap<String, Val> {
     let (dt, i, quant) = (cfg.dtype, cfg.intermediate, cfg.spelling.quant);
     let nan = quant != QuantSpelling::Quark;
-    let feeds: HashMap<String, Val> = match cfg.spelling.gate_up {
+    match cfg.spelling.gate_up {
         GateUpForm::TwoMatmuls => HashMap::from([
             (
                 "gate".into(),
@@ -375,10 +385,26 @@ fn swiglu_case(cfg: &DecoderConfig) {
             "gate_up".into(),
             feed(dt, 2 * i, rows(3, 2 * i, 3.0, outlier(dt), nan)),
         )]),
-    };
-    let s = &cfg.spelling;
-    let ctx = format!("{dt:?} {:?} {:?} {quant:?}", s.swiglu, s.gate_up);
-    differential(swiglu_graph(cfg), &feeds, "swiglu_mxquant_matmul", 1, &ctx);
+    }
+}
+
+/// The tiny decoder's `SiLU(gate) · up` on two MatMuls, of `dt` with quantizer `quant`.
+fn silu_two_matmuls(dt: DType, quant: QuantSpelling, seed: u64) -> DecoderConfig {
+    let mut cfg = DecoderConfig::tiny();
+    (
+        cfg.dtype,
+        cfg.spelling.swiglu,
+        cfg.spelling.gate_up,
+        cfg.spelling.quant,
+        cfg.seed,
+    ) = (
+        dt,
+        SwigluSpelling::SiluMul,
+        GateUpForm::TwoMatmuls,
+        quant,
+        seed,
+    );
+    cfg
 }
 
 /// gate/up sliced out of one tensor (halves, and even/odd = the kernels' `interleaved` layout):
@@ -928,29 +954,8 @@ fn gemm_with_bias_after_swiglu_matches_the_reference() {
             (DType::F16, QuantSpelling::StdFloor),
             (DType::F32, QuantSpelling::Quark),
         ] {
-            let mut cfg = DecoderConfig::tiny();
-            (
-                cfg.dtype,
-                cfg.spelling.swiglu,
-                cfg.spelling.gate_up,
-                cfg.spelling.quant,
-                cfg.seed,
-            ) = (
-                dt,
-                SwigluSpelling::SiluMul,
-                GateUpForm::TwoMatmuls,
-                quant,
-                11,
-            );
-            let i = cfg.intermediate;
-            let nan = quant != QuantSpelling::Quark;
-            let feeds = HashMap::from([
-                (
-                    "gate".into(),
-                    feed(dt, i, rows(3, i, 3.0, outlier(dt), nan)),
-                ),
-                ("up".into(), feed(dt, i, rows(4, i, 3.0, 3.0, false))),
-            ]);
+            let cfg = silu_two_matmuls(dt, quant, 11);
+            let feeds = swiglu_feeds(&cfg);
             let g = swiglu_graph_with(&cfg, &|b, a, k, n| gemm_consumer(b, &cfg, case, a, (k, n)));
             let ctx = format!("swiglu {dt:?} {quant:?} {case:?}");
             assert_gemm_fused(&g, case, "SwiGluMxQuant", &ctx);
@@ -1138,29 +1143,8 @@ fn swiglu_down_projection_through_a_reshape_matches_the_reference() {
         (DType::Bf16, QuantSpelling::StdRceilDiv),
         (DType::F32, QuantSpelling::Quark),
     ] {
-        let mut cfg = DecoderConfig::tiny();
-        (
-            cfg.dtype,
-            cfg.spelling.swiglu,
-            cfg.spelling.gate_up,
-            cfg.spelling.quant,
-            cfg.seed,
-        ) = (
-            dt,
-            SwigluSpelling::SiluMul,
-            GateUpForm::TwoMatmuls,
-            quant,
-            13,
-        );
-        let i = cfg.intermediate;
-        let nan = quant != QuantSpelling::Quark;
-        let feeds = HashMap::from([
-            (
-                "gate".into(),
-                feed(dt, i, rows(3, i, 3.0, outlier(dt), nan)),
-            ),
-            ("up".into(), feed(dt, i, rows(4, i, 3.0, 3.0, false))),
-        ]);
+        let cfg = silu_two_matmuls(dt, quant, 13);
+        let feeds = swiglu_feeds(&cfg);
         let g = swiglu_graph_with(&cfg, &|b, a, k, n| {
             let flat = b.const_i64("down_in.flat", &[ROWS as i64, k as i64]);
             let af = b.op(

@@ -202,6 +202,45 @@ impl ModelBuilder {
         self
     }
 
+    /// The standard MXFP8 quantize of `x` along its last axis with the OCP floor scale rule:
+    /// `Reshape(x, shape) → Abs → ReduceMax(axes = [-1], keepdims = 0) → Mul(2^-8) →
+    /// Cast(FLOAT8E8M0, round_mode = down)` = `scale{sfx}`, then `QuantizeLinear(x, scale{sfx})`
+    /// = `q{sfx}` (FLOAT8E4M3FN, axis -1, block 32). The block shape `shape` is the caller's (a
+    /// constant or computed); the intermediates and the constants `axes{sfx}`, `c{sfx}` are named
+    /// with the suffix `sfx`.
+    pub fn mx_quant_floor(&mut self, x: &str, shape: &str, sfx: &str) -> &mut Self {
+        use crate::pattern::predicates::dtype::{FLOAT8E4M3FN, FLOAT8E8M0};
+        let v = |s: &str| format!("{s}{sfx}");
+        self.init_i64(&v("axes"), &[1], &[-1])
+            .init_f32(&v("c"), &[], &[2f32.powi(-8)])
+            .node("Reshape", &[x, shape], &[&v("blocks")])
+            .node("Abs", &[&v("blocks")], &[&v("ab")])
+            .node_in(
+                "",
+                "ReduceMax",
+                &[&v("ab"), &v("axes")],
+                &[&v("amax")],
+                &[("keepdims", Attr::I(0))],
+            )
+            .node("Mul", &[&v("amax"), &v("c")], &[&v("s32")])
+            .node_in(
+                "",
+                "Cast",
+                &[&v("s32")],
+                &[&v("scale")],
+                &[
+                    ("to", Attr::I(FLOAT8E8M0 as i64)),
+                    ("round_mode", Attr::S("down")),
+                ],
+            );
+        let q = [
+            ("axis", Attr::I(-1)),
+            ("block_size", Attr::I(32)),
+            ("output_dtype", Attr::I(FLOAT8E4M3FN as i64)),
+        ];
+        self.node_in("", "QuantizeLinear", &[x, &v("scale")], &[&v("q")], &q)
+    }
+
     /// AMD Quark's MXFP8 fake quant, `com.amd.quark::MXQuantizeDequantize(element_dtype=
     /// fp8_e4m3, block_size, axis)`, of `input` into `output`.
     pub fn quark_fake_quant(

@@ -632,34 +632,7 @@ fn block_reshape_must_keep_the_leading_dims() {
         let mut b = ModelBuilder::new(24);
         b.input("x", FLOAT, &[2, 4, 64])
             .init_i64("shape", &[4], shape)
-            .init_i64("axes", &[1], &[-1])
-            .init_f32("c", &[], &[2f32.powi(-8)])
-            .node("Reshape", &["x", "shape"], &["xb"])
-            .node("Abs", &["xb"], &["ab"])
-            .node_in(
-                "",
-                "ReduceMax",
-                &["ab", "axes"],
-                &["amax"],
-                &[("keepdims", Attr::I(0))],
-            )
-            .node("Mul", &["amax", "c"], &["s32"])
-            .node_in(
-                "",
-                "Cast",
-                &["s32"],
-                &["scale"],
-                &[
-                    ("to", Attr::I(FLOAT8E8M0 as i64)),
-                    ("round_mode", Attr::S("down")),
-                ],
-            );
-        let attrs = [
-            ("axis", Attr::I(-1)),
-            ("block_size", Attr::I(32)),
-            ("output_dtype", Attr::I(FLOAT8E4M3FN as i64)),
-        ];
-        b.node_in("", "QuantizeLinear", &["x", "scale"], &["q"], &attrs)
+            .mx_quant_floor("x", "shape", "")
             .output("q", FLOAT8E4M3FN, &[2, 4, 64]);
         let mut g = b.graph().unwrap();
         let report = run_pipeline(&mut g, &PipelineOptions::default()).unwrap();
@@ -757,41 +730,14 @@ fn run_time_shape_model(form: RunTimeShape, norm: bool, shape_reader: bool) -> M
             &[-1],
         );
     }
-    b.init_i64("axes", &[1], &[-1])
-        .init_f32("c", &[], &[2f32.powi(-8)])
-        .init_f32("w", &[64, 16], &vec![0.5; 64 * 16])
-        .node("Reshape", &[y, "block_shape"], &["blocks"])
-        .node("Abs", &["blocks"], &["ab"])
-        .node_in(
-            "",
-            "ReduceMax",
-            &["ab", "axes"],
-            &["amax"],
-            &[("keepdims", Attr::I(0))],
-        )
-        .node("Mul", &["amax", "c"], &["s32"])
-        .node_in(
-            "",
-            "Cast",
-            &["s32"],
-            &["scale"],
-            &[
-                ("to", Attr::I(FLOAT8E8M0 as i64)),
-                ("round_mode", Attr::S("down")),
-            ],
-        );
-    let q = [
-        ("axis", Attr::I(-1)),
-        ("block_size", Attr::I(32)),
-        ("output_dtype", Attr::I(FLOAT8E4M3FN as i64)),
-    ];
+    b.init_f32("w", &[64, 16], &vec![0.5; 64 * 16])
+        .mx_quant_floor(y, "block_shape", "");
     let d = [
         ("axis", Attr::I(-1)),
         ("block_size", Attr::I(32)),
         ("output_dtype", Attr::I(FLOAT as i64)),
     ];
-    b.node_in("", "QuantizeLinear", &[y, "scale"], &["q"], &q)
-        .node_in("", "DequantizeLinear", &["q", "scale"], &["yd"], &d)
+    b.node_in("", "DequantizeLinear", &["q", "scale"], &["yd"], &d)
         .node("MatMul", &["yd", "w"], &["out"])
         .output("out", FLOAT, &[-2, 8, 16]);
     b
@@ -850,8 +796,6 @@ fn duplicate_chains_with_run_time_block_shapes_merge_and_fuse_once() {
         b.init_i64(&v("tail"), &[2], &[2, 32])
             .init_i64(&v("zero"), &[1], &[0])
             .init_i64(&v("minus_one"), &[1], &[-1])
-            .init_i64(&v("axes"), &[1], &[-1])
-            .init_f32(&v("c"), &[], &[2f32.powi(-8)])
             .init_f32(&v("w"), &[64, 16], &vec![0.5; 64 * 16])
             .node("Shape", &["y"], &[&v("full")])
             .node(
@@ -866,46 +810,21 @@ fn duplicate_chains_with_run_time_block_shapes_merge_and_fuse_once() {
                 &[&v("shape")],
                 &[("axis", Attr::I(0))],
             )
-            .node("Reshape", &["y", &v("shape")], &[&v("blocks")])
-            .node("Abs", &[&v("blocks")], &[&v("ab")])
-            .node_in(
-                "",
-                "ReduceMax",
-                &[&v("ab"), &v("axes")],
-                &[&v("amax")],
-                &[("keepdims", Attr::I(0))],
-            )
-            .node("Mul", &[&v("amax"), &v("c")], &[&v("s32")])
-            .node_in(
-                "",
-                "Cast",
-                &[&v("s32")],
-                &[&v("scale")],
-                &[
-                    ("to", Attr::I(FLOAT8E8M0 as i64)),
-                    ("round_mode", Attr::S("down")),
-                ],
-            );
-        let q = [
-            ("axis", Attr::I(-1)),
-            ("block_size", Attr::I(32)),
-            ("output_dtype", Attr::I(FLOAT8E4M3FN as i64)),
-        ];
+            .mx_quant_floor("y", &v("shape"), &format!("_{p}"));
         let d = [
             ("axis", Attr::I(-1)),
             ("block_size", Attr::I(32)),
             ("output_dtype", Attr::I(FLOAT as i64)),
         ];
-        b.node_in("", "QuantizeLinear", &["y", &v("scale")], &[&v("q")], &q)
-            .node_in(
-                "",
-                "DequantizeLinear",
-                &[&v("q"), &v("scale")],
-                &[&v("yd")],
-                &d,
-            )
-            .node("MatMul", &[&v("yd"), &v("w")], &[&v("out")])
-            .output(&v("out"), FLOAT, &[-2, 8, 16]);
+        b.node_in(
+            "",
+            "DequantizeLinear",
+            &[&v("q"), &v("scale")],
+            &[&v("yd")],
+            &d,
+        )
+        .node("MatMul", &[&v("yd"), &v("w")], &[&v("out")])
+        .output(&v("out"), FLOAT, &[-2, 8, 16]);
     }
     let (report, g) = b.rewrite();
     assert_eq!(report.counts["add_rmsnorm_mxquant"], 1, "{report:#?}");

@@ -5,7 +5,7 @@
 //! of its output to the linear's output shape.
 
 use graph_rewrites::ir::Graph;
-use graph_rewrites::pattern::predicates::dtype::{FLOAT, FLOAT8E4M3FN, FLOAT8E8M0};
+use graph_rewrites::pattern::predicates::dtype::FLOAT;
 use graph_rewrites::pattern::predicates::values_i64;
 use graph_rewrites::pipeline::RewriteReport;
 use graph_rewrites::testing::{op_types, value_names, Attr, ModelBuilder};
@@ -25,34 +25,7 @@ fn quantized(quark: bool) -> ModelBuilder {
         return b;
     }
     b.init_i64("bshape", &[4], &[0, 0, K / 32, 32])
-        .init_i64("axes", &[1], &[-1])
-        .init_f32("c", &[], &[2f32.powi(-8)]);
-    b.node("Reshape", &["x", "bshape"], &["xb"])
-        .node("Abs", &["xb"], &["ab"])
-        .node_in(
-            "",
-            "ReduceMax",
-            &["ab", "axes"],
-            &["amax"],
-            &[("keepdims", Attr::I(0))],
-        )
-        .node("Mul", &["amax", "c"], &["s32"])
-        .node_in(
-            "",
-            "Cast",
-            &["s32"],
-            &["scale"],
-            &[
-                ("to", Attr::I(FLOAT8E8M0 as i64)),
-                ("round_mode", Attr::S("down")),
-            ],
-        );
-    let q = [
-        ("axis", Attr::I(-1)),
-        ("block_size", Attr::I(32)),
-        ("output_dtype", Attr::I(FLOAT8E4M3FN as i64)),
-    ];
-    b.node_in("", "QuantizeLinear", &["x", "scale"], &["q"], &q);
+        .mx_quant_floor("x", "bshape", "");
     let dq = [
         ("axis", Attr::I(-1)),
         ("block_size", Attr::I(32)),

@@ -398,14 +398,15 @@ MX_DEFINE_FRAG_FS(2)
 MX_DEFINE_FRAG_FS(4)
 MX_DEFINE_FRAG_FS(8)
 
-// mx_matmul_frag_m8_bf16_w<W>_s<S>_t2 (issue 6 follow-up 20; the runtime's kernel for M <= 8 with
-// bf16 output: kernels/src/gpu/shapes.rs frag_kernel): the `_fs` loop on 8 rows with each warp on
-// two neighbouring 16-column tiles over its K range, so one load (and one convert) of the
-// activations feeds both tiles' mmas and a block holds twice the weight loads in flight. Per tile
-// the arithmetic of the m8 kernel at the same (W, S): the outputs are bit-identical to it. H200,
-// M = 1 / 8: 6144 x 768 2.65 / 2.93 against 2.74 / 3.07 us, 1536 x 6144 4.75 / 5.03 against
-// 5.00 / 5.25 (BENCHMARKS.md). At 12-16 rows (m8 on two row tiles, or m16 at 254 registers) it
-// lost to `_fs`.
+// mx_matmul_frag_m8_bf16_w<W>_s<S>_t2 (issue 6 follow-ups 20-21; the runtime's kernel for M <= 8
+// with bf16 output, and at 9-16 rows on two 8-row tiles where kernels/src/gpu/shapes.rs
+// frag_kernel says so): the `_fs` loop on 8 rows with each warp on two neighbouring 16-column
+// tiles over its K range, so one load (and one convert) of the activations feeds both tiles' mmas
+// and a block holds twice the weight loads in flight. Per tile the arithmetic of the m8 kernel at
+// the same (W, S): the outputs are bit-identical to it. H200, M = 1 / 8: 6144 x 768 2.65 / 2.93
+// against 2.74 / 3.07 us, 1536 x 6144 4.75 / 5.03 against 5.00 / 5.25 (BENCHMARKS.md). At 12-16
+// rows it loses to `_fs` on the measured MiniMax shapes (6144 x 768, 6144 x 6144, 1536 x 6144)
+// and wins on shapes such as 4096 x 4096 or 8192 x 2048 (follow-up 21): frag_kernel decides.
 template <int W, int MT, int S>
 MX_DEV void mx_matmul_frag_t2(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                               const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,

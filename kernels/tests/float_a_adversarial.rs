@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::Rng;
+use common::{float_values, Rng};
 use half::{bf16, f16};
 use kernels::codec::{e4m3_to_f32, e8m0_to_f32, widened_e4m3};
 use kernels::fast::cols_layout::{pack, MxColWeights};
@@ -39,23 +39,6 @@ fn bytes_of(dt: DType, vals: &[f32]) -> Vec<u8> {
             _ => bf16::from_f32(v).to_le_bytes().to_vec(),
         })
         .collect()
-}
-
-fn values_of(dt: DType, y: &[u8]) -> Vec<f32> {
-    match dt {
-        DType::F32 => y
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect(),
-        DType::F16 => y
-            .chunks_exact(2)
-            .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect(),
-        _ => y
-            .chunks_exact(2)
-            .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect(),
-    }
 }
 
 /// One GEMM: A (`m × k`, values exact in `dt`) against `[N, K]` E4M3 values with `[N, K/32]`
@@ -167,7 +150,7 @@ fn run(g: &Gemm, layout: Layout, out: DType, ep: &Ep, par: &dyn Parallel) -> Vec
         }
     }
     .unwrap();
-    values_of(out, &y)
+    float_values(out, &y)
 }
 
 /// What an output must be.
@@ -681,7 +664,7 @@ fn fp4_weights_equal_their_widened_fp8_weights() {
                     &PLAIN,
                     &Serial,
                 );
-                let fp4 = values_of(DType::F32, &y);
+                let fp4 = float_values(DType::F32, &y);
                 let label = format!("FP4 {dt:?} m {m} trans_b {trans_b}");
                 check(DType::F32, &fp4, &want, &label);
                 assert!(
@@ -797,7 +780,7 @@ fn huge_a_against_small_weight_scales_in_column_groups() {
         .unwrap();
         check(
             DType::F32,
-            &values_of(DType::F32, &y),
+            &float_values(DType::F32, &y),
             &want,
             "MX A, [N, K]",
         );
@@ -820,7 +803,7 @@ fn huge_a_against_small_weight_scales_in_column_groups() {
         .unwrap();
         check(
             DType::F32,
-            &values_of(DType::F32, &y),
+            &float_values(DType::F32, &y),
             &want,
             "MX A, column groups",
         );

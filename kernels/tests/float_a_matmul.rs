@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{check_gemm, mx_gemm_operands, Rng};
+use common::{check_gemm, float_values, mx_gemm_operands, Rng};
 use half::{bf16, f16};
 use kernels::fast::cols_layout::{pack, MxColWeights};
 use kernels::ops::{mx_matmul_cols_float_a, mx_matmul_float_a, TensorMut, TensorRef};
@@ -127,23 +127,6 @@ fn run_all(
     outs
 }
 
-fn to_f32(out: DType, y: &[u8]) -> Vec<f32> {
-    match out {
-        DType::F32 => y
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect(),
-        DType::F16 => y
-            .chunks_exact(2)
-            .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect(),
-        _ => y
-            .chunks_exact(2)
-            .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect(),
-    }
-}
-
 fn check(out: DType, got: &[f32], want: &[f32], bound: &[f32], what: &str) {
     match out {
         DType::F32 => check_gemm::<f32>(got, want, bound, 1.0, what),
@@ -185,7 +168,7 @@ fn float_a_matches_the_f64_oracle_in_every_layout() {
                 let threads = run_all((dt, &bytes), (&q, &s), (m, k, n), out, &StdThreads::new(3));
                 for ((what, y), (_, yt)) in serial.iter().zip(&threads) {
                     let label = format!("{dt:?} A, {out:?} y, {what}, m {m} k {k} n {n}");
-                    check(out, &to_f32(out, y), &want, &bound, &label);
+                    check(out, &float_values(out, y), &want, &bound, &label);
                     assert_eq!(y, yt, "{label}: thread count changed the bits");
                 }
             }
@@ -223,7 +206,7 @@ fn edge_scales_and_non_finite_a() {
         ) {
             check(
                 DType::F32,
-                &to_f32(DType::F32, &y),
+                &float_values(DType::F32, &y),
                 &want,
                 &bound,
                 &format!("{case} {what}"),
@@ -260,7 +243,7 @@ fn bias_alpha_beta_apply_to_the_float_a_product() {
             &Serial,
         )
         .unwrap();
-        to_f32(DType::F32, &y)
+        float_values(DType::F32, &y)
     };
     let acc = run(1.0, 1.0, false);
     let y = run(0.5, 2.0, true);

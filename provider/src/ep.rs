@@ -87,12 +87,7 @@ impl MxEp {
     pub fn with_placement(mut self: Box<Self>, placement: Placement) -> Result<Box<Self>> {
         if matches!(placement, Placement::Device(_)) {
             // The device program cannot run these rules' output: leave their sites to ORT.
-            let disable = &mut self.options.pipeline.disable;
-            for rule in crate::capability::CPU_ONLY_RULES {
-                if !disable.iter().any(|d| d == rule) {
-                    disable.push(rule.to_string());
-                }
-            }
+            self.options.disable_cpu_only_rules()?;
         }
         if let Some(memory) = placement.device_memory() {
             crate::gpu::memcpy_kernels::registry(memory)?;

@@ -88,6 +88,36 @@ fn rule_list(value: &str) -> Vec<String> {
 }
 
 impl EpOptions {
+    /// `enable_rules` naming only rules that `off_by` turns off again would claim nothing, and
+    /// the session would fail later with ORT's "Could not find an implementation for
+    /// QuantizeLinear(24)" instead of naming the contradiction.
+    fn check_enabled_rules_run(&self, off_by: &str) -> Result<()> {
+        let p = &self.pipeline;
+        if !p.only.is_empty() && p.only.iter().all(|r| p.disable.contains(r)) {
+            return Err(Error::invalid(format!(
+                "provider options enable_rules ({}) and {off_by} turn off every rule enabled: no rule would run",
+                p.only.join(", ")
+            )));
+        }
+        Ok(())
+    }
+
+    /// Turns off the rules whose output only the CPU kernels run
+    /// ([`crate::capability::CPU_ONLY_RULES`]), for a device placement: their sites stay with
+    /// ORT. An error when `enable_rules` named only such rules (nothing would be claimed).
+    pub fn disable_cpu_only_rules(&mut self) -> Result<()> {
+        let disable = &mut self.pipeline.disable;
+        for rule in crate::capability::CPU_ONLY_RULES {
+            if !disable.iter().any(|d| d == rule) {
+                disable.push(rule.to_string());
+            }
+        }
+        self.check_enabled_rules_run(&format!(
+            "the device placement (rules {} run on the CPU only)",
+            crate::capability::CPU_ONLY_RULES.join(", ")
+        ))
+    }
+
     /// Parses options from session config entries; entries without our prefix are ignored.
     /// `known_rules` validates rule names (an unknown rule name is an error).
     pub fn from_config<'a>(
@@ -191,21 +221,7 @@ impl EpOptions {
                 }
             }
         }
-        // `enable_rules` naming only rules that `disable_rules` / `rule.<name>=0` turn off again
-        // would claim nothing, and the session would fail later with ORT's "Could not find an
-        // implementation for QuantizeLinear(24)" instead of naming the contradiction.
-        if !opts.pipeline.only.is_empty()
-            && opts
-                .pipeline
-                .only
-                .iter()
-                .all(|r| opts.pipeline.disable.contains(r))
-        {
-            return Err(Error::invalid(format!(
-                "provider options enable_rules ({}) and disable_rules / rule.<name>=0 turn off every rule enabled: no rule would run",
-                opts.pipeline.only.join(", ")
-            )));
-        }
+        opts.check_enabled_rules_run("disable_rules / rule.<name>=0")?;
         // The rules engine validates its own settings (one definition of the allowed values).
         RuleConfig::from_settings(&settings)
             .map_err(|e| Error::invalid(format!("provider option {e}")))?;
@@ -372,5 +388,28 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(o.pipeline.disable, vec!["swiglu_mxquant"]);
+    }
+
+    /// On a device placement the CPU-only rules are turned off; `enable_rules` naming only them
+    /// is then the same contradiction as above (before: no error, nothing claimed, and ORT
+    /// failed later on the unclaimed E8M0 DequantizeLinear).
+    #[test]
+    fn device_placement_turns_off_cpu_only_rules_and_names_the_contradiction() {
+        let only = "ep.mxfuseexecutionprovider.enable_rules";
+        let parse = |pairs: &[(&str, &str)]| {
+            EpOptions::from_config(pairs.iter().copied(), &["mx_weight_matmul", "mxquant"])
+        };
+        let mut o = parse(&[]).unwrap();
+        o.disable_cpu_only_rules().unwrap();
+        o.disable_cpu_only_rules().unwrap();
+        assert_eq!(o.pipeline.disable, vec!["mx_weight_matmul"]);
+        let mut o = parse(&[(only, "mx_weight_matmul")]).unwrap();
+        let err = o.disable_cpu_only_rules().unwrap_err().to_string();
+        assert!(
+            err.contains("no rule would run") && err.contains("device placement"),
+            "{err}"
+        );
+        let mut o = parse(&[(only, "mx_weight_matmul,mxquant")]).unwrap();
+        o.disable_cpu_only_rules().unwrap();
     }
 }

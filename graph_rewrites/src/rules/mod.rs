@@ -2,6 +2,7 @@
 //! otherwise take its quantizer alone; `mx_quant_linear` and `mx_dequant` are fallbacks (run when
 //! the others are done).
 pub mod add_rmsnorm_mxquant;
+pub mod flat_linear;
 pub mod mx_consumers;
 pub mod mx_dequant;
 pub mod mx_quant_linear;

@@ -30,19 +30,8 @@
 //! A weight DequantizeLinear / fake-quant node is not removed by the fusion: if nothing else
 //! reads it, dead-code elimination does.
 //!
-//! Through a flattening `Reshape` (torch.export's `nn.Linear` on `[B, S, K]`:
-//! `view(-1, K) → addmm | mm → view(B, S, N)`):
-//!
-//! ```text
-//! deq(x) [B, S, K] ─ Reshape([-1, K]) ─ Gemm(·, W, C, transB = 1) | MatMul(·, W) = y [B·S, N]
-//!   ⇒  MxMatMul(q, scale, W [, C]) = y_mx [B, S, N] ─ Reshape([-1, N]) = y
-//! ```
-//!
-//! read when the Reshape provably keeps K ([`flat_reshape`]): MxMatMul flattens a's leading dims
-//! into M, so the rows, their order and each dot product are the same. The reshape is on the
-//! float output, not on q / scale: ONNX Runtime 1.31's CPU EP has no FLOAT8E8M0 `Reshape`, so an
-//! offline rewrite with one would not load. The plugin EP's programs run that Reshape
-//! (`provider::ops::reshape`).
+//! A MatMul reading `deq(x)` through a flattening `Reshape` (torch.export's `nn.Linear` on
+//! `[B, S, K]`) is absorbed too: [`super::flat_linear`].
 
 use crate::onnx_pb::{tensor_proto::DataLocation, TensorProto};
 use crate::pattern::predicates::{
@@ -89,20 +78,7 @@ pub struct MatMulUse {
     /// The MatMul reads the activation through `Reshape(deq(a), [.., K])` (torch's
     /// `view(-1, K)` before `addmm`): the `MxMatMul` reads the un-reshaped MXFP8 values and
     /// scales, and its output is reshaped to the MatMul's (see [`Flat`]).
-    pub flat: Option<Flat>,
-}
-
-/// `Reshape(deq(a), shape)` that keeps the last axis K, read by an absorbed MatMul: MxMatMul
-/// flattens a's leading dims into M whatever they are, so `MatMul(Reshape(deq(a), [.., K]), W)`
-/// is `Reshape(MxMatMul(a_q, a_scale, W), [.., N])` — the same rows in the same order (row-major,
-/// K kept), each the same dot products; a Gemm's bias broadcasts over the same M rows.
-#[derive(Clone, Debug)]
-pub struct Flat {
-    /// The activation's Reshape (removed with the fusion when only absorbed MatMuls read it).
-    pub reshape: NodeId,
-    /// The Reshape's constant shape with its last entry (K) replaced by the weight's N: the
-    /// shape of the MatMul's output.
-    pub out_shape: Vec<i64>,
+    pub flat: Option<super::flat_linear::Flat>,
 }
 
 /// The parts of `y = alpha · A·B + beta · C` beyond the product.
@@ -276,7 +252,7 @@ fn gemm_bias(
 
 /// N, the weight's output-channel dim (`[K, N]`, or `[N, K]` when `trans_b`), if the shape
 /// of the tensor behind it is known.
-fn weight_n(g: &dyn GraphView, w: &Weight, trans_b: bool) -> Option<Dim> {
+pub(crate) fn weight_n(g: &dyn GraphView, w: &Weight, trans_b: bool) -> Option<Dim> {
     let (v, trans) = match w {
         Weight::Float(v) => (*v, trans_b),
         Weight::Mx { values, .. } => (*values, trans_b),
@@ -591,65 +567,12 @@ fn split_readers(
         if is_op(g, r, ONNX_DOMAIN, "Reshape")
             && g.inputs(r).first().copied().flatten() == Some(deq)
         {
-            let label = g.node_label(r);
-            let shape = match flat_reshape(g, r, k) {
-                Ok(s) => s,
-                Err(why) => {
-                    kept.push(format!("Reshape '{label}' is not read through: {}", why.0));
-                    continue;
-                }
-            };
-            let flat_out = g.outputs(r)[0];
-            let mut inner_kept = Vec::new();
-            if g.is_graph_output(flat_out) {
-                inner_kept.push(format!("'{}' is a graph output", g.value_name(flat_out)));
-            }
-            let mut inner: Vec<MatMulUse> = Vec::new();
-            for &(rr, _) in g.consumers(flat_out).iter() {
-                if inner.iter().any(|u| u.node == rr) {
-                    continue;
-                }
-                let u = matmul_use(g, rr, flat_out, k, act_dtype).and_then(|mut u| {
-                    let n = match weight_n(g, &u.weight, u.trans_b) {
-                        Some(Dim::Known(n)) => n,
-                        other => {
-                            return Err(reject!(
-                                "{} '{}' has weight N {other:?}, not a known dim (the output Reshape needs it)",
-                                g.op_type(rr),
-                                g.node_label(rr)
-                            ))
-                        }
-                    };
-                    let mut out_shape = shape.clone();
-                    if let Some(last) = out_shape.last_mut() {
-                        *last = n;
-                    }
-                    u.flat = Some(Flat {
-                        reshape: r,
-                        out_shape,
-                    });
-                    Ok(u)
-                });
-                match u {
-                    Ok(u) => inner.push(u),
-                    Err(why) => inner_kept.push(why.0),
-                }
-            }
-            inner_kept.dedup();
-            if inner_kept.is_empty() && !inner.is_empty() {
+            let read = super::flat_linear::read_through(g, r, k, act_dtype);
+            if read.absorbed {
                 reshapes.push(r);
-            } else if inner_kept.is_empty() {
-                // Read by nothing: it stays, reading the dequantized value (the engine would
-                // refuse a fusion that removed what it reads).
-                kept.push(format!("Reshape '{label}' has no reader to absorb"));
-            } else {
-                for why in inner_kept {
-                    kept.push(format!(
-                        "Reshape '{label}' stays for a reader not absorbed: {why}"
-                    ));
-                }
             }
-            uses.extend(inner);
+            kept.extend(read.kept);
+            uses.extend(read.uses);
             continue;
         }
         match matmul_use(g, r, deq, k, act_dtype) {
@@ -659,42 +582,6 @@ fn split_readers(
     }
     kept.dedup();
     (uses, kept, reshapes)
-}
-
-/// The constant shape of `Reshape(deq(a), shape)` (node `r`) when it provably keeps the last
-/// axis K: `allowzero = 0`, a constant int64 shape whose last entry is K, every other entry
-/// positive or a single -1 (no 0, which copies an input dim). Row-major values then keep their
-/// rows and the blocks of 32 along K stay whole. The model's default opset must also let ONNX
-/// Reshape read and write its type (every opset for float, float16; 13 for bfloat16, as for a
-/// bfloat16 MatMul): the fusion's output Reshape is of the MatMul's output type.
-fn flat_reshape(g: &dyn GraphView, r: NodeId, k: i64) -> Result<Vec<i64>, Reject> {
-    if attr_int(g.attr(r, "allowzero"), 0) != Some(0) {
-        return Err(reject!("allowzero = 1"));
-    }
-    let Some(s) = g.inputs(r).get(1).copied().flatten() else {
-        return Err(reject!("no shape input"));
-    };
-    let t = g.const_value(s).filter(|t| t.elem_type == dtype::INT64);
-    let Some(shape) = t.as_ref().and_then(crate::pattern::predicates::values_i64) else {
-        return Err(reject!(
-            "its shape '{}' is computed at run time (only a constant [.., {k}] keeps K provably)",
-            g.value_name(s)
-        ));
-    };
-    let Some((&last, lead)) = shape.split_last() else {
-        return Err(reject!("its shape is empty"));
-    };
-    if last != k {
-        return Err(reject!(
-            "its shape {shape:?} does not end in K = {k} (the last axis would change)"
-        ));
-    }
-    if lead.iter().any(|&d| d == 0 || d < -1) || lead.iter().filter(|&&d| d == -1).count() > 1 {
-        return Err(reject!(
-            "its shape {shape:?} has a 0 or a second -1 before K (only positive dims and one -1 are read through)"
-        ));
-    }
-    Ok(shape)
 }
 
 /// Consumers of a standard-spelling quantizer: the MatMuls (and Gemms `matmul_use` accepts)
@@ -878,45 +765,7 @@ pub fn emit_matmuls(
             e.add(spec.output(u.out))?;
             continue;
         };
-        // Through the activation's Reshape: MxMatMul reads a as it is ([.., K]) and writes
-        // [.., N]; an ONNX Reshape to the MatMul's output shape gives `out` its name back.
-        let g = e.graph();
-        let a_shape = g.tensor_info(q).and_then(|i| i.shape);
-        let base = g.value_name(u.out).to_string();
-        let shape = a_shape.map(|mut s| {
-            if let (Some(last), Some(&n)) = (s.last_mut(), flat.out_shape.last()) {
-                *last = Dim::Known(n);
-            }
-            s
-        });
-        let unflat = e.value(
-            &format!("{base}_mx"),
-            Some(crate::view::TensorInfo {
-                elem_type: u.out_dtype,
-                shape,
-            }),
-        );
-        e.add(spec.output(unflat))?;
-        let raw: Vec<u8> = flat
-            .out_shape
-            .iter()
-            .flat_map(|d| d.to_le_bytes())
-            .collect();
-        let t = TensorProto {
-            name: Some(format!("{base}_shape")),
-            data_type: Some(dtype::INT64),
-            dims: vec![flat.out_shape.len() as i64],
-            raw_data: Some(raw),
-            data_location: Some(DataLocation::Default as i32),
-            ..Default::default()
-        };
-        let shape = e.initializer(&format!("{base}_shape"), t);
-        let reshape = crate::pattern::NodeSpec {
-            domain: ONNX_DOMAIN.into(),
-            op_type: "Reshape".into(),
-            ..Default::default()
-        };
-        e.add(reshape.input(unflat).input(shape).output(u.out))?;
+        super::flat_linear::emit_unflattened(e, spec, u, flat, q)?;
     }
     Ok(())
 }

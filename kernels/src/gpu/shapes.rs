@@ -236,7 +236,8 @@ pub struct FragSwitches {
     /// The m8 kernel on 3 warps where the fourth is idle ([`trim_idle_warp`];
     /// `MXFUSE_GPU_FRAG_W3`).
     pub trim_idle_warp: bool,
-    /// The two-tile `_t2` loop at M <= 8 with bf16 output (`MXFUSE_GPU_FRAG_T2`).
+    /// The two-tile `_t2` loop with bf16 output: at M <= 8, and at 9-16 rows where
+    /// [`frag_kernel`] takes it (`MXFUSE_GPU_FRAG_T2`).
     pub two_tiles: bool,
 }
 

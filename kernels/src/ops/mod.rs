@@ -292,11 +292,7 @@ pub fn mx_matmul(
     attrs: &MxMatMulAttrs,
     par: &dyn Parallel,
 ) -> Result<()> {
-    check_mx_a(&a_q, &a_scale)?;
-    let a = MatA::Mx {
-        q: a_q.view::<u8>()?,
-        scales: a_scale.view::<u8>()?,
-    };
+    let a = mx_a(&a_q, &a_scale)?;
     mx_matmul_with(a, a_q.shape, b, b_scale, bias, y, attrs, par)
 }
 
@@ -405,11 +401,7 @@ pub fn mx_matmul_cols(
     attrs: &MxMatMulAttrs,
     par: &dyn Parallel,
 ) -> Result<()> {
-    check_mx_a(&a_q, &a_scale)?;
-    let a = MatA::Mx {
-        q: a_q.view::<u8>()?,
-        scales: a_scale.view::<u8>()?,
-    };
+    let a = mx_a(&a_q, &a_scale)?;
     mx_matmul_cols_with(a, a_q.shape, w, bias, y, attrs, par)
 }
 
@@ -445,11 +437,16 @@ fn mx_matmul_cols_with(
     }
 }
 
-/// `MxMatMul`'s MXFP8 A: E4M3 values and E8M0 scales `[..., K/32]`.
-fn check_mx_a(a_q: &TensorRef<'_>, a_scale: &TensorRef<'_>) -> Result<()> {
+/// `MxMatMul`'s MXFP8 A, checked (E4M3 values and E8M0 scales `[..., K/32]`), as the kernels'
+/// [`MatA`].
+fn mx_a<'a>(a_q: &TensorRef<'a>, a_scale: &TensorRef<'a>) -> Result<MatA<'a>> {
     expect_dtype("a_q", a_q.dtype, DType::E4M3)?;
     expect_dtype("a_scale", a_scale.dtype, DType::E8M0)?;
-    expect_shape("a_scale", a_scale.shape, &scale_shape(a_q.shape)?)
+    expect_shape("a_scale", a_scale.shape, &scale_shape(a_q.shape)?)?;
+    Ok(MatA::Mx {
+        q: a_q.view::<u8>()?,
+        scales: a_scale.view::<u8>()?,
+    })
 }
 
 /// The checks of y against A of shape `a_shape` and a weight of shape `b_shape`: (M, K, N).

@@ -116,3 +116,23 @@ pub fn mx_gemm_operands(seed: u64, m: usize, k: usize, n: usize) -> ([Vec<u8>; 2
     let a = quantize(m, 2.0);
     (a, quantize(n, 0.1))
 }
+
+/// The little-endian bytes of an f32, f16 or bf16 output (`dt`; any other dtype reads as bf16)
+/// as f32 values.
+pub fn float_values(dt: kernels::DType, y: &[u8]) -> Vec<f32> {
+    use half::{bf16, f16};
+    match dt {
+        kernels::DType::F32 => y
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+        kernels::DType::F16 => y
+            .chunks_exact(2)
+            .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+        _ => y
+            .chunks_exact(2)
+            .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+    }
+}

@@ -1,6 +1,6 @@
 //! ONNX `Reshape` with a constant shape: the one default-domain op a rewrite emits into a fused
 //! subgraph (rule readers through torch's `view(-1, K)`: `MxMatMul` writes `[.., N]`, a Reshape
-//! gives the linear's output its shape back; `graph_rewrites::rules::mx_consumers`). The bytes
+//! gives the linear's output its shape back; `graph_rewrites::rules::flat_linear`). The bytes
 //! are copied as they are (row-major; only the dims change).
 
 use graph_rewrites::pattern::predicates::{attr_int, values_i64};
@@ -40,6 +40,18 @@ impl Reshape {
     }
 }
 
+/// The element count of `dims` (all known), or an error naming the overflow: the shape is the
+/// model's constant and the input's dims come from ORT, so their product is not trusted to fit.
+fn elements(dims: &[i64]) -> Result<i64> {
+    dims.iter()
+        .try_fold(1i64, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "Reshape: {dims:?} has more elements than an i64 holds"
+            ))
+        })
+}
+
 impl Kernel for Reshape {
     fn output_metas(&self, inputs: &[Option<&Meta>]) -> Result<Vec<Meta>> {
         let x = required(inputs, 0, "data")?;
@@ -56,33 +68,37 @@ impl Kernel for Reshape {
                     infer = Some(i);
                     -1
                 }
+                -1 => {
+                    return Err(Error::invalid(format!(
+                        "Reshape: shape {:?} has more than one -1",
+                        self.shape
+                    )))
+                }
                 d if d > 0 => d,
                 d => return Err(Error::invalid(format!("Reshape: shape entry {d}"))),
             });
         }
+        let cannot = || {
+            Error::invalid(format!(
+                "Reshape: {:?} cannot become {:?}",
+                x.dims, self.shape
+            ))
+        };
+        let known = |d: &[i64]| d.iter().all(|&v| v >= 0);
         // With a dim unknown (-1, ORT's shape inference) the inferred entry stays unknown.
         if let Some(i) = infer {
-            if x.dims.iter().all(|&d| d >= 0) {
-                let total: i64 = x.dims.iter().product();
-                let rest: i64 = dims.iter().filter(|&&d| d != -1).product();
+            if known(&x.dims) {
+                let total = elements(&x.dims)?;
+                let rest: Vec<i64> = dims.iter().copied().filter(|&d| d != -1).collect();
+                let rest = elements(&rest)?;
                 if rest == 0 || total % rest != 0 {
-                    return Err(Error::invalid(format!(
-                        "Reshape: {:?} cannot become {:?}",
-                        x.dims, self.shape
-                    )));
+                    return Err(cannot());
                 }
                 dims[i] = total / rest;
             }
         }
-        let known = |d: &[i64]| d.iter().all(|&v| v >= 0);
-        if known(&x.dims)
-            && known(&dims)
-            && x.dims.iter().product::<i64>() != dims.iter().product::<i64>()
-        {
-            return Err(Error::invalid(format!(
-                "Reshape: {:?} cannot become {:?}",
-                x.dims, self.shape
-            )));
+        if known(&x.dims) && known(&dims) && elements(&x.dims)? != elements(&dims)? {
+            return Err(cannot());
         }
         Ok(vec![Meta::new(x.dtype, dims)])
     }
@@ -107,5 +123,56 @@ impl Kernel for Reshape {
         }
         y.data.copy_from_slice(x.data);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn out(shape: &[i64], x: &[i64]) -> Result<Vec<i64>> {
+        let r = Reshape {
+            shape: shape.to_vec(),
+        };
+        let x = Meta::new(1, x.to_vec());
+        Ok(r.output_metas(&[Some(&x)])?.remove(0).dims)
+    }
+
+    #[test]
+    fn output_dims_copy_zeros_and_infer_the_minus_one() {
+        assert_eq!(out(&[-1, 64], &[2, 3, 32]).unwrap(), vec![3, 64]);
+        assert_eq!(out(&[0, -1, 8], &[2, 3, 32]).unwrap(), vec![2, 12, 8]);
+        // An unknown input dim leaves the inferred entry unknown.
+        assert_eq!(out(&[-1, 32], &[-1, 3, 32]).unwrap(), vec![-1, 32]);
+        for (shape, x, why) in [
+            (&[-1, 5][..], &[2, 3, 32][..], "cannot become"),
+            (&[4, 4][..], &[2, 3][..], "cannot become"),
+            (&[-1, -1][..], &[2, 3][..], "more than one -1"),
+            (&[0, 0, 0][..], &[2, 3][..], "past the input's rank"),
+            (&[-2, 3][..], &[2, 3][..], "shape entry -2"),
+        ] {
+            let err = out(shape, x).unwrap_err().to_string();
+            assert!(err.contains(why), "{shape:?} of {x:?}: {err}");
+        }
+    }
+
+    /// The shape is a model constant and the input dims come from ORT: a product past i64 is an
+    /// error, not an overflow (a panic in a debug build; in release a wrapped product that could
+    /// pass the element-count check).
+    #[test]
+    fn huge_shapes_are_an_error_not_an_overflow() {
+        let big = 1i64 << 40;
+        for (shape, x) in [
+            (&[big, big, -1][..], &[2, 3][..]),
+            (&[-1, 2][..], &[big, big][..]),
+            (&[big, big][..], &[2, 3][..]),
+            (&[2, 3][..], &[big, big][..]),
+        ] {
+            let err = out(shape, x).unwrap_err().to_string();
+            assert!(
+                err.contains("more elements than an i64"),
+                "{shape:?} of {x:?}: {err}"
+            );
+        }
     }
 }

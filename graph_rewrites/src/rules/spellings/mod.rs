@@ -1,4 +1,5 @@
 //! Reusable sub-patterns: the spellings real exporters emit for each piece of a fusion.
+mod block_shape;
 pub mod gate_up;
 pub mod mx_quant;
 pub mod rms_norm;

@@ -1,0 +1,197 @@
+//! The block `Reshape` of the standard MXFP8 quantize spelling ([`super::mx_quant`]): its shape,
+//! a constant or computed from `Shape(x)` (exporters' spelling for symbolic batch / sequence
+//! dims), read structurally, checked to keep x's leading dims, and the nodes computing it that go
+//! with the fusion.
+
+use crate::pattern::predicates::{attr_int, values_i64};
+use crate::pattern::{Match, Reject};
+use crate::reject;
+use crate::view::{Dim, GraphView, NodeId, ValueId, ONNX_DOMAIN};
+
+use super::mx_quant::BLOCK;
+
+/// The block Reshape must give `[..x's leading dims.., K/32, 32]`: with other leading dims the
+/// block amax is not shaped like the scale `QuantizeLinear` needs, and the unfused model fails at
+/// run time (onnx.reference: "Invalid shapes for Blocked Quantization") where the fused op,
+/// which never reads that shape, would run. Each leading entry is 0 (copy), x's dim there when it
+/// is known, or the single -1 (it then resolves to x's dim: the other entries match).
+pub(super) fn check_block_reshape(
+    g: &dyn GraphView,
+    n: NodeId,
+    x: ValueId,
+    rank: usize,
+    k: i64,
+) -> Result<(), Reject> {
+    let shape_v = g.inputs(n).get(1).copied().flatten();
+    let shape = shape_v.and_then(|v| shape_entries(g, v, x, 0));
+    let shape = shape.ok_or_else(|| {
+        reject!("block Reshape shape is not a constant, nor computed from Shape(x) as x's own leading dims then constants (Concat of Shape(x, end=-1) / Slice / Gather+Unsqueeze and a constant)")
+    })?;
+    let ok = shape.len() == rank + 1
+        && shape[rank] == BLOCK
+        && (shape[rank - 1] == k / BLOCK || shape[rank - 1] == -1)
+        && attr_int(g.attr(n, "allowzero"), 0) == Some(0);
+    if !ok {
+        return Err(reject!(
+            "Reshape {shape:?} does not split the last axis ({k}) into [{}, {BLOCK}]",
+            k / BLOCK
+        ));
+    }
+    let dims = g.tensor_info(x).and_then(|i| i.shape).unwrap_or_default();
+    let lead = &shape[..rank - 1];
+    let keeps = |(i, e): (usize, &i64)| match (*e, dims.get(i)) {
+        (0, _) => true,
+        (-1, _) => lead.iter().filter(|e| **e == -1).count() == 1 && shape[rank - 1] != -1,
+        (e, Some(Dim::Known(d))) => e == *d,
+        _ => false,
+    };
+    if lead.iter().enumerate().all(keeps) {
+        Ok(())
+    } else {
+        Err(reject!(
+            "block Reshape {shape:?} is not shown to keep the leading dims {} of '{}' (each entry 0, x's dim where it is known, or the one -1): with other dims the block amax is not shaped like the scale and the unfused QuantizeLinear fails",
+            super::rms_norm::fmt_shape(&Some(dims[..rank - 1].to_vec())),
+            g.value_name(x)
+        ))
+    }
+}
+
+/// The entries of Reshape shape `v` as a constant shape: a constant, or computed from `Shape(x)`
+/// the way exporters spell symbolic batch / sequence dims — `Concat(Shape(x, end=-1) |
+/// Slice(Shape(x), 0, -1) | Unsqueeze(Gather(Shape(x), i))…, [K/32, 32])`. x's own dim `i` at
+/// position `i` reads as 0 (copy: the same value, `allowzero = 0` is checked), at another
+/// position as its value when known; anything else gives `None`. Read structurally on the view
+/// because ONNX Runtime hands the EP no values (nor an output shape) for such a Reshape, so the
+/// EP and the CLI decide alike. `at` is the position of `v`'s first entry in the whole shape.
+fn shape_entries(g: &dyn GraphView, v: ValueId, x: ValueId, at: usize) -> Option<Vec<i64>> {
+    if g.is_constant(v) {
+        return g.const_value(v).and_then(|t| values_i64(&t));
+    }
+    let (p, _) = g.producer(v)?;
+    let x_dims = g.tensor_info(x)?.shape?;
+    let r = x_dims.len() as i64;
+    let input = |slot: usize| g.inputs(p).get(slot).copied().flatten();
+    let konst = |slot: usize| {
+        input(slot)
+            .and_then(|c| g.const_value(c))
+            .and_then(|t| values_i64(&t))
+    };
+    let is_shape_of_x = |u: ValueId| {
+        g.producer(u).is_some_and(|(s, _)| {
+            (g.domain(s), g.op_type(s)) == (ONNX_DOMAIN, "Shape")
+                && g.inputs(s).first().copied().flatten() == Some(x)
+                && attr_int(g.attr(s, "start"), 0) == Some(0)
+                && attr_int(g.attr(s, "end"), i64::MAX).is_some_and(|e| e >= r)
+        })
+    };
+    let clamp = |i: i64| (if i < 0 { i + r } else { i }).clamp(0, r);
+    // Indices of x's dims the value lists, in order.
+    let dims: Vec<i64> = match (g.domain(p), g.op_type(p)) {
+        (ONNX_DOMAIN, "Shape") if input(0) == Some(x) => {
+            let start = clamp(attr_int(g.attr(p, "start"), 0)?);
+            let end = clamp(attr_int(g.attr(p, "end"), r)?);
+            (start..end.max(start)).collect()
+        }
+        (ONNX_DOMAIN, "Slice") if input(0).is_some_and(is_shape_of_x) => {
+            let one = |slot: usize, d: i64| match input(slot) {
+                None => Some(d),
+                Some(_) => match konst(slot)?.as_slice() {
+                    [v] => Some(*v),
+                    _ => None,
+                },
+            };
+            if !matches!(one(3, 0)?, 0 | -1) || one(4, 1)? != 1 {
+                return None;
+            }
+            let (start, end) = (clamp(one(1, 0)?), clamp(one(2, r)?));
+            (start..end.max(start)).collect()
+        }
+        (ONNX_DOMAIN, "Gather") if input(0).is_some_and(is_shape_of_x) => {
+            // The only axis of a 1-D shape vector.
+            if !matches!(attr_int(g.attr(p, "axis"), 0)?, 0 | -1) {
+                return None;
+            }
+            let index = |i: i64| {
+                let i = if i < 0 { i + r } else { i };
+                (0..r).contains(&i).then_some(i)
+            };
+            konst(1)?.into_iter().map(index).collect::<Option<_>>()?
+        }
+        (ONNX_DOMAIN, "Unsqueeze") => {
+            let axes = konst(1).or_else(|| match g.attr(p, "axes") {
+                Some(crate::view::AttrValue::Ints(a)) => Some(a),
+                _ => None,
+            });
+            if !matches!(axes.as_deref(), Some([0 | -1])) {
+                return None;
+            }
+            return shape_entries(g, input(0)?, x, at);
+        }
+        (ONNX_DOMAIN, "Concat") => {
+            // The only axis of a 1-D shape vector.
+            if !matches!(attr_int(g.attr(p, "axis"), 0)?, 0 | -1) {
+                return None;
+            }
+            let mut all = Vec::new();
+            for u in g.inputs(p).iter() {
+                all.extend(shape_entries(g, (*u)?, x, at + all.len())?);
+            }
+            return Some(all);
+        }
+        _ => return None,
+    };
+    let entry = |(j, d): (usize, i64)| match &x_dims[d as usize] {
+        _ if d as usize == at + j => Some(0),
+        Dim::Known(k) => Some(*k),
+        _ => None,
+    };
+    dims.into_iter().enumerate().map(entry).collect()
+}
+
+/// The nodes computing the block Reshape's shape at run time (see [`shape_entries`]), to absorb.
+/// They read `x`: when x is computed inside the fusion (the norm or SwiGLU output) they must go
+/// with it, or ONNX Runtime would get a fused node feeding its own input. A shape computation
+/// something else reads too is refused there (left in place when x comes from outside).
+pub(super) fn block_shape_nodes(
+    m: &Match<'_>,
+    reshape: NodeId,
+    x: ValueId,
+) -> Result<Vec<NodeId>, Reject> {
+    let g = m.graph();
+    let mut nodes: Vec<NodeId> = Vec::new();
+    let mut todo: Vec<ValueId> = g
+        .inputs(reshape)
+        .get(1)
+        .copied()
+        .flatten()
+        .into_iter()
+        .collect();
+    while let Some(v) = todo.pop() {
+        if v == x || g.is_constant(v) {
+            continue;
+        }
+        let Some((p, _)) = g.producer(v) else {
+            continue;
+        };
+        if !nodes.contains(&p) {
+            nodes.push(p);
+            todo.extend(g.inputs(p).iter().flatten());
+        }
+    }
+    let private = nodes.iter().all(|n| {
+        g.outputs(*n).iter().all(|v| {
+            !g.is_graph_output(*v)
+                && g.consumers(*v)
+                    .iter()
+                    .all(|(c, _)| *c == reshape || nodes.contains(c))
+        })
+    });
+    match (private, m.produces_inside(x)) {
+        (true, _) => Ok(nodes),
+        (false, false) => Ok(Vec::new()),
+        (false, true) => Err(reject!(
+            "the block shape computed from Shape('{}') is read outside the fusion as well: it cannot go with the fusion, and left outside it would read the fused op's own output",
+            g.value_name(x)
+        )),
+    }
+}
