@@ -202,17 +202,31 @@ fn check_weight_exact_in(
     let v = g
         .const_value(values)
         .ok_or_else(|| reject!("weight '{name}' could not be read"))?;
-    let (vd, sd): (Vec<usize>, Vec<usize>) = (
-        v.dims.iter().map(|d| *d as usize).collect(),
-        s.dims.iter().map(|d| *d as usize).collect(),
-    );
+    // The model's dims, checked: a malformed model (negative dims, or dims whose product
+    // overflows or does not fit the stored bytes) is a refusal, never a wrapped size.
+    let dims =
+        |d: &[i64]| -> Option<Vec<usize>> { d.iter().map(|&x| usize::try_from(x).ok()).collect() };
+    let (Some(vd), Some(sd)) = (dims(&v.dims), dims(&s.dims)) else {
+        return Err(reject!("weight '{name}' or its scales have a negative dim"));
+    };
     let axis = attr_int(g.attr(dq, "axis"), 1).unwrap_or(1);
     let x_dtype = if vt == dtype::FLOAT4E2M1 {
         kernels::DType::E2M1
     } else {
         kernels::DType::E4M3
     };
-    let n: usize = vd.iter().product();
+    // At most two values a byte (FLOAT4E2M1 packs two).
+    let n = vd
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .filter(|n| n.div_ceil(2) <= v.raw.len())
+        .ok_or_else(|| {
+            reject!(
+                "weight '{name}': its dims {:?} do not fit its {} bytes",
+                vd,
+                v.raw.len()
+            )
+        })?;
     let mut y = vec![0u8; n * 4];
     let run = kernels::ops::mx_dequantize(
         kernels::ops::TensorRef::new(x_dtype, &vd, &v.raw).map_err(|e| reject!("{e}"))?,
