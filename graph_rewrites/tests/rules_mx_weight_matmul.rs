@@ -11,6 +11,16 @@ use graph_rewrites::pattern::predicates::dtype::{
 use graph_rewrites::testing::{op_types, value_names, Attr, ModelBuilder};
 use graph_rewrites::view::GraphView;
 
+/// `wd = DequantizeLinear(wq, ws, axis, block_size 32, output_dtype out)`.
+fn dequantize_wq(b: &mut ModelBuilder, axis: i64, out: i32) -> &mut ModelBuilder {
+    let dq = [
+        ("axis", Attr::I(axis)),
+        ("block_size", Attr::I(32)),
+        ("output_dtype", Attr::I(out as i64)),
+    ];
+    b.node_in("", "DequantizeLinear", &["wq", "ws"], &["wd"], &dq)
+}
+
 /// `x [4, 64]` of `t`; `wd = DequantizeLinear(wq [64, 16] (or [16, 64] when `nk`), ws, axis,
 /// block 32, output_dtype t)`, all constants, every scale byte `scale`.
 fn model(t: i32, values: i32, nk: bool, scale: u8) -> ModelBuilder {
@@ -24,12 +34,7 @@ fn model(t: i32, values: i32, nk: bool, scale: u8) -> ModelBuilder {
     let bytes = if values == FLOAT4E2M1 { 512 } else { 1024 };
     b.init_raw("wq", values, &wdims, vec![0x3a; bytes]);
     b.init_raw("ws", FLOAT8E8M0, &sdims, vec![scale; 32]);
-    let dq = [
-        ("axis", Attr::I(axis)),
-        ("block_size", Attr::I(32)),
-        ("output_dtype", Attr::I(t as i64)),
-    ];
-    b.node_in("", "DequantizeLinear", &["wq", "ws"], &["wd"], &dq);
+    dequantize_wq(&mut b, axis, t);
     b
 }
 
@@ -180,12 +185,7 @@ fn what_is_not_the_same_computation_is_refused_with_the_reason() {
                 b.input("x", FLOAT, &[4, 64])
                     .input("wq", FLOAT8E4M3FN, &[64, 16]);
                 b.init_raw("ws", FLOAT8E8M0, &[2, 16], vec![120; 32]);
-                let dq = [
-                    ("axis", Attr::I(0)),
-                    ("block_size", Attr::I(32)),
-                    ("output_dtype", Attr::I(1)),
-                ];
-                b.node_in("", "DequantizeLinear", &["wq", "ws"], &["wd"], &dq);
+                dequantize_wq(&mut b, 0, FLOAT);
                 b
             },
             "MX weight is not constant",
@@ -197,12 +197,7 @@ fn what_is_not_the_same_computation_is_refused_with_the_reason() {
                 b.input("x", FLOAT, &[4, 64]);
                 b.init_raw("wq", FLOAT8E4M3FN, &[64, 64], vec![0x3a; 4096]);
                 b.init_raw("ws", FLOAT8E8M0, &[64, 2], vec![120; 128]);
-                let dq = [
-                    ("axis", Attr::I(1)),
-                    ("block_size", Attr::I(32)),
-                    ("output_dtype", Attr::I(1)),
-                ];
-                b.node_in("", "DequantizeLinear", &["wq", "ws"], &["wd"], &dq);
+                dequantize_wq(&mut b, 1, FLOAT);
                 b
             },
             "not MXFP8/MXFP4 along K",
@@ -214,12 +209,7 @@ fn what_is_not_the_same_computation_is_refused_with_the_reason() {
                 b.input("x", FLOAT, &[4, 48]);
                 b.init_raw("wq", FLOAT8E4M3FN, &[48, 16], vec![0x3a; 768]);
                 b.init_raw("ws", FLOAT8E8M0, &[2, 16], vec![120; 32]);
-                let dq = [
-                    ("axis", Attr::I(0)),
-                    ("block_size", Attr::I(32)),
-                    ("output_dtype", Attr::I(1)),
-                ];
-                b.node_in("", "DequantizeLinear", &["wq", "ws"], &["wd"], &dq);
+                dequantize_wq(&mut b, 0, FLOAT);
                 b
             },
             "K = 48",
@@ -231,12 +221,7 @@ fn what_is_not_the_same_computation_is_refused_with_the_reason() {
                 b.input("x", FLOAT, &[4, -1]);
                 b.init_raw("wq", FLOAT8E4M3FN, &[64, 16], vec![0x3a; 1024]);
                 b.init_raw("ws", FLOAT8E8M0, &[2, 16], vec![120; 32]);
-                let dq = [
-                    ("axis", Attr::I(0)),
-                    ("block_size", Attr::I(32)),
-                    ("output_dtype", Attr::I(1)),
-                ];
-                b.node_in("", "DequantizeLinear", &["wq", "ws"], &["wd"], &dq);
+                dequantize_wq(&mut b, 0, FLOAT);
                 b
             },
             "unknown shape or K",
@@ -255,12 +240,7 @@ fn what_is_not_the_same_computation_is_refused_with_the_reason() {
                 b.input("x", BFLOAT16, &[4, 64]);
                 b.init_raw("wq", FLOAT8E4M3FN, &[64, 16], vec![0x01; 1024]);
                 b.init_raw("ws", FLOAT8E8M0, &[2, 16], vec![2; 32]);
-                let dq = [
-                    ("axis", Attr::I(0)),
-                    ("block_size", Attr::I(32)),
-                    ("output_dtype", Attr::I(BFLOAT16 as i64)),
-                ];
-                b.node_in("", "DequantizeLinear", &["wq", "ws"], &["wd"], &dq);
+                dequantize_wq(&mut b, 0, BFLOAT16);
                 b
             },
             "not a bfloat16 value",
@@ -293,12 +273,7 @@ fn f16_weight_out_of_the_scale_range_is_checked_value_by_value() {
     b.input("x", FLOAT16, &[4, 64]);
     b.init_raw("wq", FLOAT8E4M3FN, &[64, 16], vec![0x30; 1024]);
     b.init_raw("ws", FLOAT8E8M0, &[2, 16], vec![135; 32]);
-    let dq = [
-        ("axis", Attr::I(0)),
-        ("block_size", Attr::I(32)),
-        ("output_dtype", Attr::I(FLOAT16 as i64)),
-    ];
-    b.node_in("", "DequantizeLinear", &["wq", "ws"], &["wd"], &dq)
+    dequantize_wq(&mut b, 0, FLOAT16)
         .node("MatMul", &["x", "wd"], &["y"])
         .output("y", FLOAT16, &[4, 16]);
     let (report, g) = b.rewrite();
@@ -350,12 +325,7 @@ fn opset_23_models_are_taken() {
     b.input("x", FLOAT, &[4, 64]);
     b.init_raw("wq", FLOAT4E2M1, &[64, 16], vec![0x3a; 512]);
     b.init_raw("ws", FLOAT8E8M0, &[2, 16], vec![120; 32]);
-    let dq = [
-        ("axis", Attr::I(0)),
-        ("block_size", Attr::I(32)),
-        ("output_dtype", Attr::I(FLOAT as i64)),
-    ];
-    b.node_in("", "DequantizeLinear", &["wq", "ws"], &["wd"], &dq)
+    dequantize_wq(&mut b, 0, FLOAT)
         .node("MatMul", &["x", "wd"], &["y"])
         .output("y", FLOAT, &[4, 16]);
     let (report, g) = b.rewrite();
