@@ -154,6 +154,50 @@ fn a_weight_dequantize_with_other_readers_stays_as_mx_dequantize() {
     );
 }
 
+/// A weight two float MatMuls read (tied / shared weights): both become MxMatMuls reading the
+/// weight in place. The first fusion re-creates the DequantizeLinear as `MxDequantize` for the
+/// second reader, which the next pass takes too — as the plugin EP does, where ONNX Runtime gives
+/// each reader its own DequantizeLinear first (before, the second reader kept dequantizing the
+/// weight every step offline while the EP fused it: the two paths' bits differed). Likewise for a
+/// Quark weight fake-quant read twice.
+#[test]
+fn every_float_reader_of_a_shared_weight_is_taken() {
+    let mut b = model(FLOAT, FLOAT8E4M3FN, false, 120);
+    b.node("MatMul", &["x", "wd"], &["y"])
+        .node("Relu", &["x"], &["x2"])
+        .node("MatMul", &["x2", "wd"], &["y2"])
+        .output("y", FLOAT, &[4, 16])
+        .output("y2", FLOAT, &[4, 16]);
+    let (report, g) = b.rewrite();
+    assert_eq!(report.counts["mx_weight_matmul"], 2, "{report:#?}");
+    let mut ops = op_types(&g);
+    ops.sort();
+    assert_eq!(ops, ["MxMatMul", "MxMatMul", "Relu"]);
+    assert_eq!(
+        snapshot(&g),
+        "MxMatMul(x, , wq, ws) output_dtype=Int(1) trans_b=Int(0)"
+    );
+    let y2 = g.producer(g.value_by_name("y2").unwrap()).unwrap().0;
+    assert_eq!(value_names(&g, g.inputs(y2)), ["x2", "", "wq", "ws"]);
+
+    let mut b = quark_model(FLOAT, &quark_weight_values());
+    b.node("MatMul", &["x", "wf"], &["y"])
+        .node("Relu", &["x"], &["x2"])
+        .node("MatMul", &["x2", "wf"], &["y2"])
+        .output("y", FLOAT, &[4, 16])
+        .output("y2", FLOAT, &[4, 16]);
+    let (report, g) = b.rewrite();
+    assert_eq!(report.counts["mx_weight_matmul"], 2, "{report:#?}");
+    let mut ops = op_types(&g);
+    ops.sort();
+    assert_eq!(ops, ["MxMatMul", "MxMatMul", "Relu"]);
+    let y2 = g.producer(g.value_by_name("y2").unwrap()).unwrap().0;
+    assert_eq!(
+        value_names(&g, g.inputs(y2)),
+        ["x2", "", "w_mxfp8_kn", "w_mxfp8_kn_scale"]
+    );
+}
+
 #[test]
 fn a_constant_zero_zero_point_is_taken() {
     let mut b = ModelBuilder::new(24);

@@ -258,6 +258,37 @@ def test_weight_also_read_by_a_gather_stays_for_it(lib, ep_devices, mxfuse_cli, 
         check_close(y, want, bound, TP.FLOAT, "tied")
 
 
+def test_weight_read_by_two_matmuls_gives_the_same_bits_on_both_paths(lib, ep_devices, mxfuse_cli,
+                                                                      tmp_path):
+    """One MX weight read by two float-activation MatMuls (shared / tied weights). ONNX Runtime
+    gives each reader its own DequantizeLinear before the EP sees the graph, so the EP fuses both;
+    the offline rewrite fuses both too (the second reads the MxDequantize the first fusion
+    re-created). Before, offline fused only the first and the two paths' bits differed."""
+    rng = np.random.default_rng()
+    vals, sc, deq = weight(rng, TP.FLOAT8E4M3FN, False)
+    nodes = [helper.make_node("DequantizeLinear", ["wq", "ws"], ["wd"], axis=0, block_size=32,
+                              output_dtype=TP.FLOAT),
+             helper.make_node("MatMul", ["x", "wd"], ["y"]),
+             helper.make_node("Relu", ["x"], ["x2"]),
+             helper.make_node("MatMul", ["x2", "wd"], ["y2"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TP.FLOAT, ["m", K])],
+                          [helper.make_tensor_value_info(n, TP.FLOAT, ["m", N]) for n in ("y", "y2")],
+                          [vals, sc])
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)], ir_version=11), src)
+    report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
+    assert report["counts"]["mx_weight_matmul"] == 2, report
+    fused = onnx.load(tmp_path / "fused.onnx")
+    assert sorted(n.op_type for n in fused.graph.node) == ["MxMatMul", "MxMatMul", "Relu"]
+    x = rng.standard_normal((5, K)).astype(np.float32)
+    ep, off = ep_session(src, ep_devices), offline_session(tmp_path / "fused.onnx", lib)
+    assert claimed_ops(ep).count("MatMul") == 2, claimed_ops(ep)
+    for a, b, xin in zip(ep.run(None, {"x": x}), off.run(None, {"x": x}), (x, np.maximum(x, 0))):
+        assert same_bits(a, b)
+        want, bound = oracle(xin, deq, None)
+        check_close(a, want, bound, TP.FLOAT, "shared weight")
+
+
 def quark_oracle_ops():
     """The numpy Quark kernel for onnx.reference and its oracle function."""
     import sys

@@ -39,7 +39,7 @@ use crate::pattern::predicates::{
 };
 use crate::pattern::{Emit, Reject};
 use crate::reject;
-use crate::view::{Dim, GraphView, NodeId, ValueId, ONNX_DOMAIN, QUARK_DOMAIN};
+use crate::view::{Dim, GraphView, NodeId, ValueId, MXFUSE_DOMAIN, ONNX_DOMAIN, QUARK_DOMAIN};
 
 use super::spellings::mx_quant::BLOCK;
 use super::spellings::rms_norm::fmt_shape;
@@ -175,6 +175,14 @@ impl QuantAttrs {
 
 pub(crate) fn is_op(g: &dyn GraphView, n: NodeId, domain: &str, op: &str) -> bool {
     g.domain(n) == domain && g.op_type(n) == op
+}
+
+/// A weight dequantize node: ONNX `DequantizeLinear`, or `com.mxfuse::MxDequantize` (the same
+/// op for an E8M0 scale, bit for bit) — what a fusion re-creates for a shared weight's other
+/// readers, so that those fuse in the next pass too, as they do in ONNX Runtime, which gives each
+/// reader a `DequantizeLinear` of its own before the EP sees the graph (EnsureUniqueDQForNodeUnit).
+pub(crate) fn is_weight_dequantize(g: &dyn GraphView, n: NodeId) -> bool {
+    is_op(g, n, ONNX_DOMAIN, "DequantizeLinear") || is_op(g, n, MXFUSE_DOMAIN, "MxDequantize")
 }
 
 /// `Gemm(a, W [, C])` attributes MxMatMul computes: `Ok((trans_b, alpha, beta))`, or why not.
@@ -461,7 +469,7 @@ pub(crate) fn classify_weight(
     trans_b: bool,
 ) -> Result<Weight, Reject> {
     if let Some((n, 0)) = g.producer(b) {
-        if is_op(g, n, ONNX_DOMAIN, "DequantizeLinear") {
+        if is_weight_dequantize(g, n) {
             let ins = g.inputs(n);
             let (Some(wq), Some(ws)) = (
                 ins.first().copied().flatten(),

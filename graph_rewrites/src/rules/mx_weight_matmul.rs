@@ -35,7 +35,10 @@
 //! * A weight DequantizeLinear (or Transpose) that something else also reads stays for it: the
 //!   replacement re-creates its output as `MxDequantize` (so the provider's claim carries the
 //!   constants, as the other MX fusions' claims do). A Transpose read by anything else is
-//!   refused (the MatMul keeps reading the float weight).
+//!   refused (the MatMul keeps reading the float weight). The rule reads an `MxDequantize` weight
+//!   as a DequantizeLinear (`is_weight_dequantize`), so the next pass takes a shared weight's
+//!   next float reader, as the plugin EP does (ORT duplicates a shared DequantizeLinear per
+//!   reader before the EP sees the graph).
 //! * Quark weight-only: `MXQuantizeDequantize(W)` of a constant float `[K, N]` W (fp8_e4m3,
 //!   block 32, axis 0 — `Weight::QuarkFloat`, as the MXFP8 fusions read it) is quantized at
 //!   rewrite time (`emit_matmuls`) and read as `MxMatMul(x, "", W_mxfp8, W_mxfp8_scale, trans_b
@@ -48,8 +51,8 @@
 use std::sync::LazyLock;
 
 use super::mx_consumers::{
-    classify_weight, emit_matmuls, emit_mx_dequantize, is_op, matmul_use, only_read_by,
-    plain_transpose, prequantize_weight_kn, Consumers, Weight,
+    classify_weight, emit_matmuls, emit_mx_dequantize, is_op, is_weight_dequantize, matmul_use,
+    only_read_by, plain_transpose, prequantize_weight_kn, Consumers, Weight,
 };
 use super::spellings::mx_quant::BLOCK;
 use crate::pattern::predicates::{attr_int, dtype, scale_is_e8m0};
@@ -69,8 +72,9 @@ fn mx_dequant_of(g: &dyn GraphView, v: ValueId) -> Option<NodeId> {
     (is_op(g, n, ONNX_DOMAIN, "DequantizeLinear") && scale_is_e8m0(g, n)).then_some(n)
 }
 
-/// The node's weight (input 1) is an E8M0 `DequantizeLinear`'s output, directly or through a
-/// rank-2 Transpose, or a Quark fake-quant's output (directly).
+/// The node's weight (input 1) is an E8M0 `DequantizeLinear`'s (or `MxDequantize`'s: a shared
+/// weight's dequantize an earlier fusion re-created for this reader) output, directly or through
+/// a rank-2 Transpose, or a Quark fake-quant's output (directly).
 fn weight_is_mx_dequantized(g: &dyn GraphView, n: NodeId) -> bool {
     let Some(b) = g.inputs(n).get(1).copied().flatten() else {
         return false;
@@ -81,7 +85,8 @@ fn weight_is_mx_dequantized(g: &dyn GraphView, n: NodeId) -> bool {
         return true;
     }
     let src = plain_transpose(g, b).map_or(b, |(_, src)| src);
-    mx_dequant_of(g, src).is_some()
+    g.producer(src)
+        .is_some_and(|(p, i)| i == 0 && is_weight_dequantize(g, p) && scale_is_e8m0(g, p))
 }
 
 /// The node's activation (input 0) is not MX-dequantized: those MatMuls belong to the
