@@ -10,7 +10,10 @@ use graph_rewrites::onnx_pb::{
     tensor_shape_proto::Dimension, type_proto, AttributeProto, GraphProto, ModelProto, NodeProto,
     OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
 };
-use graph_rewrites::view::{AttrValue, ConstTensor, Dim, GraphView, TensorInfo, ValueId};
+use graph_rewrites::pattern::predicates::dtype as onnx_dtype;
+use graph_rewrites::view::{
+    AttrValue, ConstTensor, Dim, GraphView, NodeId, TensorInfo, ValueId, ONNX_DOMAIN,
+};
 
 use crate::error::{Error, Result};
 use crate::ort_graph_view::OrtGraphView;
@@ -97,6 +100,44 @@ fn value_info(name: &str, info: Option<TensorInfo>) -> ValueInfoProto {
     }
 }
 
+/// The block shape of a claimed MXFP8 quantize's `Reshape` whose shape ORT computes outside the
+/// claimed nodes: `(name, [0, .., 0, K/32, 32])` for an ONNX `Reshape` of `x` (rank r, last dim K
+/// known) whose shape input is neither a constant nor produced in the view. A claimed Reshape
+/// only reads such a shape when the quantize's `Concat(Shape(x)[:-1], [K/32, 32])` is also read
+/// by something else (ORT merges a Shape(x) the quantize and, say, a linear's output Reshape both
+/// compute): the claim checked on the whole graph that it is x's own leading dims then
+/// `[K/32, 32]` (`block_shape::check_block_reshape`), which is what this constant says, so the
+/// rewrite of the subgraph recognizes the quantize (it never reads the shape: `MxQuantize`
+/// absorbs the Reshape). Any other Reshape: `None`.
+fn pinned_block_shape(view: &OrtGraphView, n: NodeId) -> Option<(String, ConstTensor)> {
+    if view.domain(n) != ONNX_DOMAIN || view.op_type(n) != "Reshape" {
+        return None;
+    }
+    let ins = view.inputs(n);
+    let (x, shape) = (
+        ins.first().copied().flatten()?,
+        ins.get(1).copied().flatten()?,
+    );
+    if view.producer(shape).is_some() || view.is_constant(shape) {
+        return None;
+    }
+    let dims = view.tensor_info(x)?.shape?;
+    let Some(Dim::Known(k)) = dims.last() else {
+        return None;
+    };
+    if *k <= 0 || k % 32 != 0 {
+        return None;
+    }
+    let mut entries = vec![0i64; dims.len() - 1];
+    entries.extend([k / 32, 32]);
+    let t = ConstTensor {
+        elem_type: onnx_dtype::INT64,
+        dims: vec![entries.len() as i64],
+        raw: entries.iter().flat_map(|e| e.to_le_bytes()).collect(),
+    };
+    Some((format!("{}/mxfuse_block_shape", view.value_name(shape)), t))
+}
+
 /// Converts the whole view. Graph inputs are the non-constant values read but not produced;
 /// graph outputs are the view's graph outputs.
 pub fn model_from_view(view: &OrtGraphView) -> Result<ModelProto> {
@@ -128,9 +169,15 @@ pub fn model_from_view(view: &OrtGraphView) -> Result<ModelProto> {
             attrs.push(a);
         }
         let mut inputs = Vec::new();
-        for input in view.inputs(n) {
+        let pinned = pinned_block_shape(view, n);
+        for (i, input) in view.inputs(n).iter().enumerate() {
             match input {
                 None => inputs.push(String::new()),
+                Some(_) if i == 1 && pinned.is_some() => {
+                    let (name, t) = pinned.clone().expect("checked");
+                    inputs.push(name.clone());
+                    graph.initializer.push(tensor_proto(&name, t));
+                }
                 Some(v) => {
                     inputs.push(view.value_name(*v).to_string());
                     if view.producer(*v).is_none() && seen.insert(*v) {

@@ -86,3 +86,55 @@ def test_run_time_block_shape_fuses_online_and_offline(lib, ep_devices, mxfuse_c
         for name, a, b, w in zip(("out", "sum"), online, offline, want):
             assert same_bits(a, b), (lead, name)
             np.testing.assert_allclose(a, w, rtol=1e-5, atol=1e-5 * np.abs(w).max(), err_msg=f"{lead} {name}")
+
+
+def test_block_shape_also_read_by_a_linear_output_reshape_loads_on_the_ep(lib, ep_devices, mxfuse_cli,
+                                                                          tmp_path):
+    """A standalone quantize of the input x [batch, seq, H] whose block shape
+    `Concat(Shape(x, end=-1), [H/32, 32])` is computed from the same `Shape(x, end=-1)` as the
+    flattened linear's output Reshape `Concat(Shape(x, end=-1), [N])` (two Shape nodes in the
+    file; ORT's common-subexpression pass merges them, as the rewrite does). The shape computation
+    then stays outside the claim, and the claimed block Reshape reads it as an input of the fused
+    subgraph: the EP's Compile pins it to the constant `[0, 0, H/32, 32]` the claim checked (before,
+    the session failed to load: "Reshape ...: the shape is not a constant")."""
+    c = lambda a, n: numpy_helper.from_array(np.asarray(a), n)  # noqa: E731
+    rng = np.random.default_rng(0)
+    inits = [c((0.1 * rng.standard_normal((H, N))).astype(np.float32), "w"),
+             c(np.array([H // 32, 32], np.int64), "tail"), c(np.array([-1], np.int64), "ax"),
+             c(np.array(2.0**-8, np.float32), "k"), c(np.array([-1, H], np.int64), "flat"),
+             c(np.array([N], np.int64), "n")]
+    nodes = [
+        helper.make_node("Shape", ["x"], ["lead"], end=-1),
+        helper.make_node("Concat", ["lead", "tail"], ["blk"], axis=0),
+        helper.make_node("Reshape", ["x", "blk"], ["xb"]),
+        helper.make_node("Abs", ["xb"], ["ab"]),
+        helper.make_node("ReduceMax", ["ab", "ax"], ["amax"], keepdims=0),
+        helper.make_node("Mul", ["amax", "k"], ["s32"]),
+        helper.make_node("Cast", ["s32"], ["scale"], to=TP.FLOAT8E8M0, round_mode="down", saturate=1),
+        helper.make_node("QuantizeLinear", ["x", "scale"], ["q"], axis=-1, block_size=32,
+                         output_dtype=TP.FLOAT8E4M3FN),
+        helper.make_node("DequantizeLinear", ["q", "scale"], ["xd"], axis=-1, block_size=32,
+                         output_dtype=TP.FLOAT),
+        helper.make_node("Reshape", ["xd", "flat"], ["xf"]),
+        helper.make_node("MatMul", ["xf", "w"], ["yf"]),
+        helper.make_node("Shape", ["x"], ["lead2"], end=-1),
+        helper.make_node("Concat", ["lead2", "n"], ["unflat"], axis=0),
+        helper.make_node("Reshape", ["yf", "unflat"], ["out"]),
+    ]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TP.FLOAT, ["batch", "seq", H])],
+                          [helper.make_tensor_value_info("out", TP.FLOAT, None)], inits)
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)], ir_version=11), src)
+    report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
+    assert report["counts"]["mxquant"] == 1, report
+    ep = ep_session(src, ep_devices)
+    claimed = claimed_ops(ep)
+    assert {"Reshape", "QuantizeLinear", "MatMul"} <= set(claimed), claimed
+    assert "Shape" not in claimed, claimed
+    offline = offline_session(tmp_path / "fused.onnx", lib)
+    ref = ReferenceEvaluator(onnx.load(src))
+    for shape in ((2, 3), (1, 1)):
+        feed = {"x": (3 * np.random.default_rng(1).standard_normal(shape + (H,))).astype(np.float32)}
+        a, b, w = ep.run(None, feed)[0], offline.run(None, feed)[0], ref.run(None, feed)[0]
+        assert same_bits(a, b), shape
+        np.testing.assert_allclose(a, w, rtol=1e-5, atol=1e-5 * np.abs(w).max(), err_msg=str(shape))
