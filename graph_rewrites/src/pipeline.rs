@@ -174,7 +174,21 @@ fn scan_pass(
                 match rule.try_at(g, root, cfg) {
                     Attempt::Accepted(site, params) => {
                         if site.nodes.iter().any(|x| claimed.contains(x)) {
-                            continue; // overlaps a fusion of this iteration; retried in the next
+                            // Overlaps a fusion of this iteration; retried in the next. A
+                            // weight-only site is still listed (not accepted): the provider, which
+                            // sees the graph once, joins another float reader of a shared Quark
+                            // weight fake-quant to the claim that took it.
+                            if rule.name() == "mx_weight_matmul" {
+                                out.sites.push(SiteInfo {
+                                    rule: rule.name(),
+                                    anchor: site.anchor,
+                                    nodes: site.nodes.clone(),
+                                    verdict: Ok(()),
+                                    structural: true,
+                                    notes: site.notes.clone(),
+                                });
+                            }
+                            continue;
                         }
                         claimed.extend(site.nodes.iter().copied());
                         out.sites.push(SiteInfo {

@@ -13,7 +13,7 @@
 use std::collections::HashSet;
 
 use graph_rewrites::pipeline::{find_sites, PipelineOptions, SiteInfo};
-use graph_rewrites::view::{GraphView, NodeId, MXFUSE_DOMAIN};
+use graph_rewrites::view::{GraphView, NodeId, MXFUSE_DOMAIN, QUARK_DOMAIN};
 
 use crate::error::{Error, Result};
 use crate::ops::schema;
@@ -41,12 +41,25 @@ pub fn claim_groups(
         describe(view, &sites, log);
     }
     let mut claimed = HashSet::new();
-    let mut groups = Vec::new();
+    let mut groups: Vec<Vec<NodeId>> = Vec::new();
     for site in sites {
-        if site.verdict.is_err()
-            || site.nodes.is_empty()
-            || site.nodes.iter().any(|n| claimed.contains(n))
-        {
+        if site.verdict.is_err() || site.nodes.is_empty() {
+            continue;
+        }
+        if site.nodes.iter().any(|n| claimed.contains(n)) {
+            // Another float reader of a Quark weight fake-quant an earlier weight-only site
+            // claimed: one fused node takes both (Compile's rewrite reads the weight in place for
+            // each, as the offline rewrite does), unless that would make a cycle.
+            if let Some(g) = joins_shared_quark_weight(view, &groups, &site) {
+                let nodes: Vec<NodeId> = site
+                    .nodes
+                    .iter()
+                    .copied()
+                    .filter(|n| !groups[g].contains(n))
+                    .collect();
+                claimed.extend(nodes.iter().copied());
+                groups[g].extend(nodes);
+            }
             continue;
         }
         let group = site.nodes;
@@ -63,6 +76,74 @@ pub fn claim_groups(
         }
     }
     Ok(groups)
+}
+
+/// The group a weight-only site joins: the one group it overlaps, where the overlap is Quark
+/// weight fake-quants of constants (ONNX Runtime duplicates a shared DequantizeLinear per reader
+/// before the EP sees the graph, not a custom op: without this, a second float reader of a shared
+/// Quark weight stayed unfused on the EP while the offline rewrite fused it), and the union is
+/// still a valid fused node (no path leaves it and comes back).
+fn joins_shared_quark_weight(
+    view: &dyn GraphView,
+    groups: &[Vec<NodeId>],
+    site: &SiteInfo,
+) -> Option<usize> {
+    if site.rule != "mx_weight_matmul" {
+        return None;
+    }
+    let mut hit = groups
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| site.nodes.iter().any(|n| g.contains(n)));
+    let (i, g) = hit.next()?;
+    if hit.next().is_some() {
+        return None;
+    }
+    let shared_weights_only = site.nodes.iter().filter(|n| g.contains(n)).all(|&n| {
+        view.domain(n) == QUARK_DOMAIN
+            && view.op_type(n) == "MXQuantizeDequantize"
+            && view
+                .inputs(n)
+                .iter()
+                .flatten()
+                .all(|&v| view.is_constant(v))
+    });
+    let mut union: HashSet<NodeId> = g.iter().copied().collect();
+    union.extend(site.nodes.iter().copied());
+    (shared_weights_only && !leaves_and_returns(view, &union)).then_some(i)
+}
+
+/// Whether a path from a node of `set` runs through a node outside it back into `set` (one fused
+/// node for `set` would then feed its own input).
+fn leaves_and_returns(view: &dyn GraphView, set: &HashSet<NodeId>) -> bool {
+    let next = |n: NodeId| -> Vec<NodeId> {
+        view.outputs(n)
+            .iter()
+            .flat_map(|&v| {
+                view.consumers(v)
+                    .iter()
+                    .map(|(c, _)| *c)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let mut todo: Vec<NodeId> = set
+        .iter()
+        .flat_map(|&n| next(n))
+        .filter(|c| !set.contains(c))
+        .collect();
+    let mut seen: HashSet<NodeId> = todo.iter().copied().collect();
+    while let Some(n) = todo.pop() {
+        for c in next(n) {
+            if set.contains(&c) {
+                return true;
+            }
+            if seen.insert(c) {
+                todo.push(c);
+            }
+        }
+    }
+    false
 }
 
 /// Why each candidate was or was not claimed, one line per site.

@@ -249,6 +249,14 @@ unsafe fn compile_one(
     let model = model_from_view(&view)?;
     let mut ir = Graph::from_model(model, None).map_err(|e| Error::invalid(e.to_string()))?;
     run_pipeline(&mut ir, &ep.options.pipeline).map_err(|e| Error::invalid(e.to_string()))?;
+    // Initializers the rewrite created (a Quark weight quantized at rewrite time) are not in
+    // ORT's graph: read them from the rewritten subgraph, so the kernels prepack them as the
+    // custom-op library does for the offline rewrite (unpacked, a `[K, N]` weight's GEMM sums in
+    // another order: other bits than the offline path).
+    let constant = |name: &str| match view.value_by_name(name) {
+        Some(v) => view.const_value_unbounded(v),
+        None => Ok(ir.value_by_name(name).and_then(|v| ir.const_value(v))),
+    };
     Executor::build(
         &ep.placement,
         &ir,

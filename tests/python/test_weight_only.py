@@ -322,6 +322,53 @@ def quark_model(path, w, act_type, m, gemm, extra_reader=False):
     return path, None if bias is None else bias.astype(np.float32)
 
 
+def shared_quark_model(path, w, chained):
+    """x [m, K] float32; `wf = MXQuantizeDequantize(w)` read by `y = MatMul(x, wf)` and
+    `y2 = MatMul(h, wf)`, h = Relu(x), or Relu(y) when `chained` (w square then)."""
+    nodes = [helper.make_node("MXQuantizeDequantize", ["w"], ["wf"], domain="com.amd.quark",
+                              axis=0, block_size=32, element_dtype="fp8_e4m3", rounding_mode=2),
+             helper.make_node("MatMul", ["x", "wf"], ["y"]),
+             helper.make_node("Relu", ["y" if chained else "x"], ["h"]),
+             helper.make_node("MatMul", ["h", "wf"], ["y2"])]
+    n = w.shape[1]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TP.FLOAT, ["m", K])],
+                          [helper.make_tensor_value_info(o, TP.FLOAT, ["m", n]) for o in ("y", "y2")],
+                          [numpy_helper.from_array(w, "w")])
+    opsets = [helper.make_opsetid("", 24), helper.make_opsetid("com.amd.quark", 1)]
+    onnx.save(helper.make_model(g, opset_imports=opsets, ir_version=11), path)
+    return path
+
+
+def test_quark_weight_read_by_two_matmuls_gives_the_same_bits_on_both_paths(lib, ep_devices,
+                                                                           mxfuse_cli, tmp_path):
+    """One Quark weight fake-quant read by two float MatMuls. Offline both read the weight
+    quantized at rewrite time (`[K, N]` bytes, trans_b = 0). On the EP (ORT does not duplicate the
+    custom op per reader, so the two sites overlap) the second reader joins the first one's claim,
+    and Compile prepacks the rewrite-created initializer as the custom-op library does. Before,
+    the EP fused one reader, offline the other, and even a fused `[K, N]` reader's bits differed
+    (Compile did not prepack initializers the rewrite created). Chained readers (y2 reads
+    Relu(y)) are not joined: one fused node would feed its own input; that session loads and runs
+    the second MatMul on ORT's CPU EP, float order from the offline rewrite."""
+    custom, _ = quark_oracle_ops()
+    rng = np.random.default_rng(5)
+    for chained in (False, True):
+        w = (0.1 * rng.standard_normal((K, K if chained else N))).astype(np.float32)
+        src = shared_quark_model(tmp_path / f"m{chained}.onnx", w, chained)
+        dst = tmp_path / f"m{chained}.fused.onnx"
+        report = rewrite(mxfuse_cli, src, dst)
+        assert report["counts"]["mx_weight_matmul"] == 2, report
+        assert sorted(n.op_type for n in onnx.load(dst).graph.node) == ["MxMatMul", "MxMatMul", "Relu"]
+        ep, off = ep_session(src, ep_devices), offline_session(dst, lib)
+        assert claimed_ops(ep).count("MatMul") == (1 if chained else 2), (chained, claimed_ops(ep))
+        x = rng.standard_normal((5, K)).astype(np.float32)
+        ref = ReferenceEvaluator(onnx.load(src), new_ops=custom).run(None, {"x": x})
+        for name, a, b, r in zip(("y", "y2"), ep.run(None, {"x": x}), off.run(None, {"x": x}), ref):
+            if not (chained and name == "y2"):
+                assert same_bits(a, b), (chained, name)
+            np.testing.assert_allclose(a, r, rtol=1e-5, atol=1e-5 * np.abs(r).max(),
+                                       err_msg=f"chained={chained} {name}")
+
+
 @pytest.mark.parametrize("gemm", [False, True])
 @pytest.mark.parametrize("act_type", [TP.FLOAT, TP.FLOAT16])
 @pytest.mark.parametrize("m", [1, 7])
