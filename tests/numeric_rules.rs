@@ -624,6 +624,20 @@ fn transposed_nk_mx_weight_matches_the_reference() {
 /// constant MX weight, `[K, N]` read directly and `[N, K]` through a Transpose, random values
 /// with a scale per block and row: the fused `MxMatMul` (float `a`, no `a_scale`) agrees with
 /// the unfused DequantizeLinear → MatMul within float order, NaN and outlier rows included.
+/// A weight-only model `g` (activation `x` of `dt`, last dim `k`) rewrites to one `MxMatMul` and
+/// computes what the unfused graph computes, on 5 rows with an outlier.
+fn weight_only_differential(g: Graph, dt: DType, k: usize, ctx: &str) {
+    let mut r = g.clone();
+    run_pipeline(&mut r, &PipelineOptions::default()).expect("pipeline");
+    let ops: Vec<&str> = r.nodes().iter().map(|&m| r.op_type(m)).collect();
+    assert_eq!(ops, ["MxMatMul"], "{ctx}");
+    let feeds = HashMap::from([(
+        "x".to_string(),
+        feed(dt, k, rows(5, k, 1.0, outlier(dt), true)),
+    )]);
+    differential(g, &feeds, "mx_weight_matmul", 1, ctx);
+}
+
 #[test]
 fn weight_only_mx_matmul_matches_the_unfused_graph() {
     use kernels::codec::{mx::quantize_block, QuantConfig};
@@ -687,17 +701,8 @@ fn weight_only_mx_matmul_matches_the_unfused_graph() {
             };
             let y = matmul(&mut b, &x, &wt, n, "proj");
             b.add_output(&y);
-            let g = finish(b);
-            let mut r = g.clone();
-            run_pipeline(&mut r, &PipelineOptions::default()).expect("pipeline");
-            let ops: Vec<&str> = r.nodes().iter().map(|&m| r.op_type(m)).collect();
-            assert_eq!(ops, ["MxMatMul"], "{dt:?} nk {nk}");
-            let feeds = HashMap::from([(
-                "x".to_string(),
-                feed(dt, k, rows(5, k, 1.0, outlier(dt), true)),
-            )]);
             let ctx = format!("{dt:?} weight-only, [N, K] through Transpose: {nk}");
-            differential(g, &feeds, "mx_weight_matmul", 1, &ctx);
+            weight_only_differential(finish(b), dt, k, &ctx);
         }
     }
 }
@@ -762,17 +767,8 @@ fn quark_weight_only_mx_matmul_matches_the_unfused_graph() {
                 matmul(&mut b, &x, &wq, n, "proj")
             };
             b.add_output(&y);
-            let g = finish(b);
-            let mut r = g.clone();
-            run_pipeline(&mut r, &PipelineOptions::default()).expect("pipeline");
-            let ops: Vec<&str> = r.nodes().iter().map(|&m| r.op_type(m)).collect();
-            assert_eq!(ops, ["MxMatMul"], "{dt:?} gemm {gemm}");
-            let feeds = HashMap::from([(
-                "x".to_string(),
-                feed(dt, k, rows(5, k, 1.0, outlier(dt), true)),
-            )]);
             let ctx = format!("{dt:?} Quark weight-only, Gemm: {gemm}");
-            differential(g, &feeds, "mx_weight_matmul", 1, &ctx);
+            weight_only_differential(finish(b), dt, k, &ctx);
         }
     }
 }
