@@ -12,7 +12,7 @@ from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from test_mx_dequant import claimed_ops, ep_session, offline_session, rewrite, same_bits
+from test_mx_dequant import claimed_ops, ep_session, mx_activation, offline_session, rewrite, same_bits
 
 H, N = 64, 48
 
@@ -28,8 +28,6 @@ def model(path, linear, flat=(-1, H)):
     inits = [
         c((1 + 0.1 * rng.standard_normal(H)).astype(np.float32), "gamma"),
         c(np.array([0, 0, H // 32, 32], np.int64), "blk"),
-        c(np.array([-1], np.int64), "ax"),
-        c(np.array(2.0**-8, np.float32), "k"),
         c(np.array(flat, np.int64), "flat"),
         c(np.array([N] if kf == H else [H // kf, N], np.int64), "n"),
         c((0.5 * rng.standard_normal(N)).astype(np.float32), "bias"),
@@ -43,15 +41,9 @@ def model(path, linear, flat=(-1, H)):
     nodes = [
         helper.make_node("Add", ["x", "residual"], ["sum"]),
         helper.make_node("RMSNormalization", ["sum", "gamma"], ["y"], epsilon=1e-6),
-        helper.make_node("Reshape", ["y", "blk"], ["yb"]),
-        helper.make_node("Abs", ["yb"], ["ab"]),
-        helper.make_node("ReduceMax", ["ab", "ax"], ["amax"], keepdims=0),
-        helper.make_node("Mul", ["amax", "k"], ["s32"]),
-        helper.make_node("Cast", ["s32"], ["scale"], to=TP.FLOAT8E8M0, round_mode="down", saturate=1),
-        helper.make_node("QuantizeLinear", ["y", "scale"], ["q"], axis=-1, block_size=32,
-                         output_dtype=TP.FLOAT8E4M3FN),
-        helper.make_node("DequantizeLinear", ["q", "scale"], ["yd"], axis=-1, block_size=32,
-                         output_dtype=TP.FLOAT),
+    ]
+    mx_activation(nodes, inits, "y", blk="blk", out="yd", name=None)
+    nodes += [
         helper.make_node("Reshape", ["yd", "flat"], ["xf"]),
         lin,
         helper.make_node("Shape", ["x"], ["lead"], end=-1),

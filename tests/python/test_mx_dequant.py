@@ -21,25 +21,27 @@ K, N = 64, 48
 EP = "MxFuseExecutionProvider"
 
 
-def mx_activation(nodes, inits, x):
-    """Standard opset-24 MXFP8 (OCP floor) quantize + DequantizeLinear of x [m, K]."""
+def mx_activation(nodes, inits, x, blk=None, out="xd", name="act_dq"):
+    """Standard opset-24 MXFP8 (OCP floor) quantize + DequantizeLinear of x [m, K] into `out`;
+    `blk`: the name of a block shape the caller provides (constant or computed), else [0, K/32, 32]."""
+    if blk is None:
+        inits.append(numpy_helper.from_array(np.array([0, K // 32, 32], np.int64), "blk"))
     inits += [
-        numpy_helper.from_array(np.array([0, K // 32, 32], np.int64), "blk"),
         numpy_helper.from_array(np.array([-1], np.int64), "ax"),
         numpy_helper.from_array(np.array(2.0**-8, np.float32), "c"),
     ]
     nodes += [
-        helper.make_node("Reshape", [x, "blk"], ["xb"]),
+        helper.make_node("Reshape", [x, blk or "blk"], ["xb"]),
         helper.make_node("Abs", ["xb"], ["ab"]),
         helper.make_node("ReduceMax", ["ab", "ax"], ["amax"], keepdims=0),
         helper.make_node("Mul", ["amax", "c"], ["s32"]),
         helper.make_node("Cast", ["s32"], ["scale"], to=TP.FLOAT8E8M0, round_mode="down", saturate=1),
         helper.make_node("QuantizeLinear", [x, "scale"], ["q"], axis=-1, block_size=32,
                          output_dtype=TP.FLOAT8E4M3FN),
-        helper.make_node("DequantizeLinear", ["q", "scale"], ["xd"], axis=-1, block_size=32,
-                         output_dtype=TP.FLOAT, name="act_dq"),
+        helper.make_node("DequantizeLinear", ["q", "scale"], [out], axis=-1, block_size=32,
+                         output_dtype=TP.FLOAT, name=name),
     ]
-    return "xd"
+    return out
 
 
 def gemm_bias_add_model(path):

@@ -10,7 +10,7 @@ from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from test_mx_dequant import claimed_ops, ep_session, offline_session, rewrite, same_bits
+from test_mx_dequant import claimed_ops, ep_session, mx_activation, offline_session, rewrite, same_bits
 
 H, N = 64, 32
 
@@ -26,8 +26,6 @@ def model(path, lead):
         c(np.array([H // 32, 32], np.int64), "tail"),
         c(np.array([0], np.int64), "zero"),
         c(np.array([-1], np.int64), "minus_one"),
-        c(np.array([-1], np.int64), "ax"),
-        c(np.array(2.0**-8, np.float32), "k"),
         c(np.array(0, np.int64), "i0"),
         c(np.array(1, np.int64), "i1"),
     ]
@@ -48,15 +46,9 @@ def model(path, lead):
         nodes.append(helper.make_node("Concat", ["u0", "u1"], ["lead"], axis=0))
     nodes += [
         helper.make_node("Concat", ["lead", "tail"], ["blk"], axis=0),
-        helper.make_node("Reshape", ["y", "blk"], ["yb"]),
-        helper.make_node("Abs", ["yb"], ["ab"]),
-        helper.make_node("ReduceMax", ["ab", "ax"], ["amax"], keepdims=0),
-        helper.make_node("Mul", ["amax", "k"], ["s32"]),
-        helper.make_node("Cast", ["s32"], ["scale"], to=TP.FLOAT8E8M0, round_mode="down", saturate=1),
-        helper.make_node("QuantizeLinear", ["y", "scale"], ["q"], axis=-1, block_size=32,
-                         output_dtype=TP.FLOAT8E4M3FN),
-        helper.make_node("DequantizeLinear", ["q", "scale"], ["yd"], axis=-1, block_size=32,
-                         output_dtype=TP.FLOAT),
+    ]
+    mx_activation(nodes, inits, "y", blk="blk", out="yd", name=None)
+    nodes += [
         helper.make_node("MatMul", ["yd", "w"], ["out"]),
     ]
     ins = [helper.make_tensor_value_info(n, TP.FLOAT, ["batch", "seq", H]) for n in ("x", "residual")]
@@ -100,21 +92,14 @@ def test_block_shape_also_read_by_a_linear_output_reshape_loads_on_the_ep(lib, e
     c = lambda a, n: numpy_helper.from_array(np.asarray(a), n)  # noqa: E731
     rng = np.random.default_rng(0)
     inits = [c((0.1 * rng.standard_normal((H, N))).astype(np.float32), "w"),
-             c(np.array([H // 32, 32], np.int64), "tail"), c(np.array([-1], np.int64), "ax"),
-             c(np.array(2.0**-8, np.float32), "k"), c(np.array([-1, H], np.int64), "flat"),
+             c(np.array([H // 32, 32], np.int64), "tail"), c(np.array([-1, H], np.int64), "flat"),
              c(np.array([N], np.int64), "n")]
     nodes = [
         helper.make_node("Shape", ["x"], ["lead"], end=-1),
         helper.make_node("Concat", ["lead", "tail"], ["blk"], axis=0),
-        helper.make_node("Reshape", ["x", "blk"], ["xb"]),
-        helper.make_node("Abs", ["xb"], ["ab"]),
-        helper.make_node("ReduceMax", ["ab", "ax"], ["amax"], keepdims=0),
-        helper.make_node("Mul", ["amax", "k"], ["s32"]),
-        helper.make_node("Cast", ["s32"], ["scale"], to=TP.FLOAT8E8M0, round_mode="down", saturate=1),
-        helper.make_node("QuantizeLinear", ["x", "scale"], ["q"], axis=-1, block_size=32,
-                         output_dtype=TP.FLOAT8E4M3FN),
-        helper.make_node("DequantizeLinear", ["q", "scale"], ["xd"], axis=-1, block_size=32,
-                         output_dtype=TP.FLOAT),
+    ]
+    mx_activation(nodes, inits, "x", blk="blk", name=None)
+    nodes += [
         helper.make_node("Reshape", ["xd", "flat"], ["xf"]),
         helper.make_node("MatMul", ["xf", "w"], ["yf"]),
         helper.make_node("Shape", ["x"], ["lead2"], end=-1),
