@@ -19,6 +19,7 @@ PROGRAM_FILES = [
     "mx_matmul_splitk.hip",
     "mx_matmul_pipe.hip",
     "mx_matmul_frag.hip",
+    "mx_matmul_frag_ring.hip",
 ]
 
 
