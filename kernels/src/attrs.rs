@@ -141,21 +141,12 @@ impl Default for MxDequantAttrs {
 /// Attributes of `MxGatherDequantize`: `Gather(DequantizeLinear(x, scale), indices, axis =
 /// gather_axis)` in one op, dequantizing only the gathered slices (stacked MX expert weights
 /// selected per token, MX embedding tables).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct MxGatherDequantAttrs {
     /// The DequantizeLinear's attributes, `axis` counted on x (before the gather).
     pub dequant: MxDequantAttrs,
     /// The Gather's axis on x (negative counts from the back).
     pub gather_axis: i64,
-}
-
-impl Default for MxGatherDequantAttrs {
-    fn default() -> Self {
-        Self {
-            dequant: MxDequantAttrs::default(),
-            gather_axis: 0,
-        }
-    }
 }
 
 /// Attributes of `MxQuantizeLinear` (ONNX `QuantizeLinear`-24 with a FLOAT8E8M0 scale).

@@ -40,7 +40,7 @@ fn gather_elements(src: &[u8], dims: &[usize], g: usize, idx: &[usize], nibbles:
     let n = dims[g];
     let inner: usize = dims[g + 1..].iter().product();
     let total = outer * idx.len() * inner;
-    if !nibbles || inner % 2 == 0 {
+    if !nibbles || inner.is_multiple_of(2) {
         // Whole bytes per slice (an even slice of nibbles starts on a byte too).
         let (slice, total) = if nibbles {
             (inner / 2, total / 2)
