@@ -138,6 +138,17 @@ impl Default for MxDequantAttrs {
     }
 }
 
+/// Attributes of `MxGatherDequantize`: `Gather(DequantizeLinear(x, scale), indices, axis =
+/// gather_axis)` in one op, dequantizing only the gathered slices (stacked MX expert weights
+/// selected per token, MX embedding tables).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MxGatherDequantAttrs {
+    /// The DequantizeLinear's attributes, `axis` counted on x (before the gather).
+    pub dequant: MxDequantAttrs,
+    /// The Gather's axis on x (negative counts from the back).
+    pub gather_axis: i64,
+}
+
 /// Attributes of `MxQuantizeLinear` (ONNX `QuantizeLinear`-24 with a FLOAT8E8M0 scale).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MxQuantLinearAttrs {
@@ -408,6 +419,23 @@ impl MxDequantAttrs {
                 "block_size" => a.block_size = parse_block_size(k, v)?,
                 "output_dtype" => a.output_dtype = parse_output_dtype(k, v)?,
                 _ => return Err(unknown("MxDequantize", k)),
+            }
+        }
+        Ok(a)
+    }
+}
+
+impl MxGatherDequantAttrs {
+    /// Builds the attributes from `(name, value)` pairs; absent names keep their defaults.
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Self> {
+        let mut a = Self::default();
+        for (k, v) in pairs {
+            match k {
+                "axis" => a.dequant.axis = parse_int(k, v)?,
+                "block_size" => a.dequant.block_size = parse_block_size(k, v)?,
+                "output_dtype" => a.dequant.output_dtype = parse_output_dtype(k, v)?,
+                "gather_axis" => a.gather_axis = parse_int(k, v)?,
+                _ => return Err(unknown("MxGatherDequantize", k)),
             }
         }
         Ok(a)

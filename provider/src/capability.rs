@@ -19,12 +19,14 @@ use crate::error::{Error, Result};
 use crate::ops::schema;
 
 /// Rules whose output only the CPU kernels run: off on a device placement.
-pub const CPU_ONLY_RULES: &[&str] = &["mx_weight_matmul"];
+pub const CPU_ONLY_RULES: &[&str] = &["mx_weight_matmul", "mx_gather_dequant"];
 
 /// Whether the device program runs com.mxfuse node `n`: everything but a weight-only
-/// `MxMatMul` (no `a_scale`, input 1).
+/// `MxMatMul` (no `a_scale`, input 1) and `MxGatherDequantize`.
 pub fn device_can_run(view: &dyn GraphView, n: NodeId) -> bool {
-    !(view.op_type(n) == "MxMatMul" && view.inputs(n).get(1).copied().flatten().is_none())
+    let op = view.op_type(n);
+    !(op == "MxGatherDequantize"
+        || op == "MxMatMul" && view.inputs(n).get(1).copied().flatten().is_none())
 }
 
 /// Groups of nodes to claim, one fused node each. Each candidate site is described to

@@ -402,7 +402,7 @@ mod tests {
         let mut o = parse(&[]).unwrap();
         o.disable_cpu_only_rules().unwrap();
         o.disable_cpu_only_rules().unwrap();
-        assert_eq!(o.pipeline.disable, vec!["mx_weight_matmul"]);
+        assert_eq!(o.pipeline.disable, crate::capability::CPU_ONLY_RULES);
         let mut o = parse(&[(only, "mx_weight_matmul")]).unwrap();
         let err = o.disable_cpu_only_rules().unwrap_err().to_string();
         assert!(

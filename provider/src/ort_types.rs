@@ -18,6 +18,8 @@ use graph_rewrites::view::{Dim, TensorInfo};
 /// ONNX `TensorProto.DataType` numbers used by the com.mxfuse ops.
 pub mod onnx_dtype {
     pub const FLOAT: i32 = 1;
+    pub const INT32: i32 = 6;
+    pub const INT64: i32 = 7;
     pub const FLOAT16: i32 = 10;
     pub const BFLOAT16: i32 = 16;
     pub const FLOAT8E4M3FN: i32 = 17;

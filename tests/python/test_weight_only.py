@@ -230,7 +230,8 @@ def test_runtime_weight_is_not_fused(lib, ep_devices, mxfuse_cli, tmp_path):
 def test_weight_also_read_by_a_gather_stays_for_it(lib, ep_devices, mxfuse_cli, tmp_path):
     """A tied embedding: the MX weight [N, K] feeds a Gather (embedding rows) and, through a
     Transpose, the float-activation MatMul (lm head). The MatMul reads the MX constants; the
-    DequantizeLinear is re-created as MxDequantize for the Gather (bit for bit onnx.reference)."""
+    DequantizeLinear re-created for the Gather is then taken with it (rule mx_gather_dequant:
+    only the gathered rows are dequantized; bit for bit onnx.reference)."""
     rng = np.random.default_rng()
     vals, sc, deq = weight(rng, TP.FLOAT8E4M3FN, True)
     nodes = [helper.make_node("DequantizeLinear", ["wq", "ws"], ["wd"], axis=1, block_size=32,
@@ -249,7 +250,7 @@ def test_weight_also_read_by_a_gather_stays_for_it(lib, ep_devices, mxfuse_cli, 
     report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
     assert report["counts"]["mx_weight_matmul"] == 1, report
     fused = onnx.load(tmp_path / "fused.onnx")
-    assert sorted(n.op_type for n in fused.graph.node) == ["Gather", "MxDequantize", "MxMatMul"]
+    assert sorted(n.op_type for n in fused.graph.node) == ["MxGatherDequantize", "MxMatMul"]
     ref = ReferenceEvaluator(onnx.load(src)).run(None, feeds)
     want, bound = oracle(feeds["x"], deq, None)
     for sess in [ep_session(src, ep_devices), offline_session(tmp_path / "fused.onnx", lib)]:

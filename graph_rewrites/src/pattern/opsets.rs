@@ -15,6 +15,8 @@ const ONNX_HISTORY: &[(&str, &[i64])] = &[
     ("Clip", &[1, 6, 11, 12, 13]),
     ("DequantizeLinear", &[10, 13, 19, 21, 23, 24, 25]),
     ("Div", &[1, 6, 7, 13, 14]),
+    // 11: negative indices; 13: bfloat16.
+    ("Gather", &[1, 11, 13]),
     ("Gemm", &[1, 6, 7, 9, 11, 13]),
     ("MatMul", &[1, 9, 13]),
     ("Max", &[1, 6, 8, 12, 13]),
@@ -50,6 +52,7 @@ const OTHER_DOMAIN_OPS: &[(&str, &str)] = &[
     (crate::view::MXFUSE_DOMAIN, "MxQuantize"),
     (crate::view::MXFUSE_DOMAIN, "MxMatMul"),
     (crate::view::MXFUSE_DOMAIN, "MxDequantize"),
+    (crate::view::MXFUSE_DOMAIN, "MxGatherDequantize"),
     (crate::view::MXFUSE_DOMAIN, "MxQuantizeLinear"),
     (crate::view::MXFUSE_DOMAIN, "AddRmsNormMxQuant"),
     (crate::view::MXFUSE_DOMAIN, "SwiGluMxQuant"),

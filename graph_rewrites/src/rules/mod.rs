@@ -5,6 +5,7 @@ pub mod add_rmsnorm_mxquant;
 pub mod flat_linear;
 pub mod mx_consumers;
 pub mod mx_dequant;
+pub mod mx_gather_dequant;
 pub mod mx_quant_linear;
 pub mod mx_weight_matmul;
 pub mod mxquant;
@@ -24,6 +25,10 @@ pub fn registry() -> &'static [&'static dyn DynRule] {
             // A float activation times a constant MX weight: its pattern excludes MX-dequantized
             // activations (the fusions above own those MatMuls).
             &*mx_weight_matmul::RULE,
+            // A Gather of an MX dequantize (stacked experts, embedding tables): only when the
+            // Gather is the dequantize's one reader, so it never takes a weight from the rules
+            // above.
+            &*mx_gather_dequant::RULE,
             // Fallbacks: run once the others are done, on the E8M0 QuantizeLinears and
             // DequantizeLinears left.
             &*mx_quant_linear::RULE,

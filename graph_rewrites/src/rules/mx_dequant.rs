@@ -32,7 +32,7 @@ use std::sync::LazyLock;
 use crate::pattern::predicates::{attr_int, dtype, is_float8_zero, mx_scale_layout, scale_is_e8m0};
 use crate::pattern::{Emit, Fuse, Match, OpId, Pat, Pattern, Rule, RuleConfig, Site, N, V};
 use crate::reject;
-use crate::view::{ValueId, ONNX_DOMAIN};
+use crate::view::{GraphView, NodeId, ValueId, ONNX_DOMAIN};
 
 pub struct MxDequantRule {
     pat: Pattern,
@@ -94,31 +94,7 @@ impl Rule for MxDequantRule {
         let n = m
             .node(self.dq)
             .ok_or_else(|| reject!("internal: no node"))?;
-        let name = g.node_name(n);
-        let x_type = g.tensor_info(x).map(|i| i.elem_type).unwrap_or(0);
-        if ![dtype::FLOAT8E4M3FN, dtype::FLOAT8E5M2, dtype::FLOAT4E2M1].contains(&x_type) {
-            return Err(reject!(
-                "DequantizeLinear '{name}' reads {} values: MxDequantize reads FLOAT8E4M3FN, FLOAT8E5M2 and FLOAT4E2M1",
-                dtype::name(x_type)
-            ));
-        }
-        if let Some(zp) = g.inputs(n).get(2).copied().flatten() {
-            // A float8 zero point must be zero (ONNX); anything else is not this op.
-            if !is_float8_zero(g, zp) {
-                return Err(reject!(
-                    "DequantizeLinear '{name}' has a zero point that is not a constant zero"
-                ));
-            }
-        }
-        let output_dtype = attr_int(g.attr(n, "output_dtype"), 0).unwrap_or(-1);
-        if !dtype::ACTIVATION.contains(&(output_dtype as i32)) {
-            return Err(reject!(
-                "DequantizeLinear '{name}' has output_dtype {output_dtype}: with an E8M0 scale ONNX needs it to be float, float16 or bfloat16"
-            ));
-        }
-        // Where both shapes are known, the kernel's own shape rule decides now, not at run time.
-        let (axis, block_size) =
-            mx_scale_layout(g, n, x, scale, &format!("DequantizeLinear '{name}'"))?;
+        let (axis, block_size, output_dtype) = dequant_layout(g, n, x, scale, "DequantizeLinear")?;
         Ok(Fuse::new(Params {
             x,
             scale,
@@ -141,4 +117,41 @@ impl Rule for MxDequantRule {
         e.add(spec)?;
         Ok(())
     }
+}
+
+/// What `MxDequantize` needs of E8M0-scaled dequantize node `n` (`DequantizeLinear`, or an
+/// `MxDequantize` a fusion left, named `op` in reasons) reading `x` and `scale`: `(axis,
+/// block_size, output_dtype)`, or why the kernel cannot run it.
+pub(crate) fn dequant_layout(
+    g: &dyn GraphView,
+    n: NodeId,
+    x: ValueId,
+    scale: ValueId,
+    op: &str,
+) -> Result<(i64, i64, i64), crate::pattern::Reject> {
+    let name = g.node_name(n);
+    let x_type = g.tensor_info(x).map(|i| i.elem_type).unwrap_or(0);
+    if ![dtype::FLOAT8E4M3FN, dtype::FLOAT8E5M2, dtype::FLOAT4E2M1].contains(&x_type) {
+        return Err(reject!(
+            "{op} '{name}' reads {} values: MxDequantize reads FLOAT8E4M3FN, FLOAT8E5M2 and FLOAT4E2M1",
+            dtype::name(x_type)
+        ));
+    }
+    if let Some(zp) = g.inputs(n).get(2).copied().flatten() {
+        // A float8 zero point must be zero (ONNX); anything else is not this op.
+        if !is_float8_zero(g, zp) {
+            return Err(reject!(
+                "{op} '{name}' has a zero point that is not a constant zero"
+            ));
+        }
+    }
+    let output_dtype = attr_int(g.attr(n, "output_dtype"), 0).unwrap_or(-1);
+    if !dtype::ACTIVATION.contains(&(output_dtype as i32)) {
+        return Err(reject!(
+            "{op} '{name}' has output_dtype {output_dtype}: with an E8M0 scale ONNX needs it to be float, float16 or bfloat16"
+        ));
+    }
+    // Where both shapes are known, the kernel's own shape rule decides now, not at run time.
+    let (axis, block_size) = mx_scale_layout(g, n, x, scale, &format!("{op} '{name}'"))?;
+    Ok((axis, block_size, output_dtype))
 }

@@ -15,9 +15,11 @@
 //! ).unwrap();
 //! ```
 
+mod gather;
 mod shapes;
 mod tensor;
 
+pub use gather::{gather_shape, mx_gather_dequantize};
 pub use shapes::{mx_matmul_dims, scale_shape, swiglu_output_shape};
 pub use tensor::{Pod, TensorMut, TensorRef};
 

@@ -5,6 +5,7 @@
 
 pub mod attrs;
 mod foreign;
+mod gather_dequant;
 mod huge;
 mod matmul;
 mod parallel;
@@ -75,6 +76,7 @@ pub fn create(attrs: &Attrs) -> Result<Box<dyn Kernel>> {
         "SwiGluMxQuant" => Box::new(SwiGluAttrs::from_pairs(pairs)?),
         "MxMatMul" => Box::new(matmul::MxMatMul::new(MxMatMulAttrs::from_pairs(pairs)?)),
         "MxDequantize" => Box::new(MxDequantAttrs::from_pairs(pairs)?),
+        "MxGatherDequantize" => Box::new(kernels::MxGatherDequantAttrs::from_pairs(pairs)?),
         "MxQuantizeLinear" => Box::new(MxQuantLinearAttrs::from_pairs(pairs)?),
         other => return Err(Error::Unsupported(format!("com.mxfuse op {other:?}"))),
     })

@@ -147,6 +147,22 @@ pub const MX_DEQUANTIZE: OpSchema = OpSchema {
     ],
 };
 
+/// `Gather(DequantizeLinear-24(x, scale), indices, axis = gather_axis)` for a FLOAT8E8M0 scale,
+/// dequantizing only the gathered slices (x as for MxDequantize; indices int32 or int64, checked
+/// by the kernel).
+pub const MX_GATHER_DEQUANTIZE: OpSchema = OpSchema {
+    domain: DOMAIN,
+    name: "MxGatherDequantize",
+    inputs: &[req("x"), SCALE, req("indices")],
+    outputs: &[req("y")],
+    attrs: &[
+        ("axis", AttrKind::Int),
+        ("block_size", AttrKind::Int),
+        ("output_dtype", AttrKind::Int),
+        ("gather_axis", AttrKind::Int),
+    ],
+};
+
 /// ONNX `QuantizeLinear`-24 for a FLOAT8E8M0 scale (y FLOAT8E4M3FN or FLOAT8E5M2, by
 /// `output_dtype`).
 pub const MX_QUANTIZE_LINEAR: OpSchema = OpSchema {
@@ -192,6 +208,7 @@ pub const ALL: &[&OpSchema] = &[
     &SWIGLU_MX_QUANT,
     &MX_MAT_MUL,
     &MX_DEQUANTIZE,
+    &MX_GATHER_DEQUANTIZE,
     &MX_QUANTIZE_LINEAR,
 ];
 

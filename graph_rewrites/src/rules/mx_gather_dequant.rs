@@ -1,0 +1,193 @@
+//! Rule `mx_gather_dequant`: a `Gather` of an E8M0-scaled dequantize becomes one
+//! `com.mxfuse::MxGatherDequantize`, which dequantizes only the gathered slices.
+//!
+//! Search pattern => y = Gather(DequantizeLinear(x, s: FLOAT8E8M0) | MxDequantize(x, s), idx, axis ≠ the quantized axis)  ⇒  y = com.mxfuse::MxGatherDequantize(x, s, idx)
+//!
+//! ```text
+//! before                                            after
+//! x [E, K, N], s [E, K/32, N]                       x, s, idx ─ MxGatherDequantize(axis,
+//!   ─ DequantizeLinear(axis = 1, block_size = 32)            block_size, output_dtype,
+//!   = w [E, K, N] ─ Gather(w, idx, axis = 0)                 gather_axis = 0) = y
+//!   = y [idx.., K, N] ─ MatMul ...                             ─ MatMul ...
+//! ```
+//!
+//! Key points:
+//! * Where it comes from: MoE experts stored stacked (`[E, K, N]` or `[E, N, K]`) and selected
+//!   per token by expert id (transformers' `batched_mm` experts, exported by torch dynamo:
+//!   `gate_up_proj[expert_ids]` → bmm), and MX-quantized embedding tables read by token id.
+//!   Without this rule the fallback `mx_dequant` dequantizes every expert (all E of them)
+//!   every step and the Gather then copies the few selected: with 128 experts and top-4, 32x
+//!   the work at one token.
+//! * Same computation, bit for bit: along any axis but the quantized one, gathering commutes
+//!   with the dequantize (each output element is the same value byte times the same scale
+//!   byte; docs/ops.md). Gathering along the quantized axis would split blocks: refused.
+//! * The dequantize must have no reader but this Gather (and not be a graph output); otherwise
+//!   it stays, and `mx_dequant` (or the fusion that absorbs its other readers) takes it. An
+//!   `MxDequantize` a fusion left for this Gather (its MatMul readers fused) is taken on the
+//!   next pass of the offline pipeline.
+//! * Refused, with the reason: the dequantize refusals of `mx_dequant`, values of unknown rank,
+//!   indices other than int32 / int64, a gather axis out of range or on the quantized axis.
+//! * CPU only: on a device placement the EP leaves these to `mx_dequant` and ORT's Gather.
+
+use std::sync::LazyLock;
+
+use super::mx_dequant::dequant_layout;
+use crate::pattern::predicates::{attr_int, dtype, scale_is_e8m0};
+use crate::pattern::{Emit, Fuse, Match, OpId, Pat, Pattern, Rule, RuleConfig, Site, N, V};
+use crate::reject;
+use crate::view::{Dim, ValueId, MXFUSE_DOMAIN, ONNX_DOMAIN};
+
+pub struct MxGatherDequantRule {
+    pat: Pattern,
+    /// The dequantize, one of two spellings: ONNX `DequantizeLinear` ...
+    dq: N,
+    x: V,
+    scale: V,
+    /// ... or the `MxDequantize` a fusion kept for this reader.
+    mx_dq: N,
+    mx_x: V,
+    mx_scale: V,
+    gather: N,
+    indices: V,
+}
+
+pub static RULE: LazyLock<MxGatherDequantRule> = LazyLock::new(|| {
+    let mut p = Pat::new();
+    let x = p.input("x");
+    let scale = p.input("scale");
+    let dq = p
+        .op(OpId {
+            domain: ONNX_DOMAIN,
+            op_type: "DequantizeLinear",
+            // FLOAT8E8M0 scales exist from opset 24.
+            versions: &[24, 25],
+        })
+        .args([x, scale])
+        .extra_inputs() // zero point: checked to be absent or zero
+        .node_where("scale is FLOAT8E8M0", scale_is_e8m0)
+        .single_use()
+        .node();
+    let mx_x = p.input("x");
+    let mx_scale = p.input("scale");
+    let mx_dq = p
+        .op(OpId::new(MXFUSE_DOMAIN, "MxDequantize"))
+        .args([mx_x, mx_scale])
+        .single_use()
+        .node();
+    let (w0, w1) = (p.out(dq, 0), p.out(mx_dq, 0));
+    let w = p.any_of("dequantized", [w0, w1]);
+    let indices = p.input("indices");
+    let gather = p
+        .op(OpId::new(ONNX_DOMAIN, "Gather"))
+        .args([w, indices])
+        .node();
+    let y = p.out(gather, 0);
+    p.produces(y);
+    MxGatherDequantRule {
+        pat: p.finish(y),
+        dq,
+        x,
+        scale,
+        mx_dq,
+        mx_x,
+        mx_scale,
+        gather,
+        indices,
+    }
+});
+
+pub struct Params {
+    x: ValueId,
+    scale: ValueId,
+    indices: ValueId,
+    y: ValueId,
+    axis: i64,
+    block_size: i64,
+    output_dtype: i64,
+    gather_axis: i64,
+}
+
+impl Rule for MxGatherDequantRule {
+    const NAME: &'static str = "mx_gather_dequant";
+    type Params = Params;
+
+    fn pattern(&self) -> &Pattern {
+        &self.pat
+    }
+
+    fn check(
+        &self,
+        m: &Match<'_>,
+        _cfg: &RuleConfig,
+    ) -> Result<Fuse<Params>, crate::pattern::Reject> {
+        let g = m.graph();
+        let (n, x, scale, op) = match (m.node(self.dq), m.node(self.mx_dq)) {
+            (Some(n), _) => (n, m[self.x], m[self.scale], "DequantizeLinear"),
+            (None, Some(n)) => (n, m[self.mx_x], m[self.mx_scale], "MxDequantize"),
+            (None, None) => return Err(reject!("internal: no dequantize node")),
+        };
+        let (axis, block_size, output_dtype) = dequant_layout(g, n, x, scale, op)?;
+        let gather = m
+            .node(self.gather)
+            .ok_or_else(|| reject!("internal: no Gather node"))?;
+        let gname = g.node_label(gather);
+        let indices = m[self.indices];
+        let idx_type = g.tensor_info(indices).map(|i| i.elem_type).unwrap_or(0);
+        if idx_type != dtype::INT64 && idx_type != dtype::INT32 {
+            return Err(reject!(
+                "Gather '{gname}' reads {} indices: MxGatherDequantize takes int32 or int64",
+                dtype::name(idx_type)
+            ));
+        }
+        let rank = g
+            .tensor_info(x)
+            .and_then(|i| i.shape)
+            .map(|s| s.len() as i64)
+            .ok_or_else(|| {
+                reject!(
+                    "Gather '{gname}': the rank of the MX values '{}' is unknown",
+                    g.value_name(x)
+                )
+            })?;
+        let gather_axis = attr_int(g.attr(gather, "axis"), 0)
+            .filter(|a| (-rank..rank).contains(a))
+            .ok_or_else(|| reject!("Gather '{gname}': axis is not an int in [-{rank}, {rank})"))?
+            .rem_euclid(rank);
+        // One scale for the whole tensor gathers along any axis; a per-axis or blocked scale
+        // only off its axis (a gather there would split blocks).
+        let scale_shape = g.tensor_info(scale).and_then(|i| i.shape);
+        let per_tensor =
+            block_size == 0 && matches!(scale_shape.as_deref(), Some([]) | Some([Dim::Known(1)]));
+        if !per_tensor && axis.rem_euclid(rank) == gather_axis {
+            return Err(reject!(
+                "Gather '{gname}' gathers along the quantized axis {axis} of {op} '{}': the gathered slices would split scale blocks",
+                g.node_label(n)
+            ));
+        }
+        Ok(Fuse::new(Params {
+            x,
+            scale,
+            indices,
+            y: m.root(),
+            axis,
+            block_size,
+            output_dtype,
+            gather_axis,
+        }))
+    }
+
+    fn rewrite(&self, _site: &Site, p: Params, e: &mut Emit<'_>) -> Result<(), String> {
+        let spec = e
+            .op("MxGatherDequantize")
+            .input(p.x)
+            .input(p.scale)
+            .input(p.indices)
+            .attr_int("axis", p.axis)
+            .attr_int("block_size", p.block_size)
+            .attr_int("output_dtype", p.output_dtype)
+            .attr_int("gather_axis", p.gather_axis)
+            .output(p.y);
+        e.add(spec)?;
+        Ok(())
+    }
+}
