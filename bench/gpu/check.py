@@ -568,62 +568,6 @@ def check_matmul_frag_fs(ops):
                     report(f"matmul_frag_fs edge N={N} K={K} M={M} W={W_} S={S_}", same, "== current kernel, incl. PDL")
 
 
-def check_matmul_frag_ring(ops):
-    """Issue 6 follow-up 22's bench-only ring kernels (mx_matmul_frag_ring.hip, Ops.matmul_ring):
-    `_fsc*` / `_t2c*` run the per-group arithmetic of `_fs` / `_t2` in the same order, so at every
-    (W, D, register cap) of mxgpu.RING_KERNELS, S = 1, 2, 4, 8 and M <= 16 of k128_gemm_cases
-    (odd group counts, K = 128, ragged N, NaN activations) they must give the bits of `_fs` / `_t2`
-    at the same (W, S) -- plain, and under PDL with pre = 1 and 3 -- and pass gemm_verdict; then
-    check_matmul_frag_fs's edge blocks (weight scales 0 / 1 / 254 / 255 / 100 / 150, activation
-    scales 0 / 1 / 254 / 255, NaN / 448 / subnormal weights) bit-identical to `_fs` / `_t2`."""
-    from mxgpu import FRAG_SS, RING_KERNELS, pack_frag
-    if not CLUSTERS:
-        return report("matmul_frag_ring skipped (MXFUSE_GPU_CLUSTERS=off)", True)
-
-    def compare(wf, wsf, N, K, M, aq, as_, label, yref=None, fin=None):
-        for loop, W_, D in RING_KERNELS:
-            for S_ in FRAG_SS:
-                ref_sfx = "_fs" if loop == "fsc" else "_t2"
-                y0 = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W_, S=S_, sfx=ref_sfx))
-                bad, first = [], None
-                for sfx in (f"{loop}{D}", f"{loop}r{D}"):
-                    y1 = torch.empty(M, N, dtype=torch.bfloat16, device="cuda"); poison([y1])
-                    ops.matmul_ring(wf, wsf, N, K, M, aq, as_, W_, S_, sfx, y=y1)
-                    ops.m.pdl = True
-                    try:
-                        y2 = ops.matmul_ring(wf, wsf, N, K, M, aq, as_, W_, S_, sfx, pre=1)
-                        y3 = ops.matmul_ring(wf, wsf, N, K, M, aq, as_, W_, S_, sfx, pre=3)
-                    finally:
-                        ops.m.pdl = False
-                    first = y1 if first is None else first
-                    if not all(np.array_equal(y0, host(o), equal_nan=True) for o in (y1, y2, y3)):
-                        bad.append(sfx)
-                name = f"matmul_frag_ring {label}N={N} K={K} M={M} {loop} W={W_} S={S_} D={D}"
-                if yref is None:
-                    report(name, not bad, f"== {ref_sfx}, incl. PDL" + (f"; differ: {bad}" if bad else ""))
-                else:
-                    ok, detail = gemm_verdict(first, not bad, yref, fin, "bf16")
-                    report(name, ok, detail + f" (== {ref_sfx}, incl. PDL)" + (f"; differ: {bad}" if bad else ""))
-
-    for N, K, w, ws, M, aq, as_, yref, fin in k128_gemm_cases(ops):
-        if M > 16:
-            continue
-        wf, wsf = pack_frag(torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda())
-        compare(wf, wsf, N, K, M, aq, as_, "", yref, fin)
-    for N, K in ((48, 128), (40, 384), (64, 1152), (100, 2688)):
-        w = rand_e4m3((N, K))
-        w[0, :32] = 0x7F; w[1, 5] = 0xFF; w[2, :] = 0x7E; w[3, :] = 0x01; w[4, 64:96] = 0xFE
-        ws = rng.integers(100, 151, (N, K // 32), dtype=np.uint8)
-        ws[5, :] = 0; ws[6, :] = 255; ws[7, :] = 1; ws[8, :] = 254; ws[9, 0] = 100; ws[10, -1] = 150
-        ws[11, ::2] = 0; ws[12, 1::3] = 255
-        wf, wsf = pack_frag(torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda())
-        for M in (6, 12, 16):
-            a32 = ref.rnd(rng.standard_normal((M, K)) * 2, "bf16")
-            aq, as_ = ops.quantize(to_dev(a32, "bf16"), 0)
-            as_[1, 0] = 0; as_[2, :] = 255; as_[3, -1] = 1; as_[4, :] = 254; as_[5, ::2] = 0
-            compare(wf, wsf, N, K, M, aq, as_, "edge ")
-
-
 def check_pdl(ops):
     """Every op under a programmatic (PDL) launch, back to back on one stream with the previous
     kernel writing what the next one reads, gives the bits of ordinary launches: the decode chain
@@ -714,7 +658,7 @@ if __name__ == "__main__":
               "mx_matmul_pipe_m8_bf16_w4_s1", "mx_matmul_pipe_m16_bf16_w1_s8"):
         print(f"  {k}: regs/shared/local = {mod.attrs(k)}")
     only = sys.argv[1:]  # e.g. "check_matmul_splitk": run only these checks
-    for fn in (check_rcp, check_sigmoid_cert, check_sigma_table, check_swiglu_all_bf16, check_matmul_frag, check_matmul_frag_fs, check_matmul_frag_ring, check_pdl, check_matmul_pipe, check_matmul_splitk, check_vectors, check_quantize, check_norm, check_norm_lean, check_swiglu, check_matmul, check_matmul_epilogue):
+    for fn in (check_rcp, check_sigmoid_cert, check_sigma_table, check_swiglu_all_bf16, check_matmul_frag, check_matmul_frag_fs, check_pdl, check_matmul_pipe, check_matmul_splitk, check_vectors, check_quantize, check_norm, check_norm_lean, check_swiglu, check_matmul, check_matmul_epilogue):
         if only and fn.__name__ not in only:
             continue
         try:

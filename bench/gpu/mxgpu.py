@@ -366,24 +366,6 @@ class Ops:
                        ep or epilogue()])
         return y
 
-    def matmul_ring(self, wf, wsf, N, K, M, aq, as_, W, S, sfx, y=None, pre=1, ep=None):
-        """Issue 6 follow-up 22's bench-only kernels (mx_matmul_frag_ring.hip; the runtime never
-        launches them): the weights through a per-warp cp.async ring of D groups in shared
-        memory. sfx "fsc<D>" / "fscr<D>": the `_fs` loop (16-row tiles, bits of `_fs` at the same
-        W, S); "t2c<D>" / "t2cr<D>": the `_t2` loop (8-row tiles, two 16-column tiles a block, bits
-        of `_t2`). "r": no register cap, else 128 registers (16 warps an SM). (W, D) as
-        RING_KERNELS; bf16 output."""
-        assert K % 128 == 0 and sfx.rstrip("0123456789") in ("fsc", "fscr", "t2c", "t2cr")
-        mt, nt = (2, 1) if sfx.startswith("fsc") else (1, 2)
-        if y is None:
-            y = torch.empty(M, N, dtype=torch.bfloat16, device=wf.device)
-        name = f"mx_matmul_ring_m{8 * mt}_bf16_w{W}_s{S}_{sfx}"
-        grid = (-(-M // (8 * mt)) * S, -(-(-(-N // 16)) // nt))
-        self.m.launch(name, grid, (32 * W,),
-                      [aq, as_, wf, wsf, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(pre),
-                       ep or epilogue()])
-        return y
-
     def matmul_default(self, w, ws, M, aq, as_, out_dtype=torch.bfloat16, y=None, ep=None):
         """The runtime's pre-quantized decode GEMM on sm_90 (launch.rs matmul_tc): the pipeline
         GEMM at pipe_choice, or the first tensor-core kernel where the table says so."""
@@ -524,12 +506,6 @@ FRAG_RESIDENT_WARPS, FRAG_MIN_GROUPS, FRAG_STAGED_A_FROM, T2_RESIDENT_WARPS = 12
 # The H200 rows of kernels/src/gpu/thresholds.rs `FragGemmTable`: (n, k, max_m, W, S), measured
 # (bench_frag_pdl.py; BENCHMARKS.md).
 FRAG_ROWS = [(1536, 6144, 16, 8, 1), (6144, 768, 16, 4, 1), (6144, 6144, 16, 4, 1)]
-
-
-# The (loop, W, D) of mx_matmul_frag_ring.hip (issue 6 follow-up 22), each at S = 1, 2, 4, 8, with
-# and without the register cap ("fsc" / "fscr", "t2c" / "t2cr").
-RING_KERNELS = [("fsc", 2, 2), ("fsc", 2, 4), ("fsc", 4, 2), ("fsc", 4, 3), ("fsc", 4, 4), ("fsc", 8, 2),
-                ("t2c", 2, 2), ("t2c", 2, 4), ("t2c", 4, 2)]
 
 
 # MXFUSE_GPU_V2=1: the runtime's GEMM is the split-K cluster kernel (launch.rs).

@@ -19,7 +19,6 @@ PROGRAM_FILES = [
     "mx_matmul_splitk.hip",
     "mx_matmul_pipe.hip",
     "mx_matmul_frag.hip",
-    "mx_matmul_frag_ring.hip",
 ]
 
 

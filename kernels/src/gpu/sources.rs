@@ -3,7 +3,7 @@
 //! (same files, same order, same markers), so the device harness measures exactly this code.
 
 /// The source files, in program order: portability layer, shared numerics, then one file per op.
-pub const PROGRAM_FILES: [(&str, &str); 13] = [
+pub const PROGRAM_FILES: [(&str, &str); 12] = [
     (
         "mx_portability.h",
         include_str!("../../gpu/mx_portability.h"),
@@ -43,10 +43,6 @@ pub const PROGRAM_FILES: [(&str, &str); 13] = [
         "mx_matmul_frag.hip",
         include_str!("../../gpu/mx_matmul_frag.hip"),
     ),
-    (
-        "mx_matmul_frag_ring.hip",
-        include_str!("../../gpu/mx_matmul_frag_ring.hip"),
-    ),
 ];
 
 /// The whole program: each file behind a `#line 1 "<file>"` marker (so compiler messages name
@@ -75,7 +71,7 @@ pub struct Module {
 
 /// The modules the runtime compiles. Kernel names are unique within a module; a kernel found
 /// in two modules (`mx_matmul.hip`'s, also compiled into `splitk`) is taken from the first.
-pub const MODULES: [Module; 7] = [
+pub const MODULES: [Module; 6] = [
     Module {
         name: "norm",
         files: &["add_rmsnorm_mxquant.hip"],
@@ -123,19 +119,6 @@ pub const MODULES: [Module; 7] = [
         files: &["mx_matmul.hip", "mx_matmul_splitk.hip"],
         eager: false,
         kernels: &["mx_matmul_sk_"],
-    },
-    Module {
-        // Bench-only (issue 6 follow-up 22): the fragment GEMM with the weights through a
-        // cp.async shared-memory ring. Nothing in the runtime launches it, so it is never compiled
-        // there; it is a module so that the program and the module list cover the same files.
-        name: "gemm_frag_ring",
-        files: &[
-            "mx_matmul_pipe.hip",
-            "mx_matmul_frag.hip",
-            "mx_matmul_frag_ring.hip",
-        ],
-        eager: false,
-        kernels: &["mx_matmul_ring_"],
     },
 ];
 
