@@ -30,7 +30,9 @@
 use std::sync::LazyLock;
 
 use crate::pattern::predicates::{attr_int, dtype, is_float8_zero, mx_scale_layout, scale_is_e8m0};
-use crate::pattern::{Emit, Fuse, Match, OpId, Pat, Pattern, Rule, RuleConfig, Site, N, V};
+use crate::pattern::{
+    Emit, Fuse, Match, OpBuilder, OpId, Pat, Pattern, Rule, RuleConfig, Site, N, V,
+};
 use crate::reject;
 use crate::view::{GraphView, NodeId, ValueId, ONNX_DOMAIN};
 
@@ -45,17 +47,7 @@ pub static RULE: LazyLock<MxDequantRule> = LazyLock::new(|| {
     let mut p = Pat::new();
     let x = p.input("x");
     let scale = p.input("scale");
-    let dq = p
-        .op(OpId {
-            domain: ONNX_DOMAIN,
-            op_type: "DequantizeLinear",
-            // FLOAT8E8M0 scales exist from opset 24.
-            versions: &[24, 25],
-        })
-        .args([x, scale])
-        .extra_inputs() // zero point: checked to be absent or zero
-        .node_where("scale is FLOAT8E8M0", scale_is_e8m0)
-        .node();
+    let dq = e8m0_dequantize(&mut p, x, scale).node();
     let y = p.out(dq, 0);
     p.produces(y);
     MxDequantRule {
@@ -117,6 +109,20 @@ impl Rule for MxDequantRule {
         e.add(spec)?;
         Ok(())
     }
+}
+
+/// The pattern node `DequantizeLinear(x, scale)` with a FLOAT8E8M0 scale (opset 24+; a zero
+/// point allowed, for [`dequant_layout`] to check), to be finished by the caller.
+pub(crate) fn e8m0_dequantize(p: &mut Pat, x: V, scale: V) -> OpBuilder<'_> {
+    p.op(OpId {
+        domain: ONNX_DOMAIN,
+        op_type: "DequantizeLinear",
+        // FLOAT8E8M0 scales exist from opset 24.
+        versions: &[24, 25],
+    })
+    .args([x, scale])
+    .extra_inputs() // zero point: checked to be absent or zero
+    .node_where("scale is FLOAT8E8M0", scale_is_e8m0)
 }
 
 /// What `MxDequantize` needs of E8M0-scaled dequantize node `n` (`DequantizeLinear`, or an

@@ -31,8 +31,8 @@
 
 use std::sync::LazyLock;
 
-use super::mx_dequant::dequant_layout;
-use crate::pattern::predicates::{attr_int, dtype, scale_is_e8m0};
+use super::mx_dequant::{dequant_layout, e8m0_dequantize};
+use crate::pattern::predicates::{attr_int, dtype};
 use crate::pattern::{Emit, Fuse, Match, OpId, Pat, Pattern, Rule, RuleConfig, Site, N, V};
 use crate::reject;
 use crate::view::{Dim, ValueId, MXFUSE_DOMAIN, ONNX_DOMAIN};
@@ -55,18 +55,7 @@ pub static RULE: LazyLock<MxGatherDequantRule> = LazyLock::new(|| {
     let mut p = Pat::new();
     let x = p.input("x");
     let scale = p.input("scale");
-    let dq = p
-        .op(OpId {
-            domain: ONNX_DOMAIN,
-            op_type: "DequantizeLinear",
-            // FLOAT8E8M0 scales exist from opset 24.
-            versions: &[24, 25],
-        })
-        .args([x, scale])
-        .extra_inputs() // zero point: checked to be absent or zero
-        .node_where("scale is FLOAT8E8M0", scale_is_e8m0)
-        .single_use()
-        .node();
+    let dq = e8m0_dequantize(&mut p, x, scale).single_use().node();
     let mx_x = p.input("x");
     let mx_scale = p.input("scale");
     let mx_dq = p
