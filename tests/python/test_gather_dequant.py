@@ -139,3 +139,35 @@ def test_gather_along_the_block_axis_is_refused_and_still_runs(mxfuse_cli, lib, 
     want = ReferenceEvaluator(onnx.load(src)).run(None, feed)[0]
     got = offline_session(tmp_path / "fused.onnx", lib).run(None, feed)[0]
     assert same_bits(got, want)
+
+
+DEVICE_CHILD = """
+import sys, numpy as np, onnxruntime as ort
+from test_mx_dequant import claimed_ops, ep_session
+lib, src = sys.argv[1], sys.argv[2]
+ort.register_execution_provider_library("MxFuseExecutionProvider", lib)
+devs = [d for d in ort.get_ep_devices() if d.ep_name == "MxFuseExecutionProvider"]
+s = ep_session(src, devs)
+print("claimed", sorted(claimed_ops(s)))
+y = s.run(None, {"ids": np.array([[0, 99, -1], [5, 5, -100]], np.int32)})[0]
+np.save(sys.argv[3], y)
+"""
+
+
+def test_device_placement_leaves_the_gather_to_ort(lib, ep_devices, tmp_path):
+    """Under a device placement (the emulated device memory the GPU tests use) the rule is off:
+    the DequantizeLinear is claimed as MxDequantize, ORT's CPU EP gathers, and the bits are the
+    CPU device's."""
+    import os
+    import subprocess
+    import sys
+    src = embedding_model(tmp_path / "m.onnx")
+    env = dict(os.environ, MXFUSE_EP_TEST_DEVICE_MEMORY="host",
+               PYTHONPATH=os.path.dirname(__file__))
+    out = subprocess.run([sys.executable, "-c", DEVICE_CHILD, lib, str(src), str(tmp_path / "y.npy")],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "claimed ['DequantizeLinear']" in out.stdout, out.stdout
+    feed = {"ids": np.array([[0, 99, -1], [5, 5, -100]], np.int32)}
+    want = ep_session(src, ep_devices).run(None, feed)[0]
+    assert same_bits(np.load(tmp_path / "y.npy"), want)
