@@ -148,9 +148,11 @@ impl Rule for MxGatherDequantRule {
         let per_tensor =
             block_size == 0 && matches!(scale_shape.as_deref(), Some([]) | Some([Dim::Known(1)]));
         if !per_tensor && axis.rem_euclid(rank) == gather_axis {
+            // Named by the dequantized value, which keeps its name when `mx_dequant` turns the
+            // DequantizeLinear into MxDequantize: the next pass's refusal is the same line.
             return Err(reject!(
-                "Gather '{gname}' gathers along the quantized axis {axis} of {op} '{}': the gathered slices would split scale blocks",
-                g.node_label(n)
+                "Gather '{gname}' gathers along the quantized axis {axis} of the MX dequantized '{}': the gathered slices would split scale blocks",
+                g.value_name(g.outputs(n)[0])
             ));
         }
         Ok(Fuse::new(Params {
