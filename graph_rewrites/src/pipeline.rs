@@ -134,6 +134,10 @@ fn scan(
     cfg: &RuleConfig,
     keep_near: bool,
 ) -> Scan {
+    // The checks of this one scan share their work on constants (a Quark weight's quantization),
+    // and it is dropped before the fusions are applied.
+    let memoized = crate::view::Memoized::new(g);
+    let g: &dyn GraphView = &memoized;
     let mut out = Scan {
         accepted: Vec::new(),
         sites: Vec::new(),
@@ -231,6 +235,8 @@ fn scan_pass(
 pub fn find_sites(g: &dyn GraphView, opts: &PipelineOptions) -> Result<Vec<SiteInfo>, Error> {
     let rules = enabled_rules(opts)?;
     let cfg = RuleConfig::from_settings(&opts.settings).map_err(Error::Invalid)?;
+    let memoized = crate::view::Memoized::new(g);
+    let g: &dyn GraphView = &memoized;
     // The fallback rules see what the others left in this one pass (the provider cannot
     // iterate: ORT hands it the graph once).
     let mut out = Scan {
