@@ -132,7 +132,11 @@ impl Consumers {
     /// DequantizeLinears to what a fusion removes.
     pub fn absorb_into<P>(&self, mut fuse: crate::pattern::Fuse<P>) -> crate::pattern::Fuse<P> {
         for u in &self.matmuls {
-            fuse = fuse.also(u.node, [u.out]);
+            fuse = match u.flat.as_ref().and_then(|f| f.back) {
+                // The MatMul's only reader, a Reshape back, goes too: its output is produced.
+                Some((back, out)) => fuse.also(u.node, []).also(back, [out]),
+                None => fuse.also(u.node, [u.out]),
+            };
         }
         for d in self.dequant.iter().chain(&self.shape) {
             fuse = fuse.also(*d, []);
