@@ -177,10 +177,16 @@ fn differential(g: Graph, feeds: &HashMap<String, Val>, rule: &str, sites: usize
         // The original MatMul (same output name) reads DequantizeLinear(q, scale) in the
         // standard spelling (maybe through a Reshape): its q and scale must equal the fused
         // op's bytes.
-        let mm = g
+        let mut mm = g
             .producer(g.value_by_name(y).expect("output kept"))
             .expect("produced")
             .0;
+        if g.op_type(mm) == "Reshape" {
+            // The linear's trailing Reshape back to [B, S, N] went with the fusion (the
+            // MxMatMul writes its output): the linear is behind it.
+            let flat = g.inputs(mm)[0].expect("Reshape input");
+            mm = g.producer(flat).expect("linear").0;
+        }
         let mut a = g.inputs(mm)[0].expect("MatMul input");
         if let Some((re, _)) = g.producer(a).filter(|(p, _)| g.op_type(*p) == "Reshape") {
             a = g.inputs(re)[0].expect("Reshape input");
@@ -1103,10 +1109,15 @@ fn flat_linear_case(dt: DType, quant: QuantSpelling, (bsz, seq): (usize, usize),
         !ops.contains(&"MxDequantize") && !ops.contains(&"DequantizeLinear"),
         "{ctx}: {ops:?}"
     );
-    let (re, _) = r.producer(r.value_by_name("proj").expect("y")).expect("y");
-    assert_eq!(r.op_type(re), "Reshape", "{ctx}");
-    let (mm, _) = r.producer(r.inputs(re)[0].expect("in")).expect("mm");
+    // The trailing constant Reshape back to [B, S, N] cancels with the fusion's output Reshape:
+    // MxMatMul writes `out` ([B, S, N]) and the linear's flat output is gone.
+    let proj = r.value_by_name("proj").and_then(|v| r.producer(v));
+    assert!(proj.is_none(), "{ctx}: {ops:?}");
+    let (mm, _) = r
+        .producer(r.value_by_name("out").expect("out"))
+        .expect("mm");
     assert_eq!(r.op_type(mm), "MxMatMul", "{ctx}");
+    assert!(!ops.contains(&"Reshape"), "{ctx}: {ops:?}");
     differential(g, &feeds, "add_rmsnorm_mxquant", 1, &ctx);
 }
 

@@ -133,8 +133,8 @@ fn gemm_bias_model() -> Vec<u8> {
 
 /// torch.export's `nn.Linear` on a `[2, 3, HIDDEN]` activation after MXFP8: `Reshape([-1, K])`
 /// → `Gemm(transB = 1, bias)` and `MatMul` (MX weight) → `Reshape([2, 3, 48])`. The rule reads
-/// both through the Reshape; the program runs the `Reshape` of each `MxMatMul`'s output (on the
-/// device: the GEMM writes straight into the fused output).
+/// both through the Reshape, and the trailing constant Reshape back to `[2, 3, 48]` cancels with
+/// the fusion's output Reshape: each `MxMatMul` writes a graph output.
 fn flat_linear_model() -> Vec<u8> {
     use models::builder::{attr_i, elem_of, Dim, GraphBuilder};
     let dt = models::DType::F32;
@@ -382,9 +382,16 @@ fn emulated_device_memory_gives_the_cpu_device_bits() {
             assert_eq!(run(&mut s), first, "second run differs");
             outputs.extend(first);
             assert!(placed_on_ep(&log), "no node placed on {EP_NAME}");
-            // Our nodes live in device memory: ORT copies around them with our Memcpy kernels.
+            // Our nodes live in device memory: ORT copies around them with our Memcpy kernels —
+            // into them always; out of them where an ORT CPU node reads their output. The
+            // flattened linears' trailing Reshapes go with their fusions, so there the fused node
+            // writes the graph outputs, which ORT fetches to the host itself.
             assert!(log_mentions(&log, "MemcpyFromHost"), "no MemcpyFromHost");
-            assert!(log_mentions(&log, "MemcpyToHost"), "no MemcpyToHost");
+            let outputs_ours = std::ptr::fn_addr_eq(run, run_flat as Runner);
+            assert!(
+                outputs_ours || log_mentions(&log, "MemcpyToHost"),
+                "no MemcpyToHost"
+            );
         }
     }
     if let Ok(path) = std::env::var(CHILD_OUT) {

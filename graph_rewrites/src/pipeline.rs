@@ -45,6 +45,13 @@ pub struct Fusion {
     /// What the fusion left out and why (e.g. a reader it could not absorb).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// The removed nodes' ids in the graph the pipeline ran on (ids stay valid in a clone of the
+    /// graph from before the run): names need not be unique, or given at all.
+    #[serde(skip)]
+    pub replaced_ids: Vec<NodeId>,
+    /// The created nodes' ids in the rewritten graph (a later fusion may have removed some).
+    #[serde(skip)]
+    pub created_ids: Vec<NodeId>,
 }
 
 /// One refused candidate site.
@@ -54,6 +61,10 @@ pub struct Rejection {
     /// Name of the node the candidate was anchored at.
     pub at: String,
     pub reason: String,
+    /// That node's id (see [`Fusion::replaced_ids`]): refusals at two nodes of the same name are
+    /// two refusals.
+    #[serde(skip)]
+    pub anchor: Option<NodeId>,
 }
 
 /// What a pipeline run did. Serialised (with input/output paths added by the CLI) as REPORT.json.
@@ -134,6 +145,10 @@ fn scan(
     cfg: &RuleConfig,
     keep_near: bool,
 ) -> Scan {
+    // The checks of this one scan share their work on constants (a Quark weight's quantization),
+    // and it is dropped before the fusions are applied.
+    let memoized = crate::view::Memoized::new(g);
+    let g: &dyn GraphView = &memoized;
     let mut out = Scan {
         accepted: Vec::new(),
         sites: Vec::new(),
@@ -231,6 +246,8 @@ fn scan_pass(
 pub fn find_sites(g: &dyn GraphView, opts: &PipelineOptions) -> Result<Vec<SiteInfo>, Error> {
     let rules = enabled_rules(opts)?;
     let cfg = RuleConfig::from_settings(&opts.settings).map_err(Error::Invalid)?;
+    let memoized = crate::view::Memoized::new(g);
+    let g: &dyn GraphView = &memoized;
     // The fallback rules see what the others left in this one pass (the provider cannot
     // iterate: ORT hands it the graph once).
     let mut out = Scan {
@@ -285,6 +302,7 @@ pub fn run_rules(
                     rule: s.rule.into(),
                     at: display_name(&*g, s.anchor),
                     reason: reason.clone(),
+                    anchor: Some(s.anchor),
                 };
                 if s.structural {
                     rejections.insert(rej);
@@ -329,6 +347,7 @@ fn apply(
         ))
     })?;
     let created = std::mem::take(&mut e.created);
+    let created_ids = std::mem::take(&mut e.created_ids);
     for &v in &site.produces {
         if g.producer(v).is_none() {
             return Err(Error::Invalid(format!(
@@ -343,6 +362,8 @@ fn apply(
         replaced,
         created,
         notes: site.notes.clone(),
+        replaced_ids: site.nodes.clone(),
+        created_ids,
     })
 }
 

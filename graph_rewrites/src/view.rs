@@ -8,7 +8,10 @@
 //! Ids are dense indices chosen by the implementation; they are only meaningful for the view
 //! that produced them.
 
+use std::any::Any;
 use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 /// A node of the viewed graph.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -90,6 +93,38 @@ pub struct ConstTensor {
     pub raw: Vec<u8>,
 }
 
+/// Rewrite-time work on constants that the checks of one scan would otherwise repeat (a Quark
+/// weight quantized and checked against Quark's kernel, read by several MatMuls or tried by
+/// several rules), keyed by value id. It lives as long as one scan of the rules over an
+/// unchanging graph ([`Memoized`]), so a value id always names the same bytes.
+#[derive(Default)]
+pub struct ConstMemo(Mutex<HashMap<ValueId, Arc<dyn Any + Send + Sync>>>);
+
+impl ConstMemo {
+    /// The memoized `T` of `v`, or `make()` (stored unless `v` already holds another type).
+    pub fn get_or_make<T: Clone + Send + Sync + 'static>(
+        &self,
+        v: ValueId,
+        make: impl FnOnce() -> T,
+    ) -> T {
+        let lock = || self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = lock().get(&v).and_then(|a| a.downcast_ref::<T>()) {
+            return t.clone();
+        }
+        // Not locked while `make` runs (it may take seconds on a large weight).
+        let t = make();
+        lock().entry(v).or_insert_with(|| Arc::new(t.clone()));
+        t
+    }
+}
+
+impl std::fmt::Debug for ConstMemo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.0.lock().map_or(0, |m| m.len());
+        write!(f, "ConstMemo({n} entries)")
+    }
+}
+
 /// Read-only access to a graph, enough for pattern matching.
 ///
 /// Contract:
@@ -127,6 +162,11 @@ pub trait GraphView {
     /// loaded (e.g. external data). Weights of a MatMul only need this, not the bytes.
     fn is_constant(&self, v: ValueId) -> bool;
 
+    /// The view's [`ConstMemo`], if it keeps one (checks then share their work on constants).
+    fn memo(&self) -> Option<&ConstMemo> {
+        None
+    }
+
     /// How messages name a node: its name, or (exporters may leave names empty) its op type and
     /// first output.
     fn node_label(&self, n: NodeId) -> String {
@@ -137,5 +177,81 @@ pub trait GraphView {
             }
             name => name.to_string(),
         }
+    }
+}
+
+/// A view with a [`ConstMemo`]: what one scan of the rules looks at (`pipeline`), so that checks
+/// share their work on constants for exactly that scan (nothing outlives an edit of the graph).
+pub struct Memoized<'a> {
+    g: &'a dyn GraphView,
+    memo: ConstMemo,
+}
+
+impl<'a> Memoized<'a> {
+    pub fn new(g: &'a dyn GraphView) -> Self {
+        Memoized {
+            g,
+            memo: ConstMemo::default(),
+        }
+    }
+}
+
+impl GraphView for Memoized<'_> {
+    fn nodes(&self) -> Cow<'_, [NodeId]> {
+        self.g.nodes()
+    }
+    fn op_type(&self, n: NodeId) -> &str {
+        self.g.op_type(n)
+    }
+    fn domain(&self, n: NodeId) -> &str {
+        self.g.domain(n)
+    }
+    fn node_name(&self, n: NodeId) -> &str {
+        self.g.node_name(n)
+    }
+    fn inputs(&self, n: NodeId) -> &[Option<ValueId>] {
+        self.g.inputs(n)
+    }
+    fn outputs(&self, n: NodeId) -> &[ValueId] {
+        self.g.outputs(n)
+    }
+    fn attr(&self, n: NodeId, name: &str) -> Option<AttrValue> {
+        self.g.attr(n, name)
+    }
+    fn attr_names(&self, n: NodeId) -> Vec<String> {
+        self.g.attr_names(n)
+    }
+    fn opset(&self, domain: &str) -> Option<i64> {
+        self.g.opset(domain)
+    }
+    fn value_name(&self, v: ValueId) -> &str {
+        self.g.value_name(v)
+    }
+    fn producer(&self, v: ValueId) -> Option<(NodeId, usize)> {
+        self.g.producer(v)
+    }
+    fn consumers(&self, v: ValueId) -> Cow<'_, [(NodeId, usize)]> {
+        self.g.consumers(v)
+    }
+    fn is_graph_output(&self, v: ValueId) -> bool {
+        self.g.is_graph_output(v)
+    }
+    fn is_graph_input(&self, v: ValueId) -> bool {
+        self.g.is_graph_input(v)
+    }
+    fn tensor_info(&self, v: ValueId) -> Option<TensorInfo> {
+        self.g.tensor_info(v)
+    }
+    fn const_value(&self, v: ValueId) -> Option<ConstTensor> {
+        self.g.const_value(v)
+    }
+    fn is_constant(&self, v: ValueId) -> bool {
+        self.g.is_constant(v)
+    }
+    fn memo(&self) -> Option<&ConstMemo> {
+        Some(&self.memo)
+    }
+    fn node_label(&self, n: NodeId) -> String {
+        self.g.node_label(n)
     }
 }

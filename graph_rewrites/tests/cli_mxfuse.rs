@@ -321,3 +321,49 @@ fn dot_view_shows_site_nodes_values_and_edges() {
     assert!(text.contains(&format!("n{} -> v{}", add.0, a.0)), "{text}");
     assert!(!text.contains("Relu"), "only the site's nodes are drawn");
 }
+
+/// ONNX lets node names repeat (and be empty): a site's view draws the site's own nodes, by id —
+/// before, it drew the first node of the graph with the name (here a Relu, not the fused MatMul).
+#[test]
+fn dot_views_draw_the_sites_nodes_when_names_repeat() {
+    use graph_rewrites::pattern::predicates::dtype::{FLOAT, FLOAT8E4M3FN, FLOAT8E8M0};
+    use graph_rewrites::testing::Attr;
+    let dir = scratch("dot-dup");
+    let input = dir.join("in.onnx");
+    let mut b = ModelBuilder::new(24);
+    b.input("x", FLOAT, &[4, 64]);
+    b.init_raw("wq", FLOAT8E4M3FN, &[64, 16], vec![0x3a; 1024]);
+    b.init_raw("ws", FLOAT8E8M0, &[2, 16], vec![120; 32]);
+    let dq = [
+        ("axis", Attr::I(0)),
+        ("block_size", Attr::I(32)),
+        ("output_dtype", Attr::I(FLOAT as i64)),
+    ];
+    b.node("Relu", &["x"], &["r"])
+        .node_in("", "DequantizeLinear", &["wq", "ws"], &["wd"], &dq)
+        .node("MatMul", &["x", "wd"], &["y"])
+        .output("r", FLOAT, &[4, 64])
+        .output("y", FLOAT, &[4, 16]);
+    let mut m = b.model();
+    let nodes = &mut m.graph.as_mut().unwrap().node;
+    assert_eq!(nodes.len(), 3);
+    nodes[0].name = Some("dup".into()); // the Relu
+    nodes[1].name = Some(String::new()); // the DequantizeLinear
+    nodes[2].name = Some("dup".into()); // the MatMul
+    std::fs::write(&input, m.encode_to_vec()).unwrap();
+    let dot = dir.join("dot");
+    let o = mxfuse(&["inspect", s(&input), "--dot", s(&dot)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("mx_weight_matmul  fuse    at 'wd' (2 nodes -> dup/mx_weight_matmul)"),
+        "{}",
+        stdout(&o)
+    );
+    let before = std::fs::read_to_string(dot.join("000_mx_weight_matmul_before.dot")).unwrap();
+    assert!(before.contains("label=\"dup\\nMatMul\""), "{before}");
+    assert!(before.contains("label=\"\\nDequantizeLinear\""), "{before}");
+    assert!(!before.contains("Relu"), "{before}");
+    let after = std::fs::read_to_string(dot.join("000_mx_weight_matmul_after.dot")).unwrap();
+    assert!(after.contains("com.mxfuse::MxMatMul"), "{after}");
+    let _ = std::fs::remove_dir_all(dir);
+}

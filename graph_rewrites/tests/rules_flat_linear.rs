@@ -46,9 +46,19 @@ enum Linear {
 
 /// [`quantized`] → `Reshape(xd, flat)` = `xf` → the linear = `yf` → `Reshape(yf, [2, 3, N])` = y.
 fn flat_linear(quark: bool, linear: Linear, flat: &[i64]) -> ModelBuilder {
+    flat_linear_to(quark, linear, flat, &[2, 3, N])
+}
+
+/// [`flat_linear`] with `Reshape(yf, unflat)` = y.
+fn flat_linear_to(quark: bool, linear: Linear, flat: &[i64], unflat: &[i64]) -> ModelBuilder {
     let mut b = quantized(quark);
+    let known: i64 = unflat.iter().filter(|&&d| d > 0).product();
+    let y_dims: Vec<i64> = unflat
+        .iter()
+        .map(|&d| if d == -1 { 6 * N / known } else { d })
+        .collect();
     b.init_i64("flat", &[flat.len() as i64], flat)
-        .init_i64("unflat", &[3], &[2, 3, N])
+        .init_i64("unflat", &[unflat.len() as i64], unflat)
         .node("Reshape", &["xd", "flat"], &["xf"]);
     match linear {
         Linear::MatMul => {
@@ -68,7 +78,7 @@ fn flat_linear(quark: bool, linear: Linear, flat: &[i64]) -> ModelBuilder {
         }
     }
     b.node("Reshape", &["yf", "unflat"], &["y"])
-        .output("y", FLOAT, &[2, 3, N]);
+        .output("y", FLOAT, &y_dims);
     b
 }
 
@@ -109,51 +119,92 @@ fn notes(report: &RewriteReport) -> Vec<String> {
 }
 
 /// MatMul and Gemm(transB = 1, bias) readers through `Reshape([-1, K])` (and a constant
-/// `[6, K]`): one `MxMatMul` on the MXFP8 values + scales as quantized (`[2, 3, ..]`), its
-/// `[2, 3, N]` output reshaped to the linear's `[6, N]` under the linear's output name; the
-/// trailing `Reshape([B, S, N])` stays as it is.
+/// `[6, K]`): one `MxMatMul` on the MXFP8 values + scales as quantized (`[2, 3, ..]`). When the
+/// linear's only reader is a `Reshape` back to exactly that shape (`[2, 3, N]`, or with one -1:
+/// torch's `view(B, S, N)`), the `MxMatMul` writes its output directly (no Reshape there and
+/// back: each would be a copy in the EP's program); otherwise its `[2, 3, N]` output is
+/// reshaped to the linear's `[6, N]` under the linear's output name and the trailing Reshape
+/// stays as it is.
 #[test]
 fn linear_through_a_flattening_reshape_becomes_mxmatmul() {
     for quark in [false, true] {
         for linear in [Linear::MatMul, Linear::Gemm] {
             for flat in [&[-1, K][..], &[6, K]] {
-                let (report, g) = flat_linear(quark, linear, flat).rewrite();
-                let what = format!("quark={quark} {linear:?} {flat:?}");
-                assert_eq!(report.counts["mxquant"], 1, "{what}: {report:#?}");
-                assert!(notes(&report).is_empty(), "{what}: {report:#?}");
-                let w_in = match linear {
-                    Linear::MatMul => "w",
-                    Linear::Gemm => "w, , bias",
-                };
-                assert_eq!(
-                    snapshot(&g),
-                    [
+                for unflat in [
+                    &[2, 3, N][..],
+                    &[-1, 3, N],
+                    &[2, -1, N],
+                    &[3, 2, N],
+                    &[1, 6, N],
+                ] {
+                    let what = format!("quark={quark} {linear:?} {flat:?} {unflat:?}");
+                    let (report, g) = flat_linear_to(quark, linear, flat, unflat).rewrite();
+                    assert_eq!(report.counts["mxquant"], 1, "{what}: {report:#?}");
+                    assert!(notes(&report).is_empty(), "{what}: {report:#?}");
+                    let w_in = match linear {
+                        Linear::MatMul => "w",
+                        Linear::Gemm => "w, , bias",
+                    };
+                    let back = unflat[..2]
+                        .iter()
+                        .zip([2, 3])
+                        .all(|(&u, d)| u == d || u == -1);
+                    let mm_out = if back { "y" } else { "yf_mx" };
+                    let mut want = vec![
                         "MxQuantize(x) -> x_mxfp8, x_mxfp8_scale".to_string(),
-                        format!("MxMatMul(x_mxfp8, x_mxfp8_scale, {w_in}) -> yf_mx"),
-                        "Reshape(yf_mx, yf_shape) -> yf".to_string(),
-                        "Reshape(yf, unflat) -> y".to_string(),
-                    ],
-                    "{what}"
-                );
-                let mm = g.producer(g.value_by_name("yf_mx").unwrap()).unwrap().0;
-                let trans_b = matches!(linear, Linear::Gemm) as i64;
-                assert_eq!(
-                    format!("{:?}", g.attr(mm, "trans_b")),
-                    format!("Some(Int({trans_b}))"),
-                    "{what}"
-                );
-                let mut out_shape = flat.to_vec();
-                *out_shape.last_mut().unwrap() = N;
-                assert_eq!(const_i64(&g, "yf_shape"), out_shape, "{what}");
-                let info = g.tensor_info(g.value_by_name("yf_mx").unwrap()).unwrap();
-                assert_eq!(info.elem_type, FLOAT);
-                assert_eq!(
-                    format!("{:?}", info.shape),
-                    "Some([Known(2), Known(3), Known(16)])"
-                );
+                        format!("MxMatMul(x_mxfp8, x_mxfp8_scale, {w_in}) -> {mm_out}"),
+                    ];
+                    if !back {
+                        want.push("Reshape(yf_mx, yf_shape) -> yf".to_string());
+                        want.push("Reshape(yf, unflat) -> y".to_string());
+                    }
+                    assert_eq!(snapshot(&g), want, "{what}");
+                    let mm = g.producer(g.value_by_name(mm_out).unwrap()).unwrap().0;
+                    let trans_b = matches!(linear, Linear::Gemm) as i64;
+                    assert_eq!(
+                        format!("{:?}", g.attr(mm, "trans_b")),
+                        format!("Some(Int({trans_b}))"),
+                        "{what}"
+                    );
+                    let info = g.tensor_info(g.value_by_name(mm_out).unwrap()).unwrap();
+                    assert_eq!(info.elem_type, FLOAT);
+                    assert_eq!(
+                        format!("{:?}", info.shape),
+                        "Some([Known(2), Known(3), Known(16)])",
+                        "{what}"
+                    );
+                    if !back {
+                        let mut out_shape = flat.to_vec();
+                        *out_shape.last_mut().unwrap() = N;
+                        assert_eq!(const_i64(&g, "yf_shape"), out_shape, "{what}");
+                    }
+                }
             }
         }
     }
+}
+
+/// The Reshape back is taken only when the linear's output has no other reader and is no graph
+/// output, and when the activation's leading dims are known.
+#[test]
+fn the_reshape_back_stays_when_the_linear_output_is_read_elsewhere() {
+    let mut b = flat_linear(false, Linear::MatMul, &[-1, K]);
+    b.output("yf", FLOAT, &[6, N]);
+    let (_, g) = b.rewrite();
+    assert!(
+        snapshot(&g).contains(&"Reshape(yf, unflat) -> y".to_string()),
+        "{:#?}",
+        snapshot(&g)
+    );
+
+    let mut b = flat_linear(false, Linear::MatMul, &[-1, K]);
+    b.node("Relu", &["yf"], &["r"]).output("r", FLOAT, &[6, N]);
+    let (_, g) = b.rewrite();
+    assert!(
+        snapshot(&g).contains(&"Reshape(yf, unflat) -> y".to_string()),
+        "{:#?}",
+        snapshot(&g)
+    );
 }
 
 /// Two linears (q/k/v-style) through one flattening Reshape: both absorbed, the Reshape goes.
@@ -170,17 +221,9 @@ fn shared_flattening_reshape_and_other_readers() {
     assert!(notes(&report).is_empty(), "{report:#?}");
     let mut ops = op_types(&g);
     ops.sort();
-    assert_eq!(
-        ops,
-        [
-            "MxMatMul",
-            "MxMatMul",
-            "MxQuantize",
-            "Reshape",
-            "Reshape",
-            "Reshape"
-        ]
-    );
+    // The Gemm's Reshape back is gone with its output Reshape; the MatMul's output (a graph
+    // output) gets its [6, N] shape back.
+    assert_eq!(ops, ["MxMatMul", "MxMatMul", "MxQuantize", "Reshape"]);
 
     let mut b = flat_linear(false, Linear::Gemm, &[-1, K]);
     b.node("Relu", &["xf"], &["r"]).output("r", FLOAT, &[6, K]);
@@ -195,7 +238,7 @@ fn shared_flattening_reshape_and_other_readers() {
     );
     let snap = snapshot(&g);
     assert!(
-        snap.contains(&"MxMatMul(q, scale, w, , bias) -> yf_mx".to_string()),
+        snap.contains(&"MxMatMul(q, scale, w, , bias) -> y".to_string()),
         "{snap:#?}"
     );
     assert!(

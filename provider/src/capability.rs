@@ -29,9 +29,20 @@ pub fn device_can_run(view: &dyn GraphView, n: NodeId) -> bool {
         || op == "MxMatMul" && view.inputs(n).get(1).copied().flatten().is_none())
 }
 
-/// Groups of nodes to claim, one fused node each. Each candidate site is described to
-/// `explain` (verbose diagnostics), when given. `on_device`: the placement runs the device
-/// program (see the module docs).
+/// What became of an accepted site: claimed as a fused node of its own, joined to an earlier
+/// claim (a shared Quark weight fake-quant), or not claimed because it overlaps earlier claims.
+#[derive(Clone, Debug, PartialEq)]
+enum Decision {
+    Claimed,
+    /// Joined to the claim of the site anchored at this node.
+    Joined(NodeId),
+    /// Not claimed: why.
+    Overlaps(String),
+}
+
+/// Groups of nodes to claim, one fused node each. Each candidate site, and what became of it,
+/// is described to `explain` (verbose diagnostics), when given. `on_device`: the placement runs
+/// the device program (see the module docs).
 pub fn claim_groups(
     view: &dyn GraphView,
     options: &PipelineOptions,
@@ -39,35 +50,44 @@ pub fn claim_groups(
     explain: Option<&dyn Fn(&str)>,
 ) -> Result<Vec<Vec<NodeId>>> {
     let sites = find_sites(view, options).map_err(|e| Error::invalid(e.to_string()))?;
-    if let Some(log) = explain {
-        describe(view, &sites, log);
-    }
     let mut claimed = HashSet::new();
-    let mut groups: Vec<Vec<NodeId>> = Vec::new();
-    for site in sites {
+    // Each group with the anchor of the site that opened it.
+    let mut groups: Vec<(NodeId, Vec<NodeId>)> = Vec::new();
+    let mut decisions = Vec::with_capacity(sites.len());
+    for site in &sites {
         if site.verdict.is_err() || site.nodes.is_empty() {
+            decisions.push(None);
             continue;
         }
         if site.nodes.iter().any(|n| claimed.contains(n)) {
             // Another float reader of a Quark weight fake-quant an earlier weight-only site
             // claimed: one fused node takes both (Compile's rewrite reads the weight in place for
             // each, as the offline rewrite does), unless that would make a cycle.
-            if let Some(g) = joins_shared_quark_weight(view, &groups, &site) {
-                let nodes: Vec<NodeId> = site
-                    .nodes
-                    .iter()
-                    .copied()
-                    .filter(|n| !groups[g].contains(n))
-                    .collect();
-                claimed.extend(nodes.iter().copied());
-                groups[g].extend(nodes);
-            }
+            let decision = match joins_shared_quark_weight(view, &groups, site) {
+                Ok(g) => {
+                    let nodes: Vec<NodeId> = site
+                        .nodes
+                        .iter()
+                        .copied()
+                        .filter(|n| !groups[g].1.contains(n))
+                        .collect();
+                    claimed.extend(nodes.iter().copied());
+                    groups[g].1.extend(nodes);
+                    Decision::Joined(groups[g].0)
+                }
+                Err(why) => Decision::Overlaps(why),
+            };
+            decisions.push(Some(decision));
             continue;
         }
-        let group = site.nodes;
-        claimed.extend(group.iter().copied());
-        groups.push(group);
+        claimed.extend(site.nodes.iter().copied());
+        groups.push((site.anchor, site.nodes.clone()));
+        decisions.push(Some(Decision::Claimed));
     }
+    if let Some(log) = explain {
+        describe(view, &sites, &decisions, log);
+    }
+    let mut groups: Vec<Vec<NodeId>> = groups.into_iter().map(|(_, g)| g).collect();
     for &n in view.nodes().iter() {
         if view.domain(n) == MXFUSE_DOMAIN
             && schema::find(view.op_type(n)).is_some()
@@ -84,22 +104,37 @@ pub fn claim_groups(
 /// weight fake-quants of constants (ONNX Runtime duplicates a shared DequantizeLinear per reader
 /// before the EP sees the graph, not a custom op: without this, a second float reader of a shared
 /// Quark weight stayed unfused on the EP while the offline rewrite fused it), and the union is
-/// still a valid fused node (no path leaves it and comes back).
+/// still a valid fused node (no path leaves it and comes back). Otherwise why not.
 fn joins_shared_quark_weight(
     view: &dyn GraphView,
-    groups: &[Vec<NodeId>],
+    groups: &[(NodeId, Vec<NodeId>)],
     site: &SiteInfo,
-) -> Option<usize> {
-    if site.rule != "mx_weight_matmul" {
-        return None;
-    }
+) -> std::result::Result<usize, String> {
     let mut hit = groups
         .iter()
         .enumerate()
-        .filter(|(_, g)| site.nodes.iter().any(|n| g.contains(n)));
-    let (i, g) = hit.next()?;
+        .filter(|(_, (_, g))| site.nodes.iter().any(|n| g.contains(n)));
+    let Some((i, (anchor, g))) = hit.next() else {
+        return Err("internal: overlaps no claim".into());
+    };
+    let taken: Vec<String> = site
+        .nodes
+        .iter()
+        .filter(|n| g.contains(n))
+        .map(|&n| format!("'{}'", view.node_label(n)))
+        .collect();
+    let overlap = format!(
+        "its nodes {} are taken by the claim at '{}'",
+        taken.join(", "),
+        view.node_label(*anchor)
+    );
+    if site.rule != "mx_weight_matmul" {
+        return Err(overlap);
+    }
     if hit.next().is_some() {
-        return None;
+        return Err(format!(
+            "{overlap} and another claim (only a site overlapping one claim joins it)"
+        ));
     }
     let shared_weights_only = site.nodes.iter().filter(|n| g.contains(n)).all(|&n| {
         view.domain(n) == QUARK_DOMAIN
@@ -110,9 +145,19 @@ fn joins_shared_quark_weight(
                 .flatten()
                 .all(|&v| view.is_constant(v))
     });
+    if !shared_weights_only {
+        return Err(format!(
+            "{overlap}, not only Quark weight fake-quants of constants (what a weight-only site may share)"
+        ));
+    }
     let mut union: HashSet<NodeId> = g.iter().copied().collect();
     union.extend(site.nodes.iter().copied());
-    (shared_weights_only && !leaves_and_returns(view, &union)).then_some(i)
+    if leaves_and_returns(view, &union) {
+        return Err(format!(
+            "{overlap}, and joining it would make a cycle (a path leaves that fused node and comes back into it)"
+        ));
+    }
+    Ok(i)
 }
 
 /// Whether a path from a node of `set` runs through a node outside it back into `set` (one fused
@@ -148,16 +193,34 @@ fn leaves_and_returns(view: &dyn GraphView, set: &HashSet<NodeId>) -> bool {
     false
 }
 
-/// Why each candidate was or was not claimed, one line per site.
-fn describe(view: &dyn GraphView, sites: &[SiteInfo], log: &dyn Fn(&str)) {
-    for s in sites {
+/// Why each candidate was or was not claimed, one line per site: the rule's verdict, and for an
+/// accepted site what `claim_groups` decided (`decisions`, one per site).
+fn describe(
+    view: &dyn GraphView,
+    sites: &[SiteInfo],
+    decisions: &[Option<Decision>],
+    log: &dyn Fn(&str),
+) {
+    for (s, decision) in sites.iter().zip(decisions) {
         // node_label: exporters may leave names empty; the label is then op type -> output.
         let at = format!("'{}'", view.node_label(s.anchor));
-        match &s.verdict {
-            Ok(()) => {
+        match (&s.verdict, decision) {
+            (Err(why), _) => log(&format!("mxfuse: {} refused at {at}: {why}", s.rule)),
+            (Ok(()), Some(Decision::Overlaps(why))) => log(&format!(
+                "mxfuse: {} accepted at {at} but not claimed: {why}",
+                s.rule
+            )),
+            (Ok(()), decision) => {
                 let names: Vec<String> = s.nodes.iter().map(|&n| view.node_label(n)).collect();
+                let joined = match decision {
+                    Some(Decision::Joined(a)) => format!(
+                        " (joined to the claim at '{}': they share a Quark weight fake-quant)",
+                        view.node_label(*a)
+                    ),
+                    _ => String::new(),
+                };
                 log(&format!(
-                    "mxfuse: {} claims {} nodes at {at}: {names:?}",
+                    "mxfuse: {} claims {} nodes at {at}: {names:?}{joined}",
                     s.rule,
                     s.nodes.len()
                 ));
@@ -165,7 +228,78 @@ fn describe(view: &dyn GraphView, sites: &[SiteInfo], log: &dyn Fn(&str)) {
                     log(&format!("mxfuse: {} at {at} leaves out: {note}", s.rule));
                 }
             }
-            Err(why) => log(&format!("mxfuse: {} refused at {at}: {why}", s.rule)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use graph_rewrites::pattern::predicates::dtype::FLOAT;
+    use graph_rewrites::testing::ModelBuilder;
+    use std::cell::RefCell;
+
+    /// `x [4, 64]`; `wf = MXQuantizeDequantize(w [64, 64])` (a weight exactly MXFP8) read by two
+    /// MatMuls: `MatMul(x, wf) = y1` and `MatMul(x2, wf) = y2`, `x2 = Relu(x)` or, with `chain`,
+    /// `Relu(y1)` (the second MatMul then reads the first's output).
+    fn shared_quark_weight(chain: bool) -> graph_rewrites::ir::Graph {
+        let mut b = ModelBuilder::new(24);
+        b.opset("com.amd.quark", 1);
+        b.input("x", FLOAT, &[4, 64]);
+        let raw: Vec<u8> = (0..64 * 64)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.013 * (1.0 + (i % 7) as f32))
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        b.init_raw("w", FLOAT, &[64, 64], raw);
+        b.quark_fake_quant("w", "wf", 32, 0);
+        b.node("MatMul", &["x", "wf"], &["y1"])
+            .node("Relu", &[if chain { "y1" } else { "x" }], &["x2"])
+            .node("MatMul", &["x2", "wf"], &["y2"])
+            .output("y1", FLOAT, &[4, 64])
+            .output("y2", FLOAT, &[4, 64]);
+        b.graph().unwrap()
+    }
+
+    fn claim_with_log(g: &graph_rewrites::ir::Graph) -> (Vec<Vec<NodeId>>, Vec<String>) {
+        let lines = RefCell::new(Vec::new());
+        let log = |l: &str| lines.borrow_mut().push(l.to_string());
+        let groups = claim_groups(g, &PipelineOptions::default(), false, Some(&log)).unwrap();
+        (groups, lines.into_inner())
+    }
+
+    /// The second reader of a shared Quark weight whose join would make a cycle is not claimed,
+    /// and the verbose log says so with the reason (it said "claims" for it).
+    #[test]
+    fn an_overlapping_site_not_claimed_is_logged_as_not_claimed() {
+        let g = shared_quark_weight(true);
+        let (groups, lines) = claim_with_log(&g);
+        assert_eq!(groups.len(), 1, "{lines:#?}");
+        assert_eq!(groups[0].len(), 2, "{lines:#?}"); // the fake-quant and the first MatMul
+        let claims: Vec<_> = lines.iter().filter(|l| l.contains(" claims ")).collect();
+        assert_eq!(claims.len(), 1, "{lines:#?}");
+        let not: Vec<_> = lines
+            .iter()
+            .filter(|l| l.contains("mx_weight_matmul accepted at") && l.contains("not claimed"))
+            .collect();
+        assert_eq!(not.len(), 1, "{lines:#?}");
+        assert!(
+            not[0].contains("are taken by the claim at") && not[0].contains("make a cycle"),
+            "{lines:#?}"
+        );
+    }
+
+    /// Without the cycle it joins the first claim, and the log says that too.
+    #[test]
+    fn a_joined_site_is_logged_as_joined() {
+        let g = shared_quark_weight(false);
+        let (groups, lines) = claim_with_log(&g);
+        assert_eq!(groups.len(), 1, "{lines:#?}");
+        assert_eq!(groups[0].len(), 3, "{lines:#?}");
+        let claims: Vec<_> = lines.iter().filter(|l| l.contains(" claims ")).collect();
+        assert_eq!(claims.len(), 2, "{lines:#?}");
+        assert!(
+            claims[1].contains("(joined to the claim at '") && !claims[0].contains("joined"),
+            "{lines:#?}"
+        );
     }
 }

@@ -97,25 +97,16 @@ fn sites_text(sites: &[Site]) -> String {
     out
 }
 
-/// A node by the name reports use for it: its own, or its first output's when unnamed
-/// (`pipeline::display_name`).
-fn find_node(g: &Graph, name: &str) -> Option<crate::view::NodeId> {
-    use crate::view::GraphView;
-    g.node_by_name(name).or_else(|| {
-        g.value_by_name(name)
-            .and_then(|v| g.producer(v))
-            .map(|(n, _)| n)
-    })
-}
-
-/// `NNN_rule_before.dot` for every site and `NNN_rule_after.dot` for fused ones.
+/// `NNN_rule_before.dot` for every site and `NNN_rule_after.dot` for fused ones. Nodes are drawn
+/// by id: names may repeat or be empty (a name would draw whichever node has it first).
 fn write_dot_files(dir: &Path, before: &Graph, after: &Graph, sites: &[Site]) -> Result<(), Error> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     for (i, s) in sites.iter().enumerate() {
         let ids: Vec<_> = s
-            .nodes
+            .node_ids
             .iter()
-            .filter_map(|n| find_node(before, n))
+            .copied()
+            .filter(|&n| before.is_alive(n))
             .collect();
         let verdict = match &s.verdict {
             Ok(()) => "fused".to_owned(),
@@ -127,10 +118,12 @@ fn write_dot_files(dir: &Path, before: &Graph, after: &Graph, sites: &[Site]) ->
             &dot::site_dot(before, &ids, &title),
         )?;
         if s.verdict.is_ok() {
+            // A later fusion may have taken a created node: it is not drawn.
             let ids: Vec<_> = s
-                .created
+                .created_ids
                 .iter()
-                .filter_map(|n| after.node_by_name(n))
+                .copied()
+                .filter(|&n| after.is_alive(n))
                 .collect();
             let title = format!("{} at {} (after)", s.rule, s.anchor);
             write_file(

@@ -5,6 +5,7 @@
 
 use crate::ir::Graph;
 use crate::pipeline::{run_pipeline, PipelineOptions};
+use crate::view::NodeId;
 use crate::Error;
 
 /// One candidate site a rule looked at.
@@ -17,6 +18,10 @@ pub struct Site {
     pub nodes: Vec<String>,
     /// Nodes the fusion created, in the rewritten graph (empty for refusals).
     pub created: Vec<String>,
+    /// `nodes` by id in the input graph, and `created` in the rewritten one: what the views
+    /// draw (ONNX lets node names repeat, or be empty).
+    pub node_ids: Vec<NodeId>,
+    pub created_ids: Vec<NodeId>,
     /// `Err(reason)` for a refused site.
     pub verdict: Result<(), String>,
 }
@@ -35,6 +40,8 @@ pub fn candidate_sites(g: &Graph, opts: &PipelineOptions) -> Result<(Vec<Site>, 
         anchor: f.replaced.first().cloned().unwrap_or_default(),
         nodes: f.replaced,
         created: f.created,
+        node_ids: f.replaced_ids,
+        created_ids: f.created_ids,
         verdict: Ok(()),
     });
     let refused = report.rejections.into_iter().map(|r| Site {
@@ -42,6 +49,8 @@ pub fn candidate_sites(g: &Graph, opts: &PipelineOptions) -> Result<(Vec<Site>, 
         anchor: r.at.clone(),
         nodes: vec![r.at],
         created: vec![],
+        node_ids: r.anchor.into_iter().collect(),
+        created_ids: vec![],
         verdict: Err(r.reason),
     });
     Ok((accepted.chain(refused).collect(), rewritten))

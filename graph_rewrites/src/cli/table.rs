@@ -136,6 +136,7 @@ mod tests {
             rule: rule.into(),
             at: "n".into(),
             reason: reason.into(),
+            anchor: None,
         }
     }
 

@@ -19,6 +19,8 @@ pub struct Emit<'a> {
     rule: &'static str,
     anchor_name: String,
     pub(crate) created: Vec<String>,
+    /// The created nodes' ids, in the same order.
+    pub(crate) created_ids: Vec<crate::view::NodeId>,
 }
 
 impl<'a> Emit<'a> {
@@ -28,6 +30,7 @@ impl<'a> Emit<'a> {
             rule,
             anchor_name,
             created: Vec::new(),
+            created_ids: Vec::new(),
         }
     }
 
@@ -76,6 +79,7 @@ impl<'a> Emit<'a> {
             .map_err(|e| e.to_string())?;
         self.g.set_node_metadata(n, RULE_METADATA_KEY, self.rule);
         self.created.push(name.clone());
+        self.created_ids.push(n);
         Ok(name)
     }
 }

@@ -10,7 +10,10 @@
 //! ```
 //!
 //! read when the Reshape provably keeps K ([`flat_reshape`]): MxMatMul flattens a's leading dims
-//! into M, so the rows, their order and each dot product are the same. The reshape is on the
+//! into M, so the rows, their order and each dot product are the same. When the linear's only
+//! reader is a Reshape back to exactly `[B, S, N]` ([`reshape_back`]: constant, a's leading dims
+//! known), that Reshape goes too and `MxMatMul` writes its output directly (no
+//! `Reshape([-1, N])` and back, each a copy in the plugin EP's program). The reshape is on the
 //! float output, not on q / scale: ONNX Runtime 1.31's CPU EP has no FLOAT8E8M0 `Reshape`, so an
 //! offline rewrite with one would not load. The plugin EP's programs run that Reshape
 //! (`provider::ops::reshape`).
@@ -34,6 +37,10 @@ pub struct Flat {
     /// The Reshape's constant shape with its last entry (K) replaced by the weight's N: the
     /// shape of the MatMul's output.
     pub out_shape: Vec<i64>,
+    /// The MatMul's only reader when it is a `Reshape` back to the activation's leading dims and
+    /// N ([`reshape_back`]), with its output: it goes with the fusion and `MxMatMul` writes that
+    /// output directly (no Reshape there and back).
+    pub back: Option<(NodeId, ValueId)>,
 }
 
 /// What [`read_through`] found behind a `Reshape` of the dequantized activation.
@@ -88,9 +95,16 @@ pub(crate) fn read_through(g: &dyn GraphView, r: NodeId, k: i64, act_dtype: i32)
             if let Some(last) = out_shape.last_mut() {
                 *last = n;
             }
+            let back = g
+                .inputs(r)
+                .first()
+                .copied()
+                .flatten()
+                .and_then(|a| reshape_back(g, u.out, a, n));
             u.flat = Some(Flat {
                 reshape: r,
                 out_shape,
+                back,
             });
             Ok(u)
         });
@@ -157,6 +171,47 @@ fn flat_reshape(g: &dyn GraphView, r: NodeId, k: i64) -> Result<Vec<i64>, Reject
     Ok(shape)
 }
 
+/// The `Reshape` (and its output) that is the only reader of a flattened MatMul's output `y`
+/// (`[M, N]`, M the product of the activation `a`'s leading dims) and provably gives it back
+/// exactly the shape `MxMatMul` writes, `a`'s leading dims + N — the export spelling `view(-1, K)
+/// → mm → view(B, S, N)`: `y` is no graph output and has no other reader; `allowzero = 0`; a
+/// constant int64 shape of `a`'s rank whose every entry is that dim or -1 (at most one; no 0,
+/// which would copy a dim of `y`); `a`'s leading dims all known and positive (so a -1 can only
+/// be inferred as that dim). `None` otherwise (the output Reshape then stays, as before).
+fn reshape_back(g: &dyn GraphView, y: ValueId, a: ValueId, n: i64) -> Option<(NodeId, ValueId)> {
+    if g.is_graph_output(y) {
+        return None;
+    }
+    let readers = g.consumers(y);
+    let &[(r2, 0)] = readers.as_ref() else {
+        return None;
+    };
+    if g.domain(r2) != ONNX_DOMAIN
+        || g.op_type(r2) != "Reshape"
+        || attr_int(g.attr(r2, "allowzero"), 0) != Some(0)
+    {
+        return None;
+    }
+    let s = g.inputs(r2).get(1).copied().flatten()?;
+    let t = g.const_value(s).filter(|t| t.elem_type == dtype::INT64)?;
+    let target = crate::pattern::predicates::values_i64(&t)?;
+    let a_shape = g.tensor_info(a)?.shape?;
+    let (_, lead) = a_shape.split_last()?;
+    let mut want = lead
+        .iter()
+        .map(|d| match d {
+            Dim::Known(v) if *v >= 1 => Some(*v),
+            _ => None,
+        })
+        .collect::<Option<Vec<i64>>>()?;
+    want.push(n);
+    let minus_ones = target.iter().filter(|&&d| d == -1).count();
+    let same = target.len() == want.len()
+        && minus_ones <= 1
+        && target.iter().zip(&want).all(|(&t, &w)| t == w || t == -1);
+    same.then(|| (r2, g.outputs(r2)[0]))
+}
+
 /// Emits the `MxMatMul` `spec` of `u`, absorbed through the activation's Reshape `flat`, with
 /// an ONNX `Reshape` of its output back to the MatMul's output shape (`q` is the activation the
 /// `MxMatMul` reads).
@@ -168,7 +223,12 @@ pub(crate) fn emit_unflattened(
     q: ValueId,
 ) -> Result<(), String> {
     // Through the activation's Reshape: MxMatMul reads a as it is ([.., K]) and writes
-    // [.., N]; an ONNX Reshape to the MatMul's output shape gives `out` its name back.
+    // [.., N]; an ONNX Reshape to the MatMul's output shape gives `out` its name back — unless
+    // the MatMul's only reader reshaped it back to [.., N]: MxMatMul then writes that output.
+    if let Some((_, back)) = flat.back {
+        e.add(spec.output(back))?;
+        return Ok(());
+    }
     let g = e.graph();
     let a_shape = g.tensor_info(q).and_then(|i| i.shape);
     let base = g.value_name(u.out).to_string();

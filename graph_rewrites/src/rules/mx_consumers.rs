@@ -37,6 +37,8 @@ use crate::onnx_pb::{tensor_proto::DataLocation, TensorProto};
 use crate::pattern::predicates::{
     attr_float, attr_int, attr_string, dtype, is_float8_zero, scale_is_e8m0,
 };
+use std::sync::Arc;
+
 use crate::pattern::{Emit, Reject};
 use crate::reject;
 use crate::view::{Dim, GraphView, NodeId, ValueId, MXFUSE_DOMAIN, ONNX_DOMAIN, QUARK_DOMAIN};
@@ -59,8 +61,13 @@ pub enum Weight {
         /// goes with the fusion like the DequantizeLinear (the MatMul reads W with `trans_b`).
         transpose: Option<NodeId>,
     },
-    /// The Quark fake-quant node `fake_quant` of the float constant `weight` `[K, N]`.
-    QuarkFloat { weight: ValueId, fake_quant: NodeId },
+    /// The Quark fake-quant node `fake_quant` of the float constant `weight` `[K, N]`, and the
+    /// bytes the check quantized it to (the emit stores them).
+    QuarkFloat {
+        weight: ValueId,
+        fake_quant: NodeId,
+        mx: Arc<QuarkMx>,
+    },
 }
 
 /// One MatMul that reads the quantized activation.
@@ -125,7 +132,11 @@ impl Consumers {
     /// DequantizeLinears to what a fusion removes.
     pub fn absorb_into<P>(&self, mut fuse: crate::pattern::Fuse<P>) -> crate::pattern::Fuse<P> {
         for u in &self.matmuls {
-            fuse = fuse.also(u.node, [u.out]);
+            fuse = match u.flat.as_ref().and_then(|f| f.back) {
+                // The MatMul's only reader, a Reshape back, goes too: its output is produced.
+                Some((back, out)) => fuse.also(u.node, []).also(back, [out]),
+                None => fuse.also(u.node, [u.out]),
+            };
         }
         for d in self.dequant.iter().chain(&self.shape) {
             fuse = fuse.also(*d, []);
@@ -339,10 +350,6 @@ pub(crate) fn matmul_use(
         None => classify_weight(g, b, k, trans_b)
             .map_err(|r| reject!("{} '{name}': {}", g.op_type(mm), r.0))?,
     };
-    if let Weight::QuarkFloat { weight: w, .. } = &weight {
-        check_quark_weight_exact(g, *w)
-            .map_err(|r| reject!("{} '{name}': {}", g.op_type(mm), r.0))?;
-    }
     let weight_dtype = match &weight {
         Weight::Float(w) | Weight::QuarkFloat { weight: w, .. } => {
             g.tensor_info(*w).map(|i| i.elem_type).unwrap_or(out_dtype)
@@ -541,9 +548,11 @@ pub(crate) fn classify_weight(
                 return Err(reject!("Quark-quantized weight is not a constant"));
             }
             check_kn(g, w, k, false)?;
+            let mx = check_quark_weight_exact(g, w)?;
             return Ok(Weight::QuarkFloat {
                 weight: w,
                 fake_quant: n,
+                mx,
             });
         }
     }
@@ -746,8 +755,8 @@ pub fn emit_matmuls(
         let (b, b_scale, trans_b) = match &u.weight {
             Weight::Float(w) => (*w, None, u.trans_b),
             Weight::Mx { values, scales, .. } => (*values, Some(*scales), u.trans_b),
-            Weight::QuarkFloat { weight, .. } => {
-                let (vals, scales) = prequantize_weight(e, *weight)?;
+            Weight::QuarkFloat { weight, mx, .. } => {
+                let (vals, scales) = prequantize_weight(e, *weight, mx)?;
                 (vals, Some(scales), true)
             }
         };
@@ -778,39 +787,76 @@ pub fn emit_matmuls(
     Ok(())
 }
 
-/// The float `[K, N]` constant `w` transposed to `[N, K]` rows (f16 / bf16 widened exactly).
-fn weight_rows(g: &dyn GraphView, w: ValueId) -> Result<(Vec<f32>, usize, usize), String> {
-    let name = g.value_name(w);
-    let t = g
-        .const_value(w)
-        .ok_or_else(|| format!("weight '{name}' could not be read"))?;
-    let (k, n) = match t.dims.as_slice() {
-        [k, n] => (*k as usize, *n as usize),
-        d => return Err(format!("weight '{name}' has dims {d:?}")),
-    };
-    let floats = crate::pattern::predicates::values_f64(&t)
-        .filter(|f| f.len() == k * n)
-        .ok_or_else(|| format!("weight '{name}' is not float"))?;
-    // Transpose to [N, K] so each row is one output channel's K-vector, in 64 x 64 tiles: a
-    // plain column walk misses the cache on every write of a large weight (it was over a quarter
-    // of rewriting a model with Quark-quantized weights).
-    const TILE: usize = 64;
-    let mut rows = vec![0f32; n * k];
-    for k0 in (0..k).step_by(TILE) {
-        for n0 in (0..n).step_by(TILE) {
-            for kk in k0..(k0 + TILE).min(k) {
-                for nn in n0..(n0 + TILE).min(n) {
-                    rows[nn * k + kk] = floats[kk * n + nn] as f32;
-                }
-            }
-        }
+/// A Quark fake-quantized weight quantized at rewrite time (OCP floor along K, as Quark's op
+/// does) and checked exact ([`check_quark_weight_exact`]): `[N, K]` E4M3 values and `[N, K/32]`
+/// E8M0 scales. The check's bytes are the ones the emit stores (carried in
+/// [`Weight::QuarkFloat`]); within one scan of the rules every check of the same weight shares
+/// them ([`crate::view::ConstMemo`]), so a weight several MatMuls read is quantized once and
+/// each gets the same bytes.
+#[derive(Debug)]
+pub struct QuarkMx {
+    pub k: usize,
+    pub n: usize,
+    pub values: Vec<u8>,
+    pub scales: Vec<u8>,
+}
+
+/// Reads one element's bytes as f32.
+type ReadElem = fn(&[u8]) -> f32;
+
+/// How to read one element of a float constant's raw bytes as f32: f16 / bf16 widened exactly,
+/// other types as `values_f64` reads them, then rounded to f32. `None` for other types.
+fn decoder(elem_type: i32) -> Option<(usize, ReadElem)> {
+    use half::{bf16, f16};
+    fn f32_(b: &[u8]) -> f32 {
+        f32::from_le_bytes([b[0], b[1], b[2], b[3]])
     }
-    Ok((rows, k, n))
+    fn f16_(b: &[u8]) -> f32 {
+        f16::from_le_bytes([b[0], b[1]]).to_f32()
+    }
+    fn bf16_(b: &[u8]) -> f32 {
+        bf16::from_le_bytes([b[0], b[1]]).to_f32()
+    }
+    fn f64_(b: &[u8]) -> f32 {
+        f64::from_le_bytes(<[u8; 8]>::try_from(b).unwrap_or([0; 8])) as f32
+    }
+    fn i64_(b: &[u8]) -> f32 {
+        i64::from_le_bytes(<[u8; 8]>::try_from(b).unwrap_or([0; 8])) as f64 as f32
+    }
+    fn i32_(b: &[u8]) -> f32 {
+        i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64 as f32
+    }
+    Some(match elem_type {
+        dtype::FLOAT => (4, f32_),
+        dtype::FLOAT16 => (2, f16_),
+        dtype::BFLOAT16 => (2, bf16_),
+        dtype::DOUBLE => (8, f64_),
+        dtype::INT64 => (8, i64_),
+        dtype::INT32 => (4, i32_),
+        _ => return None,
+    })
+}
+
+/// The 32 values of block `kb` (along K) of output channel `nn` of a `[K, N]` weight.
+#[inline(always)]
+fn gather_block(
+    raw: &[u8],
+    size: usize,
+    dec: impl Fn(&[u8]) -> f32,
+    n: usize,
+    nn: usize,
+    kb: usize,
+    x: &mut [f32; BLOCK as usize],
+) {
+    for (j, x) in x.iter_mut().enumerate() {
+        let off = ((kb * BLOCK as usize + j) * n + nn) * size;
+        *x = dec(&raw[off..off + size]);
+    }
 }
 
 /// Refuses a Quark fake-quantized constant weight `w` (`MXQuantizeDequantize(fp8_e4m3, block 32,
 /// axis 0)` of a `[K, N]` float constant) unless the E4M3 values and E8M0 scales the rewrite
-/// stores for it ([`prequantize_weight`]) dequantize to exactly what the unfused fake-quant node
+/// stores for it (returned, [`QuarkMx`]) dequantize to exactly what the unfused fake-quant node
 /// writes: Quark's kernel (`kernels::reference::quark_mx`) in f32, rounded to the weight's type
 /// (float16 / bfloat16). Checked element by element (NaN matches NaN, ±0 match), so it holds
 /// whatever the weight holds. Blocks it refuses: a ±Inf in a block (Quark passes it through
@@ -819,89 +865,228 @@ fn weight_rows(g: &dyn GraphView, w: ValueId) -> Result<(Vec<f32>, usize, usize)
 /// (Quark's scale 2^(e − 135) is then below E8M0's smallest, 2^-127, and keeps bits E8M0 cannot;
 /// zero blocks are exact), and float16 / bfloat16 weights whose fake-quantized values that type
 /// rounds (the unfused output is rounded to it, MxMatMul reads the E4M3 · scale product exactly).
-pub(crate) fn check_quark_weight_exact(g: &dyn GraphView, w: ValueId) -> Result<(), Reject> {
+/// Memoized per scan ([`GraphView::memo`]): each weight is read, quantized and checked once.
+pub(crate) fn check_quark_weight_exact(
+    g: &dyn GraphView,
+    w: ValueId,
+) -> Result<Arc<QuarkMx>, Reject> {
+    let make = || quantize_quark_weight(g, w).map(Arc::new).map_err(|r| r.0);
+    match g.memo() {
+        Some(memo) => memo.get_or_make(w, make),
+        None => make(),
+    }
+    .map_err(Reject)
+}
+
+/// [`check_quark_weight_exact`], not memoized. One pass over the weight, block by block (32 K
+/// rows of the `[K, N]` source at a time, one output channel's block after the other: every
+/// element is read once, from cache lines the block's 32 rows share), quantizing each block and
+/// comparing it with Quark's kernel on the spot: no transposed float copy of the weight.
+fn quantize_quark_weight(g: &dyn GraphView, w: ValueId) -> Result<QuarkMx, Reject> {
     use kernels::codec::{e4m3_to_f32, e8m0::e8m0_to_f32};
-    use kernels::reference::quark_mx::{quark_mx_fake_quant, IntRounding, QuarkElement};
+    use kernels::reference::quark_mx::{quark_mx_block, IntRounding, QuarkElement};
+    const B: usize = BLOCK as usize;
     let name = g.value_name(w);
-    let t = g.tensor_info(w).map(|i| i.elem_type).unwrap_or(0);
-    let (rows, k, _) = weight_rows(g, w).map_err(|e| reject!("{e}"))?;
-    if k == 0 || !k.is_multiple_of(BLOCK as usize) {
+    let t = g
+        .const_value(w)
+        .ok_or_else(|| reject!("weight '{name}' could not be read"))?;
+    let (k, n) = match t.dims.as_slice() {
+        [k, n] => (*k as usize, *n as usize),
+        d => return Err(reject!("weight '{name}' has dims {d:?}")),
+    };
+    let (size, dec) = decoder(t.elem_type)
+        .filter(|(size, _)| t.raw.len() == k * n * size)
+        .ok_or_else(|| reject!("weight '{name}' is not float"))?;
+    if k == 0 || !k.is_multiple_of(B) {
         return Err(reject!(
             "weight '{name}' has K = {k}, not a multiple of {BLOCK}"
         ));
     }
-    let (vals, scales) = quantize_rows_floor(&rows, k);
-    let mut want = vec![0f32; rows.len()];
-    quark_mx_fake_quant(
-        &rows,
-        &mut want,
-        k,
-        BLOCK as usize,
-        QuarkElement::Fp8E4M3,
-        IntRounding::HalfEven,
-    )
-    .map_err(|e| reject!("weight '{name}': {e}"))?;
-    let round = |f: f32| match t {
+    let elem = g.tensor_info(w).map(|i| i.elem_type).unwrap_or(0);
+    let round = |f: f32| match elem {
         dtype::FLOAT16 => half::f16::from_f32(f).to_f32(),
         dtype::BFLOAT16 => half::bf16::from_f32(f).to_f32(),
         _ => f,
     };
-    let bad = (0..rows.len()).find(|&i| {
-        let got = e4m3_to_f32(vals[i]) * e8m0_to_f32(scales[i / BLOCK as usize]);
-        let want = round(want[i]);
-        !(got == want || (got.is_nan() && want.is_nan()))
-    });
+    // The common types' readers inlined into the loop; the others through `dec`.
+    let (values, scales, bad) = match t.elem_type {
+        dtype::FLOAT => quantize_blocks(&t.raw, (k, n), round, |b| {
+            f32::from_le_bytes([b[0], b[1], b[2], b[3]])
+        }),
+        dtype::FLOAT16 => quantize_blocks(&t.raw, (k, n), round, |b| {
+            half::f16::from_le_bytes([b[0], b[1]]).to_f32()
+        }),
+        dtype::BFLOAT16 => quantize_blocks(&t.raw, (k, n), round, |b| {
+            half::bf16::from_le_bytes([b[0], b[1]]).to_f32()
+        }),
+        _ => quantize_blocks(&t.raw, (k, n), round, dec),
+    };
     let Some(i) = bad else {
-        return Ok(());
+        return Ok(QuarkMx {
+            k,
+            n,
+            values,
+            scales,
+        });
     };
     let (nn, kk) = (i / k, i % k);
-    let b0 = i - i % BLOCK as usize;
-    let block = &rows[b0..b0 + BLOCK as usize];
-    let why = if block.iter().any(|v| v.is_infinite()) {
+    let mut x = [0f32; B];
+    let mut want = [0f32; B];
+    gather_block(&t.raw, size, dec, n, nn, kk / B, &mut x);
+    quark_mx_block(&x, &mut want, QuarkElement::Fp8E4M3, IntRounding::HalfEven);
+    let j = kk % B;
+    let why = if x.iter().any(|v| v.is_infinite()) {
         "its block holds an Inf, which Quark ignores for the scale and passes through (an E4M3 \
          element has no Inf)"
             .to_string()
-    } else if block.iter().all(|v| v.abs() < f32::from_bits(8 << 23)) {
+    } else if x.iter().all(|v| v.abs() < f32::from_bits(8 << 23)) {
         "its block's largest magnitude is below 2^-119: Quark's scale is then below E8M0's \
          2^-127"
             .to_string()
-    } else if t == dtype::FLOAT16 || t == dtype::BFLOAT16 {
+    } else if elem == dtype::FLOAT16 || elem == dtype::BFLOAT16 {
         format!(
             "the fake-quant's {} output rounds it, MxMatMul would read it unrounded",
-            dtype::name(t)
+            dtype::name(elem)
         )
     } else {
         "the rewrite-time quantizer and Quark's kernel differ there".to_string()
     };
-    let got = e4m3_to_f32(vals[i]) * e8m0_to_f32(scales[i / BLOCK as usize]);
+    let got = e4m3_to_f32(values[i]) * e8m0_to_f32(scales[i / B]);
     Err(reject!(
         "Quark-quantized weight '{name}' is not exactly an MXFP8 weight: element [{kk}, {nn}] \
          ({:e}) fake-quantizes to {:e}, E4M3 value × E8M0 scale gives {got:e} ({why}); it stays \
          fake-quantized at run time",
-        rows[i],
-        round(want[i]),
+        x[j],
+        round(want[j]),
     ))
 }
 
-/// Quantizes a float `[K, N]` constant along K (OCP floor, as Quark's op does) into `[N, K]`
-/// E4M3 values and `[N, K/32]` E8M0 scales, stored as new initializers.
-fn prequantize_weight(e: &mut Emit<'_>, w: ValueId) -> Result<(ValueId, ValueId), String> {
-    prequantize(e, w, false)
+/// The loop of [`quantize_quark_weight`] over a `[K, N]` weight's raw bytes, elements read by
+/// `dec`: `[N, K]` E4M3 values, `[N, K/32]` E8M0 scales (OCP floor, NaN ignored for the scale
+/// and kept as a NaN element, as Quark's kernel does) and the first element (in `[N, K]` order)
+/// whose E4M3 value × scale differs from Quark's kernel rounded by `round` (NaN matches NaN).
+/// Output channels are split over the available cores (each writes its own rows); the bytes do
+/// not depend on the split.
+fn quantize_blocks(
+    raw: &[u8],
+    (k, n): (usize, usize),
+    round: impl Fn(f32) -> f32 + Copy + Send + Sync,
+    dec: impl Fn(&[u8]) -> f32 + Copy + Send + Sync,
+) -> (Vec<u8>, Vec<u8>, Option<usize>) {
+    let kbs = k / BLOCK as usize;
+    let mut values = vec![0u8; n * k];
+    let mut scales = vec![0u8; n * kbs];
+    // Below ~1 M elements a thread costs more than it saves.
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |t| t.get())
+        .min((n * k) >> 20)
+        .clamp(1, n.max(1));
+    let per = n.div_ceil(threads).max(1);
+    let bad = std::thread::scope(|sc| {
+        let jobs: Vec<_> = values
+            .chunks_mut(per * k)
+            .zip(scales.chunks_mut(per * kbs))
+            .enumerate()
+            .map(|(i, (v, s))| {
+                let run = move || quantize_channels(raw, (k, n), i * per, v, s, round, dec);
+                if i + 1 == n.div_ceil(per) {
+                    Err(run) // the last range runs on this thread
+                } else {
+                    Ok(sc.spawn(run))
+                }
+            })
+            .collect();
+        jobs.into_iter()
+            .map(|j| match j {
+                Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+                Err(mut run) => run(),
+            })
+            .fold(None, |a: Option<usize>, b| match (a, b) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            })
+    });
+    (values, scales, bad)
+}
+
+/// [`quantize_blocks`] for the output channels from `n0` (as many as `values` holds rows of K).
+fn quantize_channels(
+    raw: &[u8],
+    (k, n): (usize, usize),
+    n0: usize,
+    values: &mut [u8],
+    scales: &mut [u8],
+    round: impl Fn(f32) -> f32,
+    dec: impl Fn(&[u8]) -> f32 + Copy,
+) -> Option<usize> {
+    use kernels::codec::mx::{quantize_block, NanPolicy, QuantConfig, ScaleRule};
+    use kernels::codec::{e4m3_to_f32, e8m0::e8m0_to_f32};
+    use kernels::reference::quark_mx::{quark_mx_block, IntRounding, QuarkElement};
+    const B: usize = BLOCK as usize;
+    let size = raw.len() / (k * n).max(1);
+    let cfg = QuantConfig {
+        scale_rule: ScaleRule::Floor,
+        nan_policy: NanPolicy::Ignore,
+    };
+    let kbs = k / B;
+    let rows = values.len() / k;
+    let (mut x, mut q, mut want) = ([0f32; B], [0u8; B], [0f32; B]);
+    let mut bad: Option<usize> = None;
+    // Block row by block row (32 K rows of the source): each element is read once, from the
+    // cache lines the block row's 32 rows share.
+    for kb in 0..kbs {
+        for r in 0..rows {
+            gather_block(raw, size, dec, n, n0 + r, kb, &mut x);
+            let s = quantize_block(&x, &mut q, cfg);
+            let at = r * k + kb * B;
+            values[at..at + B].copy_from_slice(&q);
+            scales[r * kbs + kb] = s;
+            quark_mx_block(&x, &mut want, QuarkElement::Fp8E4M3, IntRounding::HalfEven);
+            let scale = e8m0_to_f32(s);
+            let differs = |j: usize| {
+                let got = e4m3_to_f32(q[j]) * scale;
+                let want = round(want[j]);
+                !(got == want || (got.is_nan() && want.is_nan()))
+            };
+            if let Some(j) = (0..B).find(|&j| differs(j)) {
+                let i = n0 * k + at + j;
+                bad = Some(bad.map_or(i, |b| b.min(i)));
+            }
+        }
+    }
+    bad
+}
+
+/// Stores a checked Quark weight `w` ([`QuarkMx`]) as new initializers: `[N, K]` E4M3 values
+/// and `[N, K/32]` E8M0 scales.
+fn prequantize_weight(
+    e: &mut Emit<'_>,
+    w: ValueId,
+    mx: &QuarkMx,
+) -> Result<(ValueId, ValueId), String> {
+    prequantize(e, w, mx, false)
 }
 
 /// [`prequantize_weight`] in the `[K, N]` layout: values `[K, N]`, scales `[K/32, N]` (ONNX
 /// `DequantizeLinear(axis = 0, block_size = 32)`'s, read by `MxMatMul` with `trans_b = 0` and by
 /// an `MxDequantize(axis = 0)` that re-creates the fake-quantized weight for other readers).
-pub fn prequantize_weight_kn(e: &mut Emit<'_>, w: ValueId) -> Result<(ValueId, ValueId), String> {
-    prequantize(e, w, true)
+pub fn prequantize_weight_kn(
+    e: &mut Emit<'_>,
+    w: ValueId,
+    mx: &QuarkMx,
+) -> Result<(ValueId, ValueId), String> {
+    prequantize(e, w, mx, true)
 }
 
-fn prequantize(e: &mut Emit<'_>, w: ValueId, kn: bool) -> Result<(ValueId, ValueId), String> {
-    let g = e.graph();
-    let name = g.value_name(w).to_string();
-    let (rows, k, n) = weight_rows(g, w)?;
-    let (mut vals, mut scales) = quantize_rows_floor(&rows, k);
-    if kn {
+fn prequantize(
+    e: &mut Emit<'_>,
+    w: ValueId,
+    mx: &QuarkMx,
+    kn: bool,
+) -> Result<(ValueId, ValueId), String> {
+    let name = e.graph().value_name(w).to_string();
+    let (k, n) = (mx.k, mx.n);
+    let (vals, scales) = if kn {
         let t = |v: &[u8], rows: usize, cols: usize| {
             let mut o = vec![0u8; v.len()];
             for r in 0..rows {
@@ -911,8 +1096,10 @@ fn prequantize(e: &mut Emit<'_>, w: ValueId, kn: bool) -> Result<(ValueId, Value
             }
             o
         };
-        (vals, scales) = (t(&vals, n, k), t(&scales, n, k / 32));
-    }
+        (t(&mx.values, n, k), t(&mx.scales, n, k / 32))
+    } else {
+        (mx.values.clone(), mx.scales.clone())
+    };
     let (vdims, sdims, suffix) = if kn {
         (
             vec![k as i64, n as i64],
@@ -969,28 +1156,6 @@ pub fn quant_outputs(
     let qv = pick(q, "mxfp8", dtype::FLOAT8E4M3FN, shape);
     let sv = pick(scale, "mxfp8_scale", dtype::FLOAT8E8M0, scale_shape);
     (qv, sv)
-}
-
-/// Row-wise MXFP8 quantization with the OCP floor rule (Quark's weight quantizer), NaN ignored
-/// for the scale and kept as a NaN element, as Quark's kernel does (a block with an Inf still
-/// differs from Quark's: `check_quark_weight_exact` refuses it).
-fn quantize_rows_floor(rows: &[f32], k: usize) -> (Vec<u8>, Vec<u8>) {
-    use kernels::codec::mx::{quantize_block, NanPolicy, QuantConfig, ScaleRule, BLOCK as KB};
-    let cfg = QuantConfig {
-        scale_rule: ScaleRule::Floor,
-        nan_policy: NanPolicy::Ignore,
-    };
-    let mut vals = vec![0u8; rows.len()];
-    let mut scales = Vec::with_capacity(rows.len() / KB);
-    for (src, dst) in rows.chunks_exact(KB).zip(vals.chunks_exact_mut(KB)) {
-        let (Ok(src), Ok(dst)) = (<&[f32; KB]>::try_from(src), <&mut [u8; KB]>::try_from(dst))
-        else {
-            continue;
-        };
-        scales.push(quantize_block(src, dst, cfg));
-    }
-    debug_assert_eq!(scales.len() * KB, k * (rows.len() / k));
-    (vals, scales)
 }
 
 /// The consumers of whichever quantize spelling matched.
@@ -1056,4 +1221,36 @@ pub fn consumers_for(
         }
     }
     Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The output channels split over threads give the bytes and the first differing element of
+    /// one pass over all of them.
+    #[test]
+    fn quantizing_a_weight_over_threads_gives_the_single_pass_bytes() {
+        let (k, n) = (64usize, 33_000usize); // over 2 M elements: split when 2 cores are there
+        let mut vals: Vec<f32> = (0..k * n)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.013 * (1.0 + (i % 7) as f32))
+            .collect();
+        let dec = |b: &[u8]| f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        let round = |f: f32| f;
+        for bad in [None, Some([(40, 32_000), (3, 15_000)])] {
+            if let Some(at) = bad {
+                for (kk, nn) in at {
+                    vals[kk * n + nn] = f32::INFINITY;
+                }
+            }
+            let raw: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let (v, s, b) = quantize_blocks(&raw, (k, n), round, dec);
+            let (mut v1, mut s1) = (vec![0u8; k * n], vec![0u8; n * k / 32]);
+            let b1 = quantize_channels(&raw, (k, n), 0, &mut v1, &mut s1, round, dec);
+            assert!(v == v1 && s == s1);
+            assert_eq!(b, b1);
+            // Channel 15 000 (a later channel differs too, in the other half).
+            assert_eq!(b.map(|i| i / k), bad.map(|_| 15_000));
+        }
+    }
 }

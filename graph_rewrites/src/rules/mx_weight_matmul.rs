@@ -41,9 +41,9 @@
 //!   reader before the EP sees the graph).
 //! * Quark weight-only: `MXQuantizeDequantize(W)` of a constant float `[K, N]` W (fp8_e4m3,
 //!   block 32, axis 0 — `Weight::QuarkFloat`, as the MXFP8 fusions read it) is quantized at
-//!   rewrite time (`emit_matmuls`) and read as `MxMatMul(x, "", W_mxfp8, W_mxfp8_scale, trans_b
+//!   rewrite time (by the check, whose bytes `emit_matmuls` stores) and read as `MxMatMul(x, "", W_mxfp8, W_mxfp8_scale, trans_b
 //!   = 1)`, only when those bytes dequantize to exactly the fake-quant's output
-//!   (`check_quark_weight_exact`, run by `matmul_use`: Quark's reference kernel, rounded to W's
+//!   (`check_quark_weight_exact`, run by `classify_weight`: Quark's reference kernel, rounded to W's
 //!   type, element by element; blocks with an Inf or below 2^-119 are refused). A fake-quant
 //!   others also read is re-created as `MxDequantize` of the `[K, N]`-layout bytes, which the
 //!   MxMatMul reads with `trans_b = 0`.
@@ -268,7 +268,7 @@ fn check_weight_exact_in(
     }
 }
 
-/// A Quark fake-quantized constant weight (`matmul_use` has checked it: fp8_e4m3, block 32 along
+/// A Quark fake-quantized constant weight (`classify_weight` has checked it: fp8_e4m3, block 32 along
 /// K, a constant `[K, N]` float of the output's type, and — `check_quark_weight_exact` — that
 /// the E4M3 values and E8M0 scales stored at rewrite time dequantize to exactly what the
 /// fake-quant writes). The fake-quant goes with the fusion when only this MatMul reads it, and
@@ -343,7 +343,10 @@ impl Rule for MxWeightMatMulRule {
         }
         let k = activation_k(g, a).map_err(|r| reject!("{op} '{name}': {}", r.0))?;
         let u = matmul_use(g, mm, a, k, a_dtype)?;
-        if let Weight::QuarkFloat { weight, fake_quant } = u.weight {
+        if let Weight::QuarkFloat {
+            weight, fake_quant, ..
+        } = u.weight
+        {
             return quark_weight(g, mm, a, a_dtype, u, (weight, fake_quant));
         }
         let Weight::Mx {
@@ -429,7 +432,12 @@ impl Rule for MxWeightMatMulRule {
         if let Some((w, wf, dt)) = p.quark_kept {
             // check_quark_weight_exact: these values dequantize to exactly the fake-quant's
             // output (rounding to `dt` changes none of them).
-            let (values, scales) = prequantize_weight_kn(e, w)?;
+            let mx = p.consumers.matmuls.iter().find_map(|u| match &u.weight {
+                Weight::QuarkFloat { mx, .. } => Some(mx.clone()),
+                _ => None,
+            });
+            let mx = mx.ok_or("internal: a kept Quark weight without its MatMul")?;
+            let (values, scales) = prequantize_weight_kn(e, w, &mx)?;
             emit_mx_dequantize(e, (values, scales), 0, dt as i64, wf)?;
             for u in &mut p.consumers.matmuls {
                 if let Weight::QuarkFloat { fake_quant, .. } = u.weight {
