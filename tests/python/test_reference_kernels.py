@@ -69,3 +69,21 @@ def test_quick_gelu_without_alpha_is_orts():
     got, want = run_both(helper.make_node("QuickGelu", ["x"], ["y"], domain="com.microsoft"), ["x"], TP.FLOAT,
                          {"x": x})
     close(got, want, 1e-6)
+
+
+def test_quark_fake_quant_without_axis_or_block_size_takes_quarks_defaults():
+    """Quark's schema: axis 1, block 32 (a [M, K] activation: the last axis). The kernel had no
+    defaults, so such a node stopped onnx.reference (and run_in_ort.py's comparison)."""
+    x = np.random.default_rng(2).standard_normal((5, 64)).astype(np.float32)
+
+    def quark_model(**attrs):
+        node = helper.make_node("MXQuantizeDequantize", ["x"], ["y"], domain="com.amd.quark",
+                                element_dtype="fp8_e4m3", **attrs)
+        g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TP.FLOAT, [5, 64])],
+                              [helper.make_tensor_value_info("y", TP.FLOAT, [5, 64])])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.amd.quark", 1)],
+                                 ir_version=10)
+
+    got = ReferenceEvaluator(quark_model(), new_ops=CUSTOM).run(None, {"x": x})[0]
+    want = ReferenceEvaluator(quark_model(axis=1, block_size=32), new_ops=CUSTOM).run(None, {"x": x})[0]
+    assert np.array_equal(got, want) and not np.array_equal(got, x)

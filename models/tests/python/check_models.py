@@ -87,8 +87,12 @@ class AllReduce(OpRun):
 class MXQuantizeDequantize(OpRun):
     op_domain = QUARK
 
-    def _run(self, x, axis=None, block_size=None, element_dtype=None, rounding_mode=None):
+    # Quark's schema defaults (docs/provider.md, "Foreign ops"): an exporter may leave any of them
+    # out; `axis = None` here made a node without `axis` fail in onnx.reference.
+    def _run(self, x, axis=1, block_size=32, element_dtype="int8", rounding_mode=0):
         assert block_size == 32 and element_dtype == "fp8_e4m3", (block_size, element_dtype)
+        if x.ndim == 1:  # Quark quantizes a rank-1 tensor along its only axis
+            axis = 0
         return (quark_qdq_numpy(x, axis).astype(x.dtype),)
 
 
