@@ -302,3 +302,32 @@ def test_symbolic_hidden_dim_refusal_says_why(mxfuse_cli, tmp_path):
     report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
     reasons = [r["reason"] for r in report["rejections"] if r["rule"] == "add_rmsnorm_mxquant"]
     assert reasons and "[m, H], the sum [m, 64]" in reasons[0] and "do not show" in reasons[0], reasons
+
+
+def norm_with_gamma_shape(path, gamma_shape, y_rank=3):
+    """Add → decomposed RMSNorm whose weight Mul reads γ of `gamma_shape` → MXFP8 → MatMul, on
+    [b, s, K] activations."""
+    g = Graph()
+    s = g.node("Add", ["x", "res"])
+    mean = g.node("ReduceMean", [g.node("Pow", [s, g.const(2.0)]), g.const([-1], np.int64)])
+    rstd = g.node("Reciprocal", [g.node("Sqrt", [g.node("Add", [mean, g.const(1e-6)])])])
+    y = g.node("Mul", [g.node("Mul", [s, rstd]), g.const((1 + weight([K], 1)).reshape(gamma_shape))])
+    g.outputs.append(g.node("MatMul", [g.mx_dequant(y, y_rank), g.const(weight([K, 48], 2))]))
+    inputs = [helper.make_tensor_value_info(n, TP.FLOAT, ["b", "s", K]) for n in ("x", "res")]
+    return g.model(inputs, path)
+
+
+def test_norm_weight_of_broadcast_shape_fuses(lib, ep_devices, mxfuse_cli, tmp_path):
+    """γ stored as [1, 1, H] (the activation's broadcast shape) multiplies by the same H values as
+    [H]: the norm was refused ("expected [64]") and is now fused, bit for bit the unfused result."""
+    src = norm_with_gamma_shape(tmp_path / "m.onnx", [1, 1, K])
+    rng = np.random.default_rng(7)
+    feed = {n: rng.standard_normal((2, 5, K)).astype(np.float32) for n in ("x", "res")}
+    check_three_ways(src, lib, ep_devices, mxfuse_cli, tmp_path, feed, "add_rmsnorm_mxquant")
+
+
+def test_norm_weight_of_higher_rank_than_the_input_is_refused(mxfuse_cli, tmp_path):
+    """γ [1, 1, 1, H] on a rank-3 sum makes the norm's output rank 4, which the fused op does not."""
+    report = rewrite(mxfuse_cli, norm_with_gamma_shape(tmp_path / "m.onnx", [1, 1, 1, K], 4), tmp_path / "f.onnx")
+    why = [r["reason"] for r in report["rejections"] if r["rule"] == "add_rmsnorm_mxquant"]
+    assert why and "[1, 1, 1, 64], expected [64] (or [1, .., 1, 64] of at most the input's rank)" in why[0], why
