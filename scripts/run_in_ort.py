@@ -254,8 +254,12 @@ def main():
             feeds = {k: z[k] for k in z.files}
         what = f"the inputs of {npz}"
     else:
-        feeds = feeds_for(original, dims=dims)
         sym = symbolic_dims(original, dims=dims)
+        unknown = [d for d in dims if d not in sym]
+        if unknown:  # a typo would otherwise be ignored and the default used
+            sys.exit(f"--dim {', '.join(unknown)}: {original}'s inputs have no such symbolic dim "
+                     f"(they have {', '.join(sym) or 'none'})")
+        feeds = feeds_for(original, dims=dims)
         what = ("generated inputs (symbolic dims " + ", ".join(f"{k}={v}" for k, v in sym.items()) +
                 "; set them with --dim NAME=VALUE, or give the inputs with --feeds INPUTS.npz)")
     fetch, types, skipped = outputs_of(original)

@@ -145,6 +145,9 @@ def test_run_in_ort_on_a_kv_cache_decoder_says_which_dims_to_set(tmp_path, lib, 
     last = bad.stderr.strip().splitlines()[-1]
     assert "kv_cache_dim=8" in last and "--dim NAME=VALUE" in last and "packed KV head dimension" in last, last
 
+    typo = run_script(GENAI, fused, lib, "--dim", "kv_cache=16")
+    assert typo.returncode == 1 and "--dim kv_cache: " in typo.stderr and "kv_cache_dim" in typo.stderr, typo.stderr
+
     ok = run_script(GENAI, fused, lib, "--dim", "kv_cache_dim=16", "--dim", "past_sequence_length=0")
     assert ok.returncode == 0 and ok.stdout.rstrip().endswith("OK"), ok.stdout + ok.stderr
     assert ok.stdout.count("bit-identical: True") == 5, ok.stdout
