@@ -12,7 +12,14 @@
 bfloat16 graph inputs and outputs are passed as OrtValues / fetched through an exact Cast (ORT's
 Python API has no numpy type for them).
 
-Usage: python scripts/run_in_ort.py ORIGINAL.onnx REWRITTEN.onnx [LIB.so]
+Inputs are generated: float inputs random normal, an integer input named like `*mask*` all ones,
+like `*position*` 0, 1, 2, ... along its last axis, any other integer input (token ids) random in
+[0, 8); each symbolic dim is 1 when it is an input's first dim and 8 otherwise, one value per dim
+name. A decoder with a KV cache usually needs some set by hand (ORT GenAI's `kv_cache_dim` is the
+head size, `total_sequence_length` = past + new tokens): `--dim NAME=VALUE` (repeatable), or give
+every input yourself with `--feeds INPUTS.npz` (arrays named as the model's inputs).
+
+Usage: python scripts/run_in_ort.py ORIGINAL.onnx REWRITTEN.onnx [LIB.so] [--dim NAME=VALUE]... [--feeds INPUTS.npz]
 """
 import atexit
 import os
@@ -33,19 +40,79 @@ from check_models import CUSTOM  # noqa: E402
 EP_NAME = "MxFuseExecutionProvider"
 
 
-def feeds_for(path, seed=0, batch=1, seq=8):
+def symbolic_dims(path, batch=1, seq=8, dims=None):
+    """{symbolic dim name: value} of the model's inputs: `dims` where given, else `batch` for an
+    input's first dim and `seq` for the others (the first use of a name decides)."""
+    dims = dict(dims or {})
+    m = onnx.load(path, load_external_data=False)
+    inits = {i.name for i in m.graph.initializer}
+    out = {}
+    for i in m.graph.input:
+        if i.name in inits:
+            continue
+        for k, d in enumerate(i.type.tensor_type.shape.dim):
+            if not d.HasField("dim_value"):
+                name = d.dim_param or f"{i.name}[{k}]"
+                out.setdefault(name, dims.get(name, batch if k == 0 else seq))
+    return out
+
+
+def feeds_for(path, seed=0, batch=1, seq=8, dims=None):
+    """Generated inputs (see the module text); `dims` sets symbolic dims by name."""
     m = onnx.load(path, load_external_data=False)
     rng = np.random.default_rng(seed)
     inits = {i.name for i in m.graph.initializer}
+    sym = symbolic_dims(path, batch, seq, dims)
     feeds = {}
     for i in m.graph.input:
         if i.name in inits:
             continue
         t = i.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") else (batch if k == 0 else seq) for k, d in enumerate(t.shape.dim)]
+        shape = [d.dim_value if d.HasField("dim_value") else sym[d.dim_param or f"{i.name}[{k}]"]
+                 for k, d in enumerate(t.shape.dim)]
         dt = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
-        feeds[i.name] = rng.standard_normal(dims).astype(dt)
+        name = i.name.lower()
+        if np.issubdtype(dt, np.integer):
+            # Token ids, attention masks and positions: random normals cast to int gave negative
+            # ids and a mask of -1/0/1.
+            if "mask" in name:
+                feeds[i.name] = np.ones(shape, dt)
+            elif "position" in name and shape:
+                feeds[i.name] = np.broadcast_to(np.arange(shape[-1], dtype=dt), shape).copy()
+            else:
+                feeds[i.name] = rng.integers(0, 8, shape).astype(dt)
+        else:
+            feeds[i.name] = rng.standard_normal(shape).astype(dt)
     return feeds
+
+
+def parse_args(argv):
+    """(original, rewritten, lib or None, {dim: value}, feeds file or None); exits 2 with the usage
+    text on anything else."""
+    pos, dims, npz = [], {}, None
+    it = iter(argv)
+    try:
+        for a in it:
+            if a == "--dim":
+                name, _, value = next(it).partition("=")
+                dims[name] = int(value)
+            elif a.startswith("--dim="):
+                name, _, value = a[len("--dim="):].partition("=")
+                dims[name] = int(value)
+            elif a == "--feeds":
+                npz = next(it)
+            elif a.startswith("--feeds="):
+                npz = a[len("--feeds="):]
+            elif a.startswith("-"):
+                raise ValueError(a)
+            else:
+                pos.append(a)
+    except (StopIteration, ValueError):
+        pos = []
+    if len(pos) not in (2, 3):
+        print(__doc__.strip(), file=sys.stderr)
+        sys.exit(2)
+    return pos[0], pos[1], pos[2] if len(pos) > 2 else None, dims, npz
 
 
 # ORT's Python API cannot hand out FLOAT8E8M0 tensors (no numpy type): such outputs are left out.
@@ -127,6 +194,18 @@ def run(session, fetch, feeds):
     return [v.numpy() for v in session.run_with_ort_values(fetch, ovs)]
 
 
+def run_or_exit(session, fetch, feeds, path, what):
+    """run(), or exit with ONNX Runtime's reason in one line and how to give other inputs: a
+    decoder's KV-cache dims are rarely what the generated inputs guess (ORT GenAI's
+    GroupQueryAttention: "Input 'past_key' dimension 3 should match the packed KV head
+    dimension"), and a traceback did not say what to change."""
+    try:
+        return run(session, fetch, feeds)
+    except Exception as e:  # ORT raises its own exception types
+        why = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        sys.exit(f"ONNX Runtime could not run {path} on {what}: {why}")
+
+
 def load_session(path, so, providers=None):
     """The session, or exit with ONNX Runtime's reason in one line (an IR-14 / opset-28 model, a
     bf16 model ORT's CPU EP has no kernels for) instead of a traceback."""
@@ -168,13 +247,21 @@ def main():
     if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help"):
         print(__doc__.strip())
         sys.exit(0)
-    if len(sys.argv) not in (3, 4):
-        print(__doc__.strip(), file=sys.stderr)
-        sys.exit(2)
-    original, rewritten = sys.argv[1], sys.argv[2]
-    lib = sys.argv[3] if len(sys.argv) > 3 else os.path.join("target", "release", "libmxfuse_ep.so")
-    lib = os.path.abspath(lib)
-    feeds = feeds_for(original)
+    original, rewritten, lib, dims, npz = parse_args(sys.argv[1:])
+    lib = os.path.abspath(lib or os.path.join("target", "release", "libmxfuse_ep.so"))
+    if npz:
+        with np.load(npz) as z:
+            feeds = {k: z[k] for k in z.files}
+        what = f"the inputs of {npz}"
+    else:
+        sym = symbolic_dims(original, dims=dims)
+        unknown = [d for d in dims if d not in sym]
+        if unknown:  # a typo would otherwise be ignored and the default used
+            sys.exit(f"--dim {', '.join(unknown)}: {original}'s inputs have no such symbolic dim "
+                     f"(they have {', '.join(sym) or 'none'})")
+        feeds = feeds_for(original, dims=dims)
+        what = ("generated inputs (symbolic dims " + ", ".join(f"{k}={v}" for k, v in sym.items()) +
+                "; set them with --dim NAME=VALUE, or give the inputs with --feeds INPUTS.npz)")
     fetch, types, skipped = outputs_of(original)
     if skipped:
         print(f"outputs {skipped} are FLOAT8E8M0, which ORT's Python API cannot return: not compared")
@@ -184,6 +271,10 @@ def main():
     except (NotImplementedError, AssertionError) as e:  # an op (or attribute) it has no kernel for
         print(f"onnx.reference cannot evaluate this model ({str(e).splitlines()[0][:160]}): "
               "comparing the plugin EP with the rewritten model only")
+        ref = None
+    except Exception as e:  # inputs the model cannot take (a dim the graph fixes by its weights)
+        why = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        print(f"onnx.reference failed on {what}: {why}; comparing the plugin EP with the rewritten model only")
         ref = None
 
     ort.register_execution_provider_library(EP_NAME, lib)
@@ -199,7 +290,7 @@ def main():
         placed[sg.ep_name] = (n + 1, k + len(sg.get_nodes()))
     for ep, (n, k) in sorted(placed.items()):
         print(f"{ep}: {n} subgraphs, {k} nodes of the original model")
-    online = run(session, fetch_run, feeds)
+    online = run_or_exit(session, fetch_run, feeds, original_run, what)
 
     quark = foreign_nodes(rewritten)
     if quark:
@@ -213,7 +304,8 @@ def main():
         so2 = ort.SessionOptions()
         so2.log_severity_level = 3
         so2.register_custom_ops_library(lib)
-    offline = run(load_session(rewritten_run, so2, None if quark else ["CPUExecutionProvider"]), fetch_run, feeds)
+    offline = run_or_exit(load_session(rewritten_run, so2, None if quark else ["CPUExecutionProvider"]), fetch_run,
+                          feeds, rewritten_run, what)
 
     # An f16 output that differs on the custom-op path: ORT's CPU EP moves "isolated" f16 nodes
     # of the unfused remainder (attention) to f32 there (InsertCastTransformer), which rounds
@@ -224,7 +316,8 @@ def main():
                    if a.dtype == np.float16 and not np.array_equal(a, b, equal_nan=True)]
     offline_ep = None
     if f16_differs and not quark:
-        offline_ep = dict(zip(fetch, run(load_session(rewritten_run, ep_session_options(lib)), fetch_run, feeds)))
+        offline_ep = dict(zip(fetch, run_or_exit(load_session(rewritten_run, ep_session_options(lib)), fetch_run, feeds,
+                                                 rewritten_run, what)))
 
     ok = True
     for name, a, b in zip(fetch, online, offline):

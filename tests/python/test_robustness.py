@@ -302,3 +302,65 @@ def test_symbolic_hidden_dim_refusal_says_why(mxfuse_cli, tmp_path):
     report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
     reasons = [r["reason"] for r in report["rejections"] if r["rule"] == "add_rmsnorm_mxquant"]
     assert reasons and "[m, H], the sum [m, 64]" in reasons[0] and "do not show" in reasons[0], reasons
+
+
+def norm_with_gamma_shape(path, gamma_shape, y_rank=3):
+    """Add → decomposed RMSNorm whose weight Mul reads γ of `gamma_shape` → MXFP8 → MatMul, on
+    [b, s, K] activations."""
+    g = Graph()
+    s = g.node("Add", ["x", "res"])
+    mean = g.node("ReduceMean", [g.node("Pow", [s, g.const(2.0)]), g.const([-1], np.int64)])
+    rstd = g.node("Reciprocal", [g.node("Sqrt", [g.node("Add", [mean, g.const(1e-6)])])])
+    y = g.node("Mul", [g.node("Mul", [s, rstd]), g.const((1 + weight([K], 1)).reshape(gamma_shape))])
+    g.outputs.append(g.node("MatMul", [g.mx_dequant(y, y_rank), g.const(weight([K, 48], 2))]))
+    inputs = [helper.make_tensor_value_info(n, TP.FLOAT, ["b", "s", K]) for n in ("x", "res")]
+    return g.model(inputs, path)
+
+
+def test_norm_weight_of_broadcast_shape_fuses(lib, ep_devices, mxfuse_cli, tmp_path):
+    """γ stored as [1, 1, H] (the activation's broadcast shape) multiplies by the same H values as
+    [H]: the norm was refused ("expected [64]") and is now fused, bit for bit the unfused result."""
+    src = norm_with_gamma_shape(tmp_path / "m.onnx", [1, 1, K])
+    rng = np.random.default_rng(7)
+    feed = {n: rng.standard_normal((2, 5, K)).astype(np.float32) for n in ("x", "res")}
+    check_three_ways(src, lib, ep_devices, mxfuse_cli, tmp_path, feed, "add_rmsnorm_mxquant")
+
+
+def test_norm_weight_of_higher_rank_than_the_input_is_refused(mxfuse_cli, tmp_path):
+    """γ [1, 1, 1, H] on a rank-3 sum makes the norm's output rank 4, which the fused op does not."""
+    report = rewrite(mxfuse_cli, norm_with_gamma_shape(tmp_path / "m.onnx", [1, 1, 1, K], 4), tmp_path / "f.onnx")
+    why = [r["reason"] for r in report["rejections"] if r["rule"] == "add_rmsnorm_mxquant"]
+    assert why and "[1, 1, 1, 64], expected [64] (or [1, .., 1, 64] of at most the input's rank)" in why[0], why
+
+
+def if_with_mx_branch(path):
+    """If(flag): then = x → MXFP8 → MatMul(w), else = MatMul(x, w); x and w from the main graph."""
+    g = Graph()
+    g.outputs.append("t_out")
+    g.nodes.append(helper.make_node("MatMul", [g.mx_dequant("x", 2), "w"], ["t_out"]))
+    then = helper.make_graph(g.nodes, "then", [], [helper.make_tensor_value_info("t_out", TP.FLOAT, None)], g.inits)
+    other = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["e_out"])], "else", [],
+                              [helper.make_tensor_value_info("e_out", TP.FLOAT, None)])
+    node = helper.make_node("If", ["flag"], ["out"], then_branch=then, else_branch=other)
+    inputs = [helper.make_tensor_value_info("x", TP.FLOAT, ["m", K]), helper.make_tensor_value_info("flag", TP.BOOL, [])]
+    graph = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info("out", TP.FLOAT, None)],
+                              [numpy_helper.from_array(weight([K, 48], 1), "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 24)], ir_version=11), path)
+    return path
+
+
+def test_mx_quantizer_inside_an_if_branch_runs_on_the_plugin_ep(ep_devices, mxfuse_cli, tmp_path):
+    """The offline rewrite leaves If / Loop bodies alone and says so; its note now says where such
+    a model runs: the plugin EP, which ORT hands each body (it fuses the branch's quantizer + GEMM
+    there; checked against onnx.reference)."""
+    from onnx.reference import ReferenceEvaluator
+    src = if_with_mx_branch(tmp_path / "if.onnx")
+    out = subprocess.run([mxfuse_cli, "rewrite", str(src), "-o", str(tmp_path / "f.onnx")], check=True,
+                         capture_output=True, text=True).stdout
+    assert "MX / blocked quantization node(s) inside If / Loop / Scan" in out and "run this model on the plugin EP" in out, out
+    rng = np.random.default_rng(3)
+    for flag in (True, False):
+        feed = {"x": rng.standard_normal((5, K)).astype(np.float32), "flag": np.array(flag)}
+        (got,), claimed = ep_run(src, ep_devices, feed)
+        want = ReferenceEvaluator(str(src)).run(None, feed)[0]
+        assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()

@@ -8,6 +8,7 @@ onnx.reference used to read the value it stored under '' as a later Clip's omitt
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from conftest import ROOT, newest_build
@@ -122,3 +123,49 @@ def test_run_in_ort_bf16_decoder_says_why_ort_cannot_run_it(tmp_path, lib, mxfus
     assert run.returncode != 0
     assert "NOT_IMPLEMENTED" in run.stderr and "no bfloat16 kernel" in run.stderr, run.stderr
     assert "Traceback" not in run.stderr, run.stderr
+
+
+GENAI = ROOT / "models" / "fixtures" / "real" / "ortgenai_llama_tiny_mxfp8_std.onnx"
+
+
+def run_script(*args):
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "run_in_ort.py"), *map(str, args)],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_run_in_ort_on_a_kv_cache_decoder_says_which_dims_to_set(tmp_path, lib, mxfuse_cli):
+    """ORT GenAI's Llama (GroupQueryAttention, KV cache): the generated inputs gave every symbolic
+    dim 8, GQA refused the 8-wide past_key (the head size is 16) and the script stopped with a
+    traceback. Now one line names the dims it used and the options that set them, and with the
+    KV-cache dims set (or the inputs given in a .npz) the comparison runs."""
+    fused = tmp_path / "genai.fused.onnx"
+    subprocess.run([mxfuse_cli, "rewrite", str(GENAI), "-o", str(fused)], check=True, capture_output=True)
+    bad = run_script(GENAI, fused, lib)
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr, bad.stderr
+    last = bad.stderr.strip().splitlines()[-1]
+    assert "kv_cache_dim=8" in last and "--dim NAME=VALUE" in last and "packed KV head dimension" in last, last
+
+    typo = run_script(GENAI, fused, lib, "--dim", "kv_cache=16")
+    assert typo.returncode == 1 and "--dim kv_cache: " in typo.stderr and "kv_cache_dim" in typo.stderr, typo.stderr
+
+    ok = run_script(GENAI, fused, lib, "--dim", "kv_cache_dim=16", "--dim", "past_sequence_length=0")
+    assert ok.returncode == 0 and ok.stdout.rstrip().endswith("OK"), ok.stdout + ok.stderr
+    assert ok.stdout.count("bit-identical: True") == 5, ok.stdout
+
+    rng = np.random.default_rng(0)
+    feeds = {"input_ids": rng.integers(0, 250, (2, 1)), "attention_mask": np.ones((2, 4), np.int64)}
+    for layer in (0, 1):
+        for kv in ("key", "value"):
+            feeds[f"past_key_values.{layer}.{kv}"] = rng.standard_normal((2, 2, 3, 16)).astype(np.float32)
+    np.savez(tmp_path / "step.npz", **feeds)
+    ok = run_script(GENAI, fused, lib, "--feeds", tmp_path / "step.npz")
+    assert ok.returncode == 0 and ok.stdout.rstrip().endswith("OK"), ok.stdout + ok.stderr
+
+
+def test_run_in_ort_generated_integer_inputs_are_ids_masks_and_positions():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from run_in_ort import feeds_for
+    f = feeds_for(str(GENAI), dims={"sequence_length": 5, "total_sequence_length": 7})
+    assert f["input_ids"].shape == (1, 5) and f["input_ids"].min() >= 0
+    assert f["attention_mask"].shape == (1, 7) and (f["attention_mask"] == 1).all()
+    assert f["past_key_values.0.key"].shape == (1, 2, 8, 8)  # not set: the default 8

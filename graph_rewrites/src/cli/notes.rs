@@ -63,7 +63,8 @@ pub fn nested_mx_note(model: &ModelProto) -> String {
     format!(
         "note: {n} MX / blocked quantization node(s) inside If / Loop / Scan bodies or model \
          functions are not rewritten (mxfuse rewrites the main graph); ONNX Runtime's CPU EP has \
-         no kernel for the E8M0-scaled ones there\n"
+         no kernel for the E8M0-scaled ones there, so run this model on the plugin EP, which ONNX \
+         Runtime hands each body and which fuses them there as in the main graph\n"
     )
 }
 

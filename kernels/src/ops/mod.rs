@@ -200,7 +200,18 @@ pub fn add_rms_norm_mx_quant(
             x.dtype, gamma.dtype
         )));
     }
-    expect_shape("gamma", gamma.shape, &[h])?;
+    // H values: `[H]`, or `[1, .., 1, H]` — the broadcast shape some exporters give the norm
+    // weight (`Mul(n, γ[1, 1, H])`), which rule `add_rmsnorm_mxquant` passes as it is.
+    let vector = gamma
+        .shape
+        .split_last()
+        .is_some_and(|(&last, lead)| last == h && lead.iter().all(|&d| d == 1));
+    if !vector {
+        return Err(shape_err!(
+            "gamma has shape {:?}, expected [{h}] or [1, .., 1, {h}]",
+            gamma.shape
+        ));
+    }
     for (name, t) in [("residual_out", &out.residual_out), ("normed", &out.normed)] {
         if let Some(t) = t {
             expect_dtype(name, t.dtype, x.dtype)?;

@@ -42,26 +42,37 @@ def _rms_f32(x, scale, epsilon):
     return (x32 * inv * scale.astype(np.float32)).astype(x.dtype), inv
 
 
+# Attribute defaults are ONNX Runtime's (contrib_defs.cc / bert_defs.cc), checked against its CPU
+# kernels in tests/python/test_reference_kernels.py: a model that leaves an attribute out must be
+# evaluated as ORT runs it (1e-5 and 1.0 here made run_in_ort.py report a correct rewrite of a
+# SkipSimplifiedLayerNormalization without `epsilon` as 0.59 off).
+
+
 class SimplifiedLayerNormalization(OpRun):
     op_domain = ""
 
     def _run(self, x, scale, axis=-1, epsilon=1e-5, stash_type=1):
-        return (_rms_f32(x, scale, epsilon)[0],)
+        y, inv = _rms_f32(x, scale, epsilon)
+        # Output 1 (inv_std_var, float) is optional: give it when the node names it.
+        return (y, inv) if len(self.output) > 1 else (y,)
 
 
 class SkipSimplifiedLayerNormalization(OpRun):
     op_domain = MS
 
-    def _run(self, x, skip, gamma, bias=None, epsilon=1e-5):
-        s = x + skip if bias is None else x + skip + bias
+    def _run(self, x, skip, gamma, bias=None, epsilon=1e-12):
+        # ORT's kernel sums in f32 and normalises the unrounded sum; output 3 is that sum in T.
+        s = x.astype(np.float32) + skip.astype(np.float32)
+        if bias is not None:
+            s = s + bias.astype(np.float32)
         y, inv = _rms_f32(s, gamma, epsilon)
-        return y, np.zeros_like(inv), inv, s
+        return y.astype(x.dtype), np.zeros_like(inv), inv, s.astype(x.dtype)
 
 
 class QuickGelu(OpRun):
     op_domain = MS
 
-    def _run(self, x, alpha=1.0):
+    def _run(self, x, alpha=1.702):
         x32 = x.astype(np.float32)
         return ((x32 / (1.0 + np.exp(-np.float32(alpha) * x32))).astype(x.dtype),)
 
@@ -76,8 +87,12 @@ class AllReduce(OpRun):
 class MXQuantizeDequantize(OpRun):
     op_domain = QUARK
 
-    def _run(self, x, axis=None, block_size=None, element_dtype=None, rounding_mode=None):
+    # Quark's schema defaults (docs/provider.md, "Foreign ops"): an exporter may leave any of them
+    # out; `axis = None` here made a node without `axis` fail in onnx.reference.
+    def _run(self, x, axis=1, block_size=32, element_dtype="int8", rounding_mode=0):
         assert block_size == 32 and element_dtype == "fp8_e4m3", (block_size, element_dtype)
+        if x.ndim == 1:  # Quark quantizes a rank-1 tensor along its only axis
+            axis = 0
         return (quark_qdq_numpy(x, axis).astype(x.dtype),)
 
 

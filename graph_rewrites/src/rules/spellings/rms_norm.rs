@@ -502,11 +502,22 @@ fn check_operands(
             dtype::name(t)
         ));
     }
+    // γ `[1, .., 1, H]` (a weight exported with the activation's broadcast shape) multiplies by
+    // the same H values as `[H]`, and the product keeps the sum's shape as long as γ's rank is at
+    // most the sum's; a higher rank would add leading 1 dims the fused op does not produce.
+    let s_rank = s_shape.as_ref().map_or(0, Vec::len);
     match shape(g, spec.gamma).as_deref() {
-        Some([Dim::Known(d)]) if *d == h => Ok(()),
+        Some([lead @ .., Dim::Known(d)])
+            if *d == h
+                && lead.iter().all(|x| *x == Dim::Known(1))
+                && (lead.is_empty() || lead.len() < s_rank) =>
+        {
+            Ok(())
+        }
         other => Err(reject!(
-            "norm weight '{}' has shape {other:?}, expected [{h}]",
-            g.value_name(spec.gamma)
+            "norm weight '{}' has shape {}, expected [{h}] (or [1, .., 1, {h}] of at most the input's rank)",
+            g.value_name(spec.gamma),
+            fmt_shape(&other.map(<[Dim]>::to_vec))
         )),
     }
 }
