@@ -152,3 +152,57 @@ fn float_indices_are_refused() {
         "{report:#?}"
     );
 }
+
+#[test]
+fn the_expert_bmm_is_taken_too_and_reads_the_stacked_weights() {
+    // bmm(W[ids], x [S, K, 1]) with W [E, N, K] blocked along K: one MxGatherMatMul, weight
+    // first (trans_b = 1), reading the activation as it is.
+    let mut b = ModelBuilder::new(24);
+    b.input("ids", INT64, &[3]).input("xu", FLOAT, &[3, 64, 1]);
+    experts(&mut b);
+    b.node("Gather", &["w", "ids"], &["wsel"])
+        .node("MatMul", &["wsel", "xu"], &["y"]);
+    b.output("y", FLOAT, &[3, 16, 1]);
+    let (report, g) = b.rewrite();
+    assert_eq!(report.counts["mx_gather_dequant"], 1, "{report:#?}");
+    assert_eq!(op_types(&g), ["MxGatherMatMul"]);
+    let n = first_node(&g, "MxGatherMatMul");
+    assert_eq!(node_attr(&g, n, "trans_b"), AttrValue::Int(1));
+    let inputs: Vec<_> = g
+        .inputs(n)
+        .iter()
+        .map(|v| v.map(|v| g.value_name(v).to_string()))
+        .collect();
+    assert_eq!(
+        inputs,
+        [
+            Some("xu".into()),
+            Some("wq".into()),
+            Some("ws".into()),
+            Some("ids".into())
+        ]
+    );
+    assert_eq!(g.value_name(g.outputs(n)[0]), "y");
+}
+
+#[test]
+fn an_activation_of_the_wrong_shape_leaves_the_matmul_with_a_note() {
+    // [S, K, 2]: two columns per sample, not the one MxGatherMatMul takes.
+    let mut b = ModelBuilder::new(24);
+    b.input("ids", INT64, &[3]).input("xu", FLOAT, &[3, 64, 2]);
+    experts(&mut b);
+    b.node("Gather", &["w", "ids"], &["wsel"])
+        .node("MatMul", &["wsel", "xu"], &["y"]);
+    b.output("y", FLOAT, &[3, 16, 2]);
+    let (report, g) = b.rewrite();
+    let mut ops = op_types(&g);
+    ops.sort();
+    assert_eq!(ops, ["MatMul", "MxGatherDequantize"]);
+    let notes: Vec<&String> = report.fusions.iter().flat_map(|f| &f.notes).collect();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("MatMul stays") && n.contains("[S, K, 1]")),
+        "{notes:?}"
+    );
+}

@@ -149,6 +149,41 @@ pub struct MxGatherDequantAttrs {
     pub gather_axis: i64,
 }
 
+/// Attributes of `MxGatherMatMul` (each sample's activation times the MX weight of the expert
+/// its index selects from a stacked `[E, ., .]` weight).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MxGatherMatMulAttrs {
+    /// The weight comes first (`b [E, N, K]`, a `[S, K, 1]`, y `[S, N, 1]`) instead of second
+    /// (`b [E, K, N]`, a `[S, P, K]`, y `[S, P, N]`).
+    pub trans_b: bool,
+    /// dtype of y: F32, F16 or BF16.
+    pub output_dtype: DType,
+}
+
+impl Default for MxGatherMatMulAttrs {
+    fn default() -> Self {
+        Self {
+            trans_b: false,
+            output_dtype: DType::F32,
+        }
+    }
+}
+
+impl MxGatherMatMulAttrs {
+    /// Builds the attributes from `(name, value)` pairs; absent names keep their defaults.
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Self> {
+        let mut a = Self::default();
+        for (k, v) in pairs {
+            match k {
+                "trans_b" => a.trans_b = parse_bool(k, v)?,
+                "output_dtype" => a.output_dtype = parse_output_dtype(k, v)?,
+                _ => return Err(unknown("MxGatherMatMul", k)),
+            }
+        }
+        Ok(a)
+    }
+}
+
 /// Attributes of `MxQuantizeLinear` (ONNX `QuantizeLinear`-24 with a FLOAT8E8M0 scale).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MxQuantLinearAttrs {

@@ -23,8 +23,8 @@ pub mod scale_map;
 pub mod slices;
 
 pub use attrs::{
-    AddRmsNormAttrs, MxDequantAttrs, MxGatherDequantAttrs, MxMatMulAttrs, MxQuantAttrs,
-    MxQuantLinearAttrs, SwiGluAttrs,
+    AddRmsNormAttrs, MxDequantAttrs, MxGatherDequantAttrs, MxGatherMatMulAttrs, MxMatMulAttrs,
+    MxQuantAttrs, MxQuantLinearAttrs, SwiGluAttrs,
 };
 pub use element::{DType, Element};
 pub use epilogue::Epilogue;

@@ -22,10 +22,11 @@ use crate::ops::schema;
 pub const CPU_ONLY_RULES: &[&str] = &["mx_weight_matmul", "mx_gather_dequant"];
 
 /// Whether the device program runs com.mxfuse node `n`: everything but a weight-only
-/// `MxMatMul` (no `a_scale`, input 1) and `MxGatherDequantize`.
+/// `MxMatMul` (no `a_scale`, input 1), `MxGatherDequantize` and `MxGatherMatMul`.
 pub fn device_can_run(view: &dyn GraphView, n: NodeId) -> bool {
     let op = view.op_type(n);
     !(op == "MxGatherDequantize"
+        || op == "MxGatherMatMul"
         || op == "MxMatMul" && view.inputs(n).get(1).copied().flatten().is_none())
 }
 

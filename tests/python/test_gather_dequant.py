@@ -171,3 +171,107 @@ def test_device_placement_leaves_the_gather_to_ort(lib, ep_devices, tmp_path):
     feed = {"ids": np.array([[0, 99, -1], [5, 5, -100]], np.int32)}
     want = ep_session(src, ep_devices).run(None, feed)[0]
     assert same_bits(np.load(tmp_path / "y.npy"), want)
+
+
+def bmm_model(path, weight_first=True, fp4=False, out_type=TP.FLOAT, a_batch="s"):
+    """Only the bmm's output leaves the graph, so the rule takes the MatMul too
+    (`MxGatherMatMul`): weight first, W [E, N, K] blocked along K (axis 2), y = W[ids] @
+    x.unsqueeze(-1) [S, N, 1]; weight second, W [E, K, N] blocked along axis 1, y =
+    x.unsqueeze(1) @ W[ids] [S, 1, N]. Returns the path and the f32 dequantized experts."""
+    rng = np.random.default_rng(3)
+    shape, axis = ([E, N, K], 2) if weight_first else ([E, K, N], 1)
+    sshape = list(shape)
+    sshape[axis] //= 32
+    scales = rng.integers(118, 130, sshape).astype(np.uint8)
+    if fp4:
+        codes = rng.integers(0, 16, shape)
+        vals = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], np.float32)[codes]
+        wq = fp4_tensor("wq", codes)
+    else:
+        q = rng.standard_normal(shape).astype(ml_dtypes.float8_e4m3fn)
+        vals = q.astype(np.float32)
+        wq = numpy_helper.from_array(q, "wq")
+    deq = vals * np.exp2(np.repeat(scales.astype(np.float64) - 127, 32, axis=axis)).astype(np.float32)
+    inits = [wq, e8m0_tensor("ws", scales),
+             numpy_helper.from_array(np.array([-1 if weight_first else 1], np.int64), "ax")]
+    mm = ["wsel", "xu"] if weight_first else ["xu", "wsel"]
+    nodes = [
+        helper.make_node("DequantizeLinear", ["wq", "ws"], ["w"], axis=axis, block_size=32, output_dtype=out_type),
+        helper.make_node("Gather", ["w", "ids"], ["wsel"], axis=0),
+        helper.make_node("Unsqueeze", ["x", "ax"], ["xu"]),
+        helper.make_node("MatMul", mm, ["y"], name="expert_bmm"),
+    ]
+    inputs = [helper.make_tensor_value_info("x", out_type, [a_batch, K]),
+              helper.make_tensor_value_info("ids", TP.INT64, ["s"])]
+    return save(nodes, [*inits], inputs, [helper.make_tensor_value_info("y", out_type, None)], path), deq
+
+
+def bmm_oracle(deq, x, ids, weight_first):
+    """f64: each sample's activation times its expert (the sample dim broadcast as MatMul's)."""
+    s = max(len(x), len(ids))
+    xs = np.broadcast_to(x.astype(np.float64), (s, x.shape[1]))
+    ws = deq.astype(np.float64)[np.broadcast_to(ids, (s,)) % E]
+    return np.einsum("snk,sk->sn", ws, xs)[:, :, None] if weight_first else np.einsum("skn,sk->sn", ws, xs)[:, None, :]
+
+
+@pytest.mark.parametrize("weight_first", [True, False])
+@pytest.mark.parametrize("fp4", [False, True])
+@pytest.mark.parametrize("out_type", [TP.FLOAT, TP.FLOAT16])
+def test_expert_bmm_reads_the_stacked_mx_weights_in_place(weight_first, fp4, out_type, lib, ep_devices, mxfuse_cli, tmp_path):
+    src, deq = bmm_model(tmp_path / "m.onnx", weight_first, fp4, out_type)
+    report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
+    assert report["counts"]["mx_gather_dequant"] == 1, report
+    fused = sorted(n.op_type for n in onnx.load(tmp_path / "fused.onnx").graph.node)
+    assert fused == ["MxGatherMatMul", "Unsqueeze"], fused
+    np_type = {TP.FLOAT: np.float32, TP.FLOAT16: np.float16}[out_type]
+    rng = np.random.default_rng(4)
+    ids = np.array([3, 0, 7, 3, -1, 5], np.int64)
+    feed = {"x": rng.standard_normal((6, K)).astype(np_type), "ids": ids}
+    want = bmm_oracle(deq, feed["x"], ids, weight_first)
+    ep = ep_session(src, ep_devices)
+    assert sorted(claimed_ops(ep)) == ["DequantizeLinear", "Gather", "MatMul"], claimed_ops(ep)
+    online = ep.run(None, feed)[0]
+    offline = offline_session(tmp_path / "fused.onnx", lib).run(None, feed)[0]
+    assert same_bits(online, offline)
+    assert online.shape == want.shape
+    # Exact products, f32 accumulation (float order): relative to the largest output; f16 adds
+    # its one rounding of the output.
+    tol = 1e-5 if out_type == TP.FLOAT else 2.0**-10
+    big = np.abs(want).max()
+    assert np.abs(online.astype(np.float64) - want).max() <= tol * big
+
+
+def test_expert_bmm_broadcasts_one_activation_over_the_ids(lib, ep_devices, mxfuse_cli, tmp_path):
+    """MatMul broadcasts a batch of 1 against the S gathered experts; so does MxGatherMatMul."""
+    src, deq = bmm_model(tmp_path / "m.onnx", True, False, TP.FLOAT, a_batch=1)
+    report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
+    assert report["counts"]["mx_gather_dequant"] == 1, report
+    feed = {"x": np.random.default_rng(5).standard_normal((1, K)).astype(np.float32),
+            "ids": np.array([6, 1, 6], np.int64)}
+    want = ReferenceEvaluator(onnx.load(src)).run(None, feed)[0]
+    for sess in (ep_session(src, ep_devices), offline_session(tmp_path / "fused.onnx", lib)):
+        got = sess.run(None, feed)[0]
+        assert got.shape == (3, N, 1)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_expert_bmm_the_gemm_cannot_take_stays_with_a_note(mxfuse_cli, lib, tmp_path):
+    """Weight first but blocked along N (axis 1), not K: the gathered dequantize still fuses,
+    the MatMul stays (ORT's), and the report says why."""
+    src, _ = bmm_model(tmp_path / "m.onnx", True, False, TP.FLOAT)
+    m = onnx.load(src)
+    q = numpy_helper.to_array(m.graph.initializer[0])
+    m.graph.initializer[1].CopyFrom(e8m0_tensor("ws", np.full((E, N // 48, K), 127, np.uint8)))
+    m.graph.node[0].attribute[0].i = 1  # axis
+    m.graph.node[0].attribute[1].i = 48  # block_size
+    onnx.save(m, src)
+    assert q.shape == (E, N, K)
+    report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
+    fused = sorted(n.op_type for n in onnx.load(tmp_path / "fused.onnx").graph.node)
+    assert fused == ["MatMul", "MxGatherDequantize", "Unsqueeze"], fused
+    notes = [n for f in report["fusions"] for n in f.get("notes", [])]
+    assert any("MatMul stays" in n and "blocks of 32 along K" in n for n in notes), notes
+    feed = {"x": np.ones((2, K), np.float32), "ids": np.array([1, 2], np.int64)}
+    want = ReferenceEvaluator(onnx.load(src)).run(None, feed)[0]
+    got = offline_session(tmp_path / "fused.onnx", lib).run(None, feed)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-6)

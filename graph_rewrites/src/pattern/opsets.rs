@@ -53,6 +53,7 @@ const OTHER_DOMAIN_OPS: &[(&str, &str)] = &[
     (crate::view::MXFUSE_DOMAIN, "MxMatMul"),
     (crate::view::MXFUSE_DOMAIN, "MxDequantize"),
     (crate::view::MXFUSE_DOMAIN, "MxGatherDequantize"),
+    (crate::view::MXFUSE_DOMAIN, "MxGatherMatMul"),
     (crate::view::MXFUSE_DOMAIN, "MxQuantizeLinear"),
     (crate::view::MXFUSE_DOMAIN, "AddRmsNormMxQuant"),
     (crate::view::MXFUSE_DOMAIN, "SwiGluMxQuant"),

@@ -3,6 +3,7 @@
 //! the others are done).
 pub mod add_rmsnorm_mxquant;
 pub mod flat_linear;
+pub mod gathered_bmm;
 pub mod mx_consumers;
 pub mod mx_dequant;
 pub mod mx_gather_dequant;

@@ -31,6 +31,7 @@
 
 use std::sync::LazyLock;
 
+use super::gathered_bmm::{gathered_bmm, Bmm, Experts};
 use super::mx_dequant::{dequant_layout, e8m0_dequantize};
 use crate::pattern::predicates::{attr_int, dtype};
 use crate::pattern::{Emit, Fuse, Match, OpId, Pat, Pattern, Rule, RuleConfig, Site, N, V};
@@ -71,7 +72,9 @@ pub static RULE: LazyLock<MxGatherDequantRule> = LazyLock::new(|| {
         .args([w, indices])
         .node();
     let y = p.out(gather, 0);
-    p.produces(y);
+    // Not always produced: when the Gather's one reader is a bmm the rule takes as well
+    // (`MxGatherMatMul`), nothing reads it any more.
+    p.escaping(y);
     MxGatherDequantRule {
         pat: p.finish(y),
         dq,
@@ -94,6 +97,8 @@ pub struct Params {
     block_size: i64,
     output_dtype: i64,
     gather_axis: i64,
+    /// The bmm reading the gathered experts, taken too (`MxGatherMatMul`).
+    bmm: Option<Bmm>,
 }
 
 impl Rule for MxGatherDequantRule {
@@ -155,7 +160,22 @@ impl Rule for MxGatherDequantRule {
                 g.value_name(g.outputs(n)[0])
             ));
         }
-        Ok(Fuse::new(Params {
+        let experts = Experts {
+            values: x,
+            axis: axis.rem_euclid(rank),
+            block_size,
+            output_dtype,
+        };
+        let bmm = if gather_axis == 0 && rank == 3 {
+            gathered_bmm(g, m.root(), indices, &experts)
+        } else {
+            Ok(None)
+        };
+        let (bmm, note) = match bmm {
+            Ok(b) => (b, None),
+            Err(why) => (None, Some(why)),
+        };
+        let mut fuse = Fuse::new(Params {
             x,
             scale,
             indices,
@@ -164,10 +184,33 @@ impl Rule for MxGatherDequantRule {
             block_size,
             output_dtype,
             gather_axis,
-        }))
+            bmm,
+        });
+        if let Some(b) = bmm {
+            fuse = fuse.also(b.matmul, [b.y]);
+        }
+        if let Some(why) = note {
+            fuse = fuse.note(format!("the gathered experts' MatMul stays: {why}"));
+        }
+        Ok(fuse)
     }
 
-    fn rewrite(&self, _site: &Site, p: Params, e: &mut Emit<'_>) -> Result<(), String> {
+    fn rewrite(&self, site: &Site, p: Params, e: &mut Emit<'_>) -> Result<(), String> {
+        if let Some(b) = p.bmm {
+            let spec = e
+                .op("MxGatherMatMul")
+                .input(b.act)
+                .input(p.x)
+                .input(p.scale)
+                .input(p.indices)
+                .attr_int("trans_b", i64::from(b.trans_b))
+                .attr_int("output_dtype", p.output_dtype)
+                .output(b.y);
+            e.add(spec)?;
+            if !site.produces(p.y) {
+                return Ok(());
+            }
+        }
         let spec = e
             .op("MxGatherDequantize")
             .input(p.x)

@@ -16,10 +16,12 @@
 //! ```
 
 mod gather;
+mod gather_matmul;
 mod shapes;
 mod tensor;
 
 pub use gather::{gather_shape, mx_gather_dequantize};
+pub use gather_matmul::mx_gather_matmul;
 pub use shapes::{mx_matmul_dims, scale_shape, swiglu_output_shape};
 pub use tensor::{Pod, TensorMut, TensorRef};
 

@@ -10,7 +10,7 @@ use crate::ort_types::onnx_dtype;
 use crate::tensor::{Meta, TensorMut, TensorRef};
 
 /// The indices as i64 (ONNX Gather takes int32 or int64).
-fn indices_i64(t: &TensorRef<'_>) -> Result<Vec<i64>> {
+pub(super) fn indices_i64(t: &TensorRef<'_>) -> Result<Vec<i64>> {
     match t.meta.dtype {
         onnx_dtype::INT64 => Ok(t
             .data

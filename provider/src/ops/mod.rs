@@ -6,6 +6,7 @@
 pub mod attrs;
 mod foreign;
 mod gather_dequant;
+mod gather_matmul;
 mod huge;
 mod matmul;
 mod parallel;
@@ -77,6 +78,7 @@ pub fn create(attrs: &Attrs) -> Result<Box<dyn Kernel>> {
         "MxMatMul" => Box::new(matmul::MxMatMul::new(MxMatMulAttrs::from_pairs(pairs)?)),
         "MxDequantize" => Box::new(MxDequantAttrs::from_pairs(pairs)?),
         "MxGatherDequantize" => Box::new(kernels::MxGatherDequantAttrs::from_pairs(pairs)?),
+        "MxGatherMatMul" => Box::new(kernels::MxGatherMatMulAttrs::from_pairs(pairs)?),
         "MxQuantizeLinear" => Box::new(MxQuantLinearAttrs::from_pairs(pairs)?),
         other => return Err(Error::Unsupported(format!("com.mxfuse op {other:?}"))),
     })

@@ -163,6 +163,22 @@ pub const MX_GATHER_DEQUANTIZE: OpSchema = OpSchema {
     ],
 };
 
+/// Each sample's float activation times the MX weight of the expert its index selects from a
+/// stacked weight (`MatMul(Gather(DequantizeLinear(b, b_scale), indices), a)` or the weight
+/// second): b FLOAT8E4M3FN or FLOAT4E2M1, indices int32 or int64 (checked by the kernel).
+pub const MX_GATHER_MAT_MUL: OpSchema = OpSchema {
+    domain: DOMAIN,
+    name: "MxGatherMatMul",
+    inputs: &[
+        req("a"),
+        req("b"),
+        typed(req("b_scale"), onnx_dtype::FLOAT8E8M0),
+        req("indices"),
+    ],
+    outputs: &[req("y")],
+    attrs: &[("trans_b", AttrKind::Int), ("output_dtype", AttrKind::Int)],
+};
+
 /// ONNX `QuantizeLinear`-24 for a FLOAT8E8M0 scale (y FLOAT8E4M3FN or FLOAT8E5M2, by
 /// `output_dtype`).
 pub const MX_QUANTIZE_LINEAR: OpSchema = OpSchema {
@@ -209,6 +225,7 @@ pub const ALL: &[&OpSchema] = &[
     &MX_MAT_MUL,
     &MX_DEQUANTIZE,
     &MX_GATHER_DEQUANTIZE,
+    &MX_GATHER_MAT_MUL,
     &MX_QUANTIZE_LINEAR,
 ];
 
