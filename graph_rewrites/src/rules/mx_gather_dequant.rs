@@ -1,14 +1,19 @@
 //! Rule `mx_gather_dequant`: a `Gather` of an E8M0-scaled dequantize becomes one
-//! `com.mxfuse::MxGatherDequantize`, which dequantizes only the gathered slices.
+//! `com.mxfuse::MxGatherDequantize`, which dequantizes only the gathered slices; where the
+//! gathered MX experts' one reader is the bmm with the tokens' activations, that MatMul goes too:
+//! one `com.mxfuse::MxGatherMatMul` reading the selected experts in place.
 //!
-//! Search pattern => y = Gather(DequantizeLinear(x, s: FLOAT8E8M0) | MxDequantize(x, s), idx, axis ≠ the quantized axis)  ⇒  y = com.mxfuse::MxGatherDequantize(x, s, idx)
+//! Search pattern => y = Gather(DequantizeLinear(x, s: FLOAT8E8M0) | MxDequantize(x, s), idx, axis ≠ the quantized axis) [─ MatMul(y, a) | MatMul(a, y)]  ⇒  y = com.mxfuse::MxGatherDequantize(x, s, idx) | out = com.mxfuse::MxGatherMatMul(a, x, s, idx)
 //!
 //! ```text
 //! before                                            after
-//! x [E, K, N], s [E, K/32, N]                       x, s, idx ─ MxGatherDequantize(axis,
-//!   ─ DequantizeLinear(axis = 1, block_size = 32)            block_size, output_dtype,
-//!   = w [E, K, N] ─ Gather(w, idx, axis = 0)                 gather_axis = 0) = y
-//!   = y [idx.., K, N] ─ MatMul ...                             ─ MatMul ...
+//! x [E, N, K], s [E, N, K/32]                       x, s, idx ─ MxGatherDequantize(axis,
+//!   ─ DequantizeLinear(axis = 2, block_size = 32)            block_size, output_dtype,
+//!   = w [E, N, K] ─ Gather(w, idx, axis = 0)                 gather_axis = 0) = y
+//!   = y [idx.., N, K] ─ (other readers)                      ─ (other readers)
+//!
+//!   y [S, N, K] ─ MatMul(y, a [S, K, 1]) = out      a, x, s, idx ─ MxGatherMatMul(trans_b = 1,
+//!   (its one reader; gathered_bmm.rs)                            output_dtype) = out [S, N, 1]
 //! ```
 //!
 //! Key points:
@@ -27,6 +32,9 @@
 //!   next pass of the offline pipeline.
 //! * Refused, with the reason: the dequantize refusals of `mx_dequant`, values of unknown rank,
 //!   indices other than int32 / int64, a gather axis out of range or on the quantized axis.
+//! * The bmm (rules/gathered_bmm.rs says what it must be; otherwise a note says why the MatMul
+//!   stays): the float-`a` MX GEMM per selected expert, exact products and f32 accumulation, so
+//!   only the summation order differs from DequantizeLinear → Gather → MatMul in f32.
 //! * CPU only: on a device placement the EP leaves these to `mx_dequant` and ORT's Gather.
 
 use std::sync::LazyLock;
