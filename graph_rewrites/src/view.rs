@@ -196,57 +196,70 @@ impl<'a> Memoized<'a> {
     }
 }
 
+/// The [`GraphView`] methods a wrapper view forwards unchanged to its field `$g` (all but
+/// `const_value`, which every wrapper has a reason to see, and the provided ones): write
+/// `forward_graph_view!(g);` inside the `impl GraphView` block, then the methods it changes.
+#[macro_export]
+macro_rules! forward_graph_view {
+    ($g:ident) => {
+        fn nodes(&self) -> std::borrow::Cow<'_, [$crate::view::NodeId]> {
+            self.$g.nodes()
+        }
+        fn op_type(&self, n: $crate::view::NodeId) -> &str {
+            self.$g.op_type(n)
+        }
+        fn domain(&self, n: $crate::view::NodeId) -> &str {
+            self.$g.domain(n)
+        }
+        fn node_name(&self, n: $crate::view::NodeId) -> &str {
+            self.$g.node_name(n)
+        }
+        fn inputs(&self, n: $crate::view::NodeId) -> &[Option<$crate::view::ValueId>] {
+            self.$g.inputs(n)
+        }
+        fn outputs(&self, n: $crate::view::NodeId) -> &[$crate::view::ValueId] {
+            self.$g.outputs(n)
+        }
+        fn attr(&self, n: $crate::view::NodeId, name: &str) -> Option<$crate::view::AttrValue> {
+            self.$g.attr(n, name)
+        }
+        fn attr_names(&self, n: $crate::view::NodeId) -> Vec<String> {
+            self.$g.attr_names(n)
+        }
+        fn opset(&self, domain: &str) -> Option<i64> {
+            self.$g.opset(domain)
+        }
+        fn value_name(&self, v: $crate::view::ValueId) -> &str {
+            self.$g.value_name(v)
+        }
+        fn producer(&self, v: $crate::view::ValueId) -> Option<($crate::view::NodeId, usize)> {
+            self.$g.producer(v)
+        }
+        fn consumers(
+            &self,
+            v: $crate::view::ValueId,
+        ) -> std::borrow::Cow<'_, [($crate::view::NodeId, usize)]> {
+            self.$g.consumers(v)
+        }
+        fn is_graph_output(&self, v: $crate::view::ValueId) -> bool {
+            self.$g.is_graph_output(v)
+        }
+        fn is_graph_input(&self, v: $crate::view::ValueId) -> bool {
+            self.$g.is_graph_input(v)
+        }
+        fn tensor_info(&self, v: $crate::view::ValueId) -> Option<$crate::view::TensorInfo> {
+            self.$g.tensor_info(v)
+        }
+        fn is_constant(&self, v: $crate::view::ValueId) -> bool {
+            self.$g.is_constant(v)
+        }
+    };
+}
+
 impl GraphView for Memoized<'_> {
-    fn nodes(&self) -> Cow<'_, [NodeId]> {
-        self.g.nodes()
-    }
-    fn op_type(&self, n: NodeId) -> &str {
-        self.g.op_type(n)
-    }
-    fn domain(&self, n: NodeId) -> &str {
-        self.g.domain(n)
-    }
-    fn node_name(&self, n: NodeId) -> &str {
-        self.g.node_name(n)
-    }
-    fn inputs(&self, n: NodeId) -> &[Option<ValueId>] {
-        self.g.inputs(n)
-    }
-    fn outputs(&self, n: NodeId) -> &[ValueId] {
-        self.g.outputs(n)
-    }
-    fn attr(&self, n: NodeId, name: &str) -> Option<AttrValue> {
-        self.g.attr(n, name)
-    }
-    fn attr_names(&self, n: NodeId) -> Vec<String> {
-        self.g.attr_names(n)
-    }
-    fn opset(&self, domain: &str) -> Option<i64> {
-        self.g.opset(domain)
-    }
-    fn value_name(&self, v: ValueId) -> &str {
-        self.g.value_name(v)
-    }
-    fn producer(&self, v: ValueId) -> Option<(NodeId, usize)> {
-        self.g.producer(v)
-    }
-    fn consumers(&self, v: ValueId) -> Cow<'_, [(NodeId, usize)]> {
-        self.g.consumers(v)
-    }
-    fn is_graph_output(&self, v: ValueId) -> bool {
-        self.g.is_graph_output(v)
-    }
-    fn is_graph_input(&self, v: ValueId) -> bool {
-        self.g.is_graph_input(v)
-    }
-    fn tensor_info(&self, v: ValueId) -> Option<TensorInfo> {
-        self.g.tensor_info(v)
-    }
+    forward_graph_view!(g);
     fn const_value(&self, v: ValueId) -> Option<ConstTensor> {
         self.g.const_value(v)
-    }
-    fn is_constant(&self, v: ValueId) -> bool {
-        self.g.is_constant(v)
     }
     fn memo(&self) -> Option<&ConstMemo> {
         Some(&self.memo)

@@ -9,7 +9,7 @@ use graph_rewrites::pattern::predicates::dtype::{
     BFLOAT16, FLOAT, FLOAT16, FLOAT4E2M1, FLOAT8E4M3FN, FLOAT8E8M0,
 };
 use graph_rewrites::testing::{op_types, value_names, Attr, ModelBuilder};
-use graph_rewrites::view::{AttrValue, ConstTensor, GraphView, NodeId, TensorInfo, ValueId};
+use graph_rewrites::view::{ConstTensor, GraphView, NodeId, ValueId};
 
 /// `wd = DequantizeLinear(wq, ws, axis, block_size 32, output_dtype out)`.
 fn dequantize_wq(b: &mut ModelBuilder, axis: i64, out: i32) -> &mut ModelBuilder {
@@ -675,51 +675,7 @@ struct CountingReads<'a> {
 }
 
 impl GraphView for CountingReads<'_> {
-    fn nodes(&self) -> std::borrow::Cow<'_, [NodeId]> {
-        self.g.nodes()
-    }
-    fn op_type(&self, n: NodeId) -> &str {
-        self.g.op_type(n)
-    }
-    fn domain(&self, n: NodeId) -> &str {
-        self.g.domain(n)
-    }
-    fn node_name(&self, n: NodeId) -> &str {
-        self.g.node_name(n)
-    }
-    fn inputs(&self, n: NodeId) -> &[Option<ValueId>] {
-        self.g.inputs(n)
-    }
-    fn outputs(&self, n: NodeId) -> &[ValueId] {
-        self.g.outputs(n)
-    }
-    fn attr(&self, n: NodeId, name: &str) -> Option<AttrValue> {
-        self.g.attr(n, name)
-    }
-    fn attr_names(&self, n: NodeId) -> Vec<String> {
-        self.g.attr_names(n)
-    }
-    fn opset(&self, domain: &str) -> Option<i64> {
-        self.g.opset(domain)
-    }
-    fn value_name(&self, v: ValueId) -> &str {
-        self.g.value_name(v)
-    }
-    fn producer(&self, v: ValueId) -> Option<(NodeId, usize)> {
-        self.g.producer(v)
-    }
-    fn consumers(&self, v: ValueId) -> std::borrow::Cow<'_, [(NodeId, usize)]> {
-        self.g.consumers(v)
-    }
-    fn is_graph_output(&self, v: ValueId) -> bool {
-        self.g.is_graph_output(v)
-    }
-    fn is_graph_input(&self, v: ValueId) -> bool {
-        self.g.is_graph_input(v)
-    }
-    fn tensor_info(&self, v: ValueId) -> Option<TensorInfo> {
-        self.g.tensor_info(v)
-    }
+    graph_rewrites::forward_graph_view!(g);
     fn const_value(&self, v: ValueId) -> Option<ConstTensor> {
         *self
             .reads
@@ -727,9 +683,6 @@ impl GraphView for CountingReads<'_> {
             .entry(self.g.value_name(v).to_string())
             .or_default() += 1;
         self.g.const_value(v)
-    }
-    fn is_constant(&self, v: ValueId) -> bool {
-        self.g.is_constant(v)
     }
 }
 
