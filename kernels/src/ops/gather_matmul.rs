@@ -24,21 +24,25 @@ use crate::parallel::Parallel;
 use crate::slices::{MatA, MatB};
 use half::{bf16, f16};
 
-/// `(s, p, k, e, n)` of the operands, checked.
-fn dims(a: &[usize], b: &[usize], trans_b: bool) -> Result<[usize; 5]> {
+/// `(s, p, k, e, n)` of the operands, checked: `weight_first` says a's layout (`[S, K, 1]`, else
+/// `[S, P, K]`), `b_nk` b's (`[E, N, K]`, else `[E, K, N]`).
+fn dims(a: &[usize], b: &[usize], weight_first: bool, b_nk: bool) -> Result<[usize; 5]> {
     let ([s, a1, a2], [e, b1, b2]) = (a, b) else {
         return Err(shape_err!(
             "a {a:?} and b {b:?} must both have rank 3 ([S, K, 1] / [S, P, K] and [E, N, K] / [E, K, N])"
         ));
     };
-    let (p, k, n, kb) = if trans_b {
+    let (p, k) = if weight_first {
         if *a2 != 1 {
-            return Err(shape_err!("a {a:?} must be [S, K, 1] with b [E, N, K]"));
+            return Err(shape_err!(
+                "a {a:?} must be [S, K, 1] with the weight first"
+            ));
         }
-        (1, *a1, *b1, *b2)
+        (1, *a1)
     } else {
-        (*a1, *a2, *b2, *b1)
+        (*a1, *a2)
     };
+    let (n, kb) = if b_nk { (*b1, *b2) } else { (*b2, *b1) };
     if k != kb || !k.is_multiple_of(32) {
         return Err(shape_err!(
             "a {a:?} and b {b:?} disagree on K or K is not a multiple of 32"
@@ -121,8 +125,26 @@ pub fn mx_gather_matmul(
     attrs: &MxGatherMatMulAttrs,
     par: &dyn Parallel,
 ) -> Result<()> {
+    mx_gather_matmul_laid_out(a, b, b_scale, indices, y, attrs, attrs.trans_b, par)
+}
+
+/// [`mx_gather_matmul`] with b (and b_scale) in the layout `b_nk` says (`[E, N, K]` /
+/// `[E, N, K/32]`, else `[E, K, N]` / `[E, K/32, N]`) whatever `attrs.trans_b` (which says a's
+/// and y's): the provider's prepack stores a `trans_b = 0` weight transposed, per expert, into
+/// the layout the kernels decode fastest. The same products and sums either way.
+#[allow(clippy::too_many_arguments)]
+pub fn mx_gather_matmul_laid_out(
+    a: TensorRef<'_>,
+    b: TensorRef<'_>,
+    b_scale: TensorRef<'_>,
+    indices: &[i64],
+    y: TensorMut<'_>,
+    attrs: &MxGatherMatMulAttrs,
+    b_nk: bool,
+    par: &dyn Parallel,
+) -> Result<()> {
     let tb = attrs.trans_b;
-    let [sa, p, k, e, n] = dims(a.shape, b.shape, tb)?;
+    let [sa, p, k, e, n] = dims(a.shape, b.shape, tb, b_nk)?;
     let si = indices.len();
     let s = match (sa, si) {
         _ if sa == si => sa,
@@ -143,7 +165,7 @@ pub fn mx_gather_matmul(
         )));
     }
     expect_dtype("b_scale", b_scale.dtype, DType::E8M0)?;
-    let want_scale = if tb { [e, n, k / 32] } else { [e, k / 32, n] };
+    let want_scale = if b_nk { [e, n, k / 32] } else { [e, k / 32, n] };
     expect_shape("b_scale", b_scale.shape, &want_scale)?;
     expect_dtype("y", y.dtype, attrs.output_dtype)?;
     let want_y = if tb { [s, n, 1] } else { [s, p, n] };
@@ -167,9 +189,9 @@ pub fn mx_gather_matmul(
             let wrap: fn(&[$t]) -> MatA<'_> = |r| MatA::$v(r);
             let av = a.view::<$t>()?;
             match y.dtype {
-                DType::F32 => grouped(av, wrap, d, w, &idx, tb, y.view_mut::<f32>()?, par),
-                DType::F16 => grouped(av, wrap, d, w, &idx, tb, y.view_mut::<f16>()?, par),
-                DType::BF16 => grouped(av, wrap, d, w, &idx, tb, y.view_mut::<bf16>()?, par),
+                DType::F32 => grouped(av, wrap, d, w, &idx, b_nk, y.view_mut::<f32>()?, par),
+                DType::F16 => grouped(av, wrap, d, w, &idx, b_nk, y.view_mut::<f16>()?, par),
+                DType::BF16 => grouped(av, wrap, d, w, &idx, b_nk, y.view_mut::<bf16>()?, par),
                 other => Err(unsupported_dtype("y", other)),
             }
         }};
@@ -288,6 +310,42 @@ mod tests {
             assert!(
                 (*g as f64 - w).abs() <= 1e-5 * big,
                 "y[{i}] = {g}, want {w}"
+            );
+        }
+        if tb || fp4 {
+            return;
+        }
+        // The weight second, stored transposed per expert ([E, N, K], as the provider's prepack
+        // keeps it): the same products, within the same bound.
+        let tr = |src: &[u8], rows: usize, cols: usize| -> Vec<u8> {
+            (0..e)
+                .flat_map(|ex| {
+                    let m = &src[ex * rows * cols..(ex + 1) * rows * cols];
+                    (0..cols).flat_map(move |c| (0..rows).map(move |r| m[r * cols + c]))
+                })
+                .collect()
+        };
+        let (bt, st) = (tr(&b, k, n), tr(&sc, k / 32, n));
+        let mut y2 = vec![0u8; s * p * n * 4];
+        mx_gather_matmul_laid_out(
+            TensorRef::new(DType::F32, &ashape, &ab).unwrap(),
+            TensorRef::new(DType::E4M3, &[e, n, k], &bt).unwrap(),
+            TensorRef::new(DType::E8M0, &[e, n, k / 32], &st).unwrap(),
+            ids,
+            TensorMut::new(DType::F32, &yshape, &mut y2).unwrap(),
+            &MxGatherMatMulAttrs {
+                trans_b: false,
+                output_dtype: DType::F32,
+            },
+            true,
+            &Serial,
+        )
+        .unwrap();
+        for (i, (c, w)) in y2.chunks(4).zip(&want).enumerate() {
+            let g = f32::from_le_bytes(c.try_into().unwrap()) as f64;
+            assert!(
+                (g - w).abs() <= 1e-5 * big,
+                "laid out: y[{i}] = {g}, want {w}"
             );
         }
     }

@@ -21,7 +21,7 @@ mod shapes;
 mod tensor;
 
 pub use gather::{gather_shape, mx_gather_dequantize};
-pub use gather_matmul::mx_gather_matmul;
+pub use gather_matmul::{mx_gather_matmul, mx_gather_matmul_laid_out};
 pub use shapes::{mx_matmul_dims, scale_shape, swiglu_output_shape};
 pub use tensor::{Pod, TensorMut, TensorRef};
 

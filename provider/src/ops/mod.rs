@@ -78,7 +78,9 @@ pub fn create(attrs: &Attrs) -> Result<Box<dyn Kernel>> {
         "MxMatMul" => Box::new(matmul::MxMatMul::new(MxMatMulAttrs::from_pairs(pairs)?)),
         "MxDequantize" => Box::new(MxDequantAttrs::from_pairs(pairs)?),
         "MxGatherDequantize" => Box::new(kernels::MxGatherDequantAttrs::from_pairs(pairs)?),
-        "MxGatherMatMul" => Box::new(kernels::MxGatherMatMulAttrs::from_pairs(pairs)?),
+        "MxGatherMatMul" => Box::new(gather_matmul::MxGatherMatMul::new(
+            kernels::MxGatherMatMulAttrs::from_pairs(pairs)?,
+        )),
         "MxQuantizeLinear" => Box::new(MxQuantLinearAttrs::from_pairs(pairs)?),
         other => return Err(Error::Unsupported(format!("com.mxfuse op {other:?}"))),
     })
