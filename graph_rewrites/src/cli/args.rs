@@ -23,6 +23,7 @@ pub enum Command {
     #[command(long_about = REWRITE_HELP)]
     Rewrite(RewriteArgs),
     /// Show a model's ops, opsets and the candidate sites each rule sees.
+    #[command(long_about = INSPECT_HELP)]
     Inspect(InspectArgs),
     /// List the rules, in pipeline order.
     Rules,
@@ -72,6 +73,13 @@ pub struct RewriteArgs {
     #[arg(long)]
     pub stats: bool,
 }
+
+const INSPECT_HELP: &str = "\
+Show a model's ops, opsets and the candidate sites each rule sees: for each site the rule, whether \
+it would fuse (and into which nodes) or be refused, and why. Writes nothing but the --dot views.
+
+Exit status: 0 on success, 1 on bad input (one `error:` line on stderr), 2 on usage errors (a bad \
+--set included).";
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
