@@ -19,6 +19,10 @@ name. A decoder with a KV cache usually needs some set by hand (ORT GenAI's `kv_
 head size, `total_sequence_length` = past + new tokens): `--dim NAME=VALUE` (repeatable), or give
 every input yourself with `--feeds INPUTS.npz` (arrays named as the model's inputs).
 
+LIB.so is the mxfuse library (plugin EP + custom ops); without it, this checkout's
+`target/release/libmxfuse_ep.so` (wherever the command is run from), else the installed
+`onnxruntime_ep_mxfuse` wheel's.
+
 Usage: python scripts/run_in_ort.py ORIGINAL.onnx REWRITTEN.onnx [LIB.so] [--dim NAME=VALUE]... [--feeds INPUTS.npz]
 """
 import atexit
@@ -243,12 +247,34 @@ def ep_session_options(lib):
     return so
 
 
+def library_path(given):
+    """The absolute path of the mxfuse library: LIB.so as given, else this checkout's release
+    build, else the installed wheel's; exits with what to do when there is none (ORT's own error
+    is a traceback naming only the path it tried — the default used to be `target/release`
+    relative to the working directory, so the script failed when run from anywhere else)."""
+    if given:
+        lib = os.path.abspath(given)
+        if not os.path.isfile(lib):
+            sys.exit(f"{given}: no such file (LIB.so is the mxfuse library, e.g. target/release/libmxfuse_ep.so)")
+        return lib
+    checkout = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target", "release", "libmxfuse_ep.so")
+    if os.path.isfile(checkout):
+        return os.path.abspath(checkout)
+    try:
+        import onnxruntime_ep_mxfuse
+        return onnxruntime_ep_mxfuse.get_library_path()
+    except (ImportError, FileNotFoundError):
+        sys.exit(f"no mxfuse library: {os.path.abspath(checkout)} is not built (`cargo build --release -p provider`) "
+                 "and the onnxruntime_ep_mxfuse wheel is not installed (`pip install ./python`); "
+                 "or pass its path as the third argument")
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help"):
         print(__doc__.strip())
         sys.exit(0)
     original, rewritten, lib, dims, npz = parse_args(sys.argv[1:])
-    lib = os.path.abspath(lib or os.path.join("target", "release", "libmxfuse_ep.so"))
+    lib = library_path(lib)
     if npz:
         with np.load(npz) as z:
             feeds = {k: z[k] for k in z.files}
