@@ -60,8 +60,13 @@ def test_run_in_ort_f16_decoder_is_ok(tmp_path, lib, mxfuse_cli):
     run = subprocess.run([sys.executable, str(ROOT / "scripts" / "run_in_ort.py"), str(src), str(fused), lib],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and run.stdout.rstrip().endswith("OK"), run.stdout + run.stderr
-    line = next(l for l in run.stdout.splitlines() if l.startswith("output "))
-    assert "vs the rewritten model on the plugin EP bit-identical: True" in line, line
+    lines = run.stdout.splitlines()
+    i = next(i for i, l in enumerate(lines) if l.startswith("output "))
+    assert "vs the rewritten model on the plugin EP bit-identical: True" in lines[i], lines[i]
+    # Its difference to onnx.reference is a few percent (ORT's f16 rounding of the unfused ops
+    # flips E4M3 roundings), far from the f32 models' 1e-7: the script says why under the line
+    # (new-user probe 5: the bare number looked like a broken fusion).
+    assert lines[i + 1].startswith("  (float16: ORT and onnx.reference round the unfused f16 ops"), run.stdout
 
 
 def bf16_model(path):
