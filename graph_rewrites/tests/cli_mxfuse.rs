@@ -184,8 +184,17 @@ fn unknown_or_bad_settings_exit_2() {
     let o = mxfuse(&["inspect", s(&input), "--set", "scale_rule=rceil"]);
     assert!(o.status.success(), "{}", stderr(&o));
     // Every spelling the flag accepts is named in the error (it listed only true / false).
-    let o = mxfuse(&["inspect", s(&input), "--set", "swiglu_fp32_activation=maybe"]);
-    assert!(stderr(&o).contains("(or true / false, on / off, yes / no)"), "{}", stderr(&o));
+    let o = mxfuse(&[
+        "inspect",
+        s(&input),
+        "--set",
+        "swiglu_fp32_activation=maybe",
+    ]);
+    assert!(
+        stderr(&o).contains("(or true / false, on / off, yes / no)"),
+        "{}",
+        stderr(&o)
+    );
     let o = mxfuse(&["inspect", s(&input), "--set", "swiglu_fp32_activation=on"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(dir);
