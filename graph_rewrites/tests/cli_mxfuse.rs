@@ -162,7 +162,8 @@ fn outputs_that_would_clobber_inputs_are_refused() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// An unknown `--set` key (a typo) is a usage error, like a bad value, not a silent default.
+/// An unknown `--set` key (a typo) is a usage error, like a bad value, not a silent default;
+/// for `inspect` too (it exited 1, as for a bad model, while `rewrite` exited 2).
 #[test]
 fn unknown_or_bad_settings_exit_2() {
     let dir = scratch("settings");
@@ -176,7 +177,26 @@ fn unknown_or_bad_settings_exit_2() {
         let o = mxfuse(&["rewrite", s(&input), "-o", s(&output), "--set", set]);
         assert_eq!(o.status.code(), Some(2), "{set}: {}", stderr(&o));
         assert!(!output.exists(), "{set}");
+        let o = mxfuse(&["inspect", s(&input), "--set", set]);
+        assert_eq!(o.status.code(), Some(2), "inspect {set}: {}", stderr(&o));
+        assert!(stderr(&o).starts_with("error: "), "inspect {set}");
     }
+    let o = mxfuse(&["inspect", s(&input), "--set", "scale_rule=rceil"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Every spelling the flag accepts is named in the error (it listed only true / false).
+    let o = mxfuse(&[
+        "inspect",
+        s(&input),
+        "--set",
+        "swiglu_fp32_activation=maybe",
+    ]);
+    assert!(
+        stderr(&o).contains("(or true / false, on / off, yes / no)"),
+        "{}",
+        stderr(&o)
+    );
+    let o = mxfuse(&["inspect", s(&input), "--set", "swiglu_fp32_activation=on"]);
+    assert!(o.status.success(), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(dir);
 }
 

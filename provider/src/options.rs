@@ -62,11 +62,16 @@ pub const KEYS: &[&str] = &[
 /// helps no kernel, and asking the OS for them can exhaust the process's thread limit.
 pub const MAX_THREADS: usize = 1024;
 
-/// Whether `key` (bare, or with our `ep.mxfuseexecutionprovider.` prefix; any case) names one of
-/// our provider options.
+/// Whether `key` (bare, with our `ep.mxfuseexecutionprovider.` prefix, or with the
+/// `MxFuseExecutionProvider.` one that `ort` (Rust) callers write; any case) names one of our
+/// provider options.
 pub fn is_option_key(key: &str) -> bool {
     let key = key.to_ascii_lowercase();
-    let key = key.strip_prefix(&config_prefix()).unwrap_or(&key);
+    let ep_prefix = format!("{}.", EP_NAME.to_ascii_lowercase());
+    let key = key
+        .strip_prefix(&config_prefix())
+        .or_else(|| key.strip_prefix(&ep_prefix))
+        .unwrap_or(&key);
     key.starts_with("rule.") || KEYS.contains(&key) || RULE_SETTINGS.contains(&key)
 }
 
@@ -289,6 +294,9 @@ mod tests {
             "rule.mxquant",
             "Enable_Rules",
             "ep.MxFuseExecutionProvider.device",
+            // As `ort` (Rust) callers write keys (docs/provider.md); a dynamic option spelled so
+            // was accepted and silently did nothing (new-user probe 5).
+            "MxFuseExecutionProvider.threads",
         ] {
             assert!(is_option_key(k), "{k}");
         }
@@ -297,6 +305,7 @@ mod tests {
             "rule",
             "thread",
             "ep.otherexecutionprovider.threads",
+            "OtherExecutionProvider.threads",
         ] {
             assert!(!is_option_key(k), "{k}");
         }

@@ -7,8 +7,7 @@ offline by the ``mxfuse`` CLI.
 Plugin EP::
 
     import onnxruntime as ort, onnxruntime_ep_mxfuse as mx
-    ort.register_execution_provider_library(mx.get_ep_name(), mx.get_library_path())
-    mx.register(ort)
+    mx.register(ort)   # = ort.register_execution_provider_library(mx.get_ep_name(), mx.get_library_path())
     so = ort.SessionOptions()
     so.add_provider_for_devices(mx.get_ep_devices(ort, "cpu"), {"scale_rule": "floor"})
     sess = ort.InferenceSession("model.onnx", sess_options=so)

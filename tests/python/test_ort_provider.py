@@ -174,7 +174,8 @@ def test_changing_a_provider_option_on_a_live_session_is_an_error(ep_devices):
     settings are fixed at session creation. Keys that are not ours pass (ORT hands every EP the
     same keys)."""
     sess = ep_session(floatify_outputs(mxquantize_model()), ep_devices)
-    for key in ("threads", "rule.mxquant", "scale_rule"):
+    # Also with the EP-name prefix `ort` (Rust) callers write, which passed silently.
+    for key in ("threads", "rule.mxquant", "scale_rule", "MxFuseExecutionProvider.threads"):
         with pytest.raises(Exception, match=f'provider option "{key}" cannot be changed on a live session'):
             sess.set_ep_dynamic_options({key: "1"})
     sess.set_ep_dynamic_options({"ep.dynamic.workload_type": "Efficient"})

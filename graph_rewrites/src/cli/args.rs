@@ -23,6 +23,7 @@ pub enum Command {
     #[command(long_about = REWRITE_HELP)]
     Rewrite(RewriteArgs),
     /// Show a model's ops, opsets and the candidate sites each rule sees.
+    #[command(long_about = INSPECT_HELP)]
     Inspect(InspectArgs),
     /// List the rules, in pipeline order.
     Rules,
@@ -64,14 +65,22 @@ pub struct RewriteArgs {
     #[arg(long)]
     pub explain: bool,
     /// A rule setting (repeatable): scale_rule=floor|rceil (override every fused quantizer's
-    /// E8M0 rule), nan_policy=propagate|ignore, swiglu_fp32_activation=0|1 (vLLM's
-    /// unrounded SwiGLU activation); an unknown key is an error.
+    /// E8M0 rule), nan_policy=propagate|ignore, swiglu_fp32_activation=0|1 (also
+    /// true|false, on|off, yes|no; vLLM's unrounded SwiGLU activation); an unknown key is an
+    /// error.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub settings: Vec<String>,
     /// Print wall time per phase (load, rewrite, save) and peak resident memory.
     #[arg(long)]
     pub stats: bool,
 }
+
+const INSPECT_HELP: &str = "\
+Show a model's ops, opsets and the candidate sites each rule sees: for each site the rule, whether \
+it would fuse (and into which nodes) or be refused, and why. Writes nothing but the --dot views.
+
+Exit status: 0 on success, 1 on bad input (one `error:` line on stderr), 2 on usage errors (a bad \
+--set included).";
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {

@@ -10,6 +10,7 @@ use super::{dot, parse_settings, CliError};
 use crate::io::{external, load_graph};
 use crate::ir::Graph;
 use crate::onnx_pb::tensor_proto::DataType;
+use crate::pattern::RuleConfig;
 use crate::pipeline::PipelineOptions;
 use crate::view::{Dim, GraphView, TensorInfo};
 use crate::Error;
@@ -19,6 +20,9 @@ pub fn run_inspect(args: &InspectArgs) -> Result<String, CliError> {
         settings: parse_settings(&args.settings)?,
         ..PipelineOptions::default()
     };
+    // A bad setting is a command-line error (exit 2), as for `rewrite`, found before the model
+    // is read.
+    RuleConfig::from_settings(&opts.settings).map_err(CliError::Usage)?;
     let g = load_graph(&args.input)?;
     let mut out = model_summary(&g, &args.input);
     let (sites, rewritten) = candidate_sites(&g, &opts)?;

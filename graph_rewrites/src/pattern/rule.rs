@@ -41,7 +41,10 @@ impl RuleConfig {
         }
         if let Some(v) = s.get("swiglu_fp32_activation") {
             c.swiglu_fp32_activation = parse_flag(v).ok_or_else(|| {
-                format!("swiglu_fp32_activation must be 0 or 1 (or true / false), got '{v}'")
+                format!(
+                    "swiglu_fp32_activation must be 0 or 1 (or true / false, on / off, yes / no), \
+                     got '{v}'"
+                )
             })?;
         }
         if let Some(p) = s.get("nan_policy") {

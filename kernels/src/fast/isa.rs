@@ -18,14 +18,35 @@
 use std::cell::Cell;
 use std::sync::OnceLock;
 
-/// The process-wide cap from `MXFUSE_CPU_ISA` (read once).
+/// The process-wide cap from `MXFUSE_CPU_ISA` (read once). A value that is none of the
+/// documented ones is ignored with one line on stderr: a typo (`avx-2`) used to be ignored
+/// silently, leaving the GEMMs on the CPU's best path when the user had asked to pin them.
 fn isa_cap() -> &'static str {
     static CAP: OnceLock<String> = OnceLock::new();
     CAP.get_or_init(|| {
-        std::env::var("MXFUSE_CPU_ISA")
-            .unwrap_or_default()
-            .to_ascii_lowercase()
+        let (cap, warning) = isa_cap_from(std::env::var("MXFUSE_CPU_ISA").ok().as_deref());
+        if let Some(w) = warning {
+            eprintln!("{w}");
+        }
+        cap
     })
+}
+
+/// `MXFUSE_CPU_ISA`'s value → (the cap, lower-cased; `""` for the default) and a warning for a
+/// value that is none of `portable`, `avx2`, `avx512` (then the default).
+fn isa_cap_from(value: Option<&str>) -> (String, Option<String>) {
+    let v = value.unwrap_or_default().trim().to_ascii_lowercase();
+    match v.as_str() {
+        "" | "portable" | "avx2" | "avx512" => (v, None),
+        _ => (
+            String::new(),
+            Some(format!(
+                "mxfuse: MXFUSE_CPU_ISA={:?} is not portable, avx2 or avx512: ignored (the default: \
+                 the best path this CPU has)",
+                value.unwrap_or_default()
+            )),
+        ),
+    }
 }
 
 /// The code path a fast kernel takes.
@@ -47,14 +68,34 @@ thread_local! {
 /// shapes (Xeon, 2 threads, weights from DRAM), and M < 4 does not take it.
 pub const AMX_DEFAULT: bool = true;
 
-/// `MXFUSE_CPU_AMX` (read once): `1` / `0`, anything else or unset → [`AMX_DEFAULT`].
+/// `MXFUSE_CPU_AMX` (read once): `1` / `0`; unset or empty → [`AMX_DEFAULT`]; anything else →
+/// [`AMX_DEFAULT`] with one line on stderr.
 fn amx_wanted() -> bool {
     static WANT: OnceLock<bool> = OnceLock::new();
-    *WANT.get_or_init(|| match std::env::var("MXFUSE_CPU_AMX").as_deref() {
-        Ok("1") => true,
-        Ok("0") => false,
-        _ => AMX_DEFAULT,
+    *WANT.get_or_init(|| {
+        let (want, warning) = amx_wanted_from(std::env::var("MXFUSE_CPU_AMX").ok().as_deref());
+        if let Some(w) = warning {
+            eprintln!("{w}");
+        }
+        want
     })
+}
+
+/// `MXFUSE_CPU_AMX`'s value → whether AMX is wanted, and a warning for a value that is not
+/// `0` / `1` (then [`AMX_DEFAULT`]).
+fn amx_wanted_from(value: Option<&str>) -> (bool, Option<String>) {
+    match value.map(str::trim) {
+        Some("1") => (true, None),
+        Some("0") => (false, None),
+        None | Some("") => (AMX_DEFAULT, None),
+        Some(other) => (
+            AMX_DEFAULT,
+            Some(format!(
+                "mxfuse: MXFUSE_CPU_AMX={other:?} is not 0 or 1: ignored (the default: {})",
+                if AMX_DEFAULT { "on" } else { "off" }
+            )),
+        ),
+    }
 }
 
 /// Whether the MXFP8 `[N, K]` GEMM at 4 ≤ M ≤ 64 may run on AMX-BF16 tiles: wanted
@@ -165,4 +206,36 @@ pub fn with_avx512_bf16<R>(f: impl FnOnce() -> R) -> R {
     let out = f();
     FORCE_AVX512.with(|c| c.set(prev));
     out
+}
+
+#[cfg(test)]
+mod env_tests {
+    use super::{amx_wanted_from, isa_cap_from, AMX_DEFAULT};
+
+    /// A value that is none of the documented ones is the default with a warning naming the
+    /// variable, never silently another path (new-user probe 5: `MXFUSE_CPU_ISA=bogus` was
+    /// ignored without a word).
+    #[test]
+    fn cpu_isa_and_amx_values() {
+        assert_eq!(isa_cap_from(None), (String::new(), None));
+        assert_eq!(isa_cap_from(Some("AVX2")), ("avx2".to_string(), None));
+        assert_eq!(
+            isa_cap_from(Some("portable")),
+            ("portable".to_string(), None)
+        );
+        assert_eq!(isa_cap_from(Some("avx512")), ("avx512".to_string(), None));
+        let (cap, w) = isa_cap_from(Some("avx-2"));
+        assert_eq!(cap, "");
+        assert!(w
+            .unwrap()
+            .starts_with("mxfuse: MXFUSE_CPU_ISA=\"avx-2\" is not portable, avx2 or avx512"));
+        assert_eq!(amx_wanted_from(Some("0")), (false, None));
+        assert_eq!(amx_wanted_from(Some("1")), (true, None));
+        assert_eq!(amx_wanted_from(None), (AMX_DEFAULT, None));
+        let (want, w) = amx_wanted_from(Some("off"));
+        assert_eq!(want, AMX_DEFAULT);
+        assert!(w
+            .unwrap()
+            .starts_with("mxfuse: MXFUSE_CPU_AMX=\"off\" is not 0 or 1"));
+    }
 }
