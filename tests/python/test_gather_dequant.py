@@ -351,3 +351,35 @@ def test_mxfp8_moe_expert_block_in_batched_mm_spelling(lib, ep_devices, mxfuse_c
     # Float order only (the quantizers' inputs agree to within it, and a rare E4M3 step there
     # would show as more: none at this seed).
     np.testing.assert_allclose(online, want, rtol=0, atol=1e-5 * np.abs(want).max())
+
+
+DEVICE_REWRITTEN_CHILD = """
+import sys, numpy as np, onnxruntime as ort
+from test_mx_dequant import claimed_ops, ep_session
+lib, src = sys.argv[1], sys.argv[2]
+ort.register_execution_provider_library("MxFuseExecutionProvider", lib)
+devs = [d for d in ort.get_ep_devices() if d.ep_name == "MxFuseExecutionProvider"]
+s = ep_session(src, devs)
+print("claimed", sorted(claimed_ops(s)))
+feed = {"x": np.linspace(-2, 2, 3 * 64, dtype=np.float32).reshape(3, 64), "ids": np.array([7, 0, 7])}
+np.save(sys.argv[3], s.run(None, feed)[0])
+"""
+
+
+def test_device_placement_runs_an_offline_rewritten_expert_bmm_on_the_cpu(lib, ep_devices, mxfuse_cli, tmp_path):
+    """An offline-rewritten model's MxGatherMatMul under a device placement (the emulated device
+    memory): not claimed (no device kernel), ORT's CPU EP runs it with the kernel the EP
+    publishes, and the bits are the CPU device's."""
+    import os
+    import subprocess
+    import sys
+    src, _ = bmm_model(tmp_path / "m.onnx", True, False, TP.FLOAT)
+    rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
+    env = dict(os.environ, MXFUSE_EP_TEST_DEVICE_MEMORY="host", PYTHONPATH=os.path.dirname(__file__))
+    out = subprocess.run([sys.executable, "-c", DEVICE_REWRITTEN_CHILD, lib, str(tmp_path / "fused.onnx"),
+                          str(tmp_path / "y.npy")], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "claimed []" in out.stdout, out.stdout
+    feed = {"x": np.linspace(-2, 2, 3 * 64, dtype=np.float32).reshape(3, 64), "ids": np.array([7, 0, 7])}
+    want = ep_session(tmp_path / "fused.onnx", ep_devices).run(None, feed)[0]
+    assert same_bits(np.load(tmp_path / "y.npy"), want)
