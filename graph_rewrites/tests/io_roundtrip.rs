@@ -220,3 +220,32 @@ fn rewrites_are_deterministic_and_idempotent() {
     }
     let _ = std::fs::remove_dir_all(out);
 }
+
+/// External data copied out of a read-only file (a package's samples, say) is the rewritten
+/// model's own file: writable by its owner, so the next save to the same place can replace it.
+#[cfg(unix)]
+#[test]
+fn external_data_copied_from_a_read_only_file_is_owner_writable() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(dir) = samples_dir() else { return };
+    let scratch = scratch_dir("external_read_only");
+    let (src_dir, out_dir) = (scratch.join("src"), scratch.join("out"));
+    std::fs::create_dir_all(&src_dir).unwrap();
+    for f in ["model.onnx", "model.onnx.data"] {
+        std::fs::copy(
+            dir.join("ortgenai_llama_tiny_fp32").join(f),
+            src_dir.join(f),
+        )
+        .unwrap();
+    }
+    let src_data = src_dir.join("model.onnx.data");
+    std::fs::set_permissions(&src_data, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let g = load_graph(&src_dir.join("model.onnx")).unwrap();
+    save_graph(g.clone(), &out_dir.join("out.onnx")).unwrap();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let out_data = out_dir.join("model.onnx.data");
+    assert_eq!(mode(&out_data), 0o644);
+    assert_eq!(mode(&src_data), 0o444, "the source is left as it was");
+    save_graph(g, &out_dir.join("out.onnx")).unwrap();
+    let _ = std::fs::remove_dir_all(scratch);
+}

@@ -89,10 +89,11 @@ fn sites_text(sites: &[Site]) -> String {
         let _ = match &s.verdict {
             Ok(()) => writeln!(
                 out,
-                "  {}  fuse    at '{}' ({} nodes -> {})",
+                "  {}  fuse    at '{}' ({} node{} -> {})",
                 s.rule,
                 s.anchor,
                 s.nodes.len(),
+                if s.nodes.len() == 1 { "" } else { "s" },
                 s.created.join(", ")
             ),
             Err(reason) => writeln!(out, "  {}  refuse  at '{}': {reason}", s.rule, s.anchor),

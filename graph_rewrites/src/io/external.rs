@@ -196,12 +196,29 @@ fn copy_file(src: &Path, dst: &Path) -> Result<(), Error> {
     let copied = super::create_new(&tmp).and_then(|_| {
         if is_sparse(&meta) {
             copy_keeping_holes(src, &tmp)?;
-            fs::set_permissions(&tmp, meta.permissions())
         } else {
-            fs::copy(src, &tmp).map(|_| ())
+            fs::copy(src, &tmp)?;
         }
+        fs::set_permissions(&tmp, owner_writable(meta.permissions()))
     });
     super::commit_temp(&tmp, dst, copied)
+}
+
+/// The source's permissions plus write for the owner: the copy is the rewritten model's own file
+/// (a weights file copied out of a read-only folder, a package's samples say, would otherwise
+/// stay read-only, and the next rewrite to the same place could not replace it).
+fn owner_writable(mut p: fs::Permissions) -> fs::Permissions {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        p.set_mode(p.mode() | 0o200);
+    }
+    #[cfg(not(unix))]
+    {
+        #[allow(clippy::permissions_set_readonly_false)]
+        p.set_readonly(false);
+    }
+    p
 }
 
 /// Whether fewer bytes are allocated to the file than its length (always false off Unix).
