@@ -12,7 +12,7 @@
 //!   dequantize's float type. The sample dims may differ only where one is 1 (MatMul's batch
 //!   broadcast, which `MxGatherMatMul` follows).
 
-use crate::pattern::predicates::dtype;
+use crate::pattern::predicates::{dtype, known_dims};
 use crate::view::{Dim, GraphView, NodeId, ValueId, ONNX_DOMAIN};
 
 /// What `MxGatherMatMul` needs of an accepted bmm.
@@ -32,13 +32,6 @@ pub struct Experts {
     pub axis: i64,
     pub block_size: i64,
     pub output_dtype: i64,
-}
-
-fn known(d: &Dim) -> Option<i64> {
-    match d {
-        Dim::Known(v) => Some(*v),
-        _ => None,
-    }
 }
 
 /// `Ok(Some(bmm))` when the one reader of `gathered` (the Gather's output) is a bmm
@@ -76,17 +69,18 @@ pub fn gathered_bmm(
             dtype::name(vtype)
         ));
     }
-    let wdims: Option<Vec<i64>> = g
-        .tensor_info(ex.values)
-        .and_then(|i| i.shape)
-        .and_then(|s| s.iter().map(known).collect());
+    let wdims = known_dims(g, ex.values);
     let Some(&[_, d1, d2]) = wdims.as_deref() else {
         return Err(format!(
             "MatMul '{name}': the stacked experts need known dims [E, ., .]"
         ));
     };
     // K: the quantized axis, which must be the weight's reduction axis of this MatMul.
-    let (k_axis, k) = if trans_b { (2, d2) } else { (1, d1) };
+    let (k_axis, k) = if trans_b {
+        (2, d2 as i64)
+    } else {
+        (1, d1 as i64)
+    };
     if ex.axis != k_axis || ex.block_size != 32 || k % 32 != 0 {
         return Err(format!(
             "MatMul '{name}': the experts are quantized along axis {} in blocks of {}; the MX GEMM needs blocks of 32 along K (axis {k_axis}, {k} long, a multiple of 32)",
@@ -108,8 +102,8 @@ pub fn gathered_bmm(
         .and_then(|i| i.shape.clone())
         .unwrap_or_default();
     let fits = match (trans_b, adims.as_slice()) {
-        (true, [_, kk, one]) => known(kk) == Some(k) && known(one) == Some(1),
-        (false, [_, _, kk]) => known(kk) == Some(k),
+        (true, [_, Dim::Known(kk), Dim::Known(1)]) => *kk == k,
+        (false, [_, _, Dim::Known(kk)]) => *kk == k,
         _ => false,
     };
     if !fits {

@@ -4,7 +4,9 @@
 use kernels::ops as k;
 use kernels::{DType, MxGatherDequantAttrs};
 
-use super::{dims_of, dtype, out_dims, out_views, required, take, view, Kernel};
+use super::{
+    dims_of, dtype, from_dims, out_dims, out_views, required, take, to_dims, view, Kernel,
+};
 use crate::error::{Error, Result};
 use crate::ort_types::onnx_dtype;
 use crate::tensor::{Meta, TensorMut, TensorRef};
@@ -45,16 +47,12 @@ impl Kernel for MxGatherDequantAttrs {
                 idx.dtype
             )));
         }
-        // Gather's shape rule on the dims as they are (unknown -1 dims pass through).
-        let r = x.dims.len() as i64;
-        let g = self.gather_axis;
-        if g < -r || g >= r {
-            return Err(Error::invalid(format!(
-                "gather_axis {g} is out of range for x of rank {r}"
-            )));
-        }
-        let g = g.rem_euclid(r) as usize;
-        let dims = [&x.dims[..g], &idx.dims[..], &x.dims[g + 1..]].concat();
+        // Gather's shape rule, the kernel's own (unknown dims pass through as -1).
+        let ((xd, x_unknown), (id, i_unknown)) = (to_dims(&x.dims), to_dims(&idx.dims));
+        let dims = from_dims(
+            &k::gather_shape(&xd, &id, self.gather_axis)?,
+            x_unknown || i_unknown,
+        );
         Ok(vec![Meta::new(self.dequant.output_dtype.onnx_code(), dims)])
     }
 

@@ -53,21 +53,22 @@ fn pack(b: &TensorRef<'_>, bs: &TensorRef<'_>, nk: bool) -> Option<Packed> {
     if nk && widened.is_none() {
         return None;
     }
-    let b = widened.as_ref().map_or(*b, Tensor::view);
-    let (&[e, d1, d2], &[se, s1, s2]) = (&b.meta.dims[..], &bs.meta.dims[..]) else {
+    let bv = widened.as_ref().map_or(*b, Tensor::view);
+    let (&[e, d1, d2], &[se, s1, s2]) = (&bv.meta.dims[..], &bs.meta.dims[..]) else {
         return None;
     };
     let [e, d1, d2, se, s1, s2] = [e, d1, d2, se, s1, s2].map(|d| d.max(0) as usize);
-    if b.meta.dtype != DType::E4M3.onnx_code()
+    if bv.meta.dtype != DType::E4M3.onnx_code()
         || se != e
-        || b.data.len() != e * d1 * d2
+        || bv.data.len() != e * d1 * d2
         || bs.data.len() != e * s1 * s2
     {
         return None;
     }
     Some(if nk {
+        // Only a widened FP4 weight gets here: its bytes move in as they are.
         Packed {
-            q: b.data.to_vec(),
+            q: widened.map(|w| w.data).unwrap_or_default(),
             scales: bs.data.to_vec(),
             q_dims: [e, d1, d2],
             scale_dims: [e, s1, s2],
@@ -75,7 +76,7 @@ fn pack(b: &TensorRef<'_>, bs: &TensorRef<'_>, nk: bool) -> Option<Packed> {
     } else {
         // [E, K, N] / [E, K/32, N] → [E, N, K] / [E, N, K/32].
         Packed {
-            q: transpose_each(b.data, e, d1, d2),
+            q: transpose_each(bv.data, e, d1, d2),
             scales: transpose_each(bs.data, e, s1, s2),
             q_dims: [e, d2, d1],
             scale_dims: [e, s2, s1],
