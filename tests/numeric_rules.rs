@@ -552,29 +552,35 @@ fn mxfp4_weights_fuse_and_match_the_reference() {
     }
 }
 
+/// A random MXFP8 weight `[N, K]` (E4M3 values, E8M0 scales `[N, K/32]`) whose rows each have
+/// their own magnitude (a uniform weight would hide a layout error), quantized along K.
+fn nk_mx_weight(n: usize, k: usize, seed: u64) -> (Vec<u8>, Vec<u8>) {
+    use kernels::codec::{mx::quantize_block, QuantConfig};
+    let w = models::data::Rng::new(seed).normals(n * k, 0.0, 1.0);
+    let (mut q, mut sc) = (vec![0u8; n * k], Vec::new());
+    for (r, (src, dst)) in w.chunks_exact(32).zip(q.chunks_exact_mut(32)).enumerate() {
+        let row_scale = 2f32.powi((r / (k / 32)) as i32 % 7 - 3);
+        let block: [f32; 32] = std::array::from_fn(|j| src[j] * row_scale);
+        sc.push(quantize_block(
+            &block,
+            dst.try_into().unwrap(),
+            QuantConfig::default(),
+        ));
+    }
+    (q, sc)
+}
+
 /// An MX weight stored `[N, K]` (torch's Linear layout: blocks along axis 1) read by a MatMul
 /// through `Transpose`: absorbed with `trans_b = 1`, and the GEMM agrees with the unfused graph
 /// on random weights with a scale per block and row (a uniform weight would hide a layout error).
 #[test]
 fn transposed_nk_mx_weight_matches_the_reference() {
-    use kernels::codec::{mx::quantize_block, QuantConfig};
     let (k, n) = (96, 40);
     for dt in [DType::F32, DType::F16] {
         let mut b = GraphBuilder::new(17, false);
         let x = b.add_input("x", elem_of(dt), vec![Dim::Fixed(ROWS), Dim::Fixed(k)]);
         let a = quantize_activation(&mut b, dt, QuantSpelling::StdFloor, &x, "act");
-        // [N, K] values with a different magnitude per row, quantized along K.
-        let w = models::data::Rng::new(9).normals(n * k, 0.0, 1.0);
-        let (mut q, mut sc) = (vec![0u8; n * k], Vec::new());
-        for (r, (src, dst)) in w.chunks_exact(32).zip(q.chunks_exact_mut(32)).enumerate() {
-            let row_scale = 2f32.powi((r / (k / 32)) as i32 % 7 - 3);
-            let block: [f32; 32] = std::array::from_fn(|j| src[j] * row_scale);
-            sc.push(quantize_block(
-                &block,
-                dst.try_into().unwrap(),
-                QuantConfig::default(),
-            ));
-        }
+        let (q, sc) = nk_mx_weight(n, k, 9);
         b.require_opset("", 24);
         let wq = b.add_initializer("w.e4m3", 17, &[n, k], models::builder::Payload::Bytes(q));
         let ws = b.add_initializer(
@@ -646,24 +652,12 @@ fn weight_only_differential(g: Graph, dt: DType, k: usize, ctx: &str) {
 
 #[test]
 fn weight_only_mx_matmul_matches_the_unfused_graph() {
-    use kernels::codec::{mx::quantize_block, QuantConfig};
     let (k, n) = (96, 40);
     for dt in [DType::F32, DType::F16, DType::Bf16] {
         for nk in [false, true] {
             let mut b = GraphBuilder::new(17, false);
             let x = b.add_input("x", elem_of(dt), vec![Dim::Fixed(ROWS), Dim::Fixed(k)]);
-            // [N, K] rows with a different magnitude each, quantized along K.
-            let w = models::data::Rng::new(11).normals(n * k, 0.0, 1.0);
-            let (mut q, mut sc) = (vec![0u8; n * k], Vec::new());
-            for (r, (src, dst)) in w.chunks_exact(32).zip(q.chunks_exact_mut(32)).enumerate() {
-                let row_scale = 2f32.powi((r / (k / 32)) as i32 % 7 - 3);
-                let block: [f32; 32] = std::array::from_fn(|j| src[j] * row_scale);
-                sc.push(quantize_block(
-                    &block,
-                    dst.try_into().unwrap(),
-                    QuantConfig::default(),
-                ));
-            }
+            let (mut q, mut sc) = nk_mx_weight(n, k, 11);
             let (dims, sdims, axis) = if nk {
                 ([n, k], [n, k / 32], 1)
             } else {

@@ -3,7 +3,7 @@
 //! embedding tables); what it cannot take is refused with the reason and left to `mx_dequant`.
 
 use graph_rewrites::pattern::predicates::dtype::{FLOAT, FLOAT8E4M3FN, FLOAT8E8M0, INT32, INT64};
-use graph_rewrites::testing::{first_node, node_attr, op_types, Attr, ModelBuilder};
+use graph_rewrites::testing::{first_node, node_attr, op_types, value_names, Attr, ModelBuilder};
 use graph_rewrites::view::{AttrValue, GraphView};
 
 /// Stacked experts `W = DequantizeLinear(values [4, 16, 64], scales [4, 16, 2], axis 2,
@@ -17,6 +17,18 @@ fn experts(b: &mut ModelBuilder) {
         ("output_dtype", Attr::I(FLOAT as i64)),
     ];
     b.node_in("", "DequantizeLinear", &["wq", "ws"], &["w"], &attrs);
+}
+
+/// `y = MatMul(Gather(W, ids [3]), xu [3, 64, cols])`: the experts' bmm, the weight first.
+fn expert_bmm(cols: i64) -> ModelBuilder {
+    let mut b = ModelBuilder::new(24);
+    b.input("ids", INT64, &[3])
+        .input("xu", FLOAT, &[3, 64, cols]);
+    experts(&mut b);
+    b.node("Gather", &["w", "ids"], &["wsel"])
+        .node("MatMul", &["wsel", "xu"], &["y"]);
+    b.output("y", FLOAT, &[3, 16, cols]);
+    b
 }
 
 fn rejections(report: &graph_rewrites::pipeline::RewriteReport) -> Vec<String> {
@@ -50,15 +62,7 @@ fn stacked_experts_selected_by_id_become_one_gather_dequantize() {
     assert_eq!(node_attr(&g, n, "axis"), AttrValue::Int(2));
     assert_eq!(node_attr(&g, n, "gather_axis"), AttrValue::Int(0));
     assert_eq!(node_attr(&g, n, "block_size"), AttrValue::Int(32));
-    let inputs: Vec<_> = g
-        .inputs(n)
-        .iter()
-        .map(|v| v.map(|v| g.value_name(v).to_string()))
-        .collect();
-    assert_eq!(
-        inputs,
-        [Some("wq".into()), Some("ws".into()), Some("ids".into())]
-    );
+    assert_eq!(value_names(&g, g.inputs(n)), ["wq", "ws", "ids"]);
     assert_eq!(g.value_name(g.outputs(n)[0]), "wsel");
 }
 
@@ -157,44 +161,19 @@ fn float_indices_are_refused() {
 fn the_expert_bmm_is_taken_too_and_reads_the_stacked_weights() {
     // bmm(W[ids], x [S, K, 1]) with W [E, N, K] blocked along K: one MxGatherMatMul, weight
     // first (trans_b = 1), reading the activation as it is.
-    let mut b = ModelBuilder::new(24);
-    b.input("ids", INT64, &[3]).input("xu", FLOAT, &[3, 64, 1]);
-    experts(&mut b);
-    b.node("Gather", &["w", "ids"], &["wsel"])
-        .node("MatMul", &["wsel", "xu"], &["y"]);
-    b.output("y", FLOAT, &[3, 16, 1]);
-    let (report, g) = b.rewrite();
+    let (report, g) = expert_bmm(1).rewrite();
     assert_eq!(report.counts["mx_gather_dequant"], 1, "{report:#?}");
     assert_eq!(op_types(&g), ["MxGatherMatMul"]);
     let n = first_node(&g, "MxGatherMatMul");
     assert_eq!(node_attr(&g, n, "trans_b"), AttrValue::Int(1));
-    let inputs: Vec<_> = g
-        .inputs(n)
-        .iter()
-        .map(|v| v.map(|v| g.value_name(v).to_string()))
-        .collect();
-    assert_eq!(
-        inputs,
-        [
-            Some("xu".into()),
-            Some("wq".into()),
-            Some("ws".into()),
-            Some("ids".into())
-        ]
-    );
+    assert_eq!(value_names(&g, g.inputs(n)), ["xu", "wq", "ws", "ids"]);
     assert_eq!(g.value_name(g.outputs(n)[0]), "y");
 }
 
 #[test]
 fn an_activation_of_the_wrong_shape_leaves_the_matmul_with_a_note() {
     // [S, K, 2]: two columns per sample, not the one MxGatherMatMul takes.
-    let mut b = ModelBuilder::new(24);
-    b.input("ids", INT64, &[3]).input("xu", FLOAT, &[3, 64, 2]);
-    experts(&mut b);
-    b.node("Gather", &["w", "ids"], &["wsel"])
-        .node("MatMul", &["wsel", "xu"], &["y"]);
-    b.output("y", FLOAT, &[3, 16, 2]);
-    let (report, g) = b.rewrite();
+    let (report, g) = expert_bmm(2).rewrite();
     let mut ops = op_types(&g);
     ops.sort();
     assert_eq!(ops, ["MatMul", "MxGatherDequantize"]);

@@ -38,6 +38,24 @@ fn model(t: i32, values: i32, nk: bool, scale: u8) -> ModelBuilder {
     b
 }
 
+/// `x` of `t` with dims `x_dims`; a constant E4M3 weight `wq` of `wq_dims`, every byte `byte`,
+/// with scales `ws` of `ws_dims`, every byte `scale`, dequantized along `axis` to `t` as `wd`.
+fn constant_weight(
+    t: i32,
+    x_dims: &[i64],
+    (wq_dims, byte): (&[i64], u8),
+    (ws_dims, scale): (&[i64], u8),
+    axis: i64,
+) -> ModelBuilder {
+    let len = |d: &[i64]| d.iter().product::<i64>() as usize;
+    let mut b = ModelBuilder::new(24);
+    b.input("x", t, x_dims);
+    b.init_raw("wq", FLOAT8E4M3FN, wq_dims, vec![byte; len(wq_dims)]);
+    b.init_raw("ws", FLOAT8E8M0, ws_dims, vec![scale; len(ws_dims)]);
+    dequantize_wq(&mut b, axis, t);
+    b
+}
+
 /// The `MxMatMul` producing `y`, as `op(inputs) attrs` (sorted), "" for a skipped input.
 fn snapshot(g: &graph_rewrites::ir::Graph) -> String {
     let mm = g.producer(g.value_by_name("y").unwrap()).unwrap().0;
@@ -236,38 +254,17 @@ fn what_is_not_the_same_computation_is_refused_with_the_reason() {
         ),
         (
             "blocked along N",
-            {
-                let mut b = ModelBuilder::new(24);
-                b.input("x", FLOAT, &[4, 64]);
-                b.init_raw("wq", FLOAT8E4M3FN, &[64, 64], vec![0x3a; 4096]);
-                b.init_raw("ws", FLOAT8E8M0, &[64, 2], vec![120; 128]);
-                dequantize_wq(&mut b, 1, FLOAT);
-                b
-            },
+            constant_weight(FLOAT, &[4, 64], (&[64, 64], 0x3a), (&[64, 2], 120), 1),
             "not MXFP8/MXFP4 along K",
         ),
         (
             "K not a multiple of 32",
-            {
-                let mut b = ModelBuilder::new(24);
-                b.input("x", FLOAT, &[4, 48]);
-                b.init_raw("wq", FLOAT8E4M3FN, &[48, 16], vec![0x3a; 768]);
-                b.init_raw("ws", FLOAT8E8M0, &[2, 16], vec![120; 32]);
-                dequantize_wq(&mut b, 0, FLOAT);
-                b
-            },
+            constant_weight(FLOAT, &[4, 48], (&[48, 16], 0x3a), (&[2, 16], 120), 0),
             "K = 48",
         ),
         (
             "unknown K",
-            {
-                let mut b = ModelBuilder::new(24);
-                b.input("x", FLOAT, &[4, -1]);
-                b.init_raw("wq", FLOAT8E4M3FN, &[64, 16], vec![0x3a; 1024]);
-                b.init_raw("ws", FLOAT8E8M0, &[2, 16], vec![120; 32]);
-                dequantize_wq(&mut b, 0, FLOAT);
-                b
-            },
+            constant_weight(FLOAT, &[4, -1], (&[64, 16], 0x3a), (&[2, 16], 120), 0),
             "unknown shape or K",
         ),
         // 1.25 · 2^18 overflows float16: the unfused DequantizeLinear writes Inf.
@@ -279,14 +276,7 @@ fn what_is_not_the_same_computation_is_refused_with_the_reason() {
         // E4M3 0x01 (2^-9) at scale byte 2 is 2^-134, below bfloat16's subnormal spacing.
         (
             "bf16 underflow",
-            {
-                let mut b = ModelBuilder::new(24);
-                b.input("x", BFLOAT16, &[4, 64]);
-                b.init_raw("wq", FLOAT8E4M3FN, &[64, 16], vec![0x01; 1024]);
-                b.init_raw("ws", FLOAT8E8M0, &[2, 16], vec![2; 32]);
-                dequantize_wq(&mut b, 0, BFLOAT16);
-                b
-            },
+            constant_weight(BFLOAT16, &[4, 64], (&[64, 16], 0x01), (&[2, 16], 2), 0),
             "not a bfloat16 value",
         ),
     ];
@@ -313,12 +303,8 @@ fn what_is_not_the_same_computation_is_refused_with_the_reason() {
 #[test]
 fn f16_weight_out_of_the_scale_range_is_checked_value_by_value() {
     // 0x30 = 0.5 at 2^8 = 128: a float16 value, though 448 at that scale would not be.
-    let mut b = ModelBuilder::new(24);
-    b.input("x", FLOAT16, &[4, 64]);
-    b.init_raw("wq", FLOAT8E4M3FN, &[64, 16], vec![0x30; 1024]);
-    b.init_raw("ws", FLOAT8E8M0, &[2, 16], vec![135; 32]);
-    dequantize_wq(&mut b, 0, FLOAT16)
-        .node("MatMul", &["x", "wd"], &["y"])
+    let mut b = constant_weight(FLOAT16, &[4, 64], (&[64, 16], 0x30), (&[2, 16], 135), 0);
+    b.node("MatMul", &["x", "wd"], &["y"])
         .output("y", FLOAT16, &[4, 16]);
     let (report, g) = b.rewrite();
     assert_eq!(report.counts["mx_weight_matmul"], 1, "{report:#?}");
