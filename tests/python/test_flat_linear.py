@@ -12,7 +12,7 @@ from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from test_mx_dequant import claimed_ops, ep_session, mx_activation, offline_session, rewrite, same_bits
+from test_mx_dequant import claimed_ops, ep_session, mx_activation, offline_session, rewrite, same_bits, save
 
 H, N = 64, 48
 
@@ -53,8 +53,7 @@ def model(path, linear, flat=(-1, H)):
     ins = [helper.make_tensor_value_info(n, TP.FLOAT, ["batch", "seq", H]) for n in ("x", "residual")]
     outs = [helper.make_tensor_value_info("out", TP.FLOAT, None),
             helper.make_tensor_value_info("sum", TP.FLOAT, None)]
-    g = helper.make_graph(nodes, "g", ins, outs, inits)
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)], ir_version=11), path)
+    save(nodes, inits, ins, outs, path)
     return path
 
 

@@ -15,8 +15,8 @@ from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from test_mx_dequant import claimed_ops, ep_session, offline_session, rewrite, same_bits
-from test_mxfp4 import e8m0_tensor, fp4_tensor, save
+from test_mx_dequant import claimed_ops, e8m0_tensor, ep_session, offline_session, rewrite, same_bits, save
+from test_mxfp4 import E2M1, fp4_tensor
 
 E, N, K = 8, 48, 64
 
@@ -144,33 +144,39 @@ def test_gather_along_the_block_axis_is_refused_and_still_runs(mxfuse_cli, lib, 
 DEVICE_CHILD = """
 import sys, numpy as np, onnxruntime as ort
 from test_mx_dequant import claimed_ops, ep_session
-lib, src = sys.argv[1], sys.argv[2]
+lib, src, feeds, out = sys.argv[1:5]
 ort.register_execution_provider_library("MxFuseExecutionProvider", lib)
 devs = [d for d in ort.get_ep_devices() if d.ep_name == "MxFuseExecutionProvider"]
 s = ep_session(src, devs)
 print("claimed", sorted(claimed_ops(s)))
-y = s.run(None, {"ids": np.array([[0, 99, -1], [5, 5, -100]], np.int32)})[0]
-np.save(sys.argv[3], y)
+np.save(out, s.run(None, dict(np.load(feeds)))[0])
 """
+
+
+def run_on_emulated_device(lib, src, feed, tmp_path):
+    """`src` in a child process whose EP places sessions on the emulated device memory the GPU
+    tests use: (what the EP claimed, as printed, and the first output)."""
+    import os
+    import subprocess
+    import sys
+    np.savez(tmp_path / "feeds.npz", **feed)
+    env = dict(os.environ, MXFUSE_EP_TEST_DEVICE_MEMORY="host", PYTHONPATH=os.path.dirname(__file__))
+    out = subprocess.run([sys.executable, "-c", DEVICE_CHILD, lib, str(src), str(tmp_path / "feeds.npz"),
+                          str(tmp_path / "y.npy")], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout, np.load(tmp_path / "y.npy")
 
 
 def test_device_placement_leaves_the_gather_to_ort(lib, ep_devices, tmp_path):
     """Under a device placement (the emulated device memory the GPU tests use) the rule is off:
     the DequantizeLinear is claimed as MxDequantize, ORT's CPU EP gathers, and the bits are the
     CPU device's."""
-    import os
-    import subprocess
-    import sys
     src = embedding_model(tmp_path / "m.onnx")
-    env = dict(os.environ, MXFUSE_EP_TEST_DEVICE_MEMORY="host",
-               PYTHONPATH=os.path.dirname(__file__))
-    out = subprocess.run([sys.executable, "-c", DEVICE_CHILD, lib, str(src), str(tmp_path / "y.npy")],
-                         env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "claimed ['DequantizeLinear']" in out.stdout, out.stdout
     feed = {"ids": np.array([[0, 99, -1], [5, 5, -100]], np.int32)}
+    claimed, got = run_on_emulated_device(lib, src, feed, tmp_path)
+    assert "claimed ['DequantizeLinear']" in claimed, claimed
     want = ep_session(src, ep_devices).run(None, feed)[0]
-    assert same_bits(np.load(tmp_path / "y.npy"), want)
+    assert same_bits(got, want)
 
 
 def bmm_model(path, weight_first=True, fp4=False, out_type=TP.FLOAT, a_batch="s"):
@@ -185,7 +191,7 @@ def bmm_model(path, weight_first=True, fp4=False, out_type=TP.FLOAT, a_batch="s"
     scales = rng.integers(118, 130, sshape).astype(np.uint8)
     if fp4:
         codes = rng.integers(0, 16, shape)
-        vals = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], np.float32)[codes]
+        vals = E2M1[codes]
         wq = fp4_tensor("wq", codes)
     else:
         q = rng.standard_normal(shape).astype(ml_dtypes.float8_e4m3fn)
@@ -353,33 +359,14 @@ def test_mxfp8_moe_expert_block_in_batched_mm_spelling(lib, ep_devices, mxfuse_c
     np.testing.assert_allclose(online, want, rtol=0, atol=1e-5 * np.abs(want).max())
 
 
-DEVICE_REWRITTEN_CHILD = """
-import sys, numpy as np, onnxruntime as ort
-from test_mx_dequant import claimed_ops, ep_session
-lib, src = sys.argv[1], sys.argv[2]
-ort.register_execution_provider_library("MxFuseExecutionProvider", lib)
-devs = [d for d in ort.get_ep_devices() if d.ep_name == "MxFuseExecutionProvider"]
-s = ep_session(src, devs)
-print("claimed", sorted(claimed_ops(s)))
-feed = {"x": np.linspace(-2, 2, 3 * 64, dtype=np.float32).reshape(3, 64), "ids": np.array([7, 0, 7])}
-np.save(sys.argv[3], s.run(None, feed)[0])
-"""
-
-
 def test_device_placement_runs_an_offline_rewritten_expert_bmm_on_the_cpu(lib, ep_devices, mxfuse_cli, tmp_path):
     """An offline-rewritten model's MxGatherMatMul under a device placement (the emulated device
     memory): not claimed (no device kernel), ORT's CPU EP runs it with the kernel the EP
     publishes, and the bits are the CPU device's."""
-    import os
-    import subprocess
-    import sys
     src, _ = bmm_model(tmp_path / "m.onnx", True, False, TP.FLOAT)
     rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
-    env = dict(os.environ, MXFUSE_EP_TEST_DEVICE_MEMORY="host", PYTHONPATH=os.path.dirname(__file__))
-    out = subprocess.run([sys.executable, "-c", DEVICE_REWRITTEN_CHILD, lib, str(tmp_path / "fused.onnx"),
-                          str(tmp_path / "y.npy")], env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "claimed []" in out.stdout, out.stdout
     feed = {"x": np.linspace(-2, 2, 3 * 64, dtype=np.float32).reshape(3, 64), "ids": np.array([7, 0, 7])}
+    claimed, got = run_on_emulated_device(lib, tmp_path / "fused.onnx", feed, tmp_path)
+    assert "claimed []" in claimed, claimed
     want = ep_session(tmp_path / "fused.onnx", ep_devices).run(None, feed)[0]
-    assert same_bits(np.load(tmp_path / "y.npy"), want)
+    assert same_bits(got, want)

@@ -79,6 +79,19 @@ def gemm_bias_add_model(path):
     return path
 
 
+def e8m0_tensor(name, s):
+    """A FLOAT8E8M0 initializer of the scale bytes `s` (its shape is theirs)."""
+    s = np.asarray(s, np.uint8)
+    return helper.make_tensor(name, TP.FLOAT8E8M0, list(s.shape), s.tobytes(), raw=True)
+
+
+def save(nodes, inits, inputs, outputs, path):
+    """Writes the graph as an opset-24, IR-11 model to `path`; returns `path`."""
+    g = helper.make_graph(nodes, "g", inputs, outputs, inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)], ir_version=11), path)
+    return path
+
+
 def rewrite(cli, src, dst):
     report = str(dst) + ".json"
     subprocess.run([cli, "rewrite", str(src), "-o", str(dst), "--report", report], check=True,
@@ -180,9 +193,7 @@ def all_pairs_model(path, x_type, out_type):
         # ORT's Python API returns no bfloat16 arrays: widen (exactly) to float for the check.
         nodes.append(helper.make_node("Cast", ["y"], ["y32"], to=TP.FLOAT))
         out, out_type = "y32", TP.FLOAT
-    g = helper.make_graph(nodes, "g", [], [helper.make_tensor_value_info(out, out_type, [256, 256])], inits)
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)], ir_version=11), path)
-    return path
+    return save(nodes, inits, [], [helper.make_tensor_value_info(out, out_type, [256, 256])], path)
 
 
 @pytest.mark.parametrize("x_type", [TP.FLOAT8E4M3FN, TP.FLOAT8E5M2])

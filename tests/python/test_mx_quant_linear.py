@@ -16,19 +16,9 @@ from onnx import TensorProto as TP
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
-from test_mx_dequant import claimed_ops, ep_session, offline_session, rewrite, same_bits
+from test_mx_dequant import claimed_ops, e8m0_tensor, ep_session, offline_session, rewrite, same_bits, save
 
 OFF = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-
-
-def e8m0(name, dims, values):
-    return helper.make_tensor(name, TP.FLOAT8E8M0, dims, np.asarray(values, np.uint8).tobytes(), raw=True)
-
-
-def save(path, nodes, inputs, outputs, inits):
-    g = helper.make_graph(nodes, "g", inputs, outputs, inits)
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)], ir_version=11), path)
-    return path
 
 
 def reproducer(path):
@@ -39,9 +29,9 @@ def reproducer(path):
         helper.make_node("DequantizeLinear", ["q", "sc"], ["y"], axis=-1, block_size=32,
                          output_dtype=TP.FLOAT),
     ]
-    return save(path, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [2, 64])],
-                [helper.make_tensor_value_info("y", TP.FLOAT, [2, 64])],
-                [e8m0("sc", [2, 2], [127, 128, 126, 127])])
+    return save(nodes, [e8m0_tensor("sc", np.reshape([127, 128, 126, 127], [2, 2]))],
+                [helper.make_tensor_value_info("x", TP.FLOAT, [2, 64])],
+                [helper.make_tensor_value_info("y", TP.FLOAT, [2, 64])], path)
 
 
 def static_matmul_add(path):
@@ -67,16 +57,16 @@ def static_matmul_add(path):
         helper.make_node("Cast", ["q5"], ["q5h"], to=TP.FLOAT16),
     ]
     inits = [
-        e8m0("sc", [4, 2], [127, 130, 120, 127, 0, 254, 133, 125]),
-        e8m0("rows", [4], [126, 127, 140, 110]),
-        e8m0("one", [], [129]),
+        e8m0_tensor("sc", np.reshape([127, 130, 120, 127, 0, 254, 133, 125], [4, 2])),
+        e8m0_tensor("rows", np.reshape([126, 127, 140, 110], [4])),
+        e8m0_tensor("one", np.reshape([129], [])),
         onnx.numpy_helper.from_array(w, "w"),
     ]
     outs = [helper.make_tensor_value_info("mm", TP.FLOAT, [4, 16]),
             helper.make_tensor_value_info("sum", TP.FLOAT, [4, 64]),
             helper.make_tensor_value_info("xa", TP.FLOAT, [4, 64]),
             helper.make_tensor_value_info("q5h", TP.FLOAT16, [4, 64])]
-    return save(path, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [4, 64])], outs, inits)
+    return save(nodes, inits, [helper.make_tensor_value_info("x", TP.FLOAT, [4, 64])], outs, path)
 
 
 def same_bytes(a, b):
@@ -165,8 +155,8 @@ def all_scales_model(path, x_type, out_type, saturate, n):
         # ORT's Python API takes no bfloat16 arrays: feed float (bf16 values) and Cast exactly.
         nodes.insert(0, helper.make_node("Cast", ["xf"], ["x"], to=TP.BFLOAT16))
         inputs = [helper.make_tensor_value_info("xf", TP.FLOAT, [256, n])]
-    return save(path, nodes, inputs, [helper.make_tensor_value_info(out, out_type, [256, n])],
-                [e8m0("s", [256, 1], np.arange(256).reshape(256, 1))])
+    return save(nodes, [e8m0_tensor("s", np.arange(256).reshape(256, 1))], inputs,
+                [helper.make_tensor_value_info(out, out_type, [256, n])], path)
 
 
 @pytest.mark.parametrize("x_type", [TP.FLOAT, TP.FLOAT16, TP.BFLOAT16])
@@ -205,7 +195,7 @@ def mx_quantize_linear_model(x_dims, **attrs):
     node = helper.make_node("MxQuantizeLinear", ["x", "sc"], ["q"], domain="com.mxfuse", **attrs)
     g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TP.FLOAT, x_dims)],
                           [helper.make_tensor_value_info("q", TP.FLOAT8E4M3FN, None)],
-                          [e8m0("sc", [2, 2], [127, 128, 126, 127])])
+                          [e8m0_tensor("sc", np.reshape([127, 128, 126, 127], [2, 2]))])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 24), helper.make_opsetid("com.mxfuse", 1)],
                              ir_version=11)
 
@@ -233,9 +223,9 @@ def test_scale_that_does_not_fit_at_run_time_is_an_ort_error(lib, ep_devices, mx
     src = tmp_path / "m.onnx"
     nodes = [helper.make_node("QuantizeLinear", ["x", "sc"], ["q"], axis=-1, block_size=32,
                               output_dtype=TP.FLOAT8E4M3FN)]
-    save(src, nodes, [helper.make_tensor_value_info("x", TP.FLOAT, ["m", 64])],
-         [helper.make_tensor_value_info("q", TP.FLOAT8E4M3FN, ["m", 64])],
-         [e8m0("sc", [2, 2], [127, 128, 126, 127])])
+    save(nodes, [e8m0_tensor("sc", np.reshape([127, 128, 126, 127], [2, 2]))],
+         [helper.make_tensor_value_info("x", TP.FLOAT, ["m", 64])],
+         [helper.make_tensor_value_info("q", TP.FLOAT8E4M3FN, ["m", 64])], src)
     rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
     ep = ep_session(src, ep_devices)
     offline = offline_session(tmp_path / "fused.onnx", lib)

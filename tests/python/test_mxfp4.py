@@ -18,7 +18,8 @@ from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from test_mx_dequant import claimed_ops, ep_session, mx_activation, offline_session, rewrite, same_bits
+from test_mx_dequant import (claimed_ops, e8m0_tensor, ep_session, mx_activation, offline_session, rewrite,
+                             same_bits, save)
 
 K, N = 64, 48
 # The 16 E2M1 values by code, from the format (sign, 2 exponent bits with bias 1, 1 mantissa bit).
@@ -37,17 +38,6 @@ def pack(codes, pad=0xF):
 def fp4_tensor(name, codes):
     codes = np.asarray(codes)
     return helper.make_tensor(name, TP.FLOAT4E2M1, list(codes.shape), pack(codes).tobytes(), raw=True)
-
-
-def e8m0_tensor(name, s):
-    s = np.asarray(s, np.uint8)
-    return helper.make_tensor(name, TP.FLOAT8E8M0, list(s.shape), s.tobytes(), raw=True)
-
-
-def save(nodes, inits, inputs, outputs, path):
-    g = helper.make_graph(nodes, "g", inputs, outputs, inits)
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)], ir_version=11), path)
-    return path
 
 
 def test_packing_and_values_agree_with_onnx_and_ml_dtypes():

@@ -77,6 +77,7 @@ def bf16_model(path):
     import onnx
     from onnx import TensorProto as TP
     from onnx import helper, numpy_helper
+    from test_mx_dequant import save
 
     rng = np.random.default_rng(0)
     c = lambda a, n: numpy_helper.from_array(np.asarray(a), n)  # noqa: E731
@@ -98,8 +99,7 @@ def bf16_model(path):
              n("MatMul", ["yd", "w"], ["out"])]
     ins = [helper.make_tensor_value_info(v, TP.BFLOAT16, [1, 8, 64]) for v in ("x", "residual")]
     outs = [helper.make_tensor_value_info(v, TP.BFLOAT16, None) for v in ("out", "sum")]
-    g = helper.make_graph(nodes, "g", ins, outs, inits)
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)], ir_version=11), path)
+    save(nodes, inits, ins, outs, path)
 
 
 def test_run_in_ort_feeds_and_fetches_bfloat16(tmp_path, lib, mxfuse_cli):

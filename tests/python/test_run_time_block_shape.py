@@ -10,7 +10,7 @@ from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from test_mx_dequant import claimed_ops, ep_session, mx_activation, offline_session, rewrite, same_bits
+from test_mx_dequant import claimed_ops, ep_session, mx_activation, offline_session, rewrite, same_bits, save
 
 H, N = 64, 32
 
@@ -54,8 +54,7 @@ def model(path, lead):
     ins = [helper.make_tensor_value_info(n, TP.FLOAT, ["batch", "seq", H]) for n in ("x", "residual")]
     outs = [helper.make_tensor_value_info("out", TP.FLOAT, None),
             helper.make_tensor_value_info("sum", TP.FLOAT, None)]
-    g = helper.make_graph(nodes, "g", ins, outs, inits)
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)], ir_version=11), path)
+    save(nodes, inits, ins, outs, path)
     return path
 
 
@@ -106,10 +105,9 @@ def test_block_shape_also_read_by_a_linear_output_reshape_loads_on_the_ep(lib, e
         helper.make_node("Concat", ["lead2", "n"], ["unflat"], axis=0),
         helper.make_node("Reshape", ["yf", "unflat"], ["out"]),
     ]
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TP.FLOAT, ["batch", "seq", H])],
-                          [helper.make_tensor_value_info("out", TP.FLOAT, None)], inits)
     src = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)], ir_version=11), src)
+    save(nodes, inits, [helper.make_tensor_value_info("x", TP.FLOAT, ["batch", "seq", H])],
+         [helper.make_tensor_value_info("out", TP.FLOAT, None)], src)
     report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
     assert report["counts"]["mxquant"] == 1, report
     ep = ep_session(src, ep_devices)

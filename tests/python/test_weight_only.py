@@ -27,8 +27,8 @@ from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from conftest import ROOT
-from test_mx_dequant import EP, claimed_ops, ep_session, offline_session, rewrite, same_bits
-from test_mxfp4 import E2M1, e8m0_tensor, fp4_tensor
+from test_mx_dequant import EP, claimed_ops, e8m0_tensor, ep_session, offline_session, rewrite, same_bits, save
+from test_mxfp4 import E2M1, fp4_tensor
 
 K, N = 128, 48
 NP = {TP.FLOAT: np.float32, TP.FLOAT16: np.float16}
@@ -98,9 +98,8 @@ def model(path, form, act_type, values_type, m, rng, scales=None):
         nodes.append(helper.make_node("Gemm", [x, "wd", "c"], [y], transB=1))
     if act_type == TP.BFLOAT16:
         nodes.append(helper.make_node("Cast", ["yb"], ["y"], to=TP.FLOAT))
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", io_type, [m, K])],
-                          [helper.make_tensor_value_info("y", io_type, [m, N])], inits)
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)], ir_version=11), path)
+    save(nodes, inits, [helper.make_tensor_value_info("x", io_type, [m, K])],
+         [helper.make_tensor_value_info("y", io_type, [m, N])], path)
     return path, deq, bias
 
 
@@ -216,11 +215,11 @@ def test_runtime_weight_is_not_fused(lib, ep_devices, mxfuse_cli, tmp_path):
                               output_dtype=TP.FLOAT),
              helper.make_node("MatMul", ["x", "wd"], ["y"])]
     s = np.full((K // 32, N), 120, np.uint8)
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TP.FLOAT, [2, K]),
-                                       helper.make_tensor_value_info("wq", TP.FLOAT8E4M3FN, [K, N])],
-                          [helper.make_tensor_value_info("y", TP.FLOAT, [2, N])], [e8m0_tensor("ws", s)])
     src = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)], ir_version=11), src)
+    save(nodes, [e8m0_tensor("ws", s)],
+         [helper.make_tensor_value_info("x", TP.FLOAT, [2, K]),
+          helper.make_tensor_value_info("wq", TP.FLOAT8E4M3FN, [K, N])],
+         [helper.make_tensor_value_info("y", TP.FLOAT, [2, N])], src)
     report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
     assert report["counts"]["mx_weight_matmul"] == 0 and report["counts"]["mx_dequant"] == 1, report
     reasons = [r["reason"] for r in report["rejections"] if r["rule"] == "mx_weight_matmul"]
@@ -239,12 +238,12 @@ def test_weight_also_read_by_a_gather_stays_for_it(lib, ep_devices, mxfuse_cli, 
              helper.make_node("Gather", ["wd", "ids"], ["emb"], axis=0),
              helper.make_node("Transpose", ["wd"], ["wt"], perm=[1, 0]),
              helper.make_node("MatMul", ["x", "wt"], ["y"])]
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TP.FLOAT, [3, K]),
-                                       helper.make_tensor_value_info("ids", TP.INT64, [4])],
-                          [helper.make_tensor_value_info("y", TP.FLOAT, [3, N]),
-                           helper.make_tensor_value_info("emb", TP.FLOAT, [4, K])], [vals, sc])
     src = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)], ir_version=11), src)
+    save(nodes, [vals, sc],
+         [helper.make_tensor_value_info("x", TP.FLOAT, [3, K]),
+          helper.make_tensor_value_info("ids", TP.INT64, [4])],
+         [helper.make_tensor_value_info("y", TP.FLOAT, [3, N]),
+          helper.make_tensor_value_info("emb", TP.FLOAT, [4, K])], src)
     feeds = {"x": rng.standard_normal((3, K)).astype(np.float32),
              "ids": rng.integers(0, N, 4).astype(np.int64)}
     report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
@@ -272,11 +271,9 @@ def test_weight_read_by_two_matmuls_gives_the_same_bits_on_both_paths(lib, ep_de
              helper.make_node("MatMul", ["x", "wd"], ["y"]),
              helper.make_node("Relu", ["x"], ["x2"]),
              helper.make_node("MatMul", ["x2", "wd"], ["y2"])]
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TP.FLOAT, ["m", K])],
-                          [helper.make_tensor_value_info(n, TP.FLOAT, ["m", N]) for n in ("y", "y2")],
-                          [vals, sc])
     src = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)], ir_version=11), src)
+    save(nodes, [vals, sc], [helper.make_tensor_value_info("x", TP.FLOAT, ["m", K])],
+         [helper.make_tensor_value_info(n, TP.FLOAT, ["m", N]) for n in ("y", "y2")], src)
     report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
     assert report["counts"]["mx_weight_matmul"] == 2, report
     fused = onnx.load(tmp_path / "fused.onnx")
