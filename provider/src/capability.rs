@@ -3,12 +3,8 @@
 //! `DequantizeLinear`s only it reads; the fallback rule `mx_dequant` claims the E8M0
 //! `DequantizeLinear`s the others left), plus com.mxfuse nodes of offline-rewritten models.
 //!
-//! On a device placement (the GPU, or its host stand-in) the device program has no kernel for
-//! a weight-only `MxMatMul` (float `a`, no `a_scale`): the EP then runs without rule
-//! `mx_weight_matmul` ([`CPU_ONLY_RULES`], removed from its options at `CreateEp`), so those
-//! MatMuls stay with ORT's CPU EP as before (the weight's DequantizeLinear claimed as
-//! `MxDequantize`), and an offline-rewritten weight-only `MxMatMul` is not claimed
-//! ([`device_can_run`]): ORT's CPU EP runs it with the kernel the EP publishes (com.mxfuse).
+//! Every placement claims the same sites: the device program (the GPU, or its host stand-in)
+//! has a kernel for every `com.mxfuse` op the rules emit.
 
 use std::collections::HashSet;
 
@@ -17,18 +13,6 @@ use graph_rewrites::view::{GraphView, NodeId, MXFUSE_DOMAIN, QUARK_DOMAIN};
 
 use crate::error::{Error, Result};
 use crate::ops::schema;
-
-/// Rules whose output only the CPU kernels run: off on a device placement.
-pub const CPU_ONLY_RULES: &[&str] = &["mx_weight_matmul", "mx_gather_dequant"];
-
-/// Whether the device program runs com.mxfuse node `n`: everything but a weight-only
-/// `MxMatMul` (no `a_scale`, input 1), `MxGatherDequantize` and `MxGatherMatMul`.
-pub fn device_can_run(view: &dyn GraphView, n: NodeId) -> bool {
-    let op = view.op_type(n);
-    !(op == "MxGatherDequantize"
-        || op == "MxGatherMatMul"
-        || op == "MxMatMul" && view.inputs(n).get(1).copied().flatten().is_none())
-}
 
 /// What became of an accepted site: claimed as a fused node of its own, joined to an earlier
 /// claim (a shared Quark weight fake-quant), or not claimed because it overlaps earlier claims.
@@ -42,12 +26,10 @@ enum Decision {
 }
 
 /// Groups of nodes to claim, one fused node each. Each candidate site, and what became of it,
-/// is described to `explain` (verbose diagnostics), when given. `on_device`: the placement runs
-/// the device program (see the module docs).
+/// is described to `explain` (verbose diagnostics), when given.
 pub fn claim_groups(
     view: &dyn GraphView,
     options: &PipelineOptions,
-    on_device: bool,
     explain: Option<&dyn Fn(&str)>,
 ) -> Result<Vec<Vec<NodeId>>> {
     let sites = find_sites(view, options).map_err(|e| Error::invalid(e.to_string()))?;
@@ -92,7 +74,6 @@ pub fn claim_groups(
     for &n in view.nodes().iter() {
         if view.domain(n) == MXFUSE_DOMAIN
             && schema::find(view.op_type(n)).is_some()
-            && (!on_device || device_can_run(view, n))
             && claimed.insert(n)
         {
             groups.push(vec![n]);
@@ -264,7 +245,7 @@ mod tests {
     fn claim_with_log(g: &graph_rewrites::ir::Graph) -> (Vec<Vec<NodeId>>, Vec<String>) {
         let lines = RefCell::new(Vec::new());
         let log = |l: &str| lines.borrow_mut().push(l.to_string());
-        let groups = claim_groups(g, &PipelineOptions::default(), false, Some(&log)).unwrap();
+        let groups = claim_groups(g, &PipelineOptions::default(), Some(&log)).unwrap();
         (groups, lines.into_inner())
     }
 

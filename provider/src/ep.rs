@@ -85,10 +85,6 @@ impl MxEp {
     /// Sets where the fused nodes run. Sessions whose tensors live in device memory also get
     /// the Memcpy kernels ORT needs between our nodes and the CPU EP's.
     pub fn with_placement(mut self: Box<Self>, placement: Placement) -> Result<Box<Self>> {
-        if matches!(placement, Placement::Device(_)) {
-            // The device program cannot run these rules' output: leave their sites to ORT.
-            self.options.disable_cpu_only_rules()?;
-        }
         if let Some(memory) = placement.device_memory() {
             crate::gpu::memcpy_kernels::registry(memory)?;
             self.base.GetKernelRegistry = Some(crate::gpu::memcpy_kernels::get_kernel_registry);
@@ -164,7 +160,6 @@ unsafe extern "system" fn get_capability(
         let groups = claim_groups(
             &view,
             &ep.options.pipeline,
-            matches!(ep.placement, Placement::Device(_)),
             verbose.then_some(&explain as &dyn Fn(&str)),
         )?;
         ep.logger.log(

@@ -167,14 +167,15 @@ def run_on_emulated_device(lib, src, feed, tmp_path):
     return out.stdout, np.load(tmp_path / "y.npy")
 
 
-def test_device_placement_leaves_the_gather_to_ort(lib, ep_devices, tmp_path):
-    """Under a device placement (the emulated device memory the GPU tests use) the rule is off:
-    the DequantizeLinear is claimed as MxDequantize, ORT's CPU EP gathers, and the bits are the
+def test_device_placement_takes_the_gather_too(lib, ep_devices, tmp_path):
+    """Under a device placement (the emulated device memory the GPU tests use) the rule runs as on
+    the CPU device: the Gather and its DequantizeLinear are claimed together (the device runs
+    `MxGatherDequantize`: kernels/gpu/mx_gather.hip; here its host stand-in) and the bits are the
     CPU device's."""
     src = embedding_model(tmp_path / "m.onnx")
     feed = {"ids": np.array([[0, 99, -1], [5, 5, -100]], np.int32)}
     claimed, got = run_on_emulated_device(lib, src, feed, tmp_path)
-    assert "claimed ['DequantizeLinear']" in claimed, claimed
+    assert "claimed ['DequantizeLinear', 'Gather']" in claimed, claimed
     want = ep_session(src, ep_devices).run(None, feed)[0]
     assert same_bits(got, want)
 
@@ -359,14 +360,17 @@ def test_mxfp8_moe_expert_block_in_batched_mm_spelling(lib, ep_devices, mxfuse_c
     np.testing.assert_allclose(online, want, rtol=0, atol=1e-5 * np.abs(want).max())
 
 
-def test_device_placement_runs_an_offline_rewritten_expert_bmm_on_the_cpu(lib, ep_devices, mxfuse_cli, tmp_path):
-    """An offline-rewritten model's MxGatherMatMul under a device placement (the emulated device
-    memory): not claimed (no device kernel), ORT's CPU EP runs it with the kernel the EP
-    publishes, and the bits are the CPU device's."""
+def test_device_placement_runs_the_expert_bmm_online_and_offline(lib, ep_devices, mxfuse_cli, tmp_path):
+    """The expert bmm under a device placement (the emulated device memory): online the rule takes
+    it as on the CPU device, and an offline-rewritten model's MxGatherMatMul is claimed as it is
+    (the device kernels: kernels/gpu/mx_gather.hip); the bits are the CPU device's."""
     src, _ = bmm_model(tmp_path / "m.onnx", True, False, TP.FLOAT)
     rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
     feed = {"x": np.linspace(-2, 2, 3 * 64, dtype=np.float32).reshape(3, 64), "ids": np.array([7, 0, 7])}
-    claimed, got = run_on_emulated_device(lib, tmp_path / "fused.onnx", feed, tmp_path)
-    assert "claimed []" in claimed, claimed
     want = ep_session(tmp_path / "fused.onnx", ep_devices).run(None, feed)[0]
+    claimed, got = run_on_emulated_device(lib, tmp_path / "fused.onnx", feed, tmp_path)
+    assert "claimed ['MxGatherMatMul']" in claimed, claimed
+    assert same_bits(got, want)
+    claimed, got = run_on_emulated_device(lib, src, feed, tmp_path)
+    assert "'Gather'" in claimed and "'MatMul'" in claimed, claimed
     assert same_bits(got, want)
