@@ -12,21 +12,26 @@ L2):
              of all E experts to bf16, then torch's gather + bmm
   floor      the selected experts' distinct FP8 bytes at the read-only HBM bandwidth
 Also checks ours against torch's f32 product of the dequantized experts (relative error).
+
+Second part, the weight-only MxMatMul (a bf16 activation [M, K] times one MX weight [N, K]; the
+same kernel on one "expert", `mx_matmul_float_a_nk`) at the MiniMax-M3 decode shapes against
+cuBLAS bf16 (`x @ W.t()`) and the EP's device path before it (our MxDequantize of the weight to
+bf16 every step, then cuBLAS), weights rotating over >= 400 MB so L2 holds none.
 Usage: python3 bench_gather.py            (OUT=dir for bench_gather.json)"""
 import ctypes, json, os, statistics
 import torch
 from bench import graph_time, read_bandwidth
-from mxgpu import Module
+from mxgpu import Module, epilogue
 
 OUT = os.environ.get("OUT", ".")
 dev = "cuda"
 E, TOPK, IDSETS = 32, 8, 16
 
 
-def experts(n, k):
-    """E4M3 experts [E, n, k] (finite), E8M0 scales [E, n, k/32] near 1, their f32 values."""
-    q = (torch.randn(E, n, k, device=dev) * 2).to(torch.float8_e4m3fn)
-    s = torch.randint(120, 128, (E, n, k // 32), dtype=torch.uint8, device=dev)
+def experts(n, k, e=E):
+    """E4M3 experts [e, n, k] (finite), E8M0 scales [e, n, k/32] near 1."""
+    q = (torch.randn(e, n, k, device=dev) * 2).to(torch.float8_e4m3fn)
+    s = torch.randint(120, 128, (e, n, k // 32), dtype=torch.uint8, device=dev)
     return q, s
 
 
@@ -84,7 +89,63 @@ def main():
                   f"({t['bf16_bmm'] / t['ours']:.1f}x) | deq_all {t['deq_all']:8.2f} ({t['deq_all'] / t['ours']:.1f}x) | "
                   f"floor {floor:6.2f} ({100 * floor / t['ours']:.0f}% of HBM) | rel err {rel:.1e}", flush=True)
         del q, s, wb, deq
-    json.dump(dict(read_bw=read_bw, rows=rows), open(os.path.join(OUT, "bench_gather.json"), "w"), indent=1)
+    wonly = weight_only(mod, read_bw)
+    json.dump(dict(read_bw=read_bw, rows=rows, weight_only=wonly), open(os.path.join(OUT, "bench_gather.json"), "w"),
+              indent=1)
+
+
+def weight_only(mod, read_bw):
+    rows = []
+    for N, K in ((1536, 6144), (6144, 768), (6144, 6144)):
+        copies = max(2, -(-400 * 2**20 // (N * K)))
+        ws = [experts_one(N, K) for _ in range(copies)]
+        wb = [dequant_f32(q, s).bfloat16() for q, s in ws[:max(2, copies // 2)]]
+        deq = torch.empty(N, K, dtype=torch.bfloat16, device=dev)
+        turn = [0]
+
+        def nxt(n):
+            turn[0] += 1
+            return turn[0] % n
+        for M in (1, 4, 8, 16):
+            x = torch.randn(M, K, device=dev).bfloat16()
+            y = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
+            ep = epilogue()
+
+            def ours(w=None):
+                q, s = ws[nxt(len(ws))] if w is None else w
+                mod.launch("mx_matmul_float_a_nk_bf16_bf16", (1, -(-N // 8), -(-M // 8)), (256,),
+                           [x, q, s, y, ctypes.c_int(M), ctypes.c_int(K), ctypes.c_int(N), ep])
+                return y
+
+            def cublas():
+                return x @ wb[nxt(len(wb))].t()
+
+            def deq_cublas():
+                q, s = ws[nxt(len(ws))]
+                mod.launch("mx_dequantize_e4m3_bf16", (min(-(-N * K // 256), 1 << 16),), (256,),
+                           [q, s, deq, ctypes.c_longlong(N * K), ctypes.c_longlong(K), ctypes.c_longlong(1),
+                            ctypes.c_longlong(32), ctypes.c_longlong(K // 32), ctypes.c_longlong(1),
+                            ctypes.c_longlong(0)])
+                return x @ deq.t()
+
+            got = ours(ws[0]).float()
+            want = x.float() @ dequant_f32(*ws[0]).t()
+            torch.cuda.synchronize()
+            rel = ((got - want).norm() / want.norm()).item()
+            t = {k: graph_time(f) for k, f in (("ours", ours), ("cublas_bf16", cublas), ("deq_cublas", deq_cublas))}
+            hbm = N * K * (1 + 1 / 32) / read_bw * 1e6
+            rows.append(dict(N=N, K=K, M=M, rel=rel, floor=hbm, **t))
+            print(f"weight-only {N}x{K} M={M:2d}: ours {t['ours']:7.2f} | cuBLAS bf16 {t['cublas_bf16']:7.2f} "
+                  f"({t['cublas_bf16'] / t['ours']:.2f}x) | dequantize + cuBLAS {t['deq_cublas']:7.2f} "
+                  f"({t['deq_cublas'] / t['ours']:.2f}x) | {100 * hbm / t['ours']:.0f}% of HBM | rel err {rel:.1e}",
+                  flush=True)
+        del ws, wb, deq
+    return rows
+
+
+def experts_one(n, k):
+    q, s = experts(n, k, e=1)
+    return q[0], s[0]
 
 
 if __name__ == "__main__":

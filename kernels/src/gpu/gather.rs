@@ -78,7 +78,7 @@ fn check_indices(idx: &GpuIndices) -> GpuResult<()> {
 
 /// Warps a block of the `[E, N, K]` E4M3 kernel (`MX_GMM_WARPS`), rows a block (`MX_GMM_ROWS`).
 const GMM_WARPS: usize = 8;
-const GMM_ROWS: usize = 4;
+const GMM_ROWS: usize = 8;
 /// Threads a block of the any-layout kernel.
 const GMM_ANY_BLOCK: usize = 128;
 
@@ -233,7 +233,7 @@ impl GpuRuntime {
             let grid = [
                 dim_u32("samples", s)?,
                 grid_dim("N / 8", n.div_ceil(GMM_WARPS))?,
-                grid_dim("P / 4", p.div_ceil(GMM_ROWS))?,
+                grid_dim("P / 8", p.div_ceil(GMM_ROWS))?,
             ];
             // MX_GMM_WARPS wavefronts (32 lanes on NVIDIA, 64 on CDNA).
             let block = GMM_WARPS * self.device().warp_size.max(32) as usize;
@@ -307,7 +307,7 @@ impl GpuRuntime {
             let grid = [
                 1,
                 grid_dim("N / 8", n.div_ceil(GMM_WARPS))?,
-                grid_dim("M / 4", m.div_ceil(GMM_ROWS))?,
+                grid_dim("M / 8", m.div_ceil(GMM_ROWS))?,
             ];
             let block = GMM_WARPS * self.device().warp_size.max(32) as usize;
             let name = format!("mx_matmul_float_a_nk_{ta}_{to}");
