@@ -3,6 +3,7 @@
 
 use std::ffi::{c_char, c_void, CStr};
 use std::ptr;
+use std::sync::Mutex;
 
 use graph_rewrites::ir::Graph;
 use graph_rewrites::pipeline::run_pipeline;
@@ -41,6 +42,9 @@ pub struct MxEp {
     logger: Logger,
     /// Where the fused nodes run (CPU kernels or GPU launchers; see `gpu::device`).
     placement: Placement,
+    /// Why a group `GetCapability` claimed can run nowhere on this placement
+    /// (`gpu::boundary::copyable_groups`): `Compile` fails the session with it.
+    unrunnable: Mutex<Option<String>>,
 }
 
 impl MxEp {
@@ -78,6 +82,7 @@ impl MxEp {
             parallelism: Parallelism::from_threads(options.threads)?,
             logger: Logger::new(logger),
             placement: Placement::Cpu,
+            unrunnable: Mutex::new(None),
             options,
         }))
     }
@@ -161,12 +166,24 @@ unsafe extern "system" fn get_capability(
             ep.logger
                 .log(OrtLoggingLevel::ORT_LOGGING_LEVEL_VERBOSE, line)
         };
-        let groups = claim_groups(
+        let on_device = matches!(ep.placement, Placement::Device(_));
+        let mut groups = claim_groups(
             &view,
             &ep.options.pipeline,
-            matches!(ep.placement, Placement::Device(_)),
+            on_device,
             verbose.then_some(&explain as &dyn Fn(&str)),
         )?;
+        if on_device {
+            let warn = |line: &str| {
+                ep.logger
+                    .log(OrtLoggingLevel::ORT_LOGGING_LEVEL_WARNING, line)
+            };
+            let (copyable, fatal) = crate::gpu::boundary::copyable_groups(&view, groups, &warn);
+            groups = copyable;
+            *ep.unrunnable
+                .lock()
+                .map_err(|_| Error::invalid("poisoned lock"))? = fatal;
+        }
         ep.logger.log(
             OrtLoggingLevel::ORT_LOGGING_LEVEL_INFO,
             &format!(
@@ -284,6 +301,14 @@ unsafe extern "system" fn compile(
 ) -> OrtStatusPtr {
     guard_status("Compile", || {
         let ep = MxEp::from_raw(ep);
+        if let Some(why) = ep
+            .unrunnable
+            .lock()
+            .map_err(|_| Error::invalid("poisoned lock"))?
+            .clone()
+        {
+            return Err(Error::Unsupported(why));
+        }
         // Build everything first so a failure leaves no half-filled output array behind.
         let mut built = Vec::with_capacity(count);
         for i in 0..count {

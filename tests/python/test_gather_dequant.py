@@ -153,16 +153,23 @@ np.save(out, s.run(None, dict(np.load(feeds)))[0])
 """
 
 
-def run_on_emulated_device(lib, src, feed, tmp_path):
-    """`src` in a child process whose EP places sessions on the emulated device memory the GPU
-    tests use: (what the EP claimed, as printed, and the first output)."""
+def emulated_device_process(lib, src, feed, tmp_path):
+    """Runs `src` on `feed` in a child process whose EP places sessions on the emulated device
+    memory the GPU tests use; the finished process (stdout: what the EP claimed; the first output
+    in tmp_path / "y.npy")."""
     import os
     import subprocess
     import sys
     np.savez(tmp_path / "feeds.npz", **feed)
     env = dict(os.environ, MXFUSE_EP_TEST_DEVICE_MEMORY="host", PYTHONPATH=os.path.dirname(__file__))
-    out = subprocess.run([sys.executable, "-c", DEVICE_CHILD, lib, str(src), str(tmp_path / "feeds.npz"),
-                          str(tmp_path / "y.npy")], env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-c", DEVICE_CHILD, lib, str(src), str(tmp_path / "feeds.npz"),
+                           str(tmp_path / "y.npy")], env=env, capture_output=True, text=True, timeout=120)
+
+
+def run_on_emulated_device(lib, src, feed, tmp_path):
+    """`src` on the emulated device (`emulated_device_process`): (what the EP claimed, as
+    printed, and the first output)."""
+    out = emulated_device_process(lib, src, feed, tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout, np.load(tmp_path / "y.npy")
 
