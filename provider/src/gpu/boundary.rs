@@ -29,10 +29,15 @@ fn not_copyable(view: &dyn GraphView, v: ValueId) -> bool {
 }
 
 /// Why ORT could not copy a value at `group`'s edge between host and device memory: an input
-/// of an element type its Memcpy ops lack that another node computes, or such an output that a
-/// node outside the group reads. `None` when every edge can be copied.
-pub fn uncopyable_edge(view: &dyn GraphView, group: &[NodeId]) -> Option<String> {
-    let members: HashSet<NodeId> = group.iter().copied().collect();
+/// of an element type its Memcpy ops lack that a node ORT keeps (not in `claimed`, the nodes of
+/// every group the EP claims) computes, or such an output that a node ORT keeps reads. `None`
+/// when every edge can be copied (values between two claimed groups stay in device memory).
+pub fn uncopyable_edge(
+    view: &dyn GraphView,
+    group: &[NodeId],
+    claimed: &HashSet<NodeId>,
+) -> Option<String> {
+    let members = claimed;
     for &n in group {
         for &v in view.inputs(n).iter().flatten() {
             let Some((p, _)) = view.producer(v) else {
@@ -86,13 +91,15 @@ pub fn copyable_groups(
     mut groups: Vec<Vec<NodeId>>,
     refused: &dyn Fn(&str),
 ) -> (Vec<Vec<NodeId>>, Option<String>) {
-    let mut checked = 0;
-    while let Some((i, why)) = groups
-        .iter()
-        .enumerate()
-        .skip(checked)
-        .find_map(|(i, g)| uncopyable_edge(view, g).map(|why| (i, why)))
-    {
+    loop {
+        let claimed: HashSet<NodeId> = groups.iter().flatten().copied().collect();
+        let Some((i, why)) = groups
+            .iter()
+            .enumerate()
+            .find_map(|(i, g)| uncopyable_edge(view, g, &claimed).map(|why| (i, why)))
+        else {
+            return (groups, None);
+        };
         let why = format!(
             "{why}, and ONNX Runtime 1.31 cannot copy that type between host and device memory \
              (its MemcpyFromHost / MemcpyToHost have no float8e8m0 / float4e2m1)"
@@ -112,10 +119,7 @@ pub fn copyable_groups(
              placement: {why}",
             group_label(view, &g)
         ));
-        // Leaving a group out can only give the groups reading its outputs a new host edge.
-        checked = 0;
     }
-    (groups, None)
 }
 
 /// Whether ORT's CPU EP runs `n` with a kernel the EP publishes (`com.mxfuse`, Quark's op).
@@ -182,7 +186,12 @@ mod tests {
                 && lines[0].contains("reads the float8e8m0 tensor 's' that Cast_0"),
             "{lines:#?}"
         );
-        assert!(uncopyable_edge(&g, &[first_node(&g, "Cast")]).is_some());
+        let cast = [first_node(&g, "Cast")];
+        let alone = cast.iter().copied().collect();
+        assert!(uncopyable_edge(&g, &cast, &alone).is_some());
+        // Its reader claimed too: the scale stays in device memory.
+        let both = g.nodes().iter().copied().collect();
+        assert!(uncopyable_edge(&g, &cast, &both).is_none());
     }
 
     /// A standard DequantizeLinear there can run nowhere: it stays claimed and the reason (for
