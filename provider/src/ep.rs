@@ -31,6 +31,17 @@ use crate::view_to_model::model_from_view;
 
 const NAME: &CStr = c"MxFuseExecutionProvider";
 
+/// What the INFO summary of a device placement adds: the rules `MxEp::with_placement` turned off
+/// claim nothing there, so no VERBOSE site line mentions their MatMuls / Gathers.
+fn device_rules_note() -> String {
+    format!(
+        " (rules {} are off here: the device has no kernel for their ops, so ORT's CPU EP runs \
+         the float MatMuls of MX weights and the Gathers of MX tables, each weight's \
+         DequantizeLinear claimed as MxDequantize)",
+        crate::capability::CPU_ONLY_RULES.join(", ")
+    )
+}
+
 /// `OrtEp` first, so ORT's `OrtEp*` is also a `*mut MxEp`.
 #[repr(C)]
 pub struct MxEp {
@@ -187,10 +198,17 @@ unsafe extern "system" fn get_capability(
         ep.logger.log(
             OrtLoggingLevel::ORT_LOGGING_LEVEL_INFO,
             &format!(
-                "mxfuse: claiming {} node(s) of the graph's {} in {} fused subgraph(s)",
+                "mxfuse: claiming {} node(s) of the graph's {} in {} fused subgraph(s), run on \
+                 the {} placement{}",
                 groups.iter().map(Vec::len).sum::<usize>(),
                 view.nodes().len(),
-                groups.len()
+                groups.len(),
+                ep.placement.name(),
+                if on_device {
+                    device_rules_note()
+                } else {
+                    String::new()
+                }
             ),
         );
         for group in groups {

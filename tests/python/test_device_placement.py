@@ -77,3 +77,19 @@ def test_offline_rewrite_reading_a_host_e8m0_scale_runs_on_ort_with_the_cpu_devi
     assert "claimed []" in out.stdout, out.stdout
     assert "left to ORT's CPU EP (the kernel the EP publishes) on the device placement" in out.stderr, out.stderr
     assert same_bits(np.load(tmp_path / "y.npy"), want)
+
+
+def test_info_summary_names_the_placement_and_the_rules_it_turns_off(lib, ep_devices, tmp_path):
+    """A weight-only MX MatMul on the device placement: the EP claims only the weight's
+    DequantizeLinear (rule mx_weight_matmul is off there), and its INFO summary says where the
+    claimed nodes run and why the MatMul is not among them (no site line mentions it)."""
+    import test_weight_only as wo
+    src, _, _ = wo.model(tmp_path / "m.onnx", "matmul", TP.FLOAT, TP.FLOAT8E4M3FN, 3, np.random.default_rng(2))
+    feed = {"x": np.random.default_rng(2).standard_normal((3, wo.K)).astype(np.float32)}
+    out = emulated_device_process(lib, src, feed, tmp_path, log_severity=1)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "claimed ['DequantizeLinear']" in out.stdout, out.stdout
+    summary = [line for line in out.stderr.splitlines() if "mxfuse: claiming " in line]
+    assert summary, out.stderr[-2000:]
+    assert all("run on the test device memory placement (rules mx_weight_matmul, mx_gather_dequant are off here"
+               in line for line in summary), summary
