@@ -209,4 +209,33 @@ mod tests {
             "{fatal}"
         );
     }
+
+    /// The other direction: a claimed node's E8M0 output that one of ORT's nodes reads.
+    #[test]
+    fn an_e8m0_output_a_cpu_node_reads_is_an_uncopyable_edge() {
+        let mut b = ModelBuilder::new(24);
+        b.opset(MXFUSE_DOMAIN, 1)
+            .input("x", FLOAT, &[4, 64])
+            .value_info("s", dtype::FLOAT8E8M0, &[4, 2])
+            .node_in(MXFUSE_DOMAIN, "MxQuantize", &["x"], &["q", "s"], &[])
+            .node("Identity", &["s"], &["s_out"])
+            .output("q", FLOAT8E4M3FN, &[4, 64])
+            .output("s_out", dtype::FLOAT8E8M0, &[4, 2]);
+        let g = b.graph().unwrap();
+        let lines = RefCell::new(Vec::new());
+        let log = |l: &str| lines.borrow_mut().push(l.to_string());
+        let (groups, fatal) = copyable_groups(&g, vec![vec![first_node(&g, "MxQuantize")]], &log);
+        assert!(
+            groups.is_empty() && fatal.is_none(),
+            "{:#?}",
+            lines.borrow()
+        );
+        let lines = lines.into_inner();
+        assert!(
+            lines.len() == 1
+                && lines[0]
+                    .contains("Identity_1 (left to ORT's CPU EP) reads the float8e8m0 tensor 's'"),
+            "{lines:#?}"
+        );
+    }
 }
