@@ -184,7 +184,9 @@ unsafe extern "system" fn get_capability(
             on_device,
             verbose.then_some(&explain as &dyn Fn(&str)),
         )?;
-        if on_device {
+        // ORT inserts Memcpy nodes around our nodes only where it allocates their tensors in
+        // device memory (not on the host-staged `device=gpu` placement of a CPU device).
+        if ep.placement.device_memory().is_some() {
             let warn = |line: &str| {
                 ep.logger
                     .log(OrtLoggingLevel::ORT_LOGGING_LEVEL_WARNING, line)

@@ -1,8 +1,9 @@
 //! Which claimed groups a device placement must leave to ORT because of the tensors that would
 //! cross between host and device memory at their edges.
 //!
-//! On a device placement ORT inserts `MemcpyFromHost` / `MemcpyToHost` nodes where a value
-//! passes between one of ORT's CPU nodes and one of our fused nodes (graph inputs and outputs,
+//! On a device placement whose tensors ORT allocates in device memory (the GPU device; not the
+//! host-staged `device=gpu` of a CPU device) ORT inserts `MemcpyFromHost` / `MemcpyToHost` nodes
+//! where a value passes between one of ORT's CPU nodes and one of our fused nodes (graph inputs and outputs,
 //! and initializers, are copied by ORT's own feed / fetch code instead). ONNX Runtime 1.31's
 //! schema of those two ops does not list `float8e8m0` (nor `float4e2m1`): a session whose
 //! claimed node reads an E8M0 scale computed by a CPU node — e.g. the standalone
