@@ -187,12 +187,26 @@ unsafe extern "system" fn get_capability(
         // ORT inserts Memcpy nodes around our nodes only where it allocates their tensors in
         // device memory (not on the host-staged `device=gpu` placement of a CPU device).
         if ep.placement.device_memory().is_some() {
-            let warn = |line: &str| {
-                ep.logger
-                    .log(OrtLoggingLevel::ORT_LOGGING_LEVEL_WARNING, line)
-            };
-            let (copyable, fatal) = crate::gpu::boundary::copyable_groups(&view, groups, &warn);
+            let left = std::cell::RefCell::new(Vec::new());
+            let leave = |line: &str| left.borrow_mut().push(line.to_string());
+            let (copyable, fatal) = crate::gpu::boundary::copyable_groups(&view, groups, &leave);
             groups = copyable;
+            // One WARNING line, however many nodes; VERBOSE names each.
+            let left = left.into_inner();
+            if let Some(first) = left.first() {
+                ep.logger.log(
+                    OrtLoggingLevel::ORT_LOGGING_LEVEL_WARNING,
+                    &format!(
+                        "mxfuse: {} fused subgraph(s) left to ORT's CPU EP on the device placement \
+                         (VERBOSE names each), the first: {}",
+                        left.len(),
+                        first.trim_start_matches("mxfuse: ")
+                    ),
+                );
+            }
+            for line in &left {
+                explain(line);
+            }
             *ep.unrunnable
                 .lock()
                 .map_err(|_| Error::invalid("poisoned lock"))? = fatal;

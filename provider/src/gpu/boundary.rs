@@ -3,8 +3,8 @@
 //!
 //! On a device placement whose tensors ORT allocates in device memory (the GPU device; not the
 //! host-staged `device=gpu` of a CPU device) ORT inserts `MemcpyFromHost` / `MemcpyToHost` nodes
-//! where a value passes between one of ORT's CPU nodes and one of our fused nodes (graph inputs and outputs,
-//! and initializers, are copied by ORT's own feed / fetch code instead). ONNX Runtime 1.31's
+//! where a value passes between one of ORT's CPU nodes and one of our fused nodes (graph inputs
+//! and outputs, and initializers, are copied by ORT's own feed / fetch code). ONNX Runtime 1.31's
 //! schema of those two ops does not list `float8e8m0` (nor `float4e2m1`): a session whose
 //! claimed node reads an E8M0 scale computed by a CPU node — e.g. the standalone
 //! `QuantizeLinear` / `DequantizeLinear` of an MXFP8 quantizer whose scale formula the rules
@@ -38,13 +38,12 @@ pub fn uncopyable_edge(
     group: &[NodeId],
     claimed: &HashSet<NodeId>,
 ) -> Option<String> {
-    let members = claimed;
     for &n in group {
         for &v in view.inputs(n).iter().flatten() {
             let Some((p, _)) = view.producer(v) else {
                 continue; // a graph input or initializer: ORT copies those itself
             };
-            if !members.contains(&p) && not_copyable(view, v) {
+            if !claimed.contains(&p) && not_copyable(view, v) {
                 return Some(format!(
                     "{} reads the {} tensor '{}' that {} (left to ORT's CPU EP) computes",
                     view.node_label(n),
@@ -58,7 +57,7 @@ pub fn uncopyable_edge(
             let outside = view
                 .consumers(v)
                 .iter()
-                .find(|(c, _)| !members.contains(c))
+                .find(|(c, _)| !claimed.contains(c))
                 .map(|&(c, _)| c);
             if let Some(c) = outside.filter(|_| not_copyable(view, v)) {
                 return Some(format!(
