@@ -207,9 +207,13 @@ unsafe extern "system" fn get_capability(
             for line in &left {
                 explain(line);
             }
-            *ep.unrunnable
-                .lock()
-                .map_err(|_| Error::invalid("poisoned lock"))? = fatal;
+            // Kept once found: ORT asks again for each subgraph (If / Loop bodies) and may ask
+            // twice for one graph; any of them makes the session fail.
+            if fatal.is_some() {
+                *ep.unrunnable
+                    .lock()
+                    .map_err(|_| Error::invalid("poisoned lock"))? = fatal;
+            }
         }
         ep.logger.log(
             OrtLoggingLevel::ORT_LOGGING_LEVEL_INFO,
