@@ -3,6 +3,7 @@
 
 use std::ffi::{c_char, c_void, CStr};
 use std::ptr;
+use std::sync::Mutex;
 
 use graph_rewrites::ir::Graph;
 use graph_rewrites::pipeline::run_pipeline;
@@ -41,6 +42,9 @@ pub struct MxEp {
     logger: Logger,
     /// Where the fused nodes run (CPU kernels or GPU launchers; see `gpu::device`).
     placement: Placement,
+    /// Why a group `GetCapability` claimed can run nowhere on this placement
+    /// (`gpu::boundary::copyable_groups`): `Compile` fails the session with it.
+    unrunnable: Mutex<Option<String>>,
 }
 
 impl MxEp {
@@ -78,6 +82,7 @@ impl MxEp {
             parallelism: Parallelism::from_threads(options.threads)?,
             logger: Logger::new(logger),
             placement: Placement::Cpu,
+            unrunnable: Mutex::new(None),
             options,
         }))
     }
@@ -157,18 +162,51 @@ unsafe extern "system" fn get_capability(
             ep.logger
                 .log(OrtLoggingLevel::ORT_LOGGING_LEVEL_VERBOSE, line)
         };
-        let groups = claim_groups(
+        let mut groups = claim_groups(
             &view,
             &ep.options.pipeline,
             verbose.then_some(&explain as &dyn Fn(&str)),
         )?;
+        // ORT inserts Memcpy nodes around our nodes only where it allocates their tensors in
+        // device memory (not on the host-staged `device=gpu` placement of a CPU device).
+        if ep.placement.device_memory().is_some() {
+            let left = std::cell::RefCell::new(Vec::new());
+            let leave = |line: &str| left.borrow_mut().push(line.to_string());
+            let (copyable, fatal) = crate::gpu::boundary::copyable_groups(&view, groups, &leave);
+            groups = copyable;
+            // One WARNING line, however many nodes; VERBOSE names each.
+            let left = left.into_inner();
+            if let Some(first) = left.first() {
+                ep.logger.log(
+                    OrtLoggingLevel::ORT_LOGGING_LEVEL_WARNING,
+                    &format!(
+                        "mxfuse: {} fused subgraph(s) left to ORT's CPU EP on the device placement \
+                         (VERBOSE names each), the first: {}",
+                        left.len(),
+                        first.trim_start_matches("mxfuse: ")
+                    ),
+                );
+            }
+            for line in &left {
+                explain(line);
+            }
+            // Kept once found: ORT asks again for each subgraph (If / Loop bodies) and may ask
+            // twice for one graph; any of them makes the session fail.
+            if fatal.is_some() {
+                *ep.unrunnable
+                    .lock()
+                    .map_err(|_| Error::invalid("poisoned lock"))? = fatal;
+            }
+        }
         ep.logger.log(
             OrtLoggingLevel::ORT_LOGGING_LEVEL_INFO,
             &format!(
-                "mxfuse: claiming {} node(s) of the graph's {} in {} fused subgraph(s)",
+                "mxfuse: claiming {} node(s) of the graph's {} in {} fused subgraph(s), run on \
+                 the {} placement",
                 groups.iter().map(Vec::len).sum::<usize>(),
                 view.nodes().len(),
-                groups.len()
+                groups.len(),
+                ep.placement.name(),
             ),
         );
         for group in groups {
@@ -279,6 +317,14 @@ unsafe extern "system" fn compile(
 ) -> OrtStatusPtr {
     guard_status("Compile", || {
         let ep = MxEp::from_raw(ep);
+        if let Some(why) = ep
+            .unrunnable
+            .lock()
+            .map_err(|_| Error::invalid("poisoned lock"))?
+            .clone()
+        {
+            return Err(Error::Unsupported(why));
+        }
         // Build everything first so a failure leaves no half-filled output array behind.
         let mut built = Vec::with_capacity(count);
         for i in 0..count {

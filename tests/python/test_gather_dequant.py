@@ -142,9 +142,10 @@ def test_gather_along_the_block_axis_is_refused_and_still_runs(mxfuse_cli, lib, 
 
 
 DEVICE_CHILD = """
-import sys, numpy as np, onnxruntime as ort
+import os, sys, numpy as np, onnxruntime as ort
 from test_mx_dequant import claimed_ops, ep_session
 lib, src, feeds, out = sys.argv[1:5]
+ort.set_default_logger_severity(int(os.environ.get("MXFUSE_TEST_LOG_SEVERITY", "2")))
 ort.register_execution_provider_library("MxFuseExecutionProvider", lib)
 devs = [d for d in ort.get_ep_devices() if d.ep_name == "MxFuseExecutionProvider"]
 s = ep_session(src, devs)
@@ -153,16 +154,24 @@ np.save(out, s.run(None, dict(np.load(feeds)))[0])
 """
 
 
-def run_on_emulated_device(lib, src, feed, tmp_path):
-    """`src` in a child process whose EP places sessions on the emulated device memory the GPU
-    tests use: (what the EP claimed, as printed, and the first output)."""
+def emulated_device_process(lib, src, feed, tmp_path, log_severity=2):
+    """Runs `src` on `feed` in a child process whose EP places sessions on the emulated device
+    memory the GPU tests use; the finished process (stdout: what the EP claimed; the first output
+    in tmp_path / "y.npy"; stderr: ORT's log from `log_severity` up, 1 = INFO)."""
     import os
     import subprocess
     import sys
     np.savez(tmp_path / "feeds.npz", **feed)
-    env = dict(os.environ, MXFUSE_EP_TEST_DEVICE_MEMORY="host", PYTHONPATH=os.path.dirname(__file__))
-    out = subprocess.run([sys.executable, "-c", DEVICE_CHILD, lib, str(src), str(tmp_path / "feeds.npz"),
-                          str(tmp_path / "y.npy")], env=env, capture_output=True, text=True, timeout=120)
+    env = dict(os.environ, MXFUSE_EP_TEST_DEVICE_MEMORY="host", PYTHONPATH=os.path.dirname(__file__),
+               MXFUSE_TEST_LOG_SEVERITY=str(log_severity))
+    return subprocess.run([sys.executable, "-c", DEVICE_CHILD, lib, str(src), str(tmp_path / "feeds.npz"),
+                           str(tmp_path / "y.npy")], env=env, capture_output=True, text=True, timeout=120)
+
+
+def run_on_emulated_device(lib, src, feed, tmp_path):
+    """`src` on the emulated device (`emulated_device_process`): (what the EP claimed, as
+    printed, and the first output)."""
+    out = emulated_device_process(lib, src, feed, tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout, np.load(tmp_path / "y.npy")
 
