@@ -38,6 +38,9 @@ pub struct PipelineOptions {
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Fusion {
     pub rule: String,
+    /// The node the rule was tried at (the site is named after it), by id as `replaced_ids`.
+    #[serde(skip)]
+    pub anchor: NodeId,
     /// Names of the nodes the fusion removed.
     pub replaced: Vec<String>,
     /// Names of the nodes it created.
@@ -359,6 +362,7 @@ fn apply(
     }
     Ok(Fusion {
         rule: rule.name().to_string(),
+        anchor: site.anchor,
         replaced,
         created,
         notes: site.notes.clone(),

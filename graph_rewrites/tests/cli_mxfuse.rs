@@ -375,7 +375,7 @@ fn dot_views_draw_the_sites_nodes_when_names_repeat() {
     let o = mxfuse(&["inspect", s(&input), "--dot", s(&dot)]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
-        stdout(&o).contains("mx_weight_matmul  fuse    at 'wd' (2 nodes -> dup/mx_weight_matmul)"),
+        stdout(&o).contains("mx_weight_matmul  fuse    at 'dup' (2 nodes -> dup/mx_weight_matmul)"),
         "{}",
         stdout(&o)
     );
@@ -385,5 +385,42 @@ fn dot_views_draw_the_sites_nodes_when_names_repeat() {
     assert!(!before.contains("Relu"), "{before}");
     let after = std::fs::read_to_string(dot.join("000_mx_weight_matmul_after.dot")).unwrap();
     assert!(after.contains("com.mxfuse::MxMatMul"), "{after}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `inspect` names a fused site after the node the rule was tried at (the one its created nodes
+/// are named after, and the EP's log names), not after the first node it removed: it printed
+/// `at 'w_dq'`, the weight's DequantizeLinear, for the MatMul `mm`'s fusion (and a decoder's
+/// norm fusion "at" its `Pow`, not its QuantizeLinear).
+#[test]
+fn inspect_names_a_fused_site_after_its_anchor() {
+    use graph_rewrites::pattern::predicates::dtype::{FLOAT, FLOAT8E4M3FN, FLOAT8E8M0};
+    use graph_rewrites::testing::Attr;
+    let dir = scratch("inspect-anchor");
+    let input = dir.join("in.onnx");
+    let mut b = ModelBuilder::new(24);
+    b.input("x", FLOAT, &[4, 64]);
+    b.init_raw("wq", FLOAT8E4M3FN, &[64, 16], vec![0x3a; 1024]);
+    b.init_raw("ws", FLOAT8E8M0, &[2, 16], vec![120; 32]);
+    let dq = [
+        ("axis", Attr::I(0)),
+        ("block_size", Attr::I(32)),
+        ("output_dtype", Attr::I(FLOAT as i64)),
+    ];
+    b.node_in("", "DequantizeLinear", &["wq", "ws"], &["wd"], &dq)
+        .node("MatMul", &["x", "wd"], &["y"])
+        .output("y", FLOAT, &[4, 16]);
+    let mut m = b.model();
+    let nodes = &mut m.graph.as_mut().unwrap().node;
+    nodes[0].name = Some("w_dq".into());
+    nodes[1].name = Some("mm".into());
+    std::fs::write(&input, m.encode_to_vec()).unwrap();
+    let o = mxfuse(&["inspect", s(&input)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("mx_weight_matmul  fuse    at 'mm' (2 nodes -> mm/mx_weight_matmul)"),
+        "{}",
+        stdout(&o)
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
