@@ -11,8 +11,10 @@
 //! ([`device_can_run`]): ORT's CPU EP runs it with the kernel the EP publishes (com.mxfuse).
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
-use graph_rewrites::pipeline::{find_sites, PipelineOptions, SiteInfo};
+use graph_rewrites::pipeline::weight_checks::WeightChecks;
+use graph_rewrites::pipeline::{find_sites_with_checks, PipelineOptions, SiteInfo};
 use graph_rewrites::view::{GraphView, NodeId, MXFUSE_DOMAIN, QUARK_DOMAIN};
 
 use crate::error::{Error, Result};
@@ -43,14 +45,17 @@ enum Decision {
 
 /// Groups of nodes to claim, one fused node each. Each candidate site, and what became of it,
 /// is described to `explain` (verbose diagnostics), when given. `on_device`: the placement runs
-/// the device program (see the module docs).
+/// the device program (see the module docs). The rules' Quark weight checks go to `checks`
+/// (the session's: `Compile` reuses them).
 pub fn claim_groups(
     view: &dyn GraphView,
     options: &PipelineOptions,
     on_device: bool,
+    checks: &Arc<WeightChecks>,
     explain: Option<&dyn Fn(&str)>,
 ) -> Result<Vec<Vec<NodeId>>> {
-    let sites = find_sites(view, options).map_err(|e| Error::invalid(e.to_string()))?;
+    let sites =
+        find_sites_with_checks(view, options, checks).map_err(|e| Error::invalid(e.to_string()))?;
     let mut claimed = HashSet::new();
     // Each group with the anchor of the site that opened it.
     let mut groups: Vec<(NodeId, Vec<NodeId>)> = Vec::new();
@@ -264,7 +269,9 @@ mod tests {
     fn claim_with_log(g: &graph_rewrites::ir::Graph) -> (Vec<Vec<NodeId>>, Vec<String>) {
         let lines = RefCell::new(Vec::new());
         let log = |l: &str| lines.borrow_mut().push(l.to_string());
-        let groups = claim_groups(g, &PipelineOptions::default(), false, Some(&log)).unwrap();
+        let checks = Arc::new(WeightChecks::for_session());
+        let groups =
+            claim_groups(g, &PipelineOptions::default(), false, &checks, Some(&log)).unwrap();
         (groups, lines.into_inner())
     }
 
@@ -287,6 +294,32 @@ mod tests {
             not[0].contains("are taken by the claim at") && not[0].contains("make a cycle"),
             "{lines:#?}"
         );
+    }
+
+    /// `Compile` reuses `GetCapability`'s Quark weight check: the session's [`WeightChecks`]
+    /// ran it once, for the claim, and the rewrite of the claimed subgraph (a fresh IR graph, as
+    /// `compile_one` builds) checks nothing and stores the same bytes as a rewrite on its own.
+    #[test]
+    fn compile_reuses_the_quark_weight_check_of_get_capability() {
+        use graph_rewrites::pipeline::run_pipeline_with_checks;
+        use graph_rewrites::pipeline::weight_checks::CheckCounts;
+        let g = shared_quark_weight(false);
+        let checks = Arc::new(WeightChecks::for_session());
+        let groups = claim_groups(&g, &PipelineOptions::default(), false, &checks, None).unwrap();
+        assert_eq!(groups.len(), 1);
+        assert_eq!(checks.counts(), CheckCounts { run: 1, reused: 0 });
+        let mut compiled = shared_quark_weight(false);
+        run_pipeline_with_checks(&mut compiled, &PipelineOptions::default(), &checks).unwrap();
+        assert_eq!(checks.counts().run, 1, "{:?}", checks.counts());
+        assert!(checks.counts().reused >= 1, "{:?}", checks.counts());
+        let mut alone = shared_quark_weight(false);
+        graph_rewrites::pipeline::run_pipeline(&mut alone, &PipelineOptions::default()).unwrap();
+        let consts = |g: &graph_rewrites::ir::Graph| -> Vec<Vec<u8>> {
+            g.initializers()
+                .map(|t| t.raw_data.clone().unwrap_or_default())
+                .collect()
+        };
+        assert_eq!(consts(&compiled), consts(&alone));
     }
 
     /// Without the cycle it joins the first claim, and the log says that too.

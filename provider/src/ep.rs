@@ -1,11 +1,18 @@
 //! `MxFuseExecutionProvider`: claims what the rewrite rules would fuse (`GetCapability`) and
 //! turns each claimed subgraph into a [`crate::program::Program`] of com.mxfuse kernels (`Compile`).
+//!
+//! Both run the rules, and the rules check every Quark fake-quantized weight against Quark's
+//! kernel (seconds of CPU on a real model): the EP (one per session) keeps those verdicts and
+//! quantized bytes in [`MxEp::weight_checks`] from `GetCapability` to the end of `Compile`, so
+//! each weight is checked once per session (`graph_rewrites::pipeline::weight_checks`).
 
 use std::ffi::{c_char, c_void, CStr};
 use std::ptr;
+use std::sync::Arc;
 
 use graph_rewrites::ir::Graph;
-use graph_rewrites::pipeline::run_pipeline;
+use graph_rewrites::pipeline::run_pipeline_with_checks;
+use graph_rewrites::pipeline::weight_checks::WeightChecks;
 
 use crate::capability::claim_groups;
 use crate::logging::Logger;
@@ -41,6 +48,9 @@ pub struct MxEp {
     logger: Logger,
     /// Where the fused nodes run (CPU kernels or GPU launchers; see `gpu::device`).
     placement: Placement,
+    /// The Quark weight checks of `GetCapability`, with their E4M3 / E8M0 bytes, for `Compile`
+    /// (cleared at its end; ORT creates one EP per session, so no other session sees them).
+    weight_checks: Arc<WeightChecks>,
 }
 
 impl MxEp {
@@ -78,6 +88,7 @@ impl MxEp {
             parallelism: Parallelism::from_threads(options.threads)?,
             logger: Logger::new(logger),
             placement: Placement::Cpu,
+            weight_checks: Arc::new(WeightChecks::for_session()),
             options,
         }))
     }
@@ -165,6 +176,7 @@ unsafe extern "system" fn get_capability(
             &view,
             &ep.options.pipeline,
             matches!(ep.placement, Placement::Device(_)),
+            &ep.weight_checks,
             verbose.then_some(&explain as &dyn Fn(&str)),
         )?;
         ep.logger.log(
@@ -248,7 +260,9 @@ unsafe fn compile_one(
     // Rewrite the claimed subgraph with the very pipeline the offline CLI runs.
     let model = model_from_view(&view)?;
     let mut ir = Graph::from_model(model, None).map_err(|e| Error::invalid(e.to_string()))?;
-    run_pipeline(&mut ir, &ep.options.pipeline).map_err(|e| Error::invalid(e.to_string()))?;
+    // With GetCapability's Quark weight checks: each weight is checked once per session.
+    run_pipeline_with_checks(&mut ir, &ep.options.pipeline, &ep.weight_checks)
+        .map_err(|e| Error::invalid(e.to_string()))?;
     // Initializers the rewrite created (a Quark weight quantized at rewrite time) are not in
     // ORT's graph: read them from the rewritten subgraph, so the kernels prepack them as the
     // custom-op library does for the offline rewrite (unpacked, a `[K, N]` weight's GEMM sums in
@@ -284,11 +298,27 @@ unsafe extern "system" fn compile(
 ) -> OrtStatusPtr {
     guard_status("Compile", || {
         let ep = MxEp::from_raw(ep);
+        let before = ep.weight_checks.counts();
         // Build everything first so a failure leaves no half-filled output array behind.
         let mut built = Vec::with_capacity(count);
-        for i in 0..count {
+        let result = (0..count).try_for_each(|i| {
             built.push(compile_one(ep, *graphs.add(i), *fused_nodes.add(i))?);
-        }
+            Ok::<_, Error>(())
+        });
+        // The verdicts (and the quantized weights they hold) are no longer needed: the programs
+        // own their prepacked weights. A later GetCapability (another graph of the session)
+        // fills the cache again.
+        ep.weight_checks.clear();
+        result?;
+        let after = ep.weight_checks.counts();
+        ep.logger.log(
+            OrtLoggingLevel::ORT_LOGGING_LEVEL_VERBOSE,
+            &format!(
+                "mxfuse: Compile reused {} Quark weight check(s) of GetCapability and ran {}",
+                after.reused - before.reused,
+                after.run - before.run
+            ),
+        );
         for (i, program) in built.into_iter().enumerate() {
             let info = Box::new(ComputeInfo {
                 base: OrtNodeComputeInfo {
