@@ -314,9 +314,9 @@ unsafe extern "system" fn compile(
         ep.logger.log(
             OrtLoggingLevel::ORT_LOGGING_LEVEL_VERBOSE,
             &format!(
-                "mxfuse: Compile reused {} Quark weight check(s) of GetCapability and ran {}",
-                after.reused - before.reused,
-                after.run - before.run
+                "mxfuse: Compile ran {} Quark weight check(s) and reused {} (GetCapability's, or an earlier scan's)",
+                after.run - before.run,
+                after.reused - before.reused
             ),
         );
         for (i, program) in built.into_iter().enumerate() {
