@@ -3,9 +3,9 @@
 //! rather than by a value id of one graph.
 //!
 //! The check quantizes the whole weight and compares it with Quark's reference kernel element by
-//! element: about 2.4 s of CPU for the 680 MB of f32 weights of a 4-layer m3-tp4 model (BENCHMARKS
-//! "Rewrite", session 20). Within one scan [`crate::view::ConstMemo`] shares it; two costs were
-//! left across scans, and this cache removes both:
+//! element: about 2.5 s of CPU for the 680 MB of f32 weights of a 4-layer m3-tp4 model (BENCHMARKS
+//! "Rewrite", 2026-12-02 h-quarkcache). Within one scan [`crate::view::ConstMemo`] shares it; two
+//! costs were left across scans, and this cache removes both:
 //!
 //! * **The plugin EP checked each weight twice per session**: `GetCapability` (the rules'
 //!   `find_sites` on ORT's graph) and again `Compile` (the pipeline on a fresh IR copy of the
@@ -16,8 +16,8 @@
 //!   point; a refused site is found again each round). A pipeline run keeps a
 //!   [`WeightChecks::refusals`] for all of its scans.
 //!
-//! The key holds a 128-bit fingerprint of the weight's raw bytes, read at memory speed (a few
-//! tens of ms for those 680 MB, against seconds for the check), so the cache cannot hand out
+//! The key holds a 128-bit fingerprint of the weight's raw bytes, read at memory speed (0.07 s
+//! for those 680 MB on the Zen 4 VM, ~10 GB/s, against seconds for the check), so the cache cannot hand out
 //! the bytes of another weight: a same-named initializer with other contents (another graph, a
 //! graph optimization between the two calls) is another key. It guards against accidental
 //! collisions, not crafted ones (the model is the user's own input either way). The verdict
@@ -27,6 +27,10 @@
 //! Thread safety: the map is behind a mutex that is not held while a check runs (one may take
 //! seconds); two threads checking the same weight at once both check it and the first stored
 //! verdict wins (the same bytes either way: the check is deterministic).
+//!
+//! Memory: an EP session holds the E4M3 / E8M0 bytes of the weights `GetCapability` accepted
+//! (a quarter of their f32 bytes) until `Compile` ends, as the compiled programs will hold them
+//! prepacked afterwards; a pipeline run holds only refusal texts.
 //!
 //! [`check_quark_weight_exact`]: crate::rules::mx_consumers
 
