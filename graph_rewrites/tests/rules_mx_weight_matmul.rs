@@ -778,3 +778,40 @@ fn a_kept_weight_check_is_reused_only_for_the_same_bytes() {
     checks.clear();
     assert!(checks.is_empty());
 }
+
+/// A rewrite's cache that takes from a session's (the EP's `Compile` after `GetCapability`)
+/// takes an accepted verdict out of it — the session no longer holds those bytes — and copies a
+/// refusal (small, and another rewrite may meet the same weight).
+#[test]
+fn a_rewrite_takes_accepted_verdicts_out_of_the_session_and_copies_refusals() {
+    use graph_rewrites::pipeline::weight_checks::{CheckCounts, WeightChecks};
+    use graph_rewrites::pipeline::{find_sites_with_checks, run_pipeline_with_checks};
+    use std::sync::Arc;
+    let good = quark_weight_values();
+    let mut bad = good.clone();
+    bad[5] = f32::INFINITY;
+    let model = |vals: &[f32]| {
+        let mut b = quark_model(FLOAT, vals);
+        b.node("MatMul", &["x", "wf"], &["y"])
+            .output("y", FLOAT, &[4, 16]);
+        b.graph().unwrap()
+    };
+    let session = Arc::new(WeightChecks::for_session());
+    find_sites_with_checks(&model(&good), &Default::default(), &session).unwrap();
+    assert_eq!(session.len(), 1);
+    let rewrite = Arc::new(WeightChecks::taking_from(session.clone()));
+    run_pipeline_with_checks(&mut model(&good), &Default::default(), &rewrite).unwrap();
+    assert!(session.is_empty());
+    assert_eq!(rewrite.counts(), CheckCounts { run: 0, reused: 1 });
+
+    find_sites_with_checks(&model(&bad), &Default::default(), &session).unwrap();
+    for _ in 0..2 {
+        let rewrite = Arc::new(WeightChecks::taking_from(session.clone()));
+        let report =
+            run_pipeline_with_checks(&mut model(&bad), &Default::default(), &rewrite).unwrap();
+        assert!(report.rejections[0].reason.contains("holds an Inf"));
+        assert_eq!(rewrite.counts().run, 0);
+    }
+    assert_eq!(session.len(), 1, "the refusal stays");
+    assert_eq!(session.counts(), CheckCounts { run: 2, reused: 0 });
+}

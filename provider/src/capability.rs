@@ -297,21 +297,25 @@ mod tests {
     }
 
     /// `Compile` reuses `GetCapability`'s Quark weight check: the session's [`WeightChecks`]
-    /// ran it once, for the claim, and the rewrite of the claimed subgraph (a fresh IR graph, as
-    /// `compile_one` builds) checks nothing and stores the same bytes as a rewrite on its own.
+    /// ran it once, for the claim, and the rewrite of the claimed subgraph (a fresh IR graph,
+    /// with a cache taking from the session's, as `compile_one` runs it) checks nothing, takes
+    /// the bytes out of the session's cache and stores the same bytes as a rewrite on its own.
     #[test]
     fn compile_reuses_the_quark_weight_check_of_get_capability() {
         use graph_rewrites::pipeline::run_pipeline_with_checks;
         use graph_rewrites::pipeline::weight_checks::CheckCounts;
         let g = shared_quark_weight(false);
-        let checks = Arc::new(WeightChecks::for_session());
-        let groups = claim_groups(&g, &PipelineOptions::default(), false, &checks, None).unwrap();
+        let session = Arc::new(WeightChecks::for_session());
+        let groups = claim_groups(&g, &PipelineOptions::default(), false, &session, None).unwrap();
         assert_eq!(groups.len(), 1);
-        assert_eq!(checks.counts(), CheckCounts { run: 1, reused: 0 });
+        assert_eq!(session.counts(), CheckCounts { run: 1, reused: 0 });
+        assert_eq!(session.len(), 1);
         let mut compiled = shared_quark_weight(false);
-        run_pipeline_with_checks(&mut compiled, &PipelineOptions::default(), &checks).unwrap();
-        assert_eq!(checks.counts().run, 1, "{:?}", checks.counts());
-        assert!(checks.counts().reused >= 1, "{:?}", checks.counts());
+        let rewrite = Arc::new(WeightChecks::taking_from(session.clone()));
+        run_pipeline_with_checks(&mut compiled, &PipelineOptions::default(), &rewrite).unwrap();
+        assert_eq!(rewrite.counts().run, 0, "{:?}", rewrite.counts());
+        assert!(rewrite.counts().reused >= 1, "{:?}", rewrite.counts());
+        assert!(session.is_empty(), "the rewrite took the bytes");
         let mut alone = shared_quark_weight(false);
         graph_rewrites::pipeline::run_pipeline(&mut alone, &PipelineOptions::default()).unwrap();
         let consts = |g: &graph_rewrites::ir::Graph| -> Vec<Vec<u8>> {

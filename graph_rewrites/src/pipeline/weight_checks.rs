@@ -10,8 +10,9 @@
 //! * **The plugin EP checked each weight twice per session**: `GetCapability` (the rules'
 //!   `find_sites` on ORT's graph) and again `Compile` (the pipeline on a fresh IR copy of the
 //!   claimed subgraph: other value ids, other bytes in memory). The EP keeps one
-//!   [`WeightChecks::for_session`] and hands it to both, so `Compile` takes `GetCapability`'s
-//!   verdict and E4M3 / E8M0 bytes.
+//!   [`WeightChecks::for_session`] for `GetCapability`; each rewrite in `Compile` runs with a
+//!   [`WeightChecks::taking_from`] it, which takes `GetCapability`'s verdict and E4M3 / E8M0
+//!   bytes out of the session's cache.
 //! * **A refused weight was re-checked on every pipeline iteration** (the rules run to a fixed
 //!   point; a refused site is found again each round). A pipeline run keeps a
 //!   [`WeightChecks::refusals`] for all of its scans.
@@ -29,8 +30,11 @@
 //! verdict wins (the same bytes either way: the check is deterministic).
 //!
 //! Memory: an EP session holds the E4M3 / E8M0 bytes of the weights `GetCapability` accepted
-//! (a quarter of their f32 bytes) until `Compile` ends, as the compiled programs will hold them
-//! prepacked afterwards; a pipeline run holds only refusal texts.
+//! (a quarter of their f32 bytes) until `Compile`'s rewrite of the subgraph that reads each one
+//! takes them (the rewrite's own cache drops them with the rewritten graph, once the program
+//! holds them prepacked). Kept to the end of `Compile` instead, they were all resident beside the
+//! finished programs: +168 MB of peak RSS (1146 → 1314 MB) on the m3-tp4 f32 4-layer model with
+//! every weight read by the EP. A pipeline run holds only refusal texts.
 //!
 //! [`check_quark_weight_exact`]: crate::rules::mx_consumers
 
@@ -63,12 +67,22 @@ pub struct CheckCounts {
     pub reused: usize,
 }
 
+impl std::ops::AddAssign for CheckCounts {
+    fn add_assign(&mut self, o: Self) {
+        self.run += o.run;
+        self.reused += o.reused;
+    }
+}
+
 /// Quark weight check verdicts shared by several scans (see the module docs).
 #[derive(Debug)]
 pub struct WeightChecks {
     verdicts: Mutex<HashMap<WeightKey, Verdict>>,
     /// Whether accepted verdicts (with their quantized bytes) are kept, or only refusals.
     keep_accepted: bool,
+    /// Where verdicts come from before a check runs: taken out of it (accepted ones; refusals,
+    /// small, are copied).
+    source: Option<Arc<WeightChecks>>,
     run: AtomicUsize,
     reused: AtomicUsize,
 }
@@ -82,22 +96,47 @@ impl WeightChecks {
     }
 
     /// Keeps accepted verdicts too, with their E4M3 / E8M0 bytes: what an EP session needs
-    /// between `GetCapability` and `Compile` ([`WeightChecks::clear`] them once compiled).
+    /// between `GetCapability` and `Compile` ([`WeightChecks::clear`] what is left once compiled).
     pub fn for_session() -> Self {
         Self::new(true)
+    }
+
+    /// One rewrite's cache (it keeps accepted verdicts too) that takes the verdicts it needs out
+    /// of `session` before checking anything: each of `Compile`'s rewrites of a claimed subgraph
+    /// gets `GetCapability`'s bytes, and the session holds them no longer than that.
+    pub fn taking_from(session: Arc<WeightChecks>) -> Self {
+        WeightChecks {
+            source: Some(session),
+            ..Self::new(true)
+        }
     }
 
     fn new(keep_accepted: bool) -> Self {
         WeightChecks {
             verdicts: Mutex::default(),
             keep_accepted,
+            source: None,
             run: AtomicUsize::new(0),
             reused: AtomicUsize::new(0),
         }
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<WeightKey, Verdict>> {
+        self.verdicts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The kept verdict of `key`, taken out if it accepts (refusals stay).
+    fn take(&self, key: &WeightKey) -> Option<Verdict> {
+        let mut map = self.lock();
+        match map.get(key)? {
+            Err(why) => Some(Err(why.clone())),
+            Ok(_) => map.remove(key),
+        }
+    }
+
     /// The verdict on weight `w` of `g`, whose bytes are `t`: a kept one if the same weight was
-    /// checked before, else `check()`'s (kept unless it accepts and only refusals are kept).
+    /// checked before (here, or in the cache this one takes from), else `check()`'s (kept unless
+    /// it accepts and only refusals are kept).
     pub fn verdict(
         &self,
         g: &dyn GraphView,
@@ -112,16 +151,21 @@ impl WeightChecks {
             dims: t.dims.clone(),
             fingerprint: fingerprint(&t.raw),
         };
-        let lock = || self.verdicts.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(v) = lock().get(&key) {
+        if let Some(v) = self.lock().get(&key) {
             self.reused.fetch_add(1, Ordering::Relaxed);
             return v.clone();
         }
-        // Not locked while the check runs (seconds on a large weight).
-        self.run.fetch_add(1, Ordering::Relaxed);
-        let v = check().map(Arc::new);
+        let taken = self.source.as_ref().and_then(|s| s.take(&key));
+        if taken.is_some() {
+            self.reused.fetch_add(1, Ordering::Relaxed);
+        }
+        let v = taken.unwrap_or_else(|| {
+            // Not locked while the check runs (seconds on a large weight).
+            self.run.fetch_add(1, Ordering::Relaxed);
+            check().map(Arc::new)
+        });
         if v.is_err() || self.keep_accepted {
-            lock().entry(key).or_insert_with(|| v.clone());
+            self.lock().entry(key).or_insert_with(|| v.clone());
         }
         v
     }
@@ -136,7 +180,7 @@ impl WeightChecks {
 
     /// How many verdicts are kept.
     pub fn len(&self) -> usize {
-        self.verdicts.lock().map_or(0, |m| m.len())
+        self.lock().len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -145,10 +189,7 @@ impl WeightChecks {
 
     /// Drops every kept verdict (and its bytes); the counts stay.
     pub fn clear(&self) {
-        self.verdicts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        self.lock().clear();
     }
 }
 
