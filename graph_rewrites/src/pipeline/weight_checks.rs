@@ -34,7 +34,8 @@
 //! takes them (the rewrite's own cache drops them with the rewritten graph, once the program
 //! holds them prepacked). Kept to the end of `Compile` instead, they were all resident beside the
 //! finished programs: +168 MB of peak RSS (1146 → 1314 MB) on the m3-tp4 f32 4-layer model with
-//! every weight read by the EP. A pipeline run holds only refusal texts.
+//! every weight read by the EP; taken, +35 MB (the bytes of the subgraphs not compiled yet). A
+//! pipeline run holds only refusal texts.
 //!
 //! [`check_quark_weight_exact`]: crate::rules::mx_consumers
 
