@@ -1,12 +1,19 @@
 //! `MxFuseExecutionProvider`: claims what the rewrite rules would fuse (`GetCapability`) and
 //! turns each claimed subgraph into a [`crate::program::Program`] of com.mxfuse kernels (`Compile`).
+//!
+//! Both run the rules, and the rules check every Quark fake-quantized weight against Quark's
+//! kernel (seconds of CPU on a real model): the EP (one per session) keeps those verdicts and
+//! quantized bytes in [`MxEp::weight_checks`] from `GetCapability` until `Compile`'s rewrite of
+//! the subgraph that reads each weight takes them, so each weight is checked once per session
+//! (`graph_rewrites::pipeline::weight_checks`).
 
 use std::ffi::{c_char, c_void, CStr};
 use std::ptr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use graph_rewrites::ir::Graph;
-use graph_rewrites::pipeline::run_pipeline;
+use graph_rewrites::pipeline::run_pipeline_with_checks;
+use graph_rewrites::pipeline::weight_checks::{CheckCounts, WeightChecks};
 
 use crate::capability::claim_groups;
 use crate::logging::Logger;
@@ -45,6 +52,10 @@ pub struct MxEp {
     /// Why a group `GetCapability` claimed can run nowhere on this placement
     /// (`gpu::boundary::copyable_groups`): `Compile` fails the session with it.
     unrunnable: Mutex<Option<String>>,
+    /// The Quark weight checks of `GetCapability`, with their E4M3 / E8M0 bytes, for `Compile`
+    /// (each taken by the rewrite that needs it, the rest cleared at its end; ORT creates one EP
+    /// per session, so no other session sees them).
+    weight_checks: Arc<WeightChecks>,
 }
 
 impl MxEp {
@@ -83,6 +94,7 @@ impl MxEp {
             logger: Logger::new(logger),
             placement: Placement::Cpu,
             unrunnable: Mutex::new(None),
+            weight_checks: Arc::new(WeightChecks::for_session()),
             options,
         }))
     }
@@ -165,6 +177,7 @@ unsafe extern "system" fn get_capability(
         let mut groups = claim_groups(
             &view,
             &ep.options.pipeline,
+            &ep.weight_checks,
             verbose.then_some(&explain as &dyn Fn(&str)),
         )?;
         // ORT inserts Memcpy nodes around our nodes only where it allocates their tensors in
@@ -249,11 +262,13 @@ unsafe fn io_names(node: *const OrtNode, outputs: bool) -> Result<Vec<String>> {
         .collect()
 }
 
-/// Builds the program of one fused node from its subgraph.
+/// Builds the program of one fused node from its subgraph, adding the Quark weight checks its
+/// rewrite ran and reused to `checked`.
 unsafe fn compile_one(
     ep: &MxEp,
     graph: *const OrtGraph,
     fused: *const OrtNode,
+    checked: &mut CheckCounts,
 ) -> Result<Executor> {
     let view = OrtGraphView::new(graph)?;
     let inputs = io_names(fused, false)?;
@@ -281,7 +296,12 @@ unsafe fn compile_one(
     // Rewrite the claimed subgraph with the very pipeline the offline CLI runs.
     let model = model_from_view(&view)?;
     let mut ir = Graph::from_model(model, None).map_err(|e| Error::invalid(e.to_string()))?;
-    run_pipeline(&mut ir, &ep.options.pipeline).map_err(|e| Error::invalid(e.to_string()))?;
+    // With GetCapability's Quark weight checks, taken out of the session's cache (the bytes are
+    // dropped with `checks` once the program holds them prepacked).
+    let checks = Arc::new(WeightChecks::taking_from(ep.weight_checks.clone()));
+    run_pipeline_with_checks(&mut ir, &ep.options.pipeline, &checks)
+        .map_err(|e| Error::invalid(e.to_string()))?;
+    *checked += checks.counts();
     // Initializers the rewrite created (a Quark weight quantized at rewrite time) are not in
     // ORT's graph: read them from the rewritten subgraph, so the kernels prepack them as the
     // custom-op library does for the offline rewrite (unpacked, a `[K, N]` weight's GEMM sums in
@@ -327,9 +347,27 @@ unsafe extern "system" fn compile(
         }
         // Build everything first so a failure leaves no half-filled output array behind.
         let mut built = Vec::with_capacity(count);
-        for i in 0..count {
-            built.push(compile_one(ep, *graphs.add(i), *fused_nodes.add(i))?);
-        }
+        let mut checked = CheckCounts::default();
+        let result = (0..count).try_for_each(|i| {
+            built.push(compile_one(
+                ep,
+                *graphs.add(i),
+                *fused_nodes.add(i),
+                &mut checked,
+            )?);
+            Ok::<_, Error>(())
+        });
+        // What no rewrite took (a site GetCapability accepted but did not claim) is not needed
+        // either. A later GetCapability (another graph of the session) fills the cache again.
+        ep.weight_checks.clear();
+        result?;
+        ep.logger.log(
+            OrtLoggingLevel::ORT_LOGGING_LEVEL_VERBOSE,
+            &format!(
+                "mxfuse: Compile ran {} Quark weight check(s) and reused {} (GetCapability's, or an earlier scan's)",
+                checked.run, checked.reused
+            ),
+        );
         for (i, program) in built.into_iter().enumerate() {
             let info = Box::new(ComputeInfo {
                 base: OrtNodeComputeInfo {

@@ -367,6 +367,24 @@ def test_quark_weight_read_by_two_matmuls_gives_the_same_bits_on_both_paths(lib,
                                        err_msg=f"chained={chained} {name}")
 
 
+def test_ep_checks_a_quark_weight_once_per_session(ep_devices, tmp_path, capfd):
+    """GetCapability checks the Quark weight (quantized and compared with Quark's kernel: seconds
+    on a real model's weights); Compile's rewrite of the claimed subgraph reuses that verdict and
+    its bytes instead of checking again (the EP's VERBOSE log says how many it ran)."""
+    w = (0.1 * np.random.default_rng(3).standard_normal((K, N))).astype(np.float32)
+    src = shared_quark_model(tmp_path / "m.onnx", w, False)
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    so.add_provider_for_devices(ep_devices, {})
+    so.log_severity_level = 0
+    s = ort.InferenceSession(str(src), so)
+    assert claimed_ops(s).count("MatMul") == 2
+    err = capfd.readouterr().err
+    lines = [line for line in err.splitlines() if "mxfuse: Compile ran" in line]
+    assert len(lines) == 1, err[-4000:]
+    assert "Compile ran 0 Quark weight check(s) and reused" in lines[0], lines[0]
+
+
 @pytest.mark.parametrize("gemm", [False, True])
 @pytest.mark.parametrize("act_type", [TP.FLOAT, TP.FLOAT16])
 @pytest.mark.parametrize("m", [1, 7])
