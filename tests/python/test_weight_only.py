@@ -456,3 +456,23 @@ def test_quark_weight_with_inf_is_refused(mxfuse_cli, tmp_path):
     assert reasons and "holds an Inf" in reasons[0], report
     fused = onnx.load(tmp_path / "fused.onnx")
     assert sorted(n.op_type for n in fused.graph.node) == ["MXQuantizeDequantize", "MatMul"]
+
+
+def test_ep_fuses_a_quark_weight_above_16_mib(ep_devices, tmp_path):
+    """A 20 MiB float32 Quark weight: the EP reads it as the offline CLI does (the graph's 64 MiB
+    constant cap) and claims its MatMul; the EP's own 16 MiB cap before left such weights — most
+    of a real model's — fake-quantized on ORT's CPU EP every step."""
+    k, n = 2048, 2560
+    w = (0.05 * np.random.default_rng(5).standard_normal((k, n))).astype(np.float32)
+    nodes = [helper.make_node("MXQuantizeDequantize", ["w"], ["wf"], domain="com.amd.quark",
+                              axis=0, block_size=32, element_dtype="fp8_e4m3", rounding_mode=2),
+             helper.make_node("MatMul", ["x", "wf"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TP.FLOAT, [2, k])],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, [2, n])],
+                          [numpy_helper.from_array(w, "w")])
+    opsets = [helper.make_opsetid("", 24), helper.make_opsetid("com.amd.quark", 1)]
+    onnx.save(helper.make_model(g, opset_imports=opsets, ir_version=11), tmp_path / "m.onnx")
+    s = ep_session(tmp_path / "m.onnx", ep_devices)
+    assert sorted(claimed_ops(s)) == ["MXQuantizeDequantize", "MatMul"], claimed_ops(s)
+    y = s.run(None, {"x": np.ones((2, k), np.float32)})[0]
+    assert y.shape == (2, n) and np.isfinite(y).all()
