@@ -14,14 +14,16 @@ L2):
 Also checks ours against torch's f32 product of the dequantized experts (relative error).
 
 Second part, the weight-only MxMatMul (a bf16 activation [M, K] times one MX weight [N, K]; the
-same kernel on one "expert", `mx_matmul_float_a_nk`) at the MiniMax-M3 decode shapes against
+same kernel on one "expert", `mx_matmul_float_a_nk`; and the tensor-core kernel on the weight
+packed for the fragment GEMM, `mx_matmul_frag_wo`, the runtime's choice for f16 / bf16 `a` on
+sm_90) at the MiniMax-M3 decode shapes against
 cuBLAS bf16 (`x @ W.t()`) and the EP's device path before it (our MxDequantize of the weight to
 bf16 every step, then cuBLAS), weights rotating over >= 400 MB so L2 holds none.
 Usage: python3 bench_gather.py            (OUT=dir for bench_gather.json)"""
 import ctypes, json, os, statistics
 import torch
 from bench import graph_time, read_bandwidth
-from mxgpu import Module, epilogue
+from mxgpu import Module, epilogue, pack_frag
 
 OUT = os.environ.get("OUT", ".")
 dev = "cuda"
@@ -99,6 +101,8 @@ def weight_only(mod, read_bw):
     for N, K in ((1536, 6144), (6144, 768), (6144, 6144)):
         copies = max(2, -(-400 * 2**20 // (N * K)))
         ws = [experts_one(N, K) for _ in range(copies)]
+        frags = [pack_frag(q.view(torch.uint8), s) for q, s in ws]
+        W = 8 if -(-N // 16) < 264 else 4
         wb = [dequant_f32(q, s).bfloat16() for q, s in ws[:max(2, copies // 2)]]
         deq = torch.empty(N, K, dtype=torch.bfloat16, device=dev)
         turn = [0]
@@ -117,6 +121,12 @@ def weight_only(mod, read_bw):
                            [x, q, s, y, ctypes.c_int(M), ctypes.c_int(K), ctypes.c_int(N), ep])
                 return y
 
+            def tc(w=None):
+                wf, wsf = frags[nxt(len(frags))] if w is None else w
+                mod.launch(f"mx_matmul_frag_wo_bf16_bf16_w{W}", (-(-M // 16), -(-N // 16), 1), (32 * W,),
+                           [x, wf, wsf, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ep])
+                return y
+
             def cublas():
                 return x @ wb[nxt(len(wb))].t()
 
@@ -128,18 +138,22 @@ def weight_only(mod, read_bw):
                             ctypes.c_longlong(0)])
                 return x @ deq.t()
 
-            got = ours(ws[0]).float()
             want = x.float() @ dequant_f32(*ws[0]).t()
-            torch.cuda.synchronize()
+            got = ours(ws[0]).float()
             rel = ((got - want).norm() / want.norm()).item()
-            t = {k: graph_time(f) for k, f in (("ours", ours), ("cublas_bf16", cublas), ("deq_cublas", deq_cublas))}
+            got = tc(frags[0]).float()
+            torch.cuda.synchronize()
+            rel_tc = ((got - want).norm() / want.norm()).item()
+            t = {k: graph_time(f) for k, f in (("ours", ours), ("tc", tc), ("cublas_bf16", cublas),
+                                               ("deq_cublas", deq_cublas))}
             hbm = N * K * (1 + 1 / 32) / read_bw * 1e6
-            rows.append(dict(N=N, K=K, M=M, rel=rel, floor=hbm, **t))
-            print(f"weight-only {N}x{K} M={M:2d}: ours {t['ours']:7.2f} | cuBLAS bf16 {t['cublas_bf16']:7.2f} "
+            rows.append(dict(N=N, K=K, M=M, rel=rel, rel_tc=rel_tc, floor=hbm, **t))
+            print(f"weight-only {N}x{K} M={M:2d}: tensor cores {t['tc']:7.2f} ({t['cublas_bf16'] / t['tc']:.2f}x cuBLAS, "
+                  f"{100 * hbm / t['tc']:.0f}% of HBM, rel err {rel_tc:.1e}) | GEMV {t['ours']:7.2f} | cuBLAS bf16 {t['cublas_bf16']:7.2f} "
                   f"({t['cublas_bf16'] / t['ours']:.2f}x) | dequantize + cuBLAS {t['deq_cublas']:7.2f} "
                   f"({t['deq_cublas'] / t['ours']:.2f}x) | {100 * hbm / t['ours']:.0f}% of HBM | rel err {rel:.1e}",
                   flush=True)
-        del ws, wb, deq
+        del ws, wb, deq, frags
     return rows
 
 

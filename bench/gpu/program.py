@@ -20,6 +20,7 @@ PROGRAM_FILES = [
     "mx_matmul_splitk.hip",
     "mx_matmul_pipe.hip",
     "mx_matmul_frag.hip",
+    "mx_matmul_frag_wo.hip",
 ]
 
 

@@ -1,8 +1,7 @@
-//! Launchers of kernels/gpu/mx_gather.hip: `MxGatherDequantize`, `MxGatherMatMul` and the
-//! weight-only `MxMatMul` (a float `a` times one MX weight: the gathered GEMM's kernels on one
-//! "expert") on device pointers, the shapes and attributes checked as the CPU kernels
-//! (`crate::ops::gather`, `crate::ops::gather_matmul`, `crate::ops::mx_matmul_float_a`) check
-//! them.
+//! Launchers of kernels/gpu/mx_gather.hip: `MxGatherDequantize` and `MxGatherMatMul` on device
+//! pointers, the shapes and attributes checked as the CPU kernels (`crate::ops::gather`,
+//! `crate::ops::gather_matmul`) check them. (The same GEMV kernels on one "expert" are the
+//! weight-only `MxMatMul`: `super::weight_only`.)
 //!
 //! The indices stay on the device: the kernels check each against its range and, for one out of
 //! range, write NaN instead of reading and record the value in the caller's error record `err`
@@ -10,9 +9,7 @@
 //! synchronizing and fails the run with [`index_error`] when the flag is set.
 
 use super::error::GpuResult;
-use super::launch::{
-    check_aligned, dim_i32, dim_u32, dtype_suffix, GpuEpilogue, Params, StreamHandle,
-};
+use super::launch::{check_aligned, dim_i32, dim_u32, dtype_suffix, Params, StreamHandle};
 use super::runtime::GpuRuntime;
 use crate::codec::BLOCK;
 use crate::element::DType;
@@ -67,7 +64,7 @@ pub fn index_error(record: [u64; 2], range: usize) -> Option<KernelError> {
     })
 }
 
-fn i64_of(what: &str, v: usize) -> GpuResult<i64> {
+pub(super) fn i64_of(what: &str, v: usize) -> GpuResult<i64> {
     i64::try_from(v)
         .map_err(|_| KernelError::Shape(format!("{what} = {v} exceeds the kernel's range")).into())
 }
@@ -77,10 +74,10 @@ fn check_indices(idx: &GpuIndices) -> GpuResult<()> {
 }
 
 /// Warps a block of the `[E, N, K]` E4M3 kernel (`MX_GMM_WARPS`), rows a block (`MX_GMM_ROWS`).
-const GMM_WARPS: usize = 8;
-const GMM_ROWS: usize = 8;
+pub(super) const GMM_WARPS: usize = 8;
+pub(super) const GMM_ROWS: usize = 8;
 /// Threads a block of the any-layout kernel.
-const GMM_ANY_BLOCK: usize = 128;
+pub(super) const GMM_ANY_BLOCK: usize = 128;
 
 impl GpuRuntime {
     /// `MxGatherDequantize`: `y = Gather(DequantizeLinear(x, scale, axis, block_size),
@@ -261,81 +258,8 @@ impl GpuRuntime {
     }
 }
 
-impl GpuRuntime {
-    /// The weight-only `MxMatMul`: `y [M, N] = epilogue(a [M, K] · deq(w))` with a float `a`
-    /// (`a_dtype`) and one MX weight `w` (`e = 1`; `[N, K]` when `w.nk`, else `[K, N]`; E4M3 or
-    /// FLOAT4E2M1), y of `y_dtype`, the MxMatMul epilogue `ep` (a Gemm's alpha, beta, bias).
-    #[allow(clippy::too_many_arguments)]
-    pub fn mx_matmul_float_a(
-        &self,
-        (m, a, a_dtype): (usize, u64, DType),
-        w: &GpuExperts,
-        y: u64,
-        y_dtype: DType,
-        ep: &GpuEpilogue,
-        stream: StreamHandle,
-    ) -> GpuResult<()> {
-        let (k, n) = (w.k, w.n);
-        if k == 0 || !k.is_multiple_of(BLOCK) {
-            return Err(KernelError::Shape(format!(
-                "MxMatMul K = {k} must be a positive multiple of 32"
-            ))
-            .into());
-        }
-        if w.e != 1 {
-            return Err(KernelError::Shape(format!("one weight, not {}", w.e)).into());
-        }
-        if m == 0 || n == 0 {
-            return Ok(());
-        }
-        let (ta, to) = (dtype_suffix(a_dtype)?, dtype_suffix(y_dtype)?);
-        check_aligned("a", a, 16)?;
-        check_aligned("b", w.q, 16)?;
-        check_aligned("b_scale", w.scales, 1)?;
-        check_aligned("y", y, y_dtype.size() as u64)?;
-        let epi = ep.params(m, n, y_dtype)?;
-        let params = Params::new()
-            .push(a)
-            .push(w.q)
-            .push(w.scales)
-            .push(y)
-            .push(dim_i32("M", m)?)
-            .push(dim_i32("K", k)?)
-            .push(dim_i32("N", n)?);
-        i64_of("weight elements", n.saturating_mul(k))?;
-        if w.nk && !w.fp4 {
-            let grid = [
-                1,
-                grid_dim("N / 8", n.div_ceil(GMM_WARPS))?,
-                grid_dim("M / 8", m.div_ceil(GMM_ROWS))?,
-            ];
-            let block = GMM_WARPS * self.device().warp_size.max(32) as usize;
-            let name = format!("mx_matmul_float_a_nk_{ta}_{to}");
-            self.run(
-                &name,
-                grid,
-                dim_u32("block", block)?,
-                params.push(epi),
-                stream,
-            )
-        } else {
-            let grid = [
-                dim_u32("N / 128", n.div_ceil(GMM_ANY_BLOCK))?,
-                1,
-                grid_dim("M", m)?,
-            ];
-            let params = params
-                .push(i32::from(w.nk))
-                .push(i32::from(w.fp4))
-                .push(epi);
-            let name = format!("mx_matmul_float_a_any_{ta}_{to}");
-            self.run(&name, grid, GMM_ANY_BLOCK as u32, params, stream)
-        }
-    }
-}
-
 /// A grid's y or z extent (at most 65535).
-fn grid_dim(what: &str, v: usize) -> GpuResult<u32> {
+pub(super) fn grid_dim(what: &str, v: usize) -> GpuResult<u32> {
     if v > 65535 {
         return Err(KernelError::Shape(format!("{what} = {v} exceeds the grid's 65535")).into());
     }

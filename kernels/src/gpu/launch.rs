@@ -371,7 +371,7 @@ impl GpuRuntime {
         self.backend() == Backend::Cuda && self.device().compute_capability >= 90
     }
 
-    fn multiprocessors(&self) -> usize {
+    pub(super) fn multiprocessors(&self) -> usize {
         match self.device().multiprocessors {
             0 => 128, // unknown (HIP): a typical large part
             n => n as usize,

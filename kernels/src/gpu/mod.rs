@@ -23,6 +23,7 @@ pub mod sigma_table;
 pub mod sources;
 pub mod swiglu_table_kernel;
 pub mod thresholds;
+pub mod weight_only;
 
 pub use driver::{Backend, DeviceInfo};
 pub use error::{GpuError, GpuResult};

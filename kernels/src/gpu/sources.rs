@@ -3,7 +3,7 @@
 //! (same files, same order, same markers), so the device harness measures exactly this code.
 
 /// The source files, in program order: portability layer, shared numerics, then one file per op.
-pub const PROGRAM_FILES: [(&str, &str); 13] = [
+pub const PROGRAM_FILES: [(&str, &str); 14] = [
     (
         "mx_portability.h",
         include_str!("../../gpu/mx_portability.h"),
@@ -43,6 +43,10 @@ pub const PROGRAM_FILES: [(&str, &str); 13] = [
     (
         "mx_matmul_frag.hip",
         include_str!("../../gpu/mx_matmul_frag.hip"),
+    ),
+    (
+        "mx_matmul_frag_wo.hip",
+        include_str!("../../gpu/mx_matmul_frag_wo.hip"),
     ),
 ];
 
@@ -116,7 +120,11 @@ pub const MODULES: [Module; 6] = [
     Module {
         // The fragment GEMM uses the pipeline GEMM's mma helpers.
         name: "gemm_frag",
-        files: &["mx_matmul_pipe.hip", "mx_matmul_frag.hip"],
+        files: &[
+            "mx_matmul_pipe.hip",
+            "mx_matmul_frag.hip",
+            "mx_matmul_frag_wo.hip",
+        ],
         eager: true,
         kernels: &["mx_matmul_pipe_", "mx_matmul_frag_"],
     },
@@ -188,7 +196,12 @@ mod tests {
             }
         }
         // Every kernel family the launcher names has an owner.
-        let launch = [include_str!("launch.rs"), include_str!("gather.rs")].concat();
+        let launch = [
+            include_str!("launch.rs"),
+            include_str!("gather.rs"),
+            include_str!("weight_only.rs"),
+        ]
+        .concat();
         for name in launch.split('"').filter(|t| t.starts_with("mx_")) {
             assert!(owner_of(name).is_some(), "no module claims {name}");
         }

@@ -419,3 +419,112 @@ fn gpu_weight_only_matmul_matches_the_cpu_kernel() {
         }
     }
 }
+
+/// The tensor-core weight-only `MxMatMul` (kernels/gpu/mx_matmul_frag_wo.hip: f16 / bf16 `a`, the
+/// weight packed for the fragment GEMM) against the CPU kernel: 1-21 rows (a partial 16-row tile,
+/// two tiles), N = 72 (a partial 16-column tile), with a Gemm epilogue, f32 and a's own output
+/// type; NaN and scale-0 / 255 weight blocks included.
+#[test]
+fn gpu_weight_only_matmul_on_tensor_cores_matches_the_cpu_kernel() {
+    let Some(rt) = gpu() else { return };
+    let (k, n) = (256, 72);
+    if !rt.weight_only_frag_available(k, DType::BF16, DType::BF16) {
+        eprintln!("skipped: no tensor-core weight-only kernel on this device");
+        return;
+    }
+    let mut rng = Rng(0x6a7e_0004);
+    let (mut q, mut sc) = random_experts(&mut rng, 1, n, k, false);
+    q[5 * k + 3] = 0x7f; // a NaN weight in row 5
+    sc[7 * (k / 32) + 2] = 0; // 2^-127 and NaN block scales
+    sc[9 * (k / 32) + 5] = 255;
+    let (wf, wsf) = kernels::gpu::pack_frag_weights(&q, &sc, n, k).expect("pack");
+    let (wfb, wsfb) = (upload(&rt, &wf), upload(&rt, &wsf));
+    let bias: Vec<f32> = (0..n).map(|_| rng.normal()).collect();
+    let attrs = kernels::MxMatMulAttrs {
+        trans_b: true,
+        output_dtype: DType::F32,
+        alpha: 0.5,
+        beta: 2.0,
+    };
+    fn case<A: Element + Pod, O: Element + Pod + Default>(
+        rt: &Arc<GpuRuntime>,
+        rng: &mut Rng,
+        (m, k, n): (usize, usize, usize),
+        (q, sc, bias): (&[u8], &[u8], &[f32]),
+        attrs: &kernels::MxMatMulAttrs,
+        (wf, wsf): (&DeviceBuffer, &DeviceBuffer),
+    ) -> f64 {
+        let a: Vec<A> = (0..m * k).map(|_| A::from_f32(rng.normal())).collect();
+        let bias_o: Vec<O> = bias.iter().map(|&v| O::from_f32(v)).collect();
+        let mut want = vec![O::default(); m * n];
+        let attrs = kernels::MxMatMulAttrs {
+            output_dtype: O::DTYPE,
+            ..*attrs
+        };
+        ops::mx_matmul_float_a(
+            TensorRef::new(A::DTYPE, &[m, k], as_bytes(&a)).unwrap(),
+            TensorRef::new(DType::E4M3, &[n, k], q).unwrap(),
+            Some(TensorRef::new(DType::E8M0, &[n, k / 32], sc).unwrap()),
+            Some(TensorRef::new(O::DTYPE, &[n], as_bytes(&bias_o)).unwrap()),
+            TensorMut::new(O::DTYPE, &[m, n], as_bytes_mut(&mut want)).unwrap(),
+            &attrs,
+            &Serial,
+        )
+        .expect("CPU kernel");
+        let (ab, yb, cb) = (
+            upload(rt, &a),
+            poisoned::<O>(rt, m * n),
+            upload(rt, &bias_o),
+        );
+        let ep = GpuEpilogue {
+            alpha: 0.5,
+            beta: 2.0,
+            bias: Some(GpuBias {
+                ptr: cb.ptr(),
+                rows: 1,
+                cols: n,
+            }),
+        };
+        rt.mx_matmul_float_a_frag(
+            (m, ab.ptr(), A::DTYPE),
+            (wf.ptr(), wsf.ptr()),
+            (n, k),
+            yb.ptr(),
+            O::DTYPE,
+            &ep,
+            0,
+        )
+        .expect("launch");
+        rt.synchronize().expect("sync");
+        let got = download::<O>(&yb, m * n);
+        // NaN exactly where the CPU kernel has NaN (rows 5 and 9's columns), the rest close.
+        let nan = |v: &[O]| v.iter().map(|x| x.to_f32().is_nan()).collect::<Vec<_>>();
+        assert_eq!(nan(&got), nan(&want), "NaN positions, m {m}");
+        let keep = |v: &[O]| -> Vec<O> {
+            v.iter()
+                .map(|x| {
+                    if x.to_f32().is_nan() {
+                        O::from_f32(0.0)
+                    } else {
+                        *x
+                    }
+                })
+                .collect()
+        };
+        rel_err(&keep(&got), &keep(&want))
+    }
+    let w = (&wfb, &wsfb);
+    let d = (&q[..], &sc[..], &bias[..]);
+    for m in [1usize, 5, 16, 21] {
+        let errs = [
+            case::<bf16, f32>(&rt, &mut rng, (m, k, n), d, &attrs, w),
+            case::<f16, f32>(&rt, &mut rng, (m, k, n), d, &attrs, w),
+            case::<bf16, bf16>(&rt, &mut rng, (m, k, n), d, &attrs, w),
+            case::<f16, f16>(&rt, &mut rng, (m, k, n), d, &attrs, w),
+        ];
+        assert!(
+            errs[0] < 1e-5 && errs[1] < 1e-5 && errs[2] < 8e-3 && errs[3] < 2e-3,
+            "m {m}: {errs:?}"
+        );
+    }
+}

@@ -476,12 +476,24 @@ impl GpuProgram {
                 "SwiGluMxQuant" => GpuOp::SwiGlu(SwiGluAttrs::from_pairs(pairs())?),
                 "MxMatMul" => {
                     let attrs = MxMatMulAttrs::from_pairs(pairs())?;
-                    // No a_scale: a float `a` (weight-only MX), whose kernels read `[N, K]`
-                    // E4M3 rows (kernels/gpu/mx_gather.hip), never the fragment layout.
+                    // No a_scale: a float `a` (weight-only MX). Its weight is packed for the
+                    // tensor-core kernel where that serves a's and y's types
+                    // (kernels::gpu::weight_only), else kept as `[N, K]` E4M3 rows for the GEMV
+                    // (kernels/gpu/mx_gather.hip).
                     let float_a = node_inputs.get(1).copied().flatten().is_none();
+                    let elem = |v: Option<graph_rewrites::view::ValueId>| {
+                        v.and_then(|v| g.tensor_info(v))
+                            .and_then(|t| DType::from_onnx_code(t.elem_type as i64))
+                    };
+                    let a_dtype = elem(node_inputs.first().copied().flatten());
+                    let y_dtype = elem(g.outputs(n).first().copied());
                     let packed = match (&backend, const_input(2)?, const_input(3)?) {
                         (Backend::Gpu(rt), Some(b), Some(bs)) => {
-                            let frag = |k: usize| !float_a && rt.frag_gemm_available(k);
+                            let frag = |k: usize| match (float_a, a_dtype, y_dtype) {
+                                (false, _, _) => rt.frag_gemm_available(k),
+                                (true, Some(a), Some(y)) => rt.weight_only_frag_available(k, a, y),
+                                _ => false,
+                            };
                             pack_weight(&memory, &b, &bs, attrs.trans_b, &frag)?
                         }
                         _ => None,
@@ -943,7 +955,20 @@ impl GpuProgram {
                 let Some(a_s) = opt_in(1) else {
                     // A float `a` (weight-only MX): one weight of the gathered GEMM's kernels.
                     let w = match packed {
-                        Some(p) if !p.frag => GpuExperts {
+                        Some(p) if p.frag => {
+                            return rt
+                                .mx_matmul_float_a_frag(
+                                    (m, *a_q, dtype(am.dtype)?),
+                                    (p.q.ptr(), p.scales.ptr()),
+                                    (n, k),
+                                    *y,
+                                    ydt,
+                                    &ep,
+                                    STREAM,
+                                )
+                                .map_err(gpu)
+                        }
+                        Some(p) => GpuExperts {
                             q: p.q.ptr(),
                             scales: p.scales.ptr(),
                             e: 1,
@@ -952,11 +977,6 @@ impl GpuProgram {
                             fp4: false,
                             nk: true,
                         },
-                        Some(_) => {
-                            return Err(Error::invalid(
-                                "a weight-only MxMatMul's weight was packed for the fragment GEMM",
-                            ))
-                        }
                         None => input_weight(
                             input(2, "b")?,
                             input(3, "b_scale")?,

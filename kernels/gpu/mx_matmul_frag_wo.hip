@@ -1,0 +1,164 @@
+// com.mxfuse MxMatMul with a float activation (weight-only MX) on tensor cores (NVIDIA sm_90):
+// a f16 or bf16 [M, K] times constant E4M3 weights packed by kernels::gpu::pack_frag_weights, the
+// fragment GEMM's layout (mx_matmul_frag.hip: each lane's 16 bytes of a k-block are its two k16
+// mma fragments of weight rows g and g + 8).
+//
+// Why: the CUDA-core kernel of mx_gather.hip (one warp per column) matches cuBLAS bf16 at M = 1
+// but pays 16 FMAs per weight byte and row, so from M = 4 cuBLAS was faster (BENCHMARKS.md
+// session 21). Here the activation needs no conversion at all: lane t's 8 elements 8t .. 8t + 7 of
+// a k-block of row g — one 16-byte load of a 16-bit activation — are exactly the f16 / bf16 B
+// fragments the fragment GEMM feeds its two m16n8k16 mmas (k-slots 2t, 2t + 1, 2t + 8, 2t + 9,
+// the same permutation as the weights), and the weights' E4M3 -> f16 / bf16 converts are exact,
+// so every product is exact in the fp32 accumulator; each k-block's mma result is scaled by its
+// weight scale (no activation scale) and added in f32, as the fragment GEMM does.
+//
+// W warps of a block split K of one 16-column tile of M-row tiles of 16 (grid x = ceil(M / 16),
+// y = ceil(N / 16)); each warp double-buffers its groups of 4 k-blocks in registers (the next
+// group's loads issued before the current group's mmas); partial sums added in warp order
+// (mx_frag_reduce_store, S = 1), the MxMatMul epilogue where it stores.
+
+#if defined(MX_NV_FP8_MMA) && defined(MX_NV_CLUSTER)
+
+// D (16x8 fp32) = A (16x16 bf16, row) * B (16x8 bf16, col) + C.
+MX_DEV void mx_mma_bf16(float d[4], mx_u32 a0, mx_u32 a1, mx_u32 a2, mx_u32 a3, mx_u32 b0,
+                        mx_u32 b1, const float c[4]) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%10,%11,%12,%13};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+        "f"(c[3]));
+}
+
+// Two E4M3 (low byte -> low half) as the 16-bit type of the activation, exact: f16 directly;
+// bf16 through f32 (every E4M3 value is a bf16 value).
+template <bool BF>
+MX_DEV mx_u32 mx_e4m3x2_to_16x2(mx_u32 v16) {
+  const mx_u32 h = mx_e4m3x2_to_f16x2(v16);
+  if (!BF) return h;
+  const float lo = MxF16::to_f32((mx_u16)(h & 0xffffu)), hi = MxF16::to_f32((mx_u16)(h >> 16));
+  mx_u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// One group of 4 k-blocks: w[j] = this lane's 16 weight bytes of k-block j (rows g: .x .y, g + 8:
+// .z .w), b[mt][j] = its 8 activation elements of row 8 mt + g, k-block j (the B fragments as they
+// are), swA / swB = the weight rows' 4 E8M0 scale bytes.
+template <int MT, bool BF>
+MX_DEV void mx_wo_group4(float acc[MT][4], const uint4 w[4], const uint4 b[MT][4], mx_u32 swA,
+                         mx_u32 swB) {
+  float fA[4], fB[4];
+  mx_e8m0x4_fast(swA, fA);
+  mx_e8m0x4_fast(swB, fB);
+  if (mx_has_byte_00_or_ff(swA) | mx_has_byte_00_or_ff(swB)) {  // 2^-127 or NaN: exact decode
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      fA[u] = mx_e8m0_to_f32((swA >> (8 * u)) & 0xffu);
+      fB[u] = mx_e8m0_to_f32((swB >> (8 * u)) & 0xffu);
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    const mx_u32 a00 = mx_e4m3x2_to_16x2<BF>(w[u].x), a02 = mx_e4m3x2_to_16x2<BF>(w[u].x >> 16);
+    const mx_u32 a01 = mx_e4m3x2_to_16x2<BF>(w[u].z), a03 = mx_e4m3x2_to_16x2<BF>(w[u].z >> 16);
+    const mx_u32 a10 = mx_e4m3x2_to_16x2<BF>(w[u].y), a12 = mx_e4m3x2_to_16x2<BF>(w[u].y >> 16);
+    const mx_u32 a11 = mx_e4m3x2_to_16x2<BF>(w[u].w), a13 = mx_e4m3x2_to_16x2<BF>(w[u].w >> 16);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      float d[4];
+      if (BF) {
+        mx_mma_bf16(d, a00, a01, a02, a03, b[mt][u].x, b[mt][u].y, zero);
+        mx_mma_bf16(d, a10, a11, a12, a13, b[mt][u].z, b[mt][u].w, d);
+      } else {
+        mx_mma_f16(d, a00, a01, a02, a03, b[mt][u].x, b[mt][u].y, zero);
+        mx_mma_f16(d, a10, a11, a12, a13, b[mt][u].z, b[mt][u].w, d);
+      }
+      acc[mt][0] += d[0] * fA[u];
+      acc[mt][1] += d[1] * fA[u];
+      acc[mt][2] += d[2] * fB[u];
+      acc[mt][3] += d[3] * fB[u];
+    }
+  }
+}
+
+// Whether the activation type is bf16 (its mma and weight converts), else f16.
+template <class T>
+struct MxIsBf16 {
+  static constexpr bool value = false;
+};
+template <>
+struct MxIsBf16<MxBf16> {
+  static constexpr bool value = true;
+};
+
+template <class TA, class TO, int W>
+MX_DEV void mx_matmul_frag_wo(const typename TA::storage* __restrict__ a,
+                              const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
+                              typename TO::storage* __restrict__ y, int M, int N, int K,
+                              const MxEpi& ep) {
+  constexpr int MT = 2;
+  constexpr bool BF = MxIsBf16<TA>::value;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int tile = blockIdx.y, m0 = 16 * blockIdx.x;
+  const int G = K >> 7, per = (G + W - 1) / W;
+  const int gb = min(G, warp * per), ge = min(G, gb + per);
+  const uint4* wp = wf + (long long)tile * (K >> 5) * 32 + lane + 128LL * gb;
+  const mx_u32* swp = wsf + (long long)tile * G * 16 + 16LL * gb + g;
+  // Rows past M read row M - 1: they reach only outputs past M, which are not stored.
+  const typename TA::storage* ap[MT];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+    ap[mt] = a + (long long)min(m0 + 8 * mt + g, M - 1) * K + 128LL * gb + 8 * t;
+  struct Batch {
+    uint4 w[4];
+    mx_u32 sA, sB;
+    uint4 b[MT][4];
+  };
+  auto load = [&](Batch& bt) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) bt.w[j] = wp[32 * j];
+    bt.sA = swp[0];
+    bt.sB = swp[8];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) bt.b[mt][j] = *reinterpret_cast<const uint4*>(ap[mt] + 32 * j);
+    wp += 128;
+    swp += 16;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) ap[mt] += 128;
+  };
+  float acc[MT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[mt][c] = 0.0f;
+  MX_PDL_ENTRY();
+  Batch b0, b1;
+  if (gb < ge) load(b0);
+  for (int i = gb; i < ge; i += 2) {
+    if (i + 1 < ge) load(b1);
+    mx_wo_group4<MT, BF>(acc, b0.w, b0.b, b0.sA, b0.sB);
+    if (i + 1 == ge) break;
+    if (i + 2 < ge) load(b0);
+    mx_wo_group4<MT, BF>(acc, b1.w, b1.b, b1.sA, b1.sB);
+  }
+  mx_frag_reduce_store<TO, W, MT, 1>(&acc, y, M, N, ep);
+}
+
+// Kernel names: mx_matmul_frag_wo_<f16|bf16>_<out>_w<W>.
+#define MX_DEFINE_FRAG_WO1(TA, NA, TO, NO, W)                                                   \
+  extern "C" __global__ void __launch_bounds__(32 * W) mx_matmul_frag_wo_##NA##_##NO##_w##W(     \
+      const TA::storage* a, const uint4* wf, const mx_u32* wsf, TO::storage* y, int M, int N,    \
+      int K, MxEpi ep) {                                                                        \
+    mx_matmul_frag_wo<TA, TO, W>(a, wf, wsf, y, M, N, K, ep);                                   \
+  }
+#define MX_DEFINE_FRAG_WO(TA, NA, TO, NO) \
+  MX_DEFINE_FRAG_WO1(TA, NA, TO, NO, 4)   \
+  MX_DEFINE_FRAG_WO1(TA, NA, TO, NO, 8)
+MX_DEFINE_FRAG_WO(MxF16, f16, MxF16, f16)
+MX_DEFINE_FRAG_WO(MxF16, f16, MxF32, f32)
+MX_DEFINE_FRAG_WO(MxBf16, bf16, MxBf16, bf16)
+MX_DEFINE_FRAG_WO(MxBf16, bf16, MxF32, f32)
+#endif  // MX_NV_FP8_MMA && MX_NV_CLUSTER

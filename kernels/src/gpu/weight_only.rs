@@ -1,0 +1,171 @@
+//! Launchers of the weight-only `MxMatMul` (a float `a` times one MX weight, docs/ops.md): on
+//! CUDA sm_90 with f16 / bf16 activations and a constant weight packed for the fragment GEMM
+//! (`K % 128 == 0`), the tensor-core kernel of kernels/gpu/mx_matmul_frag_wo.hip; otherwise the
+//! gathered GEMV of kernels/gpu/mx_gather.hip on one "expert" (`[N, K]` E4M3 rows: the CUDA-core
+//! kernel that matched cuBLAS bf16 at M = 1 and fell behind it from M = 4, BENCHMARKS.md
+//! session 21).
+
+use super::error::GpuResult;
+use super::gather::{grid_dim, i64_of, GpuExperts, GMM_ANY_BLOCK, GMM_ROWS, GMM_WARPS};
+use super::launch::{
+    check_aligned, dim_i32, dim_u32, dtype_suffix, GpuEpilogue, Params, StreamHandle,
+};
+use super::runtime::GpuRuntime;
+use crate::codec::BLOCK;
+use crate::element::DType;
+use crate::error::KernelError;
+
+/// Rows of the tensor-core kernel's tile (`MT = 2` tiles of 8).
+const FRAG_WO_ROWS: usize = 16;
+
+impl GpuRuntime {
+    /// The weight-only `MxMatMul`: `y [M, N] = epilogue(a [M, K] · deq(w))` with a float `a`
+    /// (`a_dtype`) and one MX weight `w` (`e = 1`; `[N, K]` when `w.nk`, else `[K, N]`; E4M3 or
+    /// FLOAT4E2M1), y of `y_dtype`, the MxMatMul epilogue `ep` (a Gemm's alpha, beta, bias).
+    #[allow(clippy::too_many_arguments)]
+    pub fn mx_matmul_float_a(
+        &self,
+        (m, a, a_dtype): (usize, u64, DType),
+        w: &GpuExperts,
+        y: u64,
+        y_dtype: DType,
+        ep: &GpuEpilogue,
+        stream: StreamHandle,
+    ) -> GpuResult<()> {
+        let (k, n) = (w.k, w.n);
+        if k == 0 || !k.is_multiple_of(BLOCK) {
+            return Err(KernelError::Shape(format!(
+                "MxMatMul K = {k} must be a positive multiple of 32"
+            ))
+            .into());
+        }
+        if w.e != 1 {
+            return Err(KernelError::Shape(format!("one weight, not {}", w.e)).into());
+        }
+        if m == 0 || n == 0 {
+            return Ok(());
+        }
+        let (ta, to) = (dtype_suffix(a_dtype)?, dtype_suffix(y_dtype)?);
+        check_aligned("a", a, 16)?;
+        check_aligned("b", w.q, 16)?;
+        check_aligned("b_scale", w.scales, 1)?;
+        check_aligned("y", y, y_dtype.size() as u64)?;
+        let epi = ep.params(m, n, y_dtype)?;
+        let params = Params::new()
+            .push(a)
+            .push(w.q)
+            .push(w.scales)
+            .push(y)
+            .push(dim_i32("M", m)?)
+            .push(dim_i32("K", k)?)
+            .push(dim_i32("N", n)?);
+        i64_of("weight elements", n.saturating_mul(k))?;
+        if w.nk && !w.fp4 {
+            let grid = [
+                1,
+                grid_dim("N / 8", n.div_ceil(GMM_WARPS))?,
+                grid_dim("M / 8", m.div_ceil(GMM_ROWS))?,
+            ];
+            let block = GMM_WARPS * self.device().warp_size.max(32) as usize;
+            let name = format!("mx_matmul_float_a_nk_{ta}_{to}");
+            self.run(
+                &name,
+                grid,
+                dim_u32("block", block)?,
+                params.push(epi),
+                stream,
+            )
+        } else {
+            let grid = [
+                dim_u32("N / 128", n.div_ceil(GMM_ANY_BLOCK))?,
+                1,
+                grid_dim("M", m)?,
+            ];
+            let params = params
+                .push(i32::from(w.nk))
+                .push(i32::from(w.fp4))
+                .push(epi);
+            let name = format!("mx_matmul_float_a_any_{ta}_{to}");
+            self.run(&name, grid, GMM_ANY_BLOCK as u32, params, stream)
+        }
+    }
+
+    /// Whether the tensor-core weight-only kernel serves an activation of `a_dtype` with output
+    /// `y_dtype` at reduction length `k` (its weight then packed by
+    /// [`super::pack::pack_frag_weights`]): CUDA sm_90+, `k % 128 == 0`, f16 `a` into f16 / f32,
+    /// bf16 `a` into bf16 / f32, unless `MXFUSE_GPU_FRAG_WO=0` (or `off`) keeps the CUDA-core GEMV.
+    pub fn weight_only_frag_available(&self, k: usize, a_dtype: DType, y_dtype: DType) -> bool {
+        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        self.frag_gemm_available(k)
+            && matches!(
+                (a_dtype, y_dtype),
+                (DType::F16, DType::F16 | DType::F32) | (DType::BF16, DType::BF16 | DType::F32)
+            )
+            && *ON.get_or_init(|| {
+                !std::env::var("MXFUSE_GPU_FRAG_WO").is_ok_and(|v| v == "0" || v == "off")
+            })
+    }
+
+    /// The weight-only `MxMatMul` on tensor cores: `a [M, K]` f16 / bf16, the weight `(wf, wsf)`
+    /// packed by [`super::pack::pack_frag_weights`] (`[N, K]` rows), y of `y_dtype`, the epilogue
+    /// `ep`. See [`GpuRuntime::weight_only_frag_available`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn mx_matmul_float_a_frag(
+        &self,
+        (m, a, a_dtype): (usize, u64, DType),
+        (wf, wsf): (u64, u64),
+        (n, k): (usize, usize),
+        y: u64,
+        y_dtype: DType,
+        ep: &GpuEpilogue,
+        stream: StreamHandle,
+    ) -> GpuResult<()> {
+        if !self.frag_gemm_available(k) {
+            return Err(KernelError::Unsupported(format!(
+                "the tensor-core weight-only MxMatMul needs CUDA sm_90+ and K a multiple of 128 (K = {k})"
+            ))
+            .into());
+        }
+        let (ta, to) = (dtype_suffix(a_dtype)?, dtype_suffix(y_dtype)?);
+        if !matches!(
+            (a_dtype, y_dtype),
+            (DType::F16, DType::F16 | DType::F32) | (DType::BF16, DType::BF16 | DType::F32)
+        ) {
+            return Err(KernelError::DType(format!(
+                "the tensor-core weight-only MxMatMul takes f16 or bf16 a into its type or f32, got {a_dtype:?} into {y_dtype:?}"
+            ))
+            .into());
+        }
+        if m == 0 || n == 0 {
+            return Ok(());
+        }
+        check_aligned("a", a, 16)?;
+        check_aligned("b (fragment-packed)", wf, 16)?;
+        check_aligned("b_scales (fragment-packed)", wsf, 4)?;
+        check_aligned("y", y, y_dtype.size() as u64)?;
+        let epi = ep.params(m, n, y_dtype)?;
+        let tiles = n.div_ceil(16);
+        // Grids of fewer 16-column tiles than two a multiprocessor split K over 8 warps.
+        let w = if tiles < 2 * self.multiprocessors() {
+            8
+        } else {
+            4
+        };
+        let params = Params::new()
+            .push(a)
+            .push(wf)
+            .push(wsf)
+            .push(y)
+            .push(dim_i32("M", m)?)
+            .push(dim_i32("N", n)?)
+            .push(dim_i32("K", k)?)
+            .push(epi);
+        let grid = [
+            dim_u32("M / 16", m.div_ceil(FRAG_WO_ROWS))?,
+            grid_dim("N / 16", tiles)?,
+            1,
+        ];
+        let name = format!("mx_matmul_frag_wo_{ta}_{to}_w{w}");
+        self.run(&name, grid, 32 * w as u32, params, stream)
+    }
+}
