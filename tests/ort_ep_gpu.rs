@@ -187,6 +187,39 @@ fn flat_linear_model() -> Vec<u8> {
         .encode_to_vec()
 }
 
+/// A float16 weight-only MX linear, `Cast(x, f16) @ DequantizeLinear(W [HIDDEN, 48] MXFP8 / MXFP4)`
+/// cast back to f32 (rule `mx_weight_matmul`): on sm_90 the tensor-core weight-only kernel
+/// (kernels/gpu/mx_matmul_frag_wo.hip; K = HIDDEN is a multiple of 128). Runs with [`run_gemm`].
+fn weight_only_f16_model(form: models::WeightForm) -> Vec<u8> {
+    use models::builder::{attr_i, elem_of, Dim, GraphBuilder};
+    let mut b = GraphBuilder::new(13, false);
+    let shape = vec![Dim::Fixed(6), Dim::Fixed(HIDDEN)];
+    let x = b.add_input("x", elem_of(models::DType::F32), shape.clone());
+    let f16 = elem_of(models::DType::F16);
+    let xh = b.op_attrs(
+        "Cast",
+        &[&x.name],
+        "xh",
+        f16,
+        shape,
+        vec![attr_i("to", f16 as i64)],
+    );
+    let w = models::mx_quant::matmul_weight(&mut b, models::DType::F16, form, "w", HIDDEN, 48);
+    let yh = models::mx_quant::matmul(&mut b, &xh, &w, 48, "yh");
+    let f32e = elem_of(models::DType::F32);
+    let y = b.op_attrs(
+        "Cast",
+        &[&yh.name],
+        "y",
+        f32e,
+        yh.shape.clone(),
+        vec![attr_i("to", f32e as i64)],
+    );
+    b.add_output(&y);
+    models::external::into_inline(b.finish("weight_only_f16", "f16 weight-only MX linear"))
+        .encode_to_vec()
+}
+
 /// Experts of the MoE block ([`moe_experts_model`]) and its tokens.
 const EXPERTS: usize = 8;
 const TOKENS: usize = 5;
@@ -303,7 +336,7 @@ type Runner = fn(&mut Session) -> Vec<Vec<f32>>;
 
 /// The test models and their runners: the decoder in each weight form, the Gemm-with-bias
 /// model, the flattened-linear model, the MoE experts block, and the weight-only decoder in MXFP8
-/// and MXFP4 (fused online, and rewritten offline).
+/// and MXFP4 (fused online, and rewritten offline) with an f16 weight-only linear of each.
 fn models_and_runners() -> Vec<(Vec<u8>, Runner)> {
     let mut v: Vec<(Vec<u8>, Runner)> =
         FORMS.iter().map(|&f| (decoder(f), run as Runner)).collect();
@@ -314,6 +347,7 @@ fn models_and_runners() -> Vec<(Vec<u8>, Runner)> {
         let (original, rewritten) = weight_only_models(form);
         v.push((original, run as Runner));
         v.push((rewritten, run as Runner));
+        v.push((weight_only_f16_model(form), run_gemm as Runner));
     }
     v
 }
@@ -531,14 +565,19 @@ fn weight_only_mx_is_claimed_on_a_device_placement() {
     }
     for form in [models::WeightForm::StdMx, models::WeightForm::StdMxfp4] {
         let (original, _) = weight_only_models(form);
-        let log: Log = Arc::default();
-        let mut s = session(DeviceType::CPU, &original, &[], Some(log.clone()))
-            .expect("session with device memory");
-        assert!(
-            log_mentions(&log, "mx_weight_matmul claims"),
-            "a device placement fuses weight-only MatMuls ({form:?})"
-        );
-        run(&mut s);
+        for (model, run) in [
+            (original, run as Runner),
+            (weight_only_f16_model(form), run_gemm as Runner),
+        ] {
+            let log: Log = Arc::default();
+            let mut s = session(DeviceType::CPU, &model, &[], Some(log.clone()))
+                .expect("session with device memory");
+            assert!(
+                log_mentions(&log, "mx_weight_matmul claims"),
+                "a device placement fuses weight-only MatMuls ({form:?})"
+            );
+            run(&mut s);
+        }
     }
 }
 
