@@ -149,8 +149,10 @@ pub fn mx_quant(p: &mut Pat, x: V) -> MxQuantPat {
         .args([x])
         // Axis 0 of a constant is how Quark quantizes a [K, N] weight: no activation
         // candidate. Such nodes are folded into their MatMul's MxMatMul (`mx_consumers`), so
-        // they are no refusal either.
-        .node_where("not a weight quantizer (axis 0 of a constant)", |g, n| {
+        // they are no refusal either. Nor is a constant whose one reader is a Gather (stacked
+        // experts, an embedding table): `mx_gather_dequant` quantizes it at rewrite time, or
+        // says why not.
+        .node_where("not a weight quantizer (axis 0 of a constant, or a gathered constant)", |g, n| {
             let axis0 = matches!(g.attr(n, "axis"), Some(crate::view::AttrValue::Int(0)));
             let on_const = g
                 .inputs(n)
@@ -158,7 +160,11 @@ pub fn mx_quant(p: &mut Pat, x: V) -> MxQuantPat {
                 .copied()
                 .flatten()
                 .is_some_and(|x| g.is_constant(x));
-            !(axis0 && on_const)
+            let gathered = g.outputs(n).first().is_some_and(|&y| {
+                !g.is_graph_output(y)
+                    && matches!(&g.consumers(y)[..], [(r, 0)] if g.op_type(*r) == "Gather" && g.domain(*r) == ONNX_DOMAIN)
+            });
+            !(on_const && (axis0 || gathered))
         })
         .node();
     let fake = p.out(quark, 0);
