@@ -15,6 +15,7 @@ from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from test_gather_dequant import bmm_oracle
 from test_mx_dequant import claimed_ops, ep_session, offline_session, rewrite, same_bits, save
 from test_weight_only import quark_oracle_ops
 
@@ -110,13 +111,12 @@ def test_quark_expert_bmm_reads_the_stacked_weights_in_place(after, weight_first
     assert fused_ops(tmp_path / "fused.onnx") == ["MxGatherMatMul", "Unsqueeze"]
     rng = np.random.default_rng(11)
     feed = {"x": rng.standard_normal((6, K)).astype(NP[out_type]), "ids": np.array([3, 0, 7, 3, -1, 5])}
-    # f64 products of the fake-quantized experts (exact in f32) with the activation.
+    # f64 products of the fake-quantized experts (exact in f32) with the activation (E = 8 as in
+    # test_gather_dequant).
     custom, quark_qdq_numpy = quark_oracle_ops()
     w = numpy_helper.to_array(onnx.load(src).graph.initializer[0]).astype(np.float32)
     deq = quark_qdq_numpy(w, 2 if weight_first else 1).astype(NP[out_type]).astype(np.float64)
-    x = feed["x"].astype(np.float64)
-    ws = deq[feed["ids"] % E]
-    want = np.einsum("snk,sk->sn", ws, x)[:, :, None] if weight_first else np.einsum("skn,sk->sn", ws, x)[:, None, :]
+    want = bmm_oracle(deq, feed["x"], feed["ids"], weight_first)
     ep = ep_session(src, ep_devices)
     assert sorted(claimed_ops(ep)) == ["Gather", "MXQuantizeDequantize", "MatMul"], claimed_ops(ep)
     online = ep.run(None, feed)[0]
@@ -164,13 +164,12 @@ def test_quark_fake_quant_along_the_ids_axis_is_refused(mxfuse_cli, tmp_path):
     assert any("along the ids' axis 0" in r["reason"] for r in report["rejections"]), report["rejections"]
 
 
-def quark_moe_model(path, after):
+def quark_moe_model(path, after, h=64, i=64):
     """A whole MoE expert block in Quark's spelling, per (token, slot) sample (transformers'
-    batched_mm experts): x → Quark fake quant → bmm(Wgu[ids], x) → SwiGLU → Quark fake quant →
-    bmm(Wd[ids], act) → y, the float expert weights fake-quantized along K before (or `after`)
-    the Gather."""
+    batched_mm experts): x [S, h] → Quark fake quant → bmm(Wgu[ids] [S, 2i, h], x) → SwiGLU →
+    Quark fake quant → bmm(Wd[ids] [S, h, i], act) → y, the float expert weights fake-quantized
+    along K before (or `after`) the Gather. provider/bench/gather_quark_moe.py times it."""
     rng = np.random.default_rng(13)
-    h, i = 64, 64
     nodes, inits = [], [numpy_helper.from_array(np.array([-1], np.int64), "last"),
                         numpy_helper.from_array(np.array([i, i], np.int64), "halves")]
 

@@ -3,7 +3,7 @@
 //! gathered MX experts' one reader is the bmm with the tokens' activations, that MatMul goes too:
 //! one `com.mxfuse::MxGatherMatMul` reading the selected experts in place.
 //!
-//! Search pattern => y = Gather(DequantizeLinear(x, s: FLOAT8E8M0) | MxDequantize(x, s), idx, axis ≠ the quantized axis) [─ MatMul(y, a) | MatMul(a, y)]  ⇒  y = com.mxfuse::MxGatherDequantize(x, s, idx) | out = com.mxfuse::MxGatherMatMul(a, x, s, idx)
+//! Search pattern => y = Gather(DequantizeLinear(x, s: FLOAT8E8M0) | MxDequantize(x, s) | com.amd.quark::MXQuantizeDequantize(W const), idx, axis ≠ the quantized axis) | MXQuantizeDequantize(Gather(W const, idx)) [─ MatMul(y, a) | MatMul(a, y)]  ⇒  y = com.mxfuse::MxGatherDequantize(x, s, idx) | out = com.mxfuse::MxGatherMatMul(a, x, s, idx)
 //!
 //! ```text
 //! before                                            after
@@ -35,6 +35,12 @@
 //! * The bmm (rules/gathered_bmm.rs says what it must be; otherwise a note says why the MatMul
 //!   stays): the float-`a` MX GEMM per selected expert, exact products and f32 accumulation, so
 //!   only the summation order differs from DequantizeLinear → Gather → MatMul in f32.
+//! * AMD Quark's spelling (rules/gathered_quark.rs): float constant experts fake-quantized by
+//!   `MXQuantizeDequantize`, gathered before or after the fake quant. The constant is quantized
+//!   at rewrite time by the Quark weight check (exact, or refused with its reason) and gathered
+//!   as above. The rule runs before `mxquant`, which would otherwise take a fake quant along the
+//!   last axis as an activation quantizer (`MxQuantize` of every expert every step); its Quark
+//!   pattern leaves a constant whose one reader is a Gather to this rule.
 //! * CPU only: on a device placement the EP leaves these to `mx_dequant` and ORT's Gather.
 
 use std::sync::LazyLock;
