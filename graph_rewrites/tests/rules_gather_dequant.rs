@@ -411,3 +411,12 @@ fn quark_fake_quant_with_another_reader_is_not_taken() {
         op_types(&g)
     );
 }
+
+#[test]
+fn quark_experts_over_the_constant_read_limit_are_refused_with_their_size() {
+    // 65 MiB of f32 experts: over CONST_VALUE_MAX_BYTES (zeros; the size decides first).
+    let dims = [65, 512, 512];
+    let vals = vec![0f32; dims.iter().product()];
+    let why = quark_gather(dims, 2, false, &vals).refusal("mx_gather_dequant");
+    assert!(why.contains("'w' is 65 MiB, over the 64 MiB"), "{why}");
+}

@@ -24,10 +24,14 @@
 //!   stays, and runs on the EP's own Quark kernel over all of W (ONNX Runtime's CPU EP has no
 //!   `MXQuantizeDequantize`; with the plugin EP registered, it publishes one).
 //! * The constant's float type is the output type (float, float16, bfloat16).
+//! * At most `CONST_VALUE_MAX_BYTES` (64 MiB) of float experts: the rewrite reads no larger
+//!   constant; larger ones are refused with their size (a real MoE layer's f32 experts are
+//!   larger: raising that limit for this rule is the lead's call, see BENCHMARKS.md).
 
 use std::sync::Arc;
 
 use super::mx_consumers::{check_quark_exact_along, QuarkMx};
+use crate::ir::{elem_size_bits, CONST_VALUE_MAX_BYTES};
 use crate::pattern::predicates::{attr_int, attr_string, dtype, known_dims};
 use crate::pattern::Reject;
 use crate::reject;
@@ -73,6 +77,14 @@ pub fn check_quark_experts(
         return Err(reject!(
             "the Quark-quantized '{wname}' is {}: MxGatherDequantize writes float, float16 or bfloat16",
             dtype::name(ty)
+        ));
+    }
+    let bytes = dims.iter().product::<usize>() as u64 * elem_size_bits(ty).unwrap_or(32) / 8;
+    if bytes > CONST_VALUE_MAX_BYTES {
+        return Err(reject!(
+            "the Quark-quantized '{wname}' is {} MiB, over the {} MiB of a constant the rewrite reads: it stays fake-quantized at run time",
+            bytes >> 20,
+            CONST_VALUE_MAX_BYTES >> 20
         ));
     }
     let rank = dims.len();
