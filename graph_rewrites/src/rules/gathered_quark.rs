@@ -24,9 +24,13 @@
 //!   stays, and runs on the EP's own Quark kernel over all of W (ONNX Runtime's CPU EP has no
 //!   `MXQuantizeDequantize`; with the plugin EP registered, it publishes one).
 //! * The constant's float type is the output type (float, float16, bfloat16).
-//! * At most `CONST_VALUE_MAX_BYTES` (64 MiB) of float experts: the rewrite reads no larger
-//!   constant; larger ones are refused with their size (a real MoE layer's f32 experts are
-//!   larger: raising that limit for this rule is the lead's call, see BENCHMARKS.md).
+//! * Only constants the view can read: at most `CONST_VALUE_MAX_BYTES` (64 MiB) offline, refused
+//!   with their size above it, and 16 MiB in the plugin EP (`provider::ort_attrs::
+//!   MAX_CONST_BYTES`; refused as "could not be read"). A real MoE layer's float experts are
+//!   larger (BENCHMARKS.md, session 20 Quark entry).
+//! * A refused fake quant stays rule `mxquant`'s, as before this spelling was fused
+//!   (`MxQuantize` of the whole constant at run time): [`taken_with_its_gather`] is how its
+//!   pattern leaves the accepted ones to this rule.
 
 use std::sync::Arc;
 
@@ -35,7 +39,7 @@ use crate::ir::{elem_size_bits, CONST_VALUE_MAX_BYTES};
 use crate::pattern::predicates::{attr_int, attr_string, dtype, known_dims};
 use crate::pattern::Reject;
 use crate::reject;
-use crate::view::{GraphView, NodeId, ValueId};
+use crate::view::{GraphView, NodeId, ValueId, ONNX_DOMAIN};
 
 /// A checked Quark weight: the float constant, its dims, the quantized axis (normalized, on the
 /// constant), its rewrite-time MXFP8 bytes and its float type.
@@ -120,4 +124,41 @@ pub fn check_quark_experts(
         mx,
         output_dtype: ty as i64,
     })
+}
+
+/// Whether the Quark fake quant `fq` is of a constant whose one reader is a Gather (ids int32 /
+/// int64) that rule `mx_gather_dequant` takes with it: [`check_quark_experts`] passes. Rule
+/// `mxquant` leaves such a fake quant alone (as an activation quantizer it would quantize every
+/// expert at run time), and takes every other, as before this spelling was fused: a refused
+/// one then keeps the run-time `MxQuantize` path. The check is memoized per scan, so the
+/// rule's own check of the same constant at the Gather costs nothing more.
+pub fn taken_with_its_gather(g: &dyn GraphView, fq: NodeId) -> bool {
+    let (Some(w), Some(&y)) = (
+        g.inputs(fq).first().copied().flatten(),
+        g.outputs(fq).first(),
+    ) else {
+        return false;
+    };
+    if !g.is_constant(w) || g.is_graph_output(y) {
+        return false;
+    }
+    let &[(gather, 0)] = &g.consumers(y)[..] else {
+        return false;
+    };
+    let ids = g.inputs(gather).get(1).copied().flatten();
+    let ids_type = ids
+        .and_then(|i| g.tensor_info(i))
+        .map_or(0, |i| i.elem_type);
+    let rank = known_dims(g, w).map_or(0, |d| d.len() as i64);
+    let axis = attr_int(g.attr(gather, "axis"), 0).filter(|a| (-rank..rank).contains(a));
+    match axis {
+        Some(a)
+            if g.op_type(gather) == "Gather"
+                && g.domain(gather) == ONNX_DOMAIN
+                && [dtype::INT32, dtype::INT64].contains(&ids_type) =>
+        {
+            check_quark_experts(g, fq, w, a.rem_euclid(rank) as usize, None).is_ok()
+        }
+        _ => false,
+    }
 }
