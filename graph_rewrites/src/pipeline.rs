@@ -245,7 +245,7 @@ fn scan_pass(
 /// (which claims the accepted ones).
 pub fn find_sites(g: &dyn GraphView, opts: &PipelineOptions) -> Result<Vec<SiteInfo>, Error> {
     let rules = enabled_rules(opts)?;
-    let cfg = RuleConfig::from_settings(&opts.settings).map_err(Error::Invalid)?;
+    let cfg = rule_config(opts, &rules)?;
     let memoized = crate::view::Memoized::new(g);
     let g: &dyn GraphView = &memoized;
     // The fallback rules see what the others left in this one pass (the provider cannot
@@ -268,6 +268,16 @@ pub fn run_pipeline(g: &mut Graph, opts: &PipelineOptions) -> Result<RewriteRepo
     run_rules(g, &rules, opts)
 }
 
+/// The settings of `opts` and which of the rules that read another's presence run.
+fn rule_config(
+    opts: &PipelineOptions,
+    rules: &[&'static dyn DynRule],
+) -> Result<RuleConfig, Error> {
+    let mut cfg = RuleConfig::from_settings(&opts.settings).map_err(Error::Invalid)?;
+    cfg.gather_rule_runs = rules.iter().any(|r| r.name() == "mx_gather_dequant");
+    Ok(cfg)
+}
+
 /// [`run_pipeline`] with an explicit rule list (tests use rules outside the registry);
 /// `opts.only` / `opts.disable` are not consulted.
 pub fn run_rules(
@@ -275,7 +285,7 @@ pub fn run_rules(
     rules: &[&'static dyn DynRule],
     opts: &PipelineOptions,
 ) -> Result<RewriteReport, Error> {
-    let cfg = RuleConfig::from_settings(&opts.settings).map_err(Error::Invalid)?;
+    let cfg = rule_config(opts, rules)?;
     let mut report = RewriteReport::default();
     for r in rules {
         report.counts.insert(r.name().to_string(), 0);

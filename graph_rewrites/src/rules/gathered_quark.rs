@@ -27,10 +27,10 @@
 //! * Only constants the view can read: at most `CONST_VALUE_MAX_BYTES` (64 MiB) offline, refused
 //!   with their size above it, and 16 MiB in the plugin EP (`provider::ort_attrs::
 //!   MAX_CONST_BYTES`; refused as "could not be read"). A real MoE layer's float experts are
-//!   larger (BENCHMARKS.md, session 20 Quark entry).
+//!   larger (BENCHMARKS.md, the Quark entry under session 20's stacked experts).
 //! * A refused fake quant stays rule `mxquant`'s, as before this spelling was fused
-//!   (`MxQuantize` of the whole constant at run time): [`taken_with_its_gather`] is how its
-//!   pattern leaves the accepted ones to this rule.
+//!   (`MxQuantize` of the whole constant at run time): [`taken_with_its_gather`] is how it
+//!   leaves the accepted ones to this rule.
 
 use std::sync::Arc;
 
@@ -128,10 +128,11 @@ pub fn check_quark_experts(
 
 /// Whether the Quark fake quant `fq` is of a constant whose one reader is a Gather (ids int32 /
 /// int64) that rule `mx_gather_dequant` takes with it: [`check_quark_experts`] passes. Rule
-/// `mxquant` leaves such a fake quant alone (as an activation quantizer it would quantize every
-/// expert at run time), and takes every other, as before this spelling was fused: a refused
-/// one then keeps the run-time `MxQuantize` path. The check is memoized per scan, so the
-/// rule's own check of the same constant at the Gather costs nothing more.
+/// `mxquant` leaves such a fake quant alone when this rule runs (as an activation quantizer it
+/// would quantize every expert at run time), and takes every other, as before this spelling was
+/// fused: a refused one, or any with this rule off (a device placement drops it), keeps the
+/// run-time `MxQuantize` path. The check is memoized per scan, so the rule's own check of the
+/// same constant at the Gather costs nothing more.
 pub fn taken_with_its_gather(g: &dyn GraphView, fq: NodeId) -> bool {
     let (Some(w), Some(&y)) = (
         g.inputs(fq).first().copied().flatten(),

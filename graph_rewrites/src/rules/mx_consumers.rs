@@ -790,10 +790,10 @@ pub fn emit_matmuls(
 /// A Quark fake-quantized weight quantized at rewrite time (OCP floor along K, as Quark's op
 /// does) and checked exact ([`check_quark_weight_exact`]): `[N, K]` E4M3 values and `[N, K/32]`
 /// E8M0 scales. Quantized along another axis of any rank ([`check_quark_exact_along`]), N counts
-/// the blocks' rows: every index but the quantized one, in the tensor's order. The check's bytes are the ones the emit stores (carried in
-/// [`Weight::QuarkFloat`]); within one scan of the rules every check of the same weight shares
-/// them ([`crate::view::ConstMemo`]), so a weight several MatMuls read is quantized once and
-/// each gets the same bytes.
+/// the blocks' rows: every index but the quantized one, in the tensor's order. The check's bytes
+/// are the ones the emit stores (carried in [`Weight::QuarkFloat`]); within one scan of the rules
+/// every check of the same weight shares them ([`crate::view::ConstMemo`]), so a weight several
+/// MatMuls read is quantized once and each gets the same bytes.
 #[derive(Debug)]
 pub struct QuarkMx {
     pub k: usize,
@@ -1118,7 +1118,7 @@ fn prequantize(
 ) -> Result<(ValueId, ValueId), String> {
     let (k, n) = (mx.k as i64, mx.n as i64);
     if kn {
-        relaid(e, w, mx, (&[k, n], 0), "_kn")
+        store_along(e, w, mx, (&[k, n], 0), "_kn")
     } else {
         let (vdims, sdims) = (vec![n, k], vec![n, k / 32]);
         let name = e.graph().value_name(w).to_string();
@@ -1142,10 +1142,11 @@ pub fn prequantize_along(
     dims: &[i64],
     axis: usize,
 ) -> Result<(ValueId, ValueId), String> {
-    relaid(e, w, mx, (dims, axis), "")
+    store_along(e, w, mx, (dims, axis), "")
 }
 
-fn relaid(
+/// [`prequantize_along`] with the initializers' name suffix.
+fn store_along(
     e: &mut Emit<'_>,
     w: ValueId,
     mx: &QuarkMx,

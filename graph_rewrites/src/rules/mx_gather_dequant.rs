@@ -39,8 +39,8 @@
 //!   `MXQuantizeDequantize`, gathered before or after the fake quant. The constant is quantized
 //!   at rewrite time by the Quark weight check (exact, or refused with its reason) and gathered
 //!   as above. The rule runs before `mxquant`, which would otherwise take a fake quant along the
-//!   last axis as an activation quantizer (`MxQuantize` of every expert every step); its Quark
-//!   pattern leaves a constant whose one reader is a Gather to this rule.
+//!   last axis as an activation quantizer (`MxQuantize` of every expert every step); it
+//!   leaves those this rule takes to it (`RuleConfig::gather_rule_runs`).
 //! * CPU only: on a device placement the EP leaves these to `mx_dequant` and ORT's Gather.
 
 use std::sync::LazyLock;

@@ -149,21 +149,17 @@ pub fn mx_quant(p: &mut Pat, x: V) -> MxQuantPat {
         .args([x])
         // Axis 0 of a constant is how Quark quantizes a [K, N] weight: no activation
         // candidate. Such nodes are folded into their MatMul's MxMatMul (`mx_consumers`), so
-        // they are no refusal either. Nor is a constant that `mx_gather_dequant` quantizes at
-        // rewrite time with the Gather reading it (stacked experts, an embedding table).
-        .node_where(
-            "not a weight quantizer (axis 0 of a constant, or gathered experts)",
-            |g, n| {
-                let axis0 = matches!(g.attr(n, "axis"), Some(crate::view::AttrValue::Int(0)));
-                let on_const = g
-                    .inputs(n)
-                    .first()
-                    .copied()
-                    .flatten()
-                    .is_some_and(|x| g.is_constant(x));
-                !(on_const && (axis0 || super::super::gathered_quark::taken_with_its_gather(g, n)))
-            },
-        )
+        // they are no refusal either.
+        .node_where("not a weight quantizer (axis 0 of a constant)", |g, n| {
+            let axis0 = matches!(g.attr(n, "axis"), Some(crate::view::AttrValue::Int(0)));
+            let on_const = g
+                .inputs(n)
+                .first()
+                .copied()
+                .flatten()
+                .is_some_and(|x| g.is_constant(x));
+            !(axis0 && on_const)
+        })
         .node();
     let fake = p.out(quark, 0);
     let root = p.any_of("mx_quantized", [q, fake]);
