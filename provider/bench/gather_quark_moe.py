@@ -2,8 +2,9 @@
 `com.amd.quark::MXQuantizeDequantize`, gathered per (token, slot) sample; tests/python/
 test_gather_quark.py's `quark_moe_model`) through the plugin EP: rule `mx_gather_dequant` on (the
 experts quantized once, at session creation; two `MxGatherMatMul`) against the rule off in the
-same process, same feeds (the fake quants run over all E experts every step on the EP's Quark
-kernel). Prints the median step of RUNS runs after one warm-up (the rule-off step at most 5
+same process, same feeds (rule `mxquant` then takes the fake quants as activation quantizers, as
+before this spelling was fused: `MxQuantize` of all E experts every step before the Gather, of the
+selected ones and ORT's f32 bmm after it). Prints the median step of RUNS runs after one warm-up (the rule-off step at most 5
 runs), the session creation time, and the ratio; checks the two outputs agree.
 
 `--after`: the fake quant after the Gather (`MXQuantizeDequantize(Gather(W, ids))`). `--lib

@@ -71,7 +71,7 @@ impl Rule for MxQuantRule {
         if let Some(fq) = m.node(self.h.quark) {
             if cfg.gather_rule_runs && taken_with_its_gather(g, fq) {
                 return Err(reject!(
-                    "a Quark fake quant of constant experts read by a Gather: rule mx_gather_dequant takes it"
+                    "left to rule mx_gather_dequant: it quantizes these constant experts at rewrite time with the Gather reading them"
                 ));
             }
         }
