@@ -20,9 +20,8 @@
 //!   is refused.
 //! * Exact or refused: the stored bytes must dequantize to what the fake-quant writes, element by
 //!   element ([`check_quark_exact_along`]; it refuses Inf blocks, blocks below 2^-119, float16 /
-//!   bfloat16 outputs that round the product). The refusal is its reason; the fake-quant then
-//!   stays, and runs on the EP's own Quark kernel over all of W (ONNX Runtime's CPU EP has no
-//!   `MXQuantizeDequantize`; with the plugin EP registered, it publishes one).
+//!   bfloat16 outputs that round the product). The refusal is its reason (ONNX Runtime's CPU EP
+//!   has no `MXQuantizeDequantize`: such models need the plugin EP, which publishes one).
 //! * The constant's float type is the output type (float, float16, bfloat16).
 //! * Only constants the view can read: at most `CONST_VALUE_MAX_BYTES` (64 MiB) offline, refused
 //!   with their size above it, and 16 MiB in the plugin EP (`provider::ort_attrs::
