@@ -15,7 +15,7 @@ from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from test_gather_dequant import bmm_oracle
+from test_gather_dequant import bmm_oracle, check_bmm
 from test_mx_dequant import claimed_ops, ep_session, offline_session, rewrite, same_bits, save
 from test_weight_only import quark_oracle_ops
 
@@ -113,19 +113,12 @@ def test_quark_expert_bmm_reads_the_stacked_weights_in_place(after, weight_first
     feed = {"x": rng.standard_normal((6, K)).astype(NP[out_type]), "ids": np.array([3, 0, 7, 3, -1, 5])}
     # f64 products of the fake-quantized experts (exact in f32) with the activation (E = 8 as in
     # test_gather_dequant).
-    custom, quark_qdq_numpy = quark_oracle_ops()
+    _, quark_qdq_numpy = quark_oracle_ops()
     w = numpy_helper.to_array(onnx.load(src).graph.initializer[0]).astype(np.float32)
     deq = quark_qdq_numpy(w, 2 if weight_first else 1).astype(NP[out_type]).astype(np.float64)
     want = bmm_oracle(deq, feed["x"], feed["ids"], weight_first)
-    ep = ep_session(src, ep_devices)
-    assert sorted(claimed_ops(ep)) == ["Gather", "MXQuantizeDequantize", "MatMul"], claimed_ops(ep)
-    online = ep.run(None, feed)[0]
-    offline = offline_session(tmp_path / "fused.onnx", lib).run(None, feed)[0]
-    assert same_bits(online, offline)
-    assert online.shape == want.shape
-    # docs/ops.md: exact products, f32 accumulation (float order); f16 adds its output rounding.
-    tol = 1e-5 if out_type == TP.FLOAT else 2.0**-10
-    assert np.abs(online.astype(np.float64) - want).max() <= tol * np.abs(want).max()
+    online = check_bmm(src, tmp_path / "fused.onnx", (lib, ep_devices), feed, want,
+                       ["Gather", "MXQuantizeDequantize", "MatMul"])
     if out_type == TP.FLOAT:
         np.testing.assert_allclose(online, reference(src, feed), rtol=0, atol=1e-5 * np.abs(want).max())
 
