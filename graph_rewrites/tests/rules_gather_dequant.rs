@@ -432,3 +432,19 @@ fn quark_experts_over_the_constant_read_limit_are_refused_with_their_size() {
     );
     assert_eq!(op_types(&g), ["MxQuantize", "MxGatherDequantize"]);
 }
+
+#[test]
+fn with_the_rule_off_a_quark_experts_fake_quant_stays_mxquants() {
+    // A device placement drops mx_gather_dequant: the fake quant is then an activation
+    // quantizer (MxQuantize of every expert at run time), as before this spelling was fused.
+    let dims = [4, 16, 64];
+    let b = quark_gather(dims, 2, false, &quark_values(dims));
+    let mut g = b.graph().expect("test graph loads");
+    let opts = graph_rewrites::pipeline::PipelineOptions {
+        disable: vec!["mx_gather_dequant".into()],
+        ..Default::default()
+    };
+    let report = graph_rewrites::pipeline::run_pipeline(&mut g, &opts).expect("pipeline runs");
+    assert_eq!(report.counts["mxquant"], 1, "{report:#?}");
+    assert_eq!(op_types(&g), ["MxQuantize", "MxDequantize", "Gather"]);
+}
