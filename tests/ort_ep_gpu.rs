@@ -187,6 +187,91 @@ fn flat_linear_model() -> Vec<u8> {
         .encode_to_vec()
 }
 
+/// Experts of the MoE block ([`moe_experts_model`]) and its tokens.
+const EXPERTS: usize = 8;
+const TOKENS: usize = 5;
+
+/// Stacked MoE experts selected per token (transformers' `batched_mm` experts, torch dynamo):
+/// `W1[ids] @ x.unsqueeze(-1)` with MXFP8 `W1 [E, 96, HIDDEN]` (weight first), `x.unsqueeze(1)
+/// @ W2[ids]` with MXFP4 `W2 [E, HIDDEN, 64]` (weight second), and `W3[ids]` of an MXFP8
+/// `[E, 32, 64]` table read as it is: two `MxGatherMatMul` and one `MxGatherDequantize`.
+fn moe_experts_model() -> Vec<u8> {
+    use models::builder::{elem_of, Dim, GraphBuilder};
+    use models::experts::stacked_mx_experts;
+    use models::WeightForm::{StdMx, StdMxfp4};
+    let dt = models::DType::F32;
+    let mut b = GraphBuilder::new(11, false);
+    let x = b.add_input(
+        "x",
+        elem_of(dt),
+        vec![Dim::Fixed(TOKENS), Dim::Fixed(HIDDEN)],
+    );
+    let ids = b.add_input("ids", 7, vec![Dim::Fixed(TOKENS)]);
+    let x = b.op("Neg", &[&x.name], "xn", x.elem, x.shape.clone());
+    let gather = |b: &mut GraphBuilder, w: &models::builder::Tensor, name: &str| {
+        let mut shape = vec![Dim::Fixed(TOKENS)];
+        shape.extend(w.shape[1..].iter().cloned());
+        b.op("Gather", &[&w.name, &ids.name], name, w.elem, shape)
+    };
+    let w1 = stacked_mx_experts(&mut b, dt, StdMx, "w1", (EXPERTS, HIDDEN, 96), true).unwrap();
+    let g1 = gather(&mut b, &w1, "g1");
+    let last = b.const_i64("last", &[-1]);
+    let xu = b.op(
+        "Unsqueeze",
+        &[&x.name, &last.name],
+        "xu",
+        x.elem,
+        vec![Dim::Fixed(TOKENS), Dim::Fixed(HIDDEN), Dim::Fixed(1)],
+    );
+    let y1 = b.op(
+        "MatMul",
+        &[&g1.name, &xu.name],
+        "y1",
+        x.elem,
+        vec![Dim::Fixed(TOKENS), Dim::Fixed(96), Dim::Fixed(1)],
+    );
+    b.add_output(&y1);
+    let w2 = stacked_mx_experts(&mut b, dt, StdMxfp4, "w2", (EXPERTS, HIDDEN, 64), false).unwrap();
+    let g2 = gather(&mut b, &w2, "g2");
+    let one = b.const_i64("one", &[1]);
+    let xr = b.op(
+        "Unsqueeze",
+        &[&x.name, &one.name],
+        "xr",
+        x.elem,
+        vec![Dim::Fixed(TOKENS), Dim::Fixed(1), Dim::Fixed(HIDDEN)],
+    );
+    let y2 = b.op(
+        "MatMul",
+        &[&xr.name, &g2.name],
+        "y2",
+        x.elem,
+        vec![Dim::Fixed(TOKENS), Dim::Fixed(1), Dim::Fixed(64)],
+    );
+    b.add_output(&y2);
+    let w3 = stacked_mx_experts(&mut b, dt, StdMx, "w3", (EXPERTS, 64, 32), true).unwrap();
+    let y3 = gather(&mut b, &w3, "y3");
+    b.add_output(&y3);
+    models::external::into_inline(b.finish("moe_experts", "stacked MX experts selected per token"))
+        .encode_to_vec()
+}
+
+/// Runs [`moe_experts_model`] (repeated and negative expert ids); every output as f32.
+fn run_moe(session: &mut Session) -> Vec<Vec<f32>> {
+    let data: Vec<f32> = (0..TOKENS * HIDDEN)
+        .map(|i| ((i * 7919 % 257) as f32 - 128.0) / 37.0)
+        .collect();
+    let x = ort::value::Tensor::from_array(([TOKENS, HIDDEN], data)).expect("tensor");
+    let ids = ort::value::Tensor::from_array(([TOKENS], vec![3i64, 0, 3, 7, -1])).expect("ids");
+    let outputs = session
+        .run(ort::inputs!["x" => x, "ids" => ids])
+        .expect("run");
+    outputs
+        .iter()
+        .map(|(_, v)| v.try_extract_tensor::<f32>().expect("f32").1.to_vec())
+        .collect()
+}
+
 /// Runs [`flat_linear_model`]; both outputs as f32.
 fn run_flat(session: &mut Session) -> Vec<Vec<f32>> {
     let data: Vec<f32> = (0..6 * HIDDEN)
@@ -217,12 +302,19 @@ fn run_gemm(session: &mut Session) -> Vec<Vec<f32>> {
 type Runner = fn(&mut Session) -> Vec<Vec<f32>>;
 
 /// The test models and their runners: the decoder in each weight form, the Gemm-with-bias
-/// model and the flattened-linear model.
+/// model, the flattened-linear model, the MoE experts block, and the weight-only decoder in MXFP8
+/// and MXFP4 (fused online, and rewritten offline).
 fn models_and_runners() -> Vec<(Vec<u8>, Runner)> {
     let mut v: Vec<(Vec<u8>, Runner)> =
         FORMS.iter().map(|&f| (decoder(f), run as Runner)).collect();
     v.push((gemm_bias_model(), run_gemm));
     v.push((flat_linear_model(), run_flat));
+    v.push((moe_experts_model(), run_moe));
+    for form in [models::WeightForm::StdMx, models::WeightForm::StdMxfp4] {
+        let (original, rewritten) = weight_only_models(form);
+        v.push((original, run as Runner));
+        v.push((rewritten, run as Runner));
+    }
     v
 }
 
@@ -385,9 +477,11 @@ fn emulated_device_memory_gives_the_cpu_device_bits() {
             // Our nodes live in device memory: ORT copies around them with our Memcpy kernels —
             // into them always; out of them where an ORT CPU node reads their output. The
             // flattened linears' trailing Reshapes go with their fusions, so there the fused node
-            // writes the graph outputs, which ORT fetches to the host itself.
+            // writes the graph outputs, which ORT fetches to the host itself; the MoE block's
+            // fused nodes write its outputs too.
             assert!(log_mentions(&log, "MemcpyFromHost"), "no MemcpyFromHost");
-            let outputs_ours = std::ptr::fn_addr_eq(run, run_flat as Runner);
+            let outputs_ours = std::ptr::fn_addr_eq(run, run_flat as Runner)
+                || std::ptr::fn_addr_eq(run, run_moe as Runner);
             assert!(
                 outputs_ours || log_mentions(&log, "MemcpyToHost"),
                 "no MemcpyToHost"
@@ -420,77 +514,31 @@ fn weight_only_models(form: models::WeightForm) -> (Vec<u8>, Vec<u8>) {
     (proto.encode_to_vec(), g.to_model().encode_to_vec())
 }
 
-/// A device placement (here the emulated device memory) has no kernel for a weight-only
-/// `MxMatMul`: the EP runs without rule `mx_weight_matmul` there (the MatMuls stay with ORT's CPU
-/// EP, the weight DequantizeLinears are claimed as `MxDequantize`), and an offline-rewritten
-/// weight-only `MxMatMul` is left to ORT's CPU EP (our published kernel): both sessions load
-/// and run, close to the CPU device's fused result (the first: ORT's f32 MatMul, another
-/// order) and bit for bit equal to it (the second: the same kernel).
+/// Weight-only MX (rule `mx_weight_matmul`: `MxMatMul` with a float `a`) is claimed on a device
+/// placement as on the CPU device: the device program runs it with kernels/gpu/mx_gather.hip's
+/// kernels (here, on the emulated device memory, their host stand-in). The outputs are checked
+/// against the CPU device's by [`emulated_device_memory_gives_the_cpu_device_bits`] and
+/// [`gpu_device_matches_the_cpu_device`] (both models of each form are in [`models_and_runners`]).
 #[test]
-fn weight_only_mx_stays_on_the_cpu_under_a_device_placement() {
-    let name = "weight_only_mx_stays_on_the_cpu_under_a_device_placement";
+fn weight_only_mx_is_claimed_on_a_device_placement() {
+    let name = "weight_only_mx_is_claimed_on_a_device_placement";
     if !is_child() {
-        let mut reference = Vec::new();
-        for form in [models::WeightForm::StdMx, models::WeightForm::StdMxfp4] {
-            let (original, _) = weight_only_models(form);
-            let log: Log = Arc::default();
-            let mut s = session(DeviceType::CPU, &original, &[], Some(log.clone())).expect("CPU");
-            assert!(
-                log_mentions(&log, "mx_weight_matmul claims"),
-                "CPU device fuses"
-            );
-            reference.extend(run(&mut s));
-        }
-        let out = std::env::temp_dir().join(format!("mxfuse_ep_wo_{}.bin", std::process::id()));
-        let out_s = out.to_string_lossy().into_owned();
-        run_child(name, &[(TEST_MEMORY, "host"), (CHILD_OUT, &out_s)]);
-        let got = std::fs::read(&out).expect("child output");
-        let _ = std::fs::remove_file(&out);
-        // The child wrote (unfused, rewritten) per form; the rewritten runs are the reference's
-        // bits, the unfused ones close to them.
-        let n = reference.len() / 2;
-        let mut at = 0usize;
-        let mut read = || {
-            let len = u64::from_le_bytes(got[at..at + 8].try_into().unwrap()) as usize;
-            let v: Vec<f32> = got[at + 8..at + 8 + 4 * len]
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-                .collect();
-            at += 8 + 4 * len;
-            v
-        };
-        for form in 0..2 {
-            let want = &reference[form * n..(form + 1) * n];
-            let unfused: Vec<Vec<f32>> = (0..n).map(|_| read()).collect();
-            let rewritten: Vec<Vec<f32>> = (0..n).map(|_| read()).collect();
-            assert_eq!(
-                to_bytes(&rewritten),
-                to_bytes(want),
-                "rewritten, form {form}"
-            );
-            assert_close(&unfused, want);
-        }
+        run_child(name, &[(TEST_MEMORY, "host")]);
         return;
     }
     if std::env::var(TEST_MEMORY).ok().as_deref() != Some("host") {
         return; // run as a child of another test
     }
-    let mut outputs = Vec::new();
     for form in [models::WeightForm::StdMx, models::WeightForm::StdMxfp4] {
-        let (original, rewritten) = weight_only_models(form);
-        for model in [&original, &rewritten] {
-            let log: Log = Arc::default();
-            let mut s = session(DeviceType::CPU, model, &[], Some(log.clone()))
-                .expect("session with device memory");
-            assert!(
-                !log_mentions(&log, "mx_weight_matmul claims"),
-                "a device placement must not fuse weight-only MatMuls"
-            );
-            outputs.extend(run(&mut s));
-        }
-    }
-    if let Ok(path) = std::env::var(CHILD_OUT) {
-        std::fs::write(path, to_bytes(&outputs)).expect("write outputs");
+        let (original, _) = weight_only_models(form);
+        let log: Log = Arc::default();
+        let mut s = session(DeviceType::CPU, &original, &[], Some(log.clone()))
+            .expect("session with device memory");
+        assert!(
+            log_mentions(&log, "mx_weight_matmul claims"),
+            "a device placement fuses weight-only MatMuls ({form:?})"
+        );
+        run(&mut s);
     }
 }
 
@@ -530,7 +578,7 @@ fn gpu_device_matches_the_cpu_device() {
     let on_gpu_device = !ep_devices(DeviceType::GPU).is_empty();
     for (i, (model, run)) in models_and_runners().into_iter().enumerate() {
         eprintln!(
-            "model {i} (decoder in {FORMS:?}, then Gemm with bias, then view(-1, K) linears)"
+            "model {i} (decoder in {FORMS:?}, Gemm with bias, view(-1, K) linears, MoE experts, weight-only MXFP8 / MXFP4 online / offline)"
         );
         let cpu = run(&mut session(DeviceType::CPU, &model, &[], None).expect("CPU session"));
         let log: Log = Arc::default();

@@ -14,6 +14,7 @@ PROGRAM_FILES = [
     "swiglu_mxquant.hip",
     "mx_quantize.hip",
     "mx_dequantize.hip",
+    "mx_gather.hip",
     "mx_quantize_linear.hip",
     "mx_matmul.hip",
     "mx_matmul_splitk.hip",

@@ -5,17 +5,25 @@
 //! most). Fallback rules (`DynRule::fallback`: `mx_quant_linear`, `mx_dequant`) run only once the others fire no
 //! more, so they never take a node a fusion could still absorb. Iterations repeat until nothing fires (capped at [`MAX_ITERATIONS`]), so a rule whose
 //! input is another rule's output still gets its chance.
+//!
+//! Every scan of one run shares a [`WeightChecks`]: a Quark weight the check refuses is not
+//! checked again in later iterations ([`weight_checks`] says why and how it is keyed); the
+//! plugin EP passes its session's, so `Compile` reuses what `GetCapability` checked.
+
+pub mod weight_checks;
 
 use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
 
 use serde::Serialize;
 
 use crate::ir::Graph;
 use crate::pattern::{Attempt, DynRule, Emit, RuleConfig, Site};
 use crate::summary::{count_quantize_ops, per_layer, LayerSummary, QuantizeOps};
-use crate::view::{GraphView, NodeId};
+use crate::view::{GraphView, Memoized, NodeId};
 use crate::Error;
+use weight_checks::WeightChecks;
 
 /// Cap on fixed-point iterations (MIGraphX uses 8 too).
 pub const MAX_ITERATIONS: usize = 8;
@@ -38,6 +46,9 @@ pub struct PipelineOptions {
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Fusion {
     pub rule: String,
+    /// The node the rule was tried at (the site is named after it), by id as `replaced_ids`.
+    #[serde(skip)]
+    pub anchor: NodeId,
     /// Names of the nodes the fusion removed.
     pub replaced: Vec<String>,
     /// Names of the nodes it created.
@@ -144,10 +155,11 @@ fn scan(
     rules: &[&'static dyn DynRule],
     cfg: &RuleConfig,
     keep_near: bool,
+    checks: &Arc<WeightChecks>,
 ) -> Scan {
     // The checks of this one scan share their work on constants (a Quark weight's quantization),
-    // and it is dropped before the fusions are applied.
-    let memoized = crate::view::Memoized::new(g);
+    // and it is dropped before the fusions are applied; `checks` outlives it.
+    let memoized = Memoized::with_checks(g, checks.clone());
     let g: &dyn GraphView = &memoized;
     let mut out = Scan {
         accepted: Vec::new(),
@@ -244,9 +256,19 @@ fn scan_pass(
 /// without changing anything. Used by `mxfuse inspect` and the provider's `GetCapability`
 /// (which claims the accepted ones).
 pub fn find_sites(g: &dyn GraphView, opts: &PipelineOptions) -> Result<Vec<SiteInfo>, Error> {
+    find_sites_with_checks(g, opts, &Arc::new(WeightChecks::refusals()))
+}
+
+/// [`find_sites`], its Quark weight checks shared through `checks` (the EP's session keeps
+/// them for `Compile`).
+pub fn find_sites_with_checks(
+    g: &dyn GraphView,
+    opts: &PipelineOptions,
+    checks: &Arc<WeightChecks>,
+) -> Result<Vec<SiteInfo>, Error> {
     let rules = enabled_rules(opts)?;
     let cfg = rule_config(opts, &rules)?;
-    let memoized = crate::view::Memoized::new(g);
+    let memoized = Memoized::with_checks(g, checks.clone());
     let g: &dyn GraphView = &memoized;
     // The fallback rules see what the others left in this one pass (the provider cannot
     // iterate: ORT hands it the graph once).
@@ -264,8 +286,18 @@ pub fn find_sites(g: &dyn GraphView, opts: &PipelineOptions) -> Result<Vec<SiteI
 
 /// Runs the enabled rules to a fixed point on `g`, then removes the nodes made dead.
 pub fn run_pipeline(g: &mut Graph, opts: &PipelineOptions) -> Result<RewriteReport, Error> {
+    run_pipeline_with_checks(g, opts, &Arc::new(WeightChecks::refusals()))
+}
+
+/// [`run_pipeline`], its Quark weight checks shared through `checks` (the EP's `Compile` passes
+/// the session's, which `GetCapability` filled).
+pub fn run_pipeline_with_checks(
+    g: &mut Graph,
+    opts: &PipelineOptions,
+    checks: &Arc<WeightChecks>,
+) -> Result<RewriteReport, Error> {
     let rules = enabled_rules(opts)?;
-    run_rules(g, &rules, opts)
+    run_rules_with_checks(g, &rules, opts, checks)
 }
 
 /// The settings of `opts` and which of the rules that read another's presence run.
@@ -285,6 +317,15 @@ pub fn run_rules(
     rules: &[&'static dyn DynRule],
     opts: &PipelineOptions,
 ) -> Result<RewriteReport, Error> {
+    run_rules_with_checks(g, rules, opts, &Arc::new(WeightChecks::refusals()))
+}
+
+fn run_rules_with_checks(
+    g: &mut Graph,
+    rules: &[&'static dyn DynRule],
+    opts: &PipelineOptions,
+    checks: &Arc<WeightChecks>,
+) -> Result<RewriteReport, Error> {
     let cfg = rule_config(opts, rules)?;
     let mut report = RewriteReport::default();
     for r in rules {
@@ -299,10 +340,10 @@ pub fn run_rules(
     }
     let (main, fallback) = (tier(rules, false), tier(rules, true));
     for _ in 0..MAX_ITERATIONS {
-        let mut found = scan(&*g, &main, &cfg, opts.explain);
+        let mut found = scan(&*g, &main, &cfg, opts.explain, checks);
         if found.accepted.is_empty() && !fallback.is_empty() {
             // The others are at their fixed point: the fallback rules take what is left.
-            let more = scan(&*g, &fallback, &cfg, opts.explain);
+            let more = scan(&*g, &fallback, &cfg, opts.explain, checks);
             found.sites.extend(more.sites);
             found.accepted = more.accepted;
         }
@@ -369,6 +410,7 @@ fn apply(
     }
     Ok(Fusion {
         rule: rule.name().to_string(),
+        anchor: site.anchor,
         replaced,
         created,
         notes: site.notes.clone(),

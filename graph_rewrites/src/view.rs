@@ -13,6 +13,8 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use crate::pipeline::weight_checks::WeightChecks;
+
 /// A node of the viewed graph.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct NodeId(pub u32);
@@ -96,9 +98,14 @@ pub struct ConstTensor {
 /// Rewrite-time work on constants that the checks of one scan would otherwise repeat (a Quark
 /// weight quantized and checked against Quark's kernel, read by several MatMuls or tried by
 /// several rules), keyed by value id. It lives as long as one scan of the rules over an
-/// unchanging graph ([`Memoized`]), so a value id always names the same bytes.
+/// unchanging graph ([`Memoized`]), so a value id always names the same bytes. Verdicts that
+/// outlive the scan (a pipeline run's refusals, an EP session's checks) are in its
+/// [`WeightChecks`], keyed by the weight's content instead.
 #[derive(Default)]
-pub struct ConstMemo(Mutex<HashMap<ValueId, Arc<dyn Any + Send + Sync>>>);
+pub struct ConstMemo {
+    values: Mutex<HashMap<ValueId, Arc<dyn Any + Send + Sync>>>,
+    checks: Option<Arc<WeightChecks>>,
+}
 
 impl ConstMemo {
     /// The memoized `T` of `v`, or `make()` (stored unless `v` already holds another type).
@@ -107,7 +114,7 @@ impl ConstMemo {
         v: ValueId,
         make: impl FnOnce() -> T,
     ) -> T {
-        let lock = || self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let lock = || self.values.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(t) = lock().get(&v).and_then(|a| a.downcast_ref::<T>()) {
             return t.clone();
         }
@@ -116,12 +123,17 @@ impl ConstMemo {
         lock().entry(v).or_insert_with(|| Arc::new(t.clone()));
         t
     }
+
+    /// The Quark weight verdicts shared beyond this scan, if any.
+    pub fn weight_checks(&self) -> Option<&WeightChecks> {
+        self.checks.as_deref()
+    }
 }
 
 impl std::fmt::Debug for ConstMemo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let n = self.0.lock().map_or(0, |m| m.len());
-        write!(f, "ConstMemo({n} entries)")
+        let n = self.values.lock().map_or(0, |m| m.len());
+        write!(f, "ConstMemo({n} entries, checks {:?})", self.checks)
     }
 }
 
@@ -188,10 +200,14 @@ pub struct Memoized<'a> {
 }
 
 impl<'a> Memoized<'a> {
-    pub fn new(g: &'a dyn GraphView) -> Self {
+    /// A scan whose Quark weight checks also share `checks` (kept beyond the scan).
+    pub fn with_checks(g: &'a dyn GraphView, checks: Arc<WeightChecks>) -> Self {
         Memoized {
             g,
-            memo: ConstMemo::default(),
+            memo: ConstMemo {
+                checks: Some(checks),
+                ..ConstMemo::default()
+            },
         }
     }
 }

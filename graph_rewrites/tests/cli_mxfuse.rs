@@ -342,14 +342,12 @@ fn dot_view_shows_site_nodes_values_and_edges() {
     assert!(!text.contains("Relu"), "only the site's nodes are drawn");
 }
 
-/// ONNX lets node names repeat (and be empty): a site's view draws the site's own nodes, by id —
-/// before, it drew the first node of the graph with the name (here a Relu, not the fused MatMul).
-#[test]
-fn dot_views_draw_the_sites_nodes_when_names_repeat() {
+/// `r = Relu(x)`, `wd = DequantizeLinear(wq, ws)` (a constant MXFP8 weight `[64, 16]`, axis 0)
+/// and `y = MatMul(x, wd)` (rule `mx_weight_matmul` fuses the last two), the three nodes named
+/// `names` (ModelBuilder names them itself; ONNX allows repeated and empty names).
+fn write_relu_and_weight_matmul(path: &Path, names: [&str; 3]) {
     use graph_rewrites::pattern::predicates::dtype::{FLOAT, FLOAT8E4M3FN, FLOAT8E8M0};
     use graph_rewrites::testing::Attr;
-    let dir = scratch("dot-dup");
-    let input = dir.join("in.onnx");
     let mut b = ModelBuilder::new(24);
     b.input("x", FLOAT, &[4, 64]);
     b.init_raw("wq", FLOAT8E4M3FN, &[64, 16], vec![0x3a; 1024]);
@@ -367,15 +365,24 @@ fn dot_views_draw_the_sites_nodes_when_names_repeat() {
     let mut m = b.model();
     let nodes = &mut m.graph.as_mut().unwrap().node;
     assert_eq!(nodes.len(), 3);
-    nodes[0].name = Some("dup".into()); // the Relu
-    nodes[1].name = Some(String::new()); // the DequantizeLinear
-    nodes[2].name = Some("dup".into()); // the MatMul
-    std::fs::write(&input, m.encode_to_vec()).unwrap();
+    for (node, name) in nodes.iter_mut().zip(names) {
+        node.name = Some(name.into());
+    }
+    std::fs::write(path, m.encode_to_vec()).unwrap();
+}
+
+/// ONNX lets node names repeat (and be empty): a site's view draws the site's own nodes, by id —
+/// before, it drew the first node of the graph with the name (here a Relu, not the fused MatMul).
+#[test]
+fn dot_views_draw_the_sites_nodes_when_names_repeat() {
+    let dir = scratch("dot-dup");
+    let input = dir.join("in.onnx");
+    write_relu_and_weight_matmul(&input, ["dup", "", "dup"]);
     let dot = dir.join("dot");
     let o = mxfuse(&["inspect", s(&input), "--dot", s(&dot)]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
-        stdout(&o).contains("mx_weight_matmul  fuse    at 'wd' (2 nodes -> dup/mx_weight_matmul)"),
+        stdout(&o).contains("mx_weight_matmul  fuse    at 'dup' (2 nodes -> dup/mx_weight_matmul)"),
         "{}",
         stdout(&o)
     );
@@ -385,5 +392,24 @@ fn dot_views_draw_the_sites_nodes_when_names_repeat() {
     assert!(!before.contains("Relu"), "{before}");
     let after = std::fs::read_to_string(dot.join("000_mx_weight_matmul_after.dot")).unwrap();
     assert!(after.contains("com.mxfuse::MxMatMul"), "{after}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `inspect` names a fused site after the node the rule was tried at (the one its created nodes
+/// are named after, and the EP's log names), not after the first node it removed: it printed
+/// `at 'w_dq'`, the weight's DequantizeLinear, for the MatMul `mm`'s fusion (and a decoder's
+/// norm fusion "at" its `Pow`, not its QuantizeLinear).
+#[test]
+fn inspect_names_a_fused_site_after_its_anchor() {
+    let dir = scratch("inspect-anchor");
+    let input = dir.join("in.onnx");
+    write_relu_and_weight_matmul(&input, ["r", "w_dq", "mm"]);
+    let o = mxfuse(&["inspect", s(&input)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("mx_weight_matmul  fuse    at 'mm' (2 nodes -> mm/mx_weight_matmul)"),
+        "{}",
+        stdout(&o)
+    );
     let _ = std::fs::remove_dir_all(dir);
 }

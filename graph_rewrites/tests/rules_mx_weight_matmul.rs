@@ -710,3 +710,108 @@ fn a_shared_quark_weight_is_quantized_once_per_scan() {
     assert_eq!(bytes(mms[0], 2), bytes(mms[1], 2));
     assert_eq!(bytes(mms[0], 3), bytes(mms[1], 3));
 }
+
+/// A refused Quark weight is checked once per pipeline run, not once per iteration: here a good
+/// weight's fusion makes the pipeline scan twice, and the second scan finds the refused site
+/// again (before, each scan quantized and compared the whole refused weight anew).
+#[test]
+fn a_refused_quark_weight_is_checked_once_per_pipeline_run() {
+    use graph_rewrites::pipeline::run_pipeline_with_checks;
+    use graph_rewrites::pipeline::weight_checks::{CheckCounts, WeightChecks};
+    let good = quark_weight_values();
+    let mut bad = good.clone();
+    bad[5] = f32::INFINITY;
+    let mut b = quark_model(FLOAT, &bad);
+    b.init_f32("w2", &[64, 16], &good);
+    b.quark_fake_quant("w2", "wf2", 32, 0)
+        .node("MatMul", &["x", "wf"], &["y"])
+        .node("MatMul", &["x", "wf2"], &["y2"])
+        .output("y", FLOAT, &[4, 16])
+        .output("y2", FLOAT, &[4, 16]);
+    let mut g = b.graph().unwrap();
+    let checks = std::sync::Arc::new(WeightChecks::refusals());
+    let report = run_pipeline_with_checks(&mut g, &Default::default(), &checks).unwrap();
+    assert_eq!(report.counts["mx_weight_matmul"], 1, "{report:#?}");
+    assert!(
+        report.rejections[0].reason.contains("holds an Inf"),
+        "{report:#?}"
+    );
+    // Two weights checked once each; the refusal found again in the second scan is reused.
+    assert_eq!(checks.counts(), CheckCounts { run: 2, reused: 1 });
+    assert_eq!(checks.len(), 1, "only the refusal is kept");
+    // The same report and graph as without the kept refusals.
+    let (plain, g2) = b.rewrite();
+    assert_eq!(report, plain);
+    assert_eq!(op_types(&g), op_types(&g2));
+}
+
+/// What a kept verdict is keyed by: a weight of the same name with other bytes (another graph,
+/// or one a graph optimization changed) is checked anew and gets its own bytes, never the kept
+/// ones; the same bytes under the same name reuse them.
+#[test]
+fn a_kept_weight_check_is_reused_only_for_the_same_bytes() {
+    use graph_rewrites::pipeline::weight_checks::{CheckCounts, WeightChecks};
+    use graph_rewrites::pipeline::{find_sites_with_checks, run_pipeline_with_checks};
+    let vals = quark_weight_values();
+    let scaled: Vec<f32> = vals.iter().map(|v| v * 2.0).collect();
+    let model = |vals: &[f32]| {
+        let mut b = quark_model(FLOAT, vals);
+        b.node("MatMul", &["x", "wf"], &["y"])
+            .output("y", FLOAT, &[4, 16]);
+        b
+    };
+    let checks = std::sync::Arc::new(WeightChecks::for_session());
+    let g = model(&vals).graph().unwrap();
+    find_sites_with_checks(&g, &Default::default(), &checks).unwrap();
+    assert_eq!(checks.counts(), CheckCounts { run: 1, reused: 0 });
+    // The same weight in a fresh graph (as the EP's Compile builds): reused.
+    let mut same = model(&vals).graph().unwrap();
+    run_pipeline_with_checks(&mut same, &Default::default(), &checks).unwrap();
+    assert_eq!(checks.counts(), CheckCounts { run: 1, reused: 1 });
+    // Another weight named `w`: checked, and its own bytes stored.
+    let mut other = model(&scaled).graph().unwrap();
+    run_pipeline_with_checks(&mut other, &Default::default(), &checks).unwrap();
+    assert_eq!(checks.counts(), CheckCounts { run: 2, reused: 1 });
+    let (_, want) = model(&scaled).rewrite();
+    assert_eq!(stored_weight(&other), stored_weight(&want));
+    assert_ne!(stored_weight(&other), stored_weight(&same));
+    checks.clear();
+    assert!(checks.is_empty());
+}
+
+/// A rewrite's cache that takes from a session's (the EP's `Compile` after `GetCapability`)
+/// takes an accepted verdict out of it — the session no longer holds those bytes — and copies a
+/// refusal (small, and another rewrite may meet the same weight).
+#[test]
+fn a_rewrite_takes_accepted_verdicts_out_of_the_session_and_copies_refusals() {
+    use graph_rewrites::pipeline::weight_checks::{CheckCounts, WeightChecks};
+    use graph_rewrites::pipeline::{find_sites_with_checks, run_pipeline_with_checks};
+    use std::sync::Arc;
+    let good = quark_weight_values();
+    let mut bad = good.clone();
+    bad[5] = f32::INFINITY;
+    let model = |vals: &[f32]| {
+        let mut b = quark_model(FLOAT, vals);
+        b.node("MatMul", &["x", "wf"], &["y"])
+            .output("y", FLOAT, &[4, 16]);
+        b.graph().unwrap()
+    };
+    let session = Arc::new(WeightChecks::for_session());
+    find_sites_with_checks(&model(&good), &Default::default(), &session).unwrap();
+    assert_eq!(session.len(), 1);
+    let rewrite = Arc::new(WeightChecks::taking_from(session.clone()));
+    run_pipeline_with_checks(&mut model(&good), &Default::default(), &rewrite).unwrap();
+    assert!(session.is_empty());
+    assert_eq!(rewrite.counts(), CheckCounts { run: 0, reused: 1 });
+
+    find_sites_with_checks(&model(&bad), &Default::default(), &session).unwrap();
+    for _ in 0..2 {
+        let rewrite = Arc::new(WeightChecks::taking_from(session.clone()));
+        let report =
+            run_pipeline_with_checks(&mut model(&bad), &Default::default(), &rewrite).unwrap();
+        assert!(report.rejections[0].reason.contains("holds an Inf"));
+        assert_eq!(rewrite.counts().run, 0);
+    }
+    assert_eq!(session.len(), 1, "the refusal stays");
+    assert_eq!(session.counts(), CheckCounts { run: 2, reused: 0 });
+}

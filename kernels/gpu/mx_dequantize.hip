@@ -18,29 +18,37 @@ MX_DEV float mx_e2m1_to_f32(mx_u32 c) {
   return mx_bits_f32(((c & 8u) << 28) | mag);
 }
 
-// FMT: 0 = E4M3FN, 1 = E5M2, 2 = E2M1 (x packed: element e is nibble e & 1 of byte e >> 1).
+// Element e of x dequantized: FMT 0 = E4M3FN, 1 = E5M2, 2 = E2M1 (x packed: element e is
+// nibble e & 1 of byte e >> 1); x seen as [outer, axis_len, inner], element (o, d, i) reads
+// scale[o * so + (d / block) * sb + i * si]. Also MxGatherDequantize's (mx_gather.hip).
+template <int FMT>
+MX_DEV float mx_dequantize_at(const mx_u8* __restrict__ x, const mx_u8* __restrict__ scale,
+                              long long e, long long axis_len, long long inner, long long block,
+                              long long so, long long sb, long long si) {
+  const long long row = e / inner;
+  const long long i = e - row * inner;
+  const long long o = row / axis_len;
+  const long long d = row - o * axis_len;
+  const float s = mx_e8m0_to_f32(scale[o * so + (d / block) * sb + i * si]);
+  float v;
+  if (FMT == 2) {
+    v = mx_e2m1_to_f32((mx_u32)(x[e >> 1] >> ((e & 1) * 4)));
+  } else if (FMT == 1) {
+    v = mx_e5m2_to_f32(x[e]);
+  } else {
+    v = mx_e4m3_to_f32(x[e]);
+  }
+  return v * s;
+}
+
 template <class T, int FMT>
 MX_DEV void mx_dequantize_body(const mx_u8* __restrict__ x, const mx_u8* __restrict__ scale,
                                typename T::storage* __restrict__ y, long long elements,
                                long long axis_len, long long inner, long long block, long long so,
                                long long sb, long long si) {
   const long long stride = (long long)gridDim.x * blockDim.x;
-  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < elements; e += stride) {
-    const long long row = e / inner;
-    const long long i = e - row * inner;
-    const long long o = row / axis_len;
-    const long long d = row - o * axis_len;
-    const float s = mx_e8m0_to_f32(scale[o * so + (d / block) * sb + i * si]);
-    float v;
-    if (FMT == 2) {
-      v = mx_e2m1_to_f32((mx_u32)(x[e >> 1] >> ((e & 1) * 4)));
-    } else if (FMT == 1) {
-      v = mx_e5m2_to_f32(x[e]);
-    } else {
-      v = mx_e4m3_to_f32(x[e]);
-    }
-    y[e] = T::from_f32(v * s);
-  }
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < elements; e += stride)
+    y[e] = T::from_f32(mx_dequantize_at<FMT>(x, scale, e, axis_len, inner, block, so, sb, si));
 }
 
 // Kernel names: mx_dequantize_<e4m3|e5m2|e2m1>_<T>.

@@ -18,6 +18,9 @@ use kernels::reference;
 use kernels::slices::{MatB, NormOutputs, SwiGluInput};
 use kernels::{AddRmsNormAttrs, DType, Element, KernelError, ScaleMap, SwiGluAttrs};
 
+#[path = "gpu_kernels/gather.rs"]
+mod gather;
+
 fn gpu() -> Option<Arc<GpuRuntime>> {
     match GpuRuntime::shared() {
         Ok(Some(rt)) => Some(rt),

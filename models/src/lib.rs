@@ -21,6 +21,7 @@ pub mod config;
 pub mod data;
 pub mod decoder;
 pub mod error;
+pub mod experts;
 pub mod external;
 pub mod mlp;
 pub mod mx_quant;

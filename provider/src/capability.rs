@@ -3,32 +3,18 @@
 //! `DequantizeLinear`s only it reads; the fallback rule `mx_dequant` claims the E8M0
 //! `DequantizeLinear`s the others left), plus com.mxfuse nodes of offline-rewritten models.
 //!
-//! On a device placement (the GPU, or its host stand-in) the device program has no kernel for
-//! a weight-only `MxMatMul` (float `a`, no `a_scale`): the EP then runs without rule
-//! `mx_weight_matmul` ([`CPU_ONLY_RULES`], removed from its options at `CreateEp`), so those
-//! MatMuls stay with ORT's CPU EP as before (the weight's DequantizeLinear claimed as
-//! `MxDequantize`), and an offline-rewritten weight-only `MxMatMul` is not claimed
-//! ([`device_can_run`]): ORT's CPU EP runs it with the kernel the EP publishes (com.mxfuse).
+//! Every placement claims the same sites: the device program (the GPU, or its host stand-in)
+//! has a kernel for every `com.mxfuse` op the rules emit.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
-use graph_rewrites::pipeline::{find_sites, PipelineOptions, SiteInfo};
+use graph_rewrites::pipeline::weight_checks::WeightChecks;
+use graph_rewrites::pipeline::{find_sites_with_checks, PipelineOptions, SiteInfo};
 use graph_rewrites::view::{GraphView, NodeId, MXFUSE_DOMAIN, QUARK_DOMAIN};
 
 use crate::error::{Error, Result};
 use crate::ops::schema;
-
-/// Rules whose output only the CPU kernels run: off on a device placement.
-pub const CPU_ONLY_RULES: &[&str] = &["mx_weight_matmul", "mx_gather_dequant"];
-
-/// Whether the device program runs com.mxfuse node `n`: everything but a weight-only
-/// `MxMatMul` (no `a_scale`, input 1), `MxGatherDequantize` and `MxGatherMatMul`.
-pub fn device_can_run(view: &dyn GraphView, n: NodeId) -> bool {
-    let op = view.op_type(n);
-    !(op == "MxGatherDequantize"
-        || op == "MxGatherMatMul"
-        || op == "MxMatMul" && view.inputs(n).get(1).copied().flatten().is_none())
-}
 
 /// What became of an accepted site: claimed as a fused node of its own, joined to an earlier
 /// claim (a shared Quark weight fake-quant), or not claimed because it overlaps earlier claims.
@@ -42,15 +28,16 @@ enum Decision {
 }
 
 /// Groups of nodes to claim, one fused node each. Each candidate site, and what became of it,
-/// is described to `explain` (verbose diagnostics), when given. `on_device`: the placement runs
-/// the device program (see the module docs).
+/// is described to `explain` (verbose diagnostics), when given. The rules' Quark weight checks
+/// go to `checks` (the session's: `Compile` reuses them).
 pub fn claim_groups(
     view: &dyn GraphView,
     options: &PipelineOptions,
-    on_device: bool,
+    checks: &Arc<WeightChecks>,
     explain: Option<&dyn Fn(&str)>,
 ) -> Result<Vec<Vec<NodeId>>> {
-    let sites = find_sites(view, options).map_err(|e| Error::invalid(e.to_string()))?;
+    let sites =
+        find_sites_with_checks(view, options, checks).map_err(|e| Error::invalid(e.to_string()))?;
     let mut claimed = HashSet::new();
     // Each group with the anchor of the site that opened it.
     let mut groups: Vec<(NodeId, Vec<NodeId>)> = Vec::new();
@@ -92,7 +79,6 @@ pub fn claim_groups(
     for &n in view.nodes().iter() {
         if view.domain(n) == MXFUSE_DOMAIN
             && schema::find(view.op_type(n)).is_some()
-            && (!on_device || device_can_run(view, n))
             && claimed.insert(n)
         {
             groups.push(vec![n]);
@@ -264,7 +250,8 @@ mod tests {
     fn claim_with_log(g: &graph_rewrites::ir::Graph) -> (Vec<Vec<NodeId>>, Vec<String>) {
         let lines = RefCell::new(Vec::new());
         let log = |l: &str| lines.borrow_mut().push(l.to_string());
-        let groups = claim_groups(g, &PipelineOptions::default(), false, Some(&log)).unwrap();
+        let checks = Arc::new(WeightChecks::for_session());
+        let groups = claim_groups(g, &PipelineOptions::default(), &checks, Some(&log)).unwrap();
         (groups, lines.into_inner())
     }
 
@@ -287,6 +274,36 @@ mod tests {
             not[0].contains("are taken by the claim at") && not[0].contains("make a cycle"),
             "{lines:#?}"
         );
+    }
+
+    /// `Compile` reuses `GetCapability`'s Quark weight check: the session's [`WeightChecks`]
+    /// ran it once, for the claim, and the rewrite of the claimed subgraph (a fresh IR graph,
+    /// with a cache taking from the session's, as `compile_one` runs it) checks nothing, takes
+    /// the bytes out of the session's cache and stores the same bytes as a rewrite on its own.
+    #[test]
+    fn compile_reuses_the_quark_weight_check_of_get_capability() {
+        use graph_rewrites::pipeline::run_pipeline_with_checks;
+        use graph_rewrites::pipeline::weight_checks::CheckCounts;
+        let g = shared_quark_weight(false);
+        let session = Arc::new(WeightChecks::for_session());
+        let groups = claim_groups(&g, &PipelineOptions::default(), &session, None).unwrap();
+        assert_eq!(groups.len(), 1);
+        assert_eq!(session.counts(), CheckCounts { run: 1, reused: 0 });
+        assert_eq!(session.len(), 1);
+        let mut compiled = shared_quark_weight(false);
+        let rewrite = Arc::new(WeightChecks::taking_from(session.clone()));
+        run_pipeline_with_checks(&mut compiled, &PipelineOptions::default(), &rewrite).unwrap();
+        assert_eq!(rewrite.counts().run, 0, "{:?}", rewrite.counts());
+        assert!(rewrite.counts().reused >= 1, "{:?}", rewrite.counts());
+        assert!(session.is_empty(), "the rewrite took the bytes");
+        let mut alone = shared_quark_weight(false);
+        graph_rewrites::pipeline::run_pipeline(&mut alone, &PipelineOptions::default()).unwrap();
+        let consts = |g: &graph_rewrites::ir::Graph| -> Vec<Vec<u8>> {
+            g.initializers()
+                .map(|t| t.raw_data.clone().unwrap_or_default())
+                .collect()
+        };
+        assert_eq!(consts(&compiled), consts(&alone));
     }
 
     /// Without the cycle it joins the first claim, and the log says that too.

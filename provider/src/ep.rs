@@ -1,11 +1,19 @@
 //! `MxFuseExecutionProvider`: claims what the rewrite rules would fuse (`GetCapability`) and
 //! turns each claimed subgraph into a [`crate::program::Program`] of com.mxfuse kernels (`Compile`).
+//!
+//! Both run the rules, and the rules check every Quark fake-quantized weight against Quark's
+//! kernel (seconds of CPU on a real model): the EP (one per session) keeps those verdicts and
+//! quantized bytes in [`MxEp::weight_checks`] from `GetCapability` until `Compile`'s rewrite of
+//! the subgraph that reads each weight takes them, so each weight is checked once per session
+//! (`graph_rewrites::pipeline::weight_checks`).
 
 use std::ffi::{c_char, c_void, CStr};
 use std::ptr;
+use std::sync::{Arc, Mutex};
 
 use graph_rewrites::ir::Graph;
-use graph_rewrites::pipeline::run_pipeline;
+use graph_rewrites::pipeline::run_pipeline_with_checks;
+use graph_rewrites::pipeline::weight_checks::{CheckCounts, WeightChecks};
 
 use crate::capability::claim_groups;
 use crate::logging::Logger;
@@ -41,6 +49,13 @@ pub struct MxEp {
     logger: Logger,
     /// Where the fused nodes run (CPU kernels or GPU launchers; see `gpu::device`).
     placement: Placement,
+    /// Why a group `GetCapability` claimed can run nowhere on this placement
+    /// (`gpu::boundary::copyable_groups`): `Compile` fails the session with it.
+    unrunnable: Mutex<Option<String>>,
+    /// The Quark weight checks of `GetCapability`, with their E4M3 / E8M0 bytes, for `Compile`
+    /// (each taken by the rewrite that needs it, the rest cleared at its end; ORT creates one EP
+    /// per session, so no other session sees them).
+    weight_checks: Arc<WeightChecks>,
 }
 
 impl MxEp {
@@ -78,6 +93,8 @@ impl MxEp {
             parallelism: Parallelism::from_threads(options.threads)?,
             logger: Logger::new(logger),
             placement: Placement::Cpu,
+            unrunnable: Mutex::new(None),
+            weight_checks: Arc::new(WeightChecks::for_session()),
             options,
         }))
     }
@@ -85,10 +102,6 @@ impl MxEp {
     /// Sets where the fused nodes run. Sessions whose tensors live in device memory also get
     /// the Memcpy kernels ORT needs between our nodes and the CPU EP's.
     pub fn with_placement(mut self: Box<Self>, placement: Placement) -> Result<Box<Self>> {
-        if matches!(placement, Placement::Device(_)) {
-            // The device program cannot run these rules' output: leave their sites to ORT.
-            self.options.disable_cpu_only_rules()?;
-        }
         if let Some(memory) = placement.device_memory() {
             crate::gpu::memcpy_kernels::registry(memory)?;
             self.base.GetKernelRegistry = Some(crate::gpu::memcpy_kernels::get_kernel_registry);
@@ -161,19 +174,52 @@ unsafe extern "system" fn get_capability(
             ep.logger
                 .log(OrtLoggingLevel::ORT_LOGGING_LEVEL_VERBOSE, line)
         };
-        let groups = claim_groups(
+        let mut groups = claim_groups(
             &view,
             &ep.options.pipeline,
-            matches!(ep.placement, Placement::Device(_)),
+            &ep.weight_checks,
             verbose.then_some(&explain as &dyn Fn(&str)),
         )?;
+        // ORT inserts Memcpy nodes around our nodes only where it allocates their tensors in
+        // device memory (not on the host-staged `device=gpu` placement of a CPU device).
+        if ep.placement.device_memory().is_some() {
+            let left = std::cell::RefCell::new(Vec::new());
+            let leave = |line: &str| left.borrow_mut().push(line.to_string());
+            let (copyable, fatal) = crate::gpu::boundary::copyable_groups(&view, groups, &leave);
+            groups = copyable;
+            // One WARNING line, however many nodes; VERBOSE names each.
+            let left = left.into_inner();
+            if let Some(first) = left.first() {
+                ep.logger.log(
+                    OrtLoggingLevel::ORT_LOGGING_LEVEL_WARNING,
+                    &format!(
+                        "mxfuse: {} fused subgraph(s) left to ORT's CPU EP on the device placement \
+                         (VERBOSE names each), the first: {}",
+                        left.len(),
+                        first.trim_start_matches("mxfuse: ")
+                    ),
+                );
+            }
+            for line in &left {
+                explain(line);
+            }
+            // Kept once found: ORT asks again for each subgraph (If / Loop bodies) and may ask
+            // twice for one graph; any of them makes the session fail.
+            if fatal.is_some() {
+                *ep.unrunnable
+                    .lock()
+                    .map_err(|_| Error::invalid("poisoned lock"))? = fatal;
+            }
+        }
         ep.logger.log(
             OrtLoggingLevel::ORT_LOGGING_LEVEL_INFO,
             &format!(
-                "mxfuse: claiming {} node(s) of the graph's {} in {} fused subgraph(s)",
+                "mxfuse: claiming {} node(s) of the graph's {} in {} fused subgraph(s), run on \
+                 the {} placement",
                 groups.iter().map(Vec::len).sum::<usize>(),
                 view.nodes().len(),
-                groups.len()
+                groups.len(),
+                ep.placement.name(),
             ),
         );
         for group in groups {
@@ -216,11 +262,13 @@ unsafe fn io_names(node: *const OrtNode, outputs: bool) -> Result<Vec<String>> {
         .collect()
 }
 
-/// Builds the program of one fused node from its subgraph.
+/// Builds the program of one fused node from its subgraph, adding the Quark weight checks its
+/// rewrite ran and reused to `checked`.
 unsafe fn compile_one(
     ep: &MxEp,
     graph: *const OrtGraph,
     fused: *const OrtNode,
+    checked: &mut CheckCounts,
 ) -> Result<Executor> {
     let view = OrtGraphView::new(graph)?;
     let inputs = io_names(fused, false)?;
@@ -248,7 +296,12 @@ unsafe fn compile_one(
     // Rewrite the claimed subgraph with the very pipeline the offline CLI runs.
     let model = model_from_view(&view)?;
     let mut ir = Graph::from_model(model, None).map_err(|e| Error::invalid(e.to_string()))?;
-    run_pipeline(&mut ir, &ep.options.pipeline).map_err(|e| Error::invalid(e.to_string()))?;
+    // With GetCapability's Quark weight checks, taken out of the session's cache (the bytes are
+    // dropped with `checks` once the program holds them prepacked).
+    let checks = Arc::new(WeightChecks::taking_from(ep.weight_checks.clone()));
+    run_pipeline_with_checks(&mut ir, &ep.options.pipeline, &checks)
+        .map_err(|e| Error::invalid(e.to_string()))?;
+    *checked += checks.counts();
     // Initializers the rewrite created (a Quark weight quantized at rewrite time) are not in
     // ORT's graph: read them from the rewritten subgraph, so the kernels prepack them as the
     // custom-op library does for the offline rewrite (unpacked, a `[K, N]` weight's GEMM sums in
@@ -284,11 +337,37 @@ unsafe extern "system" fn compile(
 ) -> OrtStatusPtr {
     guard_status("Compile", || {
         let ep = MxEp::from_raw(ep);
+        if let Some(why) = ep
+            .unrunnable
+            .lock()
+            .map_err(|_| Error::invalid("poisoned lock"))?
+            .clone()
+        {
+            return Err(Error::Unsupported(why));
+        }
         // Build everything first so a failure leaves no half-filled output array behind.
         let mut built = Vec::with_capacity(count);
-        for i in 0..count {
-            built.push(compile_one(ep, *graphs.add(i), *fused_nodes.add(i))?);
-        }
+        let mut checked = CheckCounts::default();
+        let result = (0..count).try_for_each(|i| {
+            built.push(compile_one(
+                ep,
+                *graphs.add(i),
+                *fused_nodes.add(i),
+                &mut checked,
+            )?);
+            Ok::<_, Error>(())
+        });
+        // What no rewrite took (a site GetCapability accepted but did not claim) is not needed
+        // either. A later GetCapability (another graph of the session) fills the cache again.
+        ep.weight_checks.clear();
+        result?;
+        ep.logger.log(
+            OrtLoggingLevel::ORT_LOGGING_LEVEL_VERBOSE,
+            &format!(
+                "mxfuse: Compile ran {} Quark weight check(s) and reused {} (GetCapability's, or an earlier scan's)",
+                checked.run, checked.reused
+            ),
+        );
         for (i, program) in built.into_iter().enumerate() {
             let info = Box::new(ComputeInfo {
                 base: OrtNodeComputeInfo {

@@ -107,22 +107,6 @@ impl EpOptions {
         Ok(())
     }
 
-    /// Turns off the rules whose output only the CPU kernels run
-    /// ([`crate::capability::CPU_ONLY_RULES`]), for a device placement: their sites stay with
-    /// ORT. An error when `enable_rules` named only such rules (nothing would be claimed).
-    pub fn disable_cpu_only_rules(&mut self) -> Result<()> {
-        let disable = &mut self.pipeline.disable;
-        for rule in crate::capability::CPU_ONLY_RULES {
-            if !disable.iter().any(|d| d == rule) {
-                disable.push(rule.to_string());
-            }
-        }
-        self.check_enabled_rules_run(&format!(
-            "the device placement (rules {} run on the CPU only)",
-            crate::capability::CPU_ONLY_RULES.join(", ")
-        ))
-    }
-
     /// Parses options from session config entries; entries without our prefix are ignored.
     /// `known_rules` validates rule names (an unknown rule name is an error).
     pub fn from_config<'a>(
@@ -397,28 +381,5 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(o.pipeline.disable, vec!["swiglu_mxquant"]);
-    }
-
-    /// On a device placement the CPU-only rules are turned off; `enable_rules` naming only them
-    /// is then the same contradiction as above (before: no error, nothing claimed, and ORT
-    /// failed later on the unclaimed E8M0 DequantizeLinear).
-    #[test]
-    fn device_placement_turns_off_cpu_only_rules_and_names_the_contradiction() {
-        let only = "ep.mxfuseexecutionprovider.enable_rules";
-        let parse = |pairs: &[(&str, &str)]| {
-            EpOptions::from_config(pairs.iter().copied(), &["mx_weight_matmul", "mxquant"])
-        };
-        let mut o = parse(&[]).unwrap();
-        o.disable_cpu_only_rules().unwrap();
-        o.disable_cpu_only_rules().unwrap();
-        assert_eq!(o.pipeline.disable, crate::capability::CPU_ONLY_RULES);
-        let mut o = parse(&[(only, "mx_weight_matmul")]).unwrap();
-        let err = o.disable_cpu_only_rules().unwrap_err().to_string();
-        assert!(
-            err.contains("no rule would run") && err.contains("device placement"),
-            "{err}"
-        );
-        let mut o = parse(&[(only, "mx_weight_matmul,mxquant")]).unwrap();
-        o.disable_cpu_only_rules().unwrap();
     }
 }

@@ -11,9 +11,13 @@ use crate::ort_types::{element_count, tensor_bytes, tensor_data, value_type_and_
 use crate::tensor::raw_bytes;
 use graph_rewrites::view::{AttrValue, ConstTensor};
 
-/// Largest constant tensor copied out of ORT for the matcher. Rules only need small constants
-/// (epsilons, scale multipliers, shapes); bigger ones read as "not loaded" (`None`).
-pub const MAX_CONST_BYTES: usize = 16 << 20;
+/// Largest constant tensor copied out of ORT for the matcher: the offline graph's cap
+/// (`graph_rewrites::ir::CONST_VALUE_MAX_BYTES`), so the EP claims what `mxfuse rewrite` fuses.
+/// Rules read small constants (epsilons, scale multipliers, shapes) and the Quark fake-quantized
+/// float weights they quantize and check; bigger ones read as "not loaded" (`None`). (The EP's
+/// own 16 MiB cap until session 21 left every Quark weight above it unfused online, 16 of the
+/// 24 of `mxfuse-gen-model --preset m3-tp4 --dtype f32 --quant quark --weights quark`.)
+pub const MAX_CONST_BYTES: usize = graph_rewrites::ir::CONST_VALUE_MAX_BYTES as usize;
 
 /// The attribute `name` of `node`, or `None` when the node has no such attribute.
 ///

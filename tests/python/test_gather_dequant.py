@@ -142,9 +142,10 @@ def test_gather_along_the_block_axis_is_refused_and_still_runs(mxfuse_cli, lib, 
 
 
 DEVICE_CHILD = """
-import sys, numpy as np, onnxruntime as ort
+import os, sys, numpy as np, onnxruntime as ort
 from test_mx_dequant import claimed_ops, ep_session
 lib, src, feeds, out = sys.argv[1:5]
+ort.set_default_logger_severity(int(os.environ.get("MXFUSE_TEST_LOG_SEVERITY", "2")))
 ort.register_execution_provider_library("MxFuseExecutionProvider", lib)
 devs = [d for d in ort.get_ep_devices() if d.ep_name == "MxFuseExecutionProvider"]
 s = ep_session(src, devs)
@@ -153,28 +154,37 @@ np.save(out, s.run(None, dict(np.load(feeds)))[0])
 """
 
 
-def run_on_emulated_device(lib, src, feed, tmp_path):
-    """`src` in a child process whose EP places sessions on the emulated device memory the GPU
-    tests use: (what the EP claimed, as printed, and the first output)."""
+def emulated_device_process(lib, src, feed, tmp_path, log_severity=2):
+    """Runs `src` on `feed` in a child process whose EP places sessions on the emulated device
+    memory the GPU tests use; the finished process (stdout: what the EP claimed; the first output
+    in tmp_path / "y.npy"; stderr: ORT's log from `log_severity` up, 1 = INFO)."""
     import os
     import subprocess
     import sys
     np.savez(tmp_path / "feeds.npz", **feed)
-    env = dict(os.environ, MXFUSE_EP_TEST_DEVICE_MEMORY="host", PYTHONPATH=os.path.dirname(__file__))
-    out = subprocess.run([sys.executable, "-c", DEVICE_CHILD, lib, str(src), str(tmp_path / "feeds.npz"),
-                          str(tmp_path / "y.npy")], env=env, capture_output=True, text=True, timeout=120)
+    env = dict(os.environ, MXFUSE_EP_TEST_DEVICE_MEMORY="host", PYTHONPATH=os.path.dirname(__file__),
+               MXFUSE_TEST_LOG_SEVERITY=str(log_severity))
+    return subprocess.run([sys.executable, "-c", DEVICE_CHILD, lib, str(src), str(tmp_path / "feeds.npz"),
+                           str(tmp_path / "y.npy")], env=env, capture_output=True, text=True, timeout=120)
+
+
+def run_on_emulated_device(lib, src, feed, tmp_path):
+    """`src` on the emulated device (`emulated_device_process`): (what the EP claimed, as
+    printed, and the first output)."""
+    out = emulated_device_process(lib, src, feed, tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout, np.load(tmp_path / "y.npy")
 
 
-def test_device_placement_leaves_the_gather_to_ort(lib, ep_devices, tmp_path):
-    """Under a device placement (the emulated device memory the GPU tests use) the rule is off:
-    the DequantizeLinear is claimed as MxDequantize, ORT's CPU EP gathers, and the bits are the
+def test_device_placement_takes_the_gather_too(lib, ep_devices, tmp_path):
+    """Under a device placement (the emulated device memory the GPU tests use) the rule runs as on
+    the CPU device: the Gather and its DequantizeLinear are claimed together (the device runs
+    `MxGatherDequantize`: kernels/gpu/mx_gather.hip; here its host stand-in) and the bits are the
     CPU device's."""
     src = embedding_model(tmp_path / "m.onnx")
     feed = {"ids": np.array([[0, 99, -1], [5, 5, -100]], np.int32)}
     claimed, got = run_on_emulated_device(lib, src, feed, tmp_path)
-    assert "claimed ['DequantizeLinear']" in claimed, claimed
+    assert "claimed ['DequantizeLinear', 'Gather']" in claimed, claimed
     want = ep_session(src, ep_devices).run(None, feed)[0]
     assert same_bits(got, want)
 
@@ -367,14 +377,17 @@ def test_mxfp8_moe_expert_block_in_batched_mm_spelling(lib, ep_devices, mxfuse_c
     np.testing.assert_allclose(online, want, rtol=0, atol=1e-5 * np.abs(want).max())
 
 
-def test_device_placement_runs_an_offline_rewritten_expert_bmm_on_the_cpu(lib, ep_devices, mxfuse_cli, tmp_path):
-    """An offline-rewritten model's MxGatherMatMul under a device placement (the emulated device
-    memory): not claimed (no device kernel), ORT's CPU EP runs it with the kernel the EP
-    publishes, and the bits are the CPU device's."""
+def test_device_placement_runs_the_expert_bmm_online_and_offline(lib, ep_devices, mxfuse_cli, tmp_path):
+    """The expert bmm under a device placement (the emulated device memory): online the rule takes
+    it as on the CPU device, and an offline-rewritten model's MxGatherMatMul is claimed as it is
+    (the device kernels: kernels/gpu/mx_gather.hip); the bits are the CPU device's."""
     src, _ = bmm_model(tmp_path / "m.onnx", True, False, TP.FLOAT)
     rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
     feed = {"x": np.linspace(-2, 2, 3 * 64, dtype=np.float32).reshape(3, 64), "ids": np.array([7, 0, 7])}
-    claimed, got = run_on_emulated_device(lib, tmp_path / "fused.onnx", feed, tmp_path)
-    assert "claimed []" in claimed, claimed
     want = ep_session(tmp_path / "fused.onnx", ep_devices).run(None, feed)[0]
+    claimed, got = run_on_emulated_device(lib, tmp_path / "fused.onnx", feed, tmp_path)
+    assert "claimed ['MxGatherMatMul']" in claimed, claimed
+    assert same_bits(got, want)
+    claimed, got = run_on_emulated_device(lib, src, feed, tmp_path)
+    assert "'Gather'" in claimed and "'MatMul'" in claimed, claimed
     assert same_bits(got, want)

@@ -367,6 +367,24 @@ def test_quark_weight_read_by_two_matmuls_gives_the_same_bits_on_both_paths(lib,
                                        err_msg=f"chained={chained} {name}")
 
 
+def test_ep_checks_a_quark_weight_once_per_session(ep_devices, tmp_path, capfd):
+    """GetCapability checks the Quark weight (quantized and compared with Quark's kernel: seconds
+    on a real model's weights); Compile's rewrite of the claimed subgraph reuses that verdict and
+    its bytes instead of checking again (the EP's VERBOSE log says how many it ran)."""
+    w = (0.1 * np.random.default_rng(3).standard_normal((K, N))).astype(np.float32)
+    src = shared_quark_model(tmp_path / "m.onnx", w, False)
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    so.add_provider_for_devices(ep_devices, {})
+    so.log_severity_level = 0
+    s = ort.InferenceSession(str(src), so)
+    assert claimed_ops(s).count("MatMul") == 2
+    err = capfd.readouterr().err
+    lines = [line for line in err.splitlines() if "mxfuse: Compile ran" in line]
+    assert len(lines) == 1, err[-4000:]
+    assert "Compile ran 0 Quark weight check(s) and reused" in lines[0], lines[0]
+
+
 @pytest.mark.parametrize("gemm", [False, True])
 @pytest.mark.parametrize("act_type", [TP.FLOAT, TP.FLOAT16])
 @pytest.mark.parametrize("m", [1, 7])
@@ -438,3 +456,23 @@ def test_quark_weight_with_inf_is_refused(mxfuse_cli, tmp_path):
     assert reasons and "holds an Inf" in reasons[0], report
     fused = onnx.load(tmp_path / "fused.onnx")
     assert sorted(n.op_type for n in fused.graph.node) == ["MXQuantizeDequantize", "MatMul"]
+
+
+def test_ep_fuses_a_quark_weight_above_16_mib(ep_devices, tmp_path):
+    """A 20 MiB float32 Quark weight: the EP reads it as the offline CLI does (the graph's 64 MiB
+    constant cap) and claims its MatMul; the EP's own 16 MiB cap before left such weights — most
+    of a real model's — fake-quantized on ORT's CPU EP every step."""
+    k, n = 2048, 2560
+    w = (0.05 * np.random.default_rng(5).standard_normal((k, n))).astype(np.float32)
+    nodes = [helper.make_node("MXQuantizeDequantize", ["w"], ["wf"], domain="com.amd.quark",
+                              axis=0, block_size=32, element_dtype="fp8_e4m3", rounding_mode=2),
+             helper.make_node("MatMul", ["x", "wf"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TP.FLOAT, [2, k])],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, [2, n])],
+                          [numpy_helper.from_array(w, "w")])
+    opsets = [helper.make_opsetid("", 24), helper.make_opsetid("com.amd.quark", 1)]
+    onnx.save(helper.make_model(g, opset_imports=opsets, ir_version=11), tmp_path / "m.onnx")
+    s = ep_session(tmp_path / "m.onnx", ep_devices)
+    assert sorted(claimed_ops(s)) == ["MXQuantizeDequantize", "MatMul"], claimed_ops(s)
+    y = s.run(None, {"x": np.ones((2, k), np.float32)})[0]
+    assert y.shape == (2, n) and np.isfinite(y).all()

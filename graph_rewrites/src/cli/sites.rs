@@ -4,7 +4,7 @@
 //! is an accepted site (with the nodes it replaced and created), each rejection a refused one.
 
 use crate::ir::Graph;
-use crate::pipeline::{run_pipeline, PipelineOptions};
+use crate::pipeline::{display_name, run_pipeline, PipelineOptions};
 use crate::view::NodeId;
 use crate::Error;
 
@@ -35,9 +35,11 @@ pub fn candidate_sites(g: &Graph, opts: &PipelineOptions) -> Result<(Vec<Site>, 
         ..opts.clone()
     };
     let report = run_pipeline(&mut rewritten, &opts)?;
+    // The anchor of a fusion is the node the rule was tried at (what its refusals and the EP's
+    // log name it by), not the first node it removed (often a weight's DequantizeLinear).
     let accepted = report.fusions.into_iter().map(|f| Site {
         rule: f.rule,
-        anchor: f.replaced.first().cloned().unwrap_or_default(),
+        anchor: display_name(g, f.anchor),
         nodes: f.replaced,
         created: f.created,
         node_ids: f.replaced_ids,

@@ -23,9 +23,8 @@
 //!   bfloat16 outputs that round the product). The refusal is its reason (ONNX Runtime's CPU EP
 //!   has no `MXQuantizeDequantize`: such models need the plugin EP, which publishes one).
 //! * The constant's float type is the output type (float, float16, bfloat16).
-//! * Only constants the view can read: at most `CONST_VALUE_MAX_BYTES` (64 MiB) offline, refused
-//!   with their size above it, and 16 MiB in the plugin EP (`provider::ort_attrs::
-//!   MAX_CONST_BYTES`; refused as "could not be read"). A real MoE layer's float experts are
+//! * Only constants the rewrite reads: at most `CONST_VALUE_MAX_BYTES` (64 MiB, offline and in
+//!   the plugin EP), refused with their size above it. A real MoE layer's float experts are
 //!   larger (BENCHMARKS.md, the Quark entry under session 20's stacked experts).
 //! * A refused fake quant stays rule `mxquant`'s, as before this spelling was fused
 //!   (`MxQuantize` of the whole constant at run time): [`taken_with_its_gather`] is how it

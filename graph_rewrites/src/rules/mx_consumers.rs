@@ -41,7 +41,10 @@ use std::sync::Arc;
 
 use crate::pattern::{Emit, Reject};
 use crate::reject;
-use crate::view::{Dim, GraphView, NodeId, ValueId, MXFUSE_DOMAIN, ONNX_DOMAIN, QUARK_DOMAIN};
+use crate::view::{
+    ConstMemo, ConstTensor, Dim, GraphView, NodeId, ValueId, MXFUSE_DOMAIN, ONNX_DOMAIN,
+    QUARK_DOMAIN,
+};
 
 use super::spellings::mx_quant::BLOCK;
 use super::spellings::rms_norm::fmt_shape;
@@ -793,7 +796,9 @@ pub fn emit_matmuls(
 /// the blocks' rows: every index but the quantized one, in the tensor's order. The check's bytes
 /// are the ones the emit stores (carried in [`Weight::QuarkFloat`]); within one scan of the rules
 /// every check of the same weight shares them ([`crate::view::ConstMemo`]), so a weight several
-/// MatMuls read is quantized once and each gets the same bytes.
+/// MatMuls read is quantized once and each gets the same bytes. Across scans,
+/// [`crate::pipeline::weight_checks`] keeps a pipeline run's refusals and an EP session's verdicts
+/// (`Compile` reuses `GetCapability`'s bytes).
 #[derive(Debug)]
 pub struct QuarkMx {
     pub k: usize,
@@ -870,6 +875,11 @@ fn gather_block(
 /// zero blocks are exact), and float16 / bfloat16 weights whose fake-quantized values that type
 /// rounds (the unfused output is rounded to it, MxMatMul reads the E4M3 · scale product exactly).
 /// Memoized per scan ([`GraphView::memo`]): each weight is read, quantized and checked once.
+/// Beyond the scan, where the memo has [`WeightChecks`] (a pipeline run: its refusals; an EP
+/// session: `GetCapability`'s verdicts and bytes, which `Compile` reuses), a weight with the
+/// same name, types and bytes is not checked again.
+///
+/// [`WeightChecks`]: crate::pipeline::weight_checks::WeightChecks
 pub(crate) fn check_quark_weight_exact(
     g: &dyn GraphView,
     w: ValueId,
@@ -879,16 +889,22 @@ pub(crate) fn check_quark_weight_exact(
 
 /// [`check_quark_weight_exact`] for a constant `w` of any rank fake-quantized along `axis`
 /// (normalized; `MXQuantizeDequantize(fp8_e4m3, block 32, axis)`, e.g. stacked MoE experts
-/// `[E, N, K]` along 2): the blocks' rows in the tensor's order ([`QuarkMx`]), the same check.
+/// `[E, N, K]` along 2): the blocks' rows in the tensor's order ([`QuarkMx`]), the same check,
+/// memoized and kept across scans the same way (the axis is part of the key).
 pub(crate) fn check_quark_exact_along(
     g: &dyn GraphView,
     w: ValueId,
     axis: usize,
 ) -> Result<Arc<QuarkMx>, Reject> {
     let make = || {
-        quantize_quark_weight(g, w, axis)
-            .map(Arc::new)
-            .map_err(|r| r.0)
+        let t = g
+            .const_value(w)
+            .ok_or_else(|| format!("weight '{}' could not be read", g.value_name(w)))?;
+        let check = || quantize_quark_weight(g, w, &t, axis).map_err(|r| r.0);
+        match g.memo().and_then(ConstMemo::weight_checks) {
+            Some(checks) => checks.verdict(g, w, &t, axis, check),
+            None => check().map(Arc::new),
+        }
     };
     // The memo holds one check per value: another axis's (a constant two fake-quants read
     // along different axes) is not this one.
@@ -899,18 +915,21 @@ pub(crate) fn check_quark_exact_along(
     .map_err(Reject)
 }
 
-/// [`check_quark_weight_exact`], not memoized. One pass over the weight, block by block (32 K
-/// rows of the `[K, N]` source at a time, one output channel's block after the other: every
-/// element is read once, from cache lines the block's 32 rows share), quantizing each block and
-/// comparing it with Quark's kernel on the spot: no transposed float copy of the weight.
-fn quantize_quark_weight(g: &dyn GraphView, w: ValueId, axis: usize) -> Result<QuarkMx, Reject> {
+/// [`check_quark_weight_exact`] of `w`'s bytes `t` along `axis`, not memoized. One pass over the
+/// weight, block by block (32 K rows of the `[K, N]` source at a time, one output channel's block
+/// after the other: every element is read once, from cache lines the block's 32 rows share),
+/// quantizing each block and comparing it with Quark's kernel on the spot: no transposed float
+/// copy of the weight.
+fn quantize_quark_weight(
+    g: &dyn GraphView,
+    w: ValueId,
+    t: &ConstTensor,
+    axis: usize,
+) -> Result<QuarkMx, Reject> {
     use kernels::codec::{e4m3_to_f32, e8m0::e8m0_to_f32};
     use kernels::reference::quark_mx::{quark_mx_block, IntRounding, QuarkElement};
     const B: usize = BLOCK as usize;
     let name = g.value_name(w);
-    let t = g
-        .const_value(w)
-        .ok_or_else(|| reject!("weight '{name}' could not be read"))?;
     let dims: Vec<usize> = t.dims.iter().map(|&d| d as usize).collect();
     if axis >= dims.len() {
         return Err(reject!("weight '{name}' has dims {:?}", t.dims));

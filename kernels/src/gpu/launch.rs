@@ -115,7 +115,7 @@ impl GpuEpilogue {
     };
 
     /// The kernels' `MxEpi` (mx_common.h) for an `m × n` output of `out`, checking the bias.
-    fn params(&self, m: usize, n: usize, out: DType) -> GpuResult<EpilogueParams> {
+    pub(super) fn params(&self, m: usize, n: usize, out: DType) -> GpuResult<EpilogueParams> {
         let (bias, ld, cs) = match self.bias {
             None => (0, 0, 0),
             Some(b) => {
@@ -148,7 +148,7 @@ impl GpuEpilogue {
 /// `struct MxEpi` of mx_common.h, passed by value (same C layout: 8 + 4 · 4 bytes).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
-struct EpilogueParams {
+pub(super) struct EpilogueParams {
     bias: u64,
     ld: i32,
     cs: i32,
@@ -222,7 +222,7 @@ fn quant_flags(q: &QuantConfig) -> u32 {
     })
 }
 
-fn dtype_suffix(dt: DType) -> GpuResult<&'static str> {
+pub(super) fn dtype_suffix(dt: DType) -> GpuResult<&'static str> {
     match dt {
         DType::BF16 => Ok("bf16"),
         DType::F16 => Ok("f16"),
@@ -244,7 +244,7 @@ fn check_k(what: &str, k: usize) -> GpuResult<()> {
 }
 
 /// The vector loads need 16-byte aligned bases (allocators give 256).
-fn check_aligned(what: &str, ptr: u64, align: u64) -> GpuResult<()> {
+pub(super) fn check_aligned(what: &str, ptr: u64, align: u64) -> GpuResult<()> {
     if ptr == 0 || !ptr.is_multiple_of(align) {
         return Err(KernelError::Buffer(format!(
             "{what} pointer {ptr:#x} is null or not {align}-byte aligned"
@@ -254,25 +254,25 @@ fn check_aligned(what: &str, ptr: u64, align: u64) -> GpuResult<()> {
     Ok(())
 }
 
-fn dim_u32(what: &str, v: usize) -> GpuResult<u32> {
+pub(super) fn dim_u32(what: &str, v: usize) -> GpuResult<u32> {
     u32::try_from(v)
         .map_err(|_| KernelError::Shape(format!("{what} = {v} exceeds the launch limits")).into())
 }
 
-fn dim_i32(what: &str, v: usize) -> GpuResult<i32> {
+pub(super) fn dim_i32(what: &str, v: usize) -> GpuResult<i32> {
     i32::try_from(v).map_err(|_| {
         KernelError::Shape(format!("{what} = {v} exceeds the kernel's int range")).into()
     })
 }
 
 /// Kernel parameters as the launch API wants them: one pointer per value.
-struct Params(Vec<Box<dyn std::any::Any>>);
+pub(super) struct Params(Vec<Box<dyn std::any::Any>>);
 
 impl Params {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         Params(Vec::new())
     }
-    fn push<T: 'static>(mut self, v: T) -> Self {
+    pub(super) fn push<T: 'static>(mut self, v: T) -> Self {
         self.0.push(Box::new(v));
         self
     }
@@ -285,7 +285,7 @@ impl Params {
 }
 
 impl GpuRuntime {
-    fn run(
+    pub(super) fn run(
         &self,
         name: &str,
         grid: [u32; 3],

@@ -14,6 +14,7 @@
 //! run. See docs/gpu.md for what was verified on which hardware.
 pub mod driver;
 pub mod error;
+pub mod gather;
 pub mod launch;
 pub mod pack;
 pub mod runtime;
@@ -25,6 +26,7 @@ pub mod thresholds;
 
 pub use driver::{Backend, DeviceInfo};
 pub use error::{GpuError, GpuResult};
+pub use gather::{index_error, GpuExperts, GpuGatherMatMul, GpuIndices, GATHER_ERR_BYTES};
 pub use launch::{GpuBias, GpuEpilogue, GpuMatB, NormBuffers, StreamHandle, SwiGluBuffers};
 pub use pack::pack_frag_weights;
 pub use runtime::{DeviceBuffer, GpuRuntime};

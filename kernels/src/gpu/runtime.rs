@@ -399,6 +399,12 @@ pub mod pod {
     // SAFETY: as above.
     unsafe impl Pod for u32 {}
     // SAFETY: as above.
+    unsafe impl Pod for u64 {}
+    // SAFETY: as above.
+    unsafe impl Pod for i32 {}
+    // SAFETY: as above.
+    unsafe impl Pod for i64 {}
+    // SAFETY: as above.
     unsafe impl Pod for f32 {}
     // SAFETY: as above.
     unsafe impl Pod for half::f16 {}

@@ -3,7 +3,7 @@
 //! (same files, same order, same markers), so the device harness measures exactly this code.
 
 /// The source files, in program order: portability layer, shared numerics, then one file per op.
-pub const PROGRAM_FILES: [(&str, &str); 12] = [
+pub const PROGRAM_FILES: [(&str, &str); 13] = [
     (
         "mx_portability.h",
         include_str!("../../gpu/mx_portability.h"),
@@ -26,6 +26,7 @@ pub const PROGRAM_FILES: [(&str, &str); 12] = [
         "mx_dequantize.hip",
         include_str!("../../gpu/mx_dequantize.hip"),
     ),
+    ("mx_gather.hip", include_str!("../../gpu/mx_gather.hip")),
     (
         "mx_quantize_linear.hip",
         include_str!("../../gpu/mx_quantize_linear.hip"),
@@ -95,10 +96,16 @@ pub const MODULES: [Module; 6] = [
         files: &[
             "mx_quantize.hip",
             "mx_dequantize.hip",
+            "mx_gather.hip",
             "mx_quantize_linear.hip",
         ],
         eager: true,
-        kernels: &["mx_quantize_", "mx_dequantize_"],
+        kernels: &[
+            "mx_quantize_",
+            "mx_dequantize_",
+            "mx_gather_",
+            "mx_matmul_float_a_",
+        ],
     },
     Module {
         name: "gemm",
@@ -181,7 +188,7 @@ mod tests {
             }
         }
         // Every kernel family the launcher names has an owner.
-        let launch = include_str!("launch.rs");
+        let launch = [include_str!("launch.rs"), include_str!("gather.rs")].concat();
         for name in launch.split('"').filter(|t| t.starts_with("mx_")) {
             assert!(owner_of(name).is_some(), "no module claims {name}");
         }

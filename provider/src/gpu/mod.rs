@@ -12,8 +12,11 @@
 //!   tensors live in device memory.
 //! * [`program`]: [`GpuProgram`], a fused node's `com.mxfuse` steps run by the GPU launchers on
 //!   device pointers.
+//! * [`boundary`]: the claimed groups a device placement leaves to ORT because a tensor at their
+//!   edge has a type ORT cannot copy between host and device (E8M0 scales).
 //! * [`ep_api`]: the `OrtEpApi` members and plugin structs this module needs beyond `ffi`.
 pub mod allocator;
+pub mod boundary;
 pub mod data_transfer;
 pub mod device;
 pub mod ep_api;

@@ -17,11 +17,12 @@ use std::sync::{Arc, Mutex};
 
 use graph_rewrites::view::{ConstTensor, GraphView};
 use kernels::gpu::{
-    pack_frag_weights, GpuBias, GpuEpilogue, GpuMatB, GpuRuntime, NormBuffers, SwiGluBuffers,
+    index_error, pack_frag_weights, GpuBias, GpuEpilogue, GpuExperts, GpuGatherMatMul, GpuIndices,
+    GpuMatB, GpuRuntime, NormBuffers, SwiGluBuffers, GATHER_ERR_BYTES,
 };
 use kernels::{
-    AddRmsNormAttrs, DType, MxDequantAttrs, MxMatMulAttrs, MxQuantAttrs, MxQuantLinearAttrs,
-    ScaleMap, SwiGluAttrs,
+    AddRmsNormAttrs, DType, MxDequantAttrs, MxGatherDequantAttrs, MxGatherMatMulAttrs,
+    MxMatMulAttrs, MxQuantAttrs, MxQuantLinearAttrs, ScaleMap, SwiGluAttrs,
 };
 use ort_sys::OrtKernelContext;
 
@@ -32,7 +33,7 @@ use crate::kernel_io::{alloc_output, output_address, read_input_addresses};
 use crate::ops::{
     self, dtype, transpose_bytes, transpose_mx_weight, widen_fp4_weight, Kernel, Parallelism,
 };
-use crate::ort_types::element_count;
+use crate::ort_types::{element_count, onnx_dtype};
 use crate::program::{prepack, Program};
 use crate::program_slots::{mxfuse_attrs, Slots};
 use crate::tensor::{raw_bytes, Meta, TensorMut, TensorRef};
@@ -56,6 +57,164 @@ enum GpuOp {
     /// ONNX `Reshape` of a constant shape (an `MxMatMul` read through torch's `view(-1, K)`):
     /// no launch, its output is its input's bytes under new dims.
     Reshape,
+    /// `slot`: this step's error record in [`GpuProgram::gather_err`].
+    GatherDequantize {
+        attrs: MxGatherDequantAttrs,
+        slot: usize,
+    },
+    GatherMatMul {
+        attrs: MxGatherMatMulAttrs,
+        /// Constant experts on the device as `[E, N, K]` E4M3, packed at compile time.
+        packed: Option<PackedExperts>,
+        slot: usize,
+    },
+}
+
+/// Constant stacked experts uploaded once in the `[E, N, K]` E4M3 layout (FP4 widened,
+/// weight-second experts transposed: `ops::gather_matmul::pack`, as the CPU path prepacks).
+struct PackedExperts {
+    q: DeviceBox,
+    scales: DeviceBox,
+    dims: [usize; 3],
+}
+
+impl PackedExperts {
+    /// `None` when the constants are already that layout (uploaded as they are) or malformed.
+    fn pack(
+        memory: &Arc<dyn DeviceMemory>,
+        b: &ConstTensor,
+        bs: &ConstTensor,
+        trans_b: bool,
+    ) -> Result<Option<Self>> {
+        let (bm, sm) = (
+            Meta::new(b.elem_type, b.dims.clone()),
+            Meta::new(bs.elem_type, bs.dims.clone()),
+        );
+        let packed = ops::gather_matmul::pack(
+            &TensorRef {
+                meta: &bm,
+                data: &b.raw,
+            },
+            &TensorRef {
+                meta: &sm,
+                data: &bs.raw,
+            },
+            trans_b,
+        );
+        let Some(p) = packed else {
+            return Ok(None);
+        };
+        Ok(Some(PackedExperts {
+            q: DeviceBox::upload(memory, &p.q)?,
+            scales: DeviceBox::upload(memory, &p.scales)?,
+            dims: p.q_dims,
+        }))
+    }
+
+    fn experts(&self) -> GpuExperts {
+        let [e, n, k] = self.dims;
+        GpuExperts {
+            q: self.q.ptr(),
+            scales: self.scales.ptr(),
+            e,
+            n,
+            k,
+            fp4: false,
+            nk: true,
+        }
+    }
+}
+
+/// Device indices of an int32 or int64 tensor.
+fn gpu_indices(m: &Meta, ptr: u64) -> Result<GpuIndices> {
+    let wide = match m.dtype {
+        onnx_dtype::INT64 => true,
+        onnx_dtype::INT32 => false,
+        other => {
+            return Err(Error::invalid(format!(
+                "indices must be int32 or int64, got element type {other}"
+            )))
+        }
+    };
+    Ok(GpuIndices {
+        ptr,
+        count: element_count(&m.dims)?,
+        wide,
+    })
+}
+
+/// The bias of an `MxMatMul` (input 4, y's type, broadcast to `[M, N]`) on the device.
+fn gpu_bias(c: Option<&(Meta, u64)>, ydt: DType, m: usize, n: usize) -> Result<Option<GpuBias>> {
+    let Some((cm, c)) = c else {
+        return Ok(None);
+    };
+    // C has y's type (ONNX Gemm's T) and broadcasts to [M, N].
+    if dtype(cm.dtype)? != ydt {
+        return Err(Error::invalid(format!(
+            "MxMatMul bias of type {} with output {ydt:?}",
+            cm.dtype
+        )));
+    }
+    let (rows, cols) = kernels::epilogue::broadcast_dims(&cm.dims_usize(), m, n)?;
+    Ok(Some(GpuBias {
+        ptr: *c,
+        rows,
+        cols,
+    }))
+}
+
+/// The MX weight of a weight-only `MxMatMul` given as an input (not packed at compile time):
+/// b `[N, K]` / `[K, N]` (`nk`) E4M3 or FLOAT4E2M1 with its scales, checked against `(k, n)`;
+/// one "expert" of the gathered GEMM's kernels.
+fn input_weight(
+    (bm, b): &(Meta, u64),
+    (sm, bs): &(Meta, u64),
+    nk: bool,
+    (k, n): (usize, usize),
+) -> Result<GpuExperts> {
+    let lift = |m: &Meta| Meta::new(m.dtype, [&[1i64][..], &m.dims].concat());
+    let w = input_experts((&lift(bm), *b), (&lift(sm), *bs), nk)?;
+    if (w.k, w.n) != (k, n) {
+        return Err(Error::invalid(format!(
+            "b {:?} does not fit a with K = {k} and y with N = {n}",
+            bm.dims
+        )));
+    }
+    Ok(w)
+}
+
+/// Stacked experts given as inputs (not packed at compile time): b `[E, N, K]` / `[E, K, N]`
+/// (`nk` = weight first) E4M3 or FLOAT4E2M1, b_scale `[E, N, K/32]` / `[E, K/32, N]`.
+fn input_experts(b: (&Meta, u64), bs: (&Meta, u64), nk: bool) -> Result<GpuExperts> {
+    let (bd, sd) = (b.0.dims_usize(), bs.0.dims_usize());
+    let fp4 = match b.0.dtype {
+        onnx_dtype::FLOAT4E2M1 => true,
+        t if t == DType::E4M3.onnx_code() => false,
+        other => {
+            return Err(Error::invalid(format!(
+                "b must be FLOAT8E4M3FN or FLOAT4E2M1, got element type {other}"
+            )))
+        }
+    };
+    let [e, d1, d2] = bd[..] else {
+        return Err(Error::invalid(format!("b {bd:?} must have rank 3")));
+    };
+    let (n, k) = if nk { (d1, d2) } else { (d2, d1) };
+    let want = if nk { [e, n, k / 32] } else { [e, k / 32, n] };
+    if sd != want || bs.0.dtype != DType::E8M0.onnx_code() || !k.is_multiple_of(32) {
+        return Err(Error::invalid(format!(
+            "b_scale {sd:?} must be FLOAT8E8M0 {want:?} for b {bd:?} (blocks of 32 along K)"
+        )));
+    }
+    Ok(GpuExperts {
+        q: b.1,
+        scales: bs.1,
+        e,
+        n,
+        k,
+        fp4,
+        nk,
+    })
 }
 
 /// A constant MX weight uploaded once in the layout of the GEMM that reads it.
@@ -147,6 +306,11 @@ impl BufferPool {
 
 pub struct GpuProgram {
     backend: Backend,
+    /// The gathered steps' error records (`GATHER_ERR_BYTES` each, zero), read after each run
+    /// (kernels::gpu::gather); `None` without such steps.
+    gather_err: Option<DeviceBox>,
+    /// Held for a whole run when there are gathered steps: their error records are shared.
+    run_lock: Mutex<()>,
     memory: Arc<dyn DeviceMemory>,
     pool: BufferPool,
     steps: Vec<Step>,
@@ -267,6 +431,8 @@ impl GpuProgram {
     ) -> Result<Self> {
         let mut slots = Slots::for_inputs(input_names, Source::Input);
         let mut steps = Vec::new();
+        // Gathered steps so far (each gets the next error record).
+        let mut gathers = 0usize;
         for &n in g.nodes().iter() {
             let name = g.node_label(n);
             let op_type = g.op_type(n);
@@ -309,21 +475,36 @@ impl GpuProgram {
                 "AddRmsNormMxQuant" => GpuOp::Norm(AddRmsNormAttrs::from_pairs(pairs())?),
                 "SwiGluMxQuant" => GpuOp::SwiGlu(SwiGluAttrs::from_pairs(pairs())?),
                 "MxMatMul" => {
-                    if !crate::capability::device_can_run(g, n) {
-                        // Not claimed on a device placement (capability.rs); a defence here.
-                        return Err(Error::Unsupported(format!(
-                            "node {name}: a weight-only MxMatMul (float a, no a_scale) has no GPU kernel; run this model on the CPU device"
-                        )));
-                    }
                     let attrs = MxMatMulAttrs::from_pairs(pairs())?;
+                    // No a_scale: a float `a` (weight-only MX), whose kernels read `[N, K]`
+                    // E4M3 rows (kernels/gpu/mx_gather.hip), never the fragment layout.
+                    let float_a = node_inputs.get(1).copied().flatten().is_none();
                     let packed = match (&backend, const_input(2)?, const_input(3)?) {
                         (Backend::Gpu(rt), Some(b), Some(bs)) => {
-                            let frag = |k: usize| rt.frag_gemm_available(k);
+                            let frag = |k: usize| !float_a && rt.frag_gemm_available(k);
                             pack_weight(&memory, &b, &bs, attrs.trans_b, &frag)?
                         }
                         _ => None,
                     };
                     GpuOp::MatMul { attrs, packed }
+                }
+                "MxGatherDequantize" => GpuOp::GatherDequantize {
+                    attrs: MxGatherDequantAttrs::from_pairs(pairs())?,
+                    slot: gathers,
+                },
+                "MxGatherMatMul" => {
+                    let attrs = MxGatherMatMulAttrs::from_pairs(pairs())?;
+                    let packed = match (&backend, const_input(1)?, const_input(2)?) {
+                        (Backend::Gpu(_), Some(b), Some(bs)) => {
+                            PackedExperts::pack(&memory, &b, &bs, attrs.trans_b)?
+                        }
+                        _ => None,
+                    };
+                    GpuOp::GatherMatMul {
+                        attrs,
+                        packed,
+                        slot: gathers,
+                    }
                 }
                 // Quark's `MXQuantizeDequantize` (any element type) lands here too.
                 other => {
@@ -333,16 +514,24 @@ impl GpuProgram {
                     )));
                 }
             };
-            let packed = matches!(
-                op,
+            let prepacked: &[usize] = match &op {
                 GpuOp::MatMul {
-                    packed: Some(_),
-                    ..
-                }
-            );
+                    packed: Some(_), ..
+                } => &[2, 3],
+                GpuOp::GatherMatMul {
+                    packed: Some(_), ..
+                } => &[1, 2],
+                _ => &[],
+            };
+            if matches!(
+                op,
+                GpuOp::GatherDequantize { .. } | GpuOp::GatherMatMul { .. }
+            ) {
+                gathers += 1;
+            }
             let inputs = slots.bind_inputs(g, n, |i, meta, raw| {
                 // A prepacked weight is read from `op`: only its shape is kept here.
-                Ok(if packed && (i == 2 || i == 3) {
+                Ok(if prepacked.contains(&i) {
                     Source::ConstMeta(meta)
                 } else {
                     Source::Const(meta, DeviceBox::upload(&memory, &raw)?)
@@ -366,8 +555,17 @@ impl GpuProgram {
                 }
             }
         }
+        let gather_err = match gathers {
+            0 => None,
+            n => Some(DeviceBox::upload(
+                &memory,
+                &vec![0u8; n * GATHER_ERR_BYTES],
+            )?),
+        };
         Ok(GpuProgram {
             backend,
+            gather_err,
+            run_lock: Mutex::new(()),
             memory,
             pool: BufferPool::default(),
             steps,
@@ -385,6 +583,16 @@ impl GpuProgram {
         inputs: &[Option<(Meta, u64)>],
         output: &mut dyn FnMut(usize, &Meta) -> Result<Option<u64>>,
     ) -> Result<()> {
+        let _run = match self.gather_err {
+            Some(_) => Some(
+                self.run_lock
+                    .lock()
+                    .map_err(|_| Error::invalid("poisoned lock"))?,
+            ),
+            None => None,
+        };
+        // Per gathered step that ran: its name and index range (for the error record).
+        let mut gathered: Vec<(usize, &str, usize)> = Vec::new();
         // Per slot: meta and device address; `owned` keeps intermediates alive.
         let mut values: Vec<Option<(Meta, u64)>> = Vec::with_capacity(self.sources.len());
         for s in &self.sources {
@@ -474,6 +682,9 @@ impl GpuProgram {
                 };
                 outs.push(Some((meta, addr)));
             }
+            if let Some(range) = gather_range(step, &ins) {
+                gathered.push((gather_slot(&step.op), &step.name, range));
+            }
             self.launch(step, &ins, &outs)
                 .map_err(|e| Error::invalid(format!("{}: {e}", step.name)))?;
             for (slot, v) in step.outputs.iter().zip(outs) {
@@ -499,6 +710,30 @@ impl GpuProgram {
         }
         // Only after the sync: the device no longer reads or writes these.
         self.pool.give_back(owned);
+        self.check_gathered(&gathered)
+    }
+
+    /// Fails the run when a gathered step's kernel met an index out of range (its error
+    /// record, kernels::gpu::gather), and clears the records for the next run.
+    fn check_gathered(&self, gathered: &[(usize, &str, usize)]) -> Result<()> {
+        let Some(err) = &self.gather_err else {
+            return Ok(());
+        };
+        if gathered.is_empty() {
+            return Ok(());
+        }
+        let mut bytes = vec![0u8; err.len()];
+        self.memory.device_to_host(&mut bytes, err.ptr())?;
+        let word =
+            |i: usize| u64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().unwrap_or([0; 8]));
+        for &(slot, name, range) in gathered {
+            let record = [word(2 * slot), word(2 * slot + 1)];
+            if let Some(e) = index_error(record, range) {
+                self.memory
+                    .host_to_device(err.ptr(), &vec![0u8; bytes.len()])?;
+                return Err(Error::invalid(format!("{name}: {e}")));
+            }
+        }
         Ok(())
     }
 
@@ -526,9 +761,83 @@ impl GpuProgram {
             // SAFETY: host backend: every address is a host allocation of its meta's size.
             Backend::Host => return unsafe { host_launch(step, ins, outs) },
         };
+        let err_record = |slot: usize| -> Result<u64> {
+            let err = self
+                .gather_err
+                .as_ref()
+                .ok_or_else(|| Error::invalid("no error record for a gathered step"))?;
+            Ok(err.ptr() + (slot * GATHER_ERR_BYTES) as u64)
+        };
         match &step.op {
             // Handled in `run_device` (no launch).
             GpuOp::Reshape => Ok(()),
+            GpuOp::GatherDequantize { attrs, slot } => {
+                let (xm, x) = input(0, "x")?;
+                let (sm, s) = input(1, "scale")?;
+                let (im, i) = input(2, "indices")?;
+                let dq = &attrs.dequant;
+                rt.mx_gather_dequantize(
+                    dtype(xm.dtype)?,
+                    dq.output_dtype,
+                    &xm.dims_usize(),
+                    &sm.dims_usize(),
+                    dq.axis,
+                    dq.block_size,
+                    attrs.gather_axis,
+                    gpu_indices(im, *i)?,
+                    (*x, *s, output(0, "y")?.1, err_record(*slot)?),
+                    STREAM,
+                )
+            }
+            GpuOp::GatherMatMul {
+                attrs,
+                packed,
+                slot,
+            } => {
+                let (am, a) = input(0, "a")?;
+                let (im, i) = input(3, "indices")?;
+                let (ym, y) = output(0, "y")?;
+                let w = match packed {
+                    Some(p) => p.experts(),
+                    None => input_experts(
+                        {
+                            let (m, p) = input(1, "b")?;
+                            (m, *p)
+                        },
+                        {
+                            let (m, p) = input(2, "b_scale")?;
+                            (m, *p)
+                        },
+                        attrs.trans_b,
+                    )?,
+                };
+                let (ad, yd) = (am.dims_usize(), ym.dims_usize());
+                let (a_samples, p, k) = match (attrs.trans_b, &ad[..]) {
+                    (true, &[s, k, 1]) => (s, 1, k),
+                    (false, &[s, p, k]) => (s, p, k),
+                    _ => {
+                        return Err(Error::invalid(format!(
+                            "a {ad:?} must be [S, K, 1] (weight first) or [S, P, K]"
+                        )))
+                    }
+                };
+                if k != w.k {
+                    return Err(Error::invalid(format!(
+                        "a {ad:?} and the experts disagree on K ({k} against {})",
+                        w.k
+                    )));
+                }
+                let mm = GpuGatherMatMul {
+                    a: *a,
+                    a_dtype: dtype(am.dtype)?,
+                    a_samples,
+                    p,
+                    samples: yd.first().copied().unwrap_or(0),
+                    y: *y,
+                    y_dtype: dtype(ym.dtype)?,
+                };
+                rt.mx_gather_matmul(&mm, &w, gpu_indices(im, *i)?, err_record(*slot)?, STREAM)
+            }
             GpuOp::Quantize(a) => {
                 let (xm, x) = input(0, "x")?;
                 let k = last_dim(xm, "x")?;
@@ -621,11 +930,44 @@ impl GpuProgram {
             }
             GpuOp::MatMul { attrs, packed } => {
                 let (am, a_q) = input(0, "a_q")?;
-                let (_, a_s) = input(1, "a_scale")?;
                 let (ym, y) = output(0, "y")?;
                 let k = last_dim(am, "a_q")?;
                 let m = element_count(&am.dims)? / k.max(1);
                 let n = last_dim(ym, "y")?;
+                let ydt = dtype(ym.dtype)?;
+                let ep = GpuEpilogue {
+                    alpha: attrs.alpha,
+                    beta: attrs.beta,
+                    bias: gpu_bias(ins.get(4).copied().flatten(), ydt, m, n)?,
+                };
+                let Some(a_s) = opt_in(1) else {
+                    // A float `a` (weight-only MX): one weight of the gathered GEMM's kernels.
+                    let w = match packed {
+                        Some(p) if !p.frag => GpuExperts {
+                            q: p.q.ptr(),
+                            scales: p.scales.ptr(),
+                            e: 1,
+                            n,
+                            k,
+                            fp4: false,
+                            nk: true,
+                        },
+                        Some(_) => {
+                            return Err(Error::invalid(
+                                "a weight-only MxMatMul's weight was packed for the fragment GEMM",
+                            ))
+                        }
+                        None => input_weight(
+                            input(2, "b")?,
+                            input(3, "b_scale")?,
+                            attrs.trans_b,
+                            (k, n),
+                        )?,
+                    };
+                    return rt
+                        .mx_matmul_float_a((m, *a_q, dtype(am.dtype)?), &w, *y, ydt, &ep, STREAM)
+                        .map_err(gpu);
+                };
                 let b = match packed {
                     Some(w) => w.mat_b(),
                     None => {
@@ -651,32 +993,7 @@ impl GpuProgram {
                         }
                     }
                 };
-                let ydt = dtype(ym.dtype)?;
-                let bias = match ins.get(4).copied().flatten() {
-                    None => None,
-                    Some((cm, c)) => {
-                        // C has y's type (ONNX Gemm's T) and broadcasts to [M, N].
-                        if dtype(cm.dtype)? != ydt {
-                            return Err(Error::invalid(format!(
-                                "MxMatMul bias of type {} with output {ydt:?}",
-                                cm.dtype
-                            )));
-                        }
-                        let (rows, cols) =
-                            kernels::epilogue::broadcast_dims(&cm.dims_usize(), m, n)?;
-                        Some(GpuBias {
-                            ptr: *c,
-                            rows,
-                            cols,
-                        })
-                    }
-                };
-                let ep = GpuEpilogue {
-                    alpha: attrs.alpha,
-                    beta: attrs.beta,
-                    bias,
-                };
-                rt.mx_matmul(m, k, n, *a_q, *a_s, &b, *y, ydt, &ep, STREAM)
+                rt.mx_matmul(m, k, n, *a_q, a_s, &b, *y, ydt, &ep, STREAM)
             }
         }
         .map_err(gpu)
@@ -726,6 +1043,33 @@ impl GpuProgram {
             }
         }
         Ok(())
+    }
+}
+
+/// A gathered step's error-record slot.
+fn gather_slot(op: &GpuOp) -> usize {
+    match op {
+        GpuOp::GatherDequantize { slot, .. } | GpuOp::GatherMatMul { slot, .. } => *slot,
+        _ => 0,
+    }
+}
+
+/// The index range `D` (indices in `[-D, D)`) of a gathered step, `None` for other steps:
+/// x's gathered dim, or the number of experts.
+fn gather_range(step: &Step, ins: &[Option<&(Meta, u64)>]) -> Option<usize> {
+    let dims = |i: usize| ins.get(i).copied().flatten().map(|(m, _)| m.dims_usize());
+    match &step.op {
+        GpuOp::GatherDequantize { attrs, .. } => dims(0).and_then(|d| {
+            let r = d.len() as i64;
+            (-r..r)
+                .contains(&attrs.gather_axis)
+                .then(|| d[attrs.gather_axis.rem_euclid(r) as usize])
+        }),
+        GpuOp::GatherMatMul { packed, .. } => match packed {
+            Some(p) => Some(p.dims[0]),
+            None => dims(1).and_then(|d| d.first().copied()),
+        },
+        _ => None,
     }
 }
 

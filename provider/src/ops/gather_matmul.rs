@@ -16,11 +16,11 @@ use crate::error::{Error, Result};
 use crate::tensor::{Meta, Tensor, TensorMut, TensorRef};
 
 /// Stacked E4M3 experts `[E, N, K]` with scales `[E, N, K/32]`.
-struct Packed {
-    q: Vec<u8>,
-    scales: Vec<u8>,
-    q_dims: [usize; 3],
-    scale_dims: [usize; 3],
+pub(crate) struct Packed {
+    pub q: Vec<u8>,
+    pub scales: Vec<u8>,
+    pub q_dims: [usize; 3],
+    pub scale_dims: [usize; 3],
 }
 
 pub struct MxGatherMatMul {
@@ -45,10 +45,11 @@ fn transpose_each(src: &[u8], e: usize, rows: usize, cols: usize) -> Vec<u8> {
         .collect()
 }
 
-/// The experts `b` (E4M3, or FP4 widened) and scales `bs` in the `[E, N, K]` layout; `None` when
+/// The experts `b` (E4M3, or FP4 widened) and scales `bs` in the `[E, N, K]` layout (also what
+/// the GPU program uploads: the layout its fast kernel reads); `None` when
 /// there is nothing to gain (E4M3 already `[E, N, K]`) or the dims do not fit (left to the
 /// kernel's checks and their messages).
-fn pack(b: &TensorRef<'_>, bs: &TensorRef<'_>, nk: bool) -> Option<Packed> {
+pub(crate) fn pack(b: &TensorRef<'_>, bs: &TensorRef<'_>, nk: bool) -> Option<Packed> {
     let widened: Option<Tensor> = widen_fp4_weight(b);
     if nk && widened.is_none() {
         return None;

@@ -6,7 +6,7 @@
 pub mod attrs;
 mod foreign;
 mod gather_dequant;
-mod gather_matmul;
+pub(crate) mod gather_matmul;
 mod huge;
 mod matmul;
 mod parallel;

@@ -1,0 +1,152 @@
+"""MxGatherMatMul on the GPU (kernels/gpu/mx_gather.hip): a MoE decode step's stacked MXFP8
+experts selected per token, against what a user gets without it, in the same call.
+
+Shapes: MiniMax-M3-like experts, E = 32 stacked, top-8 routing, T = 1..16 tokens (S = 8 T
+samples): gate_up W1 [E, 1536, 6144] with the weight first (y [S, N, 1] = W1[ids] @ x[S, K, 1]),
+down W2 [E, 6144, 768] likewise. Columns (µs, CUDA-graph replay of 200 back-to-back launches,
+median of 15 replays; each launch reads another of 16 random id sets, so replays do not live in
+L2):
+  ours       mx_gather_matmul_nk (bf16 x, E4M3 experts read in place, bf16 y)
+  bf16_bmm   torch: bf16 experts, `torch.bmm(W[ids], x)` (the gather materialises S copies)
+  deq_all    the EP's device path before these kernels, minus its host copy: our MxDequantize
+             of all E experts to bf16, then torch's gather + bmm
+  floor      the selected experts' distinct FP8 bytes at the read-only HBM bandwidth
+Also checks ours against torch's f32 product of the dequantized experts (relative error).
+
+Second part, the weight-only MxMatMul (a bf16 activation [M, K] times one MX weight [N, K]; the
+same kernel on one "expert", `mx_matmul_float_a_nk`) at the MiniMax-M3 decode shapes against
+cuBLAS bf16 (`x @ W.t()`) and the EP's device path before it (our MxDequantize of the weight to
+bf16 every step, then cuBLAS), weights rotating over >= 400 MB so L2 holds none.
+Usage: python3 bench_gather.py            (OUT=dir for bench_gather.json)"""
+import ctypes, json, os, statistics
+import torch
+from bench import graph_time, read_bandwidth
+from mxgpu import Module, epilogue
+
+OUT = os.environ.get("OUT", ".")
+dev = "cuda"
+E, TOPK, IDSETS = 32, 8, 16
+
+
+def experts(n, k, e=E):
+    """E4M3 experts [e, n, k] (finite), E8M0 scales [e, n, k/32] near 1."""
+    q = (torch.randn(e, n, k, device=dev) * 2).to(torch.float8_e4m3fn)
+    s = torch.randint(120, 128, (e, n, k // 32), dtype=torch.uint8, device=dev)
+    return q, s
+
+
+def dequant_f32(q, s):
+    return q.float() * torch.exp2(s.float() - 127).repeat_interleave(32, dim=-1)
+
+
+def main():
+    mod = Module()
+    read_bw = read_bandwidth(dev)
+    mod.pdl = True
+    rows = []
+    for name, (N, K) in (("gate_up", (1536, 6144)), ("down", (6144, 768))):
+        q, s = experts(N, K)
+        wb = dequant_f32(q, s).bfloat16()  # torch's bf16 experts (same values)
+        deq = torch.empty(E, N, K, dtype=torch.bfloat16, device=dev)
+        err = torch.zeros(2, dtype=torch.int64, device=dev)
+        for T in (1, 2, 4, 8, 16):
+            S = T * TOPK
+            ids = [torch.stack([torch.randperm(E, device=dev)[:TOPK] for _ in range(T)]).flatten()
+                   for _ in range(IDSETS)]
+            x = torch.randn(S, K, device=dev).bfloat16()
+            y = torch.empty(S, N, dtype=torch.bfloat16, device=dev)
+            turn = [0]
+
+            def nxt():
+                turn[0] = (turn[0] + 1) % IDSETS
+                return ids[turn[0]]
+
+            def ours(i=None):
+                mod.launch("mx_gather_matmul_nk_bf16_bf16", (S, -(-N // 8), 1), (256,),
+                           [x, q, s, nxt() if i is None else i, ctypes.c_int(1), y, ctypes.c_int(1), ctypes.c_int(K),
+                            ctypes.c_int(E), ctypes.c_int(N), ctypes.c_int(0), ctypes.c_int(0), err])
+                return y
+
+            def bf16_bmm():
+                return torch.bmm(wb[nxt()], x.unsqueeze(-1))
+
+            def deq_all():
+                mod.launch("mx_dequantize_e4m3_bf16", (min(-(-E * N * K // 256), 1 << 16),), (256,),
+                           [q, s, deq, ctypes.c_longlong(E * N * K), ctypes.c_longlong(K), ctypes.c_longlong(1), ctypes.c_longlong(32),
+                            ctypes.c_longlong(K // 32), ctypes.c_longlong(1), ctypes.c_longlong(0)])
+                return torch.bmm(deq[nxt()], x.unsqueeze(-1))
+
+            got = ours(ids[0]).float()
+            want = torch.bmm(dequant_f32(q, s)[ids[0]], x.float().unsqueeze(-1)).squeeze(-1)
+            torch.cuda.synchronize()
+            rel = ((got - want).norm() / want.norm()).item()
+            assert err.sum().item() == 0
+            distinct = statistics.mean(len(torch.unique(i)) for i in ids)
+            floor = distinct * N * K * (1 + 1 / 32) / read_bw * 1e6
+            t = {k: graph_time(f) for k, f in (("ours", ours), ("bf16_bmm", bf16_bmm), ("deq_all", deq_all))}
+            rows.append(dict(shape=name, N=N, K=K, T=T, S=S, rel=rel, floor=floor, **t))
+            print(f"{name:7s} N={N} K={K} T={T:2d} S={S:3d}: ours {t['ours']:8.2f} | bf16 bmm {t['bf16_bmm']:8.2f} "
+                  f"({t['bf16_bmm'] / t['ours']:.1f}x) | deq_all {t['deq_all']:8.2f} ({t['deq_all'] / t['ours']:.1f}x) | "
+                  f"floor {floor:6.2f} ({100 * floor / t['ours']:.0f}% of HBM) | rel err {rel:.1e}", flush=True)
+        del q, s, wb, deq
+    wonly = weight_only(mod, read_bw)
+    json.dump(dict(read_bw=read_bw, rows=rows, weight_only=wonly), open(os.path.join(OUT, "bench_gather.json"), "w"),
+              indent=1)
+
+
+def weight_only(mod, read_bw):
+    rows = []
+    for N, K in ((1536, 6144), (6144, 768), (6144, 6144)):
+        copies = max(2, -(-400 * 2**20 // (N * K)))
+        ws = [experts_one(N, K) for _ in range(copies)]
+        wb = [dequant_f32(q, s).bfloat16() for q, s in ws[:max(2, copies // 2)]]
+        deq = torch.empty(N, K, dtype=torch.bfloat16, device=dev)
+        turn = [0]
+
+        def nxt(n):
+            turn[0] += 1
+            return turn[0] % n
+        for M in (1, 4, 8, 16):
+            x = torch.randn(M, K, device=dev).bfloat16()
+            y = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
+            ep = epilogue()
+
+            def ours(w=None):
+                q, s = ws[nxt(len(ws))] if w is None else w
+                mod.launch("mx_matmul_float_a_nk_bf16_bf16", (1, -(-N // 8), -(-M // 8)), (256,),
+                           [x, q, s, y, ctypes.c_int(M), ctypes.c_int(K), ctypes.c_int(N), ep])
+                return y
+
+            def cublas():
+                return x @ wb[nxt(len(wb))].t()
+
+            def deq_cublas():
+                q, s = ws[nxt(len(ws))]
+                mod.launch("mx_dequantize_e4m3_bf16", (min(-(-N * K // 256), 1 << 16),), (256,),
+                           [q, s, deq, ctypes.c_longlong(N * K), ctypes.c_longlong(K), ctypes.c_longlong(1),
+                            ctypes.c_longlong(32), ctypes.c_longlong(K // 32), ctypes.c_longlong(1),
+                            ctypes.c_longlong(0)])
+                return x @ deq.t()
+
+            got = ours(ws[0]).float()
+            want = x.float() @ dequant_f32(*ws[0]).t()
+            torch.cuda.synchronize()
+            rel = ((got - want).norm() / want.norm()).item()
+            t = {k: graph_time(f) for k, f in (("ours", ours), ("cublas_bf16", cublas), ("deq_cublas", deq_cublas))}
+            hbm = N * K * (1 + 1 / 32) / read_bw * 1e6
+            rows.append(dict(N=N, K=K, M=M, rel=rel, floor=hbm, **t))
+            print(f"weight-only {N}x{K} M={M:2d}: ours {t['ours']:7.2f} | cuBLAS bf16 {t['cublas_bf16']:7.2f} "
+                  f"({t['cublas_bf16'] / t['ours']:.2f}x) | dequantize + cuBLAS {t['deq_cublas']:7.2f} "
+                  f"({t['deq_cublas'] / t['ours']:.2f}x) | {100 * hbm / t['ours']:.0f}% of HBM | rel err {rel:.1e}",
+                  flush=True)
+        del ws, wb, deq
+    return rows
+
+
+def experts_one(n, k):
+    q, s = experts(n, k, e=1)
+    return q[0], s[0]
+
+
+if __name__ == "__main__":
+    main()
