@@ -267,7 +267,7 @@ pub fn find_sites_with_checks(
     checks: &Arc<WeightChecks>,
 ) -> Result<Vec<SiteInfo>, Error> {
     let rules = enabled_rules(opts)?;
-    let cfg = RuleConfig::from_settings(&opts.settings).map_err(Error::Invalid)?;
+    let cfg = rule_config(opts, &rules)?;
     let memoized = Memoized::with_checks(g, checks.clone());
     let g: &dyn GraphView = &memoized;
     // The fallback rules see what the others left in this one pass (the provider cannot
@@ -300,6 +300,16 @@ pub fn run_pipeline_with_checks(
     run_rules_with_checks(g, &rules, opts, checks)
 }
 
+/// The settings of `opts` and which of the rules that read another's presence run.
+fn rule_config(
+    opts: &PipelineOptions,
+    rules: &[&'static dyn DynRule],
+) -> Result<RuleConfig, Error> {
+    let mut cfg = RuleConfig::from_settings(&opts.settings).map_err(Error::Invalid)?;
+    cfg.gather_rule_runs = rules.iter().any(|r| r.name() == "mx_gather_dequant");
+    Ok(cfg)
+}
+
 /// [`run_pipeline`] with an explicit rule list (tests use rules outside the registry);
 /// `opts.only` / `opts.disable` are not consulted.
 pub fn run_rules(
@@ -316,7 +326,7 @@ fn run_rules_with_checks(
     opts: &PipelineOptions,
     checks: &Arc<WeightChecks>,
 ) -> Result<RewriteReport, Error> {
-    let cfg = RuleConfig::from_settings(&opts.settings).map_err(Error::Invalid)?;
+    let cfg = rule_config(opts, rules)?;
     let mut report = RewriteReport::default();
     for r in rules {
         report.counts.insert(r.name().to_string(), 0);

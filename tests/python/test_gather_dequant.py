@@ -244,17 +244,25 @@ def test_expert_bmm_reads_the_stacked_mx_weights_in_place(weight_first, fp4, out
     ids = np.array([3, 0, 7, 3, -1, 5], np.int64)
     feed = {"x": rng.standard_normal((6, K)).astype(np_type), "ids": ids}
     want = bmm_oracle(deq, feed["x"], ids, weight_first)
-    ep = ep_session(src, ep_devices)
-    assert sorted(claimed_ops(ep)) == ["DequantizeLinear", "Gather", "MatMul"], claimed_ops(ep)
-    online = ep.run(None, feed)[0]
-    offline = offline_session(tmp_path / "fused.onnx", lib).run(None, feed)[0]
+    check_bmm(src, tmp_path / "fused.onnx", (lib, ep_devices), feed, want,
+              ["DequantizeLinear", "Gather", "MatMul"])
+
+
+def check_bmm(src, fused, ep, feed, want, claimed):
+    """The bmm model `src` through the EP (`ep`: lib, devices; claiming the ops `claimed`) and
+    the offline-rewritten `fused`: the same bits on both paths, within float order of the f64
+    `want` (exact products, f32 accumulation: relative to the largest output; f16 adds its one
+    rounding of the output). Returns the output."""
+    lib, ep_devices = ep
+    sess = ep_session(src, ep_devices)
+    assert sorted(claimed_ops(sess)) == claimed, claimed_ops(sess)
+    online = sess.run(None, feed)[0]
+    offline = offline_session(fused, lib).run(None, feed)[0]
     assert same_bits(online, offline)
     assert online.shape == want.shape
-    # Exact products, f32 accumulation (float order): relative to the largest output; f16 adds
-    # its one rounding of the output.
-    tol = 1e-5 if out_type == TP.FLOAT else 2.0**-10
-    big = np.abs(want).max()
-    assert np.abs(online.astype(np.float64) - want).max() <= tol * big
+    tol = 1e-5 if online.dtype == np.float32 else 2.0**-10
+    assert np.abs(online.astype(np.float64) - want).max() <= tol * np.abs(want).max()
+    return online
 
 
 def test_expert_bmm_broadcasts_one_activation_over_the_ids(lib, ep_devices, mxfuse_cli, tmp_path):

@@ -20,6 +20,9 @@ pub struct RuleConfig {
     pub swiglu_fp32_activation: bool,
     /// NaN policy of the emitted quantizers ("propagate" unless set).
     pub nan_policy: Option<String>,
+    /// Rule `mx_gather_dequant` runs (set by the pipeline, not a setting): `mxquant` leaves it
+    /// the Quark fake quants of gathered constant experts it takes.
+    pub gather_rule_runs: bool,
 }
 
 impl RuleConfig {

@@ -59,6 +59,8 @@ struct WeightKey {
     elem_type: i32,
     dims: Vec<i64>,
     fingerprint: u128,
+    /// The quantized axis (0 for a `[K, N]` MatMul weight; stacked experts' K axis).
+    axis: usize,
 }
 
 /// How often [`WeightChecks::verdict`] ran the check, and how often it reused a verdict.
@@ -135,14 +137,15 @@ impl WeightChecks {
         }
     }
 
-    /// The verdict on weight `w` of `g`, whose bytes are `t`: a kept one if the same weight was
-    /// checked before (here, or in the cache this one takes from), else `check()`'s (kept unless
-    /// it accepts and only refusals are kept).
+    /// The verdict on weight `w` of `g`, whose bytes are `t`, quantized along `axis`: a kept one
+    /// if the same weight was checked along it before (here, or in the cache this one takes
+    /// from), else `check()`'s (kept unless it accepts and only refusals are kept).
     pub fn verdict(
         &self,
         g: &dyn GraphView,
         w: ValueId,
         t: &ConstTensor,
+        axis: usize,
         check: impl FnOnce() -> Result<QuarkMx, String>,
     ) -> Verdict {
         let key = WeightKey {
@@ -151,6 +154,7 @@ impl WeightChecks {
             elem_type: t.elem_type,
             dims: t.dims.clone(),
             fingerprint: fingerprint(&t.raw),
+            axis,
         };
         if let Some(v) = self.lock().get(&key) {
             self.reused.fetch_add(1, Ordering::Relaxed);

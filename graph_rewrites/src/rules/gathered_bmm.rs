@@ -12,7 +12,7 @@
 //!   dequantize's float type. The sample dims may differ only where one is 1 (MatMul's batch
 //!   broadcast, which `MxGatherMatMul` follows).
 
-use crate::pattern::predicates::{dtype, known_dims};
+use crate::pattern::predicates::dtype;
 use crate::view::{Dim, GraphView, NodeId, ValueId, ONNX_DOMAIN};
 
 /// What `MxGatherMatMul` needs of an accepted bmm.
@@ -25,10 +25,12 @@ pub struct Bmm {
     pub trans_b: bool,
 }
 
-/// The dequantize being gathered: its values, quantized axis (normalized), block size and
-/// output type.
+/// The dequantize being gathered: its values' element type and dims (where known), quantized
+/// axis (normalized), block size and output type. A Quark fake-quantized float constant has the
+/// E4M3 values and dims of what the rule quantizes it to.
 pub struct Experts {
-    pub values: ValueId,
+    pub elem_type: i32,
+    pub dims: Option<Vec<usize>>,
     pub axis: i64,
     pub block_size: i64,
     pub output_dtype: i64,
@@ -62,15 +64,14 @@ pub fn gathered_bmm(
         _ => return Err(format!("MatMul '{name}' reads the gathered experts twice")),
     };
     let act = if trans_b { inputs[1] } else { inputs[0] }.unwrap_or(gathered);
-    let vtype = g.tensor_info(ex.values).map(|i| i.elem_type).unwrap_or(0);
+    let vtype = ex.elem_type;
     if vtype != dtype::FLOAT8E4M3FN && vtype != dtype::FLOAT4E2M1 {
         return Err(format!(
             "MatMul '{name}': the experts are {}, the MX GEMM reads FLOAT8E4M3FN or FLOAT4E2M1",
             dtype::name(vtype)
         ));
     }
-    let wdims = known_dims(g, ex.values);
-    let Some(&[_, d1, d2]) = wdims.as_deref() else {
+    let Some(&[_, d1, d2]) = ex.dims.as_deref() else {
         return Err(format!(
             "MatMul '{name}': the stacked experts need known dims [E, ., .]"
         ));

@@ -792,11 +792,13 @@ pub fn emit_matmuls(
 
 /// A Quark fake-quantized weight quantized at rewrite time (OCP floor along K, as Quark's op
 /// does) and checked exact ([`check_quark_weight_exact`]): `[N, K]` E4M3 values and `[N, K/32]`
-/// E8M0 scales. The check's bytes are the ones the emit stores (carried in
-/// [`Weight::QuarkFloat`]); within one scan of the rules every check of the same weight shares
-/// them ([`crate::view::ConstMemo`]), so a weight several MatMuls read is quantized once and
-/// each gets the same bytes. Across scans, [`crate::pipeline::weight_checks`] keeps a pipeline
-/// run's refusals and an EP session's verdicts (`Compile` reuses `GetCapability`'s bytes).
+/// E8M0 scales. Quantized along another axis of any rank ([`check_quark_exact_along`]), N counts
+/// the blocks' rows: every index but the quantized one, in the tensor's order. The check's bytes
+/// are the ones the emit stores (carried in [`Weight::QuarkFloat`]); within one scan of the rules
+/// every check of the same weight shares them ([`crate::view::ConstMemo`]), so a weight several
+/// MatMuls read is quantized once and each gets the same bytes. Across scans,
+/// [`crate::pipeline::weight_checks`] keeps a pipeline run's refusals and an EP session's verdicts
+/// (`Compile` reuses `GetCapability`'s bytes).
 #[derive(Debug)]
 pub struct QuarkMx {
     pub k: usize,
@@ -841,19 +843,22 @@ fn decoder(elem_type: i32) -> Option<(usize, ReadElem)> {
     })
 }
 
-/// The 32 values of block `kb` (along K) of output channel `nn` of a `[K, N]` weight.
+/// The 32 values of block `kb` (along K) of output channel `nn` of a `[K, N]` weight; of row
+/// `nn` = (o, i) of a tensor `[outer, K, inner]` blocked along K (`(k, inner)`; `inner` = N and
+/// o = 0 for a `[K, N]` weight).
 #[inline(always)]
 fn gather_block(
     raw: &[u8],
     size: usize,
     dec: impl Fn(&[u8]) -> f32,
-    n: usize,
+    (k, inner): (usize, usize),
     nn: usize,
     kb: usize,
     x: &mut [f32; BLOCK as usize],
 ) {
+    let (o, i) = (nn / inner, nn % inner);
     for (j, x) in x.iter_mut().enumerate() {
-        let off = ((kb * BLOCK as usize + j) * n + nn) * size;
+        let off = ((o * k + kb * BLOCK as usize + j) * inner + i) * size;
         *x = dec(&raw[off..off + size]);
     }
 }
@@ -879,41 +884,59 @@ pub(crate) fn check_quark_weight_exact(
     g: &dyn GraphView,
     w: ValueId,
 ) -> Result<Arc<QuarkMx>, Reject> {
+    check_quark_exact_along(g, w, 0)
+}
+
+/// [`check_quark_weight_exact`] for a constant `w` of any rank fake-quantized along `axis`
+/// (normalized; `MXQuantizeDequantize(fp8_e4m3, block 32, axis)`, e.g. stacked MoE experts
+/// `[E, N, K]` along 2): the blocks' rows in the tensor's order ([`QuarkMx`]), the same check,
+/// memoized and kept across scans the same way (the axis is part of the key).
+pub(crate) fn check_quark_exact_along(
+    g: &dyn GraphView,
+    w: ValueId,
+    axis: usize,
+) -> Result<Arc<QuarkMx>, Reject> {
     let make = || {
         let t = g
             .const_value(w)
             .ok_or_else(|| format!("weight '{}' could not be read", g.value_name(w)))?;
-        let check = || quantize_quark_weight(g, w, &t).map_err(|r| r.0);
+        let check = || quantize_quark_weight(g, w, &t, axis).map_err(|r| r.0);
         match g.memo().and_then(ConstMemo::weight_checks) {
-            Some(checks) => checks.verdict(g, w, &t, check),
+            Some(checks) => checks.verdict(g, w, &t, axis, check),
             None => check().map(Arc::new),
         }
     };
-    match g.memo() {
-        Some(memo) => memo.get_or_make(w, make),
-        None => make(),
+    // The memo holds one check per value: another axis's (a constant two fake-quants read
+    // along different axes) is not this one.
+    match g.memo().map(|memo| memo.get_or_make(w, || (axis, make()))) {
+        Some((a, r)) if a == axis => r,
+        _ => make(),
     }
     .map_err(Reject)
 }
 
-/// [`check_quark_weight_exact`] of `w`'s bytes `t`, not memoized. One pass over the weight,
-/// block by block (32 K rows of the `[K, N]` source at a time, one output channel's block after
-/// the other: every element is read once, from cache lines the block's 32 rows share),
+/// [`check_quark_weight_exact`] of `w`'s bytes `t` along `axis`, not memoized. One pass over the
+/// weight, block by block (32 K rows of the `[K, N]` source at a time, one output channel's block
+/// after the other: every element is read once, from cache lines the block's 32 rows share),
 /// quantizing each block and comparing it with Quark's kernel on the spot: no transposed float
 /// copy of the weight.
 fn quantize_quark_weight(
     g: &dyn GraphView,
     w: ValueId,
     t: &ConstTensor,
+    axis: usize,
 ) -> Result<QuarkMx, Reject> {
     use kernels::codec::{e4m3_to_f32, e8m0::e8m0_to_f32};
     use kernels::reference::quark_mx::{quark_mx_block, IntRounding, QuarkElement};
     const B: usize = BLOCK as usize;
     let name = g.value_name(w);
-    let (k, n) = match t.dims.as_slice() {
-        [k, n] => (*k as usize, *n as usize),
-        d => return Err(reject!("weight '{name}' has dims {d:?}")),
-    };
+    let dims: Vec<usize> = t.dims.iter().map(|&d| d as usize).collect();
+    if axis >= dims.len() {
+        return Err(reject!("weight '{name}' has dims {:?}", t.dims));
+    }
+    // [outer, K, inner] around the quantized axis; the blocks' rows are (outer, inner).
+    let (k, inner) = (dims[axis], dims[axis + 1..].iter().product::<usize>());
+    let n = dims[..axis].iter().product::<usize>() * inner;
     let (size, dec) = decoder(t.elem_type)
         .filter(|(size, _)| t.raw.len() == k * n * size)
         .ok_or_else(|| reject!("weight '{name}' is not float"))?;
@@ -930,16 +953,16 @@ fn quantize_quark_weight(
     };
     // The common types' readers inlined into the loop; the others through `dec`.
     let (values, scales, bad) = match t.elem_type {
-        dtype::FLOAT => quantize_blocks(&t.raw, (k, n), round, |b| {
+        dtype::FLOAT => quantize_blocks(&t.raw, (k, n, inner), round, |b| {
             f32::from_le_bytes([b[0], b[1], b[2], b[3]])
         }),
-        dtype::FLOAT16 => quantize_blocks(&t.raw, (k, n), round, |b| {
+        dtype::FLOAT16 => quantize_blocks(&t.raw, (k, n, inner), round, |b| {
             half::f16::from_le_bytes([b[0], b[1]]).to_f32()
         }),
-        dtype::BFLOAT16 => quantize_blocks(&t.raw, (k, n), round, |b| {
+        dtype::BFLOAT16 => quantize_blocks(&t.raw, (k, n, inner), round, |b| {
             half::bf16::from_le_bytes([b[0], b[1]]).to_f32()
         }),
-        _ => quantize_blocks(&t.raw, (k, n), round, dec),
+        _ => quantize_blocks(&t.raw, (k, n, inner), round, dec),
     };
     let Some(i) = bad else {
         return Ok(QuarkMx {
@@ -952,7 +975,14 @@ fn quantize_quark_weight(
     let (nn, kk) = (i / k, i % k);
     let mut x = [0f32; B];
     let mut want = [0f32; B];
-    gather_block(&t.raw, size, dec, n, nn, kk / B, &mut x);
+    gather_block(&t.raw, size, dec, (k, inner), nn, kk / B, &mut x);
+    // The element's index in the tensor (`[kk, nn]` for a `[K, N]` weight).
+    let (o, ii) = (nn / inner, nn % inner);
+    let mut at = (o * k + kk) * inner + ii;
+    let mut index = vec![0; dims.len()];
+    for (x, &d) in index.iter_mut().zip(&dims).rev() {
+        (*x, at) = (at % d.max(1), at / d.max(1));
+    }
     quark_mx_block(&x, &mut want, QuarkElement::Fp8E4M3, IntRounding::HalfEven);
     let j = kk % B;
     let why = if x.iter().any(|v| v.is_infinite()) {
@@ -973,7 +1003,7 @@ fn quantize_quark_weight(
     };
     let got = e4m3_to_f32(values[i]) * e8m0_to_f32(scales[i / B]);
     Err(reject!(
-        "Quark-quantized weight '{name}' is not exactly an MXFP8 weight: element [{kk}, {nn}] \
+        "Quark-quantized weight '{name}' is not exactly an MXFP8 weight: element {index:?} \
          ({:e}) fake-quantizes to {:e}, E4M3 value × E8M0 scale gives {got:e} ({why}); it stays \
          fake-quantized at run time",
         x[j],
@@ -981,7 +1011,8 @@ fn quantize_quark_weight(
     ))
 }
 
-/// The loop of [`quantize_quark_weight`] over a `[K, N]` weight's raw bytes, elements read by
+/// The loop of [`quantize_quark_weight`] over a `[K, N]` weight's raw bytes (`[outer, K, inner]`,
+/// N = outer × inner rows, [`gather_block`]), elements read by
 /// `dec`: `[N, K]` E4M3 values, `[N, K/32]` E8M0 scales (OCP floor, NaN ignored for the scale
 /// and kept as a NaN element, as Quark's kernel does) and the first element (in `[N, K]` order)
 /// whose E4M3 value × scale differs from Quark's kernel rounded by `round` (NaN matches NaN).
@@ -989,7 +1020,7 @@ fn quantize_quark_weight(
 /// not depend on the split.
 fn quantize_blocks(
     raw: &[u8],
-    (k, n): (usize, usize),
+    (k, n, inner): (usize, usize, usize),
     round: impl Fn(f32) -> f32 + Copy + Send + Sync,
     dec: impl Fn(&[u8]) -> f32 + Copy + Send + Sync,
 ) -> (Vec<u8>, Vec<u8>, Option<usize>) {
@@ -1008,7 +1039,7 @@ fn quantize_blocks(
             .zip(scales.chunks_mut(per * kbs))
             .enumerate()
             .map(|(i, (v, s))| {
-                let run = move || quantize_channels(raw, (k, n), i * per, v, s, round, dec);
+                let run = move || quantize_channels(raw, (k, n, inner), i * per, v, s, round, dec);
                 if i + 1 == n.div_ceil(per) {
                     Err(run) // the last range runs on this thread
                 } else {
@@ -1032,7 +1063,7 @@ fn quantize_blocks(
 /// [`quantize_blocks`] for the output channels from `n0` (as many as `values` holds rows of K).
 fn quantize_channels(
     raw: &[u8],
-    (k, n): (usize, usize),
+    (k, n, inner): (usize, usize, usize),
     n0: usize,
     values: &mut [u8],
     scales: &mut [u8],
@@ -1056,7 +1087,7 @@ fn quantize_channels(
     // cache lines the block row's 32 rows share.
     for kb in 0..kbs {
         for r in 0..rows {
-            gather_block(raw, size, dec, n, n0 + r, kb, &mut x);
+            gather_block(raw, size, dec, (k, inner), n0 + r, kb, &mut x);
             let s = quantize_block(&x, &mut q, cfg);
             let at = r * k + kb * B;
             values[at..at + B].copy_from_slice(&q);
@@ -1104,35 +1135,76 @@ fn prequantize(
     mx: &QuarkMx,
     kn: bool,
 ) -> Result<(ValueId, ValueId), String> {
+    let (k, n) = (mx.k as i64, mx.n as i64);
+    if kn {
+        store_along(e, w, mx, (&[k, n], 0), "_kn")
+    } else {
+        let (vdims, sdims) = (vec![n, k], vec![n, k / 32]);
+        let name = e.graph().value_name(w).to_string();
+        Ok(store_mx(
+            e,
+            &name,
+            "",
+            (mx.values.clone(), vdims),
+            (mx.scales.clone(), sdims),
+        ))
+    }
+}
+
+/// Stores a Quark weight `w` of dims `dims` checked along `axis` ([`check_quark_exact_along`])
+/// in its own layout, as `DequantizeLinear(axis, block_size = 32)` reads it: values of `dims`,
+/// scales of `dims` with `dims[axis] / 32` ([`prequantize_weight_kn`] is the `[K, N]` case).
+pub fn prequantize_along(
+    e: &mut Emit<'_>,
+    w: ValueId,
+    mx: &QuarkMx,
+    dims: &[i64],
+    axis: usize,
+) -> Result<(ValueId, ValueId), String> {
+    store_along(e, w, mx, (dims, axis), "")
+}
+
+/// [`prequantize_along`] with the initializers' name suffix.
+fn store_along(
+    e: &mut Emit<'_>,
+    w: ValueId,
+    mx: &QuarkMx,
+    (dims, axis): (&[i64], usize),
+    suffix: &str,
+) -> Result<(ValueId, ValueId), String> {
     let name = e.graph().value_name(w).to_string();
-    let (k, n) = (mx.k, mx.n);
-    let (vals, scales) = if kn {
-        let t = |v: &[u8], rows: usize, cols: usize| {
-            let mut o = vec![0u8; v.len()];
-            for r in 0..rows {
-                for c in 0..cols {
-                    o[c * rows + r] = v[r * cols + c];
+    let k = mx.k;
+    let inner = dims[axis + 1..].iter().product::<i64>() as usize;
+    // Rows (outer, inner) of K → [outer, K, inner]: a transpose within each outer index.
+    let relayout = |v: &[u8], kb: usize| {
+        if inner == 1 {
+            return v.to_vec();
+        }
+        let mut o = vec![0u8; v.len()];
+        for (src, dst) in v.chunks(inner * kb).zip(o.chunks_mut(inner * kb)) {
+            for r in 0..inner {
+                for c in 0..kb {
+                    dst[c * inner + r] = src[r * kb + c];
                 }
             }
-            o
-        };
-        (t(&mx.values, n, k), t(&mx.scales, n, k / 32))
-    } else {
-        (mx.values.clone(), mx.scales.clone())
+        }
+        o
     };
-    let (vdims, sdims, suffix) = if kn {
-        (
-            vec![k as i64, n as i64],
-            vec![(k / 32) as i64, n as i64],
-            "_kn",
-        )
-    } else {
-        (
-            vec![n as i64, k as i64],
-            vec![n as i64, (k / 32) as i64],
-            "",
-        )
-    };
+    let mut sdims = dims.to_vec();
+    sdims[axis] /= 32;
+    let values = (relayout(&mx.values, k), dims.to_vec());
+    let scales = (relayout(&mx.scales, k / 32), sdims);
+    Ok(store_mx(e, &name, suffix, values, scales))
+}
+
+/// New initializers `{name}_mxfp8{suffix}` (E4M3 values) and `..._scale` (E8M0 scales).
+fn store_mx(
+    e: &mut Emit<'_>,
+    name: &str,
+    suffix: &str,
+    (vals, vdims): (Vec<u8>, Vec<i64>),
+    (scales, sdims): (Vec<u8>, Vec<i64>),
+) -> (ValueId, ValueId) {
     let proto = |name: String, dt: i32, dims: Vec<i64>, raw: Vec<u8>| TensorProto {
         name: Some(name),
         data_type: Some(dt),
@@ -1145,7 +1217,7 @@ fn prequantize(
     let sname = format!("{name}_mxfp8{suffix}_scale");
     let tv = proto(vname.clone(), dtype::FLOAT8E4M3FN, vdims, vals);
     let ts = proto(sname.clone(), dtype::FLOAT8E8M0, sdims, scales);
-    Ok((e.initializer(&vname, tv), e.initializer(&sname, ts)))
+    (e.initializer(&vname, tv), e.initializer(&sname, ts))
 }
 
 /// The values a fused quantizer writes: the graph's own `q`/`scale` when something outside the
@@ -1264,9 +1336,9 @@ mod tests {
                 }
             }
             let raw: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
-            let (v, s, b) = quantize_blocks(&raw, (k, n), round, dec);
+            let (v, s, b) = quantize_blocks(&raw, (k, n, n), round, dec);
             let (mut v1, mut s1) = (vec![0u8; k * n], vec![0u8; n * k / 32]);
-            let b1 = quantize_channels(&raw, (k, n), 0, &mut v1, &mut s1, round, dec);
+            let b1 = quantize_channels(&raw, (k, n, n), 0, &mut v1, &mut s1, round, dec);
             assert!(v == v1 && s == s1);
             assert_eq!(b, b1);
             // Channel 15 000 (a later channel differs too, in the other half).

@@ -3,7 +3,7 @@
 //! gathered MX experts' one reader is the bmm with the tokens' activations, that MatMul goes too:
 //! one `com.mxfuse::MxGatherMatMul` reading the selected experts in place.
 //!
-//! Search pattern => y = Gather(DequantizeLinear(x, s: FLOAT8E8M0) | MxDequantize(x, s), idx, axis ≠ the quantized axis) [─ MatMul(y, a) | MatMul(a, y)]  ⇒  y = com.mxfuse::MxGatherDequantize(x, s, idx) | out = com.mxfuse::MxGatherMatMul(a, x, s, idx)
+//! Search pattern => y = Gather(DequantizeLinear(x, s: FLOAT8E8M0) | MxDequantize(x, s) | com.amd.quark::MXQuantizeDequantize(W const), idx, axis ≠ the quantized axis) | MXQuantizeDequantize(Gather(W const, idx)) [─ MatMul(y, a) | MatMul(a, y)]  ⇒  y = com.mxfuse::MxGatherDequantize(x, s, idx) | out = com.mxfuse::MxGatherMatMul(a, x, s, idx)
 //!
 //! ```text
 //! before                                            after
@@ -35,29 +35,45 @@
 //! * The bmm (rules/gathered_bmm.rs says what it must be; otherwise a note says why the MatMul
 //!   stays): the float-`a` MX GEMM per selected expert, exact products and f32 accumulation, so
 //!   only the summation order differs from DequantizeLinear → Gather → MatMul in f32.
+//! * AMD Quark's spelling (rules/gathered_quark.rs): float constant experts fake-quantized by
+//!   `MXQuantizeDequantize`, gathered before or after the fake quant. The constant is quantized
+//!   at rewrite time by the Quark weight check (exact, or refused with its reason) and gathered
+//!   as above. The rule runs before `mxquant`, which would otherwise take a fake quant along the
+//!   last axis as an activation quantizer (`MxQuantize` of every expert every step); it
+//!   leaves those this rule takes to it (`RuleConfig::gather_rule_runs`).
 //! * CPU only: on a device placement the EP leaves these to `mx_dequant` and ORT's Gather.
 
 use std::sync::LazyLock;
 
 use super::gathered_bmm::{gathered_bmm, Bmm, Experts};
+use super::gathered_quark::{check_quark_experts, QuarkExperts};
+use super::mx_consumers::prequantize_along;
 use super::mx_dequant::{dequant_layout, e8m0_dequantize};
-use crate::pattern::predicates::{attr_int, dtype};
+use crate::pattern::predicates::{attr_int, dtype, known_dims};
 use crate::pattern::{Emit, Fuse, Match, OpId, Pat, Pattern, Rule, RuleConfig, Site, N, V};
 use crate::reject;
-use crate::view::{Dim, ValueId, MXFUSE_DOMAIN, ONNX_DOMAIN};
+use crate::view::{Dim, ValueId, MXFUSE_DOMAIN, ONNX_DOMAIN, QUARK_DOMAIN};
 
 pub struct MxGatherDequantRule {
     pat: Pattern,
-    /// The dequantize, one of two spellings: ONNX `DequantizeLinear` ...
+    /// The dequantize, one of three spellings: ONNX `DequantizeLinear` ...
     dq: N,
     x: V,
     scale: V,
-    /// ... or the `MxDequantize` a fusion kept for this reader.
+    /// ... the `MxDequantize` a fusion kept for this reader ...
     mx_dq: N,
     mx_x: V,
     mx_scale: V,
+    /// ... or Quark's fake-quant of a float constant (rules/gathered_quark.rs).
+    fq: N,
+    fq_w: V,
     gather: N,
     indices: V,
+    /// Quark's fake-quant after the Gather: `MXQuantizeDequantize(Gather(W, ids))`.
+    fq_after: N,
+    gather_w: N,
+    w_gathered: V,
+    indices_w: V,
 }
 
 pub static RULE: LazyLock<MxGatherDequantRule> = LazyLock::new(|| {
@@ -72,14 +88,33 @@ pub static RULE: LazyLock<MxGatherDequantRule> = LazyLock::new(|| {
         .args([mx_x, mx_scale])
         .single_use()
         .node();
-    let (w0, w1) = (p.out(dq, 0), p.out(mx_dq, 0));
-    let w = p.any_of("dequantized", [w0, w1]);
+    let fq_w = p.input("weight");
+    let fq = p
+        .op(OpId::new(QUARK_DOMAIN, "MXQuantizeDequantize"))
+        .args([fq_w])
+        .single_use()
+        .node();
+    let (w0, w1, w2) = (p.out(dq, 0), p.out(mx_dq, 0), p.out(fq, 0));
+    let w = p.any_of("dequantized", [w0, w1, w2]);
     let indices = p.input("indices");
     let gather = p
         .op(OpId::new(ONNX_DOMAIN, "Gather"))
         .args([w, indices])
         .node();
-    let y = p.out(gather, 0);
+    let w_gathered = p.input("weight");
+    let indices_w = p.input("indices");
+    let gather_w = p
+        .op(OpId::new(ONNX_DOMAIN, "Gather"))
+        .args([w_gathered, indices_w])
+        .single_use()
+        .node();
+    let gathered = p.out(gather_w, 0);
+    let fq_after = p
+        .op(OpId::new(QUARK_DOMAIN, "MXQuantizeDequantize"))
+        .args([gathered])
+        .node();
+    let (y0, y1) = (p.out(gather, 0), p.out(fq_after, 0));
+    let y = p.any_of("gathered", [y0, y1]);
     // Not always produced: when the Gather's one reader is a bmm the rule takes as well
     // (`MxGatherMatMul`), nothing reads it any more.
     p.escaping(y);
@@ -91,14 +126,25 @@ pub static RULE: LazyLock<MxGatherDequantRule> = LazyLock::new(|| {
         mx_dq,
         mx_x,
         mx_scale,
+        fq,
+        fq_w,
         gather,
         indices,
+        fq_after,
+        gather_w,
+        w_gathered,
+        indices_w,
     }
 });
 
+/// What is gathered: stored MX values and scales, or a Quark constant quantized at rewrite time.
+pub enum Source {
+    Mx { x: ValueId, scale: ValueId },
+    Quark(QuarkExperts),
+}
+
 pub struct Params {
-    x: ValueId,
-    scale: ValueId,
+    source: Source,
     indices: ValueId,
     y: ValueId,
     axis: i64,
@@ -123,18 +169,18 @@ impl Rule for MxGatherDequantRule {
         _cfg: &RuleConfig,
     ) -> Result<Fuse<Params>, crate::pattern::Reject> {
         let g = m.graph();
-        let (n, x, scale, op) = match (m.node(self.dq), m.node(self.mx_dq)) {
-            (Some(n), _) => (n, m[self.x], m[self.scale], "DequantizeLinear"),
-            (None, Some(n)) => (n, m[self.mx_x], m[self.mx_scale], "MxDequantize"),
-            (None, None) => return Err(reject!("internal: no dequantize node")),
+        let (gather, indices, data) = match (m.node(self.gather), m.node(self.gather_w)) {
+            (Some(n), _) => (n, m[self.indices], m.get(self.x).or(m.get(self.mx_x))),
+            (None, Some(n)) => (n, m[self.indices_w], Some(m[self.w_gathered])),
+            (None, None) => return Err(reject!("internal: no Gather node")),
         };
-        let (axis, block_size, output_dtype) = dequant_layout(g, n, x, scale, op)?;
-        let gather = m
-            .node(self.gather)
-            .ok_or_else(|| reject!("internal: no Gather node"))?;
+        let data = m
+            .get(self.fq_w)
+            .or(data)
+            .ok_or_else(|| reject!("internal: no data"))?;
         let gname = g.node_label(gather);
-        let indices = m[self.indices];
-        let idx_type = g.tensor_info(indices).map(|i| i.elem_type).unwrap_or(0);
+        let idx_info = g.tensor_info(indices);
+        let idx_type = idx_info.as_ref().map(|i| i.elem_type).unwrap_or(0);
         if idx_type != dtype::INT64 && idx_type != dtype::INT32 {
             return Err(reject!(
                 "Gather '{gname}' reads {} indices: MxGatherDequantize takes int32 or int64",
@@ -142,37 +188,90 @@ impl Rule for MxGatherDequantRule {
             ));
         }
         let rank = g
-            .tensor_info(x)
+            .tensor_info(data)
             .and_then(|i| i.shape)
             .map(|s| s.len() as i64)
             .ok_or_else(|| {
                 reject!(
                     "Gather '{gname}': the rank of the MX values '{}' is unknown",
-                    g.value_name(x)
+                    g.value_name(data)
                 )
             })?;
         let gather_axis = attr_int(g.attr(gather, "axis"), 0)
             .filter(|a| (-rank..rank).contains(a))
             .ok_or_else(|| reject!("Gather '{gname}': axis is not an int in [-{rank}, {rank})"))?
             .rem_euclid(rank);
-        // One scale for the whole tensor gathers along any axis; a per-axis or blocked scale
-        // only off its axis (a gather there would split blocks).
-        let scale_shape = g.tensor_info(scale).and_then(|i| i.shape);
-        let per_tensor =
-            block_size == 0 && matches!(scale_shape.as_deref(), Some([]) | Some([Dim::Known(1)]));
-        if !per_tensor && axis.rem_euclid(rank) == gather_axis {
-            // Named by the dequantized value, which keeps its name when `mx_dequant` turns the
-            // DequantizeLinear into MxDequantize: the next pass's refusal is the same line.
-            return Err(reject!(
-                "Gather '{gname}' gathers along the quantized axis {axis} of the MX dequantized '{}': the gathered slices would split scale blocks",
-                g.value_name(g.outputs(n)[0])
-            ));
-        }
-        let experts = Experts {
-            values: x,
-            axis: axis.rem_euclid(rank),
-            block_size,
-            output_dtype,
+        let quark = match (m.node(self.fq), m.node(self.fq_after)) {
+            (Some(fq), _) => Some(check_quark_experts(
+                g,
+                fq,
+                data,
+                gather_axis as usize,
+                None,
+            )?),
+            (None, Some(fq)) => {
+                let idx_rank = idx_info.and_then(|i| i.shape).map(|s| s.len());
+                let idx_rank = idx_rank.ok_or_else(|| {
+                    reject!("Gather '{gname}': the rank of its indices is unknown")
+                })?;
+                Some(check_quark_experts(
+                    g,
+                    fq,
+                    data,
+                    gather_axis as usize,
+                    Some(idx_rank),
+                )?)
+            }
+            (None, None) => None,
+        };
+        let (source, axis, block_size, output_dtype, experts) = match quark {
+            Some(q) => {
+                let (q_axis, output_dtype) = (q.axis as i64, q.output_dtype);
+                let experts = Experts {
+                    elem_type: dtype::FLOAT8E4M3FN,
+                    dims: Some(q.dims.iter().map(|&d| d as usize).collect()),
+                    axis: q.axis as i64,
+                    block_size: 32,
+                    output_dtype: q.output_dtype,
+                };
+                (Source::Quark(q), q_axis, 32, output_dtype, experts)
+            }
+            None => {
+                let (n, x, scale, op) = match (m.node(self.dq), m.node(self.mx_dq)) {
+                    (Some(n), _) => (n, m[self.x], m[self.scale], "DequantizeLinear"),
+                    (None, Some(n)) => (n, m[self.mx_x], m[self.mx_scale], "MxDequantize"),
+                    (None, None) => return Err(reject!("internal: no dequantize node")),
+                };
+                let (axis, block_size, output_dtype) = dequant_layout(g, n, x, scale, op)?;
+                // One scale for the whole tensor gathers along any axis; a per-axis or blocked
+                // scale only off its axis (a gather there would split blocks).
+                let scale_shape = g.tensor_info(scale).and_then(|i| i.shape);
+                let per_tensor = block_size == 0
+                    && matches!(scale_shape.as_deref(), Some([]) | Some([Dim::Known(1)]));
+                if !per_tensor && axis.rem_euclid(rank) == gather_axis {
+                    // Named by the dequantized value, which keeps its name when `mx_dequant`
+                    // turns the DequantizeLinear into MxDequantize: the next pass's refusal is
+                    // the same line.
+                    return Err(reject!(
+                        "Gather '{gname}' gathers along the quantized axis {axis} of the MX dequantized '{}': the gathered slices would split scale blocks",
+                        g.value_name(g.outputs(n)[0])
+                    ));
+                }
+                let experts = Experts {
+                    elem_type: g.tensor_info(x).map(|i| i.elem_type).unwrap_or(0),
+                    dims: known_dims(g, x),
+                    axis: axis.rem_euclid(rank),
+                    block_size,
+                    output_dtype,
+                };
+                (
+                    Source::Mx { x, scale },
+                    axis,
+                    block_size,
+                    output_dtype,
+                    experts,
+                )
+            }
         };
         let bmm = if gather_axis == 0 && rank == 3 {
             gathered_bmm(g, m.root(), indices, &experts)
@@ -184,8 +283,7 @@ impl Rule for MxGatherDequantRule {
             Err(why) => (None, Some(why)),
         };
         let mut fuse = Fuse::new(Params {
-            x,
-            scale,
+            source,
             indices,
             y: m.root(),
             axis,
@@ -204,12 +302,16 @@ impl Rule for MxGatherDequantRule {
     }
 
     fn rewrite(&self, site: &Site, p: Params, e: &mut Emit<'_>) -> Result<(), String> {
+        let (x, scale) = match &p.source {
+            Source::Mx { x, scale } => (*x, *scale),
+            Source::Quark(q) => prequantize_along(e, q.weight, &q.mx, &q.dims, q.axis)?,
+        };
         if let Some(b) = p.bmm {
             let spec = e
                 .op("MxGatherMatMul")
                 .input(b.act)
-                .input(p.x)
-                .input(p.scale)
+                .input(x)
+                .input(scale)
                 .input(p.indices)
                 .attr_int("trans_b", i64::from(b.trans_b))
                 .attr_int("output_dtype", p.output_dtype)
@@ -221,8 +323,8 @@ impl Rule for MxGatherDequantRule {
         }
         let spec = e
             .op("MxGatherDequantize")
-            .input(p.x)
-            .input(p.scale)
+            .input(x)
+            .input(scale)
             .input(p.indices)
             .attr_int("axis", p.axis)
             .attr_int("block_size", p.block_size)

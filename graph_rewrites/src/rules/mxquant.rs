@@ -17,12 +17,14 @@
 
 use std::sync::LazyLock;
 
+use super::gathered_quark::taken_with_its_gather;
 use super::mx_consumers::{
     consumers_for, emit_kept_float, emit_matmuls, quant_outputs, Consumers, QuantAttrs,
 };
 use super::spellings::mx_quant::{check_mx_quant, mx_quant, MxQuantPat, QuantInfo};
 use crate::pattern::predicates::scale_is_e8m0;
 use crate::pattern::{Emit, Fuse, Match, Pat, Pattern, Rule, RuleConfig, Site};
+use crate::reject;
 use crate::view::{GraphView, NodeId, ValueId, ONNX_DOMAIN};
 
 pub struct MxQuantRule {
@@ -62,8 +64,18 @@ impl Rule for MxQuantRule {
         m: &Match<'_>,
         cfg: &RuleConfig,
     ) -> Result<Fuse<Params>, crate::pattern::Reject> {
-        let info = check_mx_quant(m, &self.h)?;
         let g = m.graph();
+        // A Quark fake quant of constant experts a Gather reads: rule `mx_gather_dequant`
+        // quantizes them once, at rewrite time, where this rule would quantize all of them every
+        // step. Left to it when it runs and takes them (refused ones stay here, as before).
+        if let Some(fq) = m.node(self.h.quark) {
+            if cfg.gather_rule_runs && taken_with_its_gather(g, fq) {
+                return Err(reject!(
+                    "left to rule mx_gather_dequant: it quantizes these constant experts at rewrite time with the Gather reading them"
+                ));
+            }
+        }
+        let info = check_mx_quant(m, &self.h)?;
         let consumers = consumers_for(g, &info)?;
         let params = Params {
             x: m[self.h.x],
