@@ -227,20 +227,48 @@ const TOKENS: usize = 5;
 /// Stacked MoE experts selected per token (transformers' `batched_mm` experts, torch dynamo):
 /// `W1[ids] @ x.unsqueeze(-1)` with MXFP8 `W1 [E, 96, HIDDEN]` (weight first), `x.unsqueeze(1)
 /// @ W2[ids]` with MXFP4 `W2 [E, HIDDEN, 64]` (weight second), and `W3[ids]` of an MXFP8
-/// `[E, 32, 64]` table read as it is: two `MxGatherMatMul` and one `MxGatherDequantize`.
-fn moe_experts_model() -> Vec<u8> {
-    use models::builder::{elem_of, Dim, GraphBuilder};
+/// `[E, 32, 64]` table read as it is: two `MxGatherMatMul` and one `MxGatherDequantize`. In
+/// `dt` (float32, or float16 behind Casts of the f32 input and outputs: on sm_90 the tensor-core
+/// gathered kernel, K = HIDDEN a multiple of 128).
+fn moe_experts_model(dt: models::DType) -> Vec<u8> {
+    use models::builder::{attr_i, elem_of, Dim, GraphBuilder};
     use models::experts::stacked_mx_experts;
     use models::WeightForm::{StdMx, StdMxfp4};
-    let dt = models::DType::F32;
     let mut b = GraphBuilder::new(11, false);
-    let x = b.add_input(
-        "x",
-        elem_of(dt),
-        vec![Dim::Fixed(TOKENS), Dim::Fixed(HIDDEN)],
-    );
+    let f32e = elem_of(models::DType::F32);
+    let x = b.add_input("x", f32e, vec![Dim::Fixed(TOKENS), Dim::Fixed(HIDDEN)]);
     let ids = b.add_input("ids", 7, vec![Dim::Fixed(TOKENS)]);
     let x = b.op("Neg", &[&x.name], "xn", x.elem, x.shape.clone());
+    let x = if dt == models::DType::F32 {
+        x
+    } else {
+        let to = elem_of(dt);
+        b.op_attrs(
+            "Cast",
+            &[&x.name],
+            "xc",
+            to,
+            x.shape.clone(),
+            vec![attr_i("to", to as i64)],
+        )
+    };
+    // Outputs as f32 (a Cast back when `dt` is not).
+    let output = |b: &mut GraphBuilder, y: &models::builder::Tensor| {
+        if y.elem == f32e {
+            b.add_output(y);
+        } else {
+            let name = format!("{}_f32", y.name);
+            let c = b.op_attrs(
+                "Cast",
+                &[&y.name],
+                &name,
+                f32e,
+                y.shape.clone(),
+                vec![attr_i("to", f32e as i64)],
+            );
+            b.add_output(&c);
+        }
+    };
     let gather = |b: &mut GraphBuilder, w: &models::builder::Tensor, name: &str| {
         let mut shape = vec![Dim::Fixed(TOKENS)];
         shape.extend(w.shape[1..].iter().cloned());
@@ -263,7 +291,7 @@ fn moe_experts_model() -> Vec<u8> {
         x.elem,
         vec![Dim::Fixed(TOKENS), Dim::Fixed(96), Dim::Fixed(1)],
     );
-    b.add_output(&y1);
+    output(&mut b, &y1);
     let w2 = stacked_mx_experts(&mut b, dt, StdMxfp4, "w2", (EXPERTS, HIDDEN, 64), false).unwrap();
     let g2 = gather(&mut b, &w2, "g2");
     let one = b.const_i64("one", &[1]);
@@ -281,10 +309,10 @@ fn moe_experts_model() -> Vec<u8> {
         x.elem,
         vec![Dim::Fixed(TOKENS), Dim::Fixed(1), Dim::Fixed(64)],
     );
-    b.add_output(&y2);
+    output(&mut b, &y2);
     let w3 = stacked_mx_experts(&mut b, dt, StdMx, "w3", (EXPERTS, 64, 32), true).unwrap();
     let y3 = gather(&mut b, &w3, "y3");
-    b.add_output(&y3);
+    output(&mut b, &y3);
     models::external::into_inline(b.finish("moe_experts", "stacked MX experts selected per token"))
         .encode_to_vec()
 }
@@ -303,6 +331,11 @@ fn run_moe(session: &mut Session) -> Vec<Vec<f32>> {
         .iter()
         .map(|(_, v)| v.try_extract_tensor::<f32>().expect("f32").1.to_vec())
         .collect()
+}
+
+/// [`run_moe`] for the float16 MoE block (whose outputs ORT's Casts fetch from the device).
+fn run_moe_f16(session: &mut Session) -> Vec<Vec<f32>> {
+    run_moe(session)
 }
 
 /// Runs [`flat_linear_model`]; both outputs as f32.
@@ -342,7 +375,8 @@ fn models_and_runners() -> Vec<(Vec<u8>, Runner)> {
         FORMS.iter().map(|&f| (decoder(f), run as Runner)).collect();
     v.push((gemm_bias_model(), run_gemm));
     v.push((flat_linear_model(), run_flat));
-    v.push((moe_experts_model(), run_moe));
+    v.push((moe_experts_model(models::DType::F32), run_moe));
+    v.push((moe_experts_model(models::DType::F16), run_moe_f16));
     for form in [models::WeightForm::StdMx, models::WeightForm::StdMxfp4] {
         let (original, rewritten) = weight_only_models(form);
         v.push((original, run as Runner));

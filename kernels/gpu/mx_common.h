@@ -474,3 +474,21 @@ MX_DEV void mx_st_async_f64(double* local, mx_u64* bar, mx_u32 rank, double v) {
                : "memory");
 }
 #endif
+
+// The gathered kernels (mx_gather.hip, mx_matmul_frag_wo.hip) check their indices on the device:
+// an index out of range is recorded in err ([flag, value]; kernels::gpu::gather) and the kernel
+// writes NaN instead of reading.
+// Index j as a position in [0, n), or -1 (recorded in err) when out of range. No indices
+// (idx null: the weight-only MxMatMul, one "expert"): 0.
+MX_DEV long long mx_gather_index(const void* idx, int idx64, long long j, long long n,
+                                 mx_u64* err) {
+  if (idx == nullptr) return 0;
+  const long long v = idx64 ? reinterpret_cast<const long long*>(idx)[j]
+                            : (long long)reinterpret_cast<const int*>(idx)[j];
+  if (v < -n || v >= n) {
+    atomicExch(err + 1, (mx_u64)v);
+    atomicExch(err, 1ull);
+    return -1;
+  }
+  return v < 0 ? v + n : v;
+}

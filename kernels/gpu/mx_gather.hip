@@ -11,21 +11,6 @@
 // err[0] (several bad indices: which value is kept is unspecified). The host reads err after the
 // step's synchronization and fails the run with that value; it never reads out of bounds.
 
-// Index j as a position in [0, n), or -1 (recorded in err) when out of range. No indices
-// (idx null: the weight-only MxMatMul, one "expert"): 0.
-MX_DEV long long mx_gather_index(const void* idx, int idx64, long long j, long long n,
-                                 mx_u64* err) {
-  if (idx == nullptr) return 0;
-  const long long v = idx64 ? reinterpret_cast<const long long*>(idx)[j]
-                            : (long long)reinterpret_cast<const int*>(idx)[j];
-  if (v < -n || v >= n) {
-    atomicExch(err + 1, (mx_u64)v);
-    atomicExch(err, 1ull);
-    return -1;
-  }
-  return v < 0 ? v + n : v;
-}
-
 // MxGatherDequantize: y = Gather(DequantizeLinear(x, scale), idx, axis g). x is seen as
 // [outer, D, inner] around the gathered axis and y as [outer, I, inner] (I indices); output
 // element (o, j, r) is x's element (o, idx[j], r) dequantized with its own scale, through x's

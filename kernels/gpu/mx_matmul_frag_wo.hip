@@ -147,12 +147,48 @@ MX_DEV void mx_matmul_frag_wo(const typename TA::storage* __restrict__ a,
   mx_frag_reduce_store<TO, W, MT, 1>(&acc, y, M, N, ep);
 }
 
-// Kernel names: mx_matmul_frag_wo_<f16|bf16>_<out>_w<W>.
+// MxGatherMatMul on the same loop (stacked experts, each packed as above one after another: expert
+// e's fragments start at e * ceil(N / 16) * (K / 32) * 32 uint4 and its scale words at e *
+// ceil(N / 16) * (K / 128) * 16): sample s = blockIdx.z multiplies its P rows (a [S or 1, P, K])
+// by the expert idx[s] (or idx[0]) selects, into y [S, P, N]. An index out of range writes NaN to
+// the block's outputs and is recorded in err (mx_gather.hip's contract).
+template <class TA, class TO, int W>
+MX_DEV void mx_gather_matmul_frag(const typename TA::storage* __restrict__ a,
+                                  const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
+                                  const void* __restrict__ idx, int idx64,
+                                  typename TO::storage* __restrict__ y, int P, int N, int K, int E,
+                                  int a_one, int idx_one, mx_u64* err) {
+  // The indices may come from the previous kernel: wait before reading them.
+  MX_PDL_WAIT();
+  const int s = blockIdx.z;
+  const long long e = mx_gather_index(idx, idx64, idx_one ? 0 : s, E, err);
+  typename TO::storage* ys = y + (long long)s * P * N;
+  if (e < 0) {
+    const int n0 = 16 * blockIdx.y, m0 = 16 * blockIdx.x;
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) {
+      const int m = m0 + i / 16, n = n0 + i % 16;
+      if (m < P && n < N) ys[(long long)m * N + n] = TO::from_f32(mx_bits_f32(0x7fc00000u));
+    }
+    MX_PDL_LAUNCH();
+    return;
+  }
+  const long long tiles = (N + 15) / 16;
+  const MxEpi none = {nullptr, 0, 0, 1.0f, 1.0f};
+  mx_matmul_frag_wo<TA, TO, W>(a + (a_one ? 0 : (long long)s * P * K), wf + e * tiles * (K >> 5) * 32,
+                               wsf + e * tiles * (K >> 7) * 16, ys, P, N, K, none);
+}
+
+// Kernel names: mx_matmul_frag_wo_<f16|bf16>_<out>_w<W> and mx_matmul_frag_wo_gather_<a>_<out>_w<W>.
 #define MX_DEFINE_FRAG_WO1(TA, NA, TO, NO, W)                                                   \
   extern "C" __global__ void __launch_bounds__(32 * W) mx_matmul_frag_wo_##NA##_##NO##_w##W(     \
       const TA::storage* a, const uint4* wf, const mx_u32* wsf, TO::storage* y, int M, int N,    \
       int K, MxEpi ep) {                                                                        \
     mx_matmul_frag_wo<TA, TO, W>(a, wf, wsf, y, M, N, K, ep);                                   \
+  }                                                                                             \
+  extern "C" __global__ void __launch_bounds__(32 * W) mx_matmul_frag_wo_gather_##NA##_##NO##_w##W( \
+      const TA::storage* a, const uint4* wf, const mx_u32* wsf, const void* idx, int idx64,      \
+      TO::storage* y, int P, int N, int K, int E, int a_one, int idx_one, mx_u64* err) {         \
+    mx_gather_matmul_frag<TA, TO, W>(a, wf, wsf, idx, idx64, y, P, N, K, E, a_one, idx_one, err); \
   }
 #define MX_DEFINE_FRAG_WO(TA, NA, TO, NO) \
   MX_DEFINE_FRAG_WO1(TA, NA, TO, NO, 4)   \

@@ -6,7 +6,9 @@
 //! session 21).
 
 use super::error::GpuResult;
-use super::gather::{grid_dim, i64_of, GpuExperts, GMM_ANY_BLOCK, GMM_ROWS, GMM_WARPS};
+use super::gather::{
+    grid_dim, i64_of, GpuExperts, GpuGatherMatMul, GpuIndices, GMM_ANY_BLOCK, GMM_ROWS, GMM_WARPS,
+};
 use super::launch::{
     check_aligned, dim_i32, dim_u32, dtype_suffix, GpuEpilogue, Params, StreamHandle,
 };
@@ -104,6 +106,79 @@ impl GpuRuntime {
             && *ON.get_or_init(|| {
                 !std::env::var("MXFUSE_GPU_FRAG_WO").is_ok_and(|v| v == "0" || v == "off")
             })
+    }
+
+    /// `MxGatherMatMul` on tensor cores (kernels/gpu/mx_matmul_frag_wo.hip): the `e` experts
+    /// `[N, K]` each packed by [`super::pack::pack_frag_weights`] and concatenated (`wf`, `wsf`),
+    /// f16 / bf16 `a` (see [`GpuRuntime::weight_only_frag_available`]); otherwise as
+    /// [`GpuRuntime::mx_gather_matmul`] (`mm`, `idx`, the error record `err`).
+    pub fn mx_gather_matmul_frag(
+        &self,
+        mm: &GpuGatherMatMul,
+        (wf, wsf, e, n, k): (u64, u64, usize, usize, usize),
+        idx: GpuIndices,
+        err: u64,
+        stream: StreamHandle,
+    ) -> GpuResult<()> {
+        let s = mm.samples;
+        if !self.weight_only_frag_available(k, mm.a_dtype, mm.y_dtype) {
+            return Err(KernelError::Unsupported(format!(
+                "the tensor-core MxGatherMatMul takes f16 / bf16 a on CUDA sm_90+ with K a multiple of 128 (a {:?}, y {:?}, K = {k})",
+                mm.a_dtype, mm.y_dtype
+            ))
+            .into());
+        }
+        if !(mm.a_samples == 1 || mm.a_samples == s) || !(idx.count == 1 || idx.count == s) {
+            return Err(KernelError::Shape(format!(
+                "{} indices and {} activation samples do not broadcast to {s} samples",
+                idx.count, mm.a_samples
+            ))
+            .into());
+        }
+        if s == 0 || mm.p == 0 || n == 0 {
+            return Ok(());
+        }
+        if e == 0 {
+            return Err(KernelError::Shape("no experts to select from".into()).into());
+        }
+        let (ta, to) = (dtype_suffix(mm.a_dtype)?, dtype_suffix(mm.y_dtype)?);
+        check_aligned("indices", idx.ptr, if idx.wide { 8 } else { 4 })?;
+        check_aligned("a", mm.a, 16)?;
+        check_aligned("b (fragment-packed)", wf, 16)?;
+        check_aligned("b_scales (fragment-packed)", wsf, 4)?;
+        check_aligned("y", mm.y, mm.y_dtype.size() as u64)?;
+        check_aligned("err", err, 8)?;
+        i64_of(
+            "expert elements",
+            e.saturating_mul(n.div_ceil(16) * 16).saturating_mul(k),
+        )?;
+        let tiles = n.div_ceil(16);
+        let w = if tiles < 2 * self.multiprocessors() {
+            8
+        } else {
+            4
+        };
+        let params = Params::new()
+            .push(mm.a)
+            .push(wf)
+            .push(wsf)
+            .push(idx.ptr)
+            .push(i32::from(idx.wide))
+            .push(mm.y)
+            .push(dim_i32("P", mm.p)?)
+            .push(dim_i32("N", n)?)
+            .push(dim_i32("K", k)?)
+            .push(dim_i32("E", e)?)
+            .push(i32::from(mm.a_samples == 1))
+            .push(i32::from(idx.count == 1))
+            .push(err);
+        let grid = [
+            dim_u32("P / 16", mm.p.div_ceil(FRAG_WO_ROWS))?,
+            grid_dim("N / 16", tiles)?,
+            grid_dim("samples", s)?,
+        ];
+        let name = format!("mx_matmul_frag_wo_gather_{ta}_{to}_w{w}");
+        self.run(&name, grid, 32 * w as u32, params, stream)
     }
 
     /// The weight-only `MxMatMul` on tensor cores: `a [M, K]` f16 / bf16, the weight `(wf, wsf)`

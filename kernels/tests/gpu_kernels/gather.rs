@@ -528,3 +528,121 @@ fn gpu_weight_only_matmul_on_tensor_cores_matches_the_cpu_kernel() {
         );
     }
 }
+
+/// `MxGatherMatMul` on tensor cores (kernels/gpu/mx_matmul_frag_wo.hip, f16 / bf16 `a`, each
+/// expert packed for the fragment GEMM): weight first and second (6 rows a sample: a partial
+/// 16-row tile), both sample broadcasts, against the CPU kernel; an index out of range writes NaN
+/// to that sample's outputs and is recorded.
+#[test]
+fn gpu_gather_matmul_on_tensor_cores_matches_the_cpu_kernel() {
+    let Some(rt) = gpu() else { return };
+    let (e, n, k) = (5, 72, 256);
+    if !rt.weight_only_frag_available(k, DType::BF16, DType::BF16) {
+        eprintln!("skipped: no tensor-core kernel on this device");
+        return;
+    }
+    let mut rng = Rng(0x6a7e_0005);
+    let (q, sc) = random_experts(&mut rng, e, n, k, false);
+    let (mut wf, mut wsf) = (Vec::new(), Vec::new());
+    for x in 0..e {
+        let (f, fs) = kernels::gpu::pack_frag_weights(
+            &q[x * n * k..(x + 1) * n * k],
+            &sc[x * n * k / 32..(x + 1) * n * k / 32],
+            n,
+            k,
+        )
+        .expect("pack");
+        wf.extend(f);
+        wsf.extend(fs);
+    }
+    let (wfb, wsfb) = (upload(&rt, &wf), upload(&rt, &wsf));
+    fn case<A: Element + Pod, O: Element + Pod + Default>(
+        rt: &Arc<GpuRuntime>,
+        rng: &mut Rng,
+        (sa, p, trans_b): (usize, usize, bool),
+        ids: &[i64],
+        (q, sc): (&[u8], &[u8]),
+        (e, n, k): (usize, usize, usize),
+        (wf, wsf): (&DeviceBuffer, &DeviceBuffer),
+    ) -> (f64, Vec<O>) {
+        let s = sa.max(ids.len());
+        let a: Vec<A> = (0..sa * p * k).map(|_| A::from_f32(rng.normal())).collect();
+        let (a_shape, y_shape) = if trans_b {
+            (vec![sa, k, 1], vec![s, n, 1])
+        } else {
+            (vec![sa, p, k], vec![s, p, n])
+        };
+        let good: Vec<i64> = ids
+            .iter()
+            .map(|&i| i.clamp(-(e as i64), e as i64 - 1))
+            .collect();
+        let mut want = vec![O::default(); s * p * n];
+        ops::mx_gather_matmul_laid_out(
+            TensorRef::new(A::DTYPE, &a_shape, as_bytes(&a)).unwrap(),
+            TensorRef::new(DType::E4M3, &[e, n, k], q).unwrap(),
+            TensorRef::new(DType::E8M0, &[e, n, k / 32], sc).unwrap(),
+            &good,
+            TensorMut::new(O::DTYPE, &y_shape, as_bytes_mut(&mut want)).unwrap(),
+            &MxGatherMatMulAttrs {
+                trans_b,
+                output_dtype: O::DTYPE,
+            },
+            true,
+            &Serial,
+        )
+        .expect("CPU kernel");
+        let (ab, yb, err) = (upload(rt, &a), poisoned::<O>(rt, s * p * n), err_record(rt));
+        let (_ib, idx) = upload_indices(rt, ids, true);
+        let mm = GpuGatherMatMul {
+            a: ab.ptr(),
+            a_dtype: A::DTYPE,
+            a_samples: sa,
+            p,
+            samples: s,
+            y: yb.ptr(),
+            y_dtype: O::DTYPE,
+        };
+        rt.mx_gather_matmul_frag(&mm, (wf.ptr(), wsf.ptr(), e, n, k), idx, err.ptr(), 0)
+            .expect("launch");
+        rt.synchronize().expect("sync");
+        let got = download::<O>(&yb, s * p * n);
+        let bad: Vec<usize> = (0..ids.len()).filter(|&i| ids[i] != good[i]).collect();
+        let record = read_record(&err);
+        if let Some(&b) = bad.first() {
+            assert_eq!(record, [1, ids[b] as u64]);
+        } else {
+            assert_eq!(record, [0, 0]);
+        }
+        // Outputs of a sample with a bad index are NaN; compare the rest.
+        let mut g2 = got.clone();
+        let mut w2 = want.clone();
+        for &b in &bad {
+            for v in &got[b * p * n..(b + 1) * p * n] {
+                assert!(v.to_f32().is_nan());
+            }
+            g2[b * p * n..(b + 1) * p * n].fill(O::from_f32(0.0));
+            w2[b * p * n..(b + 1) * p * n].fill(O::from_f32(0.0));
+        }
+        (rel_err(&g2, &w2), got)
+    }
+    let ids: &[i64] = &[3, -1, 0, 3, 4, 2];
+    let d = (&q[..], &sc[..]);
+    let w = (&wfb, &wsfb);
+    for (sa, p, trans_b, ids) in [
+        (6, 1, true, ids),
+        (6, 6, false, ids),
+        (1, 6, false, ids),
+        (6, 1, true, &ids[..1]),
+        (3, 6, false, &[1, 9, 2][..]),
+    ] {
+        let errs = [
+            case::<bf16, f32>(&rt, &mut rng, (sa, p, trans_b), ids, d, (e, n, k), w).0,
+            case::<f16, f32>(&rt, &mut rng, (sa, p, trans_b), ids, d, (e, n, k), w).0,
+            case::<bf16, bf16>(&rt, &mut rng, (sa, p, trans_b), ids, d, (e, n, k), w).0,
+        ];
+        assert!(
+            errs[0] < 1e-5 && errs[1] < 1e-5 && errs[2] < 8e-3,
+            "samples {sa} rows {p} weight first {trans_b} ids {ids:?}: {errs:?}"
+        );
+    }
+}

@@ -71,20 +71,25 @@ enum GpuOp {
 }
 
 /// Constant stacked experts uploaded once in the `[E, N, K]` E4M3 layout (FP4 widened,
-/// weight-second experts transposed: `ops::gather_matmul::pack`, as the CPU path prepacks).
+/// weight-second experts transposed: `ops::gather_matmul::pack`, as the CPU path prepacks), and,
+/// where the tensor-core kernel serves the node (`frag`), each expert then packed for it
+/// (`pack_frag_weights`, the experts one after another).
 struct PackedExperts {
     q: DeviceBox,
     scales: DeviceBox,
     dims: [usize; 3],
+    frag: bool,
 }
 
 impl PackedExperts {
-    /// `None` when the constants are already that layout (uploaded as they are) or malformed.
+    /// `None` when the constants are already the `[E, N, K]` E4M3 layout and no fragment packing
+    /// is asked for (uploaded as they are), or malformed. `frag(k)`: pack for the tensor cores.
     fn pack(
         memory: &Arc<dyn DeviceMemory>,
         b: &ConstTensor,
         bs: &ConstTensor,
         trans_b: bool,
+        frag: &dyn Fn(usize) -> bool,
     ) -> Result<Option<Self>> {
         let (bm, sm) = (
             Meta::new(b.elem_type, b.dims.clone()),
@@ -101,13 +106,47 @@ impl PackedExperts {
             },
             trans_b,
         );
-        let Some(p) = packed else {
-            return Ok(None);
+        // Already [E, N, K] E4M3 (weight first): the constants as they are.
+        let (q, scales, dims) = match packed {
+            Some(p) => (p.q, p.scales, p.q_dims),
+            None => match (&b.dims[..], &bs.dims[..]) {
+                (&[e, n, k], &[se, sn, skb])
+                    if trans_b
+                        && b.elem_type == DType::E4M3.onnx_code()
+                        && [se, sn, skb] == [e, n, k / 32]
+                        && k % 32 == 0
+                        && b.raw.len() as i64 == e * n * k
+                        && bs.raw.len() as i64 == e * n * (k / 32) =>
+                {
+                    let d = [e, n, k].map(|v| v.max(0) as usize);
+                    (b.raw.clone(), bs.raw.clone(), d)
+                }
+                _ => return Ok(None),
+            },
+        };
+        let [e, n, k] = dims;
+        let frag = e > 0 && frag(k);
+        let (q, scales) = if frag {
+            let (mut wf, mut wsf) = (Vec::new(), Vec::new());
+            for x in 0..e {
+                let (f, fs) = pack_frag_weights(
+                    &q[x * n * k..(x + 1) * n * k],
+                    &scales[x * n * k / 32..(x + 1) * n * k / 32],
+                    n,
+                    k,
+                )?;
+                wf.extend(f);
+                wsf.extend(fs);
+            }
+            (wf, wsf)
+        } else {
+            (q, scales)
         };
         Ok(Some(PackedExperts {
-            q: DeviceBox::upload(memory, &p.q)?,
-            scales: DeviceBox::upload(memory, &p.scales)?,
-            dims: p.q_dims,
+            q: DeviceBox::upload(memory, &q)?,
+            scales: DeviceBox::upload(memory, &scales)?,
+            dims,
+            frag,
         }))
     }
 
@@ -466,6 +505,11 @@ impl GpuProgram {
                     _ => Ok(None),
                 }
             };
+            // A value's element type from the graph (the float-`a` GEMMs' kernel choice).
+            let elem = |v: Option<graph_rewrites::view::ValueId>| {
+                v.and_then(|v| g.tensor_info(v))
+                    .and_then(|t| DType::from_onnx_code(t.elem_type as i64))
+            };
             let op = match op_type {
                 "MxQuantize" => GpuOp::Quantize(MxQuantAttrs::from_pairs(pairs())?),
                 "MxDequantize" => GpuOp::Dequantize(MxDequantAttrs::from_pairs(pairs())?),
@@ -481,10 +525,6 @@ impl GpuProgram {
                     // (kernels::gpu::weight_only), else kept as `[N, K]` E4M3 rows for the GEMV
                     // (kernels/gpu/mx_gather.hip).
                     let float_a = node_inputs.get(1).copied().flatten().is_none();
-                    let elem = |v: Option<graph_rewrites::view::ValueId>| {
-                        v.and_then(|v| g.tensor_info(v))
-                            .and_then(|t| DType::from_onnx_code(t.elem_type as i64))
-                    };
                     let a_dtype = elem(node_inputs.first().copied().flatten());
                     let y_dtype = elem(g.outputs(n).first().copied());
                     let packed = match (&backend, const_input(2)?, const_input(3)?) {
@@ -506,9 +546,17 @@ impl GpuProgram {
                 },
                 "MxGatherMatMul" => {
                     let attrs = MxGatherMatMulAttrs::from_pairs(pairs())?;
+                    let (a_dtype, y_dtype) = (
+                        elem(node_inputs.first().copied().flatten()),
+                        elem(g.outputs(n).first().copied()),
+                    );
                     let packed = match (&backend, const_input(1)?, const_input(2)?) {
-                        (Backend::Gpu(_), Some(b), Some(bs)) => {
-                            PackedExperts::pack(&memory, &b, &bs, attrs.trans_b)?
+                        (Backend::Gpu(rt), Some(b), Some(bs)) => {
+                            let frag = |k: usize| match (a_dtype, y_dtype) {
+                                (Some(a), Some(y)) => rt.weight_only_frag_available(k, a, y),
+                                _ => false,
+                            };
+                            PackedExperts::pack(&memory, &b, &bs, attrs.trans_b, &frag)?
                         }
                         _ => None,
                     };
@@ -809,7 +857,43 @@ impl GpuProgram {
                 let (am, a) = input(0, "a")?;
                 let (im, i) = input(3, "indices")?;
                 let (ym, y) = output(0, "y")?;
+                let mm = GpuGatherMatMul {
+                    a: *a,
+                    a_dtype: dtype(am.dtype)?,
+                    a_samples: 0,
+                    p: 0,
+                    samples: ym.dims_usize().first().copied().unwrap_or(0),
+                    y: *y,
+                    y_dtype: dtype(ym.dtype)?,
+                };
                 let w = match packed {
+                    Some(p) if p.frag => {
+                        let ad = am.dims_usize();
+                        let (a_samples, rows) = match (attrs.trans_b, &ad[..]) {
+                            (true, &[s, _, 1]) => (s, 1),
+                            (false, &[s, p, _]) => (s, p),
+                            _ => {
+                                return Err(Error::invalid(format!(
+                                    "a {ad:?} must be [S, K, 1] (weight first) or [S, P, K]"
+                                )))
+                            }
+                        };
+                        let [e, n, k] = p.dims;
+                        let mm = GpuGatherMatMul {
+                            a_samples,
+                            p: rows,
+                            ..mm
+                        };
+                        return rt
+                            .mx_gather_matmul_frag(
+                                &mm,
+                                (p.q.ptr(), p.scales.ptr(), e, n, k),
+                                gpu_indices(im, *i)?,
+                                err_record(*slot)?,
+                                STREAM,
+                            )
+                            .map_err(gpu);
+                    }
                     Some(p) => p.experts(),
                     None => input_experts(
                         {
@@ -840,13 +924,10 @@ impl GpuProgram {
                     )));
                 }
                 let mm = GpuGatherMatMul {
-                    a: *a,
-                    a_dtype: dtype(am.dtype)?,
                     a_samples,
                     p,
                     samples: yd.first().copied().unwrap_or(0),
-                    y: *y,
-                    y_dtype: dtype(ym.dtype)?,
+                    ..mm
                 };
                 rt.mx_gather_matmul(&mm, &w, gpu_indices(im, *i)?, err_record(*slot)?, STREAM)
             }
