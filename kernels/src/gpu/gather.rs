@@ -226,33 +226,52 @@ impl GpuRuntime {
             .push(i32::from(idx.count == 1));
         // Element offsets such as (e N + n) K are 64-bit in the kernels; this keeps them there.
         i64_of("expert elements", e.saturating_mul(n).saturating_mul(k))?;
+        self.run_gemv(
+            "mx_gather_matmul",
+            (ta, to),
+            w,
+            (s, p),
+            params,
+            |q| q.push(err),
+            stream,
+        )
+    }
+
+    /// Launches a GEMV kernel of mx_gather.hip over `samples` × `rows` rows of N: on `[.., N, K]`
+    /// E4M3 rows `<family>nk_<ta>_<to>` (grid x = sample, y = MX_GMM_WARPS columns, z = row
+    /// chunk), else `<family>any_*` (`family` ends in `_`) (x = 128 columns, y = sample, z = row; `nk` and `fp4` pushed
+    /// after `params`). `tail` pushes the kernel's last argument (the error record, or the
+    /// epilogue).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn run_gemv(
+        &self,
+        family: &str,
+        (ta, to): (&str, &str),
+        w: &GpuExperts,
+        (samples, rows): (usize, usize),
+        params: Params,
+        tail: impl FnOnce(Params) -> Params,
+        stream: StreamHandle,
+    ) -> GpuResult<()> {
+        let n = w.n;
         if w.nk && !w.fp4 {
             let grid = [
-                dim_u32("samples", s)?,
+                dim_u32("samples", samples)?,
                 grid_dim("N / 8", n.div_ceil(GMM_WARPS))?,
-                grid_dim("P / 8", p.div_ceil(GMM_ROWS))?,
+                grid_dim("rows / 8", rows.div_ceil(GMM_ROWS))?,
             ];
             // MX_GMM_WARPS wavefronts (32 lanes on NVIDIA, 64 on CDNA).
             let block = GMM_WARPS * self.device().warp_size.max(32) as usize;
-            let name = format!("mx_gather_matmul_nk_{ta}_{to}");
-            self.run(
-                &name,
-                grid,
-                dim_u32("block", block)?,
-                params.push(err),
-                stream,
-            )
+            let name = format!("{family}nk_{ta}_{to}");
+            self.run(&name, grid, dim_u32("block", block)?, tail(params), stream)
         } else {
             let grid = [
                 dim_u32("N / 128", n.div_ceil(GMM_ANY_BLOCK))?,
-                grid_dim("samples", s)?,
-                grid_dim("P", p)?,
+                grid_dim("samples", samples)?,
+                grid_dim("rows", rows)?,
             ];
-            let params = params
-                .push(i32::from(w.nk))
-                .push(i32::from(w.fp4))
-                .push(err);
-            let name = format!("mx_gather_matmul_any_{ta}_{to}");
+            let params = tail(params.push(i32::from(w.nk)).push(i32::from(w.fp4)));
+            let name = format!("{family}any_{ta}_{to}");
             self.run(&name, grid, GMM_ANY_BLOCK as u32, params, stream)
         }
     }

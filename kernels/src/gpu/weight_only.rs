@@ -6,9 +6,7 @@
 //! session 21).
 
 use super::error::GpuResult;
-use super::gather::{
-    grid_dim, i64_of, GpuExperts, GpuGatherMatMul, GpuIndices, GMM_ANY_BLOCK, GMM_ROWS, GMM_WARPS,
-};
+use super::gather::{grid_dim, i64_of, GpuExperts, GpuGatherMatMul, GpuIndices};
 use super::launch::{
     check_aligned, dim_i32, dim_u32, dtype_suffix, GpuEpilogue, Params, StreamHandle,
 };
@@ -62,34 +60,15 @@ impl GpuRuntime {
             .push(dim_i32("K", k)?)
             .push(dim_i32("N", n)?);
         i64_of("weight elements", n.saturating_mul(k))?;
-        if w.nk && !w.fp4 {
-            let grid = [
-                1,
-                grid_dim("N / 8", n.div_ceil(GMM_WARPS))?,
-                grid_dim("M / 8", m.div_ceil(GMM_ROWS))?,
-            ];
-            let block = GMM_WARPS * self.device().warp_size.max(32) as usize;
-            let name = format!("mx_matmul_float_a_nk_{ta}_{to}");
-            self.run(
-                &name,
-                grid,
-                dim_u32("block", block)?,
-                params.push(epi),
-                stream,
-            )
-        } else {
-            let grid = [
-                dim_u32("N / 128", n.div_ceil(GMM_ANY_BLOCK))?,
-                1,
-                grid_dim("M", m)?,
-            ];
-            let params = params
-                .push(i32::from(w.nk))
-                .push(i32::from(w.fp4))
-                .push(epi);
-            let name = format!("mx_matmul_float_a_any_{ta}_{to}");
-            self.run(&name, grid, GMM_ANY_BLOCK as u32, params, stream)
-        }
+        self.run_gemv(
+            "mx_matmul_float_a",
+            (ta, to),
+            w,
+            (1, m),
+            params,
+            |q| q.push(epi),
+            stream,
+        )
     }
 
     /// Whether the tensor-core weight-only kernel serves an activation of `a_dtype` with output
