@@ -61,7 +61,7 @@ impl GpuRuntime {
             .push(dim_i32("N", n)?);
         i64_of("weight elements", n.saturating_mul(k))?;
         self.run_gemv(
-            "mx_matmul_float_a",
+            "mx_matmul_float_a_",
             (ta, to),
             w,
             (1, m),
