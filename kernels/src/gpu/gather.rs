@@ -227,7 +227,7 @@ impl GpuRuntime {
         // Element offsets such as (e N + n) K are 64-bit in the kernels; this keeps them there.
         i64_of("expert elements", e.saturating_mul(n).saturating_mul(k))?;
         self.run_gemv(
-            "mx_gather_matmul",
+            "mx_gather_matmul_",
             (ta, to),
             w,
             (s, p),
