@@ -582,8 +582,8 @@ fn weight_only_models(form: models::WeightForm) -> (Vec<u8>, Vec<u8>) {
     (proto.encode_to_vec(), g.to_model().encode_to_vec())
 }
 
-/// Weight-only MX (rule `mx_weight_matmul`: `MxMatMul` with a float `a`) is claimed on a device
-/// placement as on the CPU device: the device program runs it with kernels/gpu/mx_gather.hip's
+/// Weight-only MX (rule `mx_weight_matmul`: `MxMatMul` with a float `a`) and stacked experts (rule
+/// `mx_gather_dequant`) are claimed on a device placement as on the CPU device: the device program runs it with kernels/gpu/mx_gather.hip's
 /// kernels (here, on the emulated device memory, their host stand-in). The outputs are checked
 /// against the CPU device's by [`emulated_device_memory_gives_the_cpu_device_bits`] and
 /// [`gpu_device_matches_the_cpu_device`] (both models of each form are in [`models_and_runners`]).
@@ -612,6 +612,22 @@ fn weight_only_mx_is_claimed_on_a_device_placement() {
             );
             run(&mut s);
         }
+    }
+    // The MoE blocks' stacked experts, float32 and float16, likewise.
+    for dt in [models::DType::F32, models::DType::F16] {
+        let log: Log = Arc::default();
+        let mut s = session(
+            DeviceType::CPU,
+            &moe_experts_model(dt),
+            &[],
+            Some(log.clone()),
+        )
+        .expect("session with device memory");
+        assert!(
+            log_mentions(&log, "mx_gather_dequant claims"),
+            "a device placement fuses the stacked experts ({dt:?})"
+        );
+        run_moe(&mut s);
     }
 }
 
