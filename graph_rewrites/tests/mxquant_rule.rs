@@ -936,3 +936,63 @@ fn unknown_rank_refusal_names_the_op_inference_stops_at() {
         }
     }
 }
+
+/// `x [4, H]` with a symbolic H quantized by the standard spelling whose block Reshape is
+/// `block_shape` (its K/32 entry pins H = K): a Reshape stating K/32 fuses (the unfused graph runs
+/// only with exactly that H), one with `-1` there leaves H unknown and is refused.
+fn symbolic_hidden_model(block_shape: &[i64]) -> ModelBuilder {
+    let mut b = ModelBuilder::new(24);
+    b.input("x", FLOAT, &[4, -1]);
+    b.init_i64("shape", &[3], block_shape)
+        .init_i64("axes", &[1], &[-1])
+        .init_f32("c", &[], &[2f32.powi(-8)]);
+    b.node("Reshape", &["x", "shape"], &["xb"])
+        .node("Abs", &["xb"], &["ab"]);
+    b.node_in(
+        "",
+        "ReduceMax",
+        &["ab", "axes"],
+        &["amax"],
+        &[("keepdims", Attr::I(0))],
+    );
+    b.node("Mul", &["amax", "c"], &["s32"]);
+    b.node_in(
+        "",
+        "Cast",
+        &["s32"],
+        &["scale"],
+        &[
+            ("to", Attr::I(FLOAT8E8M0 as i64)),
+            ("round_mode", Attr::S("down")),
+        ],
+    );
+    let q = [
+        ("axis", Attr::I(-1)),
+        ("block_size", Attr::I(32)),
+        ("output_dtype", Attr::I(FLOAT8E4M3FN as i64)),
+    ];
+    b.node_in("", "QuantizeLinear", &["x", "scale"], &["q"], &q);
+    b.output("q", FLOAT8E4M3FN, &[4, -1])
+        .output("scale", FLOAT8E8M0, &[4, -1]);
+    b
+}
+
+#[test]
+fn symbolic_last_dim_pinned_by_the_block_reshape_fuses() {
+    let mut g = symbolic_hidden_model(&[0, 2, 32]).graph().unwrap();
+    let report = run_pipeline(&mut g, &PipelineOptions::default()).unwrap();
+    assert_eq!(report.counts["mxquant"], 1, "{report:#?}");
+    assert_eq!(op_types(&g), ["MxQuantize"]);
+
+    let mut g = symbolic_hidden_model(&[0, -1, 32]).graph().unwrap();
+    let report = run_pipeline(&mut g, &PipelineOptions::default()).unwrap();
+    assert_eq!(report.counts.get("mxquant").copied().unwrap_or(0), 0);
+    assert!(
+        report
+            .rejections
+            .iter()
+            .any(|r| r.reason.contains("not known statically")),
+        "{:#?}",
+        report.rejections
+    );
+}

@@ -56,6 +56,24 @@ pub(super) fn check_block_reshape(
     }
 }
 
+/// K (the last dim of `x`, of rank `rank`) as the block Reshape `n` states it: its shape read
+/// as in [`check_block_reshape`] ends in `[K/32, 32]` with a known K/32 > 0. For an `x` whose last
+/// dim is symbolic (exporters' and ORT's symbolic hidden dims): the unfused Reshape fails at run
+/// time unless that dim is exactly this K, so the fusion may rely on it. [`check_block_reshape`]
+/// then checks the rest of the shape against it.
+pub(super) fn block_reshape_k(
+    g: &dyn GraphView,
+    n: NodeId,
+    x: ValueId,
+    rank: usize,
+) -> Option<i64> {
+    let shape = shape_entries(g, g.inputs(n).get(1).copied().flatten()?, x, 0)?;
+    match shape[..] {
+        [.., kb, b] if shape.len() == rank + 1 && b == BLOCK && kb > 0 => kb.checked_mul(BLOCK),
+        _ => None,
+    }
+}
+
 /// The entries of Reshape shape `v` as a constant shape: a constant, or computed from `Shape(x)`
 /// the way exporters spell symbolic batch / sequence dims — `Concat(Shape(x, end=-1) |
 /// Slice(Shape(x), 0, -1) | Unsqueeze(Gather(Shape(x), i))…, [K/32, 32])`. x's own dim `i` at

@@ -42,7 +42,7 @@ use crate::pattern::{Match, OpId, Pat, Reject, N, V};
 use crate::reject;
 use crate::view::{Dim, GraphView, NodeId, ValueId, ONNX_DOMAIN, QUARK_DOMAIN};
 
-use super::block_shape::{block_shape_nodes, check_block_reshape};
+use super::block_shape::{block_reshape_k, block_shape_nodes, check_block_reshape};
 
 /// MX block size: the only one the kernels implement.
 pub const BLOCK: i64 = 32;
@@ -289,7 +289,29 @@ fn is_last_axis(axis: i64, rank: usize) -> bool {
 pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject> {
     let g = m.graph();
     let x = m[h.x];
-    let (rank, k, dt) = last_dim(g, x)?;
+    let block_reshape = m.node(h.reshape).or(m.node(h.reshape_abs));
+    let (rank, k, dt) = match last_dim(g, x) {
+        Ok(v) => v,
+        // A symbolic last dim that the standard spelling's block Reshape pins to [K/32, 32].
+        Err(why) => {
+            let info = g.tensor_info(x);
+            let symbolic = info
+                .as_ref()
+                .and_then(|i| i.shape.as_ref())
+                .and_then(|d| d.last())
+                .is_some_and(|d| !matches!(d, Dim::Known(_)));
+            let rank = info
+                .as_ref()
+                .and_then(|i| i.shape.as_ref())
+                .map_or(0, Vec::len);
+            let dt = info.map_or(0, |i| i.elem_type);
+            let k = block_reshape.and_then(|r| block_reshape_k(g, r, x, rank));
+            match k {
+                Some(k) if symbolic && dtype::ACTIVATION.contains(&dt) => (rank, k, dt),
+                _ => return Err(why),
+            }
+        }
+    };
     if let Some(n) = m.node(h.quark) {
         let elem = attr_string(g.attr(n, "element_dtype"), "int8").unwrap_or_default();
         if elem != "fp8_e4m3" {
