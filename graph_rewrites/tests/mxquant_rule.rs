@@ -938,8 +938,9 @@ fn unknown_rank_refusal_names_the_op_inference_stops_at() {
 }
 
 /// `x [4, H]` with a symbolic H quantized by the standard spelling whose block Reshape is
-/// `block_shape` (its K/32 entry pins H = K): a Reshape stating K/32 fuses (the unfused graph runs
-/// only with exactly that H), one with `-1` there leaves H unknown and is refused.
+/// `block_shape` (its K/32 entry pins H = K): a Reshape stating K/32 after copied leading dims
+/// fuses (the unfused graph runs only with exactly that H); a `-1` anywhere leaves H unknown and is
+/// refused.
 fn symbolic_hidden_model(block_shape: &[i64]) -> ModelBuilder {
     let mut b = ModelBuilder::new(24);
     b.input("x", FLOAT, &[4, -1]);
@@ -984,15 +985,22 @@ fn symbolic_last_dim_pinned_by_the_block_reshape_fuses() {
     assert_eq!(report.counts["mxquant"], 1, "{report:#?}");
     assert_eq!(op_types(&g), ["MxQuantize"]);
 
-    let mut g = symbolic_hidden_model(&[0, -1, 32]).graph().unwrap();
-    let report = run_pipeline(&mut g, &PipelineOptions::default()).unwrap();
-    assert_eq!(report.counts.get("mxquant").copied().unwrap_or(0), 0);
-    assert!(
-        report
-            .rejections
-            .iter()
-            .any(|r| r.reason.contains("not known statically")),
-        "{:#?}",
-        report.rejections
-    );
+    // -1 for K/32, or a leading -1 (it would absorb another last dim): H is not pinned.
+    for shape in [[0, -1, 32], [-1, 2, 32]] {
+        let mut g = symbolic_hidden_model(&shape).graph().unwrap();
+        let report = run_pipeline(&mut g, &PipelineOptions::default()).unwrap();
+        assert_eq!(
+            report.counts.get("mxquant").copied().unwrap_or(0),
+            0,
+            "{shape:?}"
+        );
+        assert!(
+            report
+                .rejections
+                .iter()
+                .any(|r| r.reason.contains("not known statically")),
+            "{shape:?}: {:#?}",
+            report.rejections
+        );
+    }
 }

@@ -57,7 +57,7 @@ pub(super) fn check_block_reshape(
 }
 
 /// K (the last dim of `x`, of rank `rank`) as the block Reshape `n` states it: its shape read
-/// as in [`check_block_reshape`] ends in `[K/32, 32]` with a known K/32 > 0. For an `x` whose last
+/// as in [`check_block_reshape`] ends in `[K/32, 32]` with a known K/32 > 0 and no leading -1. For an `x` whose last
 /// dim is symbolic (exporters' and ORT's symbolic hidden dims): the unfused Reshape fails at run
 /// time unless that dim is exactly this K, so the fusion may rely on it. [`check_block_reshape`]
 /// then checks the rest of the shape against it.
@@ -68,8 +68,13 @@ pub(super) fn block_reshape_k(
     rank: usize,
 ) -> Option<i64> {
     let shape = shape_entries(g, g.inputs(n).get(1).copied().flatten()?, x, 0)?;
+    // A leading -1 would let the Reshape run with another last dim (the -1 absorbing the
+    // difference), the unfused QuantizeLinear then failing on the amax's shape: not pinned.
+    if shape.len() != rank + 1 || shape[..rank - 1].contains(&-1) {
+        return None;
+    }
     match shape[..] {
-        [.., kb, b] if shape.len() == rank + 1 && b == BLOCK && kb > 0 => kb.checked_mul(BLOCK),
+        [.., kb, b] if b == BLOCK && kb > 0 => kb.checked_mul(BLOCK),
         _ => None,
     }
 }
