@@ -9,7 +9,9 @@
 //! synchronizing and fails the run with [`index_error`] when the flag is set.
 
 use super::error::GpuResult;
-use super::launch::{check_aligned, dim_i32, dim_u32, dtype_suffix, Params, StreamHandle};
+use super::launch::{
+    check_aligned, dim_i32, dim_u32, dtype_suffix, mx_values_suffix, Params, StreamHandle,
+};
 use super::runtime::GpuRuntime;
 use crate::codec::BLOCK;
 use crate::element::DType;
@@ -69,6 +71,20 @@ pub(super) fn i64_of(what: &str, v: usize) -> GpuResult<i64> {
         .map_err(|_| KernelError::Shape(format!("{what} = {v} exceeds the kernel's range")).into())
 }
 
+/// The sample dim broadcasts as MatMul's batch dim: a's samples and the indices are 1 or
+/// `mm.samples` each.
+pub(super) fn check_broadcast(mm: &GpuGatherMatMul, idx: &GpuIndices) -> GpuResult<()> {
+    let s = mm.samples;
+    if !(mm.a_samples == 1 || mm.a_samples == s) || !(idx.count == 1 || idx.count == s) {
+        return Err(KernelError::Shape(format!(
+            "{} indices and {} activation samples do not broadcast to {s} samples",
+            idx.count, mm.a_samples
+        ))
+        .into());
+    }
+    Ok(())
+}
+
 fn check_indices(idx: &GpuIndices) -> GpuResult<()> {
     check_aligned("indices", idx.ptr, if idx.wide { 8 } else { 4 })
 }
@@ -98,17 +114,7 @@ impl GpuRuntime {
         (x, scale, y, err): (u64, u64, u64, u64),
         stream: StreamHandle,
     ) -> GpuResult<()> {
-        let xt = match x_dtype {
-            DType::E4M3 => "e4m3",
-            DType::E5M2 => "e5m2",
-            DType::E2M1 => "e2m1",
-            other => {
-                return Err(KernelError::DType(format!(
-                    "MxGatherDequantize reads E4M3, E5M2 or E2M1 values, got {other:?}"
-                ))
-                .into())
-            }
-        };
+        let xt = mx_values_suffix("MxGatherDequantize", x_dtype)?;
         let t = dtype_suffix(y_dtype)?;
         let map = ScaleMap::new(x_dims, scale_dims, axis, block_size)?;
         let rank = x_dims.len() as i64;
@@ -190,13 +196,7 @@ impl GpuRuntime {
             ))
             .into());
         }
-        if !(mm.a_samples == 1 || mm.a_samples == s) || !(idx.count == 1 || idx.count == s) {
-            return Err(KernelError::Shape(format!(
-                "{} indices and {} activation samples do not broadcast to {s} samples",
-                idx.count, mm.a_samples
-            ))
-            .into());
-        }
+        check_broadcast(mm, &idx)?;
         if s == 0 || p == 0 || n == 0 {
             return Ok(());
         }

@@ -222,6 +222,19 @@ fn quant_flags(q: &QuantConfig) -> u32 {
     })
 }
 
+/// The kernel-name suffix of MX values read by a dequantizing kernel (`op` names the op).
+pub(super) fn mx_values_suffix(op: &str, dt: DType) -> GpuResult<&'static str> {
+    match dt {
+        DType::E4M3 => Ok("e4m3"),
+        DType::E5M2 => Ok("e5m2"),
+        DType::E2M1 => Ok("e2m1"),
+        other => Err(KernelError::DType(format!(
+            "{op} reads E4M3, E5M2 or E2M1 values, got {other:?}"
+        ))
+        .into()),
+    }
+}
+
 pub(super) fn dtype_suffix(dt: DType) -> GpuResult<&'static str> {
     match dt {
         DType::BF16 => Ok("bf16"),
@@ -663,17 +676,7 @@ impl GpuRuntime {
         y: u64,
         stream: StreamHandle,
     ) -> GpuResult<()> {
-        let xt = match x_dtype {
-            DType::E4M3 => "e4m3",
-            DType::E5M2 => "e5m2",
-            DType::E2M1 => "e2m1",
-            other => {
-                return Err(KernelError::DType(format!(
-                    "MxDequantize reads E4M3, E5M2 or E2M1 values, got {other:?}"
-                ))
-                .into())
-            }
-        };
+        let xt = mx_values_suffix("MxDequantize", x_dtype)?;
         let t = dtype_suffix(y_dtype)?;
         check_aligned("x", x, 1)?;
         check_aligned("scale", scale, 1)?;

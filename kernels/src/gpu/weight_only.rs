@@ -6,7 +6,7 @@
 //! session 21).
 
 use super::error::GpuResult;
-use super::gather::{grid_dim, i64_of, GpuExperts, GpuGatherMatMul, GpuIndices};
+use super::gather::{check_broadcast, grid_dim, i64_of, GpuExperts, GpuGatherMatMul, GpuIndices};
 use super::launch::{
     check_aligned, dim_i32, dim_u32, dtype_suffix, GpuEpilogue, Params, StreamHandle,
 };
@@ -107,13 +107,7 @@ impl GpuRuntime {
             ))
             .into());
         }
-        if !(mm.a_samples == 1 || mm.a_samples == s) || !(idx.count == 1 || idx.count == s) {
-            return Err(KernelError::Shape(format!(
-                "{} indices and {} activation samples do not broadcast to {s} samples",
-                idx.count, mm.a_samples
-            ))
-            .into());
-        }
+        check_broadcast(mm, &idx)?;
         if s == 0 || mm.p == 0 || n == 0 {
             return Ok(());
         }
