@@ -71,6 +71,20 @@ impl GpuRuntime {
         )
     }
 
+    /// The tensor-core kernels' 16-column tiles of `n` and warps a block: grids of fewer tiles
+    /// than two a multiprocessor split K over 8 warps, others over 4.
+    fn frag_wo_grid(&self, n: usize) -> (usize, usize) {
+        let tiles = n.div_ceil(16);
+        (
+            tiles,
+            if tiles < 2 * self.multiprocessors() {
+                8
+            } else {
+                4
+            },
+        )
+    }
+
     /// Whether the tensor-core weight-only kernel serves an activation of `a_dtype` with output
     /// `y_dtype` at reduction length `k` (its weight then packed by
     /// [`super::pack::pack_frag_weights`]): CUDA sm_90+, `k % 128 == 0`, f16 `a` into f16 / f32,
@@ -125,12 +139,7 @@ impl GpuRuntime {
             "expert elements",
             e.saturating_mul(n.div_ceil(16) * 16).saturating_mul(k),
         )?;
-        let tiles = n.div_ceil(16);
-        let w = if tiles < 2 * self.multiprocessors() {
-            8
-        } else {
-            4
-        };
+        let (tiles, w) = self.frag_wo_grid(n);
         let params = Params::new()
             .push(mm.a)
             .push(wf)
@@ -192,13 +201,7 @@ impl GpuRuntime {
         check_aligned("b_scales (fragment-packed)", wsf, 4)?;
         check_aligned("y", y, y_dtype.size() as u64)?;
         let epi = ep.params(m, n, y_dtype)?;
-        let tiles = n.div_ceil(16);
-        // Grids of fewer 16-column tiles than two a multiprocessor split K over 8 warps.
-        let w = if tiles < 2 * self.multiprocessors() {
-            8
-        } else {
-            4
-        };
+        let (tiles, w) = self.frag_wo_grid(n);
         let params = Params::new()
             .push(a)
             .push(wf)

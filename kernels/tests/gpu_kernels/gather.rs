@@ -253,7 +253,8 @@ fn gather_matmul_case<A: Element + Pod, O: Element + Pod + Default>(
 }
 
 /// Both orders, the `[E, N, K]` E4M3 kernel and the any-layout one (E4M3 `[E, K, N]`, FP4 both
-/// layouts), row chunks past 4, the sample broadcasts, every activation and output type.
+/// layouts), a row chunk past the 8 a warp takes, the sample broadcasts, every activation and
+/// output type.
 #[test]
 fn gpu_gather_matmul_matches_the_cpu_kernel() {
     let Some(rt) = gpu() else { return };
@@ -264,6 +265,7 @@ fn gpu_gather_matmul_matches_the_cpu_kernel() {
             (true, 7, 1, ids),
             (false, 7, 1, ids),
             (false, 7, 6, ids),
+            (false, 3, 11, &ids[..3]),
             (true, 1, 1, ids),
             (false, 5, 3, &ids[..1]),
         ] {

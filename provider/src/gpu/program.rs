@@ -13,6 +13,7 @@
 //! memory (`MXFUSE_EP_TEST_DEVICE_MEMORY=host`), so everything but the launch calls themselves
 //! is tested on machines without a GPU.
 
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
 use graph_rewrites::view::{ConstTensor, GraphView};
@@ -106,23 +107,27 @@ impl PackedExperts {
             },
             trans_b,
         );
-        // Already [E, N, K] E4M3 (weight first): the constants as they are.
         let (q, scales, dims) = match packed {
-            Some(p) => (p.q, p.scales, p.q_dims),
-            None => match (&b.dims[..], &bs.dims[..]) {
-                (&[e, n, k], &[se, sn, skb])
-                    if trans_b
-                        && b.elem_type == DType::E4M3.onnx_code()
-                        && [se, sn, skb] == [e, n, k / 32]
-                        && k % 32 == 0
-                        && b.raw.len() as i64 == e * n * k
-                        && bs.raw.len() as i64 == e * n * (k / 32) =>
-                {
-                    let d = [e, n, k].map(|v| v.max(0) as usize);
-                    (b.raw.clone(), bs.raw.clone(), d)
+            Some(p) => (Cow::Owned(p.q), Cow::Owned(p.scales), p.q_dims),
+            None => {
+                // Already [E, N, K] E4M3 (weight first): only the fragment packing changes it,
+                // else the constants are uploaded as they are (inputs of the step).
+                let Ok(w) = input_experts((&bm, 0), (&sm, 0), trans_b) else {
+                    return Ok(None);
+                };
+                let fits = w.nk
+                    && !w.fp4
+                    && b.raw.len() == w.e * w.n * w.k
+                    && bs.raw.len() == w.e * w.n * w.k / 32;
+                if !fits || !frag(w.k) {
+                    return Ok(None);
                 }
-                _ => return Ok(None),
-            },
+                (
+                    Cow::Borrowed(&b.raw[..]),
+                    Cow::Borrowed(&bs.raw[..]),
+                    [w.e, w.n, w.k],
+                )
+            }
         };
         let [e, n, k] = dims;
         let frag = e > 0 && frag(k);
@@ -138,7 +143,7 @@ impl PackedExperts {
                 wf.extend(f);
                 wsf.extend(fs);
             }
-            (wf, wsf)
+            (Cow::Owned(wf), Cow::Owned(wsf))
         } else {
             (q, scales)
         };
