@@ -6,12 +6,15 @@ samples): gate_up W1 [E, 1536, 6144] with the weight first (y [S, N, 1] = W1[ids
 down W2 [E, 6144, 768] likewise. Columns (µs, CUDA-graph replay of 200 back-to-back launches,
 median of 15 replays; each launch reads another of 16 random id sets, so replays do not live in
 L2):
-  tc         mx_matmul_frag_wo_gather (the runtime's kernel for f16 / bf16 x on sm_90: each expert
-             packed for the fragment GEMM, tensor cores)
+  grouped    mx_matmul_frag_wo_ggroup (the runtime's kernel for f16 / bf16 x on sm_90 with an
+             index a sample: the samples grouped by expert on the device, each selected expert's
+             tile read once per 16 of its samples; bits checked equal to tc's)
+  tc         mx_matmul_frag_wo_gather (the per-sample tensor-core kernel: each expert packed for
+             the fragment GEMM, read once per sample)
   ours       mx_gather_matmul_nk (the GEMV: E4M3 experts read in place; f32 x and other devices)
   bf16_bmm   torch: bf16 experts, `torch.bmm(W[ids], x)` (the gather materialises S copies)
-  deq_all    the EP's device path before these kernels, minus its host copy: our MxDequantize
-             of all E experts to bf16, then torch's gather + bmm
+  deq_all    (BENCH_DEQ_ALL=1) the EP's device path before these kernels, minus its host copy:
+             our MxDequantize of all E experts to bf16, then torch's gather + bmm
   floor      the selected experts' distinct FP8 bytes at the read-only HBM bandwidth
 Also checks ours against torch's f32 product of the dequantized experts (relative error).
 
@@ -58,7 +61,7 @@ def main():
         W = 8 if -(-N // 16) < 264 else 4
         deq = torch.empty(E, N, K, dtype=torch.bfloat16, device=dev)
         err = torch.zeros(2, dtype=torch.int64, device=dev)
-        for T in (1, 2, 4, 8, 16):
+        for T in (1, 2, 4, 8, 16, 32, 64):
             S = T * TOPK
             ids = [torch.stack([torch.randperm(E, device=dev)[:TOPK] for _ in range(T)]).flatten()
                    for _ in range(IDSETS)]
@@ -82,6 +85,26 @@ def main():
                             ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(E), ctypes.c_int(0), ctypes.c_int(0), err])
                 return y
 
+            slots = min(S, (S + 15 * min(E, S)) // 16)  # weight_only.rs grouped_slots
+            sms = torch.cuda.get_device_properties(0).multi_processor_count
+
+            def grouped_nt(nt, i=None, w=None):
+                cols = -(-N // (16 * nt))
+                w = w or (8 if slots * cols < 2 * sms else 4)
+                sfx = "_t4" if nt == 4 else ""
+                mod.launch(f"mx_matmul_frag_wo_ggroup_bf16_bf16_w{w}{sfx}", (slots, cols, 1), (32 * w,),
+                           [x, wf, wsf, nxt() if i is None else i, ctypes.c_int(1), y, ctypes.c_int(S),
+                            ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(E), ctypes.c_int(0), err])
+                return y
+
+            nt_rt = 4 if K <= 1024 else 1  # weight_only.rs GROUP_SHORT_K
+
+            def grouped(i=None):
+                return grouped_nt(nt_rt, i)
+
+            def grouped_other(i=None):
+                return grouped_nt(5 - nt_rt, i)
+
             def bf16_bmm():
                 return torch.bmm(wb[nxt()], x.unsqueeze(-1))
 
@@ -97,15 +120,24 @@ def main():
             got = tc(ids[0]).float()
             torch.cuda.synchronize()
             rel_tc = ((got - want).norm() / want.norm()).item()
+            bits = []
+            for i in ids[:4]:  # the grouped kernels' bits against the per-sample kernel's at its W
+                a = tc(i).clone()
+                bits += [torch.equal(a, grouped_nt(nt, i, W)) for nt in (1, 4)]
+            torch.cuda.synchronize()
             assert err.sum().item() == 0
             distinct = statistics.mean(len(torch.unique(i)) for i in ids)
             floor = distinct * N * K * (1 + 1 / 32) / read_bw * 1e6
-            t = {k: graph_time(f) for k, f in (("tc", tc), ("ours", ours), ("bf16_bmm", bf16_bmm), ("deq_all", deq_all))}
-            rows.append(dict(shape=name, N=N, K=K, T=T, S=S, rel=rel, rel_tc=rel_tc, floor=floor, **t))
-            print(f"{name:7s} N={N} K={K} T={T:2d} S={S:3d}: tensor cores {t['tc']:8.2f} ({t['bf16_bmm'] / t['tc']:.1f}x bmm, "
-                  f"{100 * floor / t['tc']:.0f}% of HBM, rel err {rel_tc:.1e}) | GEMV {t['ours']:8.2f} | bf16 bmm {t['bf16_bmm']:8.2f} "
-                  f"({t['bf16_bmm'] / t['ours']:.1f}x) | deq_all {t['deq_all']:8.2f} ({t['deq_all'] / t['ours']:.1f}x) | "
-                  f"floor {floor:6.2f} ({100 * floor / t['ours']:.0f}% of HBM) | rel err {rel:.1e}", flush=True)
+            fns = [("grouped", grouped), ("grouped_other", grouped_other), ("tc", tc), ("ours", ours)]
+            fns += [("bf16_bmm", bf16_bmm)] if T <= 16 else []
+            fns += [("deq_all", deq_all)] if os.environ.get("BENCH_DEQ_ALL") == "1" else []
+            t = {k: graph_time(f) for k, f in fns}
+            rows.append(dict(shape=name, N=N, K=K, T=T, S=S, rel=rel, rel_tc=rel_tc, floor=floor, bits=all(bits), **t))
+            bmm = f"{t['bf16_bmm']:8.2f} ({t['bf16_bmm'] / t['grouped']:.1f}x grouped)" if "bf16_bmm" in t else "-"
+            print(f"{name:7s} N={N} K={K} T={T:2d} S={S:3d}: grouped {t['grouped']:8.2f} ({100 * floor / t['grouped']:.0f}% of HBM, "
+                  f"bits == tc: {all(bits)}; with {5 - nt_rt} tiles a block {t['grouped_other']:8.2f}) | tensor cores per sample {t['tc']:8.2f} ({t['tc'] / t['grouped']:.2f}x grouped, "
+                  f"rel err {rel_tc:.1e}) | GEMV {t['ours']:8.2f} (rel err {rel:.1e}) | bf16 bmm {bmm} | "
+                  f"floor {floor:6.2f}", flush=True)
         del q, s, wb, deq, wf, wsf
     wonly = weight_only(mod, read_bw)
     json.dump(dict(read_bw=read_bw, rows=rows, weight_only=wonly), open(os.path.join(OUT, "bench_gather.json"), "w"),

@@ -81,11 +81,19 @@ MX_DEV void mx_frag_prologue(int pre, const uint4* wf, const mx_u32* wsf, int K,
   MX_PDL_LAUNCH();
 }
 
+// Output rows of the fragment kernels' stores: row m of the block's tiles is output row m when
+// m < M, else not stored (-1). (A gathered kernel maps its rows to samples instead.)
+struct MxRowsBelow {
+  int M;
+  MX_DEV int operator()(int m) const { return m < M ? m : -1; }
+};
+
 // The end of both kernels: the W warps' accumulators added in warp order, then (S > 1) the
-// cluster's blocks in rank order through distributed shared memory; rank 0 stores.
-template <class TO, int W, int MT, int S, int NT = 1>
+// cluster's blocks in rank order through distributed shared memory; rank 0 stores row m (of the
+// block's tiles, from MxFragBlock's m0) to output row rows(m), where that is not -1.
+template <class TO, int W, int MT, int S, int NT = 1, class Rows = MxRowsBelow>
 MX_DEV void mx_frag_reduce_store(const float (*acc)[MT][4], typename TO::storage* __restrict__ y,
-                                 int M, int N, const MxEpi& ep) {
+                                 int N, const MxEpi& ep, Rows rows) {
   constexpr int E = NT * MT * 4 * 32;  // accumulator elements of a warp
   __shared__ float part[W * E];
   __shared__ float red[S > 1 ? E : 1];
@@ -105,8 +113,8 @@ MX_DEV void mx_frag_reduce_store(const float (*acc)[MT][4], typename TO::storage
     // d0/d1: column n0 + g, rows 2t / 2t + 1 of tile mt; d2/d3: column n0 + g + 8.
     const int mt = (e >> 7) % MT, c = (e >> 5) & 3, ln = e & 31;
     const int n = n0 + 16 * (e / (128 * MT)) + (ln >> 2) + (c >= 2 ? 8 : 0);
-    const int m = m0 + 8 * mt + 2 * (ln & 3) + (c & 1);
-    if (n < N && m < M) y[(long long)m * N + n] = TO::from_f32(mx_epilogue<TO>(ep, m, n, v));
+    const int m = rows(m0 + 8 * mt + 2 * (ln & 3) + (c & 1));
+    if (n < N && m >= 0) y[(long long)m * N + n] = TO::from_f32(mx_epilogue<TO>(ep, m, n, v));
   };
   for (int e = tid; e < E; e += 32 * W) {
     float v = part[e];
@@ -130,6 +138,11 @@ MX_DEV void mx_frag_reduce_store(const float (*acc)[MT][4], typename TO::storage
     }
     mx_cluster_sync();  // the other blocks' shared memory stays alive until read
   }
+}
+template <class TO, int W, int MT, int S, int NT = 1>
+MX_DEV void mx_frag_reduce_store(const float (*acc)[MT][4], typename TO::storage* __restrict__ y,
+                                 int M, int N, const MxEpi& ep) {
+  mx_frag_reduce_store<TO, W, MT, S, NT>(acc, y, N, ep, MxRowsBelow{M});
 }
 
 // A warp's share of the work: groups gb .. ge - 1 (part split * W + warp of S * W contiguous

@@ -92,24 +92,23 @@ struct MxIsBf16<MxBf16> {
   static constexpr bool value = true;
 };
 
-template <class TA, class TO, int W>
-MX_DEV void mx_matmul_frag_wo(const typename TA::storage* __restrict__ a,
-                              const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
-                              typename TO::storage* __restrict__ y, int M, int N, int K,
-                              const MxEpi& ep) {
+// One block's loop: the W warps split the K / 128 groups of weight tile `tile` (16 columns) and
+// multiply them by 16 activation rows; ar[mt] = this lane's activation row 8 mt + g (k = 0).
+// Each warp double-buffers its groups (the next group's loads issued before the current group's
+// mmas) and leaves its partial sums in acc.
+template <class TA, int W>
+MX_DEV void mx_frag_wo_loop(const typename TA::storage* const ar[2], const uint4* __restrict__ wf,
+                            const mx_u32* __restrict__ wsf, int tile, int K, float acc[2][4]) {
   constexpr int MT = 2;
   constexpr bool BF = MxIsBf16<TA>::value;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int tile = blockIdx.y, m0 = 16 * blockIdx.x;
   const int G = K >> 7, per = (G + W - 1) / W;
   const int gb = min(G, warp * per), ge = min(G, gb + per);
   const uint4* wp = wf + (long long)tile * (K >> 5) * 32 + lane + 128LL * gb;
   const mx_u32* swp = wsf + (long long)tile * G * 16 + 16LL * gb + g;
-  // Rows past M read row M - 1: they reach only outputs past M, which are not stored.
   const typename TA::storage* ap[MT];
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-    ap[mt] = a + (long long)min(m0 + 8 * mt + g, M - 1) * K + 128LL * gb + 8 * t;
+  for (int mt = 0; mt < MT; ++mt) ap[mt] = ar[mt] + 128LL * gb + 8 * t;
   struct Batch {
     uint4 w[4];
     mx_u32 sA, sB;
@@ -129,12 +128,10 @@ MX_DEV void mx_matmul_frag_wo(const typename TA::storage* __restrict__ a,
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) ap[mt] += 128;
   };
-  float acc[MT][4];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[mt][c] = 0.0f;
-  MX_PDL_ENTRY();
   Batch b0, b1;
   if (gb < ge) load(b0);
   for (int i = gb; i < ge; i += 2) {
@@ -144,7 +141,22 @@ MX_DEV void mx_matmul_frag_wo(const typename TA::storage* __restrict__ a,
     if (i + 2 < ge) load(b0);
     mx_wo_group4<MT, BF>(acc, b1.w, b1.b, b1.sA, b1.sB);
   }
-  mx_frag_reduce_store<TO, W, MT, 1>(&acc, y, M, N, ep);
+}
+
+template <class TA, class TO, int W>
+MX_DEV void mx_matmul_frag_wo(const typename TA::storage* __restrict__ a,
+                              const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
+                              typename TO::storage* __restrict__ y, int M, int N, int K,
+                              const MxEpi& ep) {
+  const int g = (threadIdx.x & 31) >> 2, m0 = 16 * blockIdx.x;
+  // Rows past M read row M - 1: they reach only outputs past M, which are not stored.
+  const typename TA::storage* ar[2];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) ar[mt] = a + (long long)min(m0 + 8 * mt + g, M - 1) * K;
+  MX_PDL_ENTRY();
+  float acc[2][4];
+  mx_frag_wo_loop<TA, W>(ar, wf, wsf, blockIdx.y, K, acc);
+  mx_frag_reduce_store<TO, W, 2, 1>(&acc, y, M, N, ep);
 }
 
 // MxGatherMatMul on the same loop (stacked experts, each packed as above one after another: expert
@@ -178,7 +190,147 @@ MX_DEV void mx_gather_matmul_frag(const typename TA::storage* __restrict__ a,
                                wsf + e * tiles * (K >> 7) * 16, ys, P, N, K, none);
 }
 
+// MxGatherMatMul with the samples grouped by expert (one row a sample: a [S or 1, K], y [S, N]):
+// block (slot z, tile) multiplies its 16-column tile of one expert by up to 16 of the samples
+// that select it, so each selected expert's weights are read once per 16 of its samples instead
+// of once per sample (a MoE decode step of T tokens with top-k routing has up to T samples an
+// expert; BENCHMARKS.md session 22). Every block derives the same grouping from the indices on
+// its own (no workspace, no second launch): the samples' experts into shared memory (checked as
+// mx_gather_index does; an out-of-range sample joins no group), counts per expert, then slot z
+// is chunk c of expert e where z falls in e's run of ceil(count / 16) slots in expert order, and
+// its samples are those of ranks 16 c .. 16 c + 15 among e's in sample order (a stable
+// compaction by ballots, so all tiles agree). A sample's outputs depend only on its own
+// activation row and expert, never on its group or its position in the mma's B operand: the bits
+// equal mx_gather_matmul_frag's. Blocks past the last group exit; the blocks of slot 0 also write
+// NaN rows for the out-of-range samples. NT > 1 (`_t<NT>`): a block takes NT neighbouring tiles
+// one after another, its warps' weight ranges of all NT asked of L2 up front (cp.async.bulk
+// prefetch), so the grouping prologue is paid once per NT tiles: for short K (the down
+// projection's 768), where a tile's stream is shorter than the prologue. Grid: x = slots (an
+// upper bound of the groups, host), y = ceil(N / (16 NT)); S <= MX_GROUP_MAX_S,
+// E <= MX_GROUP_MAX_E.
+#define MX_GROUP_MAX_S 2048
+#define MX_GROUP_MAX_E 1024
+template <class TA, class TO, int W, int NT>
+MX_DEV void mx_gather_matmul_frag_grouped(const typename TA::storage* __restrict__ a,
+                                          const uint4* __restrict__ wf,
+                                          const mx_u32* __restrict__ wsf, const void* __restrict__ idx,
+                                          int idx64, typename TO::storage* __restrict__ y, int S,
+                                          int N, int K, int E, int a_one, mx_u64* err) {
+  __shared__ int sid[MX_GROUP_MAX_S];  // each sample's expert, -1 when out of range
+  __shared__ int cnt[MX_GROUP_MAX_E];  // samples per expert
+  __shared__ int rows[16];             // this group's samples, -1 past its count
+  __shared__ int grp[2];               // this block's expert and chunk (-1: no group)
+  __shared__ int bad;                  // any sample out of range
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int n0 = 16 * NT * blockIdx.y, z = blockIdx.x;
+  for (int e = tid; e < E; e += 32 * W) cnt[e] = 0;
+  if (tid < 16) rows[tid] = -1;
+  if (tid == 0) grp[0] = -1, bad = 0;
+  __syncthreads();
+  // The indices may come from the previous kernel: wait before reading them.
+  MX_PDL_WAIT();
+  for (int s = tid; s < S; s += 32 * W) {
+    const int e = (int)mx_gather_index(idx, idx64, s, E, err);
+    sid[s] = e;
+    if (e >= 0) {
+      atomicAdd(&cnt[e], 1);
+    } else {
+      bad = 1;
+    }
+  }
+  __syncthreads();
+  MX_PDL_LAUNCH();
+  if (warp == 0) {
+    // Slot z in expert order: an inclusive warp scan of ceil(count / 16) over 32 experts a step.
+    int base = 0;
+    for (int e0 = 0; e0 < E && base <= z; e0 += 32) {
+      const int e = e0 + lane;
+      const int c = e < E ? (cnt[e] + 15) >> 4 : 0;
+      int inc = c;
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, inc, d);
+        if (lane >= d) inc += v;
+      }
+      const int first = base + inc - c;
+      if (c > 0 && z >= first && z < first + c) grp[0] = e, grp[1] = z - first;
+      base += __shfl_sync(0xffffffffu, inc, 31);
+    }
+    __syncwarp();
+    const int ge = grp[0];
+    if (ge >= 0) {
+      // Ranks 16 c .. 16 c + 15 of expert ge's samples in sample order.
+      const int lo = 16 * grp[1];
+      int rank = 0;
+      for (int s0 = 0; s0 < S && rank < lo + 16; s0 += 32) {
+        const int s = s0 + lane;
+        const bool hit = s < S && sid[s] == ge;
+        const unsigned m = __ballot_sync(0xffffffffu, hit);
+        const int r = rank + __popc(m & ((1u << lane) - 1u));
+        if (hit && r >= lo && r < lo + 16) rows[r - lo] = s;
+        rank += __popc(m);
+      }
+    }
+  }
+  __syncthreads();
+  if (z == 0 && bad) {
+    const typename TO::storage nan = TO::from_f32(mx_bits_f32(0x7fc00000u));
+    for (int i = tid; i < 16 * NT * S; i += 32 * W) {
+      const int s = i / (16 * NT), n = n0 + i % (16 * NT);
+      if (sid[s] < 0 && n < N) y[(long long)s * N + n] = nan;
+    }
+  }
+  const long long e = grp[0];  // 64-bit: the experts' offsets below
+  if (e < 0) return;
+  const int g = lane >> 2;
+  const typename TA::storage* ar[2];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+    // Rows past the group's count read its first sample: their outputs are not stored.
+    const int r = rows[8 * mt + g];
+    ar[mt] = a + (a_one ? 0 : (long long)(r >= 0 ? r : rows[0]) * K);
+  }
+  const int tiles = (N + 15) / 16;
+  const uint4* we = wf + e * tiles * (K >> 5) * 32;
+  const mx_u32* wse = wsf + e * tiles * (long long)(K >> 7) * 16;
+  if (NT > 1) {
+    const int G = K >> 7, per = (G + W - 1) / W;
+    const int gb = min(G, warp * per), ge = min(G, gb + per);
+    for (int nt = 1; nt < NT && NT * blockIdx.y + nt < tiles; ++nt)
+      mx_frag_prefetch_l2(we, wse, NT * blockIdx.y + nt, K, gb, ge);
+  }
+  float acc[NT][2][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    if (NT * (int)blockIdx.y + nt < tiles) {
+      mx_frag_wo_loop<TA, W>(ar, we, wse, NT * blockIdx.y + nt, K, acc[nt]);
+    } else {  // past the last tile: outputs past N, not stored
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[nt][mt][c] = 0.0f;
+    }
+  }
+  // m0 of the block's rows is 16 z (MxFragBlock): row m is the group's sample m - 16 z.
+  struct Rows {
+    const int* rows;
+    int m0;
+    MX_DEV int operator()(int m) const { return rows[m - m0]; }
+  };
+  const MxEpi none = {nullptr, 0, 0, 1.0f, 1.0f};
+  mx_frag_reduce_store<TO, W, 2, 1, NT>(acc, y, N, none, Rows{rows, 16 * z});
+}
+
 // Kernel names: mx_matmul_frag_wo_<f16|bf16>_<out>_w<W> and mx_matmul_frag_wo_gather_<a>_<out>_w<W>.
+// mx_matmul_frag_wo_ggroup_<a>_<out>_w<W>[_t4]: the grouped kernel.
+#define MX_DEFINE_FRAG_WO_GROUP(TA, NA, TO, NO, W, NT, SFX)                                     \
+  extern "C" __global__ void __launch_bounds__(32 * W)                                          \
+      mx_matmul_frag_wo_ggroup_##NA##_##NO##_w##W##SFX(                                         \
+          const TA::storage* a, const uint4* wf, const mx_u32* wsf, const void* idx, int idx64,  \
+          TO::storage* y, int S, int N, int K, int E, int a_one, mx_u64* err) {                  \
+    mx_gather_matmul_frag_grouped<TA, TO, W, NT>(a, wf, wsf, idx, idx64, y, S, N, K, E, a_one,  \
+                                                 err);                                          \
+  }
 #define MX_DEFINE_FRAG_WO1(TA, NA, TO, NO, W)                                                   \
   extern "C" __global__ void __launch_bounds__(32 * W) mx_matmul_frag_wo_##NA##_##NO##_w##W(     \
       const TA::storage* a, const uint4* wf, const mx_u32* wsf, TO::storage* y, int M, int N,    \
@@ -189,7 +341,9 @@ MX_DEV void mx_gather_matmul_frag(const typename TA::storage* __restrict__ a,
       const TA::storage* a, const uint4* wf, const mx_u32* wsf, const void* idx, int idx64,      \
       TO::storage* y, int P, int N, int K, int E, int a_one, int idx_one, mx_u64* err) {         \
     mx_gather_matmul_frag<TA, TO, W>(a, wf, wsf, idx, idx64, y, P, N, K, E, a_one, idx_one, err); \
-  }
+  }                                                                                             \
+  MX_DEFINE_FRAG_WO_GROUP(TA, NA, TO, NO, W, 1, )                                                \
+  MX_DEFINE_FRAG_WO_GROUP(TA, NA, TO, NO, W, 4, _t4)
 #define MX_DEFINE_FRAG_WO(TA, NA, TO, NO) \
   MX_DEFINE_FRAG_WO1(TA, NA, TO, NO, 4)   \
   MX_DEFINE_FRAG_WO1(TA, NA, TO, NO, 8)

@@ -18,6 +18,34 @@ use crate::error::KernelError;
 /// Rows of the tensor-core kernel's tile (`MT = 2` tiles of 8).
 const FRAG_WO_ROWS: usize = 16;
 
+/// The grouped kernel's limits (`MX_GROUP_MAX_S`, `MX_GROUP_MAX_E` of mx_matmul_frag_wo.hip: the
+/// samples' experts and the counts per expert live in shared memory).
+const GROUP_MAX_SAMPLES: usize = 2048;
+const GROUP_MAX_EXPERTS: usize = 1024;
+
+/// Whether `MxGatherMatMul` groups its samples by expert on the device, and then the grid's
+/// slots: an upper bound of the groups of up to 16 samples of one expert. Grouped: one row a
+/// sample, an index a sample (not broadcast), at least `GROUP_MIN_SAMPLES` samples and the
+/// kernel's limits, unless `MXFUSE_GPU_GROUP=0` (or `off`). With `d <= min(E, S)` experts
+/// selected, `sum ceil(c_e / 16) <= (S + 15 d) / 16`, and never more than `S`.
+fn grouped_slots(mm: &GpuGatherMatMul, idx: &GpuIndices, e: usize) -> Option<usize> {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let s = mm.samples;
+    let on = *ON
+        .get_or_init(|| !std::env::var("MXFUSE_GPU_GROUP").is_ok_and(|v| v == "0" || v == "off"));
+    (on && mm.p == 1
+        && idx.count == s
+        && (GROUP_MIN_SAMPLES..=GROUP_MAX_SAMPLES).contains(&s)
+        && e <= GROUP_MAX_EXPERTS)
+        .then(|| s.min((s + 15 * e.min(s)) / 16).max(1))
+}
+
+/// Fewest samples the grouped kernel takes (below, the per-sample kernel: no grouping prologue).
+const GROUP_MIN_SAMPLES: usize = 2;
+
+/// Longest K for which the grouped kernel takes 4 tiles a block (`_t4`).
+const GROUP_SHORT_K: usize = 1024;
+
 impl GpuRuntime {
     /// The weight-only `MxMatMul`: `y [M, N] = epilogue(a [M, K] · deq(w))` with a float `a`
     /// (`a_dtype`) and one MX weight `w` (`e = 1`; `[N, K]` when `w.nk`, else `[K, N]`; E4M3 or
@@ -139,6 +167,9 @@ impl GpuRuntime {
             "expert elements",
             e.saturating_mul(n.div_ceil(16) * 16).saturating_mul(k),
         )?;
+        if let Some(slots) = grouped_slots(mm, &idx, e) {
+            return self.mx_gather_matmul_grouped(mm, (wf, wsf, e, n, k), idx, slots, err, stream);
+        }
         let (tiles, w) = self.frag_wo_grid(n);
         let params = Params::new()
             .push(mm.a)
@@ -160,6 +191,50 @@ impl GpuRuntime {
             grid_dim("samples", s)?,
         ];
         let name = format!("mx_matmul_frag_wo_gather_{ta}_{to}_w{w}");
+        self.run(&name, grid, 32 * w as u32, params, stream)
+    }
+
+    /// [`GpuRuntime::mx_gather_matmul_frag`] with the samples grouped by expert on the device
+    /// (`mx_matmul_frag_wo_ggroup_*`): each selected expert's tile is read once per 16 of its
+    /// samples; `slots` bounds the groups (grid x). Checked by the caller.
+    fn mx_gather_matmul_grouped(
+        &self,
+        mm: &GpuGatherMatMul,
+        (wf, wsf, e, n, k): (u64, u64, usize, usize, usize),
+        idx: GpuIndices,
+        slots: usize,
+        err: u64,
+        stream: StreamHandle,
+    ) -> GpuResult<()> {
+        let (ta, to) = (dtype_suffix(mm.a_dtype)?, dtype_suffix(mm.y_dtype)?);
+        // Short K: 4 tiles a block, so the grouping prologue is paid once per 4 tiles.
+        let (nt, sfx) = if k <= GROUP_SHORT_K {
+            (4, "_t4")
+        } else {
+            (1, "")
+        };
+        let tiles = n.div_ceil(16 * nt);
+        // As frag_wo_grid, on the grid's blocks: few blocks split K over 8 warps.
+        let w = if slots * tiles < 2 * self.multiprocessors() {
+            8
+        } else {
+            4
+        };
+        let params = Params::new()
+            .push(mm.a)
+            .push(wf)
+            .push(wsf)
+            .push(idx.ptr)
+            .push(i32::from(idx.wide))
+            .push(mm.y)
+            .push(dim_i32("S", mm.samples)?)
+            .push(dim_i32("N", n)?)
+            .push(dim_i32("K", k)?)
+            .push(dim_i32("E", e)?)
+            .push(i32::from(mm.a_samples == 1))
+            .push(err);
+        let grid = [grid_dim("groups", slots)?, grid_dim("N / 16", tiles)?, 1];
+        let name = format!("mx_matmul_frag_wo_ggroup_{ta}_{to}_w{w}{sfx}");
         self.run(&name, grid, 32 * w as u32, params, stream)
     }
 

@@ -533,8 +533,10 @@ fn gpu_weight_only_matmul_on_tensor_cores_matches_the_cpu_kernel() {
 
 /// `MxGatherMatMul` on tensor cores (kernels/gpu/mx_matmul_frag_wo.hip, f16 / bf16 `a`, each
 /// expert packed for the fragment GEMM): weight first and second (6 rows a sample: a partial
-/// 16-row tile), both sample broadcasts, against the CPU kernel; an index out of range writes NaN
-/// to that sample's outputs and is recorded.
+/// 16-row tile), both sample broadcasts, against the CPU kernel; one row a sample also grouped by
+/// expert (`mx_matmul_frag_wo_ggroup_*`: an expert with more samples than a group, a broadcast
+/// activation, more samples than the grouped kernel takes); an index out of range writes NaN to
+/// that sample's outputs and is recorded.
 #[test]
 fn gpu_gather_matmul_on_tensor_cores_matches_the_cpu_kernel() {
     let Some(rt) = gpu() else { return };
@@ -628,6 +630,18 @@ fn gpu_gather_matmul_on_tensor_cores_matches_the_cpu_kernel() {
         (rel_err(&g2, &w2), got)
     }
     let ids: &[i64] = &[3, -1, 0, 3, 4, 2];
+    // One row a sample with an index each: the samples grouped by expert on the device (up to
+    // 16 a group). 40 samples: expert 3 taken 21 times (two groups), -1 (expert 4) 9 times, one
+    // index out of range; 2100 samples: past the grouped kernel's limit (the per-sample kernel).
+    let many: Vec<i64> = (0..40)
+        .map(|i| match i % 9 {
+            0 | 2 | 4 | 6 | 8 if i != 38 => 3,
+            1 | 5 => -1,
+            _ if i == 38 => 9,
+            _ => (i % 3) as i64,
+        })
+        .collect();
+    let huge: Vec<i64> = (0..2100).map(|i| ((i * 7) % 5) as i64).collect();
     let d = (&q[..], &sc[..]);
     let w = (&wfb, &wsfb);
     for (sa, p, trans_b, ids) in [
@@ -636,6 +650,10 @@ fn gpu_gather_matmul_on_tensor_cores_matches_the_cpu_kernel() {
         (1, 6, false, ids),
         (6, 1, true, &ids[..1]),
         (3, 6, false, &[1, 9, 2][..]),
+        (40, 1, true, &many[..]),
+        (40, 1, false, &many[..]),
+        (1, 1, false, &many[..]),
+        (2100, 1, true, &huge[..]),
     ] {
         let errs = [
             case::<bf16, f32>(&rt, &mut rng, (sa, p, trans_b), ids, d, (e, n, k), w).0,
