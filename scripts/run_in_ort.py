@@ -9,6 +9,10 @@
    float16 output where 2 and 3 differ, also with the plugin EP: on the custom-op path ORT's CPU
    EP runs some unfused f16 ops in f32, see docs/provider.md "f16 on the custom-op path").
 
+When 2 and 3 are not bit-identical and the plugin EP took another number of the original
+model's nodes than the rewrite replaced, the script says so: the two paths fused different sites
+(the EP sees ORT's shape inference), and what runs unfused on one path sums in another order.
+
 The differences to `onnx.reference` are for you to judge: in an f32 model they are GEMM summation
 order (~1e-7 relative); in an f16 model ORT and `onnx.reference` also round the unfused f16 ops
 (attention, residual adds) differently, and an E4M3 rounding downstream that this flips moves the
@@ -370,8 +374,25 @@ def main():
         if ref is not None and a.dtype == np.float16:
             print("  (float16: ORT and onnx.reference round the unfused f16 ops differently, and one E4M3 "
                   "rounding flipped downstream moves an output by up to a few percent; see --help)")
+    if not ok:
+        explain_different_fusions(original, rewritten, placed.get(EP_NAME, (0, 0))[1])
     print("OK" if ok else "MISMATCH")
     sys.exit(0 if ok else 1)
+
+
+def explain_different_fusions(original, rewritten, online_fused):
+    """When the two ORT runs differ: whether the plugin EP and the offline rewrite took different
+    numbers of the original model's nodes (the EP sees ORT's shape inference, which knows ops
+    mxfuse's offline inference does not, e.g. NonZero): a site fused on one path only runs
+    unfused on the other, its GEMMs summing in another order (new-user probe 7: a MoE with a
+    NonZero dispatch printed a bare MISMATCH)."""
+    kept = {n.name for n in onnx.load(rewritten, load_external_data=False).graph.node}
+    offline_fused = sum(1 for n in onnx.load(original, load_external_data=False).graph.node if n.name not in kept)
+    if offline_fused != online_fused:
+        print(f"the plugin EP took {online_fused} of the original model's nodes, the offline rewrite {offline_fused}: "
+              "they fused different sites (`mxfuse inspect ORIGINAL.onnx` lists the offline refusals, the EP's "
+              "VERBOSE log its own), so some ops run unfused on one path only (their GEMMs sum in "
+              "another order: judge by the differences to onnx.reference above)")
 
 
 if __name__ == "__main__":

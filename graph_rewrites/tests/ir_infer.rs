@@ -1136,3 +1136,31 @@ fn random_graphs_never_panic() {
     // Most random nodes are invalid, but many still get a type: the rules did run.
     assert!(typed > 1000, "{typed} node outputs typed");
 }
+
+/// NonZero's output is `[rank(x), ?]` int64 (ONNX). mxfuse's inference does not know the op, so
+/// everything downstream of a data-dependent MoE dispatch (`Gather(x, NonZero(Equal(ids, e)))`,
+/// torch dynamo's unrolled `where(mask[e])` expert loop) has no rank and its MXFP8 quantizers and
+/// linears are refused offline ("mxfuse's shape inference does not know NonZero"); the plugin EP
+/// fuses them with ORT's shapes (new-user probe 7). Proposed fix, in `ir/infer/ops.rs`'s
+/// `onnx_op`: `"NonZero" => vec![info(dtype::INT64, c.shape(0).map(|s| vec![Dim::Known(s.len()
+/// as i64), Dim::Unknown]))]` (and `ScatterND` => `c.same(0)`, which the same exports use to add
+/// the expert outputs back).
+#[test]
+#[ignore = "ir/infer is another helper's area: NonZero is not inferred (fix proposed above)"]
+fn nonzero_dispatch_keeps_the_routed_rows_shape() {
+    let mut b = ModelBuilder::new(24);
+    b.init_i64("zero", &[], &[0])
+        .init_i64("axis0", &[1], &[0])
+        .init_i64("blk", &[3], &[0, 2, 32])
+        .node("Equal", &["ids", "zero"], &["mask"])
+        .node("NonZero", &["mask"], &["nz"])
+        .node("Squeeze", &["nz", "axis0"], &["tok"])
+        .node("Gather", &["x", "tok"], &["xe"])
+        .mx_quant_floor("xe", "blk", "");
+    let g = load(&b, &[("x", FLOAT, "t,64"), ("ids", INT64, "t")]);
+    expect(&g, "nz", INT64, "1,?");
+    expect(&g, "xe", FLOAT, "?,64");
+    let mut r = g.clone();
+    let report = run_pipeline(&mut r, &PipelineOptions::default()).expect("pipeline");
+    assert_eq!(report.counts["mxquant"], 1, "{:?}", report.rejections);
+}

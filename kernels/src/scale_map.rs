@@ -7,6 +7,12 @@
 //!   `S_axis = ceil(D_axis / B)` (ONNX's accepted range `ceil(D/S) ≤ B ≤ ceil(D/(S−1))−1` says
 //!   exactly that); element `d` along the axis reads scale `d / B`, the last block may be short.
 //!
+//! An empty x with an empty blocked scale of another shape is accepted (nothing reads a scale):
+//! ONNX Runtime 1.31's CPU `ReduceMax` keeps the reduced axis of an empty input (`[0, 2, 32]`
+//! → `[0, 2, 32]` with `keepdims = 0`, not `[0, 2]`), so a standard MXFP8 quantizer whose scale
+//! ORT computes gave that shape to `MxQuantizeLinear` / `MxDequantize` whenever a MoE expert was
+//! routed no token (new-user probe 7).
+//!
 //! x is seen as `[outer, D_axis, inner]`; scale index = `o·stride_outer + (d / block)·stride_block
 //! + i·stride_inner`, with zero strides for the dims a scale is broadcast over.
 
@@ -77,7 +83,7 @@ impl ScaleMap {
         }
         let mut want = x.to_vec();
         want[a] = axis_len.div_ceil(block_size);
-        if scale != want.as_slice() {
+        if scale != want.as_slice() && !(total == 0 && numel(scale)? == 0) {
             return Err(shape_err!(
                 "blocked scale has shape {scale:?}, expected {want:?} (x {x:?}, axis {axis}, block_size {block_size})"
             ));
@@ -126,6 +132,16 @@ impl ScaleMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_x_takes_any_empty_blocked_scale() {
+        // ORT's ReduceMax of an empty [0, 2, 32] block view keeps the reduced axis.
+        let m = ScaleMap::new(&[0, 64], &[0, 2, 32], -1, 32).unwrap();
+        assert!(m.is_empty());
+        // A non-empty scale for an empty x, or an empty scale for a non-empty x, stays an error.
+        assert!(ScaleMap::new(&[0, 64], &[1, 2], -1, 32).is_err());
+        assert!(ScaleMap::new(&[1, 64], &[0, 2], -1, 32).is_err());
+    }
 
     #[test]
     fn blocked_last_axis_and_axis_zero() {

@@ -28,13 +28,16 @@ enum Decision {
 }
 
 /// Groups of nodes to claim, one fused node each. Each candidate site, and what became of it,
-/// is described to `explain` (verbose diagnostics), when given. The rules' Quark weight checks
-/// go to `checks` (the session's: `Compile` reuses them).
+/// is described to `explain` (verbose diagnostics), when given; each standard E8M0
+/// `QuantizeLinear` / `DequantizeLinear` left unclaimed, with why, to `unrunnable`
+/// ([`unclaimed_e8m0_nodes`]). The rules' Quark weight checks go to `checks` (the session's:
+/// `Compile` reuses them).
 pub fn claim_groups(
     view: &dyn GraphView,
     options: &PipelineOptions,
     checks: &Arc<WeightChecks>,
     explain: Option<&dyn Fn(&str)>,
+    unrunnable: &dyn Fn(&str),
 ) -> Result<Vec<Vec<NodeId>>> {
     let sites =
         find_sites_with_checks(view, options, checks).map_err(|e| Error::invalid(e.to_string()))?;
@@ -75,6 +78,9 @@ pub fn claim_groups(
     if let Some(log) = explain {
         describe(view, &sites, &decisions, log);
     }
+    for line in unclaimed_e8m0_nodes(view, &sites, &claimed) {
+        unrunnable(&line);
+    }
     let mut groups: Vec<Vec<NodeId>> = groups.into_iter().map(|(_, g)| g).collect();
     for &n in view.nodes().iter() {
         if view.domain(n) == MXFUSE_DOMAIN
@@ -85,6 +91,48 @@ pub fn claim_groups(
         }
     }
     Ok(groups)
+}
+
+/// One line per standard `QuantizeLinear` / `DequantizeLinear` with a FLOAT8E8M0 scale that no
+/// claim took, with the reason a rule gave at it (or that none was tried: rules turned off).
+/// ORT's CPU EP has no kernel for these, so the session then fails with ORT's bare
+/// "Could not find an implementation for DequantizeLinear(24) node with name ''" (new-user probe
+/// 7: an invalid scale shape, a refusal only VERBOSE said).
+fn unclaimed_e8m0_nodes(
+    view: &dyn GraphView,
+    sites: &[SiteInfo],
+    claimed: &HashSet<NodeId>,
+) -> Vec<String> {
+    use graph_rewrites::pattern::predicates::dtype::FLOAT8E8M0;
+    view.nodes()
+        .iter()
+        .copied()
+        .filter(|n| {
+            view.domain(*n).is_empty()
+                && matches!(view.op_type(*n), "QuantizeLinear" | "DequantizeLinear")
+                && !claimed.contains(n)
+                && view.inputs(*n).get(1).copied().flatten().is_some_and(|s| {
+                    view.tensor_info(s)
+                        .is_some_and(|t| t.elem_type == FLOAT8E8M0)
+                })
+        })
+        .map(|n| {
+            let why = sites
+                .iter()
+                .rev()
+                .find_map(|s| match &s.verdict {
+                    Err(why) if s.anchor == n => Some(format!("{}: {why}", s.rule)),
+                    _ => None,
+                })
+                .unwrap_or_else(|| "no enabled rule takes it".into());
+            format!(
+                "mxfuse: {} '{}' (FLOAT8E8M0 scale) is not claimed and ORT's CPU EP has no \
+                 kernel for it ({why})",
+                view.op_type(n),
+                view.node_label(n)
+            )
+        })
+        .collect()
 }
 
 /// The group a weight-only site joins: the one group it overlaps, where the overlap is Quark
@@ -251,7 +299,8 @@ mod tests {
         let lines = RefCell::new(Vec::new());
         let log = |l: &str| lines.borrow_mut().push(l.to_string());
         let checks = Arc::new(WeightChecks::for_session());
-        let groups = claim_groups(g, &PipelineOptions::default(), &checks, Some(&log)).unwrap();
+        let groups =
+            claim_groups(g, &PipelineOptions::default(), &checks, Some(&log), &|_| {}).unwrap();
         (groups, lines.into_inner())
     }
 
@@ -286,7 +335,8 @@ mod tests {
         use graph_rewrites::pipeline::weight_checks::CheckCounts;
         let g = shared_quark_weight(false);
         let session = Arc::new(WeightChecks::for_session());
-        let groups = claim_groups(&g, &PipelineOptions::default(), &session, None).unwrap();
+        let groups =
+            claim_groups(&g, &PipelineOptions::default(), &session, None, &|_| {}).unwrap();
         assert_eq!(groups.len(), 1);
         assert_eq!(session.counts(), CheckCounts { run: 1, reused: 0 });
         assert_eq!(session.len(), 1);

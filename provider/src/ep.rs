@@ -174,12 +174,31 @@ unsafe extern "system" fn get_capability(
             ep.logger
                 .log(OrtLoggingLevel::ORT_LOGGING_LEVEL_VERBOSE, line)
         };
+        // One WARNING line for the E8M0 Q/DQ nodes nothing claims (the session then fails in
+        // ORT with NOT_IMPLEMENTED and no reason); VERBOSE names each.
+        let unrunnable = std::cell::RefCell::new(Vec::new());
         let mut groups = claim_groups(
             &view,
             &ep.options.pipeline,
             &ep.weight_checks,
             verbose.then_some(&explain as &dyn Fn(&str)),
+            &|line: &str| unrunnable.borrow_mut().push(line.to_string()),
         )?;
+        let unrunnable = unrunnable.into_inner();
+        if let Some(first) = unrunnable.first() {
+            ep.logger.log(
+                OrtLoggingLevel::ORT_LOGGING_LEVEL_WARNING,
+                &format!(
+                    "mxfuse: {} E8M0 QuantizeLinear / DequantizeLinear node(s) left to ORT's CPU \
+                     EP, which cannot run them (VERBOSE names each), the first: {}",
+                    unrunnable.len(),
+                    first.trim_start_matches("mxfuse: ")
+                ),
+            );
+            for line in &unrunnable {
+                explain(line);
+            }
+        }
         // ORT inserts Memcpy nodes around our nodes only where it allocates their tensors in
         // device memory (not on the host-staged `device=gpu` placement of a CPU device).
         if ep.placement.device_memory().is_some() {

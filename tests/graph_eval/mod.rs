@@ -77,6 +77,15 @@ fn const_val(t: &ConstTensor) -> Res<Val> {
     }
 }
 
+/// The dims of a runtime value (an int64 vector is 1-D).
+fn val_shape(v: &Val) -> Vec<usize> {
+    match v {
+        Val::F(t) => t.shape.clone(),
+        Val::Bytes { shape, .. } => shape.clone(),
+        Val::I64(x) => vec![x.len()],
+    }
+}
+
 /// Raw little-endian bytes of a float tensor in its dtype.
 pub fn to_bytes(t: &Tensor) -> Vec<u8> {
     let d = match t.dtype {
@@ -276,7 +285,49 @@ fn eval(g: &Graph, n: NodeId, ins: &[Option<Val>]) -> Res<Vec<Option<Val>>> {
     let i = |k: usize| ins.get(k).and_then(|v| v.as_ref());
     let e = |r: kernels::Result<Tensor>| r.map(Val::F).map_err(|e| e.to_string());
     let one = |v: Val| Ok(vec![Some(v)]);
+    let is_ints = |k: usize| matches!(i(k), Some(Val::I64(_)));
     match (g.domain(n), g.op_type(n)) {
+        // Run-time block shapes (README: `Concat(Shape(x)[:-1], [K/32, 32])`, or Slice /
+        // Gather + Unsqueeze of `Shape(x)`): int64 vectors, as the rules accept them.
+        ("", "Shape") => {
+            let dims = val_shape(i(0).ok_or("Shape without input")?);
+            let r = dims.len() as i64;
+            let clamp = |v: i64| if v < 0 { v + r } else { v }.clamp(0, r) as usize;
+            let (s, e) = (
+                clamp(attr_i(g, n, "start", 0)),
+                clamp(attr_i(g, n, "end", r)),
+            );
+            one(Val::I64(
+                dims[s..e.max(s)].iter().map(|d| *d as i64).collect(),
+            ))
+        }
+        ("", "Concat") if is_ints(0) => {
+            let parts: Res<Vec<&[i64]>> = (0..ins.len()).map(|k| ints(i(k))).collect();
+            one(Val::I64(parts?.concat()))
+        }
+        ("", "Slice") if is_ints(0) => {
+            let (v, s, e) = (ints(i(0))?, ints(i(1))?, ints(i(2))?);
+            let d = v.len() as i64;
+            let clamp = |x: i64| if x < 0 { x.saturating_add(d) } else { x }.clamp(0, d) as usize;
+            let (s, e) = (clamp(s[0]), clamp(e[0]));
+            one(Val::I64(v[s..e.max(s)].to_vec()))
+        }
+        ("", "Gather") if is_ints(0) => {
+            let (v, idx) = (ints(i(0))?, ints(i(1))?);
+            let d = v.len() as i64;
+            let picked: Res<Vec<i64>> = idx
+                .iter()
+                .map(|&k| {
+                    let k = if k < 0 { k + d } else { k };
+                    v.get(k as usize)
+                        .copied()
+                        .ok_or(format!("index {k} out of range"))
+                })
+                .collect();
+            one(Val::I64(picked?))
+        }
+        // An int64 vector keeps its values (Val::I64 has no shape).
+        ("", "Unsqueeze" | "Squeeze") if is_ints(0) => one(i(0).cloned().ok_or("no input")?),
         ("", "Add") => one(e(onnx::add(f(i(0))?, f(i(1))?))?),
         ("", "Mul") => one(e(onnx::mul(f(i(0))?, f(i(1))?))?),
         ("", "Div") => one(e(onnx::div(f(i(0))?, f(i(1))?))?),

@@ -213,3 +213,25 @@ def test_every_value_and_scale_byte_matches_onnx_reference(x_type, out_type, lib
     offline = offline_session(tmp_path / "fused.onnx", lib, off).run(None, {})[0]
     assert same_bits(online, want)
     assert same_bits(offline, want)
+
+
+def test_an_e8m0_dequantize_no_rule_takes_is_named_in_a_warning(ep_devices, tmp_path, capfd):
+    """A blocked scale of the wrong shape (an invalid model): no rule takes the DequantizeLinear,
+    ORT's CPU EP has no kernel for it, and session creation fails with ORT's bare NOT_IMPLEMENTED;
+    at the default WARNING severity one mxfuse line says which node and why (new-user probe 7: only
+    VERBOSE said it)."""
+    inits = [helper.make_tensor("wq", TP.FLOAT8E4M3FN, [K, N], np.zeros(K * N, np.uint8).tobytes(), raw=True),
+             e8m0_tensor("ws", np.full((1, N), 127))]  # [K/32 = 2, N] expected
+    nodes = [helper.make_node("DequantizeLinear", ["wq", "ws"], ["w"], axis=0, block_size=32,
+                              output_dtype=TP.FLOAT, name="bad_scale_dq"),
+             helper.make_node("Add", ["x", "w"], ["y"])]
+    src = save(nodes, inits, [helper.make_tensor_value_info("x", TP.FLOAT, [K, N])],
+               [helper.make_tensor_value_info("y", TP.FLOAT, [K, N])], tmp_path / "m.onnx")
+    ort.set_default_logger_severity(2)
+    capfd.readouterr()
+    with pytest.raises(Exception, match="NOT_IMPLEMENTED"):
+        ep_session(src, ep_devices, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    err = capfd.readouterr().err
+    assert ("E8M0 QuantizeLinear / DequantizeLinear node(s) left to ORT's CPU EP, which cannot run them" in err
+            and "DequantizeLinear 'bad_scale_dq' (FLOAT8E8M0 scale) is not claimed" in err
+            and "blocked scale has shape [1, 48], expected [2, 48]" in err), err[-3000:]

@@ -195,3 +195,19 @@ def test_run_in_ort_default_library_is_the_checkouts_wherever_it_runs(tmp_path, 
     assert bad.returncode == 1 and "Traceback" not in bad.stderr, bad.stderr
     assert bad.stderr.strip() == "no/such/libmxfuse_ep.so: no such file (LIB.so is the mxfuse library, " \
                                  "e.g. target/release/libmxfuse_ep.so)", bad.stderr
+
+
+def test_run_in_ort_says_when_the_two_paths_fused_different_sites(tmp_path, lib, mxfuse_cli):
+    """A MoE layer with a NonZero dispatch: the plugin EP fuses its experts with ORT's shapes,
+    the offline rewrite cannot (mxfuse's inference does not know NonZero), so the two ORT runs
+    differ in float order. The script said a bare MISMATCH; it now says the two paths took
+    different numbers of nodes and where to look (new-user probe 7). Once the offline rewrite
+    fuses them too, the runs agree and the script says OK."""
+    from test_moe_dispatch import moe_decoder
+    src, fused = moe_decoder(tmp_path / "moe.onnx", "nonzero", layers=1), tmp_path / "moe.fused.onnx"
+    subprocess.run([mxfuse_cli, "rewrite", str(src), "-o", str(fused)], check=True, capture_output=True)
+    out = run_script(str(src), str(fused), lib).stdout
+    if out.rstrip().endswith("MISMATCH"):
+        assert "the plugin EP took 96 of the original model's nodes, the offline rewrite 43: they fused different sites" in out, out
+    else:
+        assert out.rstrip().endswith("OK"), out
