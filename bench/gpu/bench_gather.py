@@ -58,7 +58,6 @@ def main():
         wf = torch.cat([p[0].flatten() for p in packs])
         wsf = torch.cat([p[1].flatten() for p in packs])
         del packs
-        W = 8 if -(-N // 16) < 264 else 4
         deq = torch.empty(E, N, K, dtype=torch.bfloat16, device=dev)
         err = torch.zeros(2, dtype=torch.int64, device=dev)
         for T in (1, 2, 4, 8, 16, 32, 64):
@@ -87,6 +86,8 @@ def main():
 
             slots = min(S, (S + 15 * min(E, S)) // 16)  # weight_only.rs grouped_slots
             sms = torch.cuda.get_device_properties(0).multi_processor_count
+            W = 8 if -(-N // 16) * S < 2 * sms else 4  # weight_only.rs frag_wo_grid
+            rule = "grouped" if S >= E else "tc"  # grouped_slots
 
             def grouped_nt(nt, i=None, w=None):
                 cols = -(-N // (16 * nt))
@@ -134,7 +135,8 @@ def main():
             t = {k: graph_time(f) for k, f in fns}
             rows.append(dict(shape=name, N=N, K=K, T=T, S=S, rel=rel, rel_tc=rel_tc, floor=floor, bits=all(bits), **t))
             bmm = f"{t['bf16_bmm']:8.2f} ({t['bf16_bmm'] / t['grouped']:.1f}x grouped)" if "bf16_bmm" in t else "-"
-            print(f"{name:7s} N={N} K={K} T={T:2d} S={S:3d}: grouped {t['grouped']:8.2f} ({100 * floor / t['grouped']:.0f}% of HBM, "
+            print(f"{name:7s} N={N} K={K} T={T:2d} S={S:3d}: runtime ({rule}) {t[rule]:8.2f} "
+                  f"({100 * floor / t[rule]:.0f}% of HBM) | grouped {t['grouped']:8.2f} ({100 * floor / t['grouped']:.0f}% of HBM, "
                   f"bits == tc: {all(bits)}; with {5 - nt_rt} tiles a block {t['grouped_other']:8.2f}) | tensor cores per sample {t['tc']:8.2f} ({t['tc'] / t['grouped']:.2f}x grouped, "
                   f"rel err {rel_tc:.1e}) | GEMV {t['ours']:8.2f} (rel err {rel:.1e}) | bf16 bmm {bmm} | "
                   f"floor {floor:6.2f}", flush=True)

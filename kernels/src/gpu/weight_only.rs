@@ -25,9 +25,15 @@ const GROUP_MAX_EXPERTS: usize = 1024;
 
 /// Whether `MxGatherMatMul` groups its samples by expert on the device, and then the grid's
 /// slots: an upper bound of the groups of up to 16 samples of one expert. Grouped: one row a
-/// sample, an index a sample (not broadcast), at least `GROUP_MIN_SAMPLES` samples and the
-/// kernel's limits, unless `MXFUSE_GPU_GROUP=0` (or `off`). With `d <= min(E, S)` experts
-/// selected, `sum ceil(c_e / 16) <= (S + 15 d) / 16`, and never more than `S`.
+/// sample, an index a sample (not broadcast), the kernel's limits, and at least as many samples
+/// as experts, unless `MXFUSE_GPU_GROUP=0` (or `off`). Why the last: a block's grouping
+/// prologue (the indices, counts, a compaction) costs about 2 us of latency, so where the
+/// samples rarely share an expert the per-sample kernel is faster (H200, 32 experts, top-8,
+/// bf16: 8 / 16 samples grouped 24.9 / 44.7 against 22.5 / 43.5 us at K = 6144, 22.1 / 41.7
+/// against 19.7 / 37.7 at K = 768; 32 samples 68.5 against 84.5 and 60.3 against 72.3,
+/// 128 samples 98 against 333 and 87 against 282; BENCHMARKS.md session 22).
+/// With `d <= min(E, S)` experts selected, `sum ceil(c_e / 16) <= (S + 15 d) / 16`, and never
+/// more than `S`.
 fn grouped_slots(mm: &GpuGatherMatMul, idx: &GpuIndices, e: usize) -> Option<usize> {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let s = mm.samples;
@@ -35,13 +41,11 @@ fn grouped_slots(mm: &GpuGatherMatMul, idx: &GpuIndices, e: usize) -> Option<usi
         .get_or_init(|| !std::env::var("MXFUSE_GPU_GROUP").is_ok_and(|v| v == "0" || v == "off"));
     (on && mm.p == 1
         && idx.count == s
-        && (GROUP_MIN_SAMPLES..=GROUP_MAX_SAMPLES).contains(&s)
-        && e <= GROUP_MAX_EXPERTS)
-        .then(|| s.min((s + 15 * e.min(s)) / 16).max(1))
+        && s <= GROUP_MAX_SAMPLES
+        && e <= GROUP_MAX_EXPERTS
+        && s >= e.max(2))
+    .then(|| s.min((s + 15 * e.min(s)) / 16).max(1))
 }
-
-/// Fewest samples the grouped kernel takes (below, the per-sample kernel: no grouping prologue).
-const GROUP_MIN_SAMPLES: usize = 2;
 
 /// Longest K for which the grouped kernel takes 4 tiles a block (`_t4`).
 const GROUP_SHORT_K: usize = 1024;
@@ -99,13 +103,15 @@ impl GpuRuntime {
         )
     }
 
-    /// The tensor-core kernels' 16-column tiles of `n` and warps a block: grids of fewer tiles
-    /// than two a multiprocessor split K over 8 warps, others over 4.
-    fn frag_wo_grid(&self, n: usize) -> (usize, usize) {
+    /// The tensor-core kernels' 16-column tiles of `n` and warps a block, for `per_tile` blocks
+    /// on each tile (row tiles times samples): grids of fewer blocks than two a multiprocessor
+    /// split K over 8 warps, others over 4. (Counting the tiles alone gave a MoE step's 8
+    /// samples on 96 tiles 8 warps a block: 31 against 25 us on 4 at gate_up, session 22.)
+    fn frag_wo_grid(&self, n: usize, per_tile: usize) -> (usize, usize) {
         let tiles = n.div_ceil(16);
         (
             tiles,
-            if tiles < 2 * self.multiprocessors() {
+            if tiles.saturating_mul(per_tile) < 2 * self.multiprocessors() {
                 8
             } else {
                 4
@@ -170,7 +176,7 @@ impl GpuRuntime {
         if let Some(slots) = grouped_slots(mm, &idx, e) {
             return self.mx_gather_matmul_grouped(mm, (wf, wsf, e, n, k), idx, slots, err, stream);
         }
-        let (tiles, w) = self.frag_wo_grid(n);
+        let (tiles, w) = self.frag_wo_grid(n, s * mm.p.div_ceil(FRAG_WO_ROWS));
         let params = Params::new()
             .push(mm.a)
             .push(wf)
@@ -276,7 +282,7 @@ impl GpuRuntime {
         check_aligned("b_scales (fragment-packed)", wsf, 4)?;
         check_aligned("y", y, y_dtype.size() as u64)?;
         let epi = ep.params(m, n, y_dtype)?;
-        let (tiles, w) = self.frag_wo_grid(n);
+        let (tiles, w) = self.frag_wo_grid(n, m.div_ceil(FRAG_WO_ROWS));
         let params = Params::new()
             .push(a)
             .push(wf)
