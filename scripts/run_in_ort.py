@@ -382,10 +382,10 @@ def main():
 
 def explain_different_fusions(original, rewritten, online_fused):
     """When the two ORT runs differ: whether the plugin EP and the offline rewrite took different
-    numbers of the original model's nodes (the EP sees ORT's shape inference, which knows ops
-    mxfuse's offline inference does not, e.g. NonZero): a site fused on one path only runs
-    unfused on the other, its GEMMs summing in another order (new-user probe 7: a MoE with a
-    NonZero dispatch printed a bare MISMATCH)."""
+    numbers of the original model's nodes (the EP sees ORT's shape inference, which may know
+    shapes mxfuse's offline inference does not): a site fused on one path only runs unfused on
+    the other, its GEMMs summing in another order (new-user probe 7: a MoE with a NonZero
+    dispatch, before mxfuse inferred NonZero, printed a bare MISMATCH)."""
     kept = {n.name for n in onnx.load(rewritten, load_external_data=False).graph.node}
     offline_fused = sum(1 for n in onnx.load(original, load_external_data=False).graph.node if n.name not in kept)
     if offline_fused != online_fused:

@@ -1137,16 +1137,11 @@ fn random_graphs_never_panic() {
     assert!(typed > 1000, "{typed} node outputs typed");
 }
 
-/// NonZero's output is `[rank(x), ?]` int64 (ONNX). mxfuse's inference does not know the op, so
-/// everything downstream of a data-dependent MoE dispatch (`Gather(x, NonZero(Equal(ids, e)))`,
-/// torch dynamo's unrolled `where(mask[e])` expert loop) has no rank and its MXFP8 quantizers and
-/// linears are refused offline ("mxfuse's shape inference does not know NonZero"); the plugin EP
-/// fuses them with ORT's shapes (new-user probe 7). Proposed fix, in `ir/infer/ops.rs`'s
-/// `onnx_op`: `"NonZero" => vec![info(dtype::INT64, c.shape(0).map(|s| vec![Dim::Known(s.len()
-/// as i64), Dim::Unknown]))]` (and `ScatterND` => `c.same(0)`, which the same exports use to add
-/// the expert outputs back).
+/// NonZero's output is `[rank(x), ?]` int64 (ONNX). Without it everything downstream of a
+/// data-dependent MoE dispatch (`Gather(x, NonZero(Equal(ids, e)))`, torch dynamo's unrolled
+/// `where(mask[e])` expert loop) had no rank and its MXFP8 quantizers and linears were refused
+/// offline, while the plugin EP fused them with ORT's shapes (new-user probe 7).
 #[test]
-#[ignore = "ir/infer is another helper's area: NonZero is not inferred (fix proposed above)"]
 fn nonzero_dispatch_keeps_the_routed_rows_shape() {
     let mut b = ModelBuilder::new(24);
     b.init_i64("zero", &[], &[0])

@@ -199,8 +199,8 @@ def test_run_in_ort_default_library_is_the_checkouts_wherever_it_runs(tmp_path, 
 
 def test_run_in_ort_says_when_the_two_paths_fused_different_sites(tmp_path, lib, mxfuse_cli):
     """A MoE layer with a NonZero dispatch: the plugin EP fuses its experts with ORT's shapes,
-    the offline rewrite cannot (mxfuse's inference does not know NonZero), so the two ORT runs
-    differ in float order. The script said a bare MISMATCH; it now says the two paths took
+    and the offline rewrite could not while mxfuse's inference did not know NonZero, so the two
+    ORT runs differed in float order. The script said a bare MISMATCH; it now says the two paths took
     different numbers of nodes and where to look (new-user probe 7). Once the offline rewrite
     fuses them too, the runs agree and the script says OK."""
     from test_moe_dispatch import moe_decoder

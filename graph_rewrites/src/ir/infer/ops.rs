@@ -99,6 +99,15 @@ fn onnx_op(c: &Node, op: &str) -> Vec<TensorInfo> {
         "ConstantOfShape" => constant_of_shape(c),
         "Range" => range(c),
         "TopK" => top_k(c),
+        // [rank(x), number of nonzeros]: a data-dependent MoE dispatch (`Gather(x,
+        // NonZero(Equal(ids, e)))`) keeps its rank through it.
+        "NonZero" => vec![info(
+            dtype::INT64,
+            c.shape(0)
+                .map(|s| vec![Dim::Known(s.len() as i64), Dim::Unknown]),
+        )],
+        // The same exports add the experts' outputs back by ScatterND: data's type and shape.
+        "ScatterND" | "ScatterElements" => c.same(0),
         _ => Vec::new(),
     }
 }
