@@ -176,9 +176,11 @@ pub fn mx_gather_matmul_laid_out(
             if v >= -(e as i64) && v < e as i64 {
                 Ok(v.rem_euclid(e as i64) as usize)
             } else {
+                // Not b's shape: after a rewrite it is the stored layout ([E, N, K] for a
+                // user's [E, K, N]), which misled (new-user probe 7).
                 Err(shape_err!(
-                    "index {v} is out of range for {e} experts (b {:?})",
-                    b.shape
+                    "index {v} is out of range for {e} experts (valid: -{e} .. {})",
+                    e - 1
                 ))
             }
         })
