@@ -142,8 +142,117 @@ def main():
                   f"floor {floor:6.2f}", flush=True)
         del q, s, wb, deq, wf, wsf
     wonly = weight_only(mod, read_bw)
-    json.dump(dict(read_bw=read_bw, rows=rows, weight_only=wonly), open(os.path.join(OUT, "bench_gather.json"), "w"),
-              indent=1)
+    f32 = f32_activations(mod, read_bw)
+    json.dump(dict(read_bw=read_bw, rows=rows, weight_only=wonly, f32=f32),
+              open(os.path.join(OUT, "bench_gather.json"), "w"), indent=1)
+
+
+def f32_activations(mod, read_bw):
+    """f32 activations (a model exported in f32): the tensor-core kernels with x split into three
+    bf16 parts (`_f32_f32`) against the CUDA-core GEMV the runtime ran for f32 before, the MoE
+    experts (grouped where the runtime groups, else per sample) and the weight-only MxMatMul (and
+    cuBLAS f32 on f32 weights, no TF32); relative error against torch's f64 product."""
+    rows = []
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for name, (N, K) in (("gate_up", (1536, 6144)), ("down", (6144, 768))):
+        q, s = experts(N, K)
+        packs = [pack_frag(q[x].view(torch.uint8), s[x]) for x in range(E)]
+        wf = torch.cat([p[0].flatten() for p in packs])
+        wsf = torch.cat([p[1].flatten() for p in packs])
+        del packs
+        err = torch.zeros(2, dtype=torch.int64, device=dev)
+        for T in (1, 4, 16):
+            S = T * TOPK
+            ids = [torch.stack([torch.randperm(E, device=dev)[:TOPK] for _ in range(T)]).flatten()
+                   for _ in range(IDSETS)]
+            x = torch.randn(S, K, device=dev)
+            y = torch.empty(S, N, dtype=torch.float32, device=dev)
+            turn = [0]
+
+            def nxt():
+                turn[0] = (turn[0] + 1) % IDSETS
+                return ids[turn[0]]
+
+            slots = min(S, (S + 15 * min(E, S)) // 16)
+
+            def tc(i=None):
+                i = nxt() if i is None else i
+                if S >= E:  # weight_only.rs grouped_slots
+                    nt = 4 if K <= 1024 else 1
+                    cols = -(-N // (16 * nt))
+                    w = 8 if slots * cols < 2 * sms else 4
+                    mod.launch(f"mx_matmul_frag_wo_ggroup_f32_f32_w{w}{'_t4' if nt == 4 else ''}", (slots, cols, 1),
+                               (32 * w,), [x, wf, wsf, i, ctypes.c_int(1), y, ctypes.c_int(S), ctypes.c_int(N),
+                                           ctypes.c_int(K), ctypes.c_int(E), ctypes.c_int(0), err])
+                else:
+                    w = 8 if -(-N // 16) * S < 2 * sms else 4
+                    mod.launch(f"mx_matmul_frag_wo_gather_f32_f32_w{w}", (1, -(-N // 16), S), (32 * w,),
+                               [x, wf, wsf, i, ctypes.c_int(1), y, ctypes.c_int(1), ctypes.c_int(N), ctypes.c_int(K),
+                                ctypes.c_int(E), ctypes.c_int(0), ctypes.c_int(0), err])
+                return y
+
+            def gemv(i=None):
+                mod.launch("mx_gather_matmul_nk_f32_f32", (S, -(-N // 8), 1), (256,),
+                           [x, q, s, nxt() if i is None else i, ctypes.c_int(1), y, ctypes.c_int(1), ctypes.c_int(K),
+                            ctypes.c_int(E), ctypes.c_int(N), ctypes.c_int(0), ctypes.c_int(0), err])
+                return y
+
+            want = torch.bmm(dequant_f32(q, s)[ids[0]].double(), x.double().unsqueeze(-1)).squeeze(-1)
+            rel = {}
+            for k, f in (("tc", tc), ("gemv", gemv)):
+                got = f(ids[0]).double()
+                rel[k] = ((got - want).norm() / want.norm()).item()
+            assert err.sum().item() == 0
+            t = {k: graph_time(f) for k, f in (("tc", tc), ("gemv", gemv))}
+            distinct = statistics.mean(len(torch.unique(i)) for i in ids)
+            floor = distinct * N * K * (1 + 1 / 32) / read_bw * 1e6
+            rows.append(dict(shape=name, N=N, K=K, T=T, S=S, floor=floor, rel=rel, **t))
+            print(f"f32 {name:7s} T={T:2d} S={S:3d}: tensor cores {t['tc']:8.2f} ({t['gemv'] / t['tc']:.2f}x GEMV, "
+                  f"{100 * floor / t['tc']:.0f}% of HBM, rel err {rel['tc']:.1e}) | GEMV {t['gemv']:8.2f} "
+                  f"(rel err {rel['gemv']:.1e})", flush=True)
+        del q, s, wf, wsf
+    for N, K in ((1536, 6144), (6144, 768), (6144, 6144)):
+        copies = max(2, -(-400 * 2**20 // (N * K)))
+        ws = [experts_one(N, K) for _ in range(copies)]
+        frags = [pack_frag(q.view(torch.uint8), s) for q, s in ws]
+        wb = [dequant_f32(q, s) for q, s in ws[:max(2, copies // 8)]]  # f32 weights: 4 B an element
+        turn = [0]
+
+        def nxt(n):
+            turn[0] += 1
+            return turn[0] % n
+        for M in (1, 4, 16):
+            x = torch.randn(M, K, device=dev)
+            y = torch.empty(M, N, dtype=torch.float32, device=dev)
+            ep = epilogue()
+            W = 8 if -(-N // 16) * -(-M // 16) < 2 * sms else 4
+
+            def tc(w=None):
+                wf, wsf = frags[nxt(len(frags))] if w is None else w
+                mod.launch(f"mx_matmul_frag_wo_f32_f32_w{W}", (-(-M // 16), -(-N // 16), 1), (32 * W,),
+                           [x, wf, wsf, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ep])
+                return y
+
+            def gemv():
+                q, s = ws[nxt(len(ws))]
+                mod.launch("mx_matmul_float_a_nk_f32_f32", (1, -(-N // 8), -(-M // 8)), (256,),
+                           [x, q, s, y, ctypes.c_int(M), ctypes.c_int(K), ctypes.c_int(N), ep])
+                return y
+
+            def cublas():
+                return x @ wb[nxt(len(wb))].t()
+
+            want = x.double() @ dequant_f32(*ws[0]).double().t()
+            got = tc(frags[0]).double()
+            rel = ((got - want).norm() / want.norm()).item()
+            t = {k: graph_time(f) for k, f in (("tc", tc), ("gemv", gemv), ("cublas_f32", cublas))}
+            hbm = N * K * (1 + 1 / 32) / read_bw * 1e6
+            rows.append(dict(N=N, K=K, M=M, rel=rel, floor=hbm, **t))
+            print(f"f32 weight-only {N}x{K} M={M:2d}: tensor cores {t['tc']:7.2f} ({t['gemv'] / t['tc']:.2f}x GEMV, "
+                  f"{t['cublas_f32'] / t['tc']:.2f}x cuBLAS f32, {100 * hbm / t['tc']:.0f}% of HBM, rel err {rel:.1e}) | "
+                  f"GEMV {t['gemv']:7.2f} | cuBLAS f32 {t['cublas_f32']:7.2f}", flush=True)
+        del ws, wb, frags
+    return rows
 
 
 def weight_only(mod, read_bw):

@@ -10,7 +10,9 @@
 // fragments the fragment GEMM feeds its two m16n8k16 mmas (k-slots 2t, 2t + 1, 2t + 8, 2t + 9,
 // the same permutation as the weights), and the weights' E4M3 -> f16 / bf16 converts are exact,
 // so every product is exact in the fp32 accumulator; each k-block's mma result is scaled by its
-// weight scale (no activation scale) and added in f32, as the fragment GEMM does.
+// weight scale (no activation scale) and added in f32, as the fragment GEMM does. An f32
+// activation is split into three bf16 parts (MxWoAct<MxF32>): exact products again, three times
+// the mmas.
 //
 // W warps of a block split K of one 16-column tile of M-row tiles of 16 (grid x = ceil(M / 16),
 // y = ceil(N / 16)); each warp double-buffers its groups of 4 k-blocks in registers (the next
@@ -41,12 +43,82 @@ MX_DEV mx_u32 mx_e4m3x2_to_16x2(mx_u32 v16) {
   return r;
 }
 
+// Whether the activation type is bf16 (its mma and weight converts), else f16.
+template <class T>
+struct MxIsBf16 {
+  static constexpr bool value = false;
+};
+template <>
+struct MxIsBf16<MxBf16> {
+  static constexpr bool value = true;
+};
+
+// One block's loop: the W warps split the K / 128 groups of weight tile `tile` (16 columns) and
+// multiply them by 16 activation rows; ar[mt] = this lane's activation row 8 mt + g (k = 0).
+// Each warp double-buffers its groups (the next group's loads issued before the current group's
+// mmas) and leaves its partial sums in acc.
+// The activation side of the loop: a lane's 8 elements 8t .. 8t + 7 of a k-block of one row
+// (`raw`) and the B fragments of the k-block's two k16 mmas made of them (`parts`, summed into
+// one fp32 result in this order). f16 / bf16: the 16 bytes as they are, one part.
+template <class TA>
+struct MxWoAct {
+  static constexpr int PARTS = 1;
+  static constexpr bool BF = MxIsBf16<TA>::value;
+  typedef uint4 raw;
+  static MX_DEV void load(raw& r, const typename TA::storage* p) {
+    r = *reinterpret_cast<const uint4*>(p);
+  }
+  static MX_DEV void parts(const raw& r, uint4 q[1]) { q[0] = r; }
+};
+
+// f32: each element split into three bf16, x = hi + mid + lo exactly for a finite x (hi its top 8
+// significant bits, mid the next 8, lo the last 8; hi and mid by truncation, so each remainder is
+// exact), summed lo, mid, hi. Each E4M3 x bf16 product is exact in the fp32 accumulator, so the
+// result differs from an f32 dot product in summation order only (an f32 x whose low parts lie
+// below bf16's normal range, |x| < 2^-110, loses them: far below the order's own error). A
+// non-finite x is its hi part alone, so Inf stays Inf and NaN NaN. Three times the mmas and ~7
+// operations an element: the price of an f32 activation on tensor cores, against the CUDA-core
+// GEMV's 16 FMAs a weight byte and row.
+template <>
+struct MxWoAct<MxF32> {
+  static constexpr int PARTS = 3;
+  static constexpr bool BF = true;
+  struct raw {
+    uint4 a, b;  // elements 8t .. 8t + 3, 8t + 4 .. 8t + 7 as f32 bits
+  };
+  static MX_DEV void load(raw& r, const float* p) {
+    r.a = reinterpret_cast<const uint4*>(p)[0];
+    r.b = reinterpret_cast<const uint4*>(p)[1];
+  }
+  // Bits of the three parts of one element (bf16 in the upper half of each word).
+  static MX_DEV void split(mx_u32 x, mx_u32& hi, mx_u32& mid, mx_u32& lo) {
+    hi = x & 0xffff0000u;
+    const float xf = mx_bits_f32(x);
+    const float r1 = (x & 0x7f800000u) != 0x7f800000u ? xf - mx_bits_f32(hi) : 0.0f;
+    mid = mx_f32_bits(r1) & 0xffff0000u;
+    lo = mx_f32_bits(r1 - mx_bits_f32(mid));
+  }
+  static MX_DEV void parts(const raw& r, uint4 q[3]) {
+    const mx_u32 e[8] = {r.a.x, r.a.y, r.a.z, r.a.w, r.b.x, r.b.y, r.b.z, r.b.w};
+    mx_u32 h[8], m[8], l[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) split(e[i], h[i], m[i], l[i]);
+    // bf16 pair (element 2i in the low half): the upper halves of two words.
+    auto pk = [](const mx_u32* v, int i) { return __byte_perm(v[2 * i], v[2 * i + 1], 0x7632); };
+    q[0] = make_uint4(pk(l, 0), pk(l, 1), pk(l, 2), pk(l, 3));
+    q[1] = make_uint4(pk(m, 0), pk(m, 1), pk(m, 2), pk(m, 3));
+    q[2] = make_uint4(pk(h, 0), pk(h, 1), pk(h, 2), pk(h, 3));
+  }
+};
+
 // One group of 4 k-blocks: w[j] = this lane's 16 weight bytes of k-block j (rows g: .x .y, g + 8:
-// .z .w), b[mt][j] = its 8 activation elements of row 8 mt + g, k-block j (the B fragments as they
-// are), swA / swB = the weight rows' 4 E8M0 scale bytes.
-template <int MT, bool BF>
-MX_DEV void mx_wo_group4(float acc[MT][4], const uint4 w[4], const uint4 b[MT][4], mx_u32 swA,
-                         mx_u32 swB) {
+// .z .w), b[mt][j] = its 8 activation elements of row 8 mt + g, k-block j (MxWoAct), swA / swB =
+// the weight rows' 4 E8M0 scale bytes.
+template <int MT, class TA>
+MX_DEV void mx_wo_group4(float acc[MT][4], const uint4 w[4],
+                         const typename MxWoAct<TA>::raw b[MT][4], mx_u32 swA, mx_u32 swB) {
+  typedef MxWoAct<TA> Act;
+  constexpr bool BF = Act::BF;
   float fA[4], fB[4];
   mx_e8m0x4_fast(swA, fA);
   mx_e8m0x4_fast(swB, fB);
@@ -65,14 +137,18 @@ MX_DEV void mx_wo_group4(float acc[MT][4], const uint4 w[4], const uint4 b[MT][4
     const mx_u32 a11 = mx_e4m3x2_to_16x2<BF>(w[u].w), a13 = mx_e4m3x2_to_16x2<BF>(w[u].w >> 16);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-      const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      float d[4];
-      if (BF) {
-        mx_mma_bf16(d, a00, a01, a02, a03, b[mt][u].x, b[mt][u].y, zero);
-        mx_mma_bf16(d, a10, a11, a12, a13, b[mt][u].z, b[mt][u].w, d);
-      } else {
-        mx_mma_f16(d, a00, a01, a02, a03, b[mt][u].x, b[mt][u].y, zero);
-        mx_mma_f16(d, a10, a11, a12, a13, b[mt][u].z, b[mt][u].w, d);
+      uint4 q[Act::PARTS];
+      Act::parts(b[mt][u], q);
+      float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int p = 0; p < Act::PARTS; ++p) {
+        if (BF) {
+          mx_mma_bf16(d, a00, a01, a02, a03, q[p].x, q[p].y, d);
+          mx_mma_bf16(d, a10, a11, a12, a13, q[p].z, q[p].w, d);
+        } else {
+          mx_mma_f16(d, a00, a01, a02, a03, q[p].x, q[p].y, d);
+          mx_mma_f16(d, a10, a11, a12, a13, q[p].z, q[p].w, d);
+        }
       }
       acc[mt][0] += d[0] * fA[u];
       acc[mt][1] += d[1] * fA[u];
@@ -82,25 +158,11 @@ MX_DEV void mx_wo_group4(float acc[MT][4], const uint4 w[4], const uint4 b[MT][4
   }
 }
 
-// Whether the activation type is bf16 (its mma and weight converts), else f16.
-template <class T>
-struct MxIsBf16 {
-  static constexpr bool value = false;
-};
-template <>
-struct MxIsBf16<MxBf16> {
-  static constexpr bool value = true;
-};
-
-// One block's loop: the W warps split the K / 128 groups of weight tile `tile` (16 columns) and
-// multiply them by 16 activation rows; ar[mt] = this lane's activation row 8 mt + g (k = 0).
-// Each warp double-buffers its groups (the next group's loads issued before the current group's
-// mmas) and leaves its partial sums in acc.
 template <class TA, int W>
 MX_DEV void mx_frag_wo_loop(const typename TA::storage* const ar[2], const uint4* __restrict__ wf,
                             const mx_u32* __restrict__ wsf, int tile, int K, float acc[2][4]) {
   constexpr int MT = 2;
-  constexpr bool BF = MxIsBf16<TA>::value;
+  typedef MxWoAct<TA> Act;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int G = K >> 7, per = (G + W - 1) / W;
   const int gb = min(G, warp * per), ge = min(G, gb + per);
@@ -112,7 +174,7 @@ MX_DEV void mx_frag_wo_loop(const typename TA::storage* const ar[2], const uint4
   struct Batch {
     uint4 w[4];
     mx_u32 sA, sB;
-    uint4 b[MT][4];
+    typename Act::raw b[MT][4];
   };
   auto load = [&](Batch& bt) {
 #pragma unroll
@@ -122,7 +184,7 @@ MX_DEV void mx_frag_wo_loop(const typename TA::storage* const ar[2], const uint4
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) bt.b[mt][j] = *reinterpret_cast<const uint4*>(ap[mt] + 32 * j);
+      for (int j = 0; j < 4; ++j) Act::load(bt.b[mt][j], ap[mt] + 32 * j);
     wp += 128;
     swp += 16;
 #pragma unroll
@@ -136,10 +198,10 @@ MX_DEV void mx_frag_wo_loop(const typename TA::storage* const ar[2], const uint4
   if (gb < ge) load(b0);
   for (int i = gb; i < ge; i += 2) {
     if (i + 1 < ge) load(b1);
-    mx_wo_group4<MT, BF>(acc, b0.w, b0.b, b0.sA, b0.sB);
+    mx_wo_group4<MT, TA>(acc, b0.w, b0.b, b0.sA, b0.sB);
     if (i + 1 == ge) break;
     if (i + 2 < ge) load(b0);
-    mx_wo_group4<MT, BF>(acc, b1.w, b1.b, b1.sA, b1.sB);
+    mx_wo_group4<MT, TA>(acc, b1.w, b1.b, b1.sA, b1.sB);
   }
 }
 
@@ -351,4 +413,5 @@ MX_DEFINE_FRAG_WO(MxF16, f16, MxF16, f16)
 MX_DEFINE_FRAG_WO(MxF16, f16, MxF32, f32)
 MX_DEFINE_FRAG_WO(MxBf16, bf16, MxBf16, bf16)
 MX_DEFINE_FRAG_WO(MxBf16, bf16, MxF32, f32)
+MX_DEFINE_FRAG_WO(MxF32, f32, MxF32, f32)
 #endif  // MX_NV_FP8_MMA && MX_NV_CLUSTER

@@ -1,5 +1,5 @@
 //! Launchers of the weight-only `MxMatMul` (a float `a` times one MX weight, docs/ops.md): on
-//! CUDA sm_90 with f16 / bf16 activations and a constant weight packed for the fragment GEMM
+//! CUDA sm_90 with f16 / bf16 / f32 activations and a constant weight packed for the fragment GEMM
 //! (`K % 128 == 0`), the tensor-core kernel of kernels/gpu/mx_matmul_frag_wo.hip; otherwise the
 //! gathered GEMV of kernels/gpu/mx_gather.hip on one "expert" (`[N, K]` E4M3 rows: the CUDA-core
 //! kernel that matched cuBLAS bf16 at M = 1 and fell behind it from M = 4, BENCHMARKS.md
@@ -122,13 +122,17 @@ impl GpuRuntime {
     /// Whether the tensor-core weight-only kernel serves an activation of `a_dtype` with output
     /// `y_dtype` at reduction length `k` (its weight then packed by
     /// [`super::pack::pack_frag_weights`]): CUDA sm_90+, `k % 128 == 0`, f16 `a` into f16 / f32,
-    /// bf16 `a` into bf16 / f32, unless `MXFUSE_GPU_FRAG_WO=0` (or `off`) keeps the CUDA-core GEMV.
+    /// bf16 `a` into bf16 / f32, f32 `a` into f32 (split into three bf16 parts: exact products,
+    /// BENCHMARKS.md session 22), unless `MXFUSE_GPU_FRAG_WO=0` (or `off`) keeps the CUDA-core
+    /// GEMV.
     pub fn weight_only_frag_available(&self, k: usize, a_dtype: DType, y_dtype: DType) -> bool {
         static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         self.frag_gemm_available(k)
             && matches!(
                 (a_dtype, y_dtype),
-                (DType::F16, DType::F16 | DType::F32) | (DType::BF16, DType::BF16 | DType::F32)
+                (DType::F16, DType::F16 | DType::F32)
+                    | (DType::BF16, DType::BF16 | DType::F32)
+                    | (DType::F32, DType::F32)
             )
             && *ON.get_or_init(|| {
                 !std::env::var("MXFUSE_GPU_FRAG_WO").is_ok_and(|v| v == "0" || v == "off")
@@ -137,7 +141,7 @@ impl GpuRuntime {
 
     /// `MxGatherMatMul` on tensor cores (kernels/gpu/mx_matmul_frag_wo.hip): the `e` experts
     /// `[N, K]` each packed by [`super::pack::pack_frag_weights`] and concatenated (`wf`, `wsf`),
-    /// f16 / bf16 `a` (see [`GpuRuntime::weight_only_frag_available`]); otherwise as
+    /// f16 / bf16 / f32 `a` (see [`GpuRuntime::weight_only_frag_available`]); otherwise as
     /// [`GpuRuntime::mx_gather_matmul`] (`mm`, `idx`, the error record `err`).
     pub fn mx_gather_matmul_frag(
         &self,
@@ -150,7 +154,7 @@ impl GpuRuntime {
         let s = mm.samples;
         if !self.weight_only_frag_available(k, mm.a_dtype, mm.y_dtype) {
             return Err(KernelError::Unsupported(format!(
-                "the tensor-core MxGatherMatMul takes f16 / bf16 a on CUDA sm_90+ with K a multiple of 128 (a {:?}, y {:?}, K = {k})",
+                "the tensor-core MxGatherMatMul takes f16 / bf16 a (into its type or f32) or f32 a into f32 on CUDA sm_90+ with K a multiple of 128 (a {:?}, y {:?}, K = {k})",
                 mm.a_dtype, mm.y_dtype
             ))
             .into());
@@ -244,9 +248,9 @@ impl GpuRuntime {
         self.run(&name, grid, 32 * w as u32, params, stream)
     }
 
-    /// The weight-only `MxMatMul` on tensor cores: `a [M, K]` f16 / bf16, the weight `(wf, wsf)`
-    /// packed by [`super::pack::pack_frag_weights`] (`[N, K]` rows), y of `y_dtype`, the epilogue
-    /// `ep`. See [`GpuRuntime::weight_only_frag_available`].
+    /// The weight-only `MxMatMul` on tensor cores: `a [M, K]` f16 / bf16 / f32, the weight
+    /// `(wf, wsf)` packed by [`super::pack::pack_frag_weights`] (`[N, K]` rows), y of `y_dtype`,
+    /// the epilogue `ep`. See [`GpuRuntime::weight_only_frag_available`].
     #[allow(clippy::too_many_arguments)]
     pub fn mx_matmul_float_a_frag(
         &self,
@@ -267,10 +271,12 @@ impl GpuRuntime {
         let (ta, to) = (dtype_suffix(a_dtype)?, dtype_suffix(y_dtype)?);
         if !matches!(
             (a_dtype, y_dtype),
-            (DType::F16, DType::F16 | DType::F32) | (DType::BF16, DType::BF16 | DType::F32)
+            (DType::F16, DType::F16 | DType::F32)
+                | (DType::BF16, DType::BF16 | DType::F32)
+                | (DType::F32, DType::F32)
         ) {
             return Err(KernelError::DType(format!(
-                "the tensor-core weight-only MxMatMul takes f16 or bf16 a into its type or f32, got {a_dtype:?} into {y_dtype:?}"
+                "the tensor-core weight-only MxMatMul takes f16 or bf16 a into its type or f32, or f32 a into f32, got {a_dtype:?} into {y_dtype:?}"
             ))
             .into());
         }

@@ -422,10 +422,11 @@ fn gpu_weight_only_matmul_matches_the_cpu_kernel() {
     }
 }
 
-/// The tensor-core weight-only `MxMatMul` (kernels/gpu/mx_matmul_frag_wo.hip: f16 / bf16 `a`, the
-/// weight packed for the fragment GEMM) against the CPU kernel: 1-21 rows (a partial 16-row tile,
-/// two tiles), N = 72 (a partial 16-column tile), with a Gemm epilogue, f32 and a's own output
-/// type; NaN and scale-0 / 255 weight blocks included.
+/// The tensor-core weight-only `MxMatMul` (kernels/gpu/mx_matmul_frag_wo.hip: f16 / bf16 `a`, and
+/// f32 `a` split into three bf16 parts; the weight packed for the fragment GEMM) against the CPU
+/// kernel: 1-21 rows (a partial 16-row tile, two tiles), N = 72 (a partial 16-column tile), with a
+/// Gemm epilogue, f32 and a's own output type; NaN and scale-0 / 255 weight blocks included, and
+/// for f32 `a` an Inf, a tiny and a huge activation (non-finite outputs where the CPU's are).
 #[test]
 fn gpu_weight_only_matmul_on_tensor_cores_matches_the_cpu_kernel() {
     let Some(rt) = gpu() else { return };
@@ -456,7 +457,14 @@ fn gpu_weight_only_matmul_on_tensor_cores_matches_the_cpu_kernel() {
         attrs: &kernels::MxMatMulAttrs,
         (wf, wsf): (&DeviceBuffer, &DeviceBuffer),
     ) -> f64 {
-        let a: Vec<A> = (0..m * k).map(|_| A::from_f32(rng.normal())).collect();
+        let mut a: Vec<A> = (0..m * k).map(|_| A::from_f32(rng.normal())).collect();
+        if A::DTYPE == DType::F32 && m >= 3 {
+            // Inf stays Inf (the split's low parts are zero), a tiny and a huge value keep
+            // their low parts.
+            a[3] = A::from_f32(f32::INFINITY);
+            a[k + 7] = A::from_f32(1.0e-30);
+            a[2 * k + 9] = A::from_f32(-1.0e30);
+        }
         let bias_o: Vec<O> = bias.iter().map(|&v| O::from_f32(v)).collect();
         let mut want = vec![O::default(); m * n];
         let attrs = kernels::MxMatMulAttrs {
@@ -499,13 +507,21 @@ fn gpu_weight_only_matmul_on_tensor_cores_matches_the_cpu_kernel() {
         .expect("launch");
         rt.synchronize().expect("sync");
         let got = download::<O>(&yb, m * n);
-        // NaN exactly where the CPU kernel has NaN (rows 5 and 9's columns), the rest close.
-        let nan = |v: &[O]| v.iter().map(|x| x.to_f32().is_nan()).collect::<Vec<_>>();
-        assert_eq!(nan(&got), nan(&want), "NaN positions, m {m}");
+        // NaN / Inf exactly where the CPU kernel has them (rows 5 and 9's columns, row 0 of an
+        // f32 a), the rest close.
+        let odd = |v: &[O]| {
+            v.iter()
+                .map(|x| {
+                    let f = x.to_f32();
+                    (f.is_nan(), f.is_infinite().then_some(f))
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(odd(&got), odd(&want), "NaN / Inf positions, m {m}");
         let keep = |v: &[O]| -> Vec<O> {
             v.iter()
                 .map(|x| {
-                    if x.to_f32().is_nan() {
+                    if !x.to_f32().is_finite() {
                         O::from_f32(0.0)
                     } else {
                         *x
@@ -523,9 +539,12 @@ fn gpu_weight_only_matmul_on_tensor_cores_matches_the_cpu_kernel() {
             case::<f16, f32>(&rt, &mut rng, (m, k, n), d, &attrs, w),
             case::<bf16, bf16>(&rt, &mut rng, (m, k, n), d, &attrs, w),
             case::<f16, f16>(&rt, &mut rng, (m, k, n), d, &attrs, w),
+            case::<f32, f32>(&rt, &mut rng, (m, k, n), d, &attrs, w),
         ];
+        // f32 a: the three bf16 parts make every product exact, so only the summation order
+        // differs from the CPU kernel.
         assert!(
-            errs[0] < 1e-5 && errs[1] < 1e-5 && errs[2] < 8e-3 && errs[3] < 2e-3,
+            errs[0] < 1e-5 && errs[1] < 1e-5 && errs[2] < 8e-3 && errs[3] < 2e-3 && errs[4] < 2e-6,
             "m {m}: {errs:?}"
         );
     }
@@ -659,9 +678,10 @@ fn gpu_gather_matmul_on_tensor_cores_matches_the_cpu_kernel() {
             case::<bf16, f32>(&rt, &mut rng, (sa, p, trans_b), ids, d, (e, n, k), w).0,
             case::<f16, f32>(&rt, &mut rng, (sa, p, trans_b), ids, d, (e, n, k), w).0,
             case::<bf16, bf16>(&rt, &mut rng, (sa, p, trans_b), ids, d, (e, n, k), w).0,
+            case::<f32, f32>(&rt, &mut rng, (sa, p, trans_b), ids, d, (e, n, k), w).0,
         ];
         assert!(
-            errs[0] < 1e-5 && errs[1] < 1e-5 && errs[2] < 8e-3,
+            errs[0] < 1e-5 && errs[1] < 1e-5 && errs[2] < 8e-3 && errs[3] < 2e-6,
             "samples {sa} rows {p} weight first {trans_b} ids {ids:?}: {errs:?}"
         );
     }
