@@ -35,14 +35,15 @@
 
 use crate::onnx_pb::{tensor_proto::DataLocation, TensorProto};
 use crate::pattern::predicates::{
-    attr_float, attr_int, attr_string, dtype, is_float8_zero, scale_is_e8m0,
+    attr_float, attr_int, attr_string, dtype, is_float8_zero, known_dims, scale_is_e8m0,
 };
 use std::sync::Arc;
 
 use crate::pattern::{Emit, Reject};
 use crate::reject;
 use crate::view::{
-    ConstMemo, Dim, GraphView, NodeId, ValueId, MXFUSE_DOMAIN, ONNX_DOMAIN, QUARK_DOMAIN,
+    ConstBytes, ConstMemo, Dim, GraphView, NodeId, ValueId, MXFUSE_DOMAIN, ONNX_DOMAIN,
+    QUARK_DOMAIN,
 };
 
 use super::spellings::mx_quant::BLOCK;
@@ -830,6 +831,39 @@ pub(crate) fn check_quark_weight_exact(
     check_quark_exact_along(g, w, 0)
 }
 
+/// The bytes of the Quark-quantized constant `w`, up to the Quark weight cap (setting
+/// `quark_weight_max_mib`, [`ConstMemo::quark_max_bytes`]; 4 GiB by default): far above other
+/// constants' 64 MiB, since the stored MXFP8 weight is a quarter of an f32 one and the check runs
+/// at about the speed of reading. Borrowed where the view holds them ([`GraphView::const_bytes`]):
+/// no copy of a gigabyte of experts beside ONNX Runtime's or the model's own. A weight over the
+/// cap is refused with its size and the setting that raises it.
+fn read_quark_weight(g: &dyn GraphView, w: ValueId) -> Result<ConstBytes<'_>, String> {
+    let cap = g.memo().map_or(
+        crate::ir::QUARK_WEIGHT_MAX_BYTES,
+        ConstMemo::quark_max_bytes,
+    );
+    let name = g.value_name(w);
+    let info = g.tensor_info(w);
+    let bits = info
+        .as_ref()
+        .and_then(|i| crate::ir::elem_size_bits(i.elem_type));
+    let count = known_dims(g, w).map(|d| d.iter().product::<usize>() as u64);
+    if let (Some(bits), Some(count)) = (bits, count) {
+        let bytes = count * bits / 8;
+        if bytes > cap {
+            return Err(format!(
+                "the Quark-quantized weight '{name}' is {} MiB, over the {} MiB the rewrite reads \
+                 for a Quark weight (setting quark_weight_max_mib): it stays fake-quantized at \
+                 run time",
+                bytes.div_ceil(1 << 20),
+                cap >> 20
+            ));
+        }
+    }
+    g.const_bytes(w, cap)
+        .ok_or_else(|| format!("weight '{name}' could not be read"))
+}
+
 /// [`check_quark_weight_exact`] for a constant `w` of any rank fake-quantized along `axis`
 /// (normalized; `MXQuantizeDequantize(fp8_e4m3, block 32, axis)`, e.g. stacked MoE experts
 /// `[E, N, K]` along 2): the blocks' rows in the tensor's order ([`QuarkMx`]), the same check,
@@ -840,9 +874,7 @@ pub(crate) fn check_quark_exact_along(
     axis: usize,
 ) -> Result<Arc<QuarkMx>, Reject> {
     let make = || {
-        let t = g
-            .const_value(w)
-            .ok_or_else(|| format!("weight '{}' could not be read", g.value_name(w)))?;
+        let t = read_quark_weight(g, w)?;
         let check = || super::quark_check::quantize_quark_weight(g, w, &t, axis).map_err(|r| r.0);
         match g.memo().and_then(ConstMemo::weight_checks) {
             Some(checks) => checks.verdict(g, w, &t, axis, check),

@@ -42,7 +42,7 @@ use super::spellings::mx_quant::BLOCK;
 use crate::pattern::predicates::dtype;
 use crate::pattern::Reject;
 use crate::reject;
-use crate::view::{ConstTensor, GraphView, ValueId};
+use crate::view::{ConstBytes, GraphView, ValueId};
 
 const B: usize = BLOCK as usize;
 
@@ -121,7 +121,7 @@ fn gather_block(
 pub(crate) fn quantize_quark_weight(
     g: &dyn GraphView,
     w: ValueId,
-    t: &ConstTensor,
+    t: &ConstBytes<'_>,
     axis: usize,
 ) -> Result<QuarkMx, Reject> {
     let name = g.value_name(w);
