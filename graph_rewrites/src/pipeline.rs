@@ -38,7 +38,7 @@ pub struct PipelineOptions {
     /// Also record why each candidate's structure did not match (near misses).
     pub explain: bool,
     /// Rule settings: `scale_rule` (floor|rceil override), `swiglu_fp32_activation` (0|1),
-    /// `nan_policy` (propagate|ignore).
+    /// `nan_policy` (propagate|ignore), `quark_weight_max_mib` (MiB).
     pub settings: BTreeMap<String, String>,
 }
 
@@ -159,7 +159,7 @@ fn scan(
 ) -> Scan {
     // The checks of this one scan share their work on constants (a Quark weight's quantization),
     // and it is dropped before the fusions are applied; `checks` outlives it.
-    let memoized = Memoized::with_checks(g, checks.clone());
+    let memoized = Memoized::with_checks(g, checks.clone(), cfg.quark_weight_max_bytes);
     let g: &dyn GraphView = &memoized;
     let mut out = Scan {
         accepted: Vec::new(),
@@ -268,7 +268,7 @@ pub fn find_sites_with_checks(
 ) -> Result<Vec<SiteInfo>, Error> {
     let rules = enabled_rules(opts)?;
     let cfg = rule_config(opts, &rules)?;
-    let memoized = Memoized::with_checks(g, checks.clone());
+    let memoized = Memoized::with_checks(g, checks.clone(), cfg.quark_weight_max_bytes);
     let g: &dyn GraphView = &memoized;
     // The fallback rules see what the others left in this one pass (the provider cannot
     // iterate: ORT hands it the graph once).

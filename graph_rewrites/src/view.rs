@@ -95,6 +95,26 @@ pub struct ConstTensor {
     pub raw: Vec<u8>,
 }
 
+/// A constant's bytes as [`GraphView::const_bytes`] gives them: borrowed where the view holds
+/// them in memory (an inline initializer, ONNX Runtime's initializer), read otherwise (external
+/// data). The layout is [`ConstTensor`]'s.
+#[derive(Debug)]
+pub struct ConstBytes<'a> {
+    pub elem_type: i32,
+    pub dims: Vec<i64>,
+    pub raw: Cow<'a, [u8]>,
+}
+
+impl From<ConstTensor> for ConstBytes<'_> {
+    fn from(t: ConstTensor) -> Self {
+        ConstBytes {
+            elem_type: t.elem_type,
+            dims: t.dims,
+            raw: Cow::Owned(t.raw),
+        }
+    }
+}
+
 /// Rewrite-time work on constants that the checks of one scan would otherwise repeat (a Quark
 /// weight quantized and checked against Quark's kernel, read by several MatMuls or tried by
 /// several rules), keyed by value id. It lives as long as one scan of the rules over an
@@ -105,6 +125,9 @@ pub struct ConstTensor {
 pub struct ConstMemo {
     values: Mutex<HashMap<ValueId, Arc<dyn Any + Send + Sync>>>,
     checks: Option<Arc<WeightChecks>>,
+    /// The largest Quark weight the check reads (setting `quark_weight_max_mib`); `None`:
+    /// [`crate::ir::QUARK_WEIGHT_MAX_BYTES`].
+    quark_max_bytes: Option<u64>,
 }
 
 impl ConstMemo {
@@ -127,6 +150,12 @@ impl ConstMemo {
     /// The Quark weight verdicts shared beyond this scan, if any.
     pub fn weight_checks(&self) -> Option<&WeightChecks> {
         self.checks.as_deref()
+    }
+
+    /// The largest Quark fake-quantized weight (bytes) the rules read to quantize and check it.
+    pub fn quark_max_bytes(&self) -> u64 {
+        self.quark_max_bytes
+            .unwrap_or(crate::ir::QUARK_WEIGHT_MAX_BYTES)
     }
 }
 
@@ -170,6 +199,14 @@ pub trait GraphView {
     fn is_graph_input(&self, v: ValueId) -> bool;
     fn tensor_info(&self, v: ValueId) -> Option<TensorInfo>;
     fn const_value(&self, v: ValueId) -> Option<ConstTensor>;
+    /// The bytes of constant `v` when they are at most `max_bytes`, borrowed where the view
+    /// holds them (the Quark weight check reads weights far above `const_value`'s cap, up to
+    /// gigabytes, and needs no copy of its own). Default: `const_value`, within its own cap.
+    fn const_bytes(&self, v: ValueId, max_bytes: u64) -> Option<ConstBytes<'_>> {
+        self.const_value(v)
+            .filter(|t| t.raw.len() as u64 <= max_bytes)
+            .map(ConstBytes::from)
+    }
     /// Whether `v` is a constant (initializer / Constant output) even if its bytes are not
     /// loaded (e.g. external data). Weights of a MatMul only need this, not the bytes.
     fn is_constant(&self, v: ValueId) -> bool;
@@ -200,12 +237,19 @@ pub struct Memoized<'a> {
 }
 
 impl<'a> Memoized<'a> {
-    /// A scan whose Quark weight checks also share `checks` (kept beyond the scan).
-    pub fn with_checks(g: &'a dyn GraphView, checks: Arc<WeightChecks>) -> Self {
+    /// A scan whose Quark weight checks also share `checks` (kept beyond the scan) and read
+    /// Quark weights up to `quark_max_bytes` (`None`: the default,
+    /// [`crate::ir::QUARK_WEIGHT_MAX_BYTES`]).
+    pub fn with_checks(
+        g: &'a dyn GraphView,
+        checks: Arc<WeightChecks>,
+        quark_max_bytes: Option<u64>,
+    ) -> Self {
         Memoized {
             g,
             memo: ConstMemo {
                 checks: Some(checks),
+                quark_max_bytes,
                 ..ConstMemo::default()
             },
         }
@@ -276,6 +320,9 @@ impl GraphView for Memoized<'_> {
     forward_graph_view!(g);
     fn const_value(&self, v: ValueId) -> Option<ConstTensor> {
         self.g.const_value(v)
+    }
+    fn const_bytes(&self, v: ValueId, max_bytes: u64) -> Option<ConstBytes<'_>> {
+        self.g.const_bytes(v, max_bytes)
     }
     fn memo(&self) -> Option<&ConstMemo> {
         Some(&self.memo)

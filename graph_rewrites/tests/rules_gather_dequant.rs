@@ -419,15 +419,24 @@ fn quark_fake_quant_with_another_reader_is_not_taken() {
 }
 
 #[test]
-fn quark_experts_over_the_constant_read_limit_are_refused_with_their_size() {
-    // 65 MiB of f32 experts: over CONST_VALUE_MAX_BYTES (zeros; the size decides first).
-    let dims = [65, 512, 512];
+fn quark_experts_over_the_quark_weight_cap_are_refused_with_their_size() {
+    // 17 MiB of f32 experts over a 16 MiB cap (setting quark_weight_max_mib; zeros: only the
+    // size can refuse them). Stacks above other constants' 64 MiB: tests/quark_big_weights.rs.
+    let dims = [17, 512, 512];
     let vals = vec![0f32; dims.iter().product()];
-    let (report, g) = quark_gather(dims, 2, false, &vals).rewrite();
+    let mut g = quark_gather(dims, 2, false, &vals)
+        .graph()
+        .expect("test graph loads");
+    let opts = graph_rewrites::pipeline::PipelineOptions {
+        settings: [("quark_weight_max_mib".to_string(), "16".to_string())].into(),
+        ..Default::default()
+    };
+    let report = graph_rewrites::pipeline::run_pipeline(&mut g, &opts).expect("pipeline runs");
     let why = rejections(&report);
     assert!(
-        why.iter()
-            .any(|r| r.contains("'w' is 65 MiB, over the 64 MiB")),
+        why.iter().any(|r| r.contains(
+            "'w' is 17 MiB, over the 16 MiB the rewrite reads for a Quark weight (setting quark_weight_max_mib)"
+        )),
         "{why:?}"
     );
     assert_eq!(op_types(&g), ["MxQuantize", "MxGatherDequantize"]);

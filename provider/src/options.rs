@@ -53,6 +53,7 @@ pub const KEYS: &[&str] = &[
     "scale_rule",
     "swiglu_fp32_activation",
     "nan_policy",
+    "quark_weight_max_mib",
     "threads",
     "device",
     "world_size",

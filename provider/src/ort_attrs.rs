@@ -1,5 +1,6 @@
 //! Reading node attributes (`OrtOpAttr`) and constant tensors (`OrtValue`) through the ORT API.
 
+use std::borrow::Cow;
 use std::ffi::{c_char, c_void};
 use std::ptr;
 
@@ -9,12 +10,14 @@ use crate::error::{Error, Result};
 use crate::ffi::api::{api, c_string, check, owned_str};
 use crate::ort_types::{element_count, tensor_bytes, tensor_data, value_type_and_dims};
 use crate::tensor::raw_bytes;
-use graph_rewrites::view::{AttrValue, ConstTensor};
+use graph_rewrites::view::{AttrValue, ConstBytes, ConstTensor};
 
 /// Largest constant tensor copied out of ORT for the matcher: the offline graph's cap
 /// (`graph_rewrites::ir::CONST_VALUE_MAX_BYTES`), so the EP claims what `mxfuse rewrite` fuses.
-/// Rules read small constants (epsilons, scale multipliers, shapes) and the Quark fake-quantized
-/// float weights they quantize and check; bigger ones read as "not loaded" (`None`). (The EP's
+/// Rules read small constants (epsilons, scale multipliers, shapes); bigger ones read as "not
+/// loaded" (`None`). The Quark fake-quantized float weights they quantize and check are read
+/// in place instead, up to their own cap (`GraphView::const_bytes`, [`borrow_tensor`]; 4 GiB by
+/// default, setting `quark_weight_max_mib`). (The EP's
 /// own 16 MiB cap until session 21 left every Quark weight above it unfused online, 16 of the
 /// 24 of `mxfuse-gen-model --preset m3-tp4 --dtype f32 --quant quark --weights quark`.)
 pub const MAX_CONST_BYTES: usize = graph_rewrites::ir::CONST_VALUE_MAX_BYTES as usize;
@@ -168,6 +171,21 @@ pub unsafe fn read_attr(attr: *const OrtOpAttr) -> Result<AttrValue> {
 /// # Safety
 /// `value` must be a valid tensor `OrtValue*` in CPU memory.
 pub unsafe fn copy_tensor(value: *const OrtValue, max_bytes: usize) -> Result<Option<ConstTensor>> {
+    Ok(borrow_tensor(value, max_bytes)?.map(|b| ConstTensor {
+        elem_type: b.elem_type,
+        dims: b.dims,
+        raw: b.raw.into_owned(),
+    }))
+}
+
+/// [`copy_tensor`] without the copy: the bytes in ORT's buffer.
+///
+/// # Safety
+/// As [`copy_tensor`], and `value` must outlive `'a`.
+pub unsafe fn borrow_tensor<'a>(
+    value: *const OrtValue,
+    max_bytes: usize,
+) -> Result<Option<ConstBytes<'a>>> {
     let (elem_type, dims) = value_type_and_dims(value)?;
     let bytes = match tensor_bytes(elem_type, element_count(&dims)?) {
         Ok(b) => b,
@@ -177,10 +195,10 @@ pub unsafe fn copy_tensor(value: *const OrtValue, max_bytes: usize) -> Result<Op
     if bytes > max_bytes {
         return Ok(None);
     }
-    let raw = raw_bytes(tensor_data(value)? as *const u8, bytes).to_vec();
-    Ok(Some(ConstTensor {
+    let raw = raw_bytes(tensor_data(value)? as *const u8, bytes);
+    Ok(Some(ConstBytes {
         elem_type,
         dims,
-        raw,
+        raw: Cow::Borrowed(raw),
     }))
 }

@@ -13,11 +13,11 @@ use ort_sys::{OrtGraph, OrtNode, OrtValue, OrtValueInfo};
 
 use crate::error::Result;
 use crate::ffi::api::{api, check, owned_str};
-use crate::ort_attrs::{copy_tensor, node_attr, node_attr_names, MAX_CONST_BYTES};
+use crate::ort_attrs::{borrow_tensor, copy_tensor, node_attr, node_attr_names, MAX_CONST_BYTES};
 use crate::ort_types::tensor_info_of_type;
 use graph_rewrites::ir::SUBGRAPH_USE_SLOT;
 use graph_rewrites::view::{
-    canonical_domain, AttrValue, ConstTensor, GraphView, NodeId, TensorInfo, ValueId,
+    canonical_domain, AttrValue, ConstBytes, ConstTensor, GraphView, NodeId, TensorInfo, ValueId,
 };
 
 struct NodeRec {
@@ -253,6 +253,15 @@ impl OrtGraphView {
     }
 
     fn read_const(&self, v: ValueId, max_bytes: usize) -> Result<Option<ConstTensor>> {
+        match self.initializer_value(v)? {
+            // SAFETY: ORT owns the value while the graph (which this view borrows) lives.
+            Some(value) => unsafe { copy_tensor(value, max_bytes) },
+            None => Ok(None),
+        }
+    }
+
+    /// ORT's initializer value of constant `v` (`None` if it is not one).
+    fn initializer_value(&self, v: ValueId) -> Result<Option<*const OrtValue>> {
         let rec = &self.values[v.0 as usize];
         if !rec.constant {
             return Ok(None);
@@ -260,13 +269,8 @@ impl OrtGraphView {
         let ort = api()?.ort;
         let mut value: *const OrtValue = ptr::null();
         // SAFETY: `rec.ptr` comes from the graph this view borrows; ORT owns the returned value.
-        unsafe {
-            check((ort.ValueInfo_GetInitializerValue)(rec.ptr, &mut value))?;
-            if value.is_null() {
-                return Ok(None);
-            }
-            copy_tensor(value, max_bytes)
-        }
+        unsafe { check((ort.ValueInfo_GetInitializerValue)(rec.ptr, &mut value))? };
+        Ok((!value.is_null()).then_some(value))
     }
 }
 
@@ -321,6 +325,15 @@ impl GraphView for OrtGraphView {
     }
     fn const_value(&self, v: ValueId) -> Option<ConstTensor> {
         self.read_const(v, MAX_CONST_BYTES).ok().flatten()
+    }
+    /// ORT's own bytes of the initializer, not copied (a Quark weight of a gigabyte is checked
+    /// in place).
+    fn const_bytes(&self, v: ValueId, max_bytes: u64) -> Option<ConstBytes<'_>> {
+        // SAFETY: the value belongs to the graph this view borrows; ORT keeps it (and its
+        // buffer) alive as long as the graph, so as long as `&self`.
+        let value = self.initializer_value(v).ok().flatten()?;
+        let max_bytes = usize::try_from(max_bytes).unwrap_or(usize::MAX);
+        unsafe { borrow_tensor(value, max_bytes) }.ok().flatten()
     }
     fn is_constant(&self, v: ValueId) -> bool {
         self.values[v.0 as usize].constant

@@ -66,8 +66,9 @@ pub struct RewriteArgs {
     pub explain: bool,
     /// A rule setting (repeatable): scale_rule=floor|rceil (override every fused quantizer's
     /// E8M0 rule), nan_policy=propagate|ignore, swiglu_fp32_activation=0|1 (also
-    /// true|false, on|off, yes|no; vLLM's unrounded SwiGLU activation); an unknown key is an
-    /// error.
+    /// true|false, on|off, yes|no; vLLM's unrounded SwiGLU activation), quark_weight_max_mib=N
+    /// (the largest Quark fake-quantized weight read, quantized and checked; default 4096, larger
+    /// ones are refused with their size); an unknown key is an error.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub settings: Vec<String>,
     /// Print wall time per phase (load, rewrite, save) and peak resident memory.

@@ -42,6 +42,14 @@ pub const SUBGRAPH_USE_SLOT: usize = usize::MAX;
 /// report `None` and rules must treat them as "constant, bytes not available".
 pub const CONST_VALUE_MAX_BYTES: u64 = 64 << 20;
 
+/// The largest Quark fake-quantized float weight the rules read to quantize it and check it
+/// against Quark's kernel (`GraphView::const_bytes`), unless setting `quark_weight_max_mib` says
+/// otherwise: 4 GiB, a real MoE layer's stacked experts (`[32, 1536, 6144]` f32 is 1.2 GB). The
+/// read is worth it: the stored MXFP8 weight is a quarter of an f32 one, and the check runs at
+/// ~1 GB/s of f32 on two cores (BENCHMARKS.md "Rewrite", h-quarkbig), about the speed of
+/// reading the bytes. Other constants keep [`CONST_VALUE_MAX_BYTES`].
+pub const QUARK_WEIGHT_MAX_BYTES: u64 = 4 << 30;
+
 /// A node to add with [`Graph::add_node`].
 #[derive(Clone, Debug, Default)]
 pub struct NewNode {

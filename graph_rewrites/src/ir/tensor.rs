@@ -1,11 +1,12 @@
 //! Turning a `TensorProto` (raw bytes, typed fields or external data) into little-endian raw
 //! bytes, and decoding `Constant` node values.
 
+use std::borrow::Cow;
 use std::path::Path;
 
 use crate::io::external;
 use crate::onnx_pb::{tensor_proto::DataType as D, AttributeProto, TensorProto};
-use crate::view::ConstTensor;
+use crate::view::{ConstBytes, ConstTensor};
 use crate::Error;
 
 /// Bits per element of an ONNX data type; `None` for strings and unknown types.
@@ -35,6 +36,21 @@ pub fn tensor_to_const(
     base_dir: Option<&Path>,
     max_external_bytes: u64,
 ) -> Result<Option<ConstTensor>, Error> {
+    Ok(
+        tensor_bytes(t, base_dir, max_external_bytes)?.map(|b| ConstTensor {
+            elem_type: b.elem_type,
+            dims: b.dims,
+            raw: b.raw.into_owned(),
+        }),
+    )
+}
+
+/// [`tensor_to_const`] with inline `raw_data` borrowed, not copied.
+pub fn tensor_bytes<'a>(
+    t: &'a TensorProto,
+    base_dir: Option<&Path>,
+    max_external_bytes: u64,
+) -> Result<Option<ConstBytes<'a>>, Error> {
     let elem_type = t.data_type.unwrap_or(0);
     let name = t.name.as_deref().unwrap_or("");
     let Some(bits) = elem_size_bits(elem_type) else {
@@ -57,14 +73,14 @@ pub fn tensor_to_const(
             )));
         };
         match external::read_external(t, dir, max_external_bytes)? {
-            Some(b) => b,
+            Some(b) => Cow::Owned(b),
             None => return Ok(None),
         }
     } else if let Some(raw) = &t.raw_data {
-        raw.clone()
+        Cow::Borrowed(&raw[..])
     } else {
         match typed_to_raw(t, elem_type, bits) {
-            Some(b) => b,
+            Some(b) => Cow::Owned(b),
             None => return Ok(None),
         }
     };
@@ -76,7 +92,7 @@ pub fn tensor_to_const(
             expected.map_or_else(|| "overflowing".to_owned(), |e| e.to_string())
         )));
     }
-    Ok(Some(ConstTensor {
+    Ok(Some(ConstBytes {
         elem_type,
         dims: t.dims.clone(),
         raw,

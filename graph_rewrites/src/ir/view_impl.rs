@@ -2,12 +2,13 @@
 
 use std::borrow::Cow;
 
-use super::tensor::{constant_node_value, tensor_to_const};
+use super::tensor::{constant_node_value, tensor_bytes, tensor_to_const};
 use super::{Graph, CONST_VALUE_MAX_BYTES};
 use crate::io::external;
 use crate::onnx_pb::{attribute_proto::AttributeType as A, AttributeProto};
 use crate::view::{
-    canonical_domain, AttrValue, ConstTensor, Dim, GraphView, NodeId, TensorInfo, ValueId,
+    canonical_domain, AttrValue, ConstBytes, ConstTensor, Dim, GraphView, NodeId, TensorInfo,
+    ValueId,
 };
 
 impl GraphView for Graph {
@@ -114,6 +115,23 @@ impl GraphView for Graph {
                 .flatten();
         }
         self.constant_node_output(v)
+    }
+
+    /// [`Self::const_value`] up to `max_bytes`, inline or external; inline bytes borrowed.
+    fn const_bytes(&self, v: ValueId, max_bytes: u64) -> Option<ConstBytes<'_>> {
+        if self.value(v).graph_input {
+            return None;
+        }
+        if let Some(t) = self.initializer_tensor(v) {
+            let inline_len = t.raw_data.as_ref().map_or(0, |r| r.len() as u64);
+            if !external::is_external(t) && inline_len > max_bytes {
+                return None;
+            }
+            return tensor_bytes(t, self.base_dir(), max_bytes).ok().flatten();
+        }
+        self.constant_node_output(v)
+            .filter(|t| t.raw.len() as u64 <= max_bytes)
+            .map(ConstBytes::from)
     }
 
     fn is_constant(&self, v: ValueId) -> bool {

@@ -20,6 +20,9 @@ pub struct RuleConfig {
     pub swiglu_fp32_activation: bool,
     /// NaN policy of the emitted quantizers ("propagate" unless set).
     pub nan_policy: Option<String>,
+    /// The largest Quark fake-quantized weight the rules read, quantize and check (setting
+    /// `quark_weight_max_mib`, in MiB; `None`: [`crate::ir::QUARK_WEIGHT_MAX_BYTES`]).
+    pub quark_weight_max_bytes: Option<u64>,
     /// Rule `mx_gather_dequant` runs (set by the pipeline, not a setting): `mxquant` leaves it
     /// the Quark fake quants of gathered constant experts it takes.
     pub gather_rule_runs: bool,
@@ -58,12 +61,27 @@ impl RuleConfig {
             }
             c.nan_policy = Some(p.clone());
         }
+        if let Some(m) = s.get("quark_weight_max_mib") {
+            let mib = m.trim().parse::<u64>().ok().filter(|&m| m <= 1 << 30);
+            let Some(mib) = mib else {
+                return Err(format!(
+                    "quark_weight_max_mib must be a whole number of MiB (0 reads no Quark weight), \
+                     got '{m}'"
+                ));
+            };
+            c.quark_weight_max_bytes = Some(mib << 20);
+        }
         Ok(c)
     }
 }
 
 /// The rule settings (`mxfuse rewrite --set KEY=VALUE`, provider options of the same names).
-pub const SETTINGS: &[&str] = &["scale_rule", "swiglu_fp32_activation", "nan_policy"];
+pub const SETTINGS: &[&str] = &[
+    "scale_rule",
+    "swiglu_fp32_activation",
+    "nan_policy",
+    "quark_weight_max_mib",
+];
 
 /// An on/off setting as the CLI and the provider options spell it: `1` / `true` / `on` / `yes`
 /// or `0` / `false` / `off` / `no` (any case, surrounding blanks ignored).

@@ -44,7 +44,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::rules::mx_consumers::QuarkMx;
-use crate::view::{ConstTensor, GraphView, ValueId};
+use crate::view::{ConstBytes, GraphView, ValueId};
 
 /// A check's outcome: the weight's E4M3 values and E8M0 scales, or why it is refused.
 pub type Verdict = Result<Arc<QuarkMx>, String>;
@@ -144,7 +144,7 @@ impl WeightChecks {
         &self,
         g: &dyn GraphView,
         w: ValueId,
-        t: &ConstTensor,
+        t: &ConstBytes<'_>,
         axis: usize,
         check: impl FnOnce() -> Result<QuarkMx, String>,
     ) -> Verdict {

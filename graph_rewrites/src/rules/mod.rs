@@ -11,6 +11,7 @@ pub mod mx_gather_dequant;
 pub mod mx_quant_linear;
 pub mod mx_weight_matmul;
 pub mod mxquant;
+mod quark_check;
 pub mod spellings;
 pub mod swiglu_mxquant_matmul;
 

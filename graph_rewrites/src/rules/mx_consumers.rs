@@ -35,14 +35,14 @@
 
 use crate::onnx_pb::{tensor_proto::DataLocation, TensorProto};
 use crate::pattern::predicates::{
-    attr_float, attr_int, attr_string, dtype, is_float8_zero, scale_is_e8m0,
+    attr_float, attr_int, attr_string, dtype, is_float8_zero, known_dims, scale_is_e8m0,
 };
 use std::sync::Arc;
 
 use crate::pattern::{Emit, Reject};
 use crate::reject;
 use crate::view::{
-    ConstMemo, ConstTensor, Dim, GraphView, NodeId, ValueId, MXFUSE_DOMAIN, ONNX_DOMAIN,
+    ConstBytes, ConstMemo, Dim, GraphView, NodeId, ValueId, MXFUSE_DOMAIN, ONNX_DOMAIN,
     QUARK_DOMAIN,
 };
 
@@ -807,62 +807,6 @@ pub struct QuarkMx {
     pub scales: Vec<u8>,
 }
 
-/// Reads one element's bytes as f32.
-type ReadElem = fn(&[u8]) -> f32;
-
-/// How to read one element of a float constant's raw bytes as f32: f16 / bf16 widened exactly,
-/// other types as `values_f64` reads them, then rounded to f32. `None` for other types.
-fn decoder(elem_type: i32) -> Option<(usize, ReadElem)> {
-    use half::{bf16, f16};
-    fn f32_(b: &[u8]) -> f32 {
-        f32::from_le_bytes([b[0], b[1], b[2], b[3]])
-    }
-    fn f16_(b: &[u8]) -> f32 {
-        f16::from_le_bytes([b[0], b[1]]).to_f32()
-    }
-    fn bf16_(b: &[u8]) -> f32 {
-        bf16::from_le_bytes([b[0], b[1]]).to_f32()
-    }
-    fn f64_(b: &[u8]) -> f32 {
-        f64::from_le_bytes(<[u8; 8]>::try_from(b).unwrap_or([0; 8])) as f32
-    }
-    fn i64_(b: &[u8]) -> f32 {
-        i64::from_le_bytes(<[u8; 8]>::try_from(b).unwrap_or([0; 8])) as f64 as f32
-    }
-    fn i32_(b: &[u8]) -> f32 {
-        i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64 as f32
-    }
-    Some(match elem_type {
-        dtype::FLOAT => (4, f32_),
-        dtype::FLOAT16 => (2, f16_),
-        dtype::BFLOAT16 => (2, bf16_),
-        dtype::DOUBLE => (8, f64_),
-        dtype::INT64 => (8, i64_),
-        dtype::INT32 => (4, i32_),
-        _ => return None,
-    })
-}
-
-/// The 32 values of block `kb` (along K) of output channel `nn` of a `[K, N]` weight; of row
-/// `nn` = (o, i) of a tensor `[outer, K, inner]` blocked along K (`(k, inner)`; `inner` = N and
-/// o = 0 for a `[K, N]` weight).
-#[inline(always)]
-fn gather_block(
-    raw: &[u8],
-    size: usize,
-    dec: impl Fn(&[u8]) -> f32,
-    (k, inner): (usize, usize),
-    nn: usize,
-    kb: usize,
-    x: &mut [f32; BLOCK as usize],
-) {
-    let (o, i) = (nn / inner, nn % inner);
-    for (j, x) in x.iter_mut().enumerate() {
-        let off = ((o * k + kb * BLOCK as usize + j) * inner + i) * size;
-        *x = dec(&raw[off..off + size]);
-    }
-}
-
 /// Refuses a Quark fake-quantized constant weight `w` (`MXQuantizeDequantize(fp8_e4m3, block 32,
 /// axis 0)` of a `[K, N]` float constant) unless the E4M3 values and E8M0 scales the rewrite
 /// stores for it (returned, [`QuarkMx`]) dequantize to exactly what the unfused fake-quant node
@@ -887,6 +831,39 @@ pub(crate) fn check_quark_weight_exact(
     check_quark_exact_along(g, w, 0)
 }
 
+/// The bytes of the Quark-quantized constant `w`, up to the Quark weight cap (setting
+/// `quark_weight_max_mib`, [`ConstMemo::quark_max_bytes`]; 4 GiB by default): far above other
+/// constants' 64 MiB, since the stored MXFP8 weight is a quarter of an f32 one and the check runs
+/// at about the speed of reading. Borrowed where the view holds them ([`GraphView::const_bytes`]):
+/// no copy of a gigabyte of experts beside ONNX Runtime's or the model's own. A weight over the
+/// cap is refused with its size and the setting that raises it.
+fn read_quark_weight(g: &dyn GraphView, w: ValueId) -> Result<ConstBytes<'_>, String> {
+    let cap = g.memo().map_or(
+        crate::ir::QUARK_WEIGHT_MAX_BYTES,
+        ConstMemo::quark_max_bytes,
+    );
+    let name = g.value_name(w);
+    let info = g.tensor_info(w);
+    let bits = info
+        .as_ref()
+        .and_then(|i| crate::ir::elem_size_bits(i.elem_type));
+    let count = known_dims(g, w).map(|d| d.iter().product::<usize>() as u64);
+    if let (Some(bits), Some(count)) = (bits, count) {
+        let bytes = count * bits / 8;
+        if bytes > cap {
+            return Err(format!(
+                "the Quark-quantized weight '{name}' is {} MiB, over the {} MiB the rewrite reads \
+                 for a Quark weight (setting quark_weight_max_mib): it stays fake-quantized at \
+                 run time",
+                bytes.div_ceil(1 << 20),
+                cap >> 20
+            ));
+        }
+    }
+    g.const_bytes(w, cap)
+        .ok_or_else(|| format!("weight '{name}' could not be read"))
+}
+
 /// [`check_quark_weight_exact`] for a constant `w` of any rank fake-quantized along `axis`
 /// (normalized; `MXQuantizeDequantize(fp8_e4m3, block 32, axis)`, e.g. stacked MoE experts
 /// `[E, N, K]` along 2): the blocks' rows in the tensor's order ([`QuarkMx`]), the same check,
@@ -897,10 +874,8 @@ pub(crate) fn check_quark_exact_along(
     axis: usize,
 ) -> Result<Arc<QuarkMx>, Reject> {
     let make = || {
-        let t = g
-            .const_value(w)
-            .ok_or_else(|| format!("weight '{}' could not be read", g.value_name(w)))?;
-        let check = || quantize_quark_weight(g, w, &t, axis).map_err(|r| r.0);
+        let t = read_quark_weight(g, w)?;
+        let check = || super::quark_check::quantize_quark_weight(g, w, &t, axis).map_err(|r| r.0);
         match g.memo().and_then(ConstMemo::weight_checks) {
             Some(checks) => checks.verdict(g, w, &t, axis, check),
             None => check().map(Arc::new),
@@ -913,199 +888,6 @@ pub(crate) fn check_quark_exact_along(
         _ => make(),
     }
     .map_err(Reject)
-}
-
-/// [`check_quark_weight_exact`] of `w`'s bytes `t` along `axis`, not memoized. One pass over the
-/// weight, block by block (32 K rows of the `[K, N]` source at a time, one output channel's block
-/// after the other: every element is read once, from cache lines the block's 32 rows share),
-/// quantizing each block and comparing it with Quark's kernel on the spot: no transposed float
-/// copy of the weight.
-fn quantize_quark_weight(
-    g: &dyn GraphView,
-    w: ValueId,
-    t: &ConstTensor,
-    axis: usize,
-) -> Result<QuarkMx, Reject> {
-    use kernels::codec::{e4m3_to_f32, e8m0::e8m0_to_f32};
-    use kernels::reference::quark_mx::{quark_mx_block, IntRounding, QuarkElement};
-    const B: usize = BLOCK as usize;
-    let name = g.value_name(w);
-    let dims: Vec<usize> = t.dims.iter().map(|&d| d as usize).collect();
-    if axis >= dims.len() {
-        return Err(reject!("weight '{name}' has dims {:?}", t.dims));
-    }
-    // [outer, K, inner] around the quantized axis; the blocks' rows are (outer, inner).
-    let (k, inner) = (dims[axis], dims[axis + 1..].iter().product::<usize>());
-    let n = dims[..axis].iter().product::<usize>() * inner;
-    let (size, dec) = decoder(t.elem_type)
-        .filter(|(size, _)| t.raw.len() == k * n * size)
-        .ok_or_else(|| reject!("weight '{name}' is not float"))?;
-    if k == 0 || !k.is_multiple_of(B) {
-        return Err(reject!(
-            "weight '{name}' has K = {k}, not a multiple of {BLOCK}"
-        ));
-    }
-    let elem = g.tensor_info(w).map(|i| i.elem_type).unwrap_or(0);
-    let round = |f: f32| match elem {
-        dtype::FLOAT16 => half::f16::from_f32(f).to_f32(),
-        dtype::BFLOAT16 => half::bf16::from_f32(f).to_f32(),
-        _ => f,
-    };
-    // The common types' readers inlined into the loop; the others through `dec`.
-    let (values, scales, bad) = match t.elem_type {
-        dtype::FLOAT => quantize_blocks(&t.raw, (k, n, inner), round, |b| {
-            f32::from_le_bytes([b[0], b[1], b[2], b[3]])
-        }),
-        dtype::FLOAT16 => quantize_blocks(&t.raw, (k, n, inner), round, |b| {
-            half::f16::from_le_bytes([b[0], b[1]]).to_f32()
-        }),
-        dtype::BFLOAT16 => quantize_blocks(&t.raw, (k, n, inner), round, |b| {
-            half::bf16::from_le_bytes([b[0], b[1]]).to_f32()
-        }),
-        _ => quantize_blocks(&t.raw, (k, n, inner), round, dec),
-    };
-    let Some(i) = bad else {
-        return Ok(QuarkMx {
-            k,
-            n,
-            values,
-            scales,
-        });
-    };
-    let (nn, kk) = (i / k, i % k);
-    let mut x = [0f32; B];
-    let mut want = [0f32; B];
-    gather_block(&t.raw, size, dec, (k, inner), nn, kk / B, &mut x);
-    // The element's index in the tensor (`[kk, nn]` for a `[K, N]` weight).
-    let (o, ii) = (nn / inner, nn % inner);
-    let mut at = (o * k + kk) * inner + ii;
-    let mut index = vec![0; dims.len()];
-    for (x, &d) in index.iter_mut().zip(&dims).rev() {
-        (*x, at) = (at % d.max(1), at / d.max(1));
-    }
-    quark_mx_block(&x, &mut want, QuarkElement::Fp8E4M3, IntRounding::HalfEven);
-    let j = kk % B;
-    let why = if x.iter().any(|v| v.is_infinite()) {
-        "its block holds an Inf, which Quark ignores for the scale and passes through (an E4M3 \
-         element has no Inf)"
-            .to_string()
-    } else if x.iter().all(|v| v.abs() < f32::from_bits(8 << 23)) {
-        "its block's largest magnitude is below 2^-119: Quark's scale is then below E8M0's \
-         2^-127"
-            .to_string()
-    } else if elem == dtype::FLOAT16 || elem == dtype::BFLOAT16 {
-        format!(
-            "the fake-quant's {} output rounds it, MxMatMul would read it unrounded",
-            dtype::name(elem)
-        )
-    } else {
-        "the rewrite-time quantizer and Quark's kernel differ there".to_string()
-    };
-    let got = e4m3_to_f32(values[i]) * e8m0_to_f32(scales[i / B]);
-    Err(reject!(
-        "Quark-quantized weight '{name}' is not exactly an MXFP8 weight: element {index:?} \
-         ({:e}) fake-quantizes to {:e}, E4M3 value × E8M0 scale gives {got:e} ({why}); it stays \
-         fake-quantized at run time",
-        x[j],
-        round(want[j]),
-    ))
-}
-
-/// The loop of [`quantize_quark_weight`] over a `[K, N]` weight's raw bytes (`[outer, K, inner]`,
-/// N = outer × inner rows, [`gather_block`]), elements read by
-/// `dec`: `[N, K]` E4M3 values, `[N, K/32]` E8M0 scales (OCP floor, NaN ignored for the scale
-/// and kept as a NaN element, as Quark's kernel does) and the first element (in `[N, K]` order)
-/// whose E4M3 value × scale differs from Quark's kernel rounded by `round` (NaN matches NaN).
-/// Output channels are split over the available cores (each writes its own rows); the bytes do
-/// not depend on the split.
-fn quantize_blocks(
-    raw: &[u8],
-    (k, n, inner): (usize, usize, usize),
-    round: impl Fn(f32) -> f32 + Copy + Send + Sync,
-    dec: impl Fn(&[u8]) -> f32 + Copy + Send + Sync,
-) -> (Vec<u8>, Vec<u8>, Option<usize>) {
-    let kbs = k / BLOCK as usize;
-    let mut values = vec![0u8; n * k];
-    let mut scales = vec![0u8; n * kbs];
-    // Below ~1 M elements a thread costs more than it saves.
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |t| t.get())
-        .min((n * k) >> 20)
-        .clamp(1, n.max(1));
-    let per = n.div_ceil(threads).max(1);
-    let bad = std::thread::scope(|sc| {
-        let jobs: Vec<_> = values
-            .chunks_mut(per * k)
-            .zip(scales.chunks_mut(per * kbs))
-            .enumerate()
-            .map(|(i, (v, s))| {
-                let run = move || quantize_channels(raw, (k, n, inner), i * per, v, s, round, dec);
-                if i + 1 == n.div_ceil(per) {
-                    Err(run) // the last range runs on this thread
-                } else {
-                    Ok(sc.spawn(run))
-                }
-            })
-            .collect();
-        jobs.into_iter()
-            .map(|j| match j {
-                Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-                Err(mut run) => run(),
-            })
-            .fold(None, |a: Option<usize>, b| match (a, b) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            })
-    });
-    (values, scales, bad)
-}
-
-/// [`quantize_blocks`] for the output channels from `n0` (as many as `values` holds rows of K).
-fn quantize_channels(
-    raw: &[u8],
-    (k, n, inner): (usize, usize, usize),
-    n0: usize,
-    values: &mut [u8],
-    scales: &mut [u8],
-    round: impl Fn(f32) -> f32,
-    dec: impl Fn(&[u8]) -> f32 + Copy,
-) -> Option<usize> {
-    use kernels::codec::mx::{quantize_block, NanPolicy, QuantConfig, ScaleRule};
-    use kernels::codec::{e4m3_to_f32, e8m0::e8m0_to_f32};
-    use kernels::reference::quark_mx::{quark_mx_block, IntRounding, QuarkElement};
-    const B: usize = BLOCK as usize;
-    let size = raw.len() / (k * n).max(1);
-    let cfg = QuantConfig {
-        scale_rule: ScaleRule::Floor,
-        nan_policy: NanPolicy::Ignore,
-    };
-    let kbs = k / B;
-    let rows = values.len() / k;
-    let (mut x, mut q, mut want) = ([0f32; B], [0u8; B], [0f32; B]);
-    let mut bad: Option<usize> = None;
-    // Block row by block row (32 K rows of the source): each element is read once, from the
-    // cache lines the block row's 32 rows share.
-    for kb in 0..kbs {
-        for r in 0..rows {
-            gather_block(raw, size, dec, (k, inner), n0 + r, kb, &mut x);
-            let s = quantize_block(&x, &mut q, cfg);
-            let at = r * k + kb * B;
-            values[at..at + B].copy_from_slice(&q);
-            scales[r * kbs + kb] = s;
-            quark_mx_block(&x, &mut want, QuarkElement::Fp8E4M3, IntRounding::HalfEven);
-            let scale = e8m0_to_f32(s);
-            let differs = |j: usize| {
-                let got = e4m3_to_f32(q[j]) * scale;
-                let want = round(want[j]);
-                !(got == want || (got.is_nan() && want.is_nan()))
-            };
-            if let Some(j) = (0..B).find(|&j| differs(j)) {
-                let i = n0 * k + at + j;
-                bad = Some(bad.map_or(i, |b| b.min(i)));
-            }
-        }
-    }
-    bad
 }
 
 /// Stores a checked Quark weight `w` ([`QuarkMx`]) as new initializers: `[N, K]` E4M3 values
@@ -1313,36 +1095,4 @@ pub fn consumers_for(
         }
     }
     Ok(c)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The output channels split over threads give the bytes and the first differing element of
-    /// one pass over all of them.
-    #[test]
-    fn quantizing_a_weight_over_threads_gives_the_single_pass_bytes() {
-        let (k, n) = (64usize, 33_000usize); // over 2 M elements: split when 2 cores are there
-        let mut vals: Vec<f32> = (0..k * n)
-            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.013 * (1.0 + (i % 7) as f32))
-            .collect();
-        let dec = |b: &[u8]| f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        let round = |f: f32| f;
-        for bad in [None, Some([(40, 32_000), (3, 15_000)])] {
-            if let Some(at) = bad {
-                for (kk, nn) in at {
-                    vals[kk * n + nn] = f32::INFINITY;
-                }
-            }
-            let raw: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
-            let (v, s, b) = quantize_blocks(&raw, (k, n, n), round, dec);
-            let (mut v1, mut s1) = (vec![0u8; k * n], vec![0u8; n * k / 32]);
-            let b1 = quantize_channels(&raw, (k, n, n), 0, &mut v1, &mut s1, round, dec);
-            assert!(v == v1 && s == s1);
-            assert_eq!(b, b1);
-            // Channel 15 000 (a later channel differs too, in the other half).
-            assert_eq!(b.map(|i| i / k), bad.map(|_| 15_000));
-        }
-    }
 }
