@@ -819,12 +819,9 @@ fn a_rewrite_takes_accepted_verdicts_out_of_the_session_and_copies_refusals() {
 /// A weight DequantizeLinear whose blocked scale does not fit its values (`[1, 16]` for a
 /// `[64, 16]` weight blocked 32 along K: ONNX wants `[2, 16]`; an invalid model) was fused: the
 /// session then failed at run time with "b_scale has shape [16, 1], expected [16, 2]" (new-user
-/// probe 7; the EP and the offline rewrite alike). `mx_gather_dequant` and `mx_dequant` refuse
-/// such a scale with `predicates::mx_scale_layout`. Proposed fix, in
-/// `rules/mx_consumers.rs::classify_weight` (another helper's file), after `check_kn`:
-/// `mx_scale_layout(g, n, wq, ws, "weight DequantizeLinear")?;`.
+/// probe 7; the EP and the offline rewrite alike). Now `classify_weight` checks the layout with
+/// `predicates::mx_scale_layout`, as `mx_gather_dequant` and `mx_dequant` do.
 #[test]
-#[ignore = "rules/mx_consumers.rs is another helper's area: the weight's scale layout is not checked (fix proposed above)"]
 fn a_weight_scale_that_does_not_fit_the_values_is_refused() {
     let mut b = constant_weight(FLOAT, &[4, 64], (&[64, 16], 0x3a), (&[1, 16], 127), 0);
     b.node("MatMul", &["x", "wd"], &["y"])

@@ -35,7 +35,8 @@
 
 use crate::onnx_pb::{tensor_proto::DataLocation, TensorProto};
 use crate::pattern::predicates::{
-    attr_float, attr_int, attr_string, dtype, is_float8_zero, known_dims, scale_is_e8m0,
+    attr_float, attr_int, attr_string, dtype, is_float8_zero, known_dims, mx_scale_layout,
+    scale_is_e8m0,
 };
 use std::sync::Arc;
 
@@ -514,6 +515,9 @@ pub(crate) fn classify_weight(
                     ));
                 }
                 check_kn(g, wq, k, trans_b)?;
+                // A scale that does not fit the values (an invalid model) was fused and failed
+                // at run time in the kernel's own check (new-user probe 7).
+                mx_scale_layout(g, n, wq, ws, "weight DequantizeLinear")?;
                 return Ok(Weight::Mx {
                     values: wq,
                     scales: ws,
