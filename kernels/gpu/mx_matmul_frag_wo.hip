@@ -54,7 +54,10 @@ struct MxIsBf16<MxBf16> {
 };
 
 // One block's loop: the W warps split the K / 128 groups of weight tile `tile` (16 columns) and
-// multiply them by 16 activation rows; ar[mt] = this lane's activation row 8 mt + g (k = 0).
+// multiply them by 16 activation rows; ar[mt] = this lane's activation row 8 mt + g (k = 0);
+// rows = how many of the 16 reach an output: at most 8 (a decode step's M = 1, most groups of
+// the grouped kernel), the second row tile is neither loaded nor multiplied (for an f32
+// activation that halves the split work).
 // Each warp double-buffers its groups (the next group's loads issued before the current group's
 // mmas) and leaves its partial sums in acc.
 // The activation side of the loop: a lane's 8 elements 8t .. 8t + 7 of a k-block of one row
@@ -113,10 +116,12 @@ struct MxWoAct<MxF32> {
 
 // One group of 4 k-blocks: w[j] = this lane's 16 weight bytes of k-block j (rows g: .x .y, g + 8:
 // .z .w), b[mt][j] = its 8 activation elements of row 8 mt + g, k-block j (MxWoAct), swA / swB =
-// the weight rows' 4 E8M0 scale bytes.
+// the weight rows' 4 E8M0 scale bytes; !two: only row tile 0 (the block's rows 8-15 are past
+// its outputs).
 template <int MT, class TA>
 MX_DEV void mx_wo_group4(float acc[MT][4], const uint4 w[4],
-                         const typename MxWoAct<TA>::raw b[MT][4], mx_u32 swA, mx_u32 swB) {
+                         const typename MxWoAct<TA>::raw b[MT][4], mx_u32 swA, mx_u32 swB,
+                         bool two) {
   typedef MxWoAct<TA> Act;
   constexpr bool BF = Act::BF;
   float fA[4], fB[4];
@@ -137,6 +142,7 @@ MX_DEV void mx_wo_group4(float acc[MT][4], const uint4 w[4],
     const mx_u32 a11 = mx_e4m3x2_to_16x2<BF>(w[u].w), a13 = mx_e4m3x2_to_16x2<BF>(w[u].w >> 16);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
+      if (mt > 0 && !two) break;  // rows 8-15 hold nothing to store
       uint4 q[Act::PARTS];
       Act::parts(b[mt][u], q);
       float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -160,12 +166,14 @@ MX_DEV void mx_wo_group4(float acc[MT][4], const uint4 w[4],
 
 template <class TA, int W>
 MX_DEV void mx_frag_wo_loop(const typename TA::storage* const ar[2], const uint4* __restrict__ wf,
-                            const mx_u32* __restrict__ wsf, int tile, int K, float acc[2][4]) {
+                            const mx_u32* __restrict__ wsf, int tile, int K, int rows,
+                            float acc[2][4]) {
   constexpr int MT = 2;
   typedef MxWoAct<TA> Act;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int G = K >> 7, per = (G + W - 1) / W;
   const int gb = min(G, warp * per), ge = min(G, gb + per);
+  const bool two = rows > 8;
   const uint4* wp = wf + (long long)tile * (K >> 5) * 32 + lane + 128LL * gb;
   const mx_u32* swp = wsf + (long long)tile * G * 16 + 16LL * gb + g;
   const typename TA::storage* ap[MT];
@@ -183,8 +191,9 @@ MX_DEV void mx_frag_wo_loop(const typename TA::storage* const ar[2], const uint4
     bt.sB = swp[8];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
+      if (mt == 0 || two)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) Act::load(bt.b[mt][j], ap[mt] + 32 * j);
+        for (int j = 0; j < 4; ++j) Act::load(bt.b[mt][j], ap[mt] + 32 * j);
     wp += 128;
     swp += 16;
 #pragma unroll
@@ -198,10 +207,10 @@ MX_DEV void mx_frag_wo_loop(const typename TA::storage* const ar[2], const uint4
   if (gb < ge) load(b0);
   for (int i = gb; i < ge; i += 2) {
     if (i + 1 < ge) load(b1);
-    mx_wo_group4<MT, TA>(acc, b0.w, b0.b, b0.sA, b0.sB);
+    mx_wo_group4<MT, TA>(acc, b0.w, b0.b, b0.sA, b0.sB, two);
     if (i + 1 == ge) break;
     if (i + 2 < ge) load(b0);
-    mx_wo_group4<MT, TA>(acc, b1.w, b1.b, b1.sA, b1.sB);
+    mx_wo_group4<MT, TA>(acc, b1.w, b1.b, b1.sA, b1.sB, two);
   }
 }
 
@@ -217,7 +226,7 @@ MX_DEV void mx_matmul_frag_wo(const typename TA::storage* __restrict__ a,
   for (int mt = 0; mt < 2; ++mt) ar[mt] = a + (long long)min(m0 + 8 * mt + g, M - 1) * K;
   MX_PDL_ENTRY();
   float acc[2][4];
-  mx_frag_wo_loop<TA, W>(ar, wf, wsf, blockIdx.y, K, acc);
+  mx_frag_wo_loop<TA, W>(ar, wf, wsf, blockIdx.y, K, M - m0, acc);
   mx_frag_reduce_store<TO, W, 2, 1>(&acc, y, M, N, ep);
 }
 
@@ -281,7 +290,7 @@ MX_DEV void mx_gather_matmul_frag_grouped(const typename TA::storage* __restrict
   __shared__ int sid[MX_GROUP_MAX_S];  // each sample's expert, -1 when out of range
   __shared__ int cnt[MX_GROUP_MAX_E];  // samples per expert
   __shared__ int rows[16];             // this group's samples, -1 past its count
-  __shared__ int grp[2];               // this block's expert and chunk (-1: no group)
+  __shared__ int grp[3];               // this block's expert (-1: no group), chunk, samples
   __shared__ int bad;                  // any sample out of range
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int n0 = 16 * NT * blockIdx.y, z = blockIdx.x;
@@ -332,6 +341,7 @@ MX_DEV void mx_gather_matmul_frag_grouped(const typename TA::storage* __restrict
         if (hit && r >= lo && r < lo + 16) rows[r - lo] = s;
         rank += __popc(m);
       }
+      if (lane == 0) grp[2] = min(16, rank - lo);
     }
   }
   __syncthreads();
@@ -365,7 +375,7 @@ MX_DEV void mx_gather_matmul_frag_grouped(const typename TA::storage* __restrict
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
     if (NT * (int)blockIdx.y + nt < tiles) {
-      mx_frag_wo_loop<TA, W>(ar, we, wse, NT * blockIdx.y + nt, K, acc[nt]);
+      mx_frag_wo_loop<TA, W>(ar, we, wse, NT * blockIdx.y + nt, K, grp[2], acc[nt]);
     } else {  // past the last tile: outputs past N, not stored
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
