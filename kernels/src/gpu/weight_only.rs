@@ -47,6 +47,18 @@ fn grouped_slots(mm: &GpuGatherMatMul, idx: &GpuIndices, e: usize) -> Option<usi
     .then(|| s.min((s + 15 * e.min(s)) / 16).max(1))
 }
 
+/// The first arguments of both tensor-core `MxGatherMatMul` kernels: a, the packed experts, the
+/// indices, y.
+fn gather_params(mm: &GpuGatherMatMul, (wf, wsf): (u64, u64), idx: &GpuIndices) -> Params {
+    Params::new()
+        .push(mm.a)
+        .push(wf)
+        .push(wsf)
+        .push(idx.ptr)
+        .push(i32::from(idx.wide))
+        .push(mm.y)
+}
+
 /// Longest K for which the grouped kernel takes 4 tiles a block (`_t4`).
 const GROUP_SHORT_K: usize = 1024;
 
@@ -181,13 +193,7 @@ impl GpuRuntime {
             return self.mx_gather_matmul_grouped(mm, (wf, wsf, e, n, k), idx, slots, err, stream);
         }
         let (tiles, w) = self.frag_wo_grid(n, s * mm.p.div_ceil(FRAG_WO_ROWS));
-        let params = Params::new()
-            .push(mm.a)
-            .push(wf)
-            .push(wsf)
-            .push(idx.ptr)
-            .push(i32::from(idx.wide))
-            .push(mm.y)
+        let params = gather_params(mm, (wf, wsf), &idx)
             .push(dim_i32("P", mm.p)?)
             .push(dim_i32("N", n)?)
             .push(dim_i32("K", k)?)
@@ -230,13 +236,7 @@ impl GpuRuntime {
         } else {
             4
         };
-        let params = Params::new()
-            .push(mm.a)
-            .push(wf)
-            .push(wsf)
-            .push(idx.ptr)
-            .push(i32::from(idx.wide))
-            .push(mm.y)
+        let params = gather_params(mm, (wf, wsf), &idx)
             .push(dim_i32("S", mm.samples)?)
             .push(dim_i32("N", n)?)
             .push(dim_i32("K", k)?)
