@@ -559,7 +559,8 @@ fn moe(c: &Moe) -> ModelBuilder {
         .init_f32("w", &[k, 8], &vec![0.25; 8 * k as usize])
         .init_f32("router", &[k, 4], &vec![0.5; 4 * k as usize]);
     let h = if c.residual {
-        b.input("res", FLOAT, c.x).node("Add", &["x", "res"], &["h"]);
+        b.input("res", FLOAT, c.x)
+            .node("Add", &["x", "res"], &["h"]);
         "h"
     } else {
         "x"
@@ -590,8 +591,13 @@ fn moe(c: &Moe) -> ModelBuilder {
                 graph_rewrites::testing::Attr::I(FLOAT as i64),
             ),
         ];
-        b.mx_quant_floor("nf", "blk", "")
-            .node_in("", "DequantizeLinear", &["q", "scale"], &["nd"], &dq);
+        b.mx_quant_floor("nf", "blk", "").node_in(
+            "",
+            "DequantizeLinear",
+            &["q", "scale"],
+            &["nd"],
+            &dq,
+        );
     }
     b.node("MatMul", &["nd", "w"], &["y"])
         .output("y", FLOAT, &[-1, 8])
@@ -624,7 +630,11 @@ fn a_flattening_reshape_between_norm_and_quantizer_fuses() {
     assert_eq!(shape(1), rows(H / 32), "scale");
     assert_eq!(
         shape(2),
-        Some(vec![Dim::Symbolic("batch".into()), Dim::Known(4), Dim::Known(H)]),
+        Some(vec![
+            Dim::Symbolic("batch".into()),
+            Dim::Known(4),
+            Dim::Known(H)
+        ]),
         "residual_out keeps x's shape"
     );
     assert_eq!(shape(3), rows(H), "normed");
@@ -672,9 +682,16 @@ fn flattening_spellings_fuse() {
         ),
     ] {
         let (report, g) = moe(&c).rewrite();
-        assert_eq!(report.counts["add_rmsnorm_mxquant"], 1, "{what}: {report:#?}");
+        assert_eq!(
+            report.counts["add_rmsnorm_mxquant"], 1,
+            "{what}: {report:#?}"
+        );
         let n = fused_node(&g);
-        assert_eq!(node_attr(&g, n, "flatten_rows"), AttrValue::Int(1), "{what}");
+        assert_eq!(
+            node_attr(&g, n, "flatten_rows"),
+            AttrValue::Int(1),
+            "{what}"
+        );
         if c.residual {
             let outs: Vec<_> = g.outputs(n).iter().map(|v| Some(*v)).collect();
             assert_eq!(value_names(&g, &outs)[2..], ["h", "nf"], "{what}");

@@ -163,9 +163,7 @@ impl Rule for AddRmsNormMxQuantRule {
         if p.flatten {
             spec = spec.attr_int("flatten_rows", 1);
         }
-        spec = spec
-            .output(q)
-            .output(scale);
+        spec = spec.output(q).output(scale);
         if let Some(r) = residual_out {
             spec = spec.output(r);
         }
