@@ -4,7 +4,7 @@
 
 use graph_rewrites::ir::Graph;
 use graph_rewrites::pattern::predicates::dtype::{
-    DOUBLE, FLOAT, FLOAT16, FLOAT8E4M3FN, FLOAT8E8M0,
+    DOUBLE, FLOAT, FLOAT16, FLOAT8E4M3FN, FLOAT8E8M0, INT64,
 };
 use graph_rewrites::pipeline::RewriteReport;
 use graph_rewrites::testing::{first_node, node_attr, value_names, ModelBuilder};
@@ -530,6 +530,8 @@ struct Moe<'a> {
     extra_reader: bool,
     /// AMD Quark's fake quant instead of the opset-24 quantizer (any opset).
     quark: bool,
+    /// The Reshape's shape is a graph input (computed at run time) instead of a constant.
+    runtime_shape: bool,
 }
 
 impl Default for Moe<'_> {
@@ -542,6 +544,7 @@ impl Default for Moe<'_> {
             residual: false,
             extra_reader: false,
             quark: false,
+            runtime_shape: false,
         }
     }
 }
@@ -554,10 +557,16 @@ fn moe(c: &Moe) -> ModelBuilder {
         .init_i64("ax", &[1], &[-1])
         .init_f32("eps", &[], &[1e-6])
         .init_f32("gamma", &[H], &[1.5; H as usize])
-        .init_i64("flat", &[c.flat.len() as i64], c.flat)
         .init_i64("blk", &[c.flat.len() as i64 + 1], &blk)
         .init_f32("w", &[k, 8], &vec![0.25; 8 * k as usize])
         .init_f32("router", &[k, 4], &vec![0.5; 4 * k as usize]);
+    if c.runtime_shape {
+        // With the flattened rows' shape recorded (an exporter's value_info).
+        b.input("flat", INT64, &[c.flat.len() as i64])
+            .value_info("nf", FLOAT, c.flat);
+    } else {
+        b.init_i64("flat", &[c.flat.len() as i64], c.flat);
+    }
     let h = if c.residual {
         b.input("res", FLOAT, c.x)
             .node("Add", &["x", "res"], &["h"]);
@@ -745,6 +754,13 @@ fn refuses_a_reshape_that_is_not_a_row_flattening() {
                 ..Moe::default()
             },
             "'n' is also read by Relu",
+        ),
+        (
+            Moe {
+                runtime_shape: true,
+                ..Moe::default()
+            },
+            "is computed at run time",
         ),
     ] {
         let why = moe(&c).refusal("add_rmsnorm_mxquant");

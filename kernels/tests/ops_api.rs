@@ -246,7 +246,11 @@ fn norm_into(
         NormTensors {
             q: TensorMut::new(DType::E4M3, rows_shape, &mut q)?,
             scale: TensorMut::new(DType::E8M0, scale_shape, &mut s)?,
-            residual_out: Some(TensorMut::new(DType::F32, xs, as_bytes_mut(&mut ro, n * 4))?),
+            residual_out: Some(TensorMut::new(
+                DType::F32,
+                xs,
+                as_bytes_mut(&mut ro, n * 4),
+            )?),
             normed: Some(TensorMut::new(
                 DType::F32,
                 rows_shape,
