@@ -205,7 +205,7 @@ def moe_decoder(path, dispatch, router="softmax", quark=False, layers=2, value_i
     return path
 
 
-TOKENS = [(1, 1), (1, 3), (2, 8), (1, 37), (1, 1)]
+TOKENS = [(1, 1), (1, 3), (1, 16), (2, 8), (1, 37), (1, 1)]
 
 
 @pytest.mark.parametrize("dispatch,router,quark,fused", [
