@@ -532,6 +532,9 @@ struct Moe<'a> {
     quark: bool,
     /// The Reshape's shape is a graph input (computed at run time) instead of a constant.
     runtime_shape: bool,
+    /// The normed value is declared with x's shape (value_info), whose last dim is unknown:
+    /// offline inference would otherwise take H from γ's broadcast.
+    unknown_h: bool,
 }
 
 impl Default for Moe<'_> {
@@ -545,6 +548,7 @@ impl Default for Moe<'_> {
             extra_reader: false,
             quark: false,
             runtime_shape: false,
+            unknown_h: false,
         }
     }
 }
@@ -613,6 +617,9 @@ fn moe(c: &Moe) -> ModelBuilder {
         .output("logits", FLOAT, &[-1, 4]);
     if c.residual {
         b.output("h", FLOAT, c.x);
+    }
+    if c.unknown_h {
+        b.value_info("n", FLOAT, c.x);
     }
     if c.extra_reader {
         b.node("Relu", &["n"], &["side"]).output("side", FLOAT, c.x);
@@ -725,6 +732,14 @@ fn refuses_a_reshape_that_is_not_a_row_flattening() {
                 ..Moe::default()
             },
             "makes 8 rows, which the normed value's leading dims do not provably give",
+        ),
+        (
+            Moe {
+                x: &[-2, 4, -1],
+                unknown_h: true,
+                ..Moe::default()
+            },
+            "the last dim of the normed value 'n' is not known statically",
         ),
         (
             Moe {

@@ -176,21 +176,27 @@ impl Rule for AddRmsNormMxQuantRule {
     }
 }
 
-/// Whether the Reshape `r` between the norm's output `y` (`[.., H]`) and the quantizer can be
-/// read into the fused op as `flatten_rows`: it keeps H = `k`, the quantizer's last dim (y's last
-/// dim is k; `flat_reshape`: constant shape ending in k,
-/// `allowzero = 0`, no 0 entry), makes `[rows, H]` (a -1 or N rows that y's known leading dims
-/// give), and nothing but `r` reads `y` (the fused op then writes only the flattened rows).
+/// Whether the Reshape `r` between the norm's output `y` and the quantizer can be read into the
+/// fused op as `flatten_rows`: it provably keeps H = `k`, the quantizer's last dim (y's last dim
+/// is known to be k, and [`flat_reshape`]: `allowzero = 0`, a constant shape ending in k with no
+/// 0 entry), it makes `[rows, H]` (-1 rows, or N rows that y's known leading dims give), and
+/// nothing but `r` reads `y` (the fused op then writes only the flattened rows).
 fn check_flattening(g: &dyn GraphView, r: NodeId, y: ValueId, k: i64) -> Result<(), Reject> {
     let label = g.node_label(r);
-    let h = g
-        .tensor_info(y)
-        .and_then(|i| i.shape)
-        .and_then(|s| s.last().cloned());
-    if h != Some(Dim::Known(k)) {
-        return Err(reject!(
-            "the Reshape '{label}' between the norm and the quantizer changes the last dim ({h:?} to {k}): quantization blocks would straddle rows"
-        ));
+    let shape_y = g.tensor_info(y).and_then(|i| i.shape);
+    match shape_y.as_ref().and_then(|s| s.last()) {
+        Some(Dim::Known(h)) if *h == k => {}
+        Some(Dim::Known(h)) => {
+            return Err(reject!(
+                "the Reshape '{label}' between the norm and the quantizer changes the last dim ({h} to {k}): quantization blocks would straddle rows"
+            ))
+        }
+        _ => {
+            return Err(reject!(
+                "the last dim of the normed value '{}' is not known statically, so the Reshape '{label}' to the quantizer's {k} is not provably a flattening of rows",
+                g.value_name(y)
+            ))
+        }
     }
     let shape = flat_reshape(g, r, k).map_err(|why| {
         reject!(
@@ -204,16 +210,17 @@ fn check_flattening(g: &dyn GraphView, r: NodeId, y: ValueId, k: i64) -> Result<
         ));
     };
     if n != -1 {
-        let lead = g.tensor_info(y).and_then(|i| i.shape).and_then(|s| {
+        let rows = shape_y.as_ref().and_then(|s| {
             let (_, lead) = s.split_last()?;
             lead.iter().try_fold(1i64, |acc, d| match d {
                 Dim::Known(v) => acc.checked_mul(*v),
                 _ => None,
             })
         });
-        if lead != Some(n) {
+        if rows != Some(n) {
+            let rows = rows.map_or("not known statically".to_string(), |r| r.to_string());
             return Err(reject!(
-                "the Reshape '{label}' between the norm and the quantizer makes {n} rows, which the normed value's leading dims do not provably give (rows {lead:?})"
+                "the Reshape '{label}' between the norm and the quantizer makes {n} rows, which the normed value's leading dims do not provably give (their product is {rows})"
             ));
         }
     }
