@@ -649,6 +649,27 @@ fn mxfuse_ops_follow_docs_ops_md() {
     expect(&g, "normed", FLOAT16, "b,128");
 }
 
+/// `flatten_rows = 1` (a MoE block's `Reshape(normed, [-1, H])` read into the op): q, scale and
+/// normed are `[rows, H]`, the residual sum keeps x's shape.
+#[test]
+fn add_rms_norm_flatten_rows_flattens_q_scale_and_normed() {
+    let mut b = ModelBuilder::new(24);
+    b.opset("com.mxfuse", 1)
+        .init_f32("gamma", &[128], &[1.0; 128])
+        .node_in(
+            "com.mxfuse",
+            "AddRmsNormMxQuant",
+            &["x", "res", "gamma"],
+            &["nq", "nsc", "res_out", "normed"],
+            &[("flatten_rows", Attr::I(1))],
+        );
+    let g = load(&b, &[("x", FLOAT, "b,3,128"), ("res", FLOAT, "b,3,128")]);
+    expect(&g, "nq", FLOAT8E4M3FN, "3*b,128");
+    expect(&g, "nsc", FLOAT8E8M0, "3*b,4");
+    expect(&g, "res_out", FLOAT, "b,3,128");
+    expect(&g, "normed", FLOAT, "3*b,128");
+}
+
 #[test]
 fn known_types_win_and_unknown_ops_stay_unknown() {
     let mut b = ModelBuilder::new(24);

@@ -4,11 +4,11 @@
 
 use graph_rewrites::ir::Graph;
 use graph_rewrites::pattern::predicates::dtype::{
-    DOUBLE, FLOAT, FLOAT16, FLOAT8E4M3FN, FLOAT8E8M0,
+    DOUBLE, FLOAT, FLOAT16, FLOAT8E4M3FN, FLOAT8E8M0, INT64,
 };
 use graph_rewrites::pipeline::RewriteReport;
 use graph_rewrites::testing::{first_node, node_attr, value_names, ModelBuilder};
-use graph_rewrites::view::{AttrValue, GraphView, NodeId};
+use graph_rewrites::view::{AttrValue, Dim, GraphView, NodeId};
 
 const H: i64 = 64;
 
@@ -517,46 +517,280 @@ fn torchscript_div_one_is_a_reciprocal() {
 
 /// A MoE block flattens the normed activation before its router and experts read it
 /// (transformers' Mixtral / MiniMax sparse-MoE `hidden_states.view(-1, hidden_dim)`, exported
-/// as `Reshape(normed, [-1, H])`): `norm → Reshape → MXFP8 quantize → MatMul`. The rule does not
-/// look through the Reshape, so every MoE layer's norm stays unfused (the quantizer alone fuses,
-/// as `mxquant`), and `--explain` lists no near miss (new-user probe 7). Proposed: accept an
-/// optional `Reshape` between the norm and the quantizer when it provably keeps the last dim
-/// (as `MxMatMul`'s flat-linear reading does, rules/flat_linear.rs), run the fused op on the
-/// un-reshaped rows and reshape q / scale / normed after it.
-#[test]
-#[ignore = "not implemented: the norm → Reshape([-1, H]) → quantize spelling of MoE blocks (proposal above)"]
-fn a_flattening_reshape_between_norm_and_quantizer_fuses() {
-    let mut b = ModelBuilder::new(24);
-    b.input("x", FLOAT, &[-2, 4, H])
+/// as `Reshape(normed, [-1, H])`): `norm → Reshape → MXFP8 quantize → MatMul`, the router
+/// reading the flattened rows. New-user probe 7 found the norm unfused in every MoE layer.
+struct Moe<'a> {
+    opset: i64,
+    x: &'a [i64],
+    /// The Reshape's constant shape (`flat`); its last dim is the quantizer's too.
+    flat: &'a [i64],
+    allowzero: Option<i64>,
+    residual: bool,
+    /// Something besides the Reshape reads the un-flattened normed value.
+    extra_reader: bool,
+    /// AMD Quark's fake quant instead of the opset-24 quantizer (any opset).
+    quark: bool,
+    /// The Reshape's shape is a graph input (computed at run time) instead of a constant.
+    runtime_shape: bool,
+    /// The normed value is declared with x's shape (value_info), whose last dim is unknown:
+    /// offline inference would otherwise take H from γ's broadcast.
+    unknown_h: bool,
+}
+
+impl Default for Moe<'_> {
+    fn default() -> Self {
+        Moe {
+            opset: 24,
+            x: &[-2, 4, H],
+            flat: &[-1, H],
+            allowzero: None,
+            residual: false,
+            extra_reader: false,
+            quark: false,
+            runtime_shape: false,
+            unknown_h: false,
+        }
+    }
+}
+
+fn moe(c: &Moe) -> ModelBuilder {
+    let (&k, lead) = c.flat.split_last().unwrap();
+    let blk = [lead, &[k / 32, 32]].concat();
+    let mut b = ModelBuilder::new(c.opset);
+    b.input("x", FLOAT, c.x)
         .init_i64("ax", &[1], &[-1])
         .init_f32("eps", &[], &[1e-6])
         .init_f32("gamma", &[H], &[1.5; H as usize])
-        .init_i64("flat", &[2], &[-1, H])
-        .init_i64("blk", &[3], &[0, H / 32, 32])
-        .init_f32("w", &[H, 8], &[0.25; 8 * H as usize])
-        .init_f32("router", &[H, 4], &[0.5; 4 * H as usize])
-        .node("Mul", &["x", "x"], &["sq"])
+        .init_i64("blk", &[c.flat.len() as i64 + 1], &blk)
+        .init_f32("w", &[k, 8], &vec![0.25; 8 * k as usize])
+        .init_f32("router", &[k, 4], &vec![0.5; 4 * k as usize]);
+    if c.runtime_shape {
+        // With the flattened rows' shape recorded (an exporter's value_info).
+        b.input("flat", INT64, &[c.flat.len() as i64])
+            .value_info("nf", FLOAT, c.flat);
+    } else {
+        b.init_i64("flat", &[c.flat.len() as i64], c.flat);
+    }
+    let h = if c.residual {
+        b.input("res", FLOAT, c.x)
+            .node("Add", &["x", "res"], &["h"]);
+        "h"
+    } else {
+        "x"
+    };
+    b.node("Mul", &[h, h], &["sq"])
         .node("ReduceMean", &["sq", "ax"], &["ms"])
         .node("Add", &["ms", "eps"], &["mse"])
         .node("Sqrt", &["mse"], &["rms"])
         .node("Reciprocal", &["rms"], &["inv"])
-        .node("Mul", &["x", "inv"], &["n0"])
-        .node("Mul", &["n0", "gamma"], &["n"])
-        .node("Reshape", &["n", "flat"], &["nf"])
-        .node("MatMul", &["nf", "router"], &["logits"])
-        .mx_quant_floor("nf", "blk", "");
-    let dq = [
-        ("axis", graph_rewrites::testing::Attr::I(-1)),
-        ("block_size", graph_rewrites::testing::Attr::I(32)),
-        (
-            "output_dtype",
-            graph_rewrites::testing::Attr::I(FLOAT as i64),
-        ),
-    ];
-    b.node_in("", "DequantizeLinear", &["q", "scale"], &["nd"], &dq)
-        .node("MatMul", &["nd", "w"], &["y"])
+        .node("Mul", &[h, "inv"], &["n0"])
+        .node("Mul", &["n0", "gamma"], &["n"]);
+    let allowzero: Vec<_> = c
+        .allowzero
+        .map(|a| ("allowzero", graph_rewrites::testing::Attr::I(a)))
+        .into_iter()
+        .collect();
+    b.node_in("", "Reshape", &["n", "flat"], &["nf"], &allowzero)
+        .node("MatMul", &["nf", "router"], &["logits"]);
+    if c.quark {
+        b.opset("com.amd.quark", 1)
+            .quark_fake_quant("nf", "nd", 32, -1);
+    } else {
+        let dq = [
+            ("axis", graph_rewrites::testing::Attr::I(-1)),
+            ("block_size", graph_rewrites::testing::Attr::I(32)),
+            (
+                "output_dtype",
+                graph_rewrites::testing::Attr::I(FLOAT as i64),
+            ),
+        ];
+        b.mx_quant_floor("nf", "blk", "").node_in(
+            "",
+            "DequantizeLinear",
+            &["q", "scale"],
+            &["nd"],
+            &dq,
+        );
+    }
+    b.node("MatMul", &["nd", "w"], &["y"])
         .output("y", FLOAT, &[-1, 8])
         .output("logits", FLOAT, &[-1, 4]);
-    let (report, _) = b.rewrite();
+    if c.residual {
+        b.output("h", FLOAT, c.x);
+    }
+    if c.unknown_h {
+        b.value_info("n", FLOAT, c.x);
+    }
+    if c.extra_reader {
+        b.node("Relu", &["n"], &["side"]).output("side", FLOAT, c.x);
+    }
+    b
+}
+
+/// The fused op runs on x's rows as they are and writes q, scale and the router's normed rows
+/// flattened (`flatten_rows`): the Reshape goes, none is left on the E8M0 scale.
+#[test]
+fn a_flattening_reshape_between_norm_and_quantizer_fuses() {
+    let (report, g) = moe(&Moe::default()).rewrite();
     assert_eq!(report.counts["add_rmsnorm_mxquant"], 1, "{report:#?}");
+    let ops: Vec<&str> = g.nodes().iter().map(|n| g.op_type(*n)).collect();
+    assert_eq!(ops, ["AddRmsNormMxQuant", "MatMul", "MxMatMul"]);
+    let n = fused_node(&g);
+    assert_eq!(node_attr(&g, n, "flatten_rows"), AttrValue::Int(1));
+    let outs: Vec<_> = g.outputs(n).iter().map(|v| Some(*v)).collect();
+    // A first layer: slot 2 is the unread sum placeholder (x's shape), slot 3 the router's rows.
+    assert_eq!(value_names(&g, &outs)[3], "nf");
+    let shape = |i: usize| g.tensor_info(g.outputs(n)[i]).and_then(|t| t.shape);
+    let rows = |last| Some(vec![Dim::Symbolic("4*batch".into()), Dim::Known(last)]);
+    assert_eq!(shape(0), rows(H), "q");
+    assert_eq!(shape(1), rows(H / 32), "scale");
+    assert_eq!(
+        shape(2),
+        Some(vec![
+            Dim::Symbolic("batch".into()),
+            Dim::Known(4),
+            Dim::Known(H)
+        ]),
+        "residual_out keeps x's shape"
+    );
+    assert_eq!(shape(3), rows(H), "normed");
+}
+
+#[test]
+fn flattening_spellings_fuse() {
+    for (what, c) in [
+        (
+            "residual Add, the sum escaping",
+            Moe {
+                residual: true,
+                ..Moe::default()
+            },
+        ),
+        (
+            "[N, H] with known leading dims",
+            Moe {
+                x: &[2, 4, H],
+                flat: &[8, H],
+                ..Moe::default()
+            },
+        ),
+        (
+            "an already flat [T, H] input",
+            Moe {
+                x: &[-1, H],
+                ..Moe::default()
+            },
+        ),
+        (
+            "opset-13 Reshape (a Quark quantizer)",
+            Moe {
+                opset: 13,
+                quark: true,
+                ..Moe::default()
+            },
+        ),
+        (
+            "allowzero = 0 spelled out",
+            Moe {
+                allowzero: Some(0),
+                ..Moe::default()
+            },
+        ),
+    ] {
+        let (report, g) = moe(&c).rewrite();
+        assert_eq!(
+            report.counts["add_rmsnorm_mxquant"], 1,
+            "{what}: {report:#?}"
+        );
+        let n = fused_node(&g);
+        assert_eq!(
+            node_attr(&g, n, "flatten_rows"),
+            AttrValue::Int(1),
+            "{what}"
+        );
+        if c.residual {
+            let outs: Vec<_> = g.outputs(n).iter().map(|v| Some(*v)).collect();
+            assert_eq!(value_names(&g, &outs)[2..], ["h", "nf"], "{what}");
+        }
+    }
+}
+
+#[test]
+fn refuses_a_reshape_that_is_not_a_row_flattening() {
+    for (c, want) in [
+        (
+            Moe {
+                flat: &[-1, 2, H],
+                ..Moe::default()
+            },
+            "only a flattening to [rows, 64]",
+        ),
+        (
+            Moe {
+                x: &[-2, 4, H],
+                flat: &[8, H],
+                ..Moe::default()
+            },
+            "makes 8 rows, which the normed value's leading dims do not provably give",
+        ),
+        (
+            Moe {
+                x: &[-2, 4, -1],
+                unknown_h: true,
+                ..Moe::default()
+            },
+            "the last dim of the normed value 'n' is not known statically",
+        ),
+        (
+            Moe {
+                x: &[2, 4, H],
+                flat: &[-1, 2 * H],
+                ..Moe::default()
+            },
+            "changes the last dim",
+        ),
+        (
+            Moe {
+                allowzero: Some(1),
+                ..Moe::default()
+            },
+            "allowzero = 1",
+        ),
+        (
+            Moe {
+                flat: &[0, H],
+                ..Moe::default()
+            },
+            "has a 0 or a second -1",
+        ),
+        (
+            Moe {
+                extra_reader: true,
+                ..Moe::default()
+            },
+            "'n' is also read by Relu",
+        ),
+        (
+            Moe {
+                runtime_shape: true,
+                ..Moe::default()
+            },
+            "is computed at run time",
+        ),
+    ] {
+        let why = moe(&c).refusal("add_rmsnorm_mxquant");
+        assert!(why.contains(want), "{why}");
+    }
+}
+
+/// `[-1, H/2, 2]` splits every quantization block across rows: the quantizer's own block shape
+/// no longer divides the last axis, so nothing fuses the norm.
+#[test]
+fn a_reshape_splitting_the_last_dim_is_not_fused() {
+    let (report, _) = moe(&Moe {
+        flat: &[-1, H / 2, 2],
+        ..Moe::default()
+    })
+    .rewrite();
+    assert_eq!(report.counts["add_rmsnorm_mxquant"], 0, "{report:#?}");
 }

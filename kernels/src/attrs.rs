@@ -64,6 +64,9 @@ pub struct AddRmsNormAttrs {
     pub round_sum: bool,
     /// An AllReduce was absorbed (identity at world size 1).
     pub allreduce: bool,
+    /// `q`, `scale` and `normed` are `[rows, H]` / `[rows, H/32]`: `x`'s leading dims flattened
+    /// (a MoE block's `Reshape(normed, [-1, H])` read into the op). Same bytes, other shape.
+    pub flatten_rows: bool,
     pub quant: QuantConfig,
 }
 
@@ -76,6 +79,7 @@ impl Default for AddRmsNormAttrs {
             inv_form: InvForm::Rsqrt,
             round_sum: true,
             allreduce: false,
+            flatten_rows: false,
             quant: QuantConfig::default(),
         }
     }
@@ -353,6 +357,7 @@ impl AddRmsNormAttrs {
                     "gamma_in_f32" => a.gamma_in_f32 = parse_bool(k, v)?,
                     "round_sum" => a.round_sum = parse_bool(k, v)?,
                     "allreduce" => a.allreduce = parse_bool(k, v)?,
+                    "flatten_rows" => a.flatten_rows = parse_bool(k, v)?,
                     "inv_form" => {
                         a.inv_form = parse_choice(
                             k,

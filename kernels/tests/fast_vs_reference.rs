@@ -89,6 +89,7 @@ fn norm_attr_variants() -> Vec<AddRmsNormAttrs> {
                     inv_form,
                     round_sum: i % 2 == 0,
                     allreduce: false,
+                    flatten_rows: false,
                     quant: configs()[(i + gemma as usize) % 4],
                 });
             }
@@ -679,6 +680,7 @@ fn wide_norm_edge_case<T: fast::FastElement>() {
                 inv_form: InvForm::Rsqrt,
                 round_sum: true,
                 allreduce: false,
+                flatten_rows: false,
                 quant,
             };
             for g in [&gammaf, &finite_gamma] {

@@ -217,3 +217,84 @@ fn malformed_calls_are_errors() {
     );
     assert!(r.is_err());
 }
+
+/// Runs the norm op on f32 `x` of shape `xs` (with a residual of zeros) into outputs of shape
+/// `rows_shape` (q, normed) and `scale_shape`; residual_out keeps `xs`. Returns (q, scale,
+/// residual_out, normed) bytes.
+fn norm_into(
+    x: &[f32],
+    xs: &[usize],
+    rows_shape: &[usize],
+    scale_shape: &[usize],
+    attrs: &AddRmsNormAttrs,
+) -> kernels::Result<[Vec<u8>; 4]> {
+    let n = x.len();
+    let h = xs[xs.len() - 1];
+    let zeros = vec![0f32; n];
+    let g: Vec<f32> = (0..h).map(|i| 0.5 + i as f32 / h as f32).collect();
+    let (xb, rb, gb) = (bytes_of(x), bytes_of(&zeros), bytes_of(&g));
+    let (mut q, mut s, mut ro, mut nm) = (
+        vec![0u8; n],
+        vec![0u8; n / 32],
+        aligned(n * 4),
+        aligned(n * 4),
+    );
+    ops::add_rms_norm_mx_quant(
+        TensorRef::new(DType::F32, xs, &xb)?,
+        Some(TensorRef::new(DType::F32, xs, &rb)?),
+        TensorRef::new(DType::F32, &[h], &gb)?,
+        NormTensors {
+            q: TensorMut::new(DType::E4M3, rows_shape, &mut q)?,
+            scale: TensorMut::new(DType::E8M0, scale_shape, &mut s)?,
+            residual_out: Some(TensorMut::new(
+                DType::F32,
+                xs,
+                as_bytes_mut(&mut ro, n * 4),
+            )?),
+            normed: Some(TensorMut::new(
+                DType::F32,
+                rows_shape,
+                as_bytes_mut(&mut nm, n * 4),
+            )?),
+        },
+        attrs,
+        &Serial,
+    )?;
+    Ok([
+        q,
+        s,
+        as_bytes_mut(&mut ro, n * 4).to_vec(),
+        as_bytes_mut(&mut nm, n * 4).to_vec(),
+    ])
+}
+
+/// `flatten_rows = 1` (a MoE block's `Reshape(normed, [-1, H])` read into the op): q, scale and
+/// normed are `[rows, H]`, residual_out keeps x's shape, and every byte is the unflattened op's
+/// — rows with a zero row, a 448, a subnormal, a NaN and an Inf among them.
+#[test]
+fn norm_op_flatten_rows_writes_the_same_bytes_as_rows() {
+    let (b, s, h) = (2usize, 3usize, 64usize);
+    let mut x: Vec<f32> = (0..b * s * h)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.07)
+        .collect();
+    x[h..2 * h].fill(0.0);
+    x[2 * h] = 448.0;
+    x[3 * h + 1] = 1e-40;
+    x[4 * h + 2] = f32::NAN;
+    x[5 * h + 3] = f32::INFINITY;
+    let flat = AddRmsNormAttrs::from_pairs([("flatten_rows", "1")]).unwrap();
+    assert!(flat.flatten_rows);
+    let plain = AddRmsNormAttrs::default();
+    let xs = [b, s, h];
+    let want = norm_into(&x, &xs, &xs, &[b, s, h / 32], &plain).unwrap();
+    let got = norm_into(&x, &xs, &[b * s, h], &[b * s, h / 32], &flat).unwrap();
+    assert_eq!(got, want);
+    // The shapes follow the attribute: unflattened outputs are refused with it, flat without.
+    assert!(norm_into(&x, &xs, &xs, &[b, s, h / 32], &flat).is_err());
+    assert!(norm_into(&x, &xs, &[b * s, h], &[b * s, h / 32], &plain).is_err());
+    assert_eq!(
+        ops::norm_output_shape(&[0, 4, h], true).unwrap(),
+        [0, h],
+        "an unknown (0) leading dim stays 0 for the provider's -1"
+    );
+}

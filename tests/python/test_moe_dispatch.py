@@ -77,6 +77,7 @@ class Layers:
 
     def __init__(self, quark, seed=0):
         self.nodes, self.inits, self.n, self.quark = [], [], 0, quark
+        self.hidden = []  # values of x's shape [batch, seq, h] (the residual Adds' operands, sums)
         self.rng = np.random.default_rng(seed)
 
     def name(self, p):
@@ -176,36 +177,49 @@ class Layers:
             y = self.op("Reshape", [bmm(self.act_quant(self.swiglu(g, u), i), i, h), per_slot])
             out = self.op("Add", [out, self.op("ReduceSum", [self.op("Mul", [y, self.op("Unsqueeze", [w, self.i64([-1])])]),
                                                               self.i64([1])], keepdims=0)])
-        return self.op("Add", [x, self.op("Reshape", [out, self.op("Shape", [x])])])
+        back = self.op("Reshape", [out, self.op("Shape", [x])])
+        y = self.op("Add", [x, back])
+        self.hidden += [back, y]
+        return y
 
 
-def moe_decoder(path, dispatch, router="softmax", quark=False, layers=2):
-    """`layers` MoE decoder layers on x [batch, seq, 64] (f32)."""
+def moe_decoder(path, dispatch, router="softmax", quark=False, layers=2, value_info=False):
+    """`layers` MoE decoder layers on x [batch, seq, 64] (f32). `value_info`: the residual Adds'
+    operands and sums recorded as [batch, seq, 64], as an exporter records them. Without it ORT infers layer 2's
+    residual sum `x + Reshape(out, Shape(x))` as [?, ?, 64] and the plugin EP refuses that norm
+    (add_rmsnorm_mxquant's residual shape check), which the offline rewrite's own inference
+    fuses ([batch, seq, 64]): the two paths then differ in float order."""
     b = Layers(quark)
     x = "x"
     for _ in range(layers):
         x = b.layer(x, dispatch, router)
     save(b.nodes, b.inits, [helper.make_tensor_value_info("x", TP.FLOAT, ["batch", "seq", 64])],
          [helper.make_tensor_value_info(x, TP.FLOAT, None)], path)
+    m = onnx.load(path)
     if quark:
-        m = onnx.load(path)
         m.opset_import.append(helper.make_opsetid("com.amd.quark", 1))
-        onnx.save(m, path)
+    if value_info:
+        m.graph.value_info.extend(helper.make_tensor_value_info(h, TP.FLOAT, ["batch", "seq", 64])
+                                  for h in b.hidden[:-1])
+    onnx.save(m, path)
     return path
 
 
-TOKENS = [(1, 1), (1, 3), (2, 8), (1, 37), (1, 1)]
+TOKENS = [(1, 1), (1, 3), (1, 16), (2, 8), (1, 37), (1, 1)]
 
 
 @pytest.mark.parametrize("dispatch,router,quark,fused", [
-    ("dense", "softmax", False, {"swiglu_mxquant_matmul": 10, "mxquant": 2}),
-    ("dense", "sigmoid", True, {"swiglu_mxquant_matmul": 10, "mxquant": 2}),
-    ("stacked_weight_first", "sigmoid", False, {"mx_gather_dequant": 4, "swiglu_mxquant_matmul": 4}),
-    ("stacked_activation_first", "softmax", True, {"mx_gather_dequant": 4, "swiglu_mxquant_matmul": 4}),
+    # The norm fuses through the MoE block's Reshape([-1, H]) (test_moe_flat_norm.py).
+    ("dense", "softmax", False, {"swiglu_mxquant_matmul": 10, "add_rmsnorm_mxquant": 2, "mxquant": 0}),
+    ("dense", "sigmoid", True, {"swiglu_mxquant_matmul": 10, "add_rmsnorm_mxquant": 2, "mxquant": 0}),
+    ("stacked_weight_first", "sigmoid", False,
+     {"mx_gather_dequant": 4, "swiglu_mxquant_matmul": 4, "add_rmsnorm_mxquant": 2}),
+    ("stacked_activation_first", "softmax", True,
+     {"mx_gather_dequant": 4, "swiglu_mxquant_matmul": 4, "add_rmsnorm_mxquant": 2}),
 ])
 def test_moe_decoder_layers_fuse_and_match_onnx_reference_on_changing_token_counts(
         dispatch, router, quark, fused, lib, ep_devices, mxfuse_cli, tmp_path):
-    src = moe_decoder(tmp_path / "m.onnx", dispatch, router, quark)
+    src = moe_decoder(tmp_path / "m.onnx", dispatch, router, quark, value_info=True)
     report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
     assert {k: report["counts"][k] for k in fused} == fused, report["counts"]
     ops = [n.op_type for n in onnx.load(tmp_path / "fused.onnx").graph.node]

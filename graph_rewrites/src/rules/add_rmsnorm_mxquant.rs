@@ -1,7 +1,7 @@
 //! Rule `add_rmsnorm_mxquant`: `[AllReduce] → residual Add → RMSNorm → MXFP8 quantize →
 //! MatMul(s)` becomes one `AddRmsNormMxQuant` and `MxMatMul`s.
 //!
-//! Search pattern => `q = MXFP8(RMSNorm([AllReduce](x) + residual, γ)) ─ MatMul(q, W_i)`
+//! Search pattern => `q = MXFP8([Reshape](RMSNorm([AllReduce](x) + residual, γ))) ─ MatMul(q, W_i)`
 //!   ⇒  `(q, scale, sum, [normed]) = com.mxfuse::AddRmsNormMxQuant(x, residual, w); MxMatMul(q, scale, W_i)`
 //!
 //! ```text
@@ -22,12 +22,23 @@
 //!   written when the norm needs a slot before `normed`.
 //! * An absorbed AllReduce is marked collective: if anything else reads its output the engine
 //!   refuses the site rather than run it twice or drop it.
+//! * A MoE block flattens the normed rows before its router and experts read them
+//!   (transformers' Mixtral / MiniMax `hidden_states.view(-1, hidden_dim)`):
+//!   `y ─ Reshape([-1, H] | [N, H]) = rows ─ MXFP8 quantize`, `rows ─▶ router`. Blocks of 32 run
+//!   along H and a Reshape that keeps H ([`flat_reshape`]) only regroups whole rows, so quantize
+//!   and Reshape commute: the fused op runs on x's rows as they are and writes q, scale and
+//!   normed as `[rows, H]` (`flatten_rows = 1`; the same bytes). No Reshape is left on the E8M0
+//!   scale — ONNX Runtime's CPU EP has none for that type, and the plugin EP's device programs
+//!   only run constant-shape Reshapes. Read through only when the Reshape is 2-D `[-1, H]`, or
+//!   `[N, H]` with x's leading dims known to make N rows, and nothing else reads the un-flattened
+//!   `y` (it is no longer written); anything else is refused with the reason.
 //!
 //! Not handled: norms whose numerics the kernel cannot reproduce (see the spelling's check);
 //! consumers other than MatMul keep reading the graph's own q/scale (they are re-produced).
 
 use std::sync::LazyLock;
 
+use super::flat_linear::flat_reshape;
 use super::mx_consumers::{
     consumers_for, emit_kept_float, emit_matmuls, quant_outputs, Consumers, QuantAttrs,
 };
@@ -35,13 +46,16 @@ use super::spellings::mx_quant::{check_mx_quant, mx_quant, MxQuantPat, QuantInfo
 use super::spellings::rms_norm::{
     check_add_rms_norm, residual_stage, rms_norm, NormSpec, ResidualPat, RmsNormPat,
 };
-use crate::pattern::{Emit, Fuse, Match, Pat, Pattern, Reject, Rule, RuleConfig, Site};
-use crate::view::{GraphView, TensorInfo, ValueId};
+use crate::pattern::{Emit, Fuse, Match, OpId, Pat, Pattern, Reject, Rule, RuleConfig, Site, N};
+use crate::reject;
+use crate::view::{Dim, GraphView, NodeId, TensorInfo, ValueId, ONNX_DOMAIN};
 
 pub struct AddRmsNormMxQuantRule {
     pat: Pattern,
     r: ResidualPat,
     n: RmsNormPat,
+    /// The MoE block's flattening `Reshape(y, [-1, H])` in front of the quantizer (optional).
+    flat: N,
     q: MxQuantPat,
 }
 
@@ -49,21 +63,33 @@ pub static RULE: LazyLock<AddRmsNormMxQuantRule> = LazyLock::new(|| {
     let mut p = Pat::new();
     let r = residual_stage(&mut p);
     let n = rms_norm(&mut p, &r);
-    let q = mx_quant(&mut p, n.y);
-    for v in [q.root, q.scale, r.add_ar_out, r.add_out, n.y] {
+    let flat_shape = p.input("flat_shape");
+    let flat = p
+        .op(OpId::new(ONNX_DOMAIN, "Reshape"))
+        .args([n.y, flat_shape])
+        .node();
+    let rows = p.out(flat, 0);
+    let quantized = p.any_of("quantized_rows", [n.y, rows]);
+    let q = mx_quant(&mut p, quantized);
+    for v in [q.root, q.scale, r.add_ar_out, r.add_out, n.y, rows] {
         p.escaping(v);
     }
     AddRmsNormMxQuantRule {
         pat: p.finish(q.root),
         r,
         n,
+        flat,
         q,
     }
 });
 
 pub struct Params {
-    /// The normalized tensor of the graph (the quantizer's input).
+    /// The normalized tensor of the graph.
     y: ValueId,
+    /// The quantizer's input: `y`, or its flattening Reshape's output `[rows, H]` (then the
+    /// fused op writes q, scale and normed flattened).
+    rows: ValueId,
+    flatten: bool,
     spec: NormSpec,
     info: QuantInfo,
     consumers: Consumers,
@@ -80,11 +106,19 @@ impl Rule for AddRmsNormMxQuantRule {
 
     fn check(&self, m: &Match<'_>, cfg: &RuleConfig) -> Result<Fuse<Params>, Reject> {
         let info = check_mx_quant(m, &self.q)?;
-        let spec = check_add_rms_norm(m, &self.r, &self.n, info.dtype, info.k)?;
         let g = m.graph();
+        // Before the norm's checks: a Reshape that changes H would otherwise be reported as a
+        // norm weight of the wrong length.
+        let flat = m.node(self.flat);
+        if let Some(r) = flat {
+            check_flattening(g, r, m[self.n.y], info.k)?;
+        }
+        let spec = check_add_rms_norm(m, &self.r, &self.n, info.dtype, info.k)?;
         let consumers = consumers_for(g, &info)?;
         let params = Params {
             y: m[self.n.y],
+            rows: m[self.q.x],
+            flatten: flat.is_some(),
             quant: QuantAttrs::resolve(&info, cfg),
             spec,
             info,
@@ -101,9 +135,10 @@ impl Rule for AddRmsNormMxQuantRule {
     }
 
     fn rewrite(&self, site: &Site, p: Params, e: &mut Emit<'_>) -> Result<(), String> {
-        let (q, scale) = quant_outputs(e, site, p.y, p.info.q, p.info.scale);
+        let (q, scale) = quant_outputs(e, site, p.rows, p.info.q, p.info.scale);
         let (s, num) = (&p.spec.inputs, &p.spec.numerics);
-        let normed = Some(p.y).filter(|v| site.produces(*v));
+        // Flattened: `y` itself has no reader left (`check_flattening`); the router reads `rows`.
+        let normed = Some(p.rows).filter(|v| site.produces(*v));
         let mut residual_out = s.sum.filter(|v| site.produces(*v));
         if residual_out.is_none() && normed.is_some() {
             // `normed` is output 3: slot 2 needs a value (the sum, written but unread).
@@ -124,9 +159,11 @@ impl Rule for AddRmsNormMxQuantRule {
             .attr_int("gamma_in_f32", i64::from(num.gamma_in_f32))
             .attr_str("inv_form", num.inv_form)
             .attr_int("round_sum", i64::from(num.round_sum))
-            .attr_int("allreduce", i64::from(s.allreduce))
-            .output(q)
-            .output(scale);
+            .attr_int("allreduce", i64::from(s.allreduce));
+        if p.flatten {
+            spec = spec.attr_int("flatten_rows", 1);
+        }
+        spec = spec.output(q).output(scale);
         if let Some(r) = residual_out {
             spec = spec.output(r);
         }
@@ -137,4 +174,69 @@ impl Rule for AddRmsNormMxQuantRule {
         emit_kept_float(e, &p.consumers, q, scale)?;
         emit_matmuls(e, &p.consumers, q, Some(scale))
     }
+}
+
+/// Whether the Reshape `r` between the norm's output `y` and the quantizer can be read into the
+/// fused op as `flatten_rows`: it provably keeps H = `k`, the quantizer's last dim (y's last dim
+/// is known to be k, and [`flat_reshape`]: `allowzero = 0`, a constant shape ending in k with no
+/// 0 entry), it makes `[rows, H]` (-1 rows, or N rows that y's known leading dims give), and
+/// nothing but `r` reads `y` (the fused op then writes only the flattened rows).
+fn check_flattening(g: &dyn GraphView, r: NodeId, y: ValueId, k: i64) -> Result<(), Reject> {
+    let label = g.node_label(r);
+    let shape_y = g.tensor_info(y).and_then(|i| i.shape);
+    match shape_y.as_ref().and_then(|s| s.last()) {
+        Some(Dim::Known(h)) if *h == k => {}
+        Some(Dim::Known(h)) => {
+            return Err(reject!(
+                "the Reshape '{label}' between the norm and the quantizer changes the last dim ({h} to {k}): quantization blocks would straddle rows"
+            ))
+        }
+        _ => {
+            return Err(reject!(
+                "the last dim of the normed value '{}' is not known statically, so the Reshape '{label}' to the quantizer's {k} is not provably a flattening of rows",
+                g.value_name(y)
+            ))
+        }
+    }
+    let shape = flat_reshape(g, r, k).map_err(|why| {
+        reject!(
+            "the Reshape '{label}' between the norm and the quantizer is not read through: {}",
+            why.0
+        )
+    })?;
+    let &[n, _] = &shape[..] else {
+        return Err(reject!(
+            "the Reshape '{label}' between the norm and the quantizer makes {shape:?}: only a flattening to [rows, {k}] is read into the fused op"
+        ));
+    };
+    if n != -1 {
+        let rows = shape_y.as_ref().and_then(|s| {
+            let (_, lead) = s.split_last()?;
+            lead.iter().try_fold(1i64, |acc, d| match d {
+                Dim::Known(v) => acc.checked_mul(*v),
+                _ => None,
+            })
+        });
+        if rows != Some(n) {
+            let rows = rows.map_or("not known statically".to_string(), |r| r.to_string());
+            return Err(reject!(
+                "the Reshape '{label}' between the norm and the quantizer makes {n} rows, which the normed value's leading dims do not provably give (their product is {rows})"
+            ));
+        }
+    }
+    if g.is_graph_output(y) {
+        return Err(reject!(
+            "the normed value '{}' is a graph output as well as flattened by '{label}' (the fused op writes only the flattened rows)",
+            g.value_name(y)
+        ));
+    }
+    if let Some((c, _)) = g.consumers(y).iter().find(|(c, _)| *c != r) {
+        return Err(reject!(
+            "the normed value '{}' is also read by {} '{}' besides its flattening Reshape '{label}' (the fused op writes only the flattened rows)",
+            g.value_name(y),
+            g.op_type(*c),
+            g.node_label(*c)
+        ));
+    }
+    Ok(())
 }

@@ -1,5 +1,6 @@
 //! The MX consumers' reading through a flattening `Reshape` (shared by every MX-activation rule
-//! and `mx_weight_matmul` through [`super::mx_consumers`]; no rule of its own).
+//! and `mx_weight_matmul` through [`super::mx_consumers`]; no rule of its own). [`flat_reshape`]
+//! also proves `add_rmsnorm_mxquant`'s MoE spelling `norm → Reshape([-1, H]) → quantize`.
 //!
 //! Through a flattening `Reshape` (torch.export's `nn.Linear` on `[B, S, K]`:
 //! `view(-1, K) → addmm | mm → view(B, S, N)`):
@@ -141,7 +142,7 @@ pub(crate) fn read_through(g: &dyn GraphView, r: NodeId, k: i64, act_dtype: i32)
 /// fusion's output Reshape is of the MatMul's output type, which is the activation's (a MatMul's
 /// A and Y share one type; `matmul_use`), so the model's opset already lets this Reshape of the
 /// activation read and write that type (bfloat16 needs opset 13, as its MatMul does).
-fn flat_reshape(g: &dyn GraphView, r: NodeId, k: i64) -> Result<Vec<i64>, Reject> {
+pub(crate) fn flat_reshape(g: &dyn GraphView, r: NodeId, k: i64) -> Result<Vec<i64>, Reject> {
     if attr_int(g.attr(r, "allowzero"), 0) != Some(0) {
         return Err(reject!("allowzero = 1"));
     }

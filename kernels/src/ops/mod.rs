@@ -22,7 +22,7 @@ mod tensor;
 
 pub use gather::{gather_shape, mx_gather_dequantize};
 pub use gather_matmul::{mx_gather_matmul, mx_gather_matmul_laid_out};
-pub use shapes::{mx_matmul_dims, scale_shape, swiglu_output_shape};
+pub use shapes::{mx_matmul_dims, norm_output_shape, scale_shape, swiglu_output_shape};
 pub use tensor::{Pod, TensorMut, TensorRef};
 
 use half::{bf16, f16};
@@ -191,7 +191,8 @@ pub fn add_rms_norm_mx_quant(
     attrs: &AddRmsNormAttrs,
     par: &dyn Parallel,
 ) -> Result<()> {
-    let h = expect_quant_outputs(x.shape, &out.q, &out.scale)?;
+    let rows_shape = norm_output_shape(x.shape, attrs.flatten_rows)?;
+    let h = expect_quant_outputs(&rows_shape, &out.q, &out.scale)?;
     if let Some(r) = &residual {
         expect_dtype("residual", r.dtype, x.dtype)?;
         expect_shape("residual", r.shape, x.shape)?;
@@ -214,10 +215,13 @@ pub fn add_rms_norm_mx_quant(
             gamma.shape
         ));
     }
-    for (name, t) in [("residual_out", &out.residual_out), ("normed", &out.normed)] {
+    for (name, t, want) in [
+        ("residual_out", &out.residual_out, x.shape),
+        ("normed", &out.normed, &rows_shape[..]),
+    ] {
         if let Some(t) = t {
             expect_dtype(name, t.dtype, x.dtype)?;
-            expect_shape(name, t.shape, x.shape)?;
+            expect_shape(name, t.shape, want)?;
         }
     }
     match x.dtype {

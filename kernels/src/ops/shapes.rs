@@ -22,6 +22,19 @@ pub fn scale_shape(values: &[usize]) -> Result<Vec<usize>> {
     Ok(s)
 }
 
+/// Shape of `AddRmsNormMxQuant`'s `q` and `normed` for `x` of shape `[..., H]`: `x`'s own, or
+/// `[rows, H]` (its leading dims flattened) when `flatten_rows` — the rule read a flattening
+/// `Reshape(normed, [-1, H])` of a MoE block into the op. The rows are the same contiguous
+/// rows either way (`residual_out` keeps `x`'s shape).
+pub fn norm_output_shape(x: &[usize], flatten_rows: bool) -> Result<Vec<usize>> {
+    let h = last(x)?;
+    Ok(if flatten_rows {
+        vec![x[..x.len() - 1].iter().product(), h]
+    } else {
+        x.to_vec()
+    })
+}
+
 /// Activation shape `[..., I]` of `SwiGluMxQuant` for its (first) input's shape.
 pub fn swiglu_output_shape(input: &[usize], layout: SwiGluLayout) -> Result<Vec<usize>> {
     let n = last(input)?;

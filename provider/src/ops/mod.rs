@@ -285,9 +285,12 @@ impl Kernel for AddRmsNormAttrs {
         float_input(x, "x")?;
         required(inputs, 2, "gamma")?;
         let (dims, unknown) = to_dims(&x.dims);
-        let [q, s] = quant_metas(&dims, unknown)?;
-        let same = Meta::new(x.dtype, x.dims.clone());
-        Ok(vec![q, s, same.clone(), same])
+        // `flatten_rows`: q, scale and normed are [rows, H] (an unknown leading dim makes rows
+        // 0 here, -1 after `from_dims`); residual_out keeps x's shape.
+        let rows = k::norm_output_shape(&dims, self.flatten_rows)?;
+        let [q, s] = quant_metas(&rows, unknown)?;
+        let normed = Meta::new(x.dtype, from_dims(&rows, unknown));
+        Ok(vec![q, s, Meta::new(x.dtype, x.dims.clone()), normed])
     }
 
     fn compute(

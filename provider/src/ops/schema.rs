@@ -89,6 +89,7 @@ pub const ADD_RMS_NORM_MX_QUANT: OpSchema = OpSchema {
         ("inv_form", AttrKind::String),
         ("allreduce", AttrKind::Int),
         ("round_sum", AttrKind::Int),
+        ("flatten_rows", AttrKind::Int),
     ],
 };
 

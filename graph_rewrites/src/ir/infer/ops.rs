@@ -167,8 +167,17 @@ fn mxfuse_op(c: &Node, op: &str) -> Vec<TensorInfo> {
     match op {
         "MxQuantize" => mx_outputs(c.shape(0)).to_vec(),
         "AddRmsNormMxQuant" => {
-            let [q, scale] = mx_outputs(c.shape(0));
-            vec![q, scale, c.info(0), c.info(0)]
+            // `flatten_rows = 1`: q, scale and normed are [rows, H] (x's leading dims
+            // flattened, a MoE block's `Reshape(normed, [-1, H])` read into the op).
+            let rows = match c.int("flatten_rows", 0) {
+                Some(1) => c.shape(0).and_then(|s| {
+                    let (h, lead) = s.split_last()?;
+                    Some(vec![shape::product_dim(lead), h.clone()])
+                }),
+                _ => c.shape(0),
+            };
+            let [q, scale] = mx_outputs(rows.clone());
+            vec![q, scale, c.info(0), info(c.elem(0), rows)]
         }
         "SwiGluMxQuant" => {
             let layout = c.string("layout", "separate").unwrap_or_default();
