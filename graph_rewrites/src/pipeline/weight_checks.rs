@@ -3,8 +3,10 @@
 //! rather than by a value id of one graph.
 //!
 //! The check quantizes the whole weight and compares it with Quark's reference kernel element by
-//! element: about 2.5 s of CPU for the 680 MB of f32 weights of a 4-layer m3-tp4 model (BENCHMARKS
-//! "Rewrite", 2026-12-02 h-quarkcache). Within one scan [`crate::view::ConstMemo`] shares it; two
+//! element: about 2.5 s of CPU for the 680 MB of f32 weights of a 4-layer m3-tp4 model when this
+//! cache was written (BENCHMARKS "Rewrite", 2026-12-02 h-quarkcache); the check now runs at
+//! 1.3-1.6 GB/s of f32 on two cores (`rules::quark_check`, h-quarkbig), under 1 s there, still
+//! several times the fingerprint below. Within one scan [`crate::view::ConstMemo`] shares it; two
 //! costs were left across scans, and this cache removes both:
 //!
 //! * **The plugin EP checked each weight twice per session**: `GetCapability` (the rules'
@@ -18,8 +20,8 @@
 //!   [`WeightChecks::refusals`] for all of its scans.
 //!
 //! The key holds a 128-bit fingerprint of the weight's raw bytes, read at memory speed (0.07 s
-//! for those 680 MB on the Zen 4 VM, ~10 GB/s, against seconds for the check), so the cache cannot hand out
-//! the bytes of another weight: a same-named initializer with other contents (another graph, a
+//! for those 680 MB on the Zen 4 VM, ~10 GB/s, against ~0.5 s for the check), so the cache cannot
+//! hand out the bytes of another weight: a same-named initializer with other contents (another graph, a
 //! graph optimization between the two calls) is another key. It guards against accidental
 //! collisions, not crafted ones (the model is the user's own input either way). The verdict
 //! depends on nothing but the key: the bytes, their type, the graph's element type of the value
