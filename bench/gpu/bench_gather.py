@@ -46,6 +46,39 @@ def dequant_f32(q, s):
     return q.float() * torch.exp2(s.float() - 127).repeat_interleave(32, dim=-1)
 
 
+# The runtime's launch rules for the tensor-core MxGatherMatMul (kernels/src/gpu/weight_only.rs),
+# mirrored so each row times what the runtime would launch.
+def frag_wo_warps(blocks):
+    """weight_only.rs frag_wo_warps: 8 warps a block on grids of fewer blocks than two an SM."""
+    return 8 if blocks < 2 * torch.cuda.get_device_properties(0).multi_processor_count else 4
+
+
+def groups_on_device(S):
+    """weight_only.rs grouped_slots: grouped by expert with at least as many samples as experts."""
+    return S >= E
+
+
+def gather_per_sample(mod, ty, x, wf, wsf, ids, y, err, S, N, K, w=None):
+    """mx_matmul_frag_wo_gather (one sample a grid z, one row a sample)."""
+    w = w or frag_wo_warps(-(-N // 16) * S)
+    mod.launch(f"mx_matmul_frag_wo_gather_{ty}_{ty}_w{w}", (1, -(-N // 16), S), (32 * w,),
+               [x, wf, wsf, ids, ctypes.c_int(1), y, ctypes.c_int(1), ctypes.c_int(N), ctypes.c_int(K),
+                ctypes.c_int(E), ctypes.c_int(0), ctypes.c_int(0), err])
+    return y
+
+
+def gather_grouped(mod, ty, x, wf, wsf, ids, y, err, S, N, K, nt=None, w=None):
+    """mx_matmul_frag_wo_ggroup: nt tiles a block (runtime: 4 for K <= 1024, GROUP_SHORT_K)."""
+    nt = nt or (4 if K <= 1024 else 1)
+    slots = min(S, (S + 15 * min(E, S)) // 16)
+    cols = -(-N // (16 * nt))
+    w = w or frag_wo_warps(slots * cols)
+    mod.launch(f"mx_matmul_frag_wo_ggroup_{ty}_{ty}_w{w}{'_t4' if nt == 4 else ''}", (slots, cols, 1), (32 * w,),
+               [x, wf, wsf, ids, ctypes.c_int(1), y, ctypes.c_int(S), ctypes.c_int(N), ctypes.c_int(K),
+                ctypes.c_int(E), ctypes.c_int(0), err])
+    return y
+
+
 def main():
     mod = Module()
     read_bw = read_bandwidth(dev)
@@ -79,24 +112,13 @@ def main():
                 return y
 
             def tc(i=None):
-                mod.launch(f"mx_matmul_frag_wo_gather_bf16_bf16_w{W}", (1, -(-N // 16), S), (32 * W,),
-                           [x, wf, wsf, nxt() if i is None else i, ctypes.c_int(1), y, ctypes.c_int(1),
-                            ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(E), ctypes.c_int(0), ctypes.c_int(0), err])
-                return y
+                return gather_per_sample(mod, "bf16", x, wf, wsf, nxt() if i is None else i, y, err, S, N, K)
 
-            slots = min(S, (S + 15 * min(E, S)) // 16)  # weight_only.rs grouped_slots
-            sms = torch.cuda.get_device_properties(0).multi_processor_count
-            W = 8 if -(-N // 16) * S < 2 * sms else 4  # weight_only.rs frag_wo_grid
-            rule = "grouped" if S >= E else "tc"  # grouped_slots
+            W = frag_wo_warps(-(-N // 16) * S)  # the per-sample kernel's
+            rule = "grouped" if groups_on_device(S) else "tc"
 
             def grouped_nt(nt, i=None, w=None):
-                cols = -(-N // (16 * nt))
-                w = w or (8 if slots * cols < 2 * sms else 4)
-                sfx = "_t4" if nt == 4 else ""
-                mod.launch(f"mx_matmul_frag_wo_ggroup_bf16_bf16_w{w}{sfx}", (slots, cols, 1), (32 * w,),
-                           [x, wf, wsf, nxt() if i is None else i, ctypes.c_int(1), y, ctypes.c_int(S),
-                            ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(E), ctypes.c_int(0), err])
-                return y
+                return gather_grouped(mod, "bf16", x, wf, wsf, nxt() if i is None else i, y, err, S, N, K, nt, w)
 
             nt_rt = 4 if K <= 1024 else 1  # weight_only.rs GROUP_SHORT_K
 
@@ -153,7 +175,6 @@ def f32_activations(mod, read_bw):
     experts (grouped where the runtime groups, else per sample) and the weight-only MxMatMul (and
     cuBLAS f32 on f32 weights, no TF32); relative error against torch's f64 product."""
     rows = []
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
     for name, (N, K) in (("gate_up", (1536, 6144)), ("down", (6144, 768))):
         q, s = experts(N, K)
         packs = [pack_frag(q[x].view(torch.uint8), s[x]) for x in range(E)]
@@ -173,23 +194,9 @@ def f32_activations(mod, read_bw):
                 turn[0] = (turn[0] + 1) % IDSETS
                 return ids[turn[0]]
 
-            slots = min(S, (S + 15 * min(E, S)) // 16)
-
             def tc(i=None):
-                i = nxt() if i is None else i
-                if S >= E:  # weight_only.rs grouped_slots
-                    nt = 4 if K <= 1024 else 1
-                    cols = -(-N // (16 * nt))
-                    w = 8 if slots * cols < 2 * sms else 4
-                    mod.launch(f"mx_matmul_frag_wo_ggroup_f32_f32_w{w}{'_t4' if nt == 4 else ''}", (slots, cols, 1),
-                               (32 * w,), [x, wf, wsf, i, ctypes.c_int(1), y, ctypes.c_int(S), ctypes.c_int(N),
-                                           ctypes.c_int(K), ctypes.c_int(E), ctypes.c_int(0), err])
-                else:
-                    w = 8 if -(-N // 16) * S < 2 * sms else 4
-                    mod.launch(f"mx_matmul_frag_wo_gather_f32_f32_w{w}", (1, -(-N // 16), S), (32 * w,),
-                               [x, wf, wsf, i, ctypes.c_int(1), y, ctypes.c_int(1), ctypes.c_int(N), ctypes.c_int(K),
-                                ctypes.c_int(E), ctypes.c_int(0), ctypes.c_int(0), err])
-                return y
+                launch = gather_grouped if groups_on_device(S) else gather_per_sample
+                return launch(mod, "f32", x, wf, wsf, nxt() if i is None else i, y, err, S, N, K)
 
             def gemv(i=None):
                 mod.launch("mx_gather_matmul_nk_f32_f32", (S, -(-N // 8), 1), (256,),
@@ -225,7 +232,7 @@ def f32_activations(mod, read_bw):
             x = torch.randn(M, K, device=dev)
             y = torch.empty(M, N, dtype=torch.float32, device=dev)
             ep = epilogue()
-            W = 8 if -(-N // 16) * -(-M // 16) < 2 * sms else 4
+            W = frag_wo_warps(-(-N // 16) * -(-M // 16))
 
             def tc(w=None):
                 wf, wsf = frags[nxt(len(frags))] if w is None else w
@@ -261,7 +268,7 @@ def weight_only(mod, read_bw):
         copies = max(2, -(-400 * 2**20 // (N * K)))
         ws = [experts_one(N, K) for _ in range(copies)]
         frags = [pack_frag(q.view(torch.uint8), s) for q, s in ws]
-        W = 8 if -(-N // 16) < 264 else 4
+        W = frag_wo_warps(-(-N // 16))  # M <= 16: one row tile
         wb = [dequant_f32(q, s).bfloat16() for q, s in ws[:max(2, copies // 2)]]
         deq = torch.empty(N, K, dtype=torch.bfloat16, device=dev)
         turn = [0]

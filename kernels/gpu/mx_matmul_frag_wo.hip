@@ -230,9 +230,19 @@ MX_DEV void mx_matmul_frag_wo(const typename TA::storage* __restrict__ a,
   mx_frag_reduce_store<TO, W, 2, 1>(&acc, y, M, N, ep);
 }
 
-// MxGatherMatMul on the same loop (stacked experts, each packed as above one after another: expert
-// e's fragments start at e * ceil(N / 16) * (K / 32) * 32 uint4 and its scale words at e *
-// ceil(N / 16) * (K / 128) * 16): sample s = blockIdx.z multiplies its P rows (a [S or 1, P, K])
+// Expert e's packed weights among stacked experts packed one after another: its fragments start
+// at e * ceil(N / 16) * (K / 32) * 32 uint4, its scale words at e * ceil(N / 16) * (K / 128) * 16.
+struct MxFragExpert {
+  const uint4* wf;
+  const mx_u32* wsf;
+  MX_DEV MxFragExpert(const uint4* wf0, const mx_u32* wsf0, long long e, int N, int K) {
+    const long long tiles = (N + 15) / 16;
+    wf = wf0 + e * tiles * (K >> 5) * 32;
+    wsf = wsf0 + e * tiles * (K >> 7) * 16;
+  }
+};
+
+// MxGatherMatMul on the same loop (stacked experts, MxFragExpert): sample s = blockIdx.z multiplies its P rows (a [S or 1, P, K])
 // by the expert idx[s] (or idx[0]) selects, into y [S, P, N]. An index out of range writes NaN to
 // the block's outputs and is recorded in err (mx_gather.hip's contract).
 template <class TA, class TO, int W>
@@ -255,10 +265,10 @@ MX_DEV void mx_gather_matmul_frag(const typename TA::storage* __restrict__ a,
     MX_PDL_LAUNCH();
     return;
   }
-  const long long tiles = (N + 15) / 16;
+  const MxFragExpert ex(wf, wsf, e, N, K);
   const MxEpi none = {nullptr, 0, 0, 1.0f, 1.0f};
-  mx_matmul_frag_wo<TA, TO, W>(a + (a_one ? 0 : (long long)s * P * K), wf + e * tiles * (K >> 5) * 32,
-                               wsf + e * tiles * (K >> 7) * 16, ys, P, N, K, none);
+  mx_matmul_frag_wo<TA, TO, W>(a + (a_one ? 0 : (long long)s * P * K), ex.wf, ex.wsf, ys, P, N, K,
+                               none);
 }
 
 // MxGatherMatMul with the samples grouped by expert (one row a sample: a [S or 1, K], y [S, N]):
@@ -352,7 +362,7 @@ MX_DEV void mx_gather_matmul_frag_grouped(const typename TA::storage* __restrict
       if (sid[s] < 0 && n < N) y[(long long)s * N + n] = nan;
     }
   }
-  const long long e = grp[0];  // 64-bit: the experts' offsets below
+  const int e = grp[0];
   if (e < 0) return;
   const int g = lane >> 2;
   const typename TA::storage* ar[2];
@@ -363,19 +373,18 @@ MX_DEV void mx_gather_matmul_frag_grouped(const typename TA::storage* __restrict
     ar[mt] = a + (a_one ? 0 : (long long)(r >= 0 ? r : rows[0]) * K);
   }
   const int tiles = (N + 15) / 16;
-  const uint4* we = wf + e * tiles * (K >> 5) * 32;
-  const mx_u32* wse = wsf + e * tiles * (long long)(K >> 7) * 16;
+  const MxFragExpert ex(wf, wsf, e, N, K);
   if (NT > 1) {
     const int G = K >> 7, per = (G + W - 1) / W;
     const int gb = min(G, warp * per), ge = min(G, gb + per);
     for (int nt = 1; nt < NT && NT * blockIdx.y + nt < tiles; ++nt)
-      mx_frag_prefetch_l2(we, wse, NT * blockIdx.y + nt, K, gb, ge);
+      mx_frag_prefetch_l2(ex.wf, ex.wsf, NT * blockIdx.y + nt, K, gb, ge);
   }
   float acc[NT][2][4];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
     if (NT * (int)blockIdx.y + nt < tiles) {
-      mx_frag_wo_loop<TA, W>(ar, we, wse, NT * blockIdx.y + nt, K, grp[2], acc[nt]);
+      mx_frag_wo_loop<TA, W>(ar, ex.wf, ex.wsf, NT * blockIdx.y + nt, K, grp[2], acc[nt]);
     } else {  // past the last tile: outputs past N, not stored
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)

@@ -115,20 +115,23 @@ impl GpuRuntime {
         )
     }
 
-    /// The tensor-core kernels' 16-column tiles of `n` and warps a block, for `per_tile` blocks
-    /// on each tile (row tiles times samples): grids of fewer blocks than two a multiprocessor
-    /// split K over 8 warps, others over 4. (Counting the tiles alone gave a MoE step's 8
-    /// samples on 96 tiles 8 warps a block: 31 against 25 us on 4 at gate_up, session 22.)
+    /// Warps a block of the tensor-core kernels on a grid of `blocks`: fewer than two a
+    /// multiprocessor split K over 8 warps, others over 4. All blocks count (column tiles times
+    /// row tiles or samples or groups: counting the tiles alone gave a MoE step's 8 samples on
+    /// 96 tiles 8 warps a block, 31 against 25 us on 4 at gate_up, session 22).
+    fn frag_wo_warps(&self, blocks: usize) -> usize {
+        if blocks < 2 * self.multiprocessors() {
+            8
+        } else {
+            4
+        }
+    }
+
+    /// The tensor-core kernels' 16-column tiles of `n` and warps a block
+    /// ([`Self::frag_wo_warps`]) for `per_tile` blocks on each tile.
     fn frag_wo_grid(&self, n: usize, per_tile: usize) -> (usize, usize) {
         let tiles = n.div_ceil(16);
-        (
-            tiles,
-            if tiles.saturating_mul(per_tile) < 2 * self.multiprocessors() {
-                8
-            } else {
-                4
-            },
-        )
+        (tiles, self.frag_wo_warps(tiles.saturating_mul(per_tile)))
     }
 
     /// Whether the tensor-core weight-only kernel serves an activation of `a_dtype` with output
@@ -230,12 +233,7 @@ impl GpuRuntime {
             (1, "")
         };
         let tiles = n.div_ceil(16 * nt);
-        // As frag_wo_grid, on the grid's blocks: few blocks split K over 8 warps.
-        let w = if slots * tiles < 2 * self.multiprocessors() {
-            8
-        } else {
-            4
-        };
+        let w = self.frag_wo_warps(slots * tiles);
         let params = gather_params(mm, (wf, wsf), &idx)
             .push(dim_i32("S", mm.samples)?)
             .push(dim_i32("N", n)?)
