@@ -21,6 +21,7 @@ PROGRAM_FILES = [
     "mx_matmul_pipe.hip",
     "mx_matmul_frag.hip",
     "mx_matmul_frag_wo.hip",
+    "mx_prefill.hip",
 ]
 
 

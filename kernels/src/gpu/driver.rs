@@ -76,6 +76,9 @@ struct DriverFns {
     mem_free: unsafe extern "C" fn(u64) -> c_int,
     memcpy_htod: unsafe extern "C" fn(u64, *const c_void, usize) -> c_int,
     memcpy_dtoh: unsafe extern "C" fn(*mut c_void, u64, usize) -> c_int,
+    /// `cuMemsetD32Async` / `hipMemsetD32Async` (pointer, value, count, stream); `None` where the
+    /// library lacks it.
+    memset_d32_async: Option<unsafe extern "C" fn(u64, c_uint, usize, *mut c_void) -> c_int>,
     synchronize: unsafe extern "C" fn() -> c_int,
     /// CUDA only: the primary context, made current on every calling thread.
     ctx_set_current: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
@@ -354,6 +357,7 @@ impl Driver {
             mem_free: sym(&drv, dn, "cuMemFree_v2")?,
             memcpy_htod: sym(&drv, dn, "cuMemcpyHtoD_v2")?,
             memcpy_dtoh: sym(&drv, dn, "cuMemcpyDtoH_v2")?,
+            memset_d32_async: sym(&drv, dn, "cuMemsetD32Async").ok(),
             synchronize: sym(&drv, dn, "cuCtxSynchronize")?,
             ctx_set_current: Some(sym(&drv, dn, "cuCtxSetCurrent")?),
             occupancy: sym(&drv, dn, "cuOccupancyMaxActiveBlocksPerMultiprocessor").ok(),
@@ -405,6 +409,7 @@ impl Driver {
             mem_free: sym(&drv, dn, "hipFree")?,
             memcpy_htod: sym(&drv, dn, "hipMemcpyHtoD")?,
             memcpy_dtoh: sym(&drv, dn, "hipMemcpyDtoH")?,
+            memset_d32_async: sym(&drv, dn, "hipMemsetD32Async").ok(),
             synchronize: sym(&drv, dn, "hipDeviceSynchronize")?,
             ctx_set_current: None,
             occupancy: sym(
@@ -695,6 +700,25 @@ impl Driver {
         // SAFETY: the caller's buffer holds at least `dst.len()` bytes at `src`.
         self.check("copy to host", unsafe {
             (self.fns.memcpy_dtoh)(dst.as_mut_ptr().cast(), src, dst.len())
+        })
+    }
+
+    /// Sets `count` 32-bit words at `dst` to `value`, in stream order on `stream`.
+    pub fn memset_d32_async(
+        &self,
+        dst: u64,
+        value: u32,
+        count: usize,
+        stream: usize,
+    ) -> GpuResult<()> {
+        self.make_current()?;
+        let f = self.fns.memset_d32_async.ok_or_else(|| GpuError::Library {
+            library: "GPU driver".into(),
+            message: "no cuMemsetD32Async / hipMemsetD32Async".into(),
+        })?;
+        // SAFETY: the caller's buffer holds at least `count` words at `dst`.
+        self.check("memset", unsafe {
+            f(dst, value, count, stream as *mut c_void)
         })
     }
 

@@ -278,6 +278,24 @@ pub(super) fn dim_i32(what: &str, v: usize) -> GpuResult<i32> {
     })
 }
 
+/// A kernel-choice switch from the environment: on unless the variable is "0" or "off". Read
+/// once per process and variable: `std::env::var` on every launch cost the decode GEMM's host
+/// side about a microsecond (five reads a launch), against a ~3 µs kernel.
+pub(super) fn env_switch(var: &'static str) -> bool {
+    static SWITCHES: std::sync::OnceLock<std::sync::Mutex<Vec<(&'static str, bool)>>> =
+        std::sync::OnceLock::new();
+    let mut known = SWITCHES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(&(_, on)) = known.iter().find(|(v, _)| *v == var) {
+        return on;
+    }
+    let on = !std::env::var(var).is_ok_and(|v| v == "0" || v == "off");
+    known.push((var, on));
+    on
+}
+
 /// Kernel parameters as the launch API wants them: one pointer per value.
 pub(super) struct Params(Vec<Box<dyn std::any::Any>>);
 
@@ -495,7 +513,7 @@ impl GpuRuntime {
             && bufs.residual_out.is_some()
             && bufs.normed.is_some()
             && rows * h < 1 << 31
-            && std::env::var("MXFUSE_GPU_NORM_LEAN").map_or(true, |v| v != "0");
+            && env_switch("MXFUSE_GPU_NORM_LEAN");
         let name = if lean {
             format!("mx_add_rmsnorm_quant_{t}_c1_s8_lean")
         } else if split > 1 {
@@ -778,6 +796,9 @@ impl GpuRuntime {
         if m == 0 || n == 0 {
             return Ok(());
         }
+        if self.prefill_takes((m, k, n), b, out_dtype, ep) {
+            return self.mx_matmul_prefill((m, k, n), a_q, a_scales, b, y, out_dtype, ep, stream);
+        }
         let epi = ep.params(m, n, out_dtype)?;
         if self.tensor_core_gemm(b) {
             return self.matmul_tc("e4m3", m, k, n, a_q, a_scales, 0, b, (y, o), 0, epi, stream);
@@ -918,13 +939,12 @@ impl GpuRuntime {
         // turns the L2 prefetch off, MXFUSE_GPU_FRAG_FSA=0 the staged `_fsa` form of `_fs`,
         // MXFUSE_GPU_FRAG_W3=0 the m8 kernel on 3 warps, MXFUSE_GPU_FRAG_T2=0 the two-tile loop
         // (shapes::frag_kernel says where each is taken).
-        let on = |var: &str| std::env::var(var).map_or(true, |v| v != "0");
         let switches = FragSwitches {
-            fs: on("MXFUSE_GPU_FRAG_FS"),
-            l2_prefetch: on("MXFUSE_GPU_FRAG_L2PF"),
-            staged_a: on("MXFUSE_GPU_FRAG_FSA") && a_q.is_multiple_of(16),
-            trim_idle_warp: on("MXFUSE_GPU_FRAG_W3"),
-            two_tiles: on("MXFUSE_GPU_FRAG_T2"),
+            fs: env_switch("MXFUSE_GPU_FRAG_FS"),
+            l2_prefetch: env_switch("MXFUSE_GPU_FRAG_L2PF"),
+            staged_a: env_switch("MXFUSE_GPU_FRAG_FSA") && a_q.is_multiple_of(16),
+            trim_idle_warp: env_switch("MXFUSE_GPU_FRAG_W3"),
+            two_tiles: env_switch("MXFUSE_GPU_FRAG_T2"),
         };
         let fk = frag_kernel(
             n,
@@ -1058,7 +1078,17 @@ impl GpuRuntime {
 
 #[cfg(test)]
 mod tests {
-    use super::pdl_kernel;
+    use super::{env_switch, pdl_kernel};
+
+    #[test]
+    fn env_switches_are_read_once() {
+        // A variable no other test reads: off at the first read stays off.
+        std::env::set_var("MXFUSE_TEST_SWITCH_READ_ONCE", "off");
+        assert!(!env_switch("MXFUSE_TEST_SWITCH_READ_ONCE"));
+        std::env::set_var("MXFUSE_TEST_SWITCH_READ_ONCE", "1");
+        assert!(!env_switch("MXFUSE_TEST_SWITCH_READ_ONCE"));
+        assert!(env_switch("MXFUSE_TEST_SWITCH_NEVER_SET"));
+    }
 
     #[test]
     fn pdl_skips_the_pipeline_gemm_only() {

@@ -8,15 +8,18 @@
 //! * [`launch`]: one launcher per `com.mxfuse` op (programmatic dependent launches on sm_90+);
 //!   [`thresholds`]: the measured per-device launch tables; [`swiglu_table_kernel`]: when the
 //!   SwiGLU table kernels run and their grid; [`shapes`]: cluster sizes of the
-//!   split-row norm and the GEMMs; [`pack`]: constant weights packed for the fragment GEMM.
+//!   split-row norm and the GEMMs; [`pack`]: constant weights packed for the fragment GEMM;
+//!   [`prefill`]: `MxMatMul` at prefill sizes through the vendor's bf16 GEMM ([`blas`]).
 //!
 //! Without a GPU library, [`GpuRuntime::load`] returns `Ok(None)` and logs that the CPU kernels
 //! run. See docs/gpu.md for what was verified on which hardware.
+pub mod blas;
 pub mod driver;
 pub mod error;
 pub mod gather;
 pub mod launch;
 pub mod pack;
+pub mod prefill;
 pub mod runtime;
 pub mod shapes;
 pub mod sigma_table;
@@ -30,5 +33,6 @@ pub use error::{GpuError, GpuResult};
 pub use gather::{index_error, GpuExperts, GpuGatherMatMul, GpuIndices, GATHER_ERR_BYTES};
 pub use launch::{GpuBias, GpuEpilogue, GpuMatB, NormBuffers, StreamHandle, SwiGluBuffers};
 pub use pack::pack_frag_weights;
+pub use prefill::PrefillA;
 pub use runtime::{DeviceBuffer, GpuRuntime};
-pub use thresholds::{FragGemmTable, InGemmQuantThresholds};
+pub use thresholds::{FragGemmTable, InGemmQuantThresholds, PrefillTable};

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use super::driver::{Backend, DeviceInfo, Driver};
 use super::error::{GpuError, GpuResult};
+use super::prefill::PrefillLock;
 use super::sources::{module_text, owner_of, MODULES};
 
 /// A device and the compiled kernels, shared by every op that runs on it.
@@ -28,6 +29,8 @@ pub struct GpuRuntime {
     resident: Mutex<HashMap<(String, u32), Option<usize>>>,
     /// Set when the driver refused a programmatic dependent launch: later launches are ordinary.
     pdl_refused: AtomicBool,
+    /// The prefill GEMM route's library and scratch ([`super::prefill`]).
+    prefill: PrefillLock,
 }
 
 /// Code objects by (architecture, module name).
@@ -81,6 +84,7 @@ impl GpuRuntime {
             functions: Mutex::new(HashMap::new()),
             resident: Mutex::new(HashMap::new()),
             pdl_refused: AtomicBool::new(false),
+            prefill: PrefillLock::default(),
         })))
     }
 
@@ -211,6 +215,10 @@ impl GpuRuntime {
         &self.driver
     }
 
+    pub(super) fn prefill_lock(&self) -> &PrefillLock {
+        &self.prefill
+    }
+
     /// The kernel `name` (looked up once) from the module whose name prefixes claim it
     /// ([`owner_of`]), compiled and loaded now if it is not yet. Only that module is asked: asking
     /// the others fails with "named symbol not found", which compute-sanitizer reports as errors.
@@ -289,6 +297,12 @@ impl GpuRuntime {
     /// Waits until the device has finished all queued work.
     pub fn synchronize(&self) -> GpuResult<()> {
         self.driver.synchronize()
+    }
+}
+
+impl Drop for GpuRuntime {
+    fn drop(&mut self) {
+        self.free_prefill_scratch();
     }
 }
 

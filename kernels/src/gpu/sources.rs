@@ -3,7 +3,7 @@
 //! (same files, same order, same markers), so the device harness measures exactly this code.
 
 /// The source files, in program order: portability layer, shared numerics, then one file per op.
-pub const PROGRAM_FILES: [(&str, &str); 14] = [
+pub const PROGRAM_FILES: [(&str, &str); 15] = [
     (
         "mx_portability.h",
         include_str!("../../gpu/mx_portability.h"),
@@ -48,6 +48,7 @@ pub const PROGRAM_FILES: [(&str, &str); 14] = [
         "mx_matmul_frag_wo.hip",
         include_str!("../../gpu/mx_matmul_frag_wo.hip"),
     ),
+    ("mx_prefill.hip", include_str!("../../gpu/mx_prefill.hip")),
 ];
 
 /// The whole program: each file behind a `#line 1 "<file>"` marker (so compiler messages name
@@ -76,7 +77,7 @@ pub struct Module {
 
 /// The modules the runtime compiles. Kernel names are unique within a module; a kernel found
 /// in two modules (`mx_matmul.hip`'s, also compiled into `splitk`) is taken from the first.
-pub const MODULES: [Module; 6] = [
+pub const MODULES: [Module; 7] = [
     Module {
         name: "norm",
         files: &["add_rmsnorm_mxquant.hip"],
@@ -134,6 +135,14 @@ pub const MODULES: [Module; 6] = [
         files: &["mx_matmul.hip", "mx_matmul_splitk.hip"],
         eager: false,
         kernels: &["mx_matmul_sk_"],
+    },
+    Module {
+        // The prefill route's dequantization and guard kernels (super::prefill): compiled at the
+        // first prefill-sized MxMatMul.
+        name: "prefill",
+        files: &["mx_prefill.hip"],
+        eager: false,
+        kernels: &["mx_prefill_"],
     },
 ];
 
@@ -200,6 +209,7 @@ mod tests {
             include_str!("launch.rs"),
             include_str!("gather.rs"),
             include_str!("weight_only.rs"),
+            include_str!("prefill.rs"),
         ]
         .concat();
         for name in launch.split('"').filter(|t| t.starts_with("mx_")) {

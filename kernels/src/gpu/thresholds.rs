@@ -50,6 +50,34 @@ impl InGemmQuantThresholds {
     }
 }
 
+/// From how many activation rows `MxMatMul` takes the prefill route (dequantize to bf16 + the
+/// vendor's bf16 GEMM, [`super::prefill`]) instead of the decode kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrefillTable {
+    /// Smallest M that takes the route.
+    pub min_m: usize,
+}
+
+impl PrefillTable {
+    /// Devices not measured: 256 rows, where on the H200 the decode kernels were 1.7-2.3x
+    /// slower than the route at every measured weight.
+    pub const DEFAULT: Self = Self { min_m: 256 };
+
+    /// Measured crossovers, by compile architecture.
+    const MEASURED: [(&'static str, Self); 1] = [
+        // NVIDIA H200 (kernels/examples/prefill_bench.rs, session 23 call 2; BENCHMARKS.md
+        // "prefill"): decode kernels / route at M = 96 | 128 were 1.04 | 1.34 (6144 x 6144),
+        // 1.05 | 1.07 (1536 x 6144), 0.87 | 1.10 (6144 x 768); from 128 the route wins at every
+        // shape and by 5-7.6x at 2048-8192.
+        ("sm_90", Self { min_m: 128 }),
+    ];
+
+    /// The table for a device architecture.
+    pub fn for_arch(arch: &str) -> Self {
+        table_for_arch(&Self::MEASURED, arch, Self::DEFAULT)
+    }
+}
+
 /// The measured table of `arch` in `measured`, else `default` (devices not measured).
 fn table_for_arch<T: Copy>(measured: &[(&str, T)], arch: &str, default: T) -> T {
     measured

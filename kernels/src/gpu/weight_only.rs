@@ -8,8 +8,9 @@
 use super::error::GpuResult;
 use super::gather::{check_broadcast, grid_dim, i64_of, GpuExperts, GpuGatherMatMul, GpuIndices};
 use super::launch::{
-    check_aligned, dim_i32, dim_u32, dtype_suffix, GpuEpilogue, Params, StreamHandle,
+    check_aligned, dim_i32, dim_u32, dtype_suffix, GpuEpilogue, GpuMatB, Params, StreamHandle,
 };
+use super::prefill::PrefillA;
 use super::runtime::GpuRuntime;
 use crate::codec::BLOCK;
 use crate::element::DType;
@@ -280,6 +281,18 @@ impl GpuRuntime {
         }
         if m == 0 || n == 0 {
             return Ok(());
+        }
+        let packed = GpuMatB::MxFrag { q: wf, scales: wsf };
+        if a_dtype == DType::BF16 && self.prefill_takes((m, k, n), &packed, y_dtype, ep) {
+            return self.prefill_product(
+                (m, k, n),
+                PrefillA::Bf16(a),
+                &packed,
+                y,
+                y_dtype,
+                ep,
+                stream,
+            );
         }
         check_aligned("a", a, 16)?;
         check_aligned("b (fragment-packed)", wf, 16)?;

@@ -1,0 +1,234 @@
+//! `MxMatMul` at prefill sizes on the GPU: the runtime's decode kernels against the prefill route
+//! (dequantize to bf16 + cuBLAS + guard, kernels/src/gpu/prefill.rs) against cuBLAS's bf16 GEMM
+//! alone on bf16 operands (what a bf16 model pays), all in one run. bf16 output, fragment-packed
+//! weights as the plugin EP holds them; weights rotate over >= 400 MB of copies so L2 holds none.
+//! Times: back-to-back calls between two synchronizations, µs per call, median of 5.
+//!
+//!     cargo run --release -p kernels --example prefill_bench -- [M,M,...] [NxK,NxK,...]
+//!
+//! Prints one row per (N, K, M) and the route each M takes by default (the device's
+//! `PrefillTable`). Needs a CUDA GPU with cuBLAS (bench/gpu/device_prefill.sh runs it).
+
+use std::time::Instant;
+
+use half::bf16;
+use kernels::gpu::{DeviceBuffer, GpuEpilogue, GpuMatB, GpuRuntime};
+use kernels::DType;
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// An E4M3 byte that is not NaN.
+    fn e4m3(&mut self) -> u8 {
+        match self.next() as u8 {
+            b if b & 0x7F == 0x7F => 0x38,
+            b => b,
+        }
+    }
+}
+
+/// (µs per call until the device finished, µs per call the host spent enqueueing), medians of 5.
+fn time_us(iters: usize, rt: &GpuRuntime, mut f: impl FnMut(usize)) -> (f64, f64) {
+    f(0);
+    f(1);
+    rt.synchronize().expect("sync");
+    let (mut dev, mut host): (Vec<f64>, Vec<f64>) = (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            for i in 0..iters {
+                f(i);
+            }
+            let enq = t.elapsed().as_secs_f64();
+            rt.synchronize().expect("sync");
+            let per = |s: f64| s * 1e6 / iters as f64;
+            (per(t.elapsed().as_secs_f64()), per(enq))
+        })
+        .unzip();
+    dev.sort_by(|a, b| a.total_cmp(b));
+    host.sort_by(|a, b| a.total_cmp(b));
+    (dev[2], host[2])
+}
+
+fn rel_err(a: &[bf16], b: &[bf16]) -> f64 {
+    let (mut num, mut den) = (0f64, 0f64);
+    for (x, y) in a.iter().zip(b) {
+        let (x, y) = (f64::from(x.to_f32()), f64::from(y.to_f32()));
+        num += (x - y) * (x - y);
+        den += y * y;
+    }
+    (num / den.max(f64::MIN_POSITIVE)).sqrt()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let ms: Vec<usize> = args
+        .get(1)
+        .map_or(vec![16, 32, 48, 64, 96, 128, 256, 512, 2048, 8192], |s| {
+            s.split(',').map(|v| v.parse().expect("M")).collect()
+        });
+    let shapes: Vec<(usize, usize)> =
+        args.get(2)
+            .map_or(vec![(6144, 6144), (1536, 6144), (6144, 768)], |s| {
+                s.split(',')
+                    .map(|p| {
+                        let (n, k) = p.split_once('x').expect("NxK");
+                        (n.parse().expect("N"), k.parse().expect("K"))
+                    })
+                    .collect()
+            });
+    let rt = match GpuRuntime::shared() {
+        Ok(Some(rt)) => rt,
+        _ => {
+            eprintln!("no GPU runtime here");
+            return;
+        }
+    };
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    println!(
+        "device {} ({}); route table {:?}",
+        rt.device().name,
+        rt.device().arch,
+        kernels::gpu::PrefillTable::for_arch(&rt.device().arch)
+    );
+    println!("| N x K | M | decode kernels | prefill route | cuBLAS bf16 | route / cuBLAS | decode / route | default | rel diff | host enqueue decode / route / cuBLAS |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for &(n, k) in &shapes {
+        let copies = (400usize << 20).div_ceil(n * k).clamp(1, 16);
+        let bf_copies = (400usize << 20).div_ceil(2 * n * k).clamp(1, 16);
+        let frag: Vec<(DeviceBuffer, DeviceBuffer)> = (0..copies)
+            .map(|_| {
+                let w: Vec<u8> = (0..n * k).map(|_| rng.e4m3()).collect();
+                let ws: Vec<u8> = (0..n * k / 32)
+                    .map(|_| 118 + (rng.next() % 10) as u8)
+                    .collect();
+                let (wf, wsf) = kernels::gpu::pack_frag_weights(&w, &ws, n, k).expect("pack");
+                (rt.upload(&wf).expect("up"), rt.upload(&wsf).expect("up"))
+            })
+            .collect();
+        let wb: Vec<DeviceBuffer> = (0..bf_copies)
+            .map(|_| {
+                let v: Vec<bf16> = (0..n * k)
+                    .map(|_| bf16::from_f32((rng.next() % 2001) as f32 / 1000.0 - 1.0))
+                    .collect();
+                rt.upload(&v).expect("up")
+            })
+            .collect();
+        for &m in &ms {
+            let aq: Vec<u8> = (0..m * k).map(|_| rng.e4m3()).collect();
+            let asc: Vec<u8> = (0..m * k / 32)
+                .map(|_| 118 + (rng.next() % 10) as u8)
+                .collect();
+            let ab: Vec<bf16> = (0..m * k)
+                .map(|_| bf16::from_f32((rng.next() % 2001) as f32 / 1000.0 - 1.0))
+                .collect();
+            let (daq, das, dab) = (
+                rt.upload(&aq).expect("up"),
+                rt.upload(&asc).expect("up"),
+                rt.upload(&ab).expect("up"),
+            );
+            let (y1, y2) = (
+                rt.alloc(m * n * 2).expect("y"),
+                rt.alloc(m * n * 2).expect("y"),
+            );
+            let mat = |i: usize| GpuMatB::MxFrag {
+                q: frag[i % copies].0.ptr(),
+                scales: frag[i % copies].1.ptr(),
+            };
+            let iters = if m * n * k > (1usize << 36) { 10 } else { 40 };
+            std::env::set_var("MXFUSE_GPU_PREFILL", "0");
+            let decode = time_us(iters, &rt, |i| {
+                rt.mx_matmul(
+                    m,
+                    k,
+                    n,
+                    daq.ptr(),
+                    das.ptr(),
+                    &mat(i),
+                    y1.ptr(),
+                    DType::BF16,
+                    &GpuEpilogue::NONE,
+                    0,
+                )
+                .expect("decode");
+            });
+            std::env::remove_var("MXFUSE_GPU_PREFILL");
+            let route = time_us(iters, &rt, |i| {
+                rt.mx_matmul_prefill(
+                    (m, k, n),
+                    daq.ptr(),
+                    das.ptr(),
+                    &mat(i),
+                    y2.ptr(),
+                    DType::BF16,
+                    &GpuEpilogue::NONE,
+                    0,
+                )
+                .expect("prefill");
+            });
+            let blas = time_us(iters, &rt, |i| {
+                rt.vendor_gemm_bf16(
+                    (m, k, n),
+                    dab.ptr(),
+                    wb[i % bf_copies].ptr(),
+                    y1.ptr(),
+                    DType::BF16,
+                    0,
+                )
+                .expect("cublas");
+            });
+            // Same weights (copy 0) both ways: the two results agree to bf16 rounding.
+            std::env::set_var("MXFUSE_GPU_PREFILL", "0");
+            rt.mx_matmul(
+                m,
+                k,
+                n,
+                daq.ptr(),
+                das.ptr(),
+                &mat(0),
+                y1.ptr(),
+                DType::BF16,
+                &GpuEpilogue::NONE,
+                0,
+            )
+            .expect("decode");
+            std::env::remove_var("MXFUSE_GPU_PREFILL");
+            rt.mx_matmul_prefill(
+                (m, k, n),
+                daq.ptr(),
+                das.ptr(),
+                &mat(0),
+                y2.ptr(),
+                DType::BF16,
+                &GpuEpilogue::NONE,
+                0,
+            )
+            .expect("prefill");
+            let (mut g1, mut g2) = (vec![bf16::ZERO; m * n], vec![bf16::ZERO; m * n]);
+            y1.download(&mut g1).expect("down");
+            y2.download(&mut g2).expect("down");
+            let default = if rt.prefill_takes((m, k, n), &mat(0), DType::BF16, &GpuEpilogue::NONE) {
+                "route"
+            } else {
+                "decode"
+            };
+            println!(
+                "| {n} x {k} | {m} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {default} | {:.1e} | {:.1} / {:.1} / {:.1} |",
+                decode.0,
+                route.0,
+                blas.0,
+                route.0 / blas.0,
+                decode.0 / route.0,
+                rel_err(&g2, &g1),
+                decode.1,
+                route.1,
+                blas.1
+            );
+        }
+    }
+}

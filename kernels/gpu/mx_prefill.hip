@@ -1,0 +1,191 @@
+// com.mxfuse MxMatMul at prefill sizes (kernels/src/gpu/prefill.rs). The decode GEMMs stream each
+// weight tile once per 16 activation rows, so from a few dozen rows on they fall far behind a
+// GEMM library (BENCHMARKS.md: 2-7x cuBLAS bf16 at M = 64-2048). Hopper has no block-scaled MMA,
+// so the runtime dequantizes both operands to bf16 once per call (these kernels), hands the
+// product to the vendor's bf16 GEMM (f32 accumulation), and checks exactness on the way.
+//
+// Why bf16 holds the dequantized values exactly: an E4M3 value is a multiple of 2^-9 with at most
+// 4 significant bits, so v * 2^(s - 127) is a multiple of 2^(s - 136) with at most 4 significant
+// bits; bf16 has f32's exponent range, so it is exact for every scale byte s >= 3, and where it
+// overflows f32 overflows alike (both +-Inf). NaN values and the NaN scale (255) stay NaN.
+//
+// What the library may do differently from the f32 reference: tensor cores can flush subnormal
+// inputs and products that the reference keeps. A block whose scale byte lies outside [73, 182]
+// (values outside 2^-63 .. 2^63.8, so a product could leave f32's normal range) and that holds a
+// nonzero value therefore sets *flag, and mx_prefill_exact_* (launched after the library's GEMM,
+// returning at once while the flag is clear) recomputes the whole product by the documented f32
+// arithmetic. Two flag words alternate between calls so that no launch is spent clearing one:
+// the guard of call i clears the word call i + 1 uses. Real weights and activations never come near those scales; zero blocks (scale byte
+// 0 under the floor rule) do not set it.
+
+#define MX_PREFILL_SCALE_LO 73u
+#define MX_PREFILL_SCALE_HI 182u
+
+// Whether a block of scale byte s whose 8 bytes here are (lo, hi) needs the exact recompute.
+MX_DEV bool mx_prefill_unsafe(mx_u32 s, mx_u32 lo, mx_u32 hi) {
+  const bool out = (s < MX_PREFILL_SCALE_LO || s > MX_PREFILL_SCALE_HI) && s != 255u;
+  return out && ((lo | hi) & 0x7f7f7f7fu) != 0u;
+}
+
+// 8 E4M3 values (lo: bytes 0-3, hi: 4-7) times 2^(s - 127) as 8 bf16 (16 bytes), exact where the
+// header says.
+MX_DEV uint4 mx_prefill_bf16x8(mx_u32 lo, mx_u32 hi, mx_u32 s) {
+  const float sf = mx_e8m0_to_f32(s);
+  mx_u32 out[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const mx_u32 w = j < 2 ? lo : hi, sh = 16u * (j & 1);
+    const float a = mx_e4m3_to_f32((w >> sh) & 0xffu) * sf;
+    const float b = mx_e4m3_to_f32((w >> (sh + 8u)) & 0xffu) * sf;
+    out[j] = (mx_u32)MxBf16::from_f32(a) | ((mx_u32)MxBf16::from_f32(b) << 16);
+  }
+  return make_uint4(out[0], out[1], out[2], out[3]);
+}
+
+// Row-major E4M3 x [rows, K] + E8M0 scales [rows, K/32] -> bf16 y [rows, K]: the activations, and
+// weights kept as plain [N, K]. Thread `i` of `n` takes 8 values at a time, grid-stride.
+MX_DEV bool mx_prefill_rows(const mx_u8* __restrict__ x, const mx_u8* __restrict__ scale,
+                            uint4* __restrict__ y, long long rows, int K, long long i, long long n) {
+  const long long chunks = rows * (K / 8);
+  bool bad = false;
+  for (long long c = i; c < chunks; c += n) {
+    const uint2 v = reinterpret_cast<const uint2*>(x)[c];
+    const mx_u32 s = scale[c >> 2];  // 4 chunks of 8 values a block of 32
+    bad |= mx_prefill_unsafe(s, v.x, v.y);
+    y[c] = mx_prefill_bf16x8(v.x, v.y, s);
+  }
+  return bad;
+}
+
+// Fragment-packed weights (kernels/src/gpu/pack.rs: wf [tiles][K/32][32 lanes][16 bytes], lane
+// 4g + t holding bytes 8t .. 8t + 7 of its k-block of rows 16 tile + g and + g + 8; wsf
+// [tiles][K/128][16 rows][4 bytes]) -> bf16 y [N, K]. Thread `i` of `n` takes a lane's 16 bytes
+// at a time, grid-stride.
+MX_DEV bool mx_prefill_frag(const uint4* __restrict__ wf, const mx_u8* __restrict__ wsf,
+                            mx_u16* __restrict__ y, int N, int K, long long i, long long n) {
+  const int kb = K / 32;
+  const long long lanes = (long long)((N + 15) / 16) * kb * 32;
+  bool bad = false;
+  for (long long c = i; c < lanes; c += n) {
+    const int lane = (int)(c & 31), g = lane >> 2, t = lane & 3;
+    const long long tb = c >> 5;  // tile * kb + blk
+    const int blk = (int)(tb % kb);
+    const long long tile = tb / kb;
+    const uint4 v = wf[c];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const long long row = 16 * tile + 8 * h + g;
+      if (row >= N) continue;
+      const mx_u32 s = wsf[((tile * (kb / 4) + blk / 4) * 16 + 8 * h + g) * 4 + (blk & 3)];
+      const mx_u32 lo = h ? v.z : v.x, hi = h ? v.w : v.y;
+      bad |= mx_prefill_unsafe(s, lo, hi);
+      *reinterpret_cast<uint4*>(y + row * K + 32 * blk + 8 * t) = mx_prefill_bf16x8(lo, hi, s);
+    }
+  }
+  return bad;
+}
+
+// Both operands in one launch: blocks [0, blocks_a) dequantize the activations a [M, K], the
+// rest the weights w [N, K] (wmode 0: plain + [N, K/32] scales; 1: fragment-packed). A block
+// that met an out-of-range scale sets *flag.
+extern "C" __global__ void mx_prefill_dequant(const mx_u8* __restrict__ aq,
+                                              const mx_u8* __restrict__ as, uint4* __restrict__ a16,
+                                              long long M, const mx_u8* __restrict__ w,
+                                              const mx_u8* __restrict__ ws, uint4* __restrict__ w16,
+                                              int N, int wmode, int K, int blocks_a,
+                                              unsigned int* flag) {
+  MX_PDL_ENTRY();
+  bool bad;
+  if ((int)blockIdx.x < blocks_a) {
+    bad = mx_prefill_rows(aq, as, a16, M, K, (long long)blockIdx.x * blockDim.x + threadIdx.x,
+                          (long long)blocks_a * blockDim.x);
+  } else {
+    const long long i = (long long)(blockIdx.x - blocks_a) * blockDim.x + threadIdx.x;
+    const long long n = (long long)(gridDim.x - blocks_a) * blockDim.x;
+    bad = wmode == 0 ? mx_prefill_rows(w, ws, w16, N, K, i, n)
+                     : mx_prefill_frag(reinterpret_cast<const uint4*>(w), ws,
+                                       reinterpret_cast<mx_u16*>(w16), N, K, i, n);
+  }
+  if (bad) atomicOr(flag, 1u);
+}
+
+// y[m, n] = c[m * ld + n * cs] (the bias, y's type): the library's GEMM then adds alpha * acc
+// with beta = 1, so y = fl(fl(alpha * acc) + c) as the epilogue says (beta = 1 only).
+template <class TO>
+MX_DEV void mx_prefill_bias_body(typename TO::storage* __restrict__ y, long long M, int N,
+                                 const MxEpi ep) {
+  const typename TO::storage* c = static_cast<const typename TO::storage*>(ep.bias);
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < M * N; e += stride) {
+    const long long m = e / N, n = e - m * N;
+    y[e] = c[m * ep.ld + n * ep.cs];
+  }
+}
+
+// The exact product (only while *flag is set): acc = sum_k deq(a)[m, k] * deq(w)[n, k] in f32, k
+// ascending, then the epilogue, as the CPU reference computes it. amode 0: a is E4M3 aq + E8M0
+// as [M, K/32]; 1: a is bf16 [M, K] at aq (the weight-only MxMatMul; as unused). wmode 0: w
+// plain [N, K] + [N, K/32]; 1: fragment-packed (as mx_prefill_frag reads it). One thread per
+// output. Slow (CUDA cores, no reuse), and only for scales no real model has.
+template <class TO>
+MX_DEV void mx_prefill_exact_body(const unsigned int* flag, unsigned int* next_flag, int amode,
+                                  const mx_u8* __restrict__ aq,
+                                  const mx_u8* __restrict__ as, const mx_u8* __restrict__ w,
+                                  const mx_u8* __restrict__ ws, int wmode,
+                                  typename TO::storage* __restrict__ y, long long M, int N, int K,
+                                  const MxEpi ep) {
+  // The next call's flag word (the other of the two; its last reader finished before this
+  // launch began) starts clear.
+  if (blockIdx.x == 0 && threadIdx.x == 0) *next_flag = 0u;
+  if (*flag == 0u) return;
+  const int kb = K / 32;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < M * N; e += stride) {
+    const long long m = e / N, n = e - m * N;
+    float acc = 0.0f;
+    for (int b = 0; b < kb; ++b) {
+      const float sa = amode == 0 ? mx_e8m0_to_f32(as[m * kb + b]) : 1.0f;
+      long long wrow;  // byte offset of element k = 32 b + j of row n is wrow + (j / 8) * wstep + j % 8
+      long long wstep;
+      mx_u32 swb;
+      if (wmode == 0) {
+        wrow = n * K + 32 * b;
+        wstep = 8;
+        swb = ws[n * kb + b];
+      } else {
+        const long long tile = n / 16;
+        const int r = (int)(n % 16), g = r % 8, h = r / 8;
+        wrow = ((tile * kb + b) * 32 + 4 * g) * 16 + 8 * h;
+        wstep = 16;  // lane 4g + t, t = j / 8
+        swb = ws[((tile * (kb / 4) + b / 4) * 16 + r) * 4 + (b & 3)];
+      }
+      const float sw = mx_e8m0_to_f32(swb);
+      for (int j = 0; j < 32; ++j) {
+        const long long ai = m * K + 32 * b + j;
+        const float av = amode == 0 ? __fmul_rn(mx_e4m3_to_f32(aq[ai]), sa)
+                                    : MxBf16::to_f32(reinterpret_cast<const mx_u16*>(aq)[ai]);
+        const float wv = __fmul_rn(mx_e4m3_to_f32(w[wrow + (j / 8) * wstep + (j % 8)]), sw);
+        acc = __fadd_rn(acc, __fmul_rn(av, wv));
+      }
+    }
+    y[e] = TO::from_f32(mx_epilogue<TO>(ep, m, n, acc));
+  }
+}
+
+#define MX_DEFINE_PREFILL(TO, NAME)                                                                \
+  extern "C" __global__ void mx_prefill_bias_##NAME(TO::storage* y, long long M, int N,          \
+                                                     const MxEpi ep) {                           \
+    MX_PDL_ENTRY();                                                                              \
+    mx_prefill_bias_body<TO>(y, M, N, ep);                                                       \
+  }                                                                                              \
+  extern "C" __global__ void mx_prefill_exact_##NAME(                                            \
+      const unsigned int* flag, unsigned int* next_flag, int amode, const mx_u8* aq,             \
+      const mx_u8* as,                                                                           \
+      const mx_u8* w, const mx_u8* ws, int wmode, TO::storage* y, long long M, int N, int K,      \
+      const MxEpi ep) {                                                                          \
+    MX_PDL_ENTRY();                                                                              \
+    mx_prefill_exact_body<TO>(flag, next_flag, amode, aq, as, w, ws, wmode, y, M, N, K, ep);     \
+  }
+
+MX_DEFINE_PREFILL(MxBf16, bf16)
+MX_DEFINE_PREFILL(MxF32, f32)

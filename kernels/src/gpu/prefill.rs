@@ -1,0 +1,339 @@
+//! `MxMatMul` at prefill sizes: both operands dequantized to bf16 once, then the vendor's bf16
+//! GEMM ([`super::blas`]), then an exactness guard (kernels/gpu/mx_prefill.hip says why bf16
+//! holds the values exactly and when the guard recomputes).
+//!
+//! Why: the decode GEMMs (mx_matmul_frag.hip) read a weight tile once per 16 activation rows, so
+//! their time grows with M; from a few dozen rows the library's tiled GEMM is far faster even
+//! after paying one dequantization pass over the weights (BENCHMARKS.md, "prefill"). Hopper has
+//! no block-scaled MMA; this is what the hardware offers until then.
+//!
+//! Taken when all hold (else the decode kernels run, as before): NVIDIA with cuBLAS found; M at
+//! least the device's [`PrefillTable`] row (`MXFUSE_GPU_PREFILL_MIN_M` overrides it,
+//! `MXFUSE_GPU_PREFILL=0` turns the route off); weights `[N, K]` (fragment-packed or plain with
+//! `trans_b`); bf16 or f32 output; no bias, or a bias with `beta = 1`; every extent within
+//! cuBLAS's `int`. Results: float order only against the reference (f32 accumulation of exact
+//! products), not the decode kernels' bits.
+//!
+//! Scratch: one device buffer per runtime, grown on demand and kept (the flag word, `M × K` and
+//! `N × K` bf16), used under the runtime's prefill lock so that concurrent callers on the one
+//! stream never share it in flight.
+
+use std::sync::Mutex;
+
+use super::blas::{Blas, BlasOut};
+use super::driver::Backend;
+use super::error::{GpuError, GpuResult};
+use super::launch::{dim_i32, dim_u32, dtype_suffix, GpuEpilogue, GpuMatB, Params, StreamHandle};
+use super::runtime::GpuRuntime;
+use super::thresholds::PrefillTable;
+use crate::element::DType;
+
+/// The prefill route's state in a [`GpuRuntime`]: the library (loaded at first use) and the
+/// scratch buffer.
+#[derive(Default)]
+pub(super) struct PrefillState {
+    /// `None` until first asked; then the library or why there is none.
+    blas: Option<Result<Blas, String>>,
+    /// Device address and size of the scratch (0, 0 before the first call).
+    scratch: (u64, usize),
+    /// Which of the two flag words at the scratch's start this call uses (the guard of each call
+    /// clears the other, so that no launch is spent clearing one).
+    parity: bool,
+}
+
+pub(super) type PrefillLock = Mutex<PrefillState>;
+
+/// The activations of a prefill-route product.
+#[derive(Debug, Clone, Copy)]
+pub enum PrefillA {
+    /// MXFP8: E4M3 values `[M, K]` + E8M0 scales `[M, K/32]` (dequantized to bf16 first).
+    Mx { q: u64, scales: u64 },
+    /// bf16 `[M, K]` (the weight-only `MxMatMul`), read by the library as they are.
+    Bf16(u64),
+}
+
+/// Threads per block of the dequantization and guard kernels.
+const BLOCK: u32 = 256;
+
+fn align(bytes: usize) -> usize {
+    bytes.div_ceil(256) * 256
+}
+
+impl GpuRuntime {
+    /// Whether `MxMatMul` of these operands takes the prefill route (the module docs list the
+    /// conditions); loads cuBLAS at the first call that would.
+    pub fn prefill_takes(
+        &self,
+        (m, k, n): (usize, usize, usize),
+        b: &GpuMatB,
+        out: DType,
+        ep: &GpuEpilogue,
+    ) -> bool {
+        static MIN_M: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+        let min_m = MIN_M
+            .get_or_init(|| {
+                std::env::var("MXFUSE_GPU_PREFILL_MIN_M")
+                    .ok()
+                    .and_then(|v| v.parse::<usize>().ok())
+            })
+            .unwrap_or_else(|| PrefillTable::for_arch(&self.device().arch).min_m);
+        if m < min_m || self.backend() != Backend::Cuda {
+            return false;
+        }
+        // Read at every call that gets this far (M >= min_m, where a call costs >= 10 µs), so
+        // that a benchmark can time both routes in one process.
+        let on = std::env::var("MXFUSE_GPU_PREFILL").map_or(true, |v| v != "0" && v != "off");
+        let layout = matches!(
+            b,
+            GpuMatB::MxFrag { .. } | GpuMatB::Mx { trans_b: true, .. }
+        );
+        let fits = [m, n, k].iter().all(|&d| d <= i32::MAX as usize)
+            && m.checked_mul(k).is_some_and(|e| e <= i32::MAX as usize * 2)
+            && n.checked_mul(k).is_some_and(|e| e <= i32::MAX as usize * 2);
+        let epilogue = ep.bias.is_none() || ep.beta == 1.0;
+        if !(on && layout && matches!(out, DType::BF16 | DType::F32) && epilogue && fits) {
+            return false;
+        }
+        let mut state = self.prefill_state();
+        Self::blas_in(&mut state, self).is_some()
+    }
+
+    fn prefill_state(&self) -> std::sync::MutexGuard<'_, PrefillState> {
+        self.prefill_lock()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The library, loading it at the first ask (one line on stderr either way).
+    fn blas_in<'s>(state: &'s mut PrefillState, rt: &GpuRuntime) -> Option<&'s Blas> {
+        let loaded = state
+            .blas
+            .get_or_insert_with(|| match Blas::load(rt.driver()) {
+                Ok(Ok(b)) => {
+                    eprintln!("mxfuse: prefill GEMMs through cuBLAS ({})", b.path);
+                    Ok(b)
+                }
+                Ok(Err(reason)) => {
+                    eprintln!("mxfuse: {reason}; prefill GEMMs take the decode kernels");
+                    Err(reason)
+                }
+                Err(e) => {
+                    eprintln!(
+                        "mxfuse: cuBLAS unusable ({e}); prefill GEMMs take the decode kernels"
+                    );
+                    Err(e.to_string())
+                }
+            });
+        loaded.as_ref().ok()
+    }
+
+    /// The prefill route, whatever M (`mx_matmul` takes it where [`GpuRuntime::prefill_takes`]
+    /// says so; tests and benchmarks call it directly): dequantize a and b to bf16 into the
+    /// scratch, fill y with the bias when there is one, the library's GEMM, then the guard
+    /// kernel that recomputes exactly when a scale was out of the bf16-safe range. Errors when
+    /// cuBLAS is missing or the operands are not the route's (module docs).
+    #[allow(clippy::too_many_arguments)]
+    pub fn mx_matmul_prefill(
+        &self,
+        (m, k, n): (usize, usize, usize),
+        a_q: u64,
+        a_scales: u64,
+        b: &GpuMatB,
+        y: u64,
+        out: DType,
+        ep: &GpuEpilogue,
+        stream: StreamHandle,
+    ) -> GpuResult<()> {
+        let a = PrefillA::Mx {
+            q: a_q,
+            scales: a_scales,
+        };
+        self.prefill_product((m, k, n), a, b, y, out, ep, stream)
+    }
+
+    /// [`GpuRuntime::mx_matmul_prefill`] for either kind of activations.
+    #[allow(clippy::too_many_arguments)]
+    pub fn prefill_product(
+        &self,
+        (m, k, n): (usize, usize, usize),
+        a: PrefillA,
+        b: &GpuMatB,
+        y: u64,
+        out: DType,
+        ep: &GpuEpilogue,
+        stream: StreamHandle,
+    ) -> GpuResult<()> {
+        let o = dtype_suffix(out)?;
+        if !matches!(out, DType::BF16 | DType::F32) || !(ep.bias.is_none() || ep.beta == 1.0) {
+            return Err(crate::KernelError::Unsupported(format!(
+                "the prefill GEMM writes bf16 or f32 with beta = 1 under a bias, not {out:?} with beta = {}",
+                ep.beta
+            ))
+            .into());
+        }
+        if m == 0 || n == 0 {
+            return Ok(());
+        }
+        let epi = ep.params(m, n, out)?;
+        let (wq, ws, wmode) = match *b {
+            GpuMatB::MxFrag { q, scales } => (q, scales, 1i32),
+            GpuMatB::Mx {
+                q,
+                scales,
+                trans_b: true,
+            } => (q, scales, 0),
+            _ => {
+                return Err(GpuError::Kernel(crate::KernelError::Unsupported(
+                    "the prefill GEMM takes [N, K] MX weights".into(),
+                )))
+            }
+        };
+        // (amode of the guard kernel, a's values, a's scales, bytes of a's bf16 copy)
+        let (amode, a_q, a_scales, a_bytes) = match a {
+            PrefillA::Mx { q, scales } => (0i32, q, scales, align(m * k * 2)),
+            PrefillA::Bf16(p) => (1, p, 0, 0),
+        };
+        let w_bytes = align(n * k * 2);
+        let need = 256 + a_bytes + w_bytes;
+        let mut state = self.prefill_state();
+        if state.scratch.1 < need {
+            // The old buffer may still be read by queued work: wait, then replace it.
+            if state.scratch.1 > 0 {
+                self.driver().synchronize()?;
+                self.driver().free(state.scratch.0)?;
+                state.scratch = (0, 0);
+            }
+            let bytes = need + need / 4;
+            let ptr = self.driver().alloc(bytes)?;
+            self.driver().copy_to_device(ptr, &[0u8; 8])?;
+            state.scratch = (ptr, bytes);
+            state.parity = false;
+        }
+        let base = state.scratch.0;
+        let (flag, next_flag) = if state.parity {
+            (base + 4, base)
+        } else {
+            (base, base + 4)
+        };
+        state.parity = !state.parity;
+        let (a16, w16) = match a {
+            PrefillA::Mx { .. } => (base + 256, base + 256 + a_bytes as u64),
+            PrefillA::Bf16(p) => (p, base + 256),
+        };
+        let sms = self.multiprocessors();
+        let blocks = |threads: usize| threads.div_ceil(BLOCK as usize).clamp(1, sms * 8);
+        let grid = |threads: usize| -> GpuResult<[u32; 3]> {
+            Ok([dim_u32("grid", blocks(threads))?, 1, 1])
+        };
+        let kk = dim_i32("K", k)?;
+        // One launch dequantizes both: the activations' blocks first (none for bf16 a), then the
+        // weights'.
+        let blocks_a = if amode == 0 { blocks(m * k / 8) } else { 0 };
+        let w_threads = if wmode == 1 {
+            n.div_ceil(16) * k
+        } else {
+            n * k / 8
+        };
+        let p = Params::new()
+            .push(a_q)
+            .push(a_scales)
+            .push(a16)
+            .push(m as i64)
+            .push(wq)
+            .push(ws)
+            .push(w16)
+            .push(dim_i32("N", n)?)
+            .push(wmode)
+            .push(kk)
+            .push(dim_i32("grid", blocks_a)?)
+            .push(flag);
+        let total = dim_u32("grid", blocks_a + blocks(w_threads))?;
+        self.run("mx_prefill_dequant", [total, 1, 1], BLOCK, p, stream)?;
+        let beta = if ep.bias.is_some() {
+            let p = Params::new()
+                .push(y)
+                .push(m as i64)
+                .push(dim_i32("N", n)?)
+                .push(epi);
+            self.run(
+                &format!("mx_prefill_bias_{o}"),
+                grid(m * n)?,
+                BLOCK,
+                p,
+                stream,
+            )?;
+            1.0
+        } else {
+            0.0
+        };
+        let blas = Self::blas_in(&mut state, self).ok_or_else(|| {
+            crate::KernelError::Unsupported("the prefill GEMM needs cuBLAS".into())
+        })?;
+        let dims = (dim_i32("M", m)?, dim_i32("N", n)?, kk);
+        let bout = if out == DType::BF16 {
+            BlasOut::Bf16
+        } else {
+            BlasOut::F32
+        };
+        self.driver().make_current()?;
+        // SAFETY: a16 / w16 hold the m × k and n × k bf16 just written, y the caller's m × n
+        // output of `out` (checked by the caller); all on this runtime's device and stream.
+        unsafe { blas.gemm_bf16(dims, ep.alpha, a16, w16, beta, y, bout, stream)? };
+        let p = Params::new()
+            .push(flag)
+            .push(next_flag)
+            .push(amode)
+            .push(a_q)
+            .push(a_scales)
+            .push(wq)
+            .push(ws)
+            .push(wmode)
+            .push(y)
+            .push(m as i64)
+            .push(dim_i32("N", n)?)
+            .push(kk)
+            .push(epi);
+        self.run(
+            &format!("mx_prefill_exact_{o}"),
+            grid(m * n)?,
+            BLOCK,
+            p,
+            stream,
+        )
+    }
+
+    /// The vendor's bf16 GEMM alone, `y[m, n] = Σ_k a[m, k] · b[n, k]` (bf16 `a`, `b`; bf16 or
+    /// f32 `y`): the baseline the prefill benchmark measures the route against.
+    #[allow(clippy::too_many_arguments)]
+    pub fn vendor_gemm_bf16(
+        &self,
+        (m, k, n): (usize, usize, usize),
+        a: u64,
+        b: u64,
+        y: u64,
+        out: DType,
+        stream: StreamHandle,
+    ) -> GpuResult<()> {
+        let mut state = self.prefill_state();
+        let blas = Self::blas_in(&mut state, self)
+            .ok_or_else(|| crate::KernelError::Unsupported("no cuBLAS here".into()))?;
+        let bout = if out == DType::BF16 {
+            BlasOut::Bf16
+        } else {
+            BlasOut::F32
+        };
+        let dims = (dim_i32("M", m)?, dim_i32("N", n)?, dim_i32("K", k)?);
+        self.driver().make_current()?;
+        // SAFETY: the caller's device buffers of those extents.
+        unsafe { blas.gemm_bf16(dims, 1.0, a, b, 0.0, y, bout, stream) }
+    }
+
+    /// Frees the prefill scratch (the runtime's drop).
+    pub(super) fn free_prefill_scratch(&self) {
+        let state = self.prefill_state();
+        if state.scratch.1 > 0 {
+            let _ = self.driver().synchronize();
+            let _ = self.driver().free(state.scratch.0);
+        }
+    }
+}

@@ -1,0 +1,277 @@
+//! The prefill route of `MxMatMul` (kernels/src/gpu/prefill.rs: dequantize to bf16, cuBLAS, the
+//! exactness guard) against the CPU reference: within the f32 summation-order bound on random
+//! inputs, fragment-packed and plain weights, bf16 and f32 outputs, a bias; and the guard's
+//! exact recompute where a block's scale leaves the bf16-safe range (2^-127 activations, huge
+//! weights), with a NaN scale's column NaN as on the CPU.
+
+use super::*;
+
+/// The reference of `MxMatMul` with `ep` (f64 accumulation, f32 epilogue) as f32.
+fn reference_f32(
+    (aq, asc): (&[u8], &[u8]),
+    (w, ws): (&[u8], &[u8]),
+    (m, k, n): (usize, usize, usize),
+    ep: &kernels::Epilogue,
+) -> Vec<f32> {
+    let mut want = vec![0f32; m * n];
+    reference::mx_matmul(
+        aq,
+        asc,
+        m,
+        k,
+        n,
+        MatB::Mx { q: w, scales: ws },
+        true,
+        &mut want,
+        ep,
+    )
+    .expect("reference");
+    want
+}
+
+/// Random MXFP8 activations `[m, k]` (values, scales) from bf16 normals.
+fn random_activations(rng: &mut Rng, m: usize, k: usize) -> (Vec<u8>, Vec<u8>) {
+    let a: Vec<bf16> = (0..m * k).map(|_| bf16::from_f32(rng.normal())).collect();
+    let (mut aq, mut asc) = (vec![0u8; m * k], vec![0u8; m * k / 32]);
+    reference::mx_quantize(&a, k, &mut aq, &mut asc, QuantConfig::default()).expect("reference");
+    (aq, asc)
+}
+
+/// One prefill-route launch, f32 or bf16 out, read back as f32.
+#[allow(clippy::too_many_arguments)]
+fn prefill_run(
+    rt: &Arc<GpuRuntime>,
+    (m, k, n): (usize, usize, usize),
+    daq: &DeviceBuffer,
+    das: &DeviceBuffer,
+    b: &GpuMatB,
+    out: kernels::DType,
+    ep: &GpuEpilogue,
+) -> Vec<f32> {
+    let dy = poisoned::<f32>(rt, m * n);
+    rt.mx_matmul_prefill((m, k, n), daq.ptr(), das.ptr(), b, dy.ptr(), out, ep, 0)
+        .expect("prefill launch");
+    if out == kernels::DType::BF16 {
+        download::<bf16>(&dy, m * n)
+            .iter()
+            .map(|v| v.to_f32())
+            .collect()
+    } else {
+        download::<f32>(&dy, m * n)
+    }
+}
+
+#[test]
+fn gpu_prefill_gemm_matches_reference() {
+    let Some(rt) = gpu() else { return };
+    if rt.backend() != kernels::gpu::Backend::Cuda {
+        eprintln!("skipped: the prefill route is NVIDIA-only");
+        return;
+    }
+    let mut rng = Rng(0x6E44_0000_0000_7F11);
+    for (n, k) in [(200usize, 256usize), (96, 768)] {
+        let (w, ws) = random_mx_weights(&mut rng, n, k);
+        let (wf, wsf) = kernels::gpu::pack_frag_weights(&w, &ws, n, k).expect("pack");
+        let bufs = [
+            upload(&rt, &wf),
+            upload(&rt, &wsf),
+            upload(&rt, &w),
+            upload(&rt, &ws),
+        ];
+        let frag = GpuMatB::MxFrag {
+            q: bufs[0].ptr(),
+            scales: bufs[1].ptr(),
+        };
+        let plain = GpuMatB::Mx {
+            q: bufs[2].ptr(),
+            scales: bufs[3].ptr(),
+            trans_b: true,
+        };
+        for m in [1usize, 37, 130] {
+            let (aq, asc) = random_activations(&mut rng, m, k);
+            let (daq, das) = (upload(&rt, &aq), upload(&rt, &asc));
+            let want = reference_f32((&aq, &asc), (&w, &ws), (m, k, n), &kernels::Epilogue::NONE);
+            for b in [&frag, &plain] {
+                let got = prefill_run(
+                    &rt,
+                    (m, k, n),
+                    &daq,
+                    &das,
+                    b,
+                    kernels::DType::F32,
+                    &GpuEpilogue::NONE,
+                );
+                let err = rel_err_nan_aware(&got, &want);
+                assert!(
+                    err.is_some_and(|e| e < 1e-5),
+                    "f32 m={m} n={n} k={k} {b:?}: {err:?}"
+                );
+                let got = prefill_run(
+                    &rt,
+                    (m, k, n),
+                    &daq,
+                    &das,
+                    b,
+                    kernels::DType::BF16,
+                    &GpuEpilogue::NONE,
+                );
+                let err = rel_err_nan_aware(&got, &want);
+                assert!(
+                    err.is_some_and(|e| e < 4e-3),
+                    "bf16 m={m} n={n} k={k} {b:?}: {err:?}"
+                );
+            }
+            // A row bias with alpha = 0.5: y = fl(0.5 acc) + c (the library may fuse the two).
+            let bias: Vec<f32> = (0..n).map(|_| rng.normal()).collect();
+            let dbias = upload(&rt, &bias);
+            let ep = GpuEpilogue {
+                alpha: 0.5,
+                beta: 1.0,
+                bias: Some(GpuBias {
+                    ptr: dbias.ptr(),
+                    rows: 1,
+                    cols: n,
+                }),
+            };
+            let host_ep =
+                kernels::Epilogue::new(0.5, 1.0, Some((&bias[..], &[n][..])), m, n).expect("ep");
+            let want = reference_f32((&aq, &asc), (&w, &ws), (m, k, n), &host_ep);
+            let got = prefill_run(&rt, (m, k, n), &daq, &das, &frag, kernels::DType::F32, &ep);
+            let err = rel_err_nan_aware(&got, &want);
+            assert!(
+                err.is_some_and(|e| e < 1e-5),
+                "bias m={m} n={n} k={k}: {err:?}"
+            );
+            // At the device's table M and above, mx_matmul itself takes the route: same bits.
+            if rt.prefill_takes((m, k, n), &frag, kernels::DType::F32, &GpuEpilogue::NONE) {
+                let routed = matmul_f32(&rt, (m, k, n), &daq, &das, &frag);
+                let direct = prefill_run(
+                    &rt,
+                    (m, k, n),
+                    &daq,
+                    &das,
+                    &frag,
+                    kernels::DType::F32,
+                    &GpuEpilogue::NONE,
+                );
+                assert_eq!(same_bits(&routed, &direct), 0, "mx_matmul at m={m}");
+            }
+        }
+    }
+}
+
+#[test]
+fn gpu_prefill_guard_recomputes_out_of_range_scales_exactly() {
+    let Some(rt) = gpu() else { return };
+    if rt.backend() != kernels::gpu::Backend::Cuda {
+        eprintln!("skipped: the prefill route is NVIDIA-only");
+        return;
+    }
+    let mut rng = Rng(0x6E44_0000_0000_9A4D);
+    let (m, n, k) = (70usize, 48usize, 256usize);
+    let kb = k / 32;
+    let (w, mut ws) = random_mx_weights(&mut rng, n, k);
+    let (mut aq, mut asc) = random_activations(&mut rng, m, k);
+    // Activations at 2^-127 (scale byte 0, nonzero values: subnormal in bf16) against weights at
+    // 2^100: products near 2^-27 that bf16 / tensor cores would lose; a NaN weight scale; zero
+    // blocks of scale byte 0 elsewhere are not out of range.
+    asc[5 * kb + 2] = 0;
+    // Row 5's other blocks zero, so that block alone makes row 5's outputs.
+    for (i, q) in aq[5 * k..6 * k].iter_mut().enumerate() {
+        if i / 32 != 2 {
+            *q = 0;
+        }
+    }
+    ws[7 * kb + 2] = 227;
+    ws[11 * kb + 3] = 255;
+    let (wf, wsf) = kernels::gpu::pack_frag_weights(&w, &ws, n, k).expect("pack");
+    let (dwf, dwsf, daq, das) = (
+        upload(&rt, &wf),
+        upload(&rt, &wsf),
+        upload(&rt, &aq),
+        upload(&rt, &asc),
+    );
+    let frag = GpuMatB::MxFrag {
+        q: dwf.ptr(),
+        scales: dwsf.ptr(),
+    };
+    let want = reference_f32((&aq, &asc), (&w, &ws), (m, k, n), &kernels::Epilogue::NONE);
+    let got = prefill_run(
+        &rt,
+        (m, k, n),
+        &daq,
+        &das,
+        &frag,
+        kernels::DType::F32,
+        &GpuEpilogue::NONE,
+    );
+    let err = rel_err_nan_aware(&got, &want);
+    assert!(err.is_some_and(|e| e < 1e-6), "guarded product: {err:?}");
+    // The one output the tiny block dominates is exact to the f32 reference's rounding.
+    let (g, r) = (got[5 * n + 7], want[5 * n + 7]);
+    assert!((g - r).abs() <= r.abs() * 1e-6, "row 5 col 7: {g} vs {r}");
+    assert!(got[11].is_nan(), "NaN weight scale's column");
+}
+
+#[test]
+fn gpu_prefill_weight_only_bf16_matches_reference() {
+    let Some(rt) = gpu() else { return };
+    if rt.backend() != kernels::gpu::Backend::Cuda {
+        eprintln!("skipped: the prefill route is NVIDIA-only");
+        return;
+    }
+    let mut rng = Rng(0x6E44_0000_0000_B0F1);
+    let (m, n, k) = (150usize, 80usize, 384usize);
+    let kb = k / 32;
+    let (w, mut ws) = random_mx_weights(&mut rng, n, k);
+    ws[3 * kb + 1] = 200; // out of the bf16-safe range: the guard recomputes
+    let (wf, wsf) = kernels::gpu::pack_frag_weights(&w, &ws, n, k).expect("pack");
+    let (dwf, dwsf) = (upload(&rt, &wf), upload(&rt, &wsf));
+    let a: Vec<bf16> = (0..m * k).map(|_| bf16::from_f32(rng.normal())).collect();
+    let da = upload(&rt, &a);
+    use kernels::codec::{e4m3_to_f32, e8m0_to_f32};
+    let want: Vec<f32> = (0..m * n)
+        .map(|e| {
+            let (i, j) = (e / n, e % n);
+            (0..k)
+                .map(|kk| {
+                    let wv = e4m3_to_f32(w[j * k + kk]) * e8m0_to_f32(ws[j * kb + kk / 32]);
+                    f64::from(a[i * k + kk].to_f32()) * f64::from(wv)
+                })
+                .sum::<f64>() as f32
+        })
+        .collect();
+    let dy = poisoned::<f32>(&rt, m * n);
+    let frag = GpuMatB::MxFrag {
+        q: dwf.ptr(),
+        scales: dwsf.ptr(),
+    };
+    rt.prefill_product(
+        (m, k, n),
+        kernels::gpu::PrefillA::Bf16(da.ptr()),
+        &frag,
+        dy.ptr(),
+        kernels::DType::F32,
+        &GpuEpilogue::NONE,
+        0,
+    )
+    .expect("prefill launch");
+    let got = download::<f32>(&dy, m * n);
+    let err = rel_err_nan_aware(&got, &want);
+    assert!(err.is_some_and(|e| e < 1e-5), "weight-only bf16: {err:?}");
+    // The weight-only entry point takes the route at this M where the device's table says so.
+    if rt.prefill_takes((m, k, n), &frag, kernels::DType::F32, &GpuEpilogue::NONE) {
+        let dy2 = poisoned::<f32>(&rt, m * n);
+        rt.mx_matmul_float_a_frag(
+            (m, da.ptr(), kernels::DType::BF16),
+            (dwf.ptr(), dwsf.ptr()),
+            (n, k),
+            dy2.ptr(),
+            kernels::DType::F32,
+            &GpuEpilogue::NONE,
+            0,
+        )
+        .expect("launch");
+        assert_eq!(same_bits(&download::<f32>(&dy2, m * n), &got), 0);
+    }
+}
