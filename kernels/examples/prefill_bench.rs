@@ -7,12 +7,15 @@
 //!     cargo run --release -p kernels --example prefill_bench -- [M,M,...] [NxK,NxK,...]
 //!
 //! Prints one row per (N, K, M) and the route each M takes by default (the device's
-//! `PrefillTable`). Needs a CUDA GPU with cuBLAS (bench/gpu/device_prefill.sh runs it).
+//! `PrefillTable`); then `MxGatherMatMul` on 32 stacked experts (top-8 of random ids, bf16
+//! activations) at T tokens: the tensor-core gather kernels (grouped up to 2048 samples) against
+//! the MoE prefill route (kernels/src/gpu/prefill_moe.rs). Needs a CUDA GPU with cuBLAS
+//! (bench/gpu/device_prefill.sh runs it). MOE_T=64,256,... sets the token counts.
 
 use std::time::Instant;
 
 use half::bf16;
-use kernels::gpu::{DeviceBuffer, GpuEpilogue, GpuMatB, GpuRuntime};
+use kernels::gpu::{DeviceBuffer, GpuEpilogue, GpuGatherMatMul, GpuIndices, GpuMatB, GpuRuntime};
 use kernels::DType;
 
 struct Rng(u64);
@@ -228,6 +231,94 @@ fn main() {
                 decode.1,
                 route.1,
                 blas.1
+            );
+        }
+    }
+    moe(&rt, &mut rng);
+}
+
+/// The MoE section (module docs).
+fn moe(rt: &std::sync::Arc<GpuRuntime>, rng: &mut Rng) {
+    let ts: Vec<usize> = std::env::var("MOE_T").map_or(vec![64, 256, 512, 2048], |v| {
+        v.split(',').map(|t| t.parse().expect("T")).collect()
+    });
+    let e = 32usize;
+    println!();
+    println!(
+        "| experts | T (S) | gather kernels | MoE prefill route | kernels / route | default |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for (n, k) in [(1536usize, 6144usize), (6144, 768)] {
+        let (mut wf, mut wsf) = (Vec::new(), Vec::new());
+        for _ in 0..e {
+            let w: Vec<u8> = (0..n * k).map(|_| rng.e4m3()).collect();
+            let ws: Vec<u8> = (0..n * k / 32)
+                .map(|_| 118 + (rng.next() % 10) as u8)
+                .collect();
+            let (f, fs) = kernels::gpu::pack_frag_weights(&w, &ws, n, k).expect("pack");
+            wf.extend(f);
+            wsf.extend(fs);
+        }
+        let (dwf, dwsf) = (rt.upload(&wf).expect("up"), rt.upload(&wsf).expect("up"));
+        for &t in &ts {
+            let s = 8 * t;
+            // top-8 distinct experts a token
+            let ids: Vec<i64> = (0..t)
+                .flat_map(|_| {
+                    let mut pick: Vec<i64> = Vec::new();
+                    while pick.len() < 8 {
+                        let x = (rng.next() % e as u64) as i64;
+                        if !pick.contains(&x) {
+                            pick.push(x);
+                        }
+                    }
+                    pick
+                })
+                .collect();
+            let a: Vec<bf16> = (0..s * k)
+                .map(|_| bf16::from_f32((rng.next() % 2001) as f32 / 1000.0 - 1.0))
+                .collect();
+            let (da, di, dy) = (
+                rt.upload(&a).expect("up"),
+                rt.upload(&ids).expect("up"),
+                rt.alloc(s * n * 2).expect("y"),
+            );
+            let err = rt.upload(&[0u8; 16]).expect("err");
+            let mm = GpuGatherMatMul {
+                a: da.ptr(),
+                a_dtype: DType::BF16,
+                a_samples: s,
+                p: 1,
+                samples: s,
+                y: dy.ptr(),
+                y_dtype: DType::BF16,
+            };
+            let idx = GpuIndices {
+                ptr: di.ptr(),
+                count: s,
+                wide: true,
+            };
+            let w = (dwf.ptr(), dwsf.ptr(), e, n, k);
+            let iters = if s > 2048 { 3 } else { 10 };
+            std::env::set_var("MXFUSE_GPU_PREFILL", "0");
+            let kern = time_us(iters, rt, |_| {
+                rt.mx_gather_matmul_frag(&mm, w, idx, err.ptr(), 0)
+                    .expect("kernels");
+            });
+            std::env::remove_var("MXFUSE_GPU_PREFILL");
+            let route = time_us(iters, rt, |_| {
+                assert!(rt.mx_gather_matmul_prefill(&mm, w, idx, 0).expect("route"));
+            });
+            let default = if rt.gather_prefill_takes(&mm, &idx, e) {
+                "route"
+            } else {
+                "kernels"
+            };
+            println!(
+                "| [{e}, {n}, {k}] | {t} ({s}) | {:.1} | {:.1} | {:.2} | {default} |",
+                kern.0,
+                route.0,
+                kern.0 / route.0
             );
         }
     }

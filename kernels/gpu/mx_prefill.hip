@@ -189,3 +189,84 @@ MX_DEV void mx_prefill_exact_body(const unsigned int* flag, unsigned int* next_f
 
 MX_DEFINE_PREFILL(MxBf16, bf16)
 MX_DEFINE_PREFILL(MxF32, f32)
+
+// ---- MxGatherMatMul at prefill sizes (kernels/src/gpu/prefill_moe.rs): the samples sorted by
+// expert so that each selected expert is one library GEMM over its rows. A sample's output
+// depends only on its own row and expert, so the order within an expert does not matter.
+
+// The expert of sample s: idx[s] (int32 or int64), negative counted from the end; -1 when out of
+// range [-E, E).
+MX_DEV int mx_moe_expert(const void* idx, int idx64, long long s, int E) {
+  long long v = idx64 ? static_cast<const long long*>(idx)[s] : static_cast<const int*>(idx)[s];
+  if (v < 0) v += E;
+  return (v < 0 || v >= E) ? -1 : (int)v;
+}
+
+// counts[e] += samples of expert e; counts[E] = 1 when an index is out of range.
+extern "C" __global__ void mx_prefill_moe_count(const void* idx, int idx64, long long S, int E,
+                                                unsigned int* counts) {
+  MX_PDL_ENTRY();
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long s = (long long)blockIdx.x * blockDim.x + threadIdx.x; s < S; s += stride) {
+    const int e = mx_moe_expert(idx, idx64, s, E);
+    atomicAdd(&counts[e < 0 ? E : e], 1u);
+  }
+}
+
+// One block a sample: its slot pos from its expert's cursor (the expert's first row, advanced),
+// perm[pos] = s, and its bf16 row of K copied to a16[pos] (16 bytes a lane).
+extern "C" __global__ void mx_prefill_moe_scatter(const void* idx, int idx64, int E,
+                                                  unsigned int* cursor, unsigned int* perm,
+                                                  const uint4* __restrict__ a,
+                                                  uint4* __restrict__ a16, int K) {
+  MX_PDL_ENTRY();
+  __shared__ unsigned int pos;
+  const long long s = blockIdx.x;
+  if (threadIdx.x == 0) {
+    const int e = mx_moe_expert(idx, idx64, s, E);
+    pos = atomicAdd(&cursor[e], 1u);  // the host ran this only with every index in range
+    perm[pos] = (unsigned int)s;
+  }
+  __syncthreads();
+  const int chunks = K / 8;
+  for (int c = threadIdx.x; c < chunks; c += blockDim.x) a16[(long long)pos * chunks + c] = a[s * chunks + c];
+}
+
+// The `count` experts ids[0..count) of the fragment-packed stack (each expert ceil(N/16) * 16 * K
+// value bytes and a 32nd of that in scales, one after another) -> bf16 y [count, N, K].
+extern "C" __global__ void mx_prefill_dequant_experts(const mx_u8* __restrict__ wf,
+                                                      const mx_u8* __restrict__ wsf,
+                                                      const unsigned int* ids, int count,
+                                                      mx_u16* __restrict__ y, int N, int K,
+                                                      unsigned int* flag) {
+  MX_PDL_ENTRY();
+  const long long ebytes = (long long)((N + 15) / 16) * 16 * K;
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  const long long n = (long long)gridDim.x * blockDim.x;
+  bool bad = false;
+  for (int j = 0; j < count; ++j) {
+    const long long e = ids[j];
+    bad |= mx_prefill_frag(reinterpret_cast<const uint4*>(wf + e * ebytes), wsf + e * (ebytes / 32),
+                           y + (long long)j * N * K, N, K, i, n);
+  }
+  if (bad) atomicOr(flag, 1u);
+}
+
+// y[perm[pos]] = t[pos]: rows of N elements of `bytes` bytes each (2 or 4), 16 bytes a lane
+// (N * bytes a multiple of 16) or one element a lane.
+extern "C" __global__ void mx_prefill_moe_unpermute(const unsigned int* perm,
+                                                    const mx_u8* __restrict__ t,
+                                                    mx_u8* __restrict__ y, int N, int bytes) {
+  MX_PDL_ENTRY();
+  const long long pos = blockIdx.x;
+  const long long row = (long long)N * bytes;
+  const mx_u8* src = t + pos * row;
+  mx_u8* dst = y + (long long)perm[pos] * row;
+  if (row % 16 == 0) {
+    for (long long c = threadIdx.x; c < row / 16; c += blockDim.x)
+      reinterpret_cast<uint4*>(dst)[c] = reinterpret_cast<const uint4*>(src)[c];
+  } else {
+    for (long long c = threadIdx.x; c < row / 2; c += blockDim.x)
+      reinterpret_cast<mx_u16*>(dst)[c] = reinterpret_cast<const mx_u16*>(src)[c];
+  }
+}

@@ -20,6 +20,7 @@ pub mod gather;
 pub mod launch;
 pub mod pack;
 pub mod prefill;
+pub mod prefill_moe;
 pub mod runtime;
 pub mod shapes;
 pub mod sigma_table;

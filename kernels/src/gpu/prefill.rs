@@ -76,7 +76,7 @@ impl GpuRuntime {
                     .ok()
                     .and_then(|v| v.parse::<usize>().ok())
             })
-            .unwrap_or_else(|| PrefillTable::for_arch(&self.device().arch).min_m);
+            .unwrap_or_else(|| PrefillTable::for_arch(&self.device().arch).min_m(n, k));
         if m < min_m || self.backend() != Backend::Cuda {
             return false;
         }
@@ -94,18 +94,44 @@ impl GpuRuntime {
         if !(on && layout && matches!(out, DType::BF16 | DType::F32) && epilogue && fits) {
             return false;
         }
+        self.prefill_blas_available()
+    }
+
+    /// Whether cuBLAS is there (loading it at the first ask).
+    pub(super) fn prefill_blas_available(&self) -> bool {
         let mut state = self.prefill_state();
         Self::blas_in(&mut state, self).is_some()
     }
 
-    fn prefill_state(&self) -> std::sync::MutexGuard<'_, PrefillState> {
+    /// The scratch of at least `need` bytes (grown, after the device finished with the old one,
+    /// with a quarter to spare; its first 8 bytes zero when new). Its first 256 bytes are the
+    /// dense route's flag words, which other users of the scratch leave alone (a stale nonzero
+    /// word would make the next dense call recompute exactly, slowly).
+    pub(super) fn prefill_scratch(&self, state: &mut PrefillState, need: usize) -> GpuResult<u64> {
+        if state.scratch.1 < need {
+            // The old buffer may still be read by queued work: wait, then replace it.
+            if state.scratch.1 > 0 {
+                self.driver().synchronize()?;
+                self.driver().free(state.scratch.0)?;
+                state.scratch = (0, 0);
+            }
+            let bytes = need + need / 4;
+            let ptr = self.driver().alloc(bytes)?;
+            self.driver().copy_to_device(ptr, &[0u8; 8])?;
+            state.scratch = (ptr, bytes);
+            state.parity = false;
+        }
+        Ok(state.scratch.0)
+    }
+
+    pub(super) fn prefill_state(&self) -> std::sync::MutexGuard<'_, PrefillState> {
         self.prefill_lock()
             .lock()
             .unwrap_or_else(|e| e.into_inner())
     }
 
     /// The library, loading it at the first ask (one line on stderr either way).
-    fn blas_in<'s>(state: &'s mut PrefillState, rt: &GpuRuntime) -> Option<&'s Blas> {
+    pub(super) fn blas_in<'s>(state: &'s mut PrefillState, rt: &GpuRuntime) -> Option<&'s Blas> {
         let loaded = state
             .blas
             .get_or_insert_with(|| match Blas::load(rt.driver()) {
@@ -196,20 +222,7 @@ impl GpuRuntime {
         let w_bytes = align(n * k * 2);
         let need = 256 + a_bytes + w_bytes;
         let mut state = self.prefill_state();
-        if state.scratch.1 < need {
-            // The old buffer may still be read by queued work: wait, then replace it.
-            if state.scratch.1 > 0 {
-                self.driver().synchronize()?;
-                self.driver().free(state.scratch.0)?;
-                state.scratch = (0, 0);
-            }
-            let bytes = need + need / 4;
-            let ptr = self.driver().alloc(bytes)?;
-            self.driver().copy_to_device(ptr, &[0u8; 8])?;
-            state.scratch = (ptr, bytes);
-            state.parity = false;
-        }
-        let base = state.scratch.0;
+        let base = self.prefill_scratch(&mut state, need)?;
         let (flag, next_flag) = if state.parity {
             (base + 4, base)
         } else {

@@ -210,6 +210,7 @@ mod tests {
             include_str!("gather.rs"),
             include_str!("weight_only.rs"),
             include_str!("prefill.rs"),
+            include_str!("prefill_moe.rs"),
         ]
         .concat();
         for name in launch.split('"').filter(|t| t.starts_with("mx_")) {

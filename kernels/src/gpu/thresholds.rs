@@ -3,7 +3,8 @@
 //! the GEMM ([`InGemmQuantThresholds`]), how `AddRmsNormMxQuant` spreads rows over the device
 //! ([`NormLaunchTable`]), how `SwiGluMxQuant` sizes its lanes and blocks ([`SwiGluLaunchTable`]) and
 //! which launch shape the decode GEMM takes ([`PipeGemmTable`], [`FragGemmTable`] for
-//! fragment-packed weights).
+//! fragment-packed weights), and from how many rows `MxMatMul` leaves the decode kernels for the
+//! prefill route ([`PrefillTable`]).
 //!
 //! In-GEMM quantization saves a launch and a round trip of the quantized activations, but every
 //! block of the GEMM quantizes its K range for all M rows again, so it loses once M·K grows.
@@ -51,30 +52,57 @@ impl InGemmQuantThresholds {
 }
 
 /// From how many activation rows `MxMatMul` takes the prefill route (dequantize to bf16 + the
-/// vendor's bf16 GEMM, [`super::prefill`]) instead of the decode kernels.
+/// vendor's bf16 GEMM, [`super::prefill`]) instead of the decode kernels. Below a few hundred
+/// rows the route's time is mostly the host's (three launches and the library's call, 15-27 µs
+/// on the H200's host, which varied by half between two machines), which weighs more on small
+/// weights: a row count for large weights and one for the others.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PrefillTable {
-    /// Smallest M that takes the route.
-    pub min_m: usize,
+    /// Smallest M that takes the route for weights of at least `large` elements (N · K).
+    pub min_m_large: usize,
+    /// Smallest M for smaller weights.
+    pub min_m_small: usize,
+    /// The N · K from which `min_m_large` applies.
+    pub large: usize,
 }
 
 impl PrefillTable {
     /// Devices not measured: 256 rows, where on the H200 the decode kernels were 1.7-2.3x
     /// slower than the route at every measured weight.
-    pub const DEFAULT: Self = Self { min_m: 256 };
+    pub const DEFAULT: Self = Self {
+        min_m_large: 256,
+        min_m_small: 256,
+        large: 0,
+    };
 
     /// Measured crossovers, by compile architecture.
     const MEASURED: [(&'static str, Self); 1] = [
-        // NVIDIA H200 (kernels/examples/prefill_bench.rs, session 23 call 2; BENCHMARKS.md
-        // "prefill"): decode kernels / route at M = 96 | 128 were 1.04 | 1.34 (6144 x 6144),
-        // 1.05 | 1.07 (1536 x 6144), 0.87 | 1.10 (6144 x 768); from 128 the route wins at every
-        // shape and by 5-7.6x at 2048-8192.
-        ("sm_90", Self { min_m: 128 }),
+        // NVIDIA H200 (kernels/examples/prefill_bench.rs, session 23 calls 2-3; BENCHMARKS.md
+        // "prefill"): decode kernels / route at M = 96 | 128 | 256 were 1.04 | 1.34-1.35 | 2.30
+        // at 6144 x 6144 (38 M weights), 1.05 | 1.07 | 1.71 at 1536 x 6144, 0.87 | 0.74-1.10 |
+        // 1.92 at 6144 x 768 (the small ones host-bound at 128).
+        (
+            "sm_90",
+            Self {
+                min_m_large: 128,
+                min_m_small: 256,
+                large: 1 << 25,
+            },
+        ),
     ];
 
     /// The table for a device architecture.
     pub fn for_arch(arch: &str) -> Self {
         table_for_arch(&Self::MEASURED, arch, Self::DEFAULT)
+    }
+
+    /// The smallest M that takes the route for `[n, k]` weights.
+    pub fn min_m(&self, n: usize, k: usize) -> usize {
+        if n.saturating_mul(k) >= self.large {
+            self.min_m_large
+        } else {
+            self.min_m_small
+        }
     }
 }
 
@@ -381,6 +409,15 @@ impl SwiGluLaunchTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prefill_route_starts_earlier_for_large_weights_on_the_h200() {
+        let h200 = PrefillTable::for_arch("sm_90");
+        assert_eq!(h200.min_m(6144, 6144), 128);
+        assert_eq!(h200.min_m(1536, 6144), 256);
+        assert_eq!(h200.min_m(6144, 768), 256);
+        assert_eq!(PrefillTable::for_arch("gfx950").min_m(6144, 6144), 256);
+    }
 
     #[test]
     fn unknown_devices_get_the_vllm_rule() {

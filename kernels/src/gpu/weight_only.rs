@@ -193,6 +193,11 @@ impl GpuRuntime {
             "expert elements",
             e.saturating_mul(n.div_ceil(16) * 16).saturating_mul(k),
         )?;
+        if self.gather_prefill_takes(mm, &idx, e)
+            && self.mx_gather_matmul_prefill(mm, (wf, wsf, e, n, k), idx, stream)?
+        {
+            return Ok(());
+        }
         if let Some(slots) = grouped_slots(mm, &idx, e) {
             return self.mx_gather_matmul_grouped(mm, (wf, wsf, e, n, k), idx, slots, err, stream);
         }

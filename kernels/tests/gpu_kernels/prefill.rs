@@ -275,3 +275,92 @@ fn gpu_prefill_weight_only_bf16_matches_reference() {
         assert_eq!(same_bits(&download::<f32>(&dy2, m * n), &got), 0);
     }
 }
+
+#[test]
+fn gpu_prefill_moe_route_matches_the_cpu_kernel() {
+    use kernels::gpu::runtime::pod::{as_bytes, as_bytes_mut};
+    use kernels::gpu::{GpuGatherMatMul, GpuIndices};
+    use kernels::ops::{self, TensorMut, TensorRef};
+    let Some(rt) = gpu() else { return };
+    if rt.backend() != kernels::gpu::Backend::Cuda {
+        eprintln!("skipped: the prefill route is NVIDIA-only");
+        return;
+    }
+    let mut rng = Rng(0x6E44_0000_0000_30E5);
+    let (e, n, k, s) = (6usize, 72usize, 256usize, 300usize);
+    let (mut q, mut sc) = (Vec::new(), Vec::new());
+    for _ in 0..e {
+        let (w, ws) = random_mx_weights(&mut rng, n, k);
+        q.extend(w);
+        sc.extend(ws);
+    }
+    let pack = |sc: &[u8]| {
+        let (mut wf, mut wsf) = (Vec::new(), Vec::new());
+        for x in 0..e {
+            let (f, fs) = kernels::gpu::pack_frag_weights(
+                &q[x * n * k..(x + 1) * n * k],
+                &sc[x * n * k / 32..(x + 1) * n * k / 32],
+                n,
+                k,
+            )
+            .expect("pack");
+            wf.extend(f);
+            wsf.extend(fs);
+        }
+        (upload(&rt, &wf), upload(&rt, &wsf))
+    };
+    let (wf, wsf) = pack(&sc);
+    // Expert 5 never selected; negative indices count from the end.
+    let ids: Vec<i64> = (0..s)
+        .map(|_| [0, 1, 2, 3, 4, -2][rng.below(6)] as i64)
+        .collect();
+    let a: Vec<bf16> = (0..s * k).map(|_| bf16::from_f32(rng.normal())).collect();
+    let mut want = vec![0f32; s * n];
+    ops::mx_gather_matmul_laid_out(
+        TensorRef::new(DType::BF16, &[s, 1, k], as_bytes(&a)).unwrap(),
+        TensorRef::new(DType::E4M3, &[e, n, k], &q).unwrap(),
+        TensorRef::new(DType::E8M0, &[e, n, k / 32], &sc).unwrap(),
+        &ids,
+        TensorMut::new(DType::F32, &[s, 1, n], as_bytes_mut(&mut want)).unwrap(),
+        &kernels::MxGatherMatMulAttrs {
+            trans_b: false,
+            output_dtype: DType::F32,
+        },
+        true,
+        &kernels::Serial,
+    )
+    .expect("CPU kernel");
+    let (da, dy) = (upload(&rt, &a), poisoned::<f32>(&rt, s * n));
+    let run = |ids: &[i64], wf: &DeviceBuffer, wsf: &DeviceBuffer| {
+        let ib = upload(&rt, ids);
+        let idx = GpuIndices {
+            ptr: ib.ptr(),
+            count: s,
+            wide: true,
+        };
+        let mm = GpuGatherMatMul {
+            a: da.ptr(),
+            a_dtype: DType::BF16,
+            a_samples: s,
+            p: 1,
+            samples: s,
+            y: dy.ptr(),
+            y_dtype: DType::F32,
+        };
+        rt.mx_gather_matmul_prefill(&mm, (wf.ptr(), wsf.ptr(), e, n, k), idx, 0)
+            .expect("launch")
+    };
+    assert!(run(&ids, &wf, &wsf), "the route took the product");
+    let got = download::<f32>(&dy, s * n);
+    let err = rel_err_nan_aware(&got, &want);
+    assert!(err.is_some_and(|x| x < 1e-5), "MoE route: {err:?}");
+    // An index out of range, or an expert scale out of the bf16-safe range: not taken (the
+    // kernels then run and report / recompute).
+    let mut bad = ids.clone();
+    bad[17] = 6;
+    assert!(!run(&bad, &wf, &wsf));
+    let mut sc2 = sc.clone();
+    sc2[2 * n * k / 32 + 5] = 1;
+    let (wf2, wsf2) = pack(&sc2);
+    assert!(!run(&ids, &wf2, &wsf2));
+}
