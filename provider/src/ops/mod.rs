@@ -12,6 +12,7 @@ mod matmul;
 mod parallel;
 pub(crate) mod reshape;
 pub mod schema;
+pub(crate) mod shape;
 
 use kernels::ops::{self as k, NormTensors, SwiGluTensors};
 use kernels::{
