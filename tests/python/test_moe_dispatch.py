@@ -200,11 +200,10 @@ class Layers:
 def moe_decoder(path, dispatch, router="softmax", quark=False, layers=2, value_info=False,
                 shape_of_normed=None):
     """`layers` MoE decoder layers on x [batch, seq, 64] (f32). `value_info`: the residual Adds'
-    operands and sums recorded as [batch, seq, 64], as an exporter records them. Without it ORT infers layer 2's
-    residual sum `x + Reshape(out, Shape(x))` as [?, ?, 64] and the plugin EP refuses that norm
-    (add_rmsnorm_mxquant's residual shape check), which the offline rewrite's own inference
-    fuses ([batch, seq, 64]): the two paths then differ in float order. `shape_of_normed`:
-    see `Layers`."""
+    operands and sums recorded as [batch, seq, 64], as an exporter records them. Without it ORT
+    infers layer 2's residual sum `x + Reshape(out, Shape(x))` as [?, ?, 64]; the plugin EP fills
+    those dims in with the offline rewrite's inference ([batch, seq, 64]) and fuses that norm too
+    (test_no_value_info.py). `shape_of_normed`: see `Layers`."""
     b = Layers(quark, shape_of_normed=shape_of_normed)
     x = "x"
     for _ in range(layers):
