@@ -31,7 +31,14 @@
 //!   scale — ONNX Runtime's CPU EP has none for that type, and the plugin EP's device programs
 //!   only run constant-shape Reshapes. Read through only when the Reshape is 2-D `[-1, H]`, or
 //!   `[N, H]` with x's leading dims known to make N rows, and nothing else reads the un-flattened
-//!   `y` (it is no longer written); anything else is refused with the reason.
+//!   `y` (it is no longer written) but ONNX `Shape`s; anything else is refused with the reason.
+//! * Such a `Shape(y)` is a TorchScript export's `batch, seq, hidden = hidden_states.shape` before
+//!   the `view(-1, hidden)` (Mixtral / Qwen-MoE / MiniMax; the MoE output is reshaped back with
+//!   those dims). It is re-emitted as `Shape(x)` (with its `start` / `end`): x has y's shape, as
+//!   [`check_add_rms_norm`] proves the residual operands exactly the sum's shape and the norm
+//!   keeps it. Re-emitting it on the residual sum instead would make a first layer, which has
+//!   none, write one. The plugin EP's programs run that Shape (provider `ops::shape`); a Shape
+//!   left outside the claim could not read a value the fused node no longer writes.
 //!
 //! Not handled: norms whose numerics the kernel cannot reproduce (see the spelling's check);
 //! consumers other than MatMul keep reading the graph's own q/scale (they are re-produced).

@@ -10,7 +10,7 @@
 use graph_rewrites::pattern::predicates::attr_int;
 use graph_rewrites::view::{GraphView, NodeId, ONNX_DOMAIN};
 
-use super::{required, Kernel};
+use super::{required, write_output0, Kernel};
 use crate::error::{Error, Result};
 use crate::ort_types::onnx_dtype;
 use crate::tensor::{Meta, TensorMut, TensorRef};
@@ -75,20 +75,7 @@ impl Kernel for Shape {
         _par: &dyn kernels::Parallel,
     ) -> Result<()> {
         let x = required(inputs, 0, "data")?;
-        let y = outputs
-            .get_mut(0)
-            .and_then(Option::as_mut)
-            .ok_or_else(|| Error::invalid("missing output shape"))?;
-        let bytes = self.bytes(&x.meta.dims);
-        if y.data.len() != bytes.len() {
-            return Err(Error::invalid(format!(
-                "Shape: {} bytes for {} dims",
-                y.data.len(),
-                bytes.len() / 8
-            )));
-        }
-        y.data.copy_from_slice(&bytes);
-        Ok(())
+        write_output0(outputs, "shape", &self.bytes(&x.meta.dims))
     }
 }
 
