@@ -108,8 +108,8 @@ pub(crate) fn prepack(
 
 impl Program {
     /// Builds the program from `g` (every node must be a `com.mxfuse` op, an ONNX `Reshape` of
-    /// a constant shape or an ONNX `Shape`), binding values by name to the fused node's `input_names` /
-    /// `output_names`.
+    /// a constant shape or an ONNX `Shape`), binding values by name to the fused node's
+    /// `input_names` / `output_names`.
     pub fn build(
         g: &dyn GraphView,
         input_names: &[String],

@@ -222,7 +222,11 @@ pub fn model_for(view: &OrtGraphView, purpose: Purpose) -> Result<ModelProto> {
             attrs.push(a);
         }
         let mut inputs = Vec::new();
-        let pinned = pinned_block_shape(view, n);
+        // A subgraph's stand-in for a shape computed outside it; the whole graph has its own.
+        let pinned = match purpose {
+            Purpose::Rewrite => pinned_block_shape(view, n),
+            Purpose::Inference => None,
+        };
         for (i, input) in view.inputs(n).iter().enumerate() {
             match input {
                 None => inputs.push(String::new()),
