@@ -183,6 +183,13 @@ unsafe extern "system" fn get_capability(
         // as offline). Without them the rules still run, on ORT's types.
         match crate::shapes::refinements(&view) {
             Ok(refined) => {
+                if !refined.is_empty() {
+                    explain(&format!(
+                        "mxfuse: {} value type(s) that ORT's shape inference left partly unknown \
+                         taken from the offline rewrite's inference",
+                        refined.len()
+                    ));
+                }
                 view.refine(&refined);
                 ep.shapes
                     .lock()

@@ -93,3 +93,5 @@ def test_what_cannot_be_proven_is_still_refused_with_the_reason(ep_devices, tmp_
     assert out.returncode == 0, out.stderr[-2000:]
     log = out.stdout + out.stderr
     assert "add_rmsnorm_mxquant refused at" in log and "not show they are" in log, log[-3000:]
+    # What the EP did fill in is said too (the MoE output's reshape back, at least).
+    assert "taken from the offline rewrite's inference" in log, log[-3000:]
