@@ -9,6 +9,9 @@ Checked offline (`mxfuse rewrite`), in the plugin EP on the CPU device and on th
 placement, with symbolic batch / seq and token counts changing 1, 3, 16, 37: the EP's bits are
 the offline rewrite's and the emulated device's, and onnx.reference agrees within float order
 (those numbers for the CPU device: test_moe_dispatch's dense cases).
+
+A TorchScript export also reads the un-flattened normed value's `Shape` (the MoE output's reshape
+back): the rule re-emits it on the norm's input, and the EP's programs run it.
 """
 
 import numpy as np
