@@ -528,6 +528,9 @@ struct Moe<'a> {
     residual: bool,
     /// Something besides the Reshape reads the un-flattened normed value.
     extra_reader: bool,
+    /// `Shape(normed)` with these `start` / `end` (a TorchScript export's `batch, seq, hidden =
+    /// hidden_states.shape`), read by a `Gather` of its first entry (`dim0`, a graph output).
+    shape_reader: Option<(Option<i64>, Option<i64>)>,
     /// AMD Quark's fake quant instead of the opset-24 quantizer (any opset).
     quark: bool,
     /// The Reshape's shape is a graph input (computed at run time) instead of a constant.
@@ -546,6 +549,7 @@ impl Default for Moe<'_> {
             allowzero: None,
             residual: false,
             extra_reader: false,
+            shape_reader: None,
             quark: false,
             runtime_shape: false,
             unknown_h: false,
@@ -624,7 +628,101 @@ fn moe(c: &Moe) -> ModelBuilder {
     if c.extra_reader {
         b.node("Relu", &["n"], &["side"]).output("side", FLOAT, c.x);
     }
+    if let Some((start, end)) = c.shape_reader {
+        let bounds: Vec<_> = [("start", start), ("end", end)]
+            .into_iter()
+            .filter_map(|(a, v)| Some((a, graph_rewrites::testing::Attr::I(v?))))
+            .collect();
+        b.node_in("", "Shape", &["n"], &["dims"], &bounds)
+            .init_i64("i0", &[], &[0])
+            .node_in(
+                "",
+                "Gather",
+                &["dims", "i0"],
+                &["dim0"],
+                &[("axis", graph_rewrites::testing::Attr::I(0))],
+            )
+            .output("dim0", INT64, &[]);
+    }
     b
+}
+
+/// A TorchScript export reads the un-flattened normed value's `Shape` too (transformers'
+/// `batch, seq, hidden = hidden_states.shape` before the `view(-1, hidden)`; the MoE output's
+/// reshape back uses those dims). The fused op writes only the flattened rows, so the Shape is
+/// re-emitted on the norm's input x, which has the normed value's shape (the residual operands
+/// are checked to be exactly the sum's shape), keeping its output's name and `start` / `end`.
+#[test]
+fn a_shape_reader_of_the_normed_value_is_re_read_from_x() {
+    for (what, c) in [
+        (
+            "first layer",
+            Moe {
+                shape_reader: Some((None, None)),
+                ..Moe::default()
+            },
+        ),
+        (
+            "residual Add, opset-15 start / end",
+            Moe {
+                residual: true,
+                shape_reader: Some((Some(1), Some(-1))),
+                ..Moe::default()
+            },
+        ),
+        (
+            "a Quark quantizer, opset 13",
+            Moe {
+                opset: 13,
+                quark: true,
+                shape_reader: Some((None, None)),
+                ..Moe::default()
+            },
+        ),
+    ] {
+        let (report, g) = moe(&c).rewrite();
+        assert_eq!(
+            report.counts["add_rmsnorm_mxquant"], 1,
+            "{what}: {report:#?}"
+        );
+        let mut ops: Vec<&str> = g.nodes().iter().map(|n| g.op_type(*n)).collect();
+        ops.sort_unstable();
+        assert_eq!(
+            ops,
+            ["AddRmsNormMxQuant", "Gather", "MatMul", "MxMatMul", "Shape"],
+            "{what}"
+        );
+        let shape = first_node(&g, "Shape");
+        let ins: Vec<_> = g.inputs(shape).to_vec();
+        assert_eq!(value_names(&g, &ins), ["x"], "{what}");
+        let outs: Vec<_> = g.outputs(shape).iter().map(|v| Some(*v)).collect();
+        assert_eq!(value_names(&g, &outs), ["dims"], "{what}");
+        let (start, end) = c.shape_reader.unwrap();
+        for (a, want) in [("start", start), ("end", end)] {
+            let got = g.attr(shape, a);
+            assert_eq!(got, want.map(AttrValue::Int), "{what}: {a}");
+        }
+        let n = fused_node(&g);
+        assert_eq!(node_attr(&g, n, "flatten_rows"), AttrValue::Int(1));
+        // The router still reads the flattened rows.
+        let outs: Vec<_> = g.outputs(n).iter().map(|v| Some(*v)).collect();
+        assert_eq!(value_names(&g, &outs)[3], "nf", "{what}");
+    }
+}
+
+/// Besides a Shape, any other reader of the un-flattened normed value is still refused.
+#[test]
+fn a_shape_reader_does_not_let_another_reader_through() {
+    let why = moe(&Moe {
+        shape_reader: Some((None, None)),
+        extra_reader: true,
+        ..Moe::default()
+    })
+    .refusal("add_rmsnorm_mxquant");
+    assert!(
+        why.contains("'n' is also read by Relu") && why.contains("only a Shape is re-read"),
+        "{why}"
+    );
 }
 
 /// The fused op runs on x's rows as they are and writes q, scale and the router's normed rows

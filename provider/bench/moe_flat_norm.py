@@ -8,7 +8,8 @@ with mxfuse's custom ops.
 The layer is tests/python/test_moe_dispatch.py's (dense dispatch: router, shared expert and
 every expert on every token, MXFP8 activations and MX weights) at --hidden / --inter / --experts.
 
-`--make DIR` writes DIR/moe.onnx, DIR/base.onnx and DIR/new.onnx; `--time MODEL` prints the
+`--make DIR` writes DIR/moe.onnx, DIR/base.onnx and DIR/new.onnx (`--shape-of-normed gather`:
+the MoE output's reshape back from `Shape(normed)`, a TorchScript export's, which main refused); `--time MODEL` prints the
 median and min ms of --runs session runs on batch 1 x --tokens tokens (one model a process: run
 the two alternately, each under `flock /tmp/mxfuse_cpu.lock`, to interleave A/B).
 
@@ -30,7 +31,7 @@ LIB = ROOT / "target/release/libmxfuse_ep.so"
 CLI = ROOT / "target/release/mxfuse"
 
 
-def make(out, hidden, inter, experts):
+def make(out, hidden, inter, experts, shape_of_normed=None):
     import onnx
     from onnx import TensorProto as TP
     from onnx import helper
@@ -38,7 +39,7 @@ def make(out, hidden, inter, experts):
     from test_moe_dispatch import Layers
     from test_mx_dequant import save
     out.mkdir(parents=True, exist_ok=True)
-    b = Layers(False)
+    b = Layers(False, shape_of_normed=shape_of_normed)
     y = b.layer("x", "dense", "softmax", h=hidden, i=inter, e=experts)
     src = save(b.nodes, b.inits, [helper.make_tensor_value_info("x", TP.FLOAT, ["batch", "seq", hidden])],
                [helper.make_tensor_value_info(y, TP.FLOAT, None)], out / "moe.onnx")
@@ -75,9 +76,11 @@ def main():
     ap.add_argument("--hidden", type=int, default=2048)
     ap.add_argument("--inter", type=int, default=256)
     ap.add_argument("--experts", type=int, default=4)
+    ap.add_argument("--shape-of-normed", choices=["gather", "slice"],
+                    help="a TorchScript export's reshape back from Shape(normed) (test_moe_dispatch.Layers)")
     a = ap.parse_args()
     if a.make:
-        make(a.make, a.hidden, a.inter, a.experts)
+        make(a.make, a.hidden, a.inter, a.experts, a.shape_of_normed)
     if a.time:
         time_model(a.time, a.tokens, a.runs, a.hidden)
 

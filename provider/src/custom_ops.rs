@@ -22,7 +22,9 @@ use crate::kernel_io::run_kernel;
 use crate::ops::schema::{self, AttrKind, OpSchema, Slot};
 use crate::ops::{self, Attrs, Kernel, Parallelism};
 use crate::ort_attrs::attr_by_name;
-use crate::ort_types::{ort_from_onnx, read_tensor_shape_info, tensor_data, value_type_and_dims};
+use crate::ort_types::{
+    ort_from_onnx, read_tensor_shape_info, tensor_data, value_type_and_dims, UNKNOWN_DIM_PREFIX,
+};
 use crate::tensor::{Meta, TensorRef};
 use graph_rewrites::view::{AttrValue, Dim};
 
@@ -306,7 +308,7 @@ unsafe fn set_output(
                 n.clone()
             } else {
                 let k = FRESH.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                format!("mxfuse_unk_{k}")
+                format!("{UNKNOWN_DIM_PREFIX}{k}")
             };
             CString::new(name).map_err(|_| Error::invalid("symbolic dim name with a NUL byte"))
         })

@@ -7,6 +7,7 @@
 //! the subgraph that reads each weight takes them, so each weight is checked once per session
 //! (`graph_rewrites::pipeline::weight_checks`).
 
+use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr};
 use std::ptr;
 use std::sync::{Arc, Mutex};
@@ -17,7 +18,7 @@ use graph_rewrites::pipeline::weight_checks::{CheckCounts, WeightChecks};
 
 use crate::capability::claim_groups;
 use crate::logging::Logger;
-use graph_rewrites::view::{GraphView, MXFUSE_DOMAIN};
+use graph_rewrites::view::{GraphView, TensorInfo, MXFUSE_DOMAIN};
 use ort_sys::{
     OrtGraph, OrtKernelContext, OrtLogger, OrtLoggingLevel, OrtNode, OrtStatusPtr, OrtValueInfo,
 };
@@ -56,6 +57,9 @@ pub struct MxEp {
     /// (each taken by the rewrite that needs it, the rest cleared at its end; ORT creates one EP
     /// per session, so no other session sees them).
     weight_checks: Arc<WeightChecks>,
+    /// By value name, the types `GetCapability` refined (`crate::shapes`), for `Compile`'s
+    /// rewrite of the claimed subgraphs (which no longer hold what proves them).
+    shapes: Mutex<HashMap<String, TensorInfo>>,
 }
 
 impl MxEp {
@@ -95,6 +99,7 @@ impl MxEp {
             placement: Placement::Cpu,
             unrunnable: Mutex::new(None),
             weight_checks: Arc::new(WeightChecks::for_session()),
+            shapes: Mutex::new(HashMap::new()),
             options,
         }))
     }
@@ -160,7 +165,7 @@ unsafe extern "system" fn get_capability(
     guard_status("GetCapability", || {
         let ep = MxEp::from_raw(ep);
         let api = api()?;
-        let view = OrtGraphView::new(graph)?;
+        let mut view = OrtGraphView::new(graph)?;
         // Constant initializers stay inputs of the fused node (ORT keeps them alive and hands
         // them to Compute); only prepacked MX weights are copied (ops::matmul).
         let fusion = OrtNodeFusionOptions {
@@ -174,6 +179,27 @@ unsafe extern "system" fn get_capability(
             ep.logger
                 .log(OrtLoggingLevel::ORT_LOGGING_LEVEL_VERBOSE, line)
         };
+        // The offline inference's dims where ORT's left some unknown (the rules then decide
+        // as offline). Without them the rules still run, on ORT's types.
+        match crate::shapes::refinements(&view) {
+            Ok(refined) => {
+                if !refined.is_empty() {
+                    explain(&format!(
+                        "mxfuse: {} value type(s) that ORT's shape inference left partly unknown \
+                         taken from the offline rewrite's inference",
+                        refined.len()
+                    ));
+                }
+                view.refine(&refined);
+                ep.shapes
+                    .lock()
+                    .map_err(|_| Error::invalid("poisoned lock"))?
+                    .extend(refined);
+            }
+            Err(e) => explain(&format!(
+                "mxfuse: shape inference failed, the rules read ORT's types as they are: {e}"
+            )),
+        }
         // One WARNING line for the E8M0 Q/DQ nodes nothing claims (the session then fails in
         // ORT with NOT_IMPLEMENTED and no reason); VERBOSE names each.
         let unrunnable = std::cell::RefCell::new(Vec::new());
@@ -289,7 +315,12 @@ unsafe fn compile_one(
     fused: *const OrtNode,
     checked: &mut CheckCounts,
 ) -> Result<Executor> {
-    let view = OrtGraphView::new(graph)?;
+    let mut view = OrtGraphView::new(graph)?;
+    view.refine(
+        &*ep.shapes
+            .lock()
+            .map_err(|_| Error::invalid("poisoned lock"))?,
+    );
     let inputs = io_names(fused, false)?;
     let outputs = io_names(fused, true)?;
     let all_ours = view

@@ -24,6 +24,7 @@ pub mod ort_graph_view;
 pub mod ort_types;
 pub mod program;
 mod program_slots;
+pub mod shapes;
 pub mod tensor;
 pub mod view_to_model;
 

@@ -242,6 +242,16 @@ impl OrtGraphView {
         self.nodes[n.0 as usize].ptr
     }
 
+    /// Replaces the types of the values named in `infos` (`crate::shapes`: dims ORT's inference
+    /// left unknown, filled in); other names are ignored.
+    pub fn refine(&mut self, infos: &HashMap<String, TensorInfo>) {
+        for (name, info) in infos {
+            if let Some(&v) = self.by_name.get(name) {
+                self.values[v.0 as usize].info = Some(info.clone());
+            }
+        }
+    }
+
     /// The id of the value named `name`, if the graph has one.
     pub fn value_by_name(&self, name: &str) -> Option<ValueId> {
         self.by_name.get(name).copied()

@@ -131,8 +131,22 @@ pub unsafe fn tensor_info_of_type(type_info: *const OrtTypeInfo) -> Result<Optio
     }
     // An unranked tensor reports rank 0 with no way to tell it from a scalar; ORT represents
     // "unknown rank" the same way, so a scalar's info is accepted as is.
-    read_tensor_shape_info(tensor_info).map(Some)
+    let mut info = read_tensor_shape_info(tensor_info)?;
+    // The names our custom ops' shape inference gives dims it does not know (ORT's API turns
+    // a nameless unknown dim into -1) say nothing: read them as unknown, which
+    // `crate::shapes` then fills in where the offline inference knows them (a Quark
+    // export's linear after a fake-quant was `[1, mxfuse_unk_1, 64]` where x is `[1, seq, 64]`,
+    // and the EP refused the residual norm reading both that the offline rewrite fuses).
+    for d in info.shape.iter_mut().flatten() {
+        if matches!(d, Dim::Symbolic(n) if n.starts_with(UNKNOWN_DIM_PREFIX)) {
+            *d = Dim::Unknown;
+        }
+    }
+    Ok(Some(info))
 }
+
+/// The prefix of the names `custom_ops` gives the output dims its shape inference does not know.
+pub const UNKNOWN_DIM_PREFIX: &str = "mxfuse_unk_";
 
 /// Element type (ONNX numbering) and dims of a tensor `OrtValue`.
 ///

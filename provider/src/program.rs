@@ -107,9 +107,9 @@ pub(crate) fn prepack(
 }
 
 impl Program {
-    /// Builds the program from `g` (every node must be a `com.mxfuse` op or an ONNX `Reshape` of
-    /// a constant shape), binding values by name to the fused node's `input_names` /
-    /// `output_names`.
+    /// Builds the program from `g` (every node must be a `com.mxfuse` op, an ONNX `Reshape` of
+    /// a constant shape or an ONNX `Shape`), binding values by name to the fused node's
+    /// `input_names` / `output_names`.
     pub fn build(
         g: &dyn GraphView,
         input_names: &[String],
@@ -121,10 +121,13 @@ impl Program {
         let mut steps = Vec::new();
         for &n in g.nodes().iter() {
             let name = g.node_label(n);
-            let mut kernel: Box<dyn Kernel> = match ops::reshape::Reshape::of_node(g, n)? {
+            let reshape = ops::reshape::Reshape::of_node(g, n)?;
+            let mut kernel: Box<dyn Kernel> = match (reshape, ops::shape::Shape::of_node(g, n)?) {
                 // The output Reshape of an MxMatMul read through torch's `view(-1, K)`.
-                Some(r) => Box::new(r),
-                None => {
+                (Some(r), _) => Box::new(r),
+                // The Shape of a flattened norm's input (`ops::shape`).
+                (_, Some(s)) => Box::new(s),
+                _ => {
                     let attrs = mxfuse_attrs(g, n)?;
                     ops::create(&attrs).map_err(|e| Error::invalid(format!("node {name}: {e}")))?
                 }

@@ -138,9 +138,59 @@ fn pinned_block_shape(view: &OrtGraphView, n: NodeId) -> Option<(String, ConstTe
     Some((format!("{}/mxfuse_block_shape", view.value_name(shape)), t))
 }
 
+/// What a model converted from a view is for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// `Compile`'s rewrite of a claimed subgraph: everything, constants' bytes included.
+    Rewrite,
+    /// Type and shape inference over the whole graph in `GetCapability` (`crate::shapes`):
+    /// only constants small enough to be shape inputs keep their bytes (the others become
+    /// typed graph inputs), a computed value's shape with an unknown dim is left out (the
+    /// inference fills it in) and graph-valued attributes are dropped (no inference rule reads
+    /// a subgraph body).
+    Inference,
+}
+
+/// Constants of at most this many elements keep their bytes for [`Purpose::Inference`]: what
+/// the inference reads of a constant (`graph_rewrites::ir::infer`'s shape inputs).
+const INFERENCE_CONST_ELEMS: i64 = 1024;
+
+/// Whether `info` is an element type and a shape with every dim known or named.
+pub(crate) fn complete(info: &Option<TensorInfo>) -> bool {
+    info.as_ref().is_some_and(|i| {
+        i.elem_type != 0
+            && i.shape
+                .as_ref()
+                .is_some_and(|s| s.iter().all(|d| *d != Dim::Unknown))
+    })
+}
+
+/// The constant `v` as an initializer for `purpose` (`None`: a graph input instead).
+fn constant_for(view: &OrtGraphView, v: ValueId, purpose: Purpose) -> Result<Option<ConstTensor>> {
+    if purpose == Purpose::Rewrite {
+        return view.const_value_unbounded(v);
+    }
+    let small = view
+        .tensor_info(v)
+        .and_then(|i| i.shape)
+        .and_then(|s| {
+            s.iter().try_fold(1i64, |n, d| match d {
+                Dim::Known(k) => n.checked_mul(*k),
+                _ => None,
+            })
+        })
+        .is_some_and(|n| n <= INFERENCE_CONST_ELEMS);
+    Ok(if small { view.const_value(v) } else { None })
+}
+
+/// Converts the whole view for `Compile`'s rewrite ([`Purpose::Rewrite`]).
+pub fn model_from_view(view: &OrtGraphView) -> Result<ModelProto> {
+    model_for(view, Purpose::Rewrite)
+}
+
 /// Converts the whole view. Graph inputs are the non-constant values read but not produced;
 /// graph outputs are the view's graph outputs.
-pub fn model_from_view(view: &OrtGraphView) -> Result<ModelProto> {
+pub fn model_for(view: &OrtGraphView, purpose: Purpose) -> Result<ModelProto> {
     let mut graph = GraphProto {
         name: Some("mxfuse_fused".into()),
         ..Default::default()
@@ -160,6 +210,9 @@ pub fn model_from_view(view: &OrtGraphView) -> Result<ModelProto> {
             let v = view
                 .attr(n, &name)
                 .ok_or_else(|| Error::Ort(format!("attribute {name} unreadable")))?;
+            if purpose == Purpose::Inference && v == AttrValue::Other {
+                continue;
+            }
             let a = attribute(&name, v).ok_or_else(|| {
                 Error::Unsupported(format!(
                     "node {}: graph-valued attribute {name}",
@@ -169,7 +222,11 @@ pub fn model_from_view(view: &OrtGraphView) -> Result<ModelProto> {
             attrs.push(a);
         }
         let mut inputs = Vec::new();
-        let pinned = pinned_block_shape(view, n);
+        // A subgraph's stand-in for a shape computed outside it; the whole graph has its own.
+        let pinned = match purpose {
+            Purpose::Rewrite => pinned_block_shape(view, n),
+            Purpose::Inference => None,
+        };
         for (i, input) in view.inputs(n).iter().enumerate() {
             match input {
                 None => inputs.push(String::new()),
@@ -181,7 +238,7 @@ pub fn model_from_view(view: &OrtGraphView) -> Result<ModelProto> {
                 Some(v) => {
                     inputs.push(view.value_name(*v).to_string());
                     if view.producer(*v).is_none() && seen.insert(*v) {
-                        match view.const_value_unbounded(*v)? {
+                        match constant_for(view, *v, purpose)? {
                             Some(t) if view.is_constant(*v) => {
                                 graph.initializer.push(tensor_proto(view.value_name(*v), t))
                             }
@@ -211,14 +268,16 @@ pub fn model_from_view(view: &OrtGraphView) -> Result<ModelProto> {
             if view.value_name(v).is_empty() {
                 continue; // omitted optional output
             }
+            let mut info = view.tensor_info(v);
+            if purpose == Purpose::Inference && !complete(&info) {
+                // Left to the inference, which fills a missing shape (not unknown dims).
+                info = info.map(|i| TensorInfo { shape: None, ..i });
+            }
+            let vi = value_info(view.value_name(v), info);
             if view.is_graph_output(v) {
-                graph
-                    .output
-                    .push(value_info(view.value_name(v), view.tensor_info(v)));
+                graph.output.push(vi);
             } else {
-                graph
-                    .value_info
-                    .push(value_info(view.value_name(v), view.tensor_info(v)));
+                graph.value_info.push(vi);
             }
         }
     }

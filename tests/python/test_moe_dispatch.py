@@ -75,8 +75,13 @@ def test_an_expert_routed_no_token_runs_offline_and_online(lib, ep_devices, mxfu
 class Layers:
     """Builds MoE decoder layers node by node (names are unique per builder)."""
 
-    def __init__(self, quark, seed=0):
+    def __init__(self, quark, seed=0, shape_of_normed=None):
         self.nodes, self.inits, self.n, self.quark = [], [], 0, quark
+        # The MoE output's reshape back: `Reshape(out, Shape(x))`, or (a TorchScript export's
+        # `batch, seq, hidden = hidden_states.shape` on the normed value) "gather":
+        # Shape(normed) → Gather 0 / 1 / 2 → Concat; "slice": opset 15's Shape(normed, 0, -1)
+        # → Concat with [hidden].
+        self.shape_of_normed = shape_of_normed
         self.hidden = []  # values of x's shape [batch, seq, h] (the residual Adds' operands, sums)
         self.rng = np.random.default_rng(seed)
 
@@ -177,19 +182,29 @@ class Layers:
             y = self.op("Reshape", [bmm(self.act_quant(self.swiglu(g, u), i), i, h), per_slot])
             out = self.op("Add", [out, self.op("ReduceSum", [self.op("Mul", [y, self.op("Unsqueeze", [w, self.i64([-1])])]),
                                                               self.i64([1])], keepdims=0)])
-        back = self.op("Reshape", [out, self.op("Shape", [x])])
+        if self.shape_of_normed == "gather":
+            dims = self.op("Shape", [normed])
+            dims = [self.op("Unsqueeze", [self.op("Gather", [dims, self.i64(i)], axis=0), self.i64([0])])
+                    for i in range(3)]
+            back = self.op("Reshape", [out, self.op("Concat", dims, axis=0)])
+        elif self.shape_of_normed == "slice":
+            lead = self.op("Shape", [normed], start=0, end=-1)
+            back = self.op("Reshape", [out, self.op("Concat", [lead, self.i64([h])], axis=0)])
+        else:
+            back = self.op("Reshape", [out, self.op("Shape", [x])])
         y = self.op("Add", [x, back])
         self.hidden += [back, y]
         return y
 
 
-def moe_decoder(path, dispatch, router="softmax", quark=False, layers=2, value_info=False):
+def moe_decoder(path, dispatch, router="softmax", quark=False, layers=2, value_info=False,
+                shape_of_normed=None):
     """`layers` MoE decoder layers on x [batch, seq, 64] (f32). `value_info`: the residual Adds'
-    operands and sums recorded as [batch, seq, 64], as an exporter records them. Without it ORT infers layer 2's
-    residual sum `x + Reshape(out, Shape(x))` as [?, ?, 64] and the plugin EP refuses that norm
-    (add_rmsnorm_mxquant's residual shape check), which the offline rewrite's own inference
-    fuses ([batch, seq, 64]): the two paths then differ in float order."""
-    b = Layers(quark)
+    operands and sums recorded as [batch, seq, 64], as an exporter records them. Without it ORT
+    infers layer 2's residual sum `x + Reshape(out, Shape(x))` as [?, ?, 64]; the plugin EP fills
+    those dims in with the offline rewrite's inference ([batch, seq, 64]) and fuses that norm too
+    (test_no_value_info.py). `shape_of_normed`: see `Layers`."""
+    b = Layers(quark, shape_of_normed=shape_of_normed)
     x = "x"
     for _ in range(layers):
         x = b.layer(x, dispatch, router)

@@ -31,7 +31,14 @@
 //!   scale — ONNX Runtime's CPU EP has none for that type, and the plugin EP's device programs
 //!   only run constant-shape Reshapes. Read through only when the Reshape is 2-D `[-1, H]`, or
 //!   `[N, H]` with x's leading dims known to make N rows, and nothing else reads the un-flattened
-//!   `y` (it is no longer written); anything else is refused with the reason.
+//!   `y` (it is no longer written) but ONNX `Shape`s; anything else is refused with the reason.
+//! * Such a `Shape(y)` is a TorchScript export's `batch, seq, hidden = hidden_states.shape` before
+//!   the `view(-1, hidden)` (Mixtral / Qwen-MoE / MiniMax; the MoE output is reshaped back with
+//!   those dims). It is re-emitted as `Shape(x)` (with its `start` / `end`): x has y's shape, as
+//!   [`check_add_rms_norm`] proves the residual operands exactly the sum's shape and the norm
+//!   keeps it. Re-emitting it on the residual sum instead would make a first layer, which has
+//!   none, write one. The plugin EP's programs run that Shape (provider `ops::shape`); a Shape
+//!   left outside the claim could not read a value the fused node no longer writes.
 //!
 //! Not handled: norms whose numerics the kernel cannot reproduce (see the spelling's check);
 //! consumers other than MatMul keep reading the graph's own q/scale (they are re-produced).
@@ -40,15 +47,17 @@ use std::sync::LazyLock;
 
 use super::flat_linear::flat_reshape;
 use super::mx_consumers::{
-    consumers_for, emit_kept_float, emit_matmuls, quant_outputs, Consumers, QuantAttrs,
+    consumers_for, emit_kept_float, emit_matmuls, is_op, quant_outputs, Consumers, QuantAttrs,
 };
 use super::spellings::mx_quant::{check_mx_quant, mx_quant, MxQuantPat, QuantInfo};
 use super::spellings::rms_norm::{
     check_add_rms_norm, residual_stage, rms_norm, NormSpec, ResidualPat, RmsNormPat,
 };
-use crate::pattern::{Emit, Fuse, Match, OpId, Pat, Pattern, Reject, Rule, RuleConfig, Site, N};
+use crate::pattern::{
+    Emit, Fuse, Match, NodeSpec, OpId, Pat, Pattern, Reject, Rule, RuleConfig, Site, N,
+};
 use crate::reject;
-use crate::view::{Dim, GraphView, NodeId, TensorInfo, ValueId, ONNX_DOMAIN};
+use crate::view::{AttrValue, Dim, GraphView, NodeId, TensorInfo, ValueId, ONNX_DOMAIN};
 
 pub struct AddRmsNormMxQuantRule {
     pat: Pattern,
@@ -90,6 +99,9 @@ pub struct Params {
     /// fused op writes q, scale and normed flattened).
     rows: ValueId,
     flatten: bool,
+    /// `Shape` nodes reading the un-flattened `y` (TorchScript's `batch, seq, hidden =
+    /// hidden_states.shape`): re-emitted on the norm's input x, which has y's shape.
+    shapes: Vec<NodeId>,
     spec: NormSpec,
     info: QuantInfo,
     consumers: Consumers,
@@ -110,15 +122,17 @@ impl Rule for AddRmsNormMxQuantRule {
         // Before the norm's checks: a Reshape that changes H would otherwise be reported as a
         // norm weight of the wrong length.
         let flat = m.node(self.flat);
-        if let Some(r) = flat {
-            check_flattening(g, r, m[self.n.y], info.k)?;
-        }
+        let shapes = match flat {
+            Some(r) => check_flattening(g, r, m[self.n.y], info.k)?,
+            None => Vec::new(),
+        };
         let spec = check_add_rms_norm(m, &self.r, &self.n, info.dtype, info.k)?;
         let consumers = consumers_for(g, &info)?;
         let params = Params {
             y: m[self.n.y],
             rows: m[self.q.x],
             flatten: flat.is_some(),
+            shapes: shapes.clone(),
             quant: QuantAttrs::resolve(&info, cfg),
             spec,
             info,
@@ -129,6 +143,9 @@ impl Rule for AddRmsNormMxQuantRule {
         if let (Some(skip), Some(sum)) = (fuse.params.spec.inputs.skip, fuse.params.spec.inputs.sum)
         {
             fuse = fuse.also(skip, [sum]);
+        }
+        for n in shapes {
+            fuse = fuse.also(n, g.outputs(n).iter().copied());
         }
         fuse = fuse.params.consumers.clone().absorb_into(fuse);
         Ok(fuse)
@@ -171,6 +188,23 @@ impl Rule for AddRmsNormMxQuantRule {
             spec = spec.output(n);
         }
         e.add(p.quant.apply(spec))?;
+        for &n in &p.shapes {
+            let mut shape = NodeSpec {
+                domain: ONNX_DOMAIN.into(),
+                op_type: "Shape".into(),
+                ..Default::default()
+            }
+            .input(s.x);
+            for a in ["start", "end"] {
+                if let Some(AttrValue::Int(v)) = e.graph().attr(n, a) {
+                    shape = shape.attr_int(a, v);
+                }
+            }
+            for &o in e.graph().outputs(n) {
+                shape = shape.output(o);
+            }
+            e.add(shape)?;
+        }
         emit_kept_float(e, &p.consumers, q, scale)?;
         emit_matmuls(e, &p.consumers, q, Some(scale))
     }
@@ -180,8 +214,14 @@ impl Rule for AddRmsNormMxQuantRule {
 /// fused op as `flatten_rows`: it provably keeps H = `k`, the quantizer's last dim (y's last dim
 /// is known to be k, and [`flat_reshape`]: `allowzero = 0`, a constant shape ending in k with no
 /// 0 entry), it makes `[rows, H]` (-1 rows, or N rows that y's known leading dims give), and
-/// nothing but `r` reads `y` (the fused op then writes only the flattened rows).
-fn check_flattening(g: &dyn GraphView, r: NodeId, y: ValueId, k: i64) -> Result<(), Reject> {
+/// nothing but `r` and ONNX `Shape`s reads `y` (the fused op then writes only the flattened
+/// rows; the Shapes, returned, are re-emitted on the norm's input).
+fn check_flattening(
+    g: &dyn GraphView,
+    r: NodeId,
+    y: ValueId,
+    k: i64,
+) -> Result<Vec<NodeId>, Reject> {
     let label = g.node_label(r);
     let shape_y = g.tensor_info(y).and_then(|i| i.shape);
     match shape_y.as_ref().and_then(|s| s.last()) {
@@ -230,13 +270,18 @@ fn check_flattening(g: &dyn GraphView, r: NodeId, y: ValueId, k: i64) -> Result<
             g.value_name(y)
         ));
     }
-    if let Some((c, _)) = g.consumers(y).iter().find(|(c, _)| *c != r) {
+    let mut shapes = Vec::new();
+    for &(c, _) in g.consumers(y).iter().filter(|(c, _)| *c != r) {
+        if is_op(g, c, ONNX_DOMAIN, "Shape") {
+            shapes.push(c);
+            continue;
+        }
         return Err(reject!(
-            "the normed value '{}' is also read by {} '{}' besides its flattening Reshape '{label}' (the fused op writes only the flattened rows)",
+            "the normed value '{}' is also read by {} '{}' besides its flattening Reshape '{label}' (the fused op writes only the flattened rows; of other readers only a Shape is re-read from the norm's input)",
             g.value_name(y),
-            g.op_type(*c),
-            g.node_label(*c)
+            g.op_type(c),
+            g.node_label(c)
         ));
     }
-    Ok(())
+    Ok(shapes)
 }

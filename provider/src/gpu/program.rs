@@ -58,6 +58,10 @@ enum GpuOp {
     /// ONNX `Reshape` of a constant shape (an `MxMatMul` read through torch's `view(-1, K)`):
     /// no launch, its output is its input's bytes under new dims.
     Reshape,
+    /// ONNX `Shape` (of a flattened norm's input, `ops::shape`): no launch, its int64 output is
+    /// the input's dims, copied from the host into the output (device memory: ORT copies it to
+    /// the host for the CPU nodes that read it).
+    Shape(ops::shape::Shape),
     /// `slot`: this step's error record in [`GpuProgram::gather_err`].
     GatherDequantize {
         attrs: MxGatherDequantAttrs,
@@ -462,8 +466,8 @@ fn nk_weight_dims(b: &Meta, bs: &Meta, b_len: usize, bs_len: usize) -> Option<(u
 }
 
 impl GpuProgram {
-    /// Builds the program from `g` (every node a `com.mxfuse` op or an ONNX `Reshape` of a
-    /// constant shape), binding values by name to the
+    /// Builds the program from `g` (every node a `com.mxfuse` op, an ONNX `Reshape` of a
+    /// constant shape or an ONNX `Shape`), binding values by name to the
     /// fused node's inputs and outputs, as [`Program::build`] does.
     pub fn build(
         g: &dyn GraphView,
@@ -489,6 +493,18 @@ impl GpuProgram {
                     name,
                     shapes: Box::new(r),
                     op: GpuOp::Reshape,
+                    inputs,
+                    outputs,
+                });
+                continue;
+            }
+            if let Some(shape) = ops::shape::Shape::of_node(g, n)? {
+                let inputs = slots.bind_inputs(g, n, |_, meta, _| Ok(Source::ConstMeta(meta)))?;
+                let outputs = slots.bind_outputs(g, n, || Source::Step);
+                steps.push(Step {
+                    name,
+                    shapes: Box::new(shape.clone()),
+                    op: GpuOp::Shape(shape),
                     inputs,
                     outputs,
                 });
@@ -821,6 +837,13 @@ impl GpuProgram {
                 .ok_or_else(|| Error::invalid(format!("missing output {what}")))
         };
         let opt_out = |i: usize| outs.get(i).and_then(Option::as_ref).map(|(_, p)| *p);
+        if let GpuOp::Shape(shape) = &step.op {
+            // Both backends: the dims come from the input's meta, not from a kernel.
+            let (xm, _) = input(0, "data")?;
+            return self
+                .memory
+                .host_to_device(output(0, "shape")?.1, &shape.bytes(&xm.dims));
+        }
         let rt = match &self.backend {
             Backend::Gpu(rt) => rt,
             // SAFETY: host backend: every address is a host allocation of its meta's size.
@@ -834,8 +857,8 @@ impl GpuProgram {
             Ok(err.ptr() + (slot * GATHER_ERR_BYTES) as u64)
         };
         match &step.op {
-            // Handled in `run_device` (no launch).
-            GpuOp::Reshape => Ok(()),
+            // Handled in `run_device` (no launch), and above.
+            GpuOp::Reshape | GpuOp::Shape(_) => Ok(()),
             GpuOp::GatherDequantize { attrs, slot } => {
                 let (xm, x) = input(0, "x")?;
                 let (sm, s) = input(1, "scale")?;

@@ -12,6 +12,7 @@ mod matmul;
 mod parallel;
 pub(crate) mod reshape;
 pub mod schema;
+pub(crate) mod shape;
 
 use kernels::ops::{self as k, NormTensors, SwiGluTensors};
 use kernels::{
@@ -168,6 +169,24 @@ fn out_views<'a>(
             )?)),
         })
         .collect()
+}
+
+/// Copies `bytes` into output 0 (`name` in errors), which must be that size: the default-domain
+/// ops a fused program runs ([`reshape`], [`shape`]).
+fn write_output0(outputs: &mut [Option<TensorMut<'_>>], name: &str, bytes: &[u8]) -> Result<()> {
+    let y = outputs
+        .get_mut(0)
+        .and_then(Option::as_mut)
+        .ok_or_else(|| Error::invalid(format!("missing output {name}")))?;
+    if y.data.len() != bytes.len() {
+        return Err(Error::invalid(format!(
+            "{name}: {} bytes to write into {}",
+            bytes.len(),
+            y.data.len()
+        )));
+    }
+    y.data.copy_from_slice(bytes);
+    Ok(())
 }
 
 /// Takes required output `i` out of `views`.

@@ -6,7 +6,7 @@
 use graph_rewrites::pattern::predicates::{attr_int, values_i64};
 use graph_rewrites::view::{GraphView, NodeId, ONNX_DOMAIN};
 
-use super::{required, Kernel};
+use super::{required, write_output0, Kernel};
 use crate::error::{Error, Result};
 use crate::tensor::{Meta, TensorMut, TensorRef};
 
@@ -109,20 +109,7 @@ impl Kernel for Reshape {
         outputs: &mut [Option<TensorMut<'_>>],
         _par: &dyn kernels::Parallel,
     ) -> Result<()> {
-        let x = required(inputs, 0, "data")?;
-        let y = outputs
-            .get_mut(0)
-            .and_then(Option::as_mut)
-            .ok_or_else(|| Error::invalid("missing output reshaped"))?;
-        if y.data.len() != x.data.len() {
-            return Err(Error::invalid(format!(
-                "Reshape: {} bytes in, {} out",
-                x.data.len(),
-                y.data.len()
-            )));
-        }
-        y.data.copy_from_slice(x.data);
-        Ok(())
+        write_output0(outputs, "reshaped", required(inputs, 0, "data")?.data)
     }
 }
 

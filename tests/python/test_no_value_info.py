@@ -1,0 +1,97 @@
+"""Models without recorded intermediate shapes (no `value_info`): the plugin EP claims what the
+offline rewrite fuses.
+
+ONNX Runtime's shape inference does not read a shape computed at run time: the MoE output's
+`Reshape(out, Shape(x))` back to x's shape is typed [?, ?, ?], so layer 2's residual sum was
+[?, ?, 64] and rule `add_rmsnorm_mxquant` refused that layer's norm on the EP (its operand x is
+[batch, seq, 64]: not provably the sum's shape), while `mxfuse rewrite`'s own inference, which
+tracks `Shape → Gather → Concat` values, typed it [batch, seq, 64] and fused it. Likewise the
+names the EP's Quark op gives dims its shape inference does not know (`mxfuse_unk_k`) made a
+Quark export's residual sums [1, ?, 64]. The EP now fills the dims ORT left unknown with the
+offline inference (provider/src/shapes.rs), for `GetCapability` and for `Compile`'s rewrite of the
+claimed subgraph: the same sites fuse either way, so both paths compute the same bits.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper
+
+from conftest import library_path
+from test_gather_dequant import emulated_device_process
+from test_moe_dispatch import moe_decoder
+from test_mx_dequant import claimed_ops, ep_session, offline_session, rewrite, same_bits
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKENS = [(1, 1), (1, 3), (1, 16), (2, 8), (1, 37)]
+
+
+@pytest.mark.parametrize("shape_of_normed", [None, "gather"])
+def test_a_moe_decoder_without_value_info_fuses_both_norms_as_offline(
+        shape_of_normed, lib, ep_devices, mxfuse_cli, tmp_path):
+    src = moe_decoder(tmp_path / "m.onnx", "dense", "softmax", shape_of_normed=shape_of_normed)
+    assert not onnx.load(src).graph.value_info
+    report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
+    assert report["counts"]["add_rmsnorm_mxquant"] == 2, report["counts"]
+    online, offline = ep_session(src, ep_devices), offline_session(tmp_path / "fused.onnx", lib)
+    assert claimed_ops(online).count("ReduceMean") == 2, claimed_ops(online)  # was 1
+    rng = np.random.default_rng(11)
+    for shape in TOKENS:  # one session, token counts changing from run to run
+        feed = {"x": rng.standard_normal((*shape, 64)).astype(np.float32)}
+        got = online.run(None, feed)[0]
+        assert got.shape == (*shape, 64)
+        assert same_bits(got, offline.run(None, feed)[0]), shape
+        if shape in [(1, 3), (1, 37)]:  # the device placement's Compile reads the same shapes
+            out = emulated_device_process(lib, src, feed, tmp_path)
+            assert out.returncode == 0, out.stderr[-2000:]
+            assert out.stdout.count("'ReduceMean'") == 2, out.stdout
+            assert same_bits(np.load(tmp_path / "y.npy"), got), shape
+
+
+@pytest.mark.parametrize("spelling", ["std", "quark"])
+def test_a_real_export_stripped_of_value_info_fuses_as_with_it(spelling, ep_devices, tmp_path):
+    """torch.export (dynamo) MiniMax-shaped decoders with the symbolic `seq`: the EP claims the
+    same nodes with and without the exporter's value_info (the Quark one claimed 2 of its 4 norms
+    without), with the same bits."""
+    model = onnx.load(ROOT / "models" / "fixtures" / "real" / f"minimax_m3_tiny_dynamo_mxfp8_{spelling}.onnx")
+    del model.graph.value_info[:]
+    onnx.save(model, tmp_path / "stripped.onnx")
+    src = ROOT / "models" / "fixtures" / "real" / f"minimax_m3_tiny_dynamo_mxfp8_{spelling}.onnx"
+    with_vi, without = ep_session(src, ep_devices), ep_session(tmp_path / "stripped.onnx", ep_devices)
+    assert sorted(claimed_ops(without)) == sorted(claimed_ops(with_vi))
+    for seq in (1, 5):
+        ids = {"input_ids": np.random.default_rng(seq).integers(0, 100, (1, seq)).astype(np.int64)}
+        assert same_bits(without.run(None, ids)[0], with_vi.run(None, ids)[0]), seq
+
+
+def test_what_cannot_be_proven_is_still_refused_with_the_reason(ep_devices, tmp_path):
+    """Where neither inference knows the shapes (the residual operand a graph input of unknown
+    dims), the norm is still refused and the VERBOSE log says why."""
+    src = moe_decoder(tmp_path / "m.onnx", "dense", "softmax", layers=1)
+    m = onnx.load(src)
+    # The residual stream comes in as a second input of unknown dims: x + r feeds the norm.
+    m.graph.input.append(helper.make_tensor_value_info("r", TP.FLOAT, [None, None, 64]))
+    m.graph.node.insert(0, helper.make_node("Add", ["x", "r"], ["xr"]))
+    for n in m.graph.node[1:]:
+        n.input[:] = ["xr" if i == "x" else i for i in n.input]
+    onnx.save(m, tmp_path / "r.onnx")
+    child = (
+        "import sys, onnxruntime as ort\n"
+        "ort.register_execution_provider_library('MxFuseExecutionProvider', sys.argv[1])\n"
+        "d = [d for d in ort.get_ep_devices() if d.ep_name == 'MxFuseExecutionProvider'"
+        " and d.device.type == ort.OrtHardwareDeviceType.CPU]\n"
+        "so = ort.SessionOptions(); so.log_severity_level = 0\n"
+        "so.add_provider_for_devices(d, {})\n"
+        "ort.InferenceSession(sys.argv[2], so)\n")
+    out = subprocess.run([sys.executable, "-c", child, library_path(), str(tmp_path / "r.onnx")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    log = out.stdout + out.stderr
+    assert "add_rmsnorm_mxquant refused at" in log and "not show they are" in log, log[-3000:]
+    # What the EP did fill in is said too (the MoE output's reshape back, at least).
+    assert "taken from the offline rewrite's inference" in log, log[-3000:]
