@@ -3,7 +3,7 @@ emulated device placement (`MXFUSE_EP_TEST_DEVICE_MEMORY=host`, a child process)
 from several threads at once with different token counts, sessions of two models run at once,
 the session and run options a serving stack sets, IOBinding into preallocated CPU buffers,
 `run_async`, and the two documented refusals (`disable_cpu_ep_fallback` on a decoder,
-`optimized_model_filepath`). Every run must give the bits of a plain single-threaded run; that
+`optimized_model_filepath`, `ep.context_enable`). Every run must give the bits of a plain single-threaded run; that
 run equals `onnx.reference` within float order. Nothing here broke when probed; these keep it so.
 The 200× session create / destroy RSS check is `provider/bench/session_churn.py` (not CI).
 """
@@ -136,7 +136,7 @@ def check_options(devices, tmp):
 def check_refusals(devices, tmp):
     """`disable_cpu_ep_fallback`: a model of fusable blocks alone runs, a decoder (its final norm
     stays with ORT) is ORT's refusal; `optimized_model_filepath` is ORT's refusal to serialize
-    compiled nodes (docs/provider.md)."""
+    compiled nodes; `ep.context_enable` the EP's (docs/provider.md)."""
     blocks = tmp / "blocks.onnx"
     m = onnx.load(DECODER)
     outs = [n.output[0] for n in m.graph.node if n.op_type == "MatMul"][:3]
@@ -149,6 +149,11 @@ def check_refusals(devices, tmp):
         session(DECODER, devices, config=strict)
     with pytest.raises(Exception, match="contains compiled nodes"):
         session(DECODER, devices, optimized_model_filepath=str(tmp / "optimized.onnx"))
+    # Was ORT's "OrtEp::Compile() returned a NULL EPContext node".
+    with pytest.raises(Exception, match="ep.context_enable=1 asks for an EPContext model, which "
+                                        "MxFuseExecutionProvider does not write.*mxfuse rewrite"):
+        session(DECODER, devices, config={"ep.context_enable": "1", "ep.context_file_path": str(tmp / "ctx.onnx")})
+    assert not (tmp / "ctx.onnx").exists()
 
 
 def run_all(devices, tmp):
