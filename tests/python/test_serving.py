@@ -154,6 +154,9 @@ def check_refusals(devices, tmp):
                                         "MxFuseExecutionProvider does not write.*mxfuse rewrite"):
         session(DECODER, devices, config={"ep.context_enable": "1", "ep.context_file_path": str(tmp / "ctx.onnx")})
     assert not (tmp / "ctx.onnx").exists()
+    # An ORT-format file: ORT assigns our nodes without compiling them, the EP is not told.
+    with pytest.raises(Exception, match="Failed to find kernel for"):
+        session(DECODER, devices, optimized_model_filepath=str(tmp / "optimized.ort"))
 
 
 def run_all(devices, tmp):
