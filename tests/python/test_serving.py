@@ -191,3 +191,27 @@ def test_serving_on_the_emulated_device_placement(lib, tmp_path):
     out = subprocess.run([sys.executable, "-c", CHILD, lib, str(tmp_path)], env=env, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0 and "serving checks passed" in out.stdout, out.stderr[-3000:]
+
+
+@pytest.mark.parametrize("name", ["dynamo_f32_floor", "llama_powdiv_silu_two_mm_rceil_mul",
+                                  "skip_simplified_quark_gemma_add1", "moe_mxfp4_experts"])
+def test_every_optimization_level_claims_the_same_nodes_with_the_rewrites_bits(name, lib, ep_devices, mxfuse_cli,
+                                                                                tmp_path):
+    """docs/provider.md: ORT's level-1 rewrites run before the EP's GetCapability and leave these
+    norms (decomposed Pow / Div, SkipSimplifiedLayerNormalization) and quantizers alone, its
+    level-2+ fusions (e.g. SimplifiedLayerNormalization of an unclaimed final norm) run on ORT's
+    nodes only; so at every level the EP claims the same nodes, and its outputs are the offline
+    rewrite's (custom-op library, same level) bit for bit."""
+    from test_mx_dequant import claimed_ops, offline_session, rewrite
+    src = FIXTURES / f"{name}.onnx"
+    rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
+    f = feed(5)
+    claims = set()
+    for level in (ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+                  ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, ort.GraphOptimizationLevel.ORT_ENABLE_LAYOUT,
+                  ort.GraphOptimizationLevel.ORT_ENABLE_ALL):
+        s = session(src, ep_devices, config={"session.record_ep_graph_assignment_info": "1"},
+                    graph_optimization_level=level)
+        claims.add(tuple(sorted(claimed_ops(s))))
+        assert same(s.run(None, f), offline_session(tmp_path / "fused.onnx", lib, level).run(None, f)), level
+    assert len(claims) == 1 and claims.pop(), claims
