@@ -37,7 +37,7 @@ fn the_rust_example_serves_from_threads_with_single_threaded_bits() {
     run_pipeline(&mut g, &PipelineOptions::default()).expect("pipeline runs");
     save_model(&g.to_model(), &rewritten, None).expect("rewrite written");
 
-    let lib = std::fs::canonicalize(provider_lib()).expect("the library's absolute path");
+    let lib = provider_lib();
     let env = example::environment(&ort_dylib(), &lib).expect("environment with the EP");
     let mut single = example::ep_session(&env, &model, &[], 0).expect("EP session");
     let want: Vec<_> = TOKENS

@@ -7,7 +7,7 @@
 //! target/release/mxfuse-gen-model --preset tiny --quant std-floor -o /tmp/decoder.onnx
 //! target/release/mxfuse rewrite /tmp/decoder.onnx -o /tmp/decoder.mxfuse.onnx
 //! ORT_DYLIB_PATH=$(python3 scripts/ort_dylib_path.py) cargo run --release -p provider \
-//!     --example ort_plugin_ep -- "$PWD/target/release/libmxfuse_ep.so" /tmp/decoder.onnx /tmp/decoder.mxfuse.onnx
+//!     --example ort_plugin_ep -- target/release/libmxfuse_ep.so /tmp/decoder.onnx /tmp/decoder.mxfuse.onnx
 //! ```
 //!
 //! Your own crate needs `ort = { version = "=2.0.0-rc.15", default-features = false, features =
@@ -15,7 +15,8 @@
 //! own) and an ONNX Runtime >= 1.31 `libonnxruntime.so` (the pip wheel's `onnxruntime/capi/`,
 //! what `scripts/ort_dylib_path.py` prints). What `ort` asks of the caller:
 //! * one [`Environment`] per process, created before any session; the EP library is registered
-//!   on it once, with an **absolute** path;
+//!   on it once, with an **absolute** path (ONNX Runtime resolves a relative one against its own
+//!   folder);
 //! * provider options are keyed `MxFuseExecutionProvider.<key>` (`ort` passes keys through
 //!   unchanged and ONNX Runtime only files prefixed ones under the EP);
 //! * pick the EP's devices of one type (with a GPU runtime the EP offers a CPU and a GPU device,
@@ -43,12 +44,15 @@ pub const EP_NAME: &str = "MxFuseExecutionProvider";
 pub type Outputs = Vec<(String, Vec<i64>, Vec<f32>)>;
 
 /// The process's `ort` environment on the ONNX Runtime library `ort_lib`, with the plugin EP
-/// `ep_lib` (an absolute path) registered.
+/// `ep_lib` registered.
 pub fn environment(ort_lib: &Path, ep_lib: &Path) -> Result<Environment, Box<dyn Error>> {
     // `init_from`'s error is not `ort::Error`, hence the boxed error.
     let env = ort::init_from(ort_lib)?
         .with_name("mxfuse-example")
         .build()?;
+    // ONNX Runtime resolves a relative library path against its own folder, not ours.
+    let ep_lib = std::fs::canonicalize(ep_lib)
+        .map_err(|e| format!("the EP library {}: {e}", ep_lib.display()))?;
     env.register_ep_library(EP_NAME, ep_lib)?;
     Ok(env)
 }
@@ -155,7 +159,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         [lib, model, ..] => (Path::new(lib), Path::new(model)),
         _ => {
             return Err(
-                "usage: ort_plugin_ep ABS/libmxfuse_ep.so MODEL.onnx [REWRITTEN.onnx] \
+                "usage: ort_plugin_ep libmxfuse_ep.so MODEL.onnx [REWRITTEN.onnx] \
                  (ORT_DYLIB_PATH: libonnxruntime.so)"
                     .into(),
             )
