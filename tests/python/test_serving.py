@@ -102,6 +102,13 @@ def check_options(devices, tmp):
     ]
     for v in variants:
         assert same(session(path, devices, **v).run(None, f), base), v
+    # The EP named in `providers` (with options) and picked by a device selection policy.
+    named = ort.InferenceSession(str(path), providers=[(EP_NAME, {"threads": "1"}), "CPUExecutionProvider"])
+    assert named.get_providers()[0] == EP_NAME and same(named.run(None, f), base)
+    so = ort.SessionOptions()
+    so.set_provider_selection_policy(ort.OrtExecutionProviderDevicePolicy.PREFER_CPU)
+    picked = ort.InferenceSession(str(path), so)
+    assert picked.get_providers()[0] == EP_NAME and same(picked.run(None, f), base)
 
     s = session(path, devices, intra_op_num_threads=2)
     io = s.io_binding()
