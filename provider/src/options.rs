@@ -3,6 +3,8 @@
 //! ORT adds the options a user passes with the EP (`add_provider_for_devices(devs, {"k": "v"})`,
 //! `SessionBuilder::with_devices(.., options)`) to the session config as `ep.<ep name
 //! lowercased>.<k>`. Unknown keys are errors: a mistyped option must not be silently ignored.
+//! One of ORT's own session settings is read here too, `ep.context_enable` (see
+//! [`EpOptions::ep_context`]).
 
 use std::collections::BTreeMap;
 
