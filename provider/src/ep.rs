@@ -387,6 +387,11 @@ unsafe extern "system" fn compile(
 ) -> OrtStatusPtr {
     guard_status("Compile", || {
         let ep = MxEp::from_raw(ep);
+        if ep.options.ep_context {
+            return Err(Error::Unsupported(
+                crate::options::EP_CONTEXT_UNSUPPORTED.into(),
+            ));
+        }
         if let Some(why) = ep
             .unrunnable
             .lock()

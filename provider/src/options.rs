@@ -3,6 +3,8 @@
 //! ORT adds the options a user passes with the EP (`add_provider_for_devices(devs, {"k": "v"})`,
 //! `SessionBuilder::with_devices(.., options)`) to the session config as `ep.<ep name
 //! lowercased>.<k>`. Unknown keys are errors: a mistyped option must not be silently ignored.
+//! One of ORT's own session settings is read here too, `ep.context_enable` (see
+//! [`EpOptions::ep_context`]).
 
 use std::collections::BTreeMap;
 
@@ -28,7 +30,22 @@ pub struct EpOptions {
     pub threads: usize,
     /// Which kernels run the fused nodes (`device`; see `gpu::device::Placement`).
     pub device: DeviceChoice,
+    /// ORT's session option `ep.context_enable = 1` (not one of ours): the session is to write
+    /// an EPContext model, which needs EPContext nodes from `Compile`; this EP writes none, so
+    /// `Compile` fails with [`EP_CONTEXT_UNSUPPORTED`] (ORT's own error said only "OrtEp::Compile()
+    /// returned a NULL EPContext node").
+    pub ep_context: bool,
 }
+
+/// ORT's session config key asking every EP for an EPContext model.
+pub const EP_CONTEXT_ENABLE: &str = "ep.context_enable";
+
+/// Why a session with `ep.context_enable = 1` fails (see [`EpOptions::ep_context`]).
+pub const EP_CONTEXT_UNSUPPORTED: &str = "ep.context_enable=1 asks for an EPContext model, which \
+    MxFuseExecutionProvider does not write: it compiles its fused subgraphs from the original graph \
+    at every session creation. To keep the fused graph, rewrite the model offline (`mxfuse \
+    rewrite model.onnx -o fused.onnx`) and run fused.onnx with the custom-op library or this EP, \
+    without ep.context_enable";
 
 /// The `device` provider option.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -128,6 +145,10 @@ impl EpOptions {
         };
         let mut settings = BTreeMap::new();
         for (key, value) in entries {
+            if key.eq_ignore_ascii_case(EP_CONTEXT_ENABLE) {
+                opts.ep_context = value.trim() == "1";
+                continue;
+            }
             let Some(key) = key
                 .to_ascii_lowercase()
                 .strip_prefix(&prefix)
@@ -248,6 +269,13 @@ mod tests {
         assert_eq!(o.pipeline.settings["scale_rule"], "rceil");
         assert_eq!(o.pipeline.settings["swiglu_fp32_activation"], "true");
         assert_eq!(o.threads, 4);
+    }
+
+    #[test]
+    fn ep_context_enable_is_read_from_ort_s_own_key() {
+        assert!(!parse(&[]).unwrap().ep_context);
+        assert!(!parse(&[("ep.context_enable", "0")]).unwrap().ep_context);
+        assert!(parse(&[("ep.context_enable", "1")]).unwrap().ep_context);
     }
 
     #[test]

@@ -18,6 +18,7 @@ Custom-op library (offline-rewritten model)::
     so.register_custom_ops_library(mx.get_library_path())
 """
 
+import threading
 from pathlib import Path
 
 __all__ = ["get_library_path", "get_ep_name", "get_ep_names", "get_ep_devices", "register"]
@@ -58,12 +59,20 @@ def get_ep_names() -> list:
     return [_EP_NAME]
 
 
+# Held across register()'s check and registration: threads calling it at once (a serving
+# process's workers at start-up) all found the EP unregistered, and all but the first failed
+# with the library's "already registered with ONNX Runtime".
+_REGISTER_LOCK = threading.Lock()
+
+
 def register(ort_module=None) -> None:
-    """Registers the plugin EP with ONNX Runtime under :func:`get_ep_name` (once per process)."""
+    """Registers the plugin EP with ONNX Runtime under :func:`get_ep_name` (once per process;
+    safe to call from several threads at once)."""
     if ort_module is None:
         import onnxruntime as ort_module
-    if _EP_NAME not in ort_module.get_available_providers():
-        ort_module.register_execution_provider_library(_EP_NAME, get_library_path())
+    with _REGISTER_LOCK:
+        if _EP_NAME not in ort_module.get_available_providers():
+            ort_module.register_execution_provider_library(_EP_NAME, get_library_path())
 
 
 def get_ep_devices(ort_module=None, device: str = "auto") -> list:

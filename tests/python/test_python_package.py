@@ -98,3 +98,46 @@ def test_get_ep_devices_says_when_there_is_no_gpu_device(tmp_path, lib, ep_devic
     with pytest.raises(RuntimeError, match="offers no GPU device"):
         mx.get_ep_devices(ort, "gpu")
     assert mx.get_ep_devices(ort, "auto") == mx.get_ep_devices(ort, "cpu") != []
+
+
+# A fresh process (the test process has registered the EP already); ORT's registration is slowed
+# down so that every thread is past register()'s "already registered?" check before the first one
+# has registered, as happens at random without the delay (4 of 5 runs of 8 threads).
+REGISTER_FROM_THREADS = """
+import sys, threading, time, importlib.util
+import onnxruntime as ort
+spec = importlib.util.spec_from_file_location("onnxruntime_ep_mxfuse", sys.argv[1])
+mx = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mx)
+real = ort.register_execution_provider_library
+def slow(*args):
+    time.sleep(0.2)
+    return real(*args)
+ort.register_execution_provider_library = slow
+start, errors = threading.Barrier(8), []
+def worker():
+    start.wait()
+    try:
+        mx.register(ort)
+    except Exception as e:
+        errors.append(str(e))
+threads = [threading.Thread(target=worker) for _ in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+assert not errors, errors[0]
+assert mx.get_ep_name() in ort.get_available_providers()
+print("registered once")
+"""
+
+
+def test_register_from_several_threads_at_once_registers_once(tmp_path, lib):
+    """Was: each thread found the EP unregistered and registered it, and all but the first failed
+    with the library's 'already registered with ONNX Runtime' (a serving process whose workers
+    each call register() at start-up)."""
+    load_package(tmp_path, lib)
+    out = subprocess.run([sys.executable, "-c", REGISTER_FROM_THREADS,
+                          str(tmp_path / "onnxruntime_ep_mxfuse" / "__init__.py")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "registered once" in out.stdout, out.stderr[-2000:]
