@@ -328,26 +328,37 @@ struct BufferPool {
 /// The most buffers a program keeps between runs.
 const POOL_LIMIT: usize = 64;
 
+/// The size a pool buffer for `bytes` is allocated with: the next of 4, 5, 6, 7 × 2^j (at least
+/// 256 bytes), so at most a quarter more. Why classes: a serving session's token count changes
+/// from run to run, and with exact sizes every new count allocated and freed its intermediates
+/// (a device free synchronizes on CUDA); with classes nearby counts share buffers.
+fn size_class(bytes: usize) -> usize {
+    let b = bytes.max(256);
+    let j = usize::BITS - 1 - b.leading_zeros() - 2; // b = [4, 8) × 2^j
+    let step = 1usize << j;
+    b.div_ceil(step) * step
+}
+
 impl BufferPool {
     fn take(&self, memory: &Arc<dyn DeviceMemory>, bytes: usize) -> Result<DeviceBox> {
+        let class = size_class(bytes);
         let reused = self.free.lock().ok().and_then(|mut free| {
-            let i = free.iter().position(|b| b.len() == bytes)?;
-            Some(free.swap_remove(i))
+            let i = free.iter().rposition(|b| b.len() == class)?;
+            Some(free.remove(i))
         });
         match reused {
             Some(b) => Ok(b),
-            None => DeviceBox::new(memory, bytes),
+            None => DeviceBox::new(memory, class),
         }
     }
 
-    /// Returns buffers the device is done with (after the run's synchronization).
+    /// Returns buffers the device is done with (after the run's synchronization); past the
+    /// limit the least recently returned go (freed).
     fn give_back(&self, buffers: Vec<DeviceBox>) {
         if let Ok(mut free) = self.free.lock() {
-            for b in buffers {
-                if free.len() < POOL_LIMIT {
-                    free.push(b);
-                }
-            }
+            free.extend(buffers);
+            let over = free.len().saturating_sub(POOL_LIMIT);
+            free.drain(..over);
         }
     }
 }
@@ -1403,21 +1414,23 @@ mod tests {
     }
 
     #[test]
-    fn pool_reuses_buffers_of_the_same_size_and_is_bounded() {
+    fn pool_reuses_buffers_of_a_size_class_and_is_bounded() {
         let host = Arc::new(HostMemory::default());
         let memory: Arc<dyn DeviceMemory> = host.clone();
         let pool = BufferPool::default();
-        let a = pool.take(&memory, 100).unwrap();
+        let a = pool.take(&memory, 1000).unwrap();
         let pa = a.ptr();
+        assert_eq!(a.len(), 1024, "1000 bytes take the 1024 class");
         pool.give_back(vec![a]);
+        // A nearby size (another token count) shares the class.
         assert_eq!(
-            pool.take(&memory, 100).unwrap().ptr(),
+            pool.take(&memory, 900).unwrap().ptr(),
             pa,
-            "same size reused"
+            "same class reused"
         );
-        // (dropped above: freed) A different size allocates.
-        let b = pool.take(&memory, 64).unwrap();
-        assert_eq!(b.len(), 64);
+        // (dropped above: freed) Another class allocates.
+        let b = pool.take(&memory, 2000).unwrap();
+        assert_eq!(b.len(), 2048);
         let many: Vec<DeviceBox> = (0..POOL_LIMIT + 5)
             .map(|_| pool.take(&memory, 8).unwrap())
             .collect();
@@ -1427,5 +1440,20 @@ mod tests {
             POOL_LIMIT + 1,
             "pool kept at most its limit"
         );
+    }
+
+    #[test]
+    fn size_classes_waste_at_most_a_quarter() {
+        assert_eq!(size_class(0), 256);
+        assert_eq!(size_class(256), 256);
+        assert_eq!(size_class(257), 320);
+        assert_eq!(size_class(1 << 20), 1 << 20);
+        for bytes in (1..100_000).step_by(37) {
+            let c = size_class(bytes);
+            assert!(
+                c >= bytes && c < bytes.max(256) * 5 / 4 + 1,
+                "{bytes} -> {c}"
+            );
+        }
     }
 }
