@@ -695,6 +695,35 @@ fn gpu_device_matches_the_cpu_device() {
     }
 }
 
+/// A prompt of 2 × 150 tokens through the MX-weight decoder: 300 rows, past the device's
+/// prefill-route threshold (kernels::gpu::PrefillTable; on NVIDIA with cuBLAS the GEMMs then
+/// dequantize to bf16 and run cuBLAS, elsewhere the decode kernels): the GPU device against the
+/// CPU device, and a repeated run bit for bit.
+#[test]
+fn gpu_device_prefill_matches_the_cpu_device() {
+    if !gpu_present() || ep_devices(DeviceType::GPU).is_empty() {
+        eprintln!("skipped: no GPU OrtEpDevice");
+        return;
+    }
+    let model = decoder(models::WeightForm::StdMx);
+    let run = |s: &mut Session| -> Vec<Vec<f32>> {
+        let data: Vec<f32> = (0..2 * 150 * HIDDEN)
+            .map(|i| ((i * 7919 % 257) as f32 - 128.0) / 37.0)
+            .collect();
+        let input = ort::value::Tensor::from_array(([2usize, 150, HIDDEN], data)).expect("tensor");
+        let outputs = s.run(ort::inputs!["hidden_states" => input]).expect("run");
+        outputs
+            .iter()
+            .map(|(_, v)| v.try_extract_tensor::<f32>().expect("f32").1.to_vec())
+            .collect()
+    };
+    let cpu = run(&mut session(DeviceType::CPU, &model, &[], None).expect("CPU session"));
+    let mut s = session(DeviceType::GPU, &model, &[], None).expect("GPU-device session");
+    let gpu = run(&mut s);
+    assert_close(&gpu, &cpu);
+    assert_eq!(run(&mut s), gpu, "second run differs");
+}
+
 #[test]
 fn gpu_session_errors_are_clear() {
     if !gpu_present() {
