@@ -75,7 +75,7 @@ impl MxEp {
                 ShouldConvertDataLayoutForOp: None,
                 SetDynamicOptions: Some(set_dynamic_options),
                 OnRunStart: None,
-                OnRunEnd: None,
+                OnRunEnd: Some(on_run_end),
                 CreateAllocator: None,
                 CreateSyncStreamForDevice: None,
                 GetCompiledModelCompatibilityInfo: None,
@@ -151,6 +151,27 @@ unsafe extern "system" fn set_dynamic_options(
                 return Err(Error::invalid(format!(
                     "provider option {key:?} cannot be changed on a live session (mxfuse has no dynamic options): pass it with the EP when creating the session"
                 )));
+            }
+        }
+        Ok(())
+    })
+}
+
+/// The end of a `Run`: on the GPU placement, wait for the device (unless ORT's run option
+/// `disable_synchronize_execution_providers` says not to), so that `Run` returns with its device
+/// outputs written, as ORT's own GPU EPs do. The fused nodes themselves return once their
+/// kernels are queued (`gpu::program`), so a step's nodes are not each a round trip.
+unsafe extern "system" fn on_run_end(
+    ep: *mut OrtEp,
+    _run_options: *const c_void,
+    sync_stream: bool,
+) -> OrtStatusPtr {
+    guard_status("OnRunEnd", || {
+        let ep = MxEp::from_raw(ep);
+        if let (true, Placement::Device(d)) = (sync_stream, &ep.placement) {
+            if let crate::gpu::program::Backend::Gpu(rt) = &d.backend {
+                rt.synchronize()
+                    .map_err(|e| Error::Ort(format!("GPU: {e}")))?;
             }
         }
         Ok(())

@@ -132,7 +132,15 @@ pub struct OrtEp {
         ) -> OrtStatusPtr,
     >,
     pub OnRunStart: Unused,
-    pub OnRunEnd: Unused,
+    /// (this, run options, sync_stream): the end of a `Run`; the GPU placement waits for the
+    /// device there (`gpu::program` does not after each node).
+    pub OnRunEnd: Option<
+        unsafe extern "system" fn(
+            this: *mut OrtEp,
+            run_options: *const c_void,
+            sync: bool,
+        ) -> OrtStatusPtr,
+    >,
     pub CreateAllocator: Unused,
     pub CreateSyncStreamForDevice: Unused,
     pub GetCompiledModelCompatibilityInfo: Unused,

@@ -1,6 +1,7 @@
 //! The `OrtAllocator` ORT allocates our device tensors with (`OrtEpFactory::CreateAllocator`).
-//! A plain device allocator (never an arena: ORT reserves `OrtArenaAllocator` for itself); each
-//! `Alloc` is one [`DeviceMemory::alloc`].
+//! Not an arena (ORT reserves `OrtArenaAllocator` for itself): on a real device, freed blocks are
+//! kept by size class and reused ([`super::block_cache`], why it is safe there); on the host
+//! stand-in each `Alloc` is one [`DeviceMemory::alloc`], so tests see every allocation.
 
 use std::ffi::c_void;
 use std::ptr;
@@ -8,6 +9,7 @@ use std::sync::Arc;
 
 use ort_sys::{OrtAllocator, OrtMemoryInfo};
 
+use super::block_cache::BlockCache;
 use super::memory::DeviceMemory;
 use crate::ffi::ep_abi::ORT_API_VERSION;
 use crate::ffi::guard::guard_value;
@@ -17,7 +19,7 @@ use crate::ffi::guard::guard_value;
 pub struct DeviceAllocator {
     base: OrtAllocator,
     info: *const OrtMemoryInfo,
-    memory: Arc<dyn DeviceMemory>,
+    memory: BlockCache,
 }
 
 impl DeviceAllocator {
@@ -36,7 +38,14 @@ impl DeviceAllocator {
                 Shrink: None,
             },
             info,
-            memory,
+            memory: {
+                let limit = if memory.is_host() {
+                    0
+                } else {
+                    BlockCache::limit_from_env()
+                };
+                BlockCache::new(memory, limit)
+            },
         })
     }
 

@@ -7,7 +7,8 @@
 //!   [`Placement`] chosen in `CreateEp`.
 //! * [`memory`]: [`DeviceMemory`], the allocation and copy primitives (GPU driver, or host memory
 //!   standing in for device memory in tests).
-//! * [`allocator`] / [`data_transfer`] / [`memcpy_kernels`]: the `OrtAllocator`,
+//! * [`allocator`] (with [`block_cache`]: freed device blocks reused by size class) /
+//!   [`data_transfer`] / [`memcpy_kernels`]: the `OrtAllocator`,
 //!   `OrtDataTransferImpl` and `MemcpyFromHost` / `MemcpyToHost` kernels ORT needs once an EP's
 //!   tensors live in device memory.
 //! * [`program`]: [`GpuProgram`], a fused node's `com.mxfuse` steps run by the GPU launchers on
@@ -16,6 +17,7 @@
 //!   edge has a type ORT cannot copy between host and device (E8M0 scales).
 //! * [`ep_api`]: the `OrtEpApi` members and plugin structs this module needs beyond `ffi`.
 pub mod allocator;
+pub mod block_cache;
 pub mod boundary;
 pub mod data_transfer;
 pub mod device;

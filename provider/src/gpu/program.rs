@@ -317,9 +317,10 @@ pub enum Backend {
     Host,
 }
 
-/// Intermediates kept between runs, by exact size: a run takes what it needs and gives it back,
-/// so steady-state runs allocate nothing (device allocation and free are slow and `cuMemFree`
-/// synchronizes the device). Bounded so varying shapes cannot hoard memory.
+/// Intermediates kept between runs, by size class (`memory::size_class`): a run takes what it
+/// needs and gives it back, so steady-state runs allocate nothing (device allocation and free
+/// are slow and `cuMemFree` synchronizes the device), also when the token count changes from
+/// run to run. Bounded so varying shapes cannot hoard memory.
 #[derive(Default)]
 struct BufferPool {
     free: Mutex<Vec<DeviceBox>>,
@@ -328,20 +329,9 @@ struct BufferPool {
 /// The most buffers a program keeps between runs.
 const POOL_LIMIT: usize = 64;
 
-/// The size a pool buffer for `bytes` is allocated with: the next of 4, 5, 6, 7 × 2^j (at least
-/// 256 bytes), so at most a quarter more. Why classes: a serving session's token count changes
-/// from run to run, and with exact sizes every new count allocated and freed its intermediates
-/// (a device free synchronizes on CUDA); with classes nearby counts share buffers.
-fn size_class(bytes: usize) -> usize {
-    let b = bytes.max(256);
-    let j = usize::BITS - 1 - b.leading_zeros() - 2; // b = [4, 8) × 2^j
-    let step = 1usize << j;
-    b.div_ceil(step) * step
-}
-
 impl BufferPool {
     fn take(&self, memory: &Arc<dyn DeviceMemory>, bytes: usize) -> Result<DeviceBox> {
-        let class = size_class(bytes);
+        let class = super::memory::size_class(bytes);
         let reused = self.free.lock().ok().and_then(|mut free| {
             let i = free.iter().rposition(|b| b.len() == class)?;
             Some(free.remove(i))
@@ -378,6 +368,12 @@ pub struct GpuProgram {
     /// Per slot: the Reshape step that reads it, when a step produces it — that step writes
     /// straight into the Reshape's fused output, so the Reshape costs nothing.
     forward: Vec<Option<usize>>,
+}
+
+/// `MXFUSE_GPU_RUN_SYNC=1`: wait for the device after every fused node's run (read once).
+fn run_sync() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("MXFUSE_GPU_RUN_SYNC").is_ok_and(|v| v == "1" || v == "on"))
 }
 
 fn gpu(e: kernels::gpu::GpuError) -> Error {
@@ -797,10 +793,17 @@ impl GpuProgram {
                 self.memory.device_to_device(dst, src, meta.byte_len()?)?;
             }
         }
+        // No wait for the device here (ORT's `OnRunEnd` waits at the end of the `Run`): the
+        // intermediates go back to the pool while the kernels that use them may still run, which
+        // is safe because every kernel runs on the one stream in launch order, so a later run's
+        // kernels that reuse a buffer run after this run's. Gathered steps are the exception:
+        // their error records are read on the host now. `MXFUSE_GPU_RUN_SYNC=1` waits after
+        // every run (as before session 23).
         if let Backend::Gpu(rt) = &self.backend {
-            rt.synchronize().map_err(gpu)?;
+            if !gathered.is_empty() || run_sync() {
+                rt.synchronize().map_err(gpu)?;
+            }
         }
-        // Only after the sync: the device no longer reads or writes these.
         self.pool.give_back(owned);
         self.check_gathered(&gathered)
     }
@@ -1440,20 +1443,5 @@ mod tests {
             POOL_LIMIT + 1,
             "pool kept at most its limit"
         );
-    }
-
-    #[test]
-    fn size_classes_waste_at_most_a_quarter() {
-        assert_eq!(size_class(0), 256);
-        assert_eq!(size_class(256), 256);
-        assert_eq!(size_class(257), 320);
-        assert_eq!(size_class(1 << 20), 1 << 20);
-        for bytes in (1..100_000).step_by(37) {
-            let c = size_class(bytes);
-            assert!(
-                c >= bytes && c < bytes.max(256) * 5 / 4 + 1,
-                "{bytes} -> {c}"
-            );
-        }
     }
 }

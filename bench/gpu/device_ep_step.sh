@@ -1,0 +1,19 @@
+#!/bin/bash
+# One device call timing the plugin EP's decode step on the GPU device through ONNX Runtime
+# (tests/examples/ep_gpu_step.rs: a MiniMax-M3-TP4-shaped MXFP8 stack, 1 and 8 tokens) under
+# each setting compared: the default, MXFUSE_GPU_RUN_SYNC=1 (wait for the device after every
+# fused node, as before session 23), MXFUSE_GPU_ALLOC_CACHE_MIB=0 (every ORT tensor one
+# cuMemAlloc / cuMemFree, as before), and both. Before it, on the development machine: the
+# ep_artifacts of ep_gpu_check.sh and `cargo build --release -p mxfuse-tests --example
+# ep_gpu_step` compressed to .gpucache/ep_gpu_step.xz. LAYERS (default 4) sets the stack depth.
+set -u
+. "$(dirname "$0")/device_common.sh"
+art="$root/bench/gpu/ep_artifacts"
+export ORT_DYLIB_PATH="$art/libonnxruntime.so.1.31.1" MXFUSE_EP_LIB="$art/libmxfuse_ep.so"
+export MXFUSE_NVRTC=$(python3 -c 'import mxgpu; print(mxgpu.NVRTC_PATH)' 2>/dev/null | tail -1)
+unxz "$root/.gpucache/ep_gpu_step.xz" /tmp/ep_gpu_step && chmod +x /tmp/ep_gpu_step
+for setting in "" "MXFUSE_GPU_RUN_SYNC=1" "MXFUSE_GPU_ALLOC_CACHE_MIB=0" "MXFUSE_GPU_RUN_SYNC=1 MXFUSE_GPU_ALLOC_CACHE_MIB=0" ""; do
+  step "ep_gpu_step ${setting:-(default)}"
+  env $setting timeout ${T_STEP:-120} /tmp/ep_gpu_step ${LAYERS:-4} 2>&1 | grep -v "^mxfuse: " | tee -a "$OUT/ep_step.log"
+done
+step "done"
