@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use libloading::Library;
 
-use super::driver::Driver;
+use super::driver::{sym, Driver};
 use super::error::{GpuError, GpuResult};
 
 /// The sonames tried, newest first.
@@ -135,20 +135,6 @@ fn open(path: &Path) -> Option<(Library, Option<Library>)> {
     // SAFETY: loading cuBLAS runs its initialisers; it is the library NVIDIA documents for this.
     let lib = unsafe { Library::new(path) }.ok()?;
     Some((lib, lt))
-}
-
-/// Looks up `name` in `lib` as a function pointer of type `T`.
-///
-/// # Safety
-/// `T` must be the exact C signature of the symbol.
-unsafe fn sym<T: Copy>(lib: &Library, path: &str, name: &str) -> GpuResult<T> {
-    let cname = format!("{name}\0");
-    lib.get::<T>(cname.as_bytes())
-        .map(|s| *s)
-        .map_err(|e| GpuError::Library {
-            library: path.to_string(),
-            message: format!("missing symbol {name}: {e}"),
-        })
 }
 
 impl Blas {

@@ -165,7 +165,7 @@ fn open_first(env: &str, names: &[&str]) -> Option<(Library, String)> {
 ///
 /// # Safety
 /// `T` must be the exact C signature of the symbol.
-unsafe fn sym<T: Copy>(lib: &Library, lib_name: &str, name: &str) -> GpuResult<T> {
+pub(super) unsafe fn sym<T: Copy>(lib: &Library, lib_name: &str, name: &str) -> GpuResult<T> {
     let cname = format!("{name}\0");
     lib.get::<T>(cname.as_bytes())
         .map(|s| *s)
