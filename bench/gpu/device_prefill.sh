@@ -4,7 +4,8 @@
 # kernels/examples/prefill_bench.rs (decode kernels vs the route vs cuBLAS bf16 alone, same run).
 # Before it, on the development machine: the gpu_kernels test binary packed into .gpucache (see
 # device_common.sh) and `cargo build --release -p kernels --example prefill_bench` compressed to
-# .gpucache/prefill_bench.xz. PREFILL_MS / PREFILL_SHAPES pass the bench's M list and N x K list.
+# .gpucache/prefill_bench.xz. PREFILL_MS / PREFILL_SHAPES pass the bench's M list and N x K list;
+# MOE_T its MoE token counts; MOE_F32=T,T,... also runs the MoE section with f32 activations.
 set -u
 . "$(dirname "$0")/device_common.sh"
 step "where cuBLAS is"
@@ -36,5 +37,8 @@ if [ -f "$root/.gpucache/prefill_bench.xz" ]; then
   MXFUSE_NVRTC=$nvrtc timeout ${T_PREFILL:-300} /tmp/prefill_bench ${PREFILL_MS:-} ${PREFILL_SHAPES:-} > "$OUT/prefill_bench.log" 2>&1
   echo "rc=$?" >> "$OUT/prefill_bench.log"
   cat "$OUT/prefill_bench.log"
+  if [ -n "${MOE_F32:-}" ]; then
+    MOE_DT=f32 MOE_T=${MOE_F32} MXFUSE_NVRTC=$nvrtc timeout ${T_PREFILL:-300} /tmp/prefill_bench 16 256x256 2>&1 | grep -v "^mxfuse" | sed -n '/^MoE/,$p' | tee "$OUT/prefill_moe_f32.log"
+  fi
 fi
 step "done"

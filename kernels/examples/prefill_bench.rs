@@ -10,7 +10,8 @@
 //! `PrefillTable`); then `MxGatherMatMul` on 32 stacked experts (top-8 of random ids, bf16
 //! activations) at T tokens: the tensor-core gather kernels (grouped up to 2048 samples) against
 //! the MoE prefill route (kernels/src/gpu/prefill_moe.rs). Needs a CUDA GPU with cuBLAS
-//! (bench/gpu/device_prefill.sh runs it). MOE_T=64,256,... sets the token counts.
+//! (bench/gpu/device_prefill.sh runs it). MOE_T=64,256,... sets the token counts, MOE_DT=f32 f32
+//! activations and output (an f32 export) instead of bf16.
 
 use std::time::Instant;
 
@@ -243,7 +244,14 @@ fn moe(rt: &std::sync::Arc<GpuRuntime>, rng: &mut Rng) {
         v.split(',').map(|t| t.parse().expect("T")).collect()
     });
     let e = 32usize;
+    // MOE_DT=f32: f32 activations and output (an f32 export), else bf16.
+    let dt = if std::env::var("MOE_DT").is_ok_and(|v| v == "f32") {
+        DType::F32
+    } else {
+        DType::BF16
+    };
     println!();
+    println!("MoE, {dt:?} activations and output");
     println!(
         "| experts | T (S) | gather kernels | MoE prefill route | kernels / route | default |"
     );
@@ -275,23 +283,28 @@ fn moe(rt: &std::sync::Arc<GpuRuntime>, rng: &mut Rng) {
                     pick
                 })
                 .collect();
-            let a: Vec<bf16> = (0..s * k)
-                .map(|_| bf16::from_f32((rng.next() % 2001) as f32 / 1000.0 - 1.0))
+            let vals: Vec<f32> = (0..s * k)
+                .map(|_| (rng.next() % 2001) as f32 / 1000.0 - 1.0)
                 .collect();
-            let (da, di, dy) = (
-                rt.upload(&a).expect("up"),
+            let da = if dt == DType::F32 {
+                rt.upload(&vals).expect("up")
+            } else {
+                let a: Vec<bf16> = vals.iter().map(|&v| bf16::from_f32(v)).collect();
+                rt.upload(&a).expect("up")
+            };
+            let (di, dy) = (
                 rt.upload(&ids).expect("up"),
-                rt.alloc(s * n * 2).expect("y"),
+                rt.alloc(s * n * dt.size()).expect("y"),
             );
             let err = rt.upload(&[0u8; 16]).expect("err");
             let mm = GpuGatherMatMul {
                 a: da.ptr(),
-                a_dtype: DType::BF16,
+                a_dtype: dt,
                 a_samples: s,
                 p: 1,
                 samples: s,
                 y: dy.ptr(),
-                y_dtype: DType::BF16,
+                y_dtype: dt,
             };
             let idx = GpuIndices {
                 ptr: di.ptr(),

@@ -42,27 +42,48 @@ MX_DEV uint4 mx_prefill_bf16x8(mx_u32 lo, mx_u32 hi, mx_u32 s) {
   return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
-// Row-major E4M3 x [rows, K] + E8M0 scales [rows, K/32] -> bf16 y [rows, K]: the activations, and
-// weights kept as plain [N, K]. Thread `i` of `n` takes 8 values at a time, grid-stride.
-MX_DEV bool mx_prefill_rows(const mx_u8* __restrict__ x, const mx_u8* __restrict__ scale,
-                            uint4* __restrict__ y, long long rows, int K, long long i, long long n) {
+// The 8 values v (lo: bytes 0-3, hi: 4-7) times 2^(s - 127) stored at element e of y: bf16 (16
+// bytes; exact where the header says) or, F32, f32 (32 bytes; exact for every scale byte: the
+// weight-only route's f32 GEMM, which needs no guard).
+template <bool F32>
+MX_DEV void mx_prefill_store8(void* y, long long e, mx_u32 lo, mx_u32 hi, mx_u32 s) {
+  if (!F32) {
+    *reinterpret_cast<uint4*>(static_cast<mx_u16*>(y) + e) = mx_prefill_bf16x8(lo, hi, s);
+    return;
+  }
+  const float sf = mx_e8m0_to_f32(s);
+  float v[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = mx_e4m3_to_f32(((j < 4 ? lo : hi) >> (8 * (j & 3))) & 0xffu) * sf;
+  float4* out = reinterpret_cast<float4*>(static_cast<float*>(y) + e);
+  out[0] = make_float4(v[0], v[1], v[2], v[3]);
+  out[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+
+// Row-major E4M3 x [rows, K] + E8M0 scales [rows, K/32] -> y [rows, K] (bf16, or f32 when F32):
+// the activations, and weights kept as plain [N, K]. Thread `i` of `n` takes 8 values at a time,
+// grid-stride.
+template <bool F32>
+MX_DEV bool mx_prefill_rows(const mx_u8* __restrict__ x, const mx_u8* __restrict__ scale, void* y,
+                            long long rows, int K, long long i, long long n) {
   const long long chunks = rows * (K / 8);
   bool bad = false;
   for (long long c = i; c < chunks; c += n) {
     const uint2 v = reinterpret_cast<const uint2*>(x)[c];
     const mx_u32 s = scale[c >> 2];  // 4 chunks of 8 values a block of 32
     bad |= mx_prefill_unsafe(s, v.x, v.y);
-    y[c] = mx_prefill_bf16x8(v.x, v.y, s);
+    mx_prefill_store8<F32>(y, 8 * c, v.x, v.y, s);
   }
   return bad;
 }
 
 // Fragment-packed weights (kernels/src/gpu/pack.rs: wf [tiles][K/32][32 lanes][16 bytes], lane
 // 4g + t holding bytes 8t .. 8t + 7 of its k-block of rows 16 tile + g and + g + 8; wsf
-// [tiles][K/128][16 rows][4 bytes]) -> bf16 y [N, K]. Thread `i` of `n` takes a lane's 16 bytes
-// at a time, grid-stride.
-MX_DEV bool mx_prefill_frag(const uint4* __restrict__ wf, const mx_u8* __restrict__ wsf,
-                            mx_u16* __restrict__ y, int N, int K, long long i, long long n) {
+// [tiles][K/128][16 rows][4 bytes]) -> y [N, K] (bf16, or f32 when F32). Thread `i` of `n`
+// takes a lane's 16 bytes at a time, grid-stride.
+template <bool F32>
+MX_DEV bool mx_prefill_frag(const uint4* __restrict__ wf, const mx_u8* __restrict__ wsf, void* y,
+                            int N, int K, long long i, long long n) {
   const int kb = K / 32;
   const long long lanes = (long long)((N + 15) / 16) * kb * 32;
   bool bad = false;
@@ -79,32 +100,41 @@ MX_DEV bool mx_prefill_frag(const uint4* __restrict__ wf, const mx_u8* __restric
       const mx_u32 s = wsf[((tile * (kb / 4) + blk / 4) * 16 + 8 * h + g) * 4 + (blk & 3)];
       const mx_u32 lo = h ? v.z : v.x, hi = h ? v.w : v.y;
       bad |= mx_prefill_unsafe(s, lo, hi);
-      *reinterpret_cast<uint4*>(y + row * K + 32 * blk + 8 * t) = mx_prefill_bf16x8(lo, hi, s);
+      mx_prefill_store8<F32>(y, row * K + 32 * blk + 8 * t, lo, hi, s);
     }
   }
   return bad;
 }
 
-// Both operands in one launch: blocks [0, blocks_a) dequantize the activations a [M, K], the
-// rest the weights w [N, K] (wmode 0: plain + [N, K/32] scales; 1: fragment-packed). A block
-// that met an out-of-range scale sets *flag.
+// Weights w [N, K] (wmode 0: plain + [N, K/32] scales; 1: fragment-packed) -> y, bf16 or (F32)
+// f32, for thread i of n.
+template <bool F32>
+MX_DEV bool mx_prefill_weights(const mx_u8* w, const mx_u8* ws, void* y, int N, int K, int wmode,
+                               long long i, long long n) {
+  return wmode == 0 ? mx_prefill_rows<F32>(w, ws, y, N, K, i, n)
+                    : mx_prefill_frag<F32>(reinterpret_cast<const uint4*>(w), ws, y, N, K, i, n);
+}
+
+// Both operands in one launch: blocks [0, blocks_a) dequantize the activations a [M, K] to bf16,
+// the rest the weights w [N, K] to bf16, or f32 when w32 (the weight-only route, blocks_a = 0).
+// A block that met an out-of-range scale sets *flag.
 extern "C" __global__ void mx_prefill_dequant(const mx_u8* __restrict__ aq,
-                                              const mx_u8* __restrict__ as, uint4* __restrict__ a16,
-                                              long long M, const mx_u8* __restrict__ w,
-                                              const mx_u8* __restrict__ ws, uint4* __restrict__ w16,
-                                              int N, int wmode, int K, int blocks_a,
+                                              const mx_u8* __restrict__ as, void* a16, long long M,
+                                              const mx_u8* __restrict__ w,
+                                              const mx_u8* __restrict__ ws, void* w16, int N,
+                                              int wmode, int K, int blocks_a, int w32,
                                               unsigned int* flag) {
   MX_PDL_ENTRY();
   bool bad;
   if ((int)blockIdx.x < blocks_a) {
-    bad = mx_prefill_rows(aq, as, a16, M, K, (long long)blockIdx.x * blockDim.x + threadIdx.x,
-                          (long long)blocks_a * blockDim.x);
+    bad = mx_prefill_rows<false>(aq, as, a16, M, K,
+                                 (long long)blockIdx.x * blockDim.x + threadIdx.x,
+                                 (long long)blocks_a * blockDim.x);
   } else {
     const long long i = (long long)(blockIdx.x - blocks_a) * blockDim.x + threadIdx.x;
     const long long n = (long long)(gridDim.x - blocks_a) * blockDim.x;
-    bad = wmode == 0 ? mx_prefill_rows(w, ws, w16, N, K, i, n)
-                     : mx_prefill_frag(reinterpret_cast<const uint4*>(w), ws,
-                                       reinterpret_cast<mx_u16*>(w16), N, K, i, n);
+    bad = w32 ? mx_prefill_weights<true>(w, ws, w16, N, K, wmode, i, n)
+              : mx_prefill_weights<false>(w, ws, w16, N, K, wmode, i, n);
   }
   if (bad) atomicOr(flag, 1u);
 }
@@ -214,11 +244,12 @@ extern "C" __global__ void mx_prefill_moe_count(const void* idx, int idx64, long
 }
 
 // One block a sample: its slot pos from its expert's cursor (the expert's first row, advanced),
-// perm[pos] = s, and its bf16 row of K copied to a16[pos] (16 bytes a lane).
+// perm[pos] = s, and its row of K elements of `esize` bytes (bf16 2, f32 4) copied to a16[pos]
+// (16 bytes a lane).
 extern "C" __global__ void mx_prefill_moe_scatter(const void* idx, int idx64, int E,
                                                   unsigned int* cursor, unsigned int* perm,
                                                   const uint4* __restrict__ a,
-                                                  uint4* __restrict__ a16, int K) {
+                                                  uint4* __restrict__ a16, int K, int esize) {
   MX_PDL_ENTRY();
   __shared__ unsigned int pos;
   const long long s = blockIdx.x;
@@ -228,17 +259,17 @@ extern "C" __global__ void mx_prefill_moe_scatter(const void* idx, int idx64, in
     perm[pos] = (unsigned int)s;
   }
   __syncthreads();
-  const int chunks = K / 8;
+  const int chunks = K * esize / 16;
   for (int c = threadIdx.x; c < chunks; c += blockDim.x) a16[(long long)pos * chunks + c] = a[s * chunks + c];
 }
 
 // The `count` experts ids[0..count) of the fragment-packed stack (each expert ceil(N/16) * 16 * K
-// value bytes and a 32nd of that in scales, one after another) -> bf16 y [count, N, K].
+// value bytes and a 32nd of that in scales, one after another) -> y [count, N, K], bf16 or f32
+// when w32.
 extern "C" __global__ void mx_prefill_dequant_experts(const mx_u8* __restrict__ wf,
                                                       const mx_u8* __restrict__ wsf,
-                                                      const unsigned int* ids, int count,
-                                                      mx_u16* __restrict__ y, int N, int K,
-                                                      unsigned int* flag) {
+                                                      const unsigned int* ids, int count, void* y,
+                                                      int N, int K, int w32, unsigned int* flag) {
   MX_PDL_ENTRY();
   const long long ebytes = (long long)((N + 15) / 16) * 16 * K;
   const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -246,8 +277,11 @@ extern "C" __global__ void mx_prefill_dequant_experts(const mx_u8* __restrict__ 
   bool bad = false;
   for (int j = 0; j < count; ++j) {
     const long long e = ids[j];
-    bad |= mx_prefill_frag(reinterpret_cast<const uint4*>(wf + e * ebytes), wsf + e * (ebytes / 32),
-                           y + (long long)j * N * K, N, K, i, n);
+    const uint4* we = reinterpret_cast<const uint4*>(wf + e * ebytes);
+    const mx_u8* se = wsf + e * (ebytes / 32);
+    const long long off = (long long)j * N * K;
+    bad |= w32 ? mx_prefill_frag<true>(we, se, static_cast<float*>(y) + off, N, K, i, n)
+               : mx_prefill_frag<false>(we, se, static_cast<mx_u16*>(y) + off, N, K, i, n);
   }
   if (bad) atomicOr(flag, 1u);
 }

@@ -12,7 +12,9 @@
 //! `MXFUSE_GPU_PREFILL=0` turns the route off); weights `[N, K]` (fragment-packed or plain with
 //! `trans_b`); bf16 or f32 output; no bias, or a bias with `beta = 1`; every extent within
 //! cuBLAS's `int`. Results: float order only against the reference (f32 accumulation of exact
-//! products), not the decode kernels' bits.
+//! products), not the decode kernels' bits. The weight-only `MxMatMul` takes it too: bf16
+//! activations as they are (bf16 GEMM), f32 ones into f32 (weights dequantized to f32, exact at
+//! every scale, and an f32 GEMM computed in f32: no guard needed).
 //!
 //! Scratch: one device buffer per runtime, grown on demand and kept (the flag word, `M × K` and
 //! `N × K` bf16), used under the runtime's prefill lock so that concurrent callers on the one
@@ -20,7 +22,7 @@
 
 use std::sync::Mutex;
 
-use super::blas::{Blas, BlasOut};
+use super::blas::{Blas, BlasIn, BlasOut};
 use super::driver::Backend;
 use super::error::{GpuError, GpuResult};
 use super::launch::{dim_i32, dim_u32, dtype_suffix, GpuEpilogue, GpuMatB, Params, StreamHandle};
@@ -50,6 +52,19 @@ pub enum PrefillA {
     Mx { q: u64, scales: u64 },
     /// bf16 `[M, K]` (the weight-only `MxMatMul`), read by the library as they are.
     Bf16(u64),
+    /// f32 `[M, K]` (the weight-only `MxMatMul` of an f32 graph), with f32 output: the weights
+    /// are dequantized to f32 (exact at every scale, so no guard) and the product is an f32 GEMM
+    /// computed in f32 (no TF32).
+    F32(u64),
+}
+
+/// The output type for [`Blas::gemm`].
+pub(super) fn blas_out(out: DType) -> BlasOut {
+    if out == DType::BF16 {
+        BlasOut::Bf16
+    } else {
+        BlasOut::F32
+    }
 }
 
 /// Threads per block of the dequantization and guard kernels.
@@ -214,24 +229,34 @@ impl GpuRuntime {
                 )))
             }
         };
+        if matches!(a, PrefillA::F32(_)) && out != DType::F32 {
+            return Err(crate::KernelError::Unsupported(format!(
+                "the prefill GEMM of f32 activations writes f32, not {out:?}"
+            ))
+            .into());
+        }
         // (amode of the guard kernel, a's values, a's scales, bytes of a's bf16 copy)
         let (amode, a_q, a_scales, a_bytes) = match a {
             PrefillA::Mx { q, scales } => (0i32, q, scales, align(m * k * 2)),
-            PrefillA::Bf16(p) => (1, p, 0, 0),
+            PrefillA::Bf16(p) | PrefillA::F32(p) => (1, p, 0, 0),
         };
-        let w_bytes = align(n * k * 2);
+        let exact = matches!(a, PrefillA::F32(_));
+        let w_bytes = align(n * k * if exact { 4 } else { 2 });
         let need = 256 + a_bytes + w_bytes;
         let mut state = self.prefill_state();
         let base = self.prefill_scratch(&mut state, need)?;
-        let (flag, next_flag) = if state.parity {
-            (base + 4, base)
-        } else {
-            (base, base + 4)
+        // The f32 route writes its (unused) flag to a third word and leaves the parity alone.
+        let (flag, next_flag) = match (exact, state.parity) {
+            (true, _) => (base + 8, 0),
+            (false, true) => (base + 4, base),
+            (false, false) => (base, base + 4),
         };
-        state.parity = !state.parity;
+        if !exact {
+            state.parity = !state.parity;
+        }
         let (a16, w16) = match a {
             PrefillA::Mx { .. } => (base + 256, base + 256 + a_bytes as u64),
-            PrefillA::Bf16(p) => (p, base + 256),
+            PrefillA::Bf16(p) | PrefillA::F32(p) => (p, base + 256),
         };
         let sms = self.multiprocessors();
         let blocks = |threads: usize| threads.div_ceil(BLOCK as usize).clamp(1, sms * 8);
@@ -259,6 +284,7 @@ impl GpuRuntime {
             .push(wmode)
             .push(kk)
             .push(dim_i32("grid", blocks_a)?)
+            .push(i32::from(exact))
             .push(flag);
         let total = dim_u32("grid", blocks_a + blocks(w_threads))?;
         self.run("mx_prefill_dequant", [total, 1, 1], BLOCK, p, stream)?;
@@ -283,15 +309,25 @@ impl GpuRuntime {
             crate::KernelError::Unsupported("the prefill GEMM needs cuBLAS".into())
         })?;
         let dims = (dim_i32("M", m)?, dim_i32("N", n)?, kk);
-        let bout = if out == DType::BF16 {
-            BlasOut::Bf16
-        } else {
-            BlasOut::F32
-        };
+        let input = if exact { BlasIn::F32 } else { BlasIn::Bf16 };
         self.driver().make_current()?;
-        // SAFETY: a16 / w16 hold the m × k and n × k bf16 just written, y the caller's m × n
-        // output of `out` (checked by the caller); all on this runtime's device and stream.
-        unsafe { blas.gemm_bf16(dims, ep.alpha, a16, w16, beta, y, bout, stream)? };
+        // SAFETY: a16 / w16 hold the m × k and n × k values just written (or the caller's a), y
+        // the caller's m × n output of `out` (checked by the caller); all on this runtime's
+        // device and stream.
+        unsafe {
+            blas.gemm(
+                dims,
+                ep.alpha,
+                (a16, w16),
+                beta,
+                y,
+                (input, blas_out(out)),
+                stream,
+            )?
+        };
+        if exact {
+            return Ok(());
+        }
         let p = Params::new()
             .push(flag)
             .push(next_flag)
@@ -330,15 +366,20 @@ impl GpuRuntime {
         let mut state = self.prefill_state();
         let blas = Self::blas_in(&mut state, self)
             .ok_or_else(|| crate::KernelError::Unsupported("no cuBLAS here".into()))?;
-        let bout = if out == DType::BF16 {
-            BlasOut::Bf16
-        } else {
-            BlasOut::F32
-        };
         let dims = (dim_i32("M", m)?, dim_i32("N", n)?, dim_i32("K", k)?);
         self.driver().make_current()?;
         // SAFETY: the caller's device buffers of those extents.
-        unsafe { blas.gemm_bf16(dims, 1.0, a, b, 0.0, y, bout, stream) }
+        unsafe {
+            blas.gemm(
+                dims,
+                1.0,
+                (a, b),
+                0.0,
+                y,
+                (BlasIn::Bf16, blas_out(out)),
+                stream,
+            )
+        }
     }
 
     /// Frees the prefill scratch (the runtime's drop).

@@ -14,16 +14,19 @@
 //! expert (atomics) does not change any result.
 //!
 //! Taken (`mx_gather_matmul_frag` asks [`GpuRuntime::gather_prefill_takes`]) when: NVIDIA with
-//! cuBLAS; bf16 activations, one row and one index a sample (a MoE layer's dispatch); bf16 or
-//! f32 output; more samples than the grouped kernel takes (`MXFUSE_GPU_PREFILL_MOE_MIN_S`
+//! cuBLAS; bf16 activations into bf16 or f32 (bf16 GEMMs), or f32 activations into f32 (the
+//! experts dequantized to f32, exact at every scale, and f32 GEMMs computed in f32); one row and
+//! one index a sample (a MoE layer's dispatch); more samples than the grouped kernel takes (`MXFUSE_GPU_PREFILL_MOE_MIN_S`
 //! overrides the count, `MXFUSE_GPU_PREFILL=0` turns the route off). Not taken, and the kernels
 //! run as before (they also record an index out of range as the op's error), when an index is
 //! out of range or an expert's scale leaves the bf16-safe range (the kernels then recompute
 //! every output exactly).
 
+use super::blas::BlasIn;
 use super::error::GpuResult;
 use super::gather::{GpuGatherMatMul, GpuIndices};
 use super::launch::{dim_i32, dim_u32, Params, StreamHandle};
+use super::prefill::blas_out;
 use super::runtime::GpuRuntime;
 use crate::element::DType;
 
@@ -50,10 +53,14 @@ impl GpuRuntime {
                 .unwrap_or(DEFAULT_MIN_SAMPLES)
         });
         let s = mm.samples;
+        // bf16 a into bf16 or f32 (bf16 GEMMs); f32 a into f32 (f32 GEMMs, exact weights).
+        let types = matches!(
+            (mm.a_dtype, mm.y_dtype),
+            (DType::BF16, DType::BF16 | DType::F32) | (DType::F32, DType::F32)
+        );
         if s < min_s
             || e == 0
-            || mm.a_dtype != DType::BF16
-            || !matches!(mm.y_dtype, DType::BF16 | DType::F32)
+            || !types
             || mm.p != 1
             || mm.a_samples != s
             || idx.count != s
@@ -81,10 +88,13 @@ impl GpuRuntime {
             return Ok(true);
         }
         let ybytes = mm.y_dtype.size();
-        let ebytes = n * k * 2;
+        // f32 activations: f32 rows and f32 experts (exact at every scale), an f32 GEMM.
+        let exact = mm.a_dtype == DType::F32;
+        let esize = if exact { 4 } else { 2 };
+        let ebytes = n * k * esize;
         let chunk = (CHUNK_BYTES / ebytes).clamp(1, e);
         let (counts_b, perm_b) = (align((e + 2) * 4), align(s * 4));
-        let (a_b, t_b, ids_b) = (align(s * k * 2), align(s * n * ybytes), align(e * 4));
+        let (a_b, t_b, ids_b) = (align(s * k * esize), align(s * n * ybytes), align(e * 4));
         // After the dense route's flag words (its first 256 bytes), which must stay as they are.
         let need = 256 + counts_b + perm_b + a_b + t_b + ids_b + chunk * ebytes;
         let mut state = self.prefill_state();
@@ -145,11 +155,10 @@ impl GpuRuntime {
         )?;
         let sms = self.multiprocessors();
         let dq_blocks = dim_u32("grid", (n.div_ceil(16) * k).div_ceil(256).clamp(1, sms * 8))?;
-        let out = if mm.y_dtype == DType::BF16 {
-            super::blas::BlasOut::Bf16
-        } else {
-            super::blas::BlasOut::F32
-        };
+        let types = (
+            if exact { BlasIn::F32 } else { BlasIn::Bf16 },
+            blas_out(mm.y_dtype),
+        );
         for (c, group) in used.chunks(chunk).enumerate() {
             let p = Params::new()
                 .push(wf)
@@ -174,17 +183,16 @@ impl GpuRuntime {
             for (slot, &x) in group.iter().enumerate() {
                 let (rows, off) = (count[x as usize] as usize, offsets[x as usize] as usize);
                 let dims = (dim_i32("rows", rows)?, nn, kk);
-                // SAFETY: rows [off, off + rows) of a16 (K bf16 each) and t (N of y's type
-                // each), expert slot `slot` of w16 ([N, K] bf16): all inside the scratch.
+                // SAFETY: rows [off, off + rows) of a16 (K values each) and t (N of y's type
+                // each), expert slot `slot` of w16 ([N, K]): all inside the scratch.
                 unsafe {
-                    blas.gemm_bf16(
+                    blas.gemm(
                         dims,
                         1.0,
-                        a16 + (off * k * 2) as u64,
-                        w16 + (slot * ebytes) as u64,
+                        (a16 + (off * k * esize) as u64, w16 + (slot * ebytes) as u64),
                         0.0,
                         t + (off * n * ybytes) as u64,
-                        out,
+                        types,
                         stream,
                     )?
                 };
@@ -206,7 +214,8 @@ impl GpuRuntime {
         driver.synchronize()?;
         let mut f = [0u8; 4];
         driver.copy_to_host(&mut f, flag)?;
-        // An out-of-range scale: bf16 may not hold the weights exactly; the kernels recompute.
-        Ok(u32::from_le_bytes(f) == 0)
+        // An out-of-range scale: bf16 may not hold the weights exactly; the kernels recompute
+        // (f32 holds them at every scale).
+        Ok(exact || u32::from_le_bytes(f) == 0)
     }
 }

@@ -288,16 +288,14 @@ impl GpuRuntime {
             return Ok(());
         }
         let packed = GpuMatB::MxFrag { q: wf, scales: wsf };
-        if a_dtype == DType::BF16 && self.prefill_takes((m, k, n), &packed, y_dtype, ep) {
-            return self.prefill_product(
-                (m, k, n),
-                PrefillA::Bf16(a),
-                &packed,
-                y,
-                y_dtype,
-                ep,
-                stream,
-            );
+        // bf16 a (bf16 GEMM) or f32 a into f32 (f32 GEMM on f32 weights): the prefill route.
+        let route_a = match (a_dtype, y_dtype) {
+            (DType::BF16, _) => Some(PrefillA::Bf16(a)),
+            (DType::F32, DType::F32) => Some(PrefillA::F32(a)),
+            _ => None,
+        };
+        if let Some(pa) = route_a.filter(|_| self.prefill_takes((m, k, n), &packed, y_dtype, ep)) {
+            return self.prefill_product((m, k, n), pa, &packed, y, y_dtype, ep, stream);
         }
         check_aligned("a", a, 16)?;
         check_aligned("b (fragment-packed)", wf, 16)?;

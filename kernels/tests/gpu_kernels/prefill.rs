@@ -195,65 +195,83 @@ fn gpu_prefill_guard_recomputes_out_of_range_scales_exactly() {
 }
 
 #[test]
-fn gpu_prefill_weight_only_bf16_matches_reference() {
+fn gpu_prefill_weight_only_matches_reference() {
     let Some(rt) = gpu() else { return };
     if rt.backend() != kernels::gpu::Backend::Cuda {
         eprintln!("skipped: the prefill route is NVIDIA-only");
         return;
     }
     let mut rng = Rng(0x6E44_0000_0000_B0F1);
-    let (m, n, k) = (150usize, 80usize, 384usize);
+    // 300 rows: past the device's table for these small weights, so the entry point routes too.
+    let (m, n, k) = (300usize, 80usize, 384usize);
     let kb = k / 32;
     let (w, mut ws) = random_mx_weights(&mut rng, n, k);
-    ws[3 * kb + 1] = 200; // out of the bf16-safe range: the guard recomputes
+    ws[3 * kb + 1] = 200; // out of the bf16-safe range: the guard recomputes (bf16 a)
+    ws[5 * kb + 2] = 3; // 2^-124 weights: exact in the f32 route
     let (wf, wsf) = kernels::gpu::pack_frag_weights(&w, &ws, n, k).expect("pack");
     let (dwf, dwsf) = (upload(&rt, &wf), upload(&rt, &wsf));
-    let a: Vec<bf16> = (0..m * k).map(|_| bf16::from_f32(rng.normal())).collect();
-    let da = upload(&rt, &a);
-    use kernels::codec::{e4m3_to_f32, e8m0_to_f32};
-    let want: Vec<f32> = (0..m * n)
-        .map(|e| {
-            let (i, j) = (e / n, e % n);
-            (0..k)
-                .map(|kk| {
-                    let wv = e4m3_to_f32(w[j * k + kk]) * e8m0_to_f32(ws[j * kb + kk / 32]);
-                    f64::from(a[i * k + kk].to_f32()) * f64::from(wv)
-                })
-                .sum::<f64>() as f32
-        })
-        .collect();
-    let dy = poisoned::<f32>(&rt, m * n);
     let frag = GpuMatB::MxFrag {
         q: dwf.ptr(),
         scales: dwsf.ptr(),
     };
-    rt.prefill_product(
-        (m, k, n),
-        kernels::gpu::PrefillA::Bf16(da.ptr()),
-        &frag,
-        dy.ptr(),
-        kernels::DType::F32,
-        &GpuEpilogue::NONE,
-        0,
-    )
-    .expect("prefill launch");
-    let got = download::<f32>(&dy, m * n);
-    let err = rel_err_nan_aware(&got, &want);
-    assert!(err.is_some_and(|e| e < 1e-5), "weight-only bf16: {err:?}");
-    // The weight-only entry point takes the route at this M where the device's table says so.
-    if rt.prefill_takes((m, k, n), &frag, kernels::DType::F32, &GpuEpilogue::NONE) {
-        let dy2 = poisoned::<f32>(&rt, m * n);
-        rt.mx_matmul_float_a_frag(
-            (m, da.ptr(), kernels::DType::BF16),
-            (dwf.ptr(), dwsf.ptr()),
-            (n, k),
-            dy2.ptr(),
+    // f32 activations with a wide range (tiny, huge); the bf16 ones rounded from them.
+    let a32: Vec<f32> = (0..m * k)
+        .map(|_| rng.normal() * 2f32.powi(rng.below(40) as i32 - 20))
+        .collect();
+    let a16: Vec<bf16> = a32.iter().map(|&v| bf16::from_f32(v)).collect();
+    use kernels::codec::{e4m3_to_f32, e8m0_to_f32};
+    let reference = |a: &dyn Fn(usize) -> f32| -> Vec<f32> {
+        (0..m * n)
+            .map(|e| {
+                let (i, j) = (e / n, e % n);
+                (0..k)
+                    .map(|kk| {
+                        let wv = e4m3_to_f32(w[j * k + kk]) * e8m0_to_f32(ws[j * kb + kk / 32]);
+                        f64::from(a(i * k + kk)) * f64::from(wv)
+                    })
+                    .sum::<f64>() as f32
+            })
+            .collect()
+    };
+    let (da16, da32) = (upload(&rt, &a16), upload(&rt, &a32));
+    for (dt, da, want) in [
+        (kernels::DType::BF16, &da16, reference(&|i| a16[i].to_f32())),
+        (kernels::DType::F32, &da32, reference(&|i| a32[i])),
+    ] {
+        let pa = if dt == kernels::DType::BF16 {
+            kernels::gpu::PrefillA::Bf16(da.ptr())
+        } else {
+            kernels::gpu::PrefillA::F32(da.ptr())
+        };
+        let dy = poisoned::<f32>(&rt, m * n);
+        rt.prefill_product(
+            (m, k, n),
+            pa,
+            &frag,
+            dy.ptr(),
             kernels::DType::F32,
             &GpuEpilogue::NONE,
             0,
         )
-        .expect("launch");
-        assert_eq!(same_bits(&download::<f32>(&dy2, m * n), &got), 0);
+        .expect("prefill launch");
+        let got = download::<f32>(&dy, m * n);
+        let err = rel_err_nan_aware(&got, &want);
+        assert!(err.is_some_and(|e| e < 1e-5), "weight-only {dt:?}: {err:?}");
+        // The weight-only entry point takes the route at this M where the device's table says so.
+        if rt.prefill_takes((m, k, n), &frag, kernels::DType::F32, &GpuEpilogue::NONE) {
+            let dy2 = poisoned::<f32>(&rt, m * n);
+            rt.mx_matmul_float_a_frag(
+                (m, da.ptr(), dt),
+                (dwf.ptr(), dwsf.ptr()),
+                (n, k),
+                dy2.ptr(),
+                kernels::DType::F32,
+                &GpuEpilogue::NONE,
+                0,
+            )
+            .expect("launch");
+            assert_eq!(same_bits(&download::<f32>(&dy2, m * n), &got), 0, "{dt:?}");
+        }
     }
 }
 
@@ -344,4 +362,47 @@ fn gpu_prefill_moe_route_matches_the_cpu_kernel() {
     sc2[2 * n * k / 32 + 5] = 1;
     let (wf2, wsf2) = pack(&sc2);
     assert!(!run(&ids, &wf2, &wsf2));
+    // f32 activations into f32: f32 experts and an f32 GEMM, exact at every scale, so the
+    // out-of-range scale above is taken too.
+    let a32: Vec<f32> = (0..s * k).map(|_| rng.normal() * 3.0).collect();
+    let mut want32 = vec![0f32; s * n];
+    ops::mx_gather_matmul_laid_out(
+        TensorRef::new(DType::F32, &[s, 1, k], as_bytes(&a32)).unwrap(),
+        TensorRef::new(DType::E4M3, &[e, n, k], &q).unwrap(),
+        TensorRef::new(DType::E8M0, &[e, n, k / 32], &sc2).unwrap(),
+        &ids,
+        TensorMut::new(DType::F32, &[s, 1, n], as_bytes_mut(&mut want32)).unwrap(),
+        &kernels::MxGatherMatMulAttrs {
+            trans_b: false,
+            output_dtype: DType::F32,
+        },
+        true,
+        &kernels::Serial,
+    )
+    .expect("CPU kernel");
+    let (da32, dy32, ib) = (
+        upload(&rt, &a32),
+        poisoned::<f32>(&rt, s * n),
+        upload(&rt, &ids),
+    );
+    let mm = GpuGatherMatMul {
+        a: da32.ptr(),
+        a_dtype: DType::F32,
+        a_samples: s,
+        p: 1,
+        samples: s,
+        y: dy32.ptr(),
+        y_dtype: DType::F32,
+    };
+    let idx = GpuIndices {
+        ptr: ib.ptr(),
+        count: s,
+        wide: true,
+    };
+    let taken = rt
+        .mx_gather_matmul_prefill(&mm, (wf2.ptr(), wsf2.ptr(), e, n, k), idx, 0)
+        .expect("launch");
+    assert!(taken, "f32 route taken at an out-of-range scale");
+    let err = rel_err_nan_aware(&download::<f32>(&dy32, s * n), &want32);
+    assert!(err.is_some_and(|x| x < 1e-5), "MoE f32 route: {err:?}");
 }
