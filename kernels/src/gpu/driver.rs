@@ -86,6 +86,9 @@ struct DriverFns {
     /// `hipModuleOccupancyMaxActiveBlocksPerMultiprocessor` (blocks, function, block size,
     /// dynamic shared bytes); `None` where the library lacks it.
     occupancy: Option<OccupancyFn>,
+    /// `cuFuncGetParamInfo` (CUDA 12.4+: function, parameter index, offset, size); `None` on HIP
+    /// and older drivers.
+    param_info: Option<unsafe extern "C" fn(*mut c_void, usize, *mut usize, *mut usize) -> c_int>,
 }
 
 type OccupancyFn = unsafe extern "C" fn(*mut c_int, *mut c_void, c_int, usize) -> c_int;
@@ -361,6 +364,7 @@ impl Driver {
             synchronize: sym(&drv, dn, "cuCtxSynchronize")?,
             ctx_set_current: Some(sym(&drv, dn, "cuCtxSetCurrent")?),
             occupancy: sym(&drv, dn, "cuOccupancyMaxActiveBlocksPerMultiprocessor").ok(),
+            param_info: sym(&drv, dn, "cuFuncGetParamInfo").ok(),
         };
         let rtc_fns = Self::load_rtc(&rtc, rn, "nvrtc", "CUBIN")?;
         let mut driver = Self::unprobed(Backend::Cuda, fns, rtc_fns, error_string, 32, drv, rtc);
@@ -418,6 +422,7 @@ impl Driver {
                 "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor",
             )
             .ok(),
+            param_info: None,
         };
         let rtc_fns = Self::load_rtc(&rtc, rn, "hiprtc", "Code")?;
         if init(0) != 0 || set_device(0) != 0 {
@@ -581,6 +586,30 @@ impl Driver {
     /// How many blocks of `block` lanes of `function` (no dynamic shared memory) fit on one
     /// multiprocessor at once, by the driver's occupancy calculator (registers, static shared
     /// memory, `__launch_bounds__`); `Ok(None)` where the driver has no such query.
+    /// How many parameters kernel `function` takes (`cuFuncGetParamInfo` until it fails), or
+    /// `None` where the driver cannot say. The launchers check their argument count against it
+    /// (`GpuRuntime::run`): the launch API reads one pointer per parameter from the caller's
+    /// array, so a missing argument would be a read past it in this process.
+    pub fn param_count(&self, function: usize) -> GpuResult<Option<usize>> {
+        let Some(info) = self.fns.param_info else {
+            return Ok(None);
+        };
+        self.make_current()?;
+        let mut n = 0;
+        loop {
+            let (mut off, mut size) = (0usize, 0usize);
+            // SAFETY: a live function handle; out-pointers to locals.
+            let rc = unsafe { info(function as *mut c_void, n, &mut off, &mut size) };
+            if rc != 0 {
+                return Ok(Some(n));
+            }
+            n += 1;
+            if n > 4096 {
+                return Ok(None);
+            }
+        }
+    }
+
     pub fn resident_blocks(&self, function: usize, block: u32) -> GpuResult<Option<usize>> {
         let Some(query) = self.fns.occupancy else {
             return Ok(None);

@@ -324,8 +324,18 @@ impl GpuRuntime {
         mut params: Params,
         stream: StreamHandle,
     ) -> GpuResult<()> {
-        let f = self.function(name)?;
+        let (f, arity) = self.function_and_arity(name)?;
         let mut ptrs = params.pointers();
+        // The launch reads one argument pointer per kernel parameter from `ptrs`: a count that
+        // does not match the kernel would read past it (a crash of the host process), so it is
+        // an error here instead (where the driver reports the count: CUDA 12.4+).
+        if let Some(n) = arity.filter(|&n| n != ptrs.len()) {
+            return Err(KernelError::Unsupported(format!(
+                "internal error: kernel {name} takes {n} arguments, its launcher passed {}",
+                ptrs.len()
+            ))
+            .into());
+        }
         let pdl = self.pdl() && pdl_kernel(name);
         // SAFETY: every launcher below builds `params` in the order and with the exact C types
         // of the kernel it names (kernels/gpu/*.hip) and validates the extents first; every

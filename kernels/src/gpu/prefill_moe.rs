@@ -145,7 +145,8 @@ impl GpuRuntime {
             .push(perm)
             .push(mm.a)
             .push(a16)
-            .push(kk);
+            .push(kk)
+            .push(esize as i32);
         self.run(
             "mx_prefill_moe_scatter",
             [dim_u32("samples", s)?, 1, 1],
@@ -168,6 +169,7 @@ impl GpuRuntime {
                 .push(w16)
                 .push(nn)
                 .push(kk)
+                .push(i32::from(exact))
                 .push(flag);
             self.run(
                 "mx_prefill_dequant_experts",

@@ -24,7 +24,8 @@ pub struct GpuRuntime {
     driver: Driver,
     /// Per [`MODULES`] entry: its loaded module, once compiled and loaded.
     modules: Mutex<Vec<Option<usize>>>,
-    functions: Mutex<HashMap<String, usize>>,
+    /// By kernel name: its handle and how many parameters it takes (when the driver says).
+    functions: Mutex<HashMap<String, (usize, Option<usize>)>>,
     /// [`GpuRuntime::resident_blocks`] by (kernel, block size), asked once.
     resident: Mutex<HashMap<(String, u32), Option<usize>>>,
     /// Set when the driver refused a programmatic dependent launch: later launches are ordinary.
@@ -223,6 +224,11 @@ impl GpuRuntime {
     /// ([`owner_of`]), compiled and loaded now if it is not yet. Only that module is asked: asking
     /// the others fails with "named symbol not found", which compute-sanitizer reports as errors.
     pub(crate) fn function(&self, name: &str) -> GpuResult<usize> {
+        Ok(self.function_and_arity(name)?.0)
+    }
+
+    /// [`GpuRuntime::function`] and the kernel's parameter count where the driver reports it.
+    pub(crate) fn function_and_arity(&self, name: &str) -> GpuResult<(usize, Option<usize>)> {
         let mut table = self.functions.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(&f) = table.get(name) {
             return Ok(f);
@@ -242,8 +248,17 @@ impl GpuRuntime {
             }
         };
         let f = self.driver.function(m, name)?;
-        table.insert(name.to_string(), f);
-        Ok(f)
+        // MXFUSE_GPU_ARITY_CHECK=0 skips the count: the driver query ends on an "invalid value"
+        // for the index past the last parameter, which compute-sanitizer reports as an API
+        // error (bench/gpu/device_verify.sh sets it for the sanitizer runs).
+        let arity = if super::launch::env_switch("MXFUSE_GPU_ARITY_CHECK") {
+            self.driver.param_count(f)?
+        } else {
+            None
+        };
+        let entry = (f, arity);
+        table.insert(name.to_string(), entry);
+        Ok(entry)
     }
 
     /// How many blocks of `block` lanes of kernel `name` one multiprocessor holds at once (the
