@@ -4,7 +4,7 @@
 //! are checked end to end in `tests/python/test_modelopt.py`.
 
 use graph_rewrites::ir::Graph;
-use graph_rewrites::pattern::predicates::dtype::{FLOAT, FLOAT16, FLOAT8E8M0};
+use graph_rewrites::pattern::predicates::dtype::{BFLOAT16, FLOAT, FLOAT16, FLOAT8E8M0};
 use graph_rewrites::pipeline::RewriteReport;
 use graph_rewrites::testing::{first_node, node_attr, Attr, ModelBuilder};
 use graph_rewrites::view::{AttrValue, GraphView};
@@ -48,10 +48,10 @@ impl Default for Case {
 }
 
 fn float_bytes(dtype: i32, v: f32, n: usize) -> Vec<u8> {
-    let one: Vec<u8> = if dtype == FLOAT16 {
-        half::f16::from_f32(v).to_le_bytes().to_vec()
-    } else {
-        v.to_le_bytes().to_vec()
+    let one: Vec<u8> = match dtype {
+        FLOAT16 => half::f16::from_f32(v).to_le_bytes().to_vec(),
+        BFLOAT16 => half::bf16::from_f32(v).to_le_bytes().to_vec(),
+        _ => v.to_le_bytes().to_vec(),
     };
     one.repeat(n)
 }
@@ -139,6 +139,16 @@ fn norm_and_matmul_fuse_with_the_rceil_rule() {
     assert_eq!(matmul_weight_scale_type(&g), FLOAT8E8M0);
     let mm = first_node(&g, "MxMatMul");
     assert_eq!(node_attr(&g, mm, "trans_b"), AttrValue::Int(1));
+}
+
+#[test]
+fn bfloat16_fuses_too() {
+    let (report, g) = rewrite(&Case {
+        dtype: BFLOAT16,
+        ..Case::default()
+    });
+    assert_eq!(report.counts["add_rmsnorm_mxquant"], 1, "{report:#?}");
+    assert!(!has_trt_nodes(&g));
 }
 
 #[test]

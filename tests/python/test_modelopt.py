@@ -145,10 +145,12 @@ def test_decoder_layer_fuses_offline_and_in_the_ep(lib, ep_devices, mxfuse_cli, 
         for name, a, o, w in zip(OUTS, online, off, want):
             assert a.shape == w.shape == (b, s, a.shape[-1]), (name, a.shape, w.shape)
             assert same_bits(a, o), (b, s, name)
-            # float16 outputs: the unfused graph rounds the dequantized operands and the MatMul
-            # to float16, MxMatMul accumulates the exact products in f32 and rounds once.
+            # Measured: q, k, v and sum bit-exact; y within 4e-3 of its largest magnitude (the
+            # reference computes SiLU · up in float16, the fused kernel in f32, so a few
+            # activations land on the other side of an E4M3 rounding boundary).
             a32, w32 = a.astype(np.float32), w.astype(np.float32)
-            np.testing.assert_allclose(a32, w32, rtol=0, atol=2e-2 * np.abs(w32).max(),
+            tol = 1e-2 if name == "y" else 1e-3
+            np.testing.assert_allclose(a32, w32, rtol=0, atol=tol * np.abs(w32).max(),
                                        err_msg=f"[{b}, {s}] {name}")
 
 
