@@ -247,6 +247,28 @@ pub struct QuantInfo {
     pub shape_nodes: Vec<NodeId>,
 }
 
+impl QuantInfo {
+    /// A quantize-dequantize spelling (Quark's fake quant, ModelOpt's pair) whose float output
+    /// `out` the MatMuls read.
+    fn qdq(
+        (rule, nan_policy): (ScaleRule, &'static str),
+        dtype: i32,
+        k: i64,
+        out: ValueId,
+    ) -> Self {
+        QuantInfo {
+            rule,
+            nan_policy,
+            dtype,
+            k,
+            fake_out: Some(out),
+            q: None,
+            scale: None,
+            shape_nodes: Vec::new(),
+        }
+    }
+}
+
 /// Names the node where shape information first goes missing upstream of `x` (its inputs have
 /// shapes, its output has none: an op mxfuse's inference does not know, with no value_info in
 /// the model), so a refusal points at the cause rather than at a value downstream of it.
@@ -346,16 +368,12 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
     };
     if let (Some(qn), Some(dqn)) = (m.node(h.trt_quantize), m.node(h.trt_dequantize)) {
         super::modelopt::check_trt_pair(g, (qn, dqn), rank, dt)?;
-        return Ok(QuantInfo {
-            rule: ScaleRule::Rceil,
-            nan_policy: "propagate",
-            dtype: dt,
+        return Ok(QuantInfo::qdq(
+            (ScaleRule::Rceil, "propagate"),
+            dt,
             k,
-            fake_out: Some(m.root()),
-            q: None,
-            scale: None,
-            shape_nodes: Vec::new(),
-        });
+            m.root(),
+        ));
     }
     if let Some(n) = m.node(h.quark) {
         let elem = attr_string(g.attr(n, "element_dtype"), "int8").unwrap_or_default();
@@ -377,16 +395,12 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
                 "Quark MX quantizes axis {axis}, not the last axis of a rank-{rank} tensor"
             ));
         }
-        return Ok(QuantInfo {
-            rule: ScaleRule::Floor,
-            nan_policy: "ignore",
-            dtype: dt,
+        return Ok(QuantInfo::qdq(
+            (ScaleRule::Floor, "ignore"),
+            dt,
             k,
-            fake_out: Some(m.root()),
-            q: None,
-            scale: None,
-            shape_nodes: Vec::new(),
-        });
+            m.root(),
+        ));
     }
     let (Some(reshape), Some(rmax), Some(cast), Some(ql)) = (
         m.node(h.reshape).or(m.node(h.reshape_abs)),
