@@ -30,6 +30,10 @@ struct Case {
     scale_dims: Vec<i64>,
     /// The weight's blocked axis (1 of `[N, K]`).
     w_axis: i64,
+    /// A second Linear on the same activation with its own quantize pair (as ModelOpt exports
+    /// every Linear), spelled with the attributes left at their defaults so that the offline
+    /// chain merge does not see a duplicate: the fusion takes it as a sibling.
+    sibling: bool,
 }
 
 impl Default for Case {
@@ -43,6 +47,7 @@ impl Default for Case {
             scales: vec![127; (N * K / 32) as usize],
             scale_dims: vec![N, K / 32],
             w_axis: 1,
+            sibling: false,
         }
     }
 }
@@ -99,6 +104,40 @@ fn build(c: &Case) -> ModelBuilder {
         &[("perm", Attr::Is(&[1, 0]))],
     )
     .node("MatMul", &[&act, "wt"], &["y"]);
+    if c.sibling {
+        let values: Vec<u8> = (0..N * K).map(|i| ((i * 11) % 0x7E) as u8).collect();
+        let dq_attrs = [("output_dtype", Attr::I(c.dtype as i64))];
+        b.output("y2", c.dtype, &[4, N])
+            .node_in(
+                "trt",
+                "TRT_MXFP8DynamicQuantize",
+                &["normed"],
+                &["q2", "s2"],
+                &[],
+            )
+            .node_in(
+                "trt",
+                "TRT_MXFP8DequantizeLinear",
+                &["q2", "s2"],
+                &["a2"],
+                &dq_attrs,
+            )
+            .trt_mx_weight(
+                "w2",
+                (&[N, K], values),
+                (&c.scale_dims, c.scales.clone()),
+                c.w_axis,
+                c.dtype,
+            )
+            .node_in(
+                "",
+                "Transpose",
+                &["w2"],
+                &["w2t"],
+                &[("perm", Attr::Is(&[1, 0]))],
+            )
+            .node("MatMul", &["a2", "w2t"], &["y2"]);
+    }
     b
 }
 
@@ -139,6 +178,25 @@ fn norm_and_matmul_fuse_with_the_rceil_rule() {
     assert_eq!(matmul_weight_scale_type(&g), FLOAT8E8M0);
     let mm = first_node(&g, "MxMatMul");
     assert_eq!(node_attr(&g, mm, "trans_b"), AttrValue::Int(1));
+}
+
+#[test]
+fn a_sibling_quantizer_of_the_same_activation_goes_with_the_fusion() {
+    let (report, g) = rewrite(&Case {
+        sibling: true,
+        ..Case::default()
+    });
+    assert_eq!(report.merged_duplicates, 0, "{report:#?}");
+    assert_eq!(report.counts["add_rmsnorm_mxquant"], 1, "{report:#?}");
+    assert_eq!(report.counts["mxquant"], 0, "{report:#?}");
+    let ops = graph_rewrites::testing::op_types(&g);
+    assert!(!has_trt_nodes(&g), "{ops:?}");
+    assert_eq!(
+        ops.iter().filter(|o| *o == "MxMatMul").count(),
+        2,
+        "{ops:?}"
+    );
+    assert!(!ops.iter().any(|o| o == "MxQuantize"), "{ops:?}");
 }
 
 #[test]

@@ -47,7 +47,7 @@ use crate::view::{
     QUARK_DOMAIN,
 };
 
-use super::spellings::modelopt::{e8m0_scales, is_trt_dequantize, trt_weight};
+use super::spellings::modelopt::{e8m0_scales, is_trt_dequantize, sibling_pairs, trt_weight};
 use super::spellings::mx_quant::BLOCK;
 use super::spellings::rms_norm::fmt_shape;
 
@@ -1061,6 +1061,18 @@ pub fn consumers_for(
         _ => return Err(reject!("internal: quantize spelling without outputs")),
     };
     c.shape = info.shape_nodes.clone();
+    // ModelOpt's per-Linear quantizers of the same activation: a sibling pair whose readers
+    // are all absorbed MatMuls goes with the fusion, its MatMuls reading this quantizer's bytes.
+    if let Some(fake) = info.fake_out {
+        for (qn, dqn, out) in sibling_pairs(g, fake) {
+            let (uses, kept, reshapes) = split_readers(g, out, info.k, info.dtype);
+            if kept.is_empty() && !uses.is_empty() {
+                c.matmuls.extend(uses);
+                c.dequant.extend(reshapes);
+                c.dequant.extend([qn, dqn]);
+            }
+        }
+    }
     let absorbed: Vec<NodeId> = c.matmuls.iter().map(|u| u.node).collect();
     for u in &c.matmuls {
         if let Weight::Float(b) = u.weight {

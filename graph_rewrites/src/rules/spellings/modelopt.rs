@@ -158,3 +158,54 @@ pub fn e8m0_scales(e: &mut Emit<'_>, scales: ValueId) -> Result<ValueId, String>
     };
     Ok(e.initializer(&format!("{name}_e8m0"), proto))
 }
+
+/// The other ModelOpt quantize pairs of the activation whose pair ends in `qdq` (the output of a
+/// `TRT_MXFP8DequantizeLinear`): ModelOpt gives every Linear its own input quantizer, so q, k
+/// and v quantize one activation three times. Each sibling returned passes the same checks
+/// (its quantizer read only by its dequantizer), so it computes the same bytes:
+/// `(quantizer, dequantizer, its output)`. ONNX Runtime's common-subexpression pass does not
+/// merge `trt` nodes, so online a fusion takes the siblings' MatMuls itself (offline
+/// `merge_quant_chains` has merged them already).
+pub fn sibling_pairs(g: &dyn GraphView, qdq: ValueId) -> Vec<(NodeId, NodeId, ValueId)> {
+    let Some((dq, 0)) = g.producer(qdq) else {
+        return Vec::new();
+    };
+    let Some((quant, 0)) = g
+        .inputs(dq)
+        .first()
+        .copied()
+        .flatten()
+        .and_then(|v| g.producer(v))
+    else {
+        return Vec::new();
+    };
+    let Some(x) = g.inputs(quant).first().copied().flatten() else {
+        return Vec::new();
+    };
+    let (rank, dt) = match g.tensor_info(x) {
+        Some(i) => (i.shape.map_or(0, |s| s.len()), i.elem_type),
+        None => return Vec::new(),
+    };
+    let mut out = Vec::new();
+    for &(qn, _) in g.consumers(x).iter() {
+        let is_quant = g.domain(qn) == TRT_DOMAIN && g.op_type(qn) == "TRT_MXFP8DynamicQuantize";
+        if qn == quant || !is_quant || out.iter().any(|&(q, _, _)| q == qn) {
+            continue;
+        }
+        let (q, s) = match g.outputs(qn) {
+            [q, s] => (*q, *s),
+            _ => continue,
+        };
+        let readers: Vec<NodeId> = g.consumers(q).iter().map(|&(r, _)| r).collect();
+        let [dqn] = readers[..] else { continue };
+        let pair_only = is_trt_dequantize(g, dqn)
+            && g.inputs(dqn).get(1).copied().flatten() == Some(s)
+            && g.consumers(s).iter().all(|&(r, _)| r == dqn)
+            && !g.is_graph_output(q)
+            && !g.is_graph_output(s);
+        if pair_only && check_trt_pair(g, (qn, dqn), rank, dt).is_ok() {
+            out.push((qn, dqn, g.outputs(dqn)[0]));
+        }
+    }
+    out
+}
