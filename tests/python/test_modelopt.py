@@ -137,7 +137,7 @@ def test_decoder_layer_fuses_offline_and_in_the_ep(lib, ep_devices, mxfuse_cli, 
     claimed = claimed_ops(ep)
     # All six quantizers and six MatMuls are claimed. ORT's common-subexpression pass does not
     # merge the five `trt` quantizers of `normed` (offline the rewrite does): online the norm
-    # fuses with one, the other four become MxQuantize (the same bytes, checked below).
+    # fusion takes the four siblings with their MatMuls (`modelopt::sibling_pairs`).
     assert claimed.count("TRT_MXFP8DynamicQuantize") == 6 and claimed.count("MatMul") == 6, claimed
     offline = offline_session(fused, lib)
     ref = reference(src)
