@@ -87,25 +87,8 @@ fn build(c: &Case) -> ModelBuilder {
         b.trt_mx_qdq(&act, "act_qdq", c.act, c.dq_dtype.unwrap_or(c.dtype));
         act = "act_qdq".into();
     }
-    // E4M3 bytes avoiding the NaN codes 0x7F / 0xFF.
-    let values: Vec<u8> = (0..N * K).map(|i| ((i * 37) % 0x7E) as u8).collect();
-    b.trt_mx_weight(
-        "w",
-        (&[N, K], values),
-        (&c.scale_dims, c.scales.clone()),
-        c.w_axis,
-        c.dtype,
-    )
-    .node_in(
-        "",
-        "Transpose",
-        &["w"],
-        &["wt"],
-        &[("perm", Attr::Is(&[1, 0]))],
-    )
-    .node("MatMul", &[&act, "wt"], &["y"]);
+    linear(&mut b, c, (&act, "w", "y"), 37);
     if c.sibling {
-        let values: Vec<u8> = (0..N * K).map(|i| ((i * 11) % 0x7E) as u8).collect();
         let dq_attrs = [("output_dtype", Attr::I(c.dtype as i64))];
         b.output("y2", c.dtype, &[4, N])
             .node_in(
@@ -121,24 +104,27 @@ fn build(c: &Case) -> ModelBuilder {
                 &["q2", "s2"],
                 &["a2"],
                 &dq_attrs,
-            )
-            .trt_mx_weight(
-                "w2",
-                (&[N, K], values),
-                (&c.scale_dims, c.scales.clone()),
-                c.w_axis,
-                c.dtype,
-            )
-            .node_in(
-                "",
-                "Transpose",
-                &["w2"],
-                &["w2t"],
-                &[("perm", Attr::Is(&[1, 0]))],
-            )
-            .node("MatMul", &["a2", "w2t"], &["y2"]);
+            );
+        linear(&mut b, c, ("a2", "w2", "y2"), 11);
     }
     b
+}
+
+/// `out = MatMul(act, Transpose(w))`, w a ModelOpt weight `[N, K]` (E4M3 bytes from `seed`,
+/// avoiding the NaN codes 0x7F / 0xFF; the case's scales, dims and axis).
+fn linear(b: &mut ModelBuilder, c: &Case, (act, w, out): (&str, &str, &str), seed: i64) {
+    let values: Vec<u8> = (0..N * K).map(|i| ((i * seed) % 0x7E) as u8).collect();
+    let wt = format!("{w}_t");
+    let perm = [("perm", Attr::Is(&[1, 0]))];
+    b.trt_mx_weight(
+        w,
+        (&[N, K], values),
+        (&c.scale_dims, c.scales.clone()),
+        c.w_axis,
+        c.dtype,
+    )
+    .node_in("", "Transpose", &[w], &[&wt], &perm)
+    .node("MatMul", &[act, &wt], &[out]);
 }
 
 fn rewrite(c: &Case) -> (RewriteReport, Graph) {
