@@ -39,7 +39,8 @@ pub fn trt_axis_block(g: &dyn GraphView, n: NodeId) -> (i64, i64) {
 
 /// The ModelOpt pair `TRT_MXFP8DequantizeLinear(TRT_MXFP8DynamicQuantize(x))` on a rank-`rank`
 /// activation of type `dt`: both blocked 32 along the last axis, E4M3 values, the dequantizer
-/// writing x's own type; x float16 or bfloat16 (the module docs say why float is refused).
+/// writing x's own type; x float16 or bfloat16 (the `mx_quant` module docs say why float is
+/// refused).
 pub(crate) fn check_trt_pair(
     g: &dyn GraphView,
     (qn, dqn): (NodeId, NodeId),
