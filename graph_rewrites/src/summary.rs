@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::pattern::predicates::dtype;
 use crate::pipeline::{Fusion, Rejection};
-use crate::view::{GraphView, MXFUSE_DOMAIN, ONNX_DOMAIN, QUARK_DOMAIN};
+use crate::view::{GraphView, MXFUSE_DOMAIN, ONNX_DOMAIN, QUARK_DOMAIN, TRT_DOMAIN};
 
 /// Separate activation-quantize ops (each is a kernel launch and a memory pass).
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
@@ -27,7 +27,8 @@ pub struct LayerSummary {
 
 /// Counts standalone MX activation quantizers: `QuantizeLinear` with an E8M0 scale, Quark
 /// `MXQuantizeDequantize` on anything but a constant (weight quantizers are folded offline in
-/// deployment), and `com.mxfuse::MxQuantize` / `MxQuantizeLinear`.
+/// deployment), TensorRT's `TRT_MXFP8DynamicQuantize`, and `com.mxfuse::MxQuantize` /
+/// `MxQuantizeLinear`.
 pub fn count_quantize_ops(g: &dyn GraphView) -> usize {
     g.nodes()
         .iter()
@@ -45,7 +46,8 @@ pub fn count_quantize_ops(g: &dyn GraphView) -> usize {
                 .copied()
                 .flatten()
                 .is_some_and(|x| !g.is_constant(x)),
-            (MXFUSE_DOMAIN, "MxQuantize" | "MxQuantizeLinear") => true,
+            (MXFUSE_DOMAIN, "MxQuantize" | "MxQuantizeLinear")
+            | (TRT_DOMAIN, "TRT_MXFP8DynamicQuantize") => true,
             _ => false,
         })
         .count()

@@ -264,6 +264,67 @@ impl ModelBuilder {
         )
     }
 
+    /// NVIDIA ModelOpt's MXFP8 activation quantize: `trt::TRT_MXFP8DynamicQuantize(input, axis,
+    /// block_size, output_dtype = FLOAT8E4M3FN)` = `{output}_q`, `{output}_s` (uint8), then
+    /// `trt::TRT_MXFP8DequantizeLinear(…, axis, block_size, output_dtype = out_dtype)` = `output`.
+    pub fn trt_mx_qdq(
+        &mut self,
+        input: &str,
+        output: &str,
+        (block_size, axis): (i64, i64),
+        out_dtype: i32,
+    ) -> &mut Self {
+        use crate::pattern::predicates::dtype::FLOAT8E4M3FN;
+        let (q, s) = (format!("{output}_q"), format!("{output}_s"));
+        let q_attrs = [
+            ("axis", Attr::I(axis)),
+            ("block_size", Attr::I(block_size)),
+            ("output_dtype", Attr::I(FLOAT8E4M3FN as i64)),
+        ];
+        let dq_attrs = [
+            ("axis", Attr::I(axis)),
+            ("block_size", Attr::I(block_size)),
+            ("output_dtype", Attr::I(out_dtype as i64)),
+        ];
+        self.node_in(
+            "trt",
+            "TRT_MXFP8DynamicQuantize",
+            &[input],
+            &[&q, &s],
+            &q_attrs,
+        )
+        .node_in(
+            "trt",
+            "TRT_MXFP8DequantizeLinear",
+            &[&q, &s],
+            &[output],
+            &dq_attrs,
+        )
+    }
+
+    /// A ModelOpt MXFP8 weight: E4M3 `values` `dims` and uint8 E8M0 `scales` (`scale_dims`)
+    /// initializers `{w}_fp8`, `{w}_scale`, dequantized to `out_dtype` along `axis` by
+    /// `trt::TRT_MXFP8DequantizeLinear` = `w`.
+    pub fn trt_mx_weight(
+        &mut self,
+        w: &str,
+        (dims, values): (&[i64], Vec<u8>),
+        (scale_dims, scales): (&[i64], Vec<u8>),
+        axis: i64,
+        out_dtype: i32,
+    ) -> &mut Self {
+        use crate::pattern::predicates::dtype::{FLOAT8E4M3FN, UINT8};
+        let (v, s) = (format!("{w}_fp8"), format!("{w}_scale"));
+        let attrs = [
+            ("axis", Attr::I(axis)),
+            ("block_size", Attr::I(32)),
+            ("output_dtype", Attr::I(out_dtype as i64)),
+        ];
+        self.init_raw(&v, FLOAT8E4M3FN, dims, values)
+            .init_raw(&s, UINT8, scale_dims, scales)
+            .node_in("trt", "TRT_MXFP8DequantizeLinear", &[&v, &s], &[w], &attrs)
+    }
+
     pub fn model(&self) -> ModelProto {
         ModelProto {
             ir_version: Some(10),

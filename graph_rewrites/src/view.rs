@@ -29,6 +29,9 @@ pub const ONNX_DOMAIN: &str = "";
 pub const MS_DOMAIN: &str = "com.microsoft";
 /// AMD Quark's custom-op domain.
 pub const QUARK_DOMAIN: &str = "com.amd.quark";
+/// NVIDIA TensorRT's custom-op domain (TensorRT Model Optimizer's MXFP8 exports:
+/// `TRT_MXFP8DynamicQuantize`, `TRT_MXFP8DequantizeLinear`; docs/ops.md, "ModelOpt spelling").
+pub const TRT_DOMAIN: &str = "trt";
 /// The domain of the ops mxfuse emits (documented in docs/ops.md).
 pub const MXFUSE_DOMAIN: &str = "com.mxfuse";
 

@@ -18,6 +18,7 @@ use graph_rewrites::view::{Dim, TensorInfo};
 /// ONNX `TensorProto.DataType` numbers used by the com.mxfuse ops.
 pub mod onnx_dtype {
     pub const FLOAT: i32 = 1;
+    pub const UINT8: i32 = 2;
     pub const INT32: i32 = 6;
     pub const INT64: i32 = 7;
     pub const FLOAT16: i32 = 10;
@@ -43,6 +44,8 @@ pub fn onnx_from_ort(t: OrtType) -> i32 {
 pub fn ort_from_onnx(t: i32) -> Result<OrtType> {
     Ok(match t {
         onnx_dtype::FLOAT => OrtType::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT,
+        // TensorRT's E8M0 scales (`trt` ops, ops::trt).
+        onnx_dtype::UINT8 => OrtType::ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8,
         onnx_dtype::FLOAT16 => OrtType::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16,
         onnx_dtype::BFLOAT16 => OrtType::ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16,
         onnx_dtype::FLOAT8E4M3FN => OrtType::ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FN,

@@ -3,7 +3,7 @@
 
 use crate::onnx_pb::{ModelProto, NodeProto};
 use crate::pattern::predicates::dtype::FLOAT8E8M0;
-use crate::view::{GraphView, QUARK_DOMAIN};
+use crate::view::{GraphView, QUARK_DOMAIN, TRT_DOMAIN};
 
 /// Lines when the rewritten graph keeps AMD Quark nodes. `MXQuantizeDequantize` (the ones the
 /// rules refused): the custom-op library does not register Quark's domain (ORT fails a session
@@ -33,6 +33,19 @@ pub fn foreign_note(g: &impl GraphView) -> String {
         out.push_str(&format!(
             "note: {} other {QUARK_DOMAIN} node(s): only AMD Quark's custom-op library runs those\n",
             quark.len() - mx
+        ));
+    }
+    let trt = g
+        .nodes()
+        .iter()
+        .filter(|&&n| g.domain(n) == TRT_DOMAIN)
+        .count();
+    if trt > 0 {
+        out.push_str(&format!(
+            "note: {trt} {TRT_DOMAIN} node(s) (TensorRT Model Optimizer) stay unfused: ONNX Runtime \
+             runs the rewritten model with the mxfuse plugin EP (which publishes \
+             TRT_MXFP8DynamicQuantize / TRT_MXFP8DequantizeLinear), not with the mxfuse custom-op \
+             library alone\n"
         ));
     }
     out
@@ -112,6 +125,7 @@ fn is_mx_node(n: &NodeProto) -> bool {
     };
     match (domain, op) {
         (QUARK_DOMAIN, "MXQuantizeDequantize") => true,
+        (TRT_DOMAIN, "TRT_MXFP8DynamicQuantize" | "TRT_MXFP8DequantizeLinear") => true,
         ("" | "ai.onnx", "Cast") => int_attr("to") == Some(i64::from(FLOAT8E8M0)),
         ("" | "ai.onnx", "QuantizeLinear" | "DequantizeLinear") => {
             int_attr("block_size").is_some_and(|b| b > 0)

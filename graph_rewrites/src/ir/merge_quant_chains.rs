@@ -19,7 +19,7 @@ use std::collections::HashMap;
 
 use super::{Graph, SUBGRAPH_USE_SLOT};
 use crate::pattern::predicates::known_dims;
-use crate::view::{GraphView, NodeId, ValueId, ONNX_DOMAIN, QUARK_DOMAIN};
+use crate::view::{GraphView, NodeId, ValueId, ONNX_DOMAIN, QUARK_DOMAIN, TRT_DOMAIN};
 
 /// The op types of an MX quantize chain (both spellings), which are merged when duplicated.
 const CHAIN_OPS: &[(&str, &str)] = &[
@@ -33,6 +33,10 @@ const CHAIN_OPS: &[(&str, &str)] = &[
     (ONNX_DOMAIN, "QuantizeLinear"),
     (ONNX_DOMAIN, "DequantizeLinear"),
     (QUARK_DOMAIN, "MXQuantizeDequantize"),
+    // ModelOpt gives each Linear its own input quantizer: q, k and v quantize one activation
+    // three times.
+    (TRT_DOMAIN, "TRT_MXFP8DynamicQuantize"),
+    (TRT_DOMAIN, "TRT_MXFP8DequantizeLinear"),
     // A block shape computed from `Shape(x)` (symbolic dims): each chain computes its own.
     (ONNX_DOMAIN, "Shape"),
     (ONNX_DOMAIN, "Slice"),
@@ -90,8 +94,8 @@ pub fn merge_duplicate_quant_chains(g: &mut Graph) -> usize {
     merged
 }
 
-/// An MX quantize: a `Cast` to FLOAT8E8M0, a `QuantizeLinear` with an E8M0 scale, or Quark's
-/// fake-quant.
+/// An MX quantize: a `Cast` to FLOAT8E8M0, a `QuantizeLinear` with an E8M0 scale, Quark's
+/// fake-quant, or TensorRT's dynamic quantizer.
 fn quantizes_mx(g: &Graph, n: NodeId) -> bool {
     use crate::pattern::predicates::{dtype::FLOAT8E8M0, scale_is_e8m0};
     match (g.domain(n), g.op_type(n)) {
@@ -99,7 +103,7 @@ fn quantizes_mx(g: &Graph, n: NodeId) -> bool {
             matches!(g.attr(n, "to"), Some(crate::view::AttrValue::Int(t)) if t == FLOAT8E8M0 as i64)
         }
         (ONNX_DOMAIN, "QuantizeLinear") => scale_is_e8m0(g, n),
-        (QUARK_DOMAIN, "MXQuantizeDequantize") => true,
+        (QUARK_DOMAIN, "MXQuantizeDequantize") | (TRT_DOMAIN, "TRT_MXFP8DynamicQuantize") => true,
         _ => false,
     }
 }

@@ -4,7 +4,7 @@
 //! model's opset import for the node's domain. Patterns accept an explicit set of since-versions,
 //! so an op whose semantics changed in a version we have not reviewed is refused, not guessed.
 
-use crate::view::{GraphView, NodeId, MS_DOMAIN, ONNX_DOMAIN, QUARK_DOMAIN};
+use crate::view::{GraphView, NodeId, MS_DOMAIN, ONNX_DOMAIN, QUARK_DOMAIN, TRT_DOMAIN};
 
 /// The schema history (since-versions) of the ONNX-domain ops the rules look at.
 /// Source: onnx 1.23.2 `onnx/defs` (Operators.md changelog).
@@ -49,6 +49,8 @@ const OTHER_DOMAIN_OPS: &[(&str, &str)] = &[
     (MS_DOMAIN, "QuickGelu"),
     (MS_DOMAIN, "SkipSimplifiedLayerNormalization"),
     (QUARK_DOMAIN, "MXQuantizeDequantize"),
+    (TRT_DOMAIN, "TRT_MXFP8DynamicQuantize"),
+    (TRT_DOMAIN, "TRT_MXFP8DequantizeLinear"),
     (crate::view::MXFUSE_DOMAIN, "MxQuantize"),
     (crate::view::MXFUSE_DOMAIN, "MxMatMul"),
     (crate::view::MXFUSE_DOMAIN, "MxDequantize"),

@@ -47,6 +47,7 @@ use crate::view::{
     QUARK_DOMAIN,
 };
 
+use super::spellings::modelopt::{e8m0_scales, is_trt_dequantize, sibling_pairs, trt_weight};
 use super::spellings::mx_quant::BLOCK;
 use super::spellings::rms_norm::fmt_shape;
 
@@ -412,7 +413,8 @@ fn mx_weight_behind(g: &dyn GraphView, b: ValueId) -> Option<String> {
     for _ in 0..4 {
         let (n, _) = g.producer(v)?;
         let mx = (is_op(g, n, ONNX_DOMAIN, "DequantizeLinear") && scale_is_e8m0(g, n))
-            || is_op(g, n, QUARK_DOMAIN, "MXQuantizeDequantize");
+            || is_op(g, n, QUARK_DOMAIN, "MXQuantizeDequantize")
+            || is_trt_dequantize(g, n);
         if mx {
             let through = if path.is_empty() {
                 String::new()
@@ -529,6 +531,16 @@ pub(crate) fn classify_weight(
                 "weight DequantizeLinear is not MXFP8/MXFP4 along K (E4M3 or E2M1 + E8M0, axis {}, block 32)",
                 if trans_b { 1 } else { 0 }
             ));
+        }
+        if is_trt_dequantize(g, n) {
+            let (values, scales) = trt_weight(g, n, trans_b)?;
+            check_kn(g, values, k, trans_b)?;
+            return Ok(Weight::Mx {
+                values,
+                scales,
+                dequant: n,
+                transpose: None,
+            });
         }
         if is_op(g, n, QUARK_DOMAIN, "MXQuantizeDequantize") {
             let w = g
@@ -761,7 +773,9 @@ pub fn emit_matmuls(
     for u in &c.matmuls {
         let (b, b_scale, trans_b) = match &u.weight {
             Weight::Float(w) => (*w, None, u.trans_b),
-            Weight::Mx { values, scales, .. } => (*values, Some(*scales), u.trans_b),
+            Weight::Mx { values, scales, .. } => {
+                (*values, Some(e8m0_scales(e, *scales)?), u.trans_b)
+            }
             Weight::QuarkFloat { weight, mx, .. } => {
                 let (vals, scales) = prequantize_weight(e, *weight, mx)?;
                 (vals, Some(scales), true)
@@ -1041,12 +1055,24 @@ pub fn consumers_for(
     g: &dyn GraphView,
     info: &super::spellings::mx_quant::QuantInfo,
 ) -> Result<Consumers, Reject> {
-    let mut c = match (info.quark_out, info.q, info.scale) {
+    let mut c = match (info.fake_out, info.q, info.scale) {
         (Some(fake), _, _) => quark_consumers(g, fake, info.k, info.dtype)?,
         (None, Some(q), Some(s)) => standard_consumers(g, q, s, info.k, info.dtype)?,
         _ => return Err(reject!("internal: quantize spelling without outputs")),
     };
     c.shape = info.shape_nodes.clone();
+    // ModelOpt's per-Linear quantizers of the same activation: a sibling pair whose readers
+    // are all absorbed MatMuls goes with the fusion, its MatMuls reading this quantizer's bytes.
+    if let Some(fake) = info.fake_out {
+        for (qn, dqn, out) in sibling_pairs(g, fake) {
+            let (uses, kept, reshapes) = split_readers(g, out, info.k, info.dtype);
+            if kept.is_empty() && !uses.is_empty() {
+                c.matmuls.extend(uses);
+                c.dequant.extend(reshapes);
+                c.dequant.extend([qn, dqn]);
+            }
+        }
+    }
     let absorbed: Vec<NodeId> = c.matmuls.iter().map(|u| u.node).collect();
     for u in &c.matmuls {
         if let Weight::Float(b) = u.weight {

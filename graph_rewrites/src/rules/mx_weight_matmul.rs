@@ -54,6 +54,7 @@ use super::mx_consumers::{
     classify_weight, emit_matmuls, emit_mx_dequantize, is_op, is_weight_dequantize, matmul_use,
     only_read_by, plain_transpose, prequantize_weight_kn, Consumers, Weight,
 };
+use super::spellings::modelopt::{e8m0_scales, is_trt_dequantize};
 use super::spellings::mx_quant::BLOCK;
 use crate::pattern::predicates::{attr_int, dtype, scale_is_e8m0};
 use crate::pattern::{Emit, Fuse, Match, OpId, Pat, Pattern, Reject, Rule, RuleConfig, Site};
@@ -85,8 +86,9 @@ fn weight_is_mx_dequantized(g: &dyn GraphView, n: NodeId) -> bool {
         return true;
     }
     let src = plain_transpose(g, b).map_or(b, |(_, src)| src);
-    g.producer(src)
-        .is_some_and(|(p, i)| i == 0 && is_weight_dequantize(g, p) && scale_is_e8m0(g, p))
+    g.producer(src).is_some_and(|(p, i)| {
+        i == 0 && ((is_weight_dequantize(g, p) && scale_is_e8m0(g, p)) || is_trt_dequantize(g, p))
+    })
 }
 
 /// The node's activation (input 0) is not MX-dequantized: those MatMuls belong to the
@@ -97,7 +99,9 @@ fn activation_is_not_mx(g: &dyn GraphView, n: NodeId) -> bool {
     };
     match g.producer(a) {
         Some((p, _)) => {
-            mx_dequant_of(g, a).is_none() && !is_op(g, p, QUARK_DOMAIN, "MXQuantizeDequantize")
+            mx_dequant_of(g, a).is_none()
+                && !is_op(g, p, QUARK_DOMAIN, "MXQuantizeDequantize")
+                && !is_trt_dequantize(g, p)
         }
         None => true,
     }
@@ -427,6 +431,7 @@ impl Rule for MxWeightMatMulRule {
 
     fn rewrite(&self, _site: &Site, mut p: Params, e: &mut Emit<'_>) -> Result<(), String> {
         if let Some((values, scales, axis, dt, wd)) = p.kept {
+            let scales = e8m0_scales(e, scales)?;
             emit_mx_dequantize(e, (values, scales), axis, dt, wd)?;
         }
         if let Some((w, wf, dt)) = p.quark_kept {

@@ -13,6 +13,7 @@ mod parallel;
 pub(crate) mod reshape;
 pub mod schema;
 pub(crate) mod shape;
+mod trt;
 
 use kernels::ops::{self as k, NormTensors, SwiGluTensors};
 use kernels::{
@@ -73,6 +74,8 @@ pub fn create(attrs: &Attrs) -> Result<Box<dyn Kernel>> {
     let pairs = pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()));
     Ok(match attrs.op() {
         "MXQuantizeDequantize" => Box::new(foreign::QuarkFakeQuant::new(attrs)?),
+        "TRT_MXFP8DynamicQuantize" => Box::new(trt::TrtDynamicQuantize::new(attrs)?),
+        "TRT_MXFP8DequantizeLinear" => Box::new(trt::TrtDequantize::new(attrs)?),
         "MxQuantize" => Box::new(MxQuantAttrs::from_pairs(pairs)?),
         "AddRmsNormMxQuant" => Box::new(AddRmsNormAttrs::from_pairs(pairs)?),
         "SwiGluMxQuant" => Box::new(SwiGluAttrs::from_pairs(pairs)?),

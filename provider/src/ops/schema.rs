@@ -210,13 +210,51 @@ pub const QUARK_MX_QDQ: OpSchema = OpSchema {
     ],
 };
 
+/// TensorRT's MXFP8 dynamic quantizer as TensorRT Model Optimizer exports it (domain `trt`,
+/// which ORT does not know): E4M3 values and uint8 E8M0 scales; the rules fuse it
+/// (docs/ops.md, "ModelOpt spelling").
+pub const TRT_MXFP8_DYNAMIC_QUANTIZE: OpSchema = OpSchema {
+    domain: "trt",
+    name: "TRT_MXFP8DynamicQuantize",
+    inputs: &[req("x")],
+    outputs: &[
+        typed(req("x_fp8"), onnx_dtype::FLOAT8E4M3FN),
+        typed(req("x_scale"), onnx_dtype::UINT8),
+    ],
+    attrs: &[
+        ("axis", AttrKind::Int),
+        ("block_size", AttrKind::Int),
+        ("output_dtype", AttrKind::Int),
+    ],
+};
+
+/// TensorRT's MXFP8 dequantizer (domain `trt`): E4M3 values times uint8 E8M0 scales.
+pub const TRT_MXFP8_DEQUANTIZE_LINEAR: OpSchema = OpSchema {
+    domain: "trt",
+    name: "TRT_MXFP8DequantizeLinear",
+    inputs: &[
+        typed(req("x"), onnx_dtype::FLOAT8E4M3FN),
+        typed(req("x_scale"), onnx_dtype::UINT8),
+    ],
+    outputs: &[req("y")],
+    attrs: &[
+        ("axis", AttrKind::Int),
+        ("block_size", AttrKind::Int),
+        ("output_dtype", AttrKind::Int),
+    ],
+};
+
 /// Ops of other domains the EP publishes so that models using them load with only the EP
 /// registered (not part of the custom-op library: Quark's own library may provide them).
 ///
 /// `com.microsoft::AllReduce` cannot be published this way: a custom domain named
 /// "com.microsoft" hides every built-in contrib op (QuickGelu, SkipSimplifiedLayerNormalization,
 /// ...) from the session. Models with AllReduce load only on ORT builds that register it (NCCL).
-pub const FOREIGN: &[&OpSchema] = &[&QUARK_MX_QDQ];
+pub const FOREIGN: &[&OpSchema] = &[
+    &QUARK_MX_QDQ,
+    &TRT_MXFP8_DYNAMIC_QUANTIZE,
+    &TRT_MXFP8_DEQUANTIZE_LINEAR,
+];
 
 /// Every op of the domain.
 pub const ALL: &[&OpSchema] = &[

@@ -8,7 +8,9 @@ use super::layout;
 use super::node::{info, IntList, Node};
 use super::shape::{self, known, norm_axes, norm_axis};
 use crate::pattern::predicates::{dtype, scalar_f64};
-use crate::view::{AttrValue, Dim, GraphView, TensorInfo, MS_DOMAIN, MXFUSE_DOMAIN, QUARK_DOMAIN};
+use crate::view::{
+    AttrValue, Dim, GraphView, TensorInfo, MS_DOMAIN, MXFUSE_DOMAIN, QUARK_DOMAIN, TRT_DOMAIN,
+};
 
 const UINT8: i32 = 2;
 const BOOL: i32 = 9;
@@ -25,6 +27,27 @@ pub(super) fn infer_node(c: &Node) -> Vec<TensorInfo> {
         // A fake quantize: float in, same float out.
         QUARK_DOMAIN if op == "MXQuantizeDequantize" => c.same(0),
         MXFUSE_DOMAIN => mxfuse_op(c, op),
+        TRT_DOMAIN => trt_op(c, op),
+        _ => Vec::new(),
+    }
+}
+
+/// TensorRT's MXFP8 ops (ModelOpt exports, docs/ops.md): the quantizer writes E4M3 values
+/// (`output_dtype`, 17 by its schema) and uint8 E8M0 scales, `[..., K/32]` along the last axis
+/// (its default and the only axis inferred here); the dequantizer writes `output_dtype`.
+fn trt_op(c: &Node, op: &str) -> Vec<TensorInfo> {
+    match op {
+        "TRT_MXFP8DynamicQuantize" => {
+            let last = matches!(c.int("axis", -1), Some(-1));
+            let [_, mut scale] = mx_outputs(c.shape(0).filter(|_| last));
+            scale.elem_type = UINT8;
+            let q_type = c.int("output_dtype", 0).unwrap_or(0);
+            vec![info(i32::try_from(q_type).unwrap_or(0), c.shape(0)), scale]
+        }
+        "TRT_MXFP8DequantizeLinear" => {
+            let out = c.int("output_dtype", 0).unwrap_or(0);
+            vec![info(i32::try_from(out).unwrap_or(0), c.shape(0))]
+        }
         _ => Vec::new(),
     }
 }

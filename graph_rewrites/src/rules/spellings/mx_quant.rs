@@ -8,6 +8,11 @@
 //!     ─ Mul(2^-8) | Mul(1/448) | Div(448)                        (element_dtype=fp8_e4m3, block 32,
 //!     ─ Cast(to=FLOAT8E8M0, round_mode) = scale                   axis = last)  = fake-quantized x
 //! x, scale ─ QuantizeLinear(axis=-1, block_size=32, E4M3FN) = q
+//!
+//! NVIDIA TensorRT Model Optimizer (ModelOpt)
+//! x ─ trt::TRT_MXFP8DynamicQuantize(axis=-1, block_size=32, output_dtype=E4M3FN) = q, scale (uint8)
+//! q, scale ─ trt::TRT_MXFP8DequantizeLinear(axis=-1, block_size=32, output_dtype = x's type)
+//!          = quantized-dequantized x
 //! ```
 //!
 //! with the same amax also spelled `x ─ Abs ─ Reshape[..,K/32,32] ─ ReduceMax` (Abs is
@@ -29,6 +34,16 @@
 //!   value to both.
 //! * Quark's op is floor, and its kernel ignores NaN/Inf when picking the block exponent
 //!   (`nan_policy = ignore`).
+//! * The ModelOpt pair is read like Quark's fake quant (its DequantizeLinear's output is the
+//!   quantized-dequantized float the MatMuls read; its uint8 q / scale stay inside the match).
+//!   Its rule is RCEIL (ModelOpt's `MXFP8QTensor` and `compute_e8m0`: ceil(log2(amax/448)),
+//!   cuDNN's block-scale quantize: round-up of amax/448; TensorRT's kernel itself is not
+//!   public): taken for float16 / bfloat16 activations only, where every one of those readings
+//!   gives the same bytes. For float activations ModelOpt's float32 `log2` rounds a block
+//!   maximum a few ulps above 448·2^k down to k (the exact rule: k+1), so those are refused.
+//!   Non-finite activations are outside what the sources define (ModelOpt's reference makes a
+//!   NaN block's scale byte 0 and saturates an Inf); the fusion uses `nan_policy = propagate`
+//!   (docs/ops.md, "ModelOpt spelling").
 //! * The QuantizeLinear must divide in float (`precision` unset or 1, opset ≥ 23): another
 //!   precision rounds x before the division, which the fused quantizers do not do (refused).
 //!
@@ -40,7 +55,7 @@ use crate::pattern::predicates::{
 };
 use crate::pattern::{Match, OpId, Pat, Reject, N, V};
 use crate::reject;
-use crate::view::{Dim, GraphView, NodeId, ValueId, ONNX_DOMAIN, QUARK_DOMAIN};
+use crate::view::{Dim, GraphView, NodeId, ValueId, ONNX_DOMAIN, QUARK_DOMAIN, TRT_DOMAIN};
 
 use super::block_shape::{block_reshape_k, block_shape_nodes, check_block_reshape};
 
@@ -68,6 +83,10 @@ pub struct MxQuantPat {
     pub scale: V,
     pub quantize: N,
     pub quark: N,
+    /// The ModelOpt pair: `TRT_MXFP8DynamicQuantize` and the `TRT_MXFP8DequantizeLinear` of its
+    /// two outputs.
+    pub trt_quantize: N,
+    pub trt_dequantize: N,
 }
 
 /// Declares both spellings of `MXFP8(x)`; the root is an alternative between them.
@@ -162,7 +181,17 @@ pub fn mx_quant(p: &mut Pat, x: V) -> MxQuantPat {
         })
         .node();
     let fake = p.out(quark, 0);
-    let root = p.any_of("mx_quantized", [q, fake]);
+    let trt_quantize = p
+        .op(OpId::new(TRT_DOMAIN, "TRT_MXFP8DynamicQuantize"))
+        .args([x])
+        .node();
+    let (trt_q, trt_scale) = (p.out(trt_quantize, 0), p.out(trt_quantize, 1));
+    let trt_dequantize = p
+        .op(OpId::new(TRT_DOMAIN, "TRT_MXFP8DequantizeLinear"))
+        .args([trt_q, trt_scale])
+        .node();
+    let trt_qdq = p.out(trt_dequantize, 0);
+    let root = p.any_of("mx_quantized", [q, fake, trt_qdq]);
     MxQuantPat {
         x,
         root,
@@ -177,6 +206,8 @@ pub fn mx_quant(p: &mut Pat, x: V) -> MxQuantPat {
         scale,
         quantize,
         quark,
+        trt_quantize,
+        trt_dequantize,
     }
 }
 
@@ -205,14 +236,37 @@ pub struct QuantInfo {
     pub dtype: i32,
     /// Last-axis length (a multiple of 32).
     pub k: i64,
-    /// Quark spelling: the fake-quantized float value; standard: `None`.
-    pub quark_out: Option<ValueId>,
+    /// Quark spelling: the fake-quantized float value; ModelOpt: the output of its
+    /// `TRT_MXFP8DequantizeLinear`; standard: `None`.
+    pub fake_out: Option<ValueId>,
     /// Standard spelling: q and scale.
     pub q: Option<ValueId>,
     pub scale: Option<ValueId>,
     /// The nodes computing a run-time block shape from `Shape(x)` that only the block Reshape
     /// reads: they go with the fusion.
     pub shape_nodes: Vec<NodeId>,
+}
+
+impl QuantInfo {
+    /// A quantize-dequantize spelling (Quark's fake quant, ModelOpt's pair) whose float output
+    /// `out` the MatMuls read.
+    fn qdq(
+        (rule, nan_policy): (ScaleRule, &'static str),
+        dtype: i32,
+        k: i64,
+        out: ValueId,
+    ) -> Self {
+        QuantInfo {
+            rule,
+            nan_policy,
+            dtype,
+            k,
+            fake_out: Some(out),
+            q: None,
+            scale: None,
+            shape_nodes: Vec::new(),
+        }
+    }
 }
 
 /// Names the node where shape information first goes missing upstream of `x` (its inputs have
@@ -281,7 +335,7 @@ pub fn last_dim(g: &dyn GraphView, x: ValueId) -> Result<(usize, i64, i32), Reje
     }
 }
 
-fn is_last_axis(axis: i64, rank: usize) -> bool {
+pub(crate) fn is_last_axis(axis: i64, rank: usize) -> bool {
     axis == -1 || axis == rank as i64 - 1
 }
 
@@ -312,6 +366,15 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
             }
         }
     };
+    if let (Some(qn), Some(dqn)) = (m.node(h.trt_quantize), m.node(h.trt_dequantize)) {
+        super::modelopt::check_trt_pair(g, (qn, dqn), rank, dt)?;
+        return Ok(QuantInfo::qdq(
+            (ScaleRule::Rceil, "propagate"),
+            dt,
+            k,
+            m.root(),
+        ));
+    }
     if let Some(n) = m.node(h.quark) {
         let elem = attr_string(g.attr(n, "element_dtype"), "int8").unwrap_or_default();
         if elem != "fp8_e4m3" {
@@ -332,16 +395,12 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
                 "Quark MX quantizes axis {axis}, not the last axis of a rank-{rank} tensor"
             ));
         }
-        return Ok(QuantInfo {
-            rule: ScaleRule::Floor,
-            nan_policy: "ignore",
-            dtype: dt,
+        return Ok(QuantInfo::qdq(
+            (ScaleRule::Floor, "ignore"),
+            dt,
             k,
-            quark_out: Some(m.root()),
-            q: None,
-            scale: None,
-            shape_nodes: Vec::new(),
-        });
+            m.root(),
+        ));
     }
     let (Some(reshape), Some(rmax), Some(cast), Some(ql)) = (
         m.node(h.reshape).or(m.node(h.reshape_abs)),
@@ -407,7 +466,7 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
         nan_policy: "propagate",
         dtype: dt,
         k,
-        quark_out: None,
+        fake_out: None,
         q: Some(m.root()),
         scale: Some(m[h.scale]),
         shape_nodes,
