@@ -39,11 +39,20 @@ import atexit
 import os
 import sys
 
-import ml_dtypes
-import numpy as np
-import onnx
-import onnxruntime as ort
-from onnx.reference import ReferenceEvaluator
+try:
+    import ml_dtypes
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnx.reference import ReferenceEvaluator
+except ImportError as e:  # a newcomer's first run: one line saying what to install, not a traceback
+    sys.exit(f"run_in_ort.py needs {e.name or e}: pip install onnxruntime==1.31.1 onnx==1.23.2 numpy ml_dtypes "
+             "(what scripts/quickstart.sh installs)")
+
+# The plugin EP API (register_execution_provider_library, add_provider_for_devices) and the
+# library's OrtApi version: ONNX Runtime 1.31 (docs/provider.md). An older one failed with an
+# AttributeError traceback (< 1.22) or the library's refusal after the reference run.
+ORT_MIN = (1, 31)
 
 # The numpy kernels of com.microsoft SimplifiedLayerNormalization / SkipSimplifiedLayerNormalization /
 # QuickGelu / AllReduce and com.amd.quark MXQuantizeDequantize (fp8_e4m3, block 32) that
@@ -257,6 +266,29 @@ def ep_session_options(lib):
     return so
 
 
+def check_ort_version(version):
+    """Exits with one line when ONNX Runtime is older than the plugin EP API the script uses."""
+    try:
+        have = tuple(int(p) for p in version.split(".")[:2])
+    except ValueError:  # a dev build's odd version string: let ORT itself decide
+        return
+    if have < ORT_MIN:
+        sys.exit(f"onnxruntime {version} is too old: mxfuse needs ONNX Runtime >= {ORT_MIN[0]}.{ORT_MIN[1]} "
+                 "(pip install onnxruntime==1.31.1)")
+
+
+def check_model(path):
+    """Exits with one line when `path` is not a readable ONNX model (the traceback of `open` or of
+    protobuf's "Wire format was corrupt" before; new-user probe 9)."""
+    if not os.path.isfile(path):
+        sys.exit(f"{path}: no such file" if not os.path.exists(path) else f"{path}: not a file")
+    try:
+        onnx.load(path, load_external_data=False)
+    except Exception as e:  # protobuf's DecodeError, or an unreadable file
+        why = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        sys.exit(f"{path}: not a valid ONNX model ({why})")
+
+
 def library_path(given):
     """The absolute path of the mxfuse library: LIB.so as given, else this checkout's release
     build, else the installed wheel's; exits with what to do when there is none (ORT's own error
@@ -284,6 +316,9 @@ def main():
         print(__doc__.strip())
         sys.exit(0)
     original, rewritten, lib, dims, npz = parse_args(sys.argv[1:])
+    check_ort_version(ort.__version__)
+    for path in (original, rewritten):
+        check_model(path)
     lib = library_path(lib)
     if npz:
         with np.load(npz) as z:

@@ -211,3 +211,29 @@ def test_run_in_ort_says_when_the_two_paths_fused_different_sites(tmp_path, lib,
         assert "the plugin EP took 104 of the original model's nodes, the offline rewrite 51: they fused different sites" in out, out
     else:
         assert out.rstrip().endswith("OK"), out
+
+
+def test_run_in_ort_bad_model_paths_and_old_ort_are_one_line(tmp_path):
+    """New-user probe 9: a mistyped model path and a file that is not ONNX ended in a traceback
+    (`open`'s FileNotFoundError, protobuf's DecodeError); an ONNX Runtime older than 1.31 in an
+    AttributeError (no `register_execution_provider_library`) or the library's refusal after the
+    reference run. Each is now one line on stderr, exit 1, before anything runs."""
+    script = str(ROOT / "scripts" / "run_in_ort.py")
+    good = str(SAMPLES / "mxfp8_dynamic_quant_opset24.onnx")
+    (tmp_path / "notes.onnx").write_text("not a model\n")
+    for args, says in [
+        (["no/such/model.onnx", good], "no/such/model.onnx: no such file"),
+        ([good, "no/such/fused.onnx"], "no/such/fused.onnx: no such file"),
+        ([str(tmp_path), good], f"{tmp_path}: not a file"),
+        ([str(tmp_path / "notes.onnx"), good], f"{tmp_path / 'notes.onnx'}: not a valid ONNX model ("),
+    ]:
+        run = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=120)
+        assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+        err = run.stderr.strip()
+        assert err.startswith(says) and "\n" not in err, err
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from run_in_ort import check_ort_version
+    check_ort_version("1.31.1")
+    check_ort_version("1.32.0.dev20261201")
+    with pytest.raises(SystemExit, match=r"onnxruntime 1\.22\.1 is too old: mxfuse needs ONNX Runtime >= 1\.31"):
+        check_ort_version("1.22.1")
