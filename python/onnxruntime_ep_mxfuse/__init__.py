@@ -59,6 +59,19 @@ def get_ep_names() -> list:
     return [_EP_NAME]
 
 
+def _require_plugin_ep_api(ort_module, function: str) -> None:
+    """Raises ``RuntimeError`` naming the version when ``ort_module`` predates the plugin EP API
+    (an ONNX Runtime before 1.23 has no ``register_execution_provider_library`` /
+    ``get_ep_devices``, and register() and get_ep_devices() failed with a bare AttributeError;
+    1.23-1.30 have it, and the library itself refuses them with "needs ONNX Runtime >= 1.31")."""
+    if not hasattr(ort_module, function):
+        version = getattr(ort_module, "__version__", "?")
+        raise RuntimeError(
+            f"onnxruntime {version} is too old for {_EP_NAME}: it needs ONNX Runtime >= 1.31 "
+            "(pip install onnxruntime==1.31.1)"
+        )
+
+
 # Held across register()'s check and registration: threads calling it at once (a serving
 # process's workers at start-up) all found the EP unregistered, and all but the first failed
 # with the library's "already registered with ONNX Runtime".
@@ -70,6 +83,7 @@ def register(ort_module=None) -> None:
     safe to call from several threads at once)."""
     if ort_module is None:
         import onnxruntime as ort_module
+    _require_plugin_ep_api(ort_module, "register_execution_provider_library")
     with _REGISTER_LOCK:
         if _EP_NAME not in ort_module.get_available_providers():
             ort_module.register_execution_provider_library(_EP_NAME, get_library_path())
@@ -89,6 +103,7 @@ def get_ep_devices(ort_module=None, device: str = "auto") -> list:
         import onnxruntime as ort_module
     if device not in ("cpu", "gpu", "auto"):
         raise ValueError(f"device must be 'cpu', 'gpu' or 'auto', got {device!r}")
+    _require_plugin_ep_api(ort_module, "get_ep_devices")
     mine = [d for d in ort_module.get_ep_devices() if d.ep_name == _EP_NAME]
     if not mine:
         raise RuntimeError(

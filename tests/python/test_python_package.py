@@ -141,3 +141,15 @@ def test_register_from_several_threads_at_once_registers_once(tmp_path, lib):
                           str(tmp_path / "onnxruntime_ep_mxfuse" / "__init__.py")],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "registered once" in out.stdout, out.stderr[-2000:]
+
+
+def test_register_and_get_ep_devices_say_when_onnxruntime_is_too_old(tmp_path, lib):
+    """New-user probe 9: with onnxruntime 1.22 (no plugin EP API) register() and get_ep_devices()
+    failed with "module 'onnxruntime' has no attribute 'register_execution_provider_library'"."""
+    import types
+    mx = load_package(tmp_path, lib)
+    old = types.SimpleNamespace(__version__="1.22.1", get_available_providers=lambda: ["CPUExecutionProvider"])
+    for call in (lambda: mx.register(old), lambda: mx.get_ep_devices(old, "cpu")):
+        with pytest.raises(RuntimeError, match=r"onnxruntime 1\.22\.1 is too old for MxFuseExecutionProvider: "
+                                               r"it needs ONNX Runtime >= 1\.31"):
+            call()
