@@ -7,7 +7,7 @@
 //! Its own test binary: the example creates the process's `ort` environment itself (`ort` allows
 //! one), where the other end-to-end tests share `ort_harness::env`.
 
-#[allow(dead_code)] // the example's `main`
+#[allow(dead_code)] // the example's `main` and `run`
 #[path = "../provider/examples/ort_plugin_ep.rs"]
 mod example;
 

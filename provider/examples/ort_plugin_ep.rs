@@ -153,7 +153,20 @@ pub fn serve(
     })
 }
 
-fn main() -> Result<(), Box<dyn Error>> {
+/// Prints an error as one `error:` line (its `Display`): returning it from `main` printed its
+/// `Debug` form, e.g. `Error: BadVersion { version_str: "1.22.1", path: ... }` for an old ONNX
+/// Runtime where `ort` says which version it needs.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (ep_lib, model) = match args.as_slice() {
         [lib, model, ..] => (Path::new(lib), Path::new(model)),
