@@ -311,6 +311,16 @@ def library_path(given):
                  "or pass its path as the third argument")
 
 
+def register(lib):
+    """Registers the plugin EP before anything runs; a LIB.so that is not the mxfuse library (or
+    one ORT cannot load) is one line, not the traceback it was after the reference run."""
+    try:
+        ort.register_execution_provider_library(EP_NAME, lib)
+    except Exception as e:  # onnxruntime's Fail / NotImplemented: a missing symbol, a bad file, an old ORT
+        why = (str(e).strip().splitlines() or [type(e).__name__])[0][:240]
+        sys.exit(f"{lib}: ONNX Runtime cannot load it as the mxfuse library ({why})")
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help"):
         print(__doc__.strip())
@@ -320,6 +330,7 @@ def main():
     for path in (original, rewritten):
         check_model(path)
     lib = library_path(lib)
+    register(lib)
     if npz:
         with np.load(npz) as z:
             feeds = {k: z[k] for k in z.files}
@@ -349,7 +360,6 @@ def main():
         print(f"onnx.reference failed on {what}: {why}; comparing the plugin EP with the rewritten model only")
         ref = None
 
-    ort.register_execution_provider_library(EP_NAME, lib)
     so = ep_session_options(lib)
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
     original_run, renamed = with_f64_outputs(original)

@@ -214,8 +214,9 @@ def test_run_in_ort_says_when_the_two_paths_fused_different_sites(tmp_path, lib,
 
 
 def test_run_in_ort_bad_model_paths_and_old_ort_are_one_line(tmp_path):
-    """New-user probe 9: a mistyped model path and a file that is not ONNX ended in a traceback
-    (`open`'s FileNotFoundError, protobuf's DecodeError); an ONNX Runtime older than 1.31 in an
+    """New-user probe 9: a mistyped model path, a file that is not ONNX and a LIB.so that is not
+    the mxfuse library ended in a traceback (`open`'s FileNotFoundError, protobuf's DecodeError,
+    ORT's Fail after the reference run); an ONNX Runtime older than 1.31 in an
     AttributeError (no `register_execution_provider_library`) or the library's refusal after the
     reference run. Each is now one line on stderr, exit 1, before anything runs."""
     script = str(ROOT / "scripts" / "run_in_ort.py")
@@ -226,6 +227,9 @@ def test_run_in_ort_bad_model_paths_and_old_ort_are_one_line(tmp_path):
         ([good, "no/such/fused.onnx"], "no/such/fused.onnx: no such file"),
         ([str(tmp_path), good], f"{tmp_path}: not a file"),
         ([str(tmp_path / "notes.onnx"), good], f"{tmp_path / 'notes.onnx'}: not a valid ONNX model ("),
+        # A LIB.so that is not the mxfuse library: ORT's traceback, after the reference run.
+        ([good, good, str(tmp_path / "notes.onnx")],
+         f"{tmp_path / 'notes.onnx'}: ONNX Runtime cannot load it as the mxfuse library ("),
     ]:
         run = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=120)
         assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
