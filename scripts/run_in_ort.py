@@ -311,6 +311,20 @@ def library_path(given):
                  "or pass its path as the third argument")
 
 
+def load_feeds(npz):
+    """{input name: array} from an .npz; exits with one line when it is missing or not an .npz."""
+    try:
+        z = np.load(npz)
+    except (OSError, ValueError) as e:  # missing, unreadable, or pickled data (not an array file)
+        why = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        sys.exit(f"--feeds {npz}: not a readable .npz of the model's inputs ({why})")
+    if not isinstance(z, np.lib.npyio.NpzFile):  # a bare .npy: one unnamed array
+        sys.exit(f"--feeds {npz}: not a readable .npz of the model's inputs (one array, not one per input "
+                 "name: np.savez(path, **{name: array}))")
+    with z:
+        return {k: z[k] for k in z.files}
+
+
 def register(lib):
     """Registers the plugin EP before anything runs; a LIB.so that is not the mxfuse library (or
     one ORT cannot load) is one line, not the traceback it was after the reference run."""
@@ -329,11 +343,11 @@ def main():
     check_ort_version(ort.__version__)
     for path in (original, rewritten):
         check_model(path)
+    given = load_feeds(npz) if npz else None  # a bad --feeds file fails before the library's log lines
     lib = library_path(lib)
     register(lib)
     if npz:
-        with np.load(npz) as z:
-            feeds = {k: z[k] for k in z.files}
+        feeds = given
         what = f"the inputs of {npz}"
     else:
         sym = symbolic_dims(original, dims=dims)

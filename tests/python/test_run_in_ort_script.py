@@ -230,6 +230,8 @@ def test_run_in_ort_bad_model_paths_and_old_ort_are_one_line(tmp_path):
         # A LIB.so that is not the mxfuse library: ORT's traceback, after the reference run.
         ([good, good, str(tmp_path / "notes.onnx")],
          f"{tmp_path / 'notes.onnx'}: ONNX Runtime cannot load it as the mxfuse library ("),
+        ([good, good, "--feeds", "no/such/inputs.npz"], "--feeds no/such/inputs.npz: not a readable .npz"),
+        ([good, good, "--feeds", str(tmp_path / "notes.onnx")], f"--feeds {tmp_path / 'notes.onnx'}: not a readable"),
     ]:
         run = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=120)
         assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
