@@ -313,96 +313,69 @@ fn gpu_prefill_moe_route_matches_the_cpu_kernel() {
     let ids: Vec<i64> = (0..s)
         .map(|_| [0, 1, 2, 3, 4, -2][rng.below(6)] as i64)
         .collect();
-    let a: Vec<bf16> = (0..s * k).map(|_| bf16::from_f32(rng.normal())).collect();
-    let mut want = vec![0f32; s * n];
-    ops::mx_gather_matmul_laid_out(
-        TensorRef::new(DType::BF16, &[s, 1, k], as_bytes(&a)).unwrap(),
-        TensorRef::new(DType::E4M3, &[e, n, k], &q).unwrap(),
-        TensorRef::new(DType::E8M0, &[e, n, k / 32], &sc).unwrap(),
-        &ids,
-        TensorMut::new(DType::F32, &[s, 1, n], as_bytes_mut(&mut want)).unwrap(),
-        &kernels::MxGatherMatMulAttrs {
-            trans_b: false,
-            output_dtype: DType::F32,
-        },
-        true,
-        &kernels::Serial,
-    )
-    .expect("CPU kernel");
-    let (da, dy) = (upload(&rt, &a), poisoned::<f32>(&rt, s * n));
-    let run = |ids: &[i64], wf: &DeviceBuffer, wsf: &DeviceBuffer| {
-        let ib = upload(&rt, ids);
+    // The CPU kernel's f32 output for activations `a` (`dt`) and expert scales `sc`.
+    let cpu = |dt: DType, a: &[u8], sc: &[u8]| {
+        let mut want = vec![0f32; s * n];
+        ops::mx_gather_matmul_laid_out(
+            TensorRef::new(dt, &[s, 1, k], a).unwrap(),
+            TensorRef::new(DType::E4M3, &[e, n, k], &q).unwrap(),
+            TensorRef::new(DType::E8M0, &[e, n, k / 32], sc).unwrap(),
+            &ids,
+            TensorMut::new(DType::F32, &[s, 1, n], as_bytes_mut(&mut want)).unwrap(),
+            &kernels::MxGatherMatMulAttrs {
+                trans_b: false,
+                output_dtype: DType::F32,
+            },
+            true,
+            &kernels::Serial,
+        )
+        .expect("CPU kernel");
+        want
+    };
+    // The route on activations `a` (`dt`) into f32: whether it took the product, and y.
+    let run = |a: &DeviceBuffer, dt: DType, ids: &[i64], wf: &DeviceBuffer, wsf: &DeviceBuffer| {
+        let (ib, dy) = (upload(&rt, ids), poisoned::<f32>(&rt, s * n));
         let idx = GpuIndices {
             ptr: ib.ptr(),
             count: s,
             wide: true,
         };
         let mm = GpuGatherMatMul {
-            a: da.ptr(),
-            a_dtype: DType::BF16,
+            a: a.ptr(),
+            a_dtype: dt,
             a_samples: s,
             p: 1,
             samples: s,
             y: dy.ptr(),
             y_dtype: DType::F32,
         };
-        rt.mx_gather_matmul_prefill(&mm, (wf.ptr(), wsf.ptr(), e, n, k), idx, 0)
-            .expect("launch")
+        let taken = rt
+            .mx_gather_matmul_prefill(&mm, (wf.ptr(), wsf.ptr(), e, n, k), idx, 0)
+            .expect("launch");
+        (taken, download::<f32>(&dy, s * n))
     };
-    assert!(run(&ids, &wf, &wsf), "the route took the product");
-    let got = download::<f32>(&dy, s * n);
+    let a: Vec<bf16> = (0..s * k).map(|_| bf16::from_f32(rng.normal())).collect();
+    let want = cpu(DType::BF16, as_bytes(&a), &sc);
+    let da = upload(&rt, &a);
+    let (taken, got) = run(&da, DType::BF16, &ids, &wf, &wsf);
+    assert!(taken, "the route took the product");
     let err = rel_err_nan_aware(&got, &want);
     assert!(err.is_some_and(|x| x < 1e-5), "MoE route: {err:?}");
     // An index out of range, or an expert scale out of the bf16-safe range: not taken (the
     // kernels then run and report / recompute).
     let mut bad = ids.clone();
     bad[17] = 6;
-    assert!(!run(&bad, &wf, &wsf));
+    assert!(!run(&da, DType::BF16, &bad, &wf, &wsf).0);
     let mut sc2 = sc.clone();
     sc2[2 * n * k / 32 + 5] = 1;
     let (wf2, wsf2) = pack(&sc2);
-    assert!(!run(&ids, &wf2, &wsf2));
+    assert!(!run(&da, DType::BF16, &ids, &wf2, &wsf2).0);
     // f32 activations into f32: f32 experts and an f32 GEMM, exact at every scale, so the
     // out-of-range scale above is taken too.
     let a32: Vec<f32> = (0..s * k).map(|_| rng.normal() * 3.0).collect();
-    let mut want32 = vec![0f32; s * n];
-    ops::mx_gather_matmul_laid_out(
-        TensorRef::new(DType::F32, &[s, 1, k], as_bytes(&a32)).unwrap(),
-        TensorRef::new(DType::E4M3, &[e, n, k], &q).unwrap(),
-        TensorRef::new(DType::E8M0, &[e, n, k / 32], &sc2).unwrap(),
-        &ids,
-        TensorMut::new(DType::F32, &[s, 1, n], as_bytes_mut(&mut want32)).unwrap(),
-        &kernels::MxGatherMatMulAttrs {
-            trans_b: false,
-            output_dtype: DType::F32,
-        },
-        true,
-        &kernels::Serial,
-    )
-    .expect("CPU kernel");
-    let (da32, dy32, ib) = (
-        upload(&rt, &a32),
-        poisoned::<f32>(&rt, s * n),
-        upload(&rt, &ids),
-    );
-    let mm = GpuGatherMatMul {
-        a: da32.ptr(),
-        a_dtype: DType::F32,
-        a_samples: s,
-        p: 1,
-        samples: s,
-        y: dy32.ptr(),
-        y_dtype: DType::F32,
-    };
-    let idx = GpuIndices {
-        ptr: ib.ptr(),
-        count: s,
-        wide: true,
-    };
-    let taken = rt
-        .mx_gather_matmul_prefill(&mm, (wf2.ptr(), wsf2.ptr(), e, n, k), idx, 0)
-        .expect("launch");
+    let want32 = cpu(DType::F32, as_bytes(&a32), &sc2);
+    let (taken, got) = run(&upload(&rt, &a32), DType::F32, &ids, &wf2, &wsf2);
     assert!(taken, "f32 route taken at an out-of-range scale");
-    let err = rel_err_nan_aware(&download::<f32>(&dy32, s * n), &want32);
+    let err = rel_err_nan_aware(&got, &want32);
     assert!(err.is_some_and(|x| x < 1e-5), "MoE f32 route: {err:?}");
 }
