@@ -278,24 +278,6 @@ pub(super) fn dim_i32(what: &str, v: usize) -> GpuResult<i32> {
     })
 }
 
-/// A kernel-choice switch from the environment: on unless the variable is "0" or "off". Read
-/// once per process and variable: `std::env::var` on every launch cost the decode GEMM's host
-/// side about a microsecond (five reads a launch), against a ~3 µs kernel.
-pub(super) fn env_switch(var: &'static str) -> bool {
-    static SWITCHES: std::sync::OnceLock<std::sync::Mutex<Vec<(&'static str, bool)>>> =
-        std::sync::OnceLock::new();
-    let mut known = SWITCHES
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    if let Some(&(_, on)) = known.iter().find(|(v, _)| *v == var) {
-        return on;
-    }
-    let on = !std::env::var(var).is_ok_and(|v| v == "0" || v == "off");
-    known.push((var, on));
-    on
-}
-
 /// Kernel parameters as the launch API wants them: one pointer per value.
 pub(super) struct Params(Vec<Box<dyn std::any::Any>>);
 
@@ -354,13 +336,10 @@ impl GpuRuntime {
     /// `cuLaunchKernelEx`, unless `MXFUSE_GPU_PDL=0` (or `off`) or the driver refused one.
     /// Which kernels take them: [`pdl_kernel`].
     fn pdl(&self) -> bool {
-        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         self.clusters()
             && self.driver().has_launch_ex()
             && self.pdl_allowed()
-            && *ON.get_or_init(|| {
-                !std::env::var("MXFUSE_GPU_PDL").is_ok_and(|v| v == "0" || v == "off")
-            })
+            && env_switch!("MXFUSE_GPU_PDL")
     }
 
     fn round_to_warps(&self, threads: usize) -> usize {
@@ -382,11 +361,7 @@ impl GpuRuntime {
     /// activations: NVIDIA sm_90+, unless `MXFUSE_GPU_PIPE=0` (or `off`) selects the first
     /// tensor-core kernel (mx_matmul.hip) instead.
     fn pipe(&self) -> bool {
-        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        self.clusters()
-            && *ON.get_or_init(|| {
-                !std::env::var("MXFUSE_GPU_PIPE").is_ok_and(|v| v == "0" || v == "off")
-            })
+        self.clusters() && env_switch!("MXFUSE_GPU_PIPE")
     }
 
     /// Whether a constant MX weight with reduction length `k` should be packed for the
@@ -394,11 +369,7 @@ impl GpuRuntime {
     /// CUDA sm_90+ and `k % 128 == 0`, unless `MXFUSE_GPU_FRAG=0` (or `off`) keeps the `[N, K]`
     /// layout (the pipeline / first tensor-core GEMM) for comparisons.
     pub fn frag_gemm_available(&self, k: usize) -> bool {
-        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        self.frag_gemm_runs(k)
-            && *ON.get_or_init(|| {
-                !std::env::var("MXFUSE_GPU_FRAG").is_ok_and(|v| v == "0" || v == "off")
-            })
+        self.frag_gemm_runs(k) && env_switch!("MXFUSE_GPU_FRAG")
     }
 
     /// Whether the fragment-packed GEMM can run this `k` on this device (its kernels exist only
@@ -523,7 +494,7 @@ impl GpuRuntime {
             && bufs.residual_out.is_some()
             && bufs.normed.is_some()
             && rows * h < 1 << 31
-            && env_switch("MXFUSE_GPU_NORM_LEAN");
+            && env_switch!("MXFUSE_GPU_NORM_LEAN");
         let name = if lean {
             format!("mx_add_rmsnorm_quant_{t}_c1_s8_lean")
         } else if split > 1 {
@@ -637,10 +608,8 @@ impl GpuRuntime {
         i: usize,
         attrs: &SwiGluAttrs,
     ) -> bool {
-        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *ON.get_or_init(|| {
-            !std::env::var("MXFUSE_GPU_SWIGLU_TABLE").is_ok_and(|v| v == "0" || v == "off")
-        }) && self.backend() == Backend::Cuda
+        env_switch!("MXFUSE_GPU_SWIGLU_TABLE")
+            && self.backend() == Backend::Cuda
             && self.device().compute_capability >= 80
             && SwiGluLaunchTable::for_arch(&self.device().arch).table(rows * i)
             && swiglu_table_kernel::refusal(dtype, attrs).is_none()
@@ -950,11 +919,11 @@ impl GpuRuntime {
         // MXFUSE_GPU_FRAG_W3=0 the m8 kernel on 3 warps, MXFUSE_GPU_FRAG_T2=0 the two-tile loop
         // (shapes::frag_kernel says where each is taken).
         let switches = FragSwitches {
-            fs: env_switch("MXFUSE_GPU_FRAG_FS"),
-            l2_prefetch: env_switch("MXFUSE_GPU_FRAG_L2PF"),
-            staged_a: env_switch("MXFUSE_GPU_FRAG_FSA") && a_q.is_multiple_of(16),
-            trim_idle_warp: env_switch("MXFUSE_GPU_FRAG_W3"),
-            two_tiles: env_switch("MXFUSE_GPU_FRAG_T2"),
+            fs: env_switch!("MXFUSE_GPU_FRAG_FS"),
+            l2_prefetch: env_switch!("MXFUSE_GPU_FRAG_L2PF"),
+            staged_a: env_switch!("MXFUSE_GPU_FRAG_FSA") && a_q.is_multiple_of(16),
+            trim_idle_warp: env_switch!("MXFUSE_GPU_FRAG_W3"),
+            two_tiles: env_switch!("MXFUSE_GPU_FRAG_T2"),
         };
         let fk = frag_kernel(
             n,
@@ -1088,16 +1057,20 @@ impl GpuRuntime {
 
 #[cfg(test)]
 mod tests {
-    use super::{env_switch, pdl_kernel};
+    use super::pdl_kernel;
 
     #[test]
     fn env_switches_are_read_once() {
-        // A variable no other test reads: off at the first read stays off.
+        // One use site, as a launcher has; a variable no other test reads: off at the first
+        // read stays off.
+        fn site() -> bool {
+            env_switch!("MXFUSE_TEST_SWITCH_READ_ONCE")
+        }
         std::env::set_var("MXFUSE_TEST_SWITCH_READ_ONCE", "off");
-        assert!(!env_switch("MXFUSE_TEST_SWITCH_READ_ONCE"));
+        assert!(!site());
         std::env::set_var("MXFUSE_TEST_SWITCH_READ_ONCE", "1");
-        assert!(!env_switch("MXFUSE_TEST_SWITCH_READ_ONCE"));
-        assert!(env_switch("MXFUSE_TEST_SWITCH_NEVER_SET"));
+        assert!(!site());
+        assert!(env_switch!("MXFUSE_TEST_SWITCH_NEVER_SET"));
     }
 
     #[test]

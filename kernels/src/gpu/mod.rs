@@ -13,6 +13,17 @@
 //!
 //! Without a GPU library, [`GpuRuntime::load`] returns `Ok(None)` and logs that the CPU kernels
 //! run. See docs/gpu.md for what was verified on which hardware.
+/// A kernel-choice switch from the environment, read once per use site (a lock-free
+/// `OnceLock` there): on unless the variable is "0" or "off". The launchers read their switches
+/// on every launch, where `std::env::var` itself cost the decode GEMM's host side about a
+/// microsecond (five reads a launch) against a ~3 µs kernel.
+macro_rules! env_switch {
+    ($var:literal) => {{
+        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *ON.get_or_init(|| !std::env::var($var).is_ok_and(|v| v == "0" || v == "off"))
+    }};
+}
+
 pub mod blas;
 pub mod driver;
 pub mod error;

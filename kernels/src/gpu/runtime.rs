@@ -251,7 +251,7 @@ impl GpuRuntime {
         // MXFUSE_GPU_ARITY_CHECK=0 skips the count: the driver query ends on an "invalid value"
         // for the index past the last parameter, which compute-sanitizer reports as an API
         // error (bench/gpu/device_verify.sh sets it for the sanitizer runs).
-        let arity = if super::launch::env_switch("MXFUSE_GPU_ARITY_CHECK") {
+        let arity = if env_switch!("MXFUSE_GPU_ARITY_CHECK") {
             self.driver.param_count(f)?
         } else {
             None

@@ -36,10 +36,8 @@ const GROUP_MAX_EXPERTS: usize = 1024;
 /// With `d <= min(E, S)` experts selected, `sum ceil(c_e / 16) <= (S + 15 d) / 16`, and never
 /// more than `S`.
 fn grouped_slots(mm: &GpuGatherMatMul, idx: &GpuIndices, e: usize) -> Option<usize> {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let s = mm.samples;
-    let on = *ON
-        .get_or_init(|| !std::env::var("MXFUSE_GPU_GROUP").is_ok_and(|v| v == "0" || v == "off"));
+    let on = env_switch!("MXFUSE_GPU_GROUP");
     (on && mm.p == 1
         && idx.count == s
         && s <= GROUP_MAX_SAMPLES
@@ -142,7 +140,6 @@ impl GpuRuntime {
     /// BENCHMARKS.md session 22), unless `MXFUSE_GPU_FRAG_WO=0` (or `off`) keeps the CUDA-core
     /// GEMV.
     pub fn weight_only_frag_available(&self, k: usize, a_dtype: DType, y_dtype: DType) -> bool {
-        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         self.frag_gemm_available(k)
             && matches!(
                 (a_dtype, y_dtype),
@@ -150,9 +147,7 @@ impl GpuRuntime {
                     | (DType::BF16, DType::BF16 | DType::F32)
                     | (DType::F32, DType::F32)
             )
-            && *ON.get_or_init(|| {
-                !std::env::var("MXFUSE_GPU_FRAG_WO").is_ok_and(|v| v == "0" || v == "off")
-            })
+            && env_switch!("MXFUSE_GPU_FRAG_WO")
     }
 
     /// `MxGatherMatMul` on tensor cores (kernels/gpu/mx_matmul_frag_wo.hip): the `e` experts
