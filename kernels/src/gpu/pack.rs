@@ -69,6 +69,38 @@ pub fn pack_frag_weights(
     Ok((wf, wsf))
 }
 
+/// A stack of `e` experts `[e, N, K]` + `[e, N, K/32]` packed as [`pack_frag_weights`] packs
+/// each, one expert after another (each `ceil(N/16) · 16 · K` value bytes and a 32nd of that in
+/// scales): the layout the stacked-expert kernels read (`GpuMatB`'s `MxFrag` experts of
+/// `MxGatherMatMul`, kernels/gpu/mx_matmul_frag_wo.hip and mx_prefill.hip).
+pub fn pack_frag_experts(
+    q: &[u8],
+    scales: &[u8],
+    (e, n, k): (usize, usize, usize),
+) -> Result<(Vec<u8>, Vec<u8>), KernelError> {
+    if q.len() != e * n * k || scales.len() != e * n * k / BLOCK {
+        return Err(KernelError::Buffer(format!(
+            "experts [{e}, {n}, {k}] need {} value and {} scale bytes, got {} and {}",
+            e * n * k,
+            e * n * k / BLOCK,
+            q.len(),
+            scales.len()
+        )));
+    }
+    let (mut wf, mut wsf) = (Vec::new(), Vec::new());
+    for x in 0..e {
+        let (f, fs) = pack_frag_weights(
+            &q[x * n * k..(x + 1) * n * k],
+            &scales[x * n * k / BLOCK..(x + 1) * n * k / BLOCK],
+            n,
+            k,
+        )?;
+        wf.extend(f);
+        wsf.extend(fs);
+    }
+    Ok((wf, wsf))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,6 +108,21 @@ mod tests {
     /// Distinct-ish bytes so a misplaced byte shows: value of (row, col).
     fn weight(row: usize, col: usize) -> u8 {
         (row * 31 + col * 7 + 1) as u8
+    }
+
+    #[test]
+    fn experts_are_packed_one_after_another() {
+        let (e, n, k) = (3, 20, 128);
+        let q: Vec<u8> = (0..e * n * k).map(|i| (i * 13 + 5) as u8).collect();
+        let s: Vec<u8> = (0..e * n * k / 32).map(|i| (i % 250) as u8).collect();
+        let (wf, wsf) = pack_frag_experts(&q, &s, (e, n, k)).unwrap();
+        let (per_q, per_s) = (n * k, n * k / 32);
+        let (one_f, one_s) =
+            pack_frag_weights(&q[per_q..2 * per_q], &s[per_s..2 * per_s], n, k).unwrap();
+        assert_eq!(&wf[one_f.len()..2 * one_f.len()], &one_f[..]);
+        assert_eq!(&wsf[one_s.len()..2 * one_s.len()], &one_s[..]);
+        assert_eq!(wf.len(), 3 * one_f.len());
+        assert!(pack_frag_experts(&q[1..], &s, (e, n, k)).is_err());
     }
 
     #[test]

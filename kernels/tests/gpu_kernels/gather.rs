@@ -566,18 +566,7 @@ fn gpu_gather_matmul_on_tensor_cores_matches_the_cpu_kernel() {
     }
     let mut rng = Rng(0x6a7e_0005);
     let (q, sc) = random_experts(&mut rng, e, n, k, false);
-    let (mut wf, mut wsf) = (Vec::new(), Vec::new());
-    for x in 0..e {
-        let (f, fs) = kernels::gpu::pack_frag_weights(
-            &q[x * n * k..(x + 1) * n * k],
-            &sc[x * n * k / 32..(x + 1) * n * k / 32],
-            n,
-            k,
-        )
-        .expect("pack");
-        wf.extend(f);
-        wsf.extend(fs);
-    }
+    let (wf, wsf) = kernels::gpu::pack_frag_experts(&q, &sc, (e, n, k)).expect("pack");
     let (wfb, wsfb) = (upload(&rt, &wf), upload(&rt, &wsf));
     fn case<A: Element + Pod, O: Element + Pod + Default>(
         rt: &Arc<GpuRuntime>,

@@ -294,18 +294,7 @@ fn gpu_prefill_moe_route_matches_the_cpu_kernel() {
         sc.extend(ws);
     }
     let pack = |sc: &[u8]| {
-        let (mut wf, mut wsf) = (Vec::new(), Vec::new());
-        for x in 0..e {
-            let (f, fs) = kernels::gpu::pack_frag_weights(
-                &q[x * n * k..(x + 1) * n * k],
-                &sc[x * n * k / 32..(x + 1) * n * k / 32],
-                n,
-                k,
-            )
-            .expect("pack");
-            wf.extend(f);
-            wsf.extend(fs);
-        }
+        let (wf, wsf) = kernels::gpu::pack_frag_experts(&q, sc, (e, n, k)).expect("pack");
         (upload(&rt, &wf), upload(&rt, &wsf))
     };
     let (wf, wsf) = pack(&sc);

@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex};
 
 use graph_rewrites::view::{ConstTensor, GraphView};
 use kernels::gpu::{
-    index_error, pack_frag_weights, GpuBias, GpuEpilogue, GpuExperts, GpuGatherMatMul, GpuIndices,
-    GpuMatB, GpuRuntime, NormBuffers, SwiGluBuffers, GATHER_ERR_BYTES,
+    index_error, pack_frag_experts, pack_frag_weights, GpuBias, GpuEpilogue, GpuExperts,
+    GpuGatherMatMul, GpuIndices, GpuMatB, GpuRuntime, NormBuffers, SwiGluBuffers, GATHER_ERR_BYTES,
 };
 use kernels::{
     AddRmsNormAttrs, DType, MxDequantAttrs, MxGatherDequantAttrs, MxGatherMatMulAttrs,
@@ -136,17 +136,7 @@ impl PackedExperts {
         let [e, n, k] = dims;
         let frag = e > 0 && frag(k);
         let (q, scales) = if frag {
-            let (mut wf, mut wsf) = (Vec::new(), Vec::new());
-            for x in 0..e {
-                let (f, fs) = pack_frag_weights(
-                    &q[x * n * k..(x + 1) * n * k],
-                    &scales[x * n * k / 32..(x + 1) * n * k / 32],
-                    n,
-                    k,
-                )?;
-                wf.extend(f);
-                wsf.extend(fs);
-            }
+            let (wf, wsf) = pack_frag_experts(&q, &scales, (e, n, k))?;
             (Cow::Owned(wf), Cow::Owned(wsf))
         } else {
             (q, scales)
