@@ -5,7 +5,9 @@
 # Before it, on the development machine: the gpu_kernels test binary packed into .gpucache (see
 # device_common.sh) and `cargo build --release -p kernels --example prefill_bench` compressed to
 # .gpucache/prefill_bench.xz. PREFILL_MS / PREFILL_SHAPES pass the bench's M list and N x K list;
-# MOE_T its MoE token counts; MOE_F32=T,T,... also runs the MoE section with f32 activations.
+# MOE_T its MoE token counts; MOE_F32=T,T,... also runs the MoE section with f32 activations
+# (MOE_F16=T,T,... with f16 ones); WO_DTS="f16 f32" runs the weight-only section of each type
+# (WO_MS rows, on PREFILL_SHAPES) once more, alone.
 set -u
 . "$(dirname "$0")/device_common.sh"
 step "where cuBLAS is"
@@ -37,8 +39,13 @@ if [ -f "$root/.gpucache/prefill_bench.xz" ]; then
   MXFUSE_NVRTC=$nvrtc timeout ${T_PREFILL:-300} /tmp/prefill_bench ${PREFILL_MS:-} ${PREFILL_SHAPES:-} > "$OUT/prefill_bench.log" 2>&1
   echo "rc=$?" >> "$OUT/prefill_bench.log"
   cat "$OUT/prefill_bench.log"
-  if [ -n "${MOE_F32:-}" ]; then
-    MOE_DT=f32 MOE_T=${MOE_F32} MXFUSE_NVRTC=$nvrtc timeout ${T_PREFILL:-300} /tmp/prefill_bench 16 256x256 2>&1 | grep -v "^mxfuse" | sed -n '/^MoE/,$p' | tee "$OUT/prefill_moe_f32.log"
-  fi
+  for dt in f32 f16; do
+    ts=$(eval echo "\${MOE_$(echo $dt | tr a-z A-Z):-}")
+    [ -n "$ts" ] || continue
+    MOE_DT=$dt MOE_T=$ts MXFUSE_NVRTC=$nvrtc timeout ${T_PREFILL:-300} /tmp/prefill_bench 16 256x256 2>&1 | grep -v "^mxfuse" | sed -n '/^MoE/,$p' | tee -a "$OUT/prefill_moe_float.log"
+  done
+  for dt in ${WO_DTS:-}; do
+    WO_DT=$dt MOE_T=none MXFUSE_NVRTC=$nvrtc timeout ${T_PREFILL:-300} /tmp/prefill_bench 16 ${PREFILL_SHAPES:-6144x6144,1536x6144,6144x768} 2>&1 | grep -v "^mxfuse" | sed -n '/^weight-only/,/^$/p' | tee -a "$OUT/prefill_weight_only.log"
+  done
 fi
 step "done"

@@ -10,12 +10,15 @@
 //! `PrefillTable`); then `MxGatherMatMul` on 32 stacked experts (top-8 of random ids, bf16
 //! activations) at T tokens: the tensor-core gather kernels (grouped up to 2048 samples) against
 //! the MoE prefill route (kernels/src/gpu/prefill_moe.rs). Needs a CUDA GPU with cuBLAS
-//! (bench/gpu/device_prefill.sh runs it). MOE_T=64,256,... sets the token counts, MOE_DT=f32 f32
-//! activations and output (an f32 export) instead of bf16.
+//! (bench/gpu/device_prefill.sh runs it). MOE_T=64,256,... sets the token counts (none: no MoE section), MOE_DT=f32 /
+//! f16 activations and output (an f32 / f16 export) instead of bf16. WO_DT=f16 or f32 adds the
+//! weight-only `MxMatMul` of such activations (the route's bf16 parts, kernels/gpu/mx_prefill.hip)
+//! against the tensor-core weight-only kernel at WO_MS rows (default 256,2048), first.
 
+use std::sync::Arc;
 use std::time::Instant;
 
-use half::bf16;
+use half::{bf16, f16};
 use kernels::gpu::{DeviceBuffer, GpuEpilogue, GpuGatherMatMul, GpuIndices, GpuMatB, GpuRuntime};
 use kernels::DType;
 
@@ -100,6 +103,9 @@ fn main() {
         rt.device().arch,
         kernels::gpu::PrefillTable::for_arch(&rt.device().arch)
     );
+    if std::env::var("WO_DT").is_ok() {
+        weight_only(&rt, &mut rng, &shapes);
+    }
     println!("| N x K | M | decode kernels | prefill route | cuBLAS bf16 | route / cuBLAS | decode / route | default | rel diff | host enqueue decode / route / cuBLAS |");
     println!("|---|---|---|---|---|---|---|---|---|---|");
     for &(n, k) in &shapes {
@@ -238,18 +244,114 @@ fn main() {
     moe(&rt, &mut rng);
 }
 
-/// The MoE section (module docs).
-fn moe(rt: &std::sync::Arc<GpuRuntime>, rng: &mut Rng) {
-    let ts: Vec<usize> = std::env::var("MOE_T").map_or(vec![64, 256, 512, 2048], |v| {
-        v.split(',').map(|t| t.parse().expect("T")).collect()
+/// Float activations of `dt` (bf16, f16, f32) from `vals`, uploaded.
+fn upload_float(rt: &Arc<GpuRuntime>, dt: DType, vals: &[f32]) -> DeviceBuffer {
+    match dt {
+        DType::F32 => rt.upload(vals),
+        DType::F16 => rt.upload(&vals.iter().map(|&v| f16::from_f32(v)).collect::<Vec<_>>()),
+        _ => rt.upload(&vals.iter().map(|&v| bf16::from_f32(v)).collect::<Vec<_>>()),
+    }
+    .expect("up")
+}
+
+/// The activation type named by `var` (f32 / f16; else bf16).
+fn float_dtype(var: &str) -> DType {
+    match std::env::var(var).as_deref() {
+        Ok("f32") => DType::F32,
+        Ok("f16") => DType::F16,
+        _ => DType::BF16,
+    }
+}
+
+/// The weight-only section (module docs): kernels against the route, `dt` in and out.
+fn weight_only(rt: &Arc<GpuRuntime>, rng: &mut Rng, shapes: &[(usize, usize)]) {
+    let dt = float_dtype("WO_DT");
+    let ms: Vec<usize> = std::env::var("WO_MS").map_or(vec![256, 2048], |v| {
+        v.split(',').map(|t| t.parse().expect("M")).collect()
     });
-    let e = 32usize;
-    // MOE_DT=f32: f32 activations and output (an f32 export), else bf16.
-    let dt = if std::env::var("MOE_DT").is_ok_and(|v| v == "f32") {
-        DType::F32
-    } else {
-        DType::BF16
+    println!("weight-only MxMatMul, {dt:?} activations and output");
+    println!("| N x K | M | weight-only kernel | prefill route | kernel / route | default |");
+    println!("|---|---|---|---|---|---|");
+    for &(n, k) in shapes {
+        let copies = (400usize << 20).div_ceil(n * k).clamp(1, 16);
+        let frag: Vec<(DeviceBuffer, DeviceBuffer)> = (0..copies)
+            .map(|_| {
+                let w: Vec<u8> = (0..n * k).map(|_| rng.e4m3()).collect();
+                let ws: Vec<u8> = (0..n * k / 32)
+                    .map(|_| 118 + (rng.next() % 10) as u8)
+                    .collect();
+                let (wf, wsf) = kernels::gpu::pack_frag_weights(&w, &ws, n, k).expect("pack");
+                (rt.upload(&wf).expect("up"), rt.upload(&wsf).expect("up"))
+            })
+            .collect();
+        for &m in &ms {
+            let vals: Vec<f32> = (0..m * k)
+                .map(|_| (rng.next() % 2001) as f32 / 1000.0 - 1.0)
+                .collect();
+            let da = upload_float(rt, dt, &vals);
+            let y = rt.alloc(m * n * dt.size()).expect("y");
+            let call = |i: usize| {
+                let (wf, wsf) = &frag[i % copies];
+                rt.mx_matmul_float_a_frag(
+                    (m, da.ptr(), dt),
+                    (wf.ptr(), wsf.ptr()),
+                    (n, k),
+                    y.ptr(),
+                    dt,
+                    &GpuEpilogue::NONE,
+                    0,
+                )
+                .expect("weight-only");
+            };
+            let iters = if m * n * k > (1usize << 36) { 10 } else { 40 };
+            std::env::set_var("MXFUSE_GPU_PREFILL", "0");
+            let kern = time_us(iters, rt, call);
+            std::env::remove_var("MXFUSE_GPU_PREFILL");
+            let route = time_us(iters, rt, |i| {
+                let (wf, wsf) = &frag[i % copies];
+                let pa = match dt {
+                    DType::F32 => kernels::gpu::PrefillA::F32(da.ptr()),
+                    DType::F16 => kernels::gpu::PrefillA::F16(da.ptr()),
+                    _ => kernels::gpu::PrefillA::Bf16(da.ptr()),
+                };
+                let b = GpuMatB::MxFrag {
+                    q: wf.ptr(),
+                    scales: wsf.ptr(),
+                };
+                rt.prefill_product((m, k, n), pa, &b, y.ptr(), dt, &GpuEpilogue::NONE, 0)
+                    .expect("route");
+            });
+            let b0 = GpuMatB::MxFrag {
+                q: frag[0].0.ptr(),
+                scales: frag[0].1.ptr(),
+            };
+            let default = if rt.prefill_takes((m, k, n), &b0, dt, &GpuEpilogue::NONE) {
+                "route"
+            } else {
+                "kernel"
+            };
+            println!(
+                "| {n} x {k} | {m} | {:.1} | {:.1} | {:.2} | {default} |",
+                kern.0,
+                route.0,
+                kern.0 / route.0
+            );
+        }
+    }
+    println!();
+}
+
+/// The MoE section (module docs).
+fn moe(rt: &Arc<GpuRuntime>, rng: &mut Rng) {
+    // MOE_T=none skips the section.
+    let ts: Vec<usize> = match std::env::var("MOE_T").as_deref() {
+        Ok("none") => return,
+        Ok(v) => v.split(',').map(|t| t.parse().expect("T")).collect(),
+        Err(_) => vec![64, 256, 512, 2048],
     };
+    let e = 32usize;
+    // MOE_DT=f32 / f16: such activations and output (an f32 / f16 export), else bf16.
+    let dt = float_dtype("MOE_DT");
     println!();
     println!("MoE, {dt:?} activations and output");
     println!(
@@ -286,12 +388,7 @@ fn moe(rt: &std::sync::Arc<GpuRuntime>, rng: &mut Rng) {
             let vals: Vec<f32> = (0..s * k)
                 .map(|_| (rng.next() % 2001) as f32 / 1000.0 - 1.0)
                 .collect();
-            let da = if dt == DType::F32 {
-                rt.upload(&vals).expect("up")
-            } else {
-                let a: Vec<bf16> = vals.iter().map(|&v| bf16::from_f32(v)).collect();
-                rt.upload(&a).expect("up")
-            };
+            let da = upload_float(rt, dt, &vals);
             let (di, dy) = (
                 rt.upload(&ids).expect("up"),
                 rt.alloc(s * n * dt.size()).expect("y"),

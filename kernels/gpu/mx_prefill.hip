@@ -17,6 +17,14 @@
 // arithmetic. Two flag words alternate between calls so that no launch is spent clearing one:
 // the guard of call i clears the word call i + 1 uses. Real weights and activations never come near those scales; zero blocks (scale byte
 // 0 under the floor rule) do not set it.
+//
+// Float activations (the weight-only MxMatMul of an f16 or f32 graph) go through the same bf16
+// GEMM as a sum of bf16 parts, hi first: an f16 value is exactly the sum of 2 (its 11 significant
+// bits in two 8-bit pieces; its whole range is normal in bf16), an f32 value of 3 (24 bits), each
+// part the rounding of what the previous ones left. Every product of a part and a weight is exact
+// in the f32 accumulation, so the split costs 2-3 GEMMs and nothing in accuracy beyond the
+// summation order; the f32 GEMM it replaces ran on CUDA cores at ~1/8 of the bf16 rate. After a
+// non-finite part (Inf, NaN, or an f32 beyond bf16's largest finite) the later parts are zero.
 
 #define MX_PREFILL_SCALE_LO 73u
 #define MX_PREFILL_SCALE_HI 182u
@@ -42,48 +50,27 @@ MX_DEV uint4 mx_prefill_bf16x8(mx_u32 lo, mx_u32 hi, mx_u32 s) {
   return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
-// The 8 values v (lo: bytes 0-3, hi: 4-7) times 2^(s - 127) stored at element e of y: bf16 (16
-// bytes; exact where the header says) or, F32, f32 (32 bytes; exact for every scale byte: the
-// weight-only route's f32 GEMM, which needs no guard).
-template <bool F32>
-MX_DEV void mx_prefill_store8(void* y, long long e, mx_u32 lo, mx_u32 hi, mx_u32 s) {
-  if (!F32) {
-    *reinterpret_cast<uint4*>(static_cast<mx_u16*>(y) + e) = mx_prefill_bf16x8(lo, hi, s);
-    return;
-  }
-  const float sf = mx_e8m0_to_f32(s);
-  float v[8];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) v[j] = mx_e4m3_to_f32(((j < 4 ? lo : hi) >> (8 * (j & 3))) & 0xffu) * sf;
-  float4* out = reinterpret_cast<float4*>(static_cast<float*>(y) + e);
-  out[0] = make_float4(v[0], v[1], v[2], v[3]);
-  out[1] = make_float4(v[4], v[5], v[6], v[7]);
-}
-
-// Row-major E4M3 x [rows, K] + E8M0 scales [rows, K/32] -> y [rows, K] (bf16, or f32 when F32):
-// the activations, and weights kept as plain [N, K]. Thread `i` of `n` takes 8 values at a time,
-// grid-stride.
-template <bool F32>
-MX_DEV bool mx_prefill_rows(const mx_u8* __restrict__ x, const mx_u8* __restrict__ scale, void* y,
-                            long long rows, int K, long long i, long long n) {
+// Row-major E4M3 x [rows, K] + E8M0 scales [rows, K/32] -> bf16 y [rows, K]: the activations,
+// and weights kept as plain [N, K]. Thread `i` of `n` takes 8 values at a time, grid-stride.
+MX_DEV bool mx_prefill_rows(const mx_u8* __restrict__ x, const mx_u8* __restrict__ scale,
+                            mx_u16* y, long long rows, int K, long long i, long long n) {
   const long long chunks = rows * (K / 8);
   bool bad = false;
   for (long long c = i; c < chunks; c += n) {
     const uint2 v = reinterpret_cast<const uint2*>(x)[c];
     const mx_u32 s = scale[c >> 2];  // 4 chunks of 8 values a block of 32
     bad |= mx_prefill_unsafe(s, v.x, v.y);
-    mx_prefill_store8<F32>(y, 8 * c, v.x, v.y, s);
+    *reinterpret_cast<uint4*>(y + 8 * c) = mx_prefill_bf16x8(v.x, v.y, s);
   }
   return bad;
 }
 
 // Fragment-packed weights (kernels/src/gpu/pack.rs: wf [tiles][K/32][32 lanes][16 bytes], lane
 // 4g + t holding bytes 8t .. 8t + 7 of its k-block of rows 16 tile + g and + g + 8; wsf
-// [tiles][K/128][16 rows][4 bytes]) -> y [N, K] (bf16, or f32 when F32). Thread `i` of `n`
-// takes a lane's 16 bytes at a time, grid-stride.
-template <bool F32>
-MX_DEV bool mx_prefill_frag(const uint4* __restrict__ wf, const mx_u8* __restrict__ wsf, void* y,
-                            int N, int K, long long i, long long n) {
+// [tiles][K/128][16 rows][4 bytes]) -> bf16 y [N, K]. Thread `i` of `n` takes a lane's 16 bytes
+// at a time, grid-stride.
+MX_DEV bool mx_prefill_frag(const uint4* __restrict__ wf, const mx_u8* __restrict__ wsf,
+                            mx_u16* y, int N, int K, long long i, long long n) {
   const int kb = K / 32;
   const long long lanes = (long long)((N + 15) / 16) * kb * 32;
   bool bad = false;
@@ -100,41 +87,92 @@ MX_DEV bool mx_prefill_frag(const uint4* __restrict__ wf, const mx_u8* __restric
       const mx_u32 s = wsf[((tile * (kb / 4) + blk / 4) * 16 + 8 * h + g) * 4 + (blk & 3)];
       const mx_u32 lo = h ? v.z : v.x, hi = h ? v.w : v.y;
       bad |= mx_prefill_unsafe(s, lo, hi);
-      mx_prefill_store8<F32>(y, row * K + 32 * blk + 8 * t, lo, hi, s);
+      *reinterpret_cast<uint4*>(y + row * K + 32 * blk + 8 * t) = mx_prefill_bf16x8(lo, hi, s);
     }
   }
   return bad;
 }
 
-// Weights w [N, K] (wmode 0: plain + [N, K/32] scales; 1: fragment-packed) -> y, bf16 or (F32)
-// f32, for thread i of n.
-template <bool F32>
-MX_DEV bool mx_prefill_weights(const mx_u8* w, const mx_u8* ws, void* y, int N, int K, int wmode,
-                               long long i, long long n) {
-  return wmode == 0 ? mx_prefill_rows<F32>(w, ws, y, N, K, i, n)
-                    : mx_prefill_frag<F32>(reinterpret_cast<const uint4*>(w), ws, y, N, K, i, n);
+// Weights w [N, K] (wmode 0: plain + [N, K/32] scales; 1: fragment-packed) -> bf16 y, for
+// thread i of n.
+MX_DEV bool mx_prefill_weights(const mx_u8* w, const mx_u8* ws, mx_u16* y, int N, int K,
+                               int wmode, long long i, long long n) {
+  return wmode == 0 ? mx_prefill_rows(w, ws, y, N, K, i, n)
+                    : mx_prefill_frag(reinterpret_cast<const uint4*>(w), ws, y, N, K, i, n);
 }
 
-// Both operands in one launch: blocks [0, blocks_a) dequantize the activations a [M, K] to bf16,
-// the rest the weights w [N, K] to bf16, or f32 when w32 (the weight-only route, blocks_a = 0).
-// A block that met an out-of-range scale sets *flag.
-extern "C" __global__ void mx_prefill_dequant(const mx_u8* __restrict__ aq,
-                                              const mx_u8* __restrict__ as, void* a16, long long M,
-                                              const mx_u8* __restrict__ w,
-                                              const mx_u8* __restrict__ ws, void* w16, int N,
-                                              int wmode, int K, int blocks_a, int w32,
+// Activation modes (amode) of the route: 0 MXFP8 (dequantized, one part), 1 bf16 (read as it is),
+// 2 f16 (two bf16 parts), 3 f32 (three).
+#define MX_PREFILL_A_MX 0
+#define MX_PREFILL_A_BF16 1
+#define MX_PREFILL_A_F16 2
+#define MX_PREFILL_A_F32 3
+
+// v as `parts` bf16 (header: hi first, each the rounding of the rest; zero after a non-finite).
+MX_DEV void mx_prefill_split1(float v, int parts, mx_u16 out[3]) {
+  float r = v;
+#pragma unroll
+  for (int p = 0; p < 3; ++p) {
+    if (p >= parts) break;
+    out[p] = MxBf16::from_f32(r);
+    const float h = MxBf16::to_f32(out[p]);
+    r = isfinite(h) ? __fsub_rn(r, h) : 0.0f;
+  }
+}
+
+// Float activations x [rows, K] (f16 when amode 2, f32 when 3) -> `parts` bf16 arrays, part p at
+// y + p * part_stride. Thread `i` of `n` takes 8 values at a time, grid-stride.
+MX_DEV void mx_prefill_split_rows(const void* __restrict__ x, int amode, mx_u16* y,
+                                  long long part_stride, long long elems, long long i,
+                                  long long n) {
+  const int parts = amode == MX_PREFILL_A_F32 ? 3 : 2;
+  for (long long c = i; c < elems / 8; c += n) {
+    float v[8];
+    if (amode == MX_PREFILL_A_F32) {
+      const float4* p = reinterpret_cast<const float4*>(x) + 2 * c;
+      const float4 u = p[0], w = p[1];
+      v[0] = u.x, v[1] = u.y, v[2] = u.z, v[3] = u.w, v[4] = w.x, v[5] = w.y, v[6] = w.z, v[7] = w.w;
+    } else {
+      MxVec8<MxF16>::unpack(reinterpret_cast<const uint4*>(x)[c], v);
+    }
+    mx_u32 out[3][4];
+#pragma unroll
+    for (int j = 0; j < 8; j += 2) {
+      mx_u16 lo[3] = {0, 0, 0}, hi[3] = {0, 0, 0};
+      mx_prefill_split1(v[j], parts, lo);
+      mx_prefill_split1(v[j + 1], parts, hi);
+#pragma unroll
+      for (int p = 0; p < 3; ++p) out[p][j / 2] = (mx_u32)lo[p] | ((mx_u32)hi[p] << 16);
+    }
+    for (int p = 0; p < parts; ++p)
+      *reinterpret_cast<uint4*>(y + p * part_stride + 8 * c) =
+          make_uint4(out[p][0], out[p][1], out[p][2], out[p][3]);
+  }
+}
+
+// Both operands in one launch: blocks [0, blocks_a) prepare the activations a [M, K] (amode 0:
+// MXFP8 aq + as dequantized to bf16 at a16; 2 / 3: f16 / f32 aq split into bf16 parts at a16,
+// M K elements apart; blocks_a = 0 for bf16 a), the rest dequantize the weights w [N, K] to bf16
+// at w16. A block that met an out-of-range scale sets *flag.
+extern "C" __global__ void mx_prefill_dequant(const void* __restrict__ aq,
+                                              const mx_u8* __restrict__ as, mx_u16* a16,
+                                              long long M, const mx_u8* __restrict__ w,
+                                              const mx_u8* __restrict__ ws, mx_u16* w16, int N,
+                                              int wmode, int K, int blocks_a, int amode,
                                               unsigned int* flag) {
   MX_PDL_ENTRY();
-  bool bad;
+  bool bad = false;
   if ((int)blockIdx.x < blocks_a) {
-    bad = mx_prefill_rows<false>(aq, as, a16, M, K,
-                                 (long long)blockIdx.x * blockDim.x + threadIdx.x,
-                                 (long long)blocks_a * blockDim.x);
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long n = (long long)blocks_a * blockDim.x;
+    if (amode == MX_PREFILL_A_MX)
+      bad = mx_prefill_rows(static_cast<const mx_u8*>(aq), as, a16, M, K, i, n);
+    else
+      mx_prefill_split_rows(aq, amode, a16, M * K, M * K, i, n);
   } else {
     const long long i = (long long)(blockIdx.x - blocks_a) * blockDim.x + threadIdx.x;
     const long long n = (long long)(gridDim.x - blocks_a) * blockDim.x;
-    bad = w32 ? mx_prefill_weights<true>(w, ws, w16, N, K, wmode, i, n)
-              : mx_prefill_weights<false>(w, ws, w16, N, K, wmode, i, n);
+    bad = mx_prefill_weights(w, ws, w16, N, K, wmode, i, n);
   }
   if (bad) atomicOr(flag, 1u);
 }
@@ -154,7 +192,8 @@ MX_DEV void mx_prefill_bias_body(typename TO::storage* __restrict__ y, long long
 
 // The exact product (only while *flag is set): acc = sum_k deq(a)[m, k] * deq(w)[n, k] in f32, k
 // ascending, then the epilogue, as the CPU reference computes it. amode 0: a is E4M3 aq + E8M0
-// as [M, K/32]; 1: a is bf16 [M, K] at aq (the weight-only MxMatMul; as unused). wmode 0: w
+// as [M, K/32]; 1 / 2 / 3: a is bf16 / f16 / f32 [M, K] at aq (the weight-only MxMatMul; as
+// unused). wmode 0: w
 // plain [N, K] + [N, K/32]; 1: fragment-packed (as mx_prefill_frag reads it). One thread per
 // output. Slow (CUDA cores, no reuse), and only for scales no real model has.
 template <class TO>
@@ -174,7 +213,7 @@ MX_DEV void mx_prefill_exact_body(const unsigned int* flag, unsigned int* next_f
     const long long m = e / N, n = e - m * N;
     float acc = 0.0f;
     for (int b = 0; b < kb; ++b) {
-      const float sa = amode == 0 ? mx_e8m0_to_f32(as[m * kb + b]) : 1.0f;
+      const float sa = amode == MX_PREFILL_A_MX ? mx_e8m0_to_f32(as[m * kb + b]) : 1.0f;
       long long wrow;  // byte offset of element k = 32 b + j of row n is wrow + (j / 8) * wstep + j % 8
       long long wstep;
       mx_u32 swb;
@@ -192,8 +231,11 @@ MX_DEV void mx_prefill_exact_body(const unsigned int* flag, unsigned int* next_f
       const float sw = mx_e8m0_to_f32(swb);
       for (int j = 0; j < 32; ++j) {
         const long long ai = m * K + 32 * b + j;
-        const float av = amode == 0 ? __fmul_rn(mx_e4m3_to_f32(aq[ai]), sa)
-                                    : MxBf16::to_f32(reinterpret_cast<const mx_u16*>(aq)[ai]);
+        const mx_u16* a16 = reinterpret_cast<const mx_u16*>(aq);
+        const float av = amode == MX_PREFILL_A_MX     ? __fmul_rn(mx_e4m3_to_f32(aq[ai]), sa)
+                         : amode == MX_PREFILL_A_BF16 ? MxBf16::to_f32(a16[ai])
+                         : amode == MX_PREFILL_A_F16  ? MxF16::to_f32(a16[ai])
+                                                      : reinterpret_cast<const float*>(aq)[ai];
         const float wv = __fmul_rn(mx_e4m3_to_f32(w[wrow + (j / 8) * wstep + (j % 8)]), sw);
         acc = __fadd_rn(acc, __fmul_rn(av, wv));
       }
@@ -202,7 +244,25 @@ MX_DEV void mx_prefill_exact_body(const unsigned int* flag, unsigned int* next_f
   }
 }
 
+// Rows [m0, m0 + rows) of y from the f32 accumulators t [rows, N] the library wrote (alpha 1):
+// y = round_TO(epilogue(acc)) — for outputs the library's bf16 GEMM cannot write (f16).
+template <class TO>
+MX_DEV void mx_prefill_finish_body(const float* __restrict__ t, long long m0, long long rows,
+                                   int N, typename TO::storage* __restrict__ y, const MxEpi ep) {
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < rows * N; e += stride) {
+    const long long m = m0 + e / N, n = e % N;
+    y[m * N + n] = TO::from_f32(mx_epilogue<TO>(ep, m, n, t[e]));
+  }
+}
+
 #define MX_DEFINE_PREFILL(TO, NAME)                                                                \
+  extern "C" __global__ void mx_prefill_finish_##NAME(const float* t, long long m0,              \
+                                                       long long rows, int N, TO::storage* y,    \
+                                                       const MxEpi ep) {                         \
+    MX_PDL_ENTRY();                                                                              \
+    mx_prefill_finish_body<TO>(t, m0, rows, N, y, ep);                                           \
+  }                                                                                              \
   extern "C" __global__ void mx_prefill_bias_##NAME(TO::storage* y, long long M, int N,          \
                                                      const MxEpi ep) {                           \
     MX_PDL_ENTRY();                                                                              \
@@ -219,6 +279,7 @@ MX_DEV void mx_prefill_exact_body(const unsigned int* flag, unsigned int* next_f
 
 MX_DEFINE_PREFILL(MxBf16, bf16)
 MX_DEFINE_PREFILL(MxF32, f32)
+MX_DEFINE_PREFILL(MxF16, f16)
 
 // ---- MxGatherMatMul at prefill sizes (kernels/src/gpu/prefill_moe.rs): the samples sorted by
 // expert so that each selected expert is one library GEMM over its rows. A sample's output
@@ -244,12 +305,13 @@ extern "C" __global__ void mx_prefill_moe_count(const void* idx, int idx64, long
 }
 
 // One block a sample: its slot pos from its expert's cursor (the expert's first row, advanced),
-// perm[pos] = s, and its row of K elements of `esize` bytes (bf16 2, f32 4) copied to a16[pos]
-// (16 bytes a lane).
+// perm[pos] = s, and its row of K activations to row pos of a16: bf16 copied (amode 1, 16 bytes a
+// lane), f16 / f32 split into bf16 parts (amode 2 / 3; part p at a16 + p * part_stride).
 extern "C" __global__ void mx_prefill_moe_scatter(const void* idx, int idx64, int E,
                                                   unsigned int* cursor, unsigned int* perm,
-                                                  const uint4* __restrict__ a,
-                                                  uint4* __restrict__ a16, int K, int esize) {
+                                                  const void* __restrict__ a,
+                                                  mx_u16* __restrict__ a16, int K, int amode,
+                                                  long long part_stride) {
   MX_PDL_ENTRY();
   __shared__ unsigned int pos;
   const long long s = blockIdx.x;
@@ -259,17 +321,25 @@ extern "C" __global__ void mx_prefill_moe_scatter(const void* idx, int idx64, in
     perm[pos] = (unsigned int)s;
   }
   __syncthreads();
-  const int chunks = K * esize / 16;
-  for (int c = threadIdx.x; c < chunks; c += blockDim.x) a16[(long long)pos * chunks + c] = a[s * chunks + c];
+  if (amode == MX_PREFILL_A_BF16) {
+    const int chunks = K / 8;
+    const uint4* src = static_cast<const uint4*>(a) + s * chunks;
+    uint4* dst = reinterpret_cast<uint4*>(a16) + (long long)pos * chunks;
+    for (int c = threadIdx.x; c < chunks; c += blockDim.x) dst[c] = src[c];
+    return;
+  }
+  const int esize = amode == MX_PREFILL_A_F32 ? 4 : 2;
+  mx_prefill_split_rows(static_cast<const mx_u8*>(a) + s * K * esize, amode,
+                        a16 + (long long)pos * K, part_stride, K, threadIdx.x, blockDim.x);
 }
 
 // The `count` experts ids[0..count) of the fragment-packed stack (each expert ceil(N/16) * 16 * K
-// value bytes and a 32nd of that in scales, one after another) -> y [count, N, K], bf16 or f32
-// when w32.
+// value bytes and a 32nd of that in scales, one after another) -> bf16 y [count, N, K].
 extern "C" __global__ void mx_prefill_dequant_experts(const mx_u8* __restrict__ wf,
                                                       const mx_u8* __restrict__ wsf,
-                                                      const unsigned int* ids, int count, void* y,
-                                                      int N, int K, int w32, unsigned int* flag) {
+                                                      const unsigned int* ids, int count,
+                                                      mx_u16* y, int N, int K,
+                                                      unsigned int* flag) {
   MX_PDL_ENTRY();
   const long long ebytes = (long long)((N + 15) / 16) * 16 * K;
   const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -280,19 +350,26 @@ extern "C" __global__ void mx_prefill_dequant_experts(const mx_u8* __restrict__ 
     const uint4* we = reinterpret_cast<const uint4*>(wf + e * ebytes);
     const mx_u8* se = wsf + e * (ebytes / 32);
     const long long off = (long long)j * N * K;
-    bad |= w32 ? mx_prefill_frag<true>(we, se, static_cast<float*>(y) + off, N, K, i, n)
-               : mx_prefill_frag<false>(we, se, static_cast<mx_u16*>(y) + off, N, K, i, n);
+    bad |= mx_prefill_frag(we, se, y + off, N, K, i, n);
   }
   if (bad) atomicOr(flag, 1u);
 }
 
-// y[perm[pos]] = t[pos]: rows of N elements of `bytes` bytes each (2 or 4), 16 bytes a lane
-// (N * bytes a multiple of 16) or one element a lane.
+// y[perm[pos]] = t[pos]: rows of N elements, copied when t and y have the same element size
+// `bytes` (2 or 4; 16 bytes a lane when N * bytes is a multiple of 16, else one 16-bit word a
+// lane), else (to_f16) f32 t rounded to f16 y.
 extern "C" __global__ void mx_prefill_moe_unpermute(const unsigned int* perm,
                                                     const mx_u8* __restrict__ t,
-                                                    mx_u8* __restrict__ y, int N, int bytes) {
+                                                    mx_u8* __restrict__ y, int N, int bytes,
+                                                    int to_f16) {
   MX_PDL_ENTRY();
   const long long pos = blockIdx.x;
+  if (to_f16) {
+    const float* src = reinterpret_cast<const float*>(t) + pos * N;
+    mx_u16* dst = reinterpret_cast<mx_u16*>(y) + (long long)perm[pos] * N;
+    for (int c = threadIdx.x; c < N; c += blockDim.x) dst[c] = MxF16::from_f32(src[c]);
+    return;
+  }
   const long long row = (long long)N * bytes;
   const mx_u8* src = t + pos * row;
   mx_u8* dst = y + (long long)perm[pos] * row;

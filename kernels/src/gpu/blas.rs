@@ -33,7 +33,6 @@ const CUBLAS_OP_T: c_int = 1;
 const CUDA_R_32F: c_int = 0;
 const CUDA_R_16BF: c_int = 14;
 const CUBLAS_COMPUTE_32F: c_int = 68;
-const CUBLAS_COMPUTE_32F_PEDANTIC: c_int = 69;
 const CUBLAS_GEMM_DEFAULT: c_int = -1;
 
 type GemmExFn = unsafe extern "C" fn(
@@ -78,15 +77,6 @@ unsafe impl Send for Blas {}
 /// Output element type of [`Blas::gemm`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BlasOut {
-    Bf16,
-    F32,
-}
-
-/// Input element type of [`Blas::gemm`]: bf16 on tensor cores (exact products, f32
-/// accumulation), or f32 computed in f32 throughout (`CUBLAS_COMPUTE_32F_PEDANTIC`: no TF32, so
-/// also not under `NVIDIA_TF32_OVERRIDE`), whose output is f32.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BlasIn {
     Bf16,
     F32,
 }
@@ -199,9 +189,9 @@ impl Blas {
         }
     }
 
-    /// Row-major `y[m, n] = alpha · Σ_k a[m, k] · b[n, k] + beta · y[m, n]` with `a`, `b` of
-    /// `input` (f32 accumulation), `y` bf16 or f32 (f32 for f32 input), on `stream`. `beta` is 0
-    /// or 1 (then `y` holds the bias).
+    /// Row-major `y[m, n] = alpha · Σ_k a[m, k] · b[n, k] + beta · y[m, n]` with bf16 `a`, `b`
+    /// on tensor cores (exact products, f32 accumulation), `y` bf16 or f32, on `stream`. `beta`
+    /// is 0 or 1 (then `y` holds the bias or the sum so far).
     ///
     /// # Safety
     /// The pointers must be device buffers of those extents on the driver's device, and the
@@ -214,7 +204,7 @@ impl Blas {
         (a, b): (u64, u64),
         beta: f32,
         y: u64,
-        (input, out): (BlasIn, BlasOut),
+        out: BlasOut,
         stream: usize,
     ) -> GpuResult<()> {
         let status = |call: &'static str, rc: c_int| -> GpuResult<()> {
@@ -236,16 +226,7 @@ impl Blas {
             BlasOut::Bf16 => CUDA_R_16BF,
             BlasOut::F32 => CUDA_R_32F,
         };
-        let (itype, compute) = match input {
-            BlasIn::Bf16 => (CUDA_R_16BF, CUBLAS_COMPUTE_32F),
-            BlasIn::F32 if out == BlasOut::F32 => (CUDA_R_32F, CUBLAS_COMPUTE_32F_PEDANTIC),
-            BlasIn::F32 => {
-                return Err(GpuError::Library {
-                    library: self.path.clone(),
-                    message: "an f32 GEMM writes f32".into(),
-                })
-            }
-        };
+        let (itype, compute) = (CUDA_R_16BF, CUBLAS_COMPUTE_32F);
         // Column-major view: y^T [n, m] = b [k, n]^T · a^T [k, m], so A = b (transposed, lda =
         // k), B = a (lda = k), C = y (ldc = n).
         status(

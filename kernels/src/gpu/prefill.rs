@@ -10,19 +10,21 @@
 //! Taken when all hold (else the decode kernels run, as before): NVIDIA with cuBLAS found; M at
 //! least the device's [`PrefillTable`] row (`MXFUSE_GPU_PREFILL_MIN_M` overrides it,
 //! `MXFUSE_GPU_PREFILL=0` turns the route off); weights `[N, K]` (fragment-packed or plain with
-//! `trans_b`); bf16 or f32 output; no bias, or a bias with `beta = 1`; every extent within
+//! `trans_b`); bf16, f16 or f32 output; no bias, or a bias with `beta = 1`; every extent within
 //! cuBLAS's `int`. Results: float order only against the reference (f32 accumulation of exact
 //! products), not the decode kernels' bits. The weight-only `MxMatMul` takes it too: bf16
-//! activations as they are (bf16 GEMM), f32 ones into f32 (weights dequantized to f32, exact at
-//! every scale, and an f32 GEMM computed in f32: no guard needed).
+//! activations as they are, f16 ones as the sum of two bf16 parts and f32 ones of three (exact:
+//! mx_prefill.hip says why), one bf16 GEMM a part accumulated in f32. An f16 output, which the
+//! library's bf16 GEMM cannot write, is accumulated in f32 rows (at most [`F32_ROWS_BYTES`] at a
+//! time) that a last kernel rounds to f16 with the epilogue.
 //!
-//! Scratch: one device buffer per runtime, grown on demand and kept (the flag word, `M × K` and
-//! `N × K` bf16), used under the runtime's prefill lock so that concurrent callers on the one
-//! stream never share it in flight.
+//! Scratch: one device buffer per runtime, grown on demand and kept (the flag words, the
+//! activations' bf16 parts, `N × K` bf16 weights, the f32 rows), used under the runtime's
+//! prefill lock so that concurrent callers on the one stream never share it in flight.
 
 use std::sync::Mutex;
 
-use super::blas::{Blas, BlasIn, BlasOut};
+use super::blas::{Blas, BlasOut};
 use super::driver::Backend;
 use super::error::{GpuError, GpuResult};
 use super::launch::{dim_i32, dim_u32, dtype_suffix, GpuEpilogue, GpuMatB, Params, StreamHandle};
@@ -52,11 +54,45 @@ pub enum PrefillA {
     Mx { q: u64, scales: u64 },
     /// bf16 `[M, K]` (the weight-only `MxMatMul`), read by the library as they are.
     Bf16(u64),
-    /// f32 `[M, K]` (the weight-only `MxMatMul` of an f32 graph), with f32 output: the weights
-    /// are dequantized to f32 (exact at every scale, so no guard) and the product is an f32 GEMM
-    /// computed in f32 (no TF32).
+    /// f16 `[M, K]` (the weight-only `MxMatMul` of an f16 graph): two bf16 parts.
+    F16(u64),
+    /// f32 `[M, K]` (the weight-only `MxMatMul` of an f32 graph): three bf16 parts.
     F32(u64),
 }
+
+impl PrefillA {
+    /// The kernels' activation mode (mx_prefill.hip `MX_PREFILL_A_*`).
+    fn mode(self) -> i32 {
+        match self {
+            PrefillA::Mx { .. } => 0,
+            PrefillA::Bf16(_) => 1,
+            PrefillA::F16(_) => 2,
+            PrefillA::F32(_) => 3,
+        }
+    }
+}
+
+/// How many bf16 parts hold a float activation of `mode` exactly (one for MXFP8 and bf16).
+pub(super) fn bf16_parts(mode: i32) -> usize {
+    match mode {
+        2 => 2,
+        3 => 3,
+        _ => 1,
+    }
+}
+
+/// The activation mode of a float activation type (`None` for others).
+pub(super) fn float_a_mode(a: DType) -> Option<i32> {
+    match a {
+        DType::BF16 => Some(1),
+        DType::F16 => Some(2),
+        DType::F32 => Some(3),
+        _ => None,
+    }
+}
+
+/// Most bytes of f32 accumulator rows an f16 output takes at a time.
+pub const F32_ROWS_BYTES: usize = 256 << 20;
 
 /// The output type for [`Blas::gemm`].
 pub(super) fn blas_out(out: DType) -> BlasOut {
@@ -106,7 +142,12 @@ impl GpuRuntime {
             && m.checked_mul(k).is_some_and(|e| e <= i32::MAX as usize * 2)
             && n.checked_mul(k).is_some_and(|e| e <= i32::MAX as usize * 2);
         let epilogue = ep.bias.is_none() || ep.beta == 1.0;
-        if !(on && layout && matches!(out, DType::BF16 | DType::F32) && epilogue && fits) {
+        if !(on
+            && layout
+            && matches!(out, DType::BF16 | DType::F16 | DType::F32)
+            && epilogue
+            && fits)
+        {
             return false;
         }
         self.prefill_blas_available()
@@ -192,7 +233,7 @@ impl GpuRuntime {
         self.prefill_product((m, k, n), a, b, y, out, ep, stream)
     }
 
-    /// [`GpuRuntime::mx_matmul_prefill`] for either kind of activations.
+    /// [`GpuRuntime::mx_matmul_prefill`] for any kind of activations.
     #[allow(clippy::too_many_arguments)]
     pub fn prefill_product(
         &self,
@@ -205,9 +246,11 @@ impl GpuRuntime {
         stream: StreamHandle,
     ) -> GpuResult<()> {
         let o = dtype_suffix(out)?;
-        if !matches!(out, DType::BF16 | DType::F32) || !(ep.bias.is_none() || ep.beta == 1.0) {
+        if !matches!(out, DType::BF16 | DType::F16 | DType::F32)
+            || !(ep.bias.is_none() || ep.beta == 1.0)
+        {
             return Err(crate::KernelError::Unsupported(format!(
-                "the prefill GEMM writes bf16 or f32 with beta = 1 under a bias, not {out:?} with beta = {}",
+                "the prefill GEMM writes bf16, f16 or f32 with beta = 1 under a bias, not {out:?} with beta = {}",
                 ep.beta
             ))
             .into());
@@ -229,44 +272,45 @@ impl GpuRuntime {
                 )))
             }
         };
-        if matches!(a, PrefillA::F32(_)) && out != DType::F32 {
-            return Err(crate::KernelError::Unsupported(format!(
-                "the prefill GEMM of f32 activations writes f32, not {out:?}"
-            ))
-            .into());
-        }
-        // (amode of the guard kernel, a's values, a's scales, bytes of a's bf16 copy)
-        let (amode, a_q, a_scales, a_bytes) = match a {
-            PrefillA::Mx { q, scales } => (0i32, q, scales, align(m * k * 2)),
-            PrefillA::Bf16(p) | PrefillA::F32(p) => (1, p, 0, 0),
+        let amode = a.mode();
+        let parts = bf16_parts(amode);
+        // (a's values, a's scales); bf16 a is read in place, the others prepared in the scratch.
+        let (a_q, a_scales) = match a {
+            PrefillA::Mx { q, scales } => (q, scales),
+            PrefillA::Bf16(p) | PrefillA::F16(p) | PrefillA::F32(p) => (p, 0),
         };
-        let exact = matches!(a, PrefillA::F32(_));
-        let w_bytes = align(n * k * if exact { 4 } else { 2 });
-        let need = 256 + a_bytes + w_bytes;
+        let a_bytes = if amode == 1 {
+            0
+        } else {
+            align(parts * m * k * 2)
+        };
+        // f16 out: f32 accumulator rows, then the epilogue's kernel.
+        let rows_at_once = if out == DType::F16 {
+            m.min((F32_ROWS_BYTES / (n * 4)).max(1))
+        } else {
+            0
+        };
+        let (w_bytes, t_bytes) = (align(n * k * 2), align(rows_at_once * n * 4));
         let mut state = self.prefill_state();
-        let base = self.prefill_scratch(&mut state, need)?;
-        // The f32 route writes its (unused) flag to a third word and leaves the parity alone.
-        let (flag, next_flag) = match (exact, state.parity) {
-            (true, _) => (base + 8, 0),
-            (false, true) => (base + 4, base),
-            (false, false) => (base, base + 4),
+        let base = self.prefill_scratch(&mut state, 256 + a_bytes + w_bytes + t_bytes)?;
+        let (flag, next_flag) = if state.parity {
+            (base + 4, base)
+        } else {
+            (base, base + 4)
         };
-        if !exact {
-            state.parity = !state.parity;
-        }
-        let (a16, w16) = match a {
-            PrefillA::Mx { .. } => (base + 256, base + 256 + a_bytes as u64),
-            PrefillA::Bf16(p) | PrefillA::F32(p) => (p, base + 256),
-        };
+        state.parity = !state.parity;
+        let a16 = if amode == 1 { a_q } else { base + 256 };
+        let w16 = base + 256 + a_bytes as u64;
+        let t = w16 + w_bytes as u64;
         let sms = self.multiprocessors();
         let blocks = |threads: usize| threads.div_ceil(BLOCK as usize).clamp(1, sms * 8);
         let grid = |threads: usize| -> GpuResult<[u32; 3]> {
             Ok([dim_u32("grid", blocks(threads))?, 1, 1])
         };
         let kk = dim_i32("K", k)?;
-        // One launch dequantizes both: the activations' blocks first (none for bf16 a), then the
+        // One launch prepares both: the activations' blocks first (none for bf16 a), then the
         // weights'.
-        let blocks_a = if amode == 0 { blocks(m * k / 8) } else { 0 };
+        let blocks_a = if amode == 1 { 0 } else { blocks(m * k / 8) };
         let w_threads = if wmode == 1 {
             n.div_ceil(16) * k
         } else {
@@ -284,49 +328,73 @@ impl GpuRuntime {
             .push(wmode)
             .push(kk)
             .push(dim_i32("grid", blocks_a)?)
-            .push(i32::from(exact))
+            .push(amode)
             .push(flag);
         let total = dim_u32("grid", blocks_a + blocks(w_threads))?;
         self.run("mx_prefill_dequant", [total, 1, 1], BLOCK, p, stream)?;
-        let beta = if ep.bias.is_some() {
-            let p = Params::new()
-                .push(y)
-                .push(m as i64)
-                .push(dim_i32("N", n)?)
-                .push(epi);
-            self.run(
-                &format!("mx_prefill_bias_{o}"),
-                grid(m * n)?,
-                BLOCK,
-                p,
-                stream,
-            )?;
-            1.0
+        let part = |p: usize, row: usize| a16 + ((p * m + row) * k * 2) as u64;
+        if out == DType::F16 {
+            for m0 in (0..m).step_by(rows_at_once) {
+                let rows = rows_at_once.min(m - m0);
+                // The parts from the smallest: t = Σ_p a_p · w, then y = f16(epilogue(t)).
+                for p in (0..parts).rev() {
+                    let beta = if p + 1 < parts { 1.0 } else { 0.0 };
+                    self.prefill_gemm(
+                        &mut state,
+                        (rows, n, k),
+                        1.0,
+                        (part(p, m0), w16),
+                        beta,
+                        t,
+                        BlasOut::F32,
+                        stream,
+                    )?;
+                }
+                let p = Params::new()
+                    .push(t)
+                    .push(m0 as i64)
+                    .push(rows as i64)
+                    .push(dim_i32("N", n)?)
+                    .push(y)
+                    .push(epi);
+                self.run(
+                    &format!("mx_prefill_finish_{o}"),
+                    grid(rows * n)?,
+                    BLOCK,
+                    p,
+                    stream,
+                )?;
+            }
         } else {
-            0.0
-        };
-        let blas = Self::blas_in(&mut state, self).ok_or_else(|| {
-            crate::KernelError::Unsupported("the prefill GEMM needs cuBLAS".into())
-        })?;
-        let dims = (dim_i32("M", m)?, dim_i32("N", n)?, kk);
-        let input = if exact { BlasIn::F32 } else { BlasIn::Bf16 };
-        self.driver().make_current()?;
-        // SAFETY: a16 / w16 hold the m × k and n × k values just written (or the caller's a), y
-        // the caller's m × n output of `out` (checked by the caller); all on this runtime's
-        // device and stream.
-        unsafe {
-            blas.gemm(
-                dims,
-                ep.alpha,
-                (a16, w16),
-                beta,
-                y,
-                (input, blas_out(out)),
-                stream,
-            )?
-        };
-        if exact {
-            return Ok(());
+            let biased = ep.bias.is_some();
+            if biased {
+                let p = Params::new()
+                    .push(y)
+                    .push(m as i64)
+                    .push(dim_i32("N", n)?)
+                    .push(epi);
+                self.run(
+                    &format!("mx_prefill_bias_{o}"),
+                    grid(m * n)?,
+                    BLOCK,
+                    p,
+                    stream,
+                )?;
+            }
+            // y = c + Σ_p alpha a_p · w, the parts from the smallest.
+            for p in (0..parts).rev() {
+                let beta = if biased || p + 1 < parts { 1.0 } else { 0.0 };
+                self.prefill_gemm(
+                    &mut state,
+                    (m, n, k),
+                    ep.alpha,
+                    (part(p, 0), w16),
+                    beta,
+                    y,
+                    blas_out(out),
+                    stream,
+                )?;
+            }
         }
         let p = Params::new()
             .push(flag)
@@ -351,6 +419,30 @@ impl GpuRuntime {
         )
     }
 
+    /// One library GEMM `y[m, n] = alpha Σ_k a[m, k] · b[n, k] + beta y[m, n]` of bf16 `a`, `b`
+    /// (f32 accumulation) on `stream`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn prefill_gemm(
+        &self,
+        state: &mut PrefillState,
+        (m, n, k): (usize, usize, usize),
+        alpha: f32,
+        (a, b): (u64, u64),
+        beta: f32,
+        y: u64,
+        out: BlasOut,
+        stream: StreamHandle,
+    ) -> GpuResult<()> {
+        let blas = Self::blas_in(state, self).ok_or_else(|| {
+            crate::KernelError::Unsupported("the prefill GEMM needs cuBLAS".into())
+        })?;
+        let dims = (dim_i32("M", m)?, dim_i32("N", n)?, dim_i32("K", k)?);
+        self.driver().make_current()?;
+        // SAFETY: the callers pass device buffers of these extents (a: m × k, b: n × k bf16, y:
+        // m × n of `out`) on this runtime's device and stream.
+        unsafe { blas.gemm(dims, alpha, (a, b), beta, y, out, stream) }
+    }
+
     /// The vendor's bf16 GEMM alone, `y[m, n] = Σ_k a[m, k] · b[n, k]` (bf16 `a`, `b`; bf16 or
     /// f32 `y`): the baseline the prefill benchmark measures the route against.
     #[allow(clippy::too_many_arguments)]
@@ -364,22 +456,16 @@ impl GpuRuntime {
         stream: StreamHandle,
     ) -> GpuResult<()> {
         let mut state = self.prefill_state();
-        let blas = Self::blas_in(&mut state, self)
-            .ok_or_else(|| crate::KernelError::Unsupported("no cuBLAS here".into()))?;
-        let dims = (dim_i32("M", m)?, dim_i32("N", n)?, dim_i32("K", k)?);
-        self.driver().make_current()?;
-        // SAFETY: the caller's device buffers of those extents.
-        unsafe {
-            blas.gemm(
-                dims,
-                1.0,
-                (a, b),
-                0.0,
-                y,
-                (BlasIn::Bf16, blas_out(out)),
-                stream,
-            )
-        }
+        self.prefill_gemm(
+            &mut state,
+            (m, n, k),
+            1.0,
+            (a, b),
+            0.0,
+            y,
+            blas_out(out),
+            stream,
+        )
     }
 
     /// Frees the prefill scratch (the runtime's drop).

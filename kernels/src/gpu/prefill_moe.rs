@@ -8,25 +8,26 @@
 //! Steps (kernels/gpu/mx_prefill.hip `mx_prefill_moe_*`): count the samples per expert; read
 //! the counts on the host (one synchronization: the library's GEMMs need their row counts on
 //! the host); from the exclusive scan, each sample takes a row of its expert's range and its
-//! bf16 activation row is copied there; the selected experts are dequantized in chunks of at
-//! most [`CHUNK_BYTES`] and multiplied; the output rows are copied back to their samples. A
+//! activation row goes there (bf16 copied; f16 / f32 as two / three bf16 parts, exact, as the
+//! dense route splits them); the selected experts are dequantized to bf16 in chunks of at most
+//! [`CHUNK_BYTES`] and multiplied, one GEMM a part accumulated in f32 (bf16 out: straight to
+//! bf16); the output rows go back to their samples (f16: rounded from the f32 rows). A
 //! sample's output depends only on its own row and expert, so the order of rows within an
 //! expert (atomics) does not change any result.
 //!
 //! Taken (`mx_gather_matmul_frag` asks [`GpuRuntime::gather_prefill_takes`]) when: NVIDIA with
-//! cuBLAS; bf16 activations into bf16 or f32 (bf16 GEMMs), or f32 activations into f32 (the
-//! experts dequantized to f32, exact at every scale, and f32 GEMMs computed in f32); one row and
+//! cuBLAS; bf16 or f16 activations into their type or f32, or f32 activations into f32; one row and
 //! one index a sample (a MoE layer's dispatch); more samples than the grouped kernel takes (`MXFUSE_GPU_PREFILL_MOE_MIN_S`
 //! overrides the count, `MXFUSE_GPU_PREFILL=0` turns the route off). Not taken, and the kernels
 //! run as before (they also record an index out of range as the op's error), when an index is
-//! out of range or an expert's scale leaves the bf16-safe range (the kernels then recompute
-//! every output exactly).
+//! out of range or an expert's scale leaves the bf16-safe range (mx_prefill.hip; the kernels then
+//! recompute every output exactly).
 
-use super::blas::BlasIn;
+use super::blas::BlasOut;
 use super::error::GpuResult;
 use super::gather::{GpuGatherMatMul, GpuIndices};
 use super::launch::{dim_i32, dim_u32, Params, StreamHandle};
-use super::prefill::blas_out;
+use super::prefill::{bf16_parts, float_a_mode};
 use super::runtime::GpuRuntime;
 use crate::element::DType;
 
@@ -53,10 +54,12 @@ impl GpuRuntime {
                 .unwrap_or(DEFAULT_MIN_SAMPLES)
         });
         let s = mm.samples;
-        // bf16 a into bf16 or f32 (bf16 GEMMs); f32 a into f32 (f32 GEMMs, exact weights).
+        // bf16 / f16 a into their type or f32; f32 a into f32 (the weight-only kernels' types).
         let types = matches!(
             (mm.a_dtype, mm.y_dtype),
-            (DType::BF16, DType::BF16 | DType::F32) | (DType::F32, DType::F32)
+            (DType::BF16, DType::BF16 | DType::F32)
+                | (DType::F16, DType::F16 | DType::F32)
+                | (DType::F32, DType::F32)
         );
         if s < min_s
             || e == 0
@@ -73,7 +76,7 @@ impl GpuRuntime {
         on && self.prefill_blas_available()
     }
 
-    /// The MoE prefill route for `mm` (one bf16 row and one index a sample) on the `e`
+    /// The MoE prefill route for `mm` (one float row and one index a sample) on the `e`
     /// fragment-packed experts `(wf, wsf)` of `[N, K]`. `Ok(false)` when it did not produce the
     /// result (an index out of range, an out-of-range scale): the caller runs the kernels.
     pub fn mx_gather_matmul_prefill(
@@ -87,14 +90,27 @@ impl GpuRuntime {
         if s == 0 || n == 0 {
             return Ok(true);
         }
-        let ybytes = mm.y_dtype.size();
-        // f32 activations: f32 rows and f32 experts (exact at every scale), an f32 GEMM.
-        let exact = mm.a_dtype == DType::F32;
-        let esize = if exact { 4 } else { 2 };
-        let ebytes = n * k * esize;
+        let amode = float_a_mode(mm.a_dtype).ok_or_else(|| {
+            crate::KernelError::DType(format!(
+                "the MoE prefill route reads float activations, not {:?}",
+                mm.a_dtype
+            ))
+        })?;
+        let parts = bf16_parts(amode);
+        // The GEMMs' output rows t: bf16 for bf16 out (one part), else f32 accumulators.
+        let (t_out, tbytes) = if mm.y_dtype == DType::BF16 {
+            (BlasOut::Bf16, 2)
+        } else {
+            (BlasOut::F32, 4)
+        };
+        let ebytes = n * k * 2;
         let chunk = (CHUNK_BYTES / ebytes).clamp(1, e);
         let (counts_b, perm_b) = (align((e + 2) * 4), align(s * 4));
-        let (a_b, t_b, ids_b) = (align(s * k * esize), align(s * n * ybytes), align(e * 4));
+        let (a_b, t_b, ids_b) = (
+            align(parts * s * k * 2),
+            align(s * n * tbytes),
+            align(e * 4),
+        );
         // After the dense route's flag words (its first 256 bytes), which must stay as they are.
         let need = 256 + counts_b + perm_b + a_b + t_b + ids_b + chunk * ebytes;
         let mut state = self.prefill_state();
@@ -146,7 +162,8 @@ impl GpuRuntime {
             .push(mm.a)
             .push(a16)
             .push(kk)
-            .push(esize as i32);
+            .push(amode)
+            .push((s * k) as i64);
         self.run(
             "mx_prefill_moe_scatter",
             [dim_u32("samples", s)?, 1, 1],
@@ -156,10 +173,6 @@ impl GpuRuntime {
         )?;
         let sms = self.multiprocessors();
         let dq_blocks = dim_u32("grid", (n.div_ceil(16) * k).div_ceil(256).clamp(1, sms * 8))?;
-        let types = (
-            if exact { BlasIn::F32 } else { BlasIn::Bf16 },
-            blas_out(mm.y_dtype),
-        );
         for (c, group) in used.chunks(chunk).enumerate() {
             let p = Params::new()
                 .push(wf)
@@ -169,7 +182,6 @@ impl GpuRuntime {
                 .push(w16)
                 .push(nn)
                 .push(kk)
-                .push(i32::from(exact))
                 .push(flag);
             self.run(
                 "mx_prefill_dequant_experts",
@@ -178,26 +190,25 @@ impl GpuRuntime {
                 p,
                 stream,
             )?;
-            let blas = Self::blas_in(&mut state, self).ok_or_else(|| {
-                crate::KernelError::Unsupported("the prefill route needs cuBLAS".into())
-            })?;
-            driver.make_current()?;
             for (slot, &x) in group.iter().enumerate() {
                 let (rows, off) = (count[x as usize] as usize, offsets[x as usize] as usize);
-                let dims = (dim_i32("rows", rows)?, nn, kk);
-                // SAFETY: rows [off, off + rows) of a16 (K values each) and t (N of y's type
-                // each), expert slot `slot` of w16 ([N, K]): all inside the scratch.
-                unsafe {
-                    blas.gemm(
-                        dims,
+                // The parts from the smallest, accumulated in t's rows [off, off + rows).
+                for p in (0..parts).rev() {
+                    let beta = if p + 1 < parts { 1.0 } else { 0.0 };
+                    let a_rows = a16 + ((p * s + off) * k * 2) as u64;
+                    let w = w16 + (slot * ebytes) as u64;
+                    let t_rows = t + (off * n * tbytes) as u64;
+                    self.prefill_gemm(
+                        &mut state,
+                        (rows, n, k),
                         1.0,
-                        (a16 + (off * k * esize) as u64, w16 + (slot * ebytes) as u64),
-                        0.0,
-                        t + (off * n * ybytes) as u64,
-                        types,
+                        (a_rows, w),
+                        beta,
+                        t_rows,
+                        t_out,
                         stream,
-                    )?
-                };
+                    )?;
+                }
             }
         }
         let p = Params::new()
@@ -205,7 +216,8 @@ impl GpuRuntime {
             .push(t)
             .push(mm.y)
             .push(nn)
-            .push(ybytes as i32);
+            .push(tbytes as i32)
+            .push(i32::from(mm.y_dtype == DType::F16));
         self.run(
             "mx_prefill_moe_unpermute",
             [dim_u32("samples", s)?, 1, 1],
@@ -216,8 +228,8 @@ impl GpuRuntime {
         driver.synchronize()?;
         let mut f = [0u8; 4];
         driver.copy_to_host(&mut f, flag)?;
-        // An out-of-range scale: bf16 may not hold the weights exactly; the kernels recompute
-        // (f32 holds them at every scale).
-        Ok(exact || u32::from_le_bytes(f) == 0)
+        // An out-of-range scale: the library may lose products of such weights; the kernels
+        // recompute.
+        Ok(u32::from_le_bytes(f) == 0)
     }
 }

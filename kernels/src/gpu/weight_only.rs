@@ -283,14 +283,14 @@ impl GpuRuntime {
             return Ok(());
         }
         let packed = GpuMatB::MxFrag { q: wf, scales: wsf };
-        // bf16 a (bf16 GEMM) or f32 a into f32 (f32 GEMM on f32 weights): the prefill route.
-        let route_a = match (a_dtype, y_dtype) {
-            (DType::BF16, _) => Some(PrefillA::Bf16(a)),
-            (DType::F32, DType::F32) => Some(PrefillA::F32(a)),
-            _ => None,
+        // The prefill route: bf16 a as it is, f16 / f32 a as two / three exact bf16 parts.
+        let route_a = match a_dtype {
+            DType::BF16 => PrefillA::Bf16(a),
+            DType::F16 => PrefillA::F16(a),
+            _ => PrefillA::F32(a),
         };
-        if let Some(pa) = route_a.filter(|_| self.prefill_takes((m, k, n), &packed, y_dtype, ep)) {
-            return self.prefill_product((m, k, n), pa, &packed, y, y_dtype, ep, stream);
+        if self.prefill_takes((m, k, n), &packed, y_dtype, ep) {
+            return self.prefill_product((m, k, n), route_a, &packed, y, y_dtype, ep, stream);
         }
         check_aligned("a", a, 16)?;
         check_aligned("b (fragment-packed)", wf, 16)?;

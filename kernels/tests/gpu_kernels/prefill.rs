@@ -1,8 +1,9 @@
 //! The prefill route of `MxMatMul` (kernels/src/gpu/prefill.rs: dequantize to bf16, cuBLAS, the
 //! exactness guard) against the CPU reference: within the f32 summation-order bound on random
-//! inputs, fragment-packed and plain weights, bf16 and f32 outputs, a bias; and the guard's
-//! exact recompute where a block's scale leaves the bf16-safe range (2^-127 activations, huge
-//! weights), with a NaN scale's column NaN as on the CPU.
+//! inputs, fragment-packed and plain weights, bf16, f16 and f32 outputs, a bias; float
+//! activations (bf16, and f16 / f32 split into bf16 parts) of the weight-only form; and the
+//! guard's exact recompute where a block's scale leaves the bf16-safe range (2^-127
+//! activations, huge weights), with a NaN scale's column NaN as on the CPU.
 
 use super::*;
 
@@ -37,7 +38,16 @@ fn random_activations(rng: &mut Rng, m: usize, k: usize) -> (Vec<u8>, Vec<u8>) {
     (aq, asc)
 }
 
-/// One prefill-route launch, f32 or bf16 out, read back as f32.
+/// Device output `y` of `n` elements of type `out` (bf16, f16 or f32) as f32.
+fn download_f32(y: &DeviceBuffer, n: usize, out: kernels::DType) -> Vec<f32> {
+    match out {
+        kernels::DType::BF16 => download::<bf16>(y, n).iter().map(|v| v.to_f32()).collect(),
+        kernels::DType::F16 => download::<f16>(y, n).iter().map(|v| v.to_f32()).collect(),
+        _ => download::<f32>(y, n),
+    }
+}
+
+/// One prefill-route launch, f32, f16 or bf16 out, read back as f32.
 #[allow(clippy::too_many_arguments)]
 fn prefill_run(
     rt: &Arc<GpuRuntime>,
@@ -51,14 +61,7 @@ fn prefill_run(
     let dy = poisoned::<f32>(rt, m * n);
     rt.mx_matmul_prefill((m, k, n), daq.ptr(), das.ptr(), b, dy.ptr(), out, ep, 0)
         .expect("prefill launch");
-    if out == kernels::DType::BF16 {
-        download::<bf16>(&dy, m * n)
-            .iter()
-            .map(|v| v.to_f32())
-            .collect()
-    } else {
-        download::<f32>(&dy, m * n)
-    }
+    download_f32(&dy, m * n, out)
 }
 
 #[test]
@@ -91,9 +94,15 @@ fn gpu_prefill_gemm_matches_reference() {
             let (aq, asc) = random_activations(&mut rng, m, k);
             let (daq, das) = (upload(&rt, &aq), upload(&rt, &asc));
             let want = reference_f32((&aq, &asc), (&w, &ws), (m, k, n), &kernels::Epilogue::NONE);
-            // f32 out within the f32 summation bound, bf16 out within its rounding.
+            // f32 out within the f32 summation bound, bf16 / f16 out within their rounding (f16:
+            // f32 rows rounded by the route's last kernel).
             for (b, (out, tol)) in [&frag, &plain].into_iter().flat_map(|b| {
-                [(kernels::DType::F32, 1e-5), (kernels::DType::BF16, 4e-3)].map(|o| (b, o))
+                [
+                    (kernels::DType::F32, 1e-5),
+                    (kernels::DType::BF16, 4e-3),
+                    (kernels::DType::F16, 6e-4),
+                ]
+                .map(|o| (b, o))
             }) {
                 let got = prefill_run(&rt, (m, k, n), &daq, &das, b, out, &GpuEpilogue::NONE);
                 let err = rel_err_nan_aware(&got, &want);
@@ -102,27 +111,36 @@ fn gpu_prefill_gemm_matches_reference() {
                     "{out:?} m={m} n={n} k={k} {b:?}: {err:?}"
                 );
             }
-            // A row bias with alpha = 0.5: y = fl(0.5 acc) + c (the library may fuse the two).
+            // A row bias with alpha = 0.5: y = fl(0.5 acc) + c (the library may fuse the two),
+            // f32 out (bias filled, then the GEMM with beta = 1) and f16 out (the epilogue in
+            // the f16 rounding kernel, f16 bias).
             let bias: Vec<f32> = (0..n).map(|_| rng.normal()).collect();
-            let dbias = upload(&rt, &bias);
-            let ep = GpuEpilogue {
-                alpha: 0.5,
-                beta: 1.0,
-                bias: Some(GpuBias {
-                    ptr: dbias.ptr(),
-                    rows: 1,
-                    cols: n,
-                }),
-            };
-            let host_ep =
-                kernels::Epilogue::new(0.5, 1.0, Some((&bias[..], &[n][..])), m, n).expect("ep");
-            let want = reference_f32((&aq, &asc), (&w, &ws), (m, k, n), &host_ep);
-            let got = prefill_run(&rt, (m, k, n), &daq, &das, &frag, kernels::DType::F32, &ep);
-            let err = rel_err_nan_aware(&got, &want);
-            assert!(
-                err.is_some_and(|e| e < 1e-5),
-                "bias m={m} n={n} k={k}: {err:?}"
-            );
+            let bias16: Vec<f16> = bias.iter().map(|&v| f16::from_f32(v)).collect();
+            let bias16_f32: Vec<f32> = bias16.iter().map(|v| v.to_f32()).collect();
+            for (out, tol, dbias, host_bias) in [
+                (kernels::DType::F32, 1e-5, upload(&rt, &bias), &bias),
+                (kernels::DType::F16, 6e-4, upload(&rt, &bias16), &bias16_f32),
+            ] {
+                let ep = GpuEpilogue {
+                    alpha: 0.5,
+                    beta: 1.0,
+                    bias: Some(GpuBias {
+                        ptr: dbias.ptr(),
+                        rows: 1,
+                        cols: n,
+                    }),
+                };
+                let host_ep =
+                    kernels::Epilogue::new(0.5, 1.0, Some((&host_bias[..], &[n][..])), m, n)
+                        .expect("ep");
+                let want = reference_f32((&aq, &asc), (&w, &ws), (m, k, n), &host_ep);
+                let got = prefill_run(&rt, (m, k, n), &daq, &das, &frag, out, &ep);
+                let err = rel_err_nan_aware(&got, &want);
+                assert!(
+                    err.is_some_and(|e| e < tol),
+                    "bias {out:?} m={m} n={n} k={k}: {err:?}"
+                );
+            }
             // At the device's table M and above, mx_matmul itself takes the route: same bits.
             if rt.prefill_takes((m, k, n), &frag, kernels::DType::F32, &GpuEpilogue::NONE) {
                 let routed = matmul_f32(&rt, (m, k, n), &daq, &das, &frag);
@@ -205,22 +223,22 @@ fn gpu_prefill_weight_only_matches_reference() {
     // 300 rows: past the device's table for these small weights, so the entry point routes too.
     let (m, n, k) = (300usize, 80usize, 384usize);
     let kb = k / 32;
-    let (w, mut ws) = random_mx_weights(&mut rng, n, k);
-    ws[3 * kb + 1] = 200; // out of the bf16-safe range: the guard recomputes (bf16 a)
-    ws[5 * kb + 2] = 3; // 2^-124 weights: exact in the f32 route
-    let (wf, wsf) = kernels::gpu::pack_frag_weights(&w, &ws, n, k).expect("pack");
-    let (dwf, dwsf) = (upload(&rt, &wf), upload(&rt, &wsf));
-    let frag = GpuMatB::MxFrag {
-        q: dwf.ptr(),
-        scales: dwsf.ptr(),
-    };
-    // f32 activations with a wide range (tiny, huge); the bf16 ones rounded from them.
+    let (w, ws) = random_mx_weights(&mut rng, n, k);
+    // The same weights with two blocks out of the bf16-safe range: the guard recomputes.
+    let mut ws_bad = ws.clone();
+    ws_bad[3 * kb + 1] = 200;
+    ws_bad[5 * kb + 2] = 3;
+    // f32 activations with a wide range (tiny, huge); bf16 ones rounded from them; f16 ones of
+    // their own (f16 range, subnormals included).
     let a32: Vec<f32> = (0..m * k)
         .map(|_| rng.normal() * 2f32.powi(rng.below(40) as i32 - 20))
         .collect();
     let a16: Vec<bf16> = a32.iter().map(|&v| bf16::from_f32(v)).collect();
+    let ah: Vec<f16> = (0..m * k)
+        .map(|_| f16::from_f32(rng.normal() * 2f32.powi(rng.below(24) as i32 - 14)))
+        .collect();
     use kernels::codec::{e4m3_to_f32, e8m0_to_f32};
-    let reference = |a: &dyn Fn(usize) -> f32| -> Vec<f32> {
+    let reference = |a: &dyn Fn(usize) -> f32, ws: &[u8]| -> Vec<f32> {
         (0..m * n)
             .map(|e| {
                 let (i, j) = (e / n, e % n);
@@ -233,44 +251,82 @@ fn gpu_prefill_weight_only_matches_reference() {
             })
             .collect()
     };
-    let (da16, da32) = (upload(&rt, &a16), upload(&rt, &a32));
-    for (dt, da, want) in [
-        (kernels::DType::BF16, &da16, reference(&|i| a16[i].to_f32())),
-        (kernels::DType::F32, &da32, reference(&|i| a32[i])),
-    ] {
-        let pa = if dt == kernels::DType::BF16 {
-            kernels::gpu::PrefillA::Bf16(da.ptr())
-        } else {
-            kernels::gpu::PrefillA::F32(da.ptr())
+    let (da16, dah, da32) = (upload(&rt, &a16), upload(&rt, &ah), upload(&rt, &a32));
+    use kernels::DType as D;
+    for ws in [&ws, &ws_bad] {
+        let (wf, wsf) = kernels::gpu::pack_frag_weights(&w, ws, n, k).expect("pack");
+        let (dwf, dwsf) = (upload(&rt, &wf), upload(&rt, &wsf));
+        let frag = GpuMatB::MxFrag {
+            q: dwf.ptr(),
+            scales: dwsf.ptr(),
         };
-        let dy = poisoned::<f32>(&rt, m * n);
-        rt.prefill_product(
-            (m, k, n),
-            pa,
-            &frag,
-            dy.ptr(),
-            kernels::DType::F32,
-            &GpuEpilogue::NONE,
-            0,
-        )
-        .expect("prefill launch");
-        let got = download::<f32>(&dy, m * n);
-        let err = rel_err_nan_aware(&got, &want);
-        assert!(err.is_some_and(|e| e < 1e-5), "weight-only {dt:?}: {err:?}");
-        // The weight-only entry point takes the route at this M where the device's table says so.
-        if rt.prefill_takes((m, k, n), &frag, kernels::DType::F32, &GpuEpilogue::NONE) {
-            let dy2 = poisoned::<f32>(&rt, m * n);
-            rt.mx_matmul_float_a_frag(
-                (m, da.ptr(), dt),
-                (dwf.ptr(), dwsf.ptr()),
-                (n, k),
-                dy2.ptr(),
-                kernels::DType::F32,
-                &GpuEpilogue::NONE,
-                0,
-            )
-            .expect("launch");
-            assert_eq!(same_bits(&download::<f32>(&dy2, m * n), &got), 0, "{dt:?}");
+        let want_bf16 = reference(&|i| a16[i].to_f32(), ws);
+        let want_f16 = reference(&|i| ah[i].to_f32(), ws);
+        let want_f32 = reference(&|i| a32[i], ws);
+        // (a's type, a, the route's activations, y's type, reference, tolerance): f32 out within
+        // the f32 summation bound (a missing bf16 part would leave ~2^-9), f16 out within its
+        // rounding.
+        for (dt, da, pa, out, want, tol) in [
+            (
+                D::BF16,
+                &da16,
+                kernels::gpu::PrefillA::Bf16(da16.ptr()),
+                D::F32,
+                &want_bf16,
+                1e-5,
+            ),
+            (
+                D::F16,
+                &dah,
+                kernels::gpu::PrefillA::F16(dah.ptr()),
+                D::F32,
+                &want_f16,
+                1e-5,
+            ),
+            (
+                D::F16,
+                &dah,
+                kernels::gpu::PrefillA::F16(dah.ptr()),
+                D::F16,
+                &want_f16,
+                6e-4,
+            ),
+            (
+                D::F32,
+                &da32,
+                kernels::gpu::PrefillA::F32(da32.ptr()),
+                D::F32,
+                &want_f32,
+                1e-5,
+            ),
+        ] {
+            let dy = poisoned::<f32>(&rt, m * n);
+            rt.prefill_product((m, k, n), pa, &frag, dy.ptr(), out, &GpuEpilogue::NONE, 0)
+                .expect("prefill launch");
+            let got = download_f32(&dy, m * n, out);
+            let err = rel_err_nan_aware(&got, want);
+            let guarded = std::ptr::eq(ws, &ws_bad);
+            assert!(
+                err.is_some_and(|e| e < tol),
+                "weight-only {dt:?} into {out:?} (guard {guarded}): {err:?}"
+            );
+            // The weight-only entry point takes the route at this M where the device's table
+            // says so.
+            if rt.prefill_takes((m, k, n), &frag, out, &GpuEpilogue::NONE) {
+                let dy2 = poisoned::<f32>(&rt, m * n);
+                rt.mx_matmul_float_a_frag(
+                    (m, da.ptr(), dt),
+                    (dwf.ptr(), dwsf.ptr()),
+                    (n, k),
+                    dy2.ptr(),
+                    out,
+                    &GpuEpilogue::NONE,
+                    0,
+                )
+                .expect("launch");
+                let routed = download_f32(&dy2, m * n, out);
+                assert_eq!(same_bits(&routed, &got), 0, "{dt:?} into {out:?}");
+            }
         }
     }
 }
@@ -321,8 +377,12 @@ fn gpu_prefill_moe_route_matches_the_cpu_kernel() {
         .expect("CPU kernel");
         want
     };
-    // The route on activations `a` (`dt`) into f32: whether it took the product, and y.
-    let run = |a: &DeviceBuffer, dt: DType, ids: &[i64], wf: &DeviceBuffer, wsf: &DeviceBuffer| {
+    // The route on activations `a` (`dt`) into `yt`: whether it took the product, and y as f32.
+    let run_into = |a: &DeviceBuffer,
+                    (dt, yt): (DType, DType),
+                    ids: &[i64],
+                    w: (&DeviceBuffer, &DeviceBuffer)| {
+        let (wf, wsf) = w;
         let (ib, dy) = (upload(&rt, ids), poisoned::<f32>(&rt, s * n));
         let idx = GpuIndices {
             ptr: ib.ptr(),
@@ -336,12 +396,15 @@ fn gpu_prefill_moe_route_matches_the_cpu_kernel() {
             p: 1,
             samples: s,
             y: dy.ptr(),
-            y_dtype: DType::F32,
+            y_dtype: yt,
         };
         let taken = rt
             .mx_gather_matmul_prefill(&mm, (wf.ptr(), wsf.ptr(), e, n, k), idx, 0)
             .expect("launch");
-        (taken, download::<f32>(&dy, s * n))
+        (taken, download_f32(&dy, s * n, yt))
+    };
+    let run = |a: &DeviceBuffer, dt: DType, ids: &[i64], wf: &DeviceBuffer, wsf: &DeviceBuffer| {
+        run_into(a, (dt, DType::F32), ids, (wf, wsf))
     };
     let a: Vec<bf16> = (0..s * k).map(|_| bf16::from_f32(rng.normal())).collect();
     let want = cpu(DType::BF16, as_bytes(&a), &sc);
@@ -359,12 +422,24 @@ fn gpu_prefill_moe_route_matches_the_cpu_kernel() {
     sc2[2 * n * k / 32 + 5] = 1;
     let (wf2, wsf2) = pack(&sc2);
     assert!(!run(&da, DType::BF16, &ids, &wf2, &wsf2).0);
-    // f32 activations into f32: f32 experts and an f32 GEMM, exact at every scale, so the
-    // out-of-range scale above is taken too.
+    // f32 activations into f32 (three bf16 parts) and f16 into f32 (two): taken within the
+    // safe range (a missing part would leave ~2^-9), not at the out-of-range scale.
     let a32: Vec<f32> = (0..s * k).map(|_| rng.normal() * 3.0).collect();
-    let want32 = cpu(DType::F32, as_bytes(&a32), &sc2);
-    let (taken, got) = run(&upload(&rt, &a32), DType::F32, &ids, &wf2, &wsf2);
-    assert!(taken, "f32 route taken at an out-of-range scale");
-    let err = rel_err_nan_aware(&got, &want32);
-    assert!(err.is_some_and(|x| x < 1e-5), "MoE f32 route: {err:?}");
+    let ah: Vec<f16> = (0..s * k)
+        .map(|_| f16::from_f32(rng.normal() * 3.0))
+        .collect();
+    for (dt, bytes, da) in [
+        (DType::F32, as_bytes(&a32), upload(&rt, &a32)),
+        (DType::F16, as_bytes(&ah), upload(&rt, &ah)),
+    ] {
+        let want = cpu(dt, bytes, &sc);
+        let (taken, got) = run(&da, dt, &ids, &wf, &wsf);
+        assert!(taken, "{dt:?} route taken");
+        let err = rel_err_nan_aware(&got, &want);
+        assert!(err.is_some_and(|x| x < 1e-5), "MoE {dt:?} route: {err:?}");
+        assert!(
+            !run(&da, dt, &ids, &wf2, &wsf2).0,
+            "{dt:?} at an out-of-range scale"
+        );
+    }
 }
