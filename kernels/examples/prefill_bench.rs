@@ -222,7 +222,13 @@ fn main() {
             let (mut g1, mut g2) = (vec![bf16::ZERO; m * n], vec![bf16::ZERO; m * n]);
             y1.download(&mut g1).expect("down");
             y2.download(&mut g2).expect("down");
-            let default = if rt.prefill_takes((m, k, n), &mat(0), DType::BF16, &GpuEpilogue::NONE) {
+            let default = if rt.prefill_takes(
+                (m, k, n),
+                DType::E4M3,
+                &mat(0),
+                DType::BF16,
+                &GpuEpilogue::NONE,
+            ) {
                 "route"
             } else {
                 "decode"
@@ -325,7 +331,7 @@ fn weight_only(rt: &Arc<GpuRuntime>, rng: &mut Rng, shapes: &[(usize, usize)]) {
                 q: frag[0].0.ptr(),
                 scales: frag[0].1.ptr(),
             };
-            let default = if rt.prefill_takes((m, k, n), &b0, dt, &GpuEpilogue::NONE) {
+            let default = if rt.prefill_takes((m, k, n), dt, &b0, dt, &GpuEpilogue::NONE) {
                 "route"
             } else {
                 "kernel"

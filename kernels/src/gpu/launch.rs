@@ -775,7 +775,7 @@ impl GpuRuntime {
         if m == 0 || n == 0 {
             return Ok(());
         }
-        if self.prefill_takes((m, k, n), b, out_dtype, ep) {
+        if self.prefill_takes((m, k, n), DType::E4M3, b, out_dtype, ep) {
             return self.mx_matmul_prefill((m, k, n), a_q, a_scales, b, y, out_dtype, ep, stream);
         }
         let epi = ep.params(m, n, out_dtype)?;

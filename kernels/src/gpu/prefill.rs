@@ -112,10 +112,12 @@ fn align(bytes: usize) -> usize {
 
 impl GpuRuntime {
     /// Whether `MxMatMul` of these operands takes the prefill route (the module docs list the
-    /// conditions); loads cuBLAS at the first call that would.
+    /// conditions); `a` is the activations' type (E4M3 for MXFP8, else the weight-only
+    /// product's float type). Loads cuBLAS at the first call that would.
     pub fn prefill_takes(
         &self,
         (m, k, n): (usize, usize, usize),
+        a: DType,
         b: &GpuMatB,
         out: DType,
         ep: &GpuEpilogue,
@@ -127,7 +129,7 @@ impl GpuRuntime {
                     .ok()
                     .and_then(|v| v.parse::<usize>().ok())
             })
-            .unwrap_or_else(|| PrefillTable::for_arch(&self.device().arch).min_m(n, k));
+            .unwrap_or_else(|| PrefillTable::for_arch(&self.device().arch).min_m(n, k, a));
         if m < min_m || self.backend() != Backend::Cuda {
             return false;
         }

@@ -12,6 +12,8 @@
 //! from measurements (bench/gpu/bench.py, BENCHMARKS.md "GPU kernels"), with vLLM's rule as the
 //! default for devices not measured.
 
+use crate::element::DType;
+
 /// The largest M and K for which in-GEMM activation quantization is used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InGemmQuantThresholds {
@@ -64,15 +66,22 @@ pub struct PrefillTable {
     pub min_m_small: usize,
     /// The N · K from which `min_m_large` applies.
     pub large: usize,
+    /// `(large, small)` for the weight-only `MxMatMul` of f16 activations (two bf16 parts a
+    /// row: two library GEMMs, f32 rows, against a weight-only kernel as fast as bf16's).
+    pub f16_a: (usize, usize),
+    /// The same for f32 activations (three parts, against the weight-only kernel's own three).
+    pub f32_a: (usize, usize),
 }
 
 impl PrefillTable {
     /// Devices not measured: 256 rows, where on the H200 the decode kernels were 1.7-2.3x
-    /// slower than the route at every measured weight.
+    /// slower than the route at every measured weight (512 for f16 activations).
     pub const DEFAULT: Self = Self {
         min_m_large: 256,
         min_m_small: 256,
         large: 0,
+        f16_a: (512, 512),
+        f32_a: (256, 256),
     };
 
     /// Measured crossovers, by compile architecture.
@@ -80,13 +89,18 @@ impl PrefillTable {
         // NVIDIA H200 (kernels/examples/prefill_bench.rs, session 23 calls 2-3; BENCHMARKS.md
         // "prefill"): decode kernels / route at M = 96 | 128 | 256 were 1.04 | 1.34-1.35 | 2.30
         // at 6144 x 6144 (38 M weights), 1.05 | 1.07 | 1.71 at 1536 x 6144, 0.87 | 0.74-1.10 |
-        // 1.92 at 6144 x 768 (the small ones host-bound at 128).
+        // 1.92 at 6144 x 768 (the small ones host-bound at 128). Weight-only (session 24 call
+        // 3, weight-only kernel / route): f16 a at M = 128 | 192 | 256 | 384 0.79 | 1.06 | 1.34 |
+        // 1.72 at 6144 x 6144, 0.43 | 0.58 | 0.87 | 1.14 at 1536 x 6144, 0.44 | 0.65 | 0.87 |
+        // 1.25 at 6144 x 768; f32 a at M = 64 | 128: 1.12 | 2.09, 0.64 | 1.12, 0.84 | 1.54.
         (
             "sm_90",
             Self {
                 min_m_large: 128,
                 min_m_small: 256,
                 large: 1 << 25,
+                f16_a: (192, 384),
+                f32_a: (64, 128),
             },
         ),
     ];
@@ -96,12 +110,18 @@ impl PrefillTable {
         table_for_arch(&Self::MEASURED, arch, Self::DEFAULT)
     }
 
-    /// The smallest M that takes the route for `[n, k]` weights.
-    pub fn min_m(&self, n: usize, k: usize) -> usize {
+    /// The smallest M that takes the route for `[n, k]` weights and activations of type `a`
+    /// (E4M3 for MXFP8, or the float type of a weight-only product).
+    pub fn min_m(&self, n: usize, k: usize, a: DType) -> usize {
+        let (large, small) = match a {
+            DType::F16 => self.f16_a,
+            DType::F32 => self.f32_a,
+            _ => (self.min_m_large, self.min_m_small),
+        };
         if n.saturating_mul(k) >= self.large {
-            self.min_m_large
+            large
         } else {
-            self.min_m_small
+            small
         }
     }
 }
@@ -413,10 +433,15 @@ mod tests {
     #[test]
     fn prefill_route_starts_earlier_for_large_weights_on_the_h200() {
         let h200 = PrefillTable::for_arch("sm_90");
-        assert_eq!(h200.min_m(6144, 6144), 128);
-        assert_eq!(h200.min_m(1536, 6144), 256);
-        assert_eq!(h200.min_m(6144, 768), 256);
-        assert_eq!(PrefillTable::for_arch("gfx950").min_m(6144, 6144), 256);
+        let e4 = DType::E4M3;
+        assert_eq!(h200.min_m(6144, 6144, e4), 128);
+        assert_eq!(h200.min_m(1536, 6144, e4), 256);
+        assert_eq!(h200.min_m(6144, 768, DType::BF16), 256);
+        assert_eq!(h200.min_m(6144, 768, DType::F16), 384);
+        assert_eq!(h200.min_m(6144, 6144, DType::F16), 192);
+        assert_eq!(h200.min_m(6144, 768, DType::F32), 128);
+        assert_eq!(h200.min_m(6144, 6144, DType::F32), 64);
+        assert_eq!(PrefillTable::for_arch("gfx950").min_m(6144, 6144, e4), 256);
     }
 
     #[test]

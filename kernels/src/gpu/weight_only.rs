@@ -289,7 +289,7 @@ impl GpuRuntime {
             DType::F16 => PrefillA::F16(a),
             _ => PrefillA::F32(a),
         };
-        if self.prefill_takes((m, k, n), &packed, y_dtype, ep) {
+        if self.prefill_takes((m, k, n), a_dtype, &packed, y_dtype, ep) {
             return self.prefill_product((m, k, n), route_a, &packed, y, y_dtype, ep, stream);
         }
         check_aligned("a", a, 16)?;
