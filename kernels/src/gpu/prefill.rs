@@ -27,7 +27,9 @@ use std::sync::Mutex;
 use super::blas::{Blas, BlasOut};
 use super::driver::Backend;
 use super::error::{GpuError, GpuResult};
-use super::launch::{dim_i32, dim_u32, dtype_suffix, GpuEpilogue, GpuMatB, Params, StreamHandle};
+use super::launch::{
+    check_aligned, dim_i32, dim_u32, dtype_suffix, GpuEpilogue, GpuMatB, Params, StreamHandle,
+};
 use super::runtime::GpuRuntime;
 use super::thresholds::PrefillTable;
 use crate::element::DType;
@@ -281,6 +283,10 @@ impl GpuRuntime {
             PrefillA::Mx { q, scales } => (q, scales),
             PrefillA::Bf16(p) | PrefillA::F16(p) | PrefillA::F32(p) => (p, 0),
         };
+        if parts > 1 {
+            // The split reads 16 bytes a lane.
+            check_aligned("a", a_q, 16)?;
+        }
         let a_bytes = if amode == 1 {
             0
         } else {

@@ -289,13 +289,14 @@ impl GpuRuntime {
             DType::F16 => PrefillA::F16(a),
             _ => PrefillA::F32(a),
         };
-        if self.prefill_takes((m, k, n), a_dtype, &packed, y_dtype, ep) {
-            return self.prefill_product((m, k, n), route_a, &packed, y, y_dtype, ep, stream);
-        }
+        // Checked before the route too: its split of f16 / f32 rows reads 16 bytes a lane.
         check_aligned("a", a, 16)?;
         check_aligned("b (fragment-packed)", wf, 16)?;
         check_aligned("b_scales (fragment-packed)", wsf, 4)?;
         check_aligned("y", y, y_dtype.size() as u64)?;
+        if self.prefill_takes((m, k, n), a_dtype, &packed, y_dtype, ep) {
+            return self.prefill_product((m, k, n), route_a, &packed, y, y_dtype, ep, stream);
+        }
         let epi = ep.params(m, n, y_dtype)?;
         let (tiles, w) = self.frag_wo_grid(n, m.div_ceil(FRAG_WO_ROWS));
         let params = Params::new()
