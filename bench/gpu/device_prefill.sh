@@ -4,7 +4,7 @@
 # kernels/examples/prefill_bench.rs (decode kernels vs the route vs cuBLAS bf16 alone, same run).
 # Before it, on the development machine: the gpu_kernels test binary packed into .gpucache (see
 # device_common.sh) and `cargo build --release -p kernels --example prefill_bench` compressed to
-# .gpucache/prefill_bench.xz. PREFILL_MS / PREFILL_SHAPES pass the bench's M list and N x K list;
+# .gpucache/prefill_bench.xz. PREFILL_MS / PREFILL_SHAPES pass the bench's M list and N x K list (PREFILL_OUT=f16 / f32 its output type);
 # MOE_T its MoE token counts; MOE_F32=T,T,... also runs the MoE section with f32 activations
 # (MOE_F16=T,T,... with f16 ones); WO_DTS="f16 f32" runs the weight-only section of each type
 # (WO_MS rows, on PREFILL_SHAPES) once more, alone.

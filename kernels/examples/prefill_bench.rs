@@ -1,7 +1,8 @@
 //! `MxMatMul` at prefill sizes on the GPU: the runtime's decode kernels against the prefill route
 //! (dequantize to bf16 + cuBLAS + guard, kernels/src/gpu/prefill.rs) against cuBLAS's bf16 GEMM
-//! alone on bf16 operands (what a bf16 model pays), all in one run. bf16 output, fragment-packed
-//! weights as the plugin EP holds them; weights rotate over >= 400 MB of copies so L2 holds none.
+//! alone on bf16 operands (what a bf16 model pays), all in one run. bf16 output (PREFILL_OUT=f16 /
+//! f32 for those), fragment-packed weights as the plugin EP holds them; weights rotate over >= 400
+//! MB of copies so L2 holds none.
 //! Times: back-to-back calls between two synchronizations, µs per call, median of 5.
 //!
 //!     cargo run --release -p kernels --example prefill_bench -- [M,M,...] [NxK,NxK,...]
@@ -62,14 +63,35 @@ fn time_us(iters: usize, rt: &GpuRuntime, mut f: impl FnMut(usize)) -> (f64, f64
     (dev[2], host[2])
 }
 
-fn rel_err(a: &[bf16], b: &[bf16]) -> f64 {
+fn rel_err(a: &[f32], b: &[f32]) -> f64 {
     let (mut num, mut den) = (0f64, 0f64);
     for (x, y) in a.iter().zip(b) {
-        let (x, y) = (f64::from(x.to_f32()), f64::from(y.to_f32()));
+        let (x, y) = (f64::from(*x), f64::from(*y));
         num += (x - y) * (x - y);
         den += y * y;
     }
     (num / den.max(f64::MIN_POSITIVE)).sqrt()
+}
+
+/// `n` elements of `dt` (bf16, f16, f32) from the device, as f32.
+fn download_f32(buf: &DeviceBuffer, n: usize, dt: DType) -> Vec<f32> {
+    match dt {
+        DType::F32 => {
+            let mut v = vec![0f32; n];
+            buf.download(&mut v).expect("down");
+            v
+        }
+        DType::F16 => {
+            let mut v = vec![f16::ZERO; n];
+            buf.download(&mut v).expect("down");
+            v.iter().map(|x| x.to_f32()).collect()
+        }
+        _ => {
+            let mut v = vec![bf16::ZERO; n];
+            buf.download(&mut v).expect("down");
+            v.iter().map(|x| x.to_f32()).collect()
+        }
+    }
 }
 
 fn main() {
@@ -106,6 +128,9 @@ fn main() {
     if std::env::var("WO_DT").is_ok() {
         weight_only(&rt, &mut rng, &shapes);
     }
+    // PREFILL_OUT=f16 / f32: the MXFP8 product's output type (cuBLAS bf16 stays bf16 out).
+    let out = float_dtype("PREFILL_OUT");
+    println!("MXFP8 activations, {out:?} output");
     println!("| N x K | M | decode kernels | prefill route | cuBLAS bf16 | route / cuBLAS | decode / route | default | rel diff | host enqueue decode / route / cuBLAS |");
     println!("|---|---|---|---|---|---|---|---|---|---|");
     for &(n, k) in &shapes {
@@ -143,8 +168,8 @@ fn main() {
                 rt.upload(&ab).expect("up"),
             );
             let (y1, y2) = (
-                rt.alloc(m * n * 2).expect("y"),
-                rt.alloc(m * n * 2).expect("y"),
+                rt.alloc(m * n * 4).expect("y"),
+                rt.alloc(m * n * 4).expect("y"),
             );
             let mat = |i: usize| GpuMatB::MxFrag {
                 q: frag[i % copies].0.ptr(),
@@ -161,7 +186,7 @@ fn main() {
                     das.ptr(),
                     &mat(i),
                     y1.ptr(),
-                    DType::BF16,
+                    out,
                     &GpuEpilogue::NONE,
                     0,
                 )
@@ -175,7 +200,7 @@ fn main() {
                     das.ptr(),
                     &mat(i),
                     y2.ptr(),
-                    DType::BF16,
+                    out,
                     &GpuEpilogue::NONE,
                     0,
                 )
@@ -202,7 +227,7 @@ fn main() {
                 das.ptr(),
                 &mat(0),
                 y1.ptr(),
-                DType::BF16,
+                out,
                 &GpuEpilogue::NONE,
                 0,
             )
@@ -214,25 +239,18 @@ fn main() {
                 das.ptr(),
                 &mat(0),
                 y2.ptr(),
-                DType::BF16,
+                out,
                 &GpuEpilogue::NONE,
                 0,
             )
             .expect("prefill");
-            let (mut g1, mut g2) = (vec![bf16::ZERO; m * n], vec![bf16::ZERO; m * n]);
-            y1.download(&mut g1).expect("down");
-            y2.download(&mut g2).expect("down");
-            let default = if rt.prefill_takes(
-                (m, k, n),
-                DType::E4M3,
-                &mat(0),
-                DType::BF16,
-                &GpuEpilogue::NONE,
-            ) {
-                "route"
-            } else {
-                "decode"
-            };
+            let (g1, g2) = (download_f32(&y1, m * n, out), download_f32(&y2, m * n, out));
+            let default =
+                if rt.prefill_takes((m, k, n), DType::E4M3, &mat(0), out, &GpuEpilogue::NONE) {
+                    "route"
+                } else {
+                    "decode"
+                };
             println!(
                 "| {n} x {k} | {m} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {default} | {:.1e} | {:.1} / {:.1} / {:.1} |",
                 decode.0,
