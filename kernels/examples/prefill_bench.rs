@@ -294,20 +294,30 @@ fn weight_only(rt: &Arc<GpuRuntime>, rng: &mut Rng, shapes: &[(usize, usize)]) {
         v.split(',').map(|t| t.parse().expect("M")).collect()
     });
     println!("weight-only MxMatMul, {dt:?} activations and output");
-    println!("| N x K | M | weight-only kernel | prefill route | kernel / route | default |");
-    println!("|---|---|---|---|---|---|");
+    println!("| N x K | M | weight-only kernel | route, bf16 parts | route, f16 weights | kernel / route | default |");
+    println!("|---|---|---|---|---|---|---|");
     for &(n, k) in shapes {
         let copies = (400usize << 20).div_ceil(n * k).clamp(1, 16);
-        let frag: Vec<(DeviceBuffer, DeviceBuffer)> = (0..copies)
+        // (values, scales, f16 shift) of each copy.
+        let frag: Vec<(DeviceBuffer, DeviceBuffer, Option<i32>)> = (0..copies)
             .map(|_| {
                 let w: Vec<u8> = (0..n * k).map(|_| rng.e4m3()).collect();
                 let ws: Vec<u8> = (0..n * k / 32)
                     .map(|_| 118 + (rng.next() % 10) as u8)
                     .collect();
+                let shift = kernels::gpu::f16_weight_shift(&w, &ws, k);
                 let (wf, wsf) = kernels::gpu::pack_frag_weights(&w, &ws, n, k).expect("pack");
-                (rt.upload(&wf).expect("up"), rt.upload(&wsf).expect("up"))
+                (
+                    rt.upload(&wf).expect("up"),
+                    rt.upload(&wsf).expect("up"),
+                    shift,
+                )
             })
             .collect();
+        let mat = |i: usize| GpuMatB::MxFrag {
+            q: frag[i % copies].0.ptr(),
+            scales: frag[i % copies].1.ptr(),
+        };
         for &m in &ms {
             let vals: Vec<f32> = (0..m * k)
                 .map(|_| (rng.next() % 2001) as f32 / 1000.0 - 1.0)
@@ -315,10 +325,10 @@ fn weight_only(rt: &Arc<GpuRuntime>, rng: &mut Rng, shapes: &[(usize, usize)]) {
             let da = upload_float(rt, dt, &vals);
             let y = rt.alloc(m * n * dt.size()).expect("y");
             let call = |i: usize| {
-                let (wf, wsf) = &frag[i % copies];
+                let (wf, wsf, shift) = &frag[i % copies];
                 rt.mx_matmul_float_a_frag(
                     (m, da.ptr(), dt),
-                    (wf.ptr(), wsf.ptr()),
+                    (wf.ptr(), wsf.ptr(), *shift),
                     (n, k),
                     y.ptr(),
                     dt,
@@ -327,42 +337,61 @@ fn weight_only(rt: &Arc<GpuRuntime>, rng: &mut Rng, shapes: &[(usize, usize)]) {
                 )
                 .expect("weight-only");
             };
-            let iters = if m * n * k > (1usize << 36) { 10 } else { 40 };
-            std::env::set_var("MXFUSE_GPU_PREFILL", "0");
-            let kern = time_us(iters, rt, call);
-            std::env::remove_var("MXFUSE_GPU_PREFILL");
-            let route = time_us(iters, rt, |i| {
-                let (wf, wsf) = &frag[i % copies];
-                let pa = match dt {
-                    DType::F32 => kernels::gpu::PrefillA::F32(da.ptr()),
-                    DType::F16 => kernels::gpu::PrefillA::F16(da.ptr()),
-                    _ => kernels::gpu::PrefillA::Bf16(da.ptr()),
-                };
-                let b = GpuMatB::MxFrag {
-                    q: wf.ptr(),
-                    scales: wsf.ptr(),
-                };
-                rt.prefill_product((m, k, n), pa, &b, y.ptr(), dt, &GpuEpilogue::NONE, 0)
+            let route_of = |pa: &dyn Fn(usize) -> kernels::gpu::PrefillA| {
+                time_us(iters_for(m, n, k), rt, |i| {
+                    rt.prefill_product(
+                        (m, k, n),
+                        pa(i),
+                        &mat(i),
+                        y.ptr(),
+                        dt,
+                        &GpuEpilogue::NONE,
+                        0,
+                    )
                     .expect("route");
-            });
-            let b0 = GpuMatB::MxFrag {
-                q: frag[0].0.ptr(),
-                scales: frag[0].1.ptr(),
+                })
             };
-            let default = if rt.prefill_takes((m, k, n), dt, &b0, dt, &GpuEpilogue::NONE) {
+            std::env::set_var("MXFUSE_GPU_PREFILL", "0");
+            let kern = time_us(iters_for(m, n, k), rt, call);
+            std::env::remove_var("MXFUSE_GPU_PREFILL");
+            let route = route_of(&|_| match dt {
+                DType::F32 => kernels::gpu::PrefillA::F32(da.ptr()),
+                DType::F16 => kernels::gpu::PrefillA::F16(da.ptr()),
+                _ => kernels::gpu::PrefillA::Bf16(da.ptr()),
+            });
+            let shifted = (dt == DType::F16 && frag[0].2.is_some()).then(|| {
+                route_of(&|i| kernels::gpu::PrefillA::F16Shifted {
+                    a: da.ptr(),
+                    w_shift: frag[i % copies].2.expect("shift"),
+                })
+            });
+            let best = shifted.map_or(route.0, |s| s.0.min(route.0));
+            // The entry point's choice: f16 on f16 weights asks the table's bf16 row.
+            let table_a = if shifted.is_some() { DType::BF16 } else { dt };
+            let default = if rt.prefill_takes((m, k, n), table_a, &mat(0), dt, &GpuEpilogue::NONE) {
                 "route"
             } else {
                 "kernel"
             };
             println!(
-                "| {n} x {k} | {m} | {:.1} | {:.1} | {:.2} | {default} |",
+                "| {n} x {k} | {m} | {:.1} | {:.1} | {} | {:.2} | {default} |",
                 kern.0,
                 route.0,
-                kern.0 / route.0
+                shifted.map_or("-".into(), |s| format!("{:.1}", s.0)),
+                kern.0 / best
             );
         }
     }
     println!();
+}
+
+/// Timed calls per repetition: fewer for the largest products.
+fn iters_for(m: usize, n: usize, k: usize) -> usize {
+    if m * n * k > (1usize << 36) {
+        10
+    } else {
+        40
+    }
 }
 
 /// The MoE section (module docs).

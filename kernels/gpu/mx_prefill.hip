@@ -29,48 +29,62 @@
 #define MX_PREFILL_SCALE_LO 73u
 #define MX_PREFILL_SCALE_HI 182u
 
-// Whether a block of scale byte s whose 8 bytes here are (lo, hi) needs the exact recompute.
-MX_DEV bool mx_prefill_unsafe(mx_u32 s, mx_u32 lo, mx_u32 hi) {
-  const bool out = (s < MX_PREFILL_SCALE_LO || s > MX_PREFILL_SCALE_HI) && s != 255u;
-  return out && ((lo | hi) & 0x7f7f7f7fu) != 0u;
+// The element type the weights are dequantized to: bf16 (f16 = 0), or f16 with every value
+// times 2^shift (f16 = 1: kernels/src/gpu/pack.rs `f16_weight_shift` chose the shift on the host
+// so that every block is exact in f16; the GEMM scales its result by 2^-shift).
+struct MxPrefillTo {
+  int f16;
+  int shift;
+};
+
+// Whether a block of scale byte s whose 8 bytes here are (lo, hi) needs the exact recompute: for
+// bf16 outside [73, 182] (the header), for f16 when v 2^(s - 127 + shift) leaves f16's exact
+// range (exponent in [-15, 7]: a stale or wrong shift costs speed, never a result).
+MX_DEV bool mx_prefill_unsafe(mx_u32 s, mx_u32 lo, mx_u32 hi, MxPrefillTo to) {
+  const int e = (int)s - 127 + to.shift;
+  const bool out = to.f16 ? (e < -15 || e > 7)
+                          : (s < MX_PREFILL_SCALE_LO || s > MX_PREFILL_SCALE_HI);
+  return out && s != 255u && ((lo | hi) & 0x7f7f7f7fu) != 0u;
 }
 
-// 8 E4M3 values (lo: bytes 0-3, hi: 4-7) times 2^(s - 127) as 8 bf16 (16 bytes), exact where the
-// header says.
-MX_DEV uint4 mx_prefill_bf16x8(mx_u32 lo, mx_u32 hi, mx_u32 s) {
-  const float sf = mx_e8m0_to_f32(s);
+// 8 E4M3 values (lo: bytes 0-3, hi: 4-7) times 2^(s - 127) as 8 bf16, or times 2^(s - 127 +
+// shift) as 8 f16 (16 bytes), exact where mx_prefill_unsafe holds.
+MX_DEV uint4 mx_prefill_x8(mx_u32 lo, mx_u32 hi, mx_u32 s, MxPrefillTo to) {
+  const float sf = to.f16 ? ldexpf(mx_e8m0_to_f32(s), to.shift) : mx_e8m0_to_f32(s);
   mx_u32 out[4];
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const mx_u32 w = j < 2 ? lo : hi, sh = 16u * (j & 1);
     const float a = mx_e4m3_to_f32((w >> sh) & 0xffu) * sf;
     const float b = mx_e4m3_to_f32((w >> (sh + 8u)) & 0xffu) * sf;
-    out[j] = (mx_u32)MxBf16::from_f32(a) | ((mx_u32)MxBf16::from_f32(b) << 16);
+    out[j] = to.f16 ? (mx_u32)MxF16::from_f32(a) | ((mx_u32)MxF16::from_f32(b) << 16)
+                    : (mx_u32)MxBf16::from_f32(a) | ((mx_u32)MxBf16::from_f32(b) << 16);
   }
   return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
-// Row-major E4M3 x [rows, K] + E8M0 scales [rows, K/32] -> bf16 y [rows, K]: the activations,
+// Row-major E4M3 x [rows, K] + E8M0 scales [rows, K/32] -> y [rows, K] (`to`): the activations,
 // and weights kept as plain [N, K]. Thread `i` of `n` takes 8 values at a time, grid-stride.
 MX_DEV bool mx_prefill_rows(const mx_u8* __restrict__ x, const mx_u8* __restrict__ scale,
-                            mx_u16* y, long long rows, int K, long long i, long long n) {
+                            mx_u16* y, long long rows, int K, long long i, long long n,
+                            MxPrefillTo to) {
   const long long chunks = rows * (K / 8);
   bool bad = false;
   for (long long c = i; c < chunks; c += n) {
     const uint2 v = reinterpret_cast<const uint2*>(x)[c];
     const mx_u32 s = scale[c >> 2];  // 4 chunks of 8 values a block of 32
-    bad |= mx_prefill_unsafe(s, v.x, v.y);
-    *reinterpret_cast<uint4*>(y + 8 * c) = mx_prefill_bf16x8(v.x, v.y, s);
+    bad |= mx_prefill_unsafe(s, v.x, v.y, to);
+    *reinterpret_cast<uint4*>(y + 8 * c) = mx_prefill_x8(v.x, v.y, s, to);
   }
   return bad;
 }
 
 // Fragment-packed weights (kernels/src/gpu/pack.rs: wf [tiles][K/32][32 lanes][16 bytes], lane
 // 4g + t holding bytes 8t .. 8t + 7 of its k-block of rows 16 tile + g and + g + 8; wsf
-// [tiles][K/128][16 rows][4 bytes]) -> bf16 y [N, K]. Thread `i` of `n` takes a lane's 16 bytes
-// at a time, grid-stride.
+// [tiles][K/128][16 rows][4 bytes]) -> y [N, K] (`to`). Thread `i` of `n` takes a lane's 16
+// bytes at a time, grid-stride.
 MX_DEV bool mx_prefill_frag(const uint4* __restrict__ wf, const mx_u8* __restrict__ wsf,
-                            mx_u16* y, int N, int K, long long i, long long n) {
+                            mx_u16* y, int N, int K, long long i, long long n, MxPrefillTo to) {
   const int kb = K / 32;
   const long long lanes = (long long)((N + 15) / 16) * kb * 32;
   bool bad = false;
@@ -86,19 +100,19 @@ MX_DEV bool mx_prefill_frag(const uint4* __restrict__ wf, const mx_u8* __restric
       if (row >= N) continue;
       const mx_u32 s = wsf[((tile * (kb / 4) + blk / 4) * 16 + 8 * h + g) * 4 + (blk & 3)];
       const mx_u32 lo = h ? v.z : v.x, hi = h ? v.w : v.y;
-      bad |= mx_prefill_unsafe(s, lo, hi);
-      *reinterpret_cast<uint4*>(y + row * K + 32 * blk + 8 * t) = mx_prefill_bf16x8(lo, hi, s);
+      bad |= mx_prefill_unsafe(s, lo, hi, to);
+      *reinterpret_cast<uint4*>(y + row * K + 32 * blk + 8 * t) = mx_prefill_x8(lo, hi, s, to);
     }
   }
   return bad;
 }
 
-// Weights w [N, K] (wmode 0: plain + [N, K/32] scales; 1: fragment-packed) -> bf16 y, for
+// Weights w [N, K] (wmode 0: plain + [N, K/32] scales; 1: fragment-packed) -> y (`to`), for
 // thread i of n.
 MX_DEV bool mx_prefill_weights(const mx_u8* w, const mx_u8* ws, mx_u16* y, int N, int K,
-                               int wmode, long long i, long long n) {
-  return wmode == 0 ? mx_prefill_rows(w, ws, y, N, K, i, n)
-                    : mx_prefill_frag(reinterpret_cast<const uint4*>(w), ws, y, N, K, i, n);
+                               int wmode, long long i, long long n, MxPrefillTo to) {
+  return wmode == 0 ? mx_prefill_rows(w, ws, y, N, K, i, n, to)
+                    : mx_prefill_frag(reinterpret_cast<const uint4*>(w), ws, y, N, K, i, n, to);
 }
 
 // Activation modes (amode) of the route: 0 MXFP8 (dequantized, one part), 1 bf16 (read as it is),
@@ -152,27 +166,28 @@ MX_DEV void mx_prefill_split_rows(const void* __restrict__ x, int amode, mx_u16*
 
 // Both operands in one launch: blocks [0, blocks_a) prepare the activations a [M, K] (amode 0:
 // MXFP8 aq + as dequantized to bf16 at a16; 2 / 3: f16 / f32 aq split into bf16 parts at a16,
-// M K elements apart; blocks_a = 0 for bf16 a), the rest dequantize the weights w [N, K] to bf16
-// at w16. A block that met an out-of-range scale sets *flag.
+// M K elements apart; blocks_a = 0 for bf16 a and for f16 a read as it is), the rest dequantize
+// the weights w [N, K] to bf16 at w16, or to f16 times 2^w_shift when w_f16. A block that met an
+// out-of-range scale sets *flag.
 extern "C" __global__ void mx_prefill_dequant(const void* __restrict__ aq,
                                               const mx_u8* __restrict__ as, mx_u16* a16,
                                               long long M, const mx_u8* __restrict__ w,
                                               const mx_u8* __restrict__ ws, mx_u16* w16, int N,
                                               int wmode, int K, int blocks_a, int amode,
-                                              unsigned int* flag) {
+                                              int w_f16, int w_shift, unsigned int* flag) {
   MX_PDL_ENTRY();
   bool bad = false;
   if ((int)blockIdx.x < blocks_a) {
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const long long n = (long long)blocks_a * blockDim.x;
     if (amode == MX_PREFILL_A_MX)
-      bad = mx_prefill_rows(static_cast<const mx_u8*>(aq), as, a16, M, K, i, n);
+      bad = mx_prefill_rows(static_cast<const mx_u8*>(aq), as, a16, M, K, i, n, MxPrefillTo{0, 0});
     else
       mx_prefill_split_rows(aq, amode, a16, M * K, M * K, i, n);
   } else {
     const long long i = (long long)(blockIdx.x - blocks_a) * blockDim.x + threadIdx.x;
     const long long n = (long long)(gridDim.x - blocks_a) * blockDim.x;
-    bad = mx_prefill_weights(w, ws, w16, N, K, wmode, i, n);
+    bad = mx_prefill_weights(w, ws, w16, N, K, wmode, i, n, MxPrefillTo{w_f16, w_shift});
   }
   if (bad) atomicOr(flag, 1u);
 }
@@ -350,7 +365,7 @@ extern "C" __global__ void mx_prefill_dequant_experts(const mx_u8* __restrict__ 
     const uint4* we = reinterpret_cast<const uint4*>(wf + e * ebytes);
     const mx_u8* se = wsf + e * (ebytes / 32);
     const long long off = (long long)j * N * K;
-    bad |= mx_prefill_frag(we, se, y + off, N, K, i, n);
+    bad |= mx_prefill_frag(we, se, y + off, N, K, i, n, MxPrefillTo{0, 0});
   }
   if (bad) atomicOr(flag, 1u);
 }

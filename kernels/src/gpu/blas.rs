@@ -32,8 +32,11 @@ const CUBLAS_OP_N: c_int = 0;
 const CUBLAS_OP_T: c_int = 1;
 const CUDA_R_32F: c_int = 0;
 const CUDA_R_16BF: c_int = 14;
+const CUDA_R_16F: c_int = 2;
 const CUBLAS_COMPUTE_32F: c_int = 68;
 const CUBLAS_GEMM_DEFAULT: c_int = -1;
+/// `CUBLAS_DEFAULT_MATH` (0) with reductions kept in the compute type.
+const CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION: c_int = 16;
 
 type GemmExFn = unsafe extern "C" fn(
     *mut c_void,   // handle
@@ -78,7 +81,16 @@ unsafe impl Send for Blas {}
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BlasOut {
     Bf16,
+    F16,
     F32,
+}
+
+/// Input element type of [`Blas::gemm`] (both operands), on tensor cores: products exact, f32
+/// accumulation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlasIn {
+    Bf16,
+    F16,
 }
 
 /// The folders searched after the loader's own path (see the module docs).
@@ -177,6 +189,21 @@ impl Blas {
                     message: format!("cublasCreate failed with status {rc}"),
                 });
             }
+            // Split-K partial sums in f32, the compute type: by default cuBLAS may reduce them
+            // in the output type (bf16 / f16), adding a rounding per partial sum that the
+            // documented arithmetic (f32 accumulation, one final rounding) does not have.
+            let set_math: unsafe extern "C" fn(*mut c_void, c_int) -> c_int =
+                sym(&lib, &path, "cublasSetMathMode")?;
+            let rc = set_math(handle, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+            if rc != 0 {
+                let destroy: unsafe extern "C" fn(*mut c_void) -> c_int =
+                    sym(&lib, &path, "cublasDestroy_v2")?;
+                destroy(handle);
+                return Err(GpuError::Library {
+                    library: path,
+                    message: format!("cublasSetMathMode failed with status {rc}"),
+                });
+            }
             Ok(Ok(Blas {
                 handle,
                 set_stream,
@@ -189,9 +216,9 @@ impl Blas {
         }
     }
 
-    /// Row-major `y[m, n] = alpha · Σ_k a[m, k] · b[n, k] + beta · y[m, n]` with bf16 `a`, `b`
-    /// on tensor cores (exact products, f32 accumulation), `y` bf16 or f32, on `stream`. `beta`
-    /// is 0 or 1 (then `y` holds the bias or the sum so far).
+    /// Row-major `y[m, n] = alpha · Σ_k a[m, k] · b[n, k] + beta · y[m, n]` with `a`, `b` of
+    /// `input` on tensor cores (exact products, f32 accumulation), `y` of `out`, on `stream`.
+    /// `beta` is 0 or 1 (then `y` holds the bias or the sum so far).
     ///
     /// # Safety
     /// The pointers must be device buffers of those extents on the driver's device, and the
@@ -204,7 +231,7 @@ impl Blas {
         (a, b): (u64, u64),
         beta: f32,
         y: u64,
-        out: BlasOut,
+        (input, out): (BlasIn, BlasOut),
         stream: usize,
     ) -> GpuResult<()> {
         let status = |call: &'static str, rc: c_int| -> GpuResult<()> {
@@ -224,9 +251,14 @@ impl Blas {
         )?;
         let ctype = match out {
             BlasOut::Bf16 => CUDA_R_16BF,
+            BlasOut::F16 => CUDA_R_16F,
             BlasOut::F32 => CUDA_R_32F,
         };
-        let (itype, compute) = (CUDA_R_16BF, CUBLAS_COMPUTE_32F);
+        let itype = match input {
+            BlasIn::Bf16 => CUDA_R_16BF,
+            BlasIn::F16 => CUDA_R_16F,
+        };
+        let compute = CUBLAS_COMPUTE_32F;
         // Column-major view: y^T [n, m] = b [k, n]^T · a^T [k, m], so A = b (transposed, lda =
         // k), B = a (lda = k), C = y (ldc = n).
         status(

@@ -44,7 +44,7 @@ pub use driver::{Backend, DeviceInfo};
 pub use error::{GpuError, GpuResult};
 pub use gather::{index_error, GpuExperts, GpuGatherMatMul, GpuIndices, GATHER_ERR_BYTES};
 pub use launch::{GpuBias, GpuEpilogue, GpuMatB, NormBuffers, StreamHandle, SwiGluBuffers};
-pub use pack::{pack_frag_experts, pack_frag_weights};
+pub use pack::{f16_weight_shift, pack_frag_experts, pack_frag_weights};
 pub use prefill::PrefillA;
 pub use runtime::{DeviceBuffer, GpuRuntime};
 pub use thresholds::{FragGemmTable, InGemmQuantThresholds, PrefillTable};

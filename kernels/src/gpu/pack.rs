@@ -101,9 +101,94 @@ pub fn pack_frag_experts(
     Ok((wf, wsf))
 }
 
+/// The power-of-two shift `c` that makes every value of MX weights `q [rows, K]` (E4M3) with
+/// scales `[rows, K/32]` (E8M0) exactly an f16 after multiplying by `2^c`, or `None` when their
+/// scales span too many binades for one shift (more than 22). With it the prefill route runs f16
+/// activations through the library's f16 GEMM on the weights dequantized to f16 (one GEMM
+/// instead of two bf16 parts) and scales the result by `2^-c` (exact).
+///
+/// Why the range: an E4M3 value is a multiple of 2^-9 at most 448, so `v 2^e` is exact in f16 iff
+/// `e >= -15` (a multiple of 2^-24, f16's subnormal step) and `e <= 7` (448 · 2^7 < 65504). Blocks
+/// whose values are all zero or NaN, and NaN scales (255), hold nothing that could be lost and are
+/// not counted; `Some(0)` when no block counts.
+pub fn f16_weight_shift(q: &[u8], scales: &[u8], k: usize) -> Option<i32> {
+    if k == 0 || !k.is_multiple_of(BLOCK) || q.len() != scales.len() * BLOCK {
+        return None;
+    }
+    // The scales alone first (a 32nd of the bytes): counting every block can only widen the
+    // range, so a fit here is a fit; the values are read only when it does not.
+    let spread = |r: Option<(i32, i32)>| r.map_or(0, |(lo, hi)| hi - lo);
+    let by_scales = scales
+        .iter()
+        .filter(|&&s| s != 255)
+        .map(|&s| i32::from(s) - 127)
+        .fold(None, |r: Option<(i32, i32)>, e| {
+            Some(r.map_or((e, e), |(lo, hi)| (lo.min(e), hi.max(e))))
+        });
+    if spread(by_scales) <= 22 {
+        return shift_for(by_scales);
+    }
+    let mut range: Option<(i32, i32)> = None;
+    for (block, &s) in q.chunks_exact(BLOCK).zip(scales) {
+        // 0x7f / 0xff are NaN, 0x00 / 0x80 zero: neither constrains the shift.
+        let holds = block.iter().any(|&v| v & 0x7f != 0 && v & 0x7f != 0x7f);
+        if s == 255 || !holds {
+            continue;
+        }
+        let e = i32::from(s) - 127;
+        range = Some(range.map_or((e, e), |(lo, hi)| (lo.min(e), hi.max(e))));
+    }
+    shift_for(range)
+}
+
+/// The shift nearest 0 that puts exponents `[lo, hi]` in f16's exact `[-15, 7]` (`Some(0)` for
+/// none): values stay near their own size, and `2^-c` stays a normal f32 (|c| <= 126).
+fn shift_for(range: Option<(i32, i32)>) -> Option<i32> {
+    let Some((lo, hi)) = range else {
+        return Some(0);
+    };
+    let (min_c, max_c) = (-15 - lo, 7 - hi);
+    let c = 0.clamp(min_c, max_c.max(min_c));
+    (min_c <= max_c && c.abs() <= 126).then_some(c)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn f16_shift_puts_the_largest_block_at_the_top_of_f16s_exact_range() {
+        let k = 64;
+        // Two rows of two blocks: scales 2^-12, 2^-3, 2^-20 and a NaN scale.
+        let q = vec![0x38u8; 2 * k];
+        let s = [115u8, 124, 107, 255];
+        let c = f16_weight_shift(&q, &s, k).expect("spread 17");
+        // Exponents -20 .. -3 fit with c in [5, 10]: the one nearest 0.
+        assert_eq!(c, 5);
+        // Every block's value 1.0 * 2^(e + c) is an exact f16 (normal or subnormal).
+        for &sb in &s[..3] {
+            let v = 2f32.powi(i32::from(sb) - 127 + c);
+            assert_eq!(half::f16::from_f32(v).to_f32(), v, "scale byte {sb}");
+        }
+        // 448 at the top: 448 * 2^7 is f16's; 2^-9 at the bottom: 2^-24 is f16's.
+        for &sb in &s[..3] {
+            let e = i32::from(sb) - 127 + c;
+            assert!((-15..=7).contains(&e), "scale byte {sb}");
+        }
+        assert_eq!(half::f16::from_f32(448.0 * 128.0).to_f32(), 57344.0);
+        // A spread of 23 binades has no shift; zero and NaN blocks do not count.
+        let s = [100u8, 123, 127, 127];
+        assert_eq!(f16_weight_shift(&q, &s, k), None);
+        let mut q0 = q.clone();
+        q0[..32].fill(0x80);
+        assert_eq!(f16_weight_shift(&q0, &s, k), Some(0));
+        q0[..32].fill(0x7f);
+        assert_eq!(f16_weight_shift(&q0, &s, k), Some(0));
+        // One block at 2^-124: shifted up into f16's range.
+        assert_eq!(f16_weight_shift(&[0x38u8; 32], &[3], 32), Some(109));
+        // Malformed extents: none.
+        assert_eq!(f16_weight_shift(&q, &s[..3], k), None);
+    }
 
     /// Distinct-ish bytes so a misplaced byte shows: value of (row, col).
     fn weight(row: usize, col: usize) -> u8 {

@@ -24,7 +24,7 @@
 
 use std::sync::Mutex;
 
-use super::blas::{Blas, BlasOut};
+use super::blas::{Blas, BlasIn, BlasOut};
 use super::driver::Backend;
 use super::error::{GpuError, GpuResult};
 use super::launch::{
@@ -58,6 +58,11 @@ pub enum PrefillA {
     Bf16(u64),
     /// f16 `[M, K]` (the weight-only `MxMatMul` of an f16 graph): two bf16 parts.
     F16(u64),
+    /// f16 `[M, K]` against weights whose every value times `2^w_shift` is an f16
+    /// ([`super::pack::f16_weight_shift`]): read as it is by one f16 GEMM on the weights
+    /// dequantized to f16 and scaled, the result scaled back by `2^-w_shift` (exact). A shift
+    /// that does not fit the weights (stale, wrong) sets the guard's flag: slower, never wrong.
+    F16Shifted { a: u64, w_shift: i32 },
     /// f32 `[M, K]` (the weight-only `MxMatMul` of an f32 graph): three bf16 parts.
     F32(u64),
 }
@@ -68,7 +73,7 @@ impl PrefillA {
         match self {
             PrefillA::Mx { .. } => 0,
             PrefillA::Bf16(_) => 1,
-            PrefillA::F16(_) => 2,
+            PrefillA::F16(_) | PrefillA::F16Shifted { .. } => 2,
             PrefillA::F32(_) => 3,
         }
     }
@@ -96,12 +101,12 @@ pub(super) fn float_a_mode(a: DType) -> Option<i32> {
 /// Most bytes of f32 accumulator rows an f16 output takes at a time.
 pub const F32_ROWS_BYTES: usize = 256 << 20;
 
-/// The output type for [`Blas::gemm`].
+/// The output type for [`Blas::gemm`] (bf16, f16, else f32).
 pub(super) fn blas_out(out: DType) -> BlasOut {
-    if out == DType::BF16 {
-        BlasOut::Bf16
-    } else {
-        BlasOut::F32
+    match out {
+        DType::BF16 => BlasOut::Bf16,
+        DType::F16 => BlasOut::F16,
+        _ => BlasOut::F32,
     }
 }
 
@@ -277,23 +282,42 @@ impl GpuRuntime {
             }
         };
         let amode = a.mode();
-        let parts = bf16_parts(amode);
+        // f16 a on f16 weights: one part read as it is, the weights to f16 times 2^shift.
+        let (parts, in_place, w_f16) = match a {
+            PrefillA::F16Shifted { w_shift, .. } => (1, true, Some(w_shift)),
+            _ => (bf16_parts(amode), amode == 1, None),
+        };
+        let (input, alpha) = match w_f16 {
+            Some(c) => (BlasIn::F16, ep.alpha * 2f32.powi(-c)),
+            None => (BlasIn::Bf16, ep.alpha),
+        };
+        // 2^-shift must be a normal f32 (f16_weight_shift keeps |shift| <= 126).
+        if w_f16.is_some_and(|c| !(-126..=126).contains(&c)) {
+            return Err(crate::KernelError::Unsupported(format!(
+                "the f16 weight shift {w_f16:?} is out of range"
+            ))
+            .into());
+        }
         // (a's values, a's scales); bf16 a is read in place, the others prepared in the scratch.
         let (a_q, a_scales) = match a {
             PrefillA::Mx { q, scales } => (q, scales),
-            PrefillA::Bf16(p) | PrefillA::F16(p) | PrefillA::F32(p) => (p, 0),
+            PrefillA::Bf16(p)
+            | PrefillA::F16(p)
+            | PrefillA::F32(p)
+            | PrefillA::F16Shifted { a: p, .. } => (p, 0),
         };
         if parts > 1 {
             // The split reads 16 bytes a lane.
             check_aligned("a", a_q, 16)?;
         }
-        let a_bytes = if amode == 1 {
+        let a_bytes = if in_place {
             0
         } else {
             align(parts * m * k * 2)
         };
-        // f16 out: f32 accumulator rows, then the epilogue's kernel.
-        let rows_at_once = if out == DType::F16 {
+        // f16 out of bf16 GEMMs: f32 accumulator rows, then the epilogue's kernel.
+        let via_rows = out == DType::F16 && w_f16.is_none();
+        let rows_at_once = if via_rows {
             m.min((F32_ROWS_BYTES / (n * 4)).max(1))
         } else {
             0
@@ -307,7 +331,7 @@ impl GpuRuntime {
             (base, base + 4)
         };
         state.parity = !state.parity;
-        let a16 = if amode == 1 { a_q } else { base + 256 };
+        let a16 = if in_place { a_q } else { base + 256 };
         let w16 = base + 256 + a_bytes as u64;
         let t = w16 + w_bytes as u64;
         let sms = self.multiprocessors();
@@ -316,9 +340,9 @@ impl GpuRuntime {
             Ok([dim_u32("grid", blocks(threads))?, 1, 1])
         };
         let kk = dim_i32("K", k)?;
-        // One launch prepares both: the activations' blocks first (none for bf16 a), then the
-        // weights'.
-        let blocks_a = if amode == 1 { 0 } else { blocks(m * k / 8) };
+        // One launch prepares both: the activations' blocks first (none for a read in place),
+        // then the weights'.
+        let blocks_a = if in_place { 0 } else { blocks(m * k / 8) };
         let w_threads = if wmode == 1 {
             n.div_ceil(16) * k
         } else {
@@ -337,11 +361,13 @@ impl GpuRuntime {
             .push(kk)
             .push(dim_i32("grid", blocks_a)?)
             .push(amode)
+            .push(i32::from(w_f16.is_some()))
+            .push(w_f16.unwrap_or(0))
             .push(flag);
         let total = dim_u32("grid", blocks_a + blocks(w_threads))?;
         self.run("mx_prefill_dequant", [total, 1, 1], BLOCK, p, stream)?;
         let part = |p: usize, row: usize| a16 + ((p * m + row) * k * 2) as u64;
-        if out == DType::F16 {
+        if via_rows {
             for m0 in (0..m).step_by(rows_at_once) {
                 let rows = rows_at_once.min(m - m0);
                 // The parts from the smallest: t = Σ_p a_p · w, then y = f16(epilogue(t)).
@@ -354,7 +380,7 @@ impl GpuRuntime {
                         (part(p, m0), w16),
                         beta,
                         t,
-                        BlasOut::F32,
+                        (BlasIn::Bf16, BlasOut::F32),
                         stream,
                     )?;
                 }
@@ -395,11 +421,11 @@ impl GpuRuntime {
                 self.prefill_gemm(
                     &mut state,
                     (m, n, k),
-                    ep.alpha,
+                    alpha,
                     (part(p, 0), w16),
                     beta,
                     y,
-                    blas_out(out),
+                    (input, blas_out(out)),
                     stream,
                 )?;
             }
@@ -427,8 +453,8 @@ impl GpuRuntime {
         )
     }
 
-    /// One library GEMM `y[m, n] = alpha Σ_k a[m, k] · b[n, k] + beta y[m, n]` of bf16 `a`, `b`
-    /// (f32 accumulation) on `stream`.
+    /// One library GEMM `y[m, n] = alpha Σ_k a[m, k] · b[n, k] + beta y[m, n]` of bf16 or f16
+    /// `a`, `b` (f32 accumulation) on `stream`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn prefill_gemm(
         &self,
@@ -438,7 +464,7 @@ impl GpuRuntime {
         (a, b): (u64, u64),
         beta: f32,
         y: u64,
-        out: BlasOut,
+        types: (BlasIn, BlasOut),
         stream: StreamHandle,
     ) -> GpuResult<()> {
         let blas = Self::blas_in(state, self).ok_or_else(|| {
@@ -448,7 +474,7 @@ impl GpuRuntime {
         self.driver().make_current()?;
         // SAFETY: the callers pass device buffers of these extents (a: m × k, b: n × k bf16, y:
         // m × n of `out`) on this runtime's device and stream.
-        unsafe { blas.gemm(dims, alpha, (a, b), beta, y, out, stream) }
+        unsafe { blas.gemm(dims, alpha, (a, b), beta, y, types, stream) }
     }
 
     /// The vendor's bf16 GEMM alone, `y[m, n] = Σ_k a[m, k] · b[n, k]` (bf16 `a`, `b`; bf16 or
@@ -471,7 +497,7 @@ impl GpuRuntime {
             (a, b),
             0.0,
             y,
-            blas_out(out),
+            (BlasIn::Bf16, blas_out(out)),
             stream,
         )
     }

@@ -23,7 +23,7 @@
 //! out of range or an expert's scale leaves the bf16-safe range (mx_prefill.hip; the kernels then
 //! recompute every output exactly).
 
-use super::blas::BlasOut;
+use super::blas::{BlasIn, BlasOut};
 use super::error::GpuResult;
 use super::gather::{GpuGatherMatMul, GpuIndices};
 use super::launch::{dim_i32, dim_u32, Params, StreamHandle};
@@ -205,7 +205,7 @@ impl GpuRuntime {
                         (a_rows, w),
                         beta,
                         t_rows,
-                        t_out,
+                        (BlasIn::Bf16, t_out),
                         stream,
                     )?;
                 }

@@ -248,13 +248,15 @@ impl GpuRuntime {
     }
 
     /// The weight-only `MxMatMul` on tensor cores: `a [M, K]` f16 / bf16 / f32, the weight
-    /// `(wf, wsf)` packed by [`super::pack::pack_frag_weights`] (`[N, K]` rows), y of `y_dtype`,
-    /// the epilogue `ep`. See [`GpuRuntime::weight_only_frag_available`].
+    /// `(wf, wsf)` packed by [`super::pack::pack_frag_weights`] (`[N, K]` rows) with its
+    /// [`super::pack::f16_weight_shift`] when the caller computed one (the prefill route of f16
+    /// activations then takes one f16 GEMM instead of two bf16 ones), y of `y_dtype`, the
+    /// epilogue `ep`. See [`GpuRuntime::weight_only_frag_available`].
     #[allow(clippy::too_many_arguments)]
     pub fn mx_matmul_float_a_frag(
         &self,
         (m, a, a_dtype): (usize, u64, DType),
-        (wf, wsf): (u64, u64),
+        (wf, wsf, f16_shift): (u64, u64, Option<i32>),
         (n, k): (usize, usize),
         y: u64,
         y_dtype: DType,
@@ -284,9 +286,10 @@ impl GpuRuntime {
         }
         let packed = GpuMatB::MxFrag { q: wf, scales: wsf };
         // The prefill route: bf16 a as it is, f16 / f32 a as two / three exact bf16 parts.
-        let route_a = match a_dtype {
-            DType::BF16 => PrefillA::Bf16(a),
-            DType::F16 => PrefillA::F16(a),
+        let route_a = match (a_dtype, f16_shift) {
+            (DType::BF16, _) => PrefillA::Bf16(a),
+            (DType::F16, Some(w_shift)) => PrefillA::F16Shifted { a, w_shift },
+            (DType::F16, None) => PrefillA::F16(a),
             _ => PrefillA::F32(a),
         };
         // Checked before the route too: its split of f16 / f32 rows reads 16 bytes a lane.
@@ -294,7 +297,12 @@ impl GpuRuntime {
         check_aligned("b (fragment-packed)", wf, 16)?;
         check_aligned("b_scales (fragment-packed)", wsf, 4)?;
         check_aligned("y", y, y_dtype.size() as u64)?;
-        if self.prefill_takes((m, k, n), a_dtype, &packed, y_dtype, ep) {
+        // f16 on f16 weights is one GEMM, as bf16 is: bf16's row of the table.
+        let table_a = match route_a {
+            PrefillA::F16Shifted { .. } => DType::BF16,
+            _ => a_dtype,
+        };
+        if self.prefill_takes((m, k, n), table_a, &packed, y_dtype, ep) {
             return self.prefill_product((m, k, n), route_a, &packed, y, y_dtype, ep, stream);
         }
         let epi = ep.params(m, n, y_dtype)?;

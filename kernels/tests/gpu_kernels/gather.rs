@@ -497,7 +497,7 @@ fn gpu_weight_only_matmul_on_tensor_cores_matches_the_cpu_kernel() {
         };
         rt.mx_matmul_float_a_frag(
             (m, ab.ptr(), A::DTYPE),
-            (wf.ptr(), wsf.ptr()),
+            (wf.ptr(), wsf.ptr(), None),
             (n, k),
             yb.ptr(),
             O::DTYPE,

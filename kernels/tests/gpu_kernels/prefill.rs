@@ -226,12 +226,13 @@ fn gpu_prefill_weight_only_matches_reference() {
         return;
     }
     let mut rng = Rng(0x6E44_0000_0000_B0F1);
-    // 300 rows: past the device's table for these small weights, so the entry point routes too.
-    let (m, n, k) = (300usize, 80usize, 384usize);
+    // 400 rows: past the device's table for these small weights (f16 too), so the entry point
+    // routes too.
+    let (m, n, k) = (400usize, 80usize, 384usize);
     let kb = k / 32;
-    let (w, ws) = random_mx_weights(&mut rng, n, k);
+    let (w, ws_ok) = random_mx_weights(&mut rng, n, k);
     // The same weights with two blocks out of the bf16-safe range: the guard recomputes.
-    let mut ws_bad = ws.clone();
+    let mut ws_bad = ws_ok.clone();
     ws_bad[3 * kb + 1] = 200;
     ws_bad[5 * kb + 2] = 3;
     // f32 activations with a wide range (tiny, huge); bf16 ones rounded from them; f16 ones of
@@ -260,7 +261,7 @@ fn gpu_prefill_weight_only_matches_reference() {
     };
     let (da16, dah, da32) = (upload(&rt, &a16), upload(&rt, &ah), upload(&rt, &a32));
     use kernels::DType as D;
-    for ws in [&ws, &ws_bad] {
+    for ws in [&ws_ok, &ws_bad] {
         let (wf, wsf) = kernels::gpu::pack_frag_weights(&w, ws, n, k).expect("pack");
         let (dwf, dwsf) = (upload(&rt, &wf), upload(&rt, &wsf));
         let frag = GpuMatB::MxFrag {
@@ -270,14 +271,22 @@ fn gpu_prefill_weight_only_matches_reference() {
         let want_bf16 = reference(&|i| a16[i].to_f32(), ws);
         let want_f16 = reference(&|i| ah[i].to_f32(), ws);
         let want_f32 = reference(&|i| a32[i], ws);
-        // (a's type, a, the route's activations, y's type, reference, tolerance): f32 out within
-        // the f32 summation bound (a missing bf16 part would leave ~2^-9), f16 out within its
-        // rounding.
-        for (dt, da, pa, out, want, tol) in [
+        // The in-range weights' f16 shift (scales 2^-9 .. 2^0: 6), also used on the guard's
+        // weights, which no shift fits: the route then recomputes exactly.
+        let shift = kernels::gpu::f16_weight_shift(&w, &ws_ok, k);
+        assert_eq!(shift, Some(6));
+        let shift_of_bad = kernels::gpu::f16_weight_shift(&w, &ws_bad, k);
+        assert_eq!(shift_of_bad, None);
+        use kernels::gpu::PrefillA as A;
+        // (a's type, a, the f16 shift the entry point gets, the route's activations, y's type,
+        // reference, tolerance): f32 out within the f32 summation bound (a missing bf16 part
+        // would leave ~2^-9), f16 out within its rounding.
+        let cases = [
             (
                 D::BF16,
                 &da16,
-                kernels::gpu::PrefillA::Bf16(da16.ptr()),
+                None,
+                A::Bf16(da16.ptr()),
                 D::F32,
                 &want_bf16,
                 1e-5,
@@ -285,7 +294,8 @@ fn gpu_prefill_weight_only_matches_reference() {
             (
                 D::F16,
                 &dah,
-                kernels::gpu::PrefillA::F16(dah.ptr()),
+                None,
+                A::F16(dah.ptr()),
                 D::F32,
                 &want_f16,
                 1e-5,
@@ -293,7 +303,8 @@ fn gpu_prefill_weight_only_matches_reference() {
             (
                 D::F16,
                 &dah,
-                kernels::gpu::PrefillA::F16(dah.ptr()),
+                None,
+                A::F16(dah.ptr()),
                 D::F16,
                 &want_f16,
                 6e-4,
@@ -301,12 +312,24 @@ fn gpu_prefill_weight_only_matches_reference() {
             (
                 D::F32,
                 &da32,
-                kernels::gpu::PrefillA::F32(da32.ptr()),
+                None,
+                A::F32(da32.ptr()),
                 D::F32,
                 &want_f32,
                 1e-5,
             ),
-        ] {
+        ];
+        let shifted = shift.map(|w_shift| A::F16Shifted {
+            a: dah.ptr(),
+            w_shift,
+        });
+        let shifted_cases = shifted.into_iter().flat_map(|pa| {
+            [
+                (D::F16, &dah, shift, pa, D::F32, &want_f16, 1e-5),
+                (D::F16, &dah, shift, pa, D::F16, &want_f16, 6e-4),
+            ]
+        });
+        for (dt, da, f16_shift, pa, out, want, tol) in cases.into_iter().chain(shifted_cases) {
             let dy = poisoned::<f32>(&rt, m * n);
             rt.prefill_product((m, k, n), pa, &frag, dy.ptr(), out, &GpuEpilogue::NONE, 0)
                 .expect("prefill launch");
@@ -339,11 +362,16 @@ fn gpu_prefill_weight_only_matches_reference() {
             );
             // The weight-only entry point takes the route at this M where the device's table
             // says so.
-            if rt.prefill_takes((m, k, n), dt, &frag, out, &GpuEpilogue::NONE) {
+            // (f16 on f16 weights is one GEMM: the table's bf16 row, as the entry point asks.)
+            let table_a = match pa {
+                A::F16Shifted { .. } => D::BF16,
+                _ => dt,
+            };
+            if rt.prefill_takes((m, k, n), table_a, &frag, out, &GpuEpilogue::NONE) {
                 let dy2 = poisoned::<f32>(&rt, m * n);
                 rt.mx_matmul_float_a_frag(
                     (m, da.ptr(), dt),
-                    (dwf.ptr(), dwsf.ptr()),
+                    (dwf.ptr(), dwsf.ptr(), f16_shift),
                     (n, k),
                     dy2.ptr(),
                     out,
@@ -352,7 +380,7 @@ fn gpu_prefill_weight_only_matches_reference() {
                 )
                 .expect("launch");
                 let routed = download_f32(&dy2, m * n, out);
-                assert_eq!(same_bits(&routed, &got), 0, "{dt:?} into {out:?}");
+                assert_eq!(same_bits(&routed, &got), 0, "{dt:?} into {out:?} ({pa:?})");
             }
         }
     }

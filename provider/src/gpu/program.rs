@@ -18,8 +18,9 @@ use std::sync::{Arc, Mutex};
 
 use graph_rewrites::view::{ConstTensor, GraphView};
 use kernels::gpu::{
-    index_error, pack_frag_experts, pack_frag_weights, GpuBias, GpuEpilogue, GpuExperts,
-    GpuGatherMatMul, GpuIndices, GpuMatB, GpuRuntime, NormBuffers, SwiGluBuffers, GATHER_ERR_BYTES,
+    f16_weight_shift, index_error, pack_frag_experts, pack_frag_weights, GpuBias, GpuEpilogue,
+    GpuExperts, GpuGatherMatMul, GpuIndices, GpuMatB, GpuRuntime, NormBuffers, SwiGluBuffers,
+    GATHER_ERR_BYTES,
 };
 use kernels::{
     AddRmsNormAttrs, DType, MxDequantAttrs, MxGatherDequantAttrs, MxGatherMatMulAttrs,
@@ -261,6 +262,8 @@ struct PackedWeight {
     scales: DeviceBox,
     /// `pack_frag_weights`' layout; else `[N, K]` + `[N, K/32]`.
     frag: bool,
+    /// `f16_weight_shift` of the weight (read by the prefill route of f16 activations).
+    f16_shift: Option<i32>,
 }
 
 impl PackedWeight {
@@ -432,6 +435,7 @@ fn pack_weight(
         (packed.q, packed.scales, n, k)
     };
     let frag = frag(k);
+    let f16_shift = f16_weight_shift(&q_nk, &scales_nk, k);
     let (q, scales) = if frag {
         pack_frag_weights(&q_nk, &scales_nk, n, k)?
     } else {
@@ -441,6 +445,7 @@ fn pack_weight(
         q: DeviceBox::upload(memory, &q)?,
         scales: DeviceBox::upload(memory, &scales)?,
         frag,
+        f16_shift,
     }))
 }
 
@@ -1072,7 +1077,7 @@ impl GpuProgram {
                             return rt
                                 .mx_matmul_float_a_frag(
                                     (m, *a_q, dtype(am.dtype)?),
-                                    (p.q.ptr(), p.scales.ptr()),
+                                    (p.q.ptr(), p.scales.ptr(), p.f16_shift),
                                     (n, k),
                                     *y,
                                     ydt,
