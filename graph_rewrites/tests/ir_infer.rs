@@ -670,6 +670,67 @@ fn add_rms_norm_flatten_rows_flattens_q_scale_and_normed() {
     expect(&g, "normed", FLOAT, "3*b,128");
 }
 
+/// ONNX's opset-23 `Attention` and `RotaryEmbedding` (what torch's dynamo exporter writes at
+/// opset ≥ 23, so in standard MX exports) and the activations the list above lacked: without
+/// them a model without value_info had unknown shapes from the attention on, every later
+/// fusion was refused offline, and the o_proj quantizer stayed an ONNX `QuantizeLinear` with
+/// an E8M0 scale, which ONNX Runtime cannot load (probe 10).
+#[test]
+fn opset23_attention_rotary_and_other_activations() {
+    let mut b = ModelBuilder::new(24);
+    let heads = [("q_num_heads", Attr::I(4)), ("kv_num_heads", Attr::I(2))];
+    b.node_in("", "Attention", &["q3", "k3", "v3"], &["y3"], &heads)
+        .node("Attention", &["q3", "k3", "v3"], &["y3_no_heads"])
+        .node(
+            "Attention",
+            &["q4", "k4", "v4"],
+            &["y4", "present_k", "present_v"],
+        )
+        .node("RotaryEmbedding", &["q3", "cos", "sin", "pos"], &["rot"]);
+    for op in [
+        "HardSwish",
+        "Mish",
+        "Celu",
+        "ThresholdedRelu",
+        "Shrink",
+        "Tan",
+        "Trilu",
+    ] {
+        b.node(op, &["q3"], &[&format!("{}_out", op.to_lowercase())]);
+    }
+    let g = load(
+        &b,
+        &[
+            ("q3", FLOAT16, "b,s,128"),
+            ("k3", FLOAT16, "b,t,64"),
+            ("v3", FLOAT16, "b,t,96"),
+            ("q4", FLOAT, "b,4,s,32"),
+            ("k4", FLOAT, "b,2,t,32"),
+            ("v4", FLOAT, "b,2,t,48"),
+            ("cos", FLOAT16, "64,16"),
+            ("sin", FLOAT16, "64,16"),
+            ("pos", INT64, "b,s"),
+        ],
+    );
+    // onnx.shape_inference gives the same: [b, s, 4 · 96 / 2], [b, s, ?], [b, 4, s, 48].
+    expect(&g, "y3", FLOAT16, "b,s,192");
+    expect(&g, "y3_no_heads", FLOAT16, "b,s,?");
+    expect(&g, "y4", FLOAT, "b,4,s,48");
+    assert_eq!(info_of(&g, "present_k"), None);
+    expect(&g, "rot", FLOAT16, "b,s,128");
+    for op in [
+        "hardswish",
+        "mish",
+        "celu",
+        "thresholdedrelu",
+        "shrink",
+        "tan",
+        "trilu",
+    ] {
+        expect(&g, &format!("{op}_out"), FLOAT16, "b,s,128");
+    }
+}
+
 #[test]
 fn known_types_win_and_unknown_ops_stay_unknown() {
     let mut b = ModelBuilder::new(24);

@@ -68,7 +68,10 @@ fn onnx_op(c: &Node, op: &str) -> Vec<TensorInfo> {
         "Identity" | "Abs" | "Neg" | "Relu" | "Sigmoid" | "Tanh" | "Erf" | "Exp" | "Log"
         | "Sqrt" | "Reciprocal" | "Sin" | "Cos" | "Floor" | "Ceil" | "Round" | "Sign" | "Not"
         | "Gelu" | "Softplus" | "Softsign" | "LeakyRelu" | "Elu" | "Selu" | "HardSigmoid"
-        | "Clip" | "Softmax" | "LogSoftmax" | "CumSum" | "Swish" | "RMSNormalization" => c.same(0),
+        | "Clip" | "Softmax" | "LogSoftmax" | "CumSum" | "Swish" | "RMSNormalization"
+        | "HardSwish" | "Mish" | "Celu" | "ThresholdedRelu" | "Shrink" | "Tan" | "Trilu"
+        | "RotaryEmbedding" => c.same(0),
+        "Attention" => attention(c),
         "IsNaN" | "IsInf" => vec![info(BOOL, c.shape(0))],
         "Dropout" => vec![c.info(0), info(BOOL, c.shape(0))],
         // The exponent of Pow may have another type than the base.
@@ -318,6 +321,36 @@ fn layer_norm(c: &Node) -> Vec<TensorInfo> {
     });
     let stats = info(i32::try_from(stash).unwrap_or(0), stats_shape);
     vec![x, stats.clone(), stats]
+}
+
+/// ONNX `Attention` (opset 23; torch's dynamo exporter writes it for `scaled_dot_product_attention`
+/// from opset 23 on, so in every standard MX export): Y in Q's type, `[B, q_heads, S_q, v_head]`
+/// from 4-D Q / V, `[B, S_q, q_num_heads · V_hidden / kv_num_heads]` from 3-D ones — what ONNX's
+/// own inference gives (the last dim unknown without the head counts). Without it, every
+/// layer after the attention had unknown shapes offline and its fusions were refused, and the
+/// o_proj quantizer stayed an ONNX `QuantizeLinear` ONNX Runtime cannot load (probe 10). The
+/// optional present key / value and QK outputs are left unknown, as ONNX leaves them.
+fn attention(c: &Node) -> Vec<TensorInfo> {
+    let shape = c
+        .shape(0)
+        .zip(c.shape(2))
+        .and_then(|(q, v)| match (q.as_slice(), v.as_slice()) {
+            ([b, h, s, _], [_, _, _, dv]) => {
+                Some(vec![b.clone(), h.clone(), s.clone(), dv.clone()])
+            }
+            ([b, s, _], [_, _, v_hidden]) => {
+                let heads = (c.int("q_num_heads", 0), c.int("kv_num_heads", 0));
+                let last = match (known(v_hidden), heads) {
+                    (Some(d), (Some(qh), Some(kvh))) if qh > 0 && kvh > 0 && d % kvh == 0 => {
+                        Dim::Known(d / kvh * qh)
+                    }
+                    _ => Dim::Unknown,
+                };
+                Some(vec![b.clone(), s.clone(), last])
+            }
+            _ => None,
+        });
+    vec![info(c.elem(0), shape)]
 }
 
 /// Output type: `output_dtype` (opset 21+) when set, else the zero point's type, else uint8.
