@@ -671,7 +671,8 @@ fn add_rms_norm_flatten_rows_flattens_q_scale_and_normed() {
 }
 
 /// ONNX's opset-23 `Attention` and `RotaryEmbedding` (what torch's dynamo exporter writes at
-/// opset ≥ 23, so in standard MX exports) and the activations the list above lacked: without
+/// opset ≥ 23, so in standard MX exports), ONNX Runtime's `MultiHeadAttention` / `Attention`
+/// (its transformers optimizer's) and the activations the list above lacked: without
 /// them a model without value_info had unknown shapes from the attention on, every later
 /// fusion was refused offline, and the o_proj quantizer stayed an ONNX `QuantizeLinear` with
 /// an E8M0 scale, which ONNX Runtime cannot load (probe 10).
@@ -698,6 +699,32 @@ fn opset23_attention_rotary_and_other_activations() {
     ] {
         b.node(op, &["q3"], &[&format!("{}_out", op.to_lowercase())]);
     }
+    // ONNX Runtime's transformers-optimizer spellings, typed as ORT's own inference types them.
+    let ms = "com.microsoft";
+    b.opset(ms, 1)
+        .node_in(
+            ms,
+            "MultiHeadAttention",
+            &["q3", "k3", "v3"],
+            &["mha3"],
+            &[],
+        )
+        .node_in(
+            ms,
+            "MultiHeadAttention",
+            &["q3", "k4h", "v4h"],
+            &["mha4"],
+            &[],
+        )
+        .init_f32("qkv_w", &[128, 384], &[0.0; 128 * 384])
+        .node_in(ms, "Attention", &["q3", "qkv_w"], &["msa"], &[])
+        .node_in(
+            ms,
+            "Attention",
+            &["q3", "qkv_w"],
+            &["msa_sizes"],
+            &[("qkv_hidden_sizes", Attr::Is(&[128, 128, 64]))],
+        );
     let g = load(
         &b,
         &[
@@ -710,6 +737,8 @@ fn opset23_attention_rotary_and_other_activations() {
             ("cos", FLOAT16, "64,16"),
             ("sin", FLOAT16, "64,16"),
             ("pos", INT64, "b,s"),
+            ("k4h", FLOAT16, "b,2,t,64"),
+            ("v4h", FLOAT16, "b,2,t,48"),
         ],
     );
     // onnx.shape_inference gives the same: [b, s, 4 · 96 / 2], [b, s, ?], [b, 4, s, 48].
@@ -729,6 +758,10 @@ fn opset23_attention_rotary_and_other_activations() {
     ] {
         expect(&g, &format!("{op}_out"), FLOAT16, "b,s,128");
     }
+    expect(&g, "mha3", FLOAT16, "b,s,96");
+    expect(&g, "mha4", FLOAT16, "b,s,96");
+    expect(&g, "msa", FLOAT16, "b,s,128");
+    expect(&g, "msa_sizes", FLOAT16, "b,s,64");
 }
 
 #[test]

@@ -100,7 +100,8 @@ def test_what_cannot_be_proven_is_still_refused_with_the_reason(ep_devices, tmp_
 def attention_layer(path, elem, op):
     """A decoder layer as torch's dynamo exporter writes it at opset ≥ 23 (so in every standard
     MX export), without value_info: norm → MXFP8 → q / k / v, ONNX `Attention` (or q through
-    ONNX `RotaryEmbedding`) → MXFP8 → o_proj → residual Add → norm → MXFP8 → MatMul."""
+    ONNX `RotaryEmbedding`, or ORT's `MultiHeadAttention`) → MXFP8 → o_proj → residual Add →
+    norm → MXFP8 → MatMul."""
     h, f32, npt = 64, TP.FLOAT, {TP.FLOAT: np.float32, TP.FLOAT16: np.float16}[elem]
     nodes, inits = [], []
 
@@ -109,8 +110,8 @@ def attention_layer(path, elem, op):
             inits.append(onnx.numpy_helper.from_array(np.asarray(value, dtype), name))
         return name
 
-    def node(op_type, ins, out, **attrs):
-        nodes.append(helper.make_node(op_type, ins, [out], name=out, **attrs))
+    def node(op_type, ins, out, domain="", **attrs):
+        nodes.append(helper.make_node(op_type, ins, [out], name=out, domain=domain, **attrs))
         return out
 
     def norm(s, tag):
@@ -143,6 +144,8 @@ def attention_layer(path, elem, op):
     if op == "RotaryEmbedding":
         q = node("RotaryEmbedding", [q, "cos", "sin", "pos"], "q_rot", num_heads=4)
         ctx = node("Mul", [q, node("Add", [k, v], "kv")], "ctx")
+    elif op == "MultiHeadAttention":  # ONNX Runtime's transformers optimizer
+        ctx = node(op, [q, k, v], "ctx", domain="com.microsoft", num_heads=4)
     else:
         ctx = node("Attention", [q, k, v], "ctx", q_num_heads=4, kv_num_heads=4, is_causal=1)
     s2 = node("Add", [s, linear(mx(ctx, "o_in"), "o", 3)], "s2")
@@ -152,15 +155,17 @@ def attention_layer(path, elem, op):
         ins += [helper.make_tensor_value_info(n, elem, [64, 8]) for n in ("cos", "sin")]
         ins.append(helper.make_tensor_value_info("pos", TP.INT64, ["batch", "seq"]))
     g = helper.make_graph(nodes, "attention_layer", ins, [helper.make_tensor_value_info(out, elem, None)], inits)
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)], ir_version=11), path)
+    opsets = [helper.make_opsetid("", 24), helper.make_opsetid("com.microsoft", 1)]
+    onnx.save(helper.make_model(g, opset_imports=opsets, ir_version=11), path)
     return path
 
 
 @pytest.mark.parametrize("elem", [TP.FLOAT, TP.FLOAT16])
-@pytest.mark.parametrize("op", ["Attention", "RotaryEmbedding"])
+@pytest.mark.parametrize("op", ["Attention", "RotaryEmbedding", "MultiHeadAttention"])
 def test_opset23_attention_without_value_info_fuses_and_the_rewrite_loads(op, elem, lib, ep_devices, mxfuse_cli,
                                                                           tmp_path):
-    """Probe 10: mxfuse's inference did not know ONNX's opset-23 `Attention` / `RotaryEmbedding`,
+    """Probe 10: mxfuse's inference did not know ONNX's opset-23 `Attention` / `RotaryEmbedding`
+    (nor ONNX Runtime's `com.microsoft::MultiHeadAttention`),
     so offline everything after them had unknown shapes: the o_proj quantizer and the second norm
     were refused, and `mx_quant_linear` left the o_proj `QuantizeLinear` (E8M0 scale) in place,
     which ONNX Runtime cannot load ("Could not find an implementation for QuantizeLinear(24)")."""

@@ -145,6 +145,8 @@ fn ms_op(c: &Node, op: &str) -> Vec<TensorInfo> {
             c.same(0)
         }
         "GroupQueryAttention" => group_query_attention(c),
+        "MultiHeadAttention" => multi_head_attention(c),
+        "Attention" => ms_attention(c),
         "MatMulNBits" => {
             let n = c.int("N", -1).filter(|&n| n > 0).map(Dim::Known);
             let shape = c.shape(0).zip(n).and_then(|(mut a, n)| {
@@ -186,6 +188,44 @@ fn group_query_attention(c: &Node) -> Vec<TensorInfo> {
     });
     let cache = info(q.elem_type, None);
     vec![info(q.elem_type, shape), cache.clone(), cache]
+}
+
+/// `com.microsoft::MultiHeadAttention` (ONNX Runtime's transformers optimizer): output 0 is
+/// `[B, S, v_hidden]` in the query's type for a 3-D query — v_hidden the value's last dim (3-D
+/// value) or heads × head size (4-D `[B, N, L, H]` value) —, as ORT's own inference gives. Packed
+/// QKV / KV forms and the cache outputs are left unknown.
+fn multi_head_attention(c: &Node) -> Vec<TensorInfo> {
+    let shape = c
+        .shape(0)
+        .and_then(|q| match (q.as_slice(), c.shape(2).as_deref()) {
+            ([b, s, _], Some([_, _, v])) => Some(vec![b.clone(), s.clone(), v.clone()]),
+            ([b, s, _], Some([_, n, _, h])) => Some(vec![
+                b.clone(),
+                s.clone(),
+                shape::product_dim(&[n.clone(), h.clone()]),
+            ]),
+            _ => None,
+        });
+    vec![info(c.elem(0), shape)]
+}
+
+/// `com.microsoft::Attention` (packed QKV weights `[input_hidden, q + k + v hidden]`): output 0
+/// is `[B, S, v_hidden]` in the input's type, v_hidden from `qkv_hidden_sizes` or a third of the
+/// weights' last dim, as ORT's own inference gives; the present output is left unknown.
+fn ms_attention(c: &Node) -> Vec<TensorInfo> {
+    let v_hidden = match c.ints("qkv_hidden_sizes").as_deref() {
+        Some([_, _, v]) => Some(Dim::Known(*v)),
+        _ => c
+            .shape(1)
+            .and_then(|w| w.last().and_then(known))
+            .filter(|d| d % 3 == 0)
+            .map(|d| Dim::Known(d / 3)),
+    };
+    let shape = c.shape(0).and_then(|x| match x.as_slice() {
+        [b, s, _] => Some(vec![b.clone(), s.clone(), v_hidden.unwrap_or(Dim::Unknown)]),
+        _ => None,
+    });
+    vec![info(c.elem(0), shape)]
 }
 
 /// The `com.mxfuse` ops of docs/ops.md.
