@@ -764,6 +764,29 @@ fn opset23_attention_rotary_and_other_activations() {
     expect(&g, "msa_sizes", FLOAT16, "b,s,64");
 }
 
+/// `Tile` (torch's `repeat` / `repeat_interleave`, e.g. a MoE block repeating the tokens top-k
+/// times in front of the experts' quantizer): each dim times its count.
+#[test]
+fn tile_multiplies_each_dim() {
+    let mut b = ModelBuilder::new(24);
+    b.init_i64("reps", &[2], &[4, 1])
+        .node("Tile", &["x", "reps"], &["tiled"])
+        .init_i64("reps3", &[3], &[1, 2, 1])
+        .node("Tile", &["y", "reps3"], &["tiled3"])
+        .node("Tile", &["x", "runtime_reps"], &["rank_only"]);
+    let g = load(
+        &b,
+        &[
+            ("x", FLOAT16, "t,96"),
+            ("y", FLOAT, "b,3,64"),
+            ("runtime_reps", INT64, "2"),
+        ],
+    );
+    expect(&g, "tiled", FLOAT16, "4*t,96");
+    expect(&g, "tiled3", FLOAT, "b,6,64");
+    expect(&g, "rank_only", FLOAT16, "?,?");
+}
+
 #[test]
 fn known_types_win_and_unknown_ops_stay_unknown() {
     let mut b = ModelBuilder::new(24);

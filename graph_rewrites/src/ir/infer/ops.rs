@@ -103,6 +103,7 @@ fn onnx_op(c: &Node, op: &str) -> Vec<TensorInfo> {
         "Concat" => layout::concat(c),
         "Split" => layout::split(c),
         "Slice" => layout::slice(c),
+        "Tile" => layout::tile(c),
         "Gather" => layout::gather(c),
         "GatherElements" => vec![info(c.elem(0), c.shape(1))],
         "GatherND" => layout::gather_nd(c),
