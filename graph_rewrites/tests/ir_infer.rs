@@ -696,6 +696,11 @@ fn opset23_attention_rotary_and_other_activations() {
         "Shrink",
         "Tan",
         "Trilu",
+        "Asinh",
+        "Hardmax",
+        "CumProd",
+        "LpNormalization",
+        "MeanVarianceNormalization",
     ] {
         b.node(op, &["q3"], &[&format!("{}_out", op.to_lowercase())]);
     }
@@ -755,6 +760,11 @@ fn opset23_attention_rotary_and_other_activations() {
         "shrink",
         "tan",
         "trilu",
+        "asinh",
+        "hardmax",
+        "cumprod",
+        "lpnormalization",
+        "meanvariancenormalization",
     ] {
         expect(&g, &format!("{op}_out"), FLOAT16, "b,s,128");
     }

@@ -65,11 +65,59 @@ fn dims_of_values(values: Vec<Dim>) -> Vec<Dim> {
 
 fn onnx_op(c: &Node, op: &str) -> Vec<TensorInfo> {
     match op {
-        "Identity" | "Abs" | "Neg" | "Relu" | "Sigmoid" | "Tanh" | "Erf" | "Exp" | "Log"
-        | "Sqrt" | "Reciprocal" | "Sin" | "Cos" | "Floor" | "Ceil" | "Round" | "Sign" | "Not"
-        | "Gelu" | "Softplus" | "Softsign" | "LeakyRelu" | "Elu" | "Selu" | "HardSigmoid"
-        | "Clip" | "Softmax" | "LogSoftmax" | "CumSum" | "Swish" | "RMSNormalization"
-        | "HardSwish" | "Mish" | "Celu" | "ThresholdedRelu" | "Shrink" | "Tan" | "Trilu"
+        "Identity"
+        | "Abs"
+        | "Neg"
+        | "Relu"
+        | "Sigmoid"
+        | "Tanh"
+        | "Erf"
+        | "Exp"
+        | "Log"
+        | "Sqrt"
+        | "Reciprocal"
+        | "Sin"
+        | "Cos"
+        | "Floor"
+        | "Ceil"
+        | "Round"
+        | "Sign"
+        | "Not"
+        | "Gelu"
+        | "Softplus"
+        | "Softsign"
+        | "LeakyRelu"
+        | "Elu"
+        | "Selu"
+        | "HardSigmoid"
+        | "Clip"
+        | "Softmax"
+        | "LogSoftmax"
+        | "CumSum"
+        | "Swish"
+        | "RMSNormalization"
+        | "HardSwish"
+        | "Mish"
+        | "Celu"
+        | "ThresholdedRelu"
+        | "Shrink"
+        | "Tan"
+        | "Trilu"
+        | "Asin"
+        | "Acos"
+        | "Atan"
+        | "Sinh"
+        | "Cosh"
+        | "Asinh"
+        | "Acosh"
+        | "Atanh"
+        | "BitwiseNot"
+        | "Hardmax"
+        | "CumProd"
+        | "LpNormalization"
+        | "MeanVarianceNormalization"
+        | "InstanceNormalization"
+        | "GroupNormalization"
         | "RotaryEmbedding" => c.same(0),
         "Attention" => attention(c),
         "IsNaN" | "IsInf" => vec![info(BOOL, c.shape(0))],
@@ -77,7 +125,7 @@ fn onnx_op(c: &Node, op: &str) -> Vec<TensorInfo> {
         // The exponent of Pow may have another type than the base.
         "Pow" => elementwise(c, c.elem(0)),
         "Add" | "Sub" | "Mul" | "Div" | "Mod" | "Min" | "Max" | "Sum" | "Mean" | "And" | "Or"
-        | "Xor" | "BitShift" | "PRelu" | "SwiGLU" => {
+        | "Xor" | "BitShift" | "BitwiseAnd" | "BitwiseOr" | "BitwiseXor" | "PRelu" | "SwiGLU" => {
             elementwise(c, c.first_elem(0..c.input_count()))
         }
         "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" => elementwise(c, BOOL),
