@@ -204,7 +204,20 @@ def with_f64_outputs(path):
     copy = f"{root}.run_in_ort_f64{ext}"
     onnx.save(m, copy)
     atexit.register(os.remove, copy)
+    COPIES[copy] = str(path)
     return copy, {name: name + AS_F64 for name in bf16}
+
+
+# The bfloat16 copies (above) and the models they stand for.
+COPIES = {}
+
+
+def said(text):
+    """`text` with each bfloat16 copy's path (gone when the script exits) replaced by the model
+    the user gave: a load error named `m.run_in_ort_f64.onnx`, a file they never made (probe 10)."""
+    for copy, original in COPIES.items():
+        text = text.replace(copy, original)
+    return text
 
 
 def run(session, fetch, feeds):
@@ -226,7 +239,7 @@ def run_or_exit(session, fetch, feeds, path, what):
         return run(session, fetch, feeds)
     except Exception as e:  # ORT raises its own exception types
         why = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        sys.exit(f"ONNX Runtime could not run {path} on {what}: {why}")
+        sys.exit(said(f"ONNX Runtime could not run {path} on {what}: {why}"))
 
 
 def load_session(path, so, providers=None):
@@ -241,7 +254,7 @@ def load_session(path, so, providers=None):
         hint = ("\n(ONNX Runtime's CPU EP has no bfloat16 kernel for that op, so this model does not run on "
                 "CPU with or without mxfuse: docs/provider.md, 'bf16 models'; the rewrite itself is "
                 "checked by `mxfuse rewrite` and the Rust/Python tests)") if "NOT_IMPLEMENTED" in why and "bfloat16" in open_types(path) else ""
-        sys.exit(f"ONNX Runtime cannot load {path}: {why}{hint}")
+        sys.exit(said(f"ONNX Runtime cannot load {path}: {why}{hint}"))
 
 
 def open_types(path):

@@ -106,6 +106,53 @@ fn rewrite_names_the_quark_nodes_it_leaves() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// An MX quantizer whose input comes from an op mxfuse's inference does not know (here an
+/// unknown domain's; probe 10 met ONNX's opset-23 `Attention` and `com.microsoft::
+/// MultiHeadAttention`): `mx_quant_linear` refuses the `QuantizeLinear` (its input type is
+/// unknown), and the rewrite says that ONNX Runtime's CPU EP cannot load what it leaves —
+/// before, the custom-op session failed with NOT_IMPLEMENTED and nothing said why.
+#[test]
+fn rewrite_says_when_e8m0_quantize_nodes_stay() {
+    use graph_rewrites::pattern::predicates::dtype::FLOAT;
+    use graph_rewrites::testing::Attr;
+    let dir = scratch("e8m0-left");
+    let (input, output) = (dir.join("in.onnx"), dir.join("out.onnx"));
+    let mut b = ModelBuilder::new(24);
+    b.opset("my.domain", 1)
+        .input("x", FLOAT, &[-2, 64])
+        .node_in("my.domain", "Mystery", &["x"], &["m"], &[])
+        .init_i64("shape", &[3], &[0, 2, 32])
+        .mx_quant_floor("m", "shape", "")
+        .node_in(
+            "",
+            "DequantizeLinear",
+            &["q", "scale"],
+            &["dq"],
+            &[
+                ("axis", Attr::I(-1)),
+                ("block_size", Attr::I(32)),
+                ("output_dtype", Attr::I(FLOAT as i64)),
+            ],
+        )
+        .output("dq", FLOAT, &[-2, 64]);
+    std::fs::write(&input, b.model().encode_to_vec()).unwrap();
+    let o = mxfuse(&["rewrite", s(&input), "-o", s(&output)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains(
+            "note: 1 QuantizeLinear / DequantizeLinear node(s) with a FLOAT8E8M0 scale stay"
+        ) && text.contains("mxfuse plugin EP"),
+        "{text}"
+    );
+    // Its DequantizeLinear became MxDequantize: only the QuantizeLinear is counted. No such
+    // node, no note.
+    write_plain_model(&input);
+    let o = mxfuse(&["rewrite", s(&input), "-o", s(&output)]);
+    assert!(!stdout(&o).contains("FLOAT8E8M0"), "{}", stdout(&o));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// The output or the report named like a file the rewrite reads (the input's external data,
 /// the input itself) is refused before anything is written: both stay as they were.
 #[test]

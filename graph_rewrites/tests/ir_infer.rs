@@ -670,6 +670,133 @@ fn add_rms_norm_flatten_rows_flattens_q_scale_and_normed() {
     expect(&g, "normed", FLOAT, "3*b,128");
 }
 
+/// ONNX's opset-23 `Attention` and `RotaryEmbedding` (what torch's dynamo exporter writes at
+/// opset ≥ 23, so in standard MX exports), ONNX Runtime's `MultiHeadAttention` / `Attention`
+/// (its transformers optimizer's) and the activations the list above lacked: without
+/// them a model without value_info had unknown shapes from the attention on, every later
+/// fusion was refused offline, and the o_proj quantizer stayed an ONNX `QuantizeLinear` with
+/// an E8M0 scale, which ONNX Runtime cannot load (probe 10).
+#[test]
+fn opset23_attention_rotary_and_other_activations() {
+    let mut b = ModelBuilder::new(24);
+    let heads = [("q_num_heads", Attr::I(4)), ("kv_num_heads", Attr::I(2))];
+    b.node_in("", "Attention", &["q3", "k3", "v3"], &["y3"], &heads)
+        .node("Attention", &["q3", "k3", "v3"], &["y3_no_heads"])
+        .node(
+            "Attention",
+            &["q4", "k4", "v4"],
+            &["y4", "present_k", "present_v"],
+        )
+        .node("RotaryEmbedding", &["q3", "cos", "sin", "pos"], &["rot"]);
+    for op in [
+        "HardSwish",
+        "Mish",
+        "Celu",
+        "ThresholdedRelu",
+        "Shrink",
+        "Tan",
+        "Trilu",
+        "Asinh",
+        "Hardmax",
+        "CumProd",
+        "LpNormalization",
+        "MeanVarianceNormalization",
+    ] {
+        b.node(op, &["q3"], &[&format!("{}_out", op.to_lowercase())]);
+    }
+    // ONNX Runtime's transformers-optimizer spellings, typed as ORT's own inference types them.
+    let ms = "com.microsoft";
+    b.opset(ms, 1)
+        .node_in(
+            ms,
+            "MultiHeadAttention",
+            &["q3", "k3", "v3"],
+            &["mha3"],
+            &[],
+        )
+        .node_in(
+            ms,
+            "MultiHeadAttention",
+            &["q3", "k4h", "v4h"],
+            &["mha4"],
+            &[],
+        )
+        .init_f32("qkv_w", &[128, 384], &[0.0; 128 * 384])
+        .node_in(ms, "Attention", &["q3", "qkv_w"], &["msa"], &[])
+        .node_in(
+            ms,
+            "Attention",
+            &["q3", "qkv_w"],
+            &["msa_sizes"],
+            &[("qkv_hidden_sizes", Attr::Is(&[128, 128, 64]))],
+        );
+    let g = load(
+        &b,
+        &[
+            ("q3", FLOAT16, "b,s,128"),
+            ("k3", FLOAT16, "b,t,64"),
+            ("v3", FLOAT16, "b,t,96"),
+            ("q4", FLOAT, "b,4,s,32"),
+            ("k4", FLOAT, "b,2,t,32"),
+            ("v4", FLOAT, "b,2,t,48"),
+            ("cos", FLOAT16, "64,16"),
+            ("sin", FLOAT16, "64,16"),
+            ("pos", INT64, "b,s"),
+            ("k4h", FLOAT16, "b,2,t,64"),
+            ("v4h", FLOAT16, "b,2,t,48"),
+        ],
+    );
+    // onnx.shape_inference gives the same: [b, s, 4 · 96 / 2], [b, s, ?], [b, 4, s, 48].
+    expect(&g, "y3", FLOAT16, "b,s,192");
+    expect(&g, "y3_no_heads", FLOAT16, "b,s,?");
+    expect(&g, "y4", FLOAT, "b,4,s,48");
+    assert_eq!(info_of(&g, "present_k"), None);
+    expect(&g, "rot", FLOAT16, "b,s,128");
+    for op in [
+        "hardswish",
+        "mish",
+        "celu",
+        "thresholdedrelu",
+        "shrink",
+        "tan",
+        "trilu",
+        "asinh",
+        "hardmax",
+        "cumprod",
+        "lpnormalization",
+        "meanvariancenormalization",
+    ] {
+        expect(&g, &format!("{op}_out"), FLOAT16, "b,s,128");
+    }
+    expect(&g, "mha3", FLOAT16, "b,s,96");
+    expect(&g, "mha4", FLOAT16, "b,s,96");
+    expect(&g, "msa", FLOAT16, "b,s,128");
+    expect(&g, "msa_sizes", FLOAT16, "b,s,64");
+}
+
+/// `Tile` (torch's `repeat` / `repeat_interleave`, e.g. a MoE block repeating the tokens top-k
+/// times in front of the experts' quantizer): each dim times its count.
+#[test]
+fn tile_multiplies_each_dim() {
+    let mut b = ModelBuilder::new(24);
+    b.init_i64("reps", &[2], &[4, 1])
+        .node("Tile", &["x", "reps"], &["tiled"])
+        .init_i64("reps3", &[3], &[1, 2, 1])
+        .node("Tile", &["y", "reps3"], &["tiled3"])
+        .node("Tile", &["x", "runtime_reps"], &["rank_only"]);
+    let g = load(
+        &b,
+        &[
+            ("x", FLOAT16, "t,96"),
+            ("y", FLOAT, "b,3,64"),
+            ("runtime_reps", INT64, "2"),
+        ],
+    );
+    expect(&g, "tiled", FLOAT16, "4*t,96");
+    expect(&g, "tiled3", FLOAT, "b,6,64");
+    expect(&g, "rank_only", FLOAT16, "?,?");
+}
+
 #[test]
 fn known_types_win_and_unknown_ops_stay_unknown() {
     let mut b = ModelBuilder::new(24);

@@ -95,3 +95,95 @@ def test_what_cannot_be_proven_is_still_refused_with_the_reason(ep_devices, tmp_
     assert "add_rmsnorm_mxquant refused at" in log and "not show they are" in log, log[-3000:]
     # What the EP did fill in is said too (the MoE output's reshape back, at least).
     assert "taken from the offline rewrite's inference" in log, log[-3000:]
+
+
+def attention_layer(path, elem, op):
+    """A decoder layer as torch's dynamo exporter writes it at opset ≥ 23 (so in every standard
+    MX export), without value_info: norm → MXFP8 → q / k / v, ONNX `Attention` (or q through
+    ONNX `RotaryEmbedding`, or ORT's `MultiHeadAttention`) → MXFP8 → o_proj → residual Add →
+    norm → MXFP8 → MatMul."""
+    h, f32, npt = 64, TP.FLOAT, {TP.FLOAT: np.float32, TP.FLOAT16: np.float16}[elem]
+    nodes, inits = [], []
+
+    def const(name, value, dtype=np.float32):
+        if name not in {i.name for i in inits}:
+            inits.append(onnx.numpy_helper.from_array(np.asarray(value, dtype), name))
+        return name
+
+    def node(op_type, ins, out, domain="", **attrs):
+        nodes.append(helper.make_node(op_type, ins, [out], name=out, domain=domain, **attrs))
+        return out
+
+    def norm(s, tag):
+        xf = node("Cast", [s], f"{tag}_xf", to=f32)
+        mean = node("ReduceMean", [node("Mul", [xf, xf], f"{tag}_sq"), const("axes", [-1], np.int64)],
+                    f"{tag}_mean")
+        inv = node("Reciprocal", [node("Sqrt", [node("Add", [mean, const("eps", 1e-6)], f"{tag}_v")],
+                                       f"{tag}_std")], f"{tag}_inv")
+        y = node("Mul", [node("Mul", [xf, inv], f"{tag}_n"), const(f"{tag}_w", np.linspace(0.5, 1.5, h))],
+                 f"{tag}_y")
+        return node("Cast", [y], f"{tag}_out", to=elem)
+
+    def mx(x, tag):
+        blocks = node("Reshape", [x, const("blocks", [0, 0, h // 32, 32], np.int64)], f"{tag}_b")
+        amax = node("ReduceMax", [node("Abs", [blocks], f"{tag}_abs"), const("axes", [-1], np.int64)],
+                    f"{tag}_amax", keepdims=0)
+        scale = node("Mul", [node("Cast", [amax], f"{tag}_amax_f32", to=f32), const("c", 2.0**-8)], f"{tag}_s")
+        scale = node("Cast", [scale], f"{tag}_e8m0", to=TP.FLOAT8E8M0, round_mode="down", saturate=1)
+        q = node("QuantizeLinear", [x, scale], f"{tag}_q", axis=-1, block_size=32,
+                 output_dtype=TP.FLOAT8E4M3FN)
+        return node("DequantizeLinear", [q, scale], f"{tag}_dq", axis=-1, block_size=32, output_dtype=elem)
+
+    def linear(a, tag, seed):
+        w = np.random.default_rng(seed).standard_normal((h, h)).astype(np.float32) * 0.1
+        return node("MatMul", [a, const(f"{tag}_w", w, npt)], tag)
+
+    s = node("Add", ["x", "res"], "s")
+    a = mx(norm(s, "n1"), "qkv_in")
+    q, k, v = (linear(a, p, i) for i, p in enumerate(["q", "k", "v"]))
+    if op == "RotaryEmbedding":
+        q = node("RotaryEmbedding", [q, "cos", "sin", "pos"], "q_rot", num_heads=4)
+        ctx = node("Mul", [q, node("Add", [k, v], "kv")], "ctx")
+    elif op == "MultiHeadAttention":  # ONNX Runtime's transformers optimizer
+        ctx = node(op, [q, k, v], "ctx", domain="com.microsoft", num_heads=4)
+    else:
+        ctx = node("Attention", [q, k, v], "ctx", q_num_heads=4, kv_num_heads=4, is_causal=1)
+    s2 = node("Add", [s, linear(mx(ctx, "o_in"), "o", 3)], "s2")
+    out = linear(mx(norm(s2, "n2"), "mlp_in"), "y", 4)
+    ins = [helper.make_tensor_value_info(n, elem, ["batch", "seq", h]) for n in ("x", "res")]
+    if op == "RotaryEmbedding":
+        ins += [helper.make_tensor_value_info(n, elem, [64, 8]) for n in ("cos", "sin")]
+        ins.append(helper.make_tensor_value_info("pos", TP.INT64, ["batch", "seq"]))
+    g = helper.make_graph(nodes, "attention_layer", ins, [helper.make_tensor_value_info(out, elem, None)], inits)
+    opsets = [helper.make_opsetid("", 24), helper.make_opsetid("com.microsoft", 1)]
+    onnx.save(helper.make_model(g, opset_imports=opsets, ir_version=11), path)
+    return path
+
+
+@pytest.mark.parametrize("elem", [TP.FLOAT, TP.FLOAT16])
+@pytest.mark.parametrize("op", ["Attention", "RotaryEmbedding", "MultiHeadAttention"])
+def test_opset23_attention_without_value_info_fuses_and_the_rewrite_loads(op, elem, lib, ep_devices, mxfuse_cli,
+                                                                          tmp_path):
+    """Probe 10: mxfuse's inference did not know ONNX's opset-23 `Attention` / `RotaryEmbedding`
+    (nor ONNX Runtime's `com.microsoft::MultiHeadAttention`),
+    so offline everything after them had unknown shapes: the o_proj quantizer and the second norm
+    were refused, and `mx_quant_linear` left the o_proj `QuantizeLinear` (E8M0 scale) in place,
+    which ONNX Runtime cannot load ("Could not find an implementation for QuantizeLinear(24)")."""
+    src = attention_layer(tmp_path / "m.onnx", elem, op)
+    assert not onnx.load(src).graph.value_info
+    report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
+    assert report["counts"]["add_rmsnorm_mxquant"] == 2, report["counts"]  # was 1
+    assert report["counts"]["mxquant"] == 1, report["counts"]  # was 0
+    assert not report["rejections"], report["rejections"]
+    rng = np.random.default_rng(5)
+    feed = {n: rng.standard_normal((1, 3, 64)).astype(np.float16 if elem == TP.FLOAT16 else np.float32)
+            for n in ("x", "res")}
+    if op == "RotaryEmbedding":
+        feed.update(cos=np.cos(np.arange(512) / 7).reshape(64, 8).astype(feed["x"].dtype),
+                    sin=np.sin(np.arange(512) / 7).reshape(64, 8).astype(feed["x"].dtype),
+                    pos=np.arange(3, dtype=np.int64).reshape(1, 3))
+    online = ep_session(src, ep_devices)
+    offline = offline_session(tmp_path / "fused.onnx", lib)  # raised NOT_IMPLEMENTED before
+    if elem == TP.FLOAT16:  # ORT runs unfused f16 ops in f32 on the custom-op path (docs/provider.md)
+        offline = ep_session(tmp_path / "fused.onnx", ep_devices)
+    assert same_bits(offline.run(None, feed)[0], online.run(None, feed)[0])

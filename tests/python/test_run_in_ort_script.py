@@ -128,6 +128,8 @@ def test_run_in_ort_bf16_decoder_says_why_ort_cannot_run_it(tmp_path, lib, mxfus
     assert run.returncode != 0
     assert "NOT_IMPLEMENTED" in run.stderr and "no bfloat16 kernel" in run.stderr, run.stderr
     assert "Traceback" not in run.stderr, run.stderr
+    # It names the user's model, not the script's temporary bf16-output copy (probe 10).
+    assert f"cannot load {src}:" in run.stderr and "run_in_ort_f64" not in run.stderr, run.stderr
 
 
 GENAI = ROOT / "models" / "fixtures" / "real" / "ortgenai_llama_tiny_mxfp8_std.onnx"

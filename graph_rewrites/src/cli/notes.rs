@@ -3,7 +3,7 @@
 
 use crate::onnx_pb::{ModelProto, NodeProto};
 use crate::pattern::predicates::dtype::FLOAT8E8M0;
-use crate::view::{GraphView, QUARK_DOMAIN, TRT_DOMAIN};
+use crate::view::{GraphView, ONNX_DOMAIN, QUARK_DOMAIN, TRT_DOMAIN};
 
 /// Lines when the rewritten graph keeps AMD Quark nodes. `MXQuantizeDequantize` (the ones the
 /// rules refused): the custom-op library does not register Quark's domain (ORT fails a session
@@ -49,6 +49,38 @@ pub fn foreign_note(g: &impl GraphView) -> String {
         ));
     }
     out
+}
+
+/// A line when the rewritten main graph keeps ONNX `QuantizeLinear` / `DequantizeLinear` nodes
+/// with a FLOAT8E8M0 scale (rules `mx_quant_linear` / `mx_dequant` refused them, e.g. an input
+/// whose type mxfuse's inference does not know): ONNX Runtime's CPU EP has no kernel for them, so
+/// the rewrite does not load with the custom-op library alone (probe 10: it failed with ONNX
+/// Runtime's NOT_IMPLEMENTED and nothing said why). The plugin EP, which reads ONNX Runtime's
+/// own types, takes them. Empty when there are none.
+pub fn e8m0_qdq_note(g: &impl GraphView) -> String {
+    let n = g
+        .nodes()
+        .iter()
+        .filter(|&&n| {
+            g.domain(n) == ONNX_DOMAIN
+                && matches!(g.op_type(n), "QuantizeLinear" | "DequantizeLinear")
+                && g.inputs(n)
+                    .get(1)
+                    .copied()
+                    .flatten()
+                    .and_then(|s| g.tensor_info(s))
+                    .is_some_and(|i| i.elem_type == FLOAT8E8M0)
+        })
+        .count();
+    if n == 0 {
+        return String::new();
+    }
+    format!(
+        "note: {n} QuantizeLinear / DequantizeLinear node(s) with a FLOAT8E8M0 scale stay (their \
+         refusals are above; --explain lists them): ONNX Runtime's CPU EP has no kernel for them, \
+         so the rewritten model loads with the mxfuse plugin EP, not with the custom-op library \
+         alone\n"
+    )
 }
 
 /// A line when MX quantization nodes sit inside control-flow bodies (`If` / `Loop` / `Scan`) or

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use super::args::RewriteArgs;
-use super::notes::{foreign_note, ir_note, nested_mx_note};
+use super::notes::{e8m0_qdq_note, foreign_note, ir_note, nested_mx_note};
 use super::paths::check_output_paths;
 use super::stats::PhaseTimer;
 use super::{parse_settings, report, table, CliError};
@@ -43,7 +43,7 @@ pub fn run_rewrite(args: &RewriteArgs) -> Result<String, CliError> {
     timer.lap("load");
     let report = run_pipeline(&mut g, &opts)?;
     timer.lap("rewrite");
-    let foreign = foreign_note(&g);
+    let foreign = foreign_note(&g) + &e8m0_qdq_note(&g);
     // The report first: a report path that cannot be written must fail before the model is
     // (over)written, not after.
     if let Some(path) = &args.report {

@@ -1,5 +1,5 @@
 //! Rules for the ops that move data without computing on it: Reshape, Flatten, Transpose,
-//! Unsqueeze, Squeeze, Concat, Split, Slice, Gather, GatherND. Their element type is the
+//! Unsqueeze, Squeeze, Concat, Split, Slice, Gather, GatherND, Tile. Their element type is the
 //! data input's; only the shape changes.
 
 use super::node::{info, IntList, Node};
@@ -220,6 +220,26 @@ pub(super) fn gather_nd(c: &Node) -> Vec<TensorInfo> {
         let mut out = lead.to_vec();
         out.extend_from_slice(data.get(from..)?);
         Some(out)
+    });
+    vec![info(c.elem(0), shape)]
+}
+
+/// `Tile(x, repeats)`: each dim times its repeat count (torch's `repeat` / `repeat_interleave`,
+/// e.g. a MoE block's `x.repeat_interleave(top_k, dim=0)` in front of the experts' quantizer,
+/// probe 10); a count that is not a known non-negative number makes that dim unknown, repeats
+/// that are not a constant or a tracked shape leave only the rank.
+pub(super) fn tile(c: &Node) -> Vec<TensorInfo> {
+    let shape = c.shape(0).map(|s| match c.int_values(1) {
+        Some(r) if r.len() == s.len() => s
+            .iter()
+            .zip(r)
+            .map(|(d, k)| match k {
+                Dim::Known(1) => d.clone(),
+                Dim::Known(k) if k < 0 => Dim::Unknown,
+                k => product_dim(&[d.clone(), k]),
+            })
+            .collect(),
+        _ => vec![Dim::Unknown; s.len()],
     });
     vec![info(c.elem(0), shape)]
 }

@@ -65,16 +65,67 @@ fn dims_of_values(values: Vec<Dim>) -> Vec<Dim> {
 
 fn onnx_op(c: &Node, op: &str) -> Vec<TensorInfo> {
     match op {
-        "Identity" | "Abs" | "Neg" | "Relu" | "Sigmoid" | "Tanh" | "Erf" | "Exp" | "Log"
-        | "Sqrt" | "Reciprocal" | "Sin" | "Cos" | "Floor" | "Ceil" | "Round" | "Sign" | "Not"
-        | "Gelu" | "Softplus" | "Softsign" | "LeakyRelu" | "Elu" | "Selu" | "HardSigmoid"
-        | "Clip" | "Softmax" | "LogSoftmax" | "CumSum" | "Swish" | "RMSNormalization" => c.same(0),
+        "Identity"
+        | "Abs"
+        | "Neg"
+        | "Relu"
+        | "Sigmoid"
+        | "Tanh"
+        | "Erf"
+        | "Exp"
+        | "Log"
+        | "Sqrt"
+        | "Reciprocal"
+        | "Sin"
+        | "Cos"
+        | "Floor"
+        | "Ceil"
+        | "Round"
+        | "Sign"
+        | "Not"
+        | "Gelu"
+        | "Softplus"
+        | "Softsign"
+        | "LeakyRelu"
+        | "Elu"
+        | "Selu"
+        | "HardSigmoid"
+        | "Clip"
+        | "Softmax"
+        | "LogSoftmax"
+        | "CumSum"
+        | "Swish"
+        | "RMSNormalization"
+        | "HardSwish"
+        | "Mish"
+        | "Celu"
+        | "ThresholdedRelu"
+        | "Shrink"
+        | "Tan"
+        | "Trilu"
+        | "Asin"
+        | "Acos"
+        | "Atan"
+        | "Sinh"
+        | "Cosh"
+        | "Asinh"
+        | "Acosh"
+        | "Atanh"
+        | "BitwiseNot"
+        | "Hardmax"
+        | "CumProd"
+        | "LpNormalization"
+        | "MeanVarianceNormalization"
+        | "InstanceNormalization"
+        | "GroupNormalization"
+        | "RotaryEmbedding" => c.same(0),
+        "Attention" => attention(c),
         "IsNaN" | "IsInf" => vec![info(BOOL, c.shape(0))],
         "Dropout" => vec![c.info(0), info(BOOL, c.shape(0))],
         // The exponent of Pow may have another type than the base.
         "Pow" => elementwise(c, c.elem(0)),
         "Add" | "Sub" | "Mul" | "Div" | "Mod" | "Min" | "Max" | "Sum" | "Mean" | "And" | "Or"
-        | "Xor" | "BitShift" | "PRelu" | "SwiGLU" => {
+        | "Xor" | "BitShift" | "BitwiseAnd" | "BitwiseOr" | "BitwiseXor" | "PRelu" | "SwiGLU" => {
             elementwise(c, c.first_elem(0..c.input_count()))
         }
         "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" => elementwise(c, BOOL),
@@ -100,6 +151,7 @@ fn onnx_op(c: &Node, op: &str) -> Vec<TensorInfo> {
         "Concat" => layout::concat(c),
         "Split" => layout::split(c),
         "Slice" => layout::slice(c),
+        "Tile" => layout::tile(c),
         "Gather" => layout::gather(c),
         "GatherElements" => vec![info(c.elem(0), c.shape(1))],
         "GatherND" => layout::gather_nd(c),
@@ -142,6 +194,8 @@ fn ms_op(c: &Node, op: &str) -> Vec<TensorInfo> {
             c.same(0)
         }
         "GroupQueryAttention" => group_query_attention(c),
+        "MultiHeadAttention" => multi_head_attention(c),
+        "Attention" => ms_attention(c),
         "MatMulNBits" => {
             let n = c.int("N", -1).filter(|&n| n > 0).map(Dim::Known);
             let shape = c.shape(0).zip(n).and_then(|(mut a, n)| {
@@ -183,6 +237,44 @@ fn group_query_attention(c: &Node) -> Vec<TensorInfo> {
     });
     let cache = info(q.elem_type, None);
     vec![info(q.elem_type, shape), cache.clone(), cache]
+}
+
+/// `com.microsoft::MultiHeadAttention` (ONNX Runtime's transformers optimizer): output 0 is
+/// `[B, S, v_hidden]` in the query's type for a 3-D query — v_hidden the value's last dim (3-D
+/// value) or heads × head size (4-D `[B, N, L, H]` value) —, as ORT's own inference gives. Packed
+/// QKV / KV forms and the cache outputs are left unknown.
+fn multi_head_attention(c: &Node) -> Vec<TensorInfo> {
+    let shape = c
+        .shape(0)
+        .and_then(|q| match (q.as_slice(), c.shape(2).as_deref()) {
+            ([b, s, _], Some([_, _, v])) => Some(vec![b.clone(), s.clone(), v.clone()]),
+            ([b, s, _], Some([_, n, _, h])) => Some(vec![
+                b.clone(),
+                s.clone(),
+                shape::product_dim(&[n.clone(), h.clone()]),
+            ]),
+            _ => None,
+        });
+    vec![info(c.elem(0), shape)]
+}
+
+/// `com.microsoft::Attention` (packed QKV weights `[input_hidden, q + k + v hidden]`): output 0
+/// is `[B, S, v_hidden]` in the input's type, v_hidden from `qkv_hidden_sizes` or a third of the
+/// weights' last dim, as ORT's own inference gives; the present output is left unknown.
+fn ms_attention(c: &Node) -> Vec<TensorInfo> {
+    let v_hidden = match c.ints("qkv_hidden_sizes").as_deref() {
+        Some([_, _, v]) => Some(Dim::Known(*v)),
+        _ => c
+            .shape(1)
+            .and_then(|w| w.last().and_then(known))
+            .filter(|d| d % 3 == 0)
+            .map(|d| Dim::Known(d / 3)),
+    };
+    let shape = c.shape(0).and_then(|x| match x.as_slice() {
+        [b, s, _] => Some(vec![b.clone(), s.clone(), v_hidden.unwrap_or(Dim::Unknown)]),
+        _ => None,
+    });
+    vec![info(c.elem(0), shape)]
 }
 
 /// The `com.mxfuse` ops of docs/ops.md.
@@ -318,6 +410,36 @@ fn layer_norm(c: &Node) -> Vec<TensorInfo> {
     });
     let stats = info(i32::try_from(stash).unwrap_or(0), stats_shape);
     vec![x, stats.clone(), stats]
+}
+
+/// ONNX `Attention` (opset 23; torch's dynamo exporter writes it for `scaled_dot_product_attention`
+/// from opset 23 on, so in every standard MX export): Y in Q's type, `[B, q_heads, S_q, v_head]`
+/// from 4-D Q / V, `[B, S_q, q_num_heads · V_hidden / kv_num_heads]` from 3-D ones — what ONNX's
+/// own inference gives (the last dim unknown without the head counts). Without it, every
+/// layer after the attention had unknown shapes offline and its fusions were refused, and the
+/// o_proj quantizer stayed an ONNX `QuantizeLinear` ONNX Runtime cannot load (probe 10). The
+/// optional present key / value and QK outputs are left unknown, as ONNX leaves them.
+fn attention(c: &Node) -> Vec<TensorInfo> {
+    let shape = c
+        .shape(0)
+        .zip(c.shape(2))
+        .and_then(|(q, v)| match (q.as_slice(), v.as_slice()) {
+            ([b, h, s, _], [_, _, _, dv]) => {
+                Some(vec![b.clone(), h.clone(), s.clone(), dv.clone()])
+            }
+            ([b, s, _], [_, _, v_hidden]) => {
+                let heads = (c.int("q_num_heads", 0), c.int("kv_num_heads", 0));
+                let last = match (known(v_hidden), heads) {
+                    (Some(d), (Some(qh), Some(kvh))) if qh > 0 && kvh > 0 && d % kvh == 0 => {
+                        Dim::Known(d / kvh * qh)
+                    }
+                    _ => Dim::Unknown,
+                };
+                Some(vec![b.clone(), s.clone(), last])
+            }
+            _ => None,
+        });
+    vec![info(c.elem(0), shape)]
 }
 
 /// Output type: `output_dtype` (opset 21+) when set, else the zero point's type, else uint8.
