@@ -6,6 +6,7 @@
 //! * [`fast`]: the row-parallel, AVX2-vectorized kernels (portable fallback when AVX2 is absent).
 //! * [`Epilogue`]: `MxMatMul`'s `alpha · acc + beta · C`, shared by every GEMM path.
 //! * [`ops`]: the dtype-tagged op-level API the provider calls.
+//! * [`log`](mod@log): where the kernels' status lines go (stderr, or a sink the host installs).
 //! * [`Parallel`]: the thread-pool seam; [`ThreadPool`] (persistent, `ThreadPool::global()`),
 //!   [`StdThreads`] (scoped threads per call) and [`Serial`] implement it.
 pub mod attrs;
@@ -15,6 +16,7 @@ pub mod epilogue;
 pub mod error;
 pub mod fast;
 pub mod gpu;
+pub mod log;
 pub mod ops;
 pub mod parallel;
 pub mod pool;

@@ -17,7 +17,7 @@ use graph_rewrites::pipeline::run_pipeline_with_checks;
 use graph_rewrites::pipeline::weight_checks::{CheckCounts, WeightChecks};
 
 use crate::capability::claim_groups;
-use crate::logging::Logger;
+use crate::logging::{Logger, SessionRoute};
 use graph_rewrites::view::{GraphView, TensorInfo, MXFUSE_DOMAIN};
 use ort_sys::{
     OrtGraph, OrtKernelContext, OrtLogger, OrtLoggingLevel, OrtNode, OrtStatusPtr, OrtValueInfo,
@@ -48,6 +48,9 @@ pub struct MxEp {
     parallelism: Parallelism,
     /// The session's logger (diagnostics follow the user's `log_severity_level`).
     logger: Logger,
+    /// The same logger registered for the kernels' status lines while this EP lives
+    /// (`crate::logging::Routes`).
+    _log_route: SessionRoute,
     /// Where the fused nodes run (CPU kernels or GPU launchers; see `gpu::device`).
     placement: Placement,
     /// Why a group `GetCapability` claimed can run nowhere on this placement
@@ -96,6 +99,7 @@ impl MxEp {
             },
             parallelism: Parallelism::from_threads(options.threads)?,
             logger: Logger::new(logger),
+            _log_route: SessionRoute::new(logger),
             placement: Placement::Cpu,
             unrunnable: Mutex::new(None),
             weight_checks: Arc::new(WeightChecks::for_session()),

@@ -36,7 +36,7 @@ pub unsafe extern "C" fn RegisterCustomOps(
 pub unsafe extern "C" fn CreateEpFactories(
     registration_name: *const c_char,
     base: *const OrtApiBase,
-    _logger: *const OrtLogger,
+    logger: *const OrtLogger,
     factories: *mut *mut OrtEpFactory,
     max_factories: usize,
     num_factories: *mut usize,
@@ -58,6 +58,9 @@ pub unsafe extern "C" fn CreateEpFactories(
         };
         *factories = Factory::new_registered(name)?.into_raw();
         *num_factories = 1;
+        // The kernels' status lines (and ours through `kernels::log`) go to ORT's loggers from
+        // here on: `logger` is the environment's, valid while this factory lives.
+        crate::logging::install_kernel_sink(logger);
         Ok(())
     })
 }
@@ -70,6 +73,7 @@ pub unsafe extern "C" fn CreateEpFactories(
 pub unsafe extern "C" fn ReleaseEpFactory(factory: *mut OrtEpFactory) -> OrtStatusPtr {
     guard_status("ReleaseEpFactory", || {
         if !factory.is_null() {
+            crate::logging::release_default_logger();
             Factory::release(factory);
         }
         Ok(())

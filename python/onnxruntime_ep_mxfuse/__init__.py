@@ -118,7 +118,9 @@ def get_ep_devices(ort_module=None, device: str = "auto") -> list:
     picked = [d for d in mine if d.device.type == kinds[device]]
     if not picked:
         raise RuntimeError(
-            f"{_EP_NAME} offers no {device.upper()} device here (no GPU runtime found: see its "
-            "log line); ask for 'cpu' or 'auto'"
+            f"{_EP_NAME} offers no {device.upper()} device here (no GPU runtime found: the reason "
+            "is ONNX Runtime's INFO log line 'mxfuse: no GPU runtime (...)', shown by a session with "
+            "log_severity_level=1 or by ort.set_default_logger_severity(1) before registering); "
+            "ask for 'cpu' or 'auto'"
         )
     return picked

@@ -1,8 +1,8 @@
 //! The vendor's bf16 GEMM (cuBLAS), loaded at run time with `libloading` as the driver is: the
 //! prefill route of `MxMatMul` ([`super::prefill`]) hands it the two operands it dequantized to
 //! bf16. Nothing here is needed at build time; without the library that route is off and one
-//! line on stderr says so. NVIDIA only for now: on ROCm hipBLASLt would take this place (not
-//! written, since nothing here could run it).
+//! log line says so (`crate::log`). NVIDIA only for now: on ROCm hipBLASLt would take this place
+//! (not written, since nothing here could run it).
 //!
 //! Where the library is looked for, first hit wins: the file in `MXFUSE_CUBLAS`; the sonames
 //! through the dynamic loader (`LD_LIBRARY_PATH`, the ldconfig cache); then `lib64` of

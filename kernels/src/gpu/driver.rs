@@ -670,10 +670,10 @@ impl Driver {
                 return Ok(true);
             }
             // A refused launch configuration is not a sticky error: launch it the ordinary way.
-            eprintln!(
+            crate::log::warn(&format!(
                 "mxfuse: programmatic dependent launch refused ({}); launching without it",
                 self.message(rc)
-            );
+            ));
             pdl_refused = true;
         }
         // The ordinary launch: `cuLaunchKernel` / `hipModuleLaunchKernel`.

@@ -195,23 +195,28 @@ impl GpuRuntime {
             .unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The library, loading it at the first ask (one line on stderr either way).
+    /// The library, loading it at the first ask (one log line either way, `crate::log`).
     pub(super) fn blas_in<'s>(state: &'s mut PrefillState, rt: &GpuRuntime) -> Option<&'s Blas> {
         let loaded = state
             .blas
             .get_or_insert_with(|| match Blas::load(rt.driver()) {
                 Ok(Ok(b)) => {
-                    eprintln!("mxfuse: prefill GEMMs through cuBLAS ({})", b.path);
+                    crate::log::info(&format!(
+                        "mxfuse: prefill GEMMs through cuBLAS ({})",
+                        b.path
+                    ));
                     Ok(b)
                 }
                 Ok(Err(reason)) => {
-                    eprintln!("mxfuse: {reason}; prefill GEMMs take the decode kernels");
+                    crate::log::info(&format!(
+                        "mxfuse: {reason}; prefill GEMMs take the decode kernels"
+                    ));
                     Err(reason)
                 }
                 Err(e) => {
-                    eprintln!(
+                    crate::log::warn(&format!(
                         "mxfuse: cuBLAS unusable ({e}); prefill GEMMs take the decode kernels"
-                    );
+                    ));
                     Err(e.to_string())
                 }
             });

@@ -5,7 +5,7 @@
 //! architecture per process, and once per machine: each code object is kept on disk keyed by
 //! its program text, the architecture and the compiler options, in `MXFUSE_KERNEL_CACHE`
 //! (default `$XDG_CACHE_HOME/mxfuse` or `~/.cache/mxfuse`; set it to the empty string to
-//! disable). The first GPU session on a machine compiles (a line on stderr says so; ~2 minutes
+//! disable). The first GPU session on a machine compiles (a line says so, `crate::log`; ~2 minutes
 //! as one program on the H200's host, the largest module alone ~25 s on a small host), later
 //! ones load from the cache.
 
@@ -51,18 +51,18 @@ impl GpuRuntime {
     /// Loads the GPU stack and compiles the kernels for device 0.
     ///
     /// `Ok(None)` when this machine has no usable GPU library or device (or `MXFUSE_GPU=off`);
-    /// then the CPU kernels run, and one log line on stderr says so. `Err` when a GPU stack is
-    /// present but fails (a missing symbol, a compile error): that is a bug to report, not a
-    /// reason to silently change the numerics path.
+    /// then the CPU kernels run, and one log line says so (stderr, or the host's sink:
+    /// `crate::log`). `Err` when a GPU stack is present but fails (a missing symbol, a compile
+    /// error): that is a bug to report, not a reason to silently change the numerics path.
     pub fn load() -> GpuResult<Option<Arc<GpuRuntime>>> {
         if std::env::var("MXFUSE_GPU").is_ok_and(|v| v == "off" || v == "0") {
-            eprintln!("mxfuse: MXFUSE_GPU=off: using the CPU kernels");
+            crate::log::info("mxfuse: MXFUSE_GPU=off: using the CPU kernels");
             return Ok(None);
         }
         let driver = match Driver::load()? {
             Ok(d) => d,
             Err(reason) => {
-                eprintln!("mxfuse: {reason}; using the CPU kernels");
+                crate::log::info(&format!("mxfuse: {reason}; using the CPU kernels"));
                 return Ok(None);
             }
         };
@@ -73,12 +73,12 @@ impl GpuRuntime {
             modules[i] = Some(driver.load_module(image)?);
         }
         let info = driver.info();
-        eprintln!(
+        crate::log::info(&format!(
             "mxfuse: GPU kernels ready on {} ({}, {:?})",
             info.name,
             info.arch,
             driver.backend()
-        );
+        ));
         Ok(Some(Arc::new(GpuRuntime {
             driver,
             modules: Mutex::new(modules),
@@ -112,7 +112,7 @@ impl GpuRuntime {
 
     /// The code objects of modules `which` (indices into [`MODULES`]): from this process, the
     /// disk cache, or compiled — NVRTC programs on parallel threads (hipRTC serially: its
-    /// thread safety is not documented). One line on stderr when anything compiles.
+    /// thread safety is not documented). One log line (a warning) when anything compiles.
     fn images_for(driver: &Driver, which: &[usize]) -> GpuResult<Vec<Arc<Vec<u8>>>> {
         let arch = driver.info().arch.clone();
         let options = Self::compile_options(driver);
@@ -149,7 +149,9 @@ impl GpuRuntime {
                 .iter()
                 .map(|(slot, _, _)| MODULES[which[*slot]].name)
                 .collect();
-            eprintln!(
+            // A warning, not info: it explains a stall of tens of seconds in session creation,
+            // which a user at ORT's default level (WARNING) should not have to guess at.
+            crate::log::warn(&format!(
                 "mxfuse: compiling GPU kernels for {arch} ({}; once per machine, cached in {})",
                 names.join(", "),
                 cache_dir
@@ -157,7 +159,7 @@ impl GpuRuntime {
                     .map_or("no cache: MXFUSE_KERNEL_CACHE is empty".into(), |d| d
                         .display()
                         .to_string())
-            );
+            ));
             let compile = |source: &String| driver.compile(source, &options);
             let results: Vec<GpuResult<Vec<u8>>> = if driver.backend() == Backend::Cuda {
                 std::thread::scope(|s| {

@@ -73,7 +73,9 @@ unsafe extern "system" fn alloc(this: *mut OrtAllocator, size: usize) -> *mut c_
         match DeviceAllocator::from_raw(this).memory.alloc(size) {
             Ok(p) => p as *mut c_void,
             Err(e) => {
-                eprintln!("mxfuse: device allocation of {size} bytes failed: {e}");
+                kernels::log::warn(&format!(
+                    "mxfuse: device allocation of {size} bytes failed: {e}"
+                ));
                 ptr::null_mut()
             }
         }
@@ -90,7 +92,7 @@ unsafe extern "system" fn free(this: *mut OrtAllocator, p: *mut c_void) {
             return;
         }
         if let Err(e) = DeviceAllocator::from_raw(this).memory.free(p as u64) {
-            eprintln!("mxfuse: device free failed: {e}");
+            kernels::log::warn(&format!("mxfuse: device free failed: {e}"));
         }
     })
 }

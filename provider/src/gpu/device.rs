@@ -2,9 +2,10 @@
 //!
 //! `GetSupportedDevices` offers the CPU device (as before) and, when the `kernels::gpu` driver
 //! loads (CUDA driver + NVRTC on NVIDIA, HIP + hipRTC on AMD), the matching GPU
-//! `OrtHardwareDevice` with our device memory registered on it. Without a GPU stack one line on
-//! stderr says why and only the CPU device is offered. `CreateEp` then picks the session's
-//! [`Placement`] from the device ORT chose and the `device` provider option.
+//! `OrtHardwareDevice` with our device memory registered on it. Without a GPU stack one INFO
+//! line says why (in ORT's log: `crate::logging::Routes`) and only the CPU device is offered.
+//! `CreateEp` then picks the session's [`Placement`] from the device ORT chose and the `device`
+//! provider option.
 
 use std::ffi::c_void;
 use std::ptr;
@@ -58,9 +59,11 @@ pub fn no_gpu_line(reason: &str) -> String {
     format!("mxfuse: no GPU runtime ({reason}): using the CPU kernels")
 }
 
-fn log_once(line: String) {
+/// One line per process (ORT may ask for the devices more than once), through the kernels'
+/// log: ORT's loggers inside a plugin EP (`crate::logging::Routes`), else stderr.
+fn log_once(level: kernels::log::Level, line: String) {
     static ONCE: Once = Once::new();
-    ONCE.call_once(|| eprintln!("{line}"));
+    ONCE.call_once(|| kernels::log::log(level, &line));
 }
 
 fn test_memory_enabled() -> bool {
@@ -140,7 +143,7 @@ pub unsafe fn offer_gpu_device(
     let gpu = match gpu_memory() {
         Ok(gpu) => gpu,
         Err(reason) => {
-            log_once(no_gpu_line(reason));
+            log_once(kernels::log::Level::Info, no_gpu_line(reason));
             return Ok(());
         }
     };
@@ -156,12 +159,15 @@ pub unsafe fn offer_gpu_device(
             && (api.ort.HardwareDevice_VendorId)(d) == vendor
     });
     let Some(hw) = hw else {
-        log_once(format!(
+        log_once(
+            kernels::log::Level::Warning,
+            format!(
             "mxfuse: GPU runtime on {} but ONNX Runtime lists no GPU device of vendor {vendor:#x}: \
              only the CPU device is offered (provider option device=gpu runs the fused nodes on \
              the GPU with host-staged inputs)",
             gpu.driver().info().name
-        ));
+        ),
+        );
         return Ok(());
     };
     if *n >= max_ep_devices {
