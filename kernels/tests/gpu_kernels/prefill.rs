@@ -271,10 +271,10 @@ fn gpu_prefill_weight_only_matches_reference() {
         let want_bf16 = reference(&|i| a16[i].to_f32(), ws);
         let want_f16 = reference(&|i| ah[i].to_f32(), ws);
         let want_f32 = reference(&|i| a32[i], ws);
-        // The in-range weights' f16 shift (scales 2^-9 .. 2^0: 6), also used on the guard's
+        // The in-range weights' f16 shift (scales 2^-9 .. 2^0 fit as they are: 0), also used on the guard's
         // weights, which no shift fits: the route then recomputes exactly.
         let shift = kernels::gpu::f16_weight_shift(&w, &ws_ok, k);
-        assert_eq!(shift, Some(6));
+        assert_eq!(shift, Some(0));
         let shift_of_bad = kernels::gpu::f16_weight_shift(&w, &ws_bad, k);
         assert_eq!(shift_of_bad, None);
         use kernels::gpu::PrefillA as A;
