@@ -366,8 +366,11 @@ fn weight_only(rt: &Arc<GpuRuntime>, rng: &mut Rng, shapes: &[(usize, usize)]) {
                 })
             });
             let best = shifted.map_or(route.0, |s| s.0.min(route.0));
-            // The entry point's choice: f16 on f16 weights asks the table's bf16 row.
-            let table_a = if shifted.is_some() { DType::BF16 } else { dt };
+            // The entry point's choice (f16 on f16 weights where the shift exists).
+            let table_a = match shifted {
+                Some(_) => kernels::gpu::PrefillA::F16Shifted { a: 0, w_shift: 0 }.table_dtype(),
+                None => dt,
+            };
             let default = if rt.prefill_takes((m, k, n), table_a, &mat(0), dt, &GpuEpilogue::NONE) {
                 "route"
             } else {

@@ -178,7 +178,8 @@ impl Blas {
                 sym(&lib, &path, "cublasCreate_v2")?;
             let set_stream = sym(&lib, &path, "cublasSetStream_v2")?;
             let gemm_ex = sym(&lib, &path, "cublasGemmEx")?;
-            let destroy = sym(&lib, &path, "cublasDestroy_v2")?;
+            let destroy: unsafe extern "C" fn(*mut c_void) -> c_int =
+                sym(&lib, &path, "cublasDestroy_v2")?;
             // cuBLAS works on the calling thread's current context: the runtime's.
             driver.make_current()?;
             let mut handle = std::ptr::null_mut();
@@ -196,8 +197,6 @@ impl Blas {
                 sym(&lib, &path, "cublasSetMathMode")?;
             let rc = set_math(handle, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
             if rc != 0 {
-                let destroy: unsafe extern "C" fn(*mut c_void) -> c_int =
-                    sym(&lib, &path, "cublasDestroy_v2")?;
                 destroy(handle);
                 return Err(GpuError::Library {
                     library: path,

@@ -67,14 +67,32 @@ pub enum PrefillA {
     F32(u64),
 }
 
+// The kernels' activation modes (mx_prefill.hip `MX_PREFILL_A_*`).
+const A_MX: i32 = 0;
+const A_BF16: i32 = 1;
+const A_F16: i32 = 2;
+const A_F32: i32 = 3;
+
 impl PrefillA {
-    /// The kernels' activation mode (mx_prefill.hip `MX_PREFILL_A_*`).
+    /// The kernels' activation mode.
     fn mode(self) -> i32 {
         match self {
-            PrefillA::Mx { .. } => 0,
-            PrefillA::Bf16(_) => 1,
-            PrefillA::F16(_) | PrefillA::F16Shifted { .. } => 2,
-            PrefillA::F32(_) => 3,
+            PrefillA::Mx { .. } => A_MX,
+            PrefillA::Bf16(_) => A_BF16,
+            PrefillA::F16(_) | PrefillA::F16Shifted { .. } => A_F16,
+            PrefillA::F32(_) => A_F32,
+        }
+    }
+
+    /// The activation type whose [`PrefillTable`] row decides whether this product takes the
+    /// route: E4M3 for MXFP8, else the float type, except f16 on f16 weights, which is one GEMM
+    /// as bf16 is (bf16's row).
+    pub fn table_dtype(self) -> DType {
+        match self {
+            PrefillA::Mx { .. } => DType::E4M3,
+            PrefillA::Bf16(_) | PrefillA::F16Shifted { .. } => DType::BF16,
+            PrefillA::F16(_) => DType::F16,
+            PrefillA::F32(_) => DType::F32,
         }
     }
 }
@@ -82,8 +100,8 @@ impl PrefillA {
 /// How many bf16 parts hold a float activation of `mode` exactly (one for MXFP8 and bf16).
 pub(super) fn bf16_parts(mode: i32) -> usize {
     match mode {
-        2 => 2,
-        3 => 3,
+        A_F16 => 2,
+        A_F32 => 3,
         _ => 1,
     }
 }
@@ -91,9 +109,9 @@ pub(super) fn bf16_parts(mode: i32) -> usize {
 /// The activation mode of a float activation type (`None` for others).
 pub(super) fn float_a_mode(a: DType) -> Option<i32> {
     match a {
-        DType::BF16 => Some(1),
-        DType::F16 => Some(2),
-        DType::F32 => Some(3),
+        DType::BF16 => Some(A_BF16),
+        DType::F16 => Some(A_F16),
+        DType::F32 => Some(A_F32),
         _ => None,
     }
 }
@@ -290,11 +308,7 @@ impl GpuRuntime {
         // f16 a on f16 weights: one part read as it is, the weights to f16 times 2^shift.
         let (parts, in_place, w_f16) = match a {
             PrefillA::F16Shifted { w_shift, .. } => (1, true, Some(w_shift)),
-            _ => (bf16_parts(amode), amode == 1, None),
-        };
-        let (input, alpha) = match w_f16 {
-            Some(c) => (BlasIn::F16, ep.alpha * 2f32.powi(-c)),
-            None => (BlasIn::Bf16, ep.alpha),
+            _ => (bf16_parts(amode), amode == A_BF16, None),
         };
         // 2^-shift must be a normal f32 (f16_weight_shift keeps |shift| <= 126).
         if w_f16.is_some_and(|c| !(-126..=126).contains(&c)) {
@@ -303,6 +317,10 @@ impl GpuRuntime {
             ))
             .into());
         }
+        let (input, alpha) = match w_f16 {
+            Some(c) => (BlasIn::F16, ep.alpha * 2f32.powi(-c)),
+            None => (BlasIn::Bf16, ep.alpha),
+        };
         // (a's values, a's scales); bf16 a is read in place, the others prepared in the scratch.
         let (a_q, a_scales) = match a {
             PrefillA::Mx { q, scales } => (q, scales),
@@ -396,13 +414,8 @@ impl GpuRuntime {
                     .push(dim_i32("N", n)?)
                     .push(y)
                     .push(epi);
-                self.run(
-                    &format!("mx_prefill_finish_{o}"),
-                    grid(rows * n)?,
-                    BLOCK,
-                    p,
-                    stream,
-                )?;
+                // (via_rows: out is f16.)
+                self.run("mx_prefill_finish_f16", grid(rows * n)?, BLOCK, p, stream)?;
             }
         } else {
             let biased = ep.bias.is_some();

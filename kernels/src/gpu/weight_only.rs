@@ -297,12 +297,7 @@ impl GpuRuntime {
         check_aligned("b (fragment-packed)", wf, 16)?;
         check_aligned("b_scales (fragment-packed)", wsf, 4)?;
         check_aligned("y", y, y_dtype.size() as u64)?;
-        // f16 on f16 weights is one GEMM, as bf16 is: bf16's row of the table.
-        let table_a = match route_a {
-            PrefillA::F16Shifted { .. } => DType::BF16,
-            _ => a_dtype,
-        };
-        if self.prefill_takes((m, k, n), table_a, &packed, y_dtype, ep) {
+        if self.prefill_takes((m, k, n), route_a.table_dtype(), &packed, y_dtype, ep) {
             return self.prefill_product((m, k, n), route_a, &packed, y, y_dtype, ep, stream);
         }
         let epi = ep.params(m, n, y_dtype)?;

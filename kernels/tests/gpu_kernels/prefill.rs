@@ -362,12 +362,7 @@ fn gpu_prefill_weight_only_matches_reference() {
             );
             // The weight-only entry point takes the route at this M where the device's table
             // says so.
-            // (f16 on f16 weights is one GEMM: the table's bf16 row, as the entry point asks.)
-            let table_a = match pa {
-                A::F16Shifted { .. } => D::BF16,
-                _ => dt,
-            };
-            if rt.prefill_takes((m, k, n), table_a, &frag, out, &GpuEpilogue::NONE) {
+            if rt.prefill_takes((m, k, n), pa.table_dtype(), &frag, out, &GpuEpilogue::NONE) {
                 let dy2 = poisoned::<f32>(&rt, m * n);
                 rt.mx_matmul_float_a_frag(
                     (m, da.ptr(), dt),
