@@ -155,15 +155,7 @@ impl<T: LogTarget> Routes<T> {
 
     /// Registers a session's logger (route `id`) and writes to it the kept messages it admits.
     pub fn add_session(&mut self, id: u64, target: T) {
-        let mut rest = Vec::new();
-        for (level, message) in self.kept.drain(..) {
-            if target.admits(level) {
-                target.write(level, &message);
-            } else {
-                rest.push((level, message));
-            }
-        }
-        self.kept = rest;
+        self.write_kept(&target);
         if self.not_kept > 0 && target.admits(kernels::log::Level::Info) {
             target.write(
                 kernels::log::Level::Info,
@@ -184,15 +176,19 @@ impl<T: LogTarget> Routes<T> {
     /// The environment's default logger (from `CreateEpFactories`); kept messages it admits
     /// are written to it now.
     pub fn set_default(&mut self, target: T) {
-        let kept = std::mem::take(&mut self.kept);
-        for (level, message) in kept {
-            if target.admits(level) {
-                target.write(level, &message);
-            } else {
-                self.kept.push((level, message));
-            }
-        }
+        self.write_kept(&target);
         self.default = Some(target);
+    }
+
+    /// Writes to `target` the kept messages it admits; the others stay kept.
+    fn write_kept(&mut self, target: &T) {
+        self.kept.retain(|(level, message)| {
+            let admitted = target.admits(*level);
+            if admitted {
+                target.write(*level, message);
+            }
+            !admitted
+        });
     }
 
     pub fn clear_default(&mut self) {
@@ -337,7 +333,7 @@ mod tests {
         assert_eq!(r.route(Level::Info, NO_GPU), Routed::Withheld);
         assert_eq!(r.route(Level::Warning, "mxfuse: w"), Routed::Written);
         assert_eq!(env.got(), vec![(Level::Warning, "mxfuse: w".to_string())]);
-        // A session at ERROR: not written there, still kept.
+        // A session at WARNING: not written there, still kept.
         let quiet = Fake::at(Level::Warning);
         r.add_session(1, quiet.clone());
         assert!(quiet.got().is_empty());
