@@ -218,112 +218,6 @@ MX_DEV void mx_frag_mma(float acc[MT][4], const uint4 w[4], const uint2 b[MT][4]
   mx_mma_group4<MT, HW>(acc, wa, wb, b, swA, swB, s0, s1);
 }
 
-// Weight conversion by integer ops (CV > 0; issue 6 follow-up 23, bench-only until measured).
-// Why: sm_90 has no e4m3 mma.sync, so every weight byte goes through F2FP (cvt.rn.f16x2.e4m3x2),
-// which runs on a narrow pipe (conversions: 16 lanes a clock an SM in NVIDIA's throughput table
-// against 64 for integer ops); at 16 rows a group of a warp issues 64 of them. An e4m3 byte is
-// an f16 scaled by 2^-8 once its sign moves to bit 15 and its magnitude bits to bits 7-13
-// (bias 7 -> 15: normals and subnormals alike), which a PRMT (bytes placed and sign-extended),
-// a shift and an AND do. The 2^8 goes into the weight scale: 2^(sw + 8) is the E8M0 byte plus 8
-// in the exponent field, so d' * 2^(sw + 8) is the same real number as d * 2^sw and rounds to
-// the same float (d' = d 2^-8 exactly: the mma's inputs and sum are all scaled by one power of
-// two, with no f32 underflow). Not exact for NaN codes (0x7f / 0xff become 480 2^-8) or weight
-// scale bytes >= 247 (2^(sw + 8) overflows): a group with those, or with any of the existing
-// exact-decode cases, takes mx_frag_mma's path instead; `wnan` says the weights hold NaN codes
-// (the host knows: it packs them).
-// CV = 2 converts the activation fragments the same way (also 2^-8; its 2^8 on the activation
-// scale) where the group's activation bytes hold no NaN code and its scales fit: activation
-// scale bytes in [1, 246], weight scale bytes in [27, 231] (so that d 2^sw 2^-8 stays a normal
-// f32 below overflow exactly where d 2^sw does; |d| >= 2^-18 when nonzero).
-// Bit 7 of byte i of the result set iff byte i of w is >= N (N in [128, 256)).
-template <mx_u32 N>
-MX_DEV mx_u32 mx_bytes_ge(mx_u32 w) {
-  return ((w & 0x7f7f7f7fu) + (256u - N) * 0x01010101u) & w & 0x80808080u;
-}
-// Bit 7 of byte i set iff byte i of w is < N (N in [1, 128]).
-template <mx_u32 N>
-MX_DEV mx_u32 mx_bytes_lt(mx_u32 w) {
-  return ~(((w & 0x7f7f7f7fu) + (128u - N) * 0x01010101u) | w) & 0x80808080u;
-}
-// Bit 7 of byte i set iff byte i is an e4m3 NaN code (0x7f or 0xff).
-MX_DEV mx_u32 mx_e4m3_nan_bytes(mx_u32 w) { return ((w & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u; }
-// Bytes I0, I1 of v (e4m3, not NaN) as an f16x2 (I0 -> low half) scaled by 2^-8, exact.
-template <int I0, int I1>
-MX_DEV mx_u32 mx_e4m3x2_to_f16x2_m8(mx_u32 v) {
-  mx_u32 r;
-  // Result byte 2h = byte Ih of v, byte 2h + 1 = its sign replicated (selector nibble bit 3).
-  asm("prmt.b32 %0, %1, 0, %2;" : "=r"(r) : "r"(v), "n"(I0 | ((I0 | 8) << 4) | (I1 << 8) | ((I1 | 8) << 12)));
-  // Each half is now the byte sign-extended to 16 bits: << 7 puts the magnitude at bits 7-13 and
-  // a sign copy at 15; bit 14 (another sign copy) and the low half's bits spilled into the high
-  // half's bits 0-6 are cleared.
-  return (r << 7) & 0xbf80bf80u;
-}
-MX_DEV uint4 mx_e4m3x8_to_frag_m8(uint2 b) {
-  return make_uint4(mx_e4m3x2_to_f16x2_m8<0, 1>(b.x), mx_e4m3x2_to_f16x2_m8<2, 3>(b.x),
-                    mx_e4m3x2_to_f16x2_m8<0, 1>(b.y), mx_e4m3x2_to_f16x2_m8<2, 3>(b.y));
-}
-
-// mx_frag_mma (CV = 0) or its integer-conversion forms (above); same bits in every case.
-template <int MT, int CV>
-MX_DEV void mx_frag_mma_cv(float acc[MT][4], const uint4 w[4], const uint2 b[MT][4], mx_u32 swA,
-                           mx_u32 swB, const mx_u32 s0[MT], const mx_u32 s1[MT], bool wnan) {
-  if (CV == 0) {
-    mx_frag_mma<MT, true>(acc, w, b, swA, swB, s0, s1);
-    return;
-  }
-  mx_u32 bad = (wnan ? 1u : 0u);
-  if (CV == 2) {
-    bad |= mx_bytes_lt<27>(swA) | mx_bytes_lt<27>(swB) | mx_bytes_ge<232>(swA) | mx_bytes_ge<232>(swB);
-  } else {
-    bad |= mx_has_byte_00_or_ff(swA) | mx_has_byte_00_or_ff(swB) | mx_bytes_ge<247>(swA) | mx_bytes_ge<247>(swB);
-  }
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    bad |= mx_has_byte_00_or_ff(s0[mt]) | mx_has_byte_00_or_ff(s1[mt]);
-    if (CV == 2) {
-      bad |= mx_bytes_ge<247>(s0[mt]) | mx_bytes_ge<247>(s1[mt]);
-#pragma unroll
-      for (int u = 0; u < 4; ++u) bad |= mx_e4m3_nan_bytes(b[mt][u].x) | mx_e4m3_nan_bytes(b[mt][u].y);
-    }
-  }
-  if (bad) {
-    mx_frag_mma<MT, true>(acc, w, b, swA, swB, s0, s1);
-    return;
-  }
-  constexpr mx_u32 P8 = 0x08080808u;  // + 8 in each E8M0 byte: the scale times 2^8
-  float fA[4], fB[4], f0[MT][4], f1[MT][4];
-  mx_e8m0x4_fast(swA + P8, fA);
-  mx_e8m0x4_fast(swB + P8, fB);
-  uint4 bh[MT][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    mx_e8m0x4_fast(CV == 2 ? s0[mt] + P8 : s0[mt], f0[mt]);
-    mx_e8m0x4_fast(CV == 2 ? s1[mt] + P8 : s1[mt], f1[mt]);
-#pragma unroll
-    for (int u = 0; u < 4; ++u)
-      bh[mt][u] = CV == 2 ? mx_e4m3x8_to_frag_m8(b[mt][u]) : mx_e4m3x8_to_frag<true>(b[mt][u]);
-  }
-#pragma unroll
-  for (int u = 0; u < 4; ++u) {
-    // mx_mma_group4_h's operands: .x / .y of rows g (w.x, w.y) and g + 8 (w.z, w.w).
-    const mx_u32 a00 = mx_e4m3x2_to_f16x2_m8<0, 1>(w[u].x), a02 = mx_e4m3x2_to_f16x2_m8<2, 3>(w[u].x);
-    const mx_u32 a01 = mx_e4m3x2_to_f16x2_m8<0, 1>(w[u].z), a03 = mx_e4m3x2_to_f16x2_m8<2, 3>(w[u].z);
-    const mx_u32 a10 = mx_e4m3x2_to_f16x2_m8<0, 1>(w[u].y), a12 = mx_e4m3x2_to_f16x2_m8<2, 3>(w[u].y);
-    const mx_u32 a11 = mx_e4m3x2_to_f16x2_m8<0, 1>(w[u].w), a13 = mx_e4m3x2_to_f16x2_m8<2, 3>(w[u].w);
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      float d[4];
-      mx_mma_f16(d, a00, a01, a02, a03, bh[mt][u].x, bh[mt][u].y, zero);
-      mx_mma_f16(d, a10, a11, a12, a13, bh[mt][u].z, bh[mt][u].w, d);
-      acc[mt][0] += d[0] * fA[u] * f0[mt][u];
-      acc[mt][1] += d[1] * fA[u] * f1[mt][u];
-      acc[mt][2] += d[2] * fB[u] * f0[mt][u];
-      acc[mt][3] += d[3] * fB[u] * f1[mt][u];
-    }
-  }
-}
-
 template <class TO, int W, int MT, int S, int U>
 MX_DEV void mx_matmul_frag(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                            const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
@@ -436,7 +330,7 @@ MX_DEFINE_FRAG1(mx_matmul_frag_m8_f32_w3_s1, MxF32, 3, 1, 1, 2, )
 // (no copy), every load takes its address from six pointers bumped once per group plus
 // immediate offsets, and no load is guarded inside a batch. Two buffers take 184 registers
 // (w4) uncapped; capped at 168 (below) they are faster (follow-up 11's `_fsr`).
-template <int W, int S, int CV = 0>
+template <int W, int S>
 MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                                   const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
                                   MxBf16::storage* __restrict__ y, int M, int N, int K, int pre,
@@ -455,7 +349,6 @@ MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __r
     sp0[mt] = f.sp0[mt] + gb;
     sp1[mt] = f.sp1[mt] + gb;
   }
-  const bool wnan = (pre & 4) != 0;  // CV > 0: the weights hold e4m3 NaN codes
   typedef MxFragBatch<MT, 1> Batch;
   auto load_w = [&](Batch& bt) { wts.next(bt.w[0], bt.sA[0], bt.sB[0]); };
   auto load_a = [&](Batch& bt) {
@@ -476,7 +369,7 @@ MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __r
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[mt][c] = 0.0f;
   auto mma = [&](const Batch& bt) {
-    mx_frag_mma_cv<MT, CV>(acc, bt.w[0], bt.a[0], bt.sA[0], bt.sB[0], bt.s0[0], bt.s1[0], wnan);
+    mx_frag_mma<MT, true>(acc, bt.w[0], bt.a[0], bt.sA[0], bt.sB[0], bt.s0[0], bt.s1[0]);
   };
   Batch b0, b1;
   mx_frag_prologue<MT, S>(pre, wf, wsf, K, gb, ge, [&] { load_w(b0); });
@@ -527,7 +420,7 @@ MX_DEFINE_FRAG_FS(8)
 // against 2.74 / 3.07 us, 1536 x 6144 4.75 / 5.03 against 5.00 / 5.25 (BENCHMARKS.md). At 12-16
 // rows it loses to `_fs` on the measured MiniMax shapes (6144 x 768, 6144 x 6144, 1536 x 6144)
 // and wins on shapes such as 4096 x 4096 or 8192 x 2048 (follow-up 21): frag_kernel decides.
-template <int W, int MT, int S, int CV = 0>
+template <int W, int MT, int S>
 MX_DEV void mx_matmul_frag_t2(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                               const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
                               MxBf16::storage* __restrict__ y, int M, int N, int K, int pre,
@@ -535,7 +428,6 @@ MX_DEV void mx_matmul_frag_t2(const mx_u8* __restrict__ aq, const mx_u8* __restr
   constexpr int NT = 2;
   const MxFragWarp<W, MT, S, NT> f(aq, as, wf, wsf, M, K);
   const int gb = f.gb, ge = f.ge;
-  const bool wnan = (pre & 4) != 0;  // CV > 0: the weights hold e4m3 NaN codes
   MxFragWeights wts0(f), wts1(f);
   // The second tile (past the last tile: the first's weights again; its outputs are not stored).
   if (MxFragBlock<MT, S, NT>().tile + 1 < (N + 15) / 16) {
@@ -582,7 +474,7 @@ MX_DEV void mx_matmul_frag_t2(const mx_u8* __restrict__ aq, const mx_u8* __restr
   auto mma = [&](const Batch& bt) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
-      mx_frag_mma_cv<MT, CV>(acc[nt], bt.w[nt], bt.a, bt.sA[nt], bt.sB[nt], bt.s0, bt.s1, wnan);
+      mx_frag_mma<MT, true>(acc[nt], bt.w[nt], bt.a, bt.sA[nt], bt.sB[nt], bt.s0, bt.s1);
   };
   Batch b0, b1;
   mx_frag_prologue<MT, S, NT>(pre, wf, wsf, K, gb, ge, [&] { load_w(b0); });
