@@ -27,6 +27,7 @@ use std::sync::Mutex;
 use super::blas::{Blas, BlasIn, BlasOut};
 use super::driver::Backend;
 use super::error::{GpuError, GpuResult};
+use super::gather::grid_dim;
 use super::launch::{
     check_aligned, dim_i32, dim_u32, dtype_suffix, GpuEpilogue, GpuMatB, Params, StreamHandle,
 };
@@ -133,6 +134,19 @@ const BLOCK: u32 = 256;
 
 fn align(bytes: usize) -> usize {
     bytes.div_ceil(256) * 256
+}
+
+/// Grid and block of a row-by-column launch (mx_prefill.hip `mx_prefill_bias_*`,
+/// `mx_prefill_finish_f16`): `threads` threads along a row (a warp at least, [`BLOCK`] a block at
+/// most), one grid row per output row up to the grid's 65535 (the kernels step by it).
+fn row_grid(rows: usize, threads: usize) -> GpuResult<([u32; 3], u32)> {
+    let block = threads.next_multiple_of(32).clamp(32, BLOCK as usize);
+    let grid = [
+        dim_u32("grid", threads.div_ceil(block))?,
+        grid_dim("rows", rows.clamp(1, 65535))?,
+        1,
+    ];
+    Ok((grid, block as u32))
 }
 
 impl GpuRuntime {
@@ -414,8 +428,9 @@ impl GpuRuntime {
                     .push(dim_i32("N", n)?)
                     .push(y)
                     .push(epi);
-                // (via_rows: out is f16.)
-                self.run("mx_prefill_finish_f16", grid(rows * n)?, BLOCK, p, stream)?;
+                // (via_rows: out is f16.) Two columns a thread.
+                let (g, block) = row_grid(rows, n.div_ceil(2))?;
+                self.run("mx_prefill_finish_f16", g, block, p, stream)?;
             }
         } else {
             let biased = ep.bias.is_some();
@@ -425,13 +440,8 @@ impl GpuRuntime {
                     .push(m as i64)
                     .push(dim_i32("N", n)?)
                     .push(epi);
-                self.run(
-                    &format!("mx_prefill_bias_{o}"),
-                    grid(m * n)?,
-                    BLOCK,
-                    p,
-                    stream,
-                )?;
+                let (g, block) = row_grid(m, n)?;
+                self.run(&format!("mx_prefill_bias_{o}"), g, block, p, stream)?;
             }
             // y = c + Σ_p alpha a_p · w, the parts from the smallest.
             for p in (0..parts).rev() {
@@ -527,5 +537,20 @@ impl GpuRuntime {
             let _ = self.driver().synchronize();
             let _ = self.driver().free(state.scratch.0);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row_grid_covers_every_column_and_strides_past_65535_rows() {
+        // 6144 f16 columns, two a thread: 3072 threads, 12 blocks of 256, a grid row per row.
+        assert_eq!(row_grid(2048, 3072).unwrap(), ([12, 2048, 1], 256));
+        assert_eq!(row_grid(3, 257).unwrap(), ([2, 3, 1], 256));
+        // Narrow rows: a warp-rounded block; more rows than the grid's y: the kernels step.
+        assert_eq!(row_grid(100_000, 40).unwrap(), ([1, 65535, 1], 64));
+        assert_eq!(row_grid(1, 1).unwrap(), ([1, 1, 1], 32));
     }
 }
