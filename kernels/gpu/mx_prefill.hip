@@ -334,8 +334,9 @@ extern "C" __global__ void mx_prefill_moe_count(const void* idx, int idx64, long
 }
 
 // One block a sample: its slot pos from its expert's cursor (the expert's first row, advanced),
-// perm[pos] = s, and its row of K activations to row pos of a16: bf16 copied (amode 1, 16 bytes a
-// lane), f16 / f32 split into bf16 parts (amode 2 / 3; part p at a16 + p * part_stride).
+// perm[pos] = s, and its row of K activations to row pos of a16: 16-bit values copied (amode 1:
+// bf16, or f16 read as it is on f16 experts; 16 bytes a lane), f16 / f32 split into bf16 parts
+// (amode 2 / 3; part p at a16 + p * part_stride).
 extern "C" __global__ void mx_prefill_moe_scatter(const void* idx, int idx64, int E,
                                                   unsigned int* cursor, unsigned int* perm,
                                                   const void* __restrict__ a,
@@ -363,12 +364,14 @@ extern "C" __global__ void mx_prefill_moe_scatter(const void* idx, int idx64, in
 }
 
 // The `count` experts ids[0..count) of the fragment-packed stack (each expert ceil(N/16) * 16 * K
-// value bytes and a 32nd of that in scales, one after another) -> bf16 y [count, N, K].
+// value bytes and a 32nd of that in scales, one after another) -> y [count, N, K]: bf16, or f16
+// times 2^w_shift when w_f16 (the stack's f16_weight_shift). A block that met a scale out of its
+// type's safe range (mx_prefill_unsafe) sets *flag.
 extern "C" __global__ void mx_prefill_dequant_experts(const mx_u8* __restrict__ wf,
                                                       const mx_u8* __restrict__ wsf,
                                                       const unsigned int* ids, int count,
-                                                      mx_u16* y, int N, int K,
-                                                      unsigned int* flag) {
+                                                      mx_u16* y, int N, int K, int w_f16,
+                                                      int w_shift, unsigned int* flag) {
   MX_PDL_ENTRY();
   const long long ebytes = (long long)((N + 15) / 16) * 16 * K;
   const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -379,7 +382,7 @@ extern "C" __global__ void mx_prefill_dequant_experts(const mx_u8* __restrict__ 
     const uint4* we = reinterpret_cast<const uint4*>(wf + e * ebytes);
     const mx_u8* se = wsf + e * (ebytes / 32);
     const long long off = (long long)j * N * K;
-    bad |= mx_prefill_frag(we, se, y + off, N, K, i, n, MxPrefillTo{0, 0});
+    bad |= mx_prefill_frag(we, se, y + off, N, K, i, n, MxPrefillTo{w_f16, w_shift});
   }
   if (bad) atomicOr(flag, 1u);
 }

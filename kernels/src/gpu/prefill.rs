@@ -70,7 +70,7 @@ pub enum PrefillA {
 
 // The kernels' activation modes (mx_prefill.hip `MX_PREFILL_A_*`).
 const A_MX: i32 = 0;
-const A_BF16: i32 = 1;
+pub(super) const A_BF16: i32 = 1;
 const A_F16: i32 = 2;
 const A_F32: i32 = 3;
 
@@ -115,6 +115,19 @@ pub(super) fn float_a_mode(a: DType) -> Option<i32> {
         DType::F32 => Some(A_F32),
         _ => None,
     }
+}
+
+/// `2^-shift`, the GEMM's factor that undoes an f16 weight shift
+/// ([`super::pack::f16_weight_shift`]); an error when it would not be a normal f32 (that function
+/// keeps |shift| <= 126).
+pub(super) fn f16_shift_alpha(shift: i32) -> GpuResult<f32> {
+    if !(-126..=126).contains(&shift) {
+        return Err(crate::KernelError::Unsupported(format!(
+            "the f16 weight shift {shift} is out of range"
+        ))
+        .into());
+    }
+    Ok(2f32.powi(-shift))
 }
 
 /// Most bytes of f32 accumulator rows an f16 output takes at a time.
@@ -324,15 +337,8 @@ impl GpuRuntime {
             PrefillA::F16Shifted { w_shift, .. } => (1, true, Some(w_shift)),
             _ => (bf16_parts(amode), amode == A_BF16, None),
         };
-        // 2^-shift must be a normal f32 (f16_weight_shift keeps |shift| <= 126).
-        if w_f16.is_some_and(|c| !(-126..=126).contains(&c)) {
-            return Err(crate::KernelError::Unsupported(format!(
-                "the f16 weight shift {w_f16:?} is out of range"
-            ))
-            .into());
-        }
         let (input, alpha) = match w_f16 {
-            Some(c) => (BlasIn::F16, ep.alpha * 2f32.powi(-c)),
+            Some(c) => (BlasIn::F16, ep.alpha * f16_shift_alpha(c)?),
             None => (BlasIn::Bf16, ep.alpha),
         };
         // (a's values, a's scales); bf16 a is read in place, the others prepared in the scratch.
@@ -552,5 +558,13 @@ mod tests {
         // Narrow rows: a warp-rounded block; more rows than the grid's y: the kernels step.
         assert_eq!(row_grid(100_000, 40).unwrap(), ([1, 65535, 1], 64));
         assert_eq!(row_grid(1, 1).unwrap(), ([1, 1, 1], 32));
+    }
+
+    #[test]
+    fn f16_shift_alpha_is_an_exact_power_of_two_within_range() {
+        assert_eq!(f16_shift_alpha(6).unwrap(), 1.0 / 64.0);
+        assert_eq!(f16_shift_alpha(-126).unwrap(), 2f32.powi(126));
+        assert_eq!(f16_shift_alpha(126).unwrap(), f32::MIN_POSITIVE);
+        assert!(f16_shift_alpha(127).is_err() && f16_shift_alpha(-127).is_err());
     }
 }
