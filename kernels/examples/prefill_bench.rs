@@ -12,7 +12,8 @@
 //! activations) at T tokens: the tensor-core gather kernels (grouped up to 2048 samples) against
 //! the MoE prefill route (kernels/src/gpu/prefill_moe.rs). Needs a CUDA GPU with cuBLAS
 //! (bench/gpu/device_prefill.sh runs it). MOE_T=64,256,... sets the token counts (none: no MoE section), MOE_DT=f32 /
-//! f16 activations and output (an f32 / f16 export) instead of bf16. WO_DT=f16 or f32 adds the
+//! f16 activations and output (an f32 / f16 export) instead of bf16; with f16 the route is timed
+//! both with two bf16 parts and with the stack's f16 shift (one f16 GEMM an expert). WO_DT=f16 or f32 adds the
 //! weight-only `MxMatMul` of such activations (the route's bf16 parts, kernels/gpu/mx_prefill.hip)
 //! against the tensor-core weight-only kernel at WO_MS rows (default 256,2048), first.
 
@@ -411,20 +412,20 @@ fn moe(rt: &Arc<GpuRuntime>, rng: &mut Rng) {
     println!();
     println!("MoE, {dt:?} activations and output");
     println!(
-        "| experts | T (S) | gather kernels | MoE prefill route | kernels / route | default |"
+        "| experts | T (S) | gather kernels | MoE prefill route, bf16 parts | route, f16 experts | kernels / route | default |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     for (n, k) in [(1536usize, 6144usize), (6144, 768)] {
-        let (mut wf, mut wsf) = (Vec::new(), Vec::new());
-        for _ in 0..e {
-            let w: Vec<u8> = (0..n * k).map(|_| rng.e4m3()).collect();
-            let ws: Vec<u8> = (0..n * k / 32)
+        let (w, ws): (Vec<u8>, Vec<u8>) = (
+            (0..e * n * k).map(|_| rng.e4m3()).collect(),
+            (0..e * n * k / 32)
                 .map(|_| 118 + (rng.next() % 10) as u8)
-                .collect();
-            let (f, fs) = kernels::gpu::pack_frag_weights(&w, &ws, n, k).expect("pack");
-            wf.extend(f);
-            wsf.extend(fs);
-        }
+                .collect(),
+        );
+        // One shift for the whole stack, as the plugin EP computes it (read with f16 a only).
+        let shift = kernels::gpu::f16_weight_shift(&w, &ws, k);
+        let (wf, wsf) = kernels::gpu::pack_frag_experts(&w, &ws, (e, n, k)).expect("pack");
+        drop((w, ws));
         let (dwf, dwsf) = (rt.upload(&wf).expect("up"), rt.upload(&wsf).expect("up"));
         for &t in &ts {
             let s = 8 * t;
@@ -468,23 +469,31 @@ fn moe(rt: &Arc<GpuRuntime>, rng: &mut Rng) {
             let iters = if s > 2048 { 3 } else { 10 };
             std::env::set_var("MXFUSE_GPU_PREFILL", "0");
             let kern = time_us(iters, rt, |_| {
-                rt.mx_gather_matmul_frag(&mm, w, idx, err.ptr(), 0)
+                rt.mx_gather_matmul_frag(&mm, w, shift, idx, err.ptr(), 0)
                     .expect("kernels");
             });
             std::env::remove_var("MXFUSE_GPU_PREFILL");
-            let route = time_us(iters, rt, |_| {
-                assert!(rt.mx_gather_matmul_prefill(&mm, w, idx, 0).expect("route"));
-            });
+            let route_with = |shift: Option<i32>| {
+                time_us(iters, rt, |_| {
+                    assert!(rt
+                        .mx_gather_matmul_prefill(&mm, w, shift, idx, 0)
+                        .expect("route"));
+                })
+            };
+            let route = route_with(None);
+            let shifted = (dt == DType::F16 && shift.is_some()).then(|| route_with(shift));
+            let best = shifted.map_or(route.0, |s| s.0.min(route.0));
             let default = if rt.gather_prefill_takes(&mm, &idx, e) {
                 "route"
             } else {
                 "kernels"
             };
             println!(
-                "| [{e}, {n}, {k}] | {t} ({s}) | {:.1} | {:.1} | {:.2} | {default} |",
+                "| [{e}, {n}, {k}] | {t} ({s}) | {:.1} | {:.1} | {} | {:.2} | {default} |",
                 kern.0,
                 route.0,
-                kern.0 / route.0
+                shifted.map_or("-".into(), |s| format!("{:.1}", s.0)),
+                kern.0 / best
             );
         }
     }

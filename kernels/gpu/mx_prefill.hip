@@ -192,17 +192,19 @@ extern "C" __global__ void mx_prefill_dequant(const void* __restrict__ aq,
   if (bad) atomicOr(flag, 1u);
 }
 
+// Row-by-column launches (mx_prefill_bias_*, mx_prefill_finish_f16; prefill.rs `row_grid`):
+// column (or column pair) blockIdx.x * blockDim.x + threadIdx.x, rows blockIdx.y, + gridDim.y, ...
+// (gridDim.y is at most 65535), so that no element index is divided by N.
+
 // y[m, n] = c[m * ld + n * cs] (the bias, y's type): the library's GEMM then adds alpha * acc
 // with beta = 1, so y = fl(fl(alpha * acc) + c) as the epilogue says (beta = 1 only).
 template <class TO>
 MX_DEV void mx_prefill_bias_body(typename TO::storage* __restrict__ y, long long M, int N,
                                  const MxEpi ep) {
   const typename TO::storage* c = static_cast<const typename TO::storage*>(ep.bias);
-  const long long stride = (long long)gridDim.x * blockDim.x;
-  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < M * N; e += stride) {
-    const long long m = e / N, n = e - m * N;
-    y[e] = c[m * ep.ld + n * ep.cs];
-  }
+  const long long n = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  for (long long m = blockIdx.y; m < M; m += gridDim.y) y[m * N + n] = c[m * ep.ld + n * ep.cs];
 }
 
 // The exact product (only while *flag is set): acc = sum_k deq(a)[m, k] * deq(w)[n, k] in f32, k
@@ -259,23 +261,34 @@ MX_DEV void mx_prefill_exact_body(const unsigned int* flag, unsigned int* next_f
   }
 }
 
-// Rows [m0, m0 + rows) of y from the f32 accumulators t [rows, N] the library wrote (alpha 1):
-// y = round_TO(epilogue(acc)) — for outputs the library's bf16 GEMM cannot write (f16).
-template <class TO>
-MX_DEV void mx_prefill_finish_body(const float* __restrict__ t, long long m0, long long rows,
-                                   int N, typename TO::storage* __restrict__ y, const MxEpi ep) {
-  const long long stride = (long long)gridDim.x * blockDim.x;
-  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < rows * N; e += stride) {
-    const long long m = m0 + e / N, n = e % N;
-    y[m * N + n] = TO::from_f32(mx_epilogue<TO>(ep, m, n, t[e]));
-  }
-}
-
-// Only f16 is written this way: bf16 and f32 outputs come from the library's GEMM directly.
-extern "C" __global__ void mx_prefill_finish_f16(const float* t, long long m0, long long rows,
-                                                 int N, mx_u16* y, const MxEpi ep) {
+// Rows [m0, m0 + rows) of f16 y [*, N] from the f32 accumulators t [rows, N] the library wrote
+// (alpha 1): y = f16(epilogue(acc)) — for outputs the library's bf16 GEMM cannot write. Only f16
+// is written this way: bf16 and f32 outputs come from the library's GEMM directly. Each thread
+// takes columns n, n + 1 (n = 2 (blockIdx.x * blockDim.x + threadIdx.x)) of its rows: one 8-byte
+// load and one 4-byte store when N is even and t, y are 8- / 4-byte aligned, else one element at
+// a time (the same values either way).
+extern "C" __global__ void mx_prefill_finish_f16(const float* __restrict__ t, long long m0,
+                                                 long long rows, int N, mx_u16* __restrict__ y,
+                                                 const MxEpi ep) {
   MX_PDL_ENTRY();
-  mx_prefill_finish_body<MxF16>(t, m0, rows, N, y, ep);
+  const long long n = 2 * ((long long)blockIdx.x * blockDim.x + threadIdx.x);
+  if (n >= N) return;
+  const bool pair = (N & 1) == 0 && (reinterpret_cast<mx_u64>(t) & 7u) == 0u &&
+                    (reinterpret_cast<mx_u64>(y) & 3u) == 0u;
+  for (long long r = blockIdx.y; r < rows; r += gridDim.y) {
+    const long long m = m0 + r;
+    const float* tr = t + r * N;
+    mx_u16* yr = y + m * N;
+    if (pair) {
+      const float2 v = *reinterpret_cast<const float2*>(tr + n);
+      const mx_u32 lo = MxF16::from_f32(mx_epilogue<MxF16>(ep, m, n, v.x));
+      const mx_u32 hi = MxF16::from_f32(mx_epilogue<MxF16>(ep, m, n + 1, v.y));
+      *reinterpret_cast<mx_u32*>(yr + n) = lo | (hi << 16);
+    } else {
+      yr[n] = MxF16::from_f32(mx_epilogue<MxF16>(ep, m, n, tr[n]));
+      if (n + 1 < N) yr[n + 1] = MxF16::from_f32(mx_epilogue<MxF16>(ep, m, n + 1, tr[n + 1]));
+    }
+  }
 }
 
 #define MX_DEFINE_PREFILL(TO, NAME)                                                                \
@@ -321,8 +334,9 @@ extern "C" __global__ void mx_prefill_moe_count(const void* idx, int idx64, long
 }
 
 // One block a sample: its slot pos from its expert's cursor (the expert's first row, advanced),
-// perm[pos] = s, and its row of K activations to row pos of a16: bf16 copied (amode 1, 16 bytes a
-// lane), f16 / f32 split into bf16 parts (amode 2 / 3; part p at a16 + p * part_stride).
+// perm[pos] = s, and its row of K activations to row pos of a16: 16-bit values copied (amode 1:
+// bf16, or f16 read as it is on f16 experts; 16 bytes a lane), f16 / f32 split into bf16 parts
+// (amode 2 / 3; part p at a16 + p * part_stride).
 extern "C" __global__ void mx_prefill_moe_scatter(const void* idx, int idx64, int E,
                                                   unsigned int* cursor, unsigned int* perm,
                                                   const void* __restrict__ a,
@@ -350,12 +364,14 @@ extern "C" __global__ void mx_prefill_moe_scatter(const void* idx, int idx64, in
 }
 
 // The `count` experts ids[0..count) of the fragment-packed stack (each expert ceil(N/16) * 16 * K
-// value bytes and a 32nd of that in scales, one after another) -> bf16 y [count, N, K].
+// value bytes and a 32nd of that in scales, one after another) -> y [count, N, K]: bf16, or f16
+// times 2^w_shift when w_f16 (the stack's f16_weight_shift). A block that met a scale out of its
+// type's safe range (mx_prefill_unsafe) sets *flag.
 extern "C" __global__ void mx_prefill_dequant_experts(const mx_u8* __restrict__ wf,
                                                       const mx_u8* __restrict__ wsf,
                                                       const unsigned int* ids, int count,
-                                                      mx_u16* y, int N, int K,
-                                                      unsigned int* flag) {
+                                                      mx_u16* y, int N, int K, int w_f16,
+                                                      int w_shift, unsigned int* flag) {
   MX_PDL_ENTRY();
   const long long ebytes = (long long)((N + 15) / 16) * 16 * K;
   const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -366,7 +382,7 @@ extern "C" __global__ void mx_prefill_dequant_experts(const mx_u8* __restrict__ 
     const uint4* we = reinterpret_cast<const uint4*>(wf + e * ebytes);
     const mx_u8* se = wsf + e * (ebytes / 32);
     const long long off = (long long)j * N * K;
-    bad |= mx_prefill_frag(we, se, y + off, N, K, i, n, MxPrefillTo{0, 0});
+    bad |= mx_prefill_frag(we, se, y + off, N, K, i, n, MxPrefillTo{w_f16, w_shift});
   }
   if (bad) atomicOr(flag, 1u);
 }

@@ -27,6 +27,7 @@ use std::sync::Mutex;
 use super::blas::{Blas, BlasIn, BlasOut};
 use super::driver::Backend;
 use super::error::{GpuError, GpuResult};
+use super::gather::grid_dim;
 use super::launch::{
     check_aligned, dim_i32, dim_u32, dtype_suffix, GpuEpilogue, GpuMatB, Params, StreamHandle,
 };
@@ -69,7 +70,7 @@ pub enum PrefillA {
 
 // The kernels' activation modes (mx_prefill.hip `MX_PREFILL_A_*`).
 const A_MX: i32 = 0;
-const A_BF16: i32 = 1;
+pub(super) const A_BF16: i32 = 1;
 const A_F16: i32 = 2;
 const A_F32: i32 = 3;
 
@@ -116,6 +117,19 @@ pub(super) fn float_a_mode(a: DType) -> Option<i32> {
     }
 }
 
+/// `2^-shift`, the GEMM's factor that undoes an f16 weight shift
+/// ([`super::pack::f16_weight_shift`]); an error when it would not be a normal f32 (that function
+/// keeps |shift| <= 126).
+pub(super) fn f16_shift_alpha(shift: i32) -> GpuResult<f32> {
+    if !(-126..=126).contains(&shift) {
+        return Err(crate::KernelError::Unsupported(format!(
+            "the f16 weight shift {shift} is out of range"
+        ))
+        .into());
+    }
+    Ok(2f32.powi(-shift))
+}
+
 /// Most bytes of f32 accumulator rows an f16 output takes at a time.
 pub const F32_ROWS_BYTES: usize = 256 << 20;
 
@@ -133,6 +147,19 @@ const BLOCK: u32 = 256;
 
 fn align(bytes: usize) -> usize {
     bytes.div_ceil(256) * 256
+}
+
+/// Grid and block of a row-by-column launch (mx_prefill.hip `mx_prefill_bias_*`,
+/// `mx_prefill_finish_f16`): `threads` threads along a row (a warp at least, [`BLOCK`] a block at
+/// most), one grid row per output row up to the grid's 65535 (the kernels step by it).
+fn row_grid(rows: usize, threads: usize) -> GpuResult<([u32; 3], u32)> {
+    let block = threads.next_multiple_of(32).clamp(32, BLOCK as usize);
+    let grid = [
+        dim_u32("grid", threads.div_ceil(block))?,
+        grid_dim("rows", rows.clamp(1, 65535))?,
+        1,
+    ];
+    Ok((grid, block as u32))
 }
 
 impl GpuRuntime {
@@ -310,15 +337,8 @@ impl GpuRuntime {
             PrefillA::F16Shifted { w_shift, .. } => (1, true, Some(w_shift)),
             _ => (bf16_parts(amode), amode == A_BF16, None),
         };
-        // 2^-shift must be a normal f32 (f16_weight_shift keeps |shift| <= 126).
-        if w_f16.is_some_and(|c| !(-126..=126).contains(&c)) {
-            return Err(crate::KernelError::Unsupported(format!(
-                "the f16 weight shift {w_f16:?} is out of range"
-            ))
-            .into());
-        }
         let (input, alpha) = match w_f16 {
-            Some(c) => (BlasIn::F16, ep.alpha * 2f32.powi(-c)),
+            Some(c) => (BlasIn::F16, ep.alpha * f16_shift_alpha(c)?),
             None => (BlasIn::Bf16, ep.alpha),
         };
         // (a's values, a's scales); bf16 a is read in place, the others prepared in the scratch.
@@ -414,8 +434,9 @@ impl GpuRuntime {
                     .push(dim_i32("N", n)?)
                     .push(y)
                     .push(epi);
-                // (via_rows: out is f16.)
-                self.run("mx_prefill_finish_f16", grid(rows * n)?, BLOCK, p, stream)?;
+                // (via_rows: out is f16.) Two columns a thread.
+                let (g, block) = row_grid(rows, n.div_ceil(2))?;
+                self.run("mx_prefill_finish_f16", g, block, p, stream)?;
             }
         } else {
             let biased = ep.bias.is_some();
@@ -425,13 +446,8 @@ impl GpuRuntime {
                     .push(m as i64)
                     .push(dim_i32("N", n)?)
                     .push(epi);
-                self.run(
-                    &format!("mx_prefill_bias_{o}"),
-                    grid(m * n)?,
-                    BLOCK,
-                    p,
-                    stream,
-                )?;
+                let (g, block) = row_grid(m, n)?;
+                self.run(&format!("mx_prefill_bias_{o}"), g, block, p, stream)?;
             }
             // y = c + Σ_p alpha a_p · w, the parts from the smallest.
             for p in (0..parts).rev() {
@@ -527,5 +543,28 @@ impl GpuRuntime {
             let _ = self.driver().synchronize();
             let _ = self.driver().free(state.scratch.0);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row_grid_covers_every_column_and_strides_past_65535_rows() {
+        // 6144 f16 columns, two a thread: 3072 threads, 12 blocks of 256, a grid row per row.
+        assert_eq!(row_grid(2048, 3072).unwrap(), ([12, 2048, 1], 256));
+        assert_eq!(row_grid(3, 257).unwrap(), ([2, 3, 1], 256));
+        // Narrow rows: a warp-rounded block; more rows than the grid's y: the kernels step.
+        assert_eq!(row_grid(100_000, 40).unwrap(), ([1, 65535, 1], 64));
+        assert_eq!(row_grid(1, 1).unwrap(), ([1, 1, 1], 32));
+    }
+
+    #[test]
+    fn f16_shift_alpha_is_an_exact_power_of_two_within_range() {
+        assert_eq!(f16_shift_alpha(6).unwrap(), 1.0 / 64.0);
+        assert_eq!(f16_shift_alpha(-126).unwrap(), 2f32.powi(126));
+        assert_eq!(f16_shift_alpha(126).unwrap(), f32::MIN_POSITIVE);
+        assert!(f16_shift_alpha(127).is_err() && f16_shift_alpha(-127).is_err());
     }
 }

@@ -15,19 +15,26 @@
 //! sample's output depends only on its own row and expert, so the order of rows within an
 //! expert (atomics) does not change any result.
 //!
+//! f16 activations on a stack whose [`super::pack::f16_weight_shift`] the caller computed (one
+//! shift for all the experts; the plugin EP computes it when it packs them) take one f16 GEMM an
+//! expert instead of two bf16 parts, as the dense route's `PrefillA::F16Shifted`: the rows copied
+//! as they are, the experts dequantized to f16 times `2^shift`, `alpha = 2^-shift` (exact), f16 or
+//! f32 rows straight from the library.
+//!
 //! Taken (`mx_gather_matmul_frag` asks [`GpuRuntime::gather_prefill_takes`]) when: NVIDIA with
 //! cuBLAS; bf16 or f16 activations into their type or f32, or f32 activations into f32; one row and
 //! one index a sample (a MoE layer's dispatch); more samples than the grouped kernel takes (`MXFUSE_GPU_PREFILL_MOE_MIN_S`
 //! overrides the count, `MXFUSE_GPU_PREFILL=0` turns the route off). Not taken, and the kernels
 //! run as before (they also record an index out of range as the op's error), when an index is
-//! out of range or an expert's scale leaves the bf16-safe range (mx_prefill.hip; the kernels then
-//! recompute every output exactly).
+//! out of range or an expert's scale leaves the bf16-safe range, or with a shift a block leaves
+//! f16's exact range after it (a stale or wrong shift: mx_prefill.hip; the kernels then recompute
+//! every output exactly).
 
 use super::blas::{BlasIn, BlasOut};
 use super::error::GpuResult;
 use super::gather::{GpuGatherMatMul, GpuIndices};
 use super::launch::{dim_i32, dim_u32, Params, StreamHandle};
-use super::prefill::{bf16_parts, float_a_mode};
+use super::prefill::{bf16_parts, f16_shift_alpha, float_a_mode, A_BF16};
 use super::runtime::GpuRuntime;
 use crate::element::DType;
 
@@ -77,12 +84,16 @@ impl GpuRuntime {
     }
 
     /// The MoE prefill route for `mm` (one float row and one index a sample) on the `e`
-    /// fragment-packed experts `(wf, wsf)` of `[N, K]`. `Ok(false)` when it did not produce the
-    /// result (an index out of range, an out-of-range scale): the caller runs the kernels.
+    /// fragment-packed experts `(wf, wsf)` of `[N, K]`, with the whole stack's
+    /// [`super::pack::f16_weight_shift`] when the caller computed one (f16 activations then take
+    /// one f16 GEMM an expert instead of two bf16 ones; other types ignore it). `Ok(false)` when
+    /// it did not produce the result (an index out of range, an out-of-range scale, a shift that
+    /// does not fit the experts): the caller runs the kernels.
     pub fn mx_gather_matmul_prefill(
         &self,
         mm: &GpuGatherMatMul,
         (wf, wsf, e, n, k): (u64, u64, usize, usize, usize),
+        f16_shift: Option<i32>,
         idx: GpuIndices,
         stream: StreamHandle,
     ) -> GpuResult<bool> {
@@ -96,12 +107,22 @@ impl GpuRuntime {
                 mm.a_dtype
             ))
         })?;
-        let parts = bf16_parts(amode);
-        // The GEMMs' output rows t: bf16 for bf16 out (one part), else f32 accumulators.
-        let (t_out, tbytes) = if mm.y_dtype == DType::BF16 {
-            (BlasOut::Bf16, 2)
-        } else {
-            (BlasOut::F32, 4)
+        // f16 a on f16 experts: one part copied as it is (the scatter's 16-bit copy), the experts
+        // to f16 times 2^shift, one f16 GEMM an expert scaled back by 2^-shift (exact), as the
+        // dense route's `PrefillA::F16Shifted` (f16 or f32 out, the types the route takes f16 a
+        // into).
+        let w_shift = f16_shift
+            .filter(|_| mm.a_dtype == DType::F16 && matches!(mm.y_dtype, DType::F16 | DType::F32));
+        let (parts, scatter_mode, input, alpha) = match w_shift {
+            Some(c) => (1, A_BF16, BlasIn::F16, f16_shift_alpha(c)?),
+            None => (bf16_parts(amode), amode, BlasIn::Bf16, 1.0),
+        };
+        // The GEMMs' output rows t: y's type where the library writes it (bf16 out of one bf16
+        // part, f16 out of the f16 GEMM), else f32 accumulators.
+        let (t_out, tbytes) = match (mm.y_dtype, w_shift) {
+            (DType::BF16, _) => (BlasOut::Bf16, 2),
+            (DType::F16, Some(_)) => (BlasOut::F16, 2),
+            _ => (BlasOut::F32, 4),
         };
         let ebytes = n * k * 2;
         let chunk = (CHUNK_BYTES / ebytes).clamp(1, e);
@@ -162,7 +183,7 @@ impl GpuRuntime {
             .push(mm.a)
             .push(a16)
             .push(kk)
-            .push(amode)
+            .push(scatter_mode)
             .push((s * k) as i64);
         self.run(
             "mx_prefill_moe_scatter",
@@ -182,6 +203,8 @@ impl GpuRuntime {
                 .push(w16)
                 .push(nn)
                 .push(kk)
+                .push(i32::from(w_shift.is_some()))
+                .push(w_shift.unwrap_or(0))
                 .push(flag);
             self.run(
                 "mx_prefill_dequant_experts",
@@ -201,11 +224,11 @@ impl GpuRuntime {
                     self.prefill_gemm(
                         &mut state,
                         (rows, n, k),
-                        1.0,
+                        alpha,
                         (a_rows, w),
                         beta,
                         t_rows,
-                        (BlasIn::Bf16, t_out),
+                        (input, t_out),
                         stream,
                     )?;
                 }
@@ -217,7 +240,7 @@ impl GpuRuntime {
             .push(mm.y)
             .push(nn)
             .push(tbytes as i32)
-            .push(i32::from(mm.y_dtype == DType::F16));
+            .push(i32::from(mm.y_dtype == DType::F16 && t_out == BlasOut::F32));
         self.run(
             "mx_prefill_moe_unpermute",
             [dim_u32("samples", s)?, 1, 1],
@@ -228,8 +251,8 @@ impl GpuRuntime {
         driver.synchronize()?;
         let mut f = [0u8; 4];
         driver.copy_to_host(&mut f, flag)?;
-        // An out-of-range scale: the library may lose products of such weights; the kernels
-        // recompute.
+        // An out-of-range scale (or a shift that does not fit the experts): the library may lose
+        // products of such weights; the kernels recompute.
         Ok(u32::from_le_bytes(f) == 0)
     }
 }

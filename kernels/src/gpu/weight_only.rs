@@ -153,11 +153,15 @@ impl GpuRuntime {
     /// `MxGatherMatMul` on tensor cores (kernels/gpu/mx_matmul_frag_wo.hip): the `e` experts
     /// `[N, K]` each packed by [`super::pack::pack_frag_weights`] and concatenated (`wf`, `wsf`),
     /// f16 / bf16 / f32 `a` (see [`GpuRuntime::weight_only_frag_available`]); otherwise as
-    /// [`GpuRuntime::mx_gather_matmul`] (`mm`, `idx`, the error record `err`).
+    /// [`GpuRuntime::mx_gather_matmul`] (`mm`, `idx`, the error record `err`). `f16_shift`: the
+    /// whole stack's [`super::pack::f16_weight_shift`] when the caller computed one (the MoE
+    /// prefill route of f16 activations then takes one f16 GEMM an expert instead of two bf16
+    /// ones).
     pub fn mx_gather_matmul_frag(
         &self,
         mm: &GpuGatherMatMul,
         (wf, wsf, e, n, k): (u64, u64, usize, usize, usize),
+        f16_shift: Option<i32>,
         idx: GpuIndices,
         err: u64,
         stream: StreamHandle,
@@ -189,7 +193,7 @@ impl GpuRuntime {
             e.saturating_mul(n.div_ceil(16) * 16).saturating_mul(k),
         )?;
         if self.gather_prefill_takes(mm, &idx, e)
-            && self.mx_gather_matmul_prefill(mm, (wf, wsf, e, n, k), idx, stream)?
+            && self.mx_gather_matmul_prefill(mm, (wf, wsf, e, n, k), f16_shift, idx, stream)?
         {
             return Ok(());
         }

@@ -614,7 +614,7 @@ fn gpu_gather_matmul_on_tensor_cores_matches_the_cpu_kernel() {
             y: yb.ptr(),
             y_dtype: O::DTYPE,
         };
-        rt.mx_gather_matmul_frag(&mm, (wf.ptr(), wsf.ptr(), e, n, k), idx, err.ptr(), 0)
+        rt.mx_gather_matmul_frag(&mm, (wf.ptr(), wsf.ptr(), e, n, k), None, idx, err.ptr(), 0)
             .expect("launch");
         rt.synchronize().expect("sync");
         let got = download::<O>(&yb, s * p * n);

@@ -72,7 +72,8 @@ fn gpu_prefill_gemm_matches_reference() {
         return;
     }
     let mut rng = Rng(0x6E44_0000_0000_7F11);
-    for (n, k) in [(200usize, 256usize), (96, 768)] {
+    // N = 45: odd, so the f16 rounding kernel takes its one-element-at-a-time path.
+    for (n, k) in [(200usize, 256usize), (96, 768), (45, 256)] {
         let (w, ws) = random_mx_weights(&mut rng, n, k);
         let (wf, wsf) = kernels::gpu::pack_frag_weights(&w, &ws, n, k).expect("pack");
         let bufs = [
@@ -427,11 +428,13 @@ fn gpu_prefill_moe_route_matches_the_cpu_kernel() {
         .expect("CPU kernel");
         want
     };
-    // The route on activations `a` (`dt`) into `yt`: whether it took the product, and y as f32.
+    // The route on activations `a` (`dt`) into `yt` with the stack's f16 shift `shift`: whether
+    // it took the product, and y as f32.
     let run_into = |a: &DeviceBuffer,
                     (dt, yt): (DType, DType),
                     ids: &[i64],
-                    w: (&DeviceBuffer, &DeviceBuffer)| {
+                    w: (&DeviceBuffer, &DeviceBuffer),
+                    shift: Option<i32>| {
         let (wf, wsf) = w;
         let (ib, dy) = (upload(&rt, ids), poisoned::<f32>(&rt, s * n));
         let idx = GpuIndices {
@@ -449,12 +452,12 @@ fn gpu_prefill_moe_route_matches_the_cpu_kernel() {
             y_dtype: yt,
         };
         let taken = rt
-            .mx_gather_matmul_prefill(&mm, (wf.ptr(), wsf.ptr(), e, n, k), idx, 0)
+            .mx_gather_matmul_prefill(&mm, (wf.ptr(), wsf.ptr(), e, n, k), shift, idx, 0)
             .expect("launch");
         (taken, download_f32(&dy, s * n, yt))
     };
     let run = |a: &DeviceBuffer, dt: DType, ids: &[i64], wf: &DeviceBuffer, wsf: &DeviceBuffer| {
-        run_into(a, (dt, DType::F32), ids, (wf, wsf))
+        run_into(a, (dt, DType::F32), ids, (wf, wsf), None)
     };
     let a: Vec<bf16> = (0..s * k).map(|_| bf16::from_f32(rng.normal())).collect();
     let want = cpu(DType::BF16, as_bytes(&a), &sc);
@@ -492,4 +495,44 @@ fn gpu_prefill_moe_route_matches_the_cpu_kernel() {
             "{dt:?} at an out-of-range scale"
         );
     }
+    // f16 activations on f16 experts (the dense route's `F16Shifted`): the stack's scales moved
+    // 12 binades down (2^-21 .. 2^-12: scale bytes in the bf16-safe range, but below f16's exact
+    // range without a shift) take the shift 6 and one f16 GEMM an expert; into f32 within the
+    // f32 summation bound, into f16 within its rounding.
+    let sc_lo: Vec<u8> = sc.iter().map(|&b| b - 12).collect();
+    let shift = kernels::gpu::f16_weight_shift(&q, &sc_lo, k);
+    assert_eq!(shift, Some(6), "one shift for the whole stack");
+    assert_eq!(kernels::gpu::f16_weight_shift(&q, &sc, k), Some(0));
+    let (wf_lo, wsf_lo) = pack(&sc_lo);
+    let dah = upload(&rt, &ah);
+    let want = cpu(DType::F16, as_bytes(&ah), &sc_lo);
+    for (yt, tol) in [(DType::F32, 1e-5), (DType::F16, 6e-4)] {
+        let (taken, got) = run_into(&dah, (DType::F16, yt), &ids, (&wf_lo, &wsf_lo), shift);
+        assert!(taken, "f16 on f16 experts into {yt:?} taken");
+        let err = rel_err_nan_aware(&got, &want);
+        assert!(
+            err.is_some_and(|x| x < tol),
+            "MoE f16 on f16 experts into {yt:?}: {err:?}"
+        );
+    }
+    // A shift that does not fit the experts (the in-range stack's 0 here: 2^-21 leaves f16; 20
+    // on the in-range stack: 448 * 2^20 does) sets the guard's flag: not taken, never a wrong
+    // result. The out-of-range scale is refused with a shift too.
+    for (w, wrong) in [
+        ((&wf_lo, &wsf_lo), Some(0)),
+        ((&wf, &wsf), Some(20)),
+        ((&wf2, &wsf2), Some(0)),
+    ] {
+        for yt in [DType::F32, DType::F16] {
+            assert!(
+                !run_into(&dah, (DType::F16, yt), &ids, w, wrong).0,
+                "shift {wrong:?} into {yt:?} refused"
+            );
+        }
+    }
+    // Other activation types ignore the shift (bf16 here, with the wrong 20): taken, as before.
+    let (taken, got) = run_into(&da, (DType::BF16, DType::F32), &ids, (&wf, &wsf), Some(20));
+    assert!(taken, "bf16 ignores the f16 shift");
+    let err = rel_err_nan_aware(&got, &cpu(DType::BF16, as_bytes(&a), &sc));
+    assert!(err.is_some_and(|x| x < 1e-5), "bf16 with a shift: {err:?}");
 }

@@ -85,6 +85,9 @@ struct PackedExperts {
     scales: DeviceBox,
     dims: [usize; 3],
     frag: bool,
+    /// `f16_weight_shift` of the whole stack, when packed for the tensor cores (read by the MoE
+    /// prefill route of f16 activations).
+    f16_shift: Option<i32>,
 }
 
 impl PackedExperts {
@@ -136,6 +139,8 @@ impl PackedExperts {
         };
         let [e, n, k] = dims;
         let frag = e > 0 && frag(k);
+        // One shift for all the experts: the stack read as [E N, K] rows.
+        let f16_shift = frag.then(|| f16_weight_shift(&q, &scales, k)).flatten();
         let (q, scales) = if frag {
             let (wf, wsf) = pack_frag_experts(&q, &scales, (e, n, k))?;
             (Cow::Owned(wf), Cow::Owned(wsf))
@@ -147,6 +152,7 @@ impl PackedExperts {
             scales: DeviceBox::upload(memory, &scales)?,
             dims,
             frag,
+            f16_shift,
         }))
     }
 
@@ -925,6 +931,7 @@ impl GpuProgram {
                             .mx_gather_matmul_frag(
                                 &mm,
                                 (p.q.ptr(), p.scales.ptr(), e, n, k),
+                                p.f16_shift,
                                 gpu_indices(im, *i)?,
                                 err_record(*slot)?,
                                 STREAM,
