@@ -193,13 +193,6 @@ struct MxFragWeights {
     wp += 128;
     swp += 16;
   }
-  // An L2 prefetch of group `d` past the next one next() loads (the `_t2p` loops): lane `lw`
-  // asks for its 2 KB of fragments, lane `ls` for its 64 bytes of scale words.
-  MX_DEV void prefetch(int d, int lw, int ls) const {
-    const int lane = threadIdx.x & 31;
-    if (lane == lw) asm volatile("cp.async.bulk.prefetch.L2.global [%0], 2048;" ::"l"(wp - lane + 128 * d));
-    if (lane == ls) asm volatile("cp.async.bulk.prefetch.L2.global [%0], 64;" ::"l"(swp - (lane >> 2) + 16 * d));
-  }
 };
 
 // One warp's registers for U groups of 4 k-blocks.
@@ -427,7 +420,7 @@ MX_DEFINE_FRAG_FS(8)
 // against 2.74 / 3.07 us, 1536 x 6144 4.75 / 5.03 against 5.00 / 5.25 (BENCHMARKS.md). At 12-16
 // rows it loses to `_fs` on the measured MiniMax shapes (6144 x 768, 6144 x 6144, 1536 x 6144)
 // and wins on shapes such as 4096 x 4096 or 8192 x 2048 (follow-up 21): frag_kernel decides.
-template <int W, int MT, int S, int PFD = 0>
+template <int W, int MT, int S>
 MX_DEV void mx_matmul_frag_t2(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                               const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
                               MxBf16::storage* __restrict__ y, int M, int N, int K, int pre,
@@ -484,34 +477,17 @@ MX_DEV void mx_matmul_frag_t2(const mx_u8* __restrict__ aq, const mx_u8* __restr
       mx_frag_mma<MT, true>(acc[nt], bt.w[nt], bt.a, bt.sA[nt], bt.sB[nt], bt.s0, bt.s1);
   };
   Batch b0, b1;
-  // PFD > 0 (`_t2p<PFD>`, bench-only): each stream also asks L2 for the group PFD past the one
-  // it just loaded; groups gb + 2 .. gb + PFD at the start.
-  auto prefetch = [&](int loaded) {
-    if (PFD > 0 && loaded + PFD < ge) {
-      wts0.prefetch(PFD - 1, 0, 1);
-      wts1.prefetch(PFD - 1, 2, 3);
-    }
-  };
-  mx_frag_prologue<MT, S, NT>(pre, wf, wsf, K, gb, ge, [&] {
-    load_w(b0);
-    if (PFD > 0)
-      for (int d = 1; d < PFD && gb + 1 + d < ge; ++d) {
-        wts0.prefetch(d, 0, 1);
-        wts1.prefetch(d, 2, 3);
-      }
-  });
+  mx_frag_prologue<MT, S, NT>(pre, wf, wsf, K, gb, ge, [&] { load_w(b0); });
   if (gb < ge) load_a(b0);
   for (int i = gb; i < ge; i += 2) {
     if (i + 1 < ge) {
       load_w(b1);
-      prefetch(i + 1);
       load_a(b1);
     }
     mma(b0);
     if (i + 1 == ge) break;
     if (i + 2 < ge) {
       load_w(b0);
-      prefetch(i + 2);
       load_a(b0);
     }
     mma(b1);
