@@ -1659,9 +1659,9 @@ fn if_outputs_take_what_both_branches_declare() {
     // Ranks 3 and 2: the type is known, the shape is not.
     let y1 = info_of(&g, "y1").expect("typed");
     assert_eq!((y1.elem_type, y1.shape), (FLOAT16, None));
-    // t2 is untyped and computed in the branch; x is the main graph's own value.
-    let y2 = info_of(&g, "y2").expect("typed from the else branch's x");
-    assert_eq!((y2.elem_type, y2.shape), (FLOAT16, None));
+    // t2 is untyped and computed in the branch (the inference runs on it); x is the main
+    // graph's own value.
+    expect(&g, "y2", FLOAT16, "b,s,64");
     for name in ["z0", "z1", "z2", "w0"] {
         assert_eq!(info_of(&g, name), None, "{name}");
     }
@@ -1873,4 +1873,117 @@ fn opset_24_to_27_decoder_ops() {
     expect(&g, "carry2", BFLOAT16, "b,64,3");
     expect(&g, "present", FLOAT16, "b,8,128,16");
     expect(&g, "bits", 6, "b,t,64");
+}
+
+/// Subgraphs that declare no types for their outputs (or no shapes): the inference runs on the
+/// body, its inputs typed from the node's (loop states from their initial values, scan inputs
+/// one slice each) and the main-graph values it reads. A state whose type changes from one
+/// iteration to the next ends with the dims every iteration agrees on — also where it changes
+/// only from the second iteration on (`t` takes `s`'s shape, which grows).
+#[test]
+fn untyped_bodies_are_inferred() {
+    fn untyped(name: &str) -> (&str, Option<(i32, &str)>) {
+        (name, None)
+    }
+    let then_out = [("then_out", Some((FLOAT, "")))];
+    let mut then = body(&[], &[("Relu", &["x"], &["then_out"])], &then_out);
+    if let Some(graph_rewrites::onnx_pb::type_proto::Value::TensorType(t)) = then.output[0]
+        .r#type
+        .as_mut()
+        .and_then(|t| t.value.as_mut())
+    {
+        t.shape = None; // FLOAT, rank unknown
+    }
+    let other = body(
+        &[],
+        &[("Neg", &["x"], &["else_out"])],
+        &[untyped("else_out")],
+    );
+    let step = body(
+        &[("i", INT64, ""), ("c_in", BOOL, "")],
+        &[
+            ("Identity", &["c_in"], &["c_out"]),
+            ("Add", &["h_in", "h_in"], &["h_out"]),
+            ("Concat", &["g_in", "g_in"], &["g_out"]),
+            ("Concat", &["s_in", "s_in"], &["s_out"]),
+            ("Shape", &["s_in"], &["s_shape"]),
+            ("Expand", &["t_in", "s_shape"], &["t_out"]),
+            ("Relu", &["h_in"], &["row"]),
+        ],
+        &[
+            untyped("c_out"),
+            untyped("h_out"),
+            untyped("g_out"),
+            untyped("s_out"),
+            untyped("t_out"),
+            untyped("row"),
+        ],
+    );
+    let mut step = step;
+    // The state inputs declare names only; Concat's axis is 0.
+    for name in ["h_in", "g_in", "s_in", "t_in"] {
+        step.input.push(ValueInfoProto {
+            name: Some(name.into()),
+            ..Default::default()
+        });
+    }
+    for n in &mut step.node {
+        if n.op_type.as_deref() == Some("Concat") {
+            n.attribute
+                .push(graph_rewrites::testing::attribute("axis", &Attr::I(0)));
+        }
+    }
+    let scan_step = body(
+        &[("acc_in", FLOAT, "64"), ("x_t", FLOAT, "")],
+        &[
+            ("Add", &["acc_in", "x_t"], &["acc_out"]),
+            ("Neg", &["x_t"], &["y_t"]),
+        ],
+        &[untyped("acc_out"), untyped("y_t")],
+    );
+    let mut scan_step = scan_step;
+    scan_step.input[1] = ValueInfoProto {
+        name: Some("x_t".into()),
+        ..Default::default()
+    };
+    let mut b = ModelBuilder::new(24);
+    b.init_i64("three", &[], &[3])
+        .node("If", &["cond"], &["picked"])
+        .graph_attr("then_branch", then)
+        .graph_attr("else_branch", other)
+        .node(
+            "Loop",
+            &["three", "", "h", "h", "s", "s"],
+            &["h_final", "g_final", "s_final", "t_final", "rows"],
+        )
+        .graph_attr("body", step)
+        .node_in(
+            "",
+            "Scan",
+            &["acc", "xs"],
+            &["acc_final", "ys"],
+            &[("num_scan_inputs", Attr::I(1))],
+        )
+        .graph_attr("body", scan_step);
+    let g = load(
+        &b,
+        &[
+            ("cond", BOOL, ""),
+            ("x", FLOAT, "b,s,64"),
+            ("h", FLOAT, "b,64"),
+            ("s", FLOAT, "1"),
+            ("acc", FLOAT, "64"),
+            ("xs", FLOAT, "n,64"),
+        ],
+    );
+    // The then branch declares FLOAT and no shape, the else branch nothing; both compute
+    // [b, s, 64] from x.
+    expect(&g, "picked", FLOAT, "b,s,64");
+    expect(&g, "h_final", FLOAT, "b,64");
+    expect(&g, "g_final", FLOAT, "?,64");
+    expect(&g, "s_final", FLOAT, "?");
+    expect(&g, "t_final", FLOAT, "?");
+    expect(&g, "rows", FLOAT, "3,b,64");
+    expect(&g, "acc_final", FLOAT, "64");
+    expect(&g, "ys", FLOAT, "n,64");
 }

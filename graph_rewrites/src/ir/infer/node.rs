@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use crate::ir::Graph;
-use crate::onnx_pb::GraphProto;
+use crate::onnx_pb::AttributeProto;
 use crate::pattern::predicates::{values_f64, values_i64};
 use crate::view::{AttrValue, ConstTensor, Dim, GraphView, NodeId, TensorInfo, ValueId};
 
@@ -134,15 +134,13 @@ impl<'a> Node<'a> {
     }
 
     /// The graph attribute `name` (an `If` branch, a `Loop` / `Scan` body).
-    pub fn subgraph(&self, name: &str) -> Option<&'a GraphProto> {
+    pub fn subgraph(&self, name: &str) -> Option<&'a AttributeProto> {
         self.g
             .node(self.n)
             .proto
             .attribute
             .iter()
-            .find(|a| a.name.as_deref() == Some(name))?
-            .g
-            .as_ref()
+            .find(|a| a.name.as_deref() == Some(name) && a.g.is_some())
     }
 
     /// [`Node::int_values`] when every element is a known number.

@@ -13,7 +13,7 @@ use crate::view::{
 };
 
 const UINT8: i32 = 2;
-const BOOL: i32 = 9;
+pub(super) const BOOL: i32 = 9;
 
 /// The MX block length (docs/ops.md): scales have `K / 32` entries along the last axis.
 const MX_BLOCK: i64 = 32;
