@@ -211,26 +211,28 @@ def test_opset23_attention_without_value_info_fuses_and_the_rewrite_loads(op, el
     assert same_bits(offline.run(None, feed)[0], online.run(None, feed)[0])
 
 
-def pad_einsum_layer(path):
+def pad_einsum_layer(path, body_shapes=True):
     """A decoder layer whose dims reach the MXFP8 sites only through ops mxfuse's inference did
     not know before: x [batch, seq, 48] padded to 64 (`Pad`) and projected by `Einsum`; the
     residual through an `If` (its branches declare [batch, seq, 64]) and a `Loop` (its body's
     state likewise); residual Add → norm → MXFP8 → MatMul; a SwiGLU whose gate and up are
     `Einsum`s → MXFP8 → MatMul. A `Scan` (a running sum over the padded rows) is a second output.
-    No value_info."""
+    No value_info; `body_shapes=False`: the If branches and the Loop body declare their outputs'
+    element types only (mxfuse infers the bodies)."""
     h, layer = 64, LayerGraph(TP.FLOAT)
     node, const, vi = layer.node, layer.const, helper.make_tensor_value_info
+    rows = ["batch", "seq", h] if body_shapes else None
     padded = node("Pad", ["x", const("pads", [0, 0, 0, 0, 0, h - 48], np.int64)], "padded")
     proj = node("Einsum", [padded, layer.weight("in", 0)], "proj", equation="bsd,de->bse")
     branch = lambda op, out: helper.make_graph(  # noqa: E731
-        [helper.make_node(op, ["res"], [out])], f"{op}_branch", [], [vi(out, TP.FLOAT, ["batch", "seq", h])])
+        [helper.make_node(op, ["res"], [out])], f"{op}_branch", [], [vi(out, TP.FLOAT, rows)])
     picked = node("If", ["flag"], "picked", then_branch=branch("Identity", "then_out"),
                   else_branch=branch("Neg", "else_out"))
     body = helper.make_graph(
         [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
          helper.make_node("Add", ["r_in", "r_in"], ["r_out"])],
         "double", [vi("i", TP.INT64, []), vi("cond_in", TP.BOOL, []), vi("r_in", TP.FLOAT, ["batch", "seq", h])],
-        [vi("cond_out", TP.BOOL, []), vi("r_out", TP.FLOAT, ["batch", "seq", h])])
+        [vi("cond_out", TP.BOOL, []), vi("r_out", TP.FLOAT, rows)])
     carried = node("Loop", [const("two", 2, np.int64), "", picked], "carried", body=body)
     s = node("Add", [proj, carried], "s")
     y1 = layer.linear(layer.mx(layer.norm(s, "n1"), "n1_mx"), "o", 1)
@@ -251,7 +253,9 @@ def pad_einsum_layer(path):
     return layer.save(path, "pad_einsum_layer", ins, outs)
 
 
-def test_pad_einsum_and_control_flow_carry_the_dims_to_the_fusions(lib, ep_devices, mxfuse_cli, tmp_path):
+@pytest.mark.parametrize("body_shapes", [True, False])
+def test_pad_einsum_and_control_flow_carry_the_dims_to_the_fusions(body_shapes, lib, ep_devices, mxfuse_cli,
+                                                                   tmp_path):
     """Probe 10 left `Pad`, `Einsum`, `OneHot`, `Resize` and control flow out of the offline
     inference: in such a model without value_info the norm and the SwiGLU were refused ("unknown
     shape") and their E8M0 `QuantizeLinear`s stayed, which ONNX Runtime's CPU EP cannot load. Now
@@ -260,7 +264,7 @@ def test_pad_einsum_and_control_flow_carry_the_dims_to_the_fusions(lib, ep_devic
     the EP fuses less of this model (ONNX Runtime's inference leaves the Loop's output unranked,
     and the EP cannot read the body: it runs the norm and the SwiGLU unfused, quantizing with
     `MxQuantizeLinear`), so the GEMMs sum in another order."""
-    src = pad_einsum_layer(tmp_path / "m.onnx")
+    src = pad_einsum_layer(tmp_path / "m.onnx", body_shapes)
     assert not onnx.load(src).graph.value_info
     report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
     assert report["counts"]["add_rmsnorm_mxquant"] == 1, report
