@@ -325,6 +325,25 @@ impl ModelBuilder {
             .node_in("trt", "TRT_MXFP8DequantizeLinear", &[&v, &s], &[w], &attrs)
     }
 
+    /// Attaches graph attribute `name` (an `If` branch, a `Loop` / `Scan` body) to the node
+    /// added last; [`ModelBuilder::body`] of another builder makes one.
+    pub fn graph_attr(&mut self, name: &str, body: GraphProto) -> &mut Self {
+        if let Some(n) = self.g.node.last_mut() {
+            n.attribute.push(AttributeProto {
+                name: Some(name.into()),
+                r#type: Some(AttributeType::Graph as i32),
+                g: Some(body),
+                ..Default::default()
+            });
+        }
+        self
+    }
+
+    /// The graph built so far, as a subgraph for [`ModelBuilder::graph_attr`].
+    pub fn body(&self) -> GraphProto {
+        self.g.clone()
+    }
+
     pub fn model(&self) -> ModelProto {
         ModelProto {
             ir_version: Some(10),

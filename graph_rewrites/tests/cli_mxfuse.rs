@@ -460,3 +460,99 @@ fn inspect_names_a_fused_site_after_its_anchor() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `n` MXFP8 quantizers of `x{i}` whose block amax is a `ReduceMin` (no rule's spelling:
+/// `mxquant` refuses them, the fallbacks `mx_quant_linear` / `mx_dequant` take the Q / DQ), each
+/// read by a MatMul of a float weight: `mx_weight_matmul`'s near miss (its weight is not MX).
+fn write_reduce_min_quantizers(path: &Path, n: usize) {
+    use graph_rewrites::pattern::predicates::dtype::FLOAT;
+    use graph_rewrites::testing::Attr;
+    let mut b = ModelBuilder::new(24);
+    b.init_i64("shape", &[3], &[0, 2, 32])
+        .init_f32("w", &[64, 16], &[0.5; 64 * 16]);
+    for i in 0..n {
+        let v = |s: &str| format!("{s}{i}");
+        b.input(&v("x"), FLOAT, &[-2, 64])
+            .mx_quant_floor(&v("x"), "shape", &i.to_string())
+            .node_in(
+                "",
+                "DequantizeLinear",
+                &[&v("q"), &v("scale")],
+                &[&v("dq")],
+                &[("axis", Attr::I(-1)), ("block_size", Attr::I(32))],
+            )
+            .node("MatMul", &[&v("dq"), "w"], &[&v("y")])
+            .output(&v("y"), FLOAT, &[-2, 16]);
+    }
+    let mut m = b.model();
+    for node in m.graph.iter_mut().flat_map(|g| &mut g.node) {
+        if node.op_type.as_deref() == Some("ReduceMax") {
+            node.op_type = Some("ReduceMin".into());
+        }
+    }
+    std::fs::write(path, m.encode_to_vec()).unwrap();
+}
+
+/// Near misses (a rule's structure almost matched; only REPORT.json had them, probe 10) are
+/// summarised in the text output: rule, node, mismatch, at most 8 lines and "and N more";
+/// `--explain` lists them all. Sites another rule fused are not near misses.
+#[test]
+fn rewrite_prints_near_misses() {
+    let dir = scratch("near-miss");
+    let (input, output) = (dir.join("in.onnx"), dir.join("out.onnx"));
+    write_reduce_min_quantizers(&input, 1);
+    let o = mxfuse(&["rewrite", s(&input), "-o", s(&output)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("  mx_weight_matmul at 'MatMul_7': "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("weight"), "{line}");
+    assert!(text.contains("\nnear misses ("), "{text}");
+    assert!(!text.contains(" more ("), "{text}");
+
+    write_reduce_min_quantizers(&input, 10);
+    let o = mxfuse(&["rewrite", s(&input), "-o", s(&output)]);
+    let text = stdout(&o);
+    let listed = text.lines().filter(|l| l.contains(" at 'MatMul_")).count();
+    assert_eq!(listed, 8, "{text}");
+    let header = text
+        .lines()
+        .find(|l| l.starts_with("near misses ("))
+        .expect("header");
+    let total: usize = header["near misses (".len()..]
+        .split(':')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect("a count");
+    assert!(total >= 10, "{header}");
+    assert!(
+        text.contains(&format!("  and {} more (--explain", total - 8)),
+        "{text}"
+    );
+    let o = mxfuse(&["rewrite", s(&input), "-o", s(&output), "--explain"]);
+    let text = stdout(&o);
+    let listed = text
+        .lines()
+        .filter(|l| l.starts_with("  ") && l.contains(" at 'MatMul_"))
+        .count();
+    assert_eq!(listed, total, "{text}");
+
+    // A fully fused model has none: the norm rule's mismatch at a quantizer mxquant fused is
+    // not one.
+    let mut b = ModelBuilder::new(24);
+    b.input("x", 1, &[-2, 64])
+        .init_i64("shape", &[3], &[0, 2, 32])
+        .mx_quant_floor("x", "shape", "")
+        .output("q", 17, &[-2, 64]);
+    std::fs::write(&input, b.model().encode_to_vec()).unwrap();
+    let o = mxfuse(&["rewrite", s(&input), "-o", s(&output)]);
+    assert!(
+        stdout(&o).contains("mxquant                    1"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(!stdout(&o).contains("near misses"), "{}", stdout(&o));
+    let _ = std::fs::remove_dir_all(dir);
+}

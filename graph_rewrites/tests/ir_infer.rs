@@ -1189,6 +1189,17 @@ fn random_graphs_never_panic() {
         ("", "ConstantOfShape", 1),
         ("", "Range", 3),
         ("", "TopK", 2),
+        ("", "Pad", 4),
+        ("", "Einsum", 2),
+        ("", "OneHot", 3),
+        ("", "Resize", 4),
+        ("", "If", 1),
+        ("", "Loop", 3),
+        ("", "Scan", 2),
+        ("", "LinearAttention", 4),
+        ("", "CausalConvWithState", 4),
+        ("", "TensorScatter", 2),
+        ("", "BitCast", 1),
         ("com.microsoft", "GroupQueryAttention", 2),
         ("com.microsoft", "MatMulNBits", 2),
         ("com.microsoft", "SkipSimplifiedLayerNormalization", 3),
@@ -1218,7 +1229,24 @@ fn random_graphs_never_panic() {
         "N",
         "stash_type",
         "noop_with_empty_axes",
+        "pads",
+        "num_scan_inputs",
+        "scan_input_axes",
+        "scan_output_axes",
+        "q_num_heads",
+        "equation",
+        "keep_aspect_ratio_policy",
+        "coordinate_transformation_mode",
     ];
+    const EQUATIONS: &[&str] = &[
+        "ij,jk->ik",
+        "...d,de",
+        "ii",
+        "a...b...,",
+        "->",
+        "bsd,de->bsz",
+    ];
+    const STRINGS: &[&str] = &["not_larger", "not_smaller", "tf_crop_and_resize", ""];
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
     let mut typed = 0;
     for _ in 0..300 {
@@ -1252,7 +1280,12 @@ fn random_graphs_never_panic() {
                 .map(|i| {
                     let name = *rng.pick(ATTRS);
                     let value = match name {
-                        "axes" | "perm" | "split" => Attr::Is(&lists[i % 3]),
+                        "axes" | "perm" | "split" | "pads" | "scan_input_axes"
+                        | "scan_output_axes" => Attr::Is(&lists[i % 3]),
+                        "equation" => Attr::S(EQUATIONS[rng.below(EQUATIONS.len())]),
+                        "keep_aspect_ratio_policy" | "coordinate_transformation_mode" => {
+                            Attr::S(STRINGS[rng.below(STRINGS.len())])
+                        }
                         _ => Attr::I(*rng.pick(INTS)),
                     };
                     (name, value)
@@ -1270,6 +1303,37 @@ fn random_graphs_never_panic() {
                 })
                 .collect();
             b.node_in(domain, op, &inputs, &outputs, &attrs);
+            if matches!(op, "If" | "Loop" | "Scan") {
+                // Bodies with random typed and untyped outputs, some naming main-graph values.
+                for attr in ["then_branch", "else_branch", "body"] {
+                    let outs: Vec<(String, Option<(i32, String)>)> = (0..rng.below(5))
+                        .map(|o| {
+                            let outer = rng.pick(&pool).clone();
+                            let name = if rng.below(2) == 0 {
+                                format!("o{o}")
+                            } else {
+                                outer
+                            };
+                            let spec = ["", "b,64", "?", "3,s,1"][rng.below(4)].to_string();
+                            let t =
+                                (rng.below(3) > 0).then(|| (*rng.pick(&[FLOAT, BOOL, 0]), spec));
+                            (name, t)
+                        })
+                        .collect();
+                    let outs: Vec<(&str, Option<(i32, &str)>)> = outs
+                        .iter()
+                        .map(|(n, t)| (n.as_str(), t.as_ref().map(|(t, s)| (*t, s.as_str()))))
+                        .collect();
+                    let made: Vec<[String; 1]> =
+                        (0..outs.len()).map(|o| [format!("o{o}")]).collect();
+                    let made: Vec<[&str; 1]> = made.iter().map(|[o]| [o.as_str()]).collect();
+                    let nodes: Vec<(&str, &[&str], &[&str])> = made
+                        .iter()
+                        .map(|o| ("Identity", &["x0"][..], &o[..]))
+                        .collect();
+                    b.graph_attr(attr, body(&[], &nodes, &outs));
+                }
+            }
             pool.extend(outputs.iter().map(|s| s.to_string()));
         }
         let g = b.graph().expect("random graph loads");
@@ -1306,4 +1370,620 @@ fn nonzero_dispatch_keeps_the_routed_rows_shape() {
     let mut r = g.clone();
     let report = run_pipeline(&mut r, &PipelineOptions::default()).expect("pipeline");
     assert_eq!(report.counts["mxquant"], 1, "{:?}", report.rejections);
+}
+
+#[test]
+fn pad_in_input_attribute_and_axes_forms() {
+    let mut b = ModelBuilder::new(24);
+    b.init_i64("pads", &[6], &[0, 0, 0, 0, 0, 16])
+        .init_i64("last", &[1], &[-1])
+        .init_i64("p23", &[2], &[2, 3])
+        .init_i64("seq_pads", &[6], &[0, 1, 0, 0, 1, 0])
+        .init_i64("zero_sum", &[6], &[0, 2, 0, 0, -2, 0])
+        .init_i64("crop", &[4], &[0, -1, 0, -1])
+        .init_i64("over", &[4], &[0, -9, 0, 0])
+        .init_i64("odd", &[3], &[1, 2, 3])
+        .init_i64("huge", &[4], &[0, i64::MAX, 0, 1])
+        .init_f32("zero", &[], &[0.0])
+        .node("Pad", &["x", "pads"], &["padded"])
+        .node("Pad", &["x", "pads", "zero"], &["with_value"])
+        .node("Pad", &["x", "p23", "", "last"], &["last_only"])
+        .node("Pad", &["x", "seq_pads"], &["seq"])
+        .node("Pad", &["x", "zero_sum"], &["shifted"])
+        .node("Pad", &["x", "dyn"], &["dynamic"])
+        .node("Pad", &["x", "p23", "", "dyn_axes"], &["dynamic_axes"])
+        .node("Pad", &["m", "crop"], &["cropped"])
+        .node("Pad", &["m", "over"], &["over_cropped"])
+        .node("Pad", &["x", "odd"], &["odd_pads"])
+        .node("Pad", &["m", "huge"], &["overflow"]);
+    let g = load(
+        &b,
+        &[
+            ("x", FLOAT16, "b,s,48"),
+            ("m", INT64, "4,8"),
+            ("dyn", INT64, "6"),
+            ("dyn_axes", INT64, "1"),
+        ],
+    );
+    expect(&g, "padded", FLOAT16, "b,s,64");
+    expect(&g, "with_value", FLOAT16, "b,s,64");
+    expect(&g, "last_only", FLOAT16, "b,s,53");
+    // A named dim padded by 2 has no name any more; pads adding up to 0 keep it.
+    expect(&g, "seq", FLOAT16, "b,?,48");
+    expect(&g, "shifted", FLOAT16, "b,s,48");
+    expect(&g, "dynamic", FLOAT16, "?,?,?");
+    expect(&g, "dynamic_axes", FLOAT16, "?,?,?");
+    expect(&g, "cropped", INT64, "4,6");
+    // Cropping below 0, pads of the wrong length, overflowing pads: invalid, no shape.
+    for name in ["over_cropped", "odd_pads", "overflow"] {
+        assert_eq!(info_of(&g, name).and_then(|i| i.shape), None, "{name}");
+    }
+
+    // Opset 2-10: the pads are an attribute.
+    let mut b = ModelBuilder::new(10);
+    b.node_in(
+        "",
+        "Pad",
+        &["x"],
+        &["y"],
+        &[("pads", Attr::Is(&[1, 0, 0, 1, 0, 16]))],
+    );
+    let g = load(&b, &[("x", FLOAT, "4,s,48")]);
+    expect(&g, "y", FLOAT, "6,s,64");
+}
+
+#[test]
+fn einsum_follows_the_equation() {
+    let mut b = ModelBuilder::new(24);
+    b.init_f32("w", &[48, 64], &vec![0.0; 48 * 64]);
+    let mut eq = |equation: &str, ins: &[&str], out: &str| {
+        b.node_in(
+            "",
+            "Einsum",
+            ins,
+            &[out],
+            &[("equation", Attr::S(equation))],
+        );
+    };
+    eq("bsd,de->bse", &["x", "w"], "proj");
+    eq("...d,de", &["x", "w"], "implicit");
+    eq("bhqd,bhkd->bhqk", &["q", "k"], "scores");
+    eq("bsd,de->bsz", &["x", "w"], "bad_label");
+    eq("bsd,de->bse", &["x"], "one_operand");
+    eq("bsd,de->bse", &["x", "w_wrong"], "bad_sizes");
+    b.node_in(
+        "",
+        "Einsum",
+        &["x", "w"],
+        &["int_eq"],
+        &[("equation", Attr::I(3))],
+    );
+    b.node("Einsum", &["x", "w"], &["no_eq"]);
+    let g = load(
+        &b,
+        &[
+            ("x", BFLOAT16, "b,s,48"),
+            ("q", FLOAT, "b,4,s,16"),
+            ("k", FLOAT, "b,4,t,16"),
+            ("w_wrong", BFLOAT16, "32,64"),
+        ],
+    );
+    expect(&g, "proj", BFLOAT16, "b,s,64");
+    expect(&g, "implicit", BFLOAT16, "b,s,64");
+    expect(&g, "scores", FLOAT, "b,4,s,t");
+    for name in ["bad_label", "one_operand", "bad_sizes", "int_eq", "no_eq"] {
+        let i = info_of(&g, name).expect("the element type is inferred");
+        assert_eq!((i.elem_type, i.shape), (BFLOAT16, None), "{name}");
+    }
+}
+
+#[test]
+fn one_hot_inserts_the_depth_at_axis() {
+    let mut b = ModelBuilder::new(24);
+    b.init_i64("eight", &[], &[8])
+        .init_i64("zero", &[1], &[0])
+        .init_f32("five", &[1], &[5.0])
+        .init_i64("dim0", &[], &[0])
+        .node("Shape", &["table"], &["table_shape"])
+        .node("Gather", &["table_shape", "dim0"], &["vocab"]);
+    let mut one_hot = |depth: &str, out: &str, attrs: &[(&str, Attr)]| {
+        b.node_in("", "OneHot", &["ids", depth, "vals"], &[out], attrs);
+    };
+    one_hot("eight", "last", &[]);
+    one_hot("eight", "middle", &[("axis", Attr::I(1))]);
+    one_hot("eight", "first", &[("axis", Attr::I(-3))]);
+    one_hot("five", "float_depth", &[]);
+    one_hot("vocab", "named_depth", &[]);
+    one_hot("zero", "zero_depth", &[]);
+    one_hot("dyn", "dynamic_depth", &[]);
+    one_hot("eight", "axis_out_of_range", &[("axis", Attr::I(3))]);
+    one_hot("eight", "axis_not_int", &[("axis", Attr::S("1"))]);
+    let g = load(
+        &b,
+        &[
+            ("ids", INT64, "b,s"),
+            ("vals", FLOAT16, "2"),
+            ("table", FLOAT, "v,64"),
+            ("dyn", INT64, ""),
+        ],
+    );
+    expect(&g, "last", FLOAT16, "b,s,8");
+    expect(&g, "middle", FLOAT16, "b,8,s");
+    expect(&g, "first", FLOAT16, "8,b,s");
+    expect(&g, "float_depth", FLOAT16, "b,s,5");
+    expect(&g, "named_depth", FLOAT16, "b,s,v");
+    expect(&g, "zero_depth", FLOAT16, "b,s,?");
+    expect(&g, "dynamic_depth", FLOAT16, "b,s,?");
+    for name in ["axis_out_of_range", "axis_not_int"] {
+        let i = info_of(&g, name).expect("the element type is inferred");
+        assert_eq!((i.elem_type, i.shape), (FLOAT16, None), "{name}");
+    }
+}
+
+#[test]
+fn resize_by_sizes_scales_and_axes() {
+    let mut b = ModelBuilder::new(19);
+    b.init_f32("scales", &[4], &[1.0, 1.0, 2.0, 0.5])
+        .init_f32("odd_scales", &[4], &[1.0, 1.0, 1.5, 0.3])
+        .init_f32("bad_scales", &[4], &[1.0, 1.0, -2.0, f32::NAN])
+        .init_f32("three_scales", &[3], &[1.0, 2.0, 2.0])
+        .init_f32("empty", &[0], &[])
+        .init_i64("sizes", &[4], &[1, 3, 5, 7])
+        .init_i64("hw", &[2], &[5, 7])
+        .init_i64("hw_aspect", &[2], &[4, 6]);
+    let mut resize = |ins: &[&str], out: &str, attrs: &[(&str, Attr)]| {
+        b.node_in("", "Resize", ins, &[out], attrs);
+    };
+    resize(&["x", "", "scales"], "by_scales", &[]);
+    resize(&["x", "", "odd_scales"], "floored", &[]);
+    resize(&["x", "", "bad_scales"], "bad_scale_values", &[]);
+    resize(&["x", "", "empty", "sizes"], "by_sizes", &[]);
+    resize(
+        &["x", "", "", "hw"],
+        "axes_sizes",
+        &[("axes", Attr::Is(&[2, -1]))],
+    );
+    resize(&["x", "", "dyn"], "dynamic", &[]);
+    let crop = [(
+        "coordinate_transformation_mode",
+        Attr::S("tf_crop_and_resize"),
+    )];
+    resize(&["x", "roi", "scales"], "cropped", &crop);
+    let not_larger = [
+        ("axes", Attr::Is(&[2, 3])),
+        ("keep_aspect_ratio_policy", Attr::S("not_larger")),
+    ];
+    resize(&["x", "", "", "hw_aspect"], "not_larger", &not_larger);
+    let not_smaller = [
+        ("axes", Attr::Is(&[2, 3])),
+        ("keep_aspect_ratio_policy", Attr::S("not_smaller")),
+    ];
+    resize(&["x", "", "", "hw_aspect"], "not_smaller", &not_smaller);
+    resize(&["x", "", "three_scales"], "wrong_count", &[]);
+    resize(
+        &["x", "", "", "hw"],
+        "bad_axes",
+        &[("axes", Attr::Is(&[2, 2]))],
+    );
+    let g = load(
+        &b,
+        &[
+            ("x", FLOAT, "b,3,8,8"),
+            ("dyn", FLOAT, "4"),
+            ("roi", FLOAT, "8"),
+        ],
+    );
+    expect(&g, "by_scales", FLOAT, "b,3,16,4");
+    expect(&g, "floored", FLOAT, "b,3,12,2");
+    expect(&g, "bad_scale_values", FLOAT, "b,3,?,?");
+    expect(&g, "by_sizes", FLOAT, "1,3,5,7");
+    expect(&g, "axes_sizes", FLOAT, "b,3,5,7");
+    expect(&g, "dynamic", FLOAT, "?,?,?,?");
+    expect(&g, "cropped", FLOAT, "?,?,?,?");
+    expect(&g, "not_larger", FLOAT, "b,3,4,4");
+    expect(&g, "not_smaller", FLOAT, "b,3,6,6");
+    for name in ["wrong_count", "bad_axes"] {
+        assert_eq!(info_of(&g, name).and_then(|i| i.shape), None, "{name}");
+    }
+
+    // Opset 10: the scales are input 1.
+    let mut b = ModelBuilder::new(10);
+    b.init_f32("scales", &[3], &[1.0, 2.0, 2.0])
+        .node("Resize", &["x", "scales"], &["y"]);
+    let g = load(&b, &[("x", FLOAT16, "s,4,6")]);
+    expect(&g, "y", FLOAT16, "s,8,12");
+}
+
+/// A subgraph with `inputs` and `outputs` typed by dims specs (`None`: an output that names its
+/// value only, without a type), computing `nodes` (op, inputs, outputs).
+fn body(
+    inputs: &[(&str, i32, &str)],
+    nodes: &[(&str, &[&str], &[&str])],
+    outputs: &[(&str, Option<(i32, &str)>)],
+) -> graph_rewrites::onnx_pb::GraphProto {
+    let mut b = ModelBuilder::new(24);
+    for (op, ins, outs) in nodes {
+        b.node(op, ins, outs);
+    }
+    let mut g = b.body();
+    g.input = inputs.iter().map(|(n, t, s)| input(n, *t, s)).collect();
+    g.output = outputs
+        .iter()
+        .map(|(n, t)| match t {
+            Some((t, s)) => input(n, *t, s),
+            None => ValueInfoProto {
+                name: Some(n.to_string()),
+                ..Default::default()
+            },
+        })
+        .collect();
+    g
+}
+
+#[test]
+fn if_outputs_take_what_both_branches_declare() {
+    let then = body(
+        &[],
+        &[
+            ("Identity", &["x"], &["t0"]),
+            ("Neg", &["x"], &["t1"]),
+            ("Relu", &["x"], &["t2"]),
+        ],
+        &[
+            ("t0", Some((FLOAT16, "b,s,64"))),
+            ("t1", Some((FLOAT16, "b,s,64"))),
+            ("t2", None),
+        ],
+    );
+    let other = body(
+        &[],
+        &[("Abs", &["x"], &["e0"]), ("Identity", &["x"], &["e1"])],
+        &[
+            ("e0", Some((FLOAT16, "b,?,64"))),
+            ("e1", Some((FLOAT16, "b,s"))),
+            ("x", None),
+        ],
+    );
+    let mut b = ModelBuilder::new(24);
+    b.node("If", &["cond"], &["y0", "y1", "y2"])
+        .graph_attr("then_branch", then.clone())
+        .graph_attr("else_branch", other)
+        // Branches with different output counts, and a missing branch: invalid, left unknown.
+        .node("If", &["cond"], &["z0", "z1", "z2"])
+        .graph_attr("then_branch", then.clone())
+        .graph_attr("else_branch", body(&[], &[], &[]))
+        .node("If", &["cond"], &["w0"])
+        .graph_attr("then_branch", then);
+    let g = load(&b, &[("cond", BOOL, ""), ("x", FLOAT16, "b,s,64")]);
+    expect(&g, "y0", FLOAT16, "b,?,64");
+    // Ranks 3 and 2: the type is known, the shape is not.
+    let y1 = info_of(&g, "y1").expect("typed");
+    assert_eq!((y1.elem_type, y1.shape), (FLOAT16, None));
+    // t2 is untyped and computed in the branch (the inference runs on it); x is the main
+    // graph's own value.
+    expect(&g, "y2", FLOAT16, "b,s,64");
+    for name in ["z0", "z1", "z2", "w0"] {
+        assert_eq!(info_of(&g, name), None, "{name}");
+    }
+}
+
+#[test]
+fn loop_states_and_scan_outputs() {
+    let step = body(
+        &[
+            ("i", INT64, ""),
+            ("c_in", BOOL, ""),
+            ("h_in", FLOAT, "b,64"),
+        ],
+        &[
+            ("Identity", &["c_in"], &["c_out"]),
+            ("Add", &["h_in", "h_in"], &["h_out"]),
+            ("Relu", &["h_in"], &["row"]),
+            ("Concat", &["h_in", "h_in"], &["grown"]),
+        ],
+        &[
+            ("c_out", Some((BOOL, ""))),
+            ("h_out", Some((FLOAT, "b,64"))),
+            ("grown", Some((FLOAT, "?,64"))),
+            ("row", Some((FLOAT, "b,64"))),
+        ],
+    );
+    let mut b = ModelBuilder::new(24);
+    b.init_i64("three", &[], &[3])
+        .node(
+            "Loop",
+            &["three", "", "h", "h"],
+            &["h_final", "g_final", "rows"],
+        )
+        .graph_attr("body", step.clone())
+        .node(
+            "Loop",
+            &["three", "keep_going", "h", "h"],
+            &["h2", "g2", "rows2"],
+        )
+        .graph_attr("body", step.clone())
+        // The body has fewer outputs than the loop has states: invalid, left unknown.
+        .node(
+            "Loop",
+            &["three", "", "h", "h", "h", "h"],
+            &["a", "b", "c", "d"],
+        )
+        .graph_attr("body", step);
+    let g = load(&b, &[("h", FLOAT, "b,64"), ("keep_going", BOOL, "")]);
+    expect(&g, "h_final", FLOAT, "b,64");
+    // The state that grows: zero iterations give [b, 64], more give [?, 64].
+    expect(&g, "g_final", FLOAT, "?,64");
+    expect(&g, "rows", FLOAT, "3,b,64");
+    expect(&g, "h2", FLOAT, "b,64");
+    expect(&g, "rows2", FLOAT, "?,b,64");
+    for name in ["a", "b", "c", "d"] {
+        assert_eq!(info_of(&g, name), None, "{name}");
+    }
+}
+
+#[test]
+fn scan_outputs_stack_along_their_axes() {
+    let step = body(
+        &[("acc_in", FLOAT, "64"), ("x_t", FLOAT, "64")],
+        &[
+            ("Add", &["acc_in", "x_t"], &["acc_out"]),
+            ("Neg", &["x_t"], &["y_t"]),
+        ],
+        &[
+            ("acc_out", Some((FLOAT, "64"))),
+            ("y_t", Some((FLOAT, "64"))),
+        ],
+    );
+    let mut b = ModelBuilder::new(24);
+    let mut scan = |ins: &[&str], outs: &[&str], attrs: &[(&str, Attr)]| {
+        b.node_in("", "Scan", ins, outs, attrs)
+            .graph_attr("body", step.clone());
+    };
+    scan(
+        &["acc", "xs"],
+        &["acc_final", "ys"],
+        &[("num_scan_inputs", Attr::I(1))],
+    );
+    let axes = [
+        ("num_scan_inputs", Attr::I(1)),
+        ("scan_input_axes", Attr::Is(&[1])),
+        ("scan_output_axes", Attr::Is(&[-1])),
+    ];
+    scan(&["acc", "xs_t"], &["acc2", "ys_t"], &axes);
+    scan(&["acc", "xs"], &["no_count", "no_count_ys"], &[]);
+    let wrong = [
+        ("num_scan_inputs", Attr::I(1)),
+        ("scan_output_axes", Attr::Is(&[0, 1])),
+    ];
+    scan(&["acc", "xs"], &["acc3", "wrong_axes"], &wrong);
+    let g = load(
+        &b,
+        &[
+            ("acc", FLOAT, "64"),
+            ("xs", FLOAT, "s,64"),
+            ("xs_t", FLOAT, "64,t"),
+        ],
+    );
+    expect(&g, "acc_final", FLOAT, "64");
+    expect(&g, "ys", FLOAT, "s,64");
+    expect(&g, "ys_t", FLOAT, "64,t");
+    for name in ["no_count", "no_count_ys"] {
+        assert_eq!(info_of(&g, name), None, "{name}");
+    }
+    expect(&g, "acc3", FLOAT, "64");
+    let w = info_of(&g, "wrong_axes").expect("typed");
+    assert_eq!((w.elem_type, w.shape), (FLOAT, None));
+}
+
+/// Control flow in a model without value_info: the rules fuse what follows it (the If's declared
+/// branch shapes carry the norm's hidden size), and the bodies are kept as they are.
+#[test]
+fn fusions_after_control_flow_see_its_shapes() {
+    let branch = |op: &str| {
+        body(
+            &[],
+            &[(op, &["x"], &["out"])],
+            &[("out", Some((FLOAT, "b,s,64")))],
+        )
+    };
+    let mut b = ModelBuilder::new(24);
+    b.init_i64("blk", &[4], &[0, 0, 2, 32])
+        .node("If", &["flag"], &["picked"])
+        .graph_attr("then_branch", branch("Identity"))
+        .graph_attr("else_branch", branch("Neg"))
+        .mx_quant_floor("picked", "blk", "");
+    let g = load(&b, &[("flag", BOOL, ""), ("x", FLOAT, "b,s,64")]);
+    expect(&g, "picked", FLOAT, "b,s,64");
+    let mut r = g.clone();
+    let report = run_pipeline(&mut r, &PipelineOptions::default()).expect("pipeline");
+    assert_eq!(report.counts["mxquant"], 1, "{:?}", report.rejections);
+    let m = r.to_model();
+    let iff = m
+        .graph
+        .as_ref()
+        .and_then(|g| g.node.iter().find(|n| n.op_type.as_deref() == Some("If")));
+    assert_eq!(
+        iff.map(|n| n.attribute.len()),
+        Some(2),
+        "the If keeps both branches"
+    );
+}
+
+#[test]
+fn opset_24_to_27_decoder_ops() {
+    let mut b = ModelBuilder::new(27);
+    let heads = [("q_num_heads", Attr::I(4)), ("kv_num_heads", Attr::I(2))];
+    b.node_in(
+        "",
+        "LinearAttention",
+        &["q", "k", "v"],
+        &["o", "state"],
+        &heads,
+    )
+    .node_in(
+        "",
+        "LinearAttention",
+        &["q16", "k16", "v16", "past"],
+        &["o16", "state16"],
+        &heads,
+    )
+    .node_in(
+        "",
+        "LinearAttention",
+        &["q", "k", "v"],
+        &["o_bad", "state_bad"],
+        &[("q_num_heads", Attr::I(4)), ("kv_num_heads", Attr::I(5))],
+    )
+    .node("CausalConvWithState", &["x", "w"], &["conv", "carry"])
+    .node(
+        "CausalConvWithState",
+        &["x", "wk", "", "past_conv"],
+        &["conv2", "carry2"],
+    )
+    .node("TensorScatter", &["cache", "update"], &["present"])
+    .node_in("", "BitCast", &["q"], &["bits"], &[("to", Attr::I(6))]);
+    let g = load(
+        &b,
+        &[
+            ("q", FLOAT, "b,t,64"),
+            ("k", FLOAT, "b,t,32"),
+            ("v", FLOAT, "b,t,48"),
+            ("q16", FLOAT16, "b,t,64"),
+            ("k16", FLOAT16, "b,t,32"),
+            ("v16", FLOAT16, "b,t,48"),
+            ("past", FLOAT, "b,2,16,24"),
+            ("x", BFLOAT16, "b,64,t"),
+            ("w", BFLOAT16, "64,1,4"),
+            ("wk", BFLOAT16, "64,1,k"),
+            ("past_conv", BFLOAT16, "b,64,3"),
+            ("cache", FLOAT16, "b,8,128,16"),
+            ("update", FLOAT16, "b,8,s,16"),
+        ],
+    );
+    // What ONNX's own shape inference gives for the same nodes (onnx 1.23.2).
+    expect(&g, "o", FLOAT, "b,t,96");
+    expect(&g, "state", FLOAT, "b,2,16,24");
+    expect(&g, "o16", FLOAT16, "b,t,96");
+    expect(&g, "state16", FLOAT, "b,2,16,24");
+    // 32 and 48 do not split into 5 heads.
+    expect(&g, "o_bad", FLOAT, "b,t,?");
+    expect(&g, "state_bad", FLOAT, "b,5,?,?");
+    expect(&g, "conv", BFLOAT16, "b,64,t");
+    expect(&g, "carry", BFLOAT16, "b,64,3");
+    expect(&g, "carry2", BFLOAT16, "b,64,3");
+    expect(&g, "present", FLOAT16, "b,8,128,16");
+    expect(&g, "bits", 6, "b,t,64");
+}
+
+/// Subgraphs that declare no types for their outputs (or no shapes): the inference runs on the
+/// body, its inputs typed from the node's (loop states from their initial values, scan inputs
+/// one slice each) and the main-graph values it reads. A state whose type changes from one
+/// iteration to the next ends with the dims every iteration agrees on — also where it changes
+/// only from the second iteration on (`t` takes `s`'s shape, which grows).
+#[test]
+fn untyped_bodies_are_inferred() {
+    fn untyped(name: &str) -> (&str, Option<(i32, &str)>) {
+        (name, None)
+    }
+    let then_out = [("then_out", Some((FLOAT, "")))];
+    let mut then = body(&[], &[("Relu", &["x"], &["then_out"])], &then_out);
+    if let Some(graph_rewrites::onnx_pb::type_proto::Value::TensorType(t)) = then.output[0]
+        .r#type
+        .as_mut()
+        .and_then(|t| t.value.as_mut())
+    {
+        t.shape = None; // FLOAT, rank unknown
+    }
+    let other = body(
+        &[],
+        &[("Neg", &["x"], &["else_out"])],
+        &[untyped("else_out")],
+    );
+    let step = body(
+        &[("i", INT64, ""), ("c_in", BOOL, "")],
+        &[
+            ("Identity", &["c_in"], &["c_out"]),
+            ("Add", &["h_in", "h_in"], &["h_out"]),
+            ("Concat", &["g_in", "g_in"], &["g_out"]),
+            ("Concat", &["s_in", "s_in"], &["s_out"]),
+            ("Shape", &["s_in"], &["s_shape"]),
+            ("Expand", &["t_in", "s_shape"], &["t_out"]),
+            ("Relu", &["h_in"], &["row"]),
+        ],
+        &[
+            untyped("c_out"),
+            untyped("h_out"),
+            untyped("g_out"),
+            untyped("s_out"),
+            untyped("t_out"),
+            untyped("row"),
+        ],
+    );
+    let mut step = step;
+    // The state inputs declare names only; Concat's axis is 0.
+    for name in ["h_in", "g_in", "s_in", "t_in"] {
+        step.input.push(ValueInfoProto {
+            name: Some(name.into()),
+            ..Default::default()
+        });
+    }
+    for n in &mut step.node {
+        if n.op_type.as_deref() == Some("Concat") {
+            n.attribute
+                .push(graph_rewrites::testing::attribute("axis", &Attr::I(0)));
+        }
+    }
+    let scan_step = body(
+        &[("acc_in", FLOAT, "64"), ("x_t", FLOAT, "")],
+        &[
+            ("Add", &["acc_in", "x_t"], &["acc_out"]),
+            ("Neg", &["x_t"], &["y_t"]),
+        ],
+        &[untyped("acc_out"), untyped("y_t")],
+    );
+    let mut scan_step = scan_step;
+    scan_step.input[1] = ValueInfoProto {
+        name: Some("x_t".into()),
+        ..Default::default()
+    };
+    let mut b = ModelBuilder::new(24);
+    b.init_i64("three", &[], &[3])
+        .node("If", &["cond"], &["picked"])
+        .graph_attr("then_branch", then)
+        .graph_attr("else_branch", other)
+        .node(
+            "Loop",
+            &["three", "", "h", "h", "s", "s"],
+            &["h_final", "g_final", "s_final", "t_final", "rows"],
+        )
+        .graph_attr("body", step)
+        .node_in(
+            "",
+            "Scan",
+            &["acc", "xs"],
+            &["acc_final", "ys"],
+            &[("num_scan_inputs", Attr::I(1))],
+        )
+        .graph_attr("body", scan_step);
+    let g = load(
+        &b,
+        &[
+            ("cond", BOOL, ""),
+            ("x", FLOAT, "b,s,64"),
+            ("h", FLOAT, "b,64"),
+            ("s", FLOAT, "1"),
+            ("acc", FLOAT, "64"),
+            ("xs", FLOAT, "n,64"),
+        ],
+    );
+    // The then branch declares FLOAT and no shape, the else branch nothing; both compute
+    // [b, s, 64] from x.
+    expect(&g, "picked", FLOAT, "b,s,64");
+    expect(&g, "h_final", FLOAT, "b,64");
+    expect(&g, "g_final", FLOAT, "?,64");
+    expect(&g, "s_final", FLOAT, "?");
+    expect(&g, "t_final", FLOAT, "?");
+    expect(&g, "rows", FLOAT, "3,b,64");
+    expect(&g, "acc_final", FLOAT, "64");
+    expect(&g, "ys", FLOAT, "n,64");
 }

@@ -146,8 +146,9 @@ pub enum Purpose {
     /// Type and shape inference over the whole graph in `GetCapability` (`crate::shapes`):
     /// only constants small enough to be shape inputs keep their bytes (the others become
     /// typed graph inputs), a computed value's shape with an unknown dim is left out (the
-    /// inference fills it in) and graph-valued attributes are dropped (no inference rule reads
-    /// a subgraph body).
+    /// inference fills it in) and graph-valued attributes are dropped (ORT's API does not give
+    /// them back: the inference's `If` / `Loop` / `Scan` rules, which read the subgraphs'
+    /// declared outputs, leave those nodes' outputs unknown here).
     Inference,
 }
 

@@ -97,46 +97,71 @@ def test_what_cannot_be_proven_is_still_refused_with_the_reason(ep_devices, tmp_
     assert "taken from the offline rewrite's inference" in log, log[-3000:]
 
 
-def attention_layer(path, elem, op):
-    """A decoder layer as torch's dynamo exporter writes it at opset ≥ 23 (so in every standard
-    MX export), without value_info: norm → MXFP8 → q / k / v, ONNX `Attention` (or q through
-    ONNX `RotaryEmbedding`, or ORT's `MultiHeadAttention`) → MXFP8 → o_proj → residual Add →
-    norm → MXFP8 → MatMul."""
-    h, f32, npt = 64, TP.FLOAT, {TP.FLOAT: np.float32, TP.FLOAT16: np.float16}[elem]
-    nodes, inits = [], []
+class LayerGraph:
+    """Nodes and initializers of a decoder layer in `elem` with hidden size `h`, each node named
+    after its one output (the helpers return that name)."""
 
-    def const(name, value, dtype=np.float32):
-        if name not in {i.name for i in inits}:
-            inits.append(onnx.numpy_helper.from_array(np.asarray(value, dtype), name))
+    def __init__(self, elem, h=64):
+        self.elem, self.h, self.nodes, self.inits = elem, h, [], []
+        self.npt = {TP.FLOAT: np.float32, TP.FLOAT16: np.float16}[elem]
+
+    def const(self, name, value, dtype=np.float32):
+        if name not in {i.name for i in self.inits}:
+            self.inits.append(onnx.numpy_helper.from_array(np.asarray(value, dtype), name))
         return name
 
-    def node(op_type, ins, out, domain="", **attrs):
-        nodes.append(helper.make_node(op_type, ins, [out], name=out, domain=domain, **attrs))
+    def node(self, op_type, ins, out, domain="", **attrs):
+        self.nodes.append(helper.make_node(op_type, ins, [out], name=out, domain=domain, **attrs))
         return out
 
-    def norm(s, tag):
+    def norm(self, s, tag):
+        """Decomposed RMSNorm in f32, cast back to `elem`."""
+        node, const, f32 = self.node, self.const, TP.FLOAT
         xf = node("Cast", [s], f"{tag}_xf", to=f32)
         mean = node("ReduceMean", [node("Mul", [xf, xf], f"{tag}_sq"), const("axes", [-1], np.int64)],
                     f"{tag}_mean")
         inv = node("Reciprocal", [node("Sqrt", [node("Add", [mean, const("eps", 1e-6)], f"{tag}_v")],
                                        f"{tag}_std")], f"{tag}_inv")
-        y = node("Mul", [node("Mul", [xf, inv], f"{tag}_n"), const(f"{tag}_w", np.linspace(0.5, 1.5, h))],
+        y = node("Mul", [node("Mul", [xf, inv], f"{tag}_n"), const(f"{tag}_w", np.linspace(0.5, 1.5, self.h))],
                  f"{tag}_y")
-        return node("Cast", [y], f"{tag}_out", to=elem)
+        return node("Cast", [y], f"{tag}_out", to=self.elem)
 
-    def mx(x, tag):
+    def mx(self, x, tag):
+        """Standard opset-24 MXFP8 (OCP floor) quantize + DequantizeLinear of a [batch, seq, h] x."""
+        node, const, h = self.node, self.const, self.h
         blocks = node("Reshape", [x, const("blocks", [0, 0, h // 32, 32], np.int64)], f"{tag}_b")
         amax = node("ReduceMax", [node("Abs", [blocks], f"{tag}_abs"), const("axes", [-1], np.int64)],
                     f"{tag}_amax", keepdims=0)
-        scale = node("Mul", [node("Cast", [amax], f"{tag}_amax_f32", to=f32), const("c", 2.0**-8)], f"{tag}_s")
+        scale = node("Mul", [node("Cast", [amax], f"{tag}_amax_f32", to=TP.FLOAT), const("c", 2.0**-8)],
+                     f"{tag}_s")
         scale = node("Cast", [scale], f"{tag}_e8m0", to=TP.FLOAT8E8M0, round_mode="down", saturate=1)
         q = node("QuantizeLinear", [x, scale], f"{tag}_q", axis=-1, block_size=32,
                  output_dtype=TP.FLOAT8E4M3FN)
-        return node("DequantizeLinear", [q, scale], f"{tag}_dq", axis=-1, block_size=32, output_dtype=elem)
+        return node("DequantizeLinear", [q, scale], f"{tag}_dq", axis=-1, block_size=32,
+                    output_dtype=self.elem)
 
-    def linear(a, tag, seed):
-        w = np.random.default_rng(seed).standard_normal((h, h)).astype(np.float32) * 0.1
-        return node("MatMul", [a, const(f"{tag}_w", w, npt)], tag)
+    def weight(self, tag, seed):
+        w = np.random.default_rng(seed).standard_normal((self.h, self.h)).astype(np.float32) * 0.1
+        return self.const(f"{tag}_w", w, self.npt)
+
+    def linear(self, a, tag, seed):
+        return self.node("MatMul", [a, self.weight(tag, seed)], tag)
+
+    def save(self, path, name, inputs, outputs):
+        """An opset-24 (+ com.microsoft 1), IR-11 model without value_info, at `path`."""
+        g = helper.make_graph(self.nodes, name, inputs, outputs, self.inits)
+        opsets = [helper.make_opsetid("", 24), helper.make_opsetid("com.microsoft", 1)]
+        onnx.save(helper.make_model(g, opset_imports=opsets, ir_version=11), path)
+        return path
+
+
+def attention_layer(path, elem, op):
+    """A decoder layer as torch's dynamo exporter writes it at opset ≥ 23 (so in every standard
+    MX export), without value_info: norm → MXFP8 → q / k / v, ONNX `Attention` (or q through
+    ONNX `RotaryEmbedding`, or ORT's `MultiHeadAttention`) → MXFP8 → o_proj → residual Add →
+    norm → MXFP8 → MatMul."""
+    h, layer = 64, LayerGraph(elem)
+    node, norm, mx, linear = layer.node, layer.norm, layer.mx, layer.linear
 
     s = node("Add", ["x", "res"], "s")
     a = mx(norm(s, "n1"), "qkv_in")
@@ -154,10 +179,7 @@ def attention_layer(path, elem, op):
     if op == "RotaryEmbedding":
         ins += [helper.make_tensor_value_info(n, elem, [64, 8]) for n in ("cos", "sin")]
         ins.append(helper.make_tensor_value_info("pos", TP.INT64, ["batch", "seq"]))
-    g = helper.make_graph(nodes, "attention_layer", ins, [helper.make_tensor_value_info(out, elem, None)], inits)
-    opsets = [helper.make_opsetid("", 24), helper.make_opsetid("com.microsoft", 1)]
-    onnx.save(helper.make_model(g, opset_imports=opsets, ir_version=11), path)
-    return path
+    return layer.save(path, "attention_layer", ins, [helper.make_tensor_value_info(out, elem, None)])
 
 
 @pytest.mark.parametrize("elem", [TP.FLOAT, TP.FLOAT16])
@@ -187,3 +209,77 @@ def test_opset23_attention_without_value_info_fuses_and_the_rewrite_loads(op, el
     if elem == TP.FLOAT16:  # ORT runs unfused f16 ops in f32 on the custom-op path (docs/provider.md)
         offline = ep_session(tmp_path / "fused.onnx", ep_devices)
     assert same_bits(offline.run(None, feed)[0], online.run(None, feed)[0])
+
+
+def pad_einsum_layer(path, body_shapes=True):
+    """A decoder layer whose dims reach the MXFP8 sites only through ops mxfuse's inference did
+    not know before: x [batch, seq, 48] padded to 64 (`Pad`) and projected by `Einsum`; the
+    residual through an `If` (its branches declare [batch, seq, 64]) and a `Loop` (its body's
+    state likewise); residual Add → norm → MXFP8 → MatMul; a SwiGLU whose gate and up are
+    `Einsum`s → MXFP8 → MatMul. A `Scan` (a running sum over the padded rows) is a second output.
+    No value_info; `body_shapes=False`: the If branches and the Loop body declare their outputs'
+    element types only (mxfuse infers the bodies)."""
+    h, layer = 64, LayerGraph(TP.FLOAT)
+    node, const, vi = layer.node, layer.const, helper.make_tensor_value_info
+    rows = ["batch", "seq", h] if body_shapes else None
+    padded = node("Pad", ["x", const("pads", [0, 0, 0, 0, 0, h - 48], np.int64)], "padded")
+    proj = node("Einsum", [padded, layer.weight("in", 0)], "proj", equation="bsd,de->bse")
+    branch = lambda op, out: helper.make_graph(  # noqa: E731
+        [helper.make_node(op, ["res"], [out])], f"{op}_branch", [], [vi(out, TP.FLOAT, rows)])
+    picked = node("If", ["flag"], "picked", then_branch=branch("Identity", "then_out"),
+                  else_branch=branch("Neg", "else_out"))
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Add", ["r_in", "r_in"], ["r_out"])],
+        "double", [vi("i", TP.INT64, []), vi("cond_in", TP.BOOL, []), vi("r_in", TP.FLOAT, ["batch", "seq", h])],
+        [vi("cond_out", TP.BOOL, []), vi("r_out", TP.FLOAT, rows)])
+    carried = node("Loop", [const("two", 2, np.int64), "", picked], "carried", body=body)
+    s = node("Add", [proj, carried], "s")
+    y1 = layer.linear(layer.mx(layer.norm(s, "n1"), "n1_mx"), "o", 1)
+    gate = node("Einsum", [y1, layer.weight("gate", 2)], "gate", equation="bsd,df->bsf")
+    up = node("Einsum", [y1, layer.weight("up", 3)], "up", equation="...d,df->...f")
+    act = node("Mul", [node("Mul", [gate, node("Sigmoid", [gate], "gate_sig")], "silu"), up], "act")
+    out = layer.linear(layer.mx(act, "act_mx"), "down", 4)
+    scan_body = helper.make_graph(
+        [helper.make_node("Add", ["acc_in", "row"], ["acc_out"]),
+         helper.make_node("Identity", ["acc_out"], ["running"])],
+        "running_sum", [vi("acc_in", TP.FLOAT, ["batch", h]), vi("row", TP.FLOAT, ["batch", h])],
+        [vi("acc_out", TP.FLOAT, ["batch", h]), vi("running", TP.FLOAT, ["batch", h])])
+    layer.nodes.append(helper.make_node("Scan", ["acc0", padded], ["total", "sums"], name="scan", num_scan_inputs=1,
+                                        scan_input_axes=[1], scan_output_axes=[1], body=scan_body))
+    ins = [vi("x", TP.FLOAT, ["batch", "seq", 48]), vi("res", TP.FLOAT, ["batch", "seq", h]),
+           vi("flag", TP.BOOL, []), vi("acc0", TP.FLOAT, ["batch", h])]
+    outs = [vi(n, TP.FLOAT, None) for n in (out, "total", "sums")]
+    return layer.save(path, "pad_einsum_layer", ins, outs)
+
+
+@pytest.mark.parametrize("body_shapes", [True, False])
+def test_pad_einsum_and_control_flow_carry_the_dims_to_the_fusions(body_shapes, lib, ep_devices, mxfuse_cli,
+                                                                   tmp_path):
+    """Probe 10 left `Pad`, `Einsum`, `OneHot`, `Resize` and control flow out of the offline
+    inference: in such a model without value_info the norm and the SwiGLU were refused ("unknown
+    shape") and their E8M0 `QuantizeLinear`s stayed, which ONNX Runtime's CPU EP cannot load. Now
+    both fuse, the If / Loop / Scan bodies are kept as they are, and the rewrite (custom-op
+    library) computes what the original does on the plugin EP, within float summation order:
+    the EP fuses less of this model (ONNX Runtime's inference leaves the Loop's output unranked,
+    and the EP cannot read the body: it runs the norm and the SwiGLU unfused, quantizing with
+    `MxQuantizeLinear`), so the GEMMs sum in another order."""
+    src = pad_einsum_layer(tmp_path / "m.onnx", body_shapes)
+    assert not onnx.load(src).graph.value_info
+    report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
+    assert report["counts"]["add_rmsnorm_mxquant"] == 1, report
+    assert report["counts"]["swiglu_mxquant_matmul"] == 1, report
+    assert not report["rejections"], report["rejections"]
+    fused = onnx.load(tmp_path / "fused.onnx")
+    assert {"If", "Loop", "Scan", "Pad", "Einsum"} <= {n.op_type for n in fused.graph.node}
+    assert not {"QuantizeLinear", "DequantizeLinear"} & {n.op_type for n in fused.graph.node}
+    online, offline = ep_session(src, ep_devices), offline_session(tmp_path / "fused.onnx", lib)
+    rng = np.random.default_rng(7)
+    for batch, seq, flag in [(1, 1, True), (1, 5, False), (2, 3, True)]:
+        feed = {"x": rng.standard_normal((batch, seq, 48)).astype(np.float32),
+                "res": rng.standard_normal((batch, seq, 64)).astype(np.float32),
+                "flag": np.array(flag), "acc0": np.zeros((batch, 64), np.float32)}
+        got, want = offline.run(None, feed), online.run(None, feed)
+        assert got[0].shape == (batch, seq, 64) and got[2].shape == (batch, seq, 64)
+        assert same_bits(got[1], want[1]) and same_bits(got[2], want[2])  # the Scan's, unfused
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6, err_msg=str((batch, seq, flag)))

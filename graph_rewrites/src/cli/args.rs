@@ -31,7 +31,9 @@ pub enum Command {
 
 const REWRITE_HELP: &str = "\
 Rewrite a model: fuse MXFP8 quantization into the kernels around it, print a table of what each \
-rule fused and refused, and optionally write a JSON report.
+rule fused and refused, then the near misses (a rule's pattern almost matched where nothing fused \
+or was refused: the rule, the node, what did not match; at most 8, then \"and N more\"), and \
+optionally write a JSON report.
 
 External data: tensors stored outside the .onnx file are never read unless a rule needs their \
 values, and their `location`s are written unchanged. When OUT is in another directory than IN, \
@@ -61,7 +63,8 @@ pub struct RewriteArgs {
     /// Do not run this rule (repeatable).
     #[arg(long, value_name = "RULE")]
     pub disable: Vec<String>,
-    /// Print every refused site with its reason.
+    /// Print every refused site with its reason, every note of a fusion, and every near miss
+    /// (without it the near misses are capped at 8 lines).
     #[arg(long)]
     pub explain: bool,
     /// A rule setting (repeatable): scale_rule=floor|rceil (override every fused quantizer's

@@ -18,7 +18,8 @@ pub struct ReportJson<'a> {
     pub counts: &'a BTreeMap<String, usize>,
     pub fusions: &'a [Fusion],
     pub rejections: &'a [Rejection],
-    /// With `--explain`: candidates whose structure did not match, and the deepest mismatch.
+    /// Candidates whose structure did not match, and the deepest mismatch (`mxfuse rewrite`
+    /// always records them; a library caller with `PipelineOptions::explain`).
     #[serde(skip_serializing_if = "<[Rejection]>::is_empty")]
     pub near_misses: &'a [Rejection],
     /// Separate activation-quantize ops (launches) before and after the rewrite.

@@ -25,7 +25,8 @@ pub fn run_rewrite(args: &RewriteArgs) -> Result<String, CliError> {
     let opts = PipelineOptions {
         only: args.only.clone(),
         disable: args.disable.clone(),
-        explain: args.explain,
+        // Near misses are always recorded: the text output summarises them.
+        explain: true,
         settings: parse_settings(&args.settings)?,
     };
     // A bad setting is a command-line error (exit 2), found before the model is read.
@@ -52,9 +53,13 @@ pub fn run_rewrite(args: &RewriteArgs) -> Result<String, CliError> {
     save_graph(g, &args.output)?;
     timer.lap("save");
     let mut out = table::summary_table(&report);
-    if args.explain {
+    let cap = if args.explain {
         out.push_str(&table::explain_lines(&report));
-    }
+        usize::MAX
+    } else {
+        table::NEAR_MISS_LINES
+    };
+    out.push_str(&table::near_miss_lines(&report, cap));
     out.push_str(&foreign);
     out.push_str(&nested);
     let _ = writeln!(out, "wrote {}", args.output.display());

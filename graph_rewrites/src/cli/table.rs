@@ -1,10 +1,11 @@
 //! The summary table `mxfuse rewrite` prints: per rule, fusions, refusals and the commonest
 //! refusal reasons.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write;
 
 use crate::pipeline::{Rejection, RewriteReport};
+use crate::view::NodeId;
 
 /// How many distinct reasons the table shows per rule.
 const TOP_REASONS: usize = 2;
@@ -110,6 +111,68 @@ fn commonest_reasons<'a>(refusals: &[&'a Rejection]) -> Vec<(&'a str, usize)> {
     v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
     v.truncate(TOP_REASONS);
     v
+}
+
+/// How many near misses the rewrite's text output lists (all of them with `--explain`).
+pub const NEAR_MISS_LINES: usize = 8;
+
+/// The near misses worth showing: candidates whose structure did not match a rule, at nodes
+/// that no other (non-fallback) rule fused and no rule refused (a refusal is in the table with
+/// its reason already), one per rule and node. A quantizer `mxquant` fused is not a near miss
+/// of the norm rule that expected a norm in front of it; one that only `mx_quant_linear` took
+/// (it runs, but unfused) or that nothing took is. Pipeline order: by rule, then node name.
+pub fn shown_near_misses(report: &RewriteReport) -> Vec<&Rejection> {
+    let registry = crate::rules::registry();
+    let fallback = |rule: &str| registry.iter().any(|r| r.name() == rule && r.fallback());
+    let explained: HashSet<NodeId> = report
+        .fusions
+        .iter()
+        .filter(|f| !fallback(&f.rule))
+        .flat_map(|f| f.replaced_ids.iter().copied())
+        .chain(report.rejections.iter().filter_map(|r| r.anchor))
+        .collect();
+    let order = crate::pipeline::rule_names();
+    let mut seen = HashSet::new();
+    let mut shown: Vec<&Rejection> = report
+        .near_misses
+        .iter()
+        .filter(|r| r.anchor.is_none_or(|a| !explained.contains(&a)))
+        // The same candidate in several iterations (its neighbours rewritten in between).
+        .filter(|r| seen.insert((r.rule.as_str(), r.anchor, r.at.as_str())))
+        .collect();
+    shown.sort_by_key(|r| {
+        order
+            .iter()
+            .position(|o| *o == r.rule)
+            .unwrap_or(usize::MAX)
+    });
+    shown
+}
+
+/// A summary of [`shown_near_misses`]: the rule, the node it was tried at and the mismatch, at
+/// most `cap` lines, then "and N more". Empty when there are none.
+pub fn near_miss_lines(report: &RewriteReport, cap: usize) -> String {
+    let shown = shown_near_misses(report);
+    if shown.is_empty() {
+        return String::new();
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "near misses ({}: a rule's pattern almost matched where nothing fused or was refused):",
+        shown.len()
+    );
+    for r in shown.iter().take(cap) {
+        let _ = writeln!(out, "  {} at '{}': {}", r.rule, r.at, r.reason);
+    }
+    if shown.len() > cap {
+        let _ = writeln!(
+            out,
+            "  and {} more (--explain lists them all; --report writes them to the JSON)",
+            shown.len() - cap
+        );
+    }
+    out
 }
 
 /// Every refusal, then every note of an applied fusion (a reader it left out), one per line

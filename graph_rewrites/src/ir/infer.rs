@@ -18,15 +18,22 @@
 //!   (0) or an unknown rank (no shape). A loaded shape is kept whole, unknown dims included, so
 //!   a model that declares a dim unknown is matched as declared; where the two disagree, the
 //!   loaded type is kept as is.
-//! * Ops without a rule (and subgraph bodies) leave their outputs unknown; symbolic dims
+//! * Ops without a rule leave their outputs unknown. An `If` / `Loop` / `Scan` node's outputs
+//!   take the types its subgraphs declare for their outputs, completed by this inference run on
+//!   the subgraph itself where they declare less (with the node's inputs: [`control_flow`]);
+//!   what is inferred inside a subgraph is not kept; symbolic dims
 //!   propagate as [`Dim::Symbolic`](crate::view::Dim::Symbolic), sizes that cannot be derived become
 //!   [`Dim::Unknown`](crate::view::Dim::Unknown).
 //! * The pass runs at load only. Values that rules add later come with their own type
 //!   ([`Graph::add_value`]).
 
+mod control_flow;
+mod einsum;
 mod layout;
+mod linear_attention;
 mod node;
 mod ops;
+mod resize;
 mod shape;
 mod values;
 

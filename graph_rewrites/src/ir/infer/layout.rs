@@ -1,6 +1,6 @@
 //! Rules for the ops that move data without computing on it: Reshape, Flatten, Transpose,
-//! Unsqueeze, Squeeze, Concat, Split, Slice, Gather, GatherND, Tile. Their element type is the
-//! data input's; only the shape changes.
+//! Unsqueeze, Squeeze, Concat, Split, Slice, Gather, GatherND, Tile, Pad. Their element type is
+//! the data input's; only the shape changes.
 
 use super::node::{info, IntList, Node};
 use super::shape::{self, known, known_dims, norm_axes, norm_axis, product_dim, unify};
@@ -240,6 +240,46 @@ pub(super) fn tile(c: &Node) -> Vec<TensorInfo> {
             })
             .collect(),
         _ => vec![Dim::Unknown; s.len()],
+    });
+    vec![info(c.elem(0), shape)]
+}
+
+/// `Pad`: each padded axis grows by its begin and end pads (negative pads crop). The pads are
+/// attribute `pads` (opset 2-10; `paddings` in opset 1) or input 1 (11+), `[begins..., ends...]`
+/// over `axes` (input 3, opset 18+) or every axis. Pads that are not constant leave the padded
+/// axes' sizes unknown; a symbolic dim keeps its name only where its pads add up to 0. Pads of
+/// the wrong length, or that crop an axis below 0, give no shape (an invalid model).
+pub(super) fn pad(c: &Node) -> Vec<TensorInfo> {
+    let shape = c.shape(0).and_then(|s| {
+        let axes = match c.input(3) {
+            None => (0..s.len()).collect(),
+            Some(_) => match c.known_ints(3) {
+                Some(a) => norm_axes(&a, s.len())?,
+                None => return Some(vec![Dim::Unknown; s.len()]),
+            },
+        };
+        let pads = match c.int_list("pads", 1) {
+            IntList::Absent => c.ints("paddings"),
+            IntList::Given(p) => Some(p),
+            IntList::NotConstant => None,
+        };
+        let mut out = s;
+        let Some(pads) = pads else {
+            axes.iter().for_each(|&a| out[a] = Dim::Unknown);
+            return Some(out);
+        };
+        if pads.len() != 2 * axes.len() {
+            return None;
+        }
+        for (i, &a) in axes.iter().enumerate() {
+            let total = pads[i].checked_add(pads[i + axes.len()])?;
+            out[a] = match known(&out[a]) {
+                _ if total == 0 => out[a].clone(),
+                Some(d) => Dim::Known(d.checked_add(total).filter(|&n| n >= 0)?),
+                None => Dim::Unknown,
+            };
+        }
+        Some(out)
     });
     vec![info(c.elem(0), shape)]
 }

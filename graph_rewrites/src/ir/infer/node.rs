@@ -4,8 +4,9 @@
 use std::collections::HashMap;
 
 use crate::ir::Graph;
-use crate::pattern::predicates::values_i64;
-use crate::view::{AttrValue, Dim, GraphView, NodeId, TensorInfo, ValueId};
+use crate::onnx_pb::AttributeProto;
+use crate::pattern::predicates::{values_f64, values_i64};
+use crate::view::{AttrValue, ConstTensor, Dim, GraphView, NodeId, TensorInfo, ValueId};
 
 /// Constant inputs read for shapes, axes, splits and slice bounds have at most this many
 /// elements; checking the declared size first keeps inference from reading a large (possibly
@@ -33,7 +34,7 @@ pub(super) enum IntList {
     NotConstant,
 }
 
-impl Node<'_> {
+impl<'a> Node<'a> {
     pub fn input(&self, slot: usize) -> Option<ValueId> {
         self.g.inputs(self.n).get(slot).copied().flatten()
     }
@@ -105,12 +106,41 @@ impl Node<'_> {
         if let Some(vals) = self.values.get(&v) {
             return Some(vals.clone());
         }
+        let ints = values_i64(&self.small_const(slot)?)?;
+        Some(ints.into_iter().map(Dim::Known).collect())
+    }
+
+    /// The element values of a small numeric constant input as `f64` (Resize scales, a float
+    /// OneHot depth).
+    pub fn const_f64s(&self, slot: usize) -> Option<Vec<f64>> {
+        values_f64(&self.small_const(slot)?)
+    }
+
+    /// Input `slot`'s value when it is a constant of at most [`MAX_SHAPE_CONST_ELEMS`] elements.
+    fn small_const(&self, slot: usize) -> Option<ConstTensor> {
+        let v = self.input(slot)?;
         let elems = super::shape::product(&self.g.tensor_info(v)?.shape?)?;
         if elems > MAX_SHAPE_CONST_ELEMS {
             return None;
         }
-        let ints = values_i64(&self.g.const_value(v)?)?;
-        Some(ints.into_iter().map(Dim::Known).collect())
+        self.g.const_value(v)
+    }
+
+    /// Whether input `slot` is given and not an empty tensor (Resize's `scales` / `sizes`: an
+    /// empty one stands for an absent one in opsets 11-12).
+    pub fn given(&self, slot: usize) -> bool {
+        self.input(slot).is_some()
+            && self.shape(slot).and_then(|s| super::shape::product(&s)) != Some(0)
+    }
+
+    /// The graph attribute `name` (an `If` branch, a `Loop` / `Scan` body).
+    pub fn subgraph(&self, name: &str) -> Option<&'a AttributeProto> {
+        self.g
+            .node(self.n)
+            .proto
+            .attribute
+            .iter()
+            .find(|a| a.name.as_deref() == Some(name) && a.g.is_some())
     }
 
     /// [`Node::int_values`] when every element is a known number.

@@ -4,16 +4,16 @@
 //! Each rule returns one [`TensorInfo`] per output slot it knows about (possibly partial:
 //! `elem_type` 0 or `shape: None`); the caller merges them into the graph's values.
 
-use super::layout;
 use super::node::{info, IntList, Node};
 use super::shape::{self, known, norm_axes, norm_axis};
+use super::{control_flow, einsum, layout, linear_attention, resize};
 use crate::pattern::predicates::{dtype, scalar_f64};
 use crate::view::{
     AttrValue, Dim, GraphView, TensorInfo, MS_DOMAIN, MXFUSE_DOMAIN, QUARK_DOMAIN, TRT_DOMAIN,
 };
 
 const UINT8: i32 = 2;
-const BOOL: i32 = 9;
+pub(super) const BOOL: i32 = 9;
 
 /// The MX block length (docs/ops.md): scales have `K / 32` entries along the last axis.
 const MX_BLOCK: i64 = 32;
@@ -118,7 +118,9 @@ fn onnx_op(c: &Node, op: &str) -> Vec<TensorInfo> {
         | "MeanVarianceNormalization"
         | "InstanceNormalization"
         | "GroupNormalization"
-        | "RotaryEmbedding" => c.same(0),
+        | "RotaryEmbedding"
+        // Opset 24: a KV-cache update in place; the present cache is the past one's type.
+        | "TensorScatter" => c.same(0),
         "Attention" => attention(c),
         "IsNaN" | "IsInf" => vec![info(BOOL, c.shape(0))],
         "Dropout" => vec![c.info(0), info(BOOL, c.shape(0))],
@@ -130,7 +132,8 @@ fn onnx_op(c: &Node, op: &str) -> Vec<TensorInfo> {
         }
         "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" => elementwise(c, BOOL),
         "Where" => elementwise(c, c.first_elem([1, 2])),
-        "Cast" => {
+        // BitCast (opset 26) reinterprets the bits: same shape, `to` type.
+        "Cast" | "BitCast" => {
             let to = c.int("to", 0).unwrap_or(0);
             vec![info(i32::try_from(to).unwrap_or(0), c.shape(0))]
         }
@@ -152,6 +155,15 @@ fn onnx_op(c: &Node, op: &str) -> Vec<TensorInfo> {
         "Split" => layout::split(c),
         "Slice" => layout::slice(c),
         "Tile" => layout::tile(c),
+        "Pad" => layout::pad(c),
+        "Einsum" => einsum::einsum(c),
+        "OneHot" => one_hot(c),
+        "Resize" => resize::resize(c),
+        "If" => control_flow::if_op(c),
+        "Loop" => control_flow::loop_op(c),
+        "Scan" => control_flow::scan(c),
+        "LinearAttention" => linear_attention::linear_attention(c),
+        "CausalConvWithState" => linear_attention::causal_conv(c),
         "Gather" => layout::gather(c),
         "GatherElements" => vec![info(c.elem(0), c.shape(1))],
         "GatherND" => layout::gather_nd(c),
@@ -554,4 +566,25 @@ fn top_k(c: &Node) -> Vec<TensorInfo> {
         Some(s)
     });
     vec![info(c.elem(0), shape.clone()), info(dtype::INT64, shape)]
+}
+
+/// `OneHot(indices, depth, values)`: `values`' type, `indices`' shape with `depth` inserted at
+/// `axis` (in `[-r - 1, r]`). The depth is a positive integer constant, a named dim from a
+/// tracked shape, or a float constant (ONNX casts it to int64: truncated); otherwise unknown.
+fn one_hot(c: &Node) -> Vec<TensorInfo> {
+    let depth = match c.int_values(1).as_deref() {
+        Some([d @ Dim::Symbolic(_)]) => d.clone(),
+        Some([Dim::Known(d)]) if *d > 0 => Dim::Known(*d),
+        Some(_) => Dim::Unknown,
+        None => match c.const_f64s(1).as_deref() {
+            Some(&[d]) if d >= 1.0 && d < (1u64 << 53) as f64 => Dim::Known(d.trunc() as i64),
+            _ => Dim::Unknown,
+        },
+    };
+    let shape = c.shape(0).and_then(|mut s| {
+        let at = norm_axis(c.int("axis", -1)?, s.len() + 1)?;
+        s.insert(at, depth);
+        Some(s)
+    });
+    vec![info(c.elem(2), shape)]
 }
