@@ -56,6 +56,44 @@ pub(super) fn check_block_reshape(
     }
 }
 
+/// The amax `Reshape` after `ReduceMax(-1)` (keepdims 1, or 0) must give the scale's
+/// `[..x's leading dims.., K/32]`: the same bytes in the same order as `Squeeze(-1)`, read like
+/// the block shape (a constant or computed from `Shape(x)`; each leading entry 0, x's dim where it
+/// is known, or the one -1).
+pub(super) fn check_amax_reshape(
+    g: &dyn GraphView,
+    n: NodeId,
+    x: ValueId,
+    rank: usize,
+    k: i64,
+) -> Result<(), Reject> {
+    let shape_v = g.inputs(n).get(1).copied().flatten();
+    let shape = shape_v.and_then(|v| shape_entries(g, v, x, 0));
+    let shape = shape.ok_or_else(|| {
+        reject!("block amax Reshape shape is not a constant, nor computed from Shape(x) as x's own leading dims then constants")
+    })?;
+    let ok = shape.len() == rank
+        && (shape[rank - 1] == k / BLOCK || shape[rank - 1] == -1)
+        && attr_int(g.attr(n, "allowzero"), 0) == Some(0);
+    let dims = g.tensor_info(x).and_then(|i| i.shape).unwrap_or_default();
+    let lead = &shape[..rank - 1];
+    let keeps = |(i, e): (usize, &i64)| match (*e, dims.get(i)) {
+        (0, _) => true,
+        (-1, _) => lead.iter().filter(|e| **e == -1).count() == 1 && shape[rank - 1] != -1,
+        (e, Some(Dim::Known(d))) => e == *d,
+        _ => false,
+    };
+    if ok && lead.iter().enumerate().all(keeps) {
+        Ok(())
+    } else {
+        Err(reject!(
+            "block amax Reshape {shape:?} is not shown to give the scale's shape {} ++ [{}] (x's leading dims: each entry 0, x's dim where it is known, or the one -1; allowzero 0)",
+            super::rms_norm::fmt_shape(&Some(dims[..rank.saturating_sub(1).min(dims.len())].to_vec())),
+            k / BLOCK
+        ))
+    }
+}
+
 /// K (the last dim of `x`, of rank `rank`) as the block Reshape `n` states it: its shape read
 /// as in [`check_block_reshape`] ends in `[K/32, 32]` with a known K/32 > 0 and no leading -1. For an `x` whose last
 /// dim is symbolic (exporters' and ORT's symbolic hidden dims): the unfused Reshape fails at run
@@ -171,23 +209,21 @@ fn shape_entries(g: &dyn GraphView, v: ValueId, x: ValueId, at: usize) -> Option
     dims.into_iter().enumerate().map(entry).collect()
 }
 
-/// The nodes computing the block Reshape's shape at run time (see [`shape_entries`]), to absorb.
-/// They read `x`: when x is computed inside the fusion (the norm or SwiGLU output) they must go
-/// with it, or ONNX Runtime would get a fused node feeding its own input. A shape computation
-/// something else reads too is refused there (left in place when x comes from outside).
+/// The nodes computing the block Reshape's (and the amax Reshape's) shape at run time (see
+/// [`shape_entries`]), to absorb. They read `x`: when x is computed inside the fusion (the norm
+/// or SwiGLU output) they must go with it, or ONNX Runtime would get a fused node feeding its own
+/// input. A shape computation something else reads too is refused there (left in place when x
+/// comes from outside). The two Reshapes may share part of it (`Shape(x)[:-1]`).
 pub(super) fn block_shape_nodes(
     m: &Match<'_>,
-    reshape: NodeId,
+    reshapes: &[NodeId],
     x: ValueId,
 ) -> Result<Vec<NodeId>, Reject> {
     let g = m.graph();
     let mut nodes: Vec<NodeId> = Vec::new();
-    let mut todo: Vec<ValueId> = g
-        .inputs(reshape)
-        .get(1)
-        .copied()
-        .flatten()
-        .into_iter()
+    let mut todo: Vec<ValueId> = reshapes
+        .iter()
+        .filter_map(|r| g.inputs(*r).get(1).copied().flatten())
         .collect();
     while let Some(v) = todo.pop() {
         if v == x || g.is_constant(v) {
@@ -206,7 +242,7 @@ pub(super) fn block_shape_nodes(
             !g.is_graph_output(*v)
                 && g.consumers(*v)
                     .iter()
-                    .all(|(c, _)| *c == reshape || nodes.contains(c))
+                    .all(|(c, _)| reshapes.contains(c) || nodes.contains(c))
         })
     });
     match (private, m.produces_inside(x)) {
