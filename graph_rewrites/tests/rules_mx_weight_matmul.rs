@@ -418,6 +418,19 @@ fn a_matmul_behind_a_refused_mx_activation_quantizer_is_taken_in_one_scan() {
         assert_eq!(ok("mx_dequant"), 1, "{t} {c}: {sites:#?}");
         let (report, g) = b.rewrite();
         assert_eq!(report.counts["mx_weight_matmul"], 1, "{report:#?}");
+        if t == FLOAT16 {
+            // The refusal says what the export can change.
+            let why = &report
+                .rejections
+                .iter()
+                .find(|r| r.rule == "mxquant")
+                .unwrap()
+                .reason;
+            assert!(
+                why.contains("computed in float16") && why.contains("Cast the block amax to float"),
+                "{why}"
+            );
+        }
         let mm = graph_rewrites::testing::first_node(&g, "MxMatMul");
         let a = g.inputs(mm)[0].unwrap();
         assert_eq!(g.op_type(g.producer(a).unwrap().0), "MxDequantize");

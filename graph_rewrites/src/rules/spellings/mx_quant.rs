@@ -478,8 +478,15 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
         .map(|i| i.elem_type)
         .unwrap_or(0);
     if amax_t == dtype::FLOAT16 || (rule == ScaleRule::Rceil && amax_t != dtype::FLOAT) {
+        // Say what the export can do about it (new-user probe 11: an f16 model whose every
+        // quantizer was refused, the report saying only that the rounding differs).
+        let why = if amax_t == dtype::FLOAT16 {
+            "float16 rounds amax·2^-8 to its subnormal spacing below 2^-14 (blocks with amax < 2^-6) and to 0 below 2^-25"
+        } else {
+            "amax/448 is rounded to that type before the round-up"
+        };
         return Err(reject!(
-            "the {} scale is computed in {}: its rounding differs from the exact rule the kernels use",
+            "the {} scale is computed in {}: its rounding differs from the exact rule the kernels use ({why}); Cast the block amax to float before scaling it, as the fused spelling expects",
             rule.as_str(),
             dtype::name(amax_t)
         ));
