@@ -109,9 +109,7 @@ fn activation_is_not_mx(g: &dyn GraphView, n: NodeId) -> bool {
     match g.producer(a) {
         Some((p, _)) => match mx_dequant_of(g, a) {
             Some(dq) => quantizer_left_to_fallback(g, dq),
-            None => {
-                !is_op(g, p, QUARK_DOMAIN, "MXQuantizeDequantize") && !is_trt_dequantize(g, p)
-            }
+            None => !is_op(g, p, QUARK_DOMAIN, "MXQuantizeDequantize") && !is_trt_dequantize(g, p),
         },
         None => true,
     }
