@@ -383,7 +383,10 @@ pub fn check_add_rms_norm(
             single_op_norm(g, node, m.node(n.cast_up), m.node(n.cast_back_single), rank)?,
         ),
         (_, _, Some(node)) => skip_norm(m, r, n, node, t)?,
-        _ => (residual_of_add(m, r), decomposed_norm(m, n, t, rank)?),
+        _ => {
+            keeps_rank(m, n, shape(g, s).map_or(rank, |d| d.len()))?;
+            (residual_of_add(m, r), decomposed_norm(m, n, t, rank)?)
+        }
     };
     if inputs.allreduce {
         let ar = m.node(r.allreduce_sole).or(m.node(r.allreduce));
@@ -710,6 +713,46 @@ fn decomposed_norm(m: &Match<'_>, n: &RmsNormPat, t: i32, rank: usize) -> Result
         inv_form,
         round_sum: true,
     })
+}
+
+/// The decomposed chain keeps the sum's rank: a one-element constant of higher rank (eps, the
+/// Pow exponent, Gemma's 1 stored as `[1, 1, 1, 1]` for a rank-3 sum) broadcasts the normed
+/// tensor to more dims, which the fused op does not write (new-user probe 11: fused, the rewrite
+/// dropped a dim). Checked on the normed value's inferred rank and on the constants' ranks.
+fn keeps_rank(m: &Match<'_>, n: &RmsNormPat, rank: usize) -> Result<(), Reject> {
+    let g = m.graph();
+    let y = m[n.y];
+    if let Some(s) = g.tensor_info(y).and_then(|i| i.shape) {
+        if s.len() != rank {
+            return Err(reject!(
+                "normed '{}' {} has rank {}, the sum {rank}: a constant broadcasts it",
+                g.value_name(y),
+                fmt_shape(&Some(s.clone())),
+                s.len()
+            ));
+        }
+    }
+    let mut operands: Vec<ValueId> = [n.pow_exponent, n.eps, n.one_numerator]
+        .into_iter()
+        .filter_map(|v| m.get(v))
+        .collect();
+    if let Some(a) = m.node(n.gamma_add) {
+        operands.extend(g.inputs(a).iter().flatten());
+    }
+    for v in operands.into_iter().filter(|v| g.is_constant(*v)) {
+        let r = g
+            .const_value(v)
+            .map(|t| t.dims.len())
+            .or_else(|| g.tensor_info(v).and_then(|i| i.shape).map(|s| s.len()));
+        if r.is_some_and(|r| r > rank) {
+            return Err(reject!(
+                "constant '{}' has rank {}, the sum {rank}: it broadcasts the normed tensor to more dims than the fused op writes",
+                g.value_name(v),
+                r.unwrap_or(0)
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn check_reduce_mean(g: &dyn GraphView, n: NodeId, rank: usize) -> Result<(), Reject> {
