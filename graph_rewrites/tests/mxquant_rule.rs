@@ -217,6 +217,7 @@ fn amax_spelled_abs_first_or_kept_and_squeezed_fuses() {
         // Not the scale's shape: the unfused QuantizeLinear would fail, so nothing fuses.
         (Amax::Reshaped(true, &[2, 4]), false),
         (Amax::Reshaped(true, &[8]), false),
+        (Amax::Reshaped(true, &[]), false),
         (Amax::Reshaped(true, &[0, 2, 1]), false),
         (Amax::Reshaped(true, &[-1, -1]), false),
     ] {

@@ -38,14 +38,7 @@ pub(super) fn check_block_reshape(
         ));
     }
     let dims = g.tensor_info(x).and_then(|i| i.shape).unwrap_or_default();
-    let lead = &shape[..rank - 1];
-    let keeps = |(i, e): (usize, &i64)| match (*e, dims.get(i)) {
-        (0, _) => true,
-        (-1, _) => lead.iter().filter(|e| **e == -1).count() == 1 && shape[rank - 1] != -1,
-        (e, Some(Dim::Known(d))) => e == *d,
-        _ => false,
-    };
-    if lead.iter().enumerate().all(keeps) {
+    if keeps_leading_dims(&shape, 2, &dims) {
         Ok(())
     } else {
         Err(reject!(
@@ -76,14 +69,7 @@ pub(super) fn check_amax_reshape(
         && (shape[rank - 1] == k / BLOCK || shape[rank - 1] == -1)
         && attr_int(g.attr(n, "allowzero"), 0) == Some(0);
     let dims = g.tensor_info(x).and_then(|i| i.shape).unwrap_or_default();
-    let lead = &shape[..rank - 1];
-    let keeps = |(i, e): (usize, &i64)| match (*e, dims.get(i)) {
-        (0, _) => true,
-        (-1, _) => lead.iter().filter(|e| **e == -1).count() == 1 && shape[rank - 1] != -1,
-        (e, Some(Dim::Known(d))) => e == *d,
-        _ => false,
-    };
-    if ok && lead.iter().enumerate().all(keeps) {
+    if ok && keeps_leading_dims(&shape, 1, &dims) {
         Ok(())
     } else {
         Err(reject!(
@@ -92,6 +78,25 @@ pub(super) fn check_amax_reshape(
             k / BLOCK
         ))
     }
+}
+
+/// Each leading entry of a Reshape `shape` (all but its last `tail`) keeps x's dim there (`dims`):
+/// 0 (copy), x's dim where it is known, or the single -1 when no tail entry is -1 (it then
+/// resolves to x's dim: the other entries match).
+fn keeps_leading_dims(shape: &[i64], tail: usize, dims: &[Dim]) -> bool {
+    let Some(n) = shape.len().checked_sub(tail) else {
+        return false;
+    };
+    let (lead, rest) = shape.split_at(n);
+    let minus_ones = lead.iter().filter(|e| **e == -1).count();
+    lead.iter()
+        .enumerate()
+        .all(|(i, e)| match (*e, dims.get(i)) {
+            (0, _) => true,
+            (-1, _) => minus_ones == 1 && !rest.contains(&-1),
+            (e, Some(Dim::Known(d))) => e == *d,
+            _ => false,
+        })
 }
 
 /// K (the last dim of `x`, of rank `rank`) as the block Reshape `n` states it: its shape read
