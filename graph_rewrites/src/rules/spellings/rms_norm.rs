@@ -418,6 +418,7 @@ pub fn check_add_rms_norm(
         ));
     }
     check_operands(g, &spec, s, t, h)?;
+    normed_keeps_rank(m, n, shape(g, s).map_or(rank, |d| d.len()))?;
     Ok(spec)
 }
 
@@ -715,23 +716,29 @@ fn decomposed_norm(m: &Match<'_>, n: &RmsNormPat, t: i32, rank: usize) -> Result
     })
 }
 
+/// The normed tensor keeps the sum's rank (the fused op writes the sum's shape): the catch-all
+/// after the operand and γ checks, which name the cause where they can.
+fn normed_keeps_rank(m: &Match<'_>, n: &RmsNormPat, rank: usize) -> Result<(), Reject> {
+    let g = m.graph();
+    let y = m[n.y];
+    match g.tensor_info(y).and_then(|i| i.shape) {
+        Some(s) if s.len() != rank => Err(reject!(
+            "normed '{}' {} has rank {}, the sum {rank}: a constant broadcasts it",
+            g.value_name(y),
+            fmt_shape(&Some(s.clone())),
+            s.len()
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The decomposed chain keeps the sum's rank: a one-element constant of higher rank (eps, the
 /// Pow exponent, Gemma's 1 stored as `[1, 1, 1, 1]` for a rank-3 sum) broadcasts the normed
 /// tensor to more dims, which the fused op does not write (new-user probe 11: fused, the rewrite
-/// dropped a dim). Checked on the normed value's inferred rank and on the constants' ranks.
+/// dropped a dim). Checked on the constants' ranks here, on the normed value's inferred rank by
+/// [`normed_keeps_rank`].
 fn keeps_rank(m: &Match<'_>, n: &RmsNormPat, rank: usize) -> Result<(), Reject> {
     let g = m.graph();
-    let y = m[n.y];
-    if let Some(s) = g.tensor_info(y).and_then(|i| i.shape) {
-        if s.len() != rank {
-            return Err(reject!(
-                "normed '{}' {} has rank {}, the sum {rank}: a constant broadcasts it",
-                g.value_name(y),
-                fmt_shape(&Some(s.clone())),
-                s.len()
-            ));
-        }
-    }
     let mut operands: Vec<ValueId> = [n.pow_exponent, n.eps, n.one_numerator]
         .into_iter()
         .filter_map(|v| m.get(v))
