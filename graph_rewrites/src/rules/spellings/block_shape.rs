@@ -22,37 +22,12 @@ pub(super) fn check_block_reshape(
     rank: usize,
     k: i64,
 ) -> Result<(), Reject> {
-    let shape_v = g.inputs(n).get(1).copied().flatten();
-    let shape = shape_v.and_then(|v| shape_entries(g, v, x, 0));
-    let shape = shape.ok_or_else(|| {
-        reject!("block Reshape shape is not a constant, nor computed from Shape(x) as x's own leading dims then constants (Concat of Shape(x, end=-1) / Slice / Gather+Unsqueeze and a constant)")
-    })?;
-    let ok = shape.len() == rank + 1
-        && shape[rank] == BLOCK
-        && (shape[rank - 1] == k / BLOCK || shape[rank - 1] == -1)
-        && attr_int(g.attr(n, "allowzero"), 0) == Some(0);
-    if !ok {
-        return Err(reject!(
-            "Reshape {shape:?} does not split the last axis ({k}) into [{}, {BLOCK}]",
-            k / BLOCK
-        ));
-    }
-    let dims = g.tensor_info(x).and_then(|i| i.shape).unwrap_or_default();
-    if keeps_leading_dims(&shape, 2, &dims) {
-        Ok(())
-    } else {
-        Err(reject!(
-            "block Reshape {shape:?} is not shown to keep the leading dims {} of '{}' (each entry 0, x's dim where it is known, or the one -1): with other dims the block amax is not shaped like the scale and the unfused QuantizeLinear fails",
-            super::rms_norm::fmt_shape(&Some(dims[..rank - 1].to_vec())),
-            g.value_name(x)
-        ))
-    }
+    check_leading_then(g, n, x, rank, k, "block Reshape", &[k / BLOCK, BLOCK])
 }
 
 /// The amax `Reshape` after `ReduceMax(-1)` (keepdims 1, or 0) must give the scale's
 /// `[..x's leading dims.., K/32]`: the same bytes in the same order as `Squeeze(-1)`, read like
-/// the block shape (a constant or computed from `Shape(x)`; each leading entry 0, x's dim where it
-/// is known, or the one -1).
+/// the block shape.
 pub(super) fn check_amax_reshape(
     g: &dyn GraphView,
     n: NodeId,
@@ -60,22 +35,46 @@ pub(super) fn check_amax_reshape(
     rank: usize,
     k: i64,
 ) -> Result<(), Reject> {
+    check_leading_then(g, n, x, rank, k, "block amax Reshape", &[k / BLOCK])
+}
+
+/// Reshape `n`'s shape (read by [`shape_entries`]) is x's leading dims (see
+/// [`keeps_leading_dims`]) then `tail`, whose first entry (K/32) may also be -1; `allowzero` 0.
+fn check_leading_then(
+    g: &dyn GraphView,
+    n: NodeId,
+    x: ValueId,
+    rank: usize,
+    k: i64,
+    what: &str,
+    tail: &[i64],
+) -> Result<(), Reject> {
     let shape_v = g.inputs(n).get(1).copied().flatten();
     let shape = shape_v.and_then(|v| shape_entries(g, v, x, 0));
     let shape = shape.ok_or_else(|| {
-        reject!("block amax Reshape shape is not a constant, nor computed from Shape(x) as x's own leading dims then constants")
+        reject!("{what} shape is not a constant, nor computed from Shape(x) as x's own leading dims then constants (Concat of Shape(x, end=-1) / Slice / Gather+Unsqueeze and a constant)")
     })?;
-    let ok = shape.len() == rank
-        && (shape[rank - 1] == k / BLOCK || shape[rank - 1] == -1)
+    let lead = rank.saturating_sub(1);
+    let ok = shape.len() == lead + tail.len()
+        && shape[lead..]
+            .iter()
+            .zip(tail)
+            .enumerate()
+            .all(|(j, (e, want))| e == want || (j == 0 && *e == -1))
         && attr_int(g.attr(n, "allowzero"), 0) == Some(0);
+    if !ok {
+        return Err(reject!(
+            "{what} {shape:?} does not split the last axis ({k}) into {tail:?}"
+        ));
+    }
     let dims = g.tensor_info(x).and_then(|i| i.shape).unwrap_or_default();
-    if ok && keeps_leading_dims(&shape, 1, &dims) {
+    if keeps_leading_dims(&shape, tail.len(), &dims) {
         Ok(())
     } else {
         Err(reject!(
-            "block amax Reshape {shape:?} is not shown to give the scale's shape {} ++ [{}] (x's leading dims: each entry 0, x's dim where it is known, or the one -1; allowzero 0)",
-            super::rms_norm::fmt_shape(&Some(dims[..rank.saturating_sub(1).min(dims.len())].to_vec())),
-            k / BLOCK
+            "{what} {shape:?} is not shown to keep the leading dims {} of '{}' (each entry 0, x's dim where it is known, or the one -1): with other dims the block amax is not shaped like the scale and the unfused QuantizeLinear fails",
+            super::rms_norm::fmt_shape(&Some(dims[..lead.min(dims.len())].to_vec())),
+            g.value_name(x)
         ))
     }
 }
