@@ -94,6 +94,9 @@ enum Amax {
     AbsFirst,
     /// `Reshape → Abs → ReduceMax(keepdims=1) → Squeeze(axes)`.
     Squeezed(&'static [i64]),
+    /// `Reshape → Abs → ReduceMax(keepdims) → Reshape(shape)`: torch's `amax(-1,
+    /// keepdim=True).view(*x.shape[:-1], K // 32)`.
+    Reshaped(bool, &'static [i64]),
     /// Blocks as flat `[-1, 32]` rows, the E8M0 scale reshaped back to `[4, 2]` after the Cast:
     /// the same bytes, but a spelling the pattern does not know.
     FlatRows,
@@ -130,17 +133,22 @@ fn std_mx_dequant_with(
         b.node("Reshape", &["x", "shape"], &["xb"])
             .node("Abs", &["xb"], &["ab"]);
     }
-    let keep = matches!(amax, Amax::Squeezed(_));
+    let keep = matches!(amax, Amax::Squeezed(_) | Amax::Reshaped(true, _));
+    let reshaped = matches!(amax, Amax::Reshaped(..));
     b.node_in(
         "",
         "ReduceMax",
         &["ab", "axes"],
-        &[if keep { "amax_k" } else { "amax" }],
+        &[if keep || reshaped { "amax_k" } else { "amax" }],
         &[("keepdims", Attr::I(keep as i64))],
     );
     if let Amax::Squeezed(axes) = amax {
         b.init_i64("sq_axes", &[axes.len() as i64], axes);
         b.node("Squeeze", &["amax_k", "sq_axes"], &["amax"]);
+    }
+    if let Amax::Reshaped(_, shape) = amax {
+        b.init_i64("amax_shape", &[shape.len() as i64], shape);
+        b.node("Reshape", &["amax_k", "amax_shape"], &["amax"]);
     }
     b.node(if div { "Div" } else { "Mul" }, &["amax", "c"], &["s32"]);
     b.node_in(
@@ -189,8 +197,9 @@ fn std_mx_dequant_with(
 }
 
 /// The same amax spelled `Abs` before the block `Reshape` (elementwise: they commute) or as
-/// torch's `amax(-1, keepdim=True).squeeze(-1)` fuses like the standard spelling; a Squeeze of
-/// another axis, or of every size-1 axis, is no block amax and is left alone.
+/// torch's `amax(-1, keepdim=True).squeeze(-1)` or `.view(*x.shape[:-1], K // 32)` fuses like
+/// the standard spelling; a Squeeze of another axis, or of every size-1 axis, or a Reshape to
+/// another shape, is no block amax and is left alone.
 #[test]
 fn amax_spelled_abs_first_or_kept_and_squeezed_fuses() {
     for (amax, fuses) in [
@@ -199,6 +208,18 @@ fn amax_spelled_abs_first_or_kept_and_squeezed_fuses() {
         (Amax::Squeezed(&[2]), true),
         (Amax::Squeezed(&[1]), false),
         (Amax::Squeezed(&[]), false),
+        // A Reshape to the scale's [4, 2] after either keepdims (0 copies x's rows, -1 is them).
+        (Amax::Reshaped(true, &[0, 2]), true),
+        (Amax::Reshaped(true, &[4, 2]), true),
+        (Amax::Reshaped(true, &[-1, 2]), true),
+        (Amax::Reshaped(true, &[4, -1]), true),
+        (Amax::Reshaped(false, &[0, 2]), true),
+        // Not the scale's shape: the unfused QuantizeLinear would fail, so nothing fuses.
+        (Amax::Reshaped(true, &[2, 4]), false),
+        (Amax::Reshaped(true, &[8]), false),
+        (Amax::Reshaped(true, &[]), false),
+        (Amax::Reshaped(true, &[0, 2, 1]), false),
+        (Amax::Reshaped(true, &[-1, -1]), false),
     ] {
         let mut g = {
             let mut b = std_mx_dequant_amax(2f32.powi(-8), false, "down", amax);

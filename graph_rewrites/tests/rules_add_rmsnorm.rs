@@ -49,6 +49,9 @@ struct Case {
     router: bool,
     quark_block: i64,
     quark_axis: i64,
+    /// This one-element constant ("two", "eps", "one_num", "one") stored as `[1, 1, 1]` (rank
+    /// 3, the sum's 2).
+    wide: Option<&'static str>,
 }
 
 impl Default for Case {
@@ -73,6 +76,7 @@ impl Default for Case {
             router: false,
             quark_block: 32,
             quark_axis: -1,
+            wide: None,
         }
     }
 }
@@ -130,12 +134,19 @@ fn build(c: &Case) -> ModelBuilder {
     } else {
         branch
     };
-    b.init_f32("two", &[], &[c.pow_exponent])
+    let dims = |name: &str| -> &[i64] {
+        if c.wide == Some(name) {
+            &[1, 1, 1]
+        } else {
+            &[]
+        }
+    };
+    b.init_f32("two", dims("two"), &[c.pow_exponent])
         .init_i64("axes", &[1], &[-1]);
     if c.eps_input {
         b.input("eps", FLOAT, &[]);
     } else {
-        b.init_f32("eps", &[], &[1e-6]);
+        b.init_f32("eps", dims("eps"), &[1e-6]);
     }
     b.node("Pow", &[s, "two"], &["sq"])
         .value_info("sq", t, &[4, h]);
@@ -153,7 +164,7 @@ fn build(c: &Case) -> ModelBuilder {
         match c.recip_numerator {
             // TorchScript's rsqrt: Div(1, Sqrt).
             Some(one) => {
-                b.init_f32("one_num", &[], &[one]);
+                b.init_f32("one_num", dims("one_num"), &[one]);
                 b.node("Div", &["one_num", "sd"], &["inv"])
             }
             None => b.node("Reciprocal", &["sd"], &["inv"]),
@@ -167,7 +178,7 @@ fn build(c: &Case) -> ModelBuilder {
     b.value_info("n", t, &[4, h]);
     b.init_f32("w", &[c.gamma_len], &vec![0.25; c.gamma_len as usize]);
     let g = if c.gemma_add {
-        b.init_f32("one", &[], &[1.0]);
+        b.init_f32("one", dims("one"), &[1.0]);
         b.node("Add", &["w", "one"], &["w1"])
             .value_info("w1", FLOAT, &[c.gamma_len]);
         "w1"
@@ -386,6 +397,27 @@ fn refuses_unsupported_dtype() {
 
 /// A norm without `Add(eps)` (epsilon 0: ONNX Runtime's optimizer removes an `Add` of 0 before
 /// the EP sees the graph) fuses with `epsilon = 0`.
+/// A one-element constant of higher rank than the sum (eps, the Pow exponent, rsqrt's 1, Gemma's
+/// 1 stored as `[1, 1, 1]` for a `[4, H]` sum) broadcasts the normed tensor to `[1, 4, H]`, which
+/// the fused op does not write: refused (here the value_info states the un-broadcast shapes, so
+/// the constant's rank says it). Before, it fused and the rewrite dropped a dim (new-user probe
+/// 11).
+#[test]
+fn refuses_a_constant_that_broadcasts_the_normed_tensor_to_more_dims() {
+    for name in ["two", "eps", "one_num", "one"] {
+        let why = refusal(&Case {
+            wide: Some(name),
+            recip_numerator: (name == "one_num").then_some(1.0),
+            gemma_add: name == "one",
+            ..Case::default()
+        });
+        assert!(
+            why.contains(&format!("constant '{name}' has rank 3, the sum 2")),
+            "{name}: {why}"
+        );
+    }
+}
+
 #[test]
 fn norm_without_an_eps_add_fuses_with_epsilon_zero() {
     let (report, g) = build(&Case {

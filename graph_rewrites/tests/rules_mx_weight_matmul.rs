@@ -339,6 +339,109 @@ fn mxfp8_activation_matmuls_stay_with_the_activation_fusions() {
     );
 }
 
+/// A standard MXFP8 activation `x → Q(scale) → DQ` whose scale is `Cast(Mul(amax, c))` in `t`,
+/// read by a MatMul of the MX weight: `c = 2^-8` in float is a quantizer `mxquant` takes; in
+/// float16 (`t`'s rounding of the product is not the floor rule's), or `c = 2^-7` (no MX rule),
+/// `mxquant` refuses it and the fallbacks take the Q / DQ.
+fn mx_activation_model(t: i32, c: f32) -> ModelBuilder {
+    let mut b = model(t, FLOAT8E4M3FN, false, 120);
+    b.init_i64("blk", &[3], &[0, 2, 32])
+        .init_i64("axes", &[1], &[-1]);
+    if t == FLOAT16 {
+        b.init_raw(
+            "c",
+            FLOAT16,
+            &[],
+            half::f16::from_f32(c).to_le_bytes().to_vec(),
+        );
+    } else {
+        b.init_f32("c", &[], &[c]);
+    }
+    b.node("Reshape", &["x", "blk"], &["xb"])
+        .node("Abs", &["xb"], &["ab"])
+        .node_in(
+            "",
+            "ReduceMax",
+            &["ab", "axes"],
+            &["amax"],
+            &[("keepdims", Attr::I(0))],
+        )
+        .node("Mul", &["amax", "c"], &["s"])
+        .node_in(
+            "",
+            "Cast",
+            &["s"],
+            &["scale"],
+            &[
+                ("to", Attr::I(FLOAT8E8M0 as i64)),
+                ("round_mode", Attr::S("down")),
+            ],
+        );
+    let qa = [
+        ("axis", Attr::I(-1)),
+        ("block_size", Attr::I(32)),
+        ("output_dtype", Attr::I(FLOAT8E4M3FN as i64)),
+    ];
+    let da = [
+        ("axis", Attr::I(-1)),
+        ("block_size", Attr::I(32)),
+        ("output_dtype", Attr::I(t as i64)),
+    ];
+    b.node_in("", "QuantizeLinear", &["x", "scale"], &["q"], &qa)
+        .node_in("", "DequantizeLinear", &["q", "scale"], &["xd"], &da)
+        .node("MatMul", &["xd", "wd"], &["y"])
+        .output("y", t, &[4, 16]);
+    b
+}
+
+/// An MXFP8 activation whose quantizer no activation fusion takes (its scale computed in
+/// float16, or an unknown scale rule) is a float activation to this rule, in the one scan the
+/// plugin EP runs as in the pipeline: before, the EP left the MatMul to ORT and dequantized the
+/// MX weight on every step (`mx_dequant`) while the offline rewrite, one iteration later, read
+/// it in place: the two paths computed different GEMMs (new-user probe 11).
+#[test]
+fn a_matmul_behind_a_refused_mx_activation_quantizer_is_taken_in_one_scan() {
+    for (t, c) in [(FLOAT16, 2f32.powi(-8)), (FLOAT, 2f32.powi(-7))] {
+        let b = mx_activation_model(t, c);
+        let g = b.graph().unwrap();
+        let sites = graph_rewrites::pipeline::find_sites(&g, &Default::default()).unwrap();
+        let ok = |rule: &str| {
+            sites
+                .iter()
+                .filter(|s| s.rule == rule && s.verdict.is_ok())
+                .count()
+        };
+        assert_eq!(ok("mxquant"), 0, "{t} {c}: {sites:#?}");
+        assert_eq!(ok("mx_weight_matmul"), 1, "{t} {c}: {sites:#?}");
+        assert_eq!(ok("mx_quant_linear"), 1, "{t} {c}: {sites:#?}");
+        // The activation's DequantizeLinear only: the weight's goes with the MatMul.
+        assert_eq!(ok("mx_dequant"), 1, "{t} {c}: {sites:#?}");
+        let (report, g) = b.rewrite();
+        assert_eq!(report.counts["mx_weight_matmul"], 1, "{report:#?}");
+        if t == FLOAT16 {
+            // The refusal says what the export can change.
+            let why = &report
+                .rejections
+                .iter()
+                .find(|r| r.rule == "mxquant")
+                .unwrap()
+                .reason;
+            assert!(
+                why.contains("computed in float16") && why.contains("Cast the block amax to float"),
+                "{why}"
+            );
+        }
+        let mm = graph_rewrites::testing::first_node(&g, "MxMatMul");
+        let a = g.inputs(mm)[0].unwrap();
+        assert_eq!(g.op_type(g.producer(a).unwrap().0), "MxDequantize");
+    }
+    // The quantizer mxquant takes keeps its MatMul (MxQuantize + MxMatMul on the MXFP8 bytes).
+    let (report, g) = mx_activation_model(FLOAT, 2f32.powi(-8)).rewrite();
+    assert_eq!(report.counts["mxquant"], 1, "{report:#?}");
+    assert_eq!(report.counts["mx_weight_matmul"], 0, "{report:#?}");
+    assert_eq!(op_types(&g), ["MxQuantize", "MxMatMul"]);
+}
+
 #[test]
 fn the_rule_runs_after_the_activation_fusions_and_before_the_fallbacks() {
     let names = graph_rewrites::pipeline::rule_names();

@@ -42,6 +42,9 @@ struct Case {
     standard: Option<(f32, &'static str)>,
     /// The activation is also a graph output.
     leak_act: bool,
+    /// This OAI constant ("alpha", "beta", "lim") stored as `[1, 1, 1]` (rank 3, gate's 2), and
+    /// whether the activation's `[4, I]` value_info (then wrong) is kept.
+    wide: Option<(&'static str, bool)>,
 }
 
 impl Default for Case {
@@ -53,6 +56,7 @@ impl Default for Case {
             up_low: -7.0,
             standard: None,
             leak_act: false,
+            wide: None,
         }
     }
 }
@@ -99,10 +103,16 @@ fn build(c: &Case) -> ModelBuilder {
             b.node("Mul", &["qg", "up"], &["act"]);
         }
         Act::Oai | Act::OaiNoUpClip | Act::OaiMaxMin | Act::OaiMinMax => {
-            b.init_f32("lim", &[], &[7.0])
+            let dims = |name: &str| -> &[i64] {
+                match c.wide {
+                    Some((w, _)) if w == name => &[1, 1, 1],
+                    _ => &[],
+                }
+            };
+            b.init_f32("lim", dims("lim"), &[7.0])
                 .init_f32("lo", &[], &[c.up_low]);
-            b.init_f32("alpha", &[], &[1.702])
-                .init_f32("beta", &[], &[1.0]);
+            b.init_f32("alpha", dims("alpha"), &[1.702])
+                .init_f32("beta", dims("beta"), &[1.0]);
             b.node("Clip", &["gate", "", "lim"], &["gc"]);
             let u = match c.act {
                 Act::Oai => {
@@ -128,7 +138,9 @@ fn build(c: &Case) -> ModelBuilder {
             b.node("Mul", &["u1", "glu"], &["act"]);
         }
     }
-    b.value_info("act", t, &[4, I]);
+    if c.wide.is_none_or(|(_, keep)| keep) {
+        b.value_info("act", t, &[4, I]);
+    }
     if c.leak_act {
         b.output("act", t, &[4, I]);
     }
@@ -311,6 +323,34 @@ fn oai_up_clamp_as_min_max_fuses() {
         });
         assert!(why.contains("are not ±7"), "{why}");
     }
+}
+
+/// α, the limit or β stored with more dims than gate (`[1, 1, 1]` for a `[4, I]` gate)
+/// broadcasts the activation to `[1, 4, I]`, which the fused op does not write: refused, by the
+/// activation's inferred shape or, where a value_info states the un-broadcast shape, by the
+/// constant's rank. Before, it fused and the linear's output lost a dim (new-user probe 11: a
+/// decoder with `[1, 1, 1, 1]` SwiGLU-OAI constants rewrote to a model ORT could not load).
+#[test]
+fn refuses_a_constant_that_broadcasts_the_activation_to_more_dims() {
+    for name in ["alpha", "beta", "lim"] {
+        for keep in [false, true] {
+            let why = refusal(&Case {
+                wide: Some((name, keep)),
+                ..Case::default()
+            });
+            // (Clip takes scalar bounds, so its inferred output keeps gate's shape: the limit
+            // is refused by its rank either way.)
+            let expected = if keep || name == "lim" {
+                "has rank 3, gate 2"
+            } else {
+                "is not gate's shape"
+            };
+            assert!(why.contains(expected), "{name} {keep}: {why}");
+        }
+    }
+    // Scalar constants keep gate's shape: fused.
+    let (report, _) = rewrite(&Case::default());
+    assert_eq!(report.counts["swiglu_mxquant_matmul"], 1, "{report:#?}");
 }
 
 #[test]

@@ -6,6 +6,7 @@ fused node, and ONNX Runtime rejects the claim ("set nodes that cannot be fused 
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
@@ -15,9 +16,11 @@ from test_mx_dequant import claimed_ops, ep_session, mx_activation, offline_sess
 H, N = 64, 32
 
 
-def model(path, lead):
+def model(path, lead, amax_view=False):
     """x, residual [batch, seq, H] → Add → RMSNormalization → MXFP8 (block shape from Shape(y),
-    spelled by `lead`) → DequantizeLinear → MatMul."""
+    spelled by `lead`) → DequantizeLinear → MatMul. `amax_view`: the block amax as torch's
+    `amax(-1, keepdim=True).view(*y.shape[:-1], H // 32)` — ReduceMax(keepdims=1) → Reshape to
+    `Concat(lead, [H/32])`, the same `lead` as the block shape's."""
     rng = np.random.default_rng(0)
     c = lambda a, n: numpy_helper.from_array(np.asarray(a), n)  # noqa: E731
     inits = [
@@ -48,6 +51,16 @@ def model(path, lead):
         helper.make_node("Concat", ["lead", "tail"], ["blk"], axis=0),
     ]
     mx_activation(nodes, inits, "y", blk="blk", out="yd", name=None)
+    if amax_view:
+        rmax = next(n for n in nodes if n.op_type == "ReduceMax")
+        rmax.output[0] = "amax_kept"
+        del rmax.attribute[:]
+        rmax.attribute.append(helper.make_attribute("keepdims", 1))
+        inits.append(c(np.array([H // 32], np.int64), "blocks"))
+        nodes[nodes.index(rmax) + 1:nodes.index(rmax) + 1] = [
+            helper.make_node("Concat", ["lead", "blocks"], ["amax_shape"], axis=0),
+            helper.make_node("Reshape", ["amax_kept", "amax_shape"], ["amax"]),
+        ]
     nodes += [
         helper.make_node("MatMul", ["yd", "w"], ["out"]),
     ]
@@ -58,11 +71,15 @@ def model(path, lead):
     return path
 
 
-def test_run_time_block_shape_fuses_online_and_offline(lib, ep_devices, mxfuse_cli, tmp_path):
+@pytest.mark.parametrize("amax_view", [False, True])
+def test_run_time_block_shape_fuses_online_and_offline(amax_view, lib, ep_devices, mxfuse_cli, tmp_path):
+    """`amax_view` (new-user probe 11): the kept-dims amax reshaped to the scale's shape from the
+    same run-time `lead` was not a known spelling (every quantizer stayed unfused, as
+    MxQuantizeLinear); it fuses now, the shared shape computation going with the fusion."""
     rng = np.random.default_rng(1)
     feed = {n: rng.standard_normal((2, 3, H)).astype(np.float32) for n in ("x", "residual")}
     for lead in ("shape_end", "slice", "gather"):
-        src = model(tmp_path / f"{lead}.onnx", lead)
+        src = model(tmp_path / f"{lead}.onnx", lead, amax_view)
         report = rewrite(mxfuse_cli, src, tmp_path / f"{lead}.fused.onnx")
         assert report["counts"]["add_rmsnorm_mxquant"] == 1, (lead, report)
         fused_ops = [n.op_type for n in onnx.load(tmp_path / f"{lead}.fused.onnx").graph.node]

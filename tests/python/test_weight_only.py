@@ -287,6 +287,59 @@ def test_weight_read_by_two_matmuls_gives_the_same_bits_on_both_paths(lib, ep_de
         check_close(a, want, bound, TP.FLOAT, "shared weight")
 
 
+@pytest.mark.parametrize("act_type,c", [(TP.FLOAT16, 2.0**-8), (TP.FLOAT, 2.0**-7)])
+def test_matmul_behind_a_refused_activation_quantizer_reads_the_weight_in_place_on_both_paths(
+        act_type, c, lib, ep_devices, mxfuse_cli, tmp_path):
+    """An MXFP8 activation quantizer no fusion takes (its floor scale `Mul(amax, 2^-8)` computed in
+    float16, or `Mul(amax, 2^-7)`, no MX scale rule) feeding a MatMul of an MX weight, in one
+    layer read by q / k / v. Offline, the fallbacks took the Q / DQ and the next pipeline
+    iteration read each weight in place (`MxMatMul` of the `MxDequantize`d activation); the plugin
+    EP, which sees the graph once, dequantized the weights on every step (`MxDequantize` + ORT's
+    MatMul) and its bits differed from the rewrite's (new-user probe 11). Now both read them in
+    place."""
+    rng = np.random.default_rng()
+    t = NP[act_type]
+    inits = [numpy_helper.from_array(np.array([0, K // 32, 32], np.int64), "blk"),
+             numpy_helper.from_array(np.array([-1], np.int64), "ax"),
+             numpy_helper.from_array(np.array(c, t), "c")]
+    nodes = [
+        helper.make_node("Reshape", ["x", "blk"], ["xb"]),
+        helper.make_node("Abs", ["xb"], ["ab"]),
+        helper.make_node("ReduceMax", ["ab", "ax"], ["amax"], keepdims=0),
+        helper.make_node("Mul", ["amax", "c"], ["s"]),
+        helper.make_node("Cast", ["s"], ["scale"], to=TP.FLOAT8E8M0, round_mode="down", saturate=1),
+        helper.make_node("QuantizeLinear", ["x", "scale"], ["q"], axis=-1, block_size=32,
+                         output_dtype=TP.FLOAT8E4M3FN),
+        helper.make_node("DequantizeLinear", ["q", "scale"], ["xd"], axis=-1, block_size=32,
+                         output_dtype=act_type),
+    ]
+    deqs = []
+    for i in range(3):
+        vals, sc, deq = weight(rng, TP.FLOAT8E4M3FN, False)
+        vals.name, sc.name = f"wq{i}", f"ws{i}"
+        inits += [vals, sc]
+        deqs.append(deq)
+        nodes += [helper.make_node("DequantizeLinear", [f"wq{i}", f"ws{i}"], [f"wd{i}"], axis=0,
+                                   block_size=32, output_dtype=act_type),
+                  helper.make_node("MatMul", ["xd", f"wd{i}"], [f"y{i}"])]
+    src = save(nodes, inits, [helper.make_tensor_value_info("x", act_type, ["m", K])],
+               [helper.make_tensor_value_info(f"y{i}", act_type, ["m", N]) for i in range(3)],
+               tmp_path / "m.onnx")
+    report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
+    assert report["counts"]["mxquant"] == 0, report
+    assert report["counts"]["mx_weight_matmul"] == 3, report
+    ep, off = ep_session(src, ep_devices), offline_session(tmp_path / "fused.onnx", lib)
+    assert claimed_ops(ep).count("MatMul") == 3, claimed_ops(ep)
+    x = rng.standard_normal((5, K)).astype(t)
+    want = ReferenceEvaluator(onnx.load(src)).run(None, {"x": x})
+    for a, b, w in zip(ep.run(None, {"x": x}), off.run(None, {"x": x}), want):
+        assert same_bits(a, b)
+        w = w.astype(np.float32)
+        # Summation order (f32 accumulation, one rounding to the output type).
+        tol = 1e-5 if act_type == TP.FLOAT else 2e-3
+        np.testing.assert_allclose(a.astype(np.float32), w, rtol=0, atol=tol * np.abs(w).max())
+
+
 def quark_oracle_ops():
     """The numpy Quark kernel for onnx.reference and its oracle function."""
     import sys

@@ -25,7 +25,12 @@
 //! * The MXFP8-activation fusions keep priority: a MatMul whose activation is itself
 //!   MX-dequantized (an E8M0 `DequantizeLinear`, a Quark fake-quant) is not this rule's match at
 //!   all (a structural non-match, no refusal in the report); `add_rmsnorm_mxquant`,
-//!   `swiglu_mxquant_matmul` and `mxquant` take it.
+//!   `swiglu_mxquant_matmul` and `mxquant` take it. Except an E8M0 `DequantizeLinear` whose
+//!   quantizer all three refuse (a scale computed in float16, an unknown scale rule, a static
+//!   scale): the fallbacks leave it as `MxDequantize`, a float activation to this rule. The
+//!   offline pipeline took such a MatMul one iteration later (reading that `MxDequantize`); the
+//!   plugin EP, which scans ORT's graph once, never did, so online every such weight was
+//!   dequantized on every step and the two paths computed different GEMMs (new-user probe 11).
 //! * Same numbers up to f32 summation order: `MxMatMul` computes `Σ a · deq(W)` with `a`
 //!   widened exactly to f32, f32 accumulation, one rounding to the output type. The unfused
 //!   graph rounds deq(W) to the activation type first (its DequantizeLinear's `output_dtype`):
@@ -57,7 +62,9 @@ use super::mx_consumers::{
 use super::spellings::modelopt::{e8m0_scales, is_trt_dequantize};
 use super::spellings::mx_quant::BLOCK;
 use crate::pattern::predicates::{attr_int, dtype, scale_is_e8m0};
-use crate::pattern::{Emit, Fuse, Match, OpId, Pat, Pattern, Reject, Rule, RuleConfig, Site};
+use crate::pattern::{
+    Attempt, DynRule, Emit, Fuse, Match, OpId, Pat, Pattern, Reject, Rule, RuleConfig, Site,
+};
 use crate::reject;
 use crate::view::{Dim, GraphView, NodeId, ValueId, ONNX_DOMAIN, QUARK_DOMAIN};
 
@@ -92,19 +99,44 @@ fn weight_is_mx_dequantized(g: &dyn GraphView, n: NodeId) -> bool {
 }
 
 /// The node's activation (input 0) is not MX-dequantized: those MatMuls belong to the
-/// MXFP8-activation fusions.
+/// MXFP8-activation fusions. An E8M0 `DequantizeLinear` activation whose quantizer none of
+/// them takes counts as a float one (module docs): the fallback `mx_dequant` turns it into
+/// `MxDequantize`, which this rule reads as any float activation.
 fn activation_is_not_mx(g: &dyn GraphView, n: NodeId) -> bool {
     let Some(a) = g.inputs(n).first().copied().flatten() else {
         return false;
     };
     match g.producer(a) {
-        Some((p, _)) => {
-            mx_dequant_of(g, a).is_none()
-                && !is_op(g, p, QUARK_DOMAIN, "MXQuantizeDequantize")
-                && !is_trt_dequantize(g, p)
-        }
+        Some((p, _)) => match mx_dequant_of(g, a) {
+            Some(dq) => quantizer_left_to_fallback(g, dq),
+            None => !is_op(g, p, QUARK_DOMAIN, "MXQuantizeDequantize") && !is_trt_dequantize(g, p),
+        },
         None => true,
     }
+}
+
+/// No MXFP8-activation fusion (`add_rmsnorm_mxquant`, `swiglu_mxquant_matmul`, `mxquant`)
+/// accepts the quantizer whose `q` the E8M0 DequantizeLinear `dq` reads (or `q` has no
+/// producer: a graph input or constant), so the fallbacks take that Q / DQ. Asked with the
+/// default settings: a setting that makes one of them accept instead only means it takes the
+/// MatMul first (its root, the quantizer, comes first in every scan), as before.
+fn quantizer_left_to_fallback(g: &dyn GraphView, dq: NodeId) -> bool {
+    let Some(q) = g.inputs(dq).first().copied().flatten() else {
+        return false;
+    };
+    let Some((qn, _)) = g.producer(q) else {
+        return true;
+    };
+    let key = (g.domain(qn), g.op_type(qn));
+    let cfg = RuleConfig::default();
+    let fusions: [&dyn DynRule; 3] = [
+        &*super::add_rmsnorm_mxquant::RULE,
+        &*super::swiglu_mxquant_matmul::RULE,
+        &*super::mxquant::RULE,
+    ];
+    !fusions.iter().any(|r| {
+        r.root_ops().contains(&key) && matches!(r.try_at(g, q, &cfg), Attempt::Accepted(..))
+    })
 }
 
 pub static RULE: LazyLock<MxWeightMatMulRule> = LazyLock::new(|| {

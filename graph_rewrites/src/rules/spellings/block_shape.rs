@@ -22,38 +22,80 @@ pub(super) fn check_block_reshape(
     rank: usize,
     k: i64,
 ) -> Result<(), Reject> {
+    check_leading_then(g, n, x, rank, k, "block Reshape", &[k / BLOCK, BLOCK])
+}
+
+/// The amax `Reshape` after `ReduceMax(-1)` (keepdims 1, or 0) must give the scale's
+/// `[..x's leading dims.., K/32]`: the same bytes in the same order as `Squeeze(-1)`, read like
+/// the block shape.
+pub(super) fn check_amax_reshape(
+    g: &dyn GraphView,
+    n: NodeId,
+    x: ValueId,
+    rank: usize,
+    k: i64,
+) -> Result<(), Reject> {
+    check_leading_then(g, n, x, rank, k, "block amax Reshape", &[k / BLOCK])
+}
+
+/// Reshape `n`'s shape (read by [`shape_entries`]) is x's leading dims (see
+/// [`keeps_leading_dims`]) then `tail`, whose first entry (K/32) may also be -1; `allowzero` 0.
+fn check_leading_then(
+    g: &dyn GraphView,
+    n: NodeId,
+    x: ValueId,
+    rank: usize,
+    k: i64,
+    what: &str,
+    tail: &[i64],
+) -> Result<(), Reject> {
     let shape_v = g.inputs(n).get(1).copied().flatten();
     let shape = shape_v.and_then(|v| shape_entries(g, v, x, 0));
     let shape = shape.ok_or_else(|| {
-        reject!("block Reshape shape is not a constant, nor computed from Shape(x) as x's own leading dims then constants (Concat of Shape(x, end=-1) / Slice / Gather+Unsqueeze and a constant)")
+        reject!("{what} shape is not a constant, nor computed from Shape(x) as x's own leading dims then constants (Concat of Shape(x, end=-1) / Slice / Gather+Unsqueeze and a constant)")
     })?;
-    let ok = shape.len() == rank + 1
-        && shape[rank] == BLOCK
-        && (shape[rank - 1] == k / BLOCK || shape[rank - 1] == -1)
+    let lead = rank.saturating_sub(1);
+    let ok = shape.len() == lead + tail.len()
+        && shape[lead..]
+            .iter()
+            .zip(tail)
+            .enumerate()
+            .all(|(j, (e, want))| e == want || (j == 0 && *e == -1))
         && attr_int(g.attr(n, "allowzero"), 0) == Some(0);
     if !ok {
         return Err(reject!(
-            "Reshape {shape:?} does not split the last axis ({k}) into [{}, {BLOCK}]",
-            k / BLOCK
+            "{what} {shape:?} does not split the last axis ({k}) into {tail:?}"
         ));
     }
     let dims = g.tensor_info(x).and_then(|i| i.shape).unwrap_or_default();
-    let lead = &shape[..rank - 1];
-    let keeps = |(i, e): (usize, &i64)| match (*e, dims.get(i)) {
-        (0, _) => true,
-        (-1, _) => lead.iter().filter(|e| **e == -1).count() == 1 && shape[rank - 1] != -1,
-        (e, Some(Dim::Known(d))) => e == *d,
-        _ => false,
-    };
-    if lead.iter().enumerate().all(keeps) {
+    if keeps_leading_dims(&shape, tail.len(), &dims) {
         Ok(())
     } else {
         Err(reject!(
-            "block Reshape {shape:?} is not shown to keep the leading dims {} of '{}' (each entry 0, x's dim where it is known, or the one -1): with other dims the block amax is not shaped like the scale and the unfused QuantizeLinear fails",
-            super::rms_norm::fmt_shape(&Some(dims[..rank - 1].to_vec())),
+            "{what} {shape:?} is not shown to keep the leading dims {} of '{}' (each entry 0, x's dim where it is known, or the one -1): with other dims the block amax is not shaped like the scale and the unfused QuantizeLinear fails",
+            super::rms_norm::fmt_shape(&Some(dims[..lead.min(dims.len())].to_vec())),
             g.value_name(x)
         ))
     }
+}
+
+/// Each leading entry of a Reshape `shape` (all but its last `tail`) keeps x's dim there (`dims`):
+/// 0 (copy), x's dim where it is known, or the single -1 when no tail entry is -1 (it then
+/// resolves to x's dim: the other entries match).
+fn keeps_leading_dims(shape: &[i64], tail: usize, dims: &[Dim]) -> bool {
+    let Some(n) = shape.len().checked_sub(tail) else {
+        return false;
+    };
+    let (lead, rest) = shape.split_at(n);
+    let minus_ones = lead.iter().filter(|e| **e == -1).count();
+    lead.iter()
+        .enumerate()
+        .all(|(i, e)| match (*e, dims.get(i)) {
+            (0, _) => true,
+            (-1, _) => minus_ones == 1 && !rest.contains(&-1),
+            (e, Some(Dim::Known(d))) => e == *d,
+            _ => false,
+        })
 }
 
 /// K (the last dim of `x`, of rank `rank`) as the block Reshape `n` states it: its shape read
@@ -171,23 +213,21 @@ fn shape_entries(g: &dyn GraphView, v: ValueId, x: ValueId, at: usize) -> Option
     dims.into_iter().enumerate().map(entry).collect()
 }
 
-/// The nodes computing the block Reshape's shape at run time (see [`shape_entries`]), to absorb.
-/// They read `x`: when x is computed inside the fusion (the norm or SwiGLU output) they must go
-/// with it, or ONNX Runtime would get a fused node feeding its own input. A shape computation
-/// something else reads too is refused there (left in place when x comes from outside).
+/// The nodes computing the block Reshape's (and the amax Reshape's) shape at run time (see
+/// [`shape_entries`]), to absorb. They read `x`: when x is computed inside the fusion (the norm
+/// or SwiGLU output) they must go with it, or ONNX Runtime would get a fused node feeding its own
+/// input. A shape computation something else reads too is refused there (left in place when x
+/// comes from outside). The two Reshapes may share part of it (`Shape(x)[:-1]`).
 pub(super) fn block_shape_nodes(
     m: &Match<'_>,
-    reshape: NodeId,
+    reshapes: &[NodeId],
     x: ValueId,
 ) -> Result<Vec<NodeId>, Reject> {
     let g = m.graph();
     let mut nodes: Vec<NodeId> = Vec::new();
-    let mut todo: Vec<ValueId> = g
-        .inputs(reshape)
-        .get(1)
-        .copied()
-        .flatten()
-        .into_iter()
+    let mut todo: Vec<ValueId> = reshapes
+        .iter()
+        .filter_map(|r| g.inputs(*r).get(1).copied().flatten())
         .collect();
     while let Some(v) = todo.pop() {
         if v == x || g.is_constant(v) {
@@ -206,7 +246,7 @@ pub(super) fn block_shape_nodes(
             !g.is_graph_output(*v)
                 && g.consumers(*v)
                     .iter()
-                    .all(|(c, _)| *c == reshape || nodes.contains(c))
+                    .all(|(c, _)| reshapes.contains(c) || nodes.contains(c))
         })
     });
     match (private, m.produces_inside(x)) {

@@ -16,9 +16,11 @@
 //! ```
 //!
 //! with the same amax also spelled `x ─ Abs ─ Reshape[..,K/32,32] ─ ReduceMax` (Abs is
-//! elementwise: it commutes with the Reshape) and `ReduceMax(-1, keepdims=1) ─ Squeeze(-1)`
-//! (torch's `amax(-1, keepdim=True)` then `squeeze(-1)`): both compute the same `[.., K/32]`
-//! amax bit for bit.
+//! elementwise: it commutes with the Reshape), `ReduceMax(-1, keepdims=1) ─ Squeeze(-1)`
+//! (torch's `amax(-1, keepdim=True)` then `squeeze(-1)`) and `ReduceMax(-1, keepdims=1) ─
+//! Reshape[..,K/32]` (`amax(-1, keepdim=True).view(*x.shape[:-1], K // 32)`; the shape a
+//! constant or computed from `Shape(x)` like the block shape, checked to keep x's leading dims):
+//! all compute the same `[.., K/32]` amax bit for bit.
 //!
 //! The block shape is a constant or computed from `Shape(x)` — `Concat(Shape(x, end=-1) |
 //! Slice(Shape(x), 0, -1) | Unsqueeze(Gather(Shape(x), i))…, [K/32, 32])`, exporters' spelling
@@ -57,7 +59,9 @@ use crate::pattern::{Match, OpId, Pat, Reject, N, V};
 use crate::reject;
 use crate::view::{Dim, GraphView, NodeId, ValueId, ONNX_DOMAIN, QUARK_DOMAIN, TRT_DOMAIN};
 
-use super::block_shape::{block_reshape_k, block_shape_nodes, check_block_reshape};
+use super::block_shape::{
+    block_reshape_k, block_shape_nodes, check_amax_reshape, check_block_reshape,
+};
 
 /// MX block size: the only one the kernels implement.
 pub const BLOCK: i64 = 32;
@@ -75,6 +79,8 @@ pub struct MxQuantPat {
     pub reduce_max: N,
     /// `Squeeze(-1)` after a `keepdims=1` ReduceMax.
     pub squeeze: N,
+    /// `Reshape[.., K/32]` after a `keepdims=1` ReduceMax (drops the kept axis like the Squeeze).
+    pub amax_reshape: N,
     pub mul: N,
     pub div: N,
     pub scale_const: V,
@@ -122,7 +128,13 @@ pub fn mx_quant(p: &mut Pat, x: V) -> MxQuantPat {
         .extra_inputs()
         .node();
     let amax_sq = p.out(squeeze, 0);
-    let amax_t = p.any_of("block_amax_squeezed", [amax_r, amax_sq]);
+    let amax_shape = p.input("amax_shape");
+    let amax_reshape = p
+        .op(OpId::new(ONNX_DOMAIN, "Reshape"))
+        .args([amax_r, amax_shape])
+        .node();
+    let amax_rs = p.out(amax_reshape, 0);
+    let amax_t = p.any_of("block_amax_squeezed", [amax_r, amax_sq, amax_rs]);
     // f16/bf16 graphs cast the block amax to float first (exact), so the scale arithmetic is
     // fp32; the check reads the dtype the Mul/Div computes in from the constant.
     let amax_cast = p
@@ -199,6 +211,7 @@ pub fn mx_quant(p: &mut Pat, x: V) -> MxQuantPat {
         reshape_abs,
         reduce_max,
         squeeze,
+        amax_reshape,
         mul,
         div,
         scale_const,
@@ -411,9 +424,20 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
         return Err(reject!("internal: incomplete standard MX quantize match"));
     };
     check_block_reshape(g, reshape, x, rank, k)?;
-    let shape_nodes = block_shape_nodes(m, reshape, x)?;
+    let amax_reshape = m.node(h.amax_reshape);
+    if let Some(r) = amax_reshape {
+        check_amax_reshape(g, r, x, rank, k)?;
+    }
+    let reshapes: Vec<NodeId> = std::iter::once(reshape).chain(amax_reshape).collect();
+    let shape_nodes = block_shape_nodes(m, &reshapes, x)?;
     let squeeze = m.node(h.squeeze);
-    check_reduce_last(g, rmax, rank + 1, squeeze.is_some())?;
+    // A Reshape to [.., K/32] gives the scale's shape from either keepdims.
+    let keep = match (squeeze, amax_reshape) {
+        (Some(_), _) => Some(true),
+        (None, Some(_)) => None,
+        (None, None) => Some(false),
+    };
+    check_reduce_last(g, rmax, rank + 1, keep)?;
     if let Some(sq) = squeeze {
         check_squeeze_last(g, sq, rank + 1)?;
     }
@@ -454,8 +478,15 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
         .map(|i| i.elem_type)
         .unwrap_or(0);
     if amax_t == dtype::FLOAT16 || (rule == ScaleRule::Rceil && amax_t != dtype::FLOAT) {
+        // Say what the export can do about it (new-user probe 11: an f16 model whose every
+        // quantizer was refused, the report saying only that the rounding differs).
+        let why = if amax_t == dtype::FLOAT16 {
+            "float16 rounds amax·2^-8 to its subnormal spacing below 2^-14 (blocks with amax < 2^-6) and to 0 below 2^-25"
+        } else {
+            "amax/448 is rounded to that type before the round-up"
+        };
         return Err(reject!(
-            "the {} scale is computed in {}: its rounding differs from the exact rule the kernels use",
+            "the {} scale is computed in {}: its rounding differs from the exact rule the kernels use ({why}); Cast the block amax to float before scaling it, as the fused spelling expects",
             rule.as_str(),
             dtype::name(amax_t)
         ));
@@ -473,20 +504,22 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
     })
 }
 
-/// `squeezed`: the amax goes through `Squeeze(-1)`, so the ReduceMax keeps its axis.
+/// `squeezed`: `Some(true)` when the amax goes through `Squeeze(-1)`, so the ReduceMax keeps its
+/// axis; `Some(false)` when nothing follows; `None` when a Reshape to `[.., K/32]` follows, which
+/// gives that shape from either keepdims.
 fn check_reduce_last(
     g: &dyn GraphView,
     n: crate::view::NodeId,
     rank: usize,
-    squeezed: bool,
+    squeezed: Option<bool>,
 ) -> Result<(), Reject> {
     let keepdims = attr_int(g.attr(n, "keepdims"), 1);
-    if keepdims != Some(squeezed as i64) {
+    if let Some(squeezed) = squeezed.filter(|s| keepdims != Some(*s as i64)) {
         return Err(reject!(
             "ReduceMax has keepdims={} but {} (scales are [..., K/32])",
             keepdims.unwrap_or(-1),
             if squeezed {
-                "a Squeeze follows"
+                "a Squeeze or Reshape drops the kept axis"
             } else {
                 "nothing removes the axis"
             }

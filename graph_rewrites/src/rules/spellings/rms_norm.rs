@@ -383,7 +383,10 @@ pub fn check_add_rms_norm(
             single_op_norm(g, node, m.node(n.cast_up), m.node(n.cast_back_single), rank)?,
         ),
         (_, _, Some(node)) => skip_norm(m, r, n, node, t)?,
-        _ => (residual_of_add(m, r), decomposed_norm(m, n, t, rank)?),
+        _ => {
+            keeps_rank(m, n, shape(g, s).map_or(rank, |d| d.len()))?;
+            (residual_of_add(m, r), decomposed_norm(m, n, t, rank)?)
+        }
     };
     if inputs.allreduce {
         let ar = m.node(r.allreduce_sole).or(m.node(r.allreduce));
@@ -415,6 +418,7 @@ pub fn check_add_rms_norm(
         ));
     }
     check_operands(g, &spec, s, t, h)?;
+    normed_keeps_rank(m, n, shape(g, s).map_or(rank, |d| d.len()))?;
     Ok(spec)
 }
 
@@ -710,6 +714,52 @@ fn decomposed_norm(m: &Match<'_>, n: &RmsNormPat, t: i32, rank: usize) -> Result
         inv_form,
         round_sum: true,
     })
+}
+
+/// The normed tensor keeps the sum's rank (the fused op writes the sum's shape): the catch-all
+/// after the operand and γ checks, which name the cause where they can.
+fn normed_keeps_rank(m: &Match<'_>, n: &RmsNormPat, rank: usize) -> Result<(), Reject> {
+    let g = m.graph();
+    let y = m[n.y];
+    match g.tensor_info(y).and_then(|i| i.shape) {
+        Some(s) if s.len() != rank => Err(reject!(
+            "normed '{}' {} has rank {}, the sum {rank}: a constant broadcasts it",
+            g.value_name(y),
+            fmt_shape(&Some(s.clone())),
+            s.len()
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The decomposed chain keeps the sum's rank: a one-element constant of higher rank (eps, the
+/// Pow exponent, Gemma's 1 stored as `[1, 1, 1, 1]` for a rank-3 sum) broadcasts the normed
+/// tensor to more dims, which the fused op does not write (new-user probe 11: fused, the rewrite
+/// dropped a dim). Checked on the constants' ranks here, on the normed value's inferred rank by
+/// [`normed_keeps_rank`].
+fn keeps_rank(m: &Match<'_>, n: &RmsNormPat, rank: usize) -> Result<(), Reject> {
+    let g = m.graph();
+    let mut operands: Vec<ValueId> = [n.pow_exponent, n.eps, n.one_numerator]
+        .into_iter()
+        .filter_map(|v| m.get(v))
+        .collect();
+    if let Some(a) = m.node(n.gamma_add) {
+        operands.extend(g.inputs(a).iter().flatten());
+    }
+    for v in operands.into_iter().filter(|v| g.is_constant(*v)) {
+        let r = g
+            .const_value(v)
+            .map(|t| t.dims.len())
+            .or_else(|| g.tensor_info(v).and_then(|i| i.shape).map(|s| s.len()));
+        if r.is_some_and(|r| r > rank) {
+            return Err(reject!(
+                "constant '{}' has rank {}, the sum {rank}: it broadcasts the normed tensor to more dims than the fused op writes",
+                g.value_name(v),
+                r.unwrap_or(0)
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn check_reduce_mean(g: &dyn GraphView, n: NodeId, rank: usize) -> Result<(), Reject> {

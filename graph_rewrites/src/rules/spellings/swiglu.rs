@@ -232,7 +232,60 @@ pub fn check_swiglu(m: &Match<'_>, h: &SwigluPat, t: i32, i: i64) -> Result<Swig
     };
     spec.alpha = swish_alpha(m, h, &mut spec.swish_form)?;
     oai_parts(m, h, &mut spec)?;
+    keeps_gate_shape(m, h, gs.as_deref().unwrap_or_default())?;
     Ok(spec)
+}
+
+/// The activation has gate's shape: a one-element constant of higher rank than gate (α, a
+/// limit or β stored as `[1, 1, 1, 1]` for a rank-3 gate) broadcasts it to more dims, which the
+/// fused op does not write (new-user probe 11: fused, the rewrite changed the linear's output
+/// rank and did not load).
+fn keeps_gate_shape(m: &Match<'_>, h: &SwigluPat, gs: &[Dim]) -> Result<(), Reject> {
+    let g = m.graph();
+    let act = m[h.act];
+    if let Some(s) = g.tensor_info(act).and_then(|i| i.shape) {
+        if s != gs {
+            return Err(reject!(
+                "activation '{}' {} is not gate's shape {}: a constant broadcasts it",
+                g.value_name(act),
+                super::rms_norm::fmt_shape(&Some(s)),
+                super::rms_norm::fmt_shape(&Some(gs.to_vec()))
+            ));
+        }
+    }
+    let mut operands: Vec<ValueId> = [
+        h.alpha,
+        h.gate_limit,
+        h.up_lo,
+        h.up_hi,
+        h.up_lo2,
+        h.up_hi2,
+        h.beta,
+    ]
+    .into_iter()
+    .filter_map(|v| m.get(v))
+    .collect();
+    for n in [h.clip_gate, h.clip_up]
+        .into_iter()
+        .filter_map(|n| m.node(n))
+    {
+        operands.extend(g.inputs(n).iter().skip(1).flatten());
+    }
+    for v in operands {
+        let rank = g
+            .const_value(v)
+            .map(|t| t.dims.len())
+            .or_else(|| g.tensor_info(v).and_then(|i| i.shape).map(|s| s.len()));
+        if rank.is_some_and(|r| r > gs.len()) {
+            return Err(reject!(
+                "constant '{}' has rank {}, gate {}: it broadcasts the activation to more dims than the fused op writes",
+                g.value_name(v),
+                rank.unwrap_or(0),
+                gs.len()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// α of `gate·σ(α·gate)` and whether it is one rounding (QuickGelu) or unrolled.
