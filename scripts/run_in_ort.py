@@ -36,6 +36,7 @@ LIB.so is the mxfuse library (plugin EP + custom ops); without it, this checkout
 Usage: python scripts/run_in_ort.py ORIGINAL.onnx REWRITTEN.onnx [LIB.so] [--dim NAME=VALUE]... [--feeds INPUTS.npz]
 """
 import atexit
+import collections
 import os
 import sys
 
@@ -55,10 +56,10 @@ except ImportError as e:  # a newcomer's first run: one line saying what to inst
 ORT_MIN = (1, 31)
 
 # The numpy kernels of com.microsoft SimplifiedLayerNormalization / SkipSimplifiedLayerNormalization /
-# QuickGelu / AllReduce and com.amd.quark MXQuantizeDequantize (fp8_e4m3, block 32) that
-# onnx.reference does not have.
+# QuickGelu / AllReduce and com.amd.quark MXQuantizeDequantize (fp8_e4m3, block 32; also under its
+# deprecated name com.vai.quantize MXFixNeuron) that onnx.reference does not have.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models", "tests", "python"))
-from check_models import CUSTOM  # noqa: E402
+from check_models import CUSTOM, QUARK, VAI  # noqa: E402
 
 EP_NAME = "MxFuseExecutionProvider"
 
@@ -174,11 +175,11 @@ def reference_model(path):
 
 
 def foreign_nodes(path):
-    """Nodes of AMD Quark's domain in a model: the custom-op library does not register it (a
-    second registration of a domain fails the session, and Quark's own library registers it);
-    the plugin EP publishes it."""
+    """Nodes of AMD Quark's domains (com.amd.quark and its deprecated com.vai.quantize) in a model:
+    the custom-op library does not register them (a second registration of a domain fails the
+    session, and Quark's own library registers it); the plugin EP publishes Quark's MX op in both."""
     m = onnx.load(path, load_external_data=False)
-    return sum(1 for n in m.graph.node if n.domain == "com.amd.quark")
+    return collections.Counter(n.domain for n in m.graph.node if n.domain in (QUARK, VAI))
 
 
 BF16 = onnx.TensorProto.BFLOAT16
@@ -404,7 +405,8 @@ def main():
     quark = foreign_nodes(rewritten)
     if quark:
         how = "the rewritten model on the plugin EP"
-        print(f"the rewritten model keeps {quark} com.amd.quark nodes (see the rewrite's refusals): "
+        kept = " and ".join(f"{k} {d}" for d, k in sorted(quark.items()))
+        print(f"the rewritten model keeps {kept} nodes (see the rewrite's refusals): "
               "the custom-op library alone cannot run them (docs/provider.md, Foreign ops), so it "
               "runs with the plugin EP, or would with AMD Quark's custom-op library registered too")
         so2 = ep_session_options(lib)

@@ -713,12 +713,17 @@ fn weight_only_mx_matmul_matches_the_unfused_graph() {
 /// and agrees with the unfused graph — evaluated with the project's Quark reference kernel
 /// (`kernels::reference::quark_mx`) — within float order. The weight's columns have magnitudes
 /// from 2^-3 to 2^3, one all-zero block and a NaN; the activation has NaN and outlier rows.
+/// Both spellings of Quark's op (`QUARK_MX_OPS`: `MXQuantizeDequantize` and its deprecated name
+/// `com.vai.quantize::MXFixNeuron`).
 #[test]
 fn quark_weight_only_mx_matmul_matches_the_unfused_graph() {
+    use graph_rewrites::view::QUARK_MX_OPS;
     use models::builder::{attr_f, attr_i, attr_s, Payload};
-    use models::mx_quant::QUARK_DOMAIN;
     let (k, n) = (96, 40);
-    for dt in [DType::F32, DType::F16, DType::Bf16] {
+    for (dt, &(domain, op)) in [DType::F32, DType::F16, DType::Bf16]
+        .into_iter()
+        .flat_map(|dt| QUARK_MX_OPS.iter().map(move |s| (dt, s)))
+    {
         for gemm in [false, true] {
             let mut b = GraphBuilder::new(17, false);
             let x = b.add_input("x", elem_of(dt), vec![Dim::Fixed(ROWS), Dim::Fixed(k)]);
@@ -732,11 +737,11 @@ fn quark_weight_only_mx_matmul_matches_the_unfused_graph() {
             w[70 * n + 11] = f32::NAN; // passed through by Quark, a NaN element here
             let payload = Payload::Bytes(models::data::encode_floats(dt, &w));
             let wt = b.add_initializer("w", elem_of(dt), &[k, n], payload);
-            b.require_opset(QUARK_DOMAIN, 1);
+            b.require_opset(domain, 1);
             let wq = b
                 .node(
-                    "MXQuantizeDequantize",
-                    QUARK_DOMAIN,
+                    op,
+                    domain,
                     &[&wt.name],
                     &[("w.qdq", wt.elem, wt.shape.clone())],
                     vec![
@@ -767,7 +772,7 @@ fn quark_weight_only_mx_matmul_matches_the_unfused_graph() {
                 matmul(&mut b, &x, &wq, n, "proj")
             };
             b.add_output(&y);
-            let ctx = format!("{dt:?} Quark weight-only, Gemm: {gemm}");
+            let ctx = format!("{dt:?} Quark weight-only ({op}), Gemm: {gemm}");
             weight_only_differential(finish(b), dt, k, &ctx);
         }
     }

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::pattern::predicates::dtype;
 use crate::pipeline::{Fusion, Rejection};
-use crate::view::{GraphView, MXFUSE_DOMAIN, ONNX_DOMAIN, QUARK_DOMAIN, TRT_DOMAIN};
+use crate::view::{is_quark_mx, GraphView, MXFUSE_DOMAIN, ONNX_DOMAIN, TRT_DOMAIN};
 
 /// Separate activation-quantize ops (each is a kernel launch and a memory pass).
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
@@ -40,7 +40,7 @@ pub fn count_quantize_ops(g: &dyn GraphView) -> usize {
                 .flatten()
                 .and_then(|s| g.tensor_info(s))
                 .is_some_and(|i| i.elem_type == dtype::FLOAT8E8M0),
-            (QUARK_DOMAIN, "MXQuantizeDequantize") => g
+            _ if is_quark_mx(g, n) => g
                 .inputs(n)
                 .first()
                 .copied()

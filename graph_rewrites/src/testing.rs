@@ -21,7 +21,7 @@ use crate::onnx_pb::{
     ValueInfoProto,
 };
 use crate::pipeline::{run_pipeline, PipelineOptions, RewriteReport};
-use crate::view::{AttrValue, GraphView, NodeId, ValueId};
+use crate::view::{AttrValue, GraphView, NodeId, ValueId, QUARK_DOMAIN, VAI_DOMAIN};
 use crate::Error;
 
 /// Builds a [`ModelProto`] node by node.
@@ -242,7 +242,8 @@ impl ModelBuilder {
     }
 
     /// AMD Quark's MXFP8 fake quant, `com.amd.quark::MXQuantizeDequantize(element_dtype=
-    /// fp8_e4m3, block_size, axis)`, of `input` into `output`.
+    /// fp8_e4m3, block_size, axis)`, of `input` into `output` ([`ModelBuilder::fix_neuron`]
+    /// respells it `com.vai.quantize::MXFixNeuron`).
     pub fn quark_fake_quant(
         &mut self,
         input: &str,
@@ -256,7 +257,7 @@ impl ModelBuilder {
             ("axis", Attr::I(axis)),
         ];
         self.node_in(
-            "com.amd.quark",
+            QUARK_DOMAIN,
             "MXQuantizeDequantize",
             &[input],
             &[output],
@@ -360,10 +361,40 @@ impl ModelBuilder {
 
     /// The graph after the default rewrite pipeline, with its report. Panics (a test helper)
     /// when the graph does not load or the pipeline fails.
+    ///
+    /// A model with a Quark fake quant is rewritten in both of the op's spellings and the two
+    /// rewrites are checked alike ([`ModelBuilder::rewrite_both_quark_spellings`]), so every
+    /// test of a Quark model checks the deprecated `MXFixNeuron` name too.
     pub fn rewrite(&self) -> (RewriteReport, Graph) {
-        let mut g = self.graph().expect("test graph loads");
-        let report = run_pipeline(&mut g, &PipelineOptions::default()).expect("pipeline runs");
-        (report, g)
+        if self.has_quark_fake_quant() {
+            self.rewrite_both_quark_spellings()
+        } else {
+            self.rewrite_as_built()
+        }
+    }
+
+    fn rewrite_as_built(&self) -> (RewriteReport, Graph) {
+        rewrite_model(self.model(), None)
+    }
+
+    /// Whether the graph (not its subgraphs) has a `com.amd.quark::MXQuantizeDequantize` node.
+    fn has_quark_fake_quant(&self) -> bool {
+        self.g.node.iter().any(is_quark_fake_quant)
+    }
+
+    /// The same model with AMD Quark's MX fake quants under their deprecated Vitis AI name
+    /// ([`as_fix_neuron`]).
+    pub fn fix_neuron(&self) -> ModelBuilder {
+        let m = as_fix_neuron(self.model());
+        ModelBuilder {
+            g: m.graph.unwrap_or_default(),
+            opsets: m.opset_import,
+        }
+    }
+
+    /// [`rewrite_both_quark_spellings`] of the model as built.
+    pub fn rewrite_both_quark_spellings(&self) -> (RewriteReport, Graph) {
+        rewrite_both_quark_spellings(&self.model(), None)
     }
 
     /// Why `rule` refused the builder's graph, asserting it fused nothing.
@@ -375,6 +406,87 @@ impl ModelBuilder {
             .reason
             .clone()
     }
+}
+
+/// `model` with every `com.amd.quark::MXQuantizeDequantize` node (of the graph, its subgraphs
+/// and the model's functions) renamed `com.vai.quantize::MXFixNeuron`, Quark's deprecated name for
+/// the same op (what `quark.onnx.tools.convert_custom_ops` writes), and the `com.amd.quark` opset
+/// import made `com.vai.quantize`'s.
+pub fn as_fix_neuron(mut model: ModelProto) -> ModelProto {
+    fn respell(nodes: &mut [NodeProto]) {
+        for n in nodes {
+            if is_quark_fake_quant(n) {
+                n.domain = Some(VAI_DOMAIN.into());
+                n.op_type = Some("MXFixNeuron".into());
+            }
+            for a in &mut n.attribute {
+                for g in a.g.iter_mut().chain(a.graphs.iter_mut()) {
+                    respell(&mut g.node);
+                }
+            }
+        }
+    }
+    let respell_opsets = |opsets: &mut Vec<OperatorSetIdProto>| {
+        for o in opsets {
+            if o.domain() == QUARK_DOMAIN {
+                o.domain = Some(VAI_DOMAIN.into());
+            }
+        }
+    };
+    if let Some(g) = &mut model.graph {
+        respell(&mut g.node);
+    }
+    respell_opsets(&mut model.opset_import);
+    for f in &mut model.functions {
+        respell(&mut f.node);
+        respell_opsets(&mut f.opset_import);
+    }
+    model
+}
+
+fn is_quark_fake_quant(n: &NodeProto) -> bool {
+    n.domain() == QUARK_DOMAIN && n.op_type() == "MXQuantizeDequantize"
+}
+
+/// `model` (whose external data, if any, lies in `dir`) after the default rewrite pipeline.
+fn rewrite_model(model: ModelProto, dir: Option<&Path>) -> (RewriteReport, Graph) {
+    let mut g = Graph::from_model(model, dir).expect("test graph loads");
+    let report = run_pipeline(&mut g, &PipelineOptions::default()).expect("pipeline runs");
+    (report, g)
+}
+
+/// Rewrites `model`, which spells AMD Quark's MX fake quant `com.amd.quark::
+/// MXQuantizeDequantize`, and its [`as_fix_neuron`] respelling (`com.vai.quantize::
+/// MXFixNeuron`), asserting that both rewrite alike: the same fusions, the same refusals, and the
+/// same rewritten model once the first is respelled too (fake quants left unfused keep their
+/// spelling). Returns the first rewrite. `dir`: where external data lies.
+pub fn rewrite_both_quark_spellings(
+    model: &ModelProto,
+    dir: Option<&Path>,
+) -> (RewriteReport, Graph) {
+    let graph = model.graph.as_ref();
+    assert!(
+        graph.is_some_and(|g| g.node.iter().any(is_quark_fake_quant)),
+        "the model has no Quark fake quant to respell"
+    );
+    let (report, g) = rewrite_model(model.clone(), dir);
+    let (alias_report, alias_g) = rewrite_model(as_fix_neuron(model.clone()), dir);
+    assert_eq!(alias_report.counts, report.counts, "{alias_report:#?}");
+    let reasons = |r: &RewriteReport| -> Vec<(String, String, String)> {
+        r.rejections
+            .iter()
+            .map(|r| {
+                let reason = r
+                    .reason
+                    .replace(VAI_DOMAIN, QUARK_DOMAIN)
+                    .replace("MXFixNeuron", "MXQuantizeDequantize");
+                (r.rule.clone(), r.at.clone(), reason)
+            })
+            .collect()
+    };
+    assert_eq!(reasons(&alias_report), reasons(&report));
+    assert_eq!(alias_g.to_model(), as_fix_neuron(g.to_model()));
+    (report, g)
 }
 
 /// A fresh empty directory `mxfuse-{name}-{pid}` under the system temp dir.

@@ -29,6 +29,30 @@ pub const ONNX_DOMAIN: &str = "";
 pub const MS_DOMAIN: &str = "com.microsoft";
 /// AMD Quark's custom-op domain.
 pub const QUARK_DOMAIN: &str = "com.amd.quark";
+/// The Vitis AI custom-op domain: the deprecated names of AMD Quark's ops, which older Quark
+/// releases and `quark.onnx.tools.convert_custom_ops` emit (`MXFixNeuron`, `BFPFixNeuron`, ...).
+pub const VAI_DOMAIN: &str = "com.vai.quantize";
+/// Every (domain, op type) spelling of AMD Quark's MX fake quant (one float input, the same float
+/// out; attributes `element_dtype`, `block_size`, `rounding_mode`, `axis`): Quark's
+/// `MXQuantizeDequantize` first, then its deprecated Vitis AI name `MXFixNeuron`, the same op.
+/// The one place that says what "a Quark MX fake-quant node" is: rules, checks and the provider's
+/// published schemas all read this list.
+pub const QUARK_MX_OPS: &[(&str, &str)] = &[
+    (QUARK_DOMAIN, "MXQuantizeDequantize"),
+    (VAI_DOMAIN, "MXFixNeuron"),
+];
+
+/// Whether (`domain`, `op_type`) spells AMD Quark's MX fake quant ([`QUARK_MX_OPS`]).
+pub fn is_quark_mx_op(domain: &str, op_type: &str) -> bool {
+    QUARK_MX_OPS
+        .iter()
+        .any(|&(d, o)| d == domain && o == op_type)
+}
+
+/// Whether node `n` is AMD Quark's MX fake quant in any of its spellings ([`QUARK_MX_OPS`]).
+pub fn is_quark_mx(g: &(impl GraphView + ?Sized), n: NodeId) -> bool {
+    is_quark_mx_op(g.domain(n), g.op_type(n))
+}
 /// NVIDIA TensorRT's custom-op domain (TensorRT Model Optimizer's MXFP8 exports:
 /// `TRT_MXFP8DynamicQuantize`, `TRT_MXFP8DequantizeLinear`; docs/ops.md, "ModelOpt spelling").
 pub const TRT_DOMAIN: &str = "trt";

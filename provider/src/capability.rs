@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use graph_rewrites::pipeline::weight_checks::WeightChecks;
 use graph_rewrites::pipeline::{find_sites_with_checks, PipelineOptions, SiteInfo};
-use graph_rewrites::view::{GraphView, NodeId, MXFUSE_DOMAIN, QUARK_DOMAIN};
+use graph_rewrites::view::{is_quark_mx, GraphView, NodeId, MXFUSE_DOMAIN};
 
 use crate::error::{Error, Result};
 use crate::ops::schema;
@@ -172,8 +172,7 @@ fn joins_shared_quark_weight(
         ));
     }
     let shared_weights_only = site.nodes.iter().filter(|n| g.contains(n)).all(|&n| {
-        view.domain(n) == QUARK_DOMAIN
-            && view.op_type(n) == "MXQuantizeDequantize"
+        is_quark_mx(view, n)
             && view
                 .inputs(n)
                 .iter()
@@ -278,6 +277,10 @@ mod tests {
     /// MatMuls: `MatMul(x, wf) = y1` and `MatMul(x2, wf) = y2`, `x2 = Relu(x)` or, with `chain`,
     /// `Relu(y1)` (the second MatMul then reads the first's output).
     fn shared_quark_weight(chain: bool) -> graph_rewrites::ir::Graph {
+        shared_quark_weight_model(chain).graph().unwrap()
+    }
+
+    fn shared_quark_weight_model(chain: bool) -> ModelBuilder {
         let mut b = ModelBuilder::new(24);
         b.opset("com.amd.quark", 1);
         b.input("x", FLOAT, &[4, 64]);
@@ -292,7 +295,7 @@ mod tests {
             .node("MatMul", &["x2", "wf"], &["y2"])
             .output("y1", FLOAT, &[4, 64])
             .output("y2", FLOAT, &[4, 64]);
-        b.graph().unwrap()
+        b
     }
 
     fn claim_with_log(g: &graph_rewrites::ir::Graph) -> (Vec<Vec<NodeId>>, Vec<String>) {
@@ -356,18 +359,21 @@ mod tests {
         assert_eq!(consts(&compiled), consts(&alone));
     }
 
-    /// Without the cycle it joins the first claim, and the log says that too.
+    /// Without the cycle it joins the first claim, and the log says that too; the same with
+    /// the weight's fake quant under Quark's deprecated name `com.vai.quantize::MXFixNeuron`.
     #[test]
     fn a_joined_site_is_logged_as_joined() {
-        let g = shared_quark_weight(false);
-        let (groups, lines) = claim_with_log(&g);
-        assert_eq!(groups.len(), 1, "{lines:#?}");
-        assert_eq!(groups[0].len(), 3, "{lines:#?}");
-        let claims: Vec<_> = lines.iter().filter(|l| l.contains(" claims ")).collect();
-        assert_eq!(claims.len(), 2, "{lines:#?}");
-        assert!(
-            claims[1].contains("(joined to the claim at '") && !claims[0].contains("joined"),
-            "{lines:#?}"
-        );
+        let b = shared_quark_weight_model(false);
+        for g in [b.graph().unwrap(), b.fix_neuron().graph().unwrap()] {
+            let (groups, lines) = claim_with_log(&g);
+            assert_eq!(groups.len(), 1, "{lines:#?}");
+            assert_eq!(groups[0].len(), 3, "{lines:#?}");
+            let claims: Vec<_> = lines.iter().filter(|l| l.contains(" claims ")).collect();
+            assert_eq!(claims.len(), 2, "{lines:#?}");
+            assert!(
+                claims[1].contains("(joined to the claim at '") && !claims[0].contains("joined"),
+                "{lines:#?}"
+            );
+        }
     }
 }

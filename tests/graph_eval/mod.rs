@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use graph_rewrites::ir::Graph;
 use graph_rewrites::pattern::predicates::{dtype as onnx_dt, values_f64, values_i64};
-use graph_rewrites::view::{AttrValue, ConstTensor, GraphView, NodeId, ValueId};
+use graph_rewrites::view::{is_quark_mx_op, AttrValue, ConstTensor, GraphView, NodeId, ValueId};
 use kernels::codec::{e2m1_to_f32, e4m3_to_f32, e8m0_to_f32, f32_to_e4m3};
 use kernels::ops::{NormTensors, SwiGluTensors, TensorMut, TensorRef};
 use kernels::reference::math::mean_of_squares;
@@ -532,7 +532,7 @@ fn eval(g: &Graph, n: NodeId, ins: &[Option<Val>]) -> Res<Vec<Option<Val>>> {
                 .collect();
             one(e(Tensor::new(float_dtype(out_t)?, shape, data))?)
         }
-        ("com.amd.quark", "MXQuantizeDequantize") => {
+        (d, op) if is_quark_mx_op(d, op) => {
             one(Val::F(quark_fake_quant(f(i(0))?, attr_i(g, n, "axis", 1))?))
         }
         ("com.mxfuse", op) => mxfuse(g, n, op, ins),

@@ -88,21 +88,22 @@ def test_ep_matches_offline_rewrite(name, custom_ops_loadable, lib, ep_devices, 
             np.testing.assert_array_equal(a, b)
 
 
+def ep_session_with(src, ep_devices, options):
+    """A session of `src` on the plugin EP with provider `options`, recording what it claims."""
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    so.add_provider_for_devices(ep_devices, options)
+    return ort.InferenceSession(str(src), so)
+
+
 def test_quark_model_runs_unfused_with_rules_disabled(ep_devices):
     """With every rule disabled nothing is fused; the Quark fake-quant nodes then run through
     the kernel the EP publishes with their schema, on ORT's CPU EP, and the result matches the
     fused run up to f32 summation order."""
-    src = str(FIXTURES / "simplified_quickgelu_quark.onnx")
-
-    def session(options):
-        so = ort.SessionOptions()
-        so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
-        so.add_provider_for_devices(ep_devices, options)
-        return ort.InferenceSession(src, so)
-
-    unfused = session({"disable_rules": "add_rmsnorm_mxquant,swiglu_mxquant_matmul,mxquant"})
+    src = FIXTURES / "simplified_quickgelu_quark.onnx"
+    unfused = ep_session_with(src, ep_devices, {"disable_rules": "add_rmsnorm_mxquant,swiglu_mxquant_matmul,mxquant"})
     assert all(sg.ep_name != EP_NAME for sg in unfused.get_provider_graph_assignment_info())
-    fused = session({})
+    fused = ep_session_with(src, ep_devices, {})
     feed = feed_for(fused, seed=7)
     for a, b in zip(fused.run(None, feed), unfused.run(None, feed)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)

@@ -3,37 +3,43 @@
 
 use crate::onnx_pb::{ModelProto, NodeProto};
 use crate::pattern::predicates::dtype::FLOAT8E8M0;
-use crate::view::{GraphView, ONNX_DOMAIN, QUARK_DOMAIN, TRT_DOMAIN};
+use crate::view::{
+    is_quark_mx, is_quark_mx_op, GraphView, ONNX_DOMAIN, QUARK_DOMAIN, QUARK_MX_OPS, TRT_DOMAIN,
+    VAI_DOMAIN,
+};
 
-/// Lines when the rewritten graph keeps AMD Quark nodes. `MXQuantizeDequantize` (the ones the
-/// rules refused): the custom-op library does not register Quark's domain (ORT fails a session
+/// Lines when the rewritten graph keeps AMD Quark nodes. `MXQuantizeDequantize` /
+/// `MXFixNeuron` (the ones the rules refused; one line per spelling): the custom-op library does not register Quark's domain (ORT fails a session
 /// that registers a domain twice, and Quark's own library registers it), so the offline model
 /// needs the plugin EP, which publishes that op, or Quark's library beside ours. Any other Quark
 /// op: only Quark's library. Empty otherwise.
 pub fn foreign_note(g: &impl GraphView) -> String {
-    let quark: Vec<&str> = g
-        .nodes()
-        .iter()
-        .filter(|&&n| g.domain(n) == QUARK_DOMAIN)
-        .map(|&n| g.op_type(n))
-        .collect();
-    let mx = quark
-        .iter()
-        .filter(|&&op| op == "MXQuantizeDequantize")
-        .count();
     let mut out = String::new();
-    if mx > 0 {
-        out.push_str(&format!(
-            "note: {mx} {QUARK_DOMAIN}::MXQuantizeDequantize node(s) stay unfused: ONNX Runtime \
-             runs the rewritten model with the mxfuse plugin EP, or with AMD Quark's custom-op \
-             library registered beside libmxfuse_ep.so, not with the mxfuse custom-op library alone\n"
-        ));
+    for &(domain, op) in QUARK_MX_OPS {
+        let mx = g
+            .nodes()
+            .iter()
+            .filter(|&&n| g.domain(n) == domain && g.op_type(n) == op)
+            .count();
+        if mx > 0 {
+            out.push_str(&format!(
+                "note: {mx} {domain}::{op} node(s) stay unfused: ONNX Runtime \
+                 runs the rewritten model with the mxfuse plugin EP, or with AMD Quark's custom-op \
+                 library registered beside libmxfuse_ep.so, not with the mxfuse custom-op library alone\n"
+            ));
+        }
     }
-    if quark.len() > mx {
-        out.push_str(&format!(
-            "note: {} other {QUARK_DOMAIN} node(s): only AMD Quark's custom-op library runs those\n",
-            quark.len() - mx
-        ));
+    for domain in [QUARK_DOMAIN, VAI_DOMAIN] {
+        let other = g
+            .nodes()
+            .iter()
+            .filter(|&&n| g.domain(n) == domain && !is_quark_mx(g, n))
+            .count();
+        if other > 0 {
+            out.push_str(&format!(
+                "note: {other} other {domain} node(s): only AMD Quark's custom-op library runs those\n"
+            ));
+        }
     }
     let trt = g
         .nodes()
@@ -156,7 +162,7 @@ fn is_mx_node(n: &NodeProto) -> bool {
             .and_then(|a| a.i)
     };
     match (domain, op) {
-        (QUARK_DOMAIN, "MXQuantizeDequantize") => true,
+        _ if is_quark_mx_op(domain, op) => true,
         (TRT_DOMAIN, "TRT_MXFP8DynamicQuantize" | "TRT_MXFP8DequantizeLinear") => true,
         ("" | "ai.onnx", "Cast") => int_attr("to") == Some(i64::from(FLOAT8E8M0)),
         ("" | "ai.onnx", "QuantizeLinear" | "DequantizeLinear") => {

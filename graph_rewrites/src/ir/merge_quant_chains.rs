@@ -19,7 +19,7 @@ use std::collections::HashMap;
 
 use super::{Graph, SUBGRAPH_USE_SLOT};
 use crate::pattern::predicates::known_dims;
-use crate::view::{GraphView, NodeId, ValueId, ONNX_DOMAIN, QUARK_DOMAIN, TRT_DOMAIN};
+use crate::view::{is_quark_mx, GraphView, NodeId, ValueId, ONNX_DOMAIN, TRT_DOMAIN};
 
 /// The op types of an MX quantize chain (both spellings), which are merged when duplicated.
 const CHAIN_OPS: &[(&str, &str)] = &[
@@ -32,7 +32,7 @@ const CHAIN_OPS: &[(&str, &str)] = &[
     (ONNX_DOMAIN, "Cast"),
     (ONNX_DOMAIN, "QuantizeLinear"),
     (ONNX_DOMAIN, "DequantizeLinear"),
-    (QUARK_DOMAIN, "MXQuantizeDequantize"),
+    // (and every spelling of Quark's MX fake quant: `QUARK_MX_OPS`)
     // ModelOpt gives each Linear its own input quantizer: q, k and v quantize one activation
     // three times.
     (TRT_DOMAIN, "TRT_MXFP8DynamicQuantize"),
@@ -65,7 +65,8 @@ pub fn merge_duplicate_quant_chains(g: &mut Graph) -> usize {
                     .iter()
                     .any(|&(_, slot)| slot == SUBGRAPH_USE_SLOT)
         });
-        if pinned || !CHAIN_OPS.contains(&(g.domain(n), g.op_type(n))) {
+        let chain_op = CHAIN_OPS.contains(&(g.domain(n), g.op_type(n))) || is_quark_mx(g, n);
+        if pinned || !chain_op {
             continue;
         }
         let key = node_key(g, n);
@@ -103,8 +104,8 @@ fn quantizes_mx(g: &Graph, n: NodeId) -> bool {
             matches!(g.attr(n, "to"), Some(crate::view::AttrValue::Int(t)) if t == FLOAT8E8M0 as i64)
         }
         (ONNX_DOMAIN, "QuantizeLinear") => scale_is_e8m0(g, n),
-        (QUARK_DOMAIN, "MXQuantizeDequantize") | (TRT_DOMAIN, "TRT_MXFP8DynamicQuantize") => true,
-        _ => false,
+        (TRT_DOMAIN, "TRT_MXFP8DynamicQuantize") => true,
+        _ => is_quark_mx(g, n),
     }
 }
 
@@ -155,12 +156,14 @@ mod tests {
     use crate::testing::{op_types, ModelBuilder};
 
     /// q / k / v each fake-quantize the one activation with their own Quark node (and each
-    /// node identical): one quantizer is left, and it fuses into one MxQuantize.
+    /// node identical): one quantizer is left, and it fuses into one MxQuantize; the same under
+    /// the op's deprecated name `com.vai.quantize::MXFixNeuron`.
     /// A duplicate whose output is a graph output is kept.
     #[test]
     fn duplicate_quark_quantizers_of_one_activation_merge() {
         let mut b = ModelBuilder::new(21);
-        b.opset(QUARK_DOMAIN, 1).input("x", 1, &[4, 64]);
+        b.opset(crate::view::QUARK_DOMAIN, 1)
+            .input("x", 1, &[4, 64]);
         for p in ["q", "k", "v"] {
             b.init_f32(&format!("w{p}"), &[64, 16], &vec![0.5; 64 * 16]);
             b.quark_fake_quant("x", &format!("xq_{p}"), 32, -1);
@@ -171,16 +174,19 @@ mod tests {
             );
             b.output(&format!("y{p}"), 1, &[4, 16]);
         }
-        let mut g = b.graph().unwrap();
-        assert_eq!(merge_duplicate_quant_chains(&mut g), 2);
-        let quark = op_types(&g)
-            .iter()
-            .filter(|o| *o == "MXQuantizeDequantize")
-            .count();
-        assert_eq!(quark, 1);
-        let report = run_pipeline(&mut b.graph().unwrap(), &PipelineOptions::default()).unwrap();
-        assert_eq!(report.merged_duplicates, 2);
-        assert_eq!(report.counts["mxquant"], 1, "{report:#?}");
+        for (b, op) in [
+            (&b, "MXQuantizeDequantize"),
+            (&b.fix_neuron(), "MXFixNeuron"),
+        ] {
+            let mut g = b.graph().unwrap();
+            assert_eq!(merge_duplicate_quant_chains(&mut g), 2, "{op}");
+            let quark = op_types(&g).iter().filter(|o| *o == op).count();
+            assert_eq!(quark, 1, "{op}");
+            let report =
+                run_pipeline(&mut b.graph().unwrap(), &PipelineOptions::default()).unwrap();
+            assert_eq!(report.merged_duplicates, 2, "{op}");
+            assert_eq!(report.counts["mxquant"], 1, "{op}: {report:#?}");
+        }
 
         // Without MX quantization nothing is merged, duplicates or not.
         let mut plain = ModelBuilder::new(21);
@@ -196,7 +202,8 @@ mod tests {
 
         // The same with one fake-quantized value also a graph output: that node stays.
         b.output("xq_k", 1, &[4, 64]);
-        let mut g = b.graph().unwrap();
+        assert_eq!(merge_duplicate_quant_chains(&mut b.graph().unwrap()), 1);
+        let mut g = b.fix_neuron().graph().unwrap();
         assert_eq!(merge_duplicate_quant_chains(&mut g), 1);
     }
 }

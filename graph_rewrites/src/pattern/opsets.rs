@@ -4,7 +4,7 @@
 //! model's opset import for the node's domain. Patterns accept an explicit set of since-versions,
 //! so an op whose semantics changed in a version we have not reviewed is refused, not guessed.
 
-use crate::view::{GraphView, NodeId, MS_DOMAIN, ONNX_DOMAIN, QUARK_DOMAIN, TRT_DOMAIN};
+use crate::view::{GraphView, NodeId, MS_DOMAIN, ONNX_DOMAIN, QUARK_MX_OPS, TRT_DOMAIN};
 
 /// The schema history (since-versions) of the ONNX-domain ops the rules look at.
 /// Source: onnx 1.23.2 `onnx/defs` (Operators.md changelog).
@@ -43,12 +43,12 @@ const ONNX_HISTORY: &[(&str, &[i64])] = &[
     ("SwiGLU", &[28]),
 ];
 
-/// Ops of other domains: all at version 1.
+/// Ops of other domains: all at version 1 (and every spelling of Quark's MX fake quant,
+/// `QUARK_MX_OPS`).
 const OTHER_DOMAIN_OPS: &[(&str, &str)] = &[
     (MS_DOMAIN, "AllReduce"),
     (MS_DOMAIN, "QuickGelu"),
     (MS_DOMAIN, "SkipSimplifiedLayerNormalization"),
-    (QUARK_DOMAIN, "MXQuantizeDequantize"),
     (TRT_DOMAIN, "TRT_MXFP8DynamicQuantize"),
     (TRT_DOMAIN, "TRT_MXFP8DequantizeLinear"),
     (crate::view::MXFUSE_DOMAIN, "MxQuantize"),
@@ -68,6 +68,9 @@ pub struct OpId {
     pub op_type: &'static str,
     /// Accepted since-versions; empty = every known version.
     pub versions: &'static [i64],
+    /// Other (domain, op_type) spellings of the same op, accepted exactly as the first one
+    /// (e.g. Quark's deprecated `com.vai.quantize::MXFixNeuron`); usually empty.
+    pub aliases: &'static [(&'static str, &'static str)],
 }
 
 impl OpId {
@@ -76,15 +79,35 @@ impl OpId {
             domain,
             op_type,
             versions: &[],
+            aliases: &[],
         }
+    }
+
+    /// AMD Quark's MX fake quant in every spelling of `QUARK_MX_OPS`.
+    pub fn quark_mx() -> Self {
+        let (&(domain, op_type), aliases) = QUARK_MX_OPS
+            .split_first()
+            .expect("QUARK_MX_OPS lists at least one spelling");
+        OpId {
+            domain,
+            op_type,
+            versions: &[],
+            aliases,
+        }
+    }
+
+    /// Every (domain, op_type) spelling the op accepts: its own, then its aliases.
+    pub fn spellings(&self) -> impl Iterator<Item = (&'static str, &'static str)> + '_ {
+        std::iter::once((self.domain, self.op_type)).chain(self.aliases.iter().copied())
     }
 
     /// Whether node `n` of `g` is this op at an accepted since-version.
     pub fn accepts(&self, g: &dyn GraphView, n: NodeId) -> bool {
-        if g.op_type(n) != self.op_type || g.domain(n) != self.domain {
+        let (op_type, domain) = (g.op_type(n), g.domain(n));
+        if !self.spellings().any(|(d, o)| d == domain && o == op_type) {
             return false;
         }
-        match since_version(g, self.domain, self.op_type) {
+        match since_version(g, domain, op_type) {
             Some(v) => self.versions.is_empty() || self.versions.contains(&v),
             None => false,
         }
@@ -100,6 +123,7 @@ pub fn since_version(g: &dyn GraphView, domain: &str, op_type: &str) -> Option<i
         hist.iter().copied().filter(|v| *v <= opset).max()
     } else if OTHER_DOMAIN_OPS
         .iter()
+        .chain(QUARK_MX_OPS)
         .any(|(d, o)| *d == domain && *o == op_type)
     {
         // Contrib / vendor domains are versioned 1; a model may omit their opset import

@@ -154,8 +154,7 @@ impl<R: Rule> DynRule for R {
         while let Some(v) = stack.pop() {
             match &p.values[v.0 as usize].kind {
                 VKind::Out { node, .. } => {
-                    let op = &p.nodes[node.0 as usize].op;
-                    out.push((op.domain, op.op_type));
+                    out.extend(p.nodes[node.0 as usize].op.spellings());
                 }
                 VKind::Alt(alts) => stack.extend(alts.iter().copied()),
                 VKind::Input | VKind::Const(_) => {}

@@ -397,6 +397,7 @@ fn op_identity_checks_since_version() {
         domain: ONNX_DOMAIN,
         op_type: "Cast",
         versions: &[24, 25],
+        aliases: &[],
     };
     for (opset, ok) in [(21, false), (24, true), (25, true)] {
         let mut b = ModelBuilder::new(opset);

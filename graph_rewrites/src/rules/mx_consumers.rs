@@ -43,8 +43,7 @@ use std::sync::Arc;
 use crate::pattern::{Emit, Reject};
 use crate::reject;
 use crate::view::{
-    ConstBytes, ConstMemo, Dim, GraphView, NodeId, ValueId, MXFUSE_DOMAIN, ONNX_DOMAIN,
-    QUARK_DOMAIN,
+    is_quark_mx, ConstBytes, ConstMemo, Dim, GraphView, NodeId, ValueId, MXFUSE_DOMAIN, ONNX_DOMAIN,
 };
 
 use super::spellings::modelopt::{e8m0_scales, is_trt_dequantize, sibling_pairs, trt_weight};
@@ -413,7 +412,7 @@ fn mx_weight_behind(g: &dyn GraphView, b: ValueId) -> Option<String> {
     for _ in 0..4 {
         let (n, _) = g.producer(v)?;
         let mx = (is_op(g, n, ONNX_DOMAIN, "DequantizeLinear") && scale_is_e8m0(g, n))
-            || is_op(g, n, QUARK_DOMAIN, "MXQuantizeDequantize")
+            || is_quark_mx(g, n)
             || is_trt_dequantize(g, n);
         if mx {
             let through = if path.is_empty() {
@@ -542,7 +541,7 @@ pub(crate) fn classify_weight(
                 transpose: None,
             });
         }
-        if is_op(g, n, QUARK_DOMAIN, "MXQuantizeDequantize") {
+        if is_quark_mx(g, n) {
             let w = g
                 .inputs(n)
                 .first()

@@ -119,6 +119,7 @@ pub(crate) fn e8m0_dequantize(p: &mut Pat, x: V, scale: V) -> OpBuilder<'_> {
         op_type: "DequantizeLinear",
         // FLOAT8E8M0 scales exist from opset 24.
         versions: &[24, 25],
+        aliases: &[],
     })
     .args([x, scale])
     .extra_inputs() // zero point: checked to be absent or zero

@@ -52,7 +52,7 @@ use super::mx_dequant::{dequant_layout, e8m0_dequantize};
 use crate::pattern::predicates::{attr_int, dtype, known_dims};
 use crate::pattern::{Emit, Fuse, Match, OpId, Pat, Pattern, Rule, RuleConfig, Site, N, V};
 use crate::reject;
-use crate::view::{Dim, ValueId, MXFUSE_DOMAIN, ONNX_DOMAIN, QUARK_DOMAIN};
+use crate::view::{Dim, ValueId, MXFUSE_DOMAIN, ONNX_DOMAIN};
 
 pub struct MxGatherDequantRule {
     pat: Pattern,
@@ -89,11 +89,7 @@ pub static RULE: LazyLock<MxGatherDequantRule> = LazyLock::new(|| {
         .single_use()
         .node();
     let fq_w = p.input("weight");
-    let fq = p
-        .op(OpId::new(QUARK_DOMAIN, "MXQuantizeDequantize"))
-        .args([fq_w])
-        .single_use()
-        .node();
+    let fq = p.op(OpId::quark_mx()).args([fq_w]).single_use().node();
     let (w0, w1, w2) = (p.out(dq, 0), p.out(mx_dq, 0), p.out(fq, 0));
     let w = p.any_of("dequantized", [w0, w1, w2]);
     let indices = p.input("indices");
@@ -109,10 +105,7 @@ pub static RULE: LazyLock<MxGatherDequantRule> = LazyLock::new(|| {
         .single_use()
         .node();
     let gathered = p.out(gather_w, 0);
-    let fq_after = p
-        .op(OpId::new(QUARK_DOMAIN, "MXQuantizeDequantize"))
-        .args([gathered])
-        .node();
+    let fq_after = p.op(OpId::quark_mx()).args([gathered]).node();
     let (y0, y1) = (p.out(gather, 0), p.out(fq_after, 0));
     let y = p.any_of("gathered", [y0, y1]);
     // Not always produced: when the Gather's one reader is a bmm the rule takes as well

@@ -51,6 +51,7 @@ pub static RULE: LazyLock<MxQuantLinearRule> = LazyLock::new(|| {
             op_type: "QuantizeLinear",
             // FLOAT8E8M0 scales exist from opset 24.
             versions: &[24, 25],
+            aliases: &[],
         })
         .args([x, scale])
         .extra_inputs() // zero point: checked to be absent or zero

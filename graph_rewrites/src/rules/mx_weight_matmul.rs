@@ -66,7 +66,7 @@ use crate::pattern::{
     Attempt, DynRule, Emit, Fuse, Match, OpId, Pat, Pattern, Reject, Rule, RuleConfig, Site,
 };
 use crate::reject;
-use crate::view::{Dim, GraphView, NodeId, ValueId, ONNX_DOMAIN, QUARK_DOMAIN};
+use crate::view::{is_quark_mx, Dim, GraphView, NodeId, ValueId, ONNX_DOMAIN};
 
 pub struct MxWeightMatMulRule {
     pat: Pattern,
@@ -87,9 +87,7 @@ fn weight_is_mx_dequantized(g: &dyn GraphView, n: NodeId) -> bool {
     let Some(b) = g.inputs(n).get(1).copied().flatten() else {
         return false;
     };
-    if g.producer(b)
-        .is_some_and(|(p, _)| is_op(g, p, QUARK_DOMAIN, "MXQuantizeDequantize"))
-    {
+    if g.producer(b).is_some_and(|(p, _)| is_quark_mx(g, p)) {
         return true;
     }
     let src = plain_transpose(g, b).map_or(b, |(_, src)| src);
@@ -109,7 +107,7 @@ fn activation_is_not_mx(g: &dyn GraphView, n: NodeId) -> bool {
     match g.producer(a) {
         Some((p, _)) => match mx_dequant_of(g, a) {
             Some(dq) => quantizer_left_to_fallback(g, dq),
-            None => !is_op(g, p, QUARK_DOMAIN, "MXQuantizeDequantize") && !is_trt_dequantize(g, p),
+            None => !is_quark_mx(g, p) && !is_trt_dequantize(g, p),
         },
         None => true,
     }
@@ -148,6 +146,7 @@ pub static RULE: LazyLock<MxWeightMatMulRule> = LazyLock::new(|| {
             domain: ONNX_DOMAIN,
             op_type: "MatMul",
             versions: &[1, 9, 13],
+            aliases: &[],
         })
         .args([x, w])
         .node_where(
@@ -161,6 +160,7 @@ pub static RULE: LazyLock<MxWeightMatMulRule> = LazyLock::new(|| {
             domain: ONNX_DOMAIN,
             op_type: "Gemm",
             versions: &[7, 9, 11, 13],
+            aliases: &[],
         })
         .args([x, w])
         .extra_inputs() // C: checked by matmul_use

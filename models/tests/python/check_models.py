@@ -34,6 +34,10 @@ from mx_quantize_onnx import quark_qdq_numpy  # noqa: E402  (the numpy OCP-MX or
 
 MS = "com.microsoft"
 QUARK = "com.amd.quark"
+# The Vitis AI domain: Quark's deprecated op names (older releases, quark.onnx.tools.convert_custom_ops).
+VAI = "com.vai.quantize"
+# Every (domain, op type) spelling of Quark's MX fake quant; graph_rewrites::view::QUARK_MX_OPS.
+QUARK_MX_OPS = [(QUARK, "MXQuantizeDequantize"), (VAI, "MXFixNeuron")]
 
 
 def _rms_f32(x, scale, epsilon):
@@ -96,7 +100,13 @@ class MXQuantizeDequantize(OpRun):
         return (quark_qdq_numpy(x, axis).astype(x.dtype),)
 
 
-CUSTOM = [SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization, QuickGelu, AllReduce, MXQuantizeDequantize]
+class MXFixNeuron(MXQuantizeDequantize):
+    """`MXQuantizeDequantize` under its deprecated Vitis AI name: the same op."""
+    op_domain = VAI
+
+
+CUSTOM = [SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization, QuickGelu, AllReduce, MXQuantizeDequantize,
+          MXFixNeuron]
 NP_DTYPE = {"f32": np.float32, "f16": np.float16}
 
 

@@ -19,7 +19,7 @@
 use std::collections::HashSet;
 
 use graph_rewrites::pattern::predicates::dtype;
-use graph_rewrites::view::{GraphView, NodeId, ValueId, MXFUSE_DOMAIN, QUARK_DOMAIN};
+use graph_rewrites::view::{is_quark_mx, GraphView, NodeId, ValueId, MXFUSE_DOMAIN};
 
 /// Element types ORT 1.31's Memcpy schema rejects (found by building the session).
 const NOT_COPYABLE: [i32; 2] = [dtype::FLOAT8E8M0, dtype::FLOAT4E2M1];
@@ -122,9 +122,10 @@ pub fn copyable_groups(
     }
 }
 
-/// Whether ORT's CPU EP runs `n` with a kernel the EP publishes (`com.mxfuse`, Quark's op).
+/// Whether ORT's CPU EP runs `n` with a kernel the EP publishes (`com.mxfuse`, Quark's MX op in
+/// any spelling).
 fn has_published_kernel(view: &dyn GraphView, n: NodeId) -> bool {
-    matches!(view.domain(n), MXFUSE_DOMAIN | QUARK_DOMAIN)
+    view.domain(n) == MXFUSE_DOMAIN || is_quark_mx(view, n)
 }
 
 /// A group as messages name it: its node, or its first node and how many more.

@@ -595,7 +595,7 @@ impl GpuProgram {
                         slot: gathers,
                     }
                 }
-                // Quark's `MXQuantizeDequantize` (any element type) lands here too.
+                // Quark's `MXQuantizeDequantize` / `MXFixNeuron` (any element type) lands here too.
                 other => {
                     let domain = g.domain(n);
                     return Err(Error::Unsupported(format!(

@@ -472,6 +472,45 @@ mod tests {
         }
     }
 
+    /// Every spelling of Quark's MX fake quant (`QUARK_MX_OPS`: `com.amd.quark::
+    /// MXQuantizeDequantize` and its deprecated name `com.vai.quantize::MXFixNeuron`) is
+    /// published with the same signature and built into the same kernel, computing the same bits.
+    #[test]
+    fn every_quark_spelling_is_published_with_the_same_kernel() {
+        use crate::ops::schema::FOREIGN;
+        use graph_rewrites::view::QUARK_MX_OPS;
+        let x: Vec<u8> = (0..2 * 64)
+            .map(|i| (i as f32 - 60.0) * 0.37)
+            .flat_map(|v: f32| v.to_le_bytes())
+            .collect();
+        let mut outs = Vec::new();
+        for &(domain, op) in QUARK_MX_OPS {
+            let schema = FOREIGN
+                .iter()
+                .find(|s| s.domain == domain && s.name == op)
+                .unwrap_or_else(|| panic!("{domain}::{op} is not published"));
+            assert_eq!(
+                (schema.inputs.len(), schema.outputs.len(), schema.attrs),
+                (1, 1, QUARK_MX_QDQ.attrs),
+                "{op}"
+            );
+            let attrs = BTreeMap::from([
+                (
+                    "element_dtype".to_string(),
+                    AttrValue::String("fp8_e4m3".into()),
+                ),
+                ("axis".to_string(), AttrValue::Int(-1)),
+            ]);
+            let attrs = Attrs::new(schema, attrs).unwrap();
+            assert!(crate::ops::create(&attrs).is_ok(), "{op}");
+            let k = QuarkFakeQuant::new(&attrs).unwrap();
+            outs.push(run(&k, F32, &[2, 64], x.clone()).unwrap());
+        }
+        assert_eq!(outs.len(), 2);
+        assert_eq!(outs[0], outs[1]);
+        assert_ne!(outs[0], x, "the fake quant rounds");
+    }
+
     #[test]
     fn the_default_element_type_is_quarks_int8() {
         let attrs = Attrs::new(&QUARK_MX_QDQ, BTreeMap::new()).unwrap();

@@ -15,6 +15,7 @@ pub mod schema;
 pub(crate) mod shape;
 mod trt;
 
+use graph_rewrites::view::QUARK_MX_OPS;
 use kernels::ops::{self as k, NormTensors, SwiGluTensors};
 use kernels::{
     AddRmsNormAttrs, DType, KernelError, MxDequantAttrs, MxMatMulAttrs, MxQuantAttrs,
@@ -73,7 +74,10 @@ pub fn create(attrs: &Attrs) -> Result<Box<dyn Kernel>> {
     let pairs = attrs.as_pairs();
     let pairs = pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()));
     Ok(match attrs.op() {
-        "MXQuantizeDequantize" => Box::new(foreign::QuarkFakeQuant::new(attrs)?),
+        // Quark's MX fake quant, in each spelling the EP publishes (`schema::FOREIGN`).
+        op if QUARK_MX_OPS.iter().any(|&(_, o)| o == op) => {
+            Box::new(foreign::QuarkFakeQuant::new(attrs)?)
+        }
         "TRT_MXFP8DynamicQuantize" => Box::new(trt::TrtDynamicQuantize::new(attrs)?),
         "TRT_MXFP8DequantizeLinear" => Box::new(trt::TrtDequantize::new(attrs)?),
         "MxQuantize" => Box::new(MxQuantAttrs::from_pairs(pairs)?),

@@ -1,6 +1,8 @@
 //! The `com.mxfuse` operator signatures (docs/ops.md): inputs, outputs and attributes, as the
 //! custom-op registration and the attribute parser need them.
 
+use graph_rewrites::view::QUARK_MX_OPS;
+
 use crate::ort_types::onnx_dtype;
 
 /// Attribute value kinds (what the custom-op `KernelInfo` getters are asked for).
@@ -195,20 +197,34 @@ pub const MX_QUANTIZE_LINEAR: OpSchema = OpSchema {
     ],
 };
 
+/// AMD Quark's MX fake quant in the spelling `QUARK_MX_OPS[i]`: one schema per spelling, all
+/// alike.
+const fn quark_mx(i: usize) -> OpSchema {
+    const X: &[Slot] = &[req("x")];
+    const Y: &[Slot] = &[req("y")];
+    let (domain, name) = QUARK_MX_OPS[i];
+    OpSchema {
+        domain,
+        name,
+        inputs: X,
+        outputs: Y,
+        attrs: &[
+            ("element_dtype", AttrKind::String),
+            ("block_size", AttrKind::Int),
+            ("axis", AttrKind::Int),
+            ("rounding_mode", AttrKind::Int),
+        ],
+    }
+}
+
 /// AMD Quark's `com.amd.quark::MXQuantizeDequantize` (MXFP8 fake quantization), which ORT does
 /// not know; the rules turn it into `MxQuantize` + `MxMatMul`.
-pub const QUARK_MX_QDQ: OpSchema = OpSchema {
-    domain: "com.amd.quark",
-    name: "MXQuantizeDequantize",
-    inputs: &[req("x")],
-    outputs: &[req("y")],
-    attrs: &[
-        ("element_dtype", AttrKind::String),
-        ("block_size", AttrKind::Int),
-        ("axis", AttrKind::Int),
-        ("rounding_mode", AttrKind::Int),
-    ],
-};
+pub const QUARK_MX_QDQ: OpSchema = quark_mx(0);
+/// The same op under its deprecated Vitis AI name, `com.vai.quantize::MXFixNeuron` (older Quark
+/// releases, `quark.onnx.tools.convert_custom_ops`).
+pub const QUARK_MX_FIX_NEURON: OpSchema = quark_mx(1);
+// Each spelling of `QUARK_MX_OPS` has its schema above (and in `FOREIGN`).
+const _: () = assert!(QUARK_MX_OPS.len() == 2);
 
 /// TensorRT's MXFP8 dynamic quantizer as TensorRT Model Optimizer exports it (domain `trt`,
 /// which ORT does not know): E4M3 values and uint8 E8M0 scales; the rules fuse it
@@ -252,6 +268,7 @@ pub const TRT_MXFP8_DEQUANTIZE_LINEAR: OpSchema = OpSchema {
 /// ...) from the session. Models with AllReduce load only on ORT builds that register it (NCCL).
 pub const FOREIGN: &[&OpSchema] = &[
     &QUARK_MX_QDQ,
+    &QUARK_MX_FIX_NEURON,
     &TRT_MXFP8_DYNAMIC_QUANTIZE,
     &TRT_MXFP8_DEQUANTIZE_LINEAR,
 ];

@@ -9,7 +9,7 @@ use super::shape::{self, known, norm_axes, norm_axis};
 use super::{control_flow, einsum, layout, linear_attention, resize};
 use crate::pattern::predicates::{dtype, scalar_f64};
 use crate::view::{
-    AttrValue, Dim, GraphView, TensorInfo, MS_DOMAIN, MXFUSE_DOMAIN, QUARK_DOMAIN, TRT_DOMAIN,
+    is_quark_mx, AttrValue, Dim, GraphView, TensorInfo, MS_DOMAIN, MXFUSE_DOMAIN, TRT_DOMAIN,
 };
 
 const UINT8: i32 = 2;
@@ -21,11 +21,13 @@ const MX_BLOCK: i64 = 32;
 /// Types of the outputs of node `c` (see the module docs).
 pub(super) fn infer_node(c: &Node) -> Vec<TensorInfo> {
     let op = c.g.op_type(c.n);
+    // Quark's MX fake quantize (any spelling): float in, same float out.
+    if is_quark_mx(c.g, c.n) {
+        return c.same(0);
+    }
     match c.g.domain(c.n) {
         "" => onnx_op(c, op),
         MS_DOMAIN => ms_op(c, op),
-        // A fake quantize: float in, same float out.
-        QUARK_DOMAIN if op == "MXQuantizeDequantize" => c.same(0),
         MXFUSE_DOMAIN => mxfuse_op(c, op),
         TRT_DOMAIN => trt_op(c, op),
         _ => Vec::new(),

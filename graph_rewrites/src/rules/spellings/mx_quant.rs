@@ -57,7 +57,7 @@ use crate::pattern::predicates::{
 };
 use crate::pattern::{Match, OpId, Pat, Reject, N, V};
 use crate::reject;
-use crate::view::{Dim, GraphView, NodeId, ValueId, ONNX_DOMAIN, QUARK_DOMAIN, TRT_DOMAIN};
+use crate::view::{Dim, GraphView, NodeId, ValueId, ONNX_DOMAIN, TRT_DOMAIN};
 
 use super::block_shape::{
     block_reshape_k, block_shape_nodes, check_amax_reshape, check_block_reshape,
@@ -160,6 +160,7 @@ pub fn mx_quant(p: &mut Pat, x: V) -> MxQuantPat {
             domain: ONNX_DOMAIN,
             op_type: "Cast",
             versions: &[24, 25],
+            aliases: &[],
         })
         .args([scaled])
         .attr_int("to", None, dtype::FLOAT8E8M0 as i64)
@@ -170,13 +171,14 @@ pub fn mx_quant(p: &mut Pat, x: V) -> MxQuantPat {
             domain: ONNX_DOMAIN,
             op_type: "QuantizeLinear",
             versions: &[24, 25],
+            aliases: &[],
         })
         .args([x, scale])
         .extra_inputs() // zero point: checked to be absent or zero
         .node();
     let q = p.out(quantize, 0);
     let quark = p
-        .op(OpId::new(QUARK_DOMAIN, "MXQuantizeDequantize"))
+        .op(OpId::quark_mx())
         .args([x])
         // Axis 0 of a constant is how Quark quantizes a [K, N] weight: no activation
         // candidate. Such nodes are folded into their MatMul's MxMatMul (`mx_consumers`), so
