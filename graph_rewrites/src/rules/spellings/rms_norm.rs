@@ -441,6 +441,14 @@ fn residual_of_add(m: &Match<'_>, r: &ResidualPat) -> Residual {
 }
 
 /// `[batch, seq, 64]`, `?` for an unknown dim, `unknown` without a shape.
+/// A value's rank: its constant's dims, else its inferred shape's; `None` when neither is known.
+/// (The over-ranked one-element constant checks of the norm and SwiGLU spellings.)
+pub(crate) fn known_rank(g: &dyn GraphView, v: ValueId) -> Option<usize> {
+    g.const_value(v)
+        .map(|t| t.dims.len())
+        .or_else(|| g.tensor_info(v).and_then(|i| i.shape).map(|s| s.len()))
+}
+
 pub(crate) fn fmt_shape(s: &Option<Vec<Dim>>) -> String {
     let Some(dims) = s else {
         return "unknown".into();
@@ -747,10 +755,7 @@ fn keeps_rank(m: &Match<'_>, n: &RmsNormPat, rank: usize) -> Result<(), Reject> 
         operands.extend(g.inputs(a).iter().flatten());
     }
     for v in operands.into_iter().filter(|v| g.is_constant(*v)) {
-        let r = g
-            .const_value(v)
-            .map(|t| t.dims.len())
-            .or_else(|| g.tensor_info(v).and_then(|i| i.shape).map(|s| s.len()));
+        let r = known_rank(g, v);
         if r.is_some_and(|r| r > rank) {
             return Err(reject!(
                 "constant '{}' has rank {}, the sum {rank}: it broadcasts the normed tensor to more dims than the fused op writes",

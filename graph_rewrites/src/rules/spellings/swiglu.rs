@@ -272,10 +272,7 @@ fn keeps_gate_shape(m: &Match<'_>, h: &SwigluPat, gs: &[Dim]) -> Result<(), Reje
         operands.extend(g.inputs(n).iter().skip(1).flatten());
     }
     for v in operands {
-        let rank = g
-            .const_value(v)
-            .map(|t| t.dims.len())
-            .or_else(|| g.tensor_info(v).and_then(|i| i.shape).map(|s| s.len()));
+        let rank = super::rms_norm::known_rank(g, v);
         if rank.is_some_and(|r| r > gs.len()) {
             return Err(reject!(
                 "constant '{}' has rank {}, gate {}: it broadcasts the activation to more dims than the fused op writes",
