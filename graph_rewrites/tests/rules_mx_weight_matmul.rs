@@ -339,11 +339,12 @@ fn mxfp8_activation_matmuls_stay_with_the_activation_fusions() {
     );
 }
 
-/// A standard MXFP8 activation `x → Q(scale) → DQ` whose scale is `Cast(Mul(amax, c))` in `t`,
-/// read by a MatMul of the MX weight: `c = 2^-8` in float is a quantizer `mxquant` takes; in
-/// float16 (`t`'s rounding of the product is not the floor rule's), or `c = 2^-7` (no MX rule),
-/// `mxquant` refuses it and the fallbacks take the Q / DQ.
-fn mx_activation_model(t: i32, c: f32) -> ModelBuilder {
+/// A standard MXFP8 activation `x → Q(scale) → DQ` whose scale is `Cast(op(amax, c),
+/// round_mode=round)` in `t`, read by a MatMul of the MX weight: `Mul(2^-8)` + down is a
+/// quantizer `mxquant` takes (in float16 as the `floor_f16` rule); `Div(448)` + up in float16
+/// (RCEIL's quotient rounded to float16 first: no kernel rule) or `Mul(2^-7)` (no MX rule)
+/// `mxquant` refuses, and the fallbacks take the Q / DQ.
+fn mx_activation_model(t: i32, op: &str, c: f32, round: &str) -> ModelBuilder {
     let mut b = model(t, FLOAT8E4M3FN, false, 120);
     b.init_i64("blk", &[3], &[0, 2, 32])
         .init_i64("axes", &[1], &[-1]);
@@ -366,7 +367,7 @@ fn mx_activation_model(t: i32, c: f32) -> ModelBuilder {
             &["amax"],
             &[("keepdims", Attr::I(0))],
         )
-        .node("Mul", &["amax", "c"], &["s"])
+        .node(op, &["amax", "c"], &["s"])
         .node_in(
             "",
             "Cast",
@@ -374,7 +375,7 @@ fn mx_activation_model(t: i32, c: f32) -> ModelBuilder {
             &["scale"],
             &[
                 ("to", Attr::I(FLOAT8E8M0 as i64)),
-                ("round_mode", Attr::S("down")),
+                ("round_mode", Attr::S(round)),
             ],
         );
     let qa = [
@@ -394,15 +395,18 @@ fn mx_activation_model(t: i32, c: f32) -> ModelBuilder {
     b
 }
 
-/// An MXFP8 activation whose quantizer no activation fusion takes (its scale computed in
+/// An MXFP8 activation whose quantizer no activation fusion takes (an RCEIL scale computed in
 /// float16, or an unknown scale rule) is a float activation to this rule, in the one scan the
 /// plugin EP runs as in the pipeline: before, the EP left the MatMul to ORT and dequantized the
 /// MX weight on every step (`mx_dequant`) while the offline rewrite, one iteration later, read
 /// it in place: the two paths computed different GEMMs (new-user probe 11).
 #[test]
 fn a_matmul_behind_a_refused_mx_activation_quantizer_is_taken_in_one_scan() {
-    for (t, c) in [(FLOAT16, 2f32.powi(-8)), (FLOAT, 2f32.powi(-7))] {
-        let b = mx_activation_model(t, c);
+    for (t, op, c, round) in [
+        (FLOAT16, "Div", 448.0, "up"),
+        (FLOAT, "Mul", 2f32.powi(-7), "down"),
+    ] {
+        let b = mx_activation_model(t, op, c, round);
         let g = b.graph().unwrap();
         let sites = graph_rewrites::pipeline::find_sites(&g, &Default::default()).unwrap();
         let ok = |rule: &str| {
@@ -411,11 +415,11 @@ fn a_matmul_behind_a_refused_mx_activation_quantizer_is_taken_in_one_scan() {
                 .filter(|s| s.rule == rule && s.verdict.is_ok())
                 .count()
         };
-        assert_eq!(ok("mxquant"), 0, "{t} {c}: {sites:#?}");
-        assert_eq!(ok("mx_weight_matmul"), 1, "{t} {c}: {sites:#?}");
-        assert_eq!(ok("mx_quant_linear"), 1, "{t} {c}: {sites:#?}");
+        assert_eq!(ok("mxquant"), 0, "{t} {op} {c}: {sites:#?}");
+        assert_eq!(ok("mx_weight_matmul"), 1, "{t} {op} {c}: {sites:#?}");
+        assert_eq!(ok("mx_quant_linear"), 1, "{t} {op} {c}: {sites:#?}");
         // The activation's DequantizeLinear only: the weight's goes with the MatMul.
-        assert_eq!(ok("mx_dequant"), 1, "{t} {c}: {sites:#?}");
+        assert_eq!(ok("mx_dequant"), 1, "{t} {op} {c}: {sites:#?}");
         let (report, g) = b.rewrite();
         assert_eq!(report.counts["mx_weight_matmul"], 1, "{report:#?}");
         if t == FLOAT16 {
@@ -435,11 +439,20 @@ fn a_matmul_behind_a_refused_mx_activation_quantizer_is_taken_in_one_scan() {
         let a = g.inputs(mm)[0].unwrap();
         assert_eq!(g.op_type(g.producer(a).unwrap().0), "MxDequantize");
     }
-    // The quantizer mxquant takes keeps its MatMul (MxQuantize + MxMatMul on the MXFP8 bytes).
-    let (report, g) = mx_activation_model(FLOAT, 2f32.powi(-8)).rewrite();
-    assert_eq!(report.counts["mxquant"], 1, "{report:#?}");
-    assert_eq!(report.counts["mx_weight_matmul"], 0, "{report:#?}");
-    assert_eq!(op_types(&g), ["MxQuantize", "MxMatMul"]);
+    // The quantizers mxquant takes keep their MatMul (MxQuantize + MxMatMul on the MXFP8
+    // bytes); the float16 floor spelling as the `floor_f16` rule.
+    for (t, rule) in [(FLOAT, "floor"), (FLOAT16, "floor_f16")] {
+        let (report, g) = mx_activation_model(t, "Mul", 2f32.powi(-8), "down").rewrite();
+        assert_eq!(report.counts["mxquant"], 1, "{report:#?}");
+        assert_eq!(report.counts["mx_weight_matmul"], 0, "{report:#?}");
+        assert_eq!(op_types(&g), ["MxQuantize", "MxMatMul"]);
+        let q = graph_rewrites::testing::first_node(&g, "MxQuantize");
+        let got = match g.attr(q, "scale_rule") {
+            Some(graph_rewrites::view::AttrValue::String(s)) => s,
+            other => panic!("{t}: scale_rule {other:?}"),
+        };
+        assert_eq!(got, rule, "{t}");
+    }
 }
 
 #[test]

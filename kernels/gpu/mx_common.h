@@ -19,6 +19,7 @@
 // certified fast one (same bits). For grids of about one wave, where the kernel lasts as long as
 // its slowest warp and a warp's rare exact redo is that warp.
 #define MX_F_SIGMA_PINNED 512u
+#define MX_F_SCALE_F16 1024u  // scale_rule "floor_f16": amax * 2^-8 rounded to float16 first
 
 // ---------------------------------------------------------------------------------------------
 // Element types: a tag struct per ONNX float type with its storage and exact conversions.
@@ -275,6 +276,8 @@ MX_DEV float mx_e8m0_to_f32(mx_u32 s) {
 // exactly kernels::codec::ScaleRule::scale_byte:
 // "floor": the biased exponent of fl32(amax * 2^-8) (a subnormal product gives 0), at most 254.
 // "rceil": E8M0 round-up of q = fl32(amax * fl32(1/448)); a subnormal q gives 1 if q > 2^-127.
+// "floor_f16" (MX_F_SCALE_F16): "floor" of amax * 2^-8 rounded to float16 (RNE, subnormals; +Inf
+// above its range), as a float16 graph computes it.
 MX_DEV mx_u32 mx_scale_byte(float amax, mx_u32 flags) {
   mx_u32 a = mx_f32_bits(amax);
   if (a >= 0x7f800000u) return 254u;
@@ -285,7 +288,9 @@ MX_DEV mx_u32 mx_scale_byte(float amax, mx_u32 flags) {
     mx_u32 r = e + (m != 0u ? 1u : 0u);
     return r > 254u ? 254u : r;
   }
-  const mx_u32 e = mx_f32_bits(amax * 0.00390625f) >> 23;
+  float p = amax * 0.00390625f;
+  if (flags & MX_F_SCALE_F16) p = MxF16::to_f32(MxF16::from_f32(p));
+  const mx_u32 e = mx_f32_bits(p) >> 23;
   return e > 254u ? 254u : e;
 }
 

@@ -356,7 +356,9 @@ MX_DEV mx_u32 mx_quant_group_certified(const float v[E], mx_u32 flags, mx_u32 q[
   const float inv = mx_scale_inverse(scale);
   if (key < 0x7f800000u) {
     const mx_u32 m = flags & MX_F_RCEIL ? mx_f32_bits(amax * (1.0f / 448.0f)) : key;
-    ok = ok & (key >= 0x12800000u) & (((m + 40u) & 0x7fffffu) > 80u);
+    // floor_f16: below amax 2^-6 the float16 rounding moves the power-of-two boundaries.
+    const bool f16_ok = !(flags & MX_F_SCALE_F16) || key >= 0x3c800000u;
+    ok = ok & f16_ok & (key >= 0x12800000u) & (((m + 40u) & 0x7fffffu) > 80u);
   }
   const float lo = inv * (1.0f - 0x1p-19f), hi = inv * (1.0f + 0x1p-19f);
 #pragma unroll
@@ -583,7 +585,7 @@ MX_DEV void swiglu_mxquant_blocks(const mx_u16* __restrict__ gate, const mx_u16*
   const MxSwigluPacked k = {mx_bf16x2_splat(p.alpha_r), mx_bf16x2_splat(p.limit_r),
                             mx_bf16x2_splat(-p.limit_r), mx_bf16x2_splat(p.beta_r)};
   if (layout == MX_LAYOUT_SPLIT_HALVES && lanes <= (1 << 23) &&
-      (long long)gridDim.x * blockDim.x <= (1 << 22) && !(flags & (MX_F_RCEIL | MX_F_NAN_IGNORE))) {
+      (long long)gridDim.x * blockDim.x <= (1 << 22) && !(flags & (MX_F_RCEIL | MX_F_NAN_IGNORE | MX_F_SCALE_F16))) {
     swiglu_table_split_loop<A, 0u>(gate, q, scale, (mx_u32)lanes, (mx_u32)I, k, tab16, ta, tb);
     return;
   }

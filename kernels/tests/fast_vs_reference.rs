@@ -15,7 +15,7 @@ const NONE: Epilogue = Epilogue::NONE;
 
 fn configs() -> Vec<QuantConfig> {
     let mut v = Vec::new();
-    for scale_rule in [ScaleRule::Floor, ScaleRule::Rceil] {
+    for scale_rule in [ScaleRule::Floor, ScaleRule::Rceil, ScaleRule::FloorF16] {
         for nan_policy in [NanPolicy::Propagate, NanPolicy::Ignore] {
             v.push(QuantConfig {
                 scale_rule,

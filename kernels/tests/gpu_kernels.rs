@@ -172,7 +172,7 @@ fn mismatches(a: &[u8], b: &[u8]) -> usize {
     a.iter().zip(b).filter(|(x, y)| x != y).count()
 }
 
-const CONFIGS: [QuantConfig; 4] = [
+const CONFIGS: [QuantConfig; 6] = [
     QuantConfig {
         scale_rule: ScaleRule::Floor,
         nan_policy: NanPolicy::Propagate,
@@ -187,6 +187,15 @@ const CONFIGS: [QuantConfig; 4] = [
     },
     QuantConfig {
         scale_rule: ScaleRule::Rceil,
+        nan_policy: NanPolicy::Ignore,
+    },
+    // A float16 graph's floor rule (amax·2^-8 rounded to float16 first).
+    QuantConfig {
+        scale_rule: ScaleRule::FloorF16,
+        nan_policy: NanPolicy::Propagate,
+    },
+    QuantConfig {
+        scale_rule: ScaleRule::FloorF16,
         nan_policy: NanPolicy::Ignore,
     },
 ];

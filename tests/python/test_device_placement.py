@@ -4,7 +4,7 @@ runs everything of the GPU path but the kernel launches) that the CPU device run
 ONNX Runtime copies a value between one of its CPU nodes and one of our device nodes with
 `MemcpyFromHost` / `MemcpyToHost`, whose 1.31 schema has no `float8e8m0`: a claimed node reading
 an E8M0 scale that a CPU node computes (the standalone `QuantizeLinear` / `DequantizeLinear` of
-an MXFP8 quantizer whose scale formula the rules refuse, here a floor scale computed in float16)
+an MXFP8 quantizer whose scale formula the rules refuse, here an RCEIL scale computed in float16)
 made session creation fail with ORT's "Type 'tensor(float8e8m0)' of input parameter ... of
 operator (MemcpyFromHost) ... is invalid" (new-user probe 6; `provider/src/gpu/boundary.rs`).
 """
@@ -20,21 +20,21 @@ K, N = 64, 48
 
 
 def f16_scale_model(path):
-    """x f16 [m, K] → MXFP8 (OCP floor) with the scale computed in float16 (`Mul(amax, 2^-8)`
-    in f16, which the rules refuse: its rounding differs from the kernels' exact rule) →
+    """x f16 [m, K] → MXFP8 (RCEIL) with the scale computed in float16 (`Div(amax, 448)` in
+    f16 + round up, which the rules refuse: the quotient is rounded to f16 first, no kernel rule) →
     DequantizeLinear → MatMul with an f16 weight. The EP claims the QuantizeLinear and the
     DequantizeLinear on their own; ORT's CPU EP computes the E8M0 scale (`Cast`)."""
     rng = np.random.default_rng(5)
     inits = [numpy_helper.from_array(np.array([0, K // 32, 32], np.int64), "blk"),
              numpy_helper.from_array(np.array([-1], np.int64), "ax"),
-             numpy_helper.from_array(np.array(2.0**-8, np.float16), "c"),
+             numpy_helper.from_array(np.array(448.0, np.float16), "c"),
              numpy_helper.from_array((rng.standard_normal((K, N)) * 0.1).astype(np.float16), "w")]
     nodes = [
         helper.make_node("Reshape", ["x", "blk"], ["xb"]),
         helper.make_node("Abs", ["xb"], ["ab"]),
         helper.make_node("ReduceMax", ["ab", "ax"], ["amax"], keepdims=0),
-        helper.make_node("Mul", ["amax", "c"], ["s16"]),
-        helper.make_node("Cast", ["s16"], ["scale"], to=TP.FLOAT8E8M0, round_mode="down", saturate=1),
+        helper.make_node("Div", ["amax", "c"], ["s16"]),
+        helper.make_node("Cast", ["s16"], ["scale"], to=TP.FLOAT8E8M0, round_mode="up", saturate=1),
         helper.make_node("QuantizeLinear", ["x", "scale"], ["q"], axis=-1, block_size=32,
                          output_dtype=TP.FLOAT8E4M3FN, name="quant"),
         helper.make_node("DequantizeLinear", ["q", "scale"], ["xd"], axis=-1, block_size=32,

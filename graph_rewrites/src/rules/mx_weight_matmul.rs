@@ -26,7 +26,7 @@
 //!   MX-dequantized (an E8M0 `DequantizeLinear`, a Quark fake-quant) is not this rule's match at
 //!   all (a structural non-match, no refusal in the report); `add_rmsnorm_mxquant`,
 //!   `swiglu_mxquant_matmul` and `mxquant` take it. Except an E8M0 `DequantizeLinear` whose
-//!   quantizer all three refuse (a scale computed in float16, an unknown scale rule, a static
+//!   quantizer all three refuse (an RCEIL scale computed in float16, an unknown scale rule, a static
 //!   scale): the fallbacks leave it as `MxDequantize`, a float activation to this rule. The
 //!   offline pipeline took such a MatMul one iteration later (reading that `MxDequantize`); the
 //!   plugin EP, which scans ORT's graph once, never did, so online every such weight was

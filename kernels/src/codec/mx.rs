@@ -21,6 +21,13 @@ pub enum ScaleRule {
     /// Round-up of fl32(amax·fl32(1/448)) to a power of two (torchao RCEIL, vLLM ≥ #53110,
     /// FlashInfer): the scaled block max lands in (224, 448], never saturating.
     Rceil,
+    /// The OCP floor rule as a float16 graph computes it: amax·2^-8 rounded to float16 (RNE,
+    /// subnormals kept) before the round-down — ONNX `Cast(Mul(amax, 2^-8), FLOAT8E8M0,
+    /// round_mode=down)` with amax and the product in float16. Equal to `Floor` for every
+    /// float16 amax ≥ 2^-6 (the product is a normal float16, exact); below it the product lands on float16's
+    /// subnormal grid (multiples of 2^-24) and may round up to the next power of two, or to 0
+    /// (byte 0, as a zero block) below 2^-25·2^8.
+    FloorF16,
 }
 
 /// What a NaN (or, under `Propagate`, an Inf) does to its block.
@@ -41,8 +48,9 @@ impl ScaleRule {
         match s {
             "floor" => Ok(Self::Floor),
             "rceil" => Ok(Self::Rceil),
+            "floor_f16" => Ok(Self::FloorF16),
             _ => Err(KernelError::Attribute(format!(
-                "scale_rule must be \"floor\" or \"rceil\", got {s:?}"
+                "scale_rule must be \"floor\", \"rceil\" or \"floor_f16\", got {s:?}"
             ))),
         }
     }
@@ -58,6 +66,14 @@ impl ScaleRule {
                 // Round-down to a power of two is the biased exponent of the product; a
                 // subnormal or zero product (below 2^-126) saturates to byte 0 (2^-127).
                 let e = (amax * (1.0 / 256.0)).to_bits() >> 23;
+                e.min(254) as u8
+            }
+            ScaleRule::FloorF16 => {
+                // The product is exact in f32 (amax ≥ 2^-118 or zero in a float16 graph); one
+                // rounding to float16 then gives the graph's value. Above float16's range the
+                // product becomes +Inf, which saturates like a huge amax (byte 254).
+                let p = half::f16::from_f32(amax * (1.0 / 256.0)).to_f32();
+                let e = p.to_bits() >> 23;
                 e.min(254) as u8
             }
             ScaleRule::Rceil => {
@@ -142,6 +158,30 @@ mod tests {
         assert_eq!(f.scale_byte(f32::MAX), 246);
         assert_eq!(r.scale_byte(f32::MAX), 247);
         assert_eq!(r.scale_byte(f32::INFINITY), 254);
+    }
+
+    #[test]
+    fn floor_f16_bytes() {
+        let h = ScaleRule::FloorF16;
+        // Every float16 amax ≥ 2^-6 (a normal float16 product): the floor rule.
+        for bits in 0x2400u16..0x7C00 {
+            let a = half::f16::from_bits(bits).to_f32();
+            assert_eq!(h.scale_byte(a), ScaleRule::Floor.scale_byte(a), "{a:e}");
+        }
+        // 1.99·2^-12 · 2^-8 = 31.84·2^-24 rounds to 32·2^-24 = 2^-19 in float16.
+        let a = 1.99 * 2f32.powi(-12);
+        assert_eq!(ScaleRule::Floor.scale_byte(a), 127 - 20);
+        assert_eq!(h.scale_byte(a), 127 - 19);
+        // Exactly on the subnormal grid: no change (2^-24 · 3 = 3·2^-24 → floor 2^-23).
+        assert_eq!(h.scale_byte(3.0 * 2f32.powi(-16)), 127 - 23);
+        // Half of the smallest subnormal rounds to 0 (even), just above it to 2^-24.
+        assert_eq!(h.scale_byte(2f32.powi(-17)), 0);
+        assert_eq!(h.scale_byte(2f32.powi(-17) * 1.001), 127 - 24);
+        assert_eq!(h.scale_byte(0.0), 0);
+        assert_eq!(h.scale_byte(65504.0), ScaleRule::Floor.scale_byte(65504.0));
+        assert_eq!(h.scale_byte(f32::MAX), 254);
+        assert_eq!(h.scale_byte(f32::INFINITY), 254);
+        assert_eq!(ScaleRule::parse("floor_f16").unwrap(), h);
     }
 
     #[test]

@@ -207,9 +207,7 @@ pub unsafe fn encode_e4m3_finite(v: __m256) -> __m256i {
     }
     // Subnormal range (|v| < 2^-6): m = rne(|v|·512) in 0..=8.
     let scaled = _mm256_mul_ps(_mm256_castsi256_ps(abs), _mm256_set1_ps(512.0));
-    let sub = _mm256_cvttps_epi32(_mm256_round_ps::<
-        { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
-    >(scaled));
+    let sub = _mm256_cvttps_epi32(_mm256_round_ps::<_MM_FROUND_TO_NEAREST_INT>(scaled));
     _mm256_or_si256(_mm256_blendv_epi8(normal, sub, is_sub), sign)
 }
 
@@ -330,6 +328,12 @@ pub(super) unsafe fn scale_bytes8(amax: __m256, rule: ScaleRule) -> __m256i {
         ScaleRule::Floor => {
             let bits = _mm256_castps_si256(_mm256_mul_ps(amax, _mm256_set1_ps(1.0 / 256.0)));
             _mm256_min_epi32(_mm256_srli_epi32::<23>(bits), max_byte)
+        }
+        ScaleRule::FloorF16 => {
+            // The product rounded to float16 (RNE; F16C, as `half`) and widened back.
+            let p = _mm256_mul_ps(amax, _mm256_set1_ps(1.0 / 256.0));
+            let p = _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(p));
+            _mm256_min_epi32(_mm256_srli_epi32::<23>(_mm256_castps_si256(p)), max_byte)
         }
         ScaleRule::Rceil => {
             let bits = _mm256_castps_si256(_mm256_mul_ps(amax, _mm256_set1_ps(1.0f32 / 448.0)));

@@ -465,6 +465,12 @@ pub(super) unsafe fn scale_bytes16(amax: __m512, rule: ScaleRule) -> __m512i {
             let bits = _mm512_castps_si512(_mm512_mul_ps(amax, _mm512_set1_ps(1.0 / 256.0)));
             _mm512_min_epu32(_mm512_srli_epi32::<23>(bits), max_byte)
         }
+        ScaleRule::FloorF16 => {
+            // The product rounded to float16 (RNE; F16C, as `half`) and widened back.
+            let p = _mm512_mul_ps(amax, _mm512_set1_ps(1.0 / 256.0));
+            let p = _mm512_cvtph_ps(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(p));
+            _mm512_min_epu32(_mm512_srli_epi32::<23>(_mm512_castps_si512(p)), max_byte)
+        }
         ScaleRule::Rceil => {
             let bits = _mm512_castps_si512(_mm512_mul_ps(amax, _mm512_set1_ps(1.0f32 / 448.0)));
             let one = _mm512_set1_epi32(1);

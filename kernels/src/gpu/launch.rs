@@ -31,6 +31,7 @@ const F_FP32_ACT: u32 = 64;
 const F_NO_ROUND_SUM: u32 = 128;
 const F_SWISH_SINGLE: u32 = 256;
 const F_SIGMA_PINNED: u32 = 512;
+const F_SCALE_F16: u32 = 1024;
 
 /// Below this many elements `MxQuantize` takes 2 elements per lane instead of 8:
 /// shorter per-lane chains win when the grid cannot fill the device (measured on the H200).
@@ -211,10 +212,10 @@ fn gemm_params(
 }
 
 fn quant_flags(q: &QuantConfig) -> u32 {
-    (if q.scale_rule == ScaleRule::Rceil {
-        F_RCEIL
-    } else {
-        0
+    (match q.scale_rule {
+        ScaleRule::Floor => 0,
+        ScaleRule::Rceil => F_RCEIL,
+        ScaleRule::FloorF16 => F_SCALE_F16,
     }) | (if q.nan_policy == NanPolicy::Ignore {
         F_NAN_IGNORE
     } else {

@@ -8,7 +8,7 @@
 //! schema of those two ops does not list `float8e8m0` (nor `float4e2m1`): a session whose
 //! claimed node reads an E8M0 scale computed by a CPU node — e.g. the standalone
 //! `QuantizeLinear` / `DequantizeLinear` of an MXFP8 quantizer whose scale formula the rules
-//! refused (a floor scale computed in float16) — failed at creation with ORT's "Type
+//! refused (an RCEIL scale computed in float16) — failed at creation with ORT's "Type
 //! 'tensor(float8e8m0)' of input parameter ... of operator (MemcpyFromHost) ... is invalid",
 //! whatever our kernels can do. [`uncopyable_edge`] finds such a group; [`copyable_groups`]
 //! leaves it to ORT's CPU EP where that has a kernel for it (a `com.mxfuse` node of an offline

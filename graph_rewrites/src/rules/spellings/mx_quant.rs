@@ -231,6 +231,9 @@ pub fn mx_quant(p: &mut Pat, x: V) -> MxQuantPat {
 pub enum ScaleRule {
     Floor,
     Rceil,
+    /// The floor rule with amax·2^-8 computed (rounded) in float16: a float16 graph that scales
+    /// its float16 block amax before the Cast.
+    FloorF16,
 }
 
 impl ScaleRule {
@@ -238,6 +241,7 @@ impl ScaleRule {
         match self {
             ScaleRule::Floor => "floor",
             ScaleRule::Rceil => "rceil",
+            ScaleRule::FloorF16 => "floor_f16",
         }
     }
 }
@@ -471,19 +475,29 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
         }
     };
     // The graph scales amax in its own dtype before the Cast. Exact in f32 and bf16 for
-    // every amax ≥ 2^-118; in f16 the product underflows for amax < 2^-16 and rounds to a
-    // different power of two than the exact rule: refuse rather than change results. bf16 is
-    // accepted with one known difference (docs/ops.md, scale bytes): the single bf16 amax
-    // 0x1.fep-119 rounds up to byte 1 there, byte 0 here (blocks of magnitude ~3e-36).
+    // every amax ≥ 2^-118. bf16 is accepted with one known difference (docs/ops.md, scale
+    // bytes): the single bf16 amax 0x1.fep-119 rounds up to byte 1 there, byte 0 here (blocks
+    // of magnitude ~3e-36). In f16 the floor product lands on f16's subnormal grid below
+    // amax 2^-6 and may round to the next power of two: the kernels' `floor_f16` rule computes
+    // exactly that, provided amax is the f16 maximum of f16 values (x itself is float16;
+    // an f16 Cast of an f32 amax would round twice). RCEIL's quotient rounded to f16 / bf16
+    // before the round-up has no kernel rule: refused.
     let amax_t = g
         .tensor_info(m[h.scale_const])
         .map(|i| i.elem_type)
         .unwrap_or(0);
-    if amax_t == dtype::FLOAT16 || (rule == ScaleRule::Rceil && amax_t != dtype::FLOAT) {
+    let rule = if rule == ScaleRule::Floor && amax_t == dtype::FLOAT16 && dt == dtype::FLOAT16 {
+        ScaleRule::FloorF16
+    } else {
+        rule
+    };
+    if (amax_t == dtype::FLOAT16 && rule != ScaleRule::FloorF16)
+        || (rule == ScaleRule::Rceil && amax_t != dtype::FLOAT)
+    {
         // Say what the export can do about it (new-user probe 11: an f16 model whose every
         // quantizer was refused, the report saying only that the rounding differs).
-        let why = if amax_t == dtype::FLOAT16 {
-            "float16 rounds amax·2^-8 to its subnormal spacing below 2^-14 (blocks with amax < 2^-6) and to 0 below 2^-25"
+        let why = if rule == ScaleRule::Floor {
+            "the block values are not float16, so the float16 amax is itself a rounding of the true one"
         } else {
             "amax/448 is rounded to that type before the round-up"
         };
