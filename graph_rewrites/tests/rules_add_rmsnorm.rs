@@ -1022,3 +1022,19 @@ fn two_norms_of_one_residual_sum_both_fuse() {
         .iter()
         .all(|n| !accepted[1].nodes.contains(n)));
 }
+
+/// New-user probe 12: an initializer that is also a graph input (ONNX's overridable default;
+/// older exporters and `keep_initializers_as_inputs=True` write every weight so) is a run-time
+/// value: refused, and the reason now says why, instead of only "'eps' must be a constant" of a
+/// value the user sees among the initializers.
+#[test]
+fn an_initializer_listed_as_graph_input_is_refused_saying_why() {
+    let mut b = build(&Case::default());
+    b.input("eps", FLOAT, &[]);
+    let why = b.refusal("add_rmsnorm_mxquant");
+    assert!(
+        why.contains("epsilon 'eps' is not a constant (it is a graph input"),
+        "{why}"
+    );
+    assert!(why.contains("a run may override it"), "{why}");
+}

@@ -112,7 +112,11 @@ impl<'a> Matcher<'a> {
             VKind::Const(pred) => {
                 if !self.g.is_constant(val) {
                     return self.fail(&b, || {
-                        format!("'{}' must be a constant", self.g.value_name(val))
+                        format!(
+                            "'{}' must be a constant{}",
+                            self.g.value_name(val),
+                            crate::view::not_constant_note(self.g, val)
+                        )
                     });
                 }
                 if let Some((pred, desc)) = pred {
