@@ -1025,3 +1025,54 @@ fn symbolic_last_dim_pinned_by_the_block_reshape_fuses() {
         );
     }
 }
+
+/// New-user probe 12: a quantizer whose QuantizeLinear has no `output_dtype` (and no zero point)
+/// writes uint8 (ONNX's default): refused, and the reason says so and what to set, where it said
+/// "QuantizeLinear output is unknown"; a FLOAT8E4M3FNUZ one is named (was "other").
+#[test]
+fn a_quantize_linear_without_output_dtype_is_refused_naming_uint8() {
+    let build = |q_attrs: &[(&str, Attr<'_>)]| {
+        let mut b = ModelBuilder::new(24);
+        b.input("x", FLOAT, &[4, 64])
+            .init_i64("blk", &[3], &[0, 2, 32])
+            .init_i64("axes", &[1], &[-1])
+            .init_f32("c", &[], &[2f32.powi(-8)])
+            .node("Reshape", &["x", "blk"], &["blocks"])
+            .node("Abs", &["blocks"], &["ab"])
+            .node_in(
+                "",
+                "ReduceMax",
+                &["ab", "axes"],
+                &["amax"],
+                &[("keepdims", Attr::I(0))],
+            )
+            .node("Mul", &["amax", "c"], &["s32"])
+            .node_in(
+                "",
+                "Cast",
+                &["s32"],
+                &["scale"],
+                &[
+                    ("to", Attr::I(FLOAT8E8M0 as i64)),
+                    ("round_mode", Attr::S("down")),
+                ],
+            )
+            .node_in("", "QuantizeLinear", &["x", "scale"], &["q"], q_attrs)
+            .output("q", 0, &[4, 64]);
+        b
+    };
+    let why = build(&[("axis", Attr::I(-1)), ("block_size", Attr::I(32))]).refusal("mxquant");
+    assert!(
+        why.contains(
+            "QuantizeLinear output is uint8, not float8e4m3fn (QuantizeLinear without output_dtype"
+        ),
+        "{why}"
+    );
+    let why = build(&[
+        ("axis", Attr::I(-1)),
+        ("block_size", Attr::I(32)),
+        ("output_dtype", Attr::I(18)),
+    ])
+    .refusal("mxquant");
+    assert!(why.contains("output is float8e4m3fnuz"), "{why}");
+}

@@ -595,8 +595,17 @@ fn check_quantize_linear(
         None => attr_int(g.attr(n, "output_dtype"), 0).unwrap_or(0) as i32,
     };
     if out_t != dtype::FLOAT8E4M3FN {
+        // ONNX's default without output_dtype or a zero point is uint8 (new-user probe 12: an
+        // output_dtype left out was refused as "output is unknown").
+        let (out_t, why) = match out_t {
+            0 => (
+                dtype::UINT8,
+                " (QuantizeLinear without output_dtype or a zero point writes uint8: set output_dtype = FLOAT8E4M3FN)",
+            ),
+            t => (t, ""),
+        };
         return Err(reject!(
-            "QuantizeLinear output is {}, not float8e4m3fn",
+            "QuantizeLinear output is {}, not float8e4m3fn{why}",
             dtype::name(out_t)
         ));
     }
