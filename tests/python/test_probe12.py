@@ -1,5 +1,7 @@
 """New-user probe 12: what a new user's hand-built models found (BENCHMARKS.md, "new-user probe
-12"). Two RMSNorms of one residual sum (a parallel attention / MLP block, GPT-NeoX style, with a
+12").
+
+1. Two RMSNorms of one residual sum (a parallel attention / MLP block, GPT-NeoX style, with a
 norm each): the first norm's fusion absorbed the residual Add and the second norm stayed ORT's
 ops, only its quantizer fused (`mxquant`), online and offline, with nothing in the report saying
 why. Both fuse now; the plugin EP, the offline rewrite and onnx.reference agree.
@@ -8,11 +10,16 @@ Left (BENCHMARKS.md): with ONNX Runtime's default optimizations its common-subex
 merges the two norm chains (they differ only in γ) before the EP sees the graph, and a norm whose
 normalized tensor another γ multiply reads is refused ("interior value ... is also read"), so
 there the EP fuses the two quantizers only; the EP half of this test runs with ORT's graph
-optimizations off, as a model's own un-merged chains reach the EP."""
+optimizations off, as a model's own un-merged chains reach the EP.
+
+2. The MXFP8 quantize spelled as torchao's `to_mx` writes it: `x.reshape(-1, 32)`, the amax per
+row, viewed back to `[*x.shape[:-1], K // 32]` — refused before ("block Reshape [-1, 32] does not
+split the last axis"), the quantizer and the norm before it unfused."""
 
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto as TP
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
@@ -69,3 +76,40 @@ def test_two_norms_merged_by_ort_still_run_the_same_bits(lib, ep_devices, mxfuse
     online = ep_session(src, ep_devices).run(None, feed)
     offline = offline_session(tmp_path / "fused.onnx", lib).run(None, feed)
     assert all(same_bits(a, b) for a, b in zip(online, offline))
+
+
+def flat_block_norm(path, keepdims):
+    """Add → RMSNorm → MXFP8 with the block shape [-1, 32] and the amax Reshape'd back to
+    Concat(Shape(y)[:-1], [K/32]) → MatMul, on [b, s, K]."""
+    g = Graph()
+    s = g.node("Add", ["x", "res"])
+    g.outputs.append(s)
+    y = rms_norm(g, s, 1)
+    blocks = g.node("Reshape", [y, g.const([-1, 32], np.int64)])
+    amax = g.node("ReduceMax", [g.node("Abs", [blocks]), g.const([-1], np.int64)], keepdims=keepdims)
+    shape = g.node("Concat", [g.node("Shape", [y], end=-1), g.const([K // 32], np.int64)], axis=0)
+    scale = g.node("Cast", [g.node("Mul", [g.node("Reshape", [amax, shape]), g.const(2.0**-8)])],
+                   to=TP.FLOAT8E8M0, round_mode="down", saturate=1)
+    q = g.node("QuantizeLinear", [y, scale], axis=-1, block_size=32, output_dtype=TP.FLOAT8E4M3FN)
+    dq = g.node("DequantizeLinear", [q, scale], axis=-1, block_size=32, output_dtype=TP.FLOAT)
+    g.outputs.append(g.node("MatMul", [dq, g.const(weight([K, 48], 3))]))
+    inputs = [helper.make_tensor_value_info(n, TP.FLOAT, ["b", "s", K]) for n in ("x", "res")]
+    return g.model(inputs, path)
+
+
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_flattened_block_shape_fuses_online_and_offline(keepdims, lib, ep_devices, mxfuse_cli, tmp_path):
+    src = flat_block_norm(tmp_path / "m.onnx", keepdims)
+    report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
+    assert [f["rule"] for f in report["fusions"]] == ["add_rmsnorm_mxquant"], report
+    rng = np.random.default_rng(7)
+    feed = {n: (rng.standard_normal((2, 5, K)) * 4).astype(np.float32) for n in ("x", "res")}
+    sess = ep_session(src, ep_devices)
+    claimed = claimed_ops(sess)
+    assert "ReduceMean" in claimed and "QuantizeLinear" in claimed and "Concat" in claimed, claimed
+    online = sess.run(None, feed)
+    offline = offline_session(tmp_path / "fused.onnx", lib).run(None, feed)
+    assert all(same_bits(a, b) for a, b in zip(online, offline))
+    want = ReferenceEvaluator(onnx.load(src)).run(None, feed)
+    for got, ref in zip(online, want):
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
