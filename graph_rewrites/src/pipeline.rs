@@ -200,11 +200,11 @@ fn scan_pass(
                 }
                 match rule.try_at(g, root, cfg) {
                     Attempt::Accepted(site, params) => {
-                        if site.nodes.iter().any(|x| claimed.contains(x)) {
-                            // Overlaps a fusion of this iteration; retried in the next. A
-                            // weight-only site is still listed (not accepted): the provider, which
-                            // sees the graph once, joins another float reader of a shared Quark
-                            // weight fake-quant to the claim that took it.
+                        let (site, params) = if site.nodes.iter().any(|x| claimed.contains(x)) {
+                            // Overlaps a fusion of this iteration. A weight-only site is still
+                            // listed (not accepted): the provider, which sees the graph once,
+                            // joins another float reader of a shared Quark weight fake-quant to
+                            // the claim that took it.
                             if rule.name() == "mx_weight_matmul" {
                                 out.sites.push(SiteInfo {
                                     rule: rule.name(),
@@ -214,9 +214,26 @@ fn scan_pass(
                                     structural: true,
                                     notes: site.notes.clone(),
                                 });
+                                continue;
                             }
-                            continue;
-                        }
+                            // Another spelling of the site that leaves the taken nodes alone: a
+                            // second RMSNorm of a residual sum another norm's fusion absorbed
+                            // (two norms of one sum: parallel attention / MLP blocks) reads
+                            // that sum (`s = x`). Without it the next rule (`mxquant`) took
+                            // the second norm's quantizer in this very scan and the norm never
+                            // fused (new-user probe 12), online or offline. Otherwise the site
+                            // is retried in the next iteration (offline).
+                            match rule.try_at_avoiding(g, root, cfg, claimed) {
+                                Attempt::Accepted(s, p)
+                                    if !s.nodes.iter().any(|x| claimed.contains(x)) =>
+                                {
+                                    (s, p)
+                                }
+                                _ => continue,
+                            }
+                        } else {
+                            (site, params)
+                        };
                         claimed.extend(site.nodes.iter().copied());
                         out.sites.push(SiteInfo {
                             rule: rule.name(),

@@ -256,6 +256,18 @@ pub trait GraphView {
     }
 }
 
+/// Why `v` is not a constant, for a refusal that needs one: `""`, or, for a graph input, that it
+/// may be an initializer a run overrides (ONNX lets a graph input carry an initializer as its
+/// default; ONNX Runtime then treats it as a run-time value, and so do the rules). New-user probe
+/// 12: "'c18' must be a constant" named a value the user saw among the initializers.
+pub fn not_constant_note(g: &dyn GraphView, v: ValueId) -> &'static str {
+    if g.is_graph_input(v) {
+        " (it is a graph input, a run-time value even where an initializer of that name gives it a default: a run may override it; to fuse, keep such a constant out of the graph's inputs)"
+    } else {
+        ""
+    }
+}
+
 /// A view with a [`ConstMemo`]: what one scan of the rules looks at (`pipeline`), so that checks
 /// share their work on constants for exactly that scan (nothing outlives an edit of the graph).
 pub struct Memoized<'a> {

@@ -1025,3 +1025,125 @@ fn symbolic_last_dim_pinned_by_the_block_reshape_fuses() {
         );
     }
 }
+
+/// New-user probe 12: a quantizer whose QuantizeLinear has no `output_dtype` (and no zero point)
+/// writes uint8 (ONNX's default): refused, and the reason says so and what to set, where it said
+/// "QuantizeLinear output is unknown"; a FLOAT8E4M3FNUZ one is named (was "other").
+#[test]
+fn a_quantize_linear_without_output_dtype_is_refused_naming_uint8() {
+    let build = |q_attrs: &[(&str, Attr<'_>)]| {
+        let mut b = ModelBuilder::new(24);
+        b.input("x", FLOAT, &[4, 64])
+            .init_i64("blk", &[3], &[0, 2, 32])
+            .init_i64("axes", &[1], &[-1])
+            .init_f32("c", &[], &[2f32.powi(-8)])
+            .node("Reshape", &["x", "blk"], &["blocks"])
+            .node("Abs", &["blocks"], &["ab"])
+            .node_in(
+                "",
+                "ReduceMax",
+                &["ab", "axes"],
+                &["amax"],
+                &[("keepdims", Attr::I(0))],
+            )
+            .node("Mul", &["amax", "c"], &["s32"])
+            .node_in(
+                "",
+                "Cast",
+                &["s32"],
+                &["scale"],
+                &[
+                    ("to", Attr::I(FLOAT8E8M0 as i64)),
+                    ("round_mode", Attr::S("down")),
+                ],
+            )
+            .node_in("", "QuantizeLinear", &["x", "scale"], &["q"], q_attrs)
+            .output("q", 0, &[4, 64]);
+        b
+    };
+    let why = build(&[("axis", Attr::I(-1)), ("block_size", Attr::I(32))]).refusal("mxquant");
+    assert!(
+        why.contains(
+            "QuantizeLinear output is uint8, not float8e4m3fn (QuantizeLinear without output_dtype"
+        ),
+        "{why}"
+    );
+    let why = build(&[
+        ("axis", Attr::I(-1)),
+        ("block_size", Attr::I(32)),
+        ("output_dtype", Attr::I(18)),
+    ])
+    .refusal("mxquant");
+    assert!(why.contains("output is float8e4m3fnuz"), "{why}");
+}
+
+/// `x [4, 64] → Reshape([-1, 32]) → Abs → ReduceMax(-1, keepdims) → [Reshape([-1, 2])] →
+/// Mul(2^-8) → Cast(E8M0, down)` = scale, `QuantizeLinear(x, scale)`: torchao's `to_mx`
+/// spelling (every block a row of its own, the amax viewed back to `[*x.shape[:-1], K // 32]`).
+fn flat_block_quantizer(keepdims: i64, amax_reshape: bool) -> ModelBuilder {
+    let mut b = ModelBuilder::new(24);
+    b.input("x", FLOAT, &[4, 64])
+        .init_i64("blk", &[2], &[-1, 32])
+        .init_i64("amax_shape", &[2], &[-1, 2])
+        .init_i64("axes", &[1], &[-1])
+        .init_f32("c", &[], &[2f32.powi(-8)])
+        .node("Reshape", &["x", "blk"], &["blocks"])
+        .node("Abs", &["blocks"], &["ab"])
+        .node_in(
+            "",
+            "ReduceMax",
+            &["ab", "axes"],
+            &["amax_r"],
+            &[("keepdims", Attr::I(keepdims))],
+        );
+    let amax = if amax_reshape {
+        b.node("Reshape", &["amax_r", "amax_shape"], &["amax"]);
+        "amax"
+    } else {
+        "amax_r"
+    };
+    b.node("Mul", &[amax, "c"], &["s32"])
+        .node_in(
+            "",
+            "Cast",
+            &["s32"],
+            &["scale"],
+            &[
+                ("to", Attr::I(FLOAT8E8M0 as i64)),
+                ("round_mode", Attr::S("down")),
+            ],
+        )
+        .node_in(
+            "",
+            "QuantizeLinear",
+            &["x", "scale"],
+            &["q"],
+            &[
+                ("axis", Attr::I(-1)),
+                ("block_size", Attr::I(32)),
+                ("output_dtype", Attr::I(FLOAT8E4M3FN as i64)),
+            ],
+        )
+        .output("q", FLOAT8E4M3FN, &[4, 64]);
+    b
+}
+
+/// New-user probe 12: the flattened block shape `[-1, 32]` was refused ("block Reshape [-1, 32]
+/// does not split the last axis (64) into [2, 32]") and the quantizer ran unfused. With the amax
+/// read back into `[.., K/32]` the blocks and their order are the standard spelling's: it fuses
+/// (either keepdims). Without that Reshape it is refused saying what is missing.
+#[test]
+fn flattened_block_shape_with_the_amax_reshaped_back_fuses() {
+    for keepdims in [0, 1] {
+        let (report, g) = flat_block_quantizer(keepdims, true).rewrite();
+        assert_eq!(report.counts["mxquant"], 1, "{report:#?}");
+        assert_eq!(op_types(&g), ["MxQuantize"], "keepdims {keepdims}");
+    }
+    let why = flat_block_quantizer(0, false).refusal("mxquant");
+    assert!(
+        why.contains(
+            "flattens the rows of 'x': the block amax then needs a Reshape back to [..., 2]"
+        ),
+        "{why}"
+    );
+}

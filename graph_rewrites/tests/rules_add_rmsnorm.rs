@@ -924,3 +924,117 @@ fn a_reshape_splitting_the_last_dim_is_not_fused() {
     .rewrite();
     assert_eq!(report.counts["add_rmsnorm_mxquant"], 0, "{report:#?}");
 }
+
+/// Two RMSNorms of one residual sum (a parallel attention / MLP block with a norm each, GPT-NeoX
+/// style), each normed tensor MXFP8-quantized (standard opset-24 spelling) into a MatMul:
+/// `sum = x + residual → norm_a → MXFP8 → MatMul`, `sum → norm_b → MXFP8 → MatMul`.
+fn two_norms_of_one_sum() -> ModelBuilder {
+    let mut b = ModelBuilder::new(24);
+    b.input("x", FLOAT, &[4, H])
+        .input("residual", FLOAT, &[4, H]);
+    b.node("Add", &["x", "residual"], &["sum"])
+        .output("sum", FLOAT, &[4, H]);
+    b.init_f32("two", &[], &[2.0])
+        .init_i64("axes", &[1], &[-1])
+        .init_f32("eps", &[], &[1e-6])
+        .init_i64("blk", &[3], &[0, H / 32, 32]);
+    for (k, gamma) in [("a", 0.25f32), ("b", 0.75)] {
+        let v = |s: &str| format!("{s}_{k}");
+        b.node("Pow", &["sum", "two"], &[&v("sq")])
+            .node("ReduceMean", &[&v("sq"), "axes"], &[&v("ms")])
+            .node("Add", &[&v("ms"), "eps"], &[&v("ve")])
+            .node("Sqrt", &[&v("ve")], &[&v("sd")])
+            .node("Reciprocal", &[&v("sd")], &[&v("inv")])
+            .node("Mul", &["sum", &v("inv")], &[&v("n")])
+            .init_f32(&v("w"), &[H], &vec![gamma; H as usize])
+            .node("Mul", &[&v("n"), &v("w")], &[&v("y")])
+            .mx_quant_floor(&v("y"), "blk", &format!("_{k}"))
+            .node_in(
+                "",
+                "DequantizeLinear",
+                &[&v("q"), &v("scale")],
+                &[&v("yq")],
+                &[
+                    ("axis", graph_rewrites::testing::Attr::I(-1)),
+                    ("block_size", graph_rewrites::testing::Attr::I(32)),
+                    (
+                        "output_dtype",
+                        graph_rewrites::testing::Attr::I(FLOAT as i64),
+                    ),
+                ],
+            )
+            .init_f32(&v("wq"), &[H, 16], &vec![0.5; (H * 16) as usize])
+            .node("MatMul", &[&v("yq"), &v("wq")], &[&v("out")])
+            .output(&v("out"), FLOAT, &[4, 16]);
+    }
+    b
+}
+
+/// New-user probe 12: the first norm's fusion absorbs the residual Add; the second norm's site
+/// then overlapped it, was skipped in that scan, and the next rule (`mxquant`) took its quantizer
+/// in the same scan, so the second norm never fused (offline, nor in the plugin EP, which scans
+/// once) and nothing said why. Now the second site is matched again without the taken nodes: it
+/// reads the first fused op's residual-sum output (`s = x`), in the same scan.
+#[test]
+fn two_norms_of_one_residual_sum_both_fuse() {
+    let b = two_norms_of_one_sum();
+    let (report, g) = b.rewrite();
+    assert_eq!(report.counts["add_rmsnorm_mxquant"], 2, "{report:#?}");
+    assert_eq!(report.counts["mxquant"], 0, "{report:#?}");
+    let fused: Vec<NodeId> = g
+        .nodes()
+        .iter()
+        .copied()
+        .filter(|n| g.op_type(*n) == "AddRmsNormMxQuant")
+        .collect();
+    assert_eq!(fused.len(), 2);
+    // One absorbs the Add (x, residual) and writes `sum`; the other reads `sum`, no residual.
+    let ins: Vec<Vec<String>> = fused
+        .iter()
+        .map(|n| value_names(&g, g.inputs(*n)))
+        .collect();
+    assert!(
+        ins.contains(&vec!["x".into(), "residual".into(), "w_a".into()])
+            || ins.contains(&vec!["residual".into(), "x".into(), "w_a".into()]),
+        "{ins:?}"
+    );
+    assert!(
+        ins.iter().any(|i| i[0] == "sum" && i[2] == "w_b"),
+        "{ins:?}"
+    );
+    assert!(!g.nodes().iter().any(|n| g.op_type(*n) == "Add"));
+
+    // The plugin EP's single pass (`find_sites`): two accepted norm sites, disjoint.
+    let graph = b.graph().unwrap();
+    let sites = graph_rewrites::pipeline::find_sites(&graph, &Default::default()).unwrap();
+    let accepted: Vec<_> = sites
+        .iter()
+        .filter(|s| s.verdict.is_ok() && !s.nodes.is_empty())
+        .collect();
+    let rules: Vec<&str> = accepted.iter().map(|s| s.rule).collect();
+    assert_eq!(
+        rules,
+        ["add_rmsnorm_mxquant", "add_rmsnorm_mxquant"],
+        "{sites:#?}"
+    );
+    assert!(accepted[0]
+        .nodes
+        .iter()
+        .all(|n| !accepted[1].nodes.contains(n)));
+}
+
+/// New-user probe 12: an initializer that is also a graph input (ONNX's overridable default;
+/// older exporters and `keep_initializers_as_inputs=True` write every weight so) is a run-time
+/// value: refused, and the reason now says why, instead of only "'eps' must be a constant" of a
+/// value the user sees among the initializers.
+#[test]
+fn an_initializer_listed_as_graph_input_is_refused_saying_why() {
+    let mut b = build(&Case::default());
+    b.input("eps", FLOAT, &[]);
+    let why = b.refusal("add_rmsnorm_mxquant");
+    assert!(
+        why.contains("epsilon 'eps' is not a constant (it is a graph input"),
+        "{why}"
+    );
+    assert!(why.contains("a run may override it"), "{why}");
+}

@@ -7,6 +7,7 @@
 //! points is cheaper than undo logs and obviously correct.
 
 use std::cell::RefCell;
+use std::collections::HashSet;
 
 use super::builder::{Pattern, VKind, N, V};
 use crate::view::{GraphView, NodeId, ValueId};
@@ -29,6 +30,8 @@ pub(crate) struct Matcher<'a> {
     g: &'a dyn GraphView,
     p: &'a Pattern,
     near: RefCell<NearMiss>,
+    /// Graph nodes no pattern node may bind (taken by another fusion of the same scan).
+    avoid: Option<&'a HashSet<NodeId>>,
 }
 
 type Goals = Vec<(V, ValueId)>;
@@ -39,6 +42,20 @@ impl<'a> Matcher<'a> {
             g,
             p,
             near: RefCell::new(NearMiss::default()),
+            avoid: None,
+        }
+    }
+
+    /// A matcher that binds none of the nodes in `avoid`: alternatives and commutative orders
+    /// that would use one are skipped like any other failed choice.
+    pub(crate) fn avoiding(
+        g: &'a dyn GraphView,
+        p: &'a Pattern,
+        avoid: &'a HashSet<NodeId>,
+    ) -> Self {
+        Matcher {
+            avoid: Some(avoid),
+            ..Matcher::new(g, p)
         }
     }
 
@@ -95,7 +112,11 @@ impl<'a> Matcher<'a> {
             VKind::Const(pred) => {
                 if !self.g.is_constant(val) {
                     return self.fail(&b, || {
-                        format!("'{}' must be a constant", self.g.value_name(val))
+                        format!(
+                            "'{}' must be a constant{}",
+                            self.g.value_name(val),
+                            crate::view::not_constant_note(self.g, val)
+                        )
                     });
                 }
                 if let Some((pred, desc)) = pred {
@@ -158,6 +179,14 @@ impl<'a> Matcher<'a> {
                 format!(
                     "'{}' is output {slot} of '{}', expected output {index}",
                     self.g.value_name(val),
+                    self.g.node_name(gn)
+                )
+            });
+        }
+        if self.avoid.is_some_and(|a| a.contains(&gn)) {
+            return self.fail(&b, || {
+                format!(
+                    "'{}' is taken by another fusion of this scan",
                     self.g.node_name(gn)
                 )
             });

@@ -36,6 +36,22 @@ pub mod dtype {
             FLOAT8E5M2 => "float8e5m2",
             FLOAT4E2M1 => "float4e2m1",
             FLOAT8E8M0 => "float8e8m0",
+            // The rest of ONNX's types, so a refusal names what the model has (new-user probe
+            // 12: a FLOAT8E4M3FNUZ quantizer was refused as "other").
+            4 => "uint16",
+            5 => "int16",
+            8 => "string",
+            9 => "bool",
+            12 => "uint32",
+            13 => "uint64",
+            14 => "complex64",
+            15 => "complex128",
+            18 => "float8e4m3fnuz",
+            20 => "float8e5m2fnuz",
+            21 => "uint4",
+            22 => "int4",
+            25 => "uint2",
+            26 => "int2",
             0 => "unknown",
             _ => "other",
         }

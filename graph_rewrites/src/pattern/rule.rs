@@ -2,7 +2,7 @@
 //! and a `rewrite` that emits the replacement.
 
 use std::any::Any;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use super::builder::{Pattern, VKind};
 use super::emit::Emit;
@@ -135,7 +135,20 @@ pub trait DynRule: Sync + Send {
     fn name(&self) -> &'static str;
     /// (domain, op_type) pairs that can produce the root value: only their outputs are tried.
     fn root_ops(&self) -> Vec<(&'static str, &'static str)>;
-    fn try_at(&self, g: &dyn GraphView, root: ValueId, cfg: &RuleConfig) -> Attempt;
+    fn try_at(&self, g: &dyn GraphView, root: ValueId, cfg: &RuleConfig) -> Attempt {
+        self.try_at_avoiding(g, root, cfg, &HashSet::new())
+    }
+    /// [`DynRule::try_at`] binding none of the nodes in `avoid` (those another fusion of the
+    /// same scan took): the pattern's other spellings of the site are tried instead, e.g. a
+    /// second RMSNorm of a residual sum the first norm's fusion absorbed reads that sum as its
+    /// input (`s = x`) instead of absorbing the Add again.
+    fn try_at_avoiding(
+        &self,
+        g: &dyn GraphView,
+        root: ValueId,
+        cfg: &RuleConfig,
+        avoid: &HashSet<NodeId>,
+    ) -> Attempt;
     fn apply(&self, site: &Site, params: Box<dyn Any>, e: &mut Emit<'_>) -> Result<(), String>;
     /// A fallback rule runs only on what every other rule left: the pipeline tries it once the
     /// others reach their fixed point, and `find_sites` after their pass over the whole graph.
@@ -165,12 +178,18 @@ impl<R: Rule> DynRule for R {
         out
     }
 
-    fn try_at(&self, g: &dyn GraphView, root: ValueId, cfg: &RuleConfig) -> Attempt {
+    fn try_at_avoiding(
+        &self,
+        g: &dyn GraphView,
+        root: ValueId,
+        cfg: &RuleConfig,
+        avoid: &HashSet<NodeId>,
+    ) -> Attempt {
         let pat = self.pattern();
         let Some((anchor, _)) = g.producer(root) else {
             return Attempt::NoMatch("root has no producer".into());
         };
-        let bindings = match Matcher::new(g, pat).run(root) {
+        let bindings = match Matcher::avoiding(g, pat, avoid).run(root) {
             Ok(b) => b,
             Err(why) => {
                 return match self.report_no_match(g, anchor) {

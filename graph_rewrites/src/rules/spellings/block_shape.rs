@@ -25,6 +25,21 @@ pub(super) fn check_block_reshape(
     check_leading_then(g, n, x, rank, k, "block Reshape", &[k / BLOCK, BLOCK])
 }
 
+/// Whether block Reshape `n` flattens x into rows of one block, `[-1, 32]` (a constant,
+/// `allowzero` 0): torchao's `to_mx` spelling (`x.reshape(-1, block_size)`, amax per row, the
+/// scale viewed back to `[*x.shape[:-1], K // 32]`). With K a multiple of 32 each row of 32 lies
+/// inside one row of x, so row r is block r mod K/32 of row r div K/32: the same blocks, in the
+/// same order, as `[.., K/32, 32]`; the amax Reshape back to `[..x's leading dims.., K/32]`
+/// ([`check_amax_reshape`], which the caller requires) restores the scale's shape.
+pub(super) fn is_flat_block_reshape(g: &dyn GraphView, n: NodeId) -> bool {
+    let shape = g.inputs(n).get(1).copied().flatten();
+    let constant = shape
+        .filter(|v| g.is_constant(*v))
+        .and_then(|v| g.const_value(v))
+        .and_then(|t| values_i64(&t));
+    constant.as_deref() == Some(&[-1, BLOCK]) && attr_int(g.attr(n, "allowzero"), 0) == Some(0)
+}
+
 /// The amax `Reshape` after `ReduceMax(-1)` (keepdims 1, or 0) must give the scale's
 /// `[..x's leading dims.., K/32]`: the same bytes in the same order as `Squeeze(-1)`, read like
 /// the block shape.

@@ -26,6 +26,9 @@
 //! Slice(Shape(x), 0, -1) | Unsqueeze(Gather(Shape(x), i))…, [K/32, 32])`, exporters' spelling
 //! for symbolic batch / sequence dims; such a shape computation goes with the fusion
 //! ([`super::block_shape`]).
+//! The block shape may also flatten x into one block a row, `[-1, 32]` (torchao's `to_mx`:
+//! `x.reshape(-1, 32)`), when the amax is Reshape'd back to `[..x's leading dims.., K/32]`: the
+//! same blocks in the same order (`block_shape::is_flat_block_reshape`).
 //!
 //! Key points:
 //! * The scale rule is identified by the constant *and* the Cast rounding: `Mul(2^-8)` or
@@ -61,6 +64,7 @@ use crate::view::{Dim, GraphView, NodeId, ValueId, ONNX_DOMAIN, TRT_DOMAIN};
 
 use super::block_shape::{
     block_reshape_k, block_shape_nodes, check_amax_reshape, check_block_reshape,
+    is_flat_block_reshape,
 };
 
 /// MX block size: the only one the kernels implement.
@@ -429,8 +433,22 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
     ) else {
         return Err(reject!("internal: incomplete standard MX quantize match"));
     };
-    check_block_reshape(g, reshape, x, rank, k)?;
     let amax_reshape = m.node(h.amax_reshape);
+    // `[-1, 32]`: every block a row of its own (torchao's spelling), read back into the scale's
+    // shape by the amax Reshape (new-user probe 12: was refused as "does not split the last
+    // axis"). On a rank-1 x it is the plain `[K/32, 32]`.
+    let flat = rank >= 2 && is_flat_block_reshape(g, reshape);
+    if flat {
+        if amax_reshape.is_none() {
+            return Err(reject!(
+                "block Reshape [-1, {BLOCK}] flattens the rows of '{}': the block amax then needs a Reshape back to [..., {}] before the Cast",
+                g.value_name(x),
+                k / BLOCK
+            ));
+        }
+    } else {
+        check_block_reshape(g, reshape, x, rank, k)?;
+    }
     if let Some(r) = amax_reshape {
         check_amax_reshape(g, r, x, rank, k)?;
     }
@@ -443,9 +461,11 @@ pub fn check_mx_quant(m: &Match<'_>, h: &MxQuantPat) -> Result<QuantInfo, Reject
         (None, Some(_)) => None,
         (None, None) => Some(false),
     };
-    check_reduce_last(g, rmax, rank + 1, keep)?;
+    // The blocks are `[.., K/32, 32]` (x's rank + 1) or, flattened, `[N, 32]`.
+    let blocks_rank = if flat { 2 } else { rank + 1 };
+    check_reduce_last(g, rmax, blocks_rank, keep)?;
     if let Some(sq) = squeeze {
-        check_squeeze_last(g, sq, rank + 1)?;
+        check_squeeze_last(g, sq, blocks_rank)?;
     }
     // Which rule: the constant and the rounding of the Cast must agree on one.
     let c = g.const_value(m[h.scale_const]).and_then(|t| scalar_f64(&t));
@@ -609,8 +629,17 @@ fn check_quantize_linear(
         None => attr_int(g.attr(n, "output_dtype"), 0).unwrap_or(0) as i32,
     };
     if out_t != dtype::FLOAT8E4M3FN {
+        // ONNX's default without output_dtype or a zero point is uint8 (new-user probe 12: an
+        // output_dtype left out was refused as "output is unknown").
+        let (out_t, why) = match out_t {
+            0 => (
+                dtype::UINT8,
+                " (QuantizeLinear without output_dtype or a zero point writes uint8: set output_dtype = FLOAT8E4M3FN)",
+            ),
+            t => (t, ""),
+        };
         return Err(reject!(
-            "QuantizeLinear output is {}, not float8e4m3fn",
+            "QuantizeLinear output is {}, not float8e4m3fn{why}",
             dtype::name(out_t)
         ));
     }

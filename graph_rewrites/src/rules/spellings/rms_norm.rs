@@ -331,7 +331,11 @@ fn shape(g: &dyn GraphView, v: ValueId) -> Option<Vec<Dim>> {
 /// A scalar constant's value, or a reason naming `what`.
 fn const_scalar(g: &dyn GraphView, v: ValueId, what: &str) -> Result<f64, Reject> {
     if !g.is_constant(v) {
-        return Err(reject!("{what} '{}' is not a constant", g.value_name(v)));
+        return Err(reject!(
+            "{what} '{}' is not a constant{}",
+            g.value_name(v),
+            crate::view::not_constant_note(g, v)
+        ));
     }
     g.const_value(v)
         .and_then(|t| scalar_f64(&t))

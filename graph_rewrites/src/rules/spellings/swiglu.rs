@@ -179,9 +179,10 @@ fn clip_bound(g: &dyn GraphView, n: NodeId, slot: usize) -> Result<Option<f64>, 
         None => Ok(None),
         Some(v) if g.is_constant(v) => scalar(g, v, "Clip bound").map(Some),
         Some(v) => Err(reject!(
-            "Clip '{}' bound '{}' is not a constant",
+            "Clip '{}' bound '{}' is not a constant{}",
             g.node_name(n),
-            g.value_name(v)
+            g.value_name(v),
+            crate::view::not_constant_note(g, v)
         )),
     }
 }
