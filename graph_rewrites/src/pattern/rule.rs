@@ -119,8 +119,9 @@ pub trait Rule: Sync + Send + 'static {
 
 /// Outcome of trying a rule at one root value.
 pub enum Attempt {
-    /// The structure does not match (the most complete failed attempt says why).
-    NoMatch(String),
+    /// The structure does not match: why (the most complete failed attempt), and the graph
+    /// nodes that attempt had matched.
+    NoMatch(String, Vec<crate::view::NodeId>),
     /// The structure matches but the rule or the safety check refused it.
     Refused {
         anchor: crate::view::NodeId,
@@ -168,9 +169,10 @@ impl<R: Rule> DynRule for R {
     fn try_at(&self, g: &dyn GraphView, root: ValueId, cfg: &RuleConfig) -> Attempt {
         let pat = self.pattern();
         let Some((anchor, _)) = g.producer(root) else {
-            return Attempt::NoMatch("root has no producer".into());
+            return Attempt::NoMatch("root has no producer".into(), Vec::new());
         };
-        let bindings = match Matcher::new(g, pat).run(root) {
+        let matcher = Matcher::new(g, pat);
+        let bindings = match matcher.run(root) {
             Ok(b) => b,
             Err(why) => {
                 return match self.report_no_match(g, anchor) {
@@ -178,7 +180,7 @@ impl<R: Rule> DynRule for R {
                         anchor,
                         reason: format!("{what}: {why}"),
                     },
-                    None => Attempt::NoMatch(why),
+                    None => Attempt::NoMatch(why, matcher.near_miss_nodes()),
                 }
             }
         };
