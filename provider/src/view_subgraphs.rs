@@ -15,7 +15,7 @@
 //! outputs then stay as ORT typed them, and the rules refuse what that does not prove.
 
 use graph_rewrites::onnx_pb::{attribute_proto::AttributeType, AttributeProto, GraphProto};
-use graph_rewrites::view::{GraphView, ValueId};
+use graph_rewrites::view::{GraphView, NodeId, ValueId};
 use ort_sys::OrtGraph;
 
 use crate::error::Result;
@@ -23,10 +23,7 @@ use crate::ort_graph_view::OrtGraphView;
 use crate::view_to_model::{inference_info, model_for, value_info, Purpose};
 
 /// Node `n`'s bodies as graph attributes (those that convert; see the module docs).
-pub fn subgraph_attributes(
-    view: &OrtGraphView,
-    n: graph_rewrites::view::NodeId,
-) -> Vec<AttributeProto> {
+pub fn subgraph_attributes(view: &OrtGraphView, n: NodeId) -> Vec<AttributeProto> {
     view.subgraphs(n)
         .iter()
         .filter_map(|(name, g)| {
@@ -54,15 +51,8 @@ unsafe fn body_graph(graph: *const OrtGraph) -> Result<GraphProto> {
     let declared = |v: &ValueId| value_info(view.value_name(*v), inference_info(&view, *v));
     // `model_for` declares every value read and not produced (the outer-scope ones too) and
     // the outputs a node computes, in node order; a body's parameters are exactly its formal
-    // ones, in order.
+    // ones, in order (the node-computed outputs are not in `value_info`: nothing to drop).
     body.input = view.graph_inputs().iter().map(declared).collect();
     body.output = view.graph_outputs().iter().map(declared).collect();
-    let outputs: std::collections::HashSet<&str> = view
-        .graph_outputs()
-        .iter()
-        .map(|&v| view.value_name(v))
-        .collect();
-    body.value_info
-        .retain(|vi| !outputs.contains(vi.name.as_deref().unwrap_or_default()));
     Ok(body)
 }
