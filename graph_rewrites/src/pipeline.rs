@@ -76,6 +76,11 @@ pub struct Rejection {
     /// two refusals.
     #[serde(skip)]
     pub anchor: Option<NodeId>,
+    /// For a near miss: the nodes its most complete attempt matched (every scan's, merged),
+    /// which tell a near miss that saw more than a fusion at the same node took from one that
+    /// did not (`cli::table::shown_near_misses`). Empty for a refusal.
+    #[serde(skip)]
+    pub matched: Vec<NodeId>,
 }
 
 /// What a pipeline run did. Serialised (with input/output paths added by the CLI) as REPORT.json.
@@ -116,6 +121,8 @@ pub struct SiteInfo {
     pub verdict: Result<(), String>,
     /// Whether the structure matched (false = a near miss).
     pub structural: bool,
+    /// For a near miss: the graph nodes its most complete attempt matched.
+    pub matched: Vec<NodeId>,
     /// What an accepted fusion leaves out and why.
     pub notes: Vec<String>,
 }
@@ -212,6 +219,7 @@ fn scan_pass(
                                     nodes: site.nodes.clone(),
                                     verdict: Ok(()),
                                     structural: true,
+                                    matched: Vec::new(),
                                     notes: site.notes.clone(),
                                 });
                                 continue;
@@ -241,6 +249,7 @@ fn scan_pass(
                             nodes: site.nodes.clone(),
                             verdict: Ok(()),
                             structural: true,
+                            matched: Vec::new(),
                             notes: site.notes.clone(),
                         });
                         out.accepted.push((*rule, site, params));
@@ -252,17 +261,19 @@ fn scan_pass(
                         nodes: Vec::new(),
                         verdict: Err(reason),
                         structural: true,
+                        matched: Vec::new(),
                         notes: Vec::new(),
                     }),
-                    Attempt::NoMatch(why) if keep_near => out.sites.push(SiteInfo {
+                    Attempt::NoMatch(why, matched) if keep_near => out.sites.push(SiteInfo {
                         rule: rule.name(),
                         anchor: n,
                         nodes: Vec::new(),
                         verdict: Err(why),
                         structural: false,
+                        matched,
                         notes: Vec::new(),
                     }),
-                    Attempt::NoMatch(_) => {}
+                    Attempt::NoMatch(..) => {}
                 }
             }
         }
@@ -349,7 +360,8 @@ fn run_rules_with_checks(
         report.counts.insert(r.name().to_string(), 0);
     }
     let mut rejections = BTreeSet::new();
-    let mut near = BTreeSet::new();
+    // Near misses as refusals are deduplicated, each with the nodes its attempts matched.
+    let mut near: BTreeMap<Rejection, BTreeSet<NodeId>> = BTreeMap::new();
     report.quantize_ops.before = count_quantize_ops(&*g);
     report.merged_duplicates = crate::ir::merge_quant_chains::merge_duplicate_quant_chains(g);
     if report.merged_duplicates > 0 {
@@ -371,11 +383,12 @@ fn run_rules_with_checks(
                     at: display_name(&*g, s.anchor),
                     reason: reason.clone(),
                     anchor: Some(s.anchor),
+                    matched: Vec::new(),
                 };
                 if s.structural {
                     rejections.insert(rej);
                 } else {
-                    near.insert(rej);
+                    near.entry(rej).or_default().extend(&s.matched);
                 }
             }
         }
@@ -390,7 +403,13 @@ fn run_rules_with_checks(
         g.dce();
     }
     report.rejections = rejections.into_iter().collect();
-    report.near_misses = near.into_iter().collect();
+    report.near_misses = near
+        .into_iter()
+        .map(|(r, matched)| Rejection {
+            matched: matched.into_iter().collect(),
+            ..r
+        })
+        .collect();
     report.quantize_ops.after = count_quantize_ops(&*g);
     report.layers = per_layer(&report.fusions, &report.rejections);
     Ok(report)

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use graph_rewrites::pipeline::rule_names;
-use graph_rewrites::testing::{scratch_dir, ModelBuilder};
+use graph_rewrites::testing::{scratch_dir, Attr, ModelBuilder};
 use prost::Message;
 
 fn mxfuse(args: &[&str]) -> Output {
@@ -114,7 +114,6 @@ fn rewrite_names_the_quark_nodes_it_leaves() {
 #[test]
 fn rewrite_says_when_e8m0_quantize_nodes_stay() {
     use graph_rewrites::pattern::predicates::dtype::FLOAT;
-    use graph_rewrites::testing::Attr;
     let dir = scratch("e8m0-left");
     let (input, output) = (dir.join("in.onnx"), dir.join("out.onnx"));
     let mut b = ModelBuilder::new(24);
@@ -394,7 +393,6 @@ fn dot_view_shows_site_nodes_values_and_edges() {
 /// `names` (ModelBuilder names them itself; ONNX allows repeated and empty names).
 fn write_relu_and_weight_matmul(path: &Path, names: [&str; 3]) {
     use graph_rewrites::pattern::predicates::dtype::{FLOAT, FLOAT8E4M3FN, FLOAT8E8M0};
-    use graph_rewrites::testing::Attr;
     let mut b = ModelBuilder::new(24);
     b.input("x", FLOAT, &[4, 64]);
     b.init_raw("wq", FLOAT8E4M3FN, &[64, 16], vec![0x3a; 1024]);
@@ -466,7 +464,6 @@ fn inspect_names_a_fused_site_after_its_anchor() {
 /// read by a MatMul of a float weight: `mx_weight_matmul`'s near miss (its weight is not MX).
 fn write_reduce_min_quantizers(path: &Path, n: usize) {
     use graph_rewrites::pattern::predicates::dtype::FLOAT;
-    use graph_rewrites::testing::Attr;
     let mut b = ModelBuilder::new(24);
     b.init_i64("shape", &[3], &[0, 2, 32])
         .init_f32("w", &[64, 16], &[0.5; 64 * 16]);
@@ -554,5 +551,49 @@ fn rewrite_prints_near_misses() {
         stdout(&o)
     );
     assert!(!stdout(&o).contains("near misses"), "{}", stdout(&o));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A norm the norm rule almost knows (`ReduceSum` where RMSNorm has `ReduceMean`) in front of a
+/// quantizer `mxquant` fuses alone: the norm rule's near miss there matched the norm's nodes,
+/// which `mxquant` did not take, so it is shown (the user's norm did not fuse, and this says
+/// why); until h-left every near miss at a fused node was hidden. The SwiGLU rule's near miss
+/// at the same quantizer matched only the quantizer: hidden, as before.
+#[test]
+fn rewrite_shows_the_near_miss_of_a_norm_whose_quantizer_fused_alone() {
+    let dir = scratch("near-miss-norm");
+    let (input, output) = (dir.join("in.onnx"), dir.join("out.onnx"));
+    let mut b = ModelBuilder::new(24);
+    b.input("x", 1, &[-2, 64])
+        .init_i64("shape", &[3], &[0, 2, 32])
+        .init_i64("norm_axes", &[1], &[-1])
+        .init_f32("eps", &[], &[1e-6])
+        .init_f32("gamma", &[64], &[1.5; 64])
+        .node("Mul", &["x", "x"], &["sq"]);
+    b.node_in(
+        "",
+        "ReduceSum",
+        &["sq", "norm_axes"],
+        &["ms"],
+        &[("keepdims", Attr::I(1))],
+    )
+    .node("Add", &["ms", "eps"], &["v"])
+    .node("Sqrt", &["v"], &["std"])
+    .node("Reciprocal", &["std"], &["inv"])
+    .node("Mul", &["x", "inv"], &["n"])
+    .node("Mul", &["n", "gamma"], &["y"])
+    .mx_quant_floor("y", "shape", "")
+    .output("q", 17, &[-2, 64]);
+    std::fs::write(&input, b.model().encode_to_vec()).unwrap();
+    let o = mxfuse(&["rewrite", s(&input), "-o", s(&output)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("mxquant                    1"), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("  add_rmsnorm_mxquant at "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("ReduceSum"), "{line}");
+    assert!(!text.contains("  swiglu_mxquant_matmul at "), "{text}");
     let _ = std::fs::remove_dir_all(dir);
 }

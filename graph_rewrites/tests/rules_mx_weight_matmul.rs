@@ -455,6 +455,38 @@ fn a_matmul_behind_a_refused_mx_activation_quantizer_is_taken_in_one_scan() {
     }
 }
 
+/// Whether the activation fusions take a quantizer is judged once per scan, however many
+/// MatMuls read its DequantizeLinear (before, each MatMul ran the three fusions' matchers at the
+/// quantizer again): the quantizer's scale constant is read as often with three readers as with
+/// one, and all three MatMuls are taken.
+#[test]
+fn a_refused_quantizer_is_judged_once_per_scan_for_all_its_matmuls() {
+    let reads_of_c = |readers: usize| {
+        let mut b = mx_activation_model(FLOAT16, 2f32.powi(-8));
+        for i in 1..readers {
+            let y = format!("y{i}");
+            b.node("MatMul", &["xd", "wd"], &[&y])
+                .output(&y, FLOAT16, &[4, 16]);
+        }
+        let g = b.graph().unwrap();
+        let view = CountingReads {
+            g: &g,
+            reads: Default::default(),
+        };
+        let sites = graph_rewrites::pipeline::find_sites(&view, &Default::default()).unwrap();
+        let taken = sites
+            .iter()
+            .filter(|s| s.rule == "mx_weight_matmul" && s.verdict.is_ok())
+            .count();
+        assert_eq!(taken, readers, "{sites:#?}");
+        let reads = view.reads.borrow().get("c").copied().unwrap_or(0);
+        reads
+    };
+    let one = reads_of_c(1);
+    assert!(one > 0);
+    assert_eq!(reads_of_c(3), one);
+}
+
 #[test]
 fn the_rule_runs_after_the_activation_fusions_and_before_the_fallbacks() {
     let names = graph_rewrites::pipeline::rule_names();

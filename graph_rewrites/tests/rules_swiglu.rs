@@ -45,6 +45,10 @@ struct Case {
     /// This OAI constant ("alpha", "beta", "lim") stored as `[1, 1, 1]` (rank 3, gate's 2), and
     /// whether the activation's `[4, I]` value_info (then wrong) is kept.
     wide: Option<(&'static str, bool)>,
+    /// This OAI constant ("alpha", "beta", "lim", "lo") stored with these dims (its value
+    /// repeated), and whether its last element is changed (a vector of unequal values). The
+    /// gate is clamped by `Min` when it is "lim" (Clip takes scalar bounds only).
+    vector: Option<(&'static str, &'static [i64], bool)>,
 }
 
 impl Default for Case {
@@ -57,6 +61,7 @@ impl Default for Case {
             standard: None,
             leak_act: false,
             wide: None,
+            vector: None,
         }
     }
 }
@@ -103,17 +108,29 @@ fn build(c: &Case) -> ModelBuilder {
             b.node("Mul", &["qg", "up"], &["act"]);
         }
         Act::Oai | Act::OaiNoUpClip | Act::OaiMaxMin | Act::OaiMinMax => {
-            let dims = |name: &str| -> &[i64] {
-                match c.wide {
-                    Some((w, _)) if w == name => &[1, 1, 1],
-                    _ => &[],
-                }
+            let mut init = |name: &str, v: f32| {
+                let (dims, values): (&[i64], Vec<f32>) = match (c.wide, c.vector) {
+                    (Some((w, _)), _) if w == name => (&[1, 1, 1], vec![v]),
+                    (_, Some((w, dims, equal))) if w == name => {
+                        let mut values = vec![v; dims.iter().product::<i64>() as usize];
+                        if !equal {
+                            *values.last_mut().unwrap() = v + 1.0;
+                        }
+                        (dims, values)
+                    }
+                    _ => (&[], vec![v]),
+                };
+                b.init_f32(name, dims, &values);
             };
-            b.init_f32("lim", dims("lim"), &[7.0])
-                .init_f32("lo", &[], &[c.up_low]);
-            b.init_f32("alpha", dims("alpha"), &[1.702])
-                .init_f32("beta", dims("beta"), &[1.0]);
-            b.node("Clip", &["gate", "", "lim"], &["gc"]);
+            init("lim", 7.0);
+            init("lo", c.up_low);
+            init("alpha", 1.702);
+            init("beta", 1.0);
+            if c.vector.is_some_and(|(w, ..)| w == "lim") {
+                b.node("Min", &["gate", "lim"], &["gc"]);
+            } else {
+                b.node("Clip", &["gate", "", "lim"], &["gc"]);
+            }
             let u = match c.act {
                 Act::Oai => {
                     b.node("Clip", &["up", "lo", "lim"], &["uc"]);
@@ -351,6 +368,47 @@ fn refuses_a_constant_that_broadcasts_the_activation_to_more_dims() {
     // Scalar constants keep gate's shape: fused.
     let (report, _) = rewrite(&Case::default());
     assert_eq!(report.counts["swiglu_mxquant_matmul"], 1, "{report:#?}");
+}
+
+/// α, the limit, the up clamp's lower bound or β stored as a vector of one repeated value (an
+/// export's `[I]` α = 1.702, limit 7) computes what the scalar does: fused with the same
+/// attributes, also as `[1, I]`. Unequal values are refused with the reason (probe 11 left
+/// every vector refused as "not a readable scalar constant").
+#[test]
+fn a_vector_of_one_repeated_alpha_limit_or_beta_fuses_as_the_scalar() {
+    for name in ["alpha", "beta", "lim", "lo"] {
+        for dims in [&[I][..], &[1, I]] {
+            let case = Case {
+                act: Act::OaiMaxMin,
+                vector: Some((name, dims, true)),
+                ..Case::default()
+            };
+            let (report, g) = rewrite(&case);
+            assert_eq!(
+                report.counts["swiglu_mxquant_matmul"], 1,
+                "{name}: {report:#?}"
+            );
+            let n = fused(&g);
+            assert_eq!(node_attr(&g, n, "alpha"), AttrValue::Float(1.702), "{name}");
+            assert_eq!(node_attr(&g, n, "limit"), AttrValue::Float(7.0), "{name}");
+            assert_eq!(node_attr(&g, n, "beta"), AttrValue::Float(1.0), "{name}");
+            let why = refusal(&Case {
+                vector: Some((name, dims, false)),
+                ..case
+            });
+            assert!(why.contains("that are not all equal"), "{name}: {why}");
+        }
+    }
+    // A vector that would broadcast gate's [4, I] to more rows than it has is not the scalar.
+    let why = refusal(&Case {
+        act: Act::OaiMaxMin,
+        vector: Some(("alpha", &[2, 1, I], true)),
+        ..Case::default()
+    });
+    assert!(
+        why.contains("does not broadcast into gate's shape"),
+        "{why}"
+    );
 }
 
 #[test]

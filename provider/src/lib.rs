@@ -26,6 +26,7 @@ pub mod program;
 mod program_slots;
 pub mod shapes;
 pub mod tensor;
+pub mod view_subgraphs;
 pub mod view_to_model;
 
 mod exports;

@@ -27,6 +27,11 @@ struct NodeRec {
     name: String,
     inputs: Vec<Option<ValueId>>,
     outputs: Vec<ValueId>,
+    /// Graph-valued attributes (`If` branches, `Loop` / `Scan` bodies): their names and ORT's
+    /// graphs, which `Node_GetSubgraphs` hands out (`attr` cannot read them).
+    subgraphs: Vec<(String, *const OrtGraph)>,
+    /// The values those subgraphs read from this graph's scope.
+    implicit: Vec<ValueId>,
 }
 
 struct ValueRec {
@@ -47,6 +52,10 @@ pub struct OrtGraphView {
     values: Vec<ValueRec>,
     by_name: HashMap<String, ValueId>,
     opsets: HashMap<String, i64>,
+    /// The graph's (non-constant) inputs and its outputs, in ORT's order: a subgraph's formal
+    /// parameters are positional.
+    input_order: Vec<ValueId>,
+    output_order: Vec<ValueId>,
 }
 
 /// Calls a "count, then fill an array" pair of ORT getters.
@@ -73,6 +82,8 @@ impl OrtGraphView {
             values: Vec::new(),
             by_name: HashMap::new(),
             opsets: HashMap::new(),
+            input_order: Vec::new(),
+            output_order: Vec::new(),
         };
 
         let mut n_opsets = 0usize;
@@ -97,7 +108,11 @@ impl OrtGraphView {
         );
         for vi in graph_inputs {
             let v = view.intern(vi)?;
-            view.values[v.0 as usize].graph_input = !view.values[v.0 as usize].constant;
+            let input = !view.values[v.0 as usize].constant;
+            view.values[v.0 as usize].graph_input = input;
+            if input {
+                view.input_order.push(v);
+            }
         }
         let graph_outputs = ort_array!(
             |n| (ort.Graph_GetNumOutputs)(graph, n),
@@ -107,6 +122,7 @@ impl OrtGraphView {
         for vi in graph_outputs {
             let v = view.intern(vi)?;
             view.values[v.0 as usize].graph_output = true;
+            view.output_order.push(v);
         }
 
         // Graph_GetNodes returns a stable topological order, which is what GraphView promises.
@@ -155,12 +171,14 @@ impl OrtGraphView {
             |p, n| (ort.Node_GetImplicitInputs)(node, p, n),
             *const OrtValueInfo
         );
+        let mut implicit_values = Vec::with_capacity(implicit.len());
         for vi in implicit {
             if !vi.is_null() {
                 let v = self.intern(vi)?;
                 self.values[v.0 as usize]
                     .consumers
                     .push((id, SUBGRAPH_USE_SLOT));
+                implicit_values.push(v);
             }
         }
 
@@ -180,6 +198,24 @@ impl OrtGraphView {
             self.values[v.0 as usize].producer = Some((id, slot));
             outputs.push(v);
         }
+        let mut n_sub = 0usize;
+        check((ort.Node_GetNumSubgraphs)(node, &mut n_sub))?;
+        let mut subgraphs = Vec::with_capacity(n_sub);
+        if n_sub > 0 {
+            let mut graphs = vec![ptr::null(); n_sub];
+            let mut names = vec![ptr::null(); n_sub];
+            check((ort.Node_GetSubgraphs)(
+                node,
+                graphs.as_mut_ptr(),
+                n_sub,
+                names.as_mut_ptr(),
+            ))?;
+            for (g, a) in graphs.into_iter().zip(names) {
+                if !g.is_null() {
+                    subgraphs.push((owned_str(a), g));
+                }
+            }
+        }
         self.nodes.push(NodeRec {
             ptr: node,
             op_type,
@@ -187,6 +223,8 @@ impl OrtGraphView {
             name,
             inputs,
             outputs,
+            subgraphs,
+            implicit: implicit_values,
         });
         self.order.push(id);
         Ok(())
@@ -235,6 +273,27 @@ impl OrtGraphView {
             info: None,
         });
         v
+    }
+
+    /// Node `n`'s graph-valued attributes: (attribute name, ORT's graph), valid as long as
+    /// this view's graph.
+    pub fn subgraphs(&self, n: NodeId) -> &[(String, *const OrtGraph)] {
+        &self.nodes[n.0 as usize].subgraphs
+    }
+
+    /// The values node `n`'s subgraphs read from this graph's scope (ORT's implicit inputs).
+    pub fn implicit_inputs(&self, n: NodeId) -> &[ValueId] {
+        &self.nodes[n.0 as usize].implicit
+    }
+
+    /// The graph's non-constant inputs in ORT's order.
+    pub fn graph_inputs(&self) -> &[ValueId] {
+        &self.input_order
+    }
+
+    /// The graph's outputs in ORT's order.
+    pub fn graph_outputs(&self) -> &[ValueId] {
+        &self.output_order
     }
 
     /// The `OrtNode*` behind `n`, for `EpGraphSupportInfo_AddNodesToFuse`.

@@ -132,9 +132,14 @@ pub unsafe fn tensor_info_of_type(type_info: *const OrtTypeInfo) -> Result<Optio
     {
         return Ok(None);
     }
-    // An unranked tensor reports rank 0 with no way to tell it from a scalar; ORT represents
-    // "unknown rank" the same way, so a scalar's info is accepted as is.
     let mut info = read_tensor_shape_info(tensor_info)?;
+    // An unranked tensor (a Loop's carried value ORT's inference could not type, a value
+    // without a shape) reports 0 dims, like a scalar: only `HasShape` tells them apart. Read
+    // as a scalar, the view called it complete, so `crate::shapes` never filled it in and the
+    // rules refused what the offline rewrite, which knows the rank, fuses.
+    if !(ort.TensorTypeAndShape_HasShape)(tensor_info) {
+        info.shape = None;
+    }
     // The names our custom ops' shape inference gives dims it does not know (ORT's API turns
     // a nameless unknown dim into -1) say nothing: read them as unknown, which
     // `crate::shapes` then fills in where the offline inference knows them (a Quark

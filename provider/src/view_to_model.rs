@@ -73,7 +73,7 @@ fn attribute(name: &str, v: AttrValue) -> Option<AttributeProto> {
     Some(a)
 }
 
-fn value_info(name: &str, info: Option<TensorInfo>) -> ValueInfoProto {
+pub(crate) fn value_info(name: &str, info: Option<TensorInfo>) -> ValueInfoProto {
     let r#type = info.filter(|i| i.elem_type != 0).map(|i| TypeProto {
         value: Some(type_proto::Value::TensorType(type_proto::Tensor {
             elem_type: Some(i.elem_type),
@@ -146,15 +146,25 @@ pub enum Purpose {
     /// Type and shape inference over the whole graph in `GetCapability` (`crate::shapes`):
     /// only constants small enough to be shape inputs keep their bytes (the others become
     /// typed graph inputs), a computed value's shape with an unknown dim is left out (the
-    /// inference fills it in) and graph-valued attributes are dropped (ORT's API does not give
-    /// them back: the inference's `If` / `Loop` / `Scan` rules, which read the subgraphs'
-    /// declared outputs, leave those nodes' outputs unknown here).
+    /// inference fills it in) and graph-valued attributes, which ORT's attribute API does not
+    /// read, are the bodies `Node_GetSubgraphs` gives (`crate::view_subgraphs`), so the
+    /// inference's `If` / `Loop` / `Scan` rules type those nodes' outputs as offline.
     Inference,
 }
 
 /// Constants of at most this many elements keep their bytes for [`Purpose::Inference`]: what
 /// the inference reads of a constant (`graph_rewrites::ir::infer`'s shape inputs).
 const INFERENCE_CONST_ELEMS: i64 = 1024;
+
+/// `v`'s type as [`Purpose::Inference`] declares it: a shape with an unknown dim left out (the
+/// inference fills a missing shape, not unknown dims).
+pub(crate) fn inference_info(view: &OrtGraphView, v: ValueId) -> Option<TensorInfo> {
+    let info = view.tensor_info(v);
+    if complete(&info) {
+        return info;
+    }
+    info.map(|i| TensorInfo { shape: None, ..i })
+}
 
 /// Whether `info` is an element type and a shape with every dim known or named.
 pub(crate) fn complete(info: &Option<TensorInfo>) -> bool {
@@ -182,6 +192,24 @@ fn constant_for(view: &OrtGraphView, v: ValueId, purpose: Purpose) -> Result<Opt
         })
         .is_some_and(|n| n <= INFERENCE_CONST_ELEMS);
     Ok(if small { view.const_value(v) } else { None })
+}
+
+/// Declares `v`, read but not produced in the view, as an initializer or a graph input.
+fn declare_source(
+    graph: &mut GraphProto,
+    view: &OrtGraphView,
+    v: ValueId,
+    purpose: Purpose,
+) -> Result<()> {
+    match constant_for(view, v, purpose)? {
+        Some(t) if view.is_constant(v) => {
+            graph.initializer.push(tensor_proto(view.value_name(v), t))
+        }
+        _ => graph
+            .input
+            .push(value_info(view.value_name(v), view.tensor_info(v))),
+    }
+    Ok(())
 }
 
 /// Converts the whole view for `Compile`'s rewrite ([`Purpose::Rewrite`]).
@@ -222,6 +250,9 @@ pub fn model_for(view: &OrtGraphView, purpose: Purpose) -> Result<ModelProto> {
             })?;
             attrs.push(a);
         }
+        if purpose == Purpose::Inference {
+            attrs.extend(crate::view_subgraphs::subgraph_attributes(view, n));
+        }
         let mut inputs = Vec::new();
         // A subgraph's stand-in for a shape computed outside it; the whole graph has its own.
         let pinned = match purpose {
@@ -239,15 +270,17 @@ pub fn model_for(view: &OrtGraphView, purpose: Purpose) -> Result<ModelProto> {
                 Some(v) => {
                     inputs.push(view.value_name(*v).to_string());
                     if view.producer(*v).is_none() && seen.insert(*v) {
-                        match constant_for(view, *v, purpose)? {
-                            Some(t) if view.is_constant(*v) => {
-                                graph.initializer.push(tensor_proto(view.value_name(*v), t))
-                            }
-                            _ => graph
-                                .input
-                                .push(value_info(view.value_name(*v), view.tensor_info(*v))),
-                        }
+                        declare_source(&mut graph, view, *v, purpose)?;
                     }
+                }
+            }
+        }
+        // What the bodies read from this scope is declared too (a value only a branch reads
+        // would otherwise be undefined); the inference types the bodies' reads from it.
+        if purpose == Purpose::Inference {
+            for &v in view.implicit_inputs(n) {
+                if view.producer(v).is_none() && seen.insert(v) {
+                    declare_source(&mut graph, view, v, purpose)?;
                 }
             }
         }
@@ -269,11 +302,10 @@ pub fn model_for(view: &OrtGraphView, purpose: Purpose) -> Result<ModelProto> {
             if view.value_name(v).is_empty() {
                 continue; // omitted optional output
             }
-            let mut info = view.tensor_info(v);
-            if purpose == Purpose::Inference && !complete(&info) {
-                // Left to the inference, which fills a missing shape (not unknown dims).
-                info = info.map(|i| TensorInfo { shape: None, ..i });
-            }
+            let info = match purpose {
+                Purpose::Inference => inference_info(view, v),
+                Purpose::Rewrite => view.tensor_info(v),
+            };
             let vi = value_info(view.value_name(v), info);
             if view.is_graph_output(v) {
                 graph.output.push(vi);

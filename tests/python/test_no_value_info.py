@@ -253,6 +253,13 @@ def pad_einsum_layer(path, body_shapes=True):
     return layer.save(path, "pad_einsum_layer", ins, outs)
 
 
+def claimed_and_all_names(sess):
+    """Names of the nodes the EP claimed, and of every node ORT kept in its graph."""
+    info = sess.get_provider_graph_assignment_info()
+    claimed = {n.name for sg in info if sg.ep_name == "MxFuseExecutionProvider" for n in sg.get_nodes()}
+    return claimed, {n.name for sg in info for n in sg.get_nodes()}
+
+
 @pytest.mark.parametrize("body_shapes", [True, False])
 def test_pad_einsum_and_control_flow_carry_the_dims_to_the_fusions(body_shapes, lib, ep_devices, mxfuse_cli,
                                                                    tmp_path):
@@ -260,10 +267,15 @@ def test_pad_einsum_and_control_flow_carry_the_dims_to_the_fusions(body_shapes, 
     inference: in such a model without value_info the norm and the SwiGLU were refused ("unknown
     shape") and their E8M0 `QuantizeLinear`s stayed, which ONNX Runtime's CPU EP cannot load. Now
     both fuse, the If / Loop / Scan bodies are kept as they are, and the rewrite (custom-op
-    library) computes what the original does on the plugin EP, within float summation order:
-    the EP fuses less of this model (ONNX Runtime's inference leaves the Loop's output unranked,
-    and the EP cannot read the body: it runs the norm and the SwiGLU unfused, quantizing with
-    `MxQuantizeLinear`), so the GEMMs sum in another order."""
+    library) computes what the original does on the plugin EP.
+
+    Until h-left the EP fused less of this model: ONNX Runtime's inference leaves the Loop's
+    carried output unranked, which its API reports as 0 dims (read as a scalar, so never filled
+    in), and the inference the EP runs had no bodies (ORT's attribute API does not read graphs),
+    so the EP ran the norm and the SwiGLU unfused, quantizing with `MxQuantizeLinear`, and the
+    GEMMs summed in another order. Now the view tells an unranked tensor from a scalar
+    (`TensorTypeAndShape_HasShape`) and the inference gets the bodies (`Node_GetSubgraphs`):
+    the EP claims the nodes the offline rewrite replaces, and both give the same bits."""
     src = pad_einsum_layer(tmp_path / "m.onnx", body_shapes)
     assert not onnx.load(src).graph.value_info
     report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
@@ -274,6 +286,12 @@ def test_pad_einsum_and_control_flow_carry_the_dims_to_the_fusions(body_shapes, 
     assert {"If", "Loop", "Scan", "Pad", "Einsum"} <= {n.op_type for n in fused.graph.node}
     assert not {"QuantizeLinear", "DequantizeLinear"} & {n.op_type for n in fused.graph.node}
     online, offline = ep_session(src, ep_devices), offline_session(tmp_path / "fused.onnx", lib)
+    # The same fusions: the EP claims exactly the nodes the rewrite replaced that ORT kept (its
+    # optimizer drops the float → float Casts before the EP sees the graph).
+    replaced = {n for f in report["fusions"] for n in f["replaced"]}
+    claimed, kept = claimed_and_all_names(online)
+    assert claimed == replaced & kept, (sorted(claimed ^ (replaced & kept)))
+    assert {"n1_mean", "silu", "o", "down"} <= claimed  # was: the MatMuls' quantizers only
     rng = np.random.default_rng(7)
     for batch, seq, flag in [(1, 1, True), (1, 5, False), (2, 3, True)]:
         feed = {"x": rng.standard_normal((batch, seq, 48)).astype(np.float32),
@@ -281,5 +299,34 @@ def test_pad_einsum_and_control_flow_carry_the_dims_to_the_fusions(body_shapes, 
                 "flag": np.array(flag), "acc0": np.zeros((batch, 64), np.float32)}
         got, want = offline.run(None, feed), online.run(None, feed)
         assert got[0].shape == (batch, seq, 64) and got[2].shape == (batch, seq, 64)
-        assert same_bits(got[1], want[1]) and same_bits(got[2], want[2])  # the Scan's, unfused
-        np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6, err_msg=str((batch, seq, flag)))
+        for g, w in zip(got, want):
+            assert same_bits(g, w), (batch, seq, flag)
+
+
+def test_a_tensor_of_unknown_rank_is_still_refused_on_both_paths(lib, ep_devices, mxfuse_cli, tmp_path):
+    """What neither inference can rank stays refused: with `res` a graph input of unknown rank
+    and bodies that declare no shapes, the If / Loop outputs have no rank for either path. The
+    EP used to read such a tensor as a scalar (0 dims); now as unranked, so it refuses the norm
+    and the SwiGLU as the rewrite does (claiming only the fallbacks' Q / DQ nodes), and computes
+    what the fused model does within float summation order."""
+    src = pad_einsum_layer(tmp_path / "m.onnx", body_shapes=False)
+    ranked_report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
+    assert ranked_report["counts"]["add_rmsnorm_mxquant"] == 1, ranked_report["counts"]
+    m = onnx.load(src)
+    next(i for i in m.graph.input if i.name == "res").type.tensor_type.ClearField("shape")
+    onnx.save(m, tmp_path / "unranked.onnx")
+    report = rewrite(mxfuse_cli, tmp_path / "unranked.onnx", tmp_path / "unranked_fused.onnx")
+    assert report["counts"]["add_rmsnorm_mxquant"] == 0 and report["counts"]["swiglu_mxquant_matmul"] == 0
+    assert any("rank of 'n1_out' is unknown" in r["reason"] for r in report["rejections"]), report["rejections"]
+    online = ep_session(tmp_path / "unranked.onnx", ep_devices)
+    claimed, kept = claimed_and_all_names(online)
+    assert claimed == {n for f in report["fusions"] for n in f["replaced"]} & kept
+    assert claimed == {"n1_mx_q", "n1_mx_dq", "act_mx_q", "act_mx_dq"}, sorted(claimed)
+    fused = offline_session(tmp_path / "fused.onnx", lib)
+    rng = np.random.default_rng(3)
+    feed = {"x": rng.standard_normal((1, 5, 48)).astype(np.float32),
+            "res": rng.standard_normal((1, 5, 64)).astype(np.float32),
+            "flag": np.array(False), "acc0": np.zeros((1, 64), np.float32)}
+    got, want = online.run(None, feed), fused.run(None, feed)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+    assert same_bits(got[1], want[1]) and same_bits(got[2], want[2])

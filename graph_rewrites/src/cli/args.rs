@@ -31,8 +31,8 @@ pub enum Command {
 
 const REWRITE_HELP: &str = "\
 Rewrite a model: fuse MXFP8 quantization into the kernels around it, print a table of what each \
-rule fused and refused, then the near misses (a rule's pattern almost matched where nothing fused \
-or was refused: the rule, the node, what did not match; at most 8, then \"and N more\"), and \
+rule fused and refused, then the near misses (a rule's pattern almost matched where no fusion or \
+refusal covers it: the rule, the node, what did not match; at most 8, then \"and N more\"), and \
 optionally write a JSON report.
 
 External data: tensors stored outside the .onnx file are never read unless a rule needs their \

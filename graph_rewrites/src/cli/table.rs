@@ -1,10 +1,10 @@
 //! The summary table `mxfuse rewrite` prints: per rule, fusions, refusals and the commonest
 //! refusal reasons.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write;
 
-use crate::pipeline::{Rejection, RewriteReport};
+use crate::pipeline::{Fusion, Rejection, RewriteReport};
 use crate::view::NodeId;
 
 /// How many distinct reasons the table shows per rule.
@@ -116,27 +116,68 @@ fn commonest_reasons<'a>(refusals: &[&'a Rejection]) -> Vec<(&'a str, usize)> {
 /// How many near misses the rewrite's text output lists (all of them with `--explain`).
 pub const NEAR_MISS_LINES: usize = 8;
 
-/// The near misses worth showing: candidates whose structure did not match a rule, at nodes
-/// that no other (non-fallback) rule fused and no rule refused (a refusal is in the table with
-/// its reason already), one per rule and node. A quantizer `mxquant` fused is not a near miss
-/// of the norm rule that expected a norm in front of it; one that only `mx_quant_linear` took
-/// (it runs, but unfused) or that nothing took is. Pipeline order: by rule, then node name.
+/// The near misses worth showing: candidates whose structure did not match a rule, one per
+/// rule and node, except where the report already explains the node:
+/// * a rule refused it (the table gives the refusal's reason);
+/// * a (non-fallback) fusion took it and the near miss says nothing that fusion left: the fusion
+///   is the same rule's, or it took every node the near miss's attempt had matched. E.g. the
+///   norm rule's mismatch at a standalone quantizer `mxquant` fused (nothing in front of it is
+///   a norm), or `mx_weight_matmul`'s at a MatMul an activation fusion absorbed;
+/// * at a fused node, another rule's attempt matched more of what the fusion left (only the
+///   closest larger fusion is named).
+///
+/// Shown: near misses where nothing or only a fallback (`mx_quant_linear`, which runs it
+/// unfused) took the node, and at a fused node the one whose attempt matched the most nodes
+/// beyond the fusion: a norm the norm rule almost knows (`ReduceSum` for `ReduceMean`), whose
+/// quantizer `mxquant` fused alone. (Until h-left every near miss at a fused node was hidden,
+/// that one too.) Pipeline order: by rule, then node name.
 pub fn shown_near_misses(report: &RewriteReport) -> Vec<&Rejection> {
     let registry = crate::rules::registry();
     let fallback = |rule: &str| registry.iter().any(|r| r.name() == rule && r.fallback());
-    let explained: HashSet<NodeId> = report
+    // A node is removed by one fusion at most.
+    let fused_by: HashMap<NodeId, &Fusion> = report
         .fusions
         .iter()
         .filter(|f| !fallback(&f.rule))
-        .flat_map(|f| f.replaced_ids.iter().copied())
-        .chain(report.rejections.iter().filter_map(|r| r.anchor))
+        .flat_map(|f| f.replaced_ids.iter().map(move |&n| (n, f)))
         .collect();
+    let refused: HashSet<NodeId> = report.rejections.iter().filter_map(|r| r.anchor).collect();
+    // At a fused node: how many of the nodes the near miss's attempt matched the fusion did not
+    // take (`None`: not at a fused node).
+    let beyond = |r: &Rejection| {
+        let f = fused_by.get(&r.anchor?)?;
+        Some(if f.rule == r.rule {
+            0
+        } else {
+            r.matched
+                .iter()
+                .filter(|n| !f.replaced_ids.contains(n))
+                .count()
+        })
+    };
+    // Of the near misses at one fused node, only the rule(s) that came closest: the norm rule
+    // that matched the whole norm but its ReduceSum, not the SwiGLU rule that matched the
+    // norm's last two Muls as a SiLU·up.
+    let mut closest: HashMap<NodeId, usize> = HashMap::new();
+    for r in &report.near_misses {
+        if let (Some(a), Some(b)) = (r.anchor, beyond(r)) {
+            let c = closest.entry(a).or_default();
+            *c = (*c).max(b);
+        }
+    }
+    let explained = |r: &Rejection| {
+        let Some(a) = r.anchor else {
+            return false;
+        };
+        refused.contains(&a)
+            || beyond(r).is_some_and(|b| b == 0 || closest.get(&a).is_some_and(|&c| b < c))
+    };
     let order = crate::pipeline::rule_names();
     let mut seen = HashSet::new();
     let mut shown: Vec<&Rejection> = report
         .near_misses
         .iter()
-        .filter(|r| r.anchor.is_none_or(|a| !explained.contains(&a)))
+        .filter(|r| !explained(r))
         // The same candidate in several iterations (its neighbours rewritten in between).
         .filter(|r| seen.insert((r.rule.as_str(), r.anchor, r.at.as_str())))
         .collect();
@@ -159,7 +200,7 @@ pub fn near_miss_lines(report: &RewriteReport, cap: usize) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "near misses ({}: a rule's pattern almost matched where nothing fused or was refused):",
+        "near misses ({}: a rule's pattern almost matched where no fusion or refusal covers it):",
         shown.len()
     );
     for r in shown.iter().take(cap) {
@@ -200,6 +241,7 @@ mod tests {
             at: "n".into(),
             reason: reason.into(),
             anchor: None,
+            matched: Vec::new(),
         }
     }
 
@@ -227,6 +269,66 @@ mod tests {
         assert!(
             lines[2].starts_with("b ") && lines[2].ends_with("z (1)"),
             "{t}"
+        );
+    }
+
+    /// Which near misses the rewrite prints (`shown_near_misses`), node by node: nodes 1..=3
+    /// are `mxquant`'s fusion of a quantizer at node 1, node 9 is `mx_quant_linear`'s.
+    #[test]
+    fn near_misses_at_fused_nodes_are_shown_when_they_saw_more_than_the_fusion_took() {
+        let fusion = |rule: &str, ids: &[u32]| Fusion {
+            rule: rule.into(),
+            anchor: NodeId(ids[0]),
+            replaced: Vec::new(),
+            created: Vec::new(),
+            notes: Vec::new(),
+            replaced_ids: ids.iter().map(|&i| NodeId(i)).collect(),
+            created_ids: Vec::new(),
+        };
+        let near = |rule: &str, at: u32, matched: &[u32]| Rejection {
+            rule: rule.into(),
+            at: format!("n{at}"),
+            reason: "expected X".into(),
+            anchor: Some(NodeId(at)),
+            matched: matched.iter().map(|&i| NodeId(i)).collect(),
+        };
+        let mut report = RewriteReport {
+            fusions: vec![
+                fusion("mxquant", &[1, 2, 3]),
+                fusion("mx_quant_linear", &[9]),
+            ],
+            ..RewriteReport::default()
+        };
+        report.near_misses = vec![
+            // The norm rule matched a norm (5, 6, 7) in front of the quantizer: shown.
+            near("add_rmsnorm_mxquant", 1, &[1, 2, 5, 6, 7]),
+            // The SwiGLU rule matched less of it: the norm rule's is the one named.
+            near("swiglu_mxquant_matmul", 1, &[1, 2, 5]),
+            // Only what mxquant took: nothing in front of the quantizer to fuse with.
+            near("add_rmsnorm_mxquant", 2, &[2, 3]),
+            // The same rule fused the node.
+            near("mxquant", 3, &[3, 8]),
+            // A node only the fallback took, and one nothing took: shown.
+            near("mxquant", 9, &[9]),
+            near("mx_weight_matmul", 11, &[11]),
+            // A node some rule refused: the table has the reason.
+            near("mx_weight_matmul", 12, &[12]),
+        ];
+        report.rejections = vec![Rejection {
+            anchor: Some(NodeId(12)),
+            ..rej("mx_dequant", "no")
+        }];
+        let shown: Vec<(&str, &str)> = shown_near_misses(&report)
+            .iter()
+            .map(|r| (r.rule.as_str(), r.at.as_str()))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("add_rmsnorm_mxquant", "n1"),
+                ("mxquant", "n9"),
+                ("mx_weight_matmul", "n11")
+            ]
         );
     }
 }

@@ -24,6 +24,9 @@ pub(crate) struct Bindings {
 pub(crate) struct NearMiss {
     bound: usize,
     pub(crate) reason: Option<String>,
+    /// The graph nodes that attempt had matched (the report's near-miss filter: what the
+    /// attempt saw beyond a fusion at the same node).
+    nodes: Vec<NodeId>,
 }
 
 pub(crate) struct Matcher<'a> {
@@ -76,12 +79,18 @@ impl<'a> Matcher<'a> {
         }
     }
 
+    /// The graph nodes the most complete failed attempt of [`Matcher::run`] had matched.
+    pub(crate) fn near_miss_nodes(&self) -> Vec<NodeId> {
+        self.near.borrow().nodes.clone()
+    }
+
     fn fail(&self, b: &Bindings, reason: impl FnOnce() -> String) -> Option<Bindings> {
         let bound = b.nodes.iter().filter(|n| n.is_some()).count();
         let mut near = self.near.borrow_mut();
         if near.reason.is_none() || bound > near.bound {
             near.bound = bound;
             near.reason = Some(reason());
+            near.nodes = b.nodes.iter().flatten().copied().collect();
         }
         None
     }

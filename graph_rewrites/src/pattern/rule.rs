@@ -119,8 +119,9 @@ pub trait Rule: Sync + Send + 'static {
 
 /// Outcome of trying a rule at one root value.
 pub enum Attempt {
-    /// The structure does not match (the most complete failed attempt says why).
-    NoMatch(String),
+    /// The structure does not match: why (the most complete failed attempt), and the graph
+    /// nodes that attempt had matched.
+    NoMatch(String, Vec<crate::view::NodeId>),
     /// The structure matches but the rule or the safety check refused it.
     Refused {
         anchor: crate::view::NodeId,
@@ -187,9 +188,10 @@ impl<R: Rule> DynRule for R {
     ) -> Attempt {
         let pat = self.pattern();
         let Some((anchor, _)) = g.producer(root) else {
-            return Attempt::NoMatch("root has no producer".into());
+            return Attempt::NoMatch("root has no producer".into(), Vec::new());
         };
-        let bindings = match Matcher::avoiding(g, pat, avoid).run(root) {
+        let matcher = Matcher::avoiding(g, pat, avoid);
+        let bindings = match matcher.run(root) {
             Ok(b) => b,
             Err(why) => {
                 return match self.report_no_match(g, anchor) {
@@ -197,7 +199,7 @@ impl<R: Rule> DynRule for R {
                         anchor,
                         reason: format!("{what}: {why}"),
                     },
-                    None => Attempt::NoMatch(why),
+                    None => Attempt::NoMatch(why, matcher.near_miss_nodes()),
                 }
             }
         };

@@ -106,7 +106,7 @@ fn try_rule(rule: &dyn DynRule, g: &Graph, value: &str) -> Attempt {
 fn refused_reason(a: Attempt) -> String {
     match a {
         Attempt::Refused { reason, .. } => reason,
-        Attempt::NoMatch(r) => panic!("expected a refusal, got no match: {r}"),
+        Attempt::NoMatch(r, _) => panic!("expected a refusal, got no match: {r}"),
         Attempt::Accepted(s, _) => panic!("expected a refusal, got accepted {s:?}"),
     }
 }
@@ -148,7 +148,7 @@ fn non_commutative_op_does_not_match_swapped_args() {
         .output("y", FLOAT, &[4, 8]);
     let g = b.graph().unwrap();
     match try_rule(&*MUL_ADD, &g, "y") {
-        Attempt::NoMatch(why) => assert!(why.contains("Mul"), "{why}"),
+        Attempt::NoMatch(why, _) => assert!(why.contains("Mul"), "{why}"),
         _ => panic!("matched swapped non-commutative args"),
     }
 }
@@ -157,7 +157,7 @@ fn non_commutative_op_does_not_match_swapped_args() {
 fn constant_predicate_rejects_other_value() {
     let g = mul_add_graph(["x", "c"], 3.0, false);
     match try_rule(&*MUL_ADD, &g, "y") {
-        Attempt::NoMatch(why) => assert!(why.contains("scalar constant 2"), "{why}"),
+        Attempt::NoMatch(why, _) => assert!(why.contains("scalar constant 2"), "{why}"),
         _ => panic!("matched Mul by 3 as Mul by 2"),
     }
 }
@@ -315,7 +315,7 @@ fn collective_with_another_consumer_rejects() {
 fn pinned_arity_rejects_variadic_collective_with_two_inputs() {
     let g = ar_graph(&["x", "x2"], false);
     match try_rule(&*AR_MUL, &g, "y") {
-        Attempt::NoMatch(why) => assert!(why.contains("2 inputs"), "{why}"),
+        Attempt::NoMatch(why, _) => assert!(why.contains("2 inputs"), "{why}"),
         _ => panic!("an AllReduce of two inputs must not match"),
     }
 }

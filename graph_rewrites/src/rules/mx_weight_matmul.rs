@@ -118,6 +118,11 @@ fn activation_is_not_mx(g: &dyn GraphView, n: NodeId) -> bool {
 /// producer: a graph input or constant), so the fallbacks take that Q / DQ. Asked with the
 /// default settings: a setting that makes one of them accept instead only means it takes the
 /// MatMul first (its root, the quantizer, comes first in every scan), as before.
+///
+/// Judged once per quantizer and scan: the verdict is kept in the scan's memo
+/// ([`GraphView::memo`], keyed by `q`; the graph does not change within a scan), so the q / k / v
+/// MatMuls of one normed activation, or a MatMul the pattern tries as more than one
+/// alternative, do not run the three fusions' matchers again each.
 fn quantizer_left_to_fallback(g: &dyn GraphView, dq: NodeId) -> bool {
     let Some(q) = g.inputs(dq).first().copied().flatten() else {
         return false;
@@ -125,6 +130,22 @@ fn quantizer_left_to_fallback(g: &dyn GraphView, dq: NodeId) -> bool {
     let Some((qn, _)) = g.producer(q) else {
         return true;
     };
+    match g.memo() {
+        Some(memo) => {
+            memo.get_or_make(q, || LeftToFallback(no_fusion_takes(g, q, qn)))
+                .0
+        }
+        None => no_fusion_takes(g, q, qn),
+    }
+}
+
+/// [`quantizer_left_to_fallback`]'s verdict on a quantizer, as the memo stores it (its own type:
+/// the memo's other entries are constants' work, keyed by their ids).
+#[derive(Clone)]
+struct LeftToFallback(bool);
+
+/// None of the three activation fusions accepts the quantizer `qn` producing `q`.
+fn no_fusion_takes(g: &dyn GraphView, q: ValueId, qn: NodeId) -> bool {
     let key = (g.domain(qn), g.op_type(qn));
     let cfg = RuleConfig::default();
     let fusions: [&dyn DynRule; 3] = [

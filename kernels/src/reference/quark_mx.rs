@@ -63,9 +63,7 @@ impl QuarkElement {
             .find(|e| e.name() == s)
             .ok_or_else(|| {
                 let names: Vec<&str> = Self::ALL.iter().map(|e| e.name()).collect();
-                KernelError::Unsupported(format!(
-                    "MXQuantizeDequantize element_dtype {s:?} is not one of {names:?}"
-                ))
+                KernelError::Unsupported(format!("element_dtype {s:?} is not one of {names:?}"))
             })
     }
 
@@ -131,7 +129,7 @@ impl IntRounding {
             // Quark's kernel falls back to half away from zero; an unknown mode is more likely a
             // mistake than a request for that, so it is refused.
             other => Err(KernelError::Attribute(format!(
-                "MXQuantizeDequantize rounding_mode {other} is not 0 (half away from zero), \
+                "rounding_mode {other} is not 0 (half away from zero), \
                  1 (half up) or 2 (half to even)"
             ))),
         }

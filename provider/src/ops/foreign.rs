@@ -7,7 +7,7 @@ use half::f16;
 use kernels::codec::{e4m3_to_f32, e8m0_to_f32, BLOCK};
 use kernels::ops as k;
 use kernels::reference::quark_mx::{quark_mx_fake_quant, IntRounding, QuarkElement};
-use kernels::{DType, MxQuantAttrs};
+use kernels::{DType, KernelError, MxQuantAttrs};
 
 use super::{dims_of, out_dims, out_views, required, take, Attrs, Kernel};
 use crate::error::{Error, Result};
@@ -33,6 +33,9 @@ const TASK_VALUES: usize = 1 << 16;
 /// unfused Quark model compute the same bits. Every other element type (and E4M3 with another
 /// block size) is `kernels::reference::quark_mx`, Quark's kernel as written.
 pub struct QuarkFakeQuant {
+    /// The node's op type (`MXQuantizeDequantize`, or its deprecated alias `MXFixNeuron`), which
+    /// the errors name.
+    op: String,
     element: QuarkElement,
     rounding: IntRounding,
     block: usize,
@@ -43,17 +46,21 @@ pub struct QuarkFakeQuant {
 
 impl QuarkFakeQuant {
     pub fn new(attrs: &Attrs) -> Result<Self> {
-        let element = QuarkElement::parse(attrs.string("element_dtype", "int8"))?;
+        let op = attrs.op().to_string();
+        let element = QuarkElement::parse(attrs.string("element_dtype", "int8"))
+            .map_err(|e| named(&op, e))?;
         let block = attrs.int("block_size", 32);
         if !(1..=1 << 20).contains(&block) {
             return Err(Error::invalid(format!(
-                "MXQuantizeDequantize block_size {block} is not in [1, 2^20]"
+                "{op} block_size {block} is not in [1, 2^20]"
             )));
         }
         // Quark rounds FP elements half to even whatever rounding_mode says; it picks INT8's
         // rounding only.
         let rounding = match element {
-            QuarkElement::Int8 => IntRounding::from_mode(attrs.int("rounding_mode", 0))?,
+            QuarkElement::Int8 => {
+                IntRounding::from_mode(attrs.int("rounding_mode", 0)).map_err(|e| named(&op, e))?
+            }
             _ => IntRounding::HalfEven,
         };
         // NaN policy "ignore": Quark's kernel takes the block exponent from the finite elements
@@ -70,6 +77,7 @@ impl QuarkFakeQuant {
             None
         };
         Ok(QuarkFakeQuant {
+            op,
             element,
             rounding,
             block: block as usize,
@@ -124,6 +132,14 @@ impl QuarkFakeQuant {
     }
 }
 
+/// `e` (an attribute the kernels' Quark reference refuses) prefixed with the node's op type.
+fn named(op: &str, e: KernelError) -> Error {
+    match e {
+        KernelError::Unsupported(m) => Error::Unsupported(format!("{op} {m}")),
+        other => Error::invalid(format!("{op} {other}")),
+    }
+}
+
 /// Calls `f(s, r)` for every element of a tensor `[outer, len, inner]` (flat index `s`) with its
 /// index `r` in the matrix `[outer·inner, padded]` whose rows are the lines along the middle axis.
 /// Tiles of 16×16 (line position × line) keep both sides in cache where `inner` > 1 (a transpose).
@@ -163,7 +179,8 @@ impl Kernel for QuarkFakeQuant {
             t if t == DType::F16.onnx_code() => true,
             t => {
                 return Err(Error::Unsupported(format!(
-                    "unfused MXQuantizeDequantize runs on float and float16 tensors, got element type {t}"
+                    "unfused {} runs on float and float16 tensors, got element type {t}",
+                    self.op
                 )))
             }
         };
@@ -198,8 +215,8 @@ impl Kernel for QuarkFakeQuant {
             };
             if !(0..rank).contains(&axis) {
                 return Err(Error::invalid(format!(
-                    "MXQuantizeDequantize axis {} out of range for rank {rank}",
-                    self.axis
+                    "{} axis {} out of range for rank {rank}",
+                    self.op, self.axis
                 )));
             }
             let axis = axis as usize;
@@ -509,6 +526,48 @@ mod tests {
         assert_eq!(outs.len(), 2);
         assert_eq!(outs[0], outs[1]);
         assert_ne!(outs[0], x, "the fake quant rounds");
+    }
+
+    /// The attribute errors name the node's own op type: an `MXFixNeuron` node's said
+    /// `MXQuantizeDequantize` (session 25's leftover).
+    #[test]
+    fn attribute_errors_name_the_spelling_of_the_node() {
+        use crate::ops::schema::FOREIGN;
+        use graph_rewrites::view::QUARK_MX_OPS;
+        for &(domain, op) in QUARK_MX_OPS {
+            let schema = FOREIGN
+                .iter()
+                .find(|s| s.domain == domain && s.name == op)
+                .unwrap();
+            let build = |pairs: &[(&str, AttrValue)]| {
+                let attrs = pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.clone()))
+                    .collect();
+                QuarkFakeQuant::new(&Attrs::new(schema, attrs).unwrap())
+            };
+            let s = |v: &str| AttrValue::String(v.into());
+            let errors = [
+                build(&[("element_dtype", s("fp5_e2m2"))]).err(),
+                build(&[
+                    ("element_dtype", s("int8")),
+                    ("rounding_mode", AttrValue::Int(3)),
+                ])
+                .err(),
+                build(&[("block_size", AttrValue::Int(0))]).err(),
+                build(&[("axis", AttrValue::Int(5))])
+                    .ok()
+                    .and_then(|k| run(&k, F32, &[2, 64], vec![0; 2 * 64 * 4]).err()),
+                build(&[])
+                    .ok()
+                    .and_then(|k| run(&k, 7, &[2, 64], vec![0; 2 * 64 * 8]).err()),
+            ];
+            for e in errors {
+                let e = e.expect("an error").to_string();
+                let other = QUARK_MX_OPS.iter().find(|&&(_, o)| o != op).unwrap().1;
+                assert!(e.contains(op) && !e.contains(other), "{op}: {e}");
+            }
+        }
     }
 
     #[test]

@@ -19,12 +19,15 @@
 //!   (unrolled: `Mul(α) → Sigmoid → Mul`), so only `QuickGelu` is a single rounding
 //!   (`swish_form = single_op`).
 //! * gate and up must have the same shape: a broadcasting Mul is not what the kernel computes.
+//! * α, β and a `Min` / `Max` limit may be stored as a vector (`[I]`) of one repeated value: taken
+//!   when the elements are bit-equal and the vector broadcasts into gate's shape unchanged
+//!   (`uniform`); unequal values are refused (the fused op takes one).
 //!
 //! Not handled: Casts inside the activation, a Clip on the gate with a lower bound. (The gate/up
 //! sources [`super::gate_up`] cannot absorb are not refused: gate and up are read as they are.)
 
 use super::gate_up::{check_gate_up, gate_up, GateUpPat, GateUpSource};
-use crate::pattern::predicates::{attr_float, dtype, scalar_f64};
+use crate::pattern::predicates::{attr_float, dtype, scalar_f64, values_f64};
 use crate::pattern::{Match, OpId, Pat, Reject, N, V};
 use crate::reject;
 use crate::view::{Dim, GraphView, NodeId, ValueId, MS_DOMAIN, ONNX_DOMAIN};
@@ -173,6 +176,50 @@ fn scalar(g: &dyn GraphView, v: ValueId, what: &str) -> Result<f64, Reject> {
         })
 }
 
+/// The value of a constant an elementwise op of the activation reads (α, a `Min` / `Max` limit,
+/// β): a one-element constant (its rank is `keeps_gate_shape`'s check), or a vector of equal
+/// elements — an export's `[I]` α of 1.702 or limit of 7 — that broadcasts into gate's shape
+/// `gs` without changing it (each dim 1 or gate's known dim, no more dims): elementwise, every
+/// element then does what the one value does, so the fused op's scalar attribute computes the
+/// same bits. Equal means bit-equal (0.0 and -0.0, or two NaNs of other payloads, are not).
+fn uniform(g: &dyn GraphView, v: ValueId, what: &str, gs: &[Dim]) -> Result<f64, Reject> {
+    let t = g.const_value(v);
+    let values = t.as_ref().and_then(values_f64).unwrap_or_default();
+    let (Some(t), Some(&first)) = (t, values.first()) else {
+        return Err(reject!(
+            "{what} '{}' is not a readable constant",
+            g.value_name(v)
+        ));
+    };
+    if values.len() == 1 {
+        return Ok(first);
+    }
+    let width = t.raw.len() / values.len();
+    if t.raw.chunks_exact(width).any(|e| e != &t.raw[..width]) {
+        return Err(reject!(
+            "{what} '{}' holds {} values that are not all equal: the fused op takes one {what}",
+            g.value_name(v),
+            values.len()
+        ));
+    }
+    let fits = t.dims.len() <= gs.len()
+        && t.dims
+            .iter()
+            .rev()
+            .zip(gs.iter().rev())
+            .all(|(&d, gd)| d == 1 || *gd == Dim::Known(d));
+    if !fits {
+        let dims = Some(t.dims.iter().map(|&d| Dim::Known(d)).collect());
+        return Err(reject!(
+            "{what} '{}' {} does not broadcast into gate's shape {} unchanged",
+            g.value_name(v),
+            super::rms_norm::fmt_shape(&dims),
+            super::rms_norm::fmt_shape(&Some(gs.to_vec()))
+        ));
+    }
+    Ok(first)
+}
+
 /// An optional Clip bound (input `slot`): `None` when absent.
 fn clip_bound(g: &dyn GraphView, n: NodeId, slot: usize) -> Result<Option<f64>, Reject> {
     match g.inputs(n).get(slot).copied().flatten() {
@@ -231,9 +278,10 @@ pub fn check_swiglu(m: &Match<'_>, h: &SwigluPat, t: i32, i: i64) -> Result<Swig
         beta: 1.0,
         swish_form: "unrolled",
     };
-    spec.alpha = swish_alpha(m, h, &mut spec.swish_form)?;
-    oai_parts(m, h, &mut spec)?;
-    keeps_gate_shape(m, h, gs.as_deref().unwrap_or_default())?;
+    let gs = gs.unwrap_or_default();
+    spec.alpha = swish_alpha(m, h, &mut spec.swish_form, &gs)?;
+    oai_parts(m, h, &mut spec, &gs)?;
+    keeps_gate_shape(m, h, &gs)?;
     Ok(spec)
 }
 
@@ -287,7 +335,12 @@ fn keeps_gate_shape(m: &Match<'_>, h: &SwigluPat, gs: &[Dim]) -> Result<(), Reje
 }
 
 /// α of `gate·σ(α·gate)` and whether it is one rounding (QuickGelu) or unrolled.
-fn swish_alpha(m: &Match<'_>, h: &SwigluPat, form: &mut &'static str) -> Result<f32, Reject> {
+fn swish_alpha(
+    m: &Match<'_>,
+    h: &SwigluPat,
+    form: &mut &'static str,
+    gs: &[Dim],
+) -> Result<f32, Reject> {
     let g = m.graph();
     let one_op = [h.quick_gelu, h.swish]
         .into_iter()
@@ -307,13 +360,18 @@ fn swish_alpha(m: &Match<'_>, h: &SwigluPat, form: &mut &'static str) -> Result<
             .ok_or_else(|| reject!("alpha of '{}' is not a float", g.node_name(n)));
     }
     match m.node(h.mul_alpha) {
-        Some(_) => Ok(scalar(g, m[h.alpha], "alpha")? as f32),
+        Some(_) => Ok(uniform(g, m[h.alpha], "alpha", gs)? as f32),
         None => Ok(1.0),
     }
 }
 
 /// SwiGLU-OAI: all of the gate clamp, the symmetric up clamp and `+β`, or none of them.
-fn oai_parts(m: &Match<'_>, h: &SwigluPat, spec: &mut SwigluSpec) -> Result<(), Reject> {
+fn oai_parts(
+    m: &Match<'_>,
+    h: &SwigluPat,
+    spec: &mut SwigluSpec,
+    gs: &[Dim],
+) -> Result<(), Reject> {
     let g = m.graph();
     let gate_clamp = m.node(h.clip_gate).or(m.node(h.min_gate));
     let up_clamp = [h.clip_up, h.max_min_up, h.min_max_up]
@@ -346,7 +404,7 @@ fn oai_parts(m: &Match<'_>, h: &SwigluPat, spec: &mut SwigluSpec) -> Result<(), 
             clip_bound(g, gc, 2)?
                 .ok_or_else(|| reject!("gate Clip '{}' has no upper bound", g.node_name(gc)))?
         }
-        None => scalar(g, m[h.gate_limit], "gate limit")?,
+        None => uniform(g, m[h.gate_limit], "gate limit", gs)?,
     };
     let (lo, hi) = if m.node(h.clip_up).is_some() {
         (clip_bound(g, uc, 1)?, clip_bound(g, uc, 2)?)
@@ -364,8 +422,8 @@ fn oai_parts(m: &Match<'_>, h: &SwigluPat, spec: &mut SwigluSpec) -> Result<(), 
             (h.up_lo2, h.up_hi2)
         };
         (
-            Some(scalar(g, m[lo], "up lower bound")?),
-            Some(scalar(g, m[hi], "up upper bound")?),
+            Some(uniform(g, m[lo], "up lower bound", gs)?),
+            Some(uniform(g, m[hi], "up upper bound", gs)?),
         )
     };
     if lo != Some(-gate_limit) || hi != Some(gate_limit) {
@@ -376,6 +434,6 @@ fn oai_parts(m: &Match<'_>, h: &SwigluPat, spec: &mut SwigluSpec) -> Result<(), 
     }
     spec.activation = "oai";
     spec.limit = gate_limit as f32;
-    spec.beta = scalar(g, m[h.beta], "beta")? as f32;
+    spec.beta = uniform(g, m[h.beta], "beta", gs)? as f32;
     Ok(())
 }
