@@ -462,7 +462,7 @@ fn a_matmul_behind_a_refused_mx_activation_quantizer_is_taken_in_one_scan() {
 #[test]
 fn a_refused_quantizer_is_judged_once_per_scan_for_all_its_matmuls() {
     let reads_of_c = |readers: usize| {
-        let mut b = mx_activation_model(FLOAT16, 2f32.powi(-8));
+        let mut b = mx_activation_model(FLOAT16, "Div", 448.0, "up");
         for i in 1..readers {
             let y = format!("y{i}");
             b.node("MatMul", &["xd", "wd"], &[&y])
