@@ -287,10 +287,11 @@ def test_weight_read_by_two_matmuls_gives_the_same_bits_on_both_paths(lib, ep_de
         check_close(a, want, bound, TP.FLOAT, "shared weight")
 
 
-@pytest.mark.parametrize("act_type,c", [(TP.FLOAT16, 2.0**-8), (TP.FLOAT, 2.0**-7)])
+@pytest.mark.parametrize("act_type,op,c,round_mode", [(TP.FLOAT16, "Div", 448.0, "up"),
+                                                      (TP.FLOAT, "Mul", 2.0**-7, "down")])
 def test_matmul_behind_a_refused_activation_quantizer_reads_the_weight_in_place_on_both_paths(
-        act_type, c, lib, ep_devices, mxfuse_cli, tmp_path):
-    """An MXFP8 activation quantizer no fusion takes (its floor scale `Mul(amax, 2^-8)` computed in
+        act_type, op, c, round_mode, lib, ep_devices, mxfuse_cli, tmp_path):
+    """An MXFP8 activation quantizer no fusion takes (its RCEIL scale `Div(amax, 448)` computed in
     float16, or `Mul(amax, 2^-7)`, no MX scale rule) feeding a MatMul of an MX weight, in one
     layer read by q / k / v. Offline, the fallbacks took the Q / DQ and the next pipeline
     iteration read each weight in place (`MxMatMul` of the `MxDequantize`d activation); the plugin
@@ -306,8 +307,8 @@ def test_matmul_behind_a_refused_activation_quantizer_reads_the_weight_in_place_
         helper.make_node("Reshape", ["x", "blk"], ["xb"]),
         helper.make_node("Abs", ["xb"], ["ab"]),
         helper.make_node("ReduceMax", ["ab", "ax"], ["amax"], keepdims=0),
-        helper.make_node("Mul", ["amax", "c"], ["s"]),
-        helper.make_node("Cast", ["s"], ["scale"], to=TP.FLOAT8E8M0, round_mode="down", saturate=1),
+        helper.make_node(op, ["amax", "c"], ["s"]),
+        helper.make_node("Cast", ["s"], ["scale"], to=TP.FLOAT8E8M0, round_mode=round_mode, saturate=1),
         helper.make_node("QuantizeLinear", ["x", "scale"], ["q"], axis=-1, block_size=32,
                          output_dtype=TP.FLOAT8E4M3FN),
         helper.make_node("DequantizeLinear", ["q", "scale"], ["xd"], axis=-1, block_size=32,
