@@ -132,19 +132,27 @@ fn main() {
     // PREFILL_OUT=f16 / f32: the MXFP8 product's output type (cuBLAS bf16 stays bf16 out).
     let out = float_dtype("PREFILL_OUT");
     println!("MXFP8 activations, {out:?} output");
-    println!("| N x K | M | decode kernels | prefill route | cuBLAS bf16 | route / cuBLAS | decode / route | default | rel diff | host enqueue decode / route / cuBLAS |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    // The weights carry their f16 shift (as the plugin EP packs them): an f16 output then takes
+    // one f16 GEMM; "f32-rows route" times the same call without the shift (bf16 GEMM into f32
+    // rows rounded by a last kernel), f16 output only.
+    println!("| N x K | M | decode kernels | prefill route | cuBLAS bf16 | route / cuBLAS | decode / route | default | rel diff | host enqueue decode / route / cuBLAS | f32-rows route |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for &(n, k) in &shapes {
         let copies = (400usize << 20).div_ceil(n * k).clamp(1, 16);
         let bf_copies = (400usize << 20).div_ceil(2 * n * k).clamp(1, 16);
-        let frag: Vec<(DeviceBuffer, DeviceBuffer)> = (0..copies)
+        let frag: Vec<(DeviceBuffer, DeviceBuffer, Option<i32>)> = (0..copies)
             .map(|_| {
                 let w: Vec<u8> = (0..n * k).map(|_| rng.e4m3()).collect();
                 let ws: Vec<u8> = (0..n * k / 32)
                     .map(|_| 118 + (rng.next() % 10) as u8)
                     .collect();
+                let shift = kernels::gpu::f16_weight_shift(&w, &ws, k);
                 let (wf, wsf) = kernels::gpu::pack_frag_weights(&w, &ws, n, k).expect("pack");
-                (rt.upload(&wf).expect("up"), rt.upload(&wsf).expect("up"))
+                (
+                    rt.upload(&wf).expect("up"),
+                    rt.upload(&wsf).expect("up"),
+                    shift,
+                )
             })
             .collect();
         let wb: Vec<DeviceBuffer> = (0..bf_copies)
@@ -172,10 +180,12 @@ fn main() {
                 rt.alloc(m * n * 4).expect("y"),
                 rt.alloc(m * n * 4).expect("y"),
             );
-            let mat = |i: usize| GpuMatB::MxFrag {
+            let mat_with = |i: usize, shifted: bool| GpuMatB::MxFrag {
                 q: frag[i % copies].0.ptr(),
                 scales: frag[i % copies].1.ptr(),
+                f16_shift: frag[i % copies].2.filter(|_| shifted),
             };
+            let mat = |i: usize| mat_with(i, true);
             let iters = if m * n * k > (1usize << 36) { 10 } else { 40 };
             std::env::set_var("MXFUSE_GPU_PREFILL", "0");
             let decode = time_us(iters, &rt, |i| {
@@ -246,6 +256,24 @@ fn main() {
             )
             .expect("prefill");
             let (g1, g2) = (download_f32(&y1, m * n, out), download_f32(&y2, m * n, out));
+            let rows_route = if out == DType::F16 {
+                let t = time_us(iters, &rt, |i| {
+                    rt.mx_matmul_prefill(
+                        (m, k, n),
+                        daq.ptr(),
+                        das.ptr(),
+                        &mat_with(i, false),
+                        y2.ptr(),
+                        out,
+                        &GpuEpilogue::NONE,
+                        0,
+                    )
+                    .expect("prefill");
+                });
+                format!("{:.1}", t.0)
+            } else {
+                "-".into()
+            };
             let default =
                 if rt.prefill_takes((m, k, n), DType::E4M3, &mat(0), out, &GpuEpilogue::NONE) {
                     "route"
@@ -253,7 +281,7 @@ fn main() {
                     "decode"
                 };
             println!(
-                "| {n} x {k} | {m} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {default} | {:.1e} | {:.1} / {:.1} / {:.1} |",
+                "| {n} x {k} | {m} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {default} | {:.1e} | {:.1} / {:.1} / {:.1} | {rows_route} |",
                 decode.0,
                 route.0,
                 blas.0,
@@ -318,6 +346,7 @@ fn weight_only(rt: &Arc<GpuRuntime>, rng: &mut Rng, shapes: &[(usize, usize)]) {
         let mat = |i: usize| GpuMatB::MxFrag {
             q: frag[i % copies].0.ptr(),
             scales: frag[i % copies].1.ptr(),
+            f16_shift: frag[i % copies].2,
         };
         for &m in &ms {
             let vals: Vec<f32> = (0..m * k)

@@ -165,10 +165,11 @@ MX_DEV void mx_prefill_split_rows(const void* __restrict__ x, int amode, mx_u16*
 }
 
 // Both operands in one launch: blocks [0, blocks_a) prepare the activations a [M, K] (amode 0:
-// MXFP8 aq + as dequantized to bf16 at a16; 2 / 3: f16 / f32 aq split into bf16 parts at a16,
-// M K elements apart; blocks_a = 0 for bf16 a and for f16 a read as it is), the rest dequantize
-// the weights w [N, K] to bf16 at w16, or to f16 times 2^w_shift when w_f16. A block that met an
-// out-of-range scale sets *flag.
+// MXFP8 aq + as dequantized to bf16 at a16, or to f16 (unshifted) when w_f16 — the f16 GEMM of
+// an f16 output; 2 / 3: f16 / f32 aq split into bf16 parts at a16, M K elements apart; blocks_a
+// = 0 for bf16 a and for f16 a read as it is), the rest dequantize the weights w [N, K] to bf16
+// at w16, or to f16 times 2^w_shift when w_f16. A block that met an out-of-range scale sets
+// *flag.
 extern "C" __global__ void mx_prefill_dequant(const void* __restrict__ aq,
                                               const mx_u8* __restrict__ as, mx_u16* a16,
                                               long long M, const mx_u8* __restrict__ w,
@@ -181,7 +182,8 @@ extern "C" __global__ void mx_prefill_dequant(const void* __restrict__ aq,
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const long long n = (long long)blocks_a * blockDim.x;
     if (amode == MX_PREFILL_A_MX)
-      bad = mx_prefill_rows(static_cast<const mx_u8*>(aq), as, a16, M, K, i, n, MxPrefillTo{0, 0});
+      bad = mx_prefill_rows(static_cast<const mx_u8*>(aq), as, a16, M, K, i, n,
+                            MxPrefillTo{w_f16, 0});
     else
       mx_prefill_split_rows(aq, amode, a16, M * K, M * K, i, n);
   } else {

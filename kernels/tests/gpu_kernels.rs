@@ -922,6 +922,7 @@ fn gpu_mx_matmul_fragment_packed_matches_reference_and_unpacked() {
         let frag = GpuMatB::MxFrag {
             q: dwf.ptr(),
             scales: dwsf.ptr(),
+            f16_shift: None,
         };
         let plain = GpuMatB::Mx {
             q: dw.ptr(),
@@ -1012,6 +1013,7 @@ fn gpu_mx_matmul_epilogue_is_the_documented_arithmetic() {
             GpuMatB::MxFrag {
                 q: dwf.ptr(),
                 scales: dwsf.ptr(),
+                f16_shift: None,
             },
         ));
     }

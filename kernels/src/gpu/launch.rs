@@ -85,7 +85,14 @@ pub enum GpuMatB {
     /// the fragment-packed decode GEMM (CUDA sm_90+, `K % 128 == 0`: pack only when
     /// [`GpuRuntime::frag_gemm_available`] says so). Constants: under a programmatic dependent
     /// launch the kernel reads its first weights before the stream's previous kernel has finished.
-    MxFrag { q: u64, scales: u64 },
+    /// `f16_shift`: the weights' [`super::pack::f16_weight_shift`] when the caller computed one;
+    /// with it the prefill route writes an f16 output of MXFP8 activations from one f16 GEMM
+    /// (both operands dequantized to f16) instead of f32 rows.
+    MxFrag {
+        q: u64,
+        scales: u64,
+        f16_shift: Option<i32>,
+    },
 }
 
 /// The `MxMatMul` epilogue on the device (docs/ops.md, [`crate::Epilogue`]):
@@ -785,7 +792,7 @@ impl GpuRuntime {
         }
         let (bptr, bscales, bmode) = match *b {
             GpuMatB::Mx { q, scales, trans_b } => (q, scales, i32::from(trans_b)),
-            GpuMatB::MxFrag { q, scales } => {
+            GpuMatB::MxFrag { q, scales, .. } => {
                 return self.matmul_frag(m, k, n, a_q, a_scales, (q, scales), (y, o), epi, stream)
             }
             GpuMatB::Float {

@@ -16,7 +16,10 @@
 //! activations as they are, f16 ones as the sum of two bf16 parts and f32 ones of three (exact:
 //! mx_prefill.hip says why), one bf16 GEMM a part accumulated in f32. An f16 output, which the
 //! library's bf16 GEMM cannot write, is accumulated in f32 rows (at most [`F32_ROWS_BYTES`] at a
-//! time) that a last kernel rounds to f16 with the epilogue.
+//! time) that a last kernel rounds to f16 with the epilogue — except where the weights carry an
+//! f16 shift ([`GpuMatB::MxFrag`]'s `f16_shift`): then MXFP8 activations go to f16 as well and
+//! one f16 GEMM writes the f16 output (BENCHMARKS.md, session 26: 1.9-2.1x the bf16 output's
+//! time before at 6144 x 768).
 //!
 //! Scratch: one device buffer per runtime, grown on demand and kept (the flag words, the
 //! activations' bf16 parts, `N × K` bf16 weights, the f32 rows), used under the runtime's
@@ -319,7 +322,7 @@ impl GpuRuntime {
         }
         let epi = ep.params(m, n, out)?;
         let (wq, ws, wmode) = match *b {
-            GpuMatB::MxFrag { q, scales } => (q, scales, 1i32),
+            GpuMatB::MxFrag { q, scales, .. } => (q, scales, 1i32),
             GpuMatB::Mx {
                 q,
                 scales,
@@ -333,8 +336,18 @@ impl GpuRuntime {
         };
         let amode = a.mode();
         // f16 a on f16 weights: one part read as it is, the weights to f16 times 2^shift.
-        let (parts, in_place, w_f16) = match a {
-            PrefillA::F16Shifted { w_shift, .. } => (1, true, Some(w_shift)),
+        // MXFP8 a into an f16 output on weights with a shift: both operands dequantized to f16
+        // (a unshifted: exact for scale bytes 112 ..= 134, blocks of amax 2^-7 .. 2^16, which
+        // is every float16 activation but tiny blocks; others set the guard) and one f16 GEMM
+        // writes y, instead of a bf16 GEMM into f32 rows that a last kernel rounds.
+        let (parts, in_place, w_f16) = match (a, *b) {
+            (PrefillA::F16Shifted { w_shift, .. }, _) => (1, true, Some(w_shift)),
+            (
+                PrefillA::Mx { .. },
+                GpuMatB::MxFrag {
+                    f16_shift: Some(c), ..
+                },
+            ) if out == DType::F16 => (1, false, Some(c)),
             _ => (bf16_parts(amode), amode == A_BF16, None),
         };
         let (input, alpha) = match w_f16 {

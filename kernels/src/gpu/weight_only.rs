@@ -288,7 +288,11 @@ impl GpuRuntime {
         if m == 0 || n == 0 {
             return Ok(());
         }
-        let packed = GpuMatB::MxFrag { q: wf, scales: wsf };
+        let packed = GpuMatB::MxFrag {
+            q: wf,
+            scales: wsf,
+            f16_shift,
+        };
         // The prefill route: bf16 a as it is, f16 / f32 a as two / three exact bf16 parts.
         let route_a = match (a_dtype, f16_shift) {
             (DType::BF16, _) => PrefillA::Bf16(a),

@@ -85,6 +85,16 @@ fn gpu_prefill_gemm_matches_reference() {
         let frag = GpuMatB::MxFrag {
             q: bufs[0].ptr(),
             scales: bufs[1].ptr(),
+            f16_shift: None,
+        };
+        // The same weights with their f16 shift, as the plugin EP packs them: an f16 output is
+        // then one f16 GEMM of both operands dequantized to f16 (no f32 rows).
+        let shift = kernels::gpu::f16_weight_shift(&w, &ws, k);
+        assert!(shift.is_some(), "random weights fit one shift");
+        let frag16 = GpuMatB::MxFrag {
+            q: bufs[0].ptr(),
+            scales: bufs[1].ptr(),
+            f16_shift: shift,
         };
         let plain = GpuMatB::Mx {
             q: bufs[2].ptr(),
@@ -97,14 +107,18 @@ fn gpu_prefill_gemm_matches_reference() {
             let want = reference_f32((&aq, &asc), (&w, &ws), (m, k, n), &kernels::Epilogue::NONE);
             // f32 out within the f32 summation bound, bf16 / f16 out within their rounding (f16:
             // f32 rows rounded by the route's last kernel).
-            for (b, (out, tol)) in [&frag, &plain].into_iter().flat_map(|b| {
-                [
-                    (kernels::DType::F32, 1e-5),
-                    (kernels::DType::BF16, 4e-3),
-                    (kernels::DType::F16, 6e-4),
-                ]
-                .map(|o| (b, o))
-            }) {
+            for (b, (out, tol)) in [&frag, &plain]
+                .into_iter()
+                .flat_map(|b| {
+                    [
+                        (kernels::DType::F32, 1e-5),
+                        (kernels::DType::BF16, 4e-3),
+                        (kernels::DType::F16, 6e-4),
+                    ]
+                    .map(|o| (b, o))
+                })
+                .chain([(&frag16, (kernels::DType::F16, 6e-4))])
+            {
                 let got = prefill_run(&rt, (m, k, n), &daq, &das, b, out, &GpuEpilogue::NONE);
                 let err = rel_err_nan_aware(&got, &want);
                 assert!(
@@ -118,9 +132,23 @@ fn gpu_prefill_gemm_matches_reference() {
             let bias: Vec<f32> = (0..n).map(|_| rng.normal()).collect();
             let bias16: Vec<f16> = bias.iter().map(|&v| f16::from_f32(v)).collect();
             let bias16_f32: Vec<f32> = bias16.iter().map(|v| v.to_f32()).collect();
-            for (out, tol, dbias, host_bias) in [
-                (kernels::DType::F32, 1e-5, upload(&rt, &bias), &bias),
-                (kernels::DType::F16, 6e-4, upload(&rt, &bias16), &bias16_f32),
+            for (out, tol, dbias, host_bias, b) in [
+                (kernels::DType::F32, 1e-5, upload(&rt, &bias), &bias, &frag),
+                (
+                    kernels::DType::F16,
+                    6e-4,
+                    upload(&rt, &bias16),
+                    &bias16_f32,
+                    &frag,
+                ),
+                // f16 out of the f16 GEMM: bias filled, then the GEMM with beta = 1.
+                (
+                    kernels::DType::F16,
+                    6e-4,
+                    upload(&rt, &bias16),
+                    &bias16_f32,
+                    &frag16,
+                ),
             ] {
                 let ep = GpuEpilogue {
                     alpha: 0.5,
@@ -135,11 +163,11 @@ fn gpu_prefill_gemm_matches_reference() {
                     kernels::Epilogue::new(0.5, 1.0, Some((&host_bias[..], &[n][..])), m, n)
                         .expect("ep");
                 let want = reference_f32((&aq, &asc), (&w, &ws), (m, k, n), &host_ep);
-                let got = prefill_run(&rt, (m, k, n), &daq, &das, &frag, out, &ep);
+                let got = prefill_run(&rt, (m, k, n), &daq, &das, b, out, &ep);
                 let err = rel_err_nan_aware(&got, &want);
                 assert!(
                     err.is_some_and(|e| e < tol),
-                    "bias {out:?} m={m} n={n} k={k}: {err:?}"
+                    "bias {out:?} m={m} n={n} k={k} {b:?}: {err:?}"
                 );
             }
             // At the device's table M and above, mx_matmul itself takes the route: same bits.
@@ -200,6 +228,7 @@ fn gpu_prefill_guard_recomputes_out_of_range_scales_exactly() {
     let frag = GpuMatB::MxFrag {
         q: dwf.ptr(),
         scales: dwsf.ptr(),
+        f16_shift: None,
     };
     let want = reference_f32((&aq, &asc), (&w, &ws), (m, k, n), &kernels::Epilogue::NONE);
     let got = prefill_run(
@@ -217,6 +246,29 @@ fn gpu_prefill_guard_recomputes_out_of_range_scales_exactly() {
     let (g, r) = (got[5 * n + 7], want[5 * n + 7]);
     assert!((g - r).abs() <= r.abs() * 1e-6, "row 5 col 7: {g} vs {r}");
     assert!(got[11].is_nan(), "NaN weight scale's column");
+    // f16 out of the f16 GEMM, with a shift (0) that the 2^100 weight block and the 2^-127
+    // activation block do not fit: the guard recomputes; every output within one f16 ulp of
+    // the reference rounded to f16 (±Inf where it overflows f16), the NaN column NaN.
+    let frag16 = GpuMatB::MxFrag {
+        q: dwf.ptr(),
+        scales: dwsf.ptr(),
+        f16_shift: Some(0),
+    };
+    let got16 = prefill_run(
+        &rt,
+        (m, k, n),
+        &daq,
+        &das,
+        &frag16,
+        kernels::DType::F16,
+        &GpuEpilogue::NONE,
+    );
+    for (i, (&g, &r)) in got16.iter().zip(&want).enumerate() {
+        let w = f16::from_f32(r).to_f32();
+        let ok = (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= w.abs() * 2f32.powi(-10);
+        assert!(ok, "guarded product, f16 out, element {i}: {g} vs {w}");
+    }
+    assert!(got16[11].is_nan(), "NaN weight scale's column, f16 out");
 }
 
 #[test]
@@ -268,6 +320,7 @@ fn gpu_prefill_weight_only_matches_reference() {
         let frag = GpuMatB::MxFrag {
             q: dwf.ptr(),
             scales: dwsf.ptr(),
+            f16_shift: None,
         };
         let want_bf16 = reference(&|i| a16[i].to_f32(), ws);
         let want_f16 = reference(&|i| ah[i].to_f32(), ws);

@@ -276,7 +276,11 @@ impl PackedWeight {
     fn mat_b(&self) -> GpuMatB {
         let (q, scales) = (self.q.ptr(), self.scales.ptr());
         if self.frag {
-            GpuMatB::MxFrag { q, scales }
+            GpuMatB::MxFrag {
+                q,
+                scales,
+                f16_shift: self.f16_shift,
+            }
         } else {
             GpuMatB::Mx {
                 q,
