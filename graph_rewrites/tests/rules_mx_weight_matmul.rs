@@ -447,11 +447,11 @@ fn a_matmul_behind_a_refused_mx_activation_quantizer_is_taken_in_one_scan() {
         assert_eq!(report.counts["mx_weight_matmul"], 0, "{report:#?}");
         assert_eq!(op_types(&g), ["MxQuantize", "MxMatMul"]);
         let q = graph_rewrites::testing::first_node(&g, "MxQuantize");
-        let got = match g.attr(q, "scale_rule") {
-            Some(graph_rewrites::view::AttrValue::String(s)) => s,
-            other => panic!("{t}: scale_rule {other:?}"),
-        };
-        assert_eq!(got, rule, "{t}");
+        assert_eq!(
+            graph_rewrites::testing::node_attr(&g, q, "scale_rule"),
+            graph_rewrites::view::AttrValue::String(rule.into()),
+            "{t}"
+        );
     }
 }
 
