@@ -356,8 +356,13 @@ MX_DEV mx_u32 mx_quant_group_certified(const float v[E], mx_u32 flags, mx_u32 q[
   const float inv = mx_scale_inverse(scale);
   if (key < 0x7f800000u) {
     const mx_u32 m = flags & MX_F_RCEIL ? mx_f32_bits(amax * (1.0f / 448.0f)) : key;
-    // floor_f16: below amax 2^-6 the float16 rounding moves the power-of-two boundaries.
-    const bool f16_ok = !(flags & MX_F_SCALE_F16) || key >= 0x3c800000u;
+    // floor_f16: the float16 rounding of amax * 2^-8 moves the boundaries off the powers of
+    // two (below 2^-6, and for an amax between float16 values), so the scale is certain where
+    // the rule gives the same byte at both ends of the pinned activation's interval (the rule
+    // is monotonic).
+    const bool f16_ok =
+        !(flags & MX_F_SCALE_F16) || mx_scale_byte(amax * (1.0f - 0x1p-19f), flags) ==
+                                         mx_scale_byte(amax * (1.0f + 0x1p-19f), flags);
     ok = ok & f16_ok & (key >= 0x12800000u) & (((m + 40u) & 0x7fffffu) > 80u);
   }
   const float lo = inv * (1.0f - 0x1p-19f), hi = inv * (1.0f + 0x1p-19f);
@@ -585,7 +590,8 @@ MX_DEV void swiglu_mxquant_blocks(const mx_u16* __restrict__ gate, const mx_u16*
   const MxSwigluPacked k = {mx_bf16x2_splat(p.alpha_r), mx_bf16x2_splat(p.limit_r),
                             mx_bf16x2_splat(-p.limit_r), mx_bf16x2_splat(p.beta_r)};
   if (layout == MX_LAYOUT_SPLIT_HALVES && lanes <= (1 << 23) &&
-      (long long)gridDim.x * blockDim.x <= (1 << 22) && !(flags & (MX_F_RCEIL | MX_F_NAN_IGNORE | MX_F_SCALE_F16))) {
+      (long long)gridDim.x * blockDim.x <= (1 << 22) &&
+      !(flags & (MX_F_RCEIL | MX_F_NAN_IGNORE | MX_F_SCALE_F16))) {
     swiglu_table_split_loop<A, 0u>(gate, q, scale, (mx_u32)lanes, (mx_u32)I, k, tab16, ta, tb);
     return;
   }
