@@ -203,13 +203,31 @@ impl ModelBuilder {
     }
 
     /// The standard MXFP8 quantize of `x` along its last axis with the OCP floor scale rule:
-    /// `Reshape(x, shape) → Abs → ReduceMax(axes = [-1], keepdims = 0) → Mul(2^-8) →
-    /// Cast(FLOAT8E8M0, round_mode = down)` = `scale{sfx}`, then `QuantizeLinear(x, scale{sfx})`
-    /// = `q{sfx}` (FLOAT8E4M3FN, axis -1, block 32). The block shape `shape` is the caller's (a
-    /// constant or computed); the intermediates and the constants `axes{sfx}`, `c{sfx}` are named
-    /// with the suffix `sfx`.
+    /// [`ModelBuilder::mx_scale_floor`] = `scale{sfx}`, then `QuantizeLinear(x, scale{sfx})` =
+    /// `q{sfx}` (FLOAT8E4M3FN, axis -1, block 32).
     pub fn mx_quant_floor(&mut self, x: &str, shape: &str, sfx: &str) -> &mut Self {
-        use crate::pattern::predicates::dtype::{FLOAT8E4M3FN, FLOAT8E8M0};
+        use crate::pattern::predicates::dtype::FLOAT8E4M3FN;
+        let q = [
+            ("axis", Attr::I(-1)),
+            ("block_size", Attr::I(32)),
+            ("output_dtype", Attr::I(FLOAT8E4M3FN as i64)),
+        ];
+        let scale = format!("scale{sfx}");
+        self.mx_scale_floor(x, shape, sfx).node_in(
+            "",
+            "QuantizeLinear",
+            &[x, &scale],
+            &[&format!("q{sfx}")],
+            &q,
+        )
+    }
+
+    /// The OCP floor E8M0 scale of `x`'s blocks of 32 along its last axis: `Reshape(x, shape) →
+    /// Abs → ReduceMax(axes = [-1], keepdims = 0) → Mul(2^-8) → Cast(FLOAT8E8M0, round_mode =
+    /// down)` = `scale{sfx}`. The block shape `shape` is the caller's (a constant or computed);
+    /// the intermediates and the constants `axes{sfx}`, `c{sfx}` are named with the suffix `sfx`.
+    pub fn mx_scale_floor(&mut self, x: &str, shape: &str, sfx: &str) -> &mut Self {
+        use crate::pattern::predicates::dtype::FLOAT8E8M0;
         let v = |s: &str| format!("{s}{sfx}");
         self.init_i64(&v("axes"), &[1], &[-1])
             .init_f32(&v("c"), &[], &[2f32.powi(-8)])
@@ -232,13 +250,7 @@ impl ModelBuilder {
                     ("to", Attr::I(FLOAT8E8M0 as i64)),
                     ("round_mode", Attr::S("down")),
                 ],
-            );
-        let q = [
-            ("axis", Attr::I(-1)),
-            ("block_size", Attr::I(32)),
-            ("output_dtype", Attr::I(FLOAT8E4M3FN as i64)),
-        ];
-        self.node_in("", "QuantizeLinear", &[x, &v("scale")], &[&v("q")], &q)
+            )
     }
 
     /// AMD Quark's MXFP8 fake quant, `com.amd.quark::MXQuantizeDequantize(element_dtype=

@@ -1035,28 +1035,7 @@ fn a_quantize_linear_without_output_dtype_is_refused_naming_uint8() {
         let mut b = ModelBuilder::new(24);
         b.input("x", FLOAT, &[4, 64])
             .init_i64("blk", &[3], &[0, 2, 32])
-            .init_i64("axes", &[1], &[-1])
-            .init_f32("c", &[], &[2f32.powi(-8)])
-            .node("Reshape", &["x", "blk"], &["blocks"])
-            .node("Abs", &["blocks"], &["ab"])
-            .node_in(
-                "",
-                "ReduceMax",
-                &["ab", "axes"],
-                &["amax"],
-                &[("keepdims", Attr::I(0))],
-            )
-            .node("Mul", &["amax", "c"], &["s32"])
-            .node_in(
-                "",
-                "Cast",
-                &["s32"],
-                &["scale"],
-                &[
-                    ("to", Attr::I(FLOAT8E8M0 as i64)),
-                    ("round_mode", Attr::S("down")),
-                ],
-            )
+            .mx_scale_floor("x", "blk", "")
             .node_in("", "QuantizeLinear", &["x", "scale"], &["q"], q_attrs)
             .output("q", 0, &[4, 64]);
         b
