@@ -34,6 +34,36 @@ MX_DEV uint4 mx_ldg_once16(const uint4* p) {
   return r;
 }
 
+// The weight loads of the `_fs` / `_t2` loops by cache policy LV (issue 6 follow-up 26, a
+// bench-only sweep; the runtime's kernels use LV = 0, mx_ldg_once16). 1: L2 fetches 256-byte
+// sectors from DRAM; 2: L2 evict-first (the weights are streamed once a launch); 3: 2 and 1;
+// 4: the coherent path (no .nc); 5: cache-streaming (.cs).
+template <int LV>
+MX_DEV uint4 mx_ldg_w16(const uint4* p) {
+  uint4 r;
+  if (LV == 0) return mx_ldg_once16(p);
+  if (LV == 1) {
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  } else if (LV == 2 || LV == 3) {
+    unsigned long long pol;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    if (LV == 2)
+      asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+          : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "l"(pol));
+    else
+      asm("ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+          : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "l"(pol));
+  } else if (LV == 4) {
+    asm("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  } else {
+    asm("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  }
+  return r;
+}
+
 // pre & 2: the warp asks L2 for its whole share of the weight tile (2 KB of fragments + 64
 // bytes of scale words a group), one bulk prefetch a group spread over the lanes
 // (cp.async.bulk.prefetch.L2, sm_90: no registers, nothing to wait on), before the PDL wait when
@@ -179,6 +209,7 @@ struct MxFragWarp {
 // The weight stream of the `_fs` / `_fsa` loops: from group gb of a warp's share, one group a
 // call (this lane's 16 bytes of each of its 4 k-blocks and the scale words of rows g, g + 8),
 // every load at an immediate offset from two pointers bumped once a group.
+template <int LV = 0>
 struct MxFragWeights {
   const uint4* wp;
   const mx_u32* swp;
@@ -187,7 +218,7 @@ struct MxFragWeights {
       : wp(f.wp + 128 * f.gb), swp(f.swp + 16 * f.gb + f.g) {}
   MX_DEV void next(uint4 w[4], mx_u32& sA, mx_u32& sB) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) w[j] = mx_ldg_once16(wp + 32 * j);
+    for (int j = 0; j < 4; ++j) w[j] = mx_ldg_w16<LV>(wp + 32 * j);
     sA = swp[0];
     sB = swp[8];
     wp += 128;
@@ -330,7 +361,7 @@ MX_DEFINE_FRAG1(mx_matmul_frag_m8_f32_w3_s1, MxF32, 3, 1, 1, 2, )
 // (no copy), every load takes its address from six pointers bumped once per group plus
 // immediate offsets, and no load is guarded inside a batch. Two buffers take 184 registers
 // (w4) uncapped; capped at 168 (below) they are faster (follow-up 11's `_fsr`).
-template <int W, int S>
+template <int W, int S, int LV = 0>
 MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                                   const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
                                   MxBf16::storage* __restrict__ y, int M, int N, int K, int pre,
@@ -340,7 +371,7 @@ MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __r
   const int g = f.g, gb = f.gb, ge = f.ge;
   // The weights and activations from group gb, each pointer bumped by one group after its batch
   // is loaded.
-  MxFragWeights wts(f);
+  MxFragWeights<LV> wts(f);
   const mx_u8* ap[MT];
   const mx_u32 *sp0[MT], *sp1[MT];
 #pragma unroll
@@ -420,7 +451,7 @@ MX_DEFINE_FRAG_FS(8)
 // against 2.74 / 3.07 us, 1536 x 6144 4.75 / 5.03 against 5.00 / 5.25 (BENCHMARKS.md). At 12-16
 // rows it loses to `_fs` on the measured MiniMax shapes (6144 x 768, 6144 x 6144, 1536 x 6144)
 // and wins on shapes such as 4096 x 4096 or 8192 x 2048 (follow-up 21): frag_kernel decides.
-template <int W, int MT, int S>
+template <int W, int MT, int S, int LV = 0>
 MX_DEV void mx_matmul_frag_t2(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                               const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
                               MxBf16::storage* __restrict__ y, int M, int N, int K, int pre,
@@ -428,7 +459,7 @@ MX_DEV void mx_matmul_frag_t2(const mx_u8* __restrict__ aq, const mx_u8* __restr
   constexpr int NT = 2;
   const MxFragWarp<W, MT, S, NT> f(aq, as, wf, wsf, M, K);
   const int gb = f.gb, ge = f.ge;
-  MxFragWeights wts0(f), wts1(f);
+  MxFragWeights<LV> wts0(f), wts1(f);
   // The second tile (past the last tile: the first's weights again; its outputs are not stored).
   if (MxFragBlock<MT, S, NT>().tile + 1 < (N + 15) / 16) {
     wts1.wp += (long long)(K >> 5) * 32;
@@ -547,7 +578,7 @@ MX_DEV void mx_matmul_frag_m16_fsa(const mx_u8* __restrict__ aq, const mx_u8* __
   const int g = f.g, gb = f.gb, ge = f.ge;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
   const int m0 = MxFragBlock<MT, S>().m0, KB = K >> 5;
-  MxFragWeights wts(f);
+  MxFragWeights<> wts(f);
   // This lane's copies: 16-byte chunk (lane & 7) of rows (lane >> 3) + 4 c, c = 0..3, and (lanes
   // 0-15) the scale word of row lane. Rows past M are not copied (below); the clamp only keeps
   // their never-used source pointers inside the activations.
