@@ -34,36 +34,6 @@ MX_DEV uint4 mx_ldg_once16(const uint4* p) {
   return r;
 }
 
-// The weight loads of the `_fs` / `_t2` loops by cache policy LV (issue 6 follow-up 26, a
-// bench-only sweep; the runtime's kernels use LV = 0, mx_ldg_once16). 1: L2 fetches 256-byte
-// sectors from DRAM; 2: L2 evict-first (the weights are streamed once a launch); 3: 2 and 1;
-// 4: the coherent path (no .nc); 5: cache-streaming (.cs).
-template <int LV>
-MX_DEV uint4 mx_ldg_w16(const uint4* p) {
-  uint4 r;
-  if (LV == 0) return mx_ldg_once16(p);
-  if (LV == 1) {
-    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
-  } else if (LV == 2 || LV == 3) {
-    unsigned long long pol;
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-    if (LV == 2)
-      asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-          : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "l"(pol));
-    else
-      asm("ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-          : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "l"(pol));
-  } else if (LV == 4) {
-    asm("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
-  } else {
-    asm("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
-  }
-  return r;
-}
-
 // pre & 2: the warp asks L2 for its whole share of the weight tile (2 KB of fragments + 64
 // bytes of scale words a group), one bulk prefetch a group spread over the lanes
 // (cp.async.bulk.prefetch.L2, sm_90: no registers, nothing to wait on), before the PDL wait when
@@ -209,7 +179,6 @@ struct MxFragWarp {
 // The weight stream of the `_fs` / `_fsa` loops: from group gb of a warp's share, one group a
 // call (this lane's 16 bytes of each of its 4 k-blocks and the scale words of rows g, g + 8),
 // every load at an immediate offset from two pointers bumped once a group.
-template <int LV = 0>
 struct MxFragWeights {
   const uint4* wp;
   const mx_u32* swp;
@@ -218,7 +187,7 @@ struct MxFragWeights {
       : wp(f.wp + 128 * f.gb), swp(f.swp + 16 * f.gb + f.g) {}
   MX_DEV void next(uint4 w[4], mx_u32& sA, mx_u32& sB) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) w[j] = mx_ldg_w16<LV>(wp + 32 * j);
+    for (int j = 0; j < 4; ++j) w[j] = mx_ldg_once16(wp + 32 * j);
     sA = swp[0];
     sB = swp[8];
     wp += 128;
@@ -361,7 +330,7 @@ MX_DEFINE_FRAG1(mx_matmul_frag_m8_f32_w3_s1, MxF32, 3, 1, 1, 2, )
 // (no copy), every load takes its address from six pointers bumped once per group plus
 // immediate offsets, and no load is guarded inside a batch. Two buffers take 184 registers
 // (w4) uncapped; capped at 168 (below) they are faster (follow-up 11's `_fsr`).
-template <int W, int S, int LV = 0>
+template <int W, int S, int SK = 0>
 MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                                   const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
                                   MxBf16::storage* __restrict__ y, int M, int N, int K, int pre,
@@ -371,7 +340,15 @@ MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __r
   const int g = f.g, gb = f.gb, ge = f.ge;
   // The weights and activations from group gb, each pointer bumped by one group after its batch
   // is loaded.
-  MxFragWeights<LV> wts(f);
+  MxFragWeights wts(f);
+  // SK (issue 6 follow-up 27, bench-only probes; 0 in the runtime): & 2 every block streams the
+  // first tile's weights (L2-hot), & 4 the activations are loaded for the first two groups only,
+  // & 1 no arithmetic (the loaded words are XOR-ed into one accumulator).
+  if (SK & 2) {
+    const long long t = MxFragBlock<MT, S>().tile;
+    wts.wp -= t * (K >> 5) * 32;
+    wts.swp -= t * (K >> 7) * 16;
+  }
   const mx_u8* ap[MT];
   const mx_u32 *sp0[MT], *sp1[MT];
 #pragma unroll
@@ -400,11 +377,25 @@ MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __r
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[mt][c] = 0.0f;
   auto mma = [&](const Batch& bt) {
-    mx_frag_mma<MT, true>(acc, bt.w[0], bt.a[0], bt.sA[0], bt.sB[0], bt.s0[0], bt.s1[0]);
+    if (SK & 1) {
+      mx_u32 x = bt.sA[0] ^ bt.sB[0];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) x ^= bt.w[0][j].x ^ bt.w[0][j].y ^ bt.w[0][j].z ^ bt.w[0][j].w;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        x ^= bt.s0[0][mt] ^ bt.s1[0][mt];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) x ^= bt.a[0][mt][j].x ^ bt.a[0][mt][j].y;
+      }
+      acc[0][0] += __uint_as_float(x & 0x3f7fffffu);
+    } else {
+      mx_frag_mma<MT, true>(acc, bt.w[0], bt.a[0], bt.sA[0], bt.sB[0], bt.s0[0], bt.s1[0]);
+    }
   };
   Batch b0, b1;
   mx_frag_prologue<MT, S>(pre, wf, wsf, K, gb, ge, [&] { load_w(b0); });
   if (gb < ge) load_a(b0);
+  if ((SK & 4) && gb + 1 < ge) load_a(b1);
   // b0 holds group i, b1 group i + 1: each is refilled two groups ahead right after its mmas'
   // operands are consumed (the loads of one buffer overlap the mmas of the other). Loading b1's
   // weights before the PDL wait too was slower at every measured shape (BENCHMARKS.md
@@ -412,13 +403,13 @@ MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __r
   for (int i = gb; i < ge; i += 2) {
     if (i + 1 < ge) {
       load_w(b1);
-      load_a(b1);
+      if (!(SK & 4)) load_a(b1);
     }
     mma(b0);
     if (i + 1 == ge) break;
     if (i + 2 < ge) {
       load_w(b0);
-      load_a(b0);
+      if (!(SK & 4)) load_a(b0);
     }
     mma(b1);
   }
@@ -451,7 +442,7 @@ MX_DEFINE_FRAG_FS(8)
 // against 2.74 / 3.07 us, 1536 x 6144 4.75 / 5.03 against 5.00 / 5.25 (BENCHMARKS.md). At 12-16
 // rows it loses to `_fs` on the measured MiniMax shapes (6144 x 768, 6144 x 6144, 1536 x 6144)
 // and wins on shapes such as 4096 x 4096 or 8192 x 2048 (follow-up 21): frag_kernel decides.
-template <int W, int MT, int S, int LV = 0>
+template <int W, int MT, int S, int SK = 0>
 MX_DEV void mx_matmul_frag_t2(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                               const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
                               MxBf16::storage* __restrict__ y, int M, int N, int K, int pre,
@@ -459,11 +450,19 @@ MX_DEV void mx_matmul_frag_t2(const mx_u8* __restrict__ aq, const mx_u8* __restr
   constexpr int NT = 2;
   const MxFragWarp<W, MT, S, NT> f(aq, as, wf, wsf, M, K);
   const int gb = f.gb, ge = f.ge;
-  MxFragWeights<LV> wts0(f), wts1(f);
+  MxFragWeights wts0(f), wts1(f);
   // The second tile (past the last tile: the first's weights again; its outputs are not stored).
   if (MxFragBlock<MT, S, NT>().tile + 1 < (N + 15) / 16) {
     wts1.wp += (long long)(K >> 5) * 32;
     wts1.swp += (long long)(K >> 7) * 16;
+  }
+  // SK: the probes of mx_matmul_frag_m16_fs (& 2: the first tile pair's weights).
+  if (SK & 2) {
+    const long long t = MxFragBlock<MT, S, NT>().tile;
+    wts0.wp -= t * (K >> 5) * 32;
+    wts1.wp -= t * (K >> 5) * 32;
+    wts0.swp -= t * (K >> 7) * 16;
+    wts1.swp -= t * (K >> 7) * 16;
   }
   const mx_u8* ap[MT];
   const mx_u32 *sp0[MT], *sp1[MT];
@@ -503,23 +502,41 @@ MX_DEV void mx_matmul_frag_t2(const mx_u8* __restrict__ aq, const mx_u8* __restr
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[nt][mt][c] = 0.0f;
   auto mma = [&](const Batch& bt) {
+    if (SK & 1) {
+      mx_u32 x = 0;
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-      mx_frag_mma<MT, true>(acc[nt], bt.w[nt], bt.a, bt.sA[nt], bt.sB[nt], bt.s0, bt.s1);
+      for (int nt = 0; nt < NT; ++nt) {
+        x ^= bt.sA[nt] ^ bt.sB[nt];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) x ^= bt.w[nt][j].x ^ bt.w[nt][j].y ^ bt.w[nt][j].z ^ bt.w[nt][j].w;
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        x ^= bt.s0[mt] ^ bt.s1[mt];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) x ^= bt.a[mt][j].x ^ bt.a[mt][j].y;
+      }
+      acc[0][0][0] += __uint_as_float(x & 0x3f7fffffu);
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+        mx_frag_mma<MT, true>(acc[nt], bt.w[nt], bt.a, bt.sA[nt], bt.sB[nt], bt.s0, bt.s1);
+    }
   };
   Batch b0, b1;
   mx_frag_prologue<MT, S, NT>(pre, wf, wsf, K, gb, ge, [&] { load_w(b0); });
   if (gb < ge) load_a(b0);
+  if ((SK & 4) && gb + 1 < ge) load_a(b1);
   for (int i = gb; i < ge; i += 2) {
     if (i + 1 < ge) {
       load_w(b1);
-      load_a(b1);
+      if (!(SK & 4)) load_a(b1);
     }
     mma(b0);
     if (i + 1 == ge) break;
     if (i + 2 < ge) {
       load_w(b0);
-      load_a(b0);
+      if (!(SK & 4)) load_a(b0);
     }
     mma(b1);
   }
@@ -578,7 +595,7 @@ MX_DEV void mx_matmul_frag_m16_fsa(const mx_u8* __restrict__ aq, const mx_u8* __
   const int g = f.g, gb = f.gb, ge = f.ge;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
   const int m0 = MxFragBlock<MT, S>().m0, KB = K >> 5;
-  MxFragWeights<> wts(f);
+  MxFragWeights wts(f);
   // This lane's copies: 16-byte chunk (lane & 7) of rows (lane >> 3) + 4 c, c = 0..3, and (lanes
   // 0-15) the scale word of row lane. Rows past M are not copied (below); the clamp only keeps
   // their never-used source pointers inside the activations.
