@@ -187,17 +187,9 @@ struct MxFragWeights {
       : wp(f.wp + 128 * f.gb), swp(f.swp + 16 * f.gb + f.g) {}
   MX_DEV void next(uint4 w[4], mx_u32& sA, mx_u32& sB) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) w[j] = kblock(j);
-    scales(sA, sB);
-    bump();
-  }
-  // The pieces of next(), for a loop that refills one k-block at a time (`_e`).
-  MX_DEV uint4 kblock(int j) const { return mx_ldg_once16(wp + 32 * j); }
-  MX_DEV void scales(mx_u32& sA, mx_u32& sB) const {
+    for (int j = 0; j < 4; ++j) w[j] = mx_ldg_once16(wp + 32 * j);
     sA = swp[0];
     sB = swp[8];
-  }
-  MX_DEV void bump() {
     wp += 128;
     swp += 16;
   }
@@ -338,7 +330,7 @@ MX_DEFINE_FRAG1(mx_matmul_frag_m8_f32_w3_s1, MxF32, 3, 1, 1, 2, )
 // (no copy), every load takes its address from six pointers bumped once per group plus
 // immediate offsets, and no load is guarded inside a batch. Two buffers take 184 registers
 // (w4) uncapped; capped at 168 (below) they are faster (follow-up 11's `_fsr`).
-template <int W, int S, int SK = 0>
+template <int W, int S>
 MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                                   const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
                                   MxBf16::storage* __restrict__ y, int M, int N, int K, int pre,
@@ -349,14 +341,6 @@ MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __r
   // The weights and activations from group gb, each pointer bumped by one group after its batch
   // is loaded.
   MxFragWeights wts(f);
-  // SK (issue 6 follow-up 27, bench-only probes; 0 in the runtime): & 2 every block streams the
-  // first tile's weights (L2-hot), & 4 the activations are loaded for the first two groups only,
-  // & 1 no arithmetic (the loaded words are XOR-ed into one accumulator).
-  if (SK & 2) {
-    const long long t = MxFragBlock<MT, S>().tile;
-    wts.wp -= t * (K >> 5) * 32;
-    wts.swp -= t * (K >> 7) * 16;
-  }
   const mx_u8* ap[MT];
   const mx_u32 *sp0[MT], *sp1[MT];
 #pragma unroll
@@ -385,25 +369,11 @@ MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __r
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[mt][c] = 0.0f;
   auto mma = [&](const Batch& bt) {
-    if (SK & 1) {
-      mx_u32 x = bt.sA[0] ^ bt.sB[0];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) x ^= bt.w[0][j].x ^ bt.w[0][j].y ^ bt.w[0][j].z ^ bt.w[0][j].w;
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        x ^= bt.s0[0][mt] ^ bt.s1[0][mt];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) x ^= bt.a[0][mt][j].x ^ bt.a[0][mt][j].y;
-      }
-      acc[0][0] += __uint_as_float(x & 0x3f7fffffu);
-    } else {
-      mx_frag_mma<MT, true>(acc, bt.w[0], bt.a[0], bt.sA[0], bt.sB[0], bt.s0[0], bt.s1[0]);
-    }
+    mx_frag_mma<MT, true>(acc, bt.w[0], bt.a[0], bt.sA[0], bt.sB[0], bt.s0[0], bt.s1[0]);
   };
   Batch b0, b1;
   mx_frag_prologue<MT, S>(pre, wf, wsf, K, gb, ge, [&] { load_w(b0); });
   if (gb < ge) load_a(b0);
-  if ((SK & 4) && gb + 1 < ge) load_a(b1);
   // b0 holds group i, b1 group i + 1: each is refilled two groups ahead right after its mmas'
   // operands are consumed (the loads of one buffer overlap the mmas of the other). Loading b1's
   // weights before the PDL wait too was slower at every measured shape (BENCHMARKS.md
@@ -411,13 +381,13 @@ MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __r
   for (int i = gb; i < ge; i += 2) {
     if (i + 1 < ge) {
       load_w(b1);
-      if (!(SK & 4)) load_a(b1);
+      load_a(b1);
     }
     mma(b0);
     if (i + 1 == ge) break;
     if (i + 2 < ge) {
       load_w(b0);
-      if (!(SK & 4)) load_a(b0);
+      load_a(b0);
     }
     mma(b1);
   }
@@ -450,7 +420,7 @@ MX_DEFINE_FRAG_FS(8)
 // against 2.74 / 3.07 us, 1536 x 6144 4.75 / 5.03 against 5.00 / 5.25 (BENCHMARKS.md). At 12-16
 // rows it loses to `_fs` on the measured MiniMax shapes (6144 x 768, 6144 x 6144, 1536 x 6144)
 // and wins on shapes such as 4096 x 4096 or 8192 x 2048 (follow-up 21): frag_kernel decides.
-template <int W, int MT, int S, int SK = 0>
+template <int W, int MT, int S>
 MX_DEV void mx_matmul_frag_t2(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                               const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
                               MxBf16::storage* __restrict__ y, int M, int N, int K, int pre,
@@ -463,14 +433,6 @@ MX_DEV void mx_matmul_frag_t2(const mx_u8* __restrict__ aq, const mx_u8* __restr
   if (MxFragBlock<MT, S, NT>().tile + 1 < (N + 15) / 16) {
     wts1.wp += (long long)(K >> 5) * 32;
     wts1.swp += (long long)(K >> 7) * 16;
-  }
-  // SK: the probes of mx_matmul_frag_m16_fs (& 2: the first tile pair's weights).
-  if (SK & 2) {
-    const long long t = MxFragBlock<MT, S, NT>().tile;
-    wts0.wp -= t * (K >> 5) * 32;
-    wts1.wp -= t * (K >> 5) * 32;
-    wts0.swp -= t * (K >> 7) * 16;
-    wts1.swp -= t * (K >> 7) * 16;
   }
   const mx_u8* ap[MT];
   const mx_u32 *sp0[MT], *sp1[MT];
@@ -510,41 +472,23 @@ MX_DEV void mx_matmul_frag_t2(const mx_u8* __restrict__ aq, const mx_u8* __restr
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[nt][mt][c] = 0.0f;
   auto mma = [&](const Batch& bt) {
-    if (SK & 1) {
-      mx_u32 x = 0;
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        x ^= bt.sA[nt] ^ bt.sB[nt];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) x ^= bt.w[nt][j].x ^ bt.w[nt][j].y ^ bt.w[nt][j].z ^ bt.w[nt][j].w;
-      }
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        x ^= bt.s0[mt] ^ bt.s1[mt];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) x ^= bt.a[mt][j].x ^ bt.a[mt][j].y;
-      }
-      acc[0][0][0] += __uint_as_float(x & 0x3f7fffffu);
-    } else {
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-        mx_frag_mma<MT, true>(acc[nt], bt.w[nt], bt.a, bt.sA[nt], bt.sB[nt], bt.s0, bt.s1);
-    }
+    for (int nt = 0; nt < NT; ++nt)
+      mx_frag_mma<MT, true>(acc[nt], bt.w[nt], bt.a, bt.sA[nt], bt.sB[nt], bt.s0, bt.s1);
   };
   Batch b0, b1;
   mx_frag_prologue<MT, S, NT>(pre, wf, wsf, K, gb, ge, [&] { load_w(b0); });
   if (gb < ge) load_a(b0);
-  if ((SK & 4) && gb + 1 < ge) load_a(b1);
   for (int i = gb; i < ge; i += 2) {
     if (i + 1 < ge) {
       load_w(b1);
-      if (!(SK & 4)) load_a(b1);
+      load_a(b1);
     }
     mma(b0);
     if (i + 1 == ge) break;
     if (i + 2 < ge) {
       load_w(b0);
-      if (!(SK & 4)) load_a(b0);
+      load_a(b0);
     }
     mma(b1);
   }
@@ -566,176 +510,6 @@ MX_DEV void mx_matmul_frag_t2(const mx_u8* __restrict__ aq, const mx_u8* __restr
 MX_DEFINE_FRAG_T2(2)
 MX_DEFINE_FRAG_T2(4)
 MX_DEFINE_FRAG_T2(8)
-
-// mx_matmul_frag_m8_bf16_w<W>_s<S>_t2e / mx_matmul_frag_m16_bf16_w<W>_s<S>_fse (issue 6
-// follow-up 28): the `_t2` / `_fs` loops with each batch's registers refilled as soon as they are
-// consumed. Why: in `_t2` / `_fs` a batch is refilled (two groups ahead) only after all of its
-// mmas, so a warp's next weight requests wait for its arithmetic; on the H200 the loads alone
-// take 10.55 us at 6144² M = 1 and the arithmetic on L2-hot weights 7.63, but the loop 12.30
-// (follow-up 27): the two overlap poorly. Here a batch's scale words and activation fragments
-// are decoded first and refilled at once, then k-block u's weights of every tile are converted
-// and refilled before its mmas. Same operations on each accumulator in the same order as
-// mx_frag_mma (mx_mma_group4_h with HW), so the bits of `_t2` / `_fs`: the exact scale decode
-// is taken when any tile's or activation row's word has a code 0 / 255, and it equals the fast
-// decode on every other byte.
-template <int MT, int NT>
-struct MxFragBatchE {
-  uint4 w[NT][4];
-  mx_u32 sA[NT], sB[NT];
-  uint2 a[MT][4];
-  mx_u32 s0[MT], s1[MT];
-};
-
-template <int MT, int NT, bool EARLY_AS, class RefillAS, class RefillW>
-MX_DEV void mx_frag_mma_refill(float (*acc)[MT][4], MxFragBatchE<MT, NT>& bt, RefillAS refill_as,
-                               RefillW refill_w) {
-  uint4 bh[MT][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int u = 0; u < 4; ++u) bh[mt][u] = mx_e4m3x8_to_frag<true>(bt.a[mt][u]);
-  float fA[NT][4], fB[NT][4], f0[MT][4], f1[MT][4];
-  mx_u32 bad = 0;
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    bad |= mx_has_byte_00_or_ff(bt.sA[nt]) | mx_has_byte_00_or_ff(bt.sB[nt]);
-    mx_e8m0x4_fast(bt.sA[nt], fA[nt]);
-    mx_e8m0x4_fast(bt.sB[nt], fB[nt]);
-  }
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    bad |= mx_has_byte_00_or_ff(bt.s0[mt]) | mx_has_byte_00_or_ff(bt.s1[mt]);
-    mx_e8m0x4_fast(bt.s0[mt], f0[mt]);
-    mx_e8m0x4_fast(bt.s1[mt], f1[mt]);
-  }
-  if (bad) {
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        fA[nt][u] = mx_e8m0_to_f32((bt.sA[nt] >> (8 * u)) & 0xffu);
-        fB[nt][u] = mx_e8m0_to_f32((bt.sB[nt] >> (8 * u)) & 0xffu);
-      }
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        f0[mt][u] = mx_e8m0_to_f32((bt.s0[mt] >> (8 * u)) & 0xffu);
-        f1[mt][u] = mx_e8m0_to_f32((bt.s1[mt] >> (8 * u)) & 0xffu);
-      }
-    }
-  }
-  if (EARLY_AS) refill_as();  // the scale words and activation fragments are consumed
-#pragma unroll
-  for (int u = 0; u < 4; ++u) {
-    mx_u32 a[NT][8];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const uint4 w = bt.w[nt][u];
-      a[nt][0] = mx_e4m3x2_to_f16x2(w.x);
-      a[nt][2] = mx_e4m3x2_hi_to_f16x2<true>(w.x);
-      a[nt][1] = mx_e4m3x2_to_f16x2(w.z);
-      a[nt][3] = mx_e4m3x2_hi_to_f16x2<true>(w.z);
-      a[nt][4] = mx_e4m3x2_to_f16x2(w.y);
-      a[nt][6] = mx_e4m3x2_hi_to_f16x2<true>(w.y);
-      a[nt][5] = mx_e4m3x2_to_f16x2(w.w);
-      a[nt][7] = mx_e4m3x2_hi_to_f16x2<true>(w.w);
-    }
-    refill_w(u);  // k-block u's weights are consumed
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        float d[4];
-        mx_mma_f16(d, a[nt][0], a[nt][1], a[nt][2], a[nt][3], bh[mt][u].x, bh[mt][u].y, zero);
-        mx_mma_f16(d, a[nt][4], a[nt][5], a[nt][6], a[nt][7], bh[mt][u].z, bh[mt][u].w, d);
-        acc[nt][mt][0] += d[0] * fA[nt][u] * f0[mt][u];
-        acc[nt][mt][1] += d[1] * fA[nt][u] * f1[mt][u];
-        acc[nt][mt][2] += d[2] * fB[nt][u] * f0[mt][u];
-        acc[nt][mt][3] += d[3] * fB[nt][u] * f1[mt][u];
-      }
-  }
-  if (!EARLY_AS) refill_as();
-}
-
-template <int W, int MT, int S, int NT, bool EARLY_AS>
-MX_DEV void mx_matmul_frag_early(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
-                                 const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
-                                 MxBf16::storage* __restrict__ y, int M, int N, int K, int pre,
-                                 const MxEpi& ep) {
-  const MxFragWarp<W, MT, S, NT> f(aq, as, wf, wsf, M, K);
-  const int gb = f.gb, ge = f.ge;
-  MxFragWeights wts0(f), wts1(f);
-  // The second tile (past the last tile: the first's weights again; its outputs are not stored).
-  if (NT > 1 && MxFragBlock<MT, S, NT>().tile + 1 < (N + 15) / 16) {
-    wts1.wp += (long long)(K >> 5) * 32;
-    wts1.swp += (long long)(K >> 7) * 16;
-  }
-  const mx_u8* ap[MT];
-  const mx_u32 *sp0[MT], *sp1[MT];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    ap[mt] = f.ap[mt] + 128 * gb;
-    sp0[mt] = f.sp0[mt] + gb;
-    sp1[mt] = f.sp1[mt] + gb;
-  }
-  typedef MxFragBatchE<MT, NT> Batch;
-  auto wts = [&](int nt) -> MxFragWeights& { return nt == 0 ? wts0 : wts1; };
-  auto load_w = [&](Batch& bt) {
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) wts(nt).next(bt.w[nt], bt.sA[nt], bt.sB[nt]);
-  };
-  auto load_a = [&](Batch& bt) {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) bt.a[mt][j] = *reinterpret_cast<const uint2*>(ap[mt] + 32 * j);
-      bt.s0[mt] = *sp0[mt];
-      bt.s1[mt] = *sp1[mt];
-      ap[mt] += 128;
-      sp0[mt] += 1;
-      sp1[mt] += 1;
-    }
-  };
-  float acc[NT][MT][4];
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) acc[nt][mt][c] = 0.0f;
-  // One group from batch bt; with `more`, bt is refilled with the group two ahead as it goes.
-  auto group = [&](Batch& bt, bool more) {
-    mx_frag_mma_refill<MT, NT, EARLY_AS>(
-        acc, bt,
-        [&] {
-          if (!more) return;
-          load_a(bt);
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) wts(nt).scales(bt.sA[nt], bt.sB[nt]);
-        },
-        [&](int u) {
-          if (!more) return;
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) bt.w[nt][u] = wts(nt).kblock(u);
-          if (u == 3)
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) wts(nt).bump();
-        });
-  };
-  Batch b0, b1;
-  mx_frag_prologue<MT, S, NT>(pre, wf, wsf, K, gb, ge, [&] { load_w(b0); });
-  if (gb < ge) load_a(b0);
-  if (gb + 1 < ge) {
-    load_w(b1);
-    load_a(b1);
-  }
-  for (int i = gb; i < ge; i += 2) {
-    group(b0, i + 2 < ge);
-    if (i + 1 == ge) break;
-    group(b1, i + 3 < ge);
-  }
-  mx_frag_reduce_store<MxBf16, W, MT, S, NT>(acc, y, M, N, ep);
-}
 
 // mx_matmul_frag_m16_bf16_w<W>_s<S>_fsa (issue 6 follow-up 13; the runtime's kernel from 13 rows
 // with bf16 output where the grid leaves SMs idle: kernels/src/gpu/shapes.rs frag_kernel): `_fs`

@@ -1,0 +1,85 @@
+"""Issue 6 follow-up 29: the `_t2` decode GEMM loop on grids the runtime's rule never forms
+(frag_grid.hip, appended to the GEMM module's text here): W x S a tile pair with W S = 3, 6, 24,
+every warp resident at once. Check: each grid's output against the runtime kernel's (bf16
+outputs of different summation orders: max relative difference printed, must stay within a few
+bf16 ulps). Time: the runtime's choice beside each grid and cuBLAS bf16; PDL, CUDA-graph replay
+of 200 launches, weights rotating over >= 400 MB, median of REPS, alternating.
+Usage: python3 ab_grid.py [REPS]   (AB_CASES "NxK:M,M;...")"""
+import ctypes, faulthandler, json, os, statistics, sys
+import torch
+import mxgpu
+from program import program_text
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+faulthandler.dump_traceback_later(int(os.environ.get("AB_WATCHDOG", "300")), exit=False)
+GRIDS = {6144 * 6144: [(3, 2), (2, 3), (1, 6), (4, 6), (6, 4)],
+         6144 * 768: [(3, 1), (1, 3), (3, 2), (2, 3), (1, 6)],
+         1536 * 6144: [(3, 8), (6, 4), (4, 6)]}
+
+
+def grid_text():
+    t = program_text(files=["mx_quantize.hip", "mx_matmul_pipe.hip", "mx_matmul_frag.hip"])
+    return t + '#line 1 "frag_grid.hip"\n' + open(os.path.join(HERE, "frag_grid.hip")).read() + "\n"
+
+
+mxgpu.program_text = grid_text  # compile_program (and its cubin cache key) sees this text
+from mxgpu import Module, Ops, epilogue, frag_kernel  # noqa: E402
+from bench import graph_time, read_bandwidth  # noqa: E402
+from bench_frag_pdl import rotation, weight_copies  # noqa: E402
+
+OUT = os.environ.get("OUT", ".")
+dev = "cuda"
+
+
+def launch(mod, W, S, wf, wsf, N, K, M, aq, as_, y, pre=1):
+    tiles = -(-N // 16)
+    mod.launch(f"mx_matmul_frag_m8_bf16_w{W}_s{S}_t2", (-(-M // 8) * S, -(-tiles // 2)), (32 * W,),
+               [aq, as_, wf, wsf, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(pre), epilogue()])
+    return y
+
+
+def main():
+    reps = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    mod = Module(); ops = Ops(mod)
+    print("module loaded", flush=True)
+    read_bandwidth(dev)
+    mod.pdl = True
+    rows = []
+    cases = os.environ.get("AB_CASES", "6144x6144:1,4,8;6144x768:1,4,8;1536x6144:1,8")
+    for case in cases.split(";"):
+        sh, ms = case.split(":")
+        N, K = (int(v) for v in sh.split("x"))
+        copies, _, _, P, Wb = weight_copies(N, K)
+        nxt = rotation()
+        for M in (int(m) for m in ms.split(",")):
+            A = torch.randn(M, K, device=dev).bfloat16()
+            aq, as_ = ops.quantize(A, 0)
+            y = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
+            rt = frag_kernel(N, K, M)
+            ref = ops.matmul_frag(*P[0], N, K, M, aq, as_, y=torch.empty_like(y)).float()
+            fns = {"rt": lambda: ops.matmul_frag(*P[nxt(copies)], N, K, M, aq, as_, y=y),
+                   "cublas": lambda: A @ Wb[nxt(len(Wb))].t()}
+            diffs = {}
+            for W, S in GRIDS.get(N * K, []):
+                if K // 128 < W * S:
+                    continue
+                got = launch(mod, W, S, *P[0], N, K, M, aq, as_, torch.empty_like(y)).float()
+                torch.cuda.synchronize()
+                diffs[f"w{W}s{S}"] = ((got - ref).abs() / ref.abs().clamp_min(1e-3)).max().item()
+                fns[f"w{W}s{S}"] = (lambda W=W, S=S: launch(mod, W, S, *P[nxt(copies)], N, K, M, aq, as_, y))
+            t = {k: [] for k in fns}
+            for _ in range(reps):
+                for k, fn in fns.items():
+                    t[k].append(graph_time(fn))
+            med = {k: statistics.median(v) for k, v in t.items()}
+            rows.append(dict(N=N, K=K, M=M, rt=list(rt), med=med, diffs=diffs))
+            gb = (N * K + N * K // 32) / 1e9
+            print(f"{N:5d}x{K:<5d} M={M:2d}: rt {rt[3] or 'm' + str(rt[0])} w{rt[1]}s{rt[2]} " + " | ".join(
+                f"{k} {v:6.2f}" + (f" ({gb / (v * 1e-6) / 1e3:.2f} TB/s)" if k != "cublas" else "") for k, v in med.items())
+                + " | max rel diff vs rt " + " ".join(f"{k} {v:.1e}" for k, v in diffs.items()), flush=True)
+        del P, Wb
+    json.dump(dict(rows=rows), open(os.path.join(OUT, "ab_grid.json"), "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
