@@ -2,7 +2,8 @@
 //! MiniMax-M3-TP4-shaped stack (hidden 6144, intermediate 768, 16 / 2 heads of 128; MXFP8
 //! weights; f32 graph, symbolic batch / seq) of `LAYERS` layers, `session.run` at 1 and 8 tokens,
 //! host time per step, median of 30 after 5 warm-up runs. The environment picks what is compared
-//! (bench/gpu/device_ep_step.sh runs it under each setting in one device call).
+//! (bench/gpu/device_ep_step.sh runs it under each setting in one device call;
+//! `MXFUSE_STEP_PROFILE=<prefix>` also writes ONNX Runtime's profile of every run).
 //!
 //!     cargo build --release -p mxfuse-tests --example ep_gpu_step
 //!     ORT_DYLIB_PATH=... MXFUSE_EP_LIB=... target/release/examples/ep_gpu_step [LAYERS]
@@ -29,8 +30,16 @@ fn main() {
     cfg.storage = models::WeightStorage::Inline;
     cfg.spelling.weights = models::WeightForm::StdMx;
     let model = models::model_proto(&cfg).expect("model").encode_to_vec();
+    // MXFUSE_STEP_PROFILE=<prefix>: ONNX Runtime's profiler records every node of every run
+    // (bench/gpu/step_profile.py sums it by provider and op).
+    let profile = std::env::var("MXFUSE_STEP_PROFILE").ok();
     let mut session: Session = create_session(|| {
-        Session::builder(env())?
+        let builder = Session::builder(env())?;
+        let builder = match &profile {
+            Some(prefix) => builder.with_profiling(prefix)?,
+            None => builder,
+        };
+        builder
             .with_devices(devices, Some(&ep_options(&[])))?
             .commit_from_memory(&model)
     })
@@ -64,5 +73,9 @@ fn main() {
             std::env::var("MXFUSE_GPU_RUN_SYNC").unwrap_or_else(|_| "default".into()),
             std::env::var("MXFUSE_GPU_ALLOC_CACHE_MIB").unwrap_or_else(|_| "default".into()),
         );
+    }
+    if profile.is_some() {
+        let path = session.end_profiling().expect("end_profiling");
+        println!("profile {path}");
     }
 }
