@@ -151,9 +151,7 @@ fn main() {
         let frag: Vec<(DeviceBuffer, DeviceBuffer, Option<i32>)> = (0..copies)
             .map(|_| {
                 let w: Vec<u8> = (0..n * k).map(|_| rng.e4m3()).collect();
-                let ws: Vec<u8> = (0..n * k / 32)
-                    .map(|_| scale_byte(&mut rng))
-                    .collect();
+                let ws: Vec<u8> = (0..n * k / 32).map(|_| scale_byte(&mut rng)).collect();
                 let shift = kernels::gpu::f16_weight_shift(&w, &ws, k);
                 let (wf, wsf) = kernels::gpu::pack_frag_weights(&w, &ws, n, k).expect("pack");
                 (
@@ -173,9 +171,7 @@ fn main() {
             .collect();
         for &m in &ms {
             let aq: Vec<u8> = (0..m * k).map(|_| rng.e4m3()).collect();
-            let asc: Vec<u8> = (0..m * k / 32)
-                .map(|_| scale_byte(&mut rng))
-                .collect();
+            let asc: Vec<u8> = (0..m * k / 32).map(|_| scale_byte(&mut rng)).collect();
             let ab: Vec<bf16> = (0..m * k)
                 .map(|_| bf16::from_f32((rng.next() % 2001) as f32 / 1000.0 - 1.0))
                 .collect();
