@@ -12,7 +12,10 @@ def num(v):
 
 
 def main():
-    rows = list(csv.DictReader(open(sys.argv[1], newline="")))
+    lines = open(sys.argv[1], newline="").read().splitlines()
+    # ncu writes a "Kernel Name" line before the header.
+    start = next(i for i, l in enumerate(lines) if l.startswith('"Address"'))
+    rows = list(csv.DictReader(lines[start:]))
     top = int(sys.argv[2]) if len(sys.argv) > 2 else 30
     if not rows:
         sys.exit("empty CSV")
@@ -22,7 +25,6 @@ def main():
     reason_cols = [c for c in cols if c.startswith("stall_") or ("Stall" in c and c != total_col and "Sampling" not in c)]
     src_col = next((c for c in cols if c.strip() == "Source"), cols[1] if len(cols) > 1 else cols[0])
     addr_col = next((c for c in cols if c.strip() == "Address"), cols[0])
-    print("columns:", ", ".join(cols)[:1500])
     if not total_col:
         sys.exit("no stall-sampling column")
     by_reason = collections.Counter()
