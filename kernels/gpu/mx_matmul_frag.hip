@@ -179,32 +179,21 @@ struct MxFragWarp {
 // The weight stream of the `_fs` / `_fsa` loops: from group gb of a warp's share, one group a
 // call (this lane's 16 bytes of each of its 4 k-blocks and the scale words of rows g, g + 8),
 // every load at an immediate offset from two pointers bumped once a group.
-// SF (issue 6 follow-up 30, bench-only; false in the runtime): the scale words are requested
-// first, through the non-coherent path. Why: ncu's stall sampling of `_t2` at 6144² M = 1 puts
-// 54 % of the warps' stalls on the first use of a batch's scale word (its 0x00 / 0xff check).
-template <bool SF = false>
-struct MxFragWeightsT {
+struct MxFragWeights {
   const uint4* wp;
   const mx_u32* swp;
   template <class FragWarp>  // MxFragWarp<W, MT, S>
-  MX_DEV explicit MxFragWeightsT(const FragWarp& f)
+  MX_DEV explicit MxFragWeights(const FragWarp& f)
       : wp(f.wp + 128 * f.gb), swp(f.swp + 16 * f.gb + f.g) {}
   MX_DEV void next(uint4 w[4], mx_u32& sA, mx_u32& sB) {
-    if (SF) {
-      sA = __ldg(swp);
-      sB = __ldg(swp + 8);
-    }
 #pragma unroll
     for (int j = 0; j < 4; ++j) w[j] = mx_ldg_once16(wp + 32 * j);
-    if (!SF) {
-      sA = swp[0];
-      sB = swp[8];
-    }
+    sA = swp[0];
+    sB = swp[8];
     wp += 128;
     swp += 16;
   }
 };
-typedef MxFragWeightsT<> MxFragWeights;
 
 // One warp's registers for U groups of 4 k-blocks.
 template <int MT, int U>
@@ -341,7 +330,7 @@ MX_DEFINE_FRAG1(mx_matmul_frag_m8_f32_w3_s1, MxF32, 3, 1, 1, 2, )
 // (no copy), every load takes its address from six pointers bumped once per group plus
 // immediate offsets, and no load is guarded inside a batch. Two buffers take 184 registers
 // (w4) uncapped; capped at 168 (below) they are faster (follow-up 11's `_fsr`).
-template <int W, int S, bool SF = false>
+template <int W, int S>
 MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                                   const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
                                   MxBf16::storage* __restrict__ y, int M, int N, int K, int pre,
@@ -351,7 +340,7 @@ MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __r
   const int g = f.g, gb = f.gb, ge = f.ge;
   // The weights and activations from group gb, each pointer bumped by one group after its batch
   // is loaded.
-  MxFragWeightsT<SF> wts(f);
+  MxFragWeights wts(f);
   const mx_u8* ap[MT];
   const mx_u32 *sp0[MT], *sp1[MT];
 #pragma unroll
@@ -431,7 +420,7 @@ MX_DEFINE_FRAG_FS(8)
 // against 2.74 / 3.07 us, 1536 x 6144 4.75 / 5.03 against 5.00 / 5.25 (BENCHMARKS.md). At 12-16
 // rows it loses to `_fs` on the measured MiniMax shapes (6144 x 768, 6144 x 6144, 1536 x 6144)
 // and wins on shapes such as 4096 x 4096 or 8192 x 2048 (follow-up 21): frag_kernel decides.
-template <int W, int MT, int S, bool SF = false>
+template <int W, int MT, int S>
 MX_DEV void mx_matmul_frag_t2(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                               const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
                               MxBf16::storage* __restrict__ y, int M, int N, int K, int pre,
@@ -439,7 +428,7 @@ MX_DEV void mx_matmul_frag_t2(const mx_u8* __restrict__ aq, const mx_u8* __restr
   constexpr int NT = 2;
   const MxFragWarp<W, MT, S, NT> f(aq, as, wf, wsf, M, K);
   const int gb = f.gb, ge = f.ge;
-  MxFragWeightsT<SF> wts0(f), wts1(f);
+  MxFragWeights wts0(f), wts1(f);
   // The second tile (past the last tile: the first's weights again; its outputs are not stored).
   if (MxFragBlock<MT, S, NT>().tile + 1 < (N + 15) / 16) {
     wts1.wp += (long long)(K >> 5) * 32;
