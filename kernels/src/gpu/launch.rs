@@ -286,22 +286,60 @@ pub(super) fn dim_i32(what: &str, v: usize) -> GpuResult<i32> {
     })
 }
 
-/// Kernel parameters as the launch API wants them: one pointer per value.
-pub(super) struct Params(Vec<Box<dyn std::any::Any>>);
+/// The most parameters a kernel takes, and the 8-byte words their values may fill.
+const MAX_PARAMS: usize = 24;
+const PARAM_WORDS: usize = 64;
+
+/// Kernel parameters as the launch API wants them: one pointer per value. The values live in an
+/// inline buffer, each at an 8-byte-aligned offset, not in a heap allocation each: a decode
+/// step's launches are host-bound (the driver's own launch took 2.2-3.4 µs on the H200 hosts),
+/// and the GEMM's ten values cost 317 ns boxed against 135 ns here (BENCHMARKS.md, session 27).
+pub(super) struct Params {
+    words: [u64; PARAM_WORDS],
+    at: [usize; MAX_PARAMS],
+    n: usize,
+    used: usize,
+    /// Set when a launcher passed more than the buffer holds; `run` refuses the launch.
+    overflow: bool,
+}
 
 impl Params {
     pub(super) fn new() -> Self {
-        Params(Vec::new())
+        Params {
+            words: [0; PARAM_WORDS],
+            at: [0; MAX_PARAMS],
+            n: 0,
+            used: 0,
+            overflow: false,
+        }
     }
-    pub(super) fn push<T: 'static>(mut self, v: T) -> Self {
-        self.0.push(Box::new(v));
+    /// Appends one value: a plain C value of at most 8-byte alignment (pointers as `u64`,
+    /// integers, floats, `#[repr(C)]` structs of them).
+    pub(super) fn push<T: Copy + 'static>(mut self, v: T) -> Self {
+        const { assert!(std::mem::align_of::<T>() <= 8) };
+        let words = std::mem::size_of::<T>().div_ceil(8);
+        if self.n == MAX_PARAMS || self.used + words > PARAM_WORDS {
+            self.overflow = true;
+            return self;
+        }
+        // SAFETY: words[used .. used + words] lies inside the buffer (checked above) and is
+        // 8-byte aligned, enough for T.
+        unsafe { self.words.as_mut_ptr().add(self.used).cast::<T>().write(v) };
+        self.at[self.n] = self.used;
+        self.n += 1;
+        self.used += words;
         self
     }
-    fn pointers(&mut self) -> Vec<*mut c_void> {
-        self.0
-            .iter_mut()
-            .map(|b| (b.as_mut() as *mut dyn std::any::Any).cast::<c_void>())
-            .collect()
+    /// One pointer per value, into this buffer (valid while `self` is neither moved nor
+    /// dropped).
+    fn pointers(&mut self) -> [*mut c_void; MAX_PARAMS] {
+        let base = self.words.as_mut_ptr();
+        let mut p = [std::ptr::null_mut(); MAX_PARAMS];
+        for (slot, &at) in p.iter_mut().zip(&self.at[..self.n]) {
+            // SAFETY: `at` is an offset inside the buffer (push).
+            *slot = unsafe { base.add(at) }.cast::<c_void>();
+        }
+        p
     }
 }
 
@@ -315,14 +353,21 @@ impl GpuRuntime {
         stream: StreamHandle,
     ) -> GpuResult<()> {
         let (f, arity) = self.function_and_arity(name)?;
+        if params.overflow {
+            return Err(KernelError::Unsupported(format!(
+                "internal error: the launcher of kernel {name} passed more than {MAX_PARAMS} parameters or {} bytes",
+                8 * PARAM_WORDS
+            ))
+            .into());
+        }
+        let count = params.n;
         let mut ptrs = params.pointers();
         // The launch reads one argument pointer per kernel parameter from `ptrs`: a count that
-        // does not match the kernel would read past it (a crash of the host process), so it is
-        // an error here instead (where the driver reports the count: CUDA 12.4+).
-        if let Some(n) = arity.filter(|&n| n != ptrs.len()) {
+        // does not match the kernel would read past the ones set (a crash of the host process),
+        // so it is an error here instead (where the driver reports the count: CUDA 12.4+).
+        if let Some(n) = arity.filter(|&n| n != count) {
             return Err(KernelError::Unsupported(format!(
-                "internal error: kernel {name} takes {n} arguments, its launcher passed {}",
-                ptrs.len()
+                "internal error: kernel {name} takes {n} arguments, its launcher passed {count}"
             ))
             .into());
         }
@@ -332,7 +377,7 @@ impl GpuRuntime {
         // kernel waits for its predecessor before touching memory (MX_PDL_ENTRY).
         let pdl_ok = unsafe {
             self.driver()
-                .launch(f, grid, [block, 1, 1], stream, &mut ptrs, pdl)?
+                .launch(f, grid, [block, 1, 1], stream, &mut ptrs[..count], pdl)?
         };
         if !pdl_ok {
             self.pdl_refused();
@@ -1065,7 +1110,66 @@ impl GpuRuntime {
 
 #[cfg(test)]
 mod tests {
-    use super::pdl_kernel;
+    use super::{pdl_kernel, EpilogueParams, Params, MAX_PARAMS, PARAM_WORDS};
+
+    #[test]
+    fn params_hand_the_launch_one_aligned_pointer_per_value() {
+        let epi = EpilogueParams {
+            bias: 0xdead_beef,
+            ld: 6144,
+            cs: 1,
+            alpha: 0.5,
+            beta: -2.0,
+        };
+        let mut p = Params::new()
+            .push(7u64)
+            .push(-3i32)
+            .push(2.5f32)
+            .push(epi)
+            .push(-9i64)
+            .push(1u32);
+        let ptrs = p.pointers();
+        assert!(!p.overflow);
+        assert_eq!(p.n, 6);
+        assert!(ptrs[..6]
+            .iter()
+            .all(|q| (q.cast::<u8>() as usize).is_multiple_of(8)));
+        assert!(ptrs[6..].iter().all(|q| q.is_null()));
+        // SAFETY: each pointer points at the value pushed in its position, of that type.
+        unsafe {
+            assert_eq!(*ptrs[0].cast::<u64>(), 7);
+            assert_eq!(*ptrs[1].cast::<i32>(), -3);
+            assert_eq!(*ptrs[2].cast::<f32>(), 2.5);
+            let e = *ptrs[3].cast::<EpilogueParams>();
+            assert_eq!(
+                (e.bias, e.ld, e.cs, e.alpha, e.beta),
+                (0xdead_beef, 6144, 1, 0.5, -2.0)
+            );
+            assert_eq!(*ptrs[4].cast::<i64>(), -9);
+            assert_eq!(*ptrs[5].cast::<u32>(), 1);
+        }
+        // The 24-byte struct took three words: the value after it starts past them.
+        assert_eq!(
+            ptrs[4].cast::<u8>() as usize - ptrs[3].cast::<u8>() as usize,
+            std::mem::size_of::<EpilogueParams>()
+        );
+    }
+
+    #[test]
+    fn a_parameter_list_past_the_buffer_is_flagged_not_written() {
+        let mut p = Params::new();
+        for i in 0..MAX_PARAMS + 3 {
+            p = p.push(i as u64);
+        }
+        assert!(p.overflow);
+        assert_eq!(p.n, MAX_PARAMS);
+        // Too many words in fewer values.
+        let mut q = Params::new();
+        for _ in 0..PARAM_WORDS / 3 + 1 {
+            q = q.push([0u64; 3]);
+        }
+        assert!(q.overflow && q.used <= PARAM_WORDS);
+    }
 
     #[test]
     fn env_switches_are_read_once() {
