@@ -190,9 +190,9 @@ fn main() {
                 f16_shift: frag[i % copies].2.filter(|_| shifted),
             };
             let mat = |i: usize| mat_with(i, true);
-            let iters = if m * n * k > (1usize << 36) { 10 } else { 40 };
-            std::env::set_var("MXFUSE_GPU_PREFILL", "0");
-            let decode = time_us(iters, &rt, |i| {
+            // One decode-kernel call into y1 and one route call into y2 (weights copy i; the
+            // route with or without the weights' f16 shift).
+            let decode_call = |i: usize| {
                 rt.mx_matmul(
                     m,
                     k,
@@ -206,21 +206,25 @@ fn main() {
                     0,
                 )
                 .expect("decode");
-            });
-            std::env::remove_var("MXFUSE_GPU_PREFILL");
-            let route = time_us(iters, &rt, |i| {
+            };
+            let route_call = |i: usize, shifted: bool| {
                 rt.mx_matmul_prefill(
                     (m, k, n),
                     daq.ptr(),
                     das.ptr(),
-                    &mat(i),
+                    &mat_with(i, shifted),
                     y2.ptr(),
                     out,
                     &GpuEpilogue::NONE,
                     0,
                 )
                 .expect("prefill");
-            });
+            };
+            let iters = if m * n * k > (1usize << 36) { 10 } else { 40 };
+            std::env::set_var("MXFUSE_GPU_PREFILL", "0");
+            let decode = time_us(iters, &rt, decode_call);
+            std::env::remove_var("MXFUSE_GPU_PREFILL");
+            let route = time_us(iters, &rt, |i| route_call(i, true));
             let blas = time_us(iters, &rt, |i| {
                 rt.vendor_gemm_bf16(
                     (m, k, n),
@@ -234,47 +238,12 @@ fn main() {
             });
             // Same weights (copy 0) both ways: the two results agree to bf16 rounding.
             std::env::set_var("MXFUSE_GPU_PREFILL", "0");
-            rt.mx_matmul(
-                m,
-                k,
-                n,
-                daq.ptr(),
-                das.ptr(),
-                &mat(0),
-                y1.ptr(),
-                out,
-                &GpuEpilogue::NONE,
-                0,
-            )
-            .expect("decode");
+            decode_call(0);
             std::env::remove_var("MXFUSE_GPU_PREFILL");
-            rt.mx_matmul_prefill(
-                (m, k, n),
-                daq.ptr(),
-                das.ptr(),
-                &mat(0),
-                y2.ptr(),
-                out,
-                &GpuEpilogue::NONE,
-                0,
-            )
-            .expect("prefill");
+            route_call(0, true);
             let (g1, g2) = (download_f32(&y1, m * n, out), download_f32(&y2, m * n, out));
-            let rows_route = if out == DType::F16 {
-                let t = time_us(iters, &rt, |i| {
-                    rt.mx_matmul_prefill(
-                        (m, k, n),
-                        daq.ptr(),
-                        das.ptr(),
-                        &mat_with(i, false),
-                        y2.ptr(),
-                        out,
-                        &GpuEpilogue::NONE,
-                        0,
-                    )
-                    .expect("prefill");
-                });
-                format!("{:.1}", t.0)
+            let rows_route = if f16_out {
+                format!("{:.1}", time_us(iters, &rt, |i| route_call(i, false)).0)
             } else {
                 "-".into()
             };
