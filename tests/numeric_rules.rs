@@ -1039,6 +1039,94 @@ fn single_op_norm_between_casts_matches_the_reference() {
     }
 }
 
+/// `x + residual → [Cast f32] → Mul(s, s) → ReduceSum(-1) → Div(·, H) | Mul(·, 1/H) → Add(eps) →
+/// Sqrt → Reciprocal → Mul → Mul(γ f32) → [Cast T] → quantize → MatMuls`: the mean written as a
+/// sum over the hidden size (`x.pow(2).sum(-1, keepdim=True) / H`). H is a power of two, where the
+/// graph's f32 sum divided by H is the fused kernel's mean bit for bit, so q, scales and the sum
+/// must match exactly (for another H the graph rounds the sum before dividing, as ORT's own
+/// ReduceMean does: the float-order tolerance docs/ops.md describes, compared in
+/// tests/python/test_probe12.py).
+#[test]
+fn norm_mean_as_sum_over_h_matches_the_reference() {
+    for (dt, h, count_op, quant) in [
+        (DType::F32, 64, "Div", QuantSpelling::StdFloor),
+        (DType::F32, 128, "Mul", QuantSpelling::Quark),
+        (DType::Bf16, 64, "Div", QuantSpelling::StdRceilDiv),
+        (DType::F16, 128, "Mul", QuantSpelling::StdFloor),
+    ] {
+        let mut b = GraphBuilder::new(11, false);
+        let shape = vec![Dim::Fixed(ROWS), Dim::Fixed(h)];
+        let col = vec![Dim::Fixed(ROWS), Dim::Fixed(1)];
+        let (t, f) = (elem_of(dt), elem_of(DType::F32));
+        let x = b.add_input("x", t, shape.clone());
+        let r = b.add_input("residual", t, shape.clone());
+        let sum = b.op("Add", &[&x.name, &r.name], "sum", t, shape.clone());
+        let s = if dt == DType::F32 {
+            sum.clone()
+        } else {
+            let to = vec![models::builder::attr_i("to", f as i64)];
+            b.op_attrs("Cast", &[&sum.name], "sum_f32", f, shape.clone(), to)
+        };
+        let sq = b.op("Mul", &[&s.name, &s.name], "sq", f, shape.clone());
+        let axes = b.const_i64("axes", &[-1]);
+        let ss = b.op("ReduceSum", &[&sq.name, &axes.name], "ss", f, col.clone());
+        let count = match count_op {
+            "Div" => h as f32,
+            _ => 1.0 / h as f32,
+        };
+        let c = b.scalar("count", DType::F32, count);
+        let ms = b.op(count_op, &[&ss.name, &c.name], "ms", f, col.clone());
+        let eps = b.scalar("eps", DType::F32, 1e-6);
+        let ve = b.op("Add", &[&ms.name, &eps.name], "ve", f, col.clone());
+        let sd = b.op("Sqrt", &[&ve.name], "sd", f, col.clone());
+        let inv = b.op("Reciprocal", &[&sd.name], "inv", f, col);
+        let n = b.op("Mul", &[&s.name, &inv.name], "n", f, shape.clone());
+        let w = b.random_weight("norm.weight", DType::F32, &[h], 1.0, 0.2);
+        let y32 = b.op("Mul", &[&n.name, &w.name], "y32", f, shape.clone());
+        let y = if dt == DType::F32 {
+            y32
+        } else {
+            let to = vec![models::builder::attr_i("to", t as i64)];
+            b.op_attrs("Cast", &[&y32.name], "normed", t, shape.clone(), to)
+        };
+        let a = quantize_activation(&mut b, dt, quant, &y, "qk_in");
+        for (name, width) in [("q_proj", 64), ("k_proj", 32)] {
+            let w = matmul_weight(
+                &mut b,
+                dt,
+                models::WeightForm::StdMx,
+                &format!("{name}.weight"),
+                h,
+                width,
+            );
+            let out = matmul(&mut b, &a, &w, width, name);
+            b.add_output(&out);
+        }
+        b.add_output(&sum);
+        let nan = quant != QuantSpelling::Quark;
+        let feeds = HashMap::from([
+            (
+                "x".to_string(),
+                feed(dt, h, rows(1, h, 1.0, outlier(dt), nan)),
+            ),
+            (
+                "residual".to_string(),
+                feed(dt, h, rows(2, h, 1.0, outlier(dt), false)),
+            ),
+        ]);
+        let ctx = format!("{dt:?} H={h} {count_op}(ReduceSum, {count}) {quant:?}");
+        let g = finish(b);
+        let reduces = |g: &Graph| {
+            g.nodes()
+                .iter()
+                .filter(|n| g.op_type(**n) == "ReduceSum")
+                .count()
+        };
+        assert_eq!(reduces(&g), 1, "{ctx}");
+        differential(g, &feeds, "add_rmsnorm_mxquant", 1, &ctx);
+    }
+}
+
 /// torch.export's `nn.Linear` on a `[B, S, K]` activation: norm → quantize → `Reshape([-1, K])`
 /// → `Gemm(transB = 1, bias)` (addmm) or `MatMul` (mm) → `Reshape([B, S, N])`. The rule reads
 /// the linear through the first Reshape (`MxMatMul` on the `[B, S, K]` MXFP8 values, a Reshape

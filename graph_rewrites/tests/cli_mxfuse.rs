@@ -554,8 +554,8 @@ fn rewrite_prints_near_misses() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// A norm the norm rule almost knows (`ReduceSum` where RMSNorm has `ReduceMean`) in front of a
-/// quantizer `mxquant` fuses alone: the norm rule's near miss there matched the norm's nodes,
+/// A norm the norm rule almost knows (the squares' `ReduceSum` never divided by H: a sum where
+/// RMSNorm has a mean; `Div(ReduceSum, H)` fuses) in front of a quantizer `mxquant` fuses alone: the norm rule's near miss there matched the norm's nodes,
 /// which `mxquant` did not take, so it is shown (the user's norm did not fuse, and this says
 /// why); until h-left every near miss at a fused node was hidden. The SwiGLU rule's near miss
 /// at the same quantizer matched only the quantizer: hidden, as before.

@@ -7,7 +7,7 @@ use graph_rewrites::pattern::predicates::dtype::{
     DOUBLE, FLOAT, FLOAT16, FLOAT8E4M3FN, FLOAT8E8M0, INT64,
 };
 use graph_rewrites::pipeline::RewriteReport;
-use graph_rewrites::testing::{first_node, node_attr, value_names, ModelBuilder};
+use graph_rewrites::testing::{first_node, node_attr, value_names, Attr, ModelBuilder};
 use graph_rewrites::view::{AttrValue, Dim, GraphView, NodeId};
 
 const H: i64 = 64;
@@ -49,9 +49,24 @@ struct Case {
     router: bool,
     quark_block: i64,
     quark_axis: i64,
-    /// This one-element constant ("two", "eps", "one_num", "one") stored as `[1, 1, 1]` (rank
-    /// 3, the sum's 2).
+    /// This one-element constant ("two", "eps", "one_num", "one", "count") stored as `[1, 1, 1]`
+    /// (rank 3, the sum's 2).
     wide: Option<&'static str>,
+    /// How the mean of squares is spelled.
+    mean: MeanSpelling,
+    /// The reduce's axis.
+    reduce_axis: i64,
+    /// The model's ONNX opset (a ReduceSum takes its axes as an attribute before 13).
+    opset: i64,
+}
+
+/// The mean of squares: `ReduceMean(sq)`, or `ReduceSum(sq)` divided by / multiplied with the
+/// constant `count` (`Mul(count, ·)` when `count_first`).
+#[derive(Clone, Copy)]
+enum MeanSpelling {
+    ReduceMean,
+    SumDiv(f32),
+    SumMul { count: f32, count_first: bool },
 }
 
 impl Default for Case {
@@ -77,16 +92,20 @@ impl Default for Case {
             quark_block: 32,
             quark_axis: -1,
             wide: None,
+            mean: MeanSpelling::ReduceMean,
+            reduce_axis: -1,
+            opset: 18,
         }
     }
 }
 
 /// `x[4,H] → [AllReduce] → Add(·, residual) = sum → Pow/ReduceMean/Add(eps)/Sqrt/(Reciprocal+Mul
 /// | Div) → Mul(γ) = y → Quark MX → MatMul(W[H,16])`, with `sum` a graph output (the residual
-/// stream) and `out` the MatMul output.
+/// stream) and `out` the MatMul output. The mean is `ReduceMean` or `ReduceSum` then `Div` /
+/// `Mul` by a constant ([`MeanSpelling`]).
 fn build(c: &Case) -> ModelBuilder {
     let (t, h) = (c.dtype, c.h);
-    let mut b = ModelBuilder::new(18);
+    let mut b = ModelBuilder::new(c.opset);
     b.opset("com.microsoft", 1).opset("com.amd.quark", 1);
     b.input("x", t, &[4, h]);
     let mut branch = "x";
@@ -142,7 +161,7 @@ fn build(c: &Case) -> ModelBuilder {
         }
     };
     b.init_f32("two", dims("two"), &[c.pow_exponent])
-        .init_i64("axes", &[1], &[-1]);
+        .init_i64("axes", &[1], &[c.reduce_axis]);
     if c.eps_input {
         b.input("eps", FLOAT, &[]);
     } else {
@@ -150,8 +169,35 @@ fn build(c: &Case) -> ModelBuilder {
     }
     b.node("Pow", &[s, "two"], &["sq"])
         .value_info("sq", t, &[4, h]);
-    b.node("ReduceMean", &["sq", "axes"], &["ms"])
-        .value_info("ms", t, &[4, 1]);
+    // The axes as an input (ReduceSum from opset 13, ReduceMean from 18) or an attribute.
+    let axis = [c.reduce_axis];
+    let as_attr = [("axes", Attr::Is(&axis))];
+    let axes = |input_since: i64| -> (&[&str], &[(&str, Attr)]) {
+        if c.opset >= input_since {
+            (&["sq", "axes"], &[])
+        } else {
+            (&["sq"], &as_attr)
+        }
+    };
+    use MeanSpelling as M;
+    if let M::SumDiv(count) | M::SumMul { count, .. } = c.mean {
+        let (ins, attrs) = axes(13);
+        b.node_in("", "ReduceSum", ins, &["ss"], attrs)
+            .value_info("ss", t, &[4, 1])
+            .init_f32("count", dims("count"), &[count]);
+    }
+    match c.mean {
+        M::ReduceMean => {
+            let (ins, attrs) = axes(18);
+            b.node_in("", "ReduceMean", ins, &["ms"], attrs)
+        }
+        M::SumDiv(_) => b.node("Div", &["ss", "count"], &["ms"]),
+        M::SumMul {
+            count_first: true, ..
+        } => b.node("Mul", &["count", "ss"], &["ms"]),
+        M::SumMul { .. } => b.node("Mul", &["ss", "count"], &["ms"]),
+    }
+    .value_info("ms", t, &[4, 1]);
     if !c.no_eps {
         b.node("Add", &["ms", "eps"], &["ve"])
             .value_info("ve", t, &[4, 1]);
@@ -188,7 +234,8 @@ fn build(c: &Case) -> ModelBuilder {
     b.node("Mul", &["n", g], &["y"]).value_info("y", t, &[4, h]);
     b.quark_fake_quant("y", "yq", c.quark_block, c.quark_axis)
         .value_info("yq", t, &[4, h]);
-    b.init_f32("wq", &[H, 16], &vec![0.5; (H * 16) as usize]);
+    let k = if h > 0 { h } else { H };
+    b.init_f32("wq", &[k, 16], &vec![0.5; (k * 16) as usize]);
     b.node("MatMul", &["yq", "wq"], &["out"])
         .output("out", t, &[4, 16]);
     if c.router {
@@ -545,6 +592,142 @@ fn torchscript_div_one_is_a_reciprocal() {
         ..Case::default()
     });
     assert!(why.contains("Div(2, Sqrt) is not a reciprocal"), "{why}");
+}
+
+/// The mean spelled as `Div(ReduceSum(x²), H)` (ORT's ReduceMean is its ReduceSum then a
+/// division by H: the same computation) fuses as the ReduceMean spelling does, with the axes as
+/// ReduceSum-13's input or ReduceSum-11's attribute, for a power-of-two H and for H = 96.
+#[test]
+fn mean_as_a_sum_divided_by_h_fuses() {
+    let fused = |c: &Case| {
+        let (report, g) = rewrite(c);
+        assert_eq!(report.counts["add_rmsnorm_mxquant"], 1, "{report:#?}");
+        let ops: Vec<&str> = g.nodes().iter().map(|n| g.op_type(*n)).collect();
+        assert_eq!(ops, ["AddRmsNormMxQuant", "MxMatMul"]);
+        let n = fused_node(&g);
+        let ins: Vec<_> = g.inputs(n).to_vec();
+        assert_eq!(value_names(&g, &ins), ["residual", "x", "w"]);
+        // The attributes of the ReduceMean spelling: the mean is the kernel's either way.
+        for (name, want) in [
+            ("inv_form", AttrValue::String("recip_mul".into())),
+            ("epsilon", AttrValue::Float(1e-6)),
+            ("gamma_in_f32", AttrValue::Int(1)),
+            ("round_sum", AttrValue::Int(1)),
+        ] {
+            assert_eq!(node_attr(&g, n, name), want, "{name}");
+        }
+    };
+    for opset in [18, 13, 12] {
+        fused(&Case {
+            mean: MeanSpelling::SumDiv(64.0),
+            opset,
+            ..Case::default()
+        });
+    }
+    fused(&Case {
+        mean: MeanSpelling::SumDiv(96.0),
+        h: 96,
+        gamma_len: 96,
+        ..Case::default()
+    });
+    // A positive axis naming the last one is the last axis.
+    fused(&Case {
+        mean: MeanSpelling::SumDiv(64.0),
+        reduce_axis: 1,
+        ..Case::default()
+    });
+}
+
+/// `Mul(ReduceSum(x²), 1/H)`, either operand order, with H a power of two: 1/H is exact, so the
+/// product is the quotient bit for bit.
+#[test]
+fn mean_as_a_sum_times_an_exact_reciprocal_fuses() {
+    for count_first in [false, true] {
+        let (report, g) = rewrite(&Case {
+            mean: MeanSpelling::SumMul {
+                count: 1.0 / 64.0,
+                count_first,
+            },
+            ..Case::default()
+        });
+        assert_eq!(report.counts["add_rmsnorm_mxquant"], 1, "{report:#?}");
+        let ops: Vec<&str> = g.nodes().iter().map(|n| g.op_type(*n)).collect();
+        assert_eq!(ops, ["AddRmsNormMxQuant", "MxMatMul"], "{count_first}");
+    }
+}
+
+/// Times 1/H rounded to float (H = 96, 6144: not powers of two) is not the kernel's division by
+/// H in the last bit for some sums: refused, saying so.
+#[test]
+fn refuses_a_sum_times_a_rounded_reciprocal() {
+    for h in [96i64, 6144] {
+        let why = refusal(&Case {
+            mean: MeanSpelling::SumMul {
+                count: 1.0 / h as f32,
+                count_first: h == 96,
+            },
+            h,
+            gamma_len: h,
+            ..Case::default()
+        });
+        assert!(
+            why.contains(&format!("1/{h} rounded to float"))
+                && why.contains(&format!("the fused kernel divides by {h}")),
+            "{h}: {why}"
+        );
+    }
+}
+
+/// A constant that is not H (or 1/H) makes the quotient something other than the mean.
+#[test]
+fn refuses_a_sum_scaled_by_another_constant() {
+    let why = refusal(&Case {
+        mean: MeanSpelling::SumDiv(63.0),
+        ..Case::default()
+    });
+    assert!(
+        why.contains("divides the sum of squares by 63, not by its length 64"),
+        "{why}"
+    );
+    // Dividing by H of another layer's width (32 of 64) is no mean either.
+    let why = refusal(&Case {
+        mean: MeanSpelling::SumMul {
+            count: 1.0 / 32.0,
+            count_first: false,
+        },
+        ..Case::default()
+    });
+    assert!(
+        why.contains("by 0.03125, not 1/64 (its length 64): not a mean"),
+        "{why}"
+    );
+    // The constant as `[1, 1, 1]` broadcasts the normed tensor to rank 3.
+    let why = refusal(&Case {
+        mean: MeanSpelling::SumDiv(64.0),
+        wide: Some("count"),
+        ..Case::default()
+    });
+    assert!(
+        why.contains("constant 'count' has rank 3, the sum 2"),
+        "{why}"
+    );
+}
+
+/// The sum must run over the last axis only, as the ReduceMean spelling's mean does.
+#[test]
+fn refuses_a_sum_over_another_axis() {
+    for opset in [18, 12] {
+        let why = refusal(&Case {
+            mean: MeanSpelling::SumDiv(4.0),
+            reduce_axis: 0,
+            opset,
+            ..Case::default()
+        });
+        assert!(
+            why.contains("ReduceSum") && why.contains("axes Some([0]) are not the last axis"),
+            "{opset}: {why}"
+        );
+    }
 }
 
 /// A MoE block flattens the normed activation before its router and experts read it

@@ -366,6 +366,26 @@ fn eval(g: &Graph, n: NodeId, ins: &[Option<Val>]) -> Res<Vec<Option<Val>>> {
             f(i(0))?,
             attr_i(g, n, "keepdims", 1) == 1,
         ))?),
+        ("", "ReduceSum") => {
+            // Last axis only (the norm spelling's `x²` summed before a `Div` by H): the axes
+            // input (opset 13) or attribute must say so.
+            let x = f(i(0))?;
+            let axes = match (i(1), g.attr(n, "axes")) {
+                (Some(v), _) => ints(Some(v))?.to_vec(),
+                (None, Some(AttrValue::Ints(a))) => a,
+                _ => return Err("ReduceSum without axes".into()),
+            };
+            let rank = x.shape.len() as i64;
+            if axes.len() != 1 || norm_axis(axes[0], x.shape.len()) as i64 != rank - 1 {
+                return Err(format!(
+                    "ReduceSum over axes {axes:?}: only the last axis is run"
+                ));
+            }
+            one(e(onnx::reduce_sum_last(
+                x,
+                attr_i(g, n, "keepdims", 1) == 1,
+            ))?)
+        }
         ("", "ReduceMax") => {
             // Last axis, keepdims = 0 (the quantize spelling); NaN propagates.
             let x = f(i(0))?;

@@ -14,7 +14,13 @@ optimizations off, as a model's own un-merged chains reach the EP.
 
 2. The MXFP8 quantize spelled as torchao's `to_mx` writes it: `x.reshape(-1, 32)`, the amax per
 row, viewed back to `[*x.shape[:-1], K // 32]` — refused before ("block Reshape [-1, 32] does not
-split the last axis"), the quantizer and the norm before it unfused."""
+split the last axis"), the quantizer and the norm before it unfused.
+
+3. (Left by the probe, fused since session 28.) The norm's mean written as a sum over the hidden
+size, `x.pow(2).sum(-1, keepdim=True) / H`: `Div(ReduceSum(x·x), H)`. Only the quantizer fused;
+`--explain` showed the near miss "expected ReduceMean ..., found Div". ORT's CPU ReduceMean is its
+ReduceSum then a division by H, so this is the same computation and fuses now, as does
+`Mul(ReduceSum, 1/H)` for a power-of-two H (1/H exact); by a rounded 1/H it is refused."""
 
 import numpy as np
 import onnx
@@ -113,3 +119,77 @@ def test_flattened_block_shape_fuses_online_and_offline(keepdims, lib, ep_device
     want = ReferenceEvaluator(onnx.load(src)).run(None, feed)
     for got, ref in zip(online, want):
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
+
+
+def sum_over_h_norm(path, h, scale_op, count):
+    """sum = x + res; y = RMSNorm(sum) with the mean as `scale_op(ReduceSum(sum·sum, -1), count)`;
+    MXFP8(y) @ W; outputs the MatMul and the sum."""
+    g = Graph()
+    s = g.node("Add", ["x", "res"])
+    g.outputs.append(s)
+    ss = g.node("ReduceSum", [g.node("Mul", [s, s]), g.const([-1], np.int64)], keepdims=1)
+    mean = g.node(scale_op, [ss, g.const(count)])
+    rstd = g.node("Reciprocal", [g.node("Sqrt", [g.node("Add", [mean, g.const(1e-6)])])])
+    y = g.node("Mul", [g.node("Mul", [s, rstd]), g.const(1 + weight([h], 1))])
+    g.outputs.append(g.node("MatMul", [g.mx_dequant(y, 3, h), g.const(weight([h, 48], 3))]))
+    inputs = [helper.make_tensor_value_info(n, TP.FLOAT, ["b", "s", h]) for n in ("x", "res")]
+    return g.model(inputs, path)
+
+
+def close_to(got, want):
+    """Within the float-order tolerance of docs/ops.md (the mean's sum order may round the last
+    bit differently; the quantizers are exact)."""
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * float(np.abs(b).max()))
+
+
+@pytest.mark.parametrize("h,scale_op,count", [(64, "Div", 64.0), (96, "Div", 96.0), (64, "Mul", 1 / 64)])
+def test_mean_as_a_sum_over_h_fuses_online_and_offline(h, scale_op, count, lib, ep_devices, mxfuse_cli,
+                                                       tmp_path):
+    """Was: only the quantizer fused (`mxquant`), the norm's near miss "expected ReduceMean ...,
+    found Div". Now the whole norm: the plugin EP claims the ReduceSum and the Div / Mul, and its
+    result is the offline rewrite's bit for bit; ORT's own CPU kernels on the unfused norm (the EP
+    with only `mxquant`) and onnx.reference agree within float-order tolerance."""
+    src = sum_over_h_norm(tmp_path / "m.onnx", h, scale_op, count)
+    report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
+    assert [f["rule"] for f in report["fusions"]] == ["add_rmsnorm_mxquant"], report
+    ops = [n.op_type for n in onnx.load(tmp_path / "fused.onnx").graph.node]
+    assert ops.count("AddRmsNormMxQuant") == 1 and "ReduceSum" not in ops, ops
+    rng = np.random.default_rng(28)
+    feed = {n: (rng.standard_normal((2, 5, h)) * 3).astype(np.float32) for n in ("x", "res")}
+    sess = ep_session(src, ep_devices)
+    claimed = claimed_ops(sess)
+    assert "ReduceSum" in claimed and scale_op in claimed and "QuantizeLinear" in claimed, claimed
+    online = sess.run(None, feed)
+    offline = offline_session(tmp_path / "fused.onnx", lib).run(None, feed)
+    assert all(same_bits(a, b) for a, b in zip(online, offline))
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    so.add_provider_for_devices(ep_devices, {"enable_rules": "mxquant"})
+    ort_norm = ort.InferenceSession(str(src), so)
+    assert "ReduceSum" not in claimed_ops(ort_norm), "the norm runs on ORT's CPU EP"
+    unfused = ort_norm.run(None, feed)
+    assert same_bits(online[0], unfused[0]), "the residual sum is ORT's Add, bit for bit"
+    close_to(online, unfused)
+    close_to(online, ReferenceEvaluator(onnx.load(src)).run(None, feed))
+
+
+@pytest.mark.parametrize("h", [96, 6144])
+def test_mean_as_a_sum_times_a_rounded_reciprocal_is_refused(h, lib, ep_devices, mxfuse_cli, tmp_path):
+    """`Mul(ReduceSum, 1/H)` with H not a power of two: 1/H rounded to float, whose product is
+    not the kernel's division by H in the last bit. Refused with the reason, offline and online;
+    the quantizer still fuses alone and the model runs as ORT computes its norm."""
+    src = sum_over_h_norm(tmp_path / "m.onnx", h, "Mul", np.float32(1 / h))
+    report = rewrite(mxfuse_cli, src, tmp_path / "fused.onnx")
+    assert [f["rule"] for f in report["fusions"]] == ["mxquant"], report
+    why = [r["reason"] for r in report["rejections"] if r["rule"] == "add_rmsnorm_mxquant"]
+    assert len(why) == 1 and f"1/{h} rounded to float" in why[0] and f"divides by {h}" in why[0], why
+    rng = np.random.default_rng(6)
+    feed = {n: rng.standard_normal((1, 3, h)).astype(np.float32) for n in ("x", "res")}
+    sess = ep_session(src, ep_devices)
+    claimed = claimed_ops(sess)
+    assert "ReduceSum" not in claimed and "QuantizeLinear" in claimed, claimed
+    online = sess.run(None, feed)
+    offline = offline_session(tmp_path / "fused.onnx", lib).run(None, feed)
+    assert all(same_bits(a, b) for a, b in zip(online, offline))
+    close_to(online, ReferenceEvaluator(onnx.load(src)).run(None, feed))

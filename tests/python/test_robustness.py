@@ -36,9 +36,9 @@ class Graph:
         self.inits.append(t)
         return t.name
 
-    def mx_dequant(self, x, rank):
-        """Standard opset-24 MXFP8 (OCP floor) quantize + DequantizeLinear of x [..., K]."""
-        blocks = self.node("Reshape", [x, self.const([0] * (rank - 1) + [K // 32, 32], np.int64)])
+    def mx_dequant(self, x, rank, k=K):
+        """Standard opset-24 MXFP8 (OCP floor) quantize + DequantizeLinear of x [..., k]."""
+        blocks = self.node("Reshape", [x, self.const([0] * (rank - 1) + [k // 32, 32], np.int64)])
         amax = self.node("ReduceMax", [self.node("Abs", [blocks]), self.const([-1], np.int64)], keepdims=0)
         scale = self.node("Mul", [amax, self.const(2.0**-8)])
         scale = self.node("Cast", [scale], to=TP.FLOAT8E8M0, round_mode="down", saturate=1)

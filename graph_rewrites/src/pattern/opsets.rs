@@ -27,6 +27,8 @@ const ONNX_HISTORY: &[(&str, &[i64])] = &[
     ("Reciprocal", &[1, 6, 13]),
     ("ReduceMax", &[1, 11, 12, 13, 18, 20]),
     ("ReduceMean", &[1, 11, 13, 18]),
+    // 13: axes an input (ReduceMean only from 18).
+    ("ReduceSum", &[1, 11, 13]),
     ("Reshape", &[1, 5, 13, 14, 19, 21, 23, 24, 25]),
     ("RMSNormalization", &[23]),
     ("Sigmoid", &[1, 6, 13]),

@@ -71,17 +71,14 @@ pub fn sigmoid_f32(z: f32) -> f32 {
     1.0 / (1.0 + exp_f32(-z))
 }
 
-/// The pinned mean: f64 lane sums (element i → lane i mod 16), lanes combined by halving,
-/// divided by the count in f64, rounded to f32. 0 for no values.
-pub fn lane_mean(values: impl IntoIterator<Item = f32>) -> f32 {
+/// The pinned sum: f64 lane sums (element i → lane i mod 16), lanes combined by halving; with
+/// the number of values.
+pub fn lane_sum(values: impl IntoIterator<Item = f32>) -> (f64, usize) {
     let mut lanes = [0f64; REDUCE_LANES];
     let mut count = 0usize;
     for v in values {
         lanes[count % REDUCE_LANES] += f64::from(v);
         count += 1;
-    }
-    if count == 0 {
-        return 0.0;
     }
     let mut w = REDUCE_LANES;
     while w > 1 {
@@ -90,7 +87,15 @@ pub fn lane_mean(values: impl IntoIterator<Item = f32>) -> f32 {
             lanes[j] += lanes[j + w];
         }
     }
-    (lanes[0] / count as f64) as f32
+    (lanes[0], count)
+}
+
+/// The pinned mean: [`lane_sum`] divided by the count in f64, rounded to f32. 0 for no values.
+pub fn lane_mean(values: impl IntoIterator<Item = f32>) -> f32 {
+    match lane_sum(values) {
+        (_, 0) => 0.0,
+        (sum, count) => (sum / count as f64) as f32,
+    }
 }
 
 /// The pinned mean of squares: each square rounded to f32 (an f32 `Pow`), then [`lane_mean`].

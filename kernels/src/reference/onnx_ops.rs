@@ -10,7 +10,9 @@
 //!   `QuickGelu(x, alpha)`/`Swish` = `x·σ(alpha·x)` in f32, rounded once.
 //! * `ReduceMean` (last axis) uses [`lane_mean`]: f64 sums over 16 lanes in a fixed order,
 //!   divided in f64, rounded to f32 then to T. So `Pow(x,2) → ReduceMean` in f32 equals the
-//!   fused kernels' `mean_of_squares`.
+//!   fused kernels' `mean_of_squares`. `ReduceSum` (last axis) is the same f64 sum rounded to
+//!   f32 then to T; a `Div` by H after it rounds once more, so it equals the mean bit for bit
+//!   when H is a power of two (the division is then exact) and may differ in the last bit else.
 //! * `RMSNormalization` / `SimplifiedLayerNormalization` (last axis, stash f32):
 //!   `round_T(s · fl(1/fl(sqrt(mean_of_squares(s) + eps))) · scale_f32)` — the fused op with
 //!   `inv_form = rsqrt`, `gamma_in_f32 = 1`.
@@ -19,7 +21,7 @@
 //!   and rounded to T: the `MxMatMul` epilogue of docs/ops.md.
 //! * Binary ops broadcast numpy-style.
 
-use super::math::{lane_mean, mean_of_squares, sigmoid_f32};
+use super::math::{lane_mean, lane_sum, mean_of_squares, sigmoid_f32};
 use crate::element::{DType, Element};
 use crate::error::{shape_err, KernelError, Result};
 use half::{bf16, f16};
@@ -215,11 +217,21 @@ pub fn cast(x: &Tensor, to: DType) -> Result<Tensor> {
 
 /// `ReduceMean` over the last axis.
 pub fn reduce_mean_last(x: &Tensor, keepdims: bool) -> Result<Tensor> {
+    reduce_last(x, keepdims, |row| lane_mean(row.iter().copied()))
+}
+
+/// `ReduceSum` over the last axis: the same lane sums as `ReduceMean`, rounded once to f32.
+pub fn reduce_sum_last(x: &Tensor, keepdims: bool) -> Result<Tensor> {
+    reduce_last(x, keepdims, |row| lane_sum(row.iter().copied()).0 as f32)
+}
+
+/// Each last-axis row reduced to one f32 by `f`, rounded to the dtype.
+fn reduce_last(x: &Tensor, keepdims: bool, f: impl Fn(&[f32]) -> f32) -> Result<Tensor> {
     let n = x.last_axis()?;
     let data = x
         .data
         .chunks_exact(n)
-        .map(|row| round_to(x.dtype, lane_mean(row.iter().copied())))
+        .map(|row| round_to(x.dtype, f(row)))
         .collect();
     let mut shape = x.shape.clone();
     if keepdims {
@@ -386,5 +398,22 @@ mod tests {
         .unwrap();
         let m = reduce_mean_last(&pow2(&x), true).unwrap();
         assert_eq!(m.data[0], mean_of_squares(&x.data));
+    }
+
+    /// `Div(ReduceSum(x²), 64)`: the sum rounded to f32 then divided by a power of two, exactly,
+    /// is the mean of squares bit for bit.
+    #[test]
+    fn reduce_sum_of_pow_over_a_power_of_two_equals_mean_of_squares() {
+        let x = Tensor::new(
+            DType::F32,
+            &[3, 64],
+            (0..192).map(|i| (i as f32 * 0.37).sin() * 5.0).collect(),
+        )
+        .unwrap();
+        let s = reduce_sum_last(&pow2(&x), true).unwrap();
+        assert_eq!(s.shape, [3, 1]);
+        for (row, sum) in x.data.chunks_exact(64).zip(&s.data) {
+            assert_eq!(sum / 64.0, mean_of_squares(row));
+        }
     }
 }

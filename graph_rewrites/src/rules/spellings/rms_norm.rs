@@ -5,8 +5,9 @@
 //! ```text
 //! residual stage (s = the norm input)         norm stage (y = the normalized tensor)
 //! s = Add(AllReduce(x), residual)             decomposed: [Cast f32] ─ Pow(·,2) | Mul(·,·) ─ ReduceMean(-1)
-//! s = Add(x, residual)     (either order)         ─ [Add(eps)] ─ Sqrt ─ Reciprocal|Div(1,·)+Mul | Div = n,
-//! s = x                    (first layer)          Mul(n, γ) | Cast(Mul(n, γ)) | Mul(Cast(n), γ);
+//! s = Add(x, residual)     (either order)         | ReduceSum(-1) ─ Div(·, H) | Mul(·, 1/H) (H = 2^k)
+//! s = x                    (first layer)          ─ [Add(eps)] ─ Sqrt ─ Reciprocal|Div(1,·)+Mul | Div = n,
+//!                                                 Mul(n, γ) | Cast(Mul(n, γ)) | Mul(Cast(n), γ);
 //!                                                 γ = w or Add(w, 1) (Gemma)
 //!                                             RMSNormalization(s, w)                     (opset ≥ 23)
 //!                                             SimplifiedLayerNormalization(s, w)         (ONNX domain)
@@ -28,6 +29,12 @@
 //!   conversions that keep the norm in fp32, onnxconverter-common's `op_block_list`): the
 //!   upcast is exact and the op then computes in fp32 as the kernel does; it must write f32
 //!   (y is rounded to T once, by the Cast), and a Cast on one side only is refused.
+//! * The mean may be the sum of squares over the last axis divided by its length H, a constant
+//!   exactly H (`x.pow(2).sum(-1, keepdim=True) / H`): ORT's CPU ReduceMean is its ReduceSum then
+//!   a division by the count, so this is the ReduceMean spelling's computation. A multiply by
+//!   1/H is the same bits only when 1/H is exact (H a power of two); by 1/H rounded to float it is
+//!   refused (the kernel divides), as is a constant that is not H (or 1/H), and an H the shapes
+//!   do not state.
 //! * Gemma's `Add(w, 1)` is absorbed only in the decomposed spelling, where its dtype matches
 //!   where γ multiplies; the single-op norms take their scale input as is (`gemma = 0`).
 //! * The AllReduce alternatives come first: an AllReduce feeding the residual Add is absorbed
@@ -40,7 +47,8 @@
 //!
 //! Not handled (refused with the reason): a decomposed chain computed in f16/bf16 (every
 //! intermediate rounded to T); `stash_type` ≠ 1; Skip with a bias input (no bias operand in the
-//! fused op); normalization over more than the last axis (`axis` ≠ -1 / rank−1).
+//! fused op); normalization over more than the last axis (`axis` ≠ -1 / rank−1); the mean as
+//! `Mul(ReduceSum, 1/H)` with H not a power of two (1/H rounded: not the kernel's division).
 
 use crate::pattern::predicates::{attr_float, attr_int, dtype, scalar_f64, values_i64};
 use crate::pattern::{Match, OpId, Pat, Reject, N, V};
@@ -141,6 +149,11 @@ pub struct RmsNormPat {
     pub pow_exponent: V,
     pub square: N,
     pub reduce: N,
+    /// The mean as `Div(ReduceSum(sq), H)` or `Mul(ReduceSum(sq), 1/H)`.
+    pub reduce_sum: N,
+    pub mean_count: V,
+    pub div_count: N,
+    pub mul_count: N,
     pub eps: V,
     pub add_eps: N,
     pub recip: N,
@@ -189,7 +202,25 @@ pub fn rms_norm(p: &mut Pat, r: &ResidualPat) -> RmsNormPat {
     let (pow_out, square_out) = (p.out(pow, 0), p.out(square, 0));
     let sq = p.any_of("x_squared", [pow_out, square_out]);
     let reduce = p.op(onnx("ReduceMean")).args([sq]).extra_inputs().node();
-    let mean = p.out(reduce, 0);
+    // The mean as a sum divided by H (`x.pow(2).sum(-1, keepdim=True) / H`): ORT's ReduceMean is
+    // its ReduceSum then a division by the count, so `Div(ReduceSum, H)` computes the same; a
+    // multiply by 1/H only where that is exact (checked). The count is any value here so a
+    // non-constant one is refused with the reason, not left as a near miss.
+    let reduce_sum = p.op(onnx("ReduceSum")).args([sq]).extra_inputs().node();
+    let sum_sq = p.out(reduce_sum, 0);
+    let mean_count = p.input("mean_count");
+    let div_count = p.op(onnx("Div")).args([sum_sq, mean_count]).node();
+    let mul_count = p
+        .op(onnx("Mul"))
+        .args([sum_sq, mean_count])
+        .commutative()
+        .node();
+    let (reduce_out, div_count_out, mul_count_out) =
+        (p.out(reduce, 0), p.out(div_count, 0), p.out(mul_count, 0));
+    let mean = p.any_of(
+        "mean_of_squares",
+        [reduce_out, div_count_out, mul_count_out],
+    );
     let eps = p.input("epsilon");
     let add_eps = p.op(onnx("Add")).args([mean, eps]).commutative().node();
     let var_eps = p.out(add_eps, 0);
@@ -266,6 +297,10 @@ pub fn rms_norm(p: &mut Pat, r: &ResidualPat) -> RmsNormPat {
         pow_exponent,
         square,
         reduce,
+        reduce_sum,
+        mean_count,
+        div_count,
+        mul_count,
         eps,
         add_eps,
         recip,
@@ -648,9 +683,9 @@ fn skip_norm(
 /// The decomposed chain: computed in fp32, γ before or after the cast back.
 fn decomposed_norm(m: &Match<'_>, n: &RmsNormPat, t: i32, rank: usize) -> Result<Numerics, Reject> {
     let g = m.graph();
-    let Some(reduce) = m.node(n.reduce) else {
+    if m.node(n.reduce).is_none() && m.node(n.reduce_sum).is_none() {
         return Err(reject!("internal: no norm spelling bound"));
-    };
+    }
     // Every intermediate must be f32: the kernel computes in fp32 and rounds only y to T. The
     // chain computes in the dtype of its input after the optional Cast (read from the
     // structure, so models without intermediate value_info still fuse).
@@ -674,7 +709,11 @@ fn decomposed_norm(m: &Match<'_>, n: &RmsNormPat, t: i32, rank: usize) -> Result
             ));
         }
     }
-    check_reduce_mean(g, reduce, rank)?;
+    match (m.node(n.reduce), m.node(n.reduce_sum)) {
+        (Some(reduce), _) => check_reduce(g, reduce, rank)?,
+        (_, Some(sum)) => check_sum_over_count(m, n, sum, rank)?,
+        _ => {}
+    }
     let eps = match m.node(n.add_eps) {
         Some(_) => {
             let eps_t = g.tensor_info(m[n.eps]).map(|i| i.elem_type).unwrap_or(0);
@@ -751,7 +790,7 @@ fn normed_keeps_rank(m: &Match<'_>, n: &RmsNormPat, rank: usize) -> Result<(), R
 /// [`normed_keeps_rank`].
 fn keeps_rank(m: &Match<'_>, n: &RmsNormPat, rank: usize) -> Result<(), Reject> {
     let g = m.graph();
-    let mut operands: Vec<ValueId> = [n.pow_exponent, n.eps, n.one_numerator]
+    let mut operands: Vec<ValueId> = [n.pow_exponent, n.mean_count, n.eps, n.one_numerator]
         .into_iter()
         .filter_map(|v| m.get(v))
         .collect();
@@ -771,9 +810,13 @@ fn keeps_rank(m: &Match<'_>, n: &RmsNormPat, rank: usize) -> Result<(), Reject> 
     Ok(())
 }
 
-fn check_reduce_mean(g: &dyn GraphView, n: NodeId, rank: usize) -> Result<(), Reject> {
+/// A `ReduceMean` or `ReduceSum` over exactly the last axis, keeping dims. Exactly one axis is
+/// required (from the `axes` input, or the attribute of the versions before it became one), so
+/// `noop_with_empty_axes` never applies: empty axes are refused, never taken as a no-op.
+fn check_reduce(g: &dyn GraphView, n: NodeId, rank: usize) -> Result<(), Reject> {
+    let op = g.op_type(n);
     if attr_int(g.attr(n, "keepdims"), 1) != Some(1) {
-        return Err(reject!("ReduceMean '{}' must keep dims", g.node_name(n)));
+        return Err(reject!("{op} '{}' must keep dims", g.node_label(n)));
     }
     let axes = match g.inputs(n).get(1).copied().flatten() {
         Some(v) => g.const_value(v).and_then(|t| values_i64(&t)),
@@ -785,8 +828,82 @@ fn check_reduce_mean(g: &dyn GraphView, n: NodeId, rank: usize) -> Result<(), Re
     match axes.as_deref() {
         Some([a]) if is_last(*a, rank) => Ok(()),
         other => Err(reject!(
-            "ReduceMean '{}' axes {other:?} are not the last axis",
-            g.node_name(n)
+            "{op} '{}' axes {other:?} are not the last axis",
+            g.node_label(n)
         )),
+    }
+}
+
+/// The mean spelled as the sum of squares over the last axis divided by its length H:
+/// `Div(ReduceSum(sq), H)`, or `Mul(ReduceSum(sq), 1/H)` where 1/H is exact. ORT's CPU ReduceMean
+/// is its ReduceSum then `/= (float)H` (`ReduceAggregatorMean`), so `Div(ReduceSum, H)` is the
+/// very computation the ReduceMean spelling is, and the kernel's mean (sum in f64, `/ H`, rounded
+/// once) stands for both within the same float-order tolerance (docs/ops.md). A multiply by a
+/// rounded 1/H is a different rounding of the quotient and is refused.
+fn check_sum_over_count(
+    m: &Match<'_>,
+    n: &RmsNormPat,
+    sum: NodeId,
+    rank: usize,
+) -> Result<(), Reject> {
+    let g = m.graph();
+    check_reduce(g, sum, rank)?;
+    let count = m[n.mean_count];
+    let scaler = m.node(n.div_count).or(m.node(n.mul_count));
+    let scaler = scaler.ok_or_else(|| reject!("internal: ReduceSum without its Div / Mul"))?;
+    let (op, name) = (g.op_type(scaler), g.node_label(scaler));
+    let c = const_scalar(g, count, &format!("{op} '{name}' operand"))?;
+    let ct = elem(g, count);
+    if ct != dtype::FLOAT {
+        return Err(reject!(
+            "{op} '{name}' operand '{}' is {}, not float",
+            g.value_name(count),
+            dtype::name(ct)
+        ));
+    }
+    // H is the length of the axis summed as the shapes state it: the squares', else the value
+    // squared (x, or x before its Cast to f32; all of one shape). A symbolic or unknown length
+    // cannot be proven equal to the constant.
+    let first_in = |k: NodeId| g.inputs(k).first().copied().flatten();
+    let squared = m.node(n.pow).or(m.node(n.square)).and_then(first_in);
+    let uncast = m.node(n.cast_up).and_then(first_in);
+    let last = |v: ValueId| match shape(g, v)?.last() {
+        Some(Dim::Known(d)) if *d > 0 => Some(*d),
+        _ => None,
+    };
+    let h = [first_in(sum), squared, uncast]
+        .into_iter()
+        .flatten()
+        .find_map(last);
+    let Some(h) = h else {
+        return Err(reject!(
+            "ReduceSum '{}' sums an axis of unknown length: {op} '{name}' by {c} is not provably its mean (set the dims or add value_info)",
+            g.node_label(sum)
+        ));
+    };
+    let hf = h as f64;
+    if op == "Div" {
+        return if c == hf {
+            Ok(())
+        } else {
+            Err(reject!(
+                "Div '{name}' divides the sum of squares by {c}, not by its length {h}: not a mean"
+            ))
+        };
+    }
+    // The kernel divides by H. Times 1/H is the same bits only when 1/H is exact (H a power of
+    // two: then the product and the quotient are one correctly rounded value); times 1/H
+    // rounded to float differs from the division in the last bit for some sums.
+    let inv = 1.0 / hf;
+    if c == inv && (h as u64).is_power_of_two() {
+        Ok(())
+    } else if c == f64::from(inv as f32) {
+        Err(reject!(
+            "Mul '{name}' scales the sum of squares by {c}, 1/{h} rounded to float: the fused kernel divides by {h}, and a multiply by a rounded reciprocal differs from that division in the last bit (exact only for a power-of-two length)"
+        ))
+    } else {
+        Err(reject!(
+            "Mul '{name}' scales the sum of squares by {c}, not 1/{h} (its length {h}): not a mean"
+        ))
     }
 }
