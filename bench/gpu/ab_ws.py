@@ -64,7 +64,7 @@ class Ws:
 # beside this one's under PDL.
 SPECS = [(int(m.group(1)), int(m.group(2)), m.group(3) == "l")
          for m in (re.fullmatch(r"(\d+)q(\d+)(l?)", v) for v in
-                   os.environ.get("WS_V", "6q8,4q4,6q8l,3q8l,4q12l,3q16l,4q6l,6q4l,4q2l").split(","))]
+                   os.environ.get("WS_V", "6q8,4q4,6q8l,3q8l,4q12l,3q16l,4q6l,6q4l,4q2l").split(",") if v)]
 BUDGETS = [int(b) for b in os.environ.get("WS_BUDGETS", "114176").split(",")]
 
 
@@ -122,6 +122,9 @@ def main():
             for k, v in sorted(med.items(), key=lambda kv: kv[1]):
                 frac = f" {gb / (v * 1e-6) / (bw / 1e9) * 100:5.1f} % of read-only HBM" if k != "cublas" else ""
                 print(f"   {k:16s} {v:7.2f} us{frac}" + (f"  diff {diffs[k]:.1e}" if k in diffs else ""), flush=True)
+            ratios = sorted(c / r for c, r in zip(t["cublas"], t["rt"]))
+            print(f"   cuBLAS / rt per repetition: min {ratios[0]:.3f} median {statistics.median(ratios):.3f} "
+                  f"max {ratios[-1]:.3f} ({len(ratios)} reps)", flush=True)
         del P, Wb
     json.dump(dict(rows=rows, read_bw=bw), open(os.path.join(OUT, "ab_ws.json"), "w"), indent=1)
 
