@@ -969,6 +969,42 @@ fn gemm_with_bias_after_swiglu_matches_the_reference() {
 /// (γ f32) → `Cast` back → quantize → MatMuls: an fp16 conversion that keeps the norm in fp32
 /// (onnxconverter-common's `op_block_list`). The fused op computes in fp32 with γ in f32 and
 /// rounds y to T once, as the graph does: q, scales and the sum bit for bit.
+/// The norm tests' consumers: `y` quantized (`quant`) and read by a q and a k projection (MX
+/// weights), the projections and the residual sum `sum` as outputs; returns feeds of x and
+/// residual (`nan`: x carries a NaN element).
+fn qk_consumers(
+    b: &mut GraphBuilder,
+    (dt, h): (DType, usize),
+    quant: QuantSpelling,
+    (y, sum): (&BTensor, &BTensor),
+    nan: bool,
+) -> HashMap<String, Val> {
+    let a = quantize_activation(b, dt, quant, y, "qk_in");
+    for (name, width) in [("q_proj", 64), ("k_proj", 32)] {
+        let w = matmul_weight(
+            b,
+            dt,
+            models::WeightForm::StdMx,
+            &format!("{name}.weight"),
+            h,
+            width,
+        );
+        let out = matmul(b, &a, &w, width, name);
+        b.add_output(&out);
+    }
+    b.add_output(sum);
+    HashMap::from([
+        (
+            "x".to_string(),
+            feed(dt, h, rows(1, h, 1.0, outlier(dt), nan)),
+        ),
+        (
+            "residual".to_string(),
+            feed(dt, h, rows(2, h, 1.0, outlier(dt), false)),
+        ),
+    ])
+}
+
 #[test]
 fn single_op_norm_between_casts_matches_the_reference() {
     for dt in [DType::F16, DType::Bf16] {
@@ -1009,30 +1045,7 @@ fn single_op_norm_between_casts_matches_the_reference() {
                 shape.clone(),
                 vec![models::builder::attr_i("to", t as i64)],
             );
-            let a = quantize_activation(&mut b, dt, quant, &y, "qk_in");
-            for (name, width) in [("q_proj", 64), ("k_proj", 32)] {
-                let w = matmul_weight(
-                    &mut b,
-                    dt,
-                    models::WeightForm::StdMx,
-                    &format!("{name}.weight"),
-                    h,
-                    width,
-                );
-                let out = matmul(&mut b, &a, &w, width, name);
-                b.add_output(&out);
-            }
-            b.add_output(&sum);
-            let feeds = HashMap::from([
-                (
-                    "x".to_string(),
-                    feed(dt, h, rows(1, h, 1.0, outlier(dt), false)),
-                ),
-                (
-                    "residual".to_string(),
-                    feed(dt, h, rows(2, h, 1.0, outlier(dt), false)),
-                ),
-            ]);
+            let feeds = qk_consumers(&mut b, (dt, h), quant, (&y, &sum), false);
             let ctx = format!("{dt:?} Cast → {op} → Cast, {quant:?}");
             differential(finish(b), &feeds, "add_rmsnorm_mxquant", 1, &ctx);
         }
@@ -1089,31 +1102,8 @@ fn norm_mean_as_sum_over_h_matches_the_reference() {
             let to = vec![models::builder::attr_i("to", t as i64)];
             b.op_attrs("Cast", &[&y32.name], "normed", t, shape.clone(), to)
         };
-        let a = quantize_activation(&mut b, dt, quant, &y, "qk_in");
-        for (name, width) in [("q_proj", 64), ("k_proj", 32)] {
-            let w = matmul_weight(
-                &mut b,
-                dt,
-                models::WeightForm::StdMx,
-                &format!("{name}.weight"),
-                h,
-                width,
-            );
-            let out = matmul(&mut b, &a, &w, width, name);
-            b.add_output(&out);
-        }
-        b.add_output(&sum);
         let nan = quant != QuantSpelling::Quark;
-        let feeds = HashMap::from([
-            (
-                "x".to_string(),
-                feed(dt, h, rows(1, h, 1.0, outlier(dt), nan)),
-            ),
-            (
-                "residual".to_string(),
-                feed(dt, h, rows(2, h, 1.0, outlier(dt), false)),
-            ),
-        ]);
+        let feeds = qk_consumers(&mut b, (dt, h), quant, (&y, &sum), nan);
         let ctx = format!("{dt:?} H={h} {count_op}(ReduceSum, {count}) {quant:?}");
         let g = finish(b);
         let reduces = |g: &Graph| {
