@@ -40,6 +40,8 @@ struct Case {
     div: bool,
     /// `Div(c, Sqrt)` instead of `Reciprocal(Sqrt)`.
     recip_numerator: Option<f32>,
+    /// `Pow(v, c)` instead of `Reciprocal(Sqrt(v))` (not with `div`).
+    rsqrt_pow: Option<f32>,
     /// Gemma `Add(w, 1)` in front of the γ multiply.
     gemma_add: bool,
     gamma_len: i64,
@@ -80,6 +82,7 @@ impl Default for Case {
             broadcast_residual: false,
             residual_allreduce: false,
             recip_numerator: None,
+            rsqrt_pow: None,
             add_self: false,
             eps_input: false,
             no_eps: false,
@@ -202,18 +205,24 @@ fn build(c: &Case) -> ModelBuilder {
         b.node("Add", &["ms", "eps"], &["ve"])
             .value_info("ve", t, &[4, 1]);
     }
-    b.node("Sqrt", &[if c.no_eps { "ms" } else { "ve" }], &["sd"])
-        .value_info("sd", t, &[4, 1]);
+    let v = if c.no_eps { "ms" } else { "ve" };
+    if c.rsqrt_pow.is_none() {
+        b.node("Sqrt", &[v], &["sd"]).value_info("sd", t, &[4, 1]);
+    }
     if c.div {
         b.node("Div", &[s, "sd"], &["n"]);
     } else {
-        match c.recip_numerator {
+        match (c.rsqrt_pow, c.recip_numerator) {
+            (Some(e), _) => {
+                b.init_f32("exponent", &[], &[e]);
+                b.node("Pow", &[v, "exponent"], &["inv"])
+            }
             // TorchScript's rsqrt: Div(1, Sqrt).
-            Some(one) => {
+            (_, Some(one)) => {
                 b.init_f32("one_num", dims("one_num"), &[one]);
                 b.node("Div", &["one_num", "sd"], &["inv"])
             }
-            None => b.node("Reciprocal", &["sd"], &["inv"]),
+            _ => b.node("Reciprocal", &["sd"], &["inv"]),
         }
         .value_info("inv", t, &[4, 1]);
         b.node("Mul", &[s, "inv"], &["n"]);
@@ -494,6 +503,30 @@ fn refuses_escaping_interior_value() {
     });
     assert!(
         why.contains("interior value 'inv' is a graph output"),
+        "{why}"
+    );
+}
+
+/// `Pow(v, -0.5)` as the inverse RMS is a refusal with its reason (ORT's powf is not the kernel's
+/// 1 / sqrt bit for bit), not a near miss that points elsewhere; another exponent is not an
+/// inverse square root at all.
+#[test]
+fn refuses_the_inverse_rms_as_a_power() {
+    let why = refusal(&Case {
+        rsqrt_pow: Some(-0.5),
+        ..Case::default()
+    });
+    assert!(
+        why.contains("takes the inverse RMS as variance^-0.5"),
+        "{why}"
+    );
+    assert!(why.contains("powf"), "{why}");
+    let why = refusal(&Case {
+        rsqrt_pow: Some(0.5),
+        ..Case::default()
+    });
+    assert!(
+        why.contains("raises the variance to 0.5: not an inverse square root"),
         "{why}"
     );
 }

@@ -48,7 +48,8 @@
 //! Not handled (refused with the reason): a decomposed chain computed in f16/bf16 (every
 //! intermediate rounded to T); `stash_type` ≠ 1; Skip with a bias input (no bias operand in the
 //! fused op); normalization over more than the last axis (`axis` ≠ -1 / rank−1); the mean as
-//! `Mul(ReduceSum, 1/H)` with H not a power of two (1/H rounded: not the kernel's division).
+//! `Mul(ReduceSum, 1/H)` with H not a power of two (1/H rounded: not the kernel's division);
+//! the inverse RMS as `Pow(v, -0.5)` (ORT's powf is not the kernel's 1 / sqrt bit for bit).
 
 use crate::pattern::predicates::{attr_float, attr_int, dtype, scalar_f64, values_i64};
 use crate::pattern::{Match, OpId, Pat, Reject, N, V};
@@ -157,6 +158,9 @@ pub struct RmsNormPat {
     pub eps: V,
     pub add_eps: N,
     pub recip: N,
+    /// `Pow(v, c)` where the inverse RMS goes: refused (see `decomposed_norm`).
+    pub rsqrt_pow: N,
+    pub rsqrt_exponent: V,
     /// `Div(1, Sqrt)`: the TorchScript exporter's `rsqrt` (same bits as `Reciprocal`).
     pub div_one: N,
     pub one_numerator: V,
@@ -231,8 +235,13 @@ pub fn rms_norm(p: &mut Pat, r: &ResidualPat) -> RmsNormPat {
     let recip = p.op(onnx("Reciprocal")).args([sqrt]).node();
     let one_numerator = p.konst("one_numerator");
     let div_one = p.op(onnx("Div")).args([one_numerator, sqrt]).node();
-    let (recip_out, div_one_out) = (p.out(recip, 0), p.out(div_one, 0));
-    let inv = p.any_of("inv_rms", [recip_out, div_one_out]);
+    // `Pow(v, -0.5)` as the inverse RMS: matched only so the check refuses it with its reason
+    // (a near miss elsewhere would not point at the Pow).
+    let rsqrt_exponent = p.input("rsqrt_exponent");
+    let rsqrt_pow = p.op(onnx("Pow")).args([var, rsqrt_exponent]).node();
+    let (recip_out, div_one_out, rsqrt_pow_out) =
+        (p.out(recip, 0), p.out(div_one, 0), p.out(rsqrt_pow, 0));
+    let inv = p.any_of("inv_rms", [recip_out, div_one_out, rsqrt_pow_out]);
     let mul_inv = p.op(onnx("Mul")).args([xf, inv]).commutative().out();
     let div = p.op(onnx("Div")).args([xf, sqrt]).node();
     let div_out = p.out(div, 0);
@@ -304,6 +313,8 @@ pub fn rms_norm(p: &mut Pat, r: &ResidualPat) -> RmsNormPat {
         eps,
         add_eps,
         recip,
+        rsqrt_pow,
+        rsqrt_exponent,
         div_one,
         one_numerator,
         div,
@@ -685,6 +696,24 @@ fn decomposed_norm(m: &Match<'_>, n: &RmsNormPat, t: i32, rank: usize) -> Result
     let g = m.graph();
     if m.node(n.reduce).is_none() && m.node(n.reduce_sum).is_none() {
         return Err(reject!("internal: no norm spelling bound"));
+    }
+    // ORT's Pow is the C library's powf, which no fused kernel reproduces bit for bit: the kernel
+    // takes one fp32 reciprocal of an fp32 sqrt (what Sqrt -> Reciprocal computes in ORT), and
+    // the two differ in the last bit for some variances, which can move a value across an E4M3
+    // rounding boundary.
+    if let Some(pw) = m.node(n.rsqrt_pow) {
+        let e = const_scalar(g, m[n.rsqrt_exponent], "Pow exponent");
+        return Err(match e {
+            Ok(e) if e == -0.5 => reject!(
+                "Pow '{}' takes the inverse RMS as variance^-0.5: ONNX Runtime computes that with powf, the fused kernel as 1 / sqrt (the Sqrt -> Reciprocal spelling's bits), and they differ in the last bit for some inputs; Sqrt -> Reciprocal, Div(1, Sqrt) or Sqrt -> Div fuse",
+                g.node_label(pw)
+            ),
+            Ok(e) => reject!(
+                "Pow '{}' raises the variance to {e}: not an inverse square root",
+                g.node_label(pw)
+            ),
+            Err(r) => r,
+        });
     }
     // Every intermediate must be f32: the kernel computes in fp32 and rounds only y to T. The
     // chain computes in the dtype of its input after the optional Cast (read from the
