@@ -49,6 +49,10 @@ struct Case {
     /// repeated), and whether its last element is changed (a vector of unequal values). The
     /// gate is clamped by `Min` when it is "lim" (Clip takes scalar bounds only).
     vector: Option<(&'static str, &'static [i64], bool)>,
+    /// Opset 10 (`Clip-6`: the bounds are `min` / `max` attributes), with the gate clamped by
+    /// `Clip(max=L)` (true) or by `Min(gate, L)` (false). Needs `split: false` (Split-18's
+    /// `num_outputs` does not exist there).
+    clip6: Option<bool>,
 }
 
 impl Default for Case {
@@ -62,6 +66,7 @@ impl Default for Case {
             leak_act: false,
             wide: None,
             vector: None,
+            clip6: None,
         }
     }
 }
@@ -69,7 +74,7 @@ impl Default for Case {
 /// gate/up → activation = `act` → MX quantize → MatMul(W[I,16]) = out.
 fn build(c: &Case) -> ModelBuilder {
     let t = FLOAT;
-    let mut b = ModelBuilder::new(24);
+    let mut b = ModelBuilder::new(if c.clip6.is_some() { 10 } else { 24 });
     b.opset("com.microsoft", 1).opset("com.amd.quark", 1);
     let up_shape: &[i64] = if c.broadcast_up { &[1, I] } else { &[4, I] };
     if c.split {
@@ -126,12 +131,23 @@ fn build(c: &Case) -> ModelBuilder {
             init("lo", c.up_low);
             init("alpha", 1.702);
             init("beta", 1.0);
-            if c.vector.is_some_and(|(w, ..)| w == "lim") {
+            if let Some(clip_gate) = c.clip6 {
+                if clip_gate {
+                    b.node_in("", "Clip", &["gate"], &["gc"], &[("max", Attr::F(7.0))]);
+                } else {
+                    b.node("Min", &["gate", "lim"], &["gc"]);
+                }
+            } else if c.vector.is_some_and(|(w, ..)| w == "lim") {
                 b.node("Min", &["gate", "lim"], &["gc"]);
             } else {
                 b.node("Clip", &["gate", "", "lim"], &["gc"]);
             }
             let u = match c.act {
+                Act::Oai if c.clip6.is_some() => {
+                    let bounds = [("min", Attr::F(c.up_low)), ("max", Attr::F(7.0))];
+                    b.node_in("", "Clip", &["up"], &["uc"], &bounds);
+                    "uc"
+                }
                 Act::Oai => {
                     b.node("Clip", &["up", "lo", "lim"], &["uc"]);
                     "uc"
@@ -418,6 +434,47 @@ fn refuses_partial_oai() {
         ..Case::default()
     });
     assert!(why.contains("partial SwiGLU-OAI"), "{why}");
+}
+
+/// Opset < 11: Clip-6 holds its bounds as attributes. The up clamp `Clip(min=-L, max=L)` is
+/// the clamp the fused op computes (it was refused: the bounds were read from inputs only,
+/// found none, "bounds (None, None) are not ±7").
+#[test]
+fn oai_up_clamp_as_clip_6_attributes_fuses() {
+    let c = Case {
+        split: false,
+        clip6: Some(false),
+        ..Case::default()
+    };
+    let (report, g) = rewrite(&c);
+    assert_eq!(report.counts["swiglu_mxquant_matmul"], 1, "{report:#?}");
+    let n = fused(&g);
+    assert_eq!(
+        node_attr(&g, n, "activation"),
+        AttrValue::String("oai".into())
+    );
+    assert_eq!(node_attr(&g, n, "limit"), AttrValue::Float(7.0));
+    let why = refusal(&Case {
+        up_low: -6.0,
+        ..c.clone()
+    });
+    assert!(why.contains("are not ±7"), "{why}");
+}
+
+/// A Clip-6 gate clamp `Clip(max=L)` is not SwiGLU-OAI's: its absent `min` is the schema's
+/// default, the lowest float, so -inf becomes -FLT_MAX (and g·σ(αg) -0, not NaN). Refused
+/// with that reason (it was "has no upper bound": the stated `max` attribute went unread).
+#[test]
+fn refuses_a_clip_6_gate_clamp_for_its_default_lower_bound() {
+    let why = refusal(&Case {
+        split: false,
+        clip6: Some(true),
+        ..Case::default()
+    });
+    assert!(
+        why.contains("has a lower bound") && why.contains("Clip-6's default min"),
+        "{why}"
+    );
 }
 
 #[test]

@@ -7,13 +7,15 @@
 use crate::view::{GraphView, NodeId, MS_DOMAIN, ONNX_DOMAIN, QUARK_MX_OPS, TRT_DOMAIN};
 
 /// The schema history (since-versions) of the ONNX-domain ops the rules look at.
-/// Source: onnx 1.23.2 `onnx/defs` (Operators.md changelog).
+/// Source: onnx 1.23.2 `onnx/defs` (Operators.md changelog); tests/python/test_opset_conversions.py
+/// checks every row against the installed onnx's schemas. A version missing here is read as the
+/// one before it, i.e. as reviewed: so each must be listed (Cast / Q / DQ-28 were not).
 const ONNX_HISTORY: &[(&str, &[i64])] = &[
     ("Abs", &[1, 6, 13]),
     ("Add", &[1, 6, 7, 13, 14]),
-    ("Cast", &[1, 6, 9, 13, 19, 21, 23, 24, 25]),
+    ("Cast", &[1, 6, 9, 13, 19, 21, 23, 24, 25, 28]),
     ("Clip", &[1, 6, 11, 12, 13]),
-    ("DequantizeLinear", &[10, 13, 19, 21, 23, 24, 25]),
+    ("DequantizeLinear", &[10, 13, 19, 21, 23, 24, 25, 28]),
     ("Div", &[1, 6, 7, 13, 14]),
     // 11: negative indices; 13: bfloat16.
     ("Gather", &[1, 11, 13]),
@@ -23,7 +25,7 @@ const ONNX_HISTORY: &[(&str, &[i64])] = &[
     ("Min", &[1, 6, 8, 12, 13]),
     ("Mul", &[1, 6, 7, 13, 14]),
     ("Pow", &[1, 7, 12, 13, 15]),
-    ("QuantizeLinear", &[10, 13, 19, 21, 23, 24, 25]),
+    ("QuantizeLinear", &[10, 13, 19, 21, 23, 24, 25, 28]),
     ("Reciprocal", &[1, 6, 13]),
     ("ReduceMax", &[1, 11, 12, 13, 18, 20]),
     ("ReduceMean", &[1, 11, 13, 18]),
@@ -44,6 +46,11 @@ const ONNX_HISTORY: &[(&str, &[i64])] = &[
     ("Swish", &[24]),
     ("SwiGLU", &[28]),
 ];
+
+/// The reviewed versions of `Cast`, `QuantizeLinear` and `DequantizeLinear` for MX: FLOAT8E8M0
+/// exists from 24; 25 adds INT2 / UINT2 and 28 FLOAT6E2M3 / FLOAT6E3M2 (element types every rule
+/// refuses by type), the semantics of the FLOAT8 / FLOAT4 / E8M0 ones unchanged.
+pub const MX_QDQ_VERSIONS: &[i64] = &[24, 25, 28];
 
 /// Ops of other domains: all at version 1 (and every spelling of Quark's MX fake quant,
 /// `QUARK_MX_OPS`).

@@ -117,8 +117,7 @@ pub(crate) fn e8m0_dequantize(p: &mut Pat, x: V, scale: V) -> OpBuilder<'_> {
     p.op(OpId {
         domain: ONNX_DOMAIN,
         op_type: "DequantizeLinear",
-        // FLOAT8E8M0 scales exist from opset 24.
-        versions: &[24, 25],
+        versions: crate::pattern::opsets::MX_QDQ_VERSIONS,
         aliases: &[],
     })
     .args([x, scale])

@@ -49,8 +49,7 @@ pub static RULE: LazyLock<MxQuantLinearRule> = LazyLock::new(|| {
         .op(OpId {
             domain: ONNX_DOMAIN,
             op_type: "QuantizeLinear",
-            // FLOAT8E8M0 scales exist from opset 24.
-            versions: &[24, 25],
+            versions: crate::pattern::opsets::MX_QDQ_VERSIONS,
             aliases: &[],
         })
         .args([x, scale])

@@ -163,7 +163,7 @@ pub fn mx_quant(p: &mut Pat, x: V) -> MxQuantPat {
         .op(OpId {
             domain: ONNX_DOMAIN,
             op_type: "Cast",
-            versions: &[24, 25],
+            versions: crate::pattern::opsets::MX_QDQ_VERSIONS,
             aliases: &[],
         })
         .args([scaled])
@@ -174,7 +174,7 @@ pub fn mx_quant(p: &mut Pat, x: V) -> MxQuantPat {
         .op(OpId {
             domain: ONNX_DOMAIN,
             op_type: "QuantizeLinear",
-            versions: &[24, 25],
+            versions: crate::pattern::opsets::MX_QDQ_VERSIONS,
             aliases: &[],
         })
         .args([x, scale])

@@ -8,6 +8,7 @@
 //! SiLU·up:    Sigmoid(g) ─ Mul(g, σ) ─ Mul(·, up)
 //! SwiGLU-OAI: g = Clip(gate, max=L) | Min(gate, L);
 //!             u = Clip(up, -L, L) | Max(Min(up, L), -L) | Min(Max(up, -L), L) ─ Add(β)
+//!             (Clip-11+ bounds are inputs; Clip-1/6, opset < 11, attributes: see [`clip_bound`])
 //!             Mul(g, α) ─ Sigmoid ─ Mul(g, σ) ─ Mul(·, u)
 //! one-op:     com.microsoft::QuickGelu(g, α)·u;  Swish(g, α)·u  (opset 24);  SwiGLU(g, u) (opset 28)
 //! ```
@@ -23,10 +24,12 @@
 //!   when the elements are bit-equal and the vector broadcasts into gate's shape unchanged
 //!   (`uniform`); unequal values are refused (the fused op takes one).
 //!
-//! Not handled: Casts inside the activation, a Clip on the gate with a lower bound. (The gate/up
+//! Not handled: Casts inside the activation, a Clip on the gate with a lower bound (also a
+//! Clip-6 gate clamp: its absent `min` is the lowest float, which clamps -inf). (The gate/up
 //! sources [`super::gate_up`] cannot absorb are not refused: gate and up are read as they are.)
 
 use super::gate_up::{check_gate_up, gate_up, GateUpPat, GateUpSource};
+use crate::pattern::opsets::since_version;
 use crate::pattern::predicates::{attr_float, dtype, scalar_f64, values_f64};
 use crate::pattern::{Match, OpId, Pat, Reject, N, V};
 use crate::reject;
@@ -220,8 +223,23 @@ fn uniform(g: &dyn GraphView, v: ValueId, what: &str, gs: &[Dim]) -> Result<f64,
     Ok(first)
 }
 
-/// An optional Clip bound (input `slot`): `None` when absent.
+/// An optional Clip bound (`slot` 1 = min, 2 = max): `None` when absent.
+///
+/// Clip-1/6 (opset < 11) state the bounds as `min` / `max` attributes, and an absent one is
+/// not "no bound" there but the schema's default, the lowest / largest float: such a Clip still
+/// clamps ∓inf to ∓FLT_MAX, which an unbounded clamp does not. So an attribute bound, stated or
+/// default, is always `Some` (reading only the inputs took a Clip-6's stated `max` for none).
 fn clip_bound(g: &dyn GraphView, n: NodeId, slot: usize) -> Result<Option<f64>, Reject> {
+    if since_version(g, ONNX_DOMAIN, "Clip").is_some_and(|v| v < 11) {
+        let (name, default) = if slot == 1 {
+            ("min", f32::MIN)
+        } else {
+            ("max", f32::MAX)
+        };
+        return attr_float(g.attr(n, name), default)
+            .map(|b| Some(f64::from(b)))
+            .ok_or_else(|| reject!("Clip '{}' attribute {name} is not a float", g.node_name(n)));
+    }
     match g.inputs(n).get(slot).copied().flatten() {
         None => Ok(None),
         Some(v) if g.is_constant(v) => scalar(g, v, "Clip bound").map(Some),
@@ -395,9 +413,14 @@ fn oai_parts(
     };
     let gate_limit = match m.node(h.clip_gate) {
         Some(_) => {
-            if clip_bound(g, gc, 1)?.is_some_and(|lo| lo != f64::NEG_INFINITY) {
+            if let Some(lo) = clip_bound(g, gc, 1)?.filter(|lo| *lo != f64::NEG_INFINITY) {
+                let default = if lo == f64::from(f32::MIN) {
+                    " (a Clip-6's default min, the lowest float: it clamps -inf)"
+                } else {
+                    ""
+                };
                 return Err(reject!(
-                    "gate Clip '{}' has a lower bound: SwiGLU-OAI clamps the gate from above only",
+                    "gate Clip '{}' has a lower bound {lo}{default}: SwiGLU-OAI clamps the gate from above only",
                     g.node_name(gc)
                 ));
             }
