@@ -704,7 +704,7 @@ fn decomposed_norm(m: &Match<'_>, n: &RmsNormPat, t: i32, rank: usize) -> Result
     if let Some(pw) = m.node(n.rsqrt_pow) {
         let e = const_scalar(g, m[n.rsqrt_exponent], "Pow exponent");
         return Err(match e {
-            Ok(e) if e == -0.5 => reject!(
+            Ok(-0.5) => reject!(
                 "Pow '{}' takes the inverse RMS as variance^-0.5: ONNX Runtime computes that with powf, the fused kernel as 1 / sqrt (the Sqrt -> Reciprocal spelling's bits), and they differ in the last bit for some inputs; Sqrt -> Reciprocal, Div(1, Sqrt) or Sqrt -> Div fuse",
                 g.node_label(pw)
             ),
