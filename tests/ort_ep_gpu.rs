@@ -671,6 +671,12 @@ fn gpu_device_matches_the_cpu_device() {
         return;
     }
     let on_gpu_device = !ep_devices(DeviceType::GPU).is_empty();
+    // Where the fragment GEMM serves (CUDA sm_90+), the MX decoders' q / k / v run as one launch
+    // (provider/src/gpu/matmul_group.rs), which says so in ORT's log.
+    let groups = std::env::var("MXFUSE_GPU_GROUP").map_or(true, |v| v != "0" && v != "off")
+        && matches!(kernels::gpu::driver::Driver::load(), Ok(Ok(d))
+            if d.backend() == kernels::gpu::Backend::Cuda && d.info().compute_capability >= 90);
+    let mut grouped = 0;
     for (i, (model, run)) in models_and_runners().into_iter().enumerate() {
         eprintln!(
             "model {i} (decoder in {FORMS:?}, Gemm with bias, view(-1, K) linears, MoE experts, weight-only MXFP8 / MXFP4 online / offline)"
@@ -698,6 +704,14 @@ fn gpu_device_matches_the_cpu_device() {
         assert_close(&gpu, &cpu);
         // Repeated runs reuse the compiled program and the uploaded weights.
         assert_eq!(run(&mut s), gpu, "second run differs");
+        grouped += usize::from(log_mentions(&log, "run as one GPU launch"));
+    }
+    eprintln!("models with MxMatMuls grouped into one launch: {grouped}");
+    if groups {
+        assert!(
+            grouped > 0,
+            "no MxMatMuls of one activation grouped into one launch"
+        );
     }
 }
 

@@ -91,9 +91,57 @@ struct MxRowsBelow {
 // The end of both kernels: the W warps' accumulators added in warp order, then (S > 1) the
 // cluster's blocks in rank order through distributed shared memory; rank 0 stores row m (of the
 // block's tiles, from MxFragBlock's m0) to output row rows(m), where that is not -1.
-template <class TO, int W, int MT, int S, int NT = 1, class Rows = MxRowsBelow>
-MX_DEV void mx_frag_reduce_store(const float (*acc)[MT][4], typename TO::storage* __restrict__ y,
-                                 int N, const MxEpi& ep, Rows rows) {
+// Where a fragment kernel's outputs go: one `[M, N]` matrix with its epilogue (MxFragOut), or, in
+// the module compiled with MX_FRAG_GROUPED (mx_matmul_frag_grouped.hip), the several consumers of
+// one activation whose packed weights lie one after another, tile after tile (MxFragSegOut). `n`
+// is the column of the packed weights.
+template <class TO>
+struct MxFragOut {
+  typename TO::storage* y;
+  int N;
+  MxEpi ep;
+  MX_DEV void put(int m, int n, float v) const {
+    if (n < N) y[(long long)m * N + n] = TO::from_f32(mx_epilogue<TO>(ep, m, n, v));
+  }
+};
+
+// Up to MX_FRAG_SEGS outputs of one grouped launch (kernels::gpu::launch FragSegsParams): segment
+// s holds the packed tiles tile0[s] .. tile0[s + 1] - 1 and writes y[s] `[M, n[s]]` with ep[s].
+#define MX_FRAG_SEGS 4
+struct MxFragSegs {
+  int count;
+  int tile0[MX_FRAG_SEGS + 1];
+  int n[MX_FRAG_SEGS];
+  void* y[MX_FRAG_SEGS];
+  MxEpi ep[MX_FRAG_SEGS];
+};
+
+template <class TO>
+struct MxFragSegOut {
+  const MxFragSegs& s;
+  MX_DEV void put(int m, int n, float v) const {
+    // The segment's fields by unrolled selects: a dynamic index into the kernel parameter would
+    // copy it to local memory.
+    const int tile = n >> 4;
+    int n0 = 0, nk = s.n[0];
+    void* y = s.y[0];
+    MxEpi ep = s.ep[0];
+#pragma unroll
+    for (int j = 1; j < MX_FRAG_SEGS; ++j)
+      if (j < s.count && tile >= s.tile0[j]) {
+        n0 = 16 * s.tile0[j];
+        nk = s.n[j];
+        y = s.y[j];
+        ep = s.ep[j];
+      }
+    const int ln = n - n0;
+    if (ln < nk)
+      static_cast<typename TO::storage*>(y)[(long long)m * nk + ln] = TO::from_f32(mx_epilogue<TO>(ep, m, ln, v));
+  }
+};
+
+template <class TO, int W, int MT, int S, int NT = 1, class Out, class Rows = MxRowsBelow>
+MX_DEV void mx_frag_reduce_to(const float (*acc)[MT][4], const Out& out, Rows rows) {
   constexpr int E = NT * MT * 4 * 32;  // accumulator elements of a warp
   __shared__ float part[W * E];
   __shared__ float red[S > 1 ? E : 1];
@@ -114,7 +162,7 @@ MX_DEV void mx_frag_reduce_store(const float (*acc)[MT][4], typename TO::storage
     const int mt = (e >> 7) % MT, c = (e >> 5) & 3, ln = e & 31;
     const int n = n0 + 16 * (e / (128 * MT)) + (ln >> 2) + (c >= 2 ? 8 : 0);
     const int m = rows(m0 + 8 * mt + 2 * (ln & 3) + (c & 1));
-    if (n < N && m >= 0) y[(long long)m * N + n] = TO::from_f32(mx_epilogue<TO>(ep, m, n, v));
+    if (m >= 0) out.put(m, n, v);
   };
   for (int e = tid; e < E; e += 32 * W) {
     float v = part[e];
@@ -139,11 +187,34 @@ MX_DEV void mx_frag_reduce_store(const float (*acc)[MT][4], typename TO::storage
     mx_cluster_sync();  // the other blocks' shared memory stays alive until read
   }
 }
+// One output matrix: rows(m) as mapped (the gathered kernels' samples), or m < M.
+template <class TO, int W, int MT, int S, int NT = 1, class Rows = MxRowsBelow>
+MX_DEV void mx_frag_reduce_store(const float (*acc)[MT][4], typename TO::storage* __restrict__ y,
+                                 int N, const MxEpi& ep, Rows rows) {
+  mx_frag_reduce_to<TO, W, MT, S, NT>(acc, MxFragOut<TO>{y, N, ep}, rows);
+}
 template <class TO, int W, int MT, int S, int NT = 1>
 MX_DEV void mx_frag_reduce_store(const float (*acc)[MT][4], typename TO::storage* __restrict__ y,
                                  int M, int N, const MxEpi& ep) {
   mx_frag_reduce_store<TO, W, MT, S, NT>(acc, y, N, ep, MxRowsBelow{M});
 }
+
+// The entry points of the kernels below, in the plain module (one output: y, N, ep) and in the
+// grouped one (MX_FRAG_GROUPED: the segments; N = 16 x the packed tiles of all of them). Names:
+// mx_matmul_frag_* and mx_matmul_fragg_*.
+#ifdef MX_FRAG_GROUPED
+#define MX_FRAG(x) mx_matmul_fragg_##x
+#define MX_FRAG_ARGS(TO)                                                                         \
+  const mx_u8 *aq, const mx_u8 *as, const uint4 *wf, const mx_u32 *wsf, MxFragSegs segs, int M, \
+      int N, int K, int pre
+#define MX_FRAG_OUT(TO) (MxFragSegOut<TO>{segs})
+#else
+#define MX_FRAG(x) mx_matmul_frag_##x
+#define MX_FRAG_ARGS(TO)                                                                         \
+  const mx_u8 *aq, const mx_u8 *as, const uint4 *wf, const mx_u32 *wsf, TO::storage *y, int M,  \
+      int N, int K, int pre, MxEpi ep
+#define MX_FRAG_OUT(TO) (MxFragOut<TO>{y, N, ep})
+#endif
 
 // A warp's share of the work: groups gb .. ge - 1 (part split * W + warp of S * W contiguous
 // ranges of the K / 128 groups) of the block's 16-column tile, and its load addresses.
@@ -218,11 +289,10 @@ MX_DEV void mx_frag_mma(float acc[MT][4], const uint4 w[4], const uint2 b[MT][4]
   mx_mma_group4<MT, HW>(acc, wa, wb, b, swA, swB, s0, s1);
 }
 
-template <class TO, int W, int MT, int S, int U>
+template <class TO, int W, int MT, int S, int U, class Out>
 MX_DEV void mx_matmul_frag(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                            const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
-                           typename TO::storage* __restrict__ y, int M, int N, int K, int pre,
-                           const MxEpi& ep) {
+                           const Out& out, int M, int K, int pre) {
   const MxFragWarp<W, MT, S> f(aq, as, wf, wsf, M, K);
   const int g = f.g, gb = f.gb, ge = f.ge;
   const uint4* wp = f.wp;
@@ -274,7 +344,7 @@ MX_DEV void mx_matmul_frag(const mx_u8* __restrict__ aq, const mx_u8* __restrict
     cur = nxt;
   }
 
-  mx_frag_reduce_store<TO, W, MT, S>(&acc, y, M, N, ep);
+  mx_frag_reduce_to<TO, W, MT, S>(&acc, out, MxRowsBelow{M});
 }
 
 // Kernel names: mx_matmul_frag_m<8|16>_<out>_w<W>_s<S>, U = 2 groups per batch at 8 rows, 1 at 16
@@ -288,10 +358,8 @@ MX_DEV void mx_matmul_frag(const mx_u8* __restrict__ aq, const mx_u8* __restrict
 // 6144, M = 8 (w4 s1): 53 % of DRAM under ncu's cache flush, issue slots 33 % busy, 42 % of stall
 // cycles on global loads, 12 warps per SM (160 registers). Block 32 W threads.
 #define MX_DEFINE_FRAG1(NAME, TO, W, MT, S, U, ATTR)                                             \
-  extern "C" __global__ void __launch_bounds__(32 * W) ATTR                                      \
-      NAME(const mx_u8* aq, const mx_u8* as, const uint4* wf, const mx_u32* wsf, TO::storage* y, \
-           int M, int N, int K, int pre, MxEpi ep) {                                             \
-    mx_matmul_frag<TO, W, MT, S, U>(aq, as, wf, wsf, y, M, N, K, pre, ep);                       \
+  extern "C" __global__ void __launch_bounds__(32 * W) ATTR NAME(MX_FRAG_ARGS(TO)) {             \
+    mx_matmul_frag<TO, W, MT, S, U>(aq, as, wf, wsf, MX_FRAG_OUT(TO), M, K, pre);                \
   }
 #define MX_DEFINE_FRAG_S(NAME, TO, W, MT, U, SFX)                                                \
   MX_DEFINE_FRAG1(NAME##_s1##SFX, TO, W, MT, 1, U, )                                             \
@@ -307,16 +375,18 @@ MX_DEV void mx_matmul_frag(const mx_u8* __restrict__ aq, const mx_u8* __restrict
   MX_DEFINE_FRAG_W(PREFIX##_f16, MxF16, MT, U, )                                                 \
   MX_DEFINE_FRAG_W(PREFIX##_f32, MxF32, MT, U, )
 
-MX_DEFINE_FRAG_OUTS(mx_matmul_frag_m8, 1, 2)
-MX_DEFINE_FRAG_OUTS(mx_matmul_frag_m16, 2, 1)
+// (The name prefix expands before MX_DEFINE_FRAG_OUTS pastes suffixes onto it.)
+#define MX_DEFINE_FRAG_OUTS_X(PREFIX, MT, U) MX_DEFINE_FRAG_OUTS(PREFIX, MT, U)
+MX_DEFINE_FRAG_OUTS_X(MX_FRAG(m8), 1, 2)
+MX_DEFINE_FRAG_OUTS_X(MX_FRAG(m16), 2, 1)
 // m8 at W = 3, S = 1 (issue 6 follow-up 17; kernels/src/gpu/shapes.rs trim_idle_warp): where
 // ceil(G / 3) groups a warp equals ceil(G / 4) (K = 768: 6 groups, 2 a warp either way) the
 // fourth warp of a block has nothing to do yet holds its registers. On 3 warps: 6144 x 768 M = 1 /
 // 4 / 8 2.73 / 2.87 / 3.01 against 2.93 / 2.99 / 3.16 us, up to 20 % at K = 1152. `_fs` loses with
 // 3 warps (3.37-3.43 against 3.26-3.29 us at M = 12-16).
-MX_DEFINE_FRAG1(mx_matmul_frag_m8_bf16_w3_s1, MxBf16, 3, 1, 1, 2, )
-MX_DEFINE_FRAG1(mx_matmul_frag_m8_f16_w3_s1, MxF16, 3, 1, 1, 2, )
-MX_DEFINE_FRAG1(mx_matmul_frag_m8_f32_w3_s1, MxF32, 3, 1, 1, 2, )
+MX_DEFINE_FRAG1(MX_FRAG(m8_bf16_w3_s1), MxBf16, 3, 1, 1, 2, )
+MX_DEFINE_FRAG1(MX_FRAG(m8_f16_w3_s1), MxF16, 3, 1, 1, 2, )
+MX_DEFINE_FRAG1(MX_FRAG(m8_f32_w3_s1), MxF32, 3, 1, 1, 2, )
 
 // mx_matmul_frag_m16_bf16_w<W>_s<S>_fs (issue 6 follow-up 11; the runtime's kernel for 9-16 rows
 // with bf16 output, and for M <= 8 where the grid leaves SMs idle: kernels/src/gpu/shapes.rs
@@ -330,11 +400,10 @@ MX_DEFINE_FRAG1(mx_matmul_frag_m8_f32_w3_s1, MxF32, 3, 1, 1, 2, )
 // (no copy), every load takes its address from six pointers bumped once per group plus
 // immediate offsets, and no load is guarded inside a batch. Two buffers take 184 registers
 // (w4) uncapped; capped at 168 (below) they are faster (follow-up 11's `_fsr`).
-template <int W, int S>
+template <int W, int S, class Out>
 MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                                   const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
-                                  MxBf16::storage* __restrict__ y, int M, int N, int K, int pre,
-                                  const MxEpi& ep) {
+                                  const Out& out, int M, int K, int pre) {
   constexpr int MT = 2;
   const MxFragWarp<W, MT, S> f(aq, as, wf, wsf, M, K);
   const int g = f.g, gb = f.gb, ge = f.ge;
@@ -391,16 +460,14 @@ MX_DEV void mx_matmul_frag_m16_fs(const mx_u8* __restrict__ aq, const mx_u8* __r
     }
     mma(b1);
   }
-  mx_frag_reduce_store<MxBf16, W, MT, S>(&acc, y, M, N, ep);
+  mx_frag_reduce_to<MxBf16, W, MT, S>(&acc, out, MxRowsBelow{M});
 }
 // At most 168 registers at W = 2, 4 (12 warps per SM, like the m8 / m16 kernels; ptxas spills 48
 // bytes).
 #define MX_DEFINE_FRAG_FS1(W, S, ATTR)                                                           \
   extern "C" __global__ void __launch_bounds__(32 * W, (W < 8 ? 12 / W : 1))                    \
-      ATTR mx_matmul_frag_m16_bf16_w##W##_s##S##_fs(                                             \
-          const mx_u8* aq, const mx_u8* as, const uint4* wf, const mx_u32* wsf,                  \
-          MxBf16::storage* y, int M, int N, int K, int pre, MxEpi ep) {                          \
-    mx_matmul_frag_m16_fs<W, S>(aq, as, wf, wsf, y, M, N, K, pre, ep);                           \
+      ATTR MX_FRAG(m16_bf16_w##W##_s##S##_fs)(MX_FRAG_ARGS(MxBf16)) {                            \
+    mx_matmul_frag_m16_fs<W, S>(aq, as, wf, wsf, MX_FRAG_OUT(MxBf16), M, K, pre);                \
   }
 #define MX_DEFINE_FRAG_FS(W)                                                                     \
   MX_DEFINE_FRAG_FS1(W, 1, )                                                                     \
@@ -420,11 +487,10 @@ MX_DEFINE_FRAG_FS(8)
 // against 2.74 / 3.07 us, 1536 x 6144 4.75 / 5.03 against 5.00 / 5.25 (BENCHMARKS.md). At 12-16
 // rows it loses to `_fs` on the measured MiniMax shapes (6144 x 768, 6144 x 6144, 1536 x 6144)
 // and wins on shapes such as 4096 x 4096 or 8192 x 2048 (follow-up 21): frag_kernel decides.
-template <int W, int MT, int S>
+template <int W, int MT, int S, class Out>
 MX_DEV void mx_matmul_frag_t2(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                               const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
-                              MxBf16::storage* __restrict__ y, int M, int N, int K, int pre,
-                              const MxEpi& ep) {
+                              const Out& out, int M, int N, int K, int pre) {
   constexpr int NT = 2;
   const MxFragWarp<W, MT, S, NT> f(aq, as, wf, wsf, M, K);
   const int gb = f.gb, ge = f.ge;
@@ -492,15 +558,12 @@ MX_DEV void mx_matmul_frag_t2(const mx_u8* __restrict__ aq, const mx_u8* __restr
     }
     mma(b1);
   }
-  mx_frag_reduce_store<MxBf16, W, MT, S, NT>(acc, y, M, N, ep);
+  mx_frag_reduce_to<MxBf16, W, MT, S, NT>(acc, out, MxRowsBelow{M});
 }
 #define MX_DEFINE_FRAG_T2_1(W, S, ATTR)                                                          \
   extern "C" __global__ void __launch_bounds__(32 * W, 1)                                        \
-      ATTR mx_matmul_frag_m8_bf16_w##W##_s##S##_t2(const mx_u8* aq, const mx_u8* as,             \
-                                                    const uint4* wf, const mx_u32* wsf,          \
-                                                    MxBf16::storage* y, int M, int N, int K,     \
-                                                    int pre, MxEpi ep) {                         \
-    mx_matmul_frag_t2<W, 1, S>(aq, as, wf, wsf, y, M, N, K, pre, ep);                            \
+      ATTR MX_FRAG(m8_bf16_w##W##_s##S##_t2)(MX_FRAG_ARGS(MxBf16)) {                             \
+    mx_matmul_frag_t2<W, 1, S>(aq, as, wf, wsf, MX_FRAG_OUT(MxBf16), M, N, K, pre);              \
   }
 #define MX_DEFINE_FRAG_T2(W)                                                                     \
   MX_DEFINE_FRAG_T2_1(W, 1, )                                                                    \
@@ -535,11 +598,10 @@ MX_DEV void mx_cp_async4_nc(mx_u32 smem, const void* gmem) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem), "l"(gmem));
 }
 
-template <int W, int S>
+template <int W, int S, class Out>
 MX_DEV void mx_matmul_frag_m16_fsa(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                                    const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
-                                   MxBf16::storage* __restrict__ y, int M, int N, int K, int pre,
-                                   const MxEpi& ep) {
+                                   const Out& out, int M, int K, int pre) {
   constexpr int MT = 2;
   typedef MxFsaStage L;
   __shared__ __align__(16) mx_u8 abuf[W][2][L::BYTES];
@@ -637,14 +699,12 @@ MX_DEV void mx_matmul_frag_m16_fsa(const mx_u8* __restrict__ aq, const mx_u8* __
     mma(b1, 1);
   }
   mx_cp_async_wait<0>();
-  mx_frag_reduce_store<MxBf16, W, MT, S>(&acc, y, M, N, ep);
+  mx_frag_reduce_to<MxBf16, W, MT, S>(&acc, out, MxRowsBelow{M});
 }
 #define MX_DEFINE_FRAG_FSA1(W, S, ATTR)                                                          \
   extern "C" __global__ void __launch_bounds__(32 * W, (W < 8 ? 12 / W : 1))                    \
-      ATTR mx_matmul_frag_m16_bf16_w##W##_s##S##_fsa(                                            \
-          const mx_u8* aq, const mx_u8* as, const uint4* wf, const mx_u32* wsf,                  \
-          MxBf16::storage* y, int M, int N, int K, int pre, MxEpi ep) {                          \
-    mx_matmul_frag_m16_fsa<W, S>(aq, as, wf, wsf, y, M, N, K, pre, ep);                          \
+      ATTR MX_FRAG(m16_bf16_w##W##_s##S##_fsa)(MX_FRAG_ARGS(MxBf16)) {                           \
+    mx_matmul_frag_m16_fsa<W, S>(aq, as, wf, wsf, MX_FRAG_OUT(MxBf16), M, K, pre);               \
   }
 #define MX_DEFINE_FRAG_FSA(W)                                                                    \
   MX_DEFINE_FRAG_FSA1(W, 1, )                                                                    \

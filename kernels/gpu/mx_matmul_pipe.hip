@@ -352,6 +352,9 @@ MX_DEV void mx_matmul_pipe(const mx_u8* __restrict__ aq, const mx_u8* __restrict
   MX_DEFINE_PIPE_W(PREFIX##_f16, MxF16, MT)                                                    \
   MX_DEFINE_PIPE_W(PREFIX##_f32, MxF32, MT)
 
+// The grouped module (mx_matmul_frag_grouped.hip) takes only this file's device functions.
+#ifndef MX_FRAG_GROUPED
 MX_DEFINE_PIPE_OUTS(mx_matmul_pipe_m8, 1)
 MX_DEFINE_PIPE_OUTS(mx_matmul_pipe_m16, 2)
+#endif
 #endif  // MX_NV_FP8_MMA && MX_NV_CLUSTER

@@ -20,6 +20,8 @@ use kernels::{AddRmsNormAttrs, DType, Element, KernelError, ScaleMap, SwiGluAttr
 
 #[path = "gpu_kernels/gather.rs"]
 mod gather;
+#[path = "gpu_kernels/grouped.rs"]
+mod grouped;
 #[path = "gpu_kernels/prefill.rs"]
 mod prefill;
 

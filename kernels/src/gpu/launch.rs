@@ -9,7 +9,7 @@ use std::ffi::c_void;
 use super::driver::Backend;
 use super::error::GpuResult;
 use super::runtime::GpuRuntime;
-use super::shapes::{frag_kernel, norm_split, pipe_shape, splitk_shape, FragSwitches};
+use super::shapes::{frag_kernel, norm_split, pipe_shape, splitk_shape, FragKernel, FragSwitches};
 use super::swiglu_table_kernel;
 use super::thresholds::{
     FragGemmTable, InGemmQuantThresholds, NormLaunchTable, PipeGemmTable, SwiGluLaunchTable,
@@ -218,6 +218,23 @@ fn gemm_params(
         .push(dim_i32("K", k)?))
 }
 
+/// The fragment GEMM's grid: x = activation-row tiles x splits, y = 16-column tiles, or pairs of
+/// them for `_t2` (mx_matmul_frag.hip MxFragBlock: the row tiles of one weight tile run together
+/// and share it through L2).
+pub(super) fn frag_grid(m: usize, n: usize, fk: &FragKernel) -> GpuResult<[u32; 3]> {
+    if n.div_ceil(16) > 65535 {
+        return Err(KernelError::Shape(format!(
+            "MxMatMul N = {n}: the fragment GEMM takes at most 65535 16-column tiles"
+        ))
+        .into());
+    }
+    Ok([
+        dim_u32("grid", m.div_ceil(fk.rows) * fk.s)?,
+        dim_u32("grid", n.div_ceil(16).div_ceil(fk.lp.tiles_per_block()))?,
+        1,
+    ])
+}
+
 fn quant_flags(q: &QuantConfig) -> u32 {
     (match q.scale_rule {
         ScaleRule::Floor => 0,
@@ -255,7 +272,7 @@ pub(super) fn dtype_suffix(dt: DType) -> GpuResult<&'static str> {
     }
 }
 
-fn check_k(what: &str, k: usize) -> GpuResult<()> {
+pub(super) fn check_k(what: &str, k: usize) -> GpuResult<()> {
     if k == 0 || !k.is_multiple_of(BLOCK) {
         return Err(
             KernelError::Shape(format!("{what} = {k} must be a positive multiple of 32")).into(),
@@ -427,7 +444,7 @@ impl GpuRuntime {
 
     /// Whether the fragment-packed GEMM can run this `k` on this device (its kernels exist only
     /// for sm_90+: fp8 mma and clusters).
-    fn frag_gemm_runs(&self, k: usize) -> bool {
+    pub(super) fn frag_gemm_runs(&self, k: usize) -> bool {
         self.clusters() && k > 0 && k.is_multiple_of(super::pack::FRAG_K_MULTIPLE)
     }
 
@@ -966,6 +983,33 @@ impl GpuRuntime {
         // Activations: 8-byte fragment loads (16-byte copies in `_fsa`), 4-byte scale words.
         check_aligned("a (fragment GEMM)", a_q, 8)?;
         check_aligned("a_scales (fragment GEMM)", a_scales, 4)?;
+        let fk = self.frag_kernel_for(m, k, n, a_q, out);
+        let (w, s) = (fk.w, fk.s);
+        // pre & 1: the weights are constants, so the kernel loads its first batch of them before
+        // waiting for the previous kernel (PDL overlap); pre & 2: the L2 prefetch.
+        let pre = 1i32 | if fk.l2_prefetch { 2 } else { 0 };
+        let params = gemm_params(a_q, a_scales, None, wf, wsf, y, m, n, k)?
+            .push(pre)
+            .push(epi);
+        let name = format!(
+            "mx_matmul_frag_m{}_{out}_w{w}_s{s}{}",
+            fk.rows,
+            fk.lp.suffix()
+        );
+        let grid = frag_grid(m, n, &fk)?;
+        self.run(&name, grid, 32 * w as u32, params, stream)
+    }
+
+    /// The fragment GEMM kernel for `m` rows of `n x k` with `out` elements (shapes::frag_kernel
+    /// with this device's table and the runtime's switches).
+    pub(super) fn frag_kernel_for(
+        &self,
+        m: usize,
+        k: usize,
+        n: usize,
+        a_q: u64,
+        out: &str,
+    ) -> FragKernel {
         let table = FragGemmTable::for_arch(&self.device().arch);
         // MXFUSE_GPU_FRAG_FS=0 keeps the m8 / m16 kernels (no `_fs` loop); MXFUSE_GPU_FRAG_L2PF=0
         // turns the L2 prefetch off, MXFUSE_GPU_FRAG_FSA=0 the staged `_fsa` form of `_fs`,
@@ -978,7 +1022,7 @@ impl GpuRuntime {
             trim_idle_warp: env_switch!("MXFUSE_GPU_FRAG_W3"),
             two_tiles: env_switch!("MXFUSE_GPU_FRAG_T2"),
         };
-        let fk = frag_kernel(
+        frag_kernel(
             n,
             k,
             m,
@@ -986,34 +1030,7 @@ impl GpuRuntime {
             &table,
             out == "bf16",
             switches,
-        );
-        let (mt, w, s) = (fk.rows / 8, fk.w, fk.s);
-        // pre & 1: the weights are constants, so the kernel loads its first batch of them before
-        // waiting for the previous kernel (PDL overlap); pre & 2: the L2 prefetch.
-        let pre = 1i32 | if fk.l2_prefetch { 2 } else { 0 };
-        let params = gemm_params(a_q, a_scales, None, wf, wsf, y, m, n, k)?
-            .push(pre)
-            .push(epi);
-        let name = format!(
-            "mx_matmul_frag_m{}_{out}_w{w}_s{s}{}",
-            fk.rows,
-            fk.lp.suffix()
-        );
-        // x: activation-row tiles x splits, y: 16-column tiles, or pairs of them for `_t2`
-        // (mx_matmul_frag.hip MxFragBlock: the row tiles of one weight tile run together and
-        // share it through L2).
-        if n.div_ceil(16) > 65535 {
-            return Err(KernelError::Shape(format!(
-                "MxMatMul N = {n}: the fragment GEMM takes at most 65535 16-column tiles"
-            ))
-            .into());
-        }
-        let grid = [
-            dim_u32("grid", m.div_ceil(8 * mt) * s)?,
-            dim_u32("grid", n.div_ceil(16).div_ceil(fk.lp.tiles_per_block()))?,
-            1,
-        ];
-        self.run(&name, grid, 32 * w as u32, params, stream)
+        )
     }
 
     /// This device's `AddRmsNormMxQuant` kernel table.

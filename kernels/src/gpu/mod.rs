@@ -9,7 +9,8 @@
 //!   [`thresholds`]: the measured per-device launch tables; [`swiglu_table_kernel`]: when the
 //!   SwiGLU table kernels run and their grid; [`shapes`]: cluster sizes of the
 //!   split-row norm and the GEMMs; [`pack`]: constant weights packed for the fragment GEMM;
-//!   [`prefill`]: `MxMatMul` at prefill sizes through the vendor's bf16 GEMM ([`blas`]).
+//!   [`prefill`]: `MxMatMul` at prefill sizes through the vendor's bf16 GEMM ([`blas`]);
+//!   [`grouped`]: one launch for the several constant-weight GEMMs of one activation.
 //!
 //! Without a GPU library, [`GpuRuntime::load`] returns `Ok(None)` and logs that the CPU kernels
 //! run. See docs/gpu.md for what was verified on which hardware.
@@ -28,6 +29,7 @@ pub mod blas;
 pub mod driver;
 pub mod error;
 pub mod gather;
+pub mod grouped;
 pub mod launch;
 pub mod pack;
 pub mod prefill;
@@ -43,6 +45,7 @@ pub mod weight_only;
 pub use driver::{Backend, DeviceInfo};
 pub use error::{GpuError, GpuResult};
 pub use gather::{index_error, GpuExperts, GpuGatherMatMul, GpuIndices, GATHER_ERR_BYTES};
+pub use grouped::{pack_frag_group, FragSegment, MAX_FRAG_SEGMENTS};
 pub use launch::{GpuBias, GpuEpilogue, GpuMatB, NormBuffers, StreamHandle, SwiGluBuffers};
 pub use pack::{f16_weight_shift, pack_frag_experts, pack_frag_weights};
 pub use prefill::PrefillA;

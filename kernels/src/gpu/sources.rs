@@ -3,7 +3,7 @@
 //! (same files, same order, same markers), so the device harness measures exactly this code.
 
 /// The source files, in program order: portability layer, shared numerics, then one file per op.
-pub const PROGRAM_FILES: [(&str, &str); 15] = [
+pub const PROGRAM_FILES: [(&str, &str); 16] = [
     (
         "mx_portability.h",
         include_str!("../../gpu/mx_portability.h"),
@@ -49,6 +49,11 @@ pub const PROGRAM_FILES: [(&str, &str); 15] = [
         include_str!("../../gpu/mx_matmul_frag_wo.hip"),
     ),
     ("mx_prefill.hip", include_str!("../../gpu/mx_prefill.hip")),
+    // Last: its define must not reach the other files in the whole program text.
+    (
+        "mx_matmul_frag_grouped.hip",
+        include_str!("../../gpu/mx_matmul_frag_grouped.hip"),
+    ),
 ];
 
 /// The whole program: each file behind a `#line 1 "<file>"` marker (so compiler messages name
@@ -58,8 +63,8 @@ pub fn program_text() -> String {
     text_of(PROGRAM_FILES.iter().map(|(name, _)| *name))
 }
 
-/// One separately compiled part of the program: the two headers, then `files` (in
-/// [`PROGRAM_FILES`] order). Compiling the whole program as one unit took ~2 minutes on the
+/// One separately compiled part of the program: the two headers, then `files` in the order
+/// listed ([`PROGRAM_FILES`] order, except the grouped GEMM's define, which comes first). Compiling the whole program as one unit took ~2 minutes on the
 /// H200's host at first use (NVRTC is single-threaded per program), most of it in the GEMM
 /// files; as modules they compile on parallel threads, and the opt-in split-K GEMM only when a
 /// kernel of it is asked for.
@@ -77,7 +82,7 @@ pub struct Module {
 
 /// The modules the runtime compiles. Kernel names are unique within a module; a kernel found
 /// in two modules (`mx_matmul.hip`'s, also compiled into `splitk`) is taken from the first.
-pub const MODULES: [Module; 7] = [
+pub const MODULES: [Module; 8] = [
     Module {
         name: "norm",
         files: &["add_rmsnorm_mxquant.hip"],
@@ -128,6 +133,19 @@ pub const MODULES: [Module; 7] = [
         ],
         eager: true,
         kernels: &["mx_matmul_pipe_", "mx_matmul_frag_"],
+    },
+    // The fragment GEMM's kernels with the grouped entry points (several outputs of one
+    // activation in one launch; kernels::gpu::launch `mx_matmul_frag_grouped`), compiled when a
+    // program first groups.
+    Module {
+        name: "gemm_frag_grouped",
+        files: &[
+            "mx_matmul_frag_grouped.hip",
+            "mx_matmul_pipe.hip",
+            "mx_matmul_frag.hip",
+        ],
+        eager: false,
+        kernels: &["mx_matmul_fragg_"],
     },
     Module {
         // The opt-in split-K GEMM (MXFUSE_GPU_V2=1) uses `mx_matmul.hip`'s loaders.

@@ -22,6 +22,7 @@ pub mod boundary;
 pub mod data_transfer;
 pub mod device;
 pub mod ep_api;
+pub mod matmul_group;
 pub mod memcpy_kernels;
 pub mod memory;
 pub mod program;

@@ -29,6 +29,7 @@ use kernels::{
 use ort_sys::OrtKernelContext;
 
 use super::device::{DevicePlacement, Placement};
+use super::matmul_group::{MatMulGroup, MemberIo};
 use super::memory::{DeviceBox, DeviceMemory};
 use crate::error::{Error, Result};
 use crate::kernel_io::{alloc_output, output_address, read_input_addresses};
@@ -45,7 +46,7 @@ use crate::tensor::{raw_bytes, Meta, TensorMut, TensorRef};
 const STREAM: usize = 0;
 
 /// The parsed attributes of one step, per op.
-enum GpuOp {
+pub(super) enum GpuOp {
     Quantize(MxQuantAttrs),
     Dequantize(MxDequantAttrs),
     QuantizeLinear(MxQuantLinearAttrs),
@@ -55,7 +56,15 @@ enum GpuOp {
         attrs: MxMatMulAttrs,
         /// The constant MX weight on the device, packed at compile time.
         packed: Option<PackedWeight>,
+        /// y's element type in the graph (`None` where the graph does not say).
+        out: Option<DType>,
     },
+    /// Fragment-packed `MxMatMul`s of one MXFP8 activation run as one launch
+    /// ([`super::matmul_group`]): this step's and those of the steps it names, which then
+    /// launch nothing ([`GpuOp::Grouped`]).
+    MatMulGroup(super::matmul_group::MatMulGroup),
+    /// An `MxMatMul` run by its group's first step.
+    Grouped,
     /// ONNX `Reshape` of a constant shape (an `MxMatMul` read through torch's `view(-1, K)`):
     /// no launch, its output is its input's bytes under new dims.
     Reshape,
@@ -80,7 +89,7 @@ enum GpuOp {
 /// weight-second experts transposed: `ops::gather_matmul::pack`, as the CPU path prepacks), and,
 /// where the tensor-core kernel serves the node (`frag`), each expert then packed for it
 /// (`pack_frag_weights`, the experts one after another).
-struct PackedExperts {
+pub(super) struct PackedExperts {
     q: DeviceBox,
     scales: DeviceBox,
     dims: [usize; 3],
@@ -189,7 +198,12 @@ fn gpu_indices(m: &Meta, ptr: u64) -> Result<GpuIndices> {
 }
 
 /// The bias of an `MxMatMul` (input 4, y's type, broadcast to `[M, N]`) on the device.
-fn gpu_bias(c: Option<&(Meta, u64)>, ydt: DType, m: usize, n: usize) -> Result<Option<GpuBias>> {
+pub(super) fn gpu_bias(
+    c: Option<&(Meta, u64)>,
+    ydt: DType,
+    m: usize,
+    n: usize,
+) -> Result<Option<GpuBias>> {
     let Some((cm, c)) = c else {
         return Ok(None);
     };
@@ -263,13 +277,15 @@ fn input_experts(b: (&Meta, u64), bs: (&Meta, u64), nk: bool) -> Result<GpuExper
 }
 
 /// A constant MX weight uploaded once in the layout of the GEMM that reads it.
-struct PackedWeight {
-    q: DeviceBox,
-    scales: DeviceBox,
+pub(super) struct PackedWeight {
+    pub(super) q: DeviceBox,
+    pub(super) scales: DeviceBox,
+    /// The weight's `(N, K)`.
+    pub(super) nk: (usize, usize),
     /// `pack_frag_weights`' layout; else `[N, K]` + `[N, K/32]`.
-    frag: bool,
+    pub(super) frag: bool,
     /// `f16_weight_shift` of the weight (read by the prefill route of f16 activations).
-    f16_shift: Option<i32>,
+    pub(super) f16_shift: Option<i32>,
 }
 
 impl PackedWeight {
@@ -291,16 +307,19 @@ impl PackedWeight {
     }
 }
 
-struct Step {
-    name: String,
+/// A step's outputs in a run: meta and device address of each (`None`: not produced).
+type StepOutputs = Vec<Option<(Meta, u64)>>;
+
+pub(super) struct Step {
+    pub(super) name: String,
     /// The CPU kernel: output types and shapes (and the computation on [`Backend::Host`]).
-    shapes: Box<dyn Kernel>,
-    op: GpuOp,
-    inputs: Vec<Option<usize>>,
-    outputs: Vec<Option<usize>>,
+    pub(super) shapes: Box<dyn Kernel>,
+    pub(super) op: GpuOp,
+    pub(super) inputs: Vec<Option<usize>>,
+    pub(super) outputs: Vec<Option<usize>>,
 }
 
-enum Source {
+pub(super) enum Source {
     /// The fused node's input `i`.
     Input(usize),
     /// A constant uploaded at compile time.
@@ -379,7 +398,7 @@ fn run_sync() -> bool {
     *ON.get_or_init(|| std::env::var("MXFUSE_GPU_RUN_SYNC").is_ok_and(|v| v == "1" || v == "on"))
 }
 
-fn gpu(e: kernels::gpu::GpuError) -> Error {
+pub(super) fn gpu(e: kernels::gpu::GpuError) -> Error {
     match e {
         kernels::gpu::GpuError::Kernel(k) => k.into(),
         other => Error::Ort(format!("GPU: {other}")),
@@ -454,6 +473,7 @@ fn pack_weight(
     Ok(Some(PackedWeight {
         q: DeviceBox::upload(memory, &q)?,
         scales: DeviceBox::upload(memory, &scales)?,
+        nk: (n, k),
         frag,
         f16_shift,
     }))
@@ -571,7 +591,11 @@ impl GpuProgram {
                         }
                         _ => None,
                     };
-                    GpuOp::MatMul { attrs, packed }
+                    GpuOp::MatMul {
+                        attrs,
+                        packed,
+                        out: y_dtype,
+                    }
                 }
                 "MxGatherDequantize" => GpuOp::GatherDequantize {
                     attrs: MxGatherDequantAttrs::from_pairs(pairs())?,
@@ -640,6 +664,9 @@ impl GpuProgram {
             });
         }
         let (outputs, sources) = slots.finish(output_names)?;
+        if matches!(backend, Backend::Gpu(_)) {
+            super::matmul_group::group_matmuls(&mut steps, &sources, &memory)?;
+        }
         let mut forward = vec![None; sources.len()];
         for (i, step) in steps.iter().enumerate() {
             if let (GpuOp::Reshape, Some(Some(s))) = (&step.op, step.inputs.first()) {
@@ -698,30 +725,9 @@ impl GpuProgram {
         }
         let mut owned: Vec<DeviceBox> = Vec::new();
         let mut written = vec![false; self.outputs.len()];
-        for step in &self.steps {
-            let ins: Vec<Option<&(Meta, u64)>> = step
-                .inputs
-                .iter()
-                .map(|s| s.and_then(|s| values[s].as_ref()))
-                .collect();
-            let in_metas: Vec<Option<&Meta>> = ins.iter().map(|v| v.map(|(m, _)| m)).collect();
-            let metas = step
-                .shapes
-                .output_metas(&in_metas)
-                .map_err(|e| Error::invalid(format!("{}: {e}", step.name)))?;
-            if matches!(step.op, GpuOp::Reshape) {
-                // Same bytes, new dims: the output aliases the input (written into the fused
-                // output already when the producing step was forwarded, else copied at the end).
-                let (_, addr) = ins
-                    .first()
-                    .copied()
-                    .flatten()
-                    .ok_or_else(|| Error::invalid(format!("{}: missing input", step.name)))?;
-                if let (Some(Some(slot)), Some(meta)) = (step.outputs.first(), metas.first()) {
-                    values[*slot] = Some((meta.clone(), *addr));
-                }
-                continue;
-            }
+        // A step's outputs: written in place into the fused outputs where they are those (or
+        // through a Reshape that is), else pooled intermediates.
+        let mut alloc = |step: &Step, metas: Vec<Meta>| -> Result<Vec<Option<(Meta, u64)>>> {
             let mut outs: Vec<Option<(Meta, u64)>> = Vec::with_capacity(step.outputs.len());
             for (slot, meta) in step.outputs.iter().zip(metas) {
                 let Some(slot) = *slot else {
@@ -774,6 +780,65 @@ impl GpuProgram {
                     p
                 };
                 outs.push(Some((meta, addr)));
+            }
+            Ok(outs)
+        };
+        for step in &self.steps {
+            if matches!(step.op, GpuOp::Grouped) {
+                continue; // written by its group's first step
+            }
+            let ins: Vec<Option<&(Meta, u64)>> = step
+                .inputs
+                .iter()
+                .map(|s| s.and_then(|s| values[s].as_ref()))
+                .collect();
+            let in_metas: Vec<Option<&Meta>> = ins.iter().map(|v| v.map(|(m, _)| m)).collect();
+            let metas = step
+                .shapes
+                .output_metas(&in_metas)
+                .map_err(|e| Error::invalid(format!("{}: {e}", step.name)))?;
+            if matches!(step.op, GpuOp::Reshape) {
+                // Same bytes, new dims: the output aliases the input (written into the fused
+                // output already when the producing step was forwarded, else copied at the end).
+                let (_, addr) = ins
+                    .first()
+                    .copied()
+                    .flatten()
+                    .ok_or_else(|| Error::invalid(format!("{}: missing input", step.name)))?;
+                if let (Some(Some(slot)), Some(meta)) = (step.outputs.first(), metas.first()) {
+                    values[*slot] = Some((meta.clone(), *addr));
+                }
+                continue;
+            }
+            let outs = alloc(step, metas)?;
+            if let GpuOp::MatMulGroup(group) = &step.op {
+                // The other members' outputs now: one launch writes them all.
+                let mut produced = vec![(step, outs)];
+                for member in &group.members[1..] {
+                    let other = &self.steps[member.step];
+                    let ins: Vec<Option<&(Meta, u64)>> = other
+                        .inputs
+                        .iter()
+                        .map(|s| s.and_then(|s| values[s].as_ref()))
+                        .collect();
+                    let in_metas: Vec<Option<&Meta>> =
+                        ins.iter().map(|v| v.map(|(m, _)| m)).collect();
+                    let metas = other
+                        .shapes
+                        .output_metas(&in_metas)
+                        .map_err(|e| Error::invalid(format!("{}: {e}", other.name)))?;
+                    produced.push((other, alloc(other, metas)?));
+                }
+                self.launch_group(group, &ins, &produced, &values)
+                    .map_err(|e| Error::invalid(format!("{}: {e}", step.name)))?;
+                for (member, outs) in produced {
+                    for (slot, v) in member.outputs.iter().zip(outs) {
+                        if let (Some(slot), Some(v)) = (slot, v) {
+                            values[*slot] = Some(v);
+                        }
+                    }
+                }
+                continue;
             }
             if let Some(range) = gather_range(step, &ins) {
                 gathered.push((gather_slot(&step.op), &step.name, range));
@@ -837,6 +902,43 @@ impl GpuProgram {
         Ok(())
     }
 
+    /// Launches a group of `MxMatMul`s ([`super::matmul_group`]): `ins` are its first step's
+    /// inputs, `produced` each member's step and outputs, `values` the run's slots (biases).
+    fn launch_group(
+        &self,
+        group: &MatMulGroup,
+        ins: &[Option<&(Meta, u64)>],
+        produced: &[(&Step, StepOutputs)],
+        values: &[Option<(Meta, u64)>],
+    ) -> Result<()> {
+        let Backend::Gpu(rt) = &self.backend else {
+            return Err(Error::invalid("internal: a grouped MxMatMul off the GPU"));
+        };
+        let a = ins
+            .first()
+            .copied()
+            .flatten()
+            .ok_or_else(|| Error::invalid("missing input a_q"))?;
+        let (_, a_scale) = ins
+            .get(1)
+            .copied()
+            .flatten()
+            .ok_or_else(|| Error::invalid("missing input a_scale"))?;
+        let io = produced
+            .iter()
+            .map(|(member, outs)| {
+                let bias = member.inputs.get(4).copied().flatten();
+                Ok(MemberIo {
+                    bias: bias.and_then(|s| values[s].clone()),
+                    y: outs.first().cloned().flatten().ok_or_else(|| {
+                        Error::invalid(format!("{}: missing output y", member.name))
+                    })?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        group.launch(rt, a, *a_scale, &io, STREAM)
+    }
+
     fn launch(
         &self,
         step: &Step,
@@ -863,6 +965,12 @@ impl GpuProgram {
                 .memory
                 .host_to_device(output(0, "shape")?.1, &shape.bytes(&xm.dims));
         }
+        if matches!(step.op, GpuOp::MatMulGroup(_) | GpuOp::Grouped) {
+            // `run_device` launches a group for all its members.
+            return Err(Error::invalid(
+                "internal: a grouped MxMatMul launched as a single step",
+            ));
+        }
         let rt = match &self.backend {
             Backend::Gpu(rt) => rt,
             // SAFETY: host backend: every address is a host allocation of its meta's size.
@@ -878,6 +986,8 @@ impl GpuProgram {
         match &step.op {
             // Handled in `run_device` (no launch), and above.
             GpuOp::Reshape | GpuOp::Shape(_) => Ok(()),
+            // Refused above.
+            GpuOp::MatMulGroup(_) | GpuOp::Grouped => Ok(()),
             GpuOp::GatherDequantize { attrs, slot } => {
                 let (xm, x) = input(0, "x")?;
                 let (sm, s) = input(1, "scale")?;
@@ -1069,7 +1179,7 @@ impl GpuProgram {
                     STREAM,
                 )
             }
-            GpuOp::MatMul { attrs, packed } => {
+            GpuOp::MatMul { attrs, packed, .. } => {
                 let (am, a_q) = input(0, "a_q")?;
                 let (ym, y) = output(0, "y")?;
                 let k = last_dim(am, "a_q")?;
