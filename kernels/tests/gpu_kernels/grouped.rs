@@ -33,6 +33,39 @@ fn starts(ns: &[usize]) -> Vec<usize> {
         .collect()
 }
 
+/// One grouped launch of the weights `ns` at `(wf, wsf)` on `(aq, asc)`: segment s writes `ys[s]`
+/// with `eps[s]`.
+fn launch_grouped(
+    rt: &Arc<GpuRuntime>,
+    (m, k): (usize, usize),
+    (aq, asc): (&DeviceBuffer, &DeviceBuffer),
+    (wf, wsf): (&DeviceBuffer, &DeviceBuffer),
+    (ns, ys, eps): (&[usize], &[DeviceBuffer], &[GpuEpilogue]),
+    out: DType,
+) {
+    let segs: Vec<FragSegment> = ns
+        .iter()
+        .zip(ys)
+        .zip(eps)
+        .map(|((&n, y), ep)| FragSegment {
+            n,
+            y: y.ptr(),
+            ep: *ep,
+            f16_shift: None,
+        })
+        .collect();
+    rt.mx_matmul_frag_grouped(
+        m,
+        k,
+        (aq.ptr(), asc.ptr()),
+        (wf.ptr(), wsf.ptr()),
+        &segs,
+        out,
+        0,
+    )
+    .expect("grouped launch");
+}
+
 #[test]
 fn gpu_grouped_gemm_is_the_concatenated_kernel_per_segment() {
     let Some(rt) = gpu() else { return };
@@ -81,26 +114,15 @@ fn gpu_grouped_gemm_is_the_concatenated_kernel_per_segment() {
                     .iter()
                     .map(|&n| poisoned::<u8>(&rt, (m * n * size).max(1)))
                     .collect();
-                let segs: Vec<FragSegment> = ns
-                    .iter()
-                    .zip(&ys)
-                    .map(|(&n, y)| FragSegment {
-                        n,
-                        y: y.ptr(),
-                        ep: GpuEpilogue::NONE,
-                        f16_shift: None,
-                    })
-                    .collect();
-                rt.mx_matmul_frag_grouped(
-                    m,
-                    k,
-                    (daq.ptr(), das.ptr()),
-                    (dwf.ptr(), dwsf.ptr()),
-                    &segs,
+                let eps = vec![GpuEpilogue::NONE; ns.len()];
+                launch_grouped(
+                    &rt,
+                    (m, k),
+                    (&daq, &das),
+                    (&dwf, &dwsf),
+                    (&ns, &ys, &eps),
                     out,
-                    0,
-                )
-                .expect("grouped launch");
+                );
                 let whole_bytes = download::<u8>(&dwhole, m * n_total * size);
                 for ((&n, y), &c0) in ns.iter().zip(&ys).zip(&at) {
                     let got = download::<u8>(y, m * n * size);
@@ -137,27 +159,8 @@ fn gpu_grouped_gemm_applies_each_segments_epilogue() {
     let (daq, das) = (upload(&rt, &aq), upload(&rt, &asc));
     let launch = |eps: &[GpuEpilogue]| -> Vec<Vec<f32>> {
         let ys: Vec<DeviceBuffer> = ns.iter().map(|&n| poisoned::<f32>(&rt, m * n)).collect();
-        let segs: Vec<FragSegment> = ns
-            .iter()
-            .zip(&ys)
-            .zip(eps)
-            .map(|((&n, y), ep)| FragSegment {
-                n,
-                y: y.ptr(),
-                ep: *ep,
-                f16_shift: None,
-            })
-            .collect();
-        rt.mx_matmul_frag_grouped(
-            m,
-            k,
-            (daq.ptr(), das.ptr()),
-            (dwf.ptr(), dwsf.ptr()),
-            &segs,
-            DType::F32,
-            0,
-        )
-        .expect("grouped launch");
+        let io = (&ns[..], &ys[..], eps);
+        launch_grouped(&rt, (m, k), (&daq, &das), (&dwf, &dwsf), io, DType::F32);
         ys.iter()
             .zip(&ns)
             .map(|(y, &n)| download::<f32>(y, m * n))
@@ -210,26 +213,15 @@ fn gpu_grouped_gemm_at_prefill_rows_matches_the_reference() {
     let (_, aq, asc, _) = reference_gemm_case(&mut rng, m, k, ns[0], &ws[0].0, &ws[0].1);
     let (daq, das) = (upload(&rt, &aq), upload(&rt, &asc));
     let ys: Vec<DeviceBuffer> = ns.iter().map(|&n| poisoned::<f32>(&rt, m * n)).collect();
-    let segs: Vec<FragSegment> = ns
-        .iter()
-        .zip(&ys)
-        .map(|(&n, y)| FragSegment {
-            n,
-            y: y.ptr(),
-            ep: GpuEpilogue::NONE,
-            f16_shift: None,
-        })
-        .collect();
-    rt.mx_matmul_frag_grouped(
-        m,
-        k,
-        (daq.ptr(), das.ptr()),
-        (dwf.ptr(), dwsf.ptr()),
-        &segs,
+    let eps = [GpuEpilogue::NONE; 3];
+    launch_grouped(
+        &rt,
+        (m, k),
+        (&daq, &das),
+        (&dwf, &dwsf),
+        (&ns, &ys, &eps),
         DType::F32,
-        0,
-    )
-    .expect("grouped launch");
+    );
     for (s, (&n, (w, wscale))) in ns.iter().zip(&ws).enumerate() {
         let mut want = vec![0f32; m * n];
         reference::mx_matmul(
