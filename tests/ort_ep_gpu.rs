@@ -673,7 +673,7 @@ fn gpu_device_matches_the_cpu_device() {
     let on_gpu_device = !ep_devices(DeviceType::GPU).is_empty();
     // Where the fragment GEMM serves (CUDA sm_90+), the MX decoders' q / k / v run as one launch
     // (provider/src/gpu/matmul_group.rs), which says so in ORT's log.
-    let groups = std::env::var("MXFUSE_GPU_GROUP").map_or(true, |v| v != "0" && v != "off")
+    let groups = std::env::var("MXFUSE_GPU_MATMUL_GROUP").map_or(true, |v| v != "0" && v != "off")
         && matches!(kernels::gpu::driver::Driver::load(), Ok(Ok(d))
             if d.backend() == kernels::gpu::Backend::Cuda && d.info().compute_capability >= 90);
     let mut grouped = 0;

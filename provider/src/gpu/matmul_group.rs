@@ -9,7 +9,7 @@
 //! Each output's tiles are computed as the one-matrix fragment kernel computes them for the
 //! group's N (`gpu_kernels` checks it bit for bit); against a launch per weight only the split
 //! of K over warps, which the kernel choice takes from N, may differ: the GEMM's documented
-//! summation-order tolerance. `MXFUSE_GPU_GROUP=0` launches each weight alone.
+//! summation-order tolerance. `MXFUSE_GPU_MATMUL_GROUP=0` launches each weight alone.
 
 use std::sync::Arc;
 
@@ -40,10 +40,12 @@ pub(super) struct Member {
     f16_shift: Option<i32>,
 }
 
-/// Whether programs group (`MXFUSE_GPU_GROUP=0`: every weight its own launch).
+/// Whether programs group (`MXFUSE_GPU_MATMUL_GROUP=0`: every weight its own launch).
 fn grouping_on() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !std::env::var("MXFUSE_GPU_GROUP").is_ok_and(|v| v == "0" || v == "off"))
+    *ON.get_or_init(|| {
+        !std::env::var("MXFUSE_GPU_MATMUL_GROUP").is_ok_and(|v| v == "0" || v == "off")
+    })
 }
 
 /// What steps must share to run as one launch: the activation and its scales (slots), K and the
