@@ -135,8 +135,9 @@ pub const MODULES: [Module; 8] = [
         kernels: &["mx_matmul_pipe_", "mx_matmul_frag_"],
     },
     // The fragment GEMM's kernels with the grouped entry points (several outputs of one
-    // activation in one launch; kernels::gpu::launch `mx_matmul_frag_grouped`), compiled when a
-    // program first groups.
+    // activation in one launch; kernels::gpu::grouped). Eager: a decoder's q / k / v group at
+    // its first decode step, where compiling it then (~25 s of NVRTC) would stall that run; at
+    // start it compiles beside the other modules, which take longer.
     Module {
         name: "gemm_frag_grouped",
         files: &[
@@ -144,7 +145,7 @@ pub const MODULES: [Module; 8] = [
             "mx_matmul_pipe.hip",
             "mx_matmul_frag.hip",
         ],
-        eager: false,
+        eager: true,
         kernels: &["mx_matmul_fragg_"],
     },
     Module {
