@@ -230,3 +230,146 @@ impl MatMulGroup {
         .map_err(super::program::gpu)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::memory::HostMemory;
+    use crate::ops::Kernel;
+    use crate::tensor::{TensorMut, TensorRef};
+    use kernels::MxMatMulAttrs;
+
+    /// Shapes are not asked for by the grouping pass.
+    struct NoShapes;
+    impl Kernel for NoShapes {
+        fn output_metas(&self, _: &[Option<&Meta>]) -> Result<Vec<Meta>> {
+            Ok(Vec::new())
+        }
+        fn compute(
+            &self,
+            _: &[Option<TensorRef<'_>>],
+            _: &mut [Option<TensorMut<'_>>],
+            _: &dyn kernels::Parallel,
+        ) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    /// An `MxMatMul` step reading slots `a`, `a_scale` (and `bias`), its weight `[n, k]` packed
+    /// (`frag`) as whole tiles of bytes `fill`, writing slot `y`.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul(
+        memory: &Arc<dyn DeviceMemory>,
+        (a, a_scale, bias, y): (usize, usize, Option<usize>, usize),
+        (n, k): (usize, usize),
+        frag: bool,
+        out: DType,
+        fill: u8,
+    ) -> Step {
+        let tiles = n.div_ceil(16);
+        let bytes = |len: usize| DeviceBox::upload(memory, &vec![fill; len]).expect("upload");
+        Step {
+            name: format!("mm{fill}"),
+            shapes: Box::new(NoShapes),
+            op: GpuOp::MatMul {
+                attrs: MxMatMulAttrs {
+                    alpha: f32::from(fill),
+                    ..MxMatMulAttrs::default()
+                },
+                packed: Some(PackedWeight {
+                    q: bytes(tiles * (k / 32) * 512),
+                    scales: bytes(tiles * (k / 128) * 64),
+                    nk: (n, k),
+                    frag,
+                    f16_shift: None,
+                }),
+                out: Some(out),
+            },
+            inputs: vec![Some(a), Some(a_scale), None, None, bias],
+            outputs: vec![Some(y)],
+        }
+    }
+
+    #[test]
+    fn one_activations_fragment_gemms_group_in_order_up_to_four() {
+        let memory: Arc<dyn DeviceMemory> = Arc::new(HostMemory::default());
+        // Slots 0-1: the activation and its scales; 2-3: another's; 4: a bias a step writes; 5: a
+        // bias that is a fused input; 10..: outputs.
+        let sources = vec![
+            Source::Input(0),
+            Source::Input(1),
+            Source::Input(2),
+            Source::Input(3),
+            Source::Step,
+            Source::Input(4),
+        ];
+        let (k, bf) = (256, DType::BF16);
+        let mut steps = vec![
+            matmul(&memory, (0, 1, None, 10), (100, k), true, bf, 1),
+            matmul(&memory, (0, 1, Some(5), 11), (16, k), true, bf, 2),
+            matmul(&memory, (2, 3, None, 12), (64, k), true, bf, 3), // another activation
+            matmul(&memory, (0, 1, Some(4), 13), (32, k), true, bf, 4), // a step's bias
+            matmul(&memory, (0, 1, None, 14), (32, k), false, bf, 5), // not fragment-packed
+            matmul(&memory, (0, 1, None, 15), (32, 512), true, bf, 6), // another K
+            matmul(&memory, (0, 1, None, 16), (32, k), true, DType::F32, 7), // another type
+            matmul(&memory, (0, 1, None, 17), (40, k), true, bf, 8),
+            matmul(&memory, (0, 1, None, 18), (8, k), true, bf, 9),
+            matmul(&memory, (0, 1, None, 19), (24, k), true, bf, 10), // the fifth: alone
+        ];
+        group_matmuls(&mut steps, &sources, &memory).expect("group");
+        let GpuOp::MatMulGroup(g) = &steps[0].op else {
+            panic!("step 0 does not hold a group");
+        };
+        let members: Vec<usize> = g.members.iter().map(|m| m.step).collect();
+        assert_eq!(members, [0, 1, 7, 8]);
+        assert_eq!(
+            g.members.iter().map(|m| m.n).collect::<Vec<_>>(),
+            [100, 16, 40, 8]
+        );
+        assert_eq!(
+            g.members.iter().map(|m| m.alpha).collect::<Vec<_>>(),
+            [1.0, 2.0, 8.0, 9.0]
+        );
+        for (j, step) in steps.iter().enumerate() {
+            let grouped = matches!(step.op, GpuOp::Grouped);
+            assert_eq!(grouped, [1, 7, 8].contains(&j), "step {j}");
+            if ![0, 1, 7, 8].contains(&j) {
+                assert!(matches!(step.op, GpuOp::MatMul { .. }), "step {j} changed");
+            }
+        }
+        // The packed weights one after another, whole tiles each.
+        let tiles = [7usize, 1, 3, 1];
+        let mut q = vec![0u8; g.q.len()];
+        memory.device_to_host(&mut q, g.q.ptr()).expect("read");
+        let want: Vec<u8> = tiles
+            .iter()
+            .zip([1u8, 2, 8, 9])
+            .flat_map(|(&t, fill)| vec![fill; t * (k / 32) * 512])
+            .collect();
+        assert!(q == want, "packed fragments");
+        let mut s = vec![0u8; g.scales.len()];
+        memory.device_to_host(&mut s, g.scales.ptr()).expect("read");
+        let want: Vec<u8> = tiles
+            .iter()
+            .zip([1u8, 2, 8, 9])
+            .flat_map(|(&t, fill)| vec![fill; t * (k / 128) * 64])
+            .collect();
+        assert!(s == want, "packed scale words");
+    }
+
+    #[test]
+    fn a_weight_alone_is_left_as_it_is() {
+        let memory: Arc<dyn DeviceMemory> = Arc::new(HostMemory::default());
+        let sources = vec![Source::Input(0), Source::Input(1)];
+        let mut steps = vec![matmul(
+            &memory,
+            (0, 1, None, 5),
+            (48, 128),
+            true,
+            DType::F16,
+            1,
+        )];
+        group_matmuls(&mut steps, &sources, &memory).expect("group");
+        assert!(matches!(steps[0].op, GpuOp::MatMul { .. }));
+    }
+}
