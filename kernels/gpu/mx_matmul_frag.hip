@@ -22,6 +22,9 @@
 // still runs; activations are read only after it. pre & 1 = 0 waits first (weights written by an
 // earlier kernel of the stream). pre & 2: the L2 prefetch of the warp's weights (below).
 // Grid: (ceil(M / (8 MT)) * S, ceil(N / 16)), block 32 W threads (MxFragBlock).
+// Outputs go through MxFragOut (one matrix); compiled with MX_FRAG_GROUPED
+// (mx_matmul_frag_grouped.hip) the same kernels take a segment table instead (MxFragSegOut: the
+// consumers of one activation, weights packed one after another, one launch).
 
 #if defined(MX_NV_FP8_MMA) && defined(MX_NV_CLUSTER)
 
