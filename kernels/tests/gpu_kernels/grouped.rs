@@ -22,6 +22,30 @@ fn group(rng: &mut Rng, ns: &[usize], k: usize) -> (Vec<(Vec<u8>, Vec<u8>)>, Vec
     (ws, wf, wsf)
 }
 
+/// The GPU runtime, the generator after [`group`], the weights and their packing on the device;
+/// `None` (said on stderr) without a GPU or the fragment GEMM for `k`.
+#[allow(clippy::type_complexity)]
+fn uploaded_group(
+    ns: &[usize],
+    k: usize,
+    seed: u64,
+) -> Option<(
+    Arc<GpuRuntime>,
+    Rng,
+    Vec<(Vec<u8>, Vec<u8>)>,
+    (DeviceBuffer, DeviceBuffer),
+)> {
+    let rt = gpu()?;
+    if !rt.frag_gemm_available(k) {
+        eprintln!("skipped: no fragment-packed GEMM on this device for K = {k}");
+        return None;
+    }
+    let mut rng = Rng(seed);
+    let (ws, wf, wsf) = group(&mut rng, ns, k);
+    let packed = (upload(&rt, &wf), upload(&rt, &wsf));
+    Some((rt, rng, ws, packed))
+}
+
 /// First packed column of each segment.
 fn starts(ns: &[usize]) -> Vec<usize> {
     ns.iter()
@@ -144,15 +168,10 @@ fn gpu_grouped_gemm_is_the_concatenated_kernel_per_segment() {
 /// accumulator: `fl(alpha · acc) + fl(beta · c)` bit for bit.
 #[test]
 fn gpu_grouped_gemm_applies_each_segments_epilogue() {
-    let Some(rt) = gpu() else { return };
     let (ns, k, m) = ([48usize, 100, 16], 256usize, 5usize);
-    if !rt.frag_gemm_available(k) {
-        eprintln!("skipped: no fragment-packed GEMM on this device for K = {k}");
+    let Some((rt, mut rng, _, (dwf, dwsf))) = uploaded_group(&ns, k, 0x6E44_0000_0000_6A12) else {
         return;
-    }
-    let mut rng = Rng(0x6E44_0000_0000_6A12);
-    let (_, wf, wsf) = group(&mut rng, &ns, k);
-    let (dwf, dwsf) = (upload(&rt, &wf), upload(&rt, &wsf));
+    };
     let a: Vec<bf16> = (0..m * k).map(|_| bf16::from_f32(rng.normal())).collect();
     let (mut aq, mut asc) = (vec![0u8; m * k], vec![0u8; m * k / 32]);
     reference::mx_quantize(&a, k, &mut aq, &mut asc, QuantConfig::default()).expect("reference");
@@ -201,15 +220,10 @@ fn gpu_grouped_gemm_applies_each_segments_epilogue() {
 /// the summation-order bound of the reference.
 #[test]
 fn gpu_grouped_gemm_at_prefill_rows_matches_the_reference() {
-    let Some(rt) = gpu() else { return };
     let (ns, k, m) = ([256usize, 64, 64], 256usize, 300usize);
-    if !rt.frag_gemm_available(k) {
-        eprintln!("skipped: no fragment-packed GEMM on this device for K = {k}");
+    let Some((rt, mut rng, ws, (dwf, dwsf))) = uploaded_group(&ns, k, 0x6E44_0000_0000_6A13) else {
         return;
-    }
-    let mut rng = Rng(0x6E44_0000_0000_6A13);
-    let (ws, wf, wsf) = group(&mut rng, &ns, k);
-    let (dwf, dwsf) = (upload(&rt, &wf), upload(&rt, &wsf));
+    };
     let (_, aq, asc, _) = reference_gemm_case(&mut rng, m, k, ns[0], &ws[0].0, &ws[0].1);
     let (daq, das) = (upload(&rt, &aq), upload(&rt, &asc));
     let ys: Vec<DeviceBuffer> = ns.iter().map(|&n| poisoned::<f32>(&rt, m * n)).collect();

@@ -339,22 +339,19 @@ mod tests {
         }
         // The packed weights one after another, whole tiles each.
         let tiles = [7usize, 1, 3, 1];
-        let mut q = vec![0u8; g.q.len()];
-        memory.device_to_host(&mut q, g.q.ptr()).expect("read");
-        let want: Vec<u8> = tiles
-            .iter()
-            .zip([1u8, 2, 8, 9])
-            .flat_map(|(&t, fill)| vec![fill; t * (k / 32) * 512])
-            .collect();
-        assert!(q == want, "packed fragments");
-        let mut s = vec![0u8; g.scales.len()];
-        memory.device_to_host(&mut s, g.scales.ptr()).expect("read");
-        let want: Vec<u8> = tiles
-            .iter()
-            .zip([1u8, 2, 8, 9])
-            .flat_map(|(&t, fill)| vec![fill; t * (k / 128) * 64])
-            .collect();
-        assert!(s == want, "packed scale words");
+        // `buf` holds each member's `per_tile` bytes a tile (filled with its step's byte).
+        let holds = |buf: &DeviceBox, per_tile: usize| {
+            let mut got = vec![0u8; buf.len()];
+            memory.device_to_host(&mut got, buf.ptr()).expect("read");
+            let want: Vec<u8> = tiles
+                .iter()
+                .zip([1u8, 2, 8, 9])
+                .flat_map(|(&t, fill)| vec![fill; t * per_tile])
+                .collect();
+            got == want
+        };
+        assert!(holds(&g.q, (k / 32) * 512), "packed fragments");
+        assert!(holds(&g.scales, (k / 128) * 64), "packed scale words");
     }
 
     #[test]
