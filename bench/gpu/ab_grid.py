@@ -5,7 +5,7 @@ outputs of different summation orders: max relative difference printed, must sta
 bf16 ulps). Time: the runtime's choice beside each grid and cuBLAS bf16; PDL, CUDA-graph replay
 of 200 launches, weights rotating over >= 400 MB, median of REPS, alternating.
 Usage: python3 ab_grid.py [REPS]   (AB_CASES "NxK:M,M;...")"""
-import ctypes, faulthandler, json, os, statistics, sys
+import ctypes, faulthandler, json, os, sys
 import torch
 import mxgpu
 from program import program_text
@@ -24,8 +24,8 @@ def grid_text():
 
 mxgpu.program_text = grid_text  # compile_program (and its cubin cache key) sees this text
 from mxgpu import Module, Ops, epilogue, frag_kernel  # noqa: E402
-from bench import graph_time, read_bandwidth  # noqa: E402
-from bench_frag_pdl import rotation, weight_copies  # noqa: E402
+from bench import read_bandwidth  # noqa: E402
+from bench_frag_pdl import ab_cases, time_alternating  # noqa: E402
 
 OUT = os.environ.get("OUT", ".")
 dev = "cuda"
@@ -46,38 +46,22 @@ def main():
     mod.pdl = True
     rows = []
     cases = os.environ.get("AB_CASES", "6144x6144:1,4,8;6144x768:1,4,8;1536x6144:1,8")
-    for case in cases.split(";"):
-        sh, ms = case.split(":")
-        N, K = (int(v) for v in sh.split("x"))
-        copies, _, _, P, Wb = weight_copies(N, K)
-        nxt = rotation()
-        for M in (int(m) for m in ms.split(",")):
-            A = torch.randn(M, K, device=dev).bfloat16()
-            aq, as_ = ops.quantize(A, 0)
-            y = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
-            rt = frag_kernel(N, K, M)
-            ref = ops.matmul_frag(*P[0], N, K, M, aq, as_, y=torch.empty_like(y)).float()
-            fns = {"rt": lambda: ops.matmul_frag(*P[nxt(copies)], N, K, M, aq, as_, y=y),
-                   "cublas": lambda: A @ Wb[nxt(len(Wb))].t()}
-            diffs = {}
-            for W, S in GRIDS.get(N * K, []):
-                if K // 128 < W * S:
-                    continue
-                got = launch(mod, W, S, *P[0], N, K, M, aq, as_, torch.empty_like(y)).float()
-                torch.cuda.synchronize()
-                diffs[f"w{W}s{S}"] = ((got - ref).abs() / ref.abs().clamp_min(1e-3)).max().item()
-                fns[f"w{W}s{S}"] = (lambda W=W, S=S: launch(mod, W, S, *P[nxt(copies)], N, K, M, aq, as_, y))
-            t = {k: [] for k in fns}
-            for _ in range(reps):
-                for k, fn in fns.items():
-                    t[k].append(graph_time(fn))
-            med = {k: statistics.median(v) for k, v in t.items()}
-            rows.append(dict(N=N, K=K, M=M, rt=list(rt), med=med, diffs=diffs))
-            gb = (N * K + N * K // 32) / 1e9
-            print(f"{N:5d}x{K:<5d} M={M:2d}: rt {rt[3] or 'm' + str(rt[0])} w{rt[1]}s{rt[2]} " + " | ".join(
-                f"{k} {v:6.2f}" + (f" ({gb / (v * 1e-6) / 1e3:.2f} TB/s)" if k != "cublas" else "") for k, v in med.items())
-                + " | max rel diff vs rt " + " ".join(f"{k} {v:.1e}" for k, v in diffs.items()), flush=True)
-        del P, Wb
+    for c in ab_cases(ops, frag_kernel, cases):
+        N, K, M, P, rt, fns = c.N, c.K, c.M, c.P, c.rt, c.fns
+        diffs = {}
+        for W, S in GRIDS.get(N * K, []):
+            if K // 128 < W * S:
+                continue
+            got = launch(mod, W, S, *P[0], N, K, M, c.aq, c.as_, torch.empty_like(c.y)).float()
+            torch.cuda.synchronize()
+            diffs[f"w{W}s{S}"] = ((got - c.ref).abs() / c.ref.abs().clamp_min(1e-3)).max().item()
+            fns[f"w{W}s{S}"] = (lambda W=W, S=S: launch(mod, W, S, *P[c.next()], N, K, M, c.aq, c.as_, c.y))
+        _, med = time_alternating(fns, reps)
+        rows.append(dict(N=N, K=K, M=M, rt=list(rt), med=med, diffs=diffs))
+        gb = (N * K + N * K // 32) / 1e9
+        print(f"{N:5d}x{K:<5d} M={M:2d}: rt {rt[3] or 'm' + str(rt[0])} w{rt[1]}s{rt[2]} " + " | ".join(
+            f"{k} {v:6.2f}" + (f" ({gb / (v * 1e-6) / 1e3:.2f} TB/s)" if k != "cublas" else "") for k, v in med.items())
+            + " | max rel diff vs rt " + " ".join(f"{k} {v:.1e}" for k, v in diffs.items()), flush=True)
     json.dump(dict(rows=rows), open(os.path.join(OUT, "ab_grid.json"), "w"), indent=1)
 
 

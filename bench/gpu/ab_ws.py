@@ -21,8 +21,8 @@ def ws_text():
 
 mxgpu.program_text = ws_text  # compile_program (and its cubin cache key) sees this text
 from mxgpu import Module, Ops, epilogue, frag_kernel  # noqa: E402
-from bench import graph_time, read_bandwidth  # noqa: E402
-from bench_frag_pdl import rotation, weight_copies  # noqa: E402
+from bench import read_bandwidth  # noqa: E402
+from bench_frag_pdl import ab_cases, time_alternating  # noqa: E402
 
 OUT = os.environ.get("OUT", ".")
 dev = "cuda"
@@ -91,41 +91,26 @@ def main():
     mod.pdl = True
     rows = []
     cases = os.environ.get("AB_CASES", "6144x6144:1,8;6144x768:1,8;4096x4096:1,8;8192x2048:1;1536x6144:1")
-    for case in cases.split(";"):
-        sh, ms = case.split(":")
-        N, K = (int(v) for v in sh.split("x"))
-        copies, _, _, P, Wb = weight_copies(N, K)
-        nxt = rotation()
-        for M in (int(m) for m in ms.split(",")):
-            A = torch.randn(M, K, device=dev).bfloat16()
-            aq, as_ = ops.quantize(A, 0)
-            y = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
-            rt = frag_kernel(N, K, M)
-            ref = ops.matmul_frag(*P[0], N, K, M, aq, as_, y=torch.empty_like(y)).float()
-            fns = {"rt": lambda: ops.matmul_frag(*P[nxt(copies)], N, K, M, aq, as_, y=y),
-                   "cublas": lambda: A @ Wb[nxt(len(Wb))].t()}
-            diffs = {}
-            for C, Q, late, R, Pb in variants(N, K, M, sms):
-                key = f"c{C}q{Q}{'l' if late else ''}r{R}p{Pb}"
-                got = ws(C, Q, late, R, Pb, *P[0], N, K, M, aq, as_, torch.full_like(y, float("nan"))).float()
-                torch.cuda.synchronize()
-                diffs[key] = ((got - ref).abs().max() / ref.abs().max()).item()
-                fns[key] = (lambda C=C, Q=Q, late=late, R=R, Pb=Pb: ws(C, Q, late, R, Pb, *P[nxt(copies)], N, K, M, aq, as_, y))
-            t = {k: [] for k in fns}
-            for _ in range(reps):
-                for k, fn in fns.items():
-                    t[k].append(graph_time(fn))
-            med = {k: statistics.median(v) for k, v in t.items()}
-            rows.append(dict(N=N, K=K, M=M, rt=list(rt), med=med, diffs=diffs))
-            gb = (N * K + N * K // 32) / 1e9
-            print(f"{N:5d}x{K:<5d} M={M:2d}: rt {rt[3] or 'm' + str(rt[0])} w{rt[1]}s{rt[2]}", flush=True)
-            for k, v in sorted(med.items(), key=lambda kv: kv[1]):
-                frac = f" {gb / (v * 1e-6) / (bw / 1e9) * 100:5.1f} % of read-only HBM" if k != "cublas" else ""
-                print(f"   {k:16s} {v:7.2f} us{frac}" + (f"  diff {diffs[k]:.1e}" if k in diffs else ""), flush=True)
-            ratios = sorted(c / r for c, r in zip(t["cublas"], t["rt"]))
-            print(f"   cuBLAS / rt per repetition: min {ratios[0]:.3f} median {statistics.median(ratios):.3f} "
-                  f"max {ratios[-1]:.3f} ({len(ratios)} reps)", flush=True)
-        del P, Wb
+    for c in ab_cases(ops, frag_kernel, cases):
+        N, K, M, P, rt, fns = c.N, c.K, c.M, c.P, c.rt, c.fns
+        diffs = {}
+        for C, Q, late, R, Pb in variants(N, K, M, sms):
+            key = f"c{C}q{Q}{'l' if late else ''}r{R}p{Pb}"
+            got = ws(C, Q, late, R, Pb, *P[0], N, K, M, c.aq, c.as_, torch.full_like(c.y, float("nan"))).float()
+            torch.cuda.synchronize()
+            diffs[key] = ((got - c.ref).abs().max() / c.ref.abs().max()).item()
+            fns[key] = (lambda C=C, Q=Q, late=late, R=R, Pb=Pb: ws(C, Q, late, R, Pb, *P[c.next()], N, K, M, c.aq,
+                                                                   c.as_, c.y))
+        t, med = time_alternating(fns, reps)
+        rows.append(dict(N=N, K=K, M=M, rt=list(rt), med=med, diffs=diffs))
+        gb = (N * K + N * K // 32) / 1e9
+        print(f"{N:5d}x{K:<5d} M={M:2d}: rt {rt[3] or 'm' + str(rt[0])} w{rt[1]}s{rt[2]}", flush=True)
+        for k, v in sorted(med.items(), key=lambda kv: kv[1]):
+            frac = f" {gb / (v * 1e-6) / (bw / 1e9) * 100:5.1f} % of read-only HBM" if k != "cublas" else ""
+            print(f"   {k:16s} {v:7.2f} us{frac}" + (f"  diff {diffs[k]:.1e}" if k in diffs else ""), flush=True)
+        ratios = sorted(a / b for a, b in zip(t["cublas"], t["rt"]))
+        print(f"   cuBLAS / rt per repetition: min {ratios[0]:.3f} median {statistics.median(ratios):.3f} "
+              f"max {ratios[-1]:.3f} ({len(ratios)} reps)", flush=True)
     json.dump(dict(rows=rows, read_bw=bw), open(os.path.join(OUT, "ab_ws.json"), "w"), indent=1)
 
 

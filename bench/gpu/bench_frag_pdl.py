@@ -54,6 +54,40 @@ def rotation():
     return lambda n: next(calls) % n
 
 
+def ab_cases(ops, frag_kernel, cases):
+    """The A/B scripts' cases ("NxK:M,M;..."): per (N, K, M) a namespace with the weight copies P
+    (`c.next()`: the index of the next copy, so back-to-back launches read another copy), bf16
+    activations A quantized to (aq, as_), a bf16 output y, the runtime's kernel choice rt and its
+    output ref (copy 0), and fns = {"rt", "cublas"}: the baseline calls as timing closures."""
+    import types
+    for case in cases.split(";"):
+        sh, ms = case.split(":")
+        N, K = (int(v) for v in sh.split("x"))
+        copies, _, _, P, Wb = weight_copies(N, K)
+        nxt = rotation()
+        for M in (int(m) for m in ms.split(",")):
+            A = torch.randn(M, K, device=dev).bfloat16()
+            aq, as_ = ops.quantize(A, 0)
+            y = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
+            ref = ops.matmul_frag(*P[0], N, K, M, aq, as_, y=torch.empty_like(y)).float()
+            c = types.SimpleNamespace(N=N, K=K, M=M, P=P, next=lambda: nxt(copies), A=A, aq=aq, as_=as_, y=y,
+                                      rt=frag_kernel(N, K, M), ref=ref)
+            c.fns = {"rt": lambda c=c: ops.matmul_frag(*P[c.next()], N, K, M, aq, as_, y=y),
+                     "cublas": lambda: A @ Wb[nxt(len(Wb))].t()}
+            yield c
+        del P, Wb
+
+
+def time_alternating(fns, reps):
+    """Each call of fns timed by graph_time, the calls alternating, reps rounds: (times, medians)."""
+    import statistics
+    t = {k: [] for k in fns}
+    for _ in range(reps):
+        for k, fn in fns.items():
+            t[k].append(graph_time(fn))
+    return t, {k: statistics.median(v) for k, v in t.items()}
+
+
 def bench_gemm(mod, ops, read_bw, rows):
     for N, K in ((1536, 6144), (6144, 768), (6144, 6144)):
         copies, Wt, St, P, Wb = weight_copies(N, K)
