@@ -793,6 +793,14 @@ fn random_mx_weights(rng: &mut Rng, n: usize, k: usize) -> (Vec<u8>, Vec<u8>) {
     (w, ws)
 }
 
+/// Random MXFP8 activations `[m, k]` (values, scales) from bf16 normals.
+fn random_activations(rng: &mut Rng, m: usize, k: usize) -> (Vec<u8>, Vec<u8>) {
+    let a: Vec<bf16> = (0..m * k).map(|_| bf16::from_f32(rng.normal())).collect();
+    let (mut aq, mut asc) = (vec![0u8; m * k], vec![0u8; m * k / 32]);
+    reference::mx_quantize(&a, k, &mut aq, &mut asc, QuantConfig::default()).expect("reference");
+    (aq, asc)
+}
+
 /// Random bf16 activations `[m, k]`, their MXFP8 quantization (values, scales) and the reference
 /// GEMM against `[n, k]` weights `(w, ws)`.
 #[allow(clippy::type_complexity)]

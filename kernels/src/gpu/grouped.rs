@@ -14,8 +14,8 @@
 
 use super::error::GpuResult;
 use super::launch::{
-    check_aligned, check_k, dim_i32, dtype_suffix, frag_grid, EpilogueParams, GpuEpilogue, GpuMatB,
-    Params, StreamHandle,
+    check_aligned, check_frag_operands, check_k, dim_i32, dtype_suffix, frag_grid, EpilogueParams,
+    GpuEpilogue, GpuMatB, Params, StreamHandle,
 };
 use super::pack::pack_frag_weights;
 use super::runtime::GpuRuntime;
@@ -93,58 +93,56 @@ impl GpuRuntime {
         for s in segs {
             check_aligned("y (grouped GEMM)", s.y, out_dtype.size() as u64)?;
         }
+        // Each segment's first tile in the packing, and the group's tiles.
+        let tile0: Vec<usize> = segs
+            .iter()
+            .scan(0, |at, s| {
+                let t = *at;
+                *at += s.n.div_ceil(16);
+                Some(t)
+            })
+            .collect();
         let tiles: usize = segs.iter().map(|s| s.n.div_ceil(16)).sum();
         if m == 0 || tiles == 0 {
             return Ok(());
         }
-        // Segment s's part of the packing: whole tiles of K / 32 k-blocks of 512 bytes and K / 128
-        // groups of 64 bytes of scale words.
-        let part = |tile0: usize| {
-            (
-                wf + (tile0 * (k / 32) * 512) as u64,
-                wsf + (tile0 * (k / 128) * 64) as u64,
-            )
-        };
-        let alone = !self.frag_gemm_runs(k)
-            || segs.iter().any(|s| {
+        // One `mx_matmul` per segment on its part of the packing: whole tiles of K / 32 k-blocks
+        // of 512 bytes and K / 128 groups of 64 bytes of scale words.
+        let alone = || -> GpuResult<()> {
+            for (s, &t) in segs.iter().zip(&tile0).filter(|(s, _)| s.n > 0) {
                 let b = GpuMatB::MxFrag {
-                    q: wf,
-                    scales: wsf,
+                    q: wf + (t * (k / 32) * 512) as u64,
+                    scales: wsf + (t * (k / 128) * 64) as u64,
                     f16_shift: s.f16_shift,
                 };
-                self.prefill_takes((m, k, s.n), DType::E4M3, &b, out_dtype, &s.ep)
-            });
+                self.mx_matmul(m, k, s.n, a_q, a_scales, &b, s.y, out_dtype, &s.ep, stream)?;
+            }
+            Ok(())
+        };
+        let prefill = |s: &FragSegment| {
+            let b = GpuMatB::MxFrag {
+                q: wf,
+                scales: wsf,
+                f16_shift: s.f16_shift,
+            };
+            self.prefill_takes((m, k, s.n), DType::E4M3, &b, out_dtype, &s.ep)
+        };
+        if !self.frag_gemm_runs(k) || segs.iter().any(prefill) {
+            return alone();
+        }
         let n_total = 16 * tiles;
         let fk = self.frag_kernel_for(m, k, n_total, a_q, o);
         // The plain (f16 / f32 output) kernels on the group's N may give each warp a longer
         // stream than the largest member's own launch (fewer warps a block): 6144 + 1024 + 1024 x
         // 6144 with f32 output measured 0.90-1.08x a launch per weight on the H200 at 1-16 rows
         // (every other measured group 1.25-2.3x; BENCHMARKS.md session 28), so those run alone.
-        let longer_streams = out_dtype != DType::BF16 && {
+        if out_dtype != DType::BF16 {
             let n_max = segs.iter().map(|s| s.n).max().unwrap_or(0);
-            fk.w < self.frag_kernel_for(m, k, n_max, a_q, o).w.min(4)
-        };
-        if alone || longer_streams {
-            let mut tile0 = 0;
-            for s in segs {
-                let (q, scales) = part(tile0);
-                tile0 += s.n.div_ceil(16);
-                if s.n == 0 {
-                    continue;
-                }
-                let b = GpuMatB::MxFrag {
-                    q,
-                    scales,
-                    f16_shift: s.f16_shift,
-                };
-                self.mx_matmul(m, k, s.n, a_q, a_scales, &b, s.y, out_dtype, &s.ep, stream)?;
+            if fk.w < self.frag_kernel_for(m, k, n_max, a_q, o).w.min(4) {
+                return alone();
             }
-            return Ok(());
         }
-        check_aligned("b (fragment-packed)", wf, 16)?;
-        check_aligned("b_scales (fragment-packed)", wsf, 4)?;
-        check_aligned("a (fragment GEMM)", a_q, 8)?;
-        check_aligned("a_scales (fragment GEMM)", a_scales, 4)?;
+        check_frag_operands((a_q, a_scales), (wf, wsf))?;
         let none = GpuEpilogue::NONE.params(1, 1, out_dtype)?;
         let mut p = FragSegsParams {
             count: segs.len() as i32,
@@ -153,16 +151,13 @@ impl GpuRuntime {
             y: [0; MAX_FRAG_SEGMENTS],
             ep: [none; MAX_FRAG_SEGMENTS],
         };
-        let mut tile0 = 0;
-        for (i, s) in segs.iter().enumerate() {
-            p.tile0[i] = dim_i32("tiles", tile0)?;
+        for (i, (s, &t)) in segs.iter().zip(&tile0).enumerate() {
+            p.tile0[i] = dim_i32("tiles", t)?;
             p.n[i] = dim_i32("N", s.n)?;
             p.y[i] = s.y;
             p.ep[i] = s.ep.params(m, s.n, out_dtype)?;
-            tile0 += s.n.div_ceil(16);
         }
-        p.tile0[segs.len()] = dim_i32("tiles", tile0)?;
-        let pre = 1i32 | if fk.l2_prefetch { 2 } else { 0 };
+        p.tile0[segs.len()] = dim_i32("tiles", tiles)?;
         let params = Params::new()
             .push(a_q)
             .push(a_scales)
@@ -172,7 +167,7 @@ impl GpuRuntime {
             .push(dim_i32("M", m)?)
             .push(dim_i32("N", n_total)?)
             .push(dim_i32("K", k)?)
-            .push(pre);
+            .push(fk.pre());
         let name = format!(
             "mx_matmul_fragg_m{}_{o}_w{}_s{}{}",
             fk.rows,

@@ -218,6 +218,18 @@ fn gemm_params(
         .push(dim_i32("K", k)?))
 }
 
+/// The fragment GEMM's operands: one 16-byte load per lane of weights, one 4-byte word per scale
+/// group; activations by 8-byte fragment loads (16-byte copies in `_fsa`), 4-byte scale words.
+pub(super) fn check_frag_operands(
+    (a_q, a_scales): (u64, u64),
+    (wf, wsf): (u64, u64),
+) -> GpuResult<()> {
+    check_aligned("b (fragment-packed)", wf, 16)?;
+    check_aligned("b_scales (fragment-packed)", wsf, 4)?;
+    check_aligned("a (fragment GEMM)", a_q, 8)?;
+    check_aligned("a_scales (fragment GEMM)", a_scales, 4)
+}
+
 /// The fragment GEMM's grid: x = activation-row tiles x splits, y = 16-column tiles, or pairs of
 /// them for `_t2` (mx_matmul_frag.hip MxFragBlock: the row tiles of one weight tile run together
 /// and share it through L2).
@@ -977,19 +989,11 @@ impl GpuRuntime {
             ))
             .into());
         }
-        // One 16-byte load per lane of weights, one 4-byte word per scale group.
-        check_aligned("b (fragment-packed)", wf, 16)?;
-        check_aligned("b_scales (fragment-packed)", wsf, 4)?;
-        // Activations: 8-byte fragment loads (16-byte copies in `_fsa`), 4-byte scale words.
-        check_aligned("a (fragment GEMM)", a_q, 8)?;
-        check_aligned("a_scales (fragment GEMM)", a_scales, 4)?;
+        check_frag_operands((a_q, a_scales), (wf, wsf))?;
         let fk = self.frag_kernel_for(m, k, n, a_q, out);
         let (w, s) = (fk.w, fk.s);
-        // pre & 1: the weights are constants, so the kernel loads its first batch of them before
-        // waiting for the previous kernel (PDL overlap); pre & 2: the L2 prefetch.
-        let pre = 1i32 | if fk.l2_prefetch { 2 } else { 0 };
         let params = gemm_params(a_q, a_scales, None, wf, wsf, y, m, n, k)?
-            .push(pre)
+            .push(fk.pre())
             .push(epi);
         let name = format!(
             "mx_matmul_frag_m{}_{out}_w{w}_s{s}{}",

@@ -188,6 +188,15 @@ pub struct FragKernel {
     pub l2_prefetch: bool,
 }
 
+impl FragKernel {
+    /// The kernels' `pre` argument: bit 0, the weights are constants, so the kernel loads its
+    /// first batch of them before waiting for the previous kernel (PDL overlap); bit 1, the L2
+    /// prefetch.
+    pub fn pre(&self) -> i32 {
+        1 | if self.l2_prefetch { 2 } else { 0 }
+    }
+}
+
 /// The loop of a fragment GEMM kernel (all give the same bits at the same `w`, `s`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FragLoop {

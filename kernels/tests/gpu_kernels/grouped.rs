@@ -113,10 +113,7 @@ fn gpu_grouped_gemm_is_the_concatenated_kernel_per_segment() {
         };
         let at = starts(&ns);
         for m in [1usize, 3, 8, 12, 16, 21] {
-            let a: Vec<bf16> = (0..m * k).map(|_| bf16::from_f32(rng.normal())).collect();
-            let (mut aq, mut asc) = (vec![0u8; m * k], vec![0u8; m * k / 32]);
-            reference::mx_quantize(&a, k, &mut aq, &mut asc, QuantConfig::default())
-                .expect("reference");
+            let (aq, asc) = random_activations(&mut rng, m, k);
             let (daq, das) = (upload(&rt, &aq), upload(&rt, &asc));
             for out in [DType::BF16, DType::F32] {
                 let size = out.size();
@@ -172,9 +169,7 @@ fn gpu_grouped_gemm_applies_each_segments_epilogue() {
     let Some((rt, mut rng, _, (dwf, dwsf))) = uploaded_group(&ns, k, 0x6E44_0000_0000_6A12) else {
         return;
     };
-    let a: Vec<bf16> = (0..m * k).map(|_| bf16::from_f32(rng.normal())).collect();
-    let (mut aq, mut asc) = (vec![0u8; m * k], vec![0u8; m * k / 32]);
-    reference::mx_quantize(&a, k, &mut aq, &mut asc, QuantConfig::default()).expect("reference");
+    let (aq, asc) = random_activations(&mut rng, m, k);
     let (daq, das) = (upload(&rt, &aq), upload(&rt, &asc));
     let launch = |eps: &[GpuEpilogue]| -> Vec<Vec<f32>> {
         let ys: Vec<DeviceBuffer> = ns.iter().map(|&n| poisoned::<f32>(&rt, m * n)).collect();

@@ -30,14 +30,6 @@ fn reference_f32(
     want
 }
 
-/// Random MXFP8 activations `[m, k]` (values, scales) from bf16 normals.
-fn random_activations(rng: &mut Rng, m: usize, k: usize) -> (Vec<u8>, Vec<u8>) {
-    let a: Vec<bf16> = (0..m * k).map(|_| bf16::from_f32(rng.normal())).collect();
-    let (mut aq, mut asc) = (vec![0u8; m * k], vec![0u8; m * k / 32]);
-    reference::mx_quantize(&a, k, &mut aq, &mut asc, QuantConfig::default()).expect("reference");
-    (aq, asc)
-}
-
 /// Device output `y` of `n` elements of type `out` (bf16, f16 or f32) as f32.
 fn download_f32(y: &DeviceBuffer, n: usize, out: kernels::DType) -> Vec<f32> {
     match out {

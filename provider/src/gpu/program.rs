@@ -307,6 +307,9 @@ impl PackedWeight {
     }
 }
 
+/// A step's inputs in a run: meta and device address of each (`None`: omitted), in the run's
+/// slots.
+type StepInputs<'v> = Vec<Option<&'v (Meta, u64)>>;
 /// A step's outputs in a run: meta and device address of each (`None`: not produced).
 type StepOutputs = Vec<Option<(Meta, u64)>>;
 
@@ -727,8 +730,8 @@ impl GpuProgram {
         let mut written = vec![false; self.outputs.len()];
         // A step's outputs: written in place into the fused outputs where they are those (or
         // through a Reshape that is), else pooled intermediates.
-        let mut alloc = |step: &Step, metas: Vec<Meta>| -> Result<Vec<Option<(Meta, u64)>>> {
-            let mut outs: Vec<Option<(Meta, u64)>> = Vec::with_capacity(step.outputs.len());
+        let mut alloc = |step: &Step, metas: Vec<Meta>| -> Result<StepOutputs> {
+            let mut outs: StepOutputs = Vec::with_capacity(step.outputs.len());
             for (slot, meta) in step.outputs.iter().zip(metas) {
                 let Some(slot) = *slot else {
                     outs.push(None);
@@ -787,16 +790,7 @@ impl GpuProgram {
             if matches!(step.op, GpuOp::Grouped) {
                 continue; // written by its group's first step
             }
-            let ins: Vec<Option<&(Meta, u64)>> = step
-                .inputs
-                .iter()
-                .map(|s| s.and_then(|s| values[s].as_ref()))
-                .collect();
-            let in_metas: Vec<Option<&Meta>> = ins.iter().map(|v| v.map(|(m, _)| m)).collect();
-            let metas = step
-                .shapes
-                .output_metas(&in_metas)
-                .map_err(|e| Error::invalid(format!("{}: {e}", step.name)))?;
+            let (ins, metas) = step_io(step, &values)?;
             if matches!(step.op, GpuOp::Reshape) {
                 // Same bytes, new dims: the output aliases the input (written into the fused
                 // output already when the producing step was forwarded, else copied at the end).
@@ -816,17 +810,7 @@ impl GpuProgram {
                 let mut produced = vec![(step, outs)];
                 for member in &group.members[1..] {
                     let other = &self.steps[member.step];
-                    let ins: Vec<Option<&(Meta, u64)>> = other
-                        .inputs
-                        .iter()
-                        .map(|s| s.and_then(|s| values[s].as_ref()))
-                        .collect();
-                    let in_metas: Vec<Option<&Meta>> =
-                        ins.iter().map(|v| v.map(|(m, _)| m)).collect();
-                    let metas = other
-                        .shapes
-                        .output_metas(&in_metas)
-                        .map_err(|e| Error::invalid(format!("{}: {e}", other.name)))?;
+                    let (_, metas) = step_io(other, &values)?;
                     produced.push((other, alloc(other, metas)?));
                 }
                 self.launch_group(group, &ins, &produced, &values)
@@ -1303,6 +1287,25 @@ impl GpuProgram {
         }
         Ok(())
     }
+}
+
+/// A step's inputs in a run (meta and device address of each, from the run's slots) and its
+/// outputs' metas (from its CPU kernel).
+fn step_io<'v>(
+    step: &Step,
+    values: &'v [Option<(Meta, u64)>],
+) -> Result<(StepInputs<'v>, Vec<Meta>)> {
+    let ins: StepInputs = step
+        .inputs
+        .iter()
+        .map(|s| s.and_then(|s| values[s].as_ref()))
+        .collect();
+    let in_metas: Vec<Option<&Meta>> = ins.iter().map(|v| v.map(|(m, _)| m)).collect();
+    let metas = step
+        .shapes
+        .output_metas(&in_metas)
+        .map_err(|e| Error::invalid(format!("{}: {e}", step.name)))?;
+    Ok((ins, metas))
 }
 
 /// A gathered step's error-record slot.
