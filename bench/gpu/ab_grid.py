@@ -8,7 +8,7 @@ Usage: python3 ab_grid.py [REPS]   (AB_CASES "NxK:M,M;...")"""
 import ctypes, faulthandler, json, os, sys
 import torch
 import mxgpu
-from program import program_text
+from program import gemm_text_with
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 faulthandler.dump_traceback_later(int(os.environ.get("AB_WATCHDOG", "300")), exit=False)
@@ -18,8 +18,7 @@ GRIDS = {6144 * 6144: [(3, 2), (2, 3), (1, 6), (4, 6), (6, 4)],
 
 
 def grid_text():
-    t = program_text(files=["mx_quantize.hip", "mx_matmul_pipe.hip", "mx_matmul_frag.hip"])
-    return t + '#line 1 "frag_grid.hip"\n' + open(os.path.join(HERE, "frag_grid.hip")).read() + "\n"
+    return gemm_text_with(os.path.join(HERE, "frag_grid.hip"))
 
 
 mxgpu.program_text = grid_text  # compile_program (and its cubin cache key) sees this text

@@ -7,7 +7,7 @@ Usage: python3 ab_ws.py [REPS]   (AB_CASES "NxK:M,M;...")"""
 import ctypes, faulthandler, json, os, re, statistics, sys
 import torch
 import mxgpu
-from program import program_text
+from program import gemm_text_with
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 faulthandler.dump_traceback_later(int(os.environ.get("AB_WATCHDOG", "400")), exit=False)
@@ -15,8 +15,7 @@ MAXR = 96
 
 
 def ws_text():
-    t = program_text(files=["mx_quantize.hip", "mx_matmul_pipe.hip", "mx_matmul_frag.hip"])
-    return t + '#line 1 "frag_ws.hip"\n' + open(os.path.join(HERE, "frag_ws.hip")).read() + "\n"
+    return gemm_text_with(os.path.join(HERE, "frag_ws.hip"))
 
 
 mxgpu.program_text = ws_text  # compile_program (and its cubin cache key) sees this text

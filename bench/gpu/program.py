@@ -43,3 +43,10 @@ def program_text(kernel_dir=KERNEL_DIR, files=None) -> str:
 if __name__ == "__main__":
     import sys
     sys.stdout.write(program_text())
+
+
+def gemm_text_with(path):
+    """The decode GEMM's module text (quantize, pipe, frag files) with a bench-only kernel file
+    appended (the A/B scripts' experiments: ab_ws.py, ab_grid.py; bench/gpu/device_*.sh)."""
+    t = program_text(files=["mx_quantize.hip", "mx_matmul_pipe.hip", "mx_matmul_frag.hip"])
+    return t + f'#line 1 "{os.path.basename(path)}"\n' + open(path).read() + "\n"
