@@ -10,7 +10,7 @@
                                                    const uint4* wf, const mx_u32* wsf,           \
                                                    MxBf16::storage* y, int M, int N, int K,      \
                                                    int pre, MxEpi ep) {                          \
-    mx_matmul_frag_t2<W, 1, S>(aq, as, wf, wsf, y, M, N, K, pre, ep);                            \
+    mx_matmul_frag_t2<W, 1, S>(aq, as, wf, wsf, MxFragOut<MxBf16>{y, N, ep}, M, N, K, pre);                            \
   }
 MX_G_T2(3, 1, )
 MX_G_T2(1, 3, __cluster_dims__(3, 1, 1))

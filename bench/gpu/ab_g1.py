@@ -1,0 +1,79 @@
+"""Issue 6 follow-up 32: one group of 4 k-blocks per warp (frag_g1.hip, appended to the GEMM
+module's text here) against the runtime's kernel and cuBLAS bf16 at small K (G = K / 128 <= W).
+Check: each kernel's output against the runtime kernel's (bf16 outputs of another summation
+order: max relative difference printed, must stay within a few bf16 ulps). Time: PDL,
+CUDA-graph replay of 200 launches, weights rotating over >= 400 MB, median of REPS, alternating.
+Usage: python3 ab_g1.py [REPS]   (AB_CASES "NxK:M,M;...")"""
+import ctypes, faulthandler, json, os, sys
+import torch
+import mxgpu
+from program import gemm_text_with
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+faulthandler.dump_traceback_later(int(os.environ.get("AB_WATCHDOG", "300")), exit=False)
+
+
+def g1_text():
+    return gemm_text_with(os.path.join(HERE, "frag_g1.hip"))
+
+
+mxgpu.program_text = g1_text  # compile_program (and its cubin cache key) sees this text
+from mxgpu import Module, Ops, epilogue, frag_kernel  # noqa: E402
+from bench import read_bandwidth  # noqa: E402
+from bench_frag_pdl import ab_cases, time_alternating  # noqa: E402
+
+OUT = os.environ.get("OUT", ".")
+dev = "cuda"
+# (label, rows a block, warps, tiles a warp, kernel suffix, applies(N, K, M)); kernel
+# mx_matmul_frag_m<rows>_bf16_w<W>_s1_<suffix>. The g1 kernels need K / 128 <= W.
+G = lambda K: K // 128
+VARIANTS = [
+    ("m16g1", 16, 6, 1, "g1", lambda N, K, M: M > 8 and G(K) == 6),
+    ("m16g1t2", 16, 6, 2, "g1t2", lambda N, K, M: M > 8 and G(K) == 6),
+    ("m8g1", 8, 6, 1, "g1", lambda N, K, M: M <= 8 and G(K) == 6),
+    ("m8g1t2", 8, 6, 2, "g1t2", lambda N, K, M: G(K) == 6),
+    ("m8g1t3", 8, 6, 3, "g1t3", lambda N, K, M: M <= 8 and G(K) == 6),
+    ("m8g1t4", 8, 6, 4, "g1t4", lambda N, K, M: M <= 8 and G(K) == 6),
+    ("m8g1t2w8", 8, 8, 2, "g1t2", lambda N, K, M: G(K) in (7, 8)),
+    ("m8g1t2w4", 8, 4, 2, "g1t2", lambda N, K, M: G(K) in (3, 4)),
+    ("t2w6b2", 8, 6, 2, "t2b2", lambda N, K, M: M <= 8 and G(K) >= 12),
+    ("t2w6b1", 8, 6, 2, "t2b1", lambda N, K, M: M <= 8 and G(K) >= 12),
+]
+
+
+def launch(mod, rows, sfx, W, NT, wf, wsf, N, K, M, aq, as_, y, pre=1):
+    tiles = -(-N // 16)
+    mod.launch(f"mx_matmul_frag_m{rows}_bf16_w{W}_s1_{sfx}", (-(-M // rows), -(-tiles // NT)), (32 * W,),
+               [aq, as_, wf, wsf, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(pre), epilogue()])
+    return y
+
+
+def main():
+    reps = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    mod = Module(); ops = Ops(mod)
+    print("module loaded", flush=True)
+    read_bandwidth(dev)
+    mod.pdl = True
+    rows = []
+    cases = os.environ.get("AB_CASES", "6144x768:1,4,8,12,16;4096x1024:1,8,16;4096x512:1,8;6144x6144:1,8;8192x2048:1")
+    for c in ab_cases(ops, frag_kernel, cases):
+        N, K, M, P, rt, fns = c.N, c.K, c.M, c.P, c.rt, c.fns
+        diffs = {}
+        for name, r, W, NT, sfx, applies in VARIANTS:
+            if not applies(N, K, M):
+                continue
+            got = launch(mod, r, sfx, W, NT, *P[0], N, K, M, c.aq, c.as_, torch.empty_like(c.y)).float()
+            torch.cuda.synchronize()
+            diffs[name] = ((got - c.ref).abs() / c.ref.abs().clamp_min(1e-3)).max().item()
+            fns[name] = (lambda r=r, sfx=sfx, W=W, NT=NT: launch(mod, r, sfx, W, NT, *P[c.next()], N, K, M, c.aq, c.as_, c.y))
+        times, med = time_alternating(fns, reps)
+        rows.append(dict(N=N, K=K, M=M, rt=list(rt), med=med, times=times, diffs=diffs))
+        print(f"{N:5d}x{K:<5d} M={M:2d}: rt {rt[3] or 'm' + str(rt[0])} w{rt[1]}s{rt[2]} " + " | ".join(
+            f"{k} {v:6.2f}" for k, v in med.items())
+            + " | cublas/x " + " ".join(f"{k} {med['cublas'] / v:.3f}" for k, v in med.items() if k != "cublas")
+            + " | max rel diff vs rt " + " ".join(f"{k} {v:.1e}" for k, v in diffs.items()), flush=True)
+    json.dump(dict(rows=rows), open(os.path.join(OUT, "ab_g1.json"), "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
