@@ -3,7 +3,7 @@ module's text here) against the runtime's kernel and cuBLAS bf16 at small K (G =
 Check: each kernel's output against the runtime kernel's (bf16 outputs of another summation
 order: max relative difference printed, must stay within a few bf16 ulps). Time: PDL,
 CUDA-graph replay of 200 launches, weights rotating over >= 400 MB, median of REPS, alternating.
-Usage: python3 ab_g1.py [REPS]   (AB_CASES "NxK:M,M;...")"""
+Usage: python3 ab_g1.py [REPS]   (AB_CASES "NxK:M,M;..."; AB_RULE "NxK[f]:M,M;...": rule_ab)"""
 import ctypes, faulthandler, json, os, sys
 import torch
 import mxgpu
@@ -30,15 +30,52 @@ G = lambda K: K // 128
 VARIANTS = [
     ("m16g1", 16, 6, 1, "g1", lambda N, K, M: M > 8 and G(K) == 6),
     ("m16g1t2", 16, 6, 2, "g1t2", lambda N, K, M: M > 8 and G(K) == 6),
-    ("m8g1", 8, 6, 1, "g1", lambda N, K, M: M <= 8 and G(K) == 6),
-    ("m8g1t2", 8, 6, 2, "g1t2", lambda N, K, M: G(K) == 6),
+    ("m8g1", 8, 6, 1, "g1t1", lambda N, K, M: M <= 8 and G(K) == 6),
+    ("m8g1t2", 8, 6, 2, "g1", lambda N, K, M: G(K) == 6),  # the runtime's `_g1`
     ("m8g1t3", 8, 6, 3, "g1t3", lambda N, K, M: M <= 8 and G(K) == 6),
     ("m8g1t4", 8, 6, 4, "g1t4", lambda N, K, M: M <= 8 and G(K) == 6),
-    ("m8g1t2w8", 8, 8, 2, "g1t2", lambda N, K, M: G(K) in (7, 8)),
-    ("m8g1t2w4", 8, 4, 2, "g1t2", lambda N, K, M: G(K) in (3, 4)),
+    ("m8g1t2w8", 8, 8, 2, "g1", lambda N, K, M: G(K) in (7, 8)),
+    ("m8g1t2w4", 8, 4, 2, "g1", lambda N, K, M: G(K) in (3, 4)),
     ("t2w6b2", 8, 6, 2, "t2b2", lambda N, K, M: M <= 8 and G(K) >= 12),
     ("t2w6b1", 8, 6, 2, "t2b1", lambda N, K, M: M <= 8 and G(K) >= 12),
 ]
+
+
+def rule_ab(mod, ops, reps, cases):
+    """AB_RULE: the runtime's choice (`_g1` where frag_kernel takes it) against the choice with
+    MXFUSE_GPU_FRAG_G1=0 (frag_kernel(g1=False)) and cuBLAS bf16, per case "NxK[f]:M,M" (f: f32
+    output, as the plugin EP's f32 models; cuBLAS stays bf16)."""
+    from bench_frag_pdl import rotation, weight_copies
+    from mxgpu import frag_kernel
+    rows_out = []
+    for case in cases.split(";"):
+        sh, ms = case.split(":")
+        f32 = sh.endswith("f")
+        N, K = (int(v) for v in sh.rstrip("f").split("x"))
+        dt = torch.float32 if f32 else torch.bfloat16
+        copies, _, _, P, Wb = weight_copies(N, K)
+        nxt = rotation()
+        for M in (int(m) for m in ms.split(",")):
+            A = torch.randn(M, K, device=dev).bfloat16()
+            aq, as_ = ops.quantize(A, 0)
+            y = torch.empty(M, N, dtype=dt, device=dev)
+            new, old = frag_kernel(N, K, M, dt), frag_kernel(N, K, M, dt, g1=False)
+
+            def run(ch, j):
+                r, W, S, sfx, pf = ch
+                return ops.matmul_frag(*P[j], N, K, M, aq, as_, out_dtype=dt, W=W, S=S, sfx=sfx, rows=r, pre=3 if pf else 1, y=y)
+            a = run(new, 0).float().clone(); b = run(old, 0).float()
+            torch.cuda.synchronize()
+            diff = ((a - b).abs() / b.abs().clamp_min(1e-3)).max().item()
+            fns = {"rt": lambda: run(new, nxt(copies)), "no_g1": lambda: run(old, nxt(copies)),
+                   "cublas": lambda: A @ Wb[nxt(len(Wb))].t()}
+            times, med = time_alternating(fns, reps)
+            rows_out.append(dict(N=N, K=K, M=M, f32=f32, rt=list(new), no_g1=list(old), med=med, times=times, diff=diff))
+            print(f"{N:5d}x{K:<5d}{' f32' if f32 else '    '} M={M:2d}: rt {new[3] or 'm' + str(new[0])} w{new[1]}s{new[2]} {med['rt']:6.2f}"
+                  f" | no_g1 {old[3] or 'm' + str(old[0])} w{old[1]}s{old[2]} {med['no_g1']:6.2f} | cublas {med['cublas']:6.2f}"
+                  f" | no_g1/rt {med['no_g1'] / med['rt']:.3f} cublas/rt {med['cublas'] / med['rt']:.3f} | max rel diff {diff:.1e}", flush=True)
+        P = Wb = None  # free the copies before the next shape
+    json.dump(dict(rows=rows_out), open(os.path.join(OUT, "ab_g1_rule.json"), "w"), indent=1)
 
 
 def launch(mod, rows, sfx, W, NT, wf, wsf, N, K, M, aq, as_, y, pre=1):
@@ -54,6 +91,8 @@ def main():
     print("module loaded", flush=True)
     read_bandwidth(dev)
     mod.pdl = True
+    if os.environ.get("AB_RULE"):
+        return rule_ab(mod, ops, reps, os.environ["AB_RULE"])
     rows = []
     cases = os.environ.get("AB_CASES", "6144x768:1,4,8,12,16;4096x1024:1,8,16;4096x512:1,8;6144x6144:1,8;8192x2048:1")
     for c in ab_cases(ops, frag_kernel, cases):

@@ -496,9 +496,12 @@ def check_matmul_frag(ops):
                 y_rt = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_))
             finally:
                 ops.m.pdl = False
-            y_plain = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W_, S=S_, rows=rows))
+            if sfx == "_g1":  # no m8 kernel at W = 6 (check_matmul_frag_g1 compares where there is)
+                y_plain = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W_, S=S_, sfx=sfx))
+            else:
+                y_plain = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W_, S=S_, rows=rows))
             report(f"matmul_frag runtime choice N={N} K={K} M={M} rows={rows} W={W_} S={S_} kernel={sfx or '-'} l2pf={pf}",
-                   np.array_equal(y_rt, y_plain, equal_nan=True), "== the m8 / m16 kernel, PDL")
+                   np.array_equal(y_rt, y_plain, equal_nan=True), "== the m8 / m16 kernel (`_g1`: itself), PDL")
     # The m8 kernel on 3 warps (mxgpu.trim_idle_warp) splits K exactly as 4 warps do where the
     # runtime takes it (the fourth warp's range was empty), so it gives the same bits.
     for N, K in ((256, 640), (384, 768), (128, 1152)):
@@ -568,6 +571,57 @@ def check_matmul_frag_fs(ops):
                     report(f"matmul_frag_fs edge N={N} K={K} M={M} W={W_} S={S_}", same, "== current kernel, incl. PDL")
 
 
+def check_matmul_frag_g1(ops):
+    """The one-group-a-warp loop of issue 6 follow-up 32 (mx_matmul_frag_m8_<out>_w<G>_s1_g1, G =
+    K / 128 <= 8 warps, two tiles a block, every output type): on k128_gemm_cases with K <= 1024
+    and M <= 8 it passes gemm_verdict (the same launch twice and under PDL with the weights read
+    before the wait: the same bits); where an m8 kernel exists at W = G (G = 2, 3, 4, 8) its bits
+    equal that kernel's (one group a warp, warp-order sums), on random weights and on the edge
+    blocks of check_matmul_frag_fs (E8M0 0 / 1 / 254 / 255 weight and activation scales, e4m3 NaN,
+    448 and subnormal weights), odd tile counts included (a pair half empty)."""
+    from mxgpu import pack_frag
+    if not CLUSTERS:
+        return report("matmul_frag_g1 skipped (MXFUSE_GPU_CLUSTERS=off)", True)
+
+    def g1(wf, wsf, N, K, M, aq, as_, out, y=None, pre=1):
+        return ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=K // 128, S=1, sfx="_g1", y=y, pre=pre)
+
+    for N, K, w, ws, M, aq, as_, yref, fin in k128_gemm_cases(ops):
+        if K > 1024 or M > 8:
+            continue
+        wf, wsf = pack_frag(torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda())
+        for out in ("bf16", "f16", "f32"):
+            y1 = torch.empty(M, N, dtype=DT[out], device="cuda"); poison([y1])
+            g1(wf, wsf, N, K, M, aq, as_, out, y=y1)
+            y2 = g1(wf, wsf, N, K, M, aq, as_, out)
+            ops.m.pdl = True
+            try:
+                y3 = g1(wf, wsf, N, K, M, aq, as_, out)
+            finally:
+                ops.m.pdl = False
+            same = all(np.array_equal(host(y1), host(o), equal_nan=True) for o in (y2, y3))
+            ok, detail = gemm_verdict(y1, same, yref, fin, out)
+            report(f"matmul_frag_g1 N={N} K={K} M={M} W={K // 128} out={out}", ok, detail + " (incl. PDL)")
+    for N, K in ((100, 256), (40, 384), (64, 512), (100, 1024), (16, 1024)):
+        for edge in (False, True):
+            w = rand_e4m3((N, K))
+            ws = rng.integers(100 if edge else 118, 151 if edge else 130, (N, K // 32), dtype=np.uint8)
+            if edge:
+                w[0, :32] = 0x7F; w[1, 5] = 0xFF; w[2, :] = 0x7E; w[3, :] = 0x01; w[4, 64:96] = 0xFE
+                ws[5, :] = 0; ws[6, :] = 255; ws[7, :] = 1; ws[8, :] = 254; ws[9, 0] = 100; ws[10, -1] = 150
+                ws[11, ::2] = 0; ws[12, 1::3] = 255
+            wf, wsf = pack_frag(torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda())
+            for M in (1, 6, 8):
+                aq, as_ = ops.quantize(to_dev(ref.rnd(rng.standard_normal((M, K)) * 2, "bf16"), "bf16"), 0)
+                if edge and M > 5:
+                    as_[1, 0] = 0; as_[2, :] = 255; as_[3, -1] = 1; as_[4, :] = 254; as_[5, ::2] = 0
+                for out in ("bf16", "f32"):
+                    y_g1 = host(g1(wf, wsf, N, K, M, aq, as_, out))
+                    y_m8 = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=K // 128, S=1, rows=8))
+                    report(f"matmul_frag_g1 == m8 w{K // 128} N={N} K={K} M={M} out={out}{' edge' if edge else ''}",
+                           np.array_equal(y_g1, y_m8, equal_nan=True))
+
+
 def check_pdl(ops):
     """Every op under a programmatic (PDL) launch, back to back on one stream with the previous
     kernel writing what the next one reads, gives the bits of ordinary launches: the decode chain
@@ -577,6 +631,7 @@ def check_pdl(ops):
     from mxgpu import F_GEMMA, F_OAI, F_FP32_ACT
     H, I, N = 6144, 768, 1536
     wf, wsf = rand_frag_weights(N, H)
+    wf2, wsf2 = rand_frag_weights(H, I)  # down_proj, K = I = 768: `_g1` at M <= 8
     gamma = to_dev(ref.rnd(rng.standard_normal(H) * 0.1, "bf16"), "bf16")
     for M in (8, 64, 300):
         x = to_dev(ref.rnd(rng.standard_normal((M, H)) * 3, "bf16"), "bf16")
@@ -588,7 +643,8 @@ def check_pdl(ops):
             y = ops.matmul_frag(wf, wsf, N, H, min(M, 16), o2[0][:16], o2[1][:16])
             q = ops.quantize(o2[3], 0)
             s = ops.swiglu_quant(gu, None, I, "split_halves", F_OAI | F_FP32_ACT)
-            return [host(t) for t in (*o1, *o2, y, *q, *s)]
+            y2 = ops.matmul_frag(wf2, wsf2, H, I, min(M, 8), s[0][:8], s[1][:8])
+            return [host(t) for t in (*o1, *o2, y, *q, *s, y2)]
         base = chain()
         ops.m.pdl = True
         try:
@@ -596,7 +652,7 @@ def check_pdl(ops):
         finally:
             ops.m.pdl = False
         same = all(np.array_equal(a, b, equal_nan=True) for a, b in zip(base, got))
-        report(f"pdl chain M={M}: norm -> norm -> frag GEMM, quantize, swiglu", same)
+        report(f"pdl chain M={M}: norm -> norm -> frag GEMM, quantize, swiglu -> frag GEMM (`_g1`)", same)
 
 
 def check_matmul_epilogue(ops):
@@ -658,7 +714,7 @@ if __name__ == "__main__":
               "mx_matmul_pipe_m8_bf16_w4_s1", "mx_matmul_pipe_m16_bf16_w1_s8"):
         print(f"  {k}: regs/shared/local = {mod.attrs(k)}")
     only = sys.argv[1:]  # e.g. "check_matmul_splitk": run only these checks
-    for fn in (check_rcp, check_sigmoid_cert, check_sigma_table, check_swiglu_all_bf16, check_matmul_frag, check_matmul_frag_fs, check_pdl, check_matmul_pipe, check_matmul_splitk, check_vectors, check_quantize, check_norm, check_norm_lean, check_swiglu, check_matmul, check_matmul_epilogue):
+    for fn in (check_rcp, check_sigmoid_cert, check_sigma_table, check_swiglu_all_bf16, check_matmul_frag, check_matmul_frag_fs, check_matmul_frag_g1, check_pdl, check_matmul_pipe, check_matmul_splitk, check_vectors, check_quantize, check_norm, check_norm_lean, check_swiglu, check_matmul, check_matmul_epilogue):
         if only and fn.__name__ not in only:
             continue
         try:

@@ -11,7 +11,10 @@
 set -u
 . "$(dirname "$0")/device_common.sh"
 art="$root/bench/gpu/ep_artifacts"
-export ORT_DYLIB_PATH="$art/libonnxruntime.so.1.31.1" MXFUSE_EP_LIB="$art/libmxfuse_ep.so"
+ort="$art/libonnxruntime.so.1.31.1"
+# ep_gpu_check.sh's artifacts; the ORT library may travel xz-compressed (the carry's 64 MiB)
+if [ ! -f "$ort" ] && [ -f "$ort.xz" ]; then unxz "$ort.xz" /tmp/libonnxruntime.so.1.31.1; ort=/tmp/libonnxruntime.so.1.31.1; fi
+export ORT_DYLIB_PATH="$ort" MXFUSE_EP_LIB="$art/libmxfuse_ep.so"
 export MXFUSE_NVRTC=$(python3 -c 'import mxgpu; print(mxgpu.NVRTC_PATH)' 2>/dev/null | tail -1)
 unxz "$root/.gpucache/ep_gpu_step.xz" /tmp/ep_gpu_step && chmod +x /tmp/ep_gpu_step
 IFS=';' read -ra settings <<< "${SETTINGS:-default;MXFUSE_GPU_RUN_SYNC=1;MXFUSE_GPU_ALLOC_CACHE_MIB=0;MXFUSE_GPU_RUN_SYNC=1 MXFUSE_GPU_ALLOC_CACHE_MIB=0;default}"

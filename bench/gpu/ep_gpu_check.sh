@@ -5,7 +5,9 @@
 #
 #   ort_ep_gpu                 cargo test -p mxfuse-tests --release --no-run  (the ort_ep_gpu binary)
 #   libmxfuse_ep.so            cargo build -p provider --release
-#   libonnxruntime.so.1.31.1   the pip wheel's (python3 scripts/ort_dylib_path.py)
+#   libonnxruntime.so.1.31.1   the pip wheel's (python3 scripts/ort_dylib_path.py), or that file
+#                              xz-compressed (.xz, 7 MB against 29: the device call's carry is
+#                              64 MiB in all), unpacked here into /tmp
 #
 # Usage (from anywhere): bash bench/gpu/ep_gpu_check.sh   — about 5-35 s, most of it NVRTC
 # compiling the kernels once (MXFUSE_KERNEL_CACHE keeps the code object for the next run).
@@ -14,13 +16,18 @@
 set -u
 here="$(cd "$(dirname "$0")" && pwd)"
 art="$here/ep_artifacts"
-for f in ort_ep_gpu libmxfuse_ep.so libonnxruntime.so.1.31.1; do
-    if [ ! -f "$art/$f" ]; then
-        echo "ep_gpu_check: missing $art/$f (see this script's header)"
+ort="$art/libonnxruntime.so.1.31.1"
+if [ ! -f "$ort" ] && [ -f "$ort.xz" ]; then
+    python3 -c 'import lzma, sys; open(sys.argv[2], "wb").write(lzma.open(sys.argv[1]).read())' "$ort.xz" /tmp/libonnxruntime.so.1.31.1
+    ort=/tmp/libonnxruntime.so.1.31.1
+fi
+for f in "$art/ort_ep_gpu" "$art/libmxfuse_ep.so" "$ort"; do
+    if [ ! -f "$f" ]; then
+        echo "ep_gpu_check: missing $f (see this script's header)"
         exit 2
     fi
 done
-export ORT_DYLIB_PATH="$art/libonnxruntime.so.1.31.1"
+export ORT_DYLIB_PATH="$ort"
 export MXFUSE_EP_LIB="$art/libmxfuse_ep.so"
 export MXFUSE_KERNEL_CACHE="${MXFUSE_KERNEL_CACHE:-/tmp/mxfuse-kernel-cache}"
 # NVRTC may live only in a pip package (torch's nvidia-* wheels) or /usr/local/cuda: point the

@@ -345,7 +345,8 @@ class Ops:
         frag_choice, pre = 1, sfx = "". pre & 1: load the first weights before the PDL wait; pre & 2:
         the L2 prefetch of each warp's weights. sfx="_fs" / "_fsa": the m16 bf16 kernels of issue 6
         follow-ups 11 and 13 (every W, S; 16 rows a block at any M); "_t2": the m8 bf16 loop on
-        two 16-column tiles a block (follow-ups 20-21; 8-row tiles at any M, pre & 2 ignored).
+        two 16-column tiles a block (follow-ups 20-21; 8-row tiles at any M, pre & 2 ignored); "_g1":
+        one group a warp on two tiles (follow-up 32; W = K / 128, S = 1, every output type).
         rows=8: the m8 kernel at any M (8-row tiles). W = 3: the m8 kernel only (S = 1)."""
         assert K % 128 == 0
         if W is None and S is None and pre is None and sfx is None:
@@ -354,13 +355,13 @@ class Ops:
         else:
             sfx = sfx or ""
             pre = 1 if pre is None else pre
-            mt = 1 if (M <= 8 and sfx == "") or sfx == "_t2" or rows == 8 else 2
+            mt = 1 if (M <= 8 and sfx == "") or sfx in ("_t2", "_g1") or rows == 8 else 2
             W0, S0 = frag_choice(N, K, M)
             W, S = W or W0, S or S0
         if y is None:
             y = torch.empty(M, N, dtype=out_dtype, device=wf.device)
         name = f"mx_matmul_frag_m{8 * mt}_{SUFFIX[out_dtype]}_w{W}_s{S}{sfx}"
-        grid = (-(-M // (8 * mt)) * S, -(-(-(-N // 16)) // (2 if sfx == "_t2" else 1)))
+        grid = (-(-M // (8 * mt)) * S, -(-(-(-N // 16)) // (2 if sfx in ("_t2", "_g1") else 1)))
         self.m.launch(name, grid, (32 * W,),
                       [aq, as_, wf, wsf, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(pre),
                        ep or epilogue()])
@@ -480,13 +481,17 @@ def trim_idle_warp(K, W, S):
     return (3, 1) if W == 4 and S == 1 and -(-G // 3) == -(-G // 4) else (W, S)
 
 
-def frag_kernel(N, K, M, out_dtype=torch.bfloat16, sms=132, t2=True):
+def frag_kernel(N, K, M, out_dtype=torch.bfloat16, sms=132, t2=True, g1=True):
     """(rows, W, S, sfx, l2_prefetch) of the fragment GEMM kernel the runtime launches (mirrors
-    kernels/src/gpu/shapes.rs `frag_kernel` with its switches on; t2=False: MXFUSE_GPU_FRAG_T2=0):
-    with bf16 output `_t2` at M <= 8 (the rule's W, S for half the tiles, no prefetch), `_fs` at
-    9-16 rows (and at M <= 8 without `_t2` where the grid leaves SMs idle); there the L2
-    prefetch, and `_fsa` from FRAG_STAGED_A_FROM rows."""
+    kernels/src/gpu/shapes.rs `frag_kernel` with its switches on; t2=False: MXFUSE_GPU_FRAG_T2=0,
+    g1=False: MXFUSE_GPU_FRAG_G1=0): at M <= 8 and K <= 1024 `_g1` (K / 128 warps, every output
+    type) where its tile pairs fit one wave; with bf16 output `_t2` at M <= 8 (the rule's W, S for
+    half the tiles, no prefetch), `_fs` at 9-16 rows (and at M <= 8 without `_t2` where the grid
+    leaves SMs idle); there the L2 prefetch, and `_fsa` from FRAG_STAGED_A_FROM rows."""
     tiles = -(-N // 16)
+    G = K // 128
+    if g1 and M <= 8 and 1 <= G <= G1_MAX_WARPS and -(-tiles // 2) <= sms * max(1, G1_RESIDENT_WARPS // G):
+        return 8, G, 1, "_g1", False
     W16, S16 = frag_choice(N, K, max(M, 9), sms)
     if t2 and out_dtype == torch.bfloat16 and M <= 16:
         pairs = -(-tiles // 2) * -(-M // 8)
@@ -503,6 +508,7 @@ def frag_kernel(N, K, M, out_dtype=torch.bfloat16, sms=132, t2=True):
 
 
 FRAG_RESIDENT_WARPS, FRAG_MIN_GROUPS, FRAG_STAGED_A_FROM, T2_RESIDENT_WARPS = 12, 2, 13, 10
+G1_RESIDENT_WARPS, G1_MAX_WARPS = 21, 8
 # The H200 rows of kernels/src/gpu/thresholds.rs `FragGemmTable`: (n, k, max_m, W, S), measured
 # (bench_frag_pdl.py; BENCHMARKS.md).
 FRAG_ROWS = [(1536, 6144, 16, 8, 1), (6144, 768, 16, 4, 1), (6144, 6144, 16, 4, 1)]

@@ -577,6 +577,87 @@ MX_DEFINE_FRAG_T2(2)
 MX_DEFINE_FRAG_T2(4)
 MX_DEFINE_FRAG_T2(8)
 
+// mx_matmul_frag_m8_<out>_w<W>_s1_g1 (issue 6 follow-up 32; the runtime's kernel at M <= 8 where
+// K / 128 <= 8 and the grid of tile pairs fits one wave: kernels/src/gpu/shapes.rs frag_kernel):
+// one group of 4 k-blocks a warp, W = K / 128 warps a block, each on two neighbouring 16-column
+// tiles (one activation load feeding both, as `_t2`). Why: at small K the other loops give a warp
+// two or more groups one after the other (6144 x 768, `_t2` w4: warps 0-2 two groups each, warp 3
+// none), so a block's critical path is two DRAM round trips and two mma chains; here every
+// weight byte of the grid is requested before the PDL wait, no loop, no second buffer (97
+// registers: 21 warps an SM). H200, M = 1 / 4 / 8: 6144 x 768 2.31 / 2.39 / 2.46 against `_t2`'s
+// 2.67 / 2.87 / 3.11 us, 4096 x 1024 2.19 / - / 2.42 against 2.43 / 2.75, 4096 x 512 1.75 / 2.06
+// against 2.21 / 2.22 (BENCHMARKS.md follow-up 32; on two row tiles at 9-16 rows it lost at 6144
+// x 768, 4.12 against 3.28, and one group on 16 rows tied `_fs`). Per tile the arithmetic of the
+// m8 kernel at W = K / 128, S = 1 (one group a warp, warp-order sums): the same bits.
+template <class TO, int W, int MT, int NT, class Out>
+MX_DEV void mx_matmul_frag_g1(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
+                              const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
+                              const Out& out, int M, int N, int K, int pre) {
+  const MxFragWarp<W, MT, 1, NT> f(aq, as, wf, wsf, M, K);
+  const int gb = f.gb, ge = f.ge;  // ge - gb <= 1: launched only where K / 128 <= W
+  // This lane's weights of group gb of each tile (MxFragWeights' addresses); a tile past the last
+  // reads the first's weights again (its outputs are not stored).
+  const MxFragWeights w0(f);
+  const int tiles = (N + 15) / 16, tile = MxFragBlock<MT, 1, NT>().tile;
+  const uint4* wp[NT];
+  const mx_u32* swp[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const long long o = tile + nt < tiles ? nt : 0;
+    wp[nt] = w0.wp + o * (K >> 5) * 32;
+    swp[nt] = w0.swp + o * (K >> 7) * 16;
+  }
+  uint4 w[NT][4];
+  mx_u32 sA[NT], sB[NT];
+  float acc[NT][MT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[nt][mt][c] = 0.0f;
+  mx_frag_prologue<MT, 1, NT>(pre, wf, wsf, K, gb, ge, [&] {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) w[nt][j] = mx_ldg_once16(wp[nt] + 32 * j);
+      sA[nt] = swp[nt][0];
+      sB[nt] = swp[nt][8];
+    }
+  });
+  if (gb < ge) {
+    uint2 a[MT][4];
+    mx_u32 s0[MT], s1[MT];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) a[mt][j] = *reinterpret_cast<const uint2*>(f.ap[mt] + 128 * gb + 32 * j);
+      s0[mt] = f.sp0[mt][gb];
+      s1[mt] = f.sp1[mt][gb];
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) mx_frag_mma<MT, true>(acc[nt], w[nt], a, sA[nt], sB[nt], s0, s1);
+  }
+  mx_frag_reduce_to<TO, W, MT, 1, NT>(acc, out, MxRowsBelow{M});
+}
+#define MX_DEFINE_FRAG_G1_1(TO, OUT, W)                                                          \
+  extern "C" __global__ void __launch_bounds__(32 * W)                                           \
+      MX_FRAG(m8_##OUT##_w##W##_s1_g1)(MX_FRAG_ARGS(TO)) {                                       \
+    mx_matmul_frag_g1<TO, W, 1, 2>(aq, as, wf, wsf, MX_FRAG_OUT(TO), M, N, K, pre);              \
+  }
+#define MX_DEFINE_FRAG_G1(TO, OUT)                                                               \
+  MX_DEFINE_FRAG_G1_1(TO, OUT, 1)                                                                \
+  MX_DEFINE_FRAG_G1_1(TO, OUT, 2)                                                                \
+  MX_DEFINE_FRAG_G1_1(TO, OUT, 3)                                                                \
+  MX_DEFINE_FRAG_G1_1(TO, OUT, 4)                                                                \
+  MX_DEFINE_FRAG_G1_1(TO, OUT, 5)                                                                \
+  MX_DEFINE_FRAG_G1_1(TO, OUT, 6)                                                                \
+  MX_DEFINE_FRAG_G1_1(TO, OUT, 7)                                                                \
+  MX_DEFINE_FRAG_G1_1(TO, OUT, 8)
+MX_DEFINE_FRAG_G1(MxBf16, bf16)
+MX_DEFINE_FRAG_G1(MxF16, f16)
+MX_DEFINE_FRAG_G1(MxF32, f32)
+
 // mx_matmul_frag_m16_bf16_w<W>_s<S>_fsa (issue 6 follow-up 13; the runtime's kernel from 13 rows
 // with bf16 output where the grid leaves SMs idle: kernels/src/gpu/shapes.rs frag_kernel): `_fs`
 // with the activations staged through shared memory. Why: at 12-16 rows the register loads of

@@ -1017,14 +1017,15 @@ impl GpuRuntime {
         let table = FragGemmTable::for_arch(&self.device().arch);
         // MXFUSE_GPU_FRAG_FS=0 keeps the m8 / m16 kernels (no `_fs` loop); MXFUSE_GPU_FRAG_L2PF=0
         // turns the L2 prefetch off, MXFUSE_GPU_FRAG_FSA=0 the staged `_fsa` form of `_fs`,
-        // MXFUSE_GPU_FRAG_W3=0 the m8 kernel on 3 warps, MXFUSE_GPU_FRAG_T2=0 the two-tile loop
-        // (shapes::frag_kernel says where each is taken).
+        // MXFUSE_GPU_FRAG_W3=0 the m8 kernel on 3 warps, MXFUSE_GPU_FRAG_T2=0 the two-tile loop,
+        // MXFUSE_GPU_FRAG_G1=0 the one-group loop (shapes::frag_kernel says where each is taken).
         let switches = FragSwitches {
             fs: env_switch!("MXFUSE_GPU_FRAG_FS"),
             l2_prefetch: env_switch!("MXFUSE_GPU_FRAG_L2PF"),
             staged_a: env_switch!("MXFUSE_GPU_FRAG_FSA") && a_q.is_multiple_of(16),
             trim_idle_warp: env_switch!("MXFUSE_GPU_FRAG_W3"),
             two_tiles: env_switch!("MXFUSE_GPU_FRAG_T2"),
+            one_group: env_switch!("MXFUSE_GPU_FRAG_G1"),
         };
         frag_kernel(
             n,

@@ -209,6 +209,9 @@ pub enum FragLoop {
     /// `_t2`: 8 rows, bf16 output, each block on two neighbouring 16-column tiles (the grid's y
     /// is half the tiles, rounded up).
     T2,
+    /// `_g1`: 8 rows, every output type, one group of 4 k-blocks a warp (`w` = K / 128, at most
+    /// [`FRAG_G1_MAX_WARPS`]) on two neighbouring 16-column tiles, as `_t2`'s grid.
+    G1,
 }
 
 impl FragLoop {
@@ -219,12 +222,13 @@ impl FragLoop {
             FragLoop::Fs => "_fs",
             FragLoop::Fsa => "_fsa",
             FragLoop::T2 => "_t2",
+            FragLoop::G1 => "_g1",
         }
     }
 
     /// 16-column tiles one block covers.
     pub fn tiles_per_block(self) -> usize {
-        if self == FragLoop::T2 {
+        if matches!(self, FragLoop::T2 | FragLoop::G1) {
             2
         } else {
             1
@@ -248,6 +252,9 @@ pub struct FragSwitches {
     /// The two-tile `_t2` loop with bf16 output: at M <= 8, and at 9-16 rows where
     /// [`frag_kernel`] takes it (`MXFUSE_GPU_FRAG_T2`).
     pub two_tiles: bool,
+    /// The one-group-a-warp `_g1` loop at M <= 8 and K <= 1024 where [`frag_kernel`] takes it
+    /// (`MXFUSE_GPU_FRAG_G1`).
+    pub one_group: bool,
 }
 
 impl FragSwitches {
@@ -258,11 +265,16 @@ impl FragSwitches {
         staged_a: true,
         trim_idle_warp: true,
         two_tiles: true,
+        one_group: true,
     };
 }
 
 /// Warps of the two-tile kernel resident per SM (200 registers a lane: 65536 / (200 * 32)).
 const T2_RESIDENT_WARPS_PER_SM: usize = 10;
+/// Warps of the `_g1` kernels resident per SM (94-96 registers a lane: 65536 / (96 * 32)).
+const G1_RESIDENT_WARPS_PER_SM: usize = 21;
+/// The largest K / 128 the `_g1` kernels are compiled for (one warp a group: K <= 1024).
+pub const FRAG_G1_MAX_WARPS: usize = 8;
 
 /// Which fragment GEMM kernel runs `m` rows of `n x k` on `sms` multiprocessors (`bf16_out`: the
 /// output is bf16; `sw`: the runtime's switches). H200,
@@ -282,7 +294,10 @@ const T2_RESIDENT_WARPS_PER_SM: usize = 10;
 /// warps a block of `_fs`'s grid within one wave (follow-up 21: 0.83-0.91x at 4096 x 4096,
 /// 8192 x 2048, 2048 x 6144, 4096 x 1152; where the pairs' grid would need fewer warps a block,
 /// as at 6144 x 768 and 6144 x 6144, it lost 10-32 %), with the rule's (w, s) for the pairs at
-/// the kernel's residency and no prefetch. Mirrored by bench/gpu/mxgpu.py `frag_kernel`.
+/// the kernel's residency and no prefetch. Before all of these, at M <= 8 and K <= 1024 (at most
+/// [`FRAG_G1_MAX_WARPS`] groups), every output type takes `_g1` where its tile pairs fit one wave
+/// (follow-up 32: one group a warp, K / 128 warps a block; 6144 x 768 M = 1 / 8 2.31 / 2.46 against
+/// `_t2`'s 2.67 / 3.11 us). Mirrored by bench/gpu/mxgpu.py `frag_kernel`.
 pub fn frag_kernel(
     n: usize,
     k: usize,
@@ -293,6 +308,20 @@ pub fn frag_kernel(
     sw: FragSwitches,
 ) -> FragKernel {
     let tiles = n.div_ceil(16);
+    // Follow-up 32: at K <= 1024 one group a warp on tile pairs, where the pairs' blocks of K / 128
+    // warps all fit at once (one wave: every weight byte requested before the PDL wait).
+    let groups = k / 128;
+    let g1_wave =
+        tiles.div_ceil(2) <= sms.max(1) * (G1_RESIDENT_WARPS_PER_SM / groups.max(1)).max(1);
+    if sw.one_group && m <= 8 && (1..=FRAG_G1_MAX_WARPS).contains(&groups) && g1_wave {
+        return FragKernel {
+            rows: 8,
+            w: groups,
+            s: 1,
+            lp: FragLoop::G1,
+            l2_prefetch: false,
+        };
+    }
     let (w16, s16) = frag_shape(n, k, m.max(9), sms, table);
     if sw.two_tiles && bf16_out && m <= 16 {
         // The measured rows name one-tile shapes; the rule sizes the grid of tile pairs, with
@@ -435,9 +464,10 @@ mod tests {
         use super::super::thresholds::FragGemmTable;
         use FragLoop::{Fs, Fsa, Plain};
         let h200 = FragGemmTable::for_arch("sm_90");
-        // The two-tile loop apart (its own test below).
+        // The two-tile and one-group loops apart (their own tests below).
         let on = FragSwitches {
             two_tiles: false,
+            one_group: false,
             ..FragSwitches::ON
         };
         let k = |n, kk, m, bf16| frag_kernel(n, kk, m, 132, &h200, bf16, on);
@@ -509,6 +539,7 @@ mod tests {
         let h200 = FragGemmTable::for_arch("sm_90");
         let on = FragSwitches {
             two_tiles: false,
+            one_group: false,
             ..FragSwitches::ON
         };
         let f = frag_kernel(4096, 1152, 8, 132, &h200, true, on);
@@ -529,7 +560,11 @@ mod tests {
     fn two_tile_loop_takes_bf16_decode_rows_with_the_rule_for_half_the_tiles() {
         use super::super::thresholds::FragGemmTable;
         let h200 = FragGemmTable::for_arch("sm_90");
-        let on = FragSwitches::ON;
+        // The one-group loop apart (its own test below: it takes K <= 1024 at M <= 8).
+        let on = FragSwitches {
+            one_group: false,
+            ..FragSwitches::ON
+        };
         let k = |n, kk, m, bf16| {
             let f = frag_kernel(n, kk, m, 132, &h200, bf16, on);
             (f.rows, f.w, f.s, f.lp, f.l2_prefetch)
@@ -574,5 +609,45 @@ mod tests {
         // 12288 x 768 (384 pairs): w4 would need 3 blocks per SM, the kernel's registers hold 2:
         // w2 (5 per SM), one wave.
         assert_eq!(k(12288, 768, 8, true), (8, 2, 1, FragLoop::T2, false));
+    }
+
+    #[test]
+    fn one_group_loop_takes_small_k_decode_rows_in_one_wave() {
+        use super::super::thresholds::FragGemmTable;
+        let h200 = FragGemmTable::for_arch("sm_90");
+        let k = |n, kk, m, bf16, sw| {
+            let f = frag_kernel(n, kk, m, 132, &h200, bf16, sw);
+            (f.rows, f.w, f.s, f.lp, f.l2_prefetch)
+        };
+        let on = FragSwitches::ON;
+        // The measured shapes (BENCHMARKS.md follow-up 32), every output type: K / 128 warps.
+        for m in [1, 4, 8] {
+            for bf16 in [true, false] {
+                assert_eq!(k(6144, 768, m, bf16, on), (8, 6, 1, FragLoop::G1, false));
+                assert_eq!(k(4096, 1024, m, bf16, on), (8, 8, 1, FragLoop::G1, false));
+                assert_eq!(k(4096, 512, m, bf16, on), (8, 4, 1, FragLoop::G1, false));
+            }
+        }
+        // One group (K = 128) and an odd tile count: one warp, the grid of pairs rounds up.
+        assert_eq!(k(16, 128, 1, true, on), (8, 1, 1, FragLoop::G1, false));
+        assert_eq!(FragLoop::G1.tiles_per_block(), 2);
+        assert_eq!(FragLoop::G1.suffix(), "_g1");
+        // Not past 8 rows (on two row tiles it lost at 6144 x 768), not past K = 1024.
+        assert_eq!(k(6144, 768, 9, true, on).3, FragLoop::Fs);
+        assert_eq!(k(4096, 1152, 8, true, on).3, FragLoop::T2);
+        assert_eq!(k(6144, 6144, 1, true, on).3, FragLoop::T2);
+        // One wave: 6 warps a block, 21 warps an SM -> 3 blocks an SM, 396 pairs on 132 SMs.
+        assert_eq!(k(16 * 2 * 396, 768, 8, true, on).3, FragLoop::G1);
+        assert_ne!(k(16 * 2 * 397, 768, 8, true, on).3, FragLoop::G1);
+        // The switch off: the loops before it.
+        let off = FragSwitches {
+            one_group: false,
+            ..on
+        };
+        assert_eq!(k(6144, 768, 8, true, off), (8, 4, 1, FragLoop::T2, false));
+        assert_eq!(
+            k(6144, 768, 8, false, off),
+            (8, 3, 1, FragLoop::Plain, false)
+        );
     }
 }

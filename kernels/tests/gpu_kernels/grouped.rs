@@ -2,7 +2,7 @@
 //! activation packed one after another, one launch): each segment's output is, bit for bit, the
 //! columns the one-matrix fragment kernel writes for the concatenated weights (the same grid and
 //! tile arithmetic), at decode rows for bf16 and f32 outputs, with segments of odd tile counts
-//! (a `_t2` pair straddling two segments) and an empty one; each segment's own epilogue is the
+//! (a `_g1` / `_t2` pair straddling two segments) and an empty one; each segment's own epilogue is the
 //! documented f32 arithmetic on that accumulator; at prefill rows (each segment alone) within the
 //! summation-order bound of the reference.
 
