@@ -484,13 +484,13 @@ def trim_idle_warp(K, W, S):
 def frag_kernel(N, K, M, out_dtype=torch.bfloat16, sms=132, t2=True, g1=True):
     """(rows, W, S, sfx, l2_prefetch) of the fragment GEMM kernel the runtime launches (mirrors
     kernels/src/gpu/shapes.rs `frag_kernel` with its switches on; t2=False: MXFUSE_GPU_FRAG_T2=0,
-    g1=False: MXFUSE_GPU_FRAG_G1=0): at M <= 8 and K <= 1024 `_g1` (K / 128 warps, every output
+    g1=False: MXFUSE_GPU_FRAG_G1=0): at M <= 8 and 384 <= K <= 1024 `_g1` (K / 128 warps, every output
     type) where its tile pairs fit one wave; with bf16 output `_t2` at M <= 8 (the rule's W, S for
     half the tiles, no prefetch), `_fs` at 9-16 rows (and at M <= 8 without `_t2` where the grid
     leaves SMs idle); there the L2 prefetch, and `_fsa` from FRAG_STAGED_A_FROM rows."""
     tiles = -(-N // 16)
     G = K // 128
-    if g1 and M <= 8 and 1 <= G <= G1_MAX_WARPS and -(-tiles // 2) <= sms * max(1, G1_RESIDENT_WARPS // G):
+    if g1 and M <= 8 and G1_MIN_WARPS <= G <= G1_MAX_WARPS and -(-tiles // 2) <= sms * max(1, G1_RESIDENT_WARPS // G):
         return 8, G, 1, "_g1", False
     W16, S16 = frag_choice(N, K, max(M, 9), sms)
     if t2 and out_dtype == torch.bfloat16 and M <= 16:
@@ -508,7 +508,7 @@ def frag_kernel(N, K, M, out_dtype=torch.bfloat16, sms=132, t2=True, g1=True):
 
 
 FRAG_RESIDENT_WARPS, FRAG_MIN_GROUPS, FRAG_STAGED_A_FROM, T2_RESIDENT_WARPS = 12, 2, 13, 10
-G1_RESIDENT_WARPS, G1_MAX_WARPS = 21, 8
+G1_RESIDENT_WARPS, G1_MIN_WARPS, G1_MAX_WARPS = 21, 3, 8
 # The H200 rows of kernels/src/gpu/thresholds.rs `FragGemmTable`: (n, k, max_m, W, S), measured
 # (bench_frag_pdl.py; BENCHMARKS.md).
 FRAG_ROWS = [(1536, 6144, 16, 8, 1), (6144, 768, 16, 4, 1), (6144, 6144, 16, 4, 1)]

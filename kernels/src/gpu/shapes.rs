@@ -209,8 +209,8 @@ pub enum FragLoop {
     /// `_t2`: 8 rows, bf16 output, each block on two neighbouring 16-column tiles (the grid's y
     /// is half the tiles, rounded up).
     T2,
-    /// `_g1`: 8 rows, every output type, one group of 4 k-blocks a warp (`w` = K / 128, at most
-    /// [`FRAG_G1_MAX_WARPS`]) on two neighbouring 16-column tiles, as `_t2`'s grid.
+    /// `_g1`: 8 rows, every output type, one group of 4 k-blocks a warp (`w` = K / 128, from
+    /// [`FRAG_G1_MIN_WARPS`] to [`FRAG_G1_MAX_WARPS`]) on two neighbouring 16-column tiles, as `_t2`'s grid.
     G1,
 }
 
@@ -275,6 +275,9 @@ const T2_RESIDENT_WARPS_PER_SM: usize = 10;
 const G1_RESIDENT_WARPS_PER_SM: usize = 21;
 /// The largest K / 128 the `_g1` kernels are compiled for (one warp a group: K <= 1024).
 pub const FRAG_G1_MAX_WARPS: usize = 8;
+/// The smallest K / 128 the runtime takes `_g1` at: at one or two groups a block `_t2` has as
+/// little to do and was as fast or faster (H200: 1024 x 128 0.87-0.90x, 2048 x 256 0.98x).
+pub const FRAG_G1_MIN_WARPS: usize = 3;
 
 /// Which fragment GEMM kernel runs `m` rows of `n x k` on `sms` multiprocessors (`bf16_out`: the
 /// output is bf16; `sw`: the runtime's switches). H200,
@@ -294,8 +297,8 @@ pub const FRAG_G1_MAX_WARPS: usize = 8;
 /// warps a block of `_fs`'s grid within one wave (follow-up 21: 0.83-0.91x at 4096 x 4096,
 /// 8192 x 2048, 2048 x 6144, 4096 x 1152; where the pairs' grid would need fewer warps a block,
 /// as at 6144 x 768 and 6144 x 6144, it lost 10-32 %), with the rule's (w, s) for the pairs at
-/// the kernel's residency and no prefetch. Before all of these, at M <= 8 and K <= 1024 (at most
-/// [`FRAG_G1_MAX_WARPS`] groups), every output type takes `_g1` where its tile pairs fit one wave
+/// the kernel's residency and no prefetch. Before all of these, at M <= 8 and 384 <= K <= 1024
+/// ([`FRAG_G1_MIN_WARPS`]-[`FRAG_G1_MAX_WARPS`] groups), every output type takes `_g1` where its tile pairs fit one wave
 /// (follow-up 32: one group a warp, K / 128 warps a block; 6144 x 768 M = 1 / 8 2.31 / 2.46 against
 /// `_t2`'s 2.67 / 3.11 us). Mirrored by bench/gpu/mxgpu.py `frag_kernel`.
 pub fn frag_kernel(
@@ -313,7 +316,11 @@ pub fn frag_kernel(
     let groups = k / 128;
     let g1_wave =
         tiles.div_ceil(2) <= sms.max(1) * (G1_RESIDENT_WARPS_PER_SM / groups.max(1)).max(1);
-    if sw.one_group && m <= 8 && (1..=FRAG_G1_MAX_WARPS).contains(&groups) && g1_wave {
+    if sw.one_group
+        && m <= 8
+        && (FRAG_G1_MIN_WARPS..=FRAG_G1_MAX_WARPS).contains(&groups)
+        && g1_wave
+    {
         return FragKernel {
             rows: 8,
             w: groups,
@@ -628,8 +635,10 @@ mod tests {
                 assert_eq!(k(4096, 512, m, bf16, on), (8, 4, 1, FragLoop::G1, false));
             }
         }
-        // One group (K = 128) and an odd tile count: one warp, the grid of pairs rounds up.
-        assert_eq!(k(16, 128, 1, true, on), (8, 1, 1, FragLoop::G1, false));
+        // An odd tile count: the grid of pairs rounds up. One or two groups: `_t2` (as fast).
+        assert_eq!(k(48, 384, 1, true, on), (8, 3, 1, FragLoop::G1, false));
+        assert_eq!(k(16, 128, 1, true, on).3, FragLoop::T2);
+        assert_eq!(k(2048, 256, 8, true, on).3, FragLoop::T2);
         assert_eq!(FragLoop::G1.tiles_per_block(), 2);
         assert_eq!(FragLoop::G1.suffix(), "_g1");
         // Not past 8 rows (on two row tiles it lost at 6144 x 768), not past K = 1024.
