@@ -4,7 +4,7 @@ Check: each kernel's output against the runtime kernel's (bf16 outputs of anothe
 order: max relative difference printed, must stay within a few bf16 ulps). Time: PDL,
 CUDA-graph replay of 200 launches, weights rotating over >= 400 MB, median of REPS, alternating.
 Usage: python3 ab_g1.py [REPS]   (AB_CASES "NxK:M,M;..."; AB_RULE "NxK[f]:M,M;...": rule_ab)"""
-import ctypes, faulthandler, json, os, sys
+import faulthandler, json, os, sys
 import torch
 import mxgpu
 from program import gemm_text_with
@@ -18,9 +18,8 @@ def g1_text():
 
 
 mxgpu.program_text = g1_text  # compile_program (and its cubin cache key) sees this text
-from mxgpu import Module, Ops, epilogue, frag_kernel  # noqa: E402
-from bench import read_bandwidth  # noqa: E402
-from bench_frag_pdl import ab_cases, time_alternating  # noqa: E402
+from mxgpu import frag_kernel  # noqa: E402
+from bench_frag_pdl import ab_cases, ab_module, launch_frag, time_alternating  # noqa: E402
 
 OUT = os.environ.get("OUT", ".")
 dev = "cuda"
@@ -79,18 +78,13 @@ def rule_ab(mod, ops, reps, cases):
 
 
 def launch(mod, rows, sfx, W, NT, wf, wsf, N, K, M, aq, as_, y, pre=1):
-    tiles = -(-N // 16)
-    mod.launch(f"mx_matmul_frag_m{rows}_bf16_w{W}_s1_{sfx}", (-(-M // rows), -(-tiles // NT)), (32 * W,),
-               [aq, as_, wf, wsf, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(pre), epilogue()])
-    return y
+    return launch_frag(mod, f"mx_matmul_frag_m{rows}_bf16_w{W}_s1_{sfx}", (-(-M // rows), -(-(-(-N // 16)) // NT)),
+                       W, wf, wsf, N, K, M, aq, as_, y, pre)
 
 
 def main():
     reps = int(sys.argv[1]) if len(sys.argv) > 1 else 5
-    mod = Module(); ops = Ops(mod)
-    print("module loaded", flush=True)
-    read_bandwidth(dev)
-    mod.pdl = True
+    mod, ops = ab_module()
     if os.environ.get("AB_RULE"):
         return rule_ab(mod, ops, reps, os.environ["AB_RULE"])
     rows = []

@@ -5,7 +5,7 @@ outputs of different summation orders: max relative difference printed, must sta
 bf16 ulps). Time: the runtime's choice beside each grid and cuBLAS bf16; PDL, CUDA-graph replay
 of 200 launches, weights rotating over >= 400 MB, median of REPS, alternating.
 Usage: python3 ab_grid.py [REPS]   (AB_CASES "NxK:M,M;...")"""
-import ctypes, faulthandler, json, os, sys
+import faulthandler, json, os, sys
 import torch
 import mxgpu
 from program import gemm_text_with
@@ -22,27 +22,21 @@ def grid_text():
 
 
 mxgpu.program_text = grid_text  # compile_program (and its cubin cache key) sees this text
-from mxgpu import Module, Ops, epilogue, frag_kernel  # noqa: E402
-from bench import read_bandwidth  # noqa: E402
-from bench_frag_pdl import ab_cases, time_alternating  # noqa: E402
+from mxgpu import frag_kernel  # noqa: E402
+from bench_frag_pdl import ab_cases, ab_module, launch_frag, time_alternating  # noqa: E402
 
 OUT = os.environ.get("OUT", ".")
 dev = "cuda"
 
 
 def launch(mod, W, S, wf, wsf, N, K, M, aq, as_, y, pre=1):
-    tiles = -(-N // 16)
-    mod.launch(f"mx_matmul_frag_m8_bf16_w{W}_s{S}_t2", (-(-M // 8) * S, -(-tiles // 2)), (32 * W,),
-               [aq, as_, wf, wsf, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(pre), epilogue()])
-    return y
+    return launch_frag(mod, f"mx_matmul_frag_m8_bf16_w{W}_s{S}_t2", (-(-M // 8) * S, -(-(-(-N // 16)) // 2)),
+                       W, wf, wsf, N, K, M, aq, as_, y, pre)
 
 
 def main():
     reps = int(sys.argv[1]) if len(sys.argv) > 1 else 5
-    mod = Module(); ops = Ops(mod)
-    print("module loaded", flush=True)
-    read_bandwidth(dev)
-    mod.pdl = True
+    mod, ops = ab_module()
     rows = []
     cases = os.environ.get("AB_CASES", "6144x6144:1,4,8;6144x768:1,4,8;1536x6144:1,8")
     for c in ab_cases(ops, frag_kernel, cases):

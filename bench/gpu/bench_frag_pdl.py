@@ -12,7 +12,7 @@ packed GEMM, the first weight loads overlap the previous kernel. Writes $OUT/ben
   prefill: the frag GEMM at M = 64 / 256 / 2048 in both block orders, and cuBLAS bf16.
 FRAG_MS (env, e.g. "12,16"): the gemm section's activation rows (default 1,2,4,8,12,16).
 Usage: python3 bench_frag_pdl.py [gemm] [ops] [prefill] (default: gemm ops)"""
-import itertools, json, os, sys
+import ctypes, itertools, json, os, sys
 import torch
 from bench import graph_time
 from mxgpu import (FRAG_SS, FRAG_WS, F_FP32_ACT, F_GAMMA_F32, F_GEMMA, F_OAI, Module, Ops, frag_choice,
@@ -76,6 +76,26 @@ def ab_cases(ops, frag_kernel, cases):
                      "cublas": lambda: A @ Wb[nxt(len(Wb))].t()}
             yield c
         del P, Wb
+
+
+def ab_module():
+    """The A/B scripts' start: the module (with the script's kernel file appended, through
+    mxgpu.program_text), its ops, the read-only HBM rate printed, PDL on: (mod, ops)."""
+    from bench import read_bandwidth
+    mod = Module(); ops = Ops(mod)
+    print("module loaded", flush=True)
+    read_bandwidth(dev)
+    mod.pdl = True
+    return mod, ops
+
+
+def launch_frag(mod, name, grid, W, wf, wsf, N, K, M, aq, as_, y, pre=1):
+    """One launch of a fragment GEMM kernel by name (the A/B scripts' bench kernels: the
+    runtime's argument list, bf16 out, no epilogue) on `grid`, 32 W lanes a block; returns y."""
+    from mxgpu import epilogue
+    mod.launch(name, grid, (32 * W,),
+               [aq, as_, wf, wsf, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(pre), epilogue()])
+    return y
 
 
 def time_alternating(fns, reps):
