@@ -29,7 +29,11 @@ MX_DEV unsigned long long mx_wg_desc(mx_u32 saddr, mx_u32 lbo, mx_u32 sbo) {
 }
 MX_DEV void mx_wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 MX_DEV void mx_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-MX_DEV void mx_wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Waits until at most P of this warp's committed wgmma groups are pending.
+template <int P>
+MX_DEV void mx_wg_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(P) : "memory");
+}
 // Keeps the compiler from moving uses of an accumulator across the wait (CUTLASS's
 // warpgroup_fence_operand).
 MX_DEV void mx_wg_pin(float& r) { asm volatile("" : "+f"(r)::"memory"); }
@@ -60,6 +64,7 @@ template <int NB, int S, int KBR, int U>
 MX_DEV void mx_matmul_wg(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                          const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
                          MxBf16::storage* __restrict__ y, int M, int N, int K, int pre) {
+  static_assert(U >= 1 && U <= 4, "the waits below name up to four groups");
   constexpr int GR = KBR / 4;  // groups of this block's K range
   constexpr int ROWS = 8 * NB;
   __shared__ __align__(128) mx_u8 sb[KBR * NB * 256];
@@ -127,13 +132,16 @@ MX_DEV void mx_matmul_wg(const mx_u8* __restrict__ aq, const mx_u8* __restrict__
   for (int i = 0; i < GR; i += U) {
     if (i + U < GR) load_w(nw, nsA, nsB, i + U);
     mx_wg_fence();
+    // One commit group a group of 4 k-blocks, so group u's rescale below overlaps the tensor
+    // core's work on the later ones.
 #pragma unroll
-    for (int u = 0; u < U; ++u)
+    for (int u = 0; u < U; ++u) {
       if (i + u < GR)
 #pragma unroll
         for (int j = 0; j < 4; ++j)
           mx_wg_mma<NB>(d[u][j], cw[u][j], mx_wg_desc(sbase + (4 * (i + u) + j) * NB * 256, NB * 128, 128));
-    mx_wg_commit();
+      mx_wg_commit();
+    }
     mx_u32 s[U][NB][2];
 #pragma unroll
     for (int u = 0; u < U; ++u)
@@ -141,15 +149,16 @@ MX_DEV void mx_matmul_wg(const mx_u8* __restrict__ aq, const mx_u8* __restrict__
       for (int jn = 0; jn < NB; ++jn)
 #pragma unroll
         for (int e = 0; e < 2; ++e) s[u][jn][e] = (i + u < GR) ? sp[jn][e][i + u] : 0x7f7f7f7fu;
-    mx_wg_wait0();
 #pragma unroll
-    for (int u = 0; u < U; ++u)
+    for (int u = 0; u < U; ++u) {
+      if (u == 0) mx_wg_wait<U - 1>();
+      if (u == 1) mx_wg_wait<(U > 1 ? U - 2 : 0)>();
+      if (u == 2) mx_wg_wait<(U > 2 ? U - 3 : 0)>();
+      if (u == 3) mx_wg_wait<0>();
 #pragma unroll
       for (int j = 0; j < 4; ++j)
 #pragma unroll
         for (int c = 0; c < 4 * NB; ++c) mx_wg_pin(d[u][j][c]);
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
       if (i + u >= GR) break;
       float fA[4], fB[4], f[NB][2][4];
       mx_u32 bad = mx_has_byte_00_or_ff(csA[u]) | mx_has_byte_00_or_ff(csB[u]);
