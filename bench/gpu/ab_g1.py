@@ -19,7 +19,7 @@ def g1_text():
 
 mxgpu.program_text = g1_text  # compile_program (and its cubin cache key) sees this text
 from mxgpu import frag_kernel  # noqa: E402
-from bench_frag_pdl import ab_cases, ab_module, launch_frag, time_alternating  # noqa: E402
+from bench_frag_pdl import ab_cases, ab_line, ab_module, launch_frag, time_alternating  # noqa: E402
 
 OUT = os.environ.get("OUT", ".")
 dev = "cuda"
@@ -101,10 +101,7 @@ def main():
             fns[name] = (lambda r=r, sfx=sfx, W=W, NT=NT: launch(mod, r, sfx, W, NT, *P[c.next()], N, K, M, c.aq, c.as_, c.y))
         times, med = time_alternating(fns, reps)
         rows.append(dict(N=N, K=K, M=M, rt=list(rt), med=med, times=times, diffs=diffs))
-        print(f"{N:5d}x{K:<5d} M={M:2d}: rt {rt[3] or 'm' + str(rt[0])} w{rt[1]}s{rt[2]} " + " | ".join(
-            f"{k} {v:6.2f}" for k, v in med.items())
-            + " | cublas/x " + " ".join(f"{k} {med['cublas'] / v:.3f}" for k, v in med.items() if k != "cublas")
-            + " | max rel diff vs rt " + " ".join(f"{k} {v:.1e}" for k, v in diffs.items()), flush=True)
+        print(ab_line(c, med, diffs), flush=True)
     json.dump(dict(rows=rows), open(os.path.join(OUT, "ab_g1.json"), "w"), indent=1)
 
 

@@ -23,7 +23,7 @@ def grid_text():
 
 mxgpu.program_text = grid_text  # compile_program (and its cubin cache key) sees this text
 from mxgpu import frag_kernel  # noqa: E402
-from bench_frag_pdl import ab_cases, ab_module, launch_frag, time_alternating  # noqa: E402
+from bench_frag_pdl import ab_cases, ab_line, ab_module, launch_frag, time_alternating  # noqa: E402
 
 OUT = os.environ.get("OUT", ".")
 dev = "cuda"
@@ -51,10 +51,7 @@ def main():
             fns[f"w{W}s{S}"] = (lambda W=W, S=S: launch(mod, W, S, *P[c.next()], N, K, M, c.aq, c.as_, c.y))
         _, med = time_alternating(fns, reps)
         rows.append(dict(N=N, K=K, M=M, rt=list(rt), med=med, diffs=diffs))
-        gb = (N * K + N * K // 32) / 1e9
-        print(f"{N:5d}x{K:<5d} M={M:2d}: rt {rt[3] or 'm' + str(rt[0])} w{rt[1]}s{rt[2]} " + " | ".join(
-            f"{k} {v:6.2f}" + (f" ({gb / (v * 1e-6) / 1e3:.2f} TB/s)" if k != "cublas" else "") for k, v in med.items())
-            + " | max rel diff vs rt " + " ".join(f"{k} {v:.1e}" for k, v in diffs.items()), flush=True)
+        print(ab_line(c, med, diffs, rate=True), flush=True)
     json.dump(dict(rows=rows), open(os.path.join(OUT, "ab_grid.json"), "w"), indent=1)
 
 

@@ -13,8 +13,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 faulthandler.dump_traceback_later(int(os.environ.get("AB_WATCHDOG", "400")), exit=False)
 mxgpu.program_text = lambda: gemm_text_with(os.path.join(HERE, "frag_wg.hip"))
 from mxgpu import frag_kernel  # noqa: E402
-from bench_frag_pdl import ab_cases, ab_module, launch_frag  # noqa: E402
-from bench_frag_pdl import time_alternating  # noqa: E402
+from bench_frag_pdl import ab_cases, ab_line, ab_module, launch_frag, time_alternating  # noqa: E402
 
 OUT = os.environ.get("OUT", ".")
 # (S, k-blocks a block's range, U): kernels mx_matmul_wg_n<NB>_s<S>_kb<KBR>_u<U>, K = 32 S KBR.
@@ -48,10 +47,7 @@ def main():
             fns[nm] = (lambda S=S, KBR=KBR, U=U: launch(mod, S, KBR, U, *P[c.next()], N, K, M, c.aq, c.as_, c.y))
         times, med = time_alternating(fns, reps)
         rows.append(dict(N=N, K=K, M=M, rt=list(c.rt), med=med, times=times, diffs=diffs))
-        print(f"{N:5d}x{K:<5d} M={M:2d}: rt {c.rt[3] or 'm' + str(c.rt[0])} w{c.rt[1]}s{c.rt[2]} " + " | ".join(
-            f"{k} {v:6.2f}" for k, v in med.items())
-            + " | cublas/x " + " ".join(f"{k} {med['cublas'] / v:.3f}" for k, v in med.items() if k != "cublas")
-            + " | max|d|/max|ref| " + " ".join(f"{k} {v:.1e}" for k, v in diffs.items()), flush=True)
+        print(ab_line(c, med, diffs, "max|d|/max|ref|", rate=True), flush=True)
     json.dump(dict(rows=rows), open(os.path.join(OUT, "ab_wg.json"), "w"), indent=1)
 
 

@@ -98,6 +98,18 @@ def launch_frag(mod, name, grid, W, wf, wsf, N, K, M, aq, as_, y, pre=1):
     return y
 
 
+def ab_line(c, med, diffs, diff_label="max rel diff vs rt", rate=False):
+    """One A/B case's line: the runtime's choice, each call's median (us; with `rate` also the
+    weight bytes' TB/s), cuBLAS / each, and each variant's difference from the runtime kernel's
+    output (`diffs`, named by `diff_label`)."""
+    rt, gb = c.rt, (c.N * c.K + c.N * c.K // 32) / 1e9
+    return (f"{c.N:5d}x{c.K:<5d} M={c.M:2d}: rt {rt[3] or 'm' + str(rt[0])} w{rt[1]}s{rt[2]} "
+            + " | ".join(f"{k} {v:6.2f}" + (f" ({gb / (v * 1e-6) / 1e3:.2f} TB/s)" if rate and k != "cublas" else "")
+                         for k, v in med.items())
+            + " | cublas/x " + " ".join(f"{k} {med['cublas'] / v:.3f}" for k, v in med.items() if k != "cublas")
+            + f" | {diff_label} " + " ".join(f"{k} {v:.1e}" for k, v in diffs.items()))
+
+
 def time_alternating(fns, reps):
     """Each call of fns timed by graph_time, the calls alternating, reps rounds: (times, medians)."""
     import statistics
