@@ -22,7 +22,7 @@ SPLITS = [(1, 24, 2), (2, 12, 2), (3, 8, 2), (6, 4, 1), (3, 64, 2), (4, 48, 2), 
 
 def launch(mod, S, KBR, U, wf, wsf, N, K, M, aq, as_, y):
     nb = 1 if M <= 8 else 2
-    return launch_frag(mod, f"mx_matmul_wg_n{nb}_s{S}_kb{KBR}_u{U}", (S, N // 64), 4, wf, wsf, N, K, M, aq, as_, y)
+    return launch_frag(mod, f"mx_matmul_wg_n{nb}_s{S}_kb{KBR}_u{U}", (S, -(-N // 64)), 4, wf, wsf, N, K, M, aq, as_, y)
 
 
 def main():
@@ -33,12 +33,12 @@ def main():
             name = f"mx_matmul_wg_n{nb}_s{S}_kb{KBR}_u{U}"
             print(name, "registers / smem / local", mod.attrs(name), flush=True)
     rows = []
-    cases = os.environ.get("AB_CASES", "6144x768:1,8,12,16;6144x6144:1,8,16;1536x6144:1,16")
+    cases = os.environ.get("AB_CASES", "6144x768:1,8,12,16;6144x6144:1,8,16;1536x6144:1,16;1000x768:1,16")
     for c in ab_cases(ops, frag_kernel, cases):
         N, K, M, P, fns = c.N, c.K, c.M, c.P, c.fns
         diffs = {}
         for S, KBR, U in SPLITS:
-            if K != 32 * S * KBR or N % 64:
+            if K != 32 * S * KBR:
                 continue
             nm = f"wg_s{S}"
             got = launch(mod, S, KBR, U, *P[0], N, K, M, c.aq, c.as_, torch.empty_like(c.y)).float()

@@ -74,8 +74,11 @@ MX_DEV void mx_matmul_wg(const mx_u8* __restrict__ aq, const mx_u8* __restrict__
   const int tile = 4 * blockIdx.y + warp;
   const int KB = K >> 5, G = K >> 7;
   const int gb = split * GR;
-  const uint4* wp = wf + ((long long)tile * KB + 4 * gb) * 32 + lane;
-  const mx_u32* swp = wsf + ((long long)tile * G + gb) * 16;
+  // A warp past the last tile (N % 64 != 0) still takes part in the warpgroup's wgmmas: it reads
+  // the last tile again and stores nothing.
+  const int wtile = min(tile, (N + 15) / 16 - 1);
+  const uint4* wp = wf + ((long long)wtile * KB + 4 * gb) * 32 + lane;
+  const mx_u32* swp = wsf + ((long long)wtile * G + gb) * 16;
 
   uint4 cw[U][4], nw[U][4];
   mx_u32 csA[U], csB[U], nsA[U], nsB[U];
@@ -225,7 +228,7 @@ MX_DEV void mx_matmul_wg(const mx_u8* __restrict__ aq, const mx_u8* __restrict__
   }
 }
 
-// mx_matmul_wg_n<8|16>_s<S>_kb<KBR>_u<U>: grid (S, N / 64), 128 threads, K = 32 S KBR.
+// mx_matmul_wg_n<8|16>_s<S>_kb<KBR>_u<U>: grid (S, ceil(N / 64)), 128 threads, K = 32 S KBR.
 #define MX_WG1(NB, S, KBR, U, ATTR)                                                              \
   extern "C" __global__ void __launch_bounds__(128) ATTR                                         \
       mx_matmul_wg_n##NB##_s##S##_kb##KBR##_u##U(MX_FRAG_ARGS(MxBf16)) {                         \
