@@ -21,6 +21,10 @@
 // groups of 4 k-blocks a batch, the first batch requested before the PDL wait.
 // Numerics: Hopper's fp8 tensor core sums a k-block's 32 exact products with fewer bits than
 // f32 (follow-up 4 measured 1e-4 relative at f32 output); bf16 output only here.
+// Measured (session 30, BENCHMARKS.md follow-up 33): outputs within about one bf16 ulp of the
+// runtime kernel's, but 13-75 % slower at every shape (6144 x 768 M = 16 4.86 against 3.33 us,
+// 6144^2 M = 1 13.95 against 12.31): the shared-memory step for B lengthens each launch's
+// critical path. Kept as the record of the form; the runtime never compiles it.
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) && defined(MX_NV_CLUSTER)
 
 MX_DEV unsigned long long mx_wg_desc(mx_u32 saddr, mx_u32 lbo, mx_u32 sbo) {
