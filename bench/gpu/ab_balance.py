@@ -4,7 +4,8 @@ doubly loaded SMs carry 192 / 139.6 = 1.38x the mean work. Here the same kernel 
 the m8 kernel w4 s1: one tile a block, 2.9 blocks an SM) at K = 6144 on N = 132 k tile pairs
 (every SM the same share) and in between, M = 1 / 8, rate = (weights + scales) / time. Time: PDL,
 CUDA-graph replay of 200 launches, weights rotating over >= 400 MB, median of REPS, alternating.
-Usage: python3 ab_balance.py [REPS]   (AB_NS "N,N,...", AB_K)"""
+Usage: python3 ab_balance.py [REPS]   (AB_NS "N,N,...", AB_K); on the device:
+AB=ab_balance OUT=$OUT bash bench/gpu/device_ab.sh"""
 import json, os, sys
 import torch
 from bench_frag_pdl import ab_module, rotation, time_alternating, weight_copies

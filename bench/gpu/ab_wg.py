@@ -3,13 +3,15 @@ wgmma's register operand (frag_wg.hip, appended to the GEMM module's text here, 
 sm_90a) against the runtime's kernel and cuBLAS bf16. Check: each kernel's output against the
 runtime kernel's (max |diff| / max |ref|, and the relative difference). Time: PDL, CUDA-graph
 replay of 200 launches, weights rotating over >= 400 MB, median of REPS, alternating.
-Usage: MXFUSE_BENCH_ARCH=90a python3 ab_wg.py [REPS]   (AB_CASES "NxK:M,M;...")"""
+Usage: python3 ab_wg.py [REPS]   (AB_CASES "NxK:M,M;..."); on the device:
+AB=ab_wg OUT=$OUT bash bench/gpu/device_ab.sh"""
 import faulthandler, json, os, sys
 import torch
 import mxgpu
 from program import gemm_text_with
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+os.environ.setdefault("MXFUSE_BENCH_ARCH", "90a")  # wgmma is sm_90a PTX (mxgpu.Module compiles for it)
 faulthandler.dump_traceback_later(int(os.environ.get("AB_WATCHDOG", "400")), exit=False)
 mxgpu.program_text = lambda: gemm_text_with(os.path.join(HERE, "frag_wg.hip"))
 from mxgpu import frag_kernel  # noqa: E402
