@@ -78,7 +78,7 @@ def rule_ab(mod, ops, reps, cases):
 
 
 def launch(mod, rows, sfx, W, NT, wf, wsf, N, K, M, aq, as_, y, pre=1):
-    return launch_frag(mod, f"mx_matmul_frag_m{rows}_bf16_w{W}_s1_{sfx}", (-(-M // rows), -(-(-(-N // 16)) // NT)),
+    return launch_frag(mod, f"mx_matmul_frag_m{rows}_bf16_w{W}_s1_{sfx}", (-(-M // rows), -(-N // (16 * NT))),
                        W, wf, wsf, N, K, M, aq, as_, y, pre)
 
 

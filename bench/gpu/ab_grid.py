@@ -30,7 +30,7 @@ dev = "cuda"
 
 
 def launch(mod, W, S, wf, wsf, N, K, M, aq, as_, y, pre=1):
-    return launch_frag(mod, f"mx_matmul_frag_m8_bf16_w{W}_s{S}_t2", (-(-M // 8) * S, -(-(-(-N // 16)) // 2)),
+    return launch_frag(mod, f"mx_matmul_frag_m8_bf16_w{W}_s{S}_t2", (-(-M // 8) * S, -(-N // 32)),
                        W, wf, wsf, N, K, M, aq, as_, y, pre)
 
 

@@ -98,14 +98,21 @@ def launch_frag(mod, name, grid, W, wf, wsf, N, K, M, aq, as_, y, pre=1):
     return y
 
 
+def medians_text(med, N=None, K=None):
+    """Each call's median (us) of an A/B case, " | "-separated; with N, K also the rate of an
+    N x K MXFP8 weight's bytes (values + E8M0 scales) in TB/s for every call but cuBLAS's."""
+    gb = (N * K + N * K // 32) / 1e9 if N else None
+    return " | ".join(f"{k} {v:6.2f}" + (f" ({gb / (v * 1e-6) / 1e3:.2f} TB/s)" if gb and k != "cublas" else "")
+                      for k, v in med.items())
+
+
 def ab_line(c, med, diffs, diff_label="max rel diff vs rt", rate=False):
     """One A/B case's line: the runtime's choice, each call's median (us; with `rate` also the
     weight bytes' TB/s), cuBLAS / each, and each variant's difference from the runtime kernel's
     output (`diffs`, named by `diff_label`)."""
-    rt, gb = c.rt, (c.N * c.K + c.N * c.K // 32) / 1e9
+    rt = c.rt
     return (f"{c.N:5d}x{c.K:<5d} M={c.M:2d}: rt {rt[3] or 'm' + str(rt[0])} w{rt[1]}s{rt[2]} "
-            + " | ".join(f"{k} {v:6.2f}" + (f" ({gb / (v * 1e-6) / 1e3:.2f} TB/s)" if rate and k != "cublas" else "")
-                         for k, v in med.items())
+            + medians_text(med, *((c.N, c.K) if rate else ()))
             + " | cublas/x " + " ".join(f"{k} {med['cublas'] / v:.3f}" for k, v in med.items() if k != "cublas")
             + f" | {diff_label} " + " ".join(f"{k} {v:.1e}" for k, v in diffs.items()))
 
