@@ -1,0 +1,95 @@
+"""Issue 6 follow-up 35: the stream-K form of `_t2` (frag_sk.hip, appended to the GEMM module's text
+here) against the runtime's kernel and cuBLAS bf16. Each variant runs B blocks (a multiple of the
+SM count, kept within pairs <= B <= pairs x K / 128) of W warps on one 8- or 16-row tile (more
+row tiles along grid y). Check: each variant's output against the runtime kernel's (another
+summation order: max relative difference, and max absolute difference over max |output|), and
+bit-equal across two launches before and one after the timing (deterministic; the counters reset
+themselves). Time: PDL, CUDA-graph replay of 200 launches, weights rotating over >= 400 MB, median
+of REPS, alternating.
+Usage: python3 ab_sk.py [REPS]   (AB_CASES "NxK:M,M;..."; AB_SK "rows:W:minb:mult,...");
+on the device: AB=ab_sk OUT=$OUT bash bench/gpu/device_ab.sh"""
+import faulthandler, json, os, sys
+import torch
+import mxgpu
+from program import gemm_text_with
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+faulthandler.dump_traceback_later(int(os.environ.get("AB_WATCHDOG", "300")), exit=False)
+mxgpu.program_text = lambda: gemm_text_with(os.path.join(HERE, "frag_sk.hip"))
+from mxgpu import epilogue, frag_kernel  # noqa: E402
+from bench_frag_pdl import ab_cases, ab_line, ab_module, time_alternating  # noqa: E402
+import ctypes  # noqa: E402
+
+OUT = os.environ.get("OUT", ".")
+dev = "cuda"
+# (rows a block, warps, the kernel's min blocks an SM, B as a multiple of the SM count); kernel
+# mx_matmul_frag_m<rows>_bf16_w<W>_sk<minb>.
+DEFAULT_SK = "8:4:2:2,8:4:3:3,8:2:4:4,8:8:1:1,8:4:2:1,16:4:2:2,16:8:1:1"
+
+
+def variants(spec):
+    for v in spec.split(","):
+        rows, W, minb, mult = (int(x) for x in v.split(":"))
+        yield rows, W, minb, mult
+
+
+class Sk:
+    """One stream-K variant at one (N, K, M): its grid, workspace and counters."""
+
+    def __init__(self, mod, sms, rows, W, minb, mult, N, K, M):
+        self.mod, self.rows, self.W = mod, rows, W
+        pairs = -(-(-(-N // 16)) // 2)
+        self.mtiles = -(-M // rows)
+        self.B = max(pairs, min(pairs * (K // 128), mult * sms))
+        self.name = f"mx_matmul_frag_m{rows}_bf16_w{W}_sk{minb}"
+        self.label = f"sk{rows}w{W}b{minb}x{self.B}"
+        E = 2 * (rows // 8) * 4 * 32
+        self.ws = torch.zeros(self.mtiles * self.B * 2 * E, dtype=torch.float32, device=dev)
+        self.cnt = torch.zeros(self.mtiles * pairs, dtype=torch.int32, device=dev)
+
+    def __call__(self, wf, wsf, N, K, M, aq, as_, y, pre=1):
+        self.mod.launch(self.name, (self.B, self.mtiles), (32 * self.W,),
+                        [aq, as_, wf, wsf, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(pre),
+                         epilogue(), self.ws, self.cnt])
+        return y
+
+
+def main():
+    reps = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    mod, ops = ab_module()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    spec = os.environ.get("AB_SK", DEFAULT_SK)
+    rows_out = []
+    cases = os.environ.get("AB_CASES", "6144x6144:1,8,12,16;1536x6144:1,8,16;6160x6144:5,16;8448x6144:1;4096x4096:1,16;6144x768:1,16")
+    for c in ab_cases(ops, frag_kernel, cases):
+        N, K, M, P, fns = c.N, c.K, c.M, c.P, c.fns
+        diffs, bits = {}, {}
+        sks = []
+        for rows, W, minb, mult in variants(spec):
+            if (rows == 16) != (M > 8) and not (rows == 8 and M > 8 and mult == 1):
+                continue  # 16-row kernels above 8 rows; 8-row ones at M > 8 only on one block an SM a row tile
+            sk = Sk(mod, sms, rows, W, minb, mult, N, K, M)
+            if sk.label in diffs:
+                continue
+            a = sk(*P[0], N, K, M, c.aq, c.as_, torch.empty_like(c.y)).float()
+            b = sk(*P[0], N, K, M, c.aq, c.as_, torch.empty_like(c.y)).float()
+            torch.cuda.synchronize()
+            scale = c.ref.abs().max().item()
+            diffs[sk.label] = ((a - c.ref).abs() / c.ref.abs().clamp_min(1e-3)).max().item()
+            diffs[sk.label + "_abs"] = (a - c.ref).abs().max().item() / scale
+            bits[sk.label] = bool(torch.equal(a, b))
+            fns[sk.label] = (lambda sk=sk: sk(*P[c.next()], N, K, M, c.aq, c.as_, c.y))
+            sks.append((sk, a))
+        times, med = time_alternating(fns, reps)
+        for sk, a in sks:
+            again = sk(*P[0], N, K, M, c.aq, c.as_, torch.empty_like(c.y)).float()
+            torch.cuda.synchronize()
+            bits[sk.label] = bits[sk.label] and bool(torch.equal(a, again))
+        rows_out.append(dict(N=N, K=K, M=M, rt=list(c.rt), med=med, times=times, diffs=diffs, bits=bits))
+        print(ab_line(c, med, diffs, rate=True), flush=True)
+        print("    deterministic: " + " ".join(f"{k} {'yes' if v else 'NO'}" for k, v in bits.items()), flush=True)
+    json.dump(dict(rows=rows_out), open(os.path.join(OUT, "ab_sk.json"), "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()

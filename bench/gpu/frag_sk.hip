@@ -1,0 +1,214 @@
+// Issue 6 follow-up 35 (bench only, appended to the GEMM module's text by ab_sk.py): a stream-K
+// form of `_t2` (mx_matmul_frag.hip). Why: follow-up 34 found 6144^2 held at 74 % of HBM by the
+// grid, 192 tile-pair blocks on 132 SMs (60 SMs with two, 72 with one), while the same loop on
+// exactly two blocks an SM streams 92 % of the read-only rate. Here the work of one 8 MT-row tile,
+// T = pairs x G (tile pair, group of 4 k-blocks) items, is cut into B = gridDim.x equal contiguous
+// runs (block b: items floor(b T / B) .. floor((b + 1) T / B) - 1; the host keeps B >= pairs, so a
+// run touches at most two pairs), whatever the pair count.
+//   - Each warp takes a contiguous part of its block's run and crosses at most one pair boundary:
+//     its accumulators of the first pair are set aside at the boundary (acc0), the loop itself is
+//     `_t2`'s (two tiles a warp, one activation load feeding both, double-buffered).
+//   - A block adds its warps' partials in warp order. A pair wholly inside one run is stored at
+//     once. A split pair's partials go to the workspace (`ws`: [m-tiles][B][2 slots][E] floats,
+//     slot 0 = the run's first pair, 1 = its second); the block then counts itself on the pair's
+//     counter (`cnt`: [m-tiles][pairs] u32, zero before the first launch), and the last of the
+//     pair's contributors adds all their partials in block order and stores the outputs, and
+//     zeroes the counter for the next launch. No block waits on another (no spin, no residency
+//     assumption); the sums' order depends only on B, so results are deterministic.
+// The workspace and counters are touched only after the PDL wait, so back-to-back launches (PDL
+// included) never share them in flight.
+// Names: mx_matmul_frag_m<8 MT>_bf16_w<W>_sk<MINB>; grid (B, ceil(M / (8 MT))), 32 W lanes.
+#if defined(MX_NV_FP8_MMA) && defined(MX_NV_CLUSTER)
+
+template <int W, int MT, class Out>
+MX_DEV void mx_matmul_frag_sk(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
+                              const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
+                              const Out& out, int M, int N, int K, int pre, float* __restrict__ ws,
+                              unsigned* __restrict__ cnt) {
+  constexpr int NT = 2, E = NT * MT * 4 * 32;  // accumulator elements of a warp
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int KB = K >> 5, G = K >> 7, tiles = (N + 15) / 16, pairs = (tiles + 1) / 2;
+  const int B = gridDim.x, blk = blockIdx.x, mtile = blockIdx.y, m0 = 8 * MT * mtile;
+  const long long T = (long long)pairs * G;
+  auto run_begin = [&](int b) { return (int)((long long)b * T / B); };
+  // The block whose run holds item i: the largest b with run_begin(b) <= i.
+  auto block_of = [&](int i) { return (int)(((long long)(i + 1) * B - 1) / T); };
+  const int b0 = run_begin(blk), b1 = run_begin(blk + 1);
+  const int p0 = b0 / G, bnd = (p0 + 1) * G;  // items >= bnd belong to the run's second pair
+  const int per = (b1 - b0 + W - 1) / W;
+  const int gb = min(b1, b0 + warp * per), ge = min(b1, gb + per);
+
+  // Load cursors (`_t2`'s MxFragWeights and activation pointers), placed on item (p, grp).
+  const uint4 *wp0, *wp1;
+  const mx_u32 *sw0, *sw1;
+  const mx_u8* ap[MT];
+  const mx_u32 *sp0[MT], *sp1[MT];
+  auto seek = [&](int p, int grp) {
+    // The second tile past the last tile: the first's weights again (outputs not stored).
+    const long long t0 = 2 * p, t1 = 2 * p + 1 < tiles ? 2 * p + 1 : 2 * p;
+    wp0 = wf + t0 * KB * 32 + lane + 128 * grp;
+    wp1 = wf + t1 * KB * 32 + lane + 128 * grp;
+    sw0 = wsf + t0 * G * 16 + 16 * grp + g;
+    sw1 = wsf + t1 * G * 16 + 16 * grp + g;
+    // Rows past M read row M - 1: they only reach outputs past M, which are not stored.
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      ap[mt] = aq + (long long)min(m0 + 8 * mt + g, M - 1) * K + 8 * t + 128 * grp;
+      sp0[mt] = reinterpret_cast<const mx_u32*>(as + (long long)min(m0 + 8 * mt + 2 * t, M - 1) * KB) + grp;
+      sp1[mt] = reinterpret_cast<const mx_u32*>(as + (long long)min(m0 + 8 * mt + 2 * t + 1, M - 1) * KB) + grp;
+    }
+  };
+  seek(gb / G, gb % G);
+  struct Batch {
+    uint4 w[NT][4];
+    mx_u32 sA[NT], sB[NT];
+    uint2 a[MT][4];
+    mx_u32 s0[MT], s1[MT];
+  };
+  int li = gb;  // the next item to load (load_w then load_a of the same item)
+  auto load_w = [&](Batch& bt) {
+    if (li == bnd) seek(p0 + 1, 0);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      bt.w[0][j] = mx_ldg_once16(wp0 + 32 * j);
+      bt.w[1][j] = mx_ldg_once16(wp1 + 32 * j);
+    }
+    bt.sA[0] = sw0[0];
+    bt.sB[0] = sw0[8];
+    bt.sA[1] = sw1[0];
+    bt.sB[1] = sw1[8];
+    wp0 += 128;
+    wp1 += 128;
+    sw0 += 16;
+    sw1 += 16;
+  };
+  auto load_a = [&](Batch& bt) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) bt.a[mt][j] = *reinterpret_cast<const uint2*>(ap[mt] + 32 * j);
+      bt.s0[mt] = *sp0[mt];
+      bt.s1[mt] = *sp1[mt];
+      ap[mt] += 128;
+      sp0[mt] += 1;
+      sp1[mt] += 1;
+    }
+    ++li;
+  };
+  float acc0[NT][MT][4], acc[NT][MT][4];  // the first pair's sums (once set aside), the current
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc0[nt][mt][c] = acc[nt][mt][c] = 0.0f;
+  auto set_aside = [&] {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          acc0[nt][mt][c] = acc[nt][mt][c];
+          acc[nt][mt][c] = 0.0f;
+        }
+  };
+  int mi = gb;  // the next item to multiply
+  auto mma = [&](const Batch& bt) {
+    if (mi == bnd) set_aside();
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+      mx_frag_mma<MT, true>(acc[nt], bt.w[nt], bt.a, bt.sA[nt], bt.sB[nt], bt.s0, bt.s1);
+    ++mi;
+  };
+  Batch x0, x1;
+  mx_frag_prologue<MT, 1, NT>(pre, wf, wsf, K, gb, ge, [&] { load_w(x0); });
+  if (gb < ge) load_a(x0);
+  for (int i = gb; i < ge; i += 2) {
+    if (i + 1 < ge) {
+      load_w(x1);
+      load_a(x1);
+    }
+    mma(x0);
+    if (i + 1 == ge) break;
+    if (i + 2 < ge) {
+      load_w(x0);
+      load_a(x0);
+    }
+    mma(x1);
+  }
+  if (ge <= bnd) set_aside();  // the warp's items all lie in the first pair (or it has none)
+
+  // The block's partial of each of its (at most two) pairs: its warps' sums in warp order (a warp
+  // with no item of a pair adds exact zeros).
+  __shared__ float part[W][2][E];
+  __shared__ int last;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int e = ((nt * MT + mt) * 4 + c) * 32 + lane;
+        part[warp][0][e] = acc0[nt][mt][c];
+        part[warp][1][e] = acc[nt][mt][c];
+      }
+  __syncthreads();
+  auto store = [&](int p, int e, float v) {
+    // e = ((nt MT + mt) 4 + c) 32 + lane: d0/d1 column 32 p + 16 nt + g, rows 2t / 2t + 1 of
+    // row tile mt; d2/d3 column + 8.
+    const int mt = (e >> 7) % MT, c = (e >> 5) & 3, ln = e & 31;
+    const int n = 32 * p + 16 * (e / (128 * MT)) + (ln >> 2) + (c >= 2 ? 8 : 0);
+    const int m = m0 + 8 * mt + 2 * (ln & 3) + (c & 1);
+    if (m < M) out.put(m, n, v);
+  };
+  auto slot = [&](int b, int p) { return ws + ((long long)(mtile * B + b) * 2 + (run_begin(b) / G == p ? 0 : 1)) * E; };
+  for (int s = 0; s < 2; ++s) {
+    const int sb = s == 0 ? b0 : bnd, se = s == 0 ? min(b1, bnd) : b1, p = p0 + s;
+    if (sb >= se) continue;  // uniform over the block
+    const bool whole = sb == p * G && se == (p + 1) * G;
+    float* mine = slot(blk, p);
+    for (int e = tid; e < E; e += 32 * W) {
+      float v = part[0][s][e];
+#pragma unroll
+      for (int w = 1; w < W; ++w) v += part[w][s][e];
+      if (whole) {
+        store(p, e, v);
+      } else {
+        __stcg(mine + e, v);
+      }
+    }
+    if (whole) continue;
+    // Publish the partial, then count it; the last contributor sees every other partial (each
+    // was fenced before its block counted).
+    __threadfence();
+    __syncthreads();
+    const int bf = block_of(p * G), bl = block_of(p * G + G - 1);
+    if (tid == 0) last = atomicAdd(cnt + (long long)mtile * pairs + p, 1u) == (unsigned)(bl - bf);
+    __syncthreads();
+    if (last) {
+      __threadfence();
+      for (int e = tid; e < E; e += 32 * W) {
+        float v = __ldcg(slot(bf, p) + e);
+        for (int b = bf + 1; b <= bl; ++b) v += __ldcg(slot(b, p) + e);
+        store(p, e, v);
+      }
+      if (tid == 0) cnt[(long long)mtile * pairs + p] = 0;
+    }
+    __syncthreads();  // `last` is written again for the second pair
+  }
+}
+
+#define MX_SK(ROWS, MT, W, MINB)                                                                 \
+  extern "C" __global__ void __launch_bounds__(32 * W, MINB)                                     \
+      mx_matmul_frag_m##ROWS##_bf16_w##W##_sk##MINB(MX_FRAG_ARGS(MxBf16), float* ws,             \
+                                                    unsigned* cnt) {                             \
+    mx_matmul_frag_sk<W, MT>(aq, as, wf, wsf, MX_FRAG_OUT(MxBf16), M, N, K, pre, ws, cnt);       \
+  }
+MX_SK(8, 1, 4, 2)
+MX_SK(8, 1, 4, 3)
+MX_SK(8, 1, 2, 4)
+MX_SK(8, 1, 8, 1)
+MX_SK(16, 2, 4, 2)
+MX_SK(16, 2, 8, 1)
+#endif
