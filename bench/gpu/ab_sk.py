@@ -6,7 +6,7 @@ summation order: max relative difference, and max absolute difference over max |
 bit-equal across two launches before and one after the timing (deterministic; the counters reset
 themselves). Time: PDL, CUDA-graph replay of 200 launches, weights rotating over >= 400 MB, median
 of REPS, alternating.
-Usage: python3 ab_sk.py [REPS]   (AB_CASES "NxK:M,M;..."; AB_SK "rows:W:minb:mult,...");
+Usage: python3 ab_sk.py [REPS]   (AB_CASES "NxK:M,M;..."; AB_SK "rows:W:minb:mult:fix,...");
 on the device: AB=ab_sk OUT=$OUT bash bench/gpu/device_ab.sh"""
 import faulthandler, json, os, sys
 import torch
@@ -22,27 +22,28 @@ import ctypes  # noqa: E402
 
 OUT = os.environ.get("OUT", ".")
 dev = "cuda"
-# (rows a block, warps, the kernel's min blocks an SM, B as a multiple of the SM count); kernel
-# mx_matmul_frag_m<rows>_bf16_w<W>_sk<minb>.
-DEFAULT_SK = "8:4:2:2,8:4:3:3,8:2:4:4,8:8:1:1,8:4:2:1,16:4:2:2,16:8:1:1"
+# (rows a block, warps, the kernel's min blocks an SM, B as a multiple of the SM count (0: B =
+# the pair count, one whole pair a block, no fix-up: the control for the code's own cost), the
+# fix-up probe of frag_sk.hip (1 the kernel's; 2 none, 3 relaxed counts: bench-only probes));
+# kernel mx_matmul_frag_m<rows>_bf16_w<W>_sk<minb>_f<fix>.
+DEFAULT_SK = "8:4:2:2:1,8:4:2:0:1,8:4:2:2:2,8:4:2:2:3,8:8:1:1:1"
 
 
 def variants(spec):
     for v in spec.split(","):
-        rows, W, minb, mult = (int(x) for x in v.split(":"))
-        yield rows, W, minb, mult
+        yield tuple(int(x) for x in v.split(":"))
 
 
 class Sk:
     """One stream-K variant at one (N, K, M): its grid, workspace and counters."""
 
-    def __init__(self, mod, sms, rows, W, minb, mult, N, K, M):
+    def __init__(self, mod, sms, rows, W, minb, mult, fix, N, K, M):
         self.mod, self.rows, self.W = mod, rows, W
         pairs = -(-(-(-N // 16)) // 2)
         self.mtiles = -(-M // rows)
         self.B = max(pairs, min(pairs * (K // 128), mult * sms))
-        self.name = f"mx_matmul_frag_m{rows}_bf16_w{W}_sk{minb}"
-        self.label = f"sk{rows}w{W}b{minb}x{self.B}"
+        self.name = f"mx_matmul_frag_m{rows}_bf16_w{W}_sk{minb}_f{fix}"
+        self.label = f"sk{rows}w{W}x{self.B}f{fix}"
         E = 2 * (rows // 8) * 4 * 32
         self.ws = torch.zeros(self.mtiles * self.B * 2 * E, dtype=torch.float32, device=dev)
         self.cnt = torch.zeros(self.mtiles * pairs, dtype=torch.int32, device=dev)
@@ -60,15 +61,15 @@ def main():
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     spec = os.environ.get("AB_SK", DEFAULT_SK)
     rows_out = []
-    cases = os.environ.get("AB_CASES", "6144x6144:1,8,12,16;1536x6144:1,8,16;6160x6144:5,16;8448x6144:1;4096x4096:1,16;6144x768:1,16")
+    cases = os.environ.get("AB_CASES", "6144x6144:1,8;1536x6144:1;6160x6144:5;4096x4096:1;3072x6144:1;6144x768:1")
     for c in ab_cases(ops, frag_kernel, cases):
         N, K, M, P, fns = c.N, c.K, c.M, c.P, c.fns
         diffs, bits = {}, {}
         sks = []
-        for rows, W, minb, mult in variants(spec):
-            if (rows == 16) != (M > 8) and not (rows == 8 and M > 8 and mult == 1):
-                continue  # 16-row kernels above 8 rows; 8-row ones at M > 8 only on one block an SM a row tile
-            sk = Sk(mod, sms, rows, W, minb, mult, N, K, M)
+        for rows, W, minb, mult, fix in variants(spec):
+            if (rows == 16) != (M > 8):
+                continue  # 16-row kernels above 8 rows
+            sk = Sk(mod, sms, rows, W, minb, mult, fix, N, K, M)
             if sk.label in diffs:
                 continue
             a = sk(*P[0], N, K, M, c.aq, c.as_, torch.empty_like(c.y)).float()

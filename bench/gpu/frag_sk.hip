@@ -17,23 +17,28 @@
 //     assumption); the sums' order depends only on B, so results are deterministic.
 // The workspace and counters are touched only after the PDL wait, so back-to-back launches (PDL
 // included) never share them in flight.
-// Names: mx_matmul_frag_m<8 MT>_bf16_w<W>_sk<MINB>; grid (B, ceil(M / (8 MT))), 32 W lanes.
+// Names: mx_matmul_frag_m<8 MT>_bf16_w<W>_sk<MINB>_f<FIX>; grid (B, ceil(M / (8 MT))), 32 W lanes.
+// FIX 1: the fix-up above; bench-only probes of its cost: 2 none (split pairs' outputs not
+// stored: wrong results), 3 relaxed counts (no release / acquire: not guaranteed correct).
 #if defined(MX_NV_FP8_MMA) && defined(MX_NV_CLUSTER)
 
-template <int W, int MT, class Out>
+template <int W, int MT, int FIX, class Out>
 MX_DEV void mx_matmul_frag_sk(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                               const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
                               const Out& out, int M, int N, int K, int pre, float* __restrict__ ws,
                               unsigned* __restrict__ cnt) {
   constexpr int NT = 2, E = NT * MT * 4 * 32;  // accumulator elements of a warp
+  constexpr int EPT = E / (32 * W);             // of them a lane adds in the block's sums
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int KB = K >> 5, G = K >> 7, tiles = (N + 15) / 16, pairs = (tiles + 1) / 2;
   const int B = gridDim.x, blk = blockIdx.x, mtile = blockIdx.y, m0 = 8 * MT * mtile;
-  const long long T = (long long)pairs * G;
-  auto run_begin = [&](int b) { return (int)((long long)b * T / B); };
-  // The block whose run holds item i: the largest b with run_begin(b) <= i.
-  auto block_of = [&](int i) { return (int)(((long long)(i + 1) * B - 1) / T); };
-  const int b0 = run_begin(blk), b1 = run_begin(blk + 1);
+  // Runs of q or q + 1 items (the first r runs one more), in 32-bit arithmetic: a 64-bit
+  // division is a long software routine, and these come before the first weight load.
+  const int T = pairs * G, q = T / B, r = T - q * B;
+  auto run_begin = [&](int b) { return b * q + min(b, r); };
+  // The block whose run holds item i.
+  auto block_of = [&](int i) { return i < r * (q + 1) ? i / (q + 1) : r + (i - r * (q + 1)) / q; };
+  const int b0 = run_begin(blk), b1 = b0 + q + (blk < r ? 1 : 0);
   const int p0 = b0 / G, bnd = (p0 + 1) * G;  // items >= bnd belong to the run's second pair
   const int per = (b1 - b0 + W - 1) / W;
   const int gb = min(b1, b0 + warp * per), ge = min(b1, gb + per);
@@ -142,7 +147,8 @@ MX_DEV void mx_matmul_frag_sk(const mx_u8* __restrict__ aq, const mx_u8* __restr
   // The block's partial of each of its (at most two) pairs: its warps' sums in warp order (a warp
   // with no item of a pair adds exact zeros).
   __shared__ float part[W][2][E];
-  __shared__ int last;
+  __shared__ int last[2];
+  static_assert(W >= 2, "the two pair counts are taken by warps 0 and 1");
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -162,53 +168,75 @@ MX_DEV void mx_matmul_frag_sk(const mx_u8* __restrict__ aq, const mx_u8* __restr
     const int m = m0 + 8 * mt + 2 * (ln & 3) + (c & 1);
     if (m < M) out.put(m, n, v);
   };
-  auto slot = [&](int b, int p) { return ws + ((long long)(mtile * B + b) * 2 + (run_begin(b) / G == p ? 0 : 1)) * E; };
+  // Block b's partial of pair p: slot 0 when its run begins in p, else 1 (only the pair's first
+  // contributor can begin before it).
+  auto slot = [&](int b, int p) { return ws + ((mtile * B + b) * 2 + (run_begin(b) >= p * G ? 0 : 1)) * E; };
+  // The run's pairs p0 + s: present (sb < se), whole (stored at once) or split.
+  int split[2];
+#pragma unroll
   for (int s = 0; s < 2; ++s) {
     const int sb = s == 0 ? b0 : bnd, se = s == 0 ? min(b1, bnd) : b1, p = p0 + s;
+    split[s] = sb < se && !(sb == p * G && se == (p + 1) * G);
     if (sb >= se) continue;  // uniform over the block
-    const bool whole = sb == p * G && se == (p + 1) * G;
     float* mine = slot(blk, p);
-    for (int e = tid; e < E; e += 32 * W) {
+#pragma unroll
+    for (int k = 0; k < EPT; ++k) {
+      const int e = tid + 32 * W * k;
       float v = part[0][s][e];
 #pragma unroll
       for (int w = 1; w < W; ++w) v += part[w][s][e];
-      if (whole) {
-        store(p, e, v);
-      } else {
+      if (split[s]) {
         __stcg(mine + e, v);
-      }
-    }
-    if (whole) continue;
-    // Publish the partial, then count it; the last contributor sees every other partial (each
-    // was fenced before its block counted).
-    __threadfence();
-    __syncthreads();
-    const int bf = block_of(p * G), bl = block_of(p * G + G - 1);
-    if (tid == 0) last = atomicAdd(cnt + (long long)mtile * pairs + p, 1u) == (unsigned)(bl - bf);
-    __syncthreads();
-    if (last) {
-      __threadfence();
-      for (int e = tid; e < E; e += 32 * W) {
-        float v = __ldcg(slot(bf, p) + e);
-        for (int b = bf + 1; b <= bl; ++b) v += __ldcg(slot(b, p) + e);
+      } else {
         store(p, e, v);
       }
-      if (tid == 0) cnt[(long long)mtile * pairs + p] = 0;
     }
-    __syncthreads();  // `last` is written again for the second pair
+  }
+  if (FIX == 2 || !(split[0] | split[1])) return;
+  // Publish the split partials and count them, both pairs at once (lane 0 of warps 0 and 1): the
+  // barrier orders the block's stores before each count's release (cumulative), whose acquire
+  // half lets the pair's last contributor read every other partial (each released before its
+  // block counted). Why at once: a count's release waits for the block's stores to reach L2, about
+  // a microsecond under the weight stream (follow-up 35), and one after the other doubled that.
+  __syncthreads();
+  if (lane == 0 && warp < 2 && split[warp]) {
+    unsigned* c = cnt + mtile * pairs + p0 + warp;
+    const int p = p0 + warp, bf = block_of(p * G), bl = block_of(p * G + G - 1);
+    unsigned old;
+    if (FIX == 3)  // bench only: no ordering (measures what the release / acquire cost)
+      asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(c) : "memory");
+    else
+      asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(c) : "memory");
+    last[warp] = old == (unsigned)(bl - bf);
+    if (last[warp]) *c = 0;  // for the next launch (which reads it only after its PDL wait)
+  }
+  __syncthreads();
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {
+    if (!split[s] || !last[s]) continue;
+    const int p = p0 + s, bf = block_of(p * G), bl = block_of(p * G + G - 1);
+    float v[EPT];
+    const float* first = slot(bf, p);
+#pragma unroll
+    for (int k = 0; k < EPT; ++k) v[k] = __ldcg(first + tid + 32 * W * k);
+    for (int b = bf + 1; b <= bl; ++b) {
+      const float* o = ws + (mtile * B + b) * 2 * E;  // slot 0: its run begins in p
+#pragma unroll
+      for (int k = 0; k < EPT; ++k) v[k] += __ldcg(o + tid + 32 * W * k);
+    }
+#pragma unroll
+    for (int k = 0; k < EPT; ++k) store(p, tid + 32 * W * k, v[k]);
   }
 }
 
-#define MX_SK(ROWS, MT, W, MINB)                                                                 \
+#define MX_SK(ROWS, MT, W, MINB, FIX)                                                            \
   extern "C" __global__ void __launch_bounds__(32 * W, MINB)                                     \
-      mx_matmul_frag_m##ROWS##_bf16_w##W##_sk##MINB(MX_FRAG_ARGS(MxBf16), float* ws,             \
-                                                    unsigned* cnt) {                             \
-    mx_matmul_frag_sk<W, MT>(aq, as, wf, wsf, MX_FRAG_OUT(MxBf16), M, N, K, pre, ws, cnt);       \
+      mx_matmul_frag_m##ROWS##_bf16_w##W##_sk##MINB##_f##FIX(MX_FRAG_ARGS(MxBf16), float* ws,    \
+                                                             unsigned* cnt) {                    \
+    mx_matmul_frag_sk<W, MT, FIX>(aq, as, wf, wsf, MX_FRAG_OUT(MxBf16), M, N, K, pre, ws, cnt); \
   }
-MX_SK(8, 1, 4, 2)
-MX_SK(8, 1, 4, 3)
-MX_SK(8, 1, 2, 4)
-MX_SK(8, 1, 8, 1)
-MX_SK(16, 2, 4, 2)
-MX_SK(16, 2, 8, 1)
+MX_SK(8, 1, 4, 2, 1)
+MX_SK(8, 1, 4, 2, 2)
+MX_SK(8, 1, 4, 2, 3)
+MX_SK(8, 1, 8, 1, 1)
 #endif
