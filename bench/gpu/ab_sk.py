@@ -6,6 +6,8 @@ summation order: max relative difference, and max absolute difference over max |
 bit-equal across two launches before and one after the timing (deterministic; the counters reset
 themselves). Time: PDL, CUDA-graph replay of 200 launches, weights rotating over >= 400 MB, median
 of REPS, alternating.
+The cluster form (clusters of CL blocks own P whole pairs, split pairs reduced through
+distributed shared memory) runs at M <= 8 for every compiled CL at its best P (cluster_pairs).
 Usage: python3 ab_sk.py [REPS]   (AB_CASES "NxK:M,M;..."; AB_SK "rows:W:minb:mult:fix,...");
 on the device: AB=ab_sk OUT=$OUT bash bench/gpu/device_ab.sh"""
 import faulthandler, json, os, sys
@@ -26,12 +28,48 @@ dev = "cuda"
 # the pair count, one whole pair a block, no fix-up: the control for the code's own cost), the
 # fix-up probe of frag_sk.hip (1 the kernel's; 2 none, 3 relaxed counts: bench-only probes));
 # kernel mx_matmul_frag_m<rows>_bf16_w<W>_sk<minb>_f<fix>.
-DEFAULT_SK = "8:4:2:2:1,8:4:2:0:1,8:4:2:2:2,8:4:2:2:3,8:8:1:1:1"
+DEFAULT_SK = "8:4:2:2:1,8:4:2:0:1,8:4:2:2:2,8:4:2:2:3"
 
 
 def variants(spec):
     for v in spec.split(","):
         yield tuple(int(x) for x in v.split(":"))
+
+
+CLUSTERS = (2, 3, 4, 5, 8)  # the cluster sizes frag_sk.hip compiles (mx_matmul_frag_m8_bf16_w4_sk2_c<CL>)
+
+
+def cluster_pairs(pairs, G, sms, CL, per_sm=2):
+    """P, the pairs a cluster of CL blocks takes (P <= CL), for the least work on the busiest SM:
+    ceil(blocks / (sms)) blocks of P G / CL items each, blocks = ceil(pairs / P) CL <= per_sm sms;
+    None where no P fits one wave."""
+    best = None
+    for P in range(1, CL + 1):
+        B = -(-pairs // P) * CL
+        if B > per_sm * sms:
+            continue
+        load = -(-B // sms) * P * G / CL
+        if best is None or load < best[0] - 1e-9:
+            best = (load, P)
+    return best and best[1]
+
+
+class Skc:
+    """The cluster form at one (N, K, M): clusters of CL blocks (4 warps) on P pairs each."""
+
+    def __init__(self, mod, CL, P, N, K, M):
+        self.mod, self.CL, self.P = mod, CL, P
+        pairs = -(-(-(-N // 16)) // 2)
+        self.mtiles = -(-M // 8)
+        self.B = -(-pairs // P) * CL
+        self.name = f"mx_matmul_frag_m8_bf16_w4_sk2_c{CL}"
+        self.label = f"c{CL}p{P}x{self.B}"
+
+    def __call__(self, wf, wsf, N, K, M, aq, as_, y, pre=1):
+        self.mod.launch(self.name, (self.B, self.mtiles), (128,),
+                        [aq, as_, wf, wsf, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(pre),
+                         epilogue(), None, None, ctypes.c_int(self.P)])
+        return y
 
 
 class Sk:
@@ -51,7 +89,7 @@ class Sk:
     def __call__(self, wf, wsf, N, K, M, aq, as_, y, pre=1):
         self.mod.launch(self.name, (self.B, self.mtiles), (32 * self.W,),
                         [aq, as_, wf, wsf, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(pre),
-                         epilogue(), self.ws, self.cnt])
+                         epilogue(), self.ws, self.cnt, ctypes.c_int(0)])
         return y
 
 
@@ -69,7 +107,15 @@ def main():
         for rows, W, minb, mult, fix in variants(spec):
             if (rows == 16) != (M > 8):
                 continue  # 16-row kernels above 8 rows
-            sk = Sk(mod, sms, rows, W, minb, mult, fix, N, K, M)
+            sks.append(Sk(mod, sms, rows, W, minb, mult, fix, N, K, M))
+        if M <= 8:
+            pairs, G = -(-(-(-N // 16)) // 2), K // 128
+            for CL in CLUSTERS:
+                cp = cluster_pairs(pairs, G, sms, CL)
+                if cp:
+                    sks.append(Skc(mod, CL, cp, N, K, M))
+        run = []
+        for sk in sks:
             if sk.label in diffs:
                 continue
             a = sk(*P[0], N, K, M, c.aq, c.as_, torch.empty_like(c.y)).float()
@@ -80,9 +126,9 @@ def main():
             diffs[sk.label + "_abs"] = (a - c.ref).abs().max().item() / scale
             bits[sk.label] = bool(torch.equal(a, b))
             fns[sk.label] = (lambda sk=sk: sk(*P[c.next()], N, K, M, c.aq, c.as_, c.y))
-            sks.append((sk, a))
+            run.append((sk, a))
         times, med = time_alternating(fns, reps)
-        for sk, a in sks:
+        for sk, a in run:
             again = sk(*P[0], N, K, M, c.aq, c.as_, torch.empty_like(c.y)).float()
             torch.cuda.synchronize()
             bits[sk.label] = bits[sk.label] and bool(torch.equal(a, again))

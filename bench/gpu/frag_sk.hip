@@ -22,19 +22,23 @@
 // stored: wrong results), 3 relaxed counts (no release / acquire: not guaranteed correct).
 #if defined(MX_NV_FP8_MMA) && defined(MX_NV_CLUSTER)
 
-template <int W, int MT, int FIX, class Out>
+template <int W, int MT, int FIX, int CL, class Out>
 MX_DEV void mx_matmul_frag_sk(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                               const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
                               const Out& out, int M, int N, int K, int pre, float* __restrict__ ws,
-                              unsigned* __restrict__ cnt) {
+                              unsigned* __restrict__ cnt, int P) {
   constexpr int NT = 2, E = NT * MT * 4 * 32;  // accumulator elements of a warp
   constexpr int EPT = E / (32 * W);             // of them a lane adds in the block's sums
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int KB = K >> 5, G = K >> 7, tiles = (N + 15) / 16, pairs = (tiles + 1) / 2;
-  const int B = gridDim.x, blk = blockIdx.x, mtile = blockIdx.y, m0 = 8 * MT * mtile;
+  const int mtile = blockIdx.y, m0 = 8 * MT * mtile;
+  // The blocks sharing a run of pairs: the whole grid (CL = 0), or a cluster of CL blocks on P
+  // pairs (pairs pbase .. pbase + P - 1; the host keeps P <= CL). B of them, this one blk.
+  const int B = CL ? CL : gridDim.x, blk = CL ? blockIdx.x % CL : blockIdx.x;
+  const int pbase = CL ? blockIdx.x / CL * P : 0, np = CL ? min(P, pairs - pbase) : pairs;
   // Runs of q or q + 1 items (the first r runs one more), in 32-bit arithmetic: a 64-bit
   // division is a long software routine, and these come before the first weight load.
-  const int T = pairs * G, q = T / B, r = T - q * B;
+  const int T = np * G, q = T / B, r = T - q * B;
   auto run_begin = [&](int b) { return b * q + min(b, r); };
   // The block whose run holds item i.
   auto block_of = [&](int i) { return i < r * (q + 1) ? i / (q + 1) : r + (i - r * (q + 1)) / q; };
@@ -50,7 +54,7 @@ MX_DEV void mx_matmul_frag_sk(const mx_u8* __restrict__ aq, const mx_u8* __restr
   const mx_u32 *sp0[MT], *sp1[MT];
   auto seek = [&](int p, int grp) {
     // The second tile past the last tile: the first's weights again (outputs not stored).
-    const long long t0 = 2 * p, t1 = 2 * p + 1 < tiles ? 2 * p + 1 : 2 * p;
+    const long long t0 = 2 * (pbase + p), t1 = t0 + 1 < tiles ? t0 + 1 : t0;
     wp0 = wf + t0 * KB * 32 + lane + 128 * grp;
     wp1 = wf + t1 * KB * 32 + lane + 128 * grp;
     sw0 = wsf + t0 * G * 16 + 16 * grp + g;
@@ -164,10 +168,44 @@ MX_DEV void mx_matmul_frag_sk(const mx_u8* __restrict__ aq, const mx_u8* __restr
     // e = ((nt MT + mt) 4 + c) 32 + lane: d0/d1 column 32 p + 16 nt + g, rows 2t / 2t + 1 of
     // row tile mt; d2/d3 column + 8.
     const int mt = (e >> 7) % MT, c = (e >> 5) & 3, ln = e & 31;
-    const int n = 32 * p + 16 * (e / (128 * MT)) + (ln >> 2) + (c >= 2 ? 8 : 0);
+    const int n = 32 * (pbase + p) + 16 * (e / (128 * MT)) + (ln >> 2) + (c >= 2 ? 8 : 0);
     const int m = m0 + 8 * mt + 2 * (ln & 3) + (c & 1);
     if (m < M) out.put(m, n, v);
   };
+  if (CL) {
+    // The cluster's pairs: each block's sums of its (at most two) pairs in its shared memory,
+    // then the block holding a pair's last item adds the pair's contributors in rank order
+    // through distributed shared memory and stores it. No global memory, no counters.
+    __shared__ float red[2][E];
+#pragma unroll
+    for (int s = 0; s < 2; ++s)
+#pragma unroll
+      for (int k = 0; k < EPT; ++k) {
+        const int e = tid + 32 * W * k;
+        float v = part[0][s][e];
+#pragma unroll
+        for (int w = 1; w < W; ++w) v += part[w][s][e];
+        red[s][e] = v;
+      }
+    mx_cluster_sync();  // every block's red[] written and visible cluster-wide
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      const int sb = s == 0 ? b0 : bnd, se = s == 0 ? min(b1, bnd) : b1, p = p0 + s;
+      if (sb >= se || se != (p + 1) * G) continue;  // not this pair's last block
+      const int bf = block_of(p * G);
+#pragma unroll
+      for (int k = 0; k < EPT; ++k) {
+        const int e = tid + 32 * W * k;
+        // Block b's sums of pair p: slot 0 when its run begins in p (all but the first).
+        float v = mx_dsmem_load(&red[run_begin(bf) >= p * G ? 0 : 1][e], (mx_u32)bf);
+        for (int b = bf + 1; b < blk; ++b) v += mx_dsmem_load(&red[0][e], (mx_u32)b);
+        if (bf < blk) v += red[s][e];
+        store(p, e, v);
+      }
+    }
+    mx_cluster_sync();  // the other blocks' shared memory stays alive until read
+    return;
+  }
   // Block b's partial of pair p: slot 0 when its run begins in p, else 1 (only the pair's first
   // contributor can begin before it).
   auto slot = [&](int b, int p) { return ws + ((mtile * B + b) * 2 + (run_begin(b) >= p * G ? 0 : 1)) * E; };
@@ -232,11 +270,23 @@ MX_DEV void mx_matmul_frag_sk(const mx_u8* __restrict__ aq, const mx_u8* __restr
 #define MX_SK(ROWS, MT, W, MINB, FIX)                                                            \
   extern "C" __global__ void __launch_bounds__(32 * W, MINB)                                     \
       mx_matmul_frag_m##ROWS##_bf16_w##W##_sk##MINB##_f##FIX(MX_FRAG_ARGS(MxBf16), float* ws,    \
-                                                             unsigned* cnt) {                    \
-    mx_matmul_frag_sk<W, MT, FIX>(aq, as, wf, wsf, MX_FRAG_OUT(MxBf16), M, N, K, pre, ws, cnt); \
+                                                             unsigned* cnt, int P) {             \
+    mx_matmul_frag_sk<W, MT, FIX, 0>(aq, as, wf, wsf, MX_FRAG_OUT(MxBf16), M, N, K, pre, ws, cnt, P); \
+  }
+// The cluster form: mx_matmul_frag_m8_bf16_w<W>_sk<MINB>_c<CL>, clusters of CL blocks on P pairs.
+#define MX_SKC(W, MINB, CL)                                                                      \
+  extern "C" __global__ void __launch_bounds__(32 * W, MINB) __cluster_dims__(CL, 1, 1)         \
+      mx_matmul_frag_m8_bf16_w##W##_sk##MINB##_c##CL(MX_FRAG_ARGS(MxBf16), float* ws,            \
+                                                     unsigned* cnt, int P) {                     \
+    mx_matmul_frag_sk<W, 1, 1, CL>(aq, as, wf, wsf, MX_FRAG_OUT(MxBf16), M, N, K, pre, ws, cnt, P); \
   }
 MX_SK(8, 1, 4, 2, 1)
 MX_SK(8, 1, 4, 2, 2)
 MX_SK(8, 1, 4, 2, 3)
 MX_SK(8, 1, 8, 1, 1)
+MX_SKC(4, 2, 2)
+MX_SKC(4, 2, 3)
+MX_SKC(4, 2, 4)
+MX_SKC(4, 2, 5)
+MX_SKC(4, 2, 8)
 #endif
