@@ -3,11 +3,12 @@ here) against the runtime's kernel and cuBLAS bf16. Each variant runs B blocks (
 SM count, kept within pairs <= B <= pairs x K / 128) of W warps on one 8- or 16-row tile (more
 row tiles along grid y). Check: each variant's output against the runtime kernel's (another
 summation order: max relative difference, and max absolute difference over max |output|), and
-bit-equal across two launches before and one after the timing (deterministic; the counters reset
-themselves). Time: PDL, CUDA-graph replay of 200 launches, weights rotating over >= 400 MB, median
+bit-equal across two launches before and one after the timing (deterministic; the counters and
+FIX 4's sentinel slots reset themselves). Time: PDL, CUDA-graph replay of 200 launches, weights rotating over >= 400 MB, median
 of REPS, alternating.
 The cluster form (clusters of CL blocks own P whole pairs, split pairs reduced through
-distributed shared memory) runs at M <= 8 for every compiled CL at its best P (cluster_pairs).
+distributed shared memory) runs at M <= 8 for every compiled CL at its best P (cluster_pairs);
+AB_SKC=0 leaves it out (call 4).
 Usage: python3 ab_sk.py [REPS]   (AB_CASES "NxK:M,M;..."; AB_SK "rows:W:minb:mult:fix,...");
 on the device: AB=ab_sk OUT=$OUT bash bench/gpu/device_ab.sh"""
 import faulthandler, json, os, sys
@@ -26,9 +27,10 @@ OUT = os.environ.get("OUT", ".")
 dev = "cuda"
 # (rows a block, warps, the kernel's min blocks an SM, B as a multiple of the SM count (0: B =
 # the pair count, one whole pair a block, no fix-up: the control for the code's own cost), the
-# fix-up probe of frag_sk.hip (1 the kernel's; 2 none, 3 relaxed counts: bench-only probes));
+# fix-up of frag_sk.hip (1 counters; 2 none, 3 relaxed counts: bench-only probes; 4 early
+# per-warp stores and sentinel slots, no counters));
 # kernel mx_matmul_frag_m<rows>_bf16_w<W>_sk<minb>_f<fix>.
-DEFAULT_SK = "8:4:2:2:1,8:4:2:0:1,8:4:2:2:2,8:4:2:2:3"
+DEFAULT_SK = "8:4:2:2:1,8:4:2:2:2,8:4:2:2:4,8:4:2:1:4"
 
 
 def variants(spec):
@@ -83,7 +85,10 @@ class Sk:
         self.name = f"mx_matmul_frag_m{rows}_bf16_w{W}_sk{minb}_f{fix}"
         self.label = f"sk{rows}w{W}x{self.B}f{fix}"
         E = 2 * (rows // 8) * 4 * 32
-        self.ws = torch.zeros(self.mtiles * self.B * 2 * E, dtype=torch.float32, device=dev)
+        if fix == 4:  # [m-tiles][B][W][E] slots holding frag_sk.hip's MX_SK_SENTINEL
+            self.ws = torch.full((self.mtiles * self.B * W * E,), 0x7FBAD00D, dtype=torch.int32, device=dev).view(torch.float32)
+        else:
+            self.ws = torch.zeros(self.mtiles * self.B * 2 * E, dtype=torch.float32, device=dev)
         self.cnt = torch.zeros(self.mtiles * pairs, dtype=torch.int32, device=dev)
 
     def __call__(self, wf, wsf, N, K, M, aq, as_, y, pre=1):
@@ -110,7 +115,7 @@ def main():
             sks.append(Sk(mod, sms, rows, W, minb, mult, fix, N, K, M))
         if M <= 8:
             pairs, G = -(-(-(-N // 16)) // 2), K // 128
-            for CL in CLUSTERS:
+            for CL in CLUSTERS if os.environ.get("AB_SKC", "1") != "0" else ():
                 cp = cluster_pairs(pairs, G, sms, CL)
                 if cp:
                     sks.append(Skc(mod, CL, cp, N, K, M))

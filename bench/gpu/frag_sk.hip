@@ -20,7 +20,17 @@
 // Names: mx_matmul_frag_m<8 MT>_bf16_w<W>_sk<MINB>_f<FIX>; grid (B, ceil(M / (8 MT))), 32 W lanes.
 // FIX 1: the fix-up above; bench-only probes of its cost: 2 none (split pairs' outputs not
 // stored: wrong results), 3 relaxed counts (no release / acquire: not guaranteed correct).
+// FIX 4 (call 4): no counters; each pair is finalized by the block holding its last item, which
+// works on that part last, while every block works first on the part it contributes to another
+// block's pair and stores it per warp at once; the finalizer reads those slots ([m-tiles][B][W][E],
+// filled with MX_SK_SENTINEL before the first launch) until none holds the sentinel, in
+// (block, warp) order after its own warps' sums, and puts the sentinel back. It waits only for
+// lower-numbered blocks, which the hardware dispatches first (all B <= 2 x SMs are resident).
 #if defined(MX_NV_FP8_MMA) && defined(MX_NV_CLUSTER)
+
+// FIX 4's empty workspace slot: a NaN payload no arithmetic gives (NVIDIA's FADD / FFMA / MMA
+// return the canonical 0x7fffffff for NaN).
+#define MX_SK_SENTINEL 0x7fbad00du
 
 template <int W, int MT, int FIX, int CL, class Out>
 MX_DEV void mx_matmul_frag_sk(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
@@ -44,8 +54,29 @@ MX_DEV void mx_matmul_frag_sk(const mx_u8* __restrict__ aq, const mx_u8* __restr
   auto block_of = [&](int i) { return i < r * (q + 1) ? i / (q + 1) : r + (i - r * (q + 1)) / q; };
   const int b0 = run_begin(blk), b1 = b0 + q + (blk < r ? 1 : 0);
   const int p0 = b0 / G, bnd = (p0 + 1) * G;  // items >= bnd belong to the run's second pair
-  const int per = (b1 - b0 + W - 1) / W;
-  const int gb = min(b1, b0 + warp * per), ge = min(b1, gb + per);
+  // A warp's items: n1 from x0 on, then n2 from y0 on; between them the accumulators are cut
+  // (`cut`). FIX != 4: the warp's contiguous part [gb, ge) of the run, cut at the pair boundary.
+  // FIX 4: the run's part it contributes to another block's pair first (its second pair's head
+  // where the run holds its first pair's end, else the whole run), then the part of the pair it
+  // finalizes (afin: the first pair, whose last item the run holds), each split over the warps.
+  const bool afin = b1 >= bnd;
+  int x0, n1, y0, n2;
+  if (FIX == 4) {
+    const int cb = afin ? bnd : b0, fe = afin ? bnd : b0;
+    const int pc = (b1 - cb + W - 1) / W, pf = (fe - b0 + W - 1) / W;
+    x0 = min(b1, cb + warp * pc);
+    n1 = min(b1, x0 + pc) - x0;
+    y0 = min(fe, b0 + warp * pf);
+    n2 = min(fe, y0 + pf) - y0;
+  } else {
+    const int per = (b1 - b0 + W - 1) / W;
+    const int gb = min(b1, b0 + warp * per), ge = min(b1, gb + per);
+    x0 = gb;
+    n1 = max(0, min(ge, bnd) - gb);
+    y0 = max(gb, bnd);
+    n2 = ge - gb - n1;
+  }
+  const int gb = 0, ge = n1 + n2;  // the loop's index range
 
   // Load cursors (`_t2`'s MxFragWeights and activation pointers), placed on item (p, grp).
   const uint4 *wp0, *wp1;
@@ -67,16 +98,20 @@ MX_DEV void mx_matmul_frag_sk(const mx_u8* __restrict__ aq, const mx_u8* __restr
       sp1[mt] = reinterpret_cast<const mx_u32*>(as + (long long)min(m0 + 8 * mt + 2 * t + 1, M - 1) * KB) + grp;
     }
   };
-  seek(gb / G, gb % G);
+  if (n1 > 0) {
+    seek(x0 / G, x0 % G);
+  } else {
+    seek(y0 / G, y0 % G);
+  }
   struct Batch {
     uint4 w[NT][4];
     mx_u32 sA[NT], sB[NT];
     uint2 a[MT][4];
     mx_u32 s0[MT], s1[MT];
   };
-  int li = gb;  // the next item to load (load_w then load_a of the same item)
+  int li = 0;  // the next item to load (load_w then load_a of the same item)
   auto load_w = [&](Batch& bt) {
-    if (li == bnd) seek(p0 + 1, 0);
+    if (li == n1 && n1 > 0) seek(y0 / G, y0 % G);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       bt.w[0][j] = mx_ldg_once16(wp0 + 32 * j);
@@ -122,35 +157,105 @@ MX_DEV void mx_matmul_frag_sk(const mx_u8* __restrict__ aq, const mx_u8* __restr
           acc[nt][mt][c] = 0.0f;
         }
   };
-  int mi = gb;  // the next item to multiply
+  // FIX 4: a contributing block's warps each store their sums of the contributed part to their
+  // workspace slot at once (no barrier, no count); the slot holds the sentinel until then.
+  const bool pub = FIX == 4 && b1 > (afin ? bnd : b0);
+  bool cut_done = false;
+  auto cut = [&] {
+    cut_done = true;
+    if (FIX != 4) return set_aside();
+    if (!pub) return;
+    float* slot_w = ws + (long long)((mtile * B + blk) * W + warp) * E;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          __stcg(slot_w + ((nt * MT + mt) * 4 + c) * 32 + lane, acc[nt][mt][c]);
+          acc[nt][mt][c] = 0.0f;
+        }
+  };
+  int mi = 0;  // the next item to multiply
   auto mma = [&](const Batch& bt) {
-    if (mi == bnd) set_aside();
+    if (mi == n1 && !cut_done) cut();
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
       mx_frag_mma<MT, true>(acc[nt], bt.w[nt], bt.a, bt.sA[nt], bt.sB[nt], bt.s0, bt.s1);
     ++mi;
   };
-  Batch x0, x1;
-  mx_frag_prologue<MT, 1, NT>(pre, wf, wsf, K, gb, ge, [&] { load_w(x0); });
-  if (gb < ge) load_a(x0);
+  Batch bA, bB;
+  mx_frag_prologue<MT, 1, NT>(pre, wf, wsf, K, gb, ge, [&] { load_w(bA); });
+  if (gb < ge) load_a(bA);
   for (int i = gb; i < ge; i += 2) {
     if (i + 1 < ge) {
-      load_w(x1);
-      load_a(x1);
+      load_w(bB);
+      load_a(bB);
     }
-    mma(x0);
+    mma(bA);
     if (i + 1 == ge) break;
     if (i + 2 < ge) {
-      load_w(x0);
-      load_a(x0);
+      load_w(bA);
+      load_a(bA);
     }
-    mma(x1);
+    mma(bB);
   }
-  if (ge <= bnd) set_aside();  // the warp's items all lie in the first pair (or it has none)
+  if (!cut_done) cut();  // the warp's items all lie in its first range (or it has none)
 
+  auto store = [&](int p, int e, float v) {
+    // e = ((nt MT + mt) 4 + c) 32 + lane: d0/d1 column 32 p + 16 nt + g, rows 2t / 2t + 1 of
+    // row tile mt; d2/d3 column + 8.
+    const int mt = (e >> 7) % MT, c = (e >> 5) & 3, ln = e & 31;
+    const int n = 32 * (pbase + p) + 16 * (e / (128 * MT)) + (ln >> 2) + (c >= 2 ? 8 : 0);
+    const int m = m0 + 8 * mt + 2 * (ln & 3) + (c & 1);
+    if (m < M) out.put(m, n, v);
+  };
+  __shared__ float part[W][2][E];
+  if (FIX == 4) {
+    if (!afin) return;  // a contributor only: its warps have stored their sums
+    // The finalized pair p0: this block's warps' sums in warp order, then each earlier
+    // contributor's warps' sums in (block, warp) order, read as soon as they are not the
+    // sentinel (each element is stored once, so no ordering beyond its own arrival is needed),
+    // then the slots are given the sentinel back for the next launch.
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) part[warp][0][((nt * MT + mt) * 4 + c) * 32 + lane] = acc[nt][mt][c];
+    __syncthreads();
+    const int bf = block_of(p0 * G);
+    float v[EPT];
+#pragma unroll
+    for (int k = 0; k < EPT; ++k) {
+      const int e = tid + 32 * W * k;
+      v[k] = part[0][0][e];
+#pragma unroll
+      for (int w = 1; w < W; ++w) v[k] += part[w][0][e];
+    }
+    for (int b = bf; b < blk; ++b) {
+      float* sb = ws + (long long)(mtile * B + b) * W * E;
+      float x[W][EPT];
+#pragma unroll
+      for (int w = 0; w < W; ++w)
+#pragma unroll
+        for (int k = 0; k < EPT; ++k) x[w][k] = __ldcv(sb + w * E + tid + 32 * W * k);
+#pragma unroll
+      for (int w = 0; w < W; ++w)
+#pragma unroll
+        for (int k = 0; k < EPT; ++k) {
+          float* a = sb + w * E + tid + 32 * W * k;
+          while (__float_as_uint(x[w][k]) == MX_SK_SENTINEL) x[w][k] = __ldcv(a);
+          v[k] += x[w][k];
+          __stcg(a, __uint_as_float(MX_SK_SENTINEL));
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < EPT; ++k) store(p0, tid + 32 * W * k, v[k]);
+    return;
+  }
   // The block's partial of each of its (at most two) pairs: its warps' sums in warp order (a warp
   // with no item of a pair adds exact zeros).
-  __shared__ float part[W][2][E];
   __shared__ int last[2];
   static_assert(W >= 2, "the two pair counts are taken by warps 0 and 1");
 #pragma unroll
@@ -164,14 +269,6 @@ MX_DEV void mx_matmul_frag_sk(const mx_u8* __restrict__ aq, const mx_u8* __restr
         part[warp][1][e] = acc[nt][mt][c];
       }
   __syncthreads();
-  auto store = [&](int p, int e, float v) {
-    // e = ((nt MT + mt) 4 + c) 32 + lane: d0/d1 column 32 p + 16 nt + g, rows 2t / 2t + 1 of
-    // row tile mt; d2/d3 column + 8.
-    const int mt = (e >> 7) % MT, c = (e >> 5) & 3, ln = e & 31;
-    const int n = 32 * (pbase + p) + 16 * (e / (128 * MT)) + (ln >> 2) + (c >= 2 ? 8 : 0);
-    const int m = m0 + 8 * mt + 2 * (ln & 3) + (c & 1);
-    if (m < M) out.put(m, n, v);
-  };
   if (CL) {
     // The cluster's pairs: each block's sums of its (at most two) pairs in its shared memory,
     // then the block holding a pair's last item adds the pair's contributors in rank order
@@ -283,6 +380,7 @@ MX_DEV void mx_matmul_frag_sk(const mx_u8* __restrict__ aq, const mx_u8* __restr
 MX_SK(8, 1, 4, 2, 1)
 MX_SK(8, 1, 4, 2, 2)
 MX_SK(8, 1, 4, 2, 3)
+MX_SK(8, 1, 4, 2, 4)
 MX_SK(8, 1, 8, 1, 1)
 MX_SKC(4, 2, 2)
 MX_SKC(4, 2, 3)
