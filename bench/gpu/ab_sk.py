@@ -8,7 +8,7 @@ FIX 4's sentinel slots reset themselves). Time: PDL, CUDA-graph replay of 200 la
 of REPS, alternating.
 The cluster form (clusters of CL blocks own P whole pairs, split pairs reduced through
 distributed shared memory) runs at M <= 8 for every compiled CL at its best P (cluster_pairs);
-AB_SKC=0 leaves it out (call 4).
+AB_SKC=0 leaves it out (as the next call should: BENCHMARKS.md "Session 31").
 Usage: python3 ab_sk.py [REPS]   (AB_CASES "NxK:M,M;..."; AB_SK "rows:W:minb:mult:fix,...");
 on the device: AB=ab_sk OUT=$OUT bash bench/gpu/device_ab.sh"""
 import faulthandler, json, os, sys
