@@ -20,12 +20,13 @@
 // Names: mx_matmul_frag_m<8 MT>_bf16_w<W>_sk<MINB>_f<FIX>; grid (B, ceil(M / (8 MT))), 32 W lanes.
 // FIX 1: the fix-up above; bench-only probes of its cost: 2 none (split pairs' outputs not
 // stored: wrong results), 3 relaxed counts (no release / acquire: not guaranteed correct).
-// FIX 4 (compiled, not yet run on a device): no counters; each pair is finalized by the block holding its last item, which
-// works on that part last, while every block works first on the part it contributes to another
-// block's pair and stores it per warp at once; the finalizer reads those slots ([m-tiles][B][W][E],
-// filled with MX_SK_SENTINEL before the first launch) until none holds the sentinel, in
-// (block, warp) order after its own warps' sums, and puts the sentinel back. It waits only for
-// lower-numbered blocks, which the hardware dispatches first (all B <= 2 x SMs are resident).
+// FIX 4 (compiled, not yet run on a device): no counters. Each pair is finalized by the block
+// holding its last item, which works on that part last, while every block works first on the
+// part it contributes to another block's pair and stores it per warp at once; the finalizer
+// reads those slots ([m-tiles][B][W][E], filled with MX_SK_SENTINEL before the first launch)
+// until none holds the sentinel, in (block, warp) order after its own warps' sums, and puts the
+// sentinel back. It waits only for lower-numbered blocks, which the hardware dispatches first
+// (all B <= 2 x SMs blocks are resident).
 #if defined(MX_NV_FP8_MMA) && defined(MX_NV_CLUSTER)
 
 // FIX 4's empty workspace slot: a NaN payload no arithmetic gives (NVIDIA's FADD / FFMA / MMA
