@@ -26,7 +26,7 @@
 // reads those slots ([m-tiles][B][W][E], filled with MX_SK_SENTINEL before the first launch)
 // until none holds the sentinel, in (block, warp) order after its own warps' sums, and puts the
 // sentinel back. It waits only for lower-numbered blocks, which the hardware dispatches first
-// (all B <= 2 x SMs blocks are resident).
+// (all B <= 2 x SMs blocks are resident). Host model of both partitions: sk_partition_model.py.
 #if defined(MX_NV_FP8_MMA) && defined(MX_NV_CLUSTER)
 
 // FIX 4's empty workspace slot: a NaN payload no arithmetic gives (NVIDIA's FADD / FFMA / MMA
