@@ -1,17 +1,18 @@
 """Issue 6 follow-up 35: the stream-K form of `_t2` (frag_sk.hip, appended to the GEMM module's text
 here) against the runtime's kernel and cuBLAS bf16. Each variant runs B blocks (a multiple of the
-SM count, kept within pairs <= B <= pairs x K / 128) of W warps on one 8- or 16-row tile (more
-row tiles along grid y). Check: each variant's output against the runtime kernel's (another
-summation order: max relative difference, and max absolute difference over max |output|), and
-bit-equal across two launches before and one after the timing (deterministic; the counters and
-FIX 4's sentinel slots reset themselves). Time: PDL, CUDA-graph replay of 200 launches, weights rotating over >= 400 MB, median
-of REPS, alternating.
+SM count, kept within pairs <= B <= pairs x K / 128) of W warps on one 8-row tile, so at M <= 8
+(call 1's 16-row instances spilled and were dropped; at M > 8 only the runtime and cuBLAS run).
+Check: each variant's output against the runtime kernel's (another summation order: max relative
+difference, and max absolute difference over max |output|), and bit-equal across two launches
+before and one after the timing (deterministic; the counters and FIX 4's sentinel slots reset
+themselves). Time: PDL, CUDA-graph replay of 200 launches, weights rotating over >= 400 MB,
+median of REPS, alternating.
 The cluster form (clusters of CL blocks own P whole pairs, split pairs reduced through
 distributed shared memory) runs at M <= 8 for every compiled CL at its best P (cluster_pairs);
 AB_SKC=0 leaves it out (as the next call should: BENCHMARKS.md "Session 31").
 Usage: python3 ab_sk.py [REPS]   (AB_CASES "NxK:M,M;..."; AB_SK "rows:W:minb:mult:fix,...");
 on the device: AB=ab_sk OUT=$OUT bash bench/gpu/device_ab.sh"""
-import faulthandler, json, os, sys
+import ctypes, faulthandler, json, os, sys
 import torch
 import mxgpu
 from program import gemm_text_with
@@ -21,7 +22,6 @@ faulthandler.dump_traceback_later(int(os.environ.get("AB_WATCHDOG", "300")), exi
 mxgpu.program_text = lambda: gemm_text_with(os.path.join(HERE, "frag_sk.hip"))
 from mxgpu import epilogue, frag_kernel  # noqa: E402
 from bench_frag_pdl import ab_cases, ab_line, ab_module, time_alternating  # noqa: E402
-import ctypes  # noqa: E402
 
 OUT = os.environ.get("OUT", ".")
 dev = "cuda"
