@@ -20,8 +20,8 @@ from program import gemm_text_with
 HERE = os.path.dirname(os.path.abspath(__file__))
 faulthandler.dump_traceback_later(int(os.environ.get("AB_WATCHDOG", "300")), exit=False)
 mxgpu.program_text = lambda: gemm_text_with(os.path.join(HERE, "frag_sk.hip"))
-from mxgpu import epilogue, frag_kernel  # noqa: E402
-from bench_frag_pdl import ab_cases, ab_line, ab_module, time_alternating  # noqa: E402
+from mxgpu import frag_kernel  # noqa: E402
+from bench_frag_pdl import ab_cases, ab_line, ab_module, launch_frag, time_alternating  # noqa: E402
 
 OUT = os.environ.get("OUT", ".")
 dev = "cuda"
@@ -61,17 +61,14 @@ class Skc:
 
     def __init__(self, mod, CL, P, N, K, M):
         self.mod, self.CL, self.P = mod, CL, P
-        pairs = -(-(-(-N // 16)) // 2)
         self.mtiles = -(-M // 8)
-        self.B = -(-pairs // P) * CL
+        self.B = -(-(-(-N // 32)) // P) * CL
         self.name = f"mx_matmul_frag_m8_bf16_w4_sk2_c{CL}"
         self.label = f"c{CL}p{P}x{self.B}"
 
     def __call__(self, wf, wsf, N, K, M, aq, as_, y, pre=1):
-        self.mod.launch(self.name, (self.B, self.mtiles), (128,),
-                        [aq, as_, wf, wsf, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(pre),
-                         epilogue(), None, None, ctypes.c_int(self.P)])
-        return y
+        return launch_frag(self.mod, self.name, (self.B, self.mtiles), 4, wf, wsf, N, K, M, aq, as_, y, pre,
+                           extra=(None, None, ctypes.c_int(self.P)))
 
 
 class Sk:
@@ -79,7 +76,7 @@ class Sk:
 
     def __init__(self, mod, sms, rows, W, minb, mult, fix, N, K, M):
         self.mod, self.rows, self.W = mod, rows, W
-        pairs = -(-(-(-N // 16)) // 2)
+        pairs = -(-N // 32)
         self.mtiles = -(-M // rows)
         self.B = max(pairs, min(pairs * (K // 128), mult * sms))
         self.name = f"mx_matmul_frag_m{rows}_bf16_w{W}_sk{minb}_f{fix}"
@@ -92,10 +89,8 @@ class Sk:
         self.cnt = torch.zeros(self.mtiles * pairs, dtype=torch.int32, device=dev)
 
     def __call__(self, wf, wsf, N, K, M, aq, as_, y, pre=1):
-        self.mod.launch(self.name, (self.B, self.mtiles), (32 * self.W,),
-                        [aq, as_, wf, wsf, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(pre),
-                         epilogue(), self.ws, self.cnt, ctypes.c_int(0)])
-        return y
+        return launch_frag(self.mod, self.name, (self.B, self.mtiles), self.W, wf, wsf, N, K, M, aq, as_, y, pre,
+                           extra=(self.ws, self.cnt, ctypes.c_int(0)))
 
 
 def main():
@@ -114,19 +109,18 @@ def main():
                 continue  # 16-row kernels above 8 rows
             sks.append(Sk(mod, sms, rows, W, minb, mult, fix, N, K, M))
         if M <= 8:
-            pairs, G = -(-(-(-N // 16)) // 2), K // 128
+            pairs, G = -(-N // 32), K // 128
             for CL in CLUSTERS if os.environ.get("AB_SKC", "1") != "0" else ():
                 cp = cluster_pairs(pairs, G, sms, CL)
                 if cp:
                     sks.append(Skc(mod, CL, cp, N, K, M))
-        run = []
+        run, scale = [], c.ref.abs().max().item()
         for sk in sks:
             if sk.label in diffs:
                 continue
             a = sk(*P[0], N, K, M, c.aq, c.as_, torch.empty_like(c.y)).float()
             b = sk(*P[0], N, K, M, c.aq, c.as_, torch.empty_like(c.y)).float()
             torch.cuda.synchronize()
-            scale = c.ref.abs().max().item()
             diffs[sk.label] = ((a - c.ref).abs() / c.ref.abs().clamp_min(1e-3)).max().item()
             diffs[sk.label + "_abs"] = (a - c.ref).abs().max().item() / scale
             bits[sk.label] = bool(torch.equal(a, b))

@@ -89,12 +89,14 @@ def ab_module():
     return mod, ops
 
 
-def launch_frag(mod, name, grid, W, wf, wsf, N, K, M, aq, as_, y, pre=1):
+def launch_frag(mod, name, grid, W, wf, wsf, N, K, M, aq, as_, y, pre=1, extra=()):
     """One launch of a fragment GEMM kernel by name (the A/B scripts' bench kernels: the
-    runtime's argument list, bf16 out, no epilogue) on `grid`, 32 W lanes a block; returns y."""
+    runtime's argument list, bf16 out, no epilogue, then `extra` arguments) on `grid`, 32 W lanes
+    a block; returns y."""
     from mxgpu import epilogue
     mod.launch(name, grid, (32 * W,),
-               [aq, as_, wf, wsf, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(pre), epilogue()])
+               [aq, as_, wf, wsf, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(pre), epilogue(),
+                *extra])
     return y
 
 

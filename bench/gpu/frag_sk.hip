@@ -212,28 +212,36 @@ MX_DEV void mx_matmul_frag_sk(const mx_u8* __restrict__ aq, const mx_u8* __restr
     if (m < M) out.put(m, n, v);
   };
   __shared__ float part[W][2][E];
+  // This warp's accumulators a into part[warp][s]; the block's sum of part[.][s][e] in warp order
+  // (a warp with no item of that pair adds exact zeros).
+  auto to_part = [&](int s, const float (*a)[MT][4]) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) part[warp][s][((nt * MT + mt) * 4 + c) * 32 + lane] = a[nt][mt][c];
+  };
+  auto warp_sum = [&](int s, int e) {
+    float v = part[0][s][e];
+#pragma unroll
+    for (int w = 1; w < W; ++w) v += part[w][s][e];
+    return v;
+  };
+  // The run's part in its pair p0 + s: items [first, second).
+  auto seg = [&](int s) { return s == 0 ? make_int2(b0, min(b1, bnd)) : make_int2(bnd, b1); };
   if (FIX == 4) {
     if (!afin) return;  // a contributor only: its warps have stored their sums
     // The finalized pair p0: this block's warps' sums in warp order, then each earlier
     // contributor's warps' sums in (block, warp) order, read as soon as they are not the
     // sentinel (each element is stored once, so no ordering beyond its own arrival is needed),
     // then the slots are given the sentinel back for the next launch.
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) part[warp][0][((nt * MT + mt) * 4 + c) * 32 + lane] = acc[nt][mt][c];
+    to_part(0, acc);
     __syncthreads();
     const int bf = block_of(p0 * G);
     float v[EPT];
 #pragma unroll
-    for (int k = 0; k < EPT; ++k) {
-      const int e = tid + 32 * W * k;
-      v[k] = part[0][0][e];
-#pragma unroll
-      for (int w = 1; w < W; ++w) v[k] += part[w][0][e];
-    }
+    for (int k = 0; k < EPT; ++k) v[k] = warp_sum(0, tid + 32 * W * k);
     for (int b = bf; b < blk; ++b) {
       float* sb = ws + (long long)(mtile * B + b) * W * E;
       float x[W][EPT];
@@ -255,20 +263,11 @@ MX_DEV void mx_matmul_frag_sk(const mx_u8* __restrict__ aq, const mx_u8* __restr
     for (int k = 0; k < EPT; ++k) store(p0, tid + 32 * W * k, v[k]);
     return;
   }
-  // The block's partial of each of its (at most two) pairs: its warps' sums in warp order (a warp
-  // with no item of a pair adds exact zeros).
+  // The block's partial of each of its (at most two) pairs.
   __shared__ int last[2];
   static_assert(W >= 2, "the two pair counts are taken by warps 0 and 1");
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int e = ((nt * MT + mt) * 4 + c) * 32 + lane;
-        part[warp][0][e] = acc0[nt][mt][c];
-        part[warp][1][e] = acc[nt][mt][c];
-      }
+  to_part(0, acc0);
+  to_part(1, acc);
   __syncthreads();
   if (CL) {
     // The cluster's pairs: each block's sums of its (at most two) pairs in its shared memory,
@@ -278,17 +277,11 @@ MX_DEV void mx_matmul_frag_sk(const mx_u8* __restrict__ aq, const mx_u8* __restr
 #pragma unroll
     for (int s = 0; s < 2; ++s)
 #pragma unroll
-      for (int k = 0; k < EPT; ++k) {
-        const int e = tid + 32 * W * k;
-        float v = part[0][s][e];
-#pragma unroll
-        for (int w = 1; w < W; ++w) v += part[w][s][e];
-        red[s][e] = v;
-      }
+      for (int k = 0; k < EPT; ++k) red[s][tid + 32 * W * k] = warp_sum(s, tid + 32 * W * k);
     mx_cluster_sync();  // every block's red[] written and visible cluster-wide
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
-      const int sb = s == 0 ? b0 : bnd, se = s == 0 ? min(b1, bnd) : b1, p = p0 + s;
+      const int sb = seg(s).x, se = seg(s).y, p = p0 + s;
       if (sb >= se || se != (p + 1) * G) continue;  // not this pair's last block
       const int bf = block_of(p * G);
 #pragma unroll
@@ -311,16 +304,14 @@ MX_DEV void mx_matmul_frag_sk(const mx_u8* __restrict__ aq, const mx_u8* __restr
   int split[2];
 #pragma unroll
   for (int s = 0; s < 2; ++s) {
-    const int sb = s == 0 ? b0 : bnd, se = s == 0 ? min(b1, bnd) : b1, p = p0 + s;
+    const int sb = seg(s).x, se = seg(s).y, p = p0 + s;
     split[s] = sb < se && !(sb == p * G && se == (p + 1) * G);
     if (sb >= se) continue;  // uniform over the block
     float* mine = slot(blk, p);
 #pragma unroll
     for (int k = 0; k < EPT; ++k) {
       const int e = tid + 32 * W * k;
-      float v = part[0][s][e];
-#pragma unroll
-      for (int w = 1; w < W; ++w) v += part[w][s][e];
+      const float v = warp_sum(s, e);
       if (split[s]) {
         __stcg(mine + e, v);
       } else {
