@@ -1,23 +1,20 @@
-"""Issue 6 follow-up 36: `_t2` on a mixed grid (frag_het.hip, appended to the GEMM module's text
-here): np tile-pair blocks, then ns one-tile blocks whose warps run two K ranges of their tile in
-`_t2`'s two register sets, so no tile is split between blocks and no workspace is needed. Against
-the runtime's kernel and cuBLAS bf16. Check: the pair blocks' columns bit-equal to the runtime's
-`_t2` (same loop), every output's max relative difference to the runtime's (the one-tile blocks
-add in another order), and bit-equal across two launches before and one after the timing. Time:
+"""Issue 6 follow-up 36: `_t2h`, `_t2` on a mixed grid (mx_matmul_frag.hip
+mx_matmul_frag_m8_bf16_w4_s1_t2h): np tile-pair blocks, then ns one-tile blocks whose warps run
+two K ranges of their tile in `_t2`'s two register sets, so no tile is split between blocks and no
+workspace is needed; the grid's y (tiles - np) tells the kernel np. Against
+the runtime's kernel and cuBLAS bf16. Check: the pair blocks' columns bit-equal to `_t2` w4 s1
+(same loop; also timed, as "t2w4"), every output's max relative difference to the runtime's
+kernel's (the one-tile blocks add in another order), and bit-equal across two launches before and one after the timing. Time:
 PDL, CUDA-graph replay of 200 launches, weights rotating over >= 400 MB, median of REPS,
 alternating.
 Usage: python3 ab_het.py [REPS]   (AB_CASES "NxK:M,M;..."; AB_NP "np,np,..." pair blocks, 0 for
 the number of SMs, default "0"); on the device: AB=ab_het OUT=$OUT bash bench/gpu/device_ab.sh"""
-import ctypes, faulthandler, json, os, sys
+import faulthandler, json, os, sys
 import torch
-import mxgpu
-from program import gemm_text_with
+from mxgpu import frag_kernel
+from bench_frag_pdl import ab_cases, ab_line, ab_module, launch_frag, time_alternating
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 faulthandler.dump_traceback_later(int(os.environ.get("AB_WATCHDOG", "300")), exit=False)
-mxgpu.program_text = lambda: gemm_text_with(os.path.join(HERE, "frag_het.hip"))
-from mxgpu import frag_kernel  # noqa: E402
-from bench_frag_pdl import ab_cases, ab_line, ab_module, launch_frag, time_alternating  # noqa: E402
 
 OUT = os.environ.get("OUT", ".")
 
@@ -27,14 +24,14 @@ class Het:
 
     def __init__(self, mod, np_, N, M, W=4):
         tiles = -(-N // 16)
-        self.mod, self.W, self.np = mod, W, min(np_, -(-tiles // 2))
+        self.mod, self.W, self.np = mod, W, min(np_, tiles // 2)
         self.ns = max(0, tiles - 2 * self.np)
-        self.grid = (-(-M // 8), self.np + self.ns)
+        self.grid = (-(-M // 8), tiles - self.np)
         self.label = f"h{self.np}+{self.ns}"
 
     def __call__(self, wf, wsf, N, K, M, aq, as_, y, pre=1):
-        return launch_frag(self.mod, f"mx_matmul_frag_m8_bf16_w{self.W}_t2h", self.grid, self.W, wf, wsf, N, K, M,
-                           aq, as_, y, pre, extra=(ctypes.c_int(self.np),))
+        return launch_frag(self.mod, "mx_matmul_frag_m8_bf16_w4_s1_t2h", self.grid, self.W, wf, wsf, N, K, M,
+                           aq, as_, y, pre)
 
 
 def main():
@@ -47,6 +44,9 @@ def main():
     for c in ab_cases(ops, frag_kernel, cases):
         N, K, M, P, fns = c.N, c.K, c.M, c.P, c.fns
         diffs, bits, run = {}, {}, []
+        # `_t2` w4 s1 on its own grid of pairs (the runtime's kernel before follow-up 36).
+        t2 = ops.matmul_frag(*P[0], N, K, M, c.aq, c.as_, W=4, S=1, sfx="_t2", y=torch.empty_like(c.y)).float()
+        fns["t2w4"] = lambda: ops.matmul_frag(*P[c.next()], N, K, M, c.aq, c.as_, W=4, S=1, sfx="_t2", y=c.y)
         for np_ in nps:
             h = Het(mod, np_, N, M)
             if h.label in diffs or M > 8:
@@ -56,7 +56,7 @@ def main():
             torch.cuda.synchronize()
             diffs[h.label] = ((a - c.ref).abs() / c.ref.abs().clamp_min(1e-3)).max().item()
             pc = min(N, 32 * h.np)
-            diffs[h.label + "_pairs_bits"] = float(torch.equal(a[:, :pc], c.ref[:, :pc])) if c.rt[3] == "_t2" else -1.0
+            diffs[h.label + "_pairs_bits"] = float(torch.equal(a[:, :pc], t2[:, :pc]))
             bits[h.label] = bool(torch.equal(a, b)) and not torch.isnan(a).any().item()
             fns[h.label] = (lambda h=h: h(*P[c.next()], N, K, M, c.aq, c.as_, c.y))
             run.append((h, a))

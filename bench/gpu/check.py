@@ -622,6 +622,81 @@ def check_matmul_frag_g1(ops):
                            np.array_equal(y_g1, y_m8, equal_nan=True))
 
 
+def check_matmul_frag_t2h(ops):
+    """`_t2` on its mixed grid (issue 6 follow-up 36, mx_matmul_frag_m8_bf16_w4_s1_t2h): pair
+    blocks first, then one block a tile whose 4 warps run 8 K ranges in two register sets and add
+    them in range order. So its pair tiles give the m8 kernel's bits at W = 4 and its single tiles
+    the m8 kernel's at W = 8, whatever the mix (all singles, all pairs with an odd tile as a
+    single, the runtime's 132 pairs), on k128_gemm_cases (M <= 8; also gemm_verdict, repeat
+    launches and PDL with the weights read before the wait) and on edge blocks (E8M0 0 / 1 / 254
+    / 255 weight and activation scales, e4m3 NaN, 448 and subnormal weights, ranges left empty at
+    K = 128 and 384); then the runtime's choice at 6144 x 6144 and 6160 x 6144 (132 pairs and 120 /
+    121 singles) against the same m8 kernels."""
+    from mxgpu import frag_kernel, pack_frag
+    if not CLUSTERS:
+        return report("matmul_frag_t2h skipped (MXFUSE_GPU_CLUSTERS=off)", True)
+
+    def t2h(wf, wsf, N, K, M, aq, as_, pairs, y=None, pre=1):
+        return ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=4, S=1, sfx="_t2h", t2h_pairs=pairs, y=y, pre=pre)
+
+    def against_m8(y, wf, wsf, N, K, M, aq, as_, pairs):
+        """Pair tiles (columns < 32 pairs) == the m8 kernel at W = 4, the rest == it at W = 8."""
+        pc = 32 * min(pairs, -(-N // 16) // 2)
+        m4 = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=4, S=1, rows=8))
+        m8 = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=8, S=1, rows=8))
+        y = host(y)
+        return np.array_equal(y[:, :pc], m4[:, :pc], equal_nan=True) and np.array_equal(y[:, pc:], m8[:, pc:], equal_nan=True)
+
+    for N, K, w, ws, M, aq, as_, yref, fin in k128_gemm_cases(ops):
+        if M > 8:
+            continue
+        wf, wsf = pack_frag(torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda())
+        for pairs in (0, 1, 132):
+            y1 = torch.empty(M, N, dtype=torch.bfloat16, device="cuda"); poison([y1])
+            t2h(wf, wsf, N, K, M, aq, as_, pairs, y=y1)
+            y2 = t2h(wf, wsf, N, K, M, aq, as_, pairs)
+            ops.m.pdl = True
+            try:
+                y3 = t2h(wf, wsf, N, K, M, aq, as_, pairs)
+            finally:
+                ops.m.pdl = False
+            same = all(np.array_equal(host(y1), host(o), equal_nan=True) for o in (y2, y3))
+            ok, detail = gemm_verdict(y1, same, yref, fin, "bf16")
+            m8 = against_m8(y1, wf, wsf, N, K, M, aq, as_, pairs)
+            report(f"matmul_frag_t2h N={N} K={K} M={M} pairs={pairs}", ok and m8,
+                   detail + f" (incl. PDL) m8 w4 / w8 bits={m8}")
+    for N, K in ((100, 128), (40, 384), (64, 512), (112, 1152), (48, 6144)):
+        for edge in (False, True):
+            w = rand_e4m3((N, K))
+            ws = rng.integers(100 if edge else 118, 151 if edge else 130, (N, K // 32), dtype=np.uint8)
+            if edge:
+                w[0, :32] = 0x7F; w[1, 5] = 0xFF; w[2, :] = 0x7E; w[3, :] = 0x01; w[4, 64:96] = 0xFE
+                ws[5, :] = 0; ws[6, :] = 255; ws[7, :] = 1; ws[8, :] = 254; ws[9, 0] = 100; ws[10, -1] = 150
+                ws[11, ::2] = 0; ws[12, 1::3] = 255; ws[-1, :] = 255; ws[-2, 0] = 0
+            wf, wsf = pack_frag(torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda())
+            for M in (1, 6, 8):
+                aq, as_ = ops.quantize(to_dev(ref.rnd(rng.standard_normal((M, K)) * 2, "bf16"), "bf16"), 0)
+                if edge and M > 5:
+                    as_[1, 0] = 0; as_[2, :] = 255; as_[3, -1] = 1; as_[4, :] = 254; as_[5, ::2] = 0
+                for pairs in (0, 1, 2):
+                    y = t2h(wf, wsf, N, K, M, aq, as_, pairs)
+                    report(f"matmul_frag_t2h == m8 w4 / w8 N={N} K={K} M={M} pairs={pairs}{' edge' if edge else ''}",
+                           against_m8(y, wf, wsf, N, K, M, aq, as_, pairs))
+    for N in (6144, 6160):
+        K = 6144
+        wf, wsf = rand_frag_weights(N, K)
+        for M in (1, 5, 8):
+            aq, as_ = ops.quantize(to_dev(ref.rnd(rng.standard_normal((M, K)) * 2, "bf16"), "bf16"), 0)
+            rows, W_, S_, sfx, pf = frag_kernel(N, K, M)
+            ops.m.pdl = True
+            try:
+                y_rt = ops.matmul_frag(wf, wsf, N, K, M, aq, as_)
+            finally:
+                ops.m.pdl = False
+            report(f"matmul_frag runtime choice N={N} K={K} M={M} kernel={sfx} (132 pairs + singles)",
+                   sfx == "_t2h" and against_m8(y_rt, wf, wsf, N, K, M, aq, as_, 132), "== m8 w4 / w8, PDL")
+
+
 def check_pdl(ops):
     """Every op under a programmatic (PDL) launch, back to back on one stream with the previous
     kernel writing what the next one reads, gives the bits of ordinary launches: the decode chain
@@ -714,7 +789,7 @@ if __name__ == "__main__":
               "mx_matmul_pipe_m8_bf16_w4_s1", "mx_matmul_pipe_m16_bf16_w1_s8"):
         print(f"  {k}: regs/shared/local = {mod.attrs(k)}")
     only = sys.argv[1:]  # e.g. "check_matmul_splitk": run only these checks
-    for fn in (check_rcp, check_sigmoid_cert, check_sigma_table, check_swiglu_all_bf16, check_matmul_frag, check_matmul_frag_fs, check_matmul_frag_g1, check_pdl, check_matmul_pipe, check_matmul_splitk, check_vectors, check_quantize, check_norm, check_norm_lean, check_swiglu, check_matmul, check_matmul_epilogue):
+    for fn in (check_rcp, check_sigmoid_cert, check_sigma_table, check_swiglu_all_bf16, check_matmul_frag, check_matmul_frag_fs, check_matmul_frag_g1, check_matmul_frag_t2h, check_pdl, check_matmul_pipe, check_matmul_splitk, check_vectors, check_quantize, check_norm, check_norm_lean, check_swiglu, check_matmul, check_matmul_epilogue):
         if only and fn.__name__ not in only:
             continue
         try:

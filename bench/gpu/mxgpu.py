@@ -339,14 +339,16 @@ class Ops:
                       [aq, as_, w, ws, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ep or epilogue()])
         return y
 
-    def matmul_frag(self, wf, wsf, N, K, M, aq, as_, out_dtype=torch.bfloat16, W=None, S=None, y=None, pre=None, ep=None, sfx=None, rows=None):
+    def matmul_frag(self, wf, wsf, N, K, M, aq, as_, out_dtype=torch.bfloat16, W=None, S=None, y=None, pre=None, ep=None, sfx=None, rows=None,
+                    t2h_pairs=132):
         """The fragment-packed GEMM (mx_matmul_frag.hip): (wf, wsf) = pack_frag(w [N, K], ws); a
         pre-quantized. W warps and S cluster blocks split K of each 16-column tile. With W, S, pre
         and sfx all left out: the runtime's kernel (frag_kernel, as launch.rs). Otherwise None =
         frag_choice, pre = 1, sfx = "". pre & 1: load the first weights before the PDL wait; pre & 2:
         the L2 prefetch of each warp's weights. sfx="_fs" / "_fsa": the m16 bf16 kernels of issue 6
         follow-ups 11 and 13 (every W, S; 16 rows a block at any M); "_t2": the m8 bf16 loop on
-        two 16-column tiles a block (follow-ups 20-21; 8-row tiles at any M, pre & 2 ignored); "_g1":
+        two 16-column tiles a block (follow-ups 20-21; 8-row tiles at any M, pre & 2 ignored); "_t2h":
+        `_t2` w4 s1 on its mixed grid (follow-up 36; t2h_blocks_y(N, t2h_pairs), at M <= 8); "_g1":
         one group a warp on two tiles (follow-up 32; W = K / 128, S = 1, every output type).
         rows=8: the m8 kernel at any M (8-row tiles). W = 3: the m8 kernel only (S = 1)."""
         assert K % 128 == 0
@@ -356,13 +358,15 @@ class Ops:
         else:
             sfx = sfx or ""
             pre = 1 if pre is None else pre
-            mt = 1 if (M <= 8 and sfx == "") or sfx in ("_t2", "_g1") or rows == 8 else 2
+            mt = 1 if (M <= 8 and sfx == "") or sfx in ("_t2", "_t2h", "_g1") or rows == 8 else 2
             W0, S0 = frag_choice(N, K, M)
             W, S = W or W0, S or S0
         if y is None:
             y = torch.empty(M, N, dtype=out_dtype, device=wf.device)
         name = f"mx_matmul_frag_m{8 * mt}_{SUFFIX[out_dtype]}_w{W}_s{S}{sfx}"
         grid = (-(-M // (8 * mt)) * S, -(-(-(-N // 16)) // (2 if sfx in ("_t2", "_g1") else 1)))
+        if sfx == "_t2h":
+            grid = (grid[0], t2h_blocks_y(N, t2h_pairs))
         self.m.launch(name, grid, (32 * W,),
                       [aq, as_, wf, wsf, y, ctypes.c_int(M), ctypes.c_int(N), ctypes.c_int(K), ctypes.c_int(pre),
                        ep or epilogue()])
@@ -482,12 +486,20 @@ def trim_idle_warp(K, W, S):
     return (3, 1) if W == 4 and S == 1 and -(-G // 3) == -(-G // 4) else (W, S)
 
 
-def frag_kernel(N, K, M, out_dtype=torch.bfloat16, sms=132, t2=True, g1=True):
+def t2h_blocks_y(N, pairs=132):
+    """The grid's y of `_t2h` (shapes.rs FragLoop::blocks_y): `pairs` pair blocks (the runtime: the
+    SM count), then a block for each tile left."""
+    tiles = -(-N // 16)
+    return tiles - min(pairs, tiles // 2)
+
+
+def frag_kernel(N, K, M, out_dtype=torch.bfloat16, sms=132, t2=True, g1=True, t2h=True):
     """(rows, W, S, sfx, l2_prefetch) of the fragment GEMM kernel the runtime launches (mirrors
     kernels/src/gpu/shapes.rs `frag_kernel` with its switches on; t2=False: MXFUSE_GPU_FRAG_T2=0,
-    g1=False: MXFUSE_GPU_FRAG_G1=0): at M <= 8 and 384 <= K <= 1024 `_g1` (K / 128 warps, every output
-    type) where its tile pairs fit one wave; with bf16 output `_t2` at M <= 8 (the rule's W, S for
-    half the tiles, no prefetch), `_fs` at 9-16 rows (and at M <= 8 without `_t2` where the grid
+    g1=False: MXFUSE_GPU_FRAG_G1=0, t2h=False: MXFUSE_GPU_FRAG_T2H=0): at M <= 8 and 384 <= K <= 1024
+    `_g1` (K / 128 warps, every output type) where its tile pairs fit one wave; with bf16 output `_t2`
+    at M <= 8 (the rule's W, S for half the tiles, no prefetch; its mixed grid `_t2h` at w4 s1 between
+    one and one and a half pairs an SM), `_fs` at 9-16 rows (and at M <= 8 without `_t2` where the grid
     leaves SMs idle); there the L2 prefetch, and `_fsa` from FRAG_STAGED_A_FROM rows."""
     tiles = -(-N // 16)
     G = K // 128
@@ -500,7 +512,8 @@ def frag_kernel(N, K, M, out_dtype=torch.bfloat16, sms=132, t2=True, g1=True):
         one_wave = pairs <= sms * max(1, T2_RESIDENT_WARPS // W)
         named = any((n, k) == (N, K) and M <= max_m for n, k, max_m, _, _ in FRAG_ROWS)
         if M <= 8 or (not named and W >= W16 and one_wave):
-            return 8, W, S, "_t2", False
+            mixed = t2h and M <= 8 and (W, S) == (4, 1) and sms < pairs and tiles <= T2_MIXED_MAX_TILES_PER_SM * sms
+            return 8, W, S, "_t2h" if mixed else "_t2", False
     fs = out_dtype == torch.bfloat16 and M <= 16 and (M > 8 or tiles * S16 < sms)
     rows, (W, S) = (16, (W16, S16)) if fs or M > 8 else (8, trim_idle_warp(K, *frag_choice(N, K, M, sms)))
     idle = tiles * -(-M // rows) * S < sms
@@ -509,6 +522,7 @@ def frag_kernel(N, K, M, out_dtype=torch.bfloat16, sms=132, t2=True, g1=True):
 
 
 FRAG_RESIDENT_WARPS, FRAG_MIN_GROUPS, FRAG_STAGED_A_FROM, T2_RESIDENT_WARPS = 12, 2, 13, 10
+T2_MIXED_MAX_TILES_PER_SM = 3
 G1_RESIDENT_WARPS, G1_MIN_WARPS, G1_MAX_WARPS = 21, 3, 8
 # The H200 rows of kernels/src/gpu/thresholds.rs `FragGemmTable`: (n, k, max_m, W, S), measured
 # (bench_frag_pdl.py; BENCHMARKS.md).

@@ -143,10 +143,12 @@ struct MxFragSegOut {
   }
 };
 
-template <class TO, int W, int MT, int S, int NT = 1, class Out, class Rows = MxRowsBelow>
+// U > 1 (`_t2h`'s one-tile blocks): a warp holds U sets of accumulators (acc[u NT + nt]), added
+// as if set u were warp u W + warp.
+template <class TO, int W, int MT, int S, int NT = 1, int U = 1, class Out, class Rows = MxRowsBelow>
 MX_DEV void mx_frag_reduce_to(const float (*acc)[MT][4], const Out& out, Rows rows) {
   constexpr int E = NT * MT * 4 * 32;  // accumulator elements of a warp
-  __shared__ float part[W * E];
+  __shared__ float part[U * W * E];
   __shared__ float red[S > 1 ? E : 1];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const MxFragBlock<MT, S, NT> blk;
@@ -154,11 +156,14 @@ MX_DEV void mx_frag_reduce_to(const float (*acc)[MT][4], const Out& out, Rows ro
   // Element e = ((nt * MT + mt) * 4 + c) * 32 + lane of a warp: D fragment c of lane's row
   // tile mt of column tile nt.
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
+  for (int u = 0; u < U; ++u)
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) part[warp * E + ((nt * MT + mt) * 4 + c) * 32 + lane] = acc[nt][mt][c];
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+          part[(u * W + warp) * E + ((nt * MT + mt) * 4 + c) * 32 + lane] = acc[u * NT + nt][mt][c];
   __syncthreads();
   auto store = [&](int e, float v) {
     // d0/d1: column n0 + g, rows 2t / 2t + 1 of tile mt; d2/d3: column n0 + g + 8.
@@ -170,7 +175,7 @@ MX_DEV void mx_frag_reduce_to(const float (*acc)[MT][4], const Out& out, Rows ro
   for (int e = tid; e < E; e += 32 * W) {
     float v = part[e];
 #pragma unroll
-    for (int w = 1; w < W; ++w) v += part[w * E + e];
+    for (int w = 1; w < U * W; ++w) v += part[w * E + e];
     if (S == 1) {
       store(e, v);
     } else {
@@ -576,6 +581,135 @@ MX_DEV void mx_matmul_frag_t2(const mx_u8* __restrict__ aq, const mx_u8* __restr
 MX_DEFINE_FRAG_T2(2)
 MX_DEFINE_FRAG_T2(4)
 MX_DEFINE_FRAG_T2(8)
+
+// mx_matmul_frag_m8_bf16_w4_s1_t2h (issue 6 follow-up 36; the runtime's kernel at M <= 8 with bf16
+// output where `_t2`'s tile pairs number between one and one and a half a multiprocessor:
+// kernels/src/gpu/shapes.rs frag_kernel): `_t2` on a mixed grid of Y blocks, the first
+// np = tiles - Y of them `_t2`'s pair blocks (tiles 2y, 2y + 1: the same code, the same bits),
+// the other ns = 2Y - tiles one tile each (tile np + y). Why: at 6144^2 `_t2`'s 192 pair blocks put
+// two pairs (4 tiles) on 60 of the 132 SMs and one on the rest, and the doubly loaded SMs set the
+// time (74 % of HBM; follow-up 34), while the mean is 2.9 tiles an SM. With np = SMs the pairs take
+// the first wave, one an SM, and the singles the second, so no SM holds more than 3 tiles; no tile
+// is split between blocks (stream-K, follow-up 35, needed a cross-block fix-up that cost ~2 us).
+// A one-tile block keeps a pair block's bytes in flight a warp (mx_matmul_frag_t1h). The host
+// sizes the grid (Y = pairs gives `_t2`'s pairs, with an odd last tile as a single).
+// One tile, two K ranges a warp: the W warps split the tile's K / 128 groups into 2W contiguous
+// ranges and warp w runs ranges w and W + w at once in the two register sets `_t2` gives its two
+// tiles (two activation loads an item where `_t2` has one). Its sums: the 2W ranges in order, as
+// the m8 kernel's 2W warps add theirs, so a one-tile block gives the m8 kernel's bits at W = 8
+// (and a pair block `_t2`'s, the m8 kernel's at W = 4).
+// mx_frag_reduce_to stores a one-tile block's outputs from tile blockIdx.y; its tile is np + that.
+template <class Out>
+struct MxShiftOut {
+  const Out& o;
+  int dn;
+  MX_DEV void put(int m, int n, float v) const { o.put(m, n + dn, v); }
+};
+template <int W, int MT, class Out>
+MX_DEV void mx_matmul_frag_t1h(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
+                               const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
+                               const Out& out, int M, int N, int K, int pre, int np) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int KB = K >> 5, G = K >> 7, tile = np + blockIdx.y, m0 = 8 * MT * blockIdx.x;
+  const int per = (G + 2 * W - 1) / (2 * W);
+  int gs[2], cnt[2];  // register set s: groups gs[s] .. gs[s] + cnt[s] - 1 (cnt[1] <= cnt[0])
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {
+    gs[s] = min(G, (s * W + warp) * per);
+    cnt[s] = min(G, gs[s] + per) - gs[s];
+  }
+  const int n = cnt[0];
+  const uint4* wp[2];
+  const mx_u32* sw[2];
+  const mx_u8* ap[2][MT];
+  const mx_u32 *sp0[2][MT], *sp1[2][MT];
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {
+    wp[s] = wf + (long long)tile * KB * 32 + lane + 128 * gs[s];
+    sw[s] = wsf + (long long)tile * G * 16 + 16 * gs[s] + g;
+    // Rows past M read row M - 1: they only reach outputs past M, which are not stored.
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      ap[s][mt] = aq + (long long)min(m0 + 8 * mt + g, M - 1) * K + 8 * t + 128 * gs[s];
+      sp0[s][mt] = reinterpret_cast<const mx_u32*>(as + (long long)min(m0 + 8 * mt + 2 * t, M - 1) * KB) + gs[s];
+      sp1[s][mt] = reinterpret_cast<const mx_u32*>(as + (long long)min(m0 + 8 * mt + 2 * t + 1, M - 1) * KB) + gs[s];
+    }
+  }
+  struct Batch {
+    uint4 w[2][4];
+    mx_u32 sA[2], sB[2];
+    uint2 a[2][MT][4];
+    mx_u32 s0[2][MT], s1[2][MT];
+  };
+  int li = 0, mi = 0;  // the next item to load, to multiply
+  // Set 1's last items are skipped where it has fewer (uniform over the warp).
+  auto load_w = [&](Batch& bt) {
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      if (s == 1 && li >= cnt[1]) continue;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) bt.w[s][j] = mx_ldg_once16(wp[s] + 32 * j);
+      bt.sA[s] = sw[s][0];
+      bt.sB[s] = sw[s][8];
+      wp[s] += 128;
+      sw[s] += 16;
+    }
+  };
+  auto load_a = [&](Batch& bt) {
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      if (s == 1 && li >= cnt[1]) continue;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) bt.a[s][mt][j] = *reinterpret_cast<const uint2*>(ap[s][mt] + 32 * j);
+        bt.s0[s][mt] = *sp0[s][mt];
+        bt.s1[s][mt] = *sp1[s][mt];
+        ap[s][mt] += 128;
+        sp0[s][mt] += 1;
+        sp1[s][mt] += 1;
+      }
+    }
+    ++li;
+  };
+  float acc[2][MT][4];
+#pragma unroll
+  for (int s = 0; s < 2; ++s)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[s][mt][c] = 0.0f;
+  auto mma = [&](const Batch& bt) {
+    mx_frag_mma<MT, true>(acc[0], bt.w[0], bt.a[0], bt.sA[0], bt.sB[0], bt.s0[0], bt.s1[0]);
+    if (mi < cnt[1]) mx_frag_mma<MT, true>(acc[1], bt.w[1], bt.a[1], bt.sA[1], bt.sB[1], bt.s0[1], bt.s1[1]);
+    ++mi;
+  };
+  Batch b0, b1;
+  mx_frag_prologue<MT, 1, 2>(pre, wf, wsf, K, 0, n, [&] { load_w(b0); });
+  if (n > 0) load_a(b0);
+  for (int i = 0; i < n; i += 2) {
+    if (i + 1 < n) {
+      load_w(b1);
+      load_a(b1);
+    }
+    mma(b0);
+    if (i + 1 == n) break;
+    if (i + 2 < n) {
+      load_w(b0);
+      load_a(b0);
+    }
+    mma(b1);
+  }
+  mx_frag_reduce_to<MxBf16, W, MT, 1, 1, 2>(acc, MxShiftOut<Out>{out, 16 * np}, MxRowsBelow{M});
+}
+extern "C" __global__ void __launch_bounds__(128, 1) MX_FRAG(m8_bf16_w4_s1_t2h)(MX_FRAG_ARGS(MxBf16)) {
+  const int np = (N + 15) / 16 - (int)gridDim.y;  // the pair blocks (the host keeps 2 Y >= tiles)
+  if ((int)blockIdx.y < np) {
+    mx_matmul_frag_t2<4, 1, 1>(aq, as, wf, wsf, MX_FRAG_OUT(MxBf16), M, N, K, pre);
+  } else {
+    mx_matmul_frag_t1h<4, 1>(aq, as, wf, wsf, MX_FRAG_OUT(MxBf16), M, N, K, pre, np);
+  }
+}
 
 // mx_matmul_frag_m8_<out>_w<W>_s1_g1 (issue 6 follow-up 32; the runtime's kernel at M <= 8 where
 // K / 128 <= 8 and the grid of tile pairs fits one wave: kernels/src/gpu/shapes.rs frag_kernel):

@@ -984,6 +984,62 @@ fn gpu_mx_matmul_fragment_packed_matches_reference_and_unpacked() {
     }
 }
 
+/// The mixed grid of the two-tile loop (`_t2h`, issue 6 follow-up 36: the first SMs-many tile
+/// pairs a block each, then a block for each tile left, whose 4 warps run 8 K ranges) where the
+/// runtime takes it, bf16 output at M <= 8 with 1-1.5 tile pairs an SM: every output written,
+/// within the accumulation bound of the reference, the same bits on a repeat launch; a ragged
+/// last tile (8 columns) and an odd tile count, so the last block is a single.
+#[test]
+fn gpu_mixed_grid_gemm_matches_reference() {
+    let Some(rt) = gpu() else { return };
+    let k = 1536;
+    if !rt.frag_gemm_available(k) {
+        eprintln!("skipped: no fragment-packed GEMM on this device");
+        return;
+    }
+    let sms = rt.multiprocessors();
+    let n = 16 * (2 * sms + sms / 2 + 1) - 8;
+    let mut rng = Rng(0x6E44_0000_0036_0001);
+    let (w, ws) = random_mx_weights(&mut rng, n, k);
+    let (wf, wsf) = kernels::gpu::pack_frag_weights(&w, &ws, n, k).expect("pack");
+    let (dwf, dwsf) = (upload(&rt, &wf), upload(&rt, &wsf));
+    let frag = GpuMatB::MxFrag {
+        q: dwf.ptr(),
+        scales: dwsf.ptr(),
+        f16_shift: None,
+    };
+    for m in [1usize, 5, 8] {
+        let (_, aq, asc, want) = reference_gemm_case(&mut rng, m, k, n, &w, &ws);
+        let (daq, das) = (upload(&rt, &aq), upload(&rt, &asc));
+        let run = || {
+            let dy = poisoned::<bf16>(&rt, m * n);
+            rt.mx_matmul(
+                m,
+                k,
+                n,
+                daq.ptr(),
+                das.ptr(),
+                &frag,
+                dy.ptr(),
+                kernels::DType::BF16,
+                &GpuEpilogue::NONE,
+                0,
+            )
+            .expect("launch");
+            download::<bf16>(&dy, m * n)
+        };
+        let (got, again) = (run(), run());
+        assert_eq!(same_bits(&got, &again), 0, "repeat launch m={m} n={n}");
+        assert!(
+            got.iter().all(|v| v.to_bits() != 0xA5A5),
+            "an output left unwritten (poison) m={m} n={n}"
+        );
+        let got32: Vec<f32> = got.iter().map(|v| v.to_f32()).collect();
+        let err = rel_err(&got32, &want);
+        assert!(err < 4e-3, "mixed grid vs reference m={m} n={n}: {err}");
+    }
+}
+
 /// The epilogue (bias, alpha, beta) on every GPU GEMM family: each output equals the same
 /// kernel's f32 accumulator (the launch without an epilogue) put through the documented f32
 /// arithmetic `round_T(fl(alpha·acc) + fl(beta·c))` bit for bit (`kernels::Epilogue` on the

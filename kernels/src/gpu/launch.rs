@@ -231,7 +231,7 @@ pub(super) fn check_frag_operands(
 }
 
 /// The fragment GEMM's grid: x = activation-row tiles x splits, y = 16-column tiles, or pairs of
-/// them for `_t2` (mx_matmul_frag.hip MxFragBlock: the row tiles of one weight tile run together
+/// them for `_t2` / `_g1`, or both for `_t2h` (FragLoop::blocks_y; mx_matmul_frag.hip MxFragBlock: the row tiles of one weight tile run together
 /// and share it through L2).
 pub(super) fn frag_grid(m: usize, n: usize, fk: &FragKernel) -> GpuResult<[u32; 3]> {
     if n.div_ceil(16) > 65535 {
@@ -242,7 +242,7 @@ pub(super) fn frag_grid(m: usize, n: usize, fk: &FragKernel) -> GpuResult<[u32; 
     }
     Ok([
         dim_u32("grid", m.div_ceil(fk.rows) * fk.s)?,
-        dim_u32("grid", n.div_ceil(16).div_ceil(fk.lp.tiles_per_block()))?,
+        dim_u32("grid", fk.lp.blocks_y(n.div_ceil(16)))?,
         1,
     ])
 }
@@ -465,7 +465,9 @@ impl GpuRuntime {
         self.backend() == Backend::Cuda && self.device().compute_capability >= 90
     }
 
-    pub(super) fn multiprocessors(&self) -> usize {
+    /// The device's multiprocessor count (128 where the driver does not say), as the kernel
+    /// rules take it.
+    pub fn multiprocessors(&self) -> usize {
         match self.device().multiprocessors {
             0 => 128, // unknown (HIP): a typical large part
             n => n as usize,
@@ -1018,7 +1020,8 @@ impl GpuRuntime {
         // MXFUSE_GPU_FRAG_FS=0 keeps the m8 / m16 kernels (no `_fs` loop); MXFUSE_GPU_FRAG_L2PF=0
         // turns the L2 prefetch off, MXFUSE_GPU_FRAG_FSA=0 the staged `_fsa` form of `_fs`,
         // MXFUSE_GPU_FRAG_W3=0 the m8 kernel on 3 warps, MXFUSE_GPU_FRAG_T2=0 the two-tile loop,
-        // MXFUSE_GPU_FRAG_G1=0 the one-group loop (shapes::frag_kernel says where each is taken).
+        // MXFUSE_GPU_FRAG_G1=0 the one-group loop, MXFUSE_GPU_FRAG_T2H=0 the two-tile loop's mixed
+        // grid (shapes::frag_kernel says where each is taken).
         let switches = FragSwitches {
             fs: env_switch!("MXFUSE_GPU_FRAG_FS"),
             l2_prefetch: env_switch!("MXFUSE_GPU_FRAG_L2PF"),
@@ -1026,6 +1029,7 @@ impl GpuRuntime {
             trim_idle_warp: env_switch!("MXFUSE_GPU_FRAG_W3"),
             two_tiles: env_switch!("MXFUSE_GPU_FRAG_T2"),
             one_group: env_switch!("MXFUSE_GPU_FRAG_G1"),
+            mixed_grid: env_switch!("MXFUSE_GPU_FRAG_T2H"),
         };
         frag_kernel(
             n,

@@ -212,6 +212,9 @@ pub enum FragLoop {
     /// `_g1`: 8 rows, every output type, one group of 4 k-blocks a warp (`w` = K / 128, from
     /// [`FRAG_G1_MIN_WARPS`] to [`FRAG_G1_MAX_WARPS`]) on two neighbouring 16-column tiles, as `_t2`'s grid.
     G1,
+    /// `_t2h` (`w` = 4, `s` = 1): `_t2`'s first `pair_blocks` pair blocks, then one block for each
+    /// tile left (the grid's y is tiles - `pair_blocks`; taken as [`frag_kernel`] says).
+    T2Mixed { pair_blocks: usize },
 }
 
 impl FragLoop {
@@ -223,15 +226,17 @@ impl FragLoop {
             FragLoop::Fsa => "_fsa",
             FragLoop::T2 => "_t2",
             FragLoop::G1 => "_g1",
+            FragLoop::T2Mixed { .. } => "_t2h",
         }
     }
 
-    /// 16-column tiles one block covers.
-    pub fn tiles_per_block(self) -> usize {
-        if matches!(self, FragLoop::T2 | FragLoop::G1) {
-            2
-        } else {
-            1
+    /// The grid's y for `tiles` 16-column tiles: a block for each tile, each pair of them, or
+    /// (`_t2h`) each of `pair_blocks` pairs and each tile left.
+    pub fn blocks_y(self, tiles: usize) -> usize {
+        match self {
+            FragLoop::T2 | FragLoop::G1 => tiles.div_ceil(2),
+            FragLoop::T2Mixed { pair_blocks } => tiles - pair_blocks.min(tiles / 2),
+            _ => tiles,
         }
     }
 }
@@ -255,6 +260,8 @@ pub struct FragSwitches {
     /// The one-group-a-warp `_g1` loop at M <= 8 and K <= 1024 where [`frag_kernel`] takes it
     /// (`MXFUSE_GPU_FRAG_G1`).
     pub one_group: bool,
+    /// `_t2`'s mixed grid `_t2h` where [`frag_kernel`] takes it (`MXFUSE_GPU_FRAG_T2H`).
+    pub mixed_grid: bool,
 }
 
 impl FragSwitches {
@@ -266,11 +273,16 @@ impl FragSwitches {
         trim_idle_warp: true,
         two_tiles: true,
         one_group: true,
+        mixed_grid: true,
     };
 }
 
 /// Warps of the two-tile kernel resident per SM (200 registers a lane: 65536 / (200 * 32)).
 const T2_RESIDENT_WARPS_PER_SM: usize = 10;
+/// The most 16-column tiles an SM `_t2h` is taken for: a pair and a single at most, where `_t2`
+/// puts two pairs (4 tiles) on some SMs (follow-up 36). Above it some SM holds two pairs whatever
+/// the grid. (`_t2h` needs two of its 4-warp blocks resident an SM: T2_RESIDENT_WARPS_PER_SM.)
+const T2_MIXED_MAX_TILES_PER_SM: usize = 3;
 /// Warps of the `_g1` kernels resident per SM (94-96 registers a lane: 65536 / (96 * 32)).
 const G1_RESIDENT_WARPS_PER_SM: usize = 21;
 /// The largest K / 128 the `_g1` kernels are compiled for (one warp a group: K <= 1024).
@@ -300,7 +312,10 @@ pub const FRAG_G1_MIN_WARPS: usize = 3;
 /// the kernel's residency and no prefetch. Before all of these, at M <= 8 and 384 <= K <= 1024
 /// ([`FRAG_G1_MIN_WARPS`]-[`FRAG_G1_MAX_WARPS`] groups), every output type takes `_g1` where its tile pairs fit one wave
 /// (follow-up 32: one group a warp, K / 128 warps a block; 6144 x 768 M = 1 / 8 2.31 / 2.46 against
-/// `_t2`'s 2.67 / 3.11 us). Mirrored by bench/gpu/mxgpu.py `frag_kernel`.
+/// `_t2`'s 2.67 / 3.11 us). Where `_t2`'s pairs number between one and one and a half an SM (6144 x
+/// 6144: 192 pairs on 132 SMs, 60 SMs holding two), its `w4 s1` grid becomes `_t2h`'s mixed one
+/// (follow-up 36): the first SMs-many pairs a block each, then each tile left a block, so no SM
+/// holds more than 3 tiles. Mirrored by bench/gpu/mxgpu.py `frag_kernel`.
 pub fn frag_kernel(
     n: usize,
     k: usize,
@@ -341,11 +356,22 @@ pub fn frag_kernel(
         let (w, s) = frag_rule(pairs, k, sms, &t2);
         let one_wave = pairs <= sms.max(1) * (T2_RESIDENT_WARPS_PER_SM / w).max(1);
         if m <= 8 || (table.measured(n, k, m).is_none() && w >= w16 && one_wave) {
+            // Follow-up 36: between one and one and a half pairs an SM, the pairs take one SM each
+            // and the tiles left a block each, so no SM holds two pairs.
+            let mixed = sw.mixed_grid
+                && m <= 8
+                && (w, s) == (4, 1)
+                && pairs > sms
+                && tiles <= T2_MIXED_MAX_TILES_PER_SM * sms;
             return FragKernel {
                 rows: 8,
                 w,
                 s,
-                lp: FragLoop::T2,
+                lp: if mixed {
+                    FragLoop::T2Mixed { pair_blocks: sms }
+                } else {
+                    FragLoop::T2
+                },
                 l2_prefetch: false,
             };
         }
@@ -578,9 +604,11 @@ mod tests {
         };
         // The measured winners (BENCHMARKS.md follow-up 20): 6144 x 768 and 6144 x 6144 (192
         // pairs) w4 s1; 1536 x 6144 (48 pairs) w8 s2; no prefetch.
+        // (192 pairs on 132 SMs: the mixed grid, its own test below.)
+        let mixed = FragLoop::T2Mixed { pair_blocks: 132 };
         for m in [1, 4, 8] {
-            assert_eq!(k(6144, 768, m, true), (8, 4, 1, FragLoop::T2, false));
-            assert_eq!(k(6144, 6144, m, true), (8, 4, 1, FragLoop::T2, false));
+            assert_eq!(k(6144, 768, m, true), (8, 4, 1, mixed, false));
+            assert_eq!(k(6144, 6144, m, true), (8, 4, 1, mixed, false));
             assert_eq!(k(1536, 6144, m, true), (8, 8, 2, FragLoop::T2, false));
         }
         // 9-16 rows: on two row tiles where no measured row names the shape and the pairs keep
@@ -610,8 +638,8 @@ mod tests {
         let f = frag_kernel(6144, 768, 8, 132, &h200, true, off);
         assert_eq!((f.w, f.lp), (3, FragLoop::Plain));
         // An odd tile count: one pair is half empty (the kernel skips its stores), the grid rounds up.
-        assert_eq!(FragLoop::T2.tiles_per_block(), 2);
-        assert_eq!(FragLoop::Fs.tiles_per_block(), 1);
+        assert_eq!(FragLoop::T2.blocks_y(7), 4);
+        assert_eq!(FragLoop::Fs.blocks_y(7), 7);
         assert_eq!(k(16, 128, 1, true), (8, 2, 1, FragLoop::T2, false));
         // 12288 x 768 (384 pairs): w4 would need 3 blocks per SM, the kernel's registers hold 2:
         // w2 (5 per SM), one wave.
@@ -639,12 +667,15 @@ mod tests {
         assert_eq!(k(48, 384, 1, true, on), (8, 3, 1, FragLoop::G1, false));
         assert_eq!(k(16, 128, 1, true, on).3, FragLoop::T2);
         assert_eq!(k(2048, 256, 8, true, on).3, FragLoop::T2);
-        assert_eq!(FragLoop::G1.tiles_per_block(), 2);
+        assert_eq!(FragLoop::G1.blocks_y(7), 4);
         assert_eq!(FragLoop::G1.suffix(), "_g1");
         // Not past 8 rows (on two row tiles it lost at 6144 x 768), not past K = 1024.
         assert_eq!(k(6144, 768, 9, true, on).3, FragLoop::Fs);
         assert_eq!(k(4096, 1152, 8, true, on).3, FragLoop::T2);
-        assert_eq!(k(6144, 6144, 1, true, on).3, FragLoop::T2);
+        assert_eq!(
+            k(6144, 6144, 1, true, on).3,
+            FragLoop::T2Mixed { pair_blocks: 132 }
+        );
         // One wave: 6 warps a block, 21 warps an SM -> 3 blocks an SM, 396 pairs on 132 SMs.
         assert_eq!(k(16 * 2 * 396, 768, 8, true, on).3, FragLoop::G1);
         assert_ne!(k(16 * 2 * 397, 768, 8, true, on).3, FragLoop::G1);
@@ -653,10 +684,49 @@ mod tests {
             one_group: false,
             ..on
         };
-        assert_eq!(k(6144, 768, 8, true, off), (8, 4, 1, FragLoop::T2, false));
+        assert_eq!(
+            k(6144, 768, 8, true, off),
+            (8, 4, 1, FragLoop::T2Mixed { pair_blocks: 132 }, false)
+        );
         assert_eq!(
             k(6144, 768, 8, false, off),
             (8, 3, 1, FragLoop::Plain, false)
         );
+    }
+
+    #[test]
+    fn mixed_grid_takes_between_one_and_one_and_a_half_pairs_an_sm() {
+        use super::super::thresholds::FragGemmTable;
+        let h200 = FragGemmTable::for_arch("sm_90");
+        let lp = |n, kk, m, sw| frag_kernel(n, kk, m, 132, &h200, true, sw).lp;
+        let on = FragSwitches::ON;
+        let mixed = FragLoop::T2Mixed { pair_blocks: 132 };
+        // 6144 x 6144: 384 tiles, 192 pairs. `_t2` puts two pairs on 60 SMs; here 132 pairs take
+        // one SM each and 120 single tiles the second wave: y = 384 - 132 = 252 blocks.
+        for m in [1, 5, 8] {
+            assert_eq!(lp(6144, 6144, m, on), mixed);
+        }
+        assert_eq!(mixed.blocks_y(384), 252);
+        assert_eq!(mixed.suffix(), "_t2h");
+        // The edges: 133 pairs (one single), 198 pairs = 396 tiles (132 singles); not at 132
+        // pairs (one an SM already) nor at 199 (some SM holds two pairs whatever the grid).
+        assert_eq!(lp(16 * 266, 6144, 1, on), mixed);
+        assert_eq!(mixed.blocks_y(266), 134);
+        assert_eq!(lp(16 * 396, 6144, 1, on), mixed);
+        assert_eq!(lp(16 * 264, 6144, 1, on), FragLoop::T2);
+        assert_eq!(lp(16 * 398, 6144, 1, on), FragLoop::T2);
+        // kernels/tests/gpu_kernels.rs's shape: 331 tiles (a ragged last one) at K = 1536.
+        assert_eq!(lp(16 * 331 - 8, 1536, 8, on), mixed);
+        // An odd tile count (6160 x 6144: 385 tiles): 132 pairs and 121 singles.
+        assert_eq!(lp(6160, 6144, 5, on), mixed);
+        assert_eq!(mixed.blocks_y(385), 253);
+        // Not past 8 rows, not for another (w, s), not with the switch off.
+        assert_eq!(lp(6144, 6144, 9, on), FragLoop::Fs);
+        assert_eq!(lp(1536, 6144, 1, on), FragLoop::T2);
+        let off = FragSwitches {
+            mixed_grid: false,
+            ..on
+        };
+        assert_eq!(lp(6144, 6144, 1, off), FragLoop::T2);
     }
 }
