@@ -7,14 +7,22 @@ the runtime's kernel and cuBLAS bf16. Check: the pair blocks' columns bit-equal 
 kernel's (the one-tile blocks add in another order), and bit-equal across two launches before and one after the timing. Time:
 PDL, CUDA-graph replay of 200 launches, weights rotating over >= 400 MB, median of REPS,
 alternating.
-Usage: python3 ab_het.py [REPS]   (AB_CASES "NxK:M,M;..."; AB_NP "np,np,..." pair blocks, 0 for
-the number of SMs, default "0"); on the device: AB=ab_het OUT=$OUT bash bench/gpu/device_ab.sh"""
+Usage: python3 ab_het.py [REPS]   (AB_CASES "NxK:M,M;..."; AB_NP "np,np:W,..." pair blocks, 0 for
+the number of SMs, default "0"; with AB_BENCH=1 ":W": frag_t2hw.hip's kernel at W warps, ":pPF": its
+pair warps' L2 prefetch from PF / 8 of their range on); on the
+device: AB=ab_het OUT=$OUT bash bench/gpu/device_ab.sh"""
 import faulthandler, json, os, sys
 import torch
-from mxgpu import frag_kernel
-from bench_frag_pdl import ab_cases, ab_line, ab_module, launch_frag, time_alternating
+import mxgpu
+from program import gemm_text_with
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 faulthandler.dump_traceback_later(int(os.environ.get("AB_WATCHDOG", "300")), exit=False)
+BENCH_FILES = {"1": "frag_t2hw.hip", "tn": "frag_tn.hip"}  # AB_BENCH: the bench kernels appended
+if os.environ.get("AB_BENCH") in BENCH_FILES:
+    mxgpu.program_text = lambda: gemm_text_with(os.path.join(HERE, BENCH_FILES[os.environ["AB_BENCH"]]))
+from mxgpu import frag_kernel  # noqa: E402
+from bench_frag_pdl import ab_cases, ab_line, ab_module, launch_frag, time_alternating  # noqa: E402
 
 OUT = os.environ.get("OUT", ".")
 
@@ -22,23 +30,51 @@ OUT = os.environ.get("OUT", ".")
 class Het:
     """The mixed grid at one (N, M): np pair blocks, then the tiles left as one-tile blocks."""
 
-    def __init__(self, mod, np_, N, M, W=4):
+    def __init__(self, mod, np_, N, M, W=4, bench=""):
         tiles = -(-N // 16)
         self.mod, self.W, self.np = mod, W, min(np_, tiles // 2)
         self.ns = max(0, tiles - 2 * self.np)
         self.grid = (-(-M // 8), tiles - self.np)
-        self.label = f"h{self.np}+{self.ns}"
+        self.name = f"mx_matmul_frag_m8_bf16_w{W}_s1_t2h" + bench
+        self.label = f"h{self.np}+{self.ns}" + (f"w{W}{bench}" if bench else "")
 
     def __call__(self, wf, wsf, N, K, M, aq, as_, y, pre=1):
-        return launch_frag(self.mod, "mx_matmul_frag_m8_bf16_w4_s1_t2h", self.grid, self.W, wf, wsf, N, K, M,
-                           aq, as_, y, pre)
+        return launch_frag(self.mod, self.name, self.grid, self.W, wf, wsf, N, K, M, aq, as_, y, pre)
+
+
+class Tn:
+    """frag_tn.hip at one (N, M): ceil(tiles / T) blocks of W warps on T tiles each (T = tiles / SMs
+    rounded up unless given)."""
+
+    def __init__(self, mod, sms, N, M, W, T=0):
+        tiles = -(-N // 16)
+        T = T or -(-tiles // sms)
+        self.mod, self.W = mod, W
+        self.grid = (-(-M // 8), -(-tiles // T))
+        self.name = f"mx_matmul_frag_m8_bf16_w{W}_s1_tn"
+        self.label = f"tn{W}x{T}"
+
+    def __call__(self, wf, wsf, N, K, M, aq, as_, y, pre=1):
+        return launch_frag(self.mod, self.name, self.grid, self.W, wf, wsf, N, K, M, aq, as_, y, pre)
 
 
 def main():
     reps = int(sys.argv[1]) if len(sys.argv) > 1 else 5
     mod, ops = ab_module()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    nps = [int(v) or sms for v in os.environ.get("AB_NP", "0").split(",")]
+    # "np" (the runtime's w4 kernel), "np:W" (frag_t2hw.hip's `_t2hb` at W warps), "np:pPF" (its
+    # `_t2hp<PF>`, w4, the pair warps' L2 prefetch from PF / 8 of their range) or "0:1" (its
+    # `_t2h1`, singles only); the last three AB_BENCH=1; "tn:W[:T]" frag_tn.hip's (AB_BENCH=tn).
+    def variant(v):
+        np_, _, x = v.partition(":")
+        if x == "1":  # its `_t2h1`: every tile a one-tile block, three blocks an SM
+            return 0, 4, "1"
+        if np_ == "tn":  # "tn:W[:T]": frag_tn.hip (AB_BENCH=tn), T tiles a block (default tiles / SMs)
+            W, _, T = x.partition(":")
+            return int(T or 0), int(W), "tn"
+        return (int(np_) or sms, 4 if x.startswith("p") or not x else int(x),
+                "" if not x else ("p" + x[1:] if x.startswith("p") else "b"))
+    nps = [variant(v) for v in os.environ.get("AB_NP", "0").split(",")]
     cases = os.environ.get("AB_CASES", "6144x6144:1,8;5120x6144:1;6160x6144:5;4096x4096:1;6144x768:1")
     rows_out = []
     for c in ab_cases(ops, frag_kernel, cases):
@@ -47,15 +83,15 @@ def main():
         # `_t2` w4 s1 on its own grid of pairs (the runtime's kernel before follow-up 36).
         t2 = ops.matmul_frag(*P[0], N, K, M, c.aq, c.as_, W=4, S=1, sfx="_t2", y=torch.empty_like(c.y)).float()
         fns["t2w4"] = lambda: ops.matmul_frag(*P[c.next()], N, K, M, c.aq, c.as_, W=4, S=1, sfx="_t2", y=c.y)
-        for np_ in nps:
-            h = Het(mod, np_, N, M)
+        for np_, W, bench in nps:
+            h = Tn(mod, sms, N, M, W, np_) if bench == "tn" else Het(mod, np_, N, M, W, bench)
             if h.label in diffs or M > 8:
                 continue
             a = h(*P[0], N, K, M, c.aq, c.as_, torch.empty_like(c.y)).float()
             b = h(*P[0], N, K, M, c.aq, c.as_, torch.empty_like(c.y)).float()
             torch.cuda.synchronize()
             diffs[h.label] = ((a - c.ref).abs() / c.ref.abs().clamp_min(1e-3)).max().item()
-            pc = min(N, 32 * h.np)
+            pc = min(N, 32 * getattr(h, "np", 0))
             diffs[h.label + "_pairs_bits"] = float(torch.equal(a[:, :pc], t2[:, :pc]))
             bits[h.label] = bool(torch.equal(a, b)) and not torch.isnan(a).any().item()
             fns[h.label] = (lambda h=h: h(*P[c.next()], N, K, M, c.aq, c.as_, c.y))
