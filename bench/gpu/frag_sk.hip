@@ -20,7 +20,9 @@
 // Names: mx_matmul_frag_m<8 MT>_bf16_w<W>_sk<MINB>_f<FIX>; grid (B, ceil(M / (8 MT))), 32 W lanes.
 // FIX 1: the fix-up above; bench-only probes of its cost: 2 none (split pairs' outputs not
 // stored: wrong results), 3 relaxed counts (no release / acquire: not guaranteed correct).
-// FIX 4 (compiled, not yet run on a device): no counters. Each pair is finalized by the block
+// FIX 4 (run in session 32, call 1: outputs with NaN on split grids, changing between launches —
+// a bug not found — and 12.68 us at 6144^2 against the runtime's 12.31; dropped for follow-up 36's
+// mixed grid, mx_matmul_frag.hip `_t2h`): no counters. Each pair is finalized by the block
 // holding its last item, which works on that part last, while every block works first on the
 // part it contributes to another block's pair and stores it per warp at once; the finalizer
 // reads those slots ([m-tiles][B][W][E], filled with MX_SK_SENTINEL before the first launch)
