@@ -98,6 +98,9 @@ fn gpu_grouped_gemm_is_the_concatenated_kernel_per_segment() {
         (vec![100usize, 16, 40], 256usize),
         (vec![512, 0, 64, 72], 768),
         (vec![2048, 256, 256], 6144),
+        // 321 tiles: on a 132-SM H200 the two-tile loop's mixed grid (`_t2h`) at M <= 8, its
+        // one-tile blocks (the last one too) across segment boundaries.
+        (vec![4096, 512, 520], 1536),
     ] {
         if !rt.frag_gemm_available(k) {
             eprintln!("skipped: no fragment-packed GEMM on this device for K = {k}");
