@@ -64,11 +64,14 @@ def main():
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     # "np" (the runtime's w4 kernel), "np:W" (frag_t2hw.hip's `_t2hb` at W warps), "np:pPF" (its
     # `_t2hp<PF>`, w4, the pair warps' L2 prefetch from PF / 8 of their range) or "0:1" (its
-    # `_t2h1`, singles only); the last three AB_BENCH=1; "tn:W[:T]" frag_tn.hip's (AB_BENCH=tn).
+    # `_t2h1`, singles only) or "np:mU" (its `_t2hm<U>`, m8 singles); those AB_BENCH=1; "tn:W[:T]"
+    # frag_tn.hip's (AB_BENCH=tn).
     def variant(v):
         np_, _, x = v.partition(":")
         if x == "1":  # its `_t2h1`: every tile a one-tile block, three blocks an SM
             return 0, 4, "1"
+        if x.startswith("m"):  # "np:mU": its `_t2hm<U>`, the singles the m8 kernel at U
+            return int(np_) or sms, 4, x
         if np_ == "tn":  # "tn:W[:T]": frag_tn.hip (AB_BENCH=tn), T tiles a block (default tiles / SMs)
             W, _, T = x.partition(":")
             return int(T or 0), int(W), "tn"

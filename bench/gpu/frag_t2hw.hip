@@ -52,3 +52,25 @@ extern "C" __global__ void __launch_bounds__(128, 3) mx_matmul_frag_m8_bf16_w4_s
   mx_matmul_frag_t1h<4, 1>(aq, as, wf, wsf, MX_FRAG_OUT(MxBf16), M, N, K, pre, 0);
 }
 #endif
+
+// `_t2h` whose one-tile blocks are the m8 kernel's (mx_matmul_frag, W = 4, U groups a batch) on
+// the shifted weights: U = 1 keeps half a pair warp's bytes in flight, so a single ends with the
+// pair beside it instead of at half time, leaving the pair more of the bandwidth early; U = 2 is
+// the runtime's m8 kernel. Names: mx_matmul_frag_m8_bf16_w4_s1_t2hm<U>.
+#if defined(MX_NV_FP8_MMA) && defined(MX_NV_CLUSTER)
+#define MX_T2HM(U)                                                                               \
+  extern "C" __global__ void __launch_bounds__(128, 1)                                           \
+      mx_matmul_frag_m8_bf16_w4_s1_t2hm##U(MX_FRAG_ARGS(MxBf16)) {                               \
+    const int np = (N + 15) / 16 - (int)gridDim.y;                                               \
+    if ((int)blockIdx.y < np) {                                                                  \
+      mx_matmul_frag_t2<4, 1, 1>(aq, as, wf, wsf, MX_FRAG_OUT(MxBf16), M, N, K, pre);            \
+    } else {                                                                                     \
+      const auto o = MX_FRAG_OUT(MxBf16);                                                        \
+      mx_matmul_frag<MxBf16, 4, 1, 1, U>(aq, as, wf + (long long)np * (K >> 5) * 32,             \
+                                         wsf + (long long)np * (K >> 7) * 16,                    \
+                                         MxShiftOut<decltype(o)>{o, 16 * np}, M, K, pre);        \
+    }                                                                                            \
+  }
+MX_T2HM(1)
+MX_T2HM(2)
+#endif
