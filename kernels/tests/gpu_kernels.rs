@@ -138,12 +138,25 @@ fn upload_mx_layouts(
 /// the accumulator as the kernel rounds it to f32.
 fn matmul_f32(
     rt: &Arc<GpuRuntime>,
-    (m, k, n): (usize, usize, usize),
+    dims: (usize, usize, usize),
     aq: &DeviceBuffer,
     asc: &DeviceBuffer,
     b: &GpuMatB,
 ) -> Vec<f32> {
-    let dy = poisoned::<f32>(rt, m * n);
+    matmul_out(rt, dims, aq, asc, b, kernels::DType::F32)
+}
+
+/// `MxMatMul` of pre-quantized activations into a poisoned `[m, n]` output of `out` (whose
+/// element type is `O`), no epilogue; the output downloaded.
+fn matmul_out<O: Pod + Default>(
+    rt: &Arc<GpuRuntime>,
+    (m, k, n): (usize, usize, usize),
+    aq: &DeviceBuffer,
+    asc: &DeviceBuffer,
+    b: &GpuMatB,
+    out: kernels::DType,
+) -> Vec<O> {
+    let dy = poisoned::<O>(rt, m * n);
     rt.mx_matmul(
         m,
         k,
@@ -152,12 +165,12 @@ fn matmul_f32(
         asc.ptr(),
         b,
         dy.ptr(),
-        kernels::DType::F32,
+        out,
         &GpuEpilogue::NONE,
         0,
     )
     .expect("launch");
-    download::<f32>(&dy, m * n)
+    download::<O>(&dy, m * n)
 }
 
 fn same_bits<T: Element>(a: &[T], b: &[T]) -> usize {
@@ -958,21 +971,8 @@ fn gpu_mx_matmul_fragment_packed_matches_reference_and_unpacked() {
             // 9-16 rows on two 8-row tiles (these shapes have no measured row and their pairs keep
             // `_fs`'s warps a block): the same K split and sums as the f32 kernel, rounded once.
             if m <= 16 {
-                let dy = poisoned::<bf16>(&rt, m * n);
-                rt.mx_matmul(
-                    m,
-                    k,
-                    n,
-                    daq.ptr(),
-                    das.ptr(),
-                    &frag,
-                    dy.ptr(),
-                    kernels::DType::BF16,
-                    &GpuEpilogue::NONE,
-                    0,
-                )
-                .expect("launch");
-                let got16 = download::<bf16>(&dy, m * n);
+                let got16: Vec<bf16> =
+                    matmul_out(&rt, (m, k, n), &daq, &das, &frag, kernels::DType::BF16);
                 let want16: Vec<bf16> = got.iter().map(|&v| bf16::from_f32(v)).collect();
                 assert_eq!(
                     same_bits(&got16, &want16),
@@ -1011,23 +1011,8 @@ fn gpu_mixed_grid_gemm_matches_reference() {
     for m in [1usize, 5, 8] {
         let (_, aq, asc, want) = reference_gemm_case(&mut rng, m, k, n, &w, &ws);
         let (daq, das) = (upload(&rt, &aq), upload(&rt, &asc));
-        let run = || {
-            let dy = poisoned::<bf16>(&rt, m * n);
-            rt.mx_matmul(
-                m,
-                k,
-                n,
-                daq.ptr(),
-                das.ptr(),
-                &frag,
-                dy.ptr(),
-                kernels::DType::BF16,
-                &GpuEpilogue::NONE,
-                0,
-            )
-            .expect("launch");
-            download::<bf16>(&dy, m * n)
-        };
+        let run =
+            || -> Vec<bf16> { matmul_out(&rt, (m, k, n), &daq, &das, &frag, kernels::DType::BF16) };
         let (got, again) = (run(), run());
         assert_eq!(same_bits(&got, &again), 0, "repeat launch m={m} n={n}");
         assert!(
