@@ -435,6 +435,17 @@ def gemm_verdict(y1, same, yref, fin, out):
     return ok, f"rel_err={err:.2e} nan_ok={nan_ok} deterministic={same}"
 
 
+def repeat_bits(ops, launch, shape, dtype):
+    """(y1, same): launch(y=y1) into a poisoned y1 of `shape` / `dtype`, then launch() twice more,
+    the second under PDL; `same`: all three gave the same bits."""
+    y1 = torch.empty(*shape, dtype=dtype, device="cuda"); poison([y1])
+    launch(y=y1)
+    y2 = launch()
+    with ops.m.pdl_on():
+        y3 = launch()
+    return y1, all(np.array_equal(host(y1), host(o), equal_nan=True) for o in (y2, y3))
+
+
 def check_matmul_pipe(ops):
     """The cp.async pipeline GEMM (mx_matmul_pipe.hip) at every (warps, cluster split) it is compiled
     for (k128_gemm_cases, gemm_verdict): the same launch twice gives the same bits; every output
@@ -474,12 +485,9 @@ def check_matmul_frag(ops):
             y1 = torch.empty(M, N, dtype=DT[out], device="cuda"); poison([y1])
             ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, y=y1)
             y3 = ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_)
-            ops.m.pdl = True
-            try:
+            with ops.m.pdl_on():
                 y4 = ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, pre=1)
                 y5 = ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=W_, S=S_, pre=3)
-            finally:
-                ops.m.pdl = False
             same = all(np.array_equal(host(y1), host(o), equal_nan=True) for o in (y3, y4, y5))
             ok, detail = gemm_verdict(y1, same, yref, fin, out)
             report(f"matmul_frag N={N} K={K} M={M} W={W_} S={S_} out={out}", ok, detail + " (incl. PDL, L2 prefetch)")
@@ -491,11 +499,8 @@ def check_matmul_frag(ops):
         for M in (1, 5, 8, 12, 13, 16):
             aq, as_ = ops.quantize(to_dev(ref.rnd(rng.standard_normal((M, K)) * 2, "bf16"), "bf16"), 0)
             rows, W_, S_, sfx, pf = frag_kernel(N, K, M)
-            ops.m.pdl = True
-            try:
+            with ops.m.pdl_on():
                 y_rt = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_))
-            finally:
-                ops.m.pdl = False
             if sfx == "_g1":  # no m8 kernel at W = 6 (check_matmul_frag_g1 compares where there is)
                 y_plain = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W_, S=S_, sfx=sfx))
             else:
@@ -535,12 +540,9 @@ def check_matmul_frag_fs(ops):
         for sfx in ("_fs", "_fsa") + (("_t2",) if M <= 8 else ()):
             y1 = torch.empty(M, N, dtype=torch.bfloat16, device="cuda"); poison([y1])
             ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W_, S=S_, y=y1, sfx=sfx)
-            ops.m.pdl = True
-            try:
+            with ops.m.pdl_on():
                 y2 = ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W_, S=S_, pre=1, sfx=sfx)
                 y3 = ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W_, S=S_, pre=3, sfx=sfx)
-            finally:
-                ops.m.pdl = False
             first = y1 if first is None else first
             same = same and all(np.array_equal(y0, host(o), equal_nan=True) for o in (y1, y2, y3))
         return first, same
@@ -591,15 +593,7 @@ def check_matmul_frag_g1(ops):
             continue
         wf, wsf = pack_frag(torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda())
         for out in ("bf16", "f16", "f32"):
-            y1 = torch.empty(M, N, dtype=DT[out], device="cuda"); poison([y1])
-            g1(wf, wsf, N, K, M, aq, as_, out, y=y1)
-            y2 = g1(wf, wsf, N, K, M, aq, as_, out)
-            ops.m.pdl = True
-            try:
-                y3 = g1(wf, wsf, N, K, M, aq, as_, out)
-            finally:
-                ops.m.pdl = False
-            same = all(np.array_equal(host(y1), host(o), equal_nan=True) for o in (y2, y3))
+            y1, same = repeat_bits(ops, lambda y=None: g1(wf, wsf, N, K, M, aq, as_, out, y=y), (M, N), DT[out])
             ok, detail = gemm_verdict(y1, same, yref, fin, out)
             report(f"matmul_frag_g1 N={N} K={K} M={M} W={K // 128} out={out}", ok, detail + " (incl. PDL)")
     for N, K in ((100, 256), (40, 384), (64, 512), (100, 1024), (16, 1024)):
@@ -652,15 +646,8 @@ def check_matmul_frag_t2h(ops):
             continue
         wf, wsf = pack_frag(torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda())
         for pairs in (0, 1, 132):
-            y1 = torch.empty(M, N, dtype=torch.bfloat16, device="cuda"); poison([y1])
-            t2h(wf, wsf, N, K, M, aq, as_, pairs, y=y1)
-            y2 = t2h(wf, wsf, N, K, M, aq, as_, pairs)
-            ops.m.pdl = True
-            try:
-                y3 = t2h(wf, wsf, N, K, M, aq, as_, pairs)
-            finally:
-                ops.m.pdl = False
-            same = all(np.array_equal(host(y1), host(o), equal_nan=True) for o in (y2, y3))
+            y1, same = repeat_bits(ops, lambda y=None: t2h(wf, wsf, N, K, M, aq, as_, pairs, y=y), (M, N),
+                                   torch.bfloat16)
             ok, detail = gemm_verdict(y1, same, yref, fin, "bf16")
             m8 = against_m8(y1, wf, wsf, N, K, M, aq, as_, pairs)
             report(f"matmul_frag_t2h N={N} K={K} M={M} pairs={pairs}", ok and m8,
@@ -688,11 +675,8 @@ def check_matmul_frag_t2h(ops):
         for M in (1, 5, 8):
             aq, as_ = ops.quantize(to_dev(ref.rnd(rng.standard_normal((M, K)) * 2, "bf16"), "bf16"), 0)
             rows, W_, S_, sfx, pf = frag_kernel(N, K, M)
-            ops.m.pdl = True
-            try:
+            with ops.m.pdl_on():
                 y_rt = ops.matmul_frag(wf, wsf, N, K, M, aq, as_)
-            finally:
-                ops.m.pdl = False
             report(f"matmul_frag runtime choice N={N} K={K} M={M} kernel={sfx} (132 pairs + singles)",
                    sfx == "_t2h" and against_m8(y_rt, wf, wsf, N, K, M, aq, as_, 132), "== m8 w4 / w8, PDL")
 
@@ -721,11 +705,8 @@ def check_pdl(ops):
             y2 = ops.matmul_frag(wf2, wsf2, H, I, min(M, 8), s[0][:8], s[1][:8])
             return [host(t) for t in (*o1, *o2, y, *q, *s, y2)]
         base = chain()
-        ops.m.pdl = True
-        try:
+        with ops.m.pdl_on():
             got = chain()
-        finally:
-            ops.m.pdl = False
         same = all(np.array_equal(a, b, equal_nan=True) for a, b in zip(base, got))
         report(f"pdl chain M={M}: norm -> norm -> frag GEMM, quantize, swiglu -> frag GEMM (`_g1`)", same)
 

@@ -3,7 +3,7 @@
 Compiles kernels/gpu/* (program.program_text(), the same text the Rust runtime compiles) once, and
 launches its kernels on torch's current stream, so launches can be captured into torch CUDA graphs.
 """
-import ctypes, glob, math, os, struct, sys
+import contextlib, ctypes, glob, math, os, struct, sys
 import torch
 
 from program import program_text
@@ -101,6 +101,15 @@ class Module:
         _ck(cuda.cuModuleLoadData(ctypes.byref(self.mod), self.cubin), "cuModuleLoadData")
         self.funcs = {}
         self.resident = {}
+
+    @contextlib.contextmanager
+    def pdl_on(self):
+        """Launches inside the `with` block are programmatic (PDL); `pdl` is put back after it."""
+        before, self.pdl = self.pdl, True
+        try:
+            yield
+        finally:
+            self.pdl = before
 
     def func(self, name):
         if name not in self.funcs:
