@@ -22,7 +22,7 @@ BENCH_FILES = {"1": "frag_t2hw.hip", "tn": "frag_tn.hip"}  # AB_BENCH: the bench
 if os.environ.get("AB_BENCH") in BENCH_FILES:
     mxgpu.program_text = lambda: gemm_text_with(os.path.join(HERE, BENCH_FILES[os.environ["AB_BENCH"]]))
 from mxgpu import frag_kernel  # noqa: E402
-from bench_frag_pdl import ab_cases, ab_line, ab_module, launch_frag, time_alternating  # noqa: E402
+from bench_frag_pdl import ab_cases, ab_line, ab_module, ab_variants, launch_frag  # noqa: E402
 
 OUT = os.environ.get("OUT", ".")
 
@@ -81,29 +81,17 @@ def main():
     cases = os.environ.get("AB_CASES", "6144x6144:1,8;5120x6144:1;6160x6144:5;4096x4096:1;6144x768:1")
     rows_out = []
     for c in ab_cases(ops, frag_kernel, cases):
-        N, K, M, P, fns = c.N, c.K, c.M, c.P, c.fns
-        diffs, bits, run = {}, {}, []
+        N, K, M, P = c.N, c.K, c.M, c.P
         # `_t2` w4 s1 on its own grid of pairs (the runtime's kernel before follow-up 36).
         t2 = ops.matmul_frag(*P[0], N, K, M, c.aq, c.as_, W=4, S=1, sfx="_t2", y=torch.empty_like(c.y)).float()
-        fns["t2w4"] = lambda: ops.matmul_frag(*P[c.next()], N, K, M, c.aq, c.as_, W=4, S=1, sfx="_t2", y=c.y)
-        for np_, W, bench in nps:
-            h = Tn(mod, sms, N, M, W, np_) if bench == "tn" else Het(mod, np_, N, M, W, bench)
-            if h.label in diffs or M > 8:
-                continue
-            a = h(*P[0], N, K, M, c.aq, c.as_, torch.empty_like(c.y)).float()
-            b = h(*P[0], N, K, M, c.aq, c.as_, torch.empty_like(c.y)).float()
-            torch.cuda.synchronize()
-            diffs[h.label] = ((a - c.ref).abs() / c.ref.abs().clamp_min(1e-3)).max().item()
+        c.fns["t2w4"] = lambda: ops.matmul_frag(*P[c.next()], N, K, M, c.aq, c.as_, W=4, S=1, sfx="_t2", y=c.y)
+        hs = [] if M > 8 else [Tn(mod, sms, N, M, W, np_) if bench == "tn" else Het(mod, np_, N, M, W, bench)
+                               for np_, W, bench in nps]
+
+        def pairs_bits(h, a):
             pc = min(N, 32 * getattr(h, "np", 0))
-            diffs[h.label + "_pairs_bits"] = float(torch.equal(a[:, :pc], t2[:, :pc]))
-            bits[h.label] = bool(torch.equal(a, b)) and not torch.isnan(a).any().item()
-            fns[h.label] = (lambda h=h: h(*P[c.next()], N, K, M, c.aq, c.as_, c.y))
-            run.append((h, a))
-        times, med = time_alternating(fns, reps)
-        for h, a in run:
-            again = h(*P[0], N, K, M, c.aq, c.as_, torch.empty_like(c.y)).float()
-            torch.cuda.synchronize()
-            bits[h.label] = bits[h.label] and bool(torch.equal(a, again))
+            return {h.label + "_pairs_bits": float(torch.equal(a[:, :pc], t2[:, :pc]))}
+        times, med, diffs, bits = ab_variants(c, hs, reps, pairs_bits, finite=True)
         rows_out.append(dict(N=N, K=K, M=M, rt=list(c.rt), med=med, times=times, diffs=diffs, bits=bits))
         print(ab_line(c, med, diffs, rate=True), flush=True)
         print("    deterministic: " + " ".join(f"{k} {'yes' if v else 'NO'}" for k, v in bits.items()), flush=True)

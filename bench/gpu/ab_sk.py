@@ -21,7 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 faulthandler.dump_traceback_later(int(os.environ.get("AB_WATCHDOG", "300")), exit=False)
 mxgpu.program_text = lambda: gemm_text_with(os.path.join(HERE, "frag_sk.hip"))
 from mxgpu import frag_kernel  # noqa: E402
-from bench_frag_pdl import ab_cases, ab_line, ab_module, launch_frag, time_alternating  # noqa: E402
+from bench_frag_pdl import ab_cases, ab_line, ab_module, ab_variants, launch_frag  # noqa: E402
 
 OUT = os.environ.get("OUT", ".")
 dev = "cuda"
@@ -101,8 +101,7 @@ def main():
     rows_out = []
     cases = os.environ.get("AB_CASES", "6144x6144:1,8;1536x6144:1;6160x6144:5;4096x4096:1;3072x6144:1;6144x768:1")
     for c in ab_cases(ops, frag_kernel, cases):
-        N, K, M, P, fns = c.N, c.K, c.M, c.P, c.fns
-        diffs, bits = {}, {}
+        N, K, M = c.N, c.K, c.M
         sks = []
         for rows, W, minb, mult, fix in variants(spec):
             if (rows == 16) != (M > 8):
@@ -114,23 +113,9 @@ def main():
                 cp = cluster_pairs(pairs, G, sms, CL)
                 if cp:
                     sks.append(Skc(mod, CL, cp, N, K, M))
-        run, scale = [], c.ref.abs().max().item()
-        for sk in sks:
-            if sk.label in diffs:
-                continue
-            a = sk(*P[0], N, K, M, c.aq, c.as_, torch.empty_like(c.y)).float()
-            b = sk(*P[0], N, K, M, c.aq, c.as_, torch.empty_like(c.y)).float()
-            torch.cuda.synchronize()
-            diffs[sk.label] = ((a - c.ref).abs() / c.ref.abs().clamp_min(1e-3)).max().item()
-            diffs[sk.label + "_abs"] = (a - c.ref).abs().max().item() / scale
-            bits[sk.label] = bool(torch.equal(a, b))
-            fns[sk.label] = (lambda sk=sk: sk(*P[c.next()], N, K, M, c.aq, c.as_, c.y))
-            run.append((sk, a))
-        times, med = time_alternating(fns, reps)
-        for sk, a in run:
-            again = sk(*P[0], N, K, M, c.aq, c.as_, torch.empty_like(c.y)).float()
-            torch.cuda.synchronize()
-            bits[sk.label] = bits[sk.label] and bool(torch.equal(a, again))
+        scale = c.ref.abs().max().item()
+        times, med, diffs, bits = ab_variants(
+            c, sks, reps, lambda sk, a: {sk.label + "_abs": (a - c.ref).abs().max().item() / scale})
         rows_out.append(dict(N=N, K=K, M=M, rt=list(c.rt), med=med, times=times, diffs=diffs, bits=bits))
         print(ab_line(c, med, diffs, rate=True), flush=True)
         print("    deterministic: " + " ".join(f"{k} {'yes' if v else 'NO'}" for k, v in bits.items()), flush=True)

@@ -119,6 +119,33 @@ def ab_line(c, med, diffs, diff_label="max rel diff vs rt", rate=False):
             + f" | {diff_label} " + " ".join(f"{k} {v:.1e}" for k, v in diffs.items()))
 
 
+def ab_variants(c, variants, reps, extra=lambda v, a: {}, finite=False):
+    """An A/B case's bench variants (each with a .label, called as v(wf, wsf, N, K, M, aq, as_, y)),
+    launched on copy 0 twice before and once after timing them beside c.fns: (times, medians,
+    diffs, bits). diffs: each one's max relative difference to c.ref, plus extra(v, output)'s
+    entries; bits: the three launches bit-equal (and, with `finite`, the output free of NaN). A label
+    seen before is skipped."""
+    P, N, K, M = c.P, c.N, c.K, c.M
+    diffs, bits, run = {}, {}, []
+    for v in variants:
+        if v.label in diffs:
+            continue
+        a = v(*P[0], N, K, M, c.aq, c.as_, torch.empty_like(c.y)).float()
+        b = v(*P[0], N, K, M, c.aq, c.as_, torch.empty_like(c.y)).float()
+        torch.cuda.synchronize()
+        diffs[v.label] = ((a - c.ref).abs() / c.ref.abs().clamp_min(1e-3)).max().item()
+        diffs.update(extra(v, a))
+        bits[v.label] = bool(torch.equal(a, b)) and not (finite and torch.isnan(a).any().item())
+        c.fns[v.label] = (lambda v=v: v(*P[c.next()], N, K, M, c.aq, c.as_, c.y))
+        run.append((v, a))
+    times, med = time_alternating(c.fns, reps)
+    for v, a in run:
+        again = v(*P[0], N, K, M, c.aq, c.as_, torch.empty_like(c.y)).float()
+        torch.cuda.synchronize()
+        bits[v.label] = bits[v.label] and bool(torch.equal(a, again))
+    return times, med, diffs, bits
+
+
 def time_alternating(fns, reps):
     """Each call of fns timed by graph_time, the calls alternating, reps rounds: (times, medians)."""
     import statistics
