@@ -14,7 +14,10 @@ faulthandler.dump_traceback_later(int(os.environ.get("AB_WATCHDOG", "300")), exi
 
 
 def g1_text():
-    return gemm_text_with(os.path.join(HERE, "frag_g1.hip"))
+    t = gemm_text_with(os.path.join(HERE, "frag_g1.hip"))
+    if os.environ.get("AB_G1C") == "1":  # follow-up 38: frag_g1c.hip too
+        t += '#line 1 "frag_g1c.hip"\n' + open(os.path.join(HERE, "frag_g1c.hip")).read() + "\n"
+    return t
 
 
 mxgpu.program_text = g1_text  # compile_program (and its cubin cache key) sees this text
@@ -26,6 +29,7 @@ dev = "cuda"
 # (label, rows a block, warps, tiles a warp, kernel suffix, applies(N, K, M)); kernel
 # mx_matmul_frag_m<rows>_bf16_w<W>_s1_<suffix>. The g1 kernels need K / 128 <= W.
 G = lambda K: K // 128
+C = os.environ.get("AB_G1C") == "1"
 VARIANTS = [
     ("m16g1", 16, 6, 1, "g1", lambda N, K, M: M > 8 and G(K) == 6),
     ("m16g1t2", 16, 6, 2, "g1t2", lambda N, K, M: M > 8 and G(K) == 6),
@@ -35,6 +39,10 @@ VARIANTS = [
     ("m8g1t4", 8, 6, 4, "g1t4", lambda N, K, M: M <= 8 and G(K) == 6),
     ("m8g1t2w8", 8, 8, 2, "g1", lambda N, K, M: G(K) in (7, 8)),
     ("m8g1t2w4", 8, 4, 2, "g1", lambda N, K, M: G(K) in (3, 4)),
+    # frag_g1c.hip (AB_G1C=1), W = K / 128 (None)
+    ("m16g1c", 16, None, 2, "g1c", lambda N, K, M: C and M > 8 and 3 <= G(K) <= 8),
+    ("m16g1ct1", 16, None, 1, "g1ct1", lambda N, K, M: C and M > 8 and 3 <= G(K) <= 8),
+    ("m8g1c", 8, None, 2, "g1c", lambda N, K, M: C and M <= 8 and 3 <= G(K) <= 8),
     ("t2w6b2", 8, 6, 2, "t2b2", lambda N, K, M: M <= 8 and G(K) >= 12),
     ("t2w6b1", 8, 6, 2, "t2b1", lambda N, K, M: M <= 8 and G(K) >= 12),
 ]
@@ -93,8 +101,9 @@ def main():
         N, K, M, P, rt, fns = c.N, c.K, c.M, c.P, c.rt, c.fns
         diffs = {}
         for name, r, W, NT, sfx, applies in VARIANTS:
-            if not applies(N, K, M):
+            if not applies(N, K, M) or (C and sfx not in ("g1c", "g1ct1")):
                 continue
+            W = W or G(K)
             got = launch(mod, r, sfx, W, NT, *P[0], N, K, M, c.aq, c.as_, torch.empty_like(c.y)).float()
             torch.cuda.synchronize()
             diffs[name] = ((got - c.ref).abs() / c.ref.abs().clamp_min(1e-3)).max().item()

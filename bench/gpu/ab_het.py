@@ -18,7 +18,7 @@ from program import gemm_text_with
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 faulthandler.dump_traceback_later(int(os.environ.get("AB_WATCHDOG", "300")), exit=False)
-BENCH_FILES = {"1": "frag_t2hw.hip", "tn": "frag_tn.hip"}  # AB_BENCH: the bench kernels appended
+BENCH_FILES = {"1": "frag_t2hw.hip", "tn": "frag_tn.hip", "c3": "frag_c3.hip"}  # AB_BENCH: the bench kernels appended
 if os.environ.get("AB_BENCH") in BENCH_FILES:
     mxgpu.program_text = lambda: gemm_text_with(os.path.join(HERE, BENCH_FILES[os.environ["AB_BENCH"]]))
 from mxgpu import frag_kernel  # noqa: E402
@@ -58,6 +58,25 @@ class Tn:
         return launch_frag(self.mod, self.name, self.grid, self.W, wf, wsf, N, K, M, aq, as_, y, pre)
 
 
+class C3:
+    """frag_c3.hip at one (N, M): pairs of 4-warp blocks on three tiles each; sfx "" (clusters,
+    the split tile's fix-up through distributed shared memory), "p" (probe: no fix-up), "g" (a
+    global workspace of sentinel-filled slots)."""
+
+    def __init__(self, mod, N, M, sfx=""):
+        tiles = -(-N // 16)
+        self.mod, self.W = mod, 4
+        self.grid = (2 * -(-M // 8), -(-tiles // 3))
+        self.name = f"mx_matmul_frag_m8_bf16_w4_s1_c3{sfx}"
+        self.label = f"c3{sfx}"
+        n = self.grid[0] // 2 * self.grid[1] * 8 * 128
+        self.ws = torch.full((n,), -1, dtype=torch.int32, device="cuda").view(torch.float32)  # 0xffffffff
+
+    def __call__(self, wf, wsf, N, K, M, aq, as_, y, pre=1):
+        return launch_frag(self.mod, self.name, self.grid, self.W, wf, wsf, N, K, M, aq, as_, y, pre,
+                           extra=(self.ws,))
+
+
 def main():
     reps = int(sys.argv[1]) if len(sys.argv) > 1 else 5
     mod, ops = ab_module()
@@ -72,6 +91,8 @@ def main():
             return 0, 4, "1"
         if x.startswith("m"):  # "np:mU": its `_t2hm<U>`, the singles the m8 kernel at U
             return int(np_) or sms, 4, x
+        if np_ == "c3":  # "c3[:p|:g]": frag_c3.hip (AB_BENCH=c3)
+            return x, 4, "c3"
         if np_ == "tn":  # "tn:W[:T]": frag_tn.hip (AB_BENCH=tn), T tiles a block (default tiles / SMs)
             W, _, T = x.partition(":")
             return int(T or 0), int(W), "tn"
@@ -85,10 +106,16 @@ def main():
         # `_t2` w4 s1 on its own grid of pairs (the runtime's kernel before follow-up 36).
         t2 = ops.matmul_frag(*P[0], N, K, M, c.aq, c.as_, W=4, S=1, sfx="_t2", y=torch.empty_like(c.y)).float()
         c.fns["t2w4"] = lambda: ops.matmul_frag(*P[c.next()], N, K, M, c.aq, c.as_, W=4, S=1, sfx="_t2", y=c.y)
-        hs = [] if M > 8 else [Tn(mod, sms, N, M, W, np_) if bench == "tn" else Het(mod, np_, N, M, W, bench)
-                               for np_, W, bench in nps]
+        hs = [] if M > 8 else [Tn(mod, sms, N, M, W, np_) if bench == "tn" else C3(mod, N, M, np_) if bench == "c3"
+                               else Het(mod, np_, N, M, W, bench) for np_, W, bench in nps]
+        m8 = {S: ops.matmul_frag(*P[0], N, K, M, c.aq, c.as_, W=8, S=S, sfx="", y=torch.empty_like(c.y)).float()
+              for S in (1, 2)} if any(b == "c3" for _, _, b in nps) and M <= 8 else {}
 
         def pairs_bits(h, a):
+            if isinstance(h, C3):  # own tiles: m8 w8 s1's bits; split tiles (3c + 2): m8 w8 s2's
+                split = (torch.arange(N, device=a.device) // 16) % 3 == 2
+                return {h.label + "_own_bits": float(torch.equal(a[:, ~split], m8[1][:, ~split])),
+                        h.label + "_split_bits": float(torch.equal(a[:, split], m8[2][:, split]))}
             pc = min(N, 32 * getattr(h, "np", 0))
             return {h.label + "_pairs_bits": float(torch.equal(a[:, :pc], t2[:, :pc]))}
         times, med, diffs, bits = ab_variants(c, hs, reps, pairs_bits, finite=True)
