@@ -39,18 +39,18 @@ VARIANTS = [
     ("m8g1t4", 8, 6, 4, "g1t4", lambda N, K, M: M <= 8 and G(K) == 6),
     ("m8g1t2w8", 8, 8, 2, "g1", lambda N, K, M: G(K) in (7, 8)),
     ("m8g1t2w4", 8, 4, 2, "g1", lambda N, K, M: G(K) in (3, 4)),
-    # frag_g1c.hip (AB_G1C=1), W = K / 128 (None)
-    ("m16g1c", 16, None, 2, "g1c", lambda N, K, M: C and M > 8 and 3 <= G(K) <= 8),
-    ("m16g1ct1", 16, None, 1, "g1ct1", lambda N, K, M: C and M > 8 and 3 <= G(K) <= 8),
-    ("m8g1c", 8, None, 2, "g1c", lambda N, K, M: C and M <= 8 and 3 <= G(K) <= 8),
+    # W = K / 128 (None): frag_g1c.hip's two-tile forms (AB_G1C=1) and the runtime's `_g1c`
+    ("m16g1c", 16, None, 2, "g1c2", lambda N, K, M: C and M > 8 and 3 <= G(K) <= 8),
+    ("m16g1ct1", 16, None, 1, "g1c", lambda N, K, M: C and M > 8 and 3 <= G(K) <= 8),
+    ("m8g1c", 8, None, 2, "g1c2", lambda N, K, M: C and M <= 8 and 3 <= G(K) <= 8),
     ("t2w6b2", 8, 6, 2, "t2b2", lambda N, K, M: M <= 8 and G(K) >= 12),
     ("t2w6b1", 8, 6, 2, "t2b1", lambda N, K, M: M <= 8 and G(K) >= 12),
 ]
 
 
 def rule_ab(mod, ops, reps, cases):
-    """AB_RULE: the runtime's choice (`_g1` where frag_kernel takes it) against the choice with
-    MXFUSE_GPU_FRAG_G1=0 (frag_kernel(g1=False)) and cuBLAS bf16, per case "NxK[f]:M,M" (f: f32
+    """AB_RULE: the runtime's choice (`_g1` / `_g1c` where frag_kernel takes it) against the choice
+    with MXFUSE_GPU_FRAG_G1=0 (frag_kernel(g1=False); AB_RULE_OFF=g1c: MXFUSE_GPU_FRAG_G1C=0) and cuBLAS bf16, per case "NxK[f]:M,M" (f: f32
     output, as the plugin EP's f32 models; cuBLAS stays bf16)."""
     from bench_frag_pdl import rotation, weight_copies
     from mxgpu import frag_kernel
@@ -66,7 +66,9 @@ def rule_ab(mod, ops, reps, cases):
             A = torch.randn(M, K, device=dev).bfloat16()
             aq, as_ = ops.quantize(A, 0)
             y = torch.empty(M, N, dtype=dt, device=dev)
-            new, old = frag_kernel(N, K, M, dt), frag_kernel(N, K, M, dt, g1=False)
+            # AB_RULE_OFF: the switch the "before" choice turns off (g1: MXFUSE_GPU_FRAG_G1=0,
+            # g1c: MXFUSE_GPU_FRAG_G1C=0).
+            new, old = frag_kernel(N, K, M, dt), frag_kernel(N, K, M, dt, **{os.environ.get("AB_RULE_OFF", "g1"): False})
 
             def run(ch, j):
                 r, W, S, sfx, pf = ch
@@ -101,7 +103,7 @@ def main():
         N, K, M, P, rt, fns = c.N, c.K, c.M, c.P, c.rt, c.fns
         diffs = {}
         for name, r, W, NT, sfx, applies in VARIANTS:
-            if not applies(N, K, M) or (C and sfx not in ("g1c", "g1ct1")):
+            if not applies(N, K, M) or (C and sfx not in ("g1c", "g1c2")):
                 continue
             W = W or G(K)
             got = launch(mod, r, sfx, W, NT, *P[0], N, K, M, c.aq, c.as_, torch.empty_like(c.y)).float()

@@ -501,7 +501,7 @@ def check_matmul_frag(ops):
             rows, W_, S_, sfx, pf = frag_kernel(N, K, M)
             with ops.m.pdl_on():
                 y_rt = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_))
-            if sfx == "_g1":  # no m8 kernel at W = 6 (check_matmul_frag_g1 compares where there is)
+            if sfx in ("_g1", "_g1c"):  # no m8 / m16 kernel at W = 6 (check_matmul_frag_g1 / _g1c compare where there is)
                 y_plain = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W_, S=S_, sfx=sfx))
             else:
                 y_plain = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=W_, S=S_, rows=rows))
@@ -614,6 +614,60 @@ def check_matmul_frag_g1(ops):
                     y_m8 = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=K // 128, S=1, rows=8))
                     report(f"matmul_frag_g1 == m8 w{K // 128} N={N} K={K} M={M} out={out}{' edge' if edge else ''}",
                            np.array_equal(y_g1, y_m8, equal_nan=True))
+
+
+def check_matmul_frag_g1c(ops):
+    """The 16-row one-group-a-warp loop of issue 6 follow-up 38 (mx_matmul_frag_m16_<out>_w<G>_s1_g1c,
+    G = K / 128 from 3 to 8 warps, one tile a block, the weights converted before the PDL wait,
+    every output type): on k128_gemm_cases with 384 <= K <= 1024 (and at M <= 8, where it runs on
+    16 rows all the same) it passes gemm_verdict (the same launch twice and under PDL: the same
+    bits); where an m16 kernel exists at W = G (G = 4, 8) its bits equal that kernel's (one group a
+    warp, warp-order sums), on random weights and on the edge blocks of check_matmul_frag_g1 (E8M0
+    0 / 1 / 254 / 255 weight and activation scales, e4m3 NaN, 448 and subnormal weights), a ragged
+    last tile and rows 9-16 included; then the runtime's choice at 6144 x 768 and 4096 x 1024."""
+    from mxgpu import frag_kernel, pack_frag
+    if not CLUSTERS:
+        return report("matmul_frag_g1c skipped (MXFUSE_GPU_CLUSTERS=off)", True)
+
+    def g1c(wf, wsf, N, K, M, aq, as_, out, y=None, pre=1):
+        return ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=K // 128, S=1, sfx="_g1c", y=y, pre=pre)
+
+    for N, K, w, ws, M, aq, as_, yref, fin in k128_gemm_cases(ops):
+        if not 384 <= K <= 1024:
+            continue
+        wf, wsf = pack_frag(torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda())
+        for out in ("bf16", "f16", "f32"):
+            y1, same = repeat_bits(ops, lambda y=None: g1c(wf, wsf, N, K, M, aq, as_, out, y=y), (M, N), DT[out])
+            ok, detail = gemm_verdict(y1, same, yref, fin, out)
+            report(f"matmul_frag_g1c N={N} K={K} M={M} W={K // 128} out={out}", ok, detail + " (incl. PDL)")
+    for N, K in ((100, 512), (64, 512), (100, 1024), (16, 1024)):
+        for edge in (False, True):
+            w = rand_e4m3((N, K))
+            ws = rng.integers(100 if edge else 118, 151 if edge else 130, (N, K // 32), dtype=np.uint8)
+            if edge:
+                w[0, :32] = 0x7F; w[1, 5] = 0xFF; w[2, :] = 0x7E; w[3, :] = 0x01; w[4, 64:96] = 0xFE
+                ws[5, :] = 0; ws[6, :] = 255; ws[7, :] = 1; ws[8, :] = 254; ws[9, 0] = 100; ws[10, -1] = 150
+                ws[11, ::2] = 0; ws[12, 1::3] = 255
+            wf, wsf = pack_frag(torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda())
+            for M in (9, 13, 16):
+                aq, as_ = ops.quantize(to_dev(ref.rnd(rng.standard_normal((M, K)) * 2, "bf16"), "bf16"), 0)
+                if edge:
+                    as_[1, 0] = 0; as_[2, :] = 255; as_[3, -1] = 1; as_[4, :] = 254; as_[5, ::2] = 0; as_[M - 1, 1] = 0
+                for out in ("bf16", "f32"):
+                    y_g1c = host(g1c(wf, wsf, N, K, M, aq, as_, out))
+                    y_m16 = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=K // 128, S=1, rows=16))
+                    report(f"matmul_frag_g1c == m16 w{K // 128} N={N} K={K} M={M} out={out}{' edge' if edge else ''}",
+                           np.array_equal(y_g1c, y_m16, equal_nan=True))
+    for N, K in ((6144, 768), (4096, 1024), (6160, 512)):
+        wf, wsf = rand_frag_weights(N, K)
+        for M in (9, 12, 16):
+            aq, as_ = ops.quantize(to_dev(ref.rnd(rng.standard_normal((M, K)) * 2, "bf16"), "bf16"), 0)
+            choice = frag_kernel(N, K, M)
+            with ops.m.pdl_on():
+                y_rt = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_))
+            y_g1c = host(g1c(wf, wsf, N, K, M, aq, as_, "bf16"))
+            report(f"matmul_frag_g1c runtime choice N={N} K={K} M={M} {choice}",
+                   choice[3] == "_g1c" and np.array_equal(y_rt, y_g1c, equal_nan=True), "the runtime takes `_g1c`, PDL")
 
 
 def check_matmul_frag_t2h(ops):
@@ -770,7 +824,7 @@ if __name__ == "__main__":
               "mx_matmul_pipe_m8_bf16_w4_s1", "mx_matmul_pipe_m16_bf16_w1_s8"):
         print(f"  {k}: regs/shared/local = {mod.attrs(k)}")
     only = sys.argv[1:]  # e.g. "check_matmul_splitk": run only these checks
-    for fn in (check_rcp, check_sigmoid_cert, check_sigma_table, check_swiglu_all_bf16, check_matmul_frag, check_matmul_frag_fs, check_matmul_frag_g1, check_matmul_frag_t2h, check_pdl, check_matmul_pipe, check_matmul_splitk, check_vectors, check_quantize, check_norm, check_norm_lean, check_swiglu, check_matmul, check_matmul_epilogue):
+    for fn in (check_rcp, check_sigmoid_cert, check_sigma_table, check_swiglu_all_bf16, check_matmul_frag, check_matmul_frag_fs, check_matmul_frag_g1, check_matmul_frag_g1c, check_matmul_frag_t2h, check_pdl, check_matmul_pipe, check_matmul_splitk, check_vectors, check_quantize, check_norm, check_norm_lean, check_swiglu, check_matmul, check_matmul_epilogue):
         if only and fn.__name__ not in only:
             continue
         try:

@@ -358,7 +358,9 @@ class Ops:
         follow-ups 11 and 13 (every W, S; 16 rows a block at any M); "_t2": the m8 bf16 loop on
         two 16-column tiles a block (follow-ups 20-21; 8-row tiles at any M, pre & 2 ignored); "_t2h":
         `_t2` w4 s1 on its mixed grid (follow-up 36; t2h_blocks_y(N, t2h_pairs), at M <= 8); "_g1":
-        one group a warp on two tiles (follow-up 32; W = K / 128, S = 1, every output type).
+        one group a warp on two tiles (follow-up 32; W = K / 128, S = 1, every output type); "_g1c":
+        16 rows, one group a warp on one tile, weights converted before the PDL wait (follow-up 38;
+        W = K / 128 from 3 to 8, S = 1, every output type).
         rows=8: the m8 kernel at any M (8-row tiles). W = 3: the m8 kernel only (S = 1)."""
         assert K % 128 == 0
         if W is None and S is None and pre is None and sfx is None:
@@ -502,11 +504,13 @@ def t2h_blocks_y(N, pairs=132):
     return tiles - min(pairs, tiles // 2)
 
 
-def frag_kernel(N, K, M, out_dtype=torch.bfloat16, sms=132, t2=True, g1=True, t2h=True):
+def frag_kernel(N, K, M, out_dtype=torch.bfloat16, sms=132, t2=True, g1=True, t2h=True, g1c=True):
     """(rows, W, S, sfx, l2_prefetch) of the fragment GEMM kernel the runtime launches (mirrors
     kernels/src/gpu/shapes.rs `frag_kernel` with its switches on; t2=False: MXFUSE_GPU_FRAG_T2=0,
-    g1=False: MXFUSE_GPU_FRAG_G1=0, t2h=False: MXFUSE_GPU_FRAG_T2H=0): at M <= 8 and 384 <= K <= 1024
-    `_g1` (K / 128 warps, every output type) where its tile pairs fit one wave; with bf16 output `_t2`
+    g1=False: MXFUSE_GPU_FRAG_G1=0, t2h=False: MXFUSE_GPU_FRAG_T2H=0, g1c=False: MXFUSE_GPU_FRAG_G1C=0):
+    at M <= 8 and 384 <= K <= 1024 `_g1` (K / 128 warps, every output type) where its tile pairs fit
+    one wave, at 9-16 rows there `_g1c` (16 rows, one tile a warp) where the tiles fill every SM in
+    one wave; with bf16 output `_t2`
     at M <= 8 (the rule's W, S for half the tiles, no prefetch; its mixed grid `_t2h` at w4 s1 between
     one and one and a half pairs an SM), `_fs` at 9-16 rows (and at M <= 8 without `_t2` where the grid
     leaves SMs idle); there the L2 prefetch, and `_fsa` from FRAG_STAGED_A_FROM rows."""
@@ -514,6 +518,8 @@ def frag_kernel(N, K, M, out_dtype=torch.bfloat16, sms=132, t2=True, g1=True, t2
     G = K // 128
     if g1 and M <= 8 and G1_MIN_WARPS <= G <= G1_MAX_WARPS and -(-tiles // 2) <= sms * max(1, G1_RESIDENT_WARPS // G):
         return 8, G, 1, "_g1", False
+    if g1c and 9 <= M <= 16 and G1_MIN_WARPS <= G <= G1_MAX_WARPS and sms <= tiles <= sms * max(1, G1_RESIDENT_WARPS // G):
+        return 16, G, 1, "_g1c", False
     W16, S16 = frag_choice(N, K, max(M, 9), sms)
     if t2 and out_dtype == torch.bfloat16 and M <= 16:
         pairs = -(-tiles // 2) * -(-M // 8)

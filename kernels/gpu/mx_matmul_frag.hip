@@ -296,6 +296,11 @@ MX_DEV void mx_frag_mma(float acc[MT][4], const uint4 w[4], const uint2 b[MT][4]
   }
   mx_mma_group4<MT, HW>(acc, wa, wb, b, swA, swB, s0, s1);
 }
+// A lane's packed weights of one group (w[j] as in mx_frag_mma) as f16 mma fragments.
+MX_DEV void mx_frag_wfrag(const uint4 w[4], MxWFrag& f) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) mx_w_frag<true>(make_uint2(w[j].x, w[j].y), make_uint2(w[j].z, w[j].w), f.h[j]);
+}
 
 template <class TO, int W, int MT, int S, int U, class Out>
 MX_DEV void mx_matmul_frag(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
@@ -723,7 +728,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) MX_FRAG(m8_bf16_w4_s1_t2h)(
 // against 2.21 / 2.22 (BENCHMARKS.md follow-up 32; on two row tiles at 9-16 rows it lost at 6144
 // x 768, 4.12 against 3.28, and one group on 16 rows tied `_fs`). Per tile the arithmetic of the
 // m8 kernel at W = K / 128, S = 1 (one group a warp, warp-order sums): the same bits.
-template <class TO, int W, int MT, int NT, class Out>
+// PC (`_g1c`): the weights converted to their f16 mma fragments before the PDL wait, once their
+// loads land (the next kernel may launch before that), so after the wait a warp only loads and
+// converts its activations, multiplies and adds; same arithmetic, same bits.
+template <class TO, int W, int MT, int NT, bool PC = false, class Out>
 MX_DEV void mx_matmul_frag_g1(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                               const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
                               const Out& out, int M, int N, int K, int pre) {
@@ -742,6 +750,7 @@ MX_DEV void mx_matmul_frag_g1(const mx_u8* __restrict__ aq, const mx_u8* __restr
     swp[nt] = w0.swp + o * (K >> 7) * 16;
   }
   uint4 w[NT][4];
+  MxWFrag wc[PC ? NT : 1];
   mx_u32 sA[NT], sB[NT];
   float acc[NT][MT][4];
 #pragma unroll
@@ -750,7 +759,7 @@ MX_DEV void mx_matmul_frag_g1(const mx_u8* __restrict__ aq, const mx_u8* __restr
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[nt][mt][c] = 0.0f;
-  mx_frag_prologue<MT, 1, NT>(pre, wf, wsf, K, gb, ge, [&] {
+  auto load_w = [&] {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
@@ -758,7 +767,18 @@ MX_DEV void mx_matmul_frag_g1(const mx_u8* __restrict__ aq, const mx_u8* __restr
       sA[nt] = swp[nt][0];
       sB[nt] = swp[nt][8];
     }
-  });
+  };
+  if (PC) {  // mx_frag_prologue's order with the converts between the trigger and the wait
+    if (!(pre & 1)) MX_PDL_WAIT();
+    if (gb < ge) load_w();
+    MX_PDL_LAUNCH();
+    if (gb < ge)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) mx_frag_wfrag(w[nt], wc[PC ? nt : 0]);
+    if (pre & 1) MX_PDL_WAIT();
+  } else {
+    mx_frag_prologue<MT, 1, NT>(pre, wf, wsf, K, gb, ge, load_w);
+  }
   if (gb < ge) {
     uint2 a[MT][4];
     mx_u32 s0[MT], s1[MT];
@@ -769,8 +789,23 @@ MX_DEV void mx_matmul_frag_g1(const mx_u8* __restrict__ aq, const mx_u8* __restr
       s0[mt] = f.sp0[mt][gb];
       s1[mt] = f.sp1[mt][gb];
     }
+    if (PC) {
+      uint4 bh[MT][4];
+      mx_b_frag<MT, true>(a, bh);
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) mx_frag_mma<MT, true>(acc[nt], w[nt], a, sA[nt], sB[nt], s0, s1);
+      for (int nt = 0; nt < NT; ++nt) {
+        const MxWFrag& c = wc[PC ? nt : 0];
+        mx_mma_group4_wf<MT>(
+            acc[nt], [&](int u, mx_u32 a[8]) {
+#pragma unroll
+              for (int i = 0; i < 8; ++i) a[i] = c.h[u][i];
+            },
+            bh, sA[nt], sB[nt], s0, s1);
+      }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) mx_frag_mma<MT, true>(acc[nt], w[nt], a, sA[nt], sB[nt], s0, s1);
+    }
   }
   mx_frag_reduce_to<TO, W, MT, 1, NT>(acc, out, MxRowsBelow{M});
 }
@@ -791,6 +826,31 @@ MX_DEV void mx_matmul_frag_g1(const mx_u8* __restrict__ aq, const mx_u8* __restr
 MX_DEFINE_FRAG_G1(MxBf16, bf16)
 MX_DEFINE_FRAG_G1(MxF16, f16)
 MX_DEFINE_FRAG_G1(MxF32, f32)
+
+// mx_matmul_frag_m16_<out>_w<W>_s1_g1c (issue 6 follow-up 38; the runtime's kernel at 9-16 rows
+// where K / 128 <= 8 and the grid of tiles fills one wave: kernels/src/gpu/shapes.rs
+// frag_kernel): `_g1` on 16 rows and one tile a warp, the weights converted before the PDL wait
+// (PC above). Why: at 9-16 rows the converts of `_fs` / `_t2` sit on the critical path after the
+// wait; here only the activations' do (91-96 registers: 21 warps an SM). H200, M = 9 / 12 / 16:
+// 6144 x 768 3.07 / 3.12 / 3.22 against `_fs`'s 3.21 / 3.22 / 3.29 us, 4096 x 1024 M = 16 2.83
+// against `_t2`'s 3.04, 6144 x 512 2.68 against 2.82 (BENCHMARKS.md follow-up 38; on two tiles a
+// warp, 166 registers, it won at 12 rows and lost at 13-16). Per tile the arithmetic of the m16
+// kernel at W = K / 128, S = 1: the same bits.
+#define MX_DEFINE_FRAG_G1C_1(TO, OUT, W)                                                         \
+  extern "C" __global__ void __launch_bounds__(32 * W)                                           \
+      MX_FRAG(m16_##OUT##_w##W##_s1_g1c)(MX_FRAG_ARGS(TO)) {                                     \
+    mx_matmul_frag_g1<TO, W, 2, 1, true>(aq, as, wf, wsf, MX_FRAG_OUT(TO), M, N, K, pre);        \
+  }
+#define MX_DEFINE_FRAG_G1C(TO, OUT)                                                              \
+  MX_DEFINE_FRAG_G1C_1(TO, OUT, 3)                                                               \
+  MX_DEFINE_FRAG_G1C_1(TO, OUT, 4)                                                               \
+  MX_DEFINE_FRAG_G1C_1(TO, OUT, 5)                                                               \
+  MX_DEFINE_FRAG_G1C_1(TO, OUT, 6)                                                               \
+  MX_DEFINE_FRAG_G1C_1(TO, OUT, 7)                                                               \
+  MX_DEFINE_FRAG_G1C_1(TO, OUT, 8)
+MX_DEFINE_FRAG_G1C(MxBf16, bf16)
+MX_DEFINE_FRAG_G1C(MxF16, f16)
+MX_DEFINE_FRAG_G1C(MxF32, f32)
 
 // mx_matmul_frag_m16_bf16_w<W>_s<S>_fsa (issue 6 follow-up 13; the runtime's kernel from 13 rows
 // with bf16 output where the grid leaves SMs idle: kernels/src/gpu/shapes.rs frag_kernel): `_fs`

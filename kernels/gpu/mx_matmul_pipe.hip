@@ -96,18 +96,37 @@ MX_DEV int mx_pipe_frag_off(int r, int u, int t) {
   return r * 128 + (((2 * u + (t >> 1)) ^ ((r & 3) << 1)) << 4) + ((t & 1) << 3);
 }
 
+// Lane t's weights of k-block u as the f16 A fragments of its two k16 mmas: a[0..3] are mma 0's
+// a0-a3, a[4..7] mma 1's, from wa / wb = bytes 8t .. 8t + 7 of the k-block of weight rows g /
+// g + 8 (k-slots of lane t: bytes 0-1 / 2-3 of .x for mma 0, of .y for mma 1).
+template <bool HW = false>
+MX_DEV void mx_w_frag(uint2 wa, uint2 wb, mx_u32 a[8]) {
+  a[0] = mx_e4m3x2_to_f16x2(wa.x);
+  a[1] = mx_e4m3x2_to_f16x2(wb.x);
+  a[2] = mx_e4m3x2_hi_to_f16x2<HW>(wa.x);
+  a[3] = mx_e4m3x2_hi_to_f16x2<HW>(wb.x);
+  a[4] = mx_e4m3x2_to_f16x2(wa.y);
+  a[5] = mx_e4m3x2_to_f16x2(wb.y);
+  a[6] = mx_e4m3x2_hi_to_f16x2<HW>(wa.y);
+  a[7] = mx_e4m3x2_hi_to_f16x2<HW>(wb.y);
+}
+// A lane's weights of one group, converted ahead (mx_w_frag of each k-block).
+struct MxWFrag {
+  mx_u32 h[4][8];
+};
+
 // One group of 4 k-blocks of a warp's 16 weight rows into acc (the D fragments of MT 16x8 tiles):
-// wa[u] / wb[u] = bytes 8t .. 8t + 7 of k-block u of weight rows g / g + 8; bh[mt][u] = the same
-// bytes of activation row 8 mt + g, as f16; swA / swB = the 4 E8M0 scale bytes (k-block u = byte u) of
-// weight rows g / g + 8, s0[mt] / s1[mt] those of activation rows 8 mt + 2t / 2t + 1. Within a
-// k-block the 32 k positions are permuted identically for weights and activations (lane t's 8
-// bytes feed k-slots 2t, 2t+1, 2t+8, 2t+9 of the two k16 mmas), which leaves the dot product
-// unchanged. Each k-block's fresh fp32 result is scaled by 2^sw * 2^sa and added to acc.
-// bh[mt][u]: the activation fragments already as f16 (.x .y: mma 0's b0 b1; .z .w: mma 1's).
-template <int MT, bool HW = false>
-MX_DEV void mx_mma_group4_h(float acc[MT][4], const uint2 wa[4], const uint2 wb[4],
-                            const uint4 bh[MT][4], mx_u32 swA, mx_u32 swB, const mx_u32 s0[MT],
-                            const mx_u32 s1[MT]) {
+// wfrag(u, a) gives k-block u's weight fragments (mx_w_frag: converted there, at the top of u's
+// mmas, or read from an MxWFrag converted ahead); bh[mt][u] = the activation row 8 mt + g's bytes
+// 8t .. 8t + 7 of k-block u as f16 (.x .y: mma 0's b0 b1; .z .w: mma 1's); swA / swB = the 4 E8M0
+// scale bytes (k-block u = byte u) of weight rows g / g + 8, s0[mt] / s1[mt] those of activation
+// rows 8 mt + 2t / 2t + 1. Within a k-block the 32 k positions are permuted identically for
+// weights and activations (lane t's 8 bytes feed k-slots 2t, 2t+1, 2t+8, 2t+9 of the two k16
+// mmas), which leaves the dot product unchanged. Each k-block's fresh fp32 result is scaled by
+// 2^sw * 2^sa and added to acc.
+template <int MT, class WFrag>
+MX_DEV void mx_mma_group4_wf(float acc[MT][4], const WFrag& wfrag, const uint4 bh[MT][4], mx_u32 swA,
+                             mx_u32 swB, const mx_u32 s0[MT], const mx_u32 s1[MT]) {
   float fA[4], fB[4], f0[MT][4], f1[MT][4];
   mx_u32 bad = mx_has_byte_00_or_ff(swA) | mx_has_byte_00_or_ff(swB);
   mx_e8m0x4_fast(swA, fA);
@@ -132,23 +151,29 @@ MX_DEV void mx_mma_group4_h(float acc[MT][4], const uint2 wa[4], const uint2 wb[
   }
 #pragma unroll
   for (int u = 0; u < 4; ++u) {
-    // k-slots of lane t: bytes 0-1 / 2-3 of .x (mma 0), of .y (mma 1); the same for b.
-    const mx_u32 a00 = mx_e4m3x2_to_f16x2(wa[u].x), a02 = mx_e4m3x2_hi_to_f16x2<HW>(wa[u].x);
-    const mx_u32 a01 = mx_e4m3x2_to_f16x2(wb[u].x), a03 = mx_e4m3x2_hi_to_f16x2<HW>(wb[u].x);
-    const mx_u32 a10 = mx_e4m3x2_to_f16x2(wa[u].y), a12 = mx_e4m3x2_hi_to_f16x2<HW>(wa[u].y);
-    const mx_u32 a11 = mx_e4m3x2_to_f16x2(wb[u].y), a13 = mx_e4m3x2_hi_to_f16x2<HW>(wb[u].y);
+    mx_u32 a[8];
+    wfrag(u, a);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       float d[4];
-      mx_mma_f16(d, a00, a01, a02, a03, bh[mt][u].x, bh[mt][u].y, zero);
-      mx_mma_f16(d, a10, a11, a12, a13, bh[mt][u].z, bh[mt][u].w, d);
+      mx_mma_f16(d, a[0], a[1], a[2], a[3], bh[mt][u].x, bh[mt][u].y, zero);
+      mx_mma_f16(d, a[4], a[5], a[6], a[7], bh[mt][u].z, bh[mt][u].w, d);
       acc[mt][0] += d[0] * fA[u] * f0[mt][u];
       acc[mt][1] += d[1] * fA[u] * f1[mt][u];
       acc[mt][2] += d[2] * fB[u] * f0[mt][u];
       acc[mt][3] += d[3] * fB[u] * f1[mt][u];
     }
   }
+}
+
+// mx_mma_group4_wf on the e4m3 weights wa[u] / wb[u] (rows g / g + 8 of k-block u), converted at
+// the top of each k-block's mmas.
+template <int MT, bool HW = false>
+MX_DEV void mx_mma_group4_h(float acc[MT][4], const uint2 wa[4], const uint2 wb[4],
+                            const uint4 bh[MT][4], mx_u32 swA, mx_u32 swB, const mx_u32 s0[MT],
+                            const mx_u32 s1[MT]) {
+  mx_mma_group4_wf<MT>(acc, [&](int u, mx_u32 a[8]) { mx_w_frag<HW>(wa[u], wb[u], a); }, bh, swA, swB, s0, s1);
 }
 
 // Eight e4m3 (lane t's 8 bytes of a k-block) as the f16 fragments of mx_mma_group4_h.
@@ -158,16 +183,22 @@ MX_DEV uint4 mx_e4m3x8_to_frag(uint2 b) {
                     mx_e4m3x2_hi_to_f16x2<HW>(b.y));
 }
 
-// mx_mma_group4_h with e4m3 activation fragments (b[mt][u] = lane t's 8 bytes of k-block u).
+// The activation fragments of a group (b[mt][u] = lane t's 8 bytes of k-block u) as f16.
+template <int MT, bool HW = false>
+MX_DEV void mx_b_frag(const uint2 b[MT][4], uint4 bh[MT][4]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int u = 0; u < 4; ++u) bh[mt][u] = mx_e4m3x8_to_frag<HW>(b[mt][u]);
+}
+
+// mx_mma_group4_h with e4m3 activation fragments.
 template <int MT, bool HW = false>
 MX_DEV void mx_mma_group4(float acc[MT][4], const uint2 wa[4], const uint2 wb[4],
                           const uint2 b[MT][4], mx_u32 swA, mx_u32 swB, const mx_u32 s0[MT],
                           const mx_u32 s1[MT]) {
   uint4 bh[MT][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int u = 0; u < 4; ++u) bh[mt][u] = mx_e4m3x8_to_frag<HW>(b[mt][u]);
+  mx_b_frag<MT, HW>(b, bh);
   mx_mma_group4_h<MT, HW>(acc, wa, wb, bh, swA, swB, s0, s1);
 }
 

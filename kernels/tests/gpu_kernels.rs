@@ -1025,6 +1025,59 @@ fn gpu_mixed_grid_gemm_matches_reference() {
     }
 }
 
+/// The 16-row one-group loop `_g1c` (issue 6 follow-up 38: the runtime's kernel at 9-16 rows, K =
+/// 768, where the tiles fill every SM in one wave; weights converted before the PDL wait) through
+/// the runtime: every output written, within the accumulation bound of the reference (bf16 and
+/// f32 outputs), the same bits on a repeat launch; a ragged last tile (8 columns).
+#[test]
+fn gpu_one_group_16_row_gemm_matches_reference() {
+    let Some(rt) = gpu() else { return };
+    let k = 768;
+    if !rt.frag_gemm_available(k) {
+        eprintln!("skipped: no fragment-packed GEMM on this device");
+        return;
+    }
+    let sms = rt.multiprocessors();
+    let n = 16 * (2 * sms + 3) - 8;
+    let mut rng = Rng(0x6E44_0000_0038_0001);
+    let (w, ws) = random_mx_weights(&mut rng, n, k);
+    let (wf, wsf) = kernels::gpu::pack_frag_weights(&w, &ws, n, k).expect("pack");
+    let (dwf, dwsf) = (upload(&rt, &wf), upload(&rt, &wsf));
+    let frag = GpuMatB::MxFrag {
+        q: dwf.ptr(),
+        scales: dwsf.ptr(),
+        f16_shift: None,
+    };
+    for m in [9usize, 13, 16] {
+        let (_, aq, asc, want) = reference_gemm_case(&mut rng, m, k, n, &w, &ws);
+        let (daq, das) = (upload(&rt, &aq), upload(&rt, &asc));
+        let run =
+            || -> Vec<bf16> { matmul_out(&rt, (m, k, n), &daq, &das, &frag, kernels::DType::BF16) };
+        let (got, again) = (run(), run());
+        assert_eq!(same_bits(&got, &again), 0, "repeat launch m={m} n={n}");
+        assert!(
+            got.iter().all(|v| v.to_bits() != 0xA5A5),
+            "an output left unwritten (poison) m={m} n={n}"
+        );
+        let got32: Vec<f32> = got.iter().map(|v| v.to_f32()).collect();
+        let err = rel_err(&got32, &want);
+        assert!(
+            err < 4e-3,
+            "16-row one-group loop vs reference m={m} n={n}: {err}"
+        );
+        let got_f32: Vec<f32> = matmul_out(&rt, (m, k, n), &daq, &das, &frag, kernels::DType::F32);
+        assert!(
+            got_f32.iter().all(|v| v.to_bits() != 0xA5A5_A5A5),
+            "an f32 output left unwritten (poison) m={m} n={n}"
+        );
+        let err = rel_err(&got_f32, &want);
+        assert!(
+            err < 1e-5,
+            "16-row one-group loop, f32 out, vs reference m={m} n={n}: {err}"
+        );
+    }
+}
+
 /// The epilogue (bias, alpha, beta) on every GPU GEMM family: each output equals the same
 /// kernel's f32 accumulator (the launch without an epilogue) put through the documented f32
 /// arithmetic `round_T(fl(alpha·acc) + fl(beta·c))` bit for bit (`kernels::Epilogue` on the

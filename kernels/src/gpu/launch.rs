@@ -1021,7 +1021,8 @@ impl GpuRuntime {
         // turns the L2 prefetch off, MXFUSE_GPU_FRAG_FSA=0 the staged `_fsa` form of `_fs`,
         // MXFUSE_GPU_FRAG_W3=0 the m8 kernel on 3 warps, MXFUSE_GPU_FRAG_T2=0 the two-tile loop,
         // MXFUSE_GPU_FRAG_G1=0 the one-group loop, MXFUSE_GPU_FRAG_T2H=0 the two-tile loop's mixed
-        // grid (shapes::frag_kernel says where each is taken).
+        // grid, MXFUSE_GPU_FRAG_G1C=0 the 16-row one-group loop (shapes::frag_kernel says where
+        // each is taken).
         let switches = FragSwitches {
             fs: env_switch!("MXFUSE_GPU_FRAG_FS"),
             l2_prefetch: env_switch!("MXFUSE_GPU_FRAG_L2PF"),
@@ -1030,6 +1031,7 @@ impl GpuRuntime {
             two_tiles: env_switch!("MXFUSE_GPU_FRAG_T2"),
             one_group: env_switch!("MXFUSE_GPU_FRAG_G1"),
             mixed_grid: env_switch!("MXFUSE_GPU_FRAG_T2H"),
+            one_group_16: env_switch!("MXFUSE_GPU_FRAG_G1C"),
         };
         frag_kernel(
             n,

@@ -212,6 +212,9 @@ pub enum FragLoop {
     /// `_g1`: 8 rows, every output type, one group of 4 k-blocks a warp (`w` = K / 128, from
     /// [`FRAG_G1_MIN_WARPS`] to [`FRAG_G1_MAX_WARPS`]) on two neighbouring 16-column tiles, as `_t2`'s grid.
     G1,
+    /// `_g1c`: 16 rows, every output type, one group of 4 k-blocks a warp (`w` = K / 128) on one
+    /// 16-column tile, the weights converted to f16 mma fragments before the PDL wait.
+    G1c,
     /// `_t2h` (`w` = 4, `s` = 1): `_t2`'s first `pair_blocks` pair blocks, then one block for each
     /// tile left (the grid's y is tiles - `pair_blocks`; taken as [`frag_kernel`] says).
     T2Mixed { pair_blocks: usize },
@@ -226,6 +229,7 @@ impl FragLoop {
             FragLoop::Fsa => "_fsa",
             FragLoop::T2 => "_t2",
             FragLoop::G1 => "_g1",
+            FragLoop::G1c => "_g1c",
             FragLoop::T2Mixed { .. } => "_t2h",
         }
     }
@@ -262,6 +266,9 @@ pub struct FragSwitches {
     pub one_group: bool,
     /// `_t2`'s mixed grid `_t2h` where [`frag_kernel`] takes it (`MXFUSE_GPU_FRAG_T2H`).
     pub mixed_grid: bool,
+    /// The 16-row `_g1c` loop at 9-16 rows and K <= 1024 where [`frag_kernel`] takes it
+    /// (`MXFUSE_GPU_FRAG_G1C`).
+    pub one_group_16: bool,
 }
 
 impl FragSwitches {
@@ -274,6 +281,7 @@ impl FragSwitches {
         two_tiles: true,
         one_group: true,
         mixed_grid: true,
+        one_group_16: true,
     };
 }
 
@@ -315,7 +323,10 @@ pub const FRAG_G1_MIN_WARPS: usize = 3;
 /// `_t2`'s 2.67 / 3.11 us). Where `_t2`'s pairs number between one and one and a half an SM (6144 x
 /// 6144: 192 pairs on 132 SMs, 60 SMs holding two), its `w4 s1` grid becomes `_t2h`'s mixed one
 /// (follow-up 36): the first SMs-many pairs a block each, then each tile left a block, so no SM
-/// holds more than 3 tiles. Mirrored by bench/gpu/mxgpu.py `frag_kernel`.
+/// holds more than 3 tiles. At 9-16 rows and the same K, `_g1c` (one group a warp on one
+/// 16-row tile, the weights converted before the PDL wait) where the tiles fill every SM in one
+/// wave (follow-up 38: 6144 x 768 M = 12 / 16 3.12 / 3.22 against `_fs`'s 3.22 / 3.29 us).
+/// Mirrored by bench/gpu/mxgpu.py `frag_kernel`.
 pub fn frag_kernel(
     n: usize,
     k: usize,
@@ -341,6 +352,24 @@ pub fn frag_kernel(
             w: groups,
             s: 1,
             lp: FragLoop::G1,
+            l2_prefetch: false,
+        };
+    }
+    // Follow-up 38: at 9-16 rows one group a warp on one tile, where the tiles' blocks fill every
+    // SM (on fewer tiles than SMs it lost: 1536 x 768, 2048 x 896) and fit one wave (12672 x 768
+    // lost) at the kernel's 91-96 registers.
+    let g1c_wave =
+        sms <= tiles && tiles <= sms.max(1) * (G1_RESIDENT_WARPS_PER_SM / groups.max(1)).max(1);
+    if sw.one_group_16
+        && (9..=16).contains(&m)
+        && (FRAG_G1_MIN_WARPS..=FRAG_G1_MAX_WARPS).contains(&groups)
+        && g1c_wave
+    {
+        return FragKernel {
+            rows: 16,
+            w: groups,
+            s: 1,
+            lp: FragLoop::G1c,
             l2_prefetch: false,
         };
     }
@@ -501,6 +530,7 @@ mod tests {
         let on = FragSwitches {
             two_tiles: false,
             one_group: false,
+            one_group_16: false,
             ..FragSwitches::ON
         };
         let k = |n, kk, m, bf16| frag_kernel(n, kk, m, 132, &h200, bf16, on);
@@ -573,6 +603,7 @@ mod tests {
         let on = FragSwitches {
             two_tiles: false,
             one_group: false,
+            one_group_16: false,
             ..FragSwitches::ON
         };
         let f = frag_kernel(4096, 1152, 8, 132, &h200, true, on);
@@ -596,6 +627,7 @@ mod tests {
         // The one-group loop apart (its own test below: it takes K <= 1024 at M <= 8).
         let on = FragSwitches {
             one_group: false,
+            one_group_16: false,
             ..FragSwitches::ON
         };
         let k = |n, kk, m, bf16| {
@@ -669,8 +701,8 @@ mod tests {
         assert_eq!(k(2048, 256, 8, true, on).3, FragLoop::T2);
         assert_eq!(FragLoop::G1.blocks_y(7), 4);
         assert_eq!(FragLoop::G1.suffix(), "_g1");
-        // Not past 8 rows (on two row tiles it lost at 6144 x 768), not past K = 1024.
-        assert_eq!(k(6144, 768, 9, true, on).3, FragLoop::Fs);
+        // Not past 8 rows (on two row tiles it lost at 6144 x 768; `_g1c` there), not past K = 1024.
+        assert_eq!(k(6144, 768, 9, true, on).3, FragLoop::G1c);
         assert_eq!(k(4096, 1152, 8, true, on).3, FragLoop::T2);
         assert_eq!(
             k(6144, 6144, 1, true, on).3,
@@ -692,6 +724,48 @@ mod tests {
             k(6144, 768, 8, false, off),
             (8, 3, 1, FragLoop::Plain, false)
         );
+    }
+
+    #[test]
+    fn sixteen_row_one_group_loop_takes_small_k_where_tiles_fill_one_wave() {
+        use super::super::thresholds::FragGemmTable;
+        let h200 = FragGemmTable::for_arch("sm_90");
+        let k = |n, kk, m, bf16, sw| {
+            let f = frag_kernel(n, kk, m, 132, &h200, bf16, sw);
+            (f.rows, f.w, f.s, f.lp, f.l2_prefetch)
+        };
+        let on = FragSwitches::ON;
+        // The measured wins (BENCHMARKS.md follow-up 38), every output type: K / 128 warps.
+        for m in [9, 12, 13, 16] {
+            for bf16 in [true, false] {
+                assert_eq!(k(6144, 768, m, bf16, on), (16, 6, 1, FragLoop::G1c, false));
+                assert_eq!(k(4096, 1024, m, bf16, on), (16, 8, 1, FragLoop::G1c, false));
+                assert_eq!(k(6144, 512, m, bf16, on), (16, 4, 1, FragLoop::G1c, false));
+                assert_eq!(k(8192, 384, m, bf16, on), (16, 3, 1, FragLoop::G1c, false));
+            }
+        }
+        assert_eq!(FragLoop::G1c.blocks_y(7), 7);
+        assert_eq!(FragLoop::G1c.suffix(), "_g1c");
+        // Fewer tiles than SMs (1536 x 768, 2048 x 896: it lost) and past one wave (12672 x 768:
+        // 792 tiles of 6 warps, 3 blocks an SM hold 396): the loops before it.
+        assert_ne!(k(1536, 768, 16, true, on).3, FragLoop::G1c);
+        assert_ne!(k(2048, 896, 16, true, on).3, FragLoop::G1c);
+        assert_eq!(k(16 * 132, 768, 16, true, on).3, FragLoop::G1c);
+        assert_ne!(k(16 * 131, 768, 16, true, on).3, FragLoop::G1c);
+        assert_eq!(k(16 * 396, 768, 16, true, on).3, FragLoop::G1c);
+        assert_ne!(k(16 * 397, 768, 16, true, on).3, FragLoop::G1c);
+        assert_ne!(k(12672, 768, 16, true, on).3, FragLoop::G1c);
+        // Not at M <= 8 (`_g1`), not past 16 rows or K = 1024, not at one or two groups.
+        assert_eq!(k(6144, 768, 8, true, on).3, FragLoop::G1);
+        assert_ne!(k(6144, 768, 17, true, on).3, FragLoop::G1c);
+        assert_ne!(k(6144, 1152, 16, true, on).3, FragLoop::G1c);
+        assert_ne!(k(6144, 256, 16, true, on).3, FragLoop::G1c);
+        // The switch off: `_fs` as before.
+        let off = FragSwitches {
+            one_group_16: false,
+            ..on
+        };
+        assert_eq!(k(6144, 768, 16, true, off).3, FragLoop::Fs);
     }
 
     #[test]
