@@ -15,8 +15,9 @@ faulthandler.dump_traceback_later(int(os.environ.get("AB_WATCHDOG", "300")), exi
 
 def g1_text():
     t = gemm_text_with(os.path.join(HERE, "frag_g1.hip"))
-    if os.environ.get("AB_G1C") == "1":  # follow-up 38: frag_g1c.hip too
-        t += '#line 1 "frag_g1c.hip"\n' + open(os.path.join(HERE, "frag_g1c.hip")).read() + "\n"
+    for env, name in (("AB_G1C", "frag_g1c.hip"), ("AB_G1S", "frag_g1s.hip")):  # follow-ups 38, 39
+        if os.environ.get(env) == "1":
+            t += f'#line 1 "{name}"\n' + open(os.path.join(HERE, name)).read() + "\n"
     return t
 
 
@@ -30,6 +31,7 @@ dev = "cuda"
 # mx_matmul_frag_m<rows>_bf16_w<W>_s1_<suffix>. The g1 kernels need K / 128 <= W.
 G = lambda K: K // 128
 C = os.environ.get("AB_G1C") == "1"
+CS = os.environ.get("AB_G1S") == "1"
 VARIANTS = [
     ("m16g1", 16, 6, 1, "g1", lambda N, K, M: M > 8 and G(K) == 6),
     ("m16g1t2", 16, 6, 2, "g1t2", lambda N, K, M: M > 8 and G(K) == 6),
@@ -42,6 +44,8 @@ VARIANTS = [
     # W = K / 128 (None): frag_g1c.hip's two-tile forms (AB_G1C=1) and the runtime's `_g1c`
     ("m16g1c", 16, None, 2, "g1c2", lambda N, K, M: C and M > 8 and 3 <= G(K) <= 8),
     ("m16g1ct1", 16, None, 1, "g1c", lambda N, K, M: C and M > 8 and 3 <= G(K) <= 8),
+    ("m16g1s", 16, None, 1, "g1s", lambda N, K, M: CS and M > 8 and 3 <= G(K) <= 8),  # frag_g1s.hip (AB_G1S=1)
+    ("m16g1cr", 16, None, 1, "g1c", lambda N, K, M: CS and not C and M > 8 and 3 <= G(K) <= 8),  # the runtime's `_g1c`
     ("m8g1c", 8, None, 2, "g1c2", lambda N, K, M: C and M <= 8 and 3 <= G(K) <= 8),
     ("t2w6b2", 8, 6, 2, "t2b2", lambda N, K, M: M <= 8 and G(K) >= 12),
     ("t2w6b1", 8, 6, 2, "t2b1", lambda N, K, M: M <= 8 and G(K) >= 12),
@@ -103,7 +107,7 @@ def main():
         N, K, M, P, rt, fns = c.N, c.K, c.M, c.P, c.rt, c.fns
         diffs = {}
         for name, r, W, NT, sfx, applies in VARIANTS:
-            if not applies(N, K, M) or (C and sfx not in ("g1c", "g1c2")):
+            if not applies(N, K, M) or ((C or CS) and sfx not in ("g1c", "g1c2", "g1s")):
                 continue
             W = W or G(K)
             got = launch(mod, r, sfx, W, NT, *P[0], N, K, M, c.aq, c.as_, torch.empty_like(c.y)).float()

@@ -509,8 +509,8 @@ def frag_kernel(N, K, M, out_dtype=torch.bfloat16, sms=132, t2=True, g1=True, t2
     kernels/src/gpu/shapes.rs `frag_kernel` with its switches on; t2=False: MXFUSE_GPU_FRAG_T2=0,
     g1=False: MXFUSE_GPU_FRAG_G1=0, t2h=False: MXFUSE_GPU_FRAG_T2H=0, g1c=False: MXFUSE_GPU_FRAG_G1C=0):
     at M <= 8 and 384 <= K <= 1024 `_g1` (K / 128 warps, every output type) where its tile pairs fit
-    one wave, at 9-16 rows there `_g1c` (16 rows, one tile a warp) where the tiles fill every SM in
-    one wave; with bf16 output `_t2`
+    one wave, at 9-16 rows there `_g1c` (16 rows, one tile a warp) from 1.25 tiles an SM to one
+    wave; with bf16 output `_t2`
     at M <= 8 (the rule's W, S for half the tiles, no prefetch; its mixed grid `_t2h` at w4 s1 between
     one and one and a half pairs an SM), `_fs` at 9-16 rows (and at M <= 8 without `_t2` where the grid
     leaves SMs idle); there the L2 prefetch, and `_fsa` from FRAG_STAGED_A_FROM rows."""
@@ -518,7 +518,7 @@ def frag_kernel(N, K, M, out_dtype=torch.bfloat16, sms=132, t2=True, g1=True, t2
     G = K // 128
     if g1 and M <= 8 and G1_MIN_WARPS <= G <= G1_MAX_WARPS and -(-tiles // 2) <= sms * max(1, G1_RESIDENT_WARPS // G):
         return 8, G, 1, "_g1", False
-    if g1c and 9 <= M <= 16 and G1_MIN_WARPS <= G <= G1_MAX_WARPS and sms <= tiles <= sms * max(1, G1_RESIDENT_WARPS // G):
+    if g1c and 9 <= M <= 16 and G1_MIN_WARPS <= G <= G1_MAX_WARPS and 5 * sms <= 4 * tiles <= 4 * sms * max(1, G1_RESIDENT_WARPS // G):
         return 16, G, 1, "_g1c", False
     W16, S16 = frag_choice(N, K, max(M, 9), sms)
     if t2 and out_dtype == torch.bfloat16 and M <= 16:

@@ -324,8 +324,8 @@ pub const FRAG_G1_MIN_WARPS: usize = 3;
 /// 6144: 192 pairs on 132 SMs, 60 SMs holding two), its `w4 s1` grid becomes `_t2h`'s mixed one
 /// (follow-up 36): the first SMs-many pairs a block each, then each tile left a block, so no SM
 /// holds more than 3 tiles. At 9-16 rows and the same K, `_g1c` (one group a warp on one
-/// 16-row tile, the weights converted before the PDL wait) where the tiles fill every SM in one
-/// wave (follow-up 38: 6144 x 768 M = 12 / 16 3.12 / 3.22 against `_fs`'s 3.22 / 3.29 us).
+/// 16-row tile, the weights converted before the PDL wait) from 1.25 tiles an SM to one wave
+/// (follow-up 38: 6144 x 768 M = 12 / 16 3.13 / 3.25 against `_fs`'s 3.21 / 3.31 us).
 /// Mirrored by bench/gpu/mxgpu.py `frag_kernel`.
 pub fn frag_kernel(
     n: usize,
@@ -355,11 +355,12 @@ pub fn frag_kernel(
             l2_prefetch: false,
         };
     }
-    // Follow-up 38: at 9-16 rows one group a warp on one tile, where the tiles' blocks fill every
-    // SM (on fewer tiles than SMs it lost: 1536 x 768, 2048 x 896) and fit one wave (12672 x 768
-    // lost) at the kernel's 91-96 registers.
-    let g1c_wave =
-        sms <= tiles && tiles <= sms.max(1) * (G1_RESIDENT_WARPS_PER_SM / groups.max(1)).max(1);
+    // Follow-up 38: at 9-16 rows one group a warp on one tile, where the tiles' blocks give the
+    // SMs more than one each on the whole (at 1.25 tiles an SM and up: on fewer tiles than SMs it
+    // lost, 1536 x 768 and 2048 x 896, at one an SM by 2.6 %, 2112 x 768, and at 1.45 an SM it won
+    // by 5.7 %, 3072 x 640) and fit one wave at the kernel's 91-96 registers (12672 x 768 lost).
+    let g1c_wave = 4 * tiles >= 5 * sms
+        && tiles <= sms.max(1) * (G1_RESIDENT_WARPS_PER_SM / groups.max(1)).max(1);
     if sw.one_group_16
         && (9..=16).contains(&m)
         && (FRAG_G1_MIN_WARPS..=FRAG_G1_MAX_WARPS).contains(&groups)
@@ -746,12 +747,14 @@ mod tests {
         }
         assert_eq!(FragLoop::G1c.blocks_y(7), 7);
         assert_eq!(FragLoop::G1c.suffix(), "_g1c");
-        // Fewer tiles than SMs (1536 x 768, 2048 x 896: it lost) and past one wave (12672 x 768:
-        // 792 tiles of 6 warps, 3 blocks an SM hold 396): the loops before it.
+        // Below 1.25 tiles an SM (1536 x 768, 2048 x 896, 2112 x 768: it lost) and past one wave
+        // (12672 x 768: 792 tiles of 6 warps, 3 blocks an SM hold 396): the loops before it.
         assert_ne!(k(1536, 768, 16, true, on).3, FragLoop::G1c);
         assert_ne!(k(2048, 896, 16, true, on).3, FragLoop::G1c);
-        assert_eq!(k(16 * 132, 768, 16, true, on).3, FragLoop::G1c);
-        assert_ne!(k(16 * 131, 768, 16, true, on).3, FragLoop::G1c);
+        assert_ne!(k(2112, 768, 16, true, on).3, FragLoop::G1c);
+        assert_eq!(k(16 * 165, 768, 16, true, on).3, FragLoop::G1c);
+        assert_ne!(k(16 * 164, 768, 16, true, on).3, FragLoop::G1c);
+        assert_eq!(k(3072, 640, 16, true, on), (16, 5, 1, FragLoop::G1c, false));
         assert_eq!(k(16 * 396, 768, 16, true, on).3, FragLoop::G1c);
         assert_ne!(k(16 * 397, 768, 16, true, on).3, FragLoop::G1c);
         assert_ne!(k(12672, 768, 16, true, on).3, FragLoop::G1c);
