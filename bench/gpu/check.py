@@ -596,7 +596,17 @@ def check_matmul_frag_g1(ops):
             y1, same = repeat_bits(ops, lambda y=None: g1(wf, wsf, N, K, M, aq, as_, out, y=y), (M, N), DT[out])
             ok, detail = gemm_verdict(y1, same, yref, fin, out)
             report(f"matmul_frag_g1 N={N} K={K} M={M} W={K // 128} out={out}", ok, detail + " (incl. PDL)")
-    for N, K in ((100, 256), (40, 384), (64, 512), (100, 1024), (16, 1024)):
+    one_group_bits(ops, "matmul_frag_g1", g1, ((100, 256), (40, 384), (64, 512), (100, 1024), (16, 1024)), (1, 6, 8), 8)
+
+
+def one_group_bits(ops, label, run, shapes, ms, rows):
+    """The one-group loops' bits (`run(wf, wsf, N, K, M, aq, as_, out)`) equal the m<rows> kernel's
+    at W = K / 128 on each (N, K) of `shapes` and M of `ms`, bf16 and f32 out, on random blocks and
+    on edge blocks: E8M0 0 / 1 / 254 / 255 and 2^-27 / 2^23 weight scales, e4m3 NaN, 448 and
+    subnormal weights; from 6 rows E8M0 0 / 1 / 254 / 255 activation scales too, and from 9 a
+    code-0 scale in the last row."""
+    from mxgpu import pack_frag
+    for N, K in shapes:
         for edge in (False, True):
             w = rand_e4m3((N, K))
             ws = rng.integers(100 if edge else 118, 151 if edge else 130, (N, K // 32), dtype=np.uint8)
@@ -605,15 +615,17 @@ def check_matmul_frag_g1(ops):
                 ws[5, :] = 0; ws[6, :] = 255; ws[7, :] = 1; ws[8, :] = 254; ws[9, 0] = 100; ws[10, -1] = 150
                 ws[11, ::2] = 0; ws[12, 1::3] = 255
             wf, wsf = pack_frag(torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda())
-            for M in (1, 6, 8):
+            for M in ms:
                 aq, as_ = ops.quantize(to_dev(ref.rnd(rng.standard_normal((M, K)) * 2, "bf16"), "bf16"), 0)
                 if edge and M > 5:
                     as_[1, 0] = 0; as_[2, :] = 255; as_[3, -1] = 1; as_[4, :] = 254; as_[5, ::2] = 0
+                if edge and M > 8:
+                    as_[M - 1, 1] = 0
                 for out in ("bf16", "f32"):
-                    y_g1 = host(g1(wf, wsf, N, K, M, aq, as_, out))
-                    y_m8 = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=K // 128, S=1, rows=8))
-                    report(f"matmul_frag_g1 == m8 w{K // 128} N={N} K={K} M={M} out={out}{' edge' if edge else ''}",
-                           np.array_equal(y_g1, y_m8, equal_nan=True))
+                    y = host(run(wf, wsf, N, K, M, aq, as_, out))
+                    y_plain = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=K // 128, S=1, rows=rows))
+                    report(f"{label} == m{rows} w{K // 128} N={N} K={K} M={M} out={out}{' edge' if edge else ''}",
+                           np.array_equal(y, y_plain, equal_nan=True))
 
 
 def check_matmul_frag_g1c(ops):
@@ -640,24 +652,7 @@ def check_matmul_frag_g1c(ops):
             y1, same = repeat_bits(ops, lambda y=None: g1c(wf, wsf, N, K, M, aq, as_, out, y=y), (M, N), DT[out])
             ok, detail = gemm_verdict(y1, same, yref, fin, out)
             report(f"matmul_frag_g1c N={N} K={K} M={M} W={K // 128} out={out}", ok, detail + " (incl. PDL)")
-    for N, K in ((100, 512), (64, 512), (100, 1024), (16, 1024)):
-        for edge in (False, True):
-            w = rand_e4m3((N, K))
-            ws = rng.integers(100 if edge else 118, 151 if edge else 130, (N, K // 32), dtype=np.uint8)
-            if edge:
-                w[0, :32] = 0x7F; w[1, 5] = 0xFF; w[2, :] = 0x7E; w[3, :] = 0x01; w[4, 64:96] = 0xFE
-                ws[5, :] = 0; ws[6, :] = 255; ws[7, :] = 1; ws[8, :] = 254; ws[9, 0] = 100; ws[10, -1] = 150
-                ws[11, ::2] = 0; ws[12, 1::3] = 255
-            wf, wsf = pack_frag(torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda())
-            for M in (9, 13, 16):
-                aq, as_ = ops.quantize(to_dev(ref.rnd(rng.standard_normal((M, K)) * 2, "bf16"), "bf16"), 0)
-                if edge:
-                    as_[1, 0] = 0; as_[2, :] = 255; as_[3, -1] = 1; as_[4, :] = 254; as_[5, ::2] = 0; as_[M - 1, 1] = 0
-                for out in ("bf16", "f32"):
-                    y_g1c = host(g1c(wf, wsf, N, K, M, aq, as_, out))
-                    y_m16 = host(ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=K // 128, S=1, rows=16))
-                    report(f"matmul_frag_g1c == m16 w{K // 128} N={N} K={K} M={M} out={out}{' edge' if edge else ''}",
-                           np.array_equal(y_g1c, y_m16, equal_nan=True))
+    one_group_bits(ops, "matmul_frag_g1c", g1c, ((100, 512), (64, 512), (100, 1024), (16, 1024)), (9, 13, 16), 16)
     for N, K in ((6144, 768), (4096, 1024), (6160, 512)):
         wf, wsf = rand_frag_weights(N, K)
         for M in (9, 12, 16):

@@ -992,37 +992,16 @@ fn gpu_mx_matmul_fragment_packed_matches_reference_and_unpacked() {
 #[test]
 fn gpu_mixed_grid_gemm_matches_reference() {
     let Some(rt) = gpu() else { return };
-    let k = 1536;
-    if !rt.frag_gemm_available(k) {
-        eprintln!("skipped: no fragment-packed GEMM on this device");
-        return;
-    }
-    let sms = rt.multiprocessors();
-    let n = 16 * (2 * sms + sms / 2 + 1) - 8;
-    let mut rng = Rng(0x6E44_0000_0036_0001);
-    let (w, ws) = random_mx_weights(&mut rng, n, k);
-    let (wf, wsf) = kernels::gpu::pack_frag_weights(&w, &ws, n, k).expect("pack");
-    let (dwf, dwsf) = (upload(&rt, &wf), upload(&rt, &wsf));
-    let frag = GpuMatB::MxFrag {
-        q: dwf.ptr(),
-        scales: dwsf.ptr(),
-        f16_shift: None,
-    };
-    for m in [1usize, 5, 8] {
-        let (_, aq, asc, want) = reference_gemm_case(&mut rng, m, k, n, &w, &ws);
-        let (daq, das) = (upload(&rt, &aq), upload(&rt, &asc));
-        let run =
-            || -> Vec<bf16> { matmul_out(&rt, (m, k, n), &daq, &das, &frag, kernels::DType::BF16) };
-        let (got, again) = (run(), run());
-        assert_eq!(same_bits(&got, &again), 0, "repeat launch m={m} n={n}");
-        assert!(
-            got.iter().all(|v| v.to_bits() != 0xA5A5),
-            "an output left unwritten (poison) m={m} n={n}"
-        );
-        let got32: Vec<f32> = got.iter().map(|v| v.to_f32()).collect();
-        let err = rel_err(&got32, &want);
-        assert!(err < 4e-3, "mixed grid vs reference m={m} n={n}: {err}");
-    }
+    let n = 16 * (2 * rt.multiprocessors() + rt.multiprocessors() / 2 + 1) - 8;
+    runtime_frag_gemm_matches_reference(
+        &rt,
+        "mixed grid",
+        1536,
+        n,
+        0x6E44_0000_0036_0001,
+        &[1, 5, 8],
+        false,
+    );
 }
 
 /// The 16-row one-group loop `_g1c` (issue 6 follow-up 38: the runtime's kernel at 9-16 rows, K =
@@ -1032,27 +1011,49 @@ fn gpu_mixed_grid_gemm_matches_reference() {
 #[test]
 fn gpu_one_group_16_row_gemm_matches_reference() {
     let Some(rt) = gpu() else { return };
-    let k = 768;
+    let n = 16 * (2 * rt.multiprocessors() + 3) - 8;
+    runtime_frag_gemm_matches_reference(
+        &rt,
+        "16-row one-group loop",
+        768,
+        n,
+        0x6E44_0000_0038_0001,
+        &[9, 13, 16],
+        true,
+    );
+}
+
+/// The runtime's fragment GEMM (its own kernel choice) on `n x k` packed random MX weights at
+/// each of `ms` rows: the same bits on a repeat launch, every output written (the buffer starts
+/// poisoned), within the accumulation bound of the reference with bf16 output (4e-3) and, with
+/// `f32_out`, with f32 output too (1e-5).
+fn runtime_frag_gemm_matches_reference(
+    rt: &Arc<GpuRuntime>,
+    what: &str,
+    k: usize,
+    n: usize,
+    seed: u64,
+    ms: &[usize],
+    f32_out: bool,
+) {
     if !rt.frag_gemm_available(k) {
         eprintln!("skipped: no fragment-packed GEMM on this device");
         return;
     }
-    let sms = rt.multiprocessors();
-    let n = 16 * (2 * sms + 3) - 8;
-    let mut rng = Rng(0x6E44_0000_0038_0001);
+    let mut rng = Rng(seed);
     let (w, ws) = random_mx_weights(&mut rng, n, k);
     let (wf, wsf) = kernels::gpu::pack_frag_weights(&w, &ws, n, k).expect("pack");
-    let (dwf, dwsf) = (upload(&rt, &wf), upload(&rt, &wsf));
+    let (dwf, dwsf) = (upload(rt, &wf), upload(rt, &wsf));
     let frag = GpuMatB::MxFrag {
         q: dwf.ptr(),
         scales: dwsf.ptr(),
         f16_shift: None,
     };
-    for m in [9usize, 13, 16] {
+    for &m in ms {
         let (_, aq, asc, want) = reference_gemm_case(&mut rng, m, k, n, &w, &ws);
-        let (daq, das) = (upload(&rt, &aq), upload(&rt, &asc));
+        let (daq, das) = (upload(rt, &aq), upload(rt, &asc));
         let run =
-            || -> Vec<bf16> { matmul_out(&rt, (m, k, n), &daq, &das, &frag, kernels::DType::BF16) };
+            || -> Vec<bf16> { matmul_out(rt, (m, k, n), &daq, &das, &frag, kernels::DType::BF16) };
         let (got, again) = (run(), run());
         assert_eq!(same_bits(&got, &again), 0, "repeat launch m={m} n={n}");
         assert!(
@@ -1061,20 +1062,20 @@ fn gpu_one_group_16_row_gemm_matches_reference() {
         );
         let got32: Vec<f32> = got.iter().map(|v| v.to_f32()).collect();
         let err = rel_err(&got32, &want);
-        assert!(
-            err < 4e-3,
-            "16-row one-group loop vs reference m={m} n={n}: {err}"
-        );
-        let got_f32: Vec<f32> = matmul_out(&rt, (m, k, n), &daq, &das, &frag, kernels::DType::F32);
-        assert!(
-            got_f32.iter().all(|v| v.to_bits() != 0xA5A5_A5A5),
-            "an f32 output left unwritten (poison) m={m} n={n}"
-        );
-        let err = rel_err(&got_f32, &want);
-        assert!(
-            err < 1e-5,
-            "16-row one-group loop, f32 out, vs reference m={m} n={n}: {err}"
-        );
+        assert!(err < 4e-3, "{what} vs reference m={m} n={n}: {err}");
+        if f32_out {
+            let got_f32: Vec<f32> =
+                matmul_out(rt, (m, k, n), &daq, &das, &frag, kernels::DType::F32);
+            assert!(
+                got_f32.iter().all(|v| v.to_bits() != 0xA5A5_A5A5),
+                "an f32 output left unwritten (poison) m={m} n={n}"
+            );
+            let err = rel_err(&got_f32, &want);
+            assert!(
+                err < 1e-5,
+                "{what}, f32 out, vs reference m={m} n={n}: {err}"
+            );
+        }
     }
 }
 

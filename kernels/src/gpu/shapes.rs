@@ -440,6 +440,19 @@ pub fn frag_kernel(
 mod tests {
     use super::*;
 
+    /// (rows, w, s, loop, L2 prefetch) of [`frag_kernel`] on the H200's table and 132 SMs.
+    fn h200_choice(
+        n: usize,
+        k: usize,
+        m: usize,
+        bf16: bool,
+        sw: FragSwitches,
+    ) -> (usize, usize, usize, FragLoop, bool) {
+        let table = super::super::thresholds::FragGemmTable::for_arch("sm_90");
+        let f = frag_kernel(n, k, m, 132, &table, bf16, sw);
+        (f.rows, f.w, f.s, f.lp, f.l2_prefetch)
+    }
+
     #[test]
     fn norm_rows_spread_over_clusters_until_every_sm_has_a_row() {
         assert_eq!(norm_split(8, 6144, 132), 8);
@@ -631,10 +644,7 @@ mod tests {
             one_group_16: false,
             ..FragSwitches::ON
         };
-        let k = |n, kk, m, bf16| {
-            let f = frag_kernel(n, kk, m, 132, &h200, bf16, on);
-            (f.rows, f.w, f.s, f.lp, f.l2_prefetch)
-        };
+        let k = |n, kk, m, bf16| h200_choice(n, kk, m, bf16, on);
         // The measured winners (BENCHMARKS.md follow-up 20): 6144 x 768 and 6144 x 6144 (192
         // pairs) w4 s1; 1536 x 6144 (48 pairs) w8 s2; no prefetch.
         // (192 pairs on 132 SMs: the mixed grid, its own test below.)
@@ -681,12 +691,7 @@ mod tests {
 
     #[test]
     fn one_group_loop_takes_small_k_decode_rows_in_one_wave() {
-        use super::super::thresholds::FragGemmTable;
-        let h200 = FragGemmTable::for_arch("sm_90");
-        let k = |n, kk, m, bf16, sw| {
-            let f = frag_kernel(n, kk, m, 132, &h200, bf16, sw);
-            (f.rows, f.w, f.s, f.lp, f.l2_prefetch)
-        };
+        let k = h200_choice;
         let on = FragSwitches::ON;
         // The measured shapes (BENCHMARKS.md follow-up 32), every output type: K / 128 warps.
         for m in [1, 4, 8] {
@@ -729,12 +734,7 @@ mod tests {
 
     #[test]
     fn sixteen_row_one_group_loop_takes_small_k_where_tiles_fill_one_wave() {
-        use super::super::thresholds::FragGemmTable;
-        let h200 = FragGemmTable::for_arch("sm_90");
-        let k = |n, kk, m, bf16, sw| {
-            let f = frag_kernel(n, kk, m, 132, &h200, bf16, sw);
-            (f.rows, f.w, f.s, f.lp, f.l2_prefetch)
-        };
+        let k = h200_choice;
         let on = FragSwitches::ON;
         // The measured wins (BENCHMARKS.md follow-up 38), every output type: K / 128 warps.
         for m in [9, 12, 13, 16] {
