@@ -15,7 +15,8 @@ faulthandler.dump_traceback_later(int(os.environ.get("AB_WATCHDOG", "300")), exi
 
 def g1_text():
     t = gemm_text_with(os.path.join(HERE, "frag_g1.hip"))
-    for env, name in (("AB_G1C", "frag_g1c.hip"), ("AB_G1S", "frag_g1s.hip")):  # follow-ups 38, 39
+    for env, name in (("AB_G1C", "frag_g1c.hip"), ("AB_G1S", "frag_g1s.hip"), ("AB_G1X", "frag_g1x.hip"),
+                      ("AB_G1R", "frag_g1r.hip")):  # follow-ups 38-41
         if os.environ.get(env) == "1":
             t += f'#line 1 "{name}"\n' + open(os.path.join(HERE, name)).read() + "\n"
     return t
@@ -32,6 +33,8 @@ dev = "cuda"
 G = lambda K: K // 128
 C = os.environ.get("AB_G1C") == "1"
 CS = os.environ.get("AB_G1S") == "1"
+X = os.environ.get("AB_G1X") == "1"
+R = os.environ.get("AB_G1R") == "1"
 VARIANTS = [
     ("m16g1", 16, 6, 1, "g1", lambda N, K, M: M > 8 and G(K) == 6),
     ("m16g1t2", 16, 6, 2, "g1t2", lambda N, K, M: M > 8 and G(K) == 6),
@@ -46,6 +49,12 @@ VARIANTS = [
     ("m16g1ct1", 16, None, 1, "g1c", lambda N, K, M: C and M > 8 and 3 <= G(K) <= 8),
     ("m16g1s", 16, None, 1, "g1s", lambda N, K, M: CS and M > 8 and 3 <= G(K) <= 8),  # frag_g1s.hip (AB_G1S=1)
     ("m16g1cr", 16, None, 1, "g1c", lambda N, K, M: CS and not C and M > 8 and 3 <= G(K) <= 8),  # the runtime's `_g1c`
+    # frag_g1x.hip (AB_G1X=1): 16-byte activation loads, against the runtime ("rt")
+    ("m16g1x", 16, None, 1, "g1x", lambda N, K, M: X and M > 8 and 3 <= G(K) <= 8),
+    ("m8g1x", 8, None, 2, "g1x", lambda N, K, M: X and M <= 8 and 3 <= G(K) <= 8),
+    # frag_g1r.hip (AB_G1R=1): `_g1c` / `_g1` on 16 rows capped at B blocks an SM
+    *[(f"m16{f}b{B}", 16, W, 1, f"{f}b{B}", lambda N, K, M, W=W: R and M > 8 and G(K) == W)
+      for W, Bs in ((6, (3, 4, 5)), (4, (6, 7)), (8, (3, 4))) for B in Bs for f in ("g1c", "g1n")],
     ("m8g1c", 8, None, 2, "g1c2", lambda N, K, M: C and M <= 8 and 3 <= G(K) <= 8),
     ("t2w6b2", 8, 6, 2, "t2b2", lambda N, K, M: M <= 8 and G(K) >= 12),
     ("t2w6b1", 8, 6, 2, "t2b1", lambda N, K, M: M <= 8 and G(K) >= 12),
@@ -107,7 +116,7 @@ def main():
         N, K, M, P, rt, fns = c.N, c.K, c.M, c.P, c.rt, c.fns
         diffs = {}
         for name, r, W, NT, sfx, applies in VARIANTS:
-            if not applies(N, K, M) or ((C or CS) and sfx not in ("g1c", "g1c2", "g1s")):
+            if not applies(N, K, M) or ((C or CS) and sfx not in ("g1c", "g1c2", "g1s")) or (X and sfx != "g1x") or (R and not sfx[-2:-1] == "b"):
                 continue
             W = W or G(K)
             got = launch(mod, r, sfx, W, NT, *P[0], N, K, M, c.aq, c.as_, torch.empty_like(c.y)).float()

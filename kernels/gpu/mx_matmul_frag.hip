@@ -716,6 +716,25 @@ extern "C" __global__ void __launch_bounds__(128, 1) MX_FRAG(m8_bf16_w4_s1_t2h)(
   }
 }
 
+// The activation fragments of one group of a row (p = the row's byte 128 gb) by two 16-byte loads:
+// lane t reads bytes 16 t .. 16 t + 15 of each half h (k-blocks 2h, 2h + 1) and trades 8 of them
+// with lane t ^ 2, so that a[u] = bytes 8 p(t) .. 8 p(t) + 7 of k-block u, p = (0, 2, 1, 3). Why:
+// a load takes the same 8 rows either way (8 L1 wavefronts), so this halves the wavefronts of the
+// 8-byte loads for two shuffles a load; the weights follow the same p (mx_matmul_frag_g1 XL).
+MX_DEV void mx_frag_a_xl(const mx_u8* p, uint2 a[4]) {
+  const int t = threadIdx.x & 3;
+  const bool lo = t < 2;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint4 v = *reinterpret_cast<const uint4*>(p + 64 * h + 16 * t);
+    // lanes 0 / 1 keep their first 8 bytes (k-block 2h) and give the second; lanes 2 / 3 the
+    // other way round (k-block 2h + 1).
+    const mx_u32 x = MX_SHFL_XOR(lo ? v.z : v.x, 2), y = MX_SHFL_XOR(lo ? v.w : v.y, 2);
+    a[2 * h] = lo ? make_uint2(v.x, v.y) : make_uint2(x, y);
+    a[2 * h + 1] = lo ? make_uint2(x, y) : make_uint2(v.z, v.w);
+  }
+}
+
 // mx_matmul_frag_m8_<out>_w<W>_s1_g1 (issue 6 follow-up 32; the runtime's kernel at M <= 8 where
 // K / 128 <= 8 and the grid of tile pairs fits one wave: kernels/src/gpu/shapes.rs frag_kernel):
 // one group of 4 k-blocks a warp, W = K / 128 warps a block, each on two neighbouring 16-column
@@ -731,7 +750,9 @@ extern "C" __global__ void __launch_bounds__(128, 1) MX_FRAG(m8_bf16_w4_s1_t2h)(
 // PC (`_g1c`): the weights converted to their f16 mma fragments before the PDL wait, once their
 // loads land (the next kernel may launch before that), so after the wait a warp only loads and
 // converts its activations, multiplies and adds; same arithmetic, same bits.
-template <class TO, int W, int MT, int NT, bool PC = false, class Out>
+// XL: the activations by 16-byte loads (mx_frag_a_xl), lane t on k-block bytes 8 p(t) .. 8 p(t) + 7
+// (p swaps 1 and 2), the weights from the packed slot of lane p(t) to match.
+template <class TO, int W, int MT, int NT, bool PC = false, bool XL = false, class Out>
 MX_DEV void mx_matmul_frag_g1(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                               const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
                               const Out& out, int M, int N, int K, int pre) {
@@ -741,12 +762,13 @@ MX_DEV void mx_matmul_frag_g1(const mx_u8* __restrict__ aq, const mx_u8* __restr
   // reads the first's weights again (its outputs are not stored).
   const MxFragWeights w0(f);
   const int tiles = (N + 15) / 16, tile = MxFragBlock<MT, 1, NT>().tile;
+  const int t = threadIdx.x & 3, wx = XL ? ((t & 1) << 1 | t >> 1) - t : 0;
   const uint4* wp[NT];
   const mx_u32* swp[NT];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
     const long long o = tile + nt < tiles ? nt : 0;
-    wp[nt] = w0.wp + o * (K >> 5) * 32;
+    wp[nt] = w0.wp + wx + o * (K >> 5) * 32;
     swp[nt] = w0.swp + o * (K >> 7) * 16;
   }
   uint4 w[NT][4];
@@ -784,8 +806,12 @@ MX_DEV void mx_matmul_frag_g1(const mx_u8* __restrict__ aq, const mx_u8* __restr
     mx_u32 s0[MT], s1[MT];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
+      if (XL) {
+        mx_frag_a_xl(f.ap[mt] - 8 * t + 128 * gb, a[mt]);  // the row's group
+      } else {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) a[mt][j] = *reinterpret_cast<const uint2*>(f.ap[mt] + 128 * gb + 32 * j);
+        for (int j = 0; j < 4; ++j) a[mt][j] = *reinterpret_cast<const uint2*>(f.ap[mt] + 128 * gb + 32 * j);
+      }
       s0[mt] = f.sp0[mt][gb];
       s1[mt] = f.sp1[mt][gb];
     }
