@@ -631,7 +631,9 @@ def one_group_bits(ops, label, run, shapes, ms, rows):
 def check_matmul_frag_g1c(ops):
     """The 16-row one-group-a-warp loop of issue 6 follow-up 38 (mx_matmul_frag_m16_<out>_w<G>_s1_g1c,
     G = K / 128 from 3 to 8 warps, one tile a block, the weights converted before the PDL wait,
-    every output type): on k128_gemm_cases with 384 <= K <= 1024 (and at M <= 8, where it runs on
+    at G = 3, 6, 8 also the rows' addresses and the weights' scale decode (follow-up 43: G = 8's
+    bit checks below take that path, its exact decode of codes 0 / 255 included), every output
+    type): on k128_gemm_cases with 384 <= K <= 1024 (and at M <= 8, where it runs on
     16 rows all the same) it passes gemm_verdict (the same launch twice and under PDL: the same
     bits); where an m16 kernel exists at W = G (G = 4, 8) its bits equal that kernel's (one group a
     warp, warp-order sums), on random weights and on the edge blocks of check_matmul_frag_g1 (E8M0

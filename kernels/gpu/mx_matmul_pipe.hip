@@ -115,22 +115,37 @@ struct MxWFrag {
   mx_u32 h[4][8];
 };
 
-// One group of 4 k-blocks of a warp's 16 weight rows into acc (the D fragments of MT 16x8 tiles):
-// wfrag(u, a) gives k-block u's weight fragments (mx_w_frag: converted there, at the top of u's
-// mmas, or read from an MxWFrag converted ahead); bh[mt][u] = the activation row 8 mt + g's bytes
-// 8t .. 8t + 7 of k-block u as f16 (.x .y: mma 0's b0 b1; .z .w: mma 1's); swA / swB = the 4 E8M0
-// scale bytes (k-block u = byte u) of weight rows g / g + 8, s0[mt] / s1[mt] those of activation
-// rows 8 mt + 2t / 2t + 1. Within a k-block the 32 k positions are permuted identically for
-// weights and activations (lane t's 8 bytes feed k-slots 2t, 2t+1, 2t+8, 2t+9 of the two k16
-// mmas), which leaves the dot product unchanged. Each k-block's fresh fp32 result is scaled by
-// 2^sw * 2^sa and added to acc.
+// Keeps v in a register where this is called: the empty asm "changes" v, so the compiler can
+// neither sink its computation past a later point (the PDL wait) nor recompute it there.
+MX_DEV void mx_pin(float& v) { asm volatile("" : "+f"(v)); }
+MX_DEV void mx_pin(mx_u32& v) { asm volatile("" : "+r"(v)); }
+template <class T>
+MX_DEV void mx_pin(const T*& p) { asm volatile("" : "+l"(p)); }
+
+// The E8M0 scale bytes of a lane's two weight rows of one group (swA / swB, k-block u = byte u)
+// by the fast decode, and whether any is a code 0 or 255 (then mx_mma_group4_ws decodes exactly).
+struct MxWScale {
+  float fA[4], fB[4];
+  mx_u32 bad;
+  MX_DEV MxWScale() {}
+  MX_DEV MxWScale(mx_u32 swA, mx_u32 swB) : bad(mx_has_byte_00_or_ff(swA) | mx_has_byte_00_or_ff(swB)) {
+    mx_e8m0x4_fast(swA, fA);
+    mx_e8m0x4_fast(swB, fB);
+  }
+};
+
+// mx_mma_group4_wf with the weights' scales decoded ahead (ws = MxWScale(swA, swB)).
 template <int MT, class WFrag>
-MX_DEV void mx_mma_group4_wf(float acc[MT][4], const WFrag& wfrag, const uint4 bh[MT][4], mx_u32 swA,
-                             mx_u32 swB, const mx_u32 s0[MT], const mx_u32 s1[MT]) {
+MX_DEV void mx_mma_group4_ws(float acc[MT][4], const WFrag& wfrag, const uint4 bh[MT][4],
+                             const MxWScale& ws, mx_u32 swA, mx_u32 swB, const mx_u32 s0[MT],
+                             const mx_u32 s1[MT]) {
   float fA[4], fB[4], f0[MT][4], f1[MT][4];
-  mx_u32 bad = mx_has_byte_00_or_ff(swA) | mx_has_byte_00_or_ff(swB);
-  mx_e8m0x4_fast(swA, fA);
-  mx_e8m0x4_fast(swB, fB);
+  mx_u32 bad = ws.bad;
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    fA[u] = ws.fA[u];
+    fB[u] = ws.fB[u];
+  }
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
     bad |= mx_has_byte_00_or_ff(s0[mt]) | mx_has_byte_00_or_ff(s1[mt]);
@@ -165,6 +180,21 @@ MX_DEV void mx_mma_group4_wf(float acc[MT][4], const WFrag& wfrag, const uint4 b
       acc[mt][3] += d[3] * fB[u] * f1[mt][u];
     }
   }
+}
+
+// One group of 4 k-blocks of a warp's 16 weight rows into acc (the D fragments of MT 16x8 tiles):
+// wfrag(u, a) gives k-block u's weight fragments (mx_w_frag: converted there, at the top of u's
+// mmas, or read from an MxWFrag converted ahead); bh[mt][u] = the activation row 8 mt + g's bytes
+// 8t .. 8t + 7 of k-block u as f16 (.x .y: mma 0's b0 b1; .z .w: mma 1's); swA / swB = the 4 E8M0
+// scale bytes (k-block u = byte u) of weight rows g / g + 8, s0[mt] / s1[mt] those of activation
+// rows 8 mt + 2t / 2t + 1. Within a k-block the 32 k positions are permuted identically for
+// weights and activations (lane t's 8 bytes feed k-slots 2t, 2t+1, 2t+8, 2t+9 of the two k16
+// mmas), which leaves the dot product unchanged. Each k-block's fresh fp32 result is scaled by
+// 2^sw * 2^sa and added to acc.
+template <int MT, class WFrag>
+MX_DEV void mx_mma_group4_wf(float acc[MT][4], const WFrag& wfrag, const uint4 bh[MT][4], mx_u32 swA,
+                             mx_u32 swB, const mx_u32 s0[MT], const mx_u32 s1[MT]) {
+  mx_mma_group4_ws<MT>(acc, wfrag, bh, MxWScale(swA, swB), swA, swB, s0, s1);
 }
 
 // mx_mma_group4_wf on the e4m3 weights wa[u] / wb[u] (rows g / g + 8 of k-block u), converted at
