@@ -5,9 +5,10 @@ order: max relative difference printed, must stay within a few bf16 ulps). Time:
 CUDA-graph replay of 200 launches, weights rotating over >= 400 MB, median of REPS, alternating.
 Usage: python3 ab_g1.py [REPS]   (AB_CASES "NxK:M,M;..."; AB_RULE "NxK[f]:M,M;...": rule_ab)
 Bench kernel files (one flag at a time; each runs only its own variants beside the runtime's):
-AB_G1C=1 frag_g1c.hip (follow-up 38), AB_G1S=1 frag_g1s.hip (39), AB_G1R=1 frag_g1r.hip (41),
-AB_G2=1 frag_g2.hip (42), AB_G1H=1 frag_g1h.hip (43). Follow-up 40's frag_g1x.hip is in commit
-8dfb663."""
+AB_G1C=1 frag_g1c.hip (follow-up 38), AB_G1S=1 frag_g1s.hip (39), AB_G1R=1 frag_g1r.hip (41).
+Session 34's other bench kernels are in git history, with the template arguments they used:
+frag_g1x.hip (follow-up 40, AB_G1X=1) in commit 8dfb663, frag_g2.hip (42, AB_G2=1) and
+frag_g1h.hip (43, AB_G1H=1) in commit ff18ea6."""
 import faulthandler, json, os, sys
 import torch
 import mxgpu
@@ -19,8 +20,7 @@ faulthandler.dump_traceback_later(int(os.environ.get("AB_WATCHDOG", "300")), exi
 
 def g1_text():
     t = gemm_text_with(os.path.join(HERE, "frag_g1.hip"))
-    for env, name in (("AB_G1C", "frag_g1c.hip"), ("AB_G1S", "frag_g1s.hip"), ("AB_G1R", "frag_g1r.hip"),
-                      ("AB_G2", "frag_g2.hip"), ("AB_G1H", "frag_g1h.hip")):  # follow-ups 38-43 (40: commit 8dfb663)
+    for env, name in (("AB_G1C", "frag_g1c.hip"), ("AB_G1S", "frag_g1s.hip"), ("AB_G1R", "frag_g1r.hip")):  # follow-ups 38-41
         if os.environ.get(env) == "1":
             t += f'#line 1 "{name}"\n' + open(os.path.join(HERE, name)).read() + "\n"
     return t
@@ -37,8 +37,6 @@ dev = "cuda"
 G = lambda K: K // 128
 C = os.environ.get("AB_G1C") == "1"
 CS = os.environ.get("AB_G1S") == "1"
-G2 = os.environ.get("AB_G2") == "1"
-H = os.environ.get("AB_G1H") == "1"
 R = os.environ.get("AB_G1R") == "1"
 VARIANTS = [
     ("m16g1", 16, 6, 1, "g1", lambda N, K, M: M > 8 and G(K) == 6),
@@ -57,12 +55,6 @@ VARIANTS = [
     # frag_g1r.hip (AB_G1R=1): `_g1c` / `_g1` on 16 rows capped at B blocks an SM
     *[(f"m16{f}b{B}", 16, W, 1, f"{f}b{B}", lambda N, K, M, W=W: R and M > 8 and G(K) == W)
       for W, Bs in ((6, (3, 4, 5)), (4, (6, 7)), (8, (3, 4))) for B in Bs for f in ("g1c", "g1n")],
-    # frag_g2.hip (AB_G2=1): two groups a warp, W = K / 256
-    ("m16g2", 16, None, 1, "g2", lambda N, K, M: G2 and M > 8 and G(K) in (4, 5, 6, 7, 8)),
-    ("m8g2", 8, None, 2, "g2", lambda N, K, M: G2 and M <= 8 and G(K) in (4, 5, 6, 7, 8)),
-    # frag_g1h.hip (AB_G1H=1): `_g1c` with addresses (h1), weight scales (h2) or both (h3) before the wait
-    *[(f"m16g1h{h}", 16, None, 1, f"g1h{h}", lambda N, K, M: H and M > 8 and 3 <= G(K) <= 8) for h in (1, 2, 3)],
-    ("m8g1h1", 8, None, 2, "g1h1", lambda N, K, M: H and M <= 8 and 3 <= G(K) <= 8),
     ("m8g1c", 8, None, 2, "g1c2", lambda N, K, M: C and M <= 8 and 3 <= G(K) <= 8),
     ("t2w6b2", 8, 6, 2, "t2b2", lambda N, K, M: M <= 8 and G(K) >= 12),
     ("t2w6b1", 8, 6, 2, "t2b1", lambda N, K, M: M <= 8 and G(K) >= 12),
@@ -124,9 +116,9 @@ def main():
         N, K, M, P, rt, fns = c.N, c.K, c.M, c.P, c.rt, c.fns
         diffs = {}
         for name, r, W, NT, sfx, applies in VARIANTS:
-            if not applies(N, K, M) or ((C or CS) and sfx not in ("g1c", "g1c2", "g1s")) or (G2 and not sfx.startswith("g2")) or (H and not sfx.startswith("g1h")) or (R and not sfx[-2:-1] == "b"):
+            if not applies(N, K, M) or ((C or CS) and sfx not in ("g1c", "g1c2", "g1s")) or (R and not sfx[-2:-1] == "b"):
                 continue
-            W = W or ((G(K) + 1) // 2 if sfx == "g2" else G(K))
+            W = W or G(K)
             got = launch(mod, r, sfx, W, NT, *P[0], N, K, M, c.aq, c.as_, torch.empty_like(c.y)).float()
             torch.cuda.synchronize()
             diffs[name] = ((got - c.ref).abs() / c.ref.abs().clamp_min(1e-3)).max().item()

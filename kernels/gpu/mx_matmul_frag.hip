@@ -731,16 +731,15 @@ extern "C" __global__ void __launch_bounds__(128, 1) MX_FRAG(m8_bf16_w4_s1_t2h)(
 // PC (`_g1c`): the weights converted to their f16 mma fragments before the PDL wait, once their
 // loads land (the next kernel may launch before that), so after the wait a warp only loads and
 // converts its activations, multiplies and adds; same arithmetic, same bits.
-// HO (with PC): work moved ahead of the PDL wait as well — bit 1: the activation rows' addresses,
-// bit 2: the weights' scale decode (MxWScale); mx_pin keeps each where it was computed.
-template <class TO, int W, int MT, int NT, bool PC = false, int GP = 1, int HO = 0, class Out>
+// AH (with PC): the activation rows' addresses and the weights' scale decode (MxWScale) ahead of
+// the PDL wait as well; mx_pin keeps each where it was computed.
+template <class TO, int W, int MT, int NT, bool PC = false, bool AH = false, class Out>
 MX_DEV void mx_matmul_frag_g1(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                               const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
                               const Out& out, int M, int N, int K, int pre) {
-  static_assert(!PC || GP == 1, "the converted weights of two groups would not fit the registers");
-  static_assert(PC || HO <= 1, "the weights' scales are decoded ahead only with their converts");
+  static_assert(PC || !AH, "the weights' scales are decoded ahead only with their converts");
   const MxFragWarp<W, MT, 1, NT> f(aq, as, wf, wsf, M, K);
-  const int gb = f.gb, ge = f.ge;  // ge - gb <= GP: launched only where K / 128 <= GP W
+  const int gb = f.gb, ge = f.ge;  // ge - gb <= 1: launched only where K / 128 <= W
   // This lane's weights of group gb of each tile (MxFragWeights' addresses); a tile past the last
   // reads the first's weights again (its outputs are not stored).
   const MxFragWeights w0(f);
@@ -753,9 +752,9 @@ MX_DEV void mx_matmul_frag_g1(const mx_u8* __restrict__ aq, const mx_u8* __restr
     wp[nt] = w0.wp + o * (K >> 5) * 32;
     swp[nt] = w0.swp + o * (K >> 7) * 16;
   }
-  uint4 w[GP][NT][4];
+  uint4 w[NT][4];
   MxWFrag wc[PC ? NT : 1];
-  mx_u32 sA[GP][NT], sB[GP][NT];
+  mx_u32 sA[NT], sB[NT];
   float acc[NT][MT][4];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
@@ -763,47 +762,39 @@ MX_DEV void mx_matmul_frag_g1(const mx_u8* __restrict__ aq, const mx_u8* __restr
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[nt][mt][c] = 0.0f;
-  // Group gb + p of this warp's share (p = 0 always: the callers check gb < ge).
-  auto has = [&](int p) { return p == 0 || gb + p < ge; };
   auto load_w = [&] {
 #pragma unroll
-    for (int p = 0; p < GP; ++p)
-      if (has(p))
+    for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-          for (int j = 0; j < 4; ++j) w[p][nt][j] = mx_ldg_once16(wp[nt] + 128 * p + 32 * j);
-          sA[p][nt] = swp[nt][16 * p];
-          sB[p][nt] = swp[nt][16 * p + 8];
-        }
-  };
-  // This warp's group of the activation rows (HO & 1: computed before the wait).
-  const mx_u8* ap[MT];
-  const mx_u32 *sp0[MT], *sp1[MT];
-  auto rows_ahead = [&] {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      ap[mt] = f.ap[mt] + 128 * gb;
-      sp0[mt] = f.sp0[mt] + gb;
-      sp1[mt] = f.sp1[mt] + gb;
-      mx_pin(ap[mt]);
-      mx_pin(sp0[mt]);
-      mx_pin(sp1[mt]);
+      for (int j = 0; j < 4; ++j) w[nt][j] = mx_ldg_once16(wp[nt] + 32 * j);
+      sA[nt] = swp[nt][0];
+      sB[nt] = swp[nt][8];
     }
   };
-  MxWScale ws[HO & 2 ? NT : 1];
+  // This warp's group of the activation rows, and the weights' scales (AH: before the wait).
+  const mx_u8* ap[MT];
+  const mx_u32 *sp0[MT], *sp1[MT];
+  MxWScale ws[AH ? NT : 1];
   if (PC) {  // mx_frag_prologue's order with the converts between the trigger and the wait
     if (!(pre & 1)) MX_PDL_WAIT();
     if (gb < ge) load_w();
     MX_PDL_LAUNCH();
     if (gb < ge)
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) mx_frag_wfrag(w[0][nt], wc[PC ? nt : 0]);
-    if (HO & 1) rows_ahead();
-    if (HO & 2)
+      for (int nt = 0; nt < NT; ++nt) mx_frag_wfrag(w[nt], wc[PC ? nt : 0]);
+    if (AH) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        ap[mt] = f.ap[mt] + 128 * gb;
+        sp0[mt] = f.sp0[mt] + gb;
+        sp1[mt] = f.sp1[mt] + gb;
+        mx_pin(ap[mt]);
+        mx_pin(sp0[mt]);
+        mx_pin(sp1[mt]);
+      }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        ws[nt] = MxWScale(sA[0][nt], sB[0][nt]);
+        ws[nt] = MxWScale(sA[nt], sB[nt]);
         mx_pin(ws[nt].bad);
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
@@ -811,30 +802,25 @@ MX_DEV void mx_matmul_frag_g1(const mx_u8* __restrict__ aq, const mx_u8* __restr
           mx_pin(ws[nt].fB[u]);
         }
       }
+    }
     if (pre & 1) MX_PDL_WAIT();
   } else {
-    mx_frag_prologue<MT, 1, NT>(pre, wf, wsf, K, gb, ge, [&] {
-      load_w();
-      if (HO & 1) rows_ahead();
-    });
+    mx_frag_prologue<MT, 1, NT>(pre, wf, wsf, K, gb, ge, load_w);
   }
   if (gb < ge) {
-    uint2 a[GP][MT][4];
-    mx_u32 s0[GP][MT], s1[GP][MT];
+    uint2 a[MT][4];
+    mx_u32 s0[MT], s1[MT];
 #pragma unroll
-    for (int p = 0; p < GP; ++p)
-      if (has(p))
+    for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-          for (int j = 0; j < 4; ++j)
-            a[p][mt][j] = *reinterpret_cast<const uint2*>(HO & 1 ? ap[mt] + 32 * j : f.ap[mt] + 128 * (gb + p) + 32 * j);
-          s0[p][mt] = HO & 1 ? *sp0[mt] : f.sp0[mt][gb + p];
-          s1[p][mt] = HO & 1 ? *sp1[mt] : f.sp1[mt][gb + p];
-        }
+      for (int j = 0; j < 4; ++j)
+        a[mt][j] = *reinterpret_cast<const uint2*>(AH ? ap[mt] + 32 * j : f.ap[mt] + 128 * gb + 32 * j);
+      s0[mt] = AH ? *sp0[mt] : f.sp0[mt][gb];
+      s1[mt] = AH ? *sp1[mt] : f.sp1[mt][gb];
+    }
     if (PC) {
       uint4 bh[MT][4];
-      mx_b_frag<MT, true>(a[0], bh);
+      mx_b_frag<MT, true>(a, bh);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const MxWFrag& c = wc[PC ? nt : 0];
@@ -842,18 +828,14 @@ MX_DEV void mx_matmul_frag_g1(const mx_u8* __restrict__ aq, const mx_u8* __restr
 #pragma unroll
           for (int i = 0; i < 8; ++i) a[i] = c.h[u][i];
         };
-        if (HO & 2)
-          mx_mma_group4_ws<MT>(acc[nt], frag, bh, ws[HO & 2 ? nt : 0], sA[0][nt], sB[0][nt], s0[0], s1[0]);
+        if (AH)
+          mx_mma_group4_ws<MT>(acc[nt], frag, bh, ws[AH ? nt : 0], sA[nt], sB[nt], s0, s1);
         else
-          mx_mma_group4_wf<MT>(acc[nt], frag, bh, sA[0][nt], sB[0][nt], s0[0], s1[0]);
+          mx_mma_group4_wf<MT>(acc[nt], frag, bh, sA[nt], sB[nt], s0, s1);
       }
     } else {
 #pragma unroll
-      for (int p = 0; p < GP; ++p)
-        if (has(p))
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-            mx_frag_mma<MT, true>(acc[nt], w[p][nt], a[p], sA[p][nt], sB[p][nt], s0[p], s1[p]);
+      for (int nt = 0; nt < NT; ++nt) mx_frag_mma<MT, true>(acc[nt], w[nt], a, sA[nt], sB[nt], s0, s1);
     }
   }
   mx_frag_reduce_to<TO, W, MT, 1, NT>(acc, out, MxRowsBelow{M});
@@ -885,19 +867,19 @@ MX_DEFINE_FRAG_G1(MxF32, f32)
 // against `_t2`'s 3.04, 6144 x 512 2.68 against 2.82 (BENCHMARKS.md follow-up 38; on two tiles a
 // warp, 166 registers, it won at 12 rows and lost at 13-16). Per tile the arithmetic of the m16
 // kernel at W = K / 128, S = 1: the same bits.
-// What `_g1c` moves ahead of the wait besides the converts (HO above): at W = 3, 6, 8 the rows'
+// Where `_g1c` moves more ahead of the wait than the converts (AH above): at W = 3, 6, 8 the rows'
 // addresses and the weights' scale decode, which cut a warp's path from the wait to the block's
 // barrier from 276 to 221 instructions at W = 6 (SASS); H200, M = 16: 6144 x 768 3.11-3.14 against
 // 3.19-3.24 us, 8192 x 384 2.84 against 2.97, 4096 x 1024 1-2 % (BENCHMARKS.md follow-up 43). At
 // W = 4 and 5 (6144 x 512, 3072 x 640) it lost in one call of two or both, and at W = 7 (1 %
 // faster at 4096 x 896) it takes 97 registers, which leave room for 2 blocks an SM instead of the
 // 3 that shapes::frag_kernel's one-wave bound counts on: nothing moved there.
-#define MX_G1C_AHEAD(W) ((W) == 3 || (W) == 6 || (W) == 8 ? 3 : 0)
+#define MX_G1C_AHEAD(W) ((W) == 3 || (W) == 6 || (W) == 8)
 #define MX_DEFINE_FRAG_G1C_1(TO, OUT, W)                                                         \
   extern "C" __global__ void __launch_bounds__(32 * W)                                           \
       MX_FRAG(m16_##OUT##_w##W##_s1_g1c)(MX_FRAG_ARGS(TO)) {                                     \
-    mx_matmul_frag_g1<TO, W, 2, 1, true, 1, MX_G1C_AHEAD(W)>(aq, as, wf, wsf, MX_FRAG_OUT(TO), M, N, \
-                                                           K, pre);                              \
+    mx_matmul_frag_g1<TO, W, 2, 1, true, MX_G1C_AHEAD(W)>(aq, as, wf, wsf, MX_FRAG_OUT(TO), M, N, K, \
+                                                        pre);                                    \
   }
 #define MX_DEFINE_FRAG_G1C(TO, OUT)                                                              \
   MX_DEFINE_FRAG_G1C_1(TO, OUT, 3)                                                               \
