@@ -519,6 +519,22 @@ def check_matmul_frag(ops):
                 report(f"matmul_frag m8 w3 == w4 N={N} K={K} M={M} out={out}", np.array_equal(y3, y4, equal_nan=True))
 
 
+def edge_weight_blocks(w, ws):
+    """The fragment GEMM checks' edge blocks, written into e4m3 weight bytes w [N, K] (N >= 13,
+    K >= 96) and their E8M0 scales ws: NaN (0x7F) over row 0's first block and one -NaN (0xFF) in
+    row 1, rows of 448 (0x7E) and of the smallest subnormal (0x01), -448 (0xFE) over row 4's third
+    block; scale codes 0 (2^-127), 255 (NaN), 1 and 254 on whole rows, 100 / 150 on single blocks,
+    0 / 255 on every second / third block of two more rows."""
+    w[0, :32] = 0x7F; w[1, 5] = 0xFF; w[2, :] = 0x7E; w[3, :] = 0x01; w[4, 64:96] = 0xFE
+    ws[5, :] = 0; ws[6, :] = 255; ws[7, :] = 1; ws[8, :] = 254; ws[9, 0] = 100; ws[10, -1] = 150
+    ws[11, ::2] = 0; ws[12, 1::3] = 255
+
+
+def edge_activation_scales(as_):
+    """The same for the activations' E8M0 scales (rows 1-5: M >= 6): codes 0, 255, 1, 254."""
+    as_[1, 0] = 0; as_[2, :] = 255; as_[3, -1] = 1; as_[4, :] = 254; as_[5, ::2] = 0
+
+
 def check_matmul_frag_fs(ops):
     """The m16 loops of issue 6 follow-ups 11 and 13 (mx_matmul_frag_m16_bf16_w<W>_s<S>_fs and
     `_fsa`) and, at M <= 8, the two-tile m8 loop of follow-up 20 (`_t2`, odd tile counts included):
@@ -558,15 +574,13 @@ def check_matmul_frag_fs(ops):
                 report(f"matmul_frag_fs N={N} K={K} M={M} W={W_} S={S_}", ok, detail + " (== current kernel, incl. PDL)")
     for N, K in ((48, 128), (40, 384), (64, 1152), (100, 2688)):
         w = rand_e4m3((N, K))
-        w[0, :32] = 0x7F; w[1, 5] = 0xFF; w[2, :] = 0x7E; w[3, :] = 0x01; w[4, 64:96] = 0xFE
         ws = rng.integers(100, 151, (N, K // 32), dtype=np.uint8)
-        ws[5, :] = 0; ws[6, :] = 255; ws[7, :] = 1; ws[8, :] = 254; ws[9, 0] = 100; ws[10, -1] = 150
-        ws[11, ::2] = 0; ws[12, 1::3] = 255
+        edge_weight_blocks(w, ws)
         wf, wsf = pack_frag(torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda())
         for M in (6, 12, 16):  # 6: the m8 kernel's rows on half a 16-row tile (edits rows 1-5)
             a32 = ref.rnd(rng.standard_normal((M, K)) * 2, "bf16")
             aq, as_ = ops.quantize(to_dev(a32, "bf16"), 0)
-            as_[1, 0] = 0; as_[2, :] = 255; as_[3, -1] = 1; as_[4, :] = 254; as_[5, ::2] = 0
+            edge_activation_scales(as_)
             for W_ in FRAG_WS:
                 for S_ in FRAG_SS:
                     _, same = same_as_current(wf, wsf, N, K, M, aq, as_, W_, S_)
@@ -581,22 +595,29 @@ def check_matmul_frag_g1(ops):
     equal that kernel's (one group a warp, warp-order sums), on random weights and on the edge
     blocks of check_matmul_frag_fs (E8M0 0 / 1 / 254 / 255 weight and activation scales, e4m3 NaN,
     448 and subnormal weights), odd tile counts included (a pair half empty)."""
-    from mxgpu import pack_frag
     if not CLUSTERS:
         return report("matmul_frag_g1 skipped (MXFUSE_GPU_CLUSTERS=off)", True)
 
     def g1(wf, wsf, N, K, M, aq, as_, out, y=None, pre=1):
         return ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=K // 128, S=1, sfx="_g1", y=y, pre=pre)
 
+    one_group_verdicts(ops, "matmul_frag_g1", g1, lambda K, M: K <= 1024 and M <= 8)
+    one_group_bits(ops, "matmul_frag_g1", g1, ((100, 256), (40, 384), (64, 512), (100, 1024), (16, 1024)), (1, 6, 8), 8)
+
+
+def one_group_verdicts(ops, label, run, keep):
+    """The one-group loops (`run(wf, wsf, N, K, M, aq, as_, out, y=None, pre=1)`) on the
+    k128_gemm_cases where keep(K, M), every output type: gemm_verdict, the same launch twice and
+    under PDL giving the same bits."""
+    from mxgpu import pack_frag
     for N, K, w, ws, M, aq, as_, yref, fin in k128_gemm_cases(ops):
-        if K > 1024 or M > 8:
+        if not keep(K, M):
             continue
         wf, wsf = pack_frag(torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda())
         for out in ("bf16", "f16", "f32"):
-            y1, same = repeat_bits(ops, lambda y=None: g1(wf, wsf, N, K, M, aq, as_, out, y=y), (M, N), DT[out])
+            y1, same = repeat_bits(ops, lambda y=None: run(wf, wsf, N, K, M, aq, as_, out, y=y), (M, N), DT[out])
             ok, detail = gemm_verdict(y1, same, yref, fin, out)
-            report(f"matmul_frag_g1 N={N} K={K} M={M} W={K // 128} out={out}", ok, detail + " (incl. PDL)")
-    one_group_bits(ops, "matmul_frag_g1", g1, ((100, 256), (40, 384), (64, 512), (100, 1024), (16, 1024)), (1, 6, 8), 8)
+            report(f"{label} N={N} K={K} M={M} W={K // 128} out={out}", ok, detail + " (incl. PDL)")
 
 
 def one_group_bits(ops, label, run, shapes, ms, rows):
@@ -611,14 +632,12 @@ def one_group_bits(ops, label, run, shapes, ms, rows):
             w = rand_e4m3((N, K))
             ws = rng.integers(100 if edge else 118, 151 if edge else 130, (N, K // 32), dtype=np.uint8)
             if edge:
-                w[0, :32] = 0x7F; w[1, 5] = 0xFF; w[2, :] = 0x7E; w[3, :] = 0x01; w[4, 64:96] = 0xFE
-                ws[5, :] = 0; ws[6, :] = 255; ws[7, :] = 1; ws[8, :] = 254; ws[9, 0] = 100; ws[10, -1] = 150
-                ws[11, ::2] = 0; ws[12, 1::3] = 255
+                edge_weight_blocks(w, ws)
             wf, wsf = pack_frag(torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda())
             for M in ms:
                 aq, as_ = ops.quantize(to_dev(ref.rnd(rng.standard_normal((M, K)) * 2, "bf16"), "bf16"), 0)
                 if edge and M > 5:
-                    as_[1, 0] = 0; as_[2, :] = 255; as_[3, -1] = 1; as_[4, :] = 254; as_[5, ::2] = 0
+                    edge_activation_scales(as_)
                 if edge and M > 8:
                     as_[M - 1, 1] = 0
                 for out in ("bf16", "f32"):
@@ -639,21 +658,14 @@ def check_matmul_frag_g1c(ops):
     warp, warp-order sums), on random weights and on the edge blocks of check_matmul_frag_g1 (E8M0
     0 / 1 / 254 / 255 weight and activation scales, e4m3 NaN, 448 and subnormal weights), a ragged
     last tile and rows 9-16 included; then the runtime's choice at 6144 x 768 and 4096 x 1024."""
-    from mxgpu import frag_kernel, pack_frag
+    from mxgpu import frag_kernel
     if not CLUSTERS:
         return report("matmul_frag_g1c skipped (MXFUSE_GPU_CLUSTERS=off)", True)
 
     def g1c(wf, wsf, N, K, M, aq, as_, out, y=None, pre=1):
         return ops.matmul_frag(wf, wsf, N, K, M, aq, as_, out_dtype=DT[out], W=K // 128, S=1, sfx="_g1c", y=y, pre=pre)
 
-    for N, K, w, ws, M, aq, as_, yref, fin in k128_gemm_cases(ops):
-        if not 384 <= K <= 1024:
-            continue
-        wf, wsf = pack_frag(torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda())
-        for out in ("bf16", "f16", "f32"):
-            y1, same = repeat_bits(ops, lambda y=None: g1c(wf, wsf, N, K, M, aq, as_, out, y=y), (M, N), DT[out])
-            ok, detail = gemm_verdict(y1, same, yref, fin, out)
-            report(f"matmul_frag_g1c N={N} K={K} M={M} W={K // 128} out={out}", ok, detail + " (incl. PDL)")
+    one_group_verdicts(ops, "matmul_frag_g1c", g1c, lambda K, M: 384 <= K <= 1024)
     one_group_bits(ops, "matmul_frag_g1c", g1c, ((100, 512), (64, 512), (100, 1024), (16, 1024)), (9, 13, 16), 16)
     for N, K in ((6144, 768), (4096, 1024), (6160, 512)):
         wf, wsf = rand_frag_weights(N, K)
@@ -708,14 +720,13 @@ def check_matmul_frag_t2h(ops):
             w = rand_e4m3((N, K))
             ws = rng.integers(100 if edge else 118, 151 if edge else 130, (N, K // 32), dtype=np.uint8)
             if edge:
-                w[0, :32] = 0x7F; w[1, 5] = 0xFF; w[2, :] = 0x7E; w[3, :] = 0x01; w[4, 64:96] = 0xFE
-                ws[5, :] = 0; ws[6, :] = 255; ws[7, :] = 1; ws[8, :] = 254; ws[9, 0] = 100; ws[10, -1] = 150
-                ws[11, ::2] = 0; ws[12, 1::3] = 255; ws[-1, :] = 255; ws[-2, 0] = 0
+                edge_weight_blocks(w, ws)
+                ws[-1, :] = 255; ws[-2, 0] = 0
             wf, wsf = pack_frag(torch.from_numpy(w).cuda(), torch.from_numpy(ws).cuda())
             for M in (1, 6, 8):
                 aq, as_ = ops.quantize(to_dev(ref.rnd(rng.standard_normal((M, K)) * 2, "bf16"), "bf16"), 0)
                 if edge and M > 5:
-                    as_[1, 0] = 0; as_[2, :] = 255; as_[3, -1] = 1; as_[4, :] = 254; as_[5, ::2] = 0
+                    edge_activation_scales(as_)
                 for pairs in (0, 1, 2):
                     y = t2h(wf, wsf, N, K, M, aq, as_, pairs)
                     report(f"matmul_frag_t2h == m8 w4 / w8 N={N} K={K} M={M} pairs={pairs}{' edge' if edge else ''}",
