@@ -18,7 +18,7 @@ from program import gemm_text_with
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 faulthandler.dump_traceback_later(int(os.environ.get("AB_WATCHDOG", "300")), exit=False)
-BENCH_FILES = {"1": "frag_t2hw.hip", "tn": "frag_tn.hip", "c3": "frag_c3.hip"}  # AB_BENCH: the bench kernels appended
+BENCH_FILES = {"1": "frag_t2hw.hip", "tn": "frag_tn.hip", "c3": "frag_c3.hip", "16": "frag_t2h16.hip"}  # AB_BENCH: the bench kernels appended
 if os.environ.get("AB_BENCH") in BENCH_FILES:
     mxgpu.program_text = lambda: gemm_text_with(os.path.join(HERE, BENCH_FILES[os.environ["AB_BENCH"]]))
 from mxgpu import frag_kernel  # noqa: E402
@@ -30,13 +30,13 @@ OUT = os.environ.get("OUT", ".")
 class Het:
     """The mixed grid at one (N, M): np pair blocks, then the tiles left as one-tile blocks."""
 
-    def __init__(self, mod, np_, N, M, W=4, bench=""):
+    def __init__(self, mod, np_, N, M, W=4, bench="", rows=8):
         tiles = -(-N // 16)
         self.mod, self.W, self.np = mod, W, min(np_, tiles // 2)
         self.ns = max(0, tiles - 2 * self.np)
-        self.grid = (-(-M // 8), tiles - self.np)
-        self.name = f"mx_matmul_frag_m8_bf16_w{W}_s1_t2h" + bench
-        self.label = f"h{self.np}+{self.ns}" + (f"w{W}{bench}" if bench else "")
+        self.grid = (-(-M // rows), tiles - self.np)
+        self.name = f"mx_matmul_frag_m{rows}_bf16_w{W}_s1_t2h" + bench
+        self.label = f"h{self.np}+{self.ns}" + (f"w{W}{bench}" if bench else "") + ("r16" if rows == 16 else "")
 
     def __call__(self, wf, wsf, N, K, M, aq, as_, y, pre=1):
         return launch_frag(self.mod, self.name, self.grid, self.W, wf, wsf, N, K, M, aq, as_, y, pre)
@@ -84,9 +84,12 @@ def main():
     # "np" (the runtime's w4 kernel), "np:W" (frag_t2hw.hip's `_t2hb` at W warps), "np:pPF" (its
     # `_t2hp<PF>`, w4, the pair warps' L2 prefetch from PF / 8 of their range) or "0:1" (its
     # `_t2h1`, singles only) or "np:mU" (its `_t2hm<U>`, m8 singles); those AB_BENCH=1; "tn:W[:T]"
-    # frag_tn.hip's (AB_BENCH=tn).
+    # frag_tn.hip's (AB_BENCH=tn); "np:16" / "np:16f" frag_t2h16.hip's 16-row `_t2h` / `_t2hf`, at
+    # 9-16 rows only (AB_BENCH=16).
     def variant(v):
         np_, _, x = v.partition(":")
+        if x in ("16", "16f"):
+            return int(np_) or sms, 4, x
         if x == "1":  # its `_t2h1`: every tile a one-tile block, three blocks an SM
             return 0, 4, "1"
         if x.startswith("m"):  # "np:mU": its `_t2hm<U>`, the singles the m8 kernel at U
@@ -106,8 +109,12 @@ def main():
         # `_t2` w4 s1 on its own grid of pairs (the runtime's kernel before follow-up 36).
         t2 = ops.matmul_frag(*P[0], N, K, M, c.aq, c.as_, W=4, S=1, sfx="_t2", y=torch.empty_like(c.y)).float()
         c.fns["t2w4"] = lambda: ops.matmul_frag(*P[c.next()], N, K, M, c.aq, c.as_, W=4, S=1, sfx="_t2", y=c.y)
-        hs = [] if M > 8 else [Tn(mod, sms, N, M, W, np_) if bench == "tn" else C3(mod, N, M, np_) if bench == "c3"
-                               else Het(mod, np_, N, M, W, bench) for np_, W, bench in nps]
+        r16 = [Het(mod, np_, N, M, W, bench[2:], rows=16) for np_, W, bench in nps if bench in ("16", "16f")]
+        hs = r16 if M > 8 else [Tn(mod, sms, N, M, W, np_) if bench == "tn" else C3(mod, N, M, np_) if bench == "c3"
+                                else Het(mod, np_, N, M, W, bench) for np_, W, bench in nps
+                                if bench not in ("16", "16f")]
+        # 16-row pairs give the m16 kernel's bits at W = 4, as `_fs` w4 s1 (`_t2hf`: every tile).
+        fs = ops.matmul_frag(*P[0], N, K, M, c.aq, c.as_, W=4, S=1, sfx="_fs", y=torch.empty_like(c.y)).float() if r16 else None
         m8 = {S: ops.matmul_frag(*P[0], N, K, M, c.aq, c.as_, W=8, S=S, sfx="", y=torch.empty_like(c.y)).float()
               for S in (1, 2)} if any(b == "c3" for _, _, b in nps) and M <= 8 else {}
 
@@ -117,6 +124,9 @@ def main():
                 return {h.label + "_own_bits": float(torch.equal(a[:, ~split], m8[1][:, ~split])),
                         h.label + "_split_bits": float(torch.equal(a[:, split], m8[2][:, split]))}
             pc = min(N, 32 * getattr(h, "np", 0))
+            if fs is not None and M > 8:
+                return {h.label + "_pairs_bits": float(torch.equal(a[:, :pc], fs[:, :pc])),
+                        h.label + "_all_fs_bits": float(torch.equal(a, fs))}
             return {h.label + "_pairs_bits": float(torch.equal(a[:, :pc], t2[:, :pc]))}
         times, med, diffs, bits = ab_variants(c, hs, reps, pairs_bits, finite=True)
         rows_out.append(dict(N=N, K=K, M=M, rt=list(c.rt), med=med, times=times, diffs=diffs, bits=bits))
