@@ -18,7 +18,7 @@ from program import gemm_text_with
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 faulthandler.dump_traceback_later(int(os.environ.get("AB_WATCHDOG", "300")), exit=False)
-BENCH_FILES = {"1": "frag_t2hw.hip", "tn": "frag_tn.hip", "c3": "frag_c3.hip", "16": "frag_t2h16.hip"}  # AB_BENCH: the bench kernels appended
+BENCH_FILES = {"1": "frag_t2hw.hip", "tn": "frag_tn.hip", "c3": "frag_c3.hip", "16": "frag_t2h16.hip", "r": "frag_t2hr.hip"}  # AB_BENCH: the bench kernels appended
 if os.environ.get("AB_BENCH") in BENCH_FILES:
     mxgpu.program_text = lambda: gemm_text_with(os.path.join(HERE, BENCH_FILES[os.environ["AB_BENCH"]]))
 from mxgpu import frag_kernel  # noqa: E402
@@ -85,10 +85,12 @@ def main():
     # `_t2hp<PF>`, w4, the pair warps' L2 prefetch from PF / 8 of their range) or "0:1" (its
     # `_t2h1`, singles only) or "np:mU" (its `_t2hm<U>`, m8 singles); those AB_BENCH=1; "tn:W[:T]"
     # frag_tn.hip's (AB_BENCH=tn); "np:16" / "np:16f" frag_t2h16.hip's 16-row `_t2h` / `_t2hf`, at
-    # 9-16 rows only (AB_BENCH=16).
+    # 9-16 rows only (AB_BENCH=16); "np:rP" frag_t2hr.hip's `_t2hr<P>` (AB_BENCH=r).
     def variant(v):
         np_, _, x = v.partition(":")
         if x in ("16", "16f"):
+            return int(np_) or sms, 4, x
+        if x.startswith("r"):  # "np:rP": frag_t2hr.hip's `_t2hr<P>` (AB_BENCH=r), the pair warps' ramp prefetch
             return int(np_) or sms, 4, x
         if x == "1":  # its `_t2h1`: every tile a one-tile block, three blocks an SM
             return 0, 4, "1"
