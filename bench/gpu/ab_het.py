@@ -18,7 +18,7 @@ from program import gemm_text_with
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 faulthandler.dump_traceback_later(int(os.environ.get("AB_WATCHDOG", "300")), exit=False)
-BENCH_FILES = {"1": "frag_t2hw.hip", "tn": "frag_tn.hip", "c3": "frag_c3.hip", "16": "frag_t2h16.hip", "r": "frag_t2hr.hip"}  # AB_BENCH: the bench kernels appended
+BENCH_FILES = {"1": "frag_t2hw.hip", "tn": "frag_tn.hip", "c3": "frag_c3.hip", "16": "frag_t2h16.hip", "r": "frag_t2hr.hip", "g1k": "frag_g1k.hip"}  # AB_BENCH: the bench kernels appended
 if os.environ.get("AB_BENCH") in BENCH_FILES:
     mxgpu.program_text = lambda: gemm_text_with(os.path.join(HERE, BENCH_FILES[os.environ["AB_BENCH"]]))
 from mxgpu import frag_kernel  # noqa: E402
@@ -58,6 +58,43 @@ class Tn:
         return launch_frag(self.mod, self.name, self.grid, self.W, wf, wsf, N, K, M, aq, as_, y, pre)
 
 
+class G1k:
+    """frag_g1k.hip at one (N, M): `_g1` with K split over a cluster of S blocks of W warps (one
+    group a warp: W S = K / 128), a block on two neighbouring tiles."""
+
+    def __init__(self, mod, N, M, W, S):
+        self.mod, self.W = mod, W
+        self.grid = (-(-M // 8) * S, -(-(-(-N // 16)) // 2))
+        self.name = f"mx_matmul_frag_m8_bf16_w{W}_s{S}_g1k"
+        self.label = f"g1k_w{W}s{S}"
+
+    def __call__(self, wf, wsf, N, K, M, aq, as_, y, pre=1):
+        return launch_frag(self.mod, self.name, self.grid, self.W, wf, wsf, N, K, M, aq, as_, y, pre)
+
+
+class T2:
+    """The runtime's `_t2` (or, sfx "", the m8 kernel) at a given (W, S), on its own grid."""
+
+    def __init__(self, ops, W, S, sfx="_t2"):
+        self.ops, self.W, self.S, self.sfx = ops, W, S, sfx
+        self.label = f"{sfx[1:] or 'm8'}w{W}s{S}"
+
+    def __call__(self, wf, wsf, N, K, M, aq, as_, y, pre=1):
+        return self.ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=self.W, S=self.S, sfx=self.sfx, y=y, pre=pre)
+
+
+def max_active_clusters(mod, name, grid, block):
+    """cuOccupancyMaxActiveClusters of a kernel compiled with __cluster_dims__ (on this grid and
+    block): how many of its clusters the device holds at once."""
+    import ctypes
+    from mxgpu import _LaunchConfig, cuda
+    cfg = _LaunchConfig((ctypes.c_uint * 3)(*grid, *(1,) * (3 - len(grid))), (ctypes.c_uint * 3)(block, 1, 1), 0,
+                        None, None, 0)
+    n = ctypes.c_int(-1)
+    rc = cuda.cuOccupancyMaxActiveClusters(ctypes.byref(n), mod.func(name), ctypes.byref(cfg))
+    return n.value if rc == 0 else f"rc {rc}"
+
+
 class C3:
     """frag_c3.hip at one (N, M): pairs of 4-warp blocks on three tiles each; sfx "" (clusters,
     the split tile's fix-up through distributed shared memory), "p" (probe: no fix-up), "g" (a
@@ -90,6 +127,12 @@ def main():
         np_, _, x = v.partition(":")
         if x in ("16", "16f"):
             return int(np_) or sms, 4, x
+        if np_ in ("t2", "m8"):  # "t2:W:S" / "m8:W:S": the runtime's `_t2` / m8 kernel at (W, S)
+            W, _, S = x.partition(":")
+            return int(S), int(W), np_
+        if np_ == "g1k":  # "g1k:W:S": frag_g1k.hip (AB_BENCH=g1k), where W S = K / 128
+            W, _, S = x.partition(":")
+            return int(S), int(W), "g1k"
         if x.startswith("r"):  # "np:rP": frag_t2hr.hip's `_t2hr<P>` (AB_BENCH=r), the pair warps' ramp prefetch
             return int(np_) or sms, 4, x
         if x == "1":  # its `_t2h1`: every tile a one-tile block, three blocks an SM
@@ -113,14 +156,18 @@ def main():
         c.fns["t2w4"] = lambda: ops.matmul_frag(*P[c.next()], N, K, M, c.aq, c.as_, W=4, S=1, sfx="_t2", y=c.y)
         r16 = [Het(mod, np_, N, M, W, bench[2:], rows=16) for np_, W, bench in nps if bench in ("16", "16f")]
         hs = r16 if M > 8 else [Tn(mod, sms, N, M, W, np_) if bench == "tn" else C3(mod, N, M, np_) if bench == "c3"
+                                else G1k(mod, N, M, W, np_) if bench == "g1k"
+                                else T2(ops, W, np_, "_t2" if bench == "t2" else "") if bench in ("t2", "m8")
                                 else Het(mod, np_, N, M, W, bench) for np_, W, bench in nps
-                                if bench not in ("16", "16f")]
+                                if bench not in ("16", "16f") and (bench != "g1k" or W * np_ == K // 128)]
         # 16-row pairs give the m16 kernel's bits at W = 4, as `_fs` w4 s1 (`_t2hf`: every tile).
         fs = ops.matmul_frag(*P[0], N, K, M, c.aq, c.as_, W=4, S=1, sfx="_fs", y=torch.empty_like(c.y)).float() if r16 else None
         m8 = {S: ops.matmul_frag(*P[0], N, K, M, c.aq, c.as_, W=8, S=S, sfx="", y=torch.empty_like(c.y)).float()
               for S in (1, 2)} if any(b == "c3" for _, _, b in nps) and M <= 8 else {}
 
         def pairs_bits(h, a):
+            if isinstance(h, (G1k, T2)):
+                return {}
             if isinstance(h, C3):  # own tiles: m8 w8 s1's bits; split tiles (3c + 2): m8 w8 s2's
                 split = (torch.arange(N, device=a.device) // 16) % 3 == 2
                 return {h.label + "_own_bits": float(torch.equal(a[:, ~split], m8[1][:, ~split])),
@@ -130,6 +177,13 @@ def main():
                 return {h.label + "_pairs_bits": float(torch.equal(a[:, :pc], fs[:, :pc])),
                         h.label + "_all_fs_bits": float(torch.equal(a, fs))}
             return {h.label + "_pairs_bits": float(torch.equal(a[:, :pc], t2[:, :pc]))}
+        for h in hs:  # how many clusters of each cluster kernel the device holds at once
+            if isinstance(h, (G1k, T2)) and (h.S if isinstance(h, T2) else int(h.name.split("_s")[1].split("_")[0])) > 1:
+                S = h.S if isinstance(h, T2) else int(h.name.split("_s")[1].split("_")[0])
+                name = h.name if isinstance(h, G1k) else f"mx_matmul_frag_m8_bf16_w{h.W}_s{S}{h.sfx}"
+                grid = h.grid if isinstance(h, G1k) else (-(-M // 8) * S, -(-(-(-N // 16)) // (2 if h.sfx else 1)))
+                print(f"    {h.label}: grid {grid}, {grid[0] * grid[1] // S} clusters of {S}; the device holds "
+                      f"{max_active_clusters(mod, name, grid, 32 * h.W)} at once", flush=True)
         times, med, diffs, bits = ab_variants(c, hs, reps, pairs_bits, finite=True)
         rows_out.append(dict(N=N, K=K, M=M, rt=list(c.rt), med=med, times=times, diffs=diffs, bits=bits))
         print(ab_line(c, med, diffs, rate=True), flush=True)
