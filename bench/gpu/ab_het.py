@@ -18,7 +18,7 @@ from program import gemm_text_with
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 faulthandler.dump_traceback_later(int(os.environ.get("AB_WATCHDOG", "300")), exit=False)
-BENCH_FILES = {"1": "frag_t2hw.hip", "tn": "frag_tn.hip", "c3": "frag_c3.hip", "16": "frag_t2h16.hip", "r": "frag_t2hr.hip", "g1k": "frag_g1k.hip"}  # AB_BENCH: the bench kernels appended
+BENCH_FILES = {"1": "frag_t2hw.hip", "tn": "frag_tn.hip", "c3": "frag_c3.hip", "16": "frag_t2h16.hip", "r": "frag_t2hr.hip"}  # frag_g1k.hip (AB_BENCH=g1k): commit "session 35 calls 7-8"  # AB_BENCH: the bench kernels appended
 if os.environ.get("AB_BENCH") in BENCH_FILES:
     mxgpu.program_text = lambda: gemm_text_with(os.path.join(HERE, BENCH_FILES[os.environ["AB_BENCH"]]))
 from mxgpu import frag_kernel  # noqa: E402

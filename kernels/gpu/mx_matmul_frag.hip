@@ -733,17 +733,17 @@ extern "C" __global__ void __launch_bounds__(128, 1) MX_FRAG(m8_bf16_w4_s1_t2h)(
 // converts its activations, multiplies and adds; same arithmetic, same bits.
 // AH (with PC): the activation rows' addresses and the weights' scale decode (MxWScale) ahead of
 // the PDL wait as well; mx_pin keeps each where it was computed.
-template <class TO, int W, int MT, int NT, bool PC = false, bool AH = false, int S = 1, class Out>
+template <class TO, int W, int MT, int NT, bool PC = false, bool AH = false, class Out>
 MX_DEV void mx_matmul_frag_g1(const mx_u8* __restrict__ aq, const mx_u8* __restrict__ as,
                               const uint4* __restrict__ wf, const mx_u32* __restrict__ wsf,
                               const Out& out, int M, int N, int K, int pre) {
   static_assert(PC || !AH, "the weights' scales are decoded ahead only with their converts");
-  const MxFragWarp<W, MT, S, NT> f(aq, as, wf, wsf, M, K);
+  const MxFragWarp<W, MT, 1, NT> f(aq, as, wf, wsf, M, K);
   const int gb = f.gb, ge = f.ge;  // ge - gb <= 1: launched only where K / 128 <= W
   // This lane's weights of group gb of each tile (MxFragWeights' addresses); a tile past the last
   // reads the first's weights again (its outputs are not stored).
   const MxFragWeights w0(f);
-  const int tiles = (N + 15) / 16, tile = MxFragBlock<MT, S, NT>().tile;
+  const int tiles = (N + 15) / 16, tile = MxFragBlock<MT, 1, NT>().tile;
   const uint4* wp[NT];
   const mx_u32* swp[NT];
 #pragma unroll
@@ -805,7 +805,7 @@ MX_DEV void mx_matmul_frag_g1(const mx_u8* __restrict__ aq, const mx_u8* __restr
     }
     if (pre & 1) MX_PDL_WAIT();
   } else {
-    mx_frag_prologue<MT, S, NT>(pre, wf, wsf, K, gb, ge, load_w);
+    mx_frag_prologue<MT, 1, NT>(pre, wf, wsf, K, gb, ge, load_w);
   }
   if (gb < ge) {
     uint2 a[MT][4];
@@ -838,7 +838,7 @@ MX_DEV void mx_matmul_frag_g1(const mx_u8* __restrict__ aq, const mx_u8* __restr
       for (int nt = 0; nt < NT; ++nt) mx_frag_mma<MT, true>(acc[nt], w[nt], a, sA[nt], sB[nt], s0, s1);
     }
   }
-  mx_frag_reduce_to<TO, W, MT, S, NT>(acc, out, MxRowsBelow{M});
+  mx_frag_reduce_to<TO, W, MT, 1, NT>(acc, out, MxRowsBelow{M});
 }
 #define MX_DEFINE_FRAG_G1_1(TO, OUT, W)                                                          \
   extern "C" __global__ void __launch_bounds__(32 * W)                                           \
