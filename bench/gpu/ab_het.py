@@ -83,18 +83,6 @@ class T2:
         return self.ops.matmul_frag(wf, wsf, N, K, M, aq, as_, W=self.W, S=self.S, sfx=self.sfx, y=y, pre=pre)
 
 
-def max_active_clusters(mod, name, grid, block):
-    """cuOccupancyMaxActiveClusters of a kernel compiled with __cluster_dims__ (on this grid and
-    block): how many of its clusters the device holds at once."""
-    import ctypes
-    from mxgpu import _LaunchConfig, cuda
-    cfg = _LaunchConfig((ctypes.c_uint * 3)(*grid, *(1,) * (3 - len(grid))), (ctypes.c_uint * 3)(block, 1, 1), 0,
-                        None, None, 0)
-    n = ctypes.c_int(-1)
-    rc = cuda.cuOccupancyMaxActiveClusters(ctypes.byref(n), mod.func(name), ctypes.byref(cfg))
-    return n.value if rc == 0 else f"rc {rc}"
-
-
 class C3:
     """frag_c3.hip at one (N, M): pairs of 4-warp blocks on three tiles each; sfx "" (clusters,
     the split tile's fix-up through distributed shared memory), "p" (probe: no fix-up), "g" (a
@@ -183,7 +171,7 @@ def main():
                 name = h.name if isinstance(h, G1k) else f"mx_matmul_frag_m8_bf16_w{h.W}_s{S}{h.sfx}"
                 grid = h.grid if isinstance(h, G1k) else (-(-M // 8) * S, -(-(-(-N // 16)) // (2 if h.sfx else 1)))
                 print(f"    {h.label}: grid {grid}, {grid[0] * grid[1] // S} clusters of {S}; the device holds "
-                      f"{max_active_clusters(mod, name, grid, 32 * h.W)} at once", flush=True)
+                      f"{mod.active_clusters(name, grid, 32 * h.W)} at once", flush=True)
         times, med, diffs, bits = ab_variants(c, hs, reps, pairs_bits, finite=True)
         rows_out.append(dict(N=N, K=K, M=M, rt=list(c.rt), med=med, times=times, diffs=diffs, bits=bits))
         print(ab_line(c, med, diffs, rate=True), flush=True)

@@ -100,6 +100,7 @@ class Module:
         self.mod = ctypes.c_void_p()
         _ck(cuda.cuModuleLoadData(ctypes.byref(self.mod), self.cubin), "cuModuleLoadData")
         self.funcs = {}
+        self.clusters = {}  # active_clusters by (kernel, block size)
         self.resident = {}
 
     @contextlib.contextmanager
@@ -110,6 +111,20 @@ class Module:
             yield
         finally:
             self.pdl = before
+
+    def active_clusters(self, name, grid, block):
+        """How many clusters of cluster kernel `name` the device holds at once
+        (cuOccupancyMaxActiveClusters, asked once per kernel and block size; runtime.rs
+        active_clusters)."""
+        key = (name, block)
+        if key not in self.clusters:
+            cfg = _LaunchConfig((ctypes.c_uint * 3)(*grid, *(1,) * (3 - len(grid))), (ctypes.c_uint * 3)(block, 1, 1),
+                                0, None, None, 0)
+            n = ctypes.c_int(0)
+            _ck(cuda.cuOccupancyMaxActiveClusters(ctypes.byref(n), self.func(name), ctypes.byref(cfg)),
+                f"cluster occupancy {name}")
+            self.clusters[key] = n.value
+        return self.clusters[key]
 
     def func(self, name):
         if name not in self.funcs:
@@ -363,7 +378,8 @@ class Ops:
         W = K / 128 from 3 to 8, S = 1, every output type).
         rows=8: the m8 kernel at any M (8-row tiles). W = 3: the m8 kernel only (S = 1)."""
         assert K % 128 == 0
-        if W is None and S is None and pre is None and sfx is None:
+        runtime = W is None and S is None and pre is None and sfx is None
+        if runtime:
             rows, W, S, sfx, pf = frag_kernel(N, K, M, out_dtype)
             pre, mt = (3 if pf else 1), rows // 8
         else:
@@ -374,8 +390,14 @@ class Ops:
             W, S = W or W0, S or S0
         if y is None:
             y = torch.empty(M, N, dtype=out_dtype, device=wf.device)
-        name = f"mx_matmul_frag_m{8 * mt}_{SUFFIX[out_dtype]}_w{W}_s{S}{sfx}"
-        grid = (-(-M // (8 * mt)) * S, -(-(-(-N // 16)) // (2 if sfx in ("_t2", "_g1") else 1)))
+        name = lambda S: f"mx_matmul_frag_m{8 * mt}_{SUFFIX[out_dtype]}_w{W}_s{S}{sfx}"
+        grid = lambda S: (-(-M // (8 * mt)) * S, -(-(-(-N // 16)) // (2 if sfx in ("_t2", "_g1") else 1)))
+        if runtime:
+            # launch.rs fit_clusters (shapes::fit_cluster_split): the split halved until the device
+            # holds every cluster of the grid at once.
+            while S > 1 and grid(S)[0] // S * grid(S)[1] > self.m.active_clusters(name(S), grid(S), 32 * W):
+                S //= 2
+        name, grid = name(S), grid(S)
         if sfx == "_t2h":
             grid = (grid[0], t2h_blocks_y(N, t2h_pairs))
         self.m.launch(name, grid, (32 * W,),

@@ -1023,6 +1023,34 @@ fn gpu_one_group_16_row_gemm_matches_reference() {
     );
 }
 
+/// Cluster splits the device cannot hold at once (issue 6 follow-up 47): 1024 x 6144 has 32 tile
+/// pairs, for which the rule sizes `_t2` at w8 s4 (32 clusters of 4), more than the H200 holds at
+/// once (30), so the runtime halves the split (launch.rs fit_clusters); 512 x 6144 at 12 rows does
+/// the same with `_fs`'s 32 one-tile clusters. Through the runtime: within the reference's bound,
+/// every output written, the same bits twice.
+#[test]
+fn gpu_cluster_split_that_fits_matches_reference() {
+    let Some(rt) = gpu() else { return };
+    runtime_frag_gemm_matches_reference(
+        &rt,
+        "1024 x 6144 pairs",
+        6144,
+        1024,
+        0x6E44_0000_0047_0001,
+        &[1, 8],
+        false,
+    );
+    runtime_frag_gemm_matches_reference(
+        &rt,
+        "512 x 6144, 16 rows",
+        6144,
+        512,
+        0x6E44_0000_0047_0002,
+        &[12],
+        true,
+    );
+}
+
 /// The runtime's fragment GEMM (its own kernel choice) on `n x k` packed random MX weights at
 /// each of `ms` rows: the same bits on a repeat launch, every output written (the buffer starts
 /// poisoned), within the accumulation bound of the reference with bf16 output (4e-3) and, with

@@ -86,6 +86,10 @@ struct DriverFns {
     /// `hipModuleOccupancyMaxActiveBlocksPerMultiprocessor` (blocks, function, block size,
     /// dynamic shared bytes); `None` where the library lacks it.
     occupancy: Option<OccupancyFn>,
+    /// `cuOccupancyMaxActiveClusters` (CUDA 12+: clusters, function, launch configuration);
+    /// `None` on HIP and older drivers.
+    max_clusters:
+        Option<unsafe extern "C" fn(*mut c_int, *mut c_void, *const LaunchConfig) -> c_int>,
     /// `cuFuncGetParamInfo` (CUDA 12.4+: function, parameter index, offset, size); `None` on HIP
     /// and older drivers.
     param_info: Option<unsafe extern "C" fn(*mut c_void, usize, *mut usize, *mut usize) -> c_int>,
@@ -364,6 +368,7 @@ impl Driver {
             synchronize: sym(&drv, dn, "cuCtxSynchronize")?,
             ctx_set_current: Some(sym(&drv, dn, "cuCtxSetCurrent")?),
             occupancy: sym(&drv, dn, "cuOccupancyMaxActiveBlocksPerMultiprocessor").ok(),
+            max_clusters: sym(&drv, dn, "cuOccupancyMaxActiveClusters").ok(),
             param_info: sym(&drv, dn, "cuFuncGetParamInfo").ok(),
         };
         let rtc_fns = Self::load_rtc(&rtc, rn, "nvrtc", "CUBIN")?;
@@ -422,6 +427,7 @@ impl Driver {
                 "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor",
             )
             .ok(),
+            max_clusters: None,
             param_info: None,
         };
         let rtc_fns = Self::load_rtc(&rtc, rn, "hiprtc", "Code")?;
@@ -621,6 +627,36 @@ impl Driver {
             query(&mut blocks, function as *mut c_void, block as c_int, 0)
         })?;
         Ok(Some(blocks.max(0) as usize))
+    }
+
+    /// How many clusters of `function` (compiled with `__cluster_dims__`) the device holds at once
+    /// for `grid` blocks of `block` lanes (`cuOccupancyMaxActiveClusters`: a cluster's blocks
+    /// must all fit in one GPC, so this can be fewer than multiprocessors / cluster size);
+    /// `Ok(None)` where the driver has no such query.
+    pub fn active_clusters(
+        &self,
+        function: usize,
+        grid: [u32; 3],
+        block: u32,
+    ) -> GpuResult<Option<usize>> {
+        let Some(query) = self.fns.max_clusters else {
+            return Ok(None);
+        };
+        self.make_current()?;
+        let config = LaunchConfig {
+            grid,
+            block: [block, 1, 1],
+            shared_mem_bytes: 0,
+            stream: std::ptr::null_mut(),
+            attrs: std::ptr::null_mut(),
+            num_attrs: 0,
+        };
+        let mut clusters: c_int = 0;
+        // SAFETY: a live function handle; the configuration and out-pointer are locals.
+        self.check("cluster occupancy query", unsafe {
+            query(&mut clusters, function as *mut c_void, &config)
+        })?;
+        Ok(Some(clusters.max(0) as usize))
     }
 
     /// Launches `function` on `stream` (0 = the default stream); `pdl`: as a programmatic

@@ -131,7 +131,13 @@ impl GpuRuntime {
             return alone();
         }
         let n_total = 16 * tiles;
-        let fk = self.frag_kernel_for(m, k, n_total, a_q, o);
+        let fk = self.fit_clusters(
+            "mx_matmul_fragg",
+            o,
+            m,
+            n_total,
+            self.frag_kernel_for(m, k, n_total, a_q, o),
+        )?;
         // The plain (f16 / f32 output) kernels on the group's N may give each warp a longer
         // stream than the largest member's own launch (fewer warps a block): 6144 + 1024 + 1024 x
         // 6144 with f32 output measured 0.90-1.08x a launch per weight on the H200 at 1-16 rows

@@ -9,7 +9,9 @@ use std::ffi::c_void;
 use super::driver::Backend;
 use super::error::GpuResult;
 use super::runtime::GpuRuntime;
-use super::shapes::{frag_kernel, norm_split, pipe_shape, splitk_shape, FragKernel, FragSwitches};
+use super::shapes::{
+    fit_cluster_split, frag_kernel, norm_split, pipe_shape, splitk_shape, FragKernel, FragSwitches,
+};
 use super::swiglu_table_kernel;
 use super::thresholds::{
     FragGemmTable, InGemmQuantThresholds, NormLaunchTable, PipeGemmTable, SwiGluLaunchTable,
@@ -992,7 +994,13 @@ impl GpuRuntime {
             .into());
         }
         check_frag_operands((a_q, a_scales), (wf, wsf))?;
-        let fk = self.frag_kernel_for(m, k, n, a_q, out);
+        let fk = self.fit_clusters(
+            "mx_matmul_frag",
+            out,
+            m,
+            n,
+            self.frag_kernel_for(m, k, n, a_q, out),
+        )?;
         let (w, s) = (fk.w, fk.s);
         let params = gemm_params(a_q, a_scales, None, wf, wsf, y, m, n, k)?
             .push(fk.pre())
@@ -1004,6 +1012,34 @@ impl GpuRuntime {
         );
         let grid = frag_grid(m, n, &fk)?;
         self.run(&name, grid, 32 * w as u32, params, stream)
+    }
+
+    /// `fk` (kernel `{prefix}_m<rows>_{out}_w<w>_s<s><loop>` on `m` rows of `n` columns) with its
+    /// cluster split reduced until the device holds all of its clusters at once
+    /// (shapes::fit_cluster_split; the driver's answer is asked once per kernel).
+    pub(super) fn fit_clusters(
+        &self,
+        prefix: &str,
+        out: &str,
+        m: usize,
+        n: usize,
+        fk: FragKernel,
+    ) -> GpuResult<FragKernel> {
+        let grid = |f: &FragKernel| frag_grid(m, n, f);
+        fit_cluster_split(
+            fk,
+            |f| grid(f).map_or(0, |g| (g[0] as usize / f.s) * g[1] as usize),
+            |f| {
+                let name = format!(
+                    "{prefix}_m{}_{out}_w{}_s{}{}",
+                    f.rows,
+                    f.w,
+                    f.s,
+                    f.lp.suffix()
+                );
+                self.active_clusters(&name, grid(f)?, 32 * f.w as u32)
+            },
+        )
     }
 
     /// The fragment GEMM kernel for `m` rows of `n x k` with `out` elements (shapes::frag_kernel

@@ -28,6 +28,8 @@ pub struct GpuRuntime {
     functions: Mutex<HashMap<String, (usize, Option<usize>)>>,
     /// [`GpuRuntime::resident_blocks`] by (kernel, block size), asked once.
     resident: Mutex<HashMap<(String, u32), Option<usize>>>,
+    /// `active_clusters`' answers by (kernel, block size).
+    clusters: Mutex<HashMap<(String, u32), Option<usize>>>,
     /// Set when the driver refused a programmatic dependent launch: later launches are ordinary.
     pdl_refused: AtomicBool,
     /// The prefill GEMM route's library and scratch ([`super::prefill`]).
@@ -84,6 +86,7 @@ impl GpuRuntime {
             modules: Mutex::new(modules),
             functions: Mutex::new(HashMap::new()),
             resident: Mutex::new(HashMap::new()),
+            clusters: Mutex::new(HashMap::new()),
             pdl_refused: AtomicBool::new(false),
             prefill: PrefillLock::default(),
         })))
@@ -278,6 +281,35 @@ impl GpuRuntime {
         }
         let r = self.driver.resident_blocks(self.function(name)?, block)?;
         self.resident
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, r);
+        Ok(r)
+    }
+
+    /// How many clusters of cluster kernel `name` the device holds at once on `grid` blocks of
+    /// `block` lanes (the driver's cluster occupancy query, asked once per kernel and block size:
+    /// the answer is a capacity, not a function of the grid); `None` where the driver has no such
+    /// query.
+    pub(crate) fn active_clusters(
+        &self,
+        name: &str,
+        grid: [u32; 3],
+        block: u32,
+    ) -> GpuResult<Option<usize>> {
+        let key = (name.to_string(), block);
+        if let Some(&r) = self
+            .clusters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            return Ok(r);
+        }
+        let r = self
+            .driver
+            .active_clusters(self.function(name)?, grid, block)?;
+        self.clusters
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(key, r);

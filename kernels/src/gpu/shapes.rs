@@ -436,9 +436,68 @@ pub fn frag_kernel(
     }
 }
 
+/// `fk` with its cluster split halved until the device holds all of the grid's clusters at once:
+/// `clusters(fk)` is how many the grid has, `holds(fk)` how many the device holds (the driver's
+/// cluster occupancy query; `None`: unknown, `fk` stays). Why: [`frag_rule`] sizes a split by
+/// multiprocessors, but a cluster's blocks must share one GPC, so the H200 holds 30 clusters of 4
+/// one-block-an-SM blocks, not 33: 1024 x 6144's `_t2` w8 s4 (32 clusters) ran in two waves, 6.95
+/// against 4.38 us at s = 2 (BENCHMARKS.md issue 6 follow-up 47). Every loop that takes s > 1 has
+/// kernels at s = 1, 2, 4 and 8 for its warp counts.
+pub fn fit_cluster_split<E>(
+    mut fk: FragKernel,
+    clusters: impl Fn(&FragKernel) -> usize,
+    mut holds: impl FnMut(&FragKernel) -> Result<Option<usize>, E>,
+) -> Result<FragKernel, E> {
+    while fk.s > 1 {
+        match holds(&fk)? {
+            Some(cap) if clusters(&fk) > cap => fk.s /= 2,
+            _ => break,
+        }
+    }
+    Ok(fk)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cluster_split_halves_until_the_device_holds_the_grid() {
+        // The H200's answers for one-block-an-SM blocks (call 8 of session 35): 66 clusters of 2,
+        // 30 of 4; 15 of 8 assumed.
+        let holds = |f: &FragKernel| -> Result<Option<usize>, ()> {
+            Ok(Some(match f.s {
+                2 => 66,
+                4 => 30,
+                _ => 15,
+            }))
+        };
+        let t2 = |s| FragKernel {
+            rows: 8,
+            w: 8,
+            s,
+            lp: FragLoop::T2,
+            l2_prefetch: false,
+        };
+        // 1024 x 6144: 32 tile pairs, one cluster each.
+        let pairs = |_: &FragKernel| 32;
+        assert_eq!(fit_cluster_split(t2(4), pairs, holds).unwrap().s, 2);
+        // 768 x 6144: 24 pairs fit at s = 4; 16 pairs at s = 8 do not (15), at 4 they do.
+        assert_eq!(fit_cluster_split(t2(4), |_| 24, holds).unwrap().s, 4);
+        assert_eq!(fit_cluster_split(t2(8), |_| 16, holds).unwrap().s, 4);
+        // More clusters than any split holds: down to s = 1 (no cluster).
+        assert_eq!(fit_cluster_split(t2(8), |_| 200, holds).unwrap().s, 1);
+        // s = 1 is never asked about; an unknown capacity keeps the split; errors pass through.
+        let never = |_: &FragKernel| -> Result<Option<usize>, ()> { panic!("asked at s = 1") };
+        assert_eq!(fit_cluster_split(t2(1), pairs, never).unwrap().s, 1);
+        assert_eq!(
+            fit_cluster_split(t2(4), pairs, |_| Ok::<_, ()>(None))
+                .unwrap()
+                .s,
+            4
+        );
+        assert!(fit_cluster_split(t2(4), pairs, |_| Err::<Option<usize>, _>("driver")).is_err());
+    }
 
     /// (rows, w, s, loop, L2 prefetch) of [`frag_kernel`] on the H200's table and 132 SMs.
     fn h200_choice(
