@@ -132,7 +132,7 @@ impl GpuRuntime {
         }
         let n_total = 16 * tiles;
         let fk = self.fit_clusters(
-            "mx_matmul_fragg",
+            "mx_matmul_fragg_",
             o,
             m,
             n_total,

@@ -995,7 +995,7 @@ impl GpuRuntime {
         }
         check_frag_operands((a_q, a_scales), (wf, wsf))?;
         let fk = self.fit_clusters(
-            "mx_matmul_frag",
+            "mx_matmul_frag_",
             out,
             m,
             n,
@@ -1014,7 +1014,7 @@ impl GpuRuntime {
         self.run(&name, grid, 32 * w as u32, params, stream)
     }
 
-    /// `fk` (kernel `{prefix}_m<rows>_{out}_w<w>_s<s><loop>` on `m` rows of `n` columns) with its
+    /// `fk` (kernel `{prefix}m<rows>_{out}_w<w>_s<s><loop>` on `m` rows of `n` columns) with its
     /// cluster split reduced until the device holds all of its clusters at once
     /// (shapes::fit_cluster_split; the driver's answer is asked once per kernel).
     pub(super) fn fit_clusters(
@@ -1031,7 +1031,7 @@ impl GpuRuntime {
             |f| grid(f).map_or(0, |g| (g[0] as usize / f.s) * g[1] as usize),
             |f| {
                 let name = format!(
-                    "{prefix}_m{}_{out}_w{}_s{}{}",
+                    "{prefix}m{}_{out}_w{}_s{}{}",
                     f.rows,
                     f.w,
                     f.s,
