@@ -18,10 +18,12 @@ from program import gemm_text_with
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 faulthandler.dump_traceback_later(int(os.environ.get("AB_WATCHDOG", "300")), exit=False)
-BENCH_FILES = {"1": "frag_t2hw.hip", "tn": "frag_tn.hip", "c3": "frag_c3.hip", "16": "frag_t2h16.hip", "r": "frag_t2hr.hip"}  # frag_g1k.hip (AB_BENCH=g1k): commit "session 35 calls 7-8"  # AB_BENCH: the bench kernels appended
+# AB_BENCH: the bench kernels appended (frag_g1k.hip and its G1k variant "g1k:W:S": commit
+# "session 35 calls 7-8").
+BENCH_FILES = {"1": "frag_t2hw.hip", "tn": "frag_tn.hip", "c3": "frag_c3.hip", "16": "frag_t2h16.hip", "r": "frag_t2hr.hip"}
 if os.environ.get("AB_BENCH") in BENCH_FILES:
     mxgpu.program_text = lambda: gemm_text_with(os.path.join(HERE, BENCH_FILES[os.environ["AB_BENCH"]]))
-from mxgpu import frag_kernel  # noqa: E402
+from mxgpu import frag_kernel, frag_name_grid  # noqa: E402
 from bench_frag_pdl import ab_cases, ab_line, ab_module, ab_variants, launch_frag  # noqa: E402
 
 OUT = os.environ.get("OUT", ".")
@@ -53,20 +55,6 @@ class Tn:
         self.grid = (-(-M // 8), -(-tiles // T))
         self.name = f"mx_matmul_frag_m8_bf16_w{W}_s1_tn"
         self.label = f"tn{W}x{T}"
-
-    def __call__(self, wf, wsf, N, K, M, aq, as_, y, pre=1):
-        return launch_frag(self.mod, self.name, self.grid, self.W, wf, wsf, N, K, M, aq, as_, y, pre)
-
-
-class G1k:
-    """frag_g1k.hip at one (N, M): `_g1` with K split over a cluster of S blocks of W warps (one
-    group a warp: W S = K / 128), a block on two neighbouring tiles."""
-
-    def __init__(self, mod, N, M, W, S):
-        self.mod, self.W = mod, W
-        self.grid = (-(-M // 8) * S, -(-(-(-N // 16)) // 2))
-        self.name = f"mx_matmul_frag_m8_bf16_w{W}_s{S}_g1k"
-        self.label = f"g1k_w{W}s{S}"
 
     def __call__(self, wf, wsf, N, K, M, aq, as_, y, pre=1):
         return launch_frag(self.mod, self.name, self.grid, self.W, wf, wsf, N, K, M, aq, as_, y, pre)
@@ -118,9 +106,6 @@ def main():
         if np_ in ("t2", "m8"):  # "t2:W:S" / "m8:W:S": the runtime's `_t2` / m8 kernel at (W, S)
             W, _, S = x.partition(":")
             return int(S), int(W), np_
-        if np_ == "g1k":  # "g1k:W:S": frag_g1k.hip (AB_BENCH=g1k), where W S = K / 128
-            W, _, S = x.partition(":")
-            return int(S), int(W), "g1k"
         if x.startswith("r"):  # "np:rP": frag_t2hr.hip's `_t2hr<P>` (AB_BENCH=r), the pair warps' ramp prefetch
             return int(np_) or sms, 4, x
         if x == "1":  # its `_t2h1`: every tile a one-tile block, three blocks an SM
@@ -144,17 +129,16 @@ def main():
         c.fns["t2w4"] = lambda: ops.matmul_frag(*P[c.next()], N, K, M, c.aq, c.as_, W=4, S=1, sfx="_t2", y=c.y)
         r16 = [Het(mod, np_, N, M, W, bench[2:], rows=16) for np_, W, bench in nps if bench in ("16", "16f")]
         hs = r16 if M > 8 else [Tn(mod, sms, N, M, W, np_) if bench == "tn" else C3(mod, N, M, np_) if bench == "c3"
-                                else G1k(mod, N, M, W, np_) if bench == "g1k"
                                 else T2(ops, W, np_, "_t2" if bench == "t2" else "") if bench in ("t2", "m8")
                                 else Het(mod, np_, N, M, W, bench) for np_, W, bench in nps
-                                if bench not in ("16", "16f") and (bench != "g1k" or W * np_ == K // 128)]
+                                if bench not in ("16", "16f")]
         # 16-row pairs give the m16 kernel's bits at W = 4, as `_fs` w4 s1 (`_t2hf`: every tile).
         fs = ops.matmul_frag(*P[0], N, K, M, c.aq, c.as_, W=4, S=1, sfx="_fs", y=torch.empty_like(c.y)).float() if r16 else None
         m8 = {S: ops.matmul_frag(*P[0], N, K, M, c.aq, c.as_, W=8, S=S, sfx="", y=torch.empty_like(c.y)).float()
               for S in (1, 2)} if any(b == "c3" for _, _, b in nps) and M <= 8 else {}
 
         def pairs_bits(h, a):
-            if isinstance(h, (G1k, T2)):
+            if isinstance(h, T2):
                 return {}
             if isinstance(h, C3):  # own tiles: m8 w8 s1's bits; split tiles (3c + 2): m8 w8 s2's
                 split = (torch.arange(N, device=a.device) // 16) % 3 == 2
@@ -166,11 +150,9 @@ def main():
                         h.label + "_all_fs_bits": float(torch.equal(a, fs))}
             return {h.label + "_pairs_bits": float(torch.equal(a[:, :pc], t2[:, :pc]))}
         for h in hs:  # how many clusters of each cluster kernel the device holds at once
-            if isinstance(h, (G1k, T2)) and (h.S if isinstance(h, T2) else int(h.name.split("_s")[1].split("_")[0])) > 1:
-                S = h.S if isinstance(h, T2) else int(h.name.split("_s")[1].split("_")[0])
-                name = h.name if isinstance(h, G1k) else f"mx_matmul_frag_m8_bf16_w{h.W}_s{S}{h.sfx}"
-                grid = h.grid if isinstance(h, G1k) else (-(-M // 8) * S, -(-(-(-N // 16)) // (2 if h.sfx else 1)))
-                print(f"    {h.label}: grid {grid}, {grid[0] * grid[1] // S} clusters of {S}; the device holds "
+            if isinstance(h, T2) and h.S > 1:
+                name, grid = frag_name_grid(N, M, h.W, h.S, h.sfx, 1)
+                print(f"    {h.label}: grid {grid}, {grid[0] * grid[1] // h.S} clusters of {h.S}; the device holds "
                       f"{mod.active_clusters(name, grid, 32 * h.W)} at once", flush=True)
         times, med, diffs, bits = ab_variants(c, hs, reps, pairs_bits, finite=True)
         rows_out.append(dict(N=N, K=K, M=M, rt=list(c.rt), med=med, times=times, diffs=diffs, bits=bits))

@@ -178,6 +178,13 @@ class Module:
                                 ctypes.c_uint(shmem), stream, ptrs, None), f"launch {name}")
 
 
+def frag_name_grid(N, M, W, S, sfx, mt, out_dtype=torch.bfloat16):
+    """A fragment GEMM kernel's name and grid (launch.rs frag_kernel_name / frag_grid) at W warps,
+    S cluster blocks, loop suffix sfx and 8 mt rows a block; `_t2h`'s grid y is the caller's."""
+    return (f"mx_matmul_frag_m{8 * mt}_{SUFFIX[out_dtype]}_w{W}_s{S}{sfx}",
+            (-(-M // (8 * mt)) * S, -(-(-(-N // 16)) // (2 if sfx in ("_t2", "_g1") else 1))))
+
+
 # Flag bits of kernels/gpu/mx_common.h.
 F_RCEIL, F_NAN_IGNORE, F_GEMMA, F_GAMMA_F32, F_INV_DIV, F_OAI, F_FP32_ACT = 1, 2, 4, 8, 16, 32, 64
 F_NO_ROUND_SUM, F_SWISH_SINGLE, F_SIGMA_PINNED = 128, 256, 512
@@ -390,14 +397,13 @@ class Ops:
             W, S = W or W0, S or S0
         if y is None:
             y = torch.empty(M, N, dtype=out_dtype, device=wf.device)
-        name = lambda S: f"mx_matmul_frag_m{8 * mt}_{SUFFIX[out_dtype]}_w{W}_s{S}{sfx}"
-        grid = lambda S: (-(-M // (8 * mt)) * S, -(-(-(-N // 16)) // (2 if sfx in ("_t2", "_g1") else 1)))
+        name, grid = frag_name_grid(N, M, W, S, sfx, mt, out_dtype)
         if runtime:
             # launch.rs fit_clusters (shapes::fit_cluster_split): the split halved until the device
             # holds every cluster of the grid at once.
-            while S > 1 and grid(S)[0] // S * grid(S)[1] > self.m.active_clusters(name(S), grid(S), 32 * W):
+            while S > 1 and grid[0] // S * grid[1] > self.m.active_clusters(name, grid, 32 * W):
                 S //= 2
-        name, grid = name(S), grid(S)
+                name, grid = frag_name_grid(N, M, W, S, sfx, mt, out_dtype)
         if sfx == "_t2h":
             grid = (grid[0], t2h_blocks_y(N, t2h_pairs))
         self.m.launch(name, grid, (32 * W,),

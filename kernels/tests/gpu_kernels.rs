@@ -1026,8 +1026,9 @@ fn gpu_one_group_16_row_gemm_matches_reference() {
 /// Cluster splits the device cannot hold at once (issue 6 follow-up 47): 1024 x 6144 has 32 tile
 /// pairs, for which the rule sizes `_t2` at w8 s4 (32 clusters of 4), more than the H200 holds at
 /// once (30), so the runtime halves the split (launch.rs fit_clusters); 512 x 6144 at 12 rows does
-/// the same with `_fs`'s 32 one-tile clusters. Through the runtime: within the reference's bound,
-/// every output written, the same bits twice.
+/// the same with bf16 output (`_t2` w8 s4 on two 8-row tiles: 16 pairs x 2 = 32 clusters), and
+/// with f32 output through the m16 kernel. Through the runtime: within the
+/// reference's bound, every output written, the same bits twice.
 #[test]
 fn gpu_cluster_split_that_fits_matches_reference() {
     let Some(rt) = gpu() else { return };
@@ -1042,7 +1043,7 @@ fn gpu_cluster_split_that_fits_matches_reference() {
     );
     runtime_frag_gemm_matches_reference(
         &rt,
-        "512 x 6144, 16 rows",
+        "512 x 6144, 12 rows",
         6144,
         512,
         0x6E44_0000_0047_0002,

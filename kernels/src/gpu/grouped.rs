@@ -14,8 +14,8 @@
 
 use super::error::GpuResult;
 use super::launch::{
-    check_aligned, check_frag_operands, check_k, dim_i32, dtype_suffix, frag_grid, EpilogueParams,
-    GpuEpilogue, GpuMatB, Params, StreamHandle,
+    check_aligned, check_frag_operands, check_k, dim_i32, dtype_suffix, frag_grid,
+    frag_kernel_name, EpilogueParams, GpuEpilogue, GpuMatB, Params, StreamHandle,
 };
 use super::pack::pack_frag_weights;
 use super::runtime::GpuRuntime;
@@ -174,13 +174,7 @@ impl GpuRuntime {
             .push(dim_i32("N", n_total)?)
             .push(dim_i32("K", k)?)
             .push(fk.pre());
-        let name = format!(
-            "mx_matmul_fragg_m{}_{o}_w{}_s{}{}",
-            fk.rows,
-            fk.w,
-            fk.s,
-            fk.lp.suffix()
-        );
+        let name = frag_kernel_name("mx_matmul_fragg_", o, &fk);
         let grid = frag_grid(m, n_total, &fk)?;
         self.run(&name, grid, 32 * fk.w as u32, params, stream)
     }

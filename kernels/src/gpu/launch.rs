@@ -249,6 +249,19 @@ pub(super) fn frag_grid(m: usize, n: usize, fk: &FragKernel) -> GpuResult<[u32; 
     ])
 }
 
+/// The fragment GEMM kernel `fk` with `out` elements in the family named by `prefix`
+/// (`mx_matmul_frag_`, or `mx_matmul_fragg_` for grouped launches):
+/// `<prefix>m<rows>_<out>_w<w>_s<s><loop suffix>`.
+pub(super) fn frag_kernel_name(prefix: &str, out: &str, fk: &FragKernel) -> String {
+    format!(
+        "{prefix}m{}_{out}_w{}_s{}{}",
+        fk.rows,
+        fk.w,
+        fk.s,
+        fk.lp.suffix()
+    )
+}
+
 fn quant_flags(q: &QuantConfig) -> u32 {
     (match q.scale_rule {
         ScaleRule::Floor => 0,
@@ -1001,20 +1014,15 @@ impl GpuRuntime {
             n,
             self.frag_kernel_for(m, k, n, a_q, out),
         )?;
-        let (w, s) = (fk.w, fk.s);
         let params = gemm_params(a_q, a_scales, None, wf, wsf, y, m, n, k)?
             .push(fk.pre())
             .push(epi);
-        let name = format!(
-            "mx_matmul_frag_m{}_{out}_w{w}_s{s}{}",
-            fk.rows,
-            fk.lp.suffix()
-        );
+        let name = frag_kernel_name("mx_matmul_frag_", out, &fk);
         let grid = frag_grid(m, n, &fk)?;
-        self.run(&name, grid, 32 * w as u32, params, stream)
+        self.run(&name, grid, 32 * fk.w as u32, params, stream)
     }
 
-    /// `fk` (kernel `{prefix}m<rows>_{out}_w<w>_s<s><loop>` on `m` rows of `n` columns) with its
+    /// `fk` (kernel [`frag_kernel_name`]`(prefix, out, fk)` on `m` rows of `n` columns) with its
     /// cluster split reduced until the device holds all of its clusters at once
     /// (shapes::fit_cluster_split; the driver's answer is asked once per kernel).
     pub(super) fn fit_clusters(
@@ -1030,13 +1038,7 @@ impl GpuRuntime {
             fk,
             |f| grid(f).map_or(0, |g| (g[0] as usize / f.s) * g[1] as usize),
             |f| {
-                let name = format!(
-                    "{prefix}m{}_{out}_w{}_s{}{}",
-                    f.rows,
-                    f.w,
-                    f.s,
-                    f.lp.suffix()
-                );
+                let name = frag_kernel_name(prefix, out, f);
                 self.active_clusters(&name, grid(f)?, 32 * f.w as u32)
             },
         )

@@ -28,7 +28,7 @@ pub struct GpuRuntime {
     functions: Mutex<HashMap<String, (usize, Option<usize>)>>,
     /// [`GpuRuntime::resident_blocks`] by (kernel, block size), asked once.
     resident: Mutex<HashMap<(String, u32), Option<usize>>>,
-    /// `active_clusters`' answers by (kernel, block size).
+    /// [`GpuRuntime::active_clusters`] by (kernel, block size), asked once.
     clusters: Mutex<HashMap<(String, u32), Option<usize>>>,
     /// Set when the driver refused a programmatic dependent launch: later launches are ordinary.
     pdl_refused: AtomicBool,
@@ -270,21 +270,9 @@ impl GpuRuntime {
     /// driver's occupancy query, asked once per kernel and block size); `None` where the driver
     /// has no such query.
     pub(crate) fn resident_blocks(&self, name: &str, block: u32) -> GpuResult<Option<usize>> {
-        let key = (name.to_string(), block);
-        if let Some(&r) = self
-            .resident
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-        {
-            return Ok(r);
-        }
-        let r = self.driver.resident_blocks(self.function(name)?, block)?;
-        self.resident
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key, r);
-        Ok(r)
+        Self::asked_once(&self.resident, name, block, || {
+            self.driver.resident_blocks(self.function(name)?, block)
+        })
     }
 
     /// How many clusters of cluster kernel `name` the device holds at once on `grid` blocks of
@@ -297,19 +285,26 @@ impl GpuRuntime {
         grid: [u32; 3],
         block: u32,
     ) -> GpuResult<Option<usize>> {
+        Self::asked_once(&self.clusters, name, block, || {
+            self.driver
+                .active_clusters(self.function(name)?, grid, block)
+        })
+    }
+
+    /// A driver query about kernel `name` at `block` lanes, from `cache` or, the first time, from
+    /// `ask` (kept: occupancy answers depend only on the kernel and the block size).
+    fn asked_once(
+        cache: &Mutex<HashMap<(String, u32), Option<usize>>>,
+        name: &str,
+        block: u32,
+        ask: impl FnOnce() -> GpuResult<Option<usize>>,
+    ) -> GpuResult<Option<usize>> {
         let key = (name.to_string(), block);
-        if let Some(&r) = self
-            .clusters
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-        {
+        if let Some(&r) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
             return Ok(r);
         }
-        let r = self
-            .driver
-            .active_clusters(self.function(name)?, grid, block)?;
-        self.clusters
+        let r = ask()?;
+        cache
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(key, r);
